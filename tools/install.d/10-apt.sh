@@ -1,0 +1,14 @@
+# System packages: Slurm (controller, node daemon, accounting), munge, MariaDB for slurmdbd, netns tooling.
+set -euo pipefail
+export DEBIAN_FRONTEND=noninteractive
+pkgs=(slurmctld slurmd slurmdbd slurm-client munge mariadb-server iproute2 procps util-linux psmisc)
+missing=()
+for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
+if [ ${#missing[@]} -gt 0 ]; then
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+# The Debian packages start daemons with their default config; the sandbox runs its own.
+for s in slurmctld slurmd slurmdbd munge mariadb; do
+  (command -v systemctl >/dev/null && systemctl stop "$s" 2>/dev/null) || service "$s" stop >/dev/null 2>&1 || true
+done
