@@ -1,0 +1,166 @@
+"""Save-on-notice: a file protocol between the Slurm job (which receives the preemption or time-limit signal) and
+the trainer (which is the only process that can write a consistent checkpoint).
+
+Both sides share the checkpoint directory, so the protocol lives there, under ``<ckpt_path>/.beam/``:
+
+``save_request``
+    Written by the job when a notice arrives (:func:`request_save`). JSON ``{"time", "reason", "host", "pid"}``.
+``saved_on_notice``
+    Written by the trainer once the checkpoint it saved because of a request is complete, i.e. after SkyRL's
+    ``latest_ckpt_global_step.txt`` marker names that step (:func:`acknowledge`). JSON ``{"global_step", "time",
+    "request_time", "reason", "host", "pid"}``.
+
+Order of events: the job calls :func:`request_save`; the trainer sees :func:`pending_request` at the end of a step,
+saves, calls :func:`acknowledge` and stops; the job waits for :func:`saved_since` to return a step, stops Ray and
+requeues; the next attempt resumes from the marker and calls :func:`clear` before training. A request that has
+been acknowledged is no longer pending, so a stale request left by a crash cannot make a new attempt stop at once.
+
+Every write is atomic (temporary file in the same directory, then ``os.replace``), so a reader on another node
+never sees half a file. Standard library only: this module is imported by the job (Python 3.11) and inside the
+training container (Python 3.12). Paths must be on a POSIX file system shared by the batch host and the trainer
+(not an object store).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import tempfile
+import time
+from pathlib import Path
+
+PROTOCOL_DIR = ".beam"
+"""Directory under the checkpoint path that holds the protocol files (hidden, so it never looks like a step)."""
+REQUEST_FILE = "save_request"
+"""Name of the request file written by the job."""
+ACK_FILE = "saved_on_notice"
+"""Name of the acknowledgement written by the trainer after the checkpoint is complete."""
+MARKER_FILE = "latest_ckpt_global_step.txt"
+"""SkyRL's marker of the last complete checkpoint; written last by its save routine."""
+
+
+def _protocol_dir(ckpt_path: str | os.PathLike[str]) -> Path:
+    return Path(ckpt_path) / PROTOCOL_DIR
+
+
+def _write_json_atomically(path: Path, payload: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as handle:
+            json.dump(payload, handle, sort_keys=True)
+            handle.write("\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp_name, path)
+    except BaseException:
+        try:
+            os.unlink(tmp_name)
+        except FileNotFoundError:
+            pass
+        raise
+
+
+def _read_json(path: Path) -> dict | None:
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return None
+    try:
+        payload = json.loads(text)
+    except json.JSONDecodeError:
+        payload = None
+    if not isinstance(payload, dict):
+        # Written by hand or by something else: still a signal, timed by the file itself.
+        try:
+            mtime = path.stat().st_mtime
+        except FileNotFoundError:
+            return None
+        return {"time": mtime, "reason": f"unreadable {path.name}: {text[:80]!r}"}
+    return payload
+
+
+def read_marker(ckpt_path: str | os.PathLike[str]) -> int | None:
+    """The step named by SkyRL's ``latest_ckpt_global_step.txt`` under ``ckpt_path``, or None when absent."""
+    try:
+        text = (Path(ckpt_path) / MARKER_FILE).read_text().strip()
+    except FileNotFoundError:
+        return None
+    try:
+        return int(text)
+    except ValueError as exc:
+        raise ValueError(
+            f"{Path(ckpt_path) / MARKER_FILE} holds {text!r}, not a step number; "
+            "remove or repair it before resuming"
+        ) from exc
+
+
+def request_save(ckpt_path: str | os.PathLike[str], reason: str) -> None:
+    """Ask the trainer to save a checkpoint at the next step boundary and stop. Called by the job on a notice."""
+    payload = {"time": time.time(), "reason": str(reason), "host": socket.gethostname(), "pid": os.getpid()}
+    _write_json_atomically(_protocol_dir(ckpt_path) / REQUEST_FILE, payload)
+
+
+def _acknowledgement(ckpt_path: str | os.PathLike[str]) -> dict | None:
+    return _read_json(_protocol_dir(ckpt_path) / ACK_FILE)
+
+
+def _answers(ack: dict | None, request_time: float) -> bool:
+    if not ack or "global_step" not in ack:
+        return False
+    # The echoed request time is exact; the save time covers a second request that arrived during the save.
+    return float(ack.get("request_time", -1.0)) >= request_time or float(ack.get("time", -1.0)) >= request_time
+
+
+def pending_request(ckpt_path: str | os.PathLike[str]) -> dict | None:
+    """The save request not yet answered by a checkpoint (``{"time", "reason", ...}``), or None."""
+    request = _read_json(_protocol_dir(ckpt_path) / REQUEST_FILE)
+    if request is None:
+        return None
+    request_time = float(request.get("time", 0.0))
+    request["time"] = request_time
+    if _answers(_acknowledgement(ckpt_path), request_time):
+        return None
+    return request
+
+
+def acknowledge(ckpt_path: str | os.PathLike[str], global_step: int) -> None:
+    """Record that the checkpoint of ``global_step`` was saved because of the pending request.
+
+    Refuses (ValueError) unless SkyRL's marker already names ``global_step``: an acknowledgement must never point
+    at a checkpoint that a restart could not resume from.
+    """
+    marker = read_marker(ckpt_path)
+    if marker != int(global_step):
+        raise ValueError(
+            f"cannot acknowledge a save of step {global_step}: {Path(ckpt_path) / MARKER_FILE} names "
+            f"{marker if marker is not None else 'nothing'}; acknowledge only after the checkpoint is complete"
+        )
+    request = _read_json(_protocol_dir(ckpt_path) / REQUEST_FILE) or {}
+    payload = {
+        "global_step": int(global_step),
+        "time": time.time(),
+        "request_time": float(request.get("time", -1.0)),
+        "reason": request.get("reason", ""),
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+    }
+    _write_json_atomically(_protocol_dir(ckpt_path) / ACK_FILE, payload)
+
+
+def saved_since(ckpt_path: str | os.PathLike[str], request_time: float) -> int | None:
+    """The step saved in answer to a request made at ``request_time`` (epoch seconds), or None if not yet."""
+    ack = _acknowledgement(ckpt_path)
+    if _answers(ack, float(request_time)):
+        return int(ack["global_step"])
+    return None
+
+
+def clear(ckpt_path: str | os.PathLike[str]) -> None:
+    """Remove the request and the acknowledgement (start of a new attempt). Checkpoints are never touched."""
+    for name in (REQUEST_FILE, ACK_FILE):
+        try:
+            (_protocol_dir(ckpt_path) / name).unlink()
+        except FileNotFoundError:
+            pass
