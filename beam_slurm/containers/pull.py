@@ -1,0 +1,284 @@
+"""`beam-slurm pull-container`: import the recipe's image once into shared storage.
+
+pyxis:     enroot import -o <cache>/<name>.sqsh docker://<registry#path:tag>
+Apptainer: apptainer pull <cache>/<name>.sif docker://<registry/path:tag>
+
+Every node and every later job then runs the file instead of pulling from the registry N times. Several jobs may
+race for the same image: one takes the lock on shared storage (`shared_lock.SharedFileLock`, taken over when its
+holder dies), imports to a temporary name in the cache directory and renames it into place; the others wait and find
+the finished file. A digest record beside the file (`<file>.digest.json`: reference, size, sha256 of the file, the
+registry digest when the reference pins one) is written last, so "record present and matching" means "complete";
+such an image is skipped unless `--force`.
+
+Registry credentials reach the runtime only through its own mechanisms, which it reads from its environment: enroot's
+credentials file ($ENROOT_CONFIG_PATH/.credentials, default ~/.config/enroot/.credentials, netrc format), Apptainer's
+`apptainer registry login` or APPTAINER_DOCKER_USERNAME/APPTAINER_DOCKER_PASSWORD. Nothing here reads, prints or
+passes them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import shlex
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from beam_slurm.containers.runtime import (
+    cached_image_path,
+    digest_record_path,
+    docker_reference,
+    enroot_reference,
+    is_local_image,
+    validate,
+)
+from beam_slurm.containers.settings import ConfigProblem, ContainerSettings
+from beam_slurm.containers.shared_lock import LockTimeout, SharedFileLock
+
+RUNTIME_EXECUTABLE = {"pyxis": "enroot", "apptainer": "apptainer"}
+
+
+def log(message: str) -> None:
+    print(f"pull-container: {message}", flush=True)
+
+
+def import_command(runtime: str, image: str, output: Path, executable: str | None = None) -> list[str]:
+    """The runtime's own import command writing `output` (argv; the reference carries no credentials)."""
+    executable = executable or RUNTIME_EXECUTABLE[runtime]
+    if runtime == "pyxis":
+        return [executable, "import", "-o", str(output), "docker://" + enroot_reference(image)]
+    if runtime == "apptainer":
+        return [executable, "pull", str(output), "docker://" + docker_reference(image)]
+    raise ValueError(f"no image import for runtime {runtime!r}")
+
+
+def pinned_digest(image: str) -> str | None:
+    """The registry digest a reference pins (`...@sha256:<hex>`), else None (a tag can move)."""
+    _, sep, digest = image.partition("@")
+    return digest if sep and digest.startswith("sha256:") else None
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        while chunk := handle.read(8 << 20):
+            digest.update(chunk)
+    return "sha256:" + digest.hexdigest()
+
+
+def read_record(image_path: Path) -> dict | None:
+    try:
+        return json.loads(digest_record_path(image_path).read_text())
+    except (FileNotFoundError, ValueError):
+        return None
+
+
+def record_matches(settings: ContainerSettings, image_path: Path, *, verify: bool = False) -> bool:
+    """True when `image_path` is a complete import of settings.image: the record names the same reference and
+    runtime, the file has the recorded size, a pinned registry digest matches, and (verify) its sha256 matches."""
+    record = read_record(image_path)
+    if record is None or not image_path.is_file():
+        return False
+    if record.get("image") != docker_reference(settings.image) or record.get("runtime") != settings.runtime:
+        return False
+    if record.get("size") != image_path.stat().st_size:
+        return False
+    if record.get("registry_digest") != pinned_digest(settings.image):
+        return False
+    return not verify or record.get("sha256") == file_sha256(image_path)
+
+
+def image_is_current(settings: ContainerSettings) -> bool:
+    """For the pipeline's skip logic: nothing to pull (runtime none, local image file, or a complete import)."""
+    if settings.runtime == "none" or is_local_image(settings.image):
+        return True
+    target = cached_image_path(settings)
+    return target is not None and record_matches(settings, target)
+
+
+def _write_record(settings: ContainerSettings, image_path: Path, sha256: str) -> None:
+    record = {
+        "image": docker_reference(settings.image),
+        "runtime": settings.runtime,
+        "file": image_path.name,
+        "size": image_path.stat().st_size,
+        "sha256": sha256,
+        "registry_digest": pinned_digest(settings.image),
+        "imported_at": time.time(),
+        "imported_on": socket.gethostname(),
+    }
+    final = digest_record_path(image_path)
+    scratch = final.with_name(f".{final.name}.tmp-{uuid.uuid4().hex}")
+    scratch.write_text(json.dumps(record, indent=2) + "\n")
+    os.replace(scratch, final)
+
+
+@dataclass
+class PullResult:
+    """What a pull did."""
+
+    image_path: Path
+    """The image file in the cache directory."""
+    action: str
+    """`skipped` (already complete), `imported` (by this process) or `imported-by-other` (another process
+    finished the import while this one waited for the lock)."""
+
+
+class PullError(RuntimeError):
+    """The import failed (runtime error, lock timeout); the message says what happened."""
+
+
+def _remove_leftovers(image_path: Path) -> None:
+    # Temp files of holders that died; safe because we hold the lock.
+    for leftover in image_path.parent.glob(f".{image_path.stem}.tmp-*"):
+        leftover.unlink(missing_ok=True)
+
+
+def _run_import(command: list[str], lock: SharedFileLock) -> int | None:
+    """Run the import; return its exit status, or None if we lost the lock meanwhile (then it was stopped)."""
+    log("running " + shlex.join(command))
+    with subprocess.Popen(command, stdin=subprocess.DEVNULL) as process:
+        while True:
+            try:
+                return process.wait(timeout=lock.heartbeat)
+            except subprocess.TimeoutExpired:
+                if lock.lost.is_set():
+                    process.terminate()
+                    try:
+                        process.wait(timeout=30)
+                    except subprocess.TimeoutExpired:
+                        process.kill()
+                    return None
+
+
+def pull_image(
+    settings: ContainerSettings,
+    *,
+    force: bool = False,
+    verify: bool = False,
+    stale_after: float = 120.0,
+    lock_timeout: float | None = None,
+    executable: str | None = None,
+) -> PullResult:
+    """Import settings.image into settings.image_cache_dir unless a complete import is already there."""
+    target = cached_image_path(settings)
+    if target is None:
+        raise PullError("nothing to pull: the image is a local file or no cache directory is set")
+    started = time.time()
+    if not force and record_matches(settings, target, verify=verify):
+        log(f"{target} is complete (digest record matches); skipping")
+        return PullResult(target, "skipped")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    lock = SharedFileLock(target.with_name(target.name + ".lock"), stale_after=stale_after, log=log)
+    while True:
+        try:
+            lock.acquire(timeout=lock_timeout)
+        except LockTimeout as err:
+            raise PullError(str(err)) from err
+        try:
+            record = read_record(target)
+            done_by_other = record_matches(settings, target) and (not force or record.get("imported_at", 0) >= started)
+            if done_by_other:
+                log(f"{target} was imported by another job while this one waited; skipping")
+                return PullResult(target, "imported-by-other")
+            _remove_leftovers(target)
+            scratch = target.with_name(f".{target.stem}.tmp-{uuid.uuid4().hex}{target.suffix}")
+            status = _run_import(import_command(settings.runtime, settings.image, scratch, executable), lock)
+            if status is None or not lock.still_held():
+                scratch.unlink(missing_ok=True)
+                log("lost the lock during the import; waiting for it again")
+                continue
+            if status != 0 or not scratch.is_file():
+                scratch.unlink(missing_ok=True)
+                raise PullError(
+                    f"{shlex.join(import_command(settings.runtime, settings.image, scratch, executable)[:2])} "
+                    f"exited with status {status}"
+                    + ("" if status != 0 else " without writing the image")
+                    + "; see its output above (registry credentials: see `beam-slurm pull-container --help`)"
+                )
+            sha256 = file_sha256(scratch)
+            digest_record_path(target).unlink(missing_ok=True)  # never a record describing another file
+            os.replace(scratch, target)
+            _write_record(settings, target, sha256)
+            log(f"imported {settings.image} -> {target} ({target.stat().st_size} bytes, {sha256})")
+            return PullResult(target, "imported")
+        finally:
+            lock.release()
+
+
+def _settings_problems(settings: ContainerSettings, executable: str | None) -> list[str]:
+    flag = {"container.runtime": "--runtime", "container.image": "--image", "container.image_cache_dir": "--cache-dir"}
+    messages = []
+    for problem in validate(settings):
+        messages.append(str(ConfigProblem(f"{flag.get(problem.key, problem.key)} ({problem.key})", problem.problem, problem.fix)))
+    if settings.image and is_local_image(settings.image):
+        messages.append(f"--image (container.image): {settings.image!r} is a local file; nothing to pull; fix: give a registry reference")
+    if not settings.image_cache_dir:
+        messages.append("--cache-dir (container.image_cache_dir): not set; fix: give a directory on shared storage, "
+                        "or set BEAM_CONTAINER_CACHE_DIR")
+    if not messages and executable is None:
+        name = RUNTIME_EXECUTABLE[settings.runtime]
+        messages.append(f"--runtime: `{name}` is not on PATH on {socket.gethostname()}; fix: run where {name} is "
+                        f"installed (e.g. `sbatch sbatch/pull_container.sh`) or load its module")
+    return messages
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="beam-slurm pull-container",
+        description="Import the recipe's container image once into shared storage (enroot squashfs for pyxis, "
+        "SIF for Apptainer). Safe to run from several jobs at once.",
+        epilog="Registry credentials: enroot reads $ENROOT_CONFIG_PATH/.credentials (default "
+        "~/.config/enroot/.credentials, netrc format); Apptainer uses `apptainer registry login` or "
+        "APPTAINER_DOCKER_USERNAME / APPTAINER_DOCKER_PASSWORD. Never put them in --image.",
+    )
+    parser.add_argument("--runtime", choices=("pyxis", "apptainer"), default=os.environ.get("BEAM_CONTAINER_RUNTIME", "pyxis"),
+                        help="which runtime's image format to produce (default: $BEAM_CONTAINER_RUNTIME or pyxis)")
+    parser.add_argument("--image", default=os.environ.get("BEAM_CONTAINER_IMAGE", ""),
+                        help="registry reference, e.g. ghcr.io/org/skyrl:beam-release (default: $BEAM_CONTAINER_IMAGE)")
+    parser.add_argument("--cache-dir", default=os.environ.get("BEAM_CONTAINER_CACHE_DIR", ""),
+                        help="directory on shared storage (default: $BEAM_CONTAINER_CACHE_DIR)")
+    parser.add_argument("--force", action="store_true", help="import again even if a complete import is present")
+    parser.add_argument("--verify", action="store_true", help="also re-hash an existing image before skipping it")
+    parser.add_argument("--lock-stale-after", type=float, default=120.0, metavar="SECONDS",
+                        help="take over a lock whose holder sent no heartbeat for this long (default 120)")
+    parser.add_argument("--lock-timeout", type=float, default=6 * 3600.0, metavar="SECONDS",
+                        help="give up waiting for a live holder after this long (default 6 h)")
+    return parser
+
+
+def main(argv: list[str]) -> int:
+    args = build_parser().parse_args(argv)
+    settings = ContainerSettings(runtime=args.runtime, image=args.image, image_cache_dir=args.cache_dir)
+    executable = shutil.which(RUNTIME_EXECUTABLE[settings.runtime])
+    problems = _settings_problems(settings, executable)
+    if problems:
+        for message in problems:
+            print(f"pull-container: {message}", file=sys.stderr)
+        return 2
+    try:
+        result = pull_image(
+            settings,
+            force=args.force,
+            verify=args.verify,
+            stale_after=args.lock_stale_after,
+            lock_timeout=args.lock_timeout,
+            executable=executable,
+        )
+    except PullError as err:
+        print(f"pull-container: {err}", file=sys.stderr)
+        return 1
+    print(result.image_path, flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

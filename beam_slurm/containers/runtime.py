@@ -1,0 +1,319 @@
+"""Command rendering for the container runtimes: pyxis/enroot (`srun --container-*`), Apptainer (`apptainer exec`)
+and `none` (the host).
+
+Everything here returns argv lists: each value is one element, never spliced into a shell string. Code that writes
+these into a batch script joins them with `shlex.join`, which quotes every element.
+
+Apptainer runs without `--cleanenv`: srun puts per-task variables (SLURM_PROCID, SLURM_LOCALID, CUDA_VISIBLE_DEVICES,
+the job's RAY_* settings) into each task's environment, and Ray, the GPU check and the trainer need them inside the
+container. A clean environment would drop them, and they cannot be re-added by value without a per-task shim or
+putting values on the command line. Host variables never override what the image sets unless listed in
+`env_passthrough`; the home directory is not mounted unless asked, so ~/.local cannot shadow the image's packages.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Mapping, Sequence
+
+from beam_slurm.containers.settings import (
+    ROOT_FILESYSTEM_MODES,
+    RUNTIMES,
+    ConfigProblem,
+    ContainerSettings,
+    Mount,
+    parse_mount,
+)
+
+IMAGE_SUFFIX = {"pyxis": ".sqsh", "apptainer": ".sif"}
+LOCAL_IMAGE_SUFFIXES = {"pyxis": (".sqsh", ".squashfs"), "apptainer": (".sif", ".sqsh", ".squashfs", ".img")}
+DIGEST_RECORD_SUFFIX = ".digest.json"
+
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# A registry reference: registry/path:tag or ...@sha256:<hex>; `#` separates the registry in enroot's form.
+_IMAGE_REF = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._\-/:#]*(@sha256:[0-9a-f]{64})?$")
+_CONTAINER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
+
+
+def is_local_image(image: str) -> bool:
+    """True when `image` names a file (path or image-file suffix) rather than a registry reference."""
+    return image.startswith(("/", "./", "../", "~")) or image.endswith(
+        (".sqsh", ".squashfs", ".sif", ".img")
+    )
+
+
+def docker_reference(image: str) -> str:
+    """The registry reference in Docker's form (`registry/path:tag`), from either Docker's or enroot's form."""
+    ref = image.removeprefix("docker://")
+    return ref.replace("#", "/", 1)
+
+
+def enroot_reference(image: str) -> str:
+    """The registry reference in enroot's form: the registry host separated by `#` (`nvcr.io#nvidia/pytorch:24.01`).
+
+    Docker Hub references (no registry host) are unchanged.
+    """
+    ref = docker_reference(image)
+    first, sep, rest = ref.partition("/")
+    if sep and ("." in first or ":" in first or first == "localhost"):
+        return f"{first}#{rest}"
+    return ref
+
+
+def image_file_name(image: str, runtime: str) -> str:
+    """File name the pull stage gives the imported image: the reference with path separators made safe.
+
+    `ghcr.io/org/skyrl:beam-release` -> `ghcr.io+org+skyrl+beam-release.sqsh` (pyxis) or `.sif` (Apptainer).
+    """
+    ref = docker_reference(image)
+    safe = re.sub(r"[^A-Za-z0-9._\-]+", "+", ref).strip("+.")
+    return safe + IMAGE_SUFFIX[runtime]
+
+
+def cached_image_path(settings: ContainerSettings) -> Path | None:
+    """Where the pull stage puts the registry image for this runtime, or None (local image or no cache dir)."""
+    if settings.runtime not in IMAGE_SUFFIX or not settings.image or not settings.image_cache_dir:
+        return None
+    if is_local_image(settings.image):
+        return None
+    return Path(settings.image_cache_dir) / image_file_name(settings.image, settings.runtime)
+
+
+def digest_record_path(image_path: Path) -> Path:
+    """The record written beside an imported image once it is complete."""
+    return image_path.with_name(image_path.name + DIGEST_RECORD_SUFFIX)
+
+
+def resolved_image(settings: ContainerSettings) -> str:
+    """The image argument the runtime gets: a local file as given; a registry reference replaced by the pulled file
+    in image_cache_dir when that file is complete (its digest record exists); otherwise the reference itself in the
+    runtime's form (pyxis: enroot's `registry#path`, Apptainer: `docker://...`)."""
+    if is_local_image(settings.image):
+        return settings.image
+    cached = cached_image_path(settings)
+    if cached is not None and cached.is_file() and digest_record_path(cached).is_file():
+        return str(cached)
+    if settings.runtime == "apptainer":
+        return "docker://" + docker_reference(settings.image)
+    return enroot_reference(settings.image)
+
+
+def default_container_name(job_id: str) -> str:
+    """Per-job pyxis container name: steps of one job share the unpacked container, jobs never do."""
+    return f"beam-slurm-{job_id}"
+
+
+def _all_mounts(settings: ContainerSettings, mounts: Sequence[Mount]) -> list[Mount]:
+    merged: list[Mount] = []
+    seen: set[str] = set()
+    for mount in [*mounts, *(parse_mount(m) for m in settings.mounts)]:
+        if mount.container_path in seen:  # first one wins: the job's own paths before the extras
+            continue
+        seen.add(mount.container_path)
+        merged.append(mount)
+    return merged
+
+
+def srun_container_args(
+    settings: ContainerSettings, mounts: Sequence[Mount], *, container_name: str = ""
+) -> list[str]:
+    """Options to add to every `srun` of the job (pyxis); [] for `none` and `apptainer`.
+
+    `container_name` (see `default_container_name`) lets the steps of one job reuse the unpacked container.
+    """
+    if settings.runtime != "pyxis":
+        return []
+    args = [f"--container-image={resolved_image(settings)}"]
+    all_mounts = _all_mounts(settings, mounts)
+    if all_mounts:
+        args.append("--container-mounts=" + ",".join(m.spec() for m in all_mounts))
+    if settings.workdir:
+        args.append(f"--container-workdir={settings.workdir}")
+    args.append("--container-mount-home" if settings.mount_home else "--no-container-mount-home")
+    if container_name:
+        args.append(f"--container-name={container_name}")
+    if settings.root_filesystem == "writable":
+        args.append("--container-writable")
+    elif settings.root_filesystem == "readonly":
+        args.append("--container-readonly")
+    if settings.env_passthrough:
+        args.append("--container-env=" + ",".join(settings.env_passthrough))
+    return args
+
+
+def command_prefix(settings: ContainerSettings, mounts: Sequence[Mount]) -> list[str]:
+    """What goes before the command on each task (Apptainer: `apptainer exec --nv ... IMAGE`); [] otherwise."""
+    if settings.runtime != "apptainer":
+        return []
+    prefix = ["apptainer", "exec", "--nv"]
+    if not settings.mount_home:
+        prefix.append("--no-home")
+    if settings.workdir:
+        prefix += ["--pwd", settings.workdir]
+    if settings.root_filesystem == "writable":
+        prefix.append("--writable-tmpfs")
+    if settings.overlay:
+        prefix += ["--overlay", f"{settings.overlay}:ro"]
+    for mount in _all_mounts(settings, mounts):
+        prefix += ["--bind", mount.spec()]
+    prefix.append(resolved_image(settings))
+    return prefix
+
+
+def container_environment(settings: ContainerSettings, environ: Mapping[str, str]) -> dict[str, str]:
+    """Variables to add to the environment of the process that launches the steps (never to argv).
+
+    Apptainer: `APPTAINERENV_<NAME>` for each name in env_passthrough that is set, which makes the host value win
+    over the image's. pyxis forwards the names with `--container-env`; `none` needs nothing.
+    """
+    if settings.runtime != "apptainer":
+        return {}
+    return {f"APPTAINERENV_{name}": environ[name] for name in settings.env_passthrough if name in environ}
+
+
+def _path_problems(key: str, path: str, what: str) -> list[ConfigProblem]:
+    problems = []
+    if not path.startswith("/"):
+        problems.append(ConfigProblem(key, f"{what} {path!r} is not an absolute path", "give the full path, starting with /"))
+    if "," in path:
+        problems.append(
+            ConfigProblem(key, f"{what} {path!r} contains ',', which the runtimes use to separate mounts", "use a path without commas (a symlink works)")
+        )
+    if ":" in path:
+        problems.append(
+            ConfigProblem(key, f"{what} {path!r} contains ':', which separates host, container path and options", "use a path without colons (a symlink works)")
+        )
+    if any(c in path for c in "\n\r\0"):
+        problems.append(ConfigProblem(key, f"{what} {path!r} contains a control character", "use a plain path"))
+    return problems
+
+
+def _image_problems(settings: ContainerSettings) -> list[ConfigProblem]:
+    image, runtime = settings.image, settings.runtime
+    if not image:
+        return [
+            ConfigProblem(
+                "container.image",
+                f"runtime {runtime!r} needs an image",
+                "set container.image=<registry reference> (then run `beam-slurm pull-container`) or the path of a "
+                f"{' or '.join(LOCAL_IMAGE_SUFFIXES[runtime])} file, or container.runtime=none",
+            )
+        ]
+    if is_local_image(image):
+        problems = _path_problems("container.image", image, "image file")
+        if not image.endswith(LOCAL_IMAGE_SUFFIXES[runtime]):
+            problems.append(
+                ConfigProblem(
+                    "container.image",
+                    f"{image!r} is not an image file {runtime} can run",
+                    f"give a {' or '.join(LOCAL_IMAGE_SUFFIXES[runtime])} file, or a registry reference",
+                )
+            )
+        return problems
+    user_part = image.removeprefix("docker://").split("/", 1)[0]
+    if "@" in user_part and not user_part.startswith("sha256:"):
+        return [
+            ConfigProblem(
+                "container.image",
+                "the image reference carries credentials (user@ or user:password@)",
+                "remove them; put registry credentials in ~/.config/enroot/.credentials (enroot) or use "
+                "`apptainer registry login` (Apptainer)",
+            )
+        ]
+    if not _IMAGE_REF.match(image.removeprefix("docker://")):
+        return [
+            ConfigProblem(
+                "container.image",
+                f"{image!r} is not a registry reference (registry/path:tag or ...@sha256:<64 hex>)",
+                "give e.g. ghcr.io/org/skyrl:beam-release, or an absolute path to a local image file",
+            )
+        ]
+    return []
+
+
+def pyxis_available() -> bool:
+    """True when this host's srun has the pyxis plugin loaded (its options appear in `srun --help`)."""
+    srun = shutil.which("srun")
+    if srun is None:
+        return False
+    try:
+        out = subprocess.run([srun, "--help"], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return "--container-image" in out.stdout + out.stderr
+
+
+def validate(
+    settings: ContainerSettings, mounts: Sequence[Mount] = (), *, on_cluster: bool = False
+) -> list[ConfigProblem]:
+    """Every problem with the settings (and the job's mounts), each naming the key and the fix. [] when valid.
+
+    `on_cluster=True` also checks what exists only where the job runs: the runtime on PATH (pyxis loaded into
+    srun) and a local image file present.
+    """
+    problems: list[ConfigProblem] = []
+    if settings.runtime not in RUNTIMES:
+        return [
+            ConfigProblem("container.runtime", f"unknown runtime {settings.runtime!r}", f"use one of {', '.join(RUNTIMES)}")
+        ]
+    if settings.root_filesystem not in ROOT_FILESYSTEM_MODES:
+        problems.append(
+            ConfigProblem(
+                "container.root_filesystem",
+                f"unknown mode {settings.root_filesystem!r}",
+                f"use one of {', '.join(ROOT_FILESYSTEM_MODES)}",
+            )
+        )
+    for i, spec in enumerate(settings.mounts):
+        key = f"container.mounts[{i}]"
+        try:
+            mount = parse_mount(spec)
+        except ValueError as err:
+            problems.append(ConfigProblem(key, str(err), "write host_path:container_path or host_path:container_path:ro"))
+            continue
+        problems += _path_problems(key, mount.host_path, "host path")
+        problems += _path_problems(key, mount.container_path, "container path")
+    for mount in mounts:
+        key = f"job mount {mount.host_path!r}"
+        problems += _path_problems(key, mount.host_path, "host path")
+        problems += _path_problems(key, mount.container_path, "container path")
+    for i, name in enumerate(settings.env_passthrough):
+        if not _ENV_NAME.match(name):
+            problems.append(
+                ConfigProblem(
+                    f"container.env_passthrough[{i}]",
+                    f"{name!r} is not an environment variable name",
+                    "list names only (letters, digits, _), never NAME=value",
+                )
+            )
+    if settings.workdir:
+        problems += _path_problems("container.workdir", settings.workdir, "workdir")
+    if settings.image_cache_dir:
+        problems += _path_problems("container.image_cache_dir", settings.image_cache_dir, "cache directory")
+    if settings.overlay:
+        if settings.runtime != "apptainer":
+            problems.append(
+                ConfigProblem("container.overlay", f"overlays are an Apptainer feature, runtime is {settings.runtime!r}", "clear container.overlay or use container.runtime=apptainer")
+            )
+        problems += _path_problems("container.overlay", settings.overlay, "overlay")
+    if settings.runtime == "none":
+        return problems
+    problems += _image_problems(settings)
+    if on_cluster:
+        if settings.runtime == "pyxis" and not pyxis_available():
+            problems.append(
+                ConfigProblem("container.runtime", "srun on this host has no pyxis plugin (no --container-image in `srun --help`)", "run where pyxis is installed, or use container.runtime=apptainer or none")
+            )
+        if settings.runtime == "apptainer" and shutil.which("apptainer") is None:
+            problems.append(
+                ConfigProblem("container.runtime", "`apptainer` is not on PATH", "load the Apptainer module (e.g. `module load apptainer`) or use container.runtime=pyxis or none")
+            )
+        if settings.image and is_local_image(settings.image) and not os.path.isfile(settings.image):
+            problems.append(
+                ConfigProblem("container.image", f"image file {settings.image!r} does not exist on this node", "check the path is on shared storage, or run `beam-slurm pull-container`")
+            )
+    return problems
