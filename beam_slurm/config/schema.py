@@ -1,0 +1,322 @@
+"""The typed recipe: one dataclass per section, a sentence under every field.
+
+Hydra composes `conf/` into these classes (see `beam_slurm.config.load`); unknown keys are rejected by name and
+`beam_slurm.config.validation` checks the arithmetic before anything is submitted. Values the seed recipe gives are
+marked "seed"; values the seed leaves open and we chose are marked "ours" and stay overridable.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+from beam_slurm.containers.settings import ContainerSettings
+from beam_slurm.ray_cluster.settings import RaySettings
+
+
+@dataclass
+class ClusterConfig:
+    """Slurm resources of the training job."""
+
+    nodes: int = 4
+    """Nodes in the training allocation (seed: 2 for LoRA-16, 4 for LoRA-32, 8 for BF16/MXFP8)."""
+    gpus_per_node: int = 8
+    """GPUs per node; the seed's nodes are 8 x B200."""
+    partition: Optional[str] = None
+    """Slurm partition (`--partition`); empty = the cluster's default."""
+    account: Optional[str] = None
+    """Slurm account (`--account`); empty = the user's default."""
+    qos: Optional[str] = None
+    """Slurm QOS (`--qos`); empty = none."""
+    time_limit: str = "24:00:00"
+    """Wall time per attempt (`--time`, [D-]HH:MM:SS). A requeued attempt gets the same limit again (ours)."""
+    exclusive: bool = True
+    """Ask for whole nodes (`--exclusive`): the recipe uses every GPU and the node-local NVMe."""
+    cpus_per_node: Optional[int] = None
+    """CPUs per node for the Ray step (`--cpus-per-task` with one task per node); empty = what Slurm gives."""
+    mem_per_node: Optional[str] = None
+    """Memory per node (`--mem`, e.g. 1800G or 0 for all); empty = the partition's default."""
+    signal_before_s: int = 300
+    """Seconds before the time limit at which Slurm sends USR1 to the batch shell (`--signal=B:USR1@N`); the save
+    on notice must fit in this window (Slurm may send it up to 60 s early)."""
+    grace_s: int = 240
+    """Seconds to wait for the checkpoint after a notice before stopping Ray anyway; must be < signal_before_s."""
+    max_requeues: int = 10
+    """Stop requeuing after this many restarts (SLURM_RESTART_COUNT) so a crash loop cannot burn the allocation."""
+    extra_sbatch_args: list[str] = field(default_factory=list)
+    """Extra `sbatch` options passed through verbatim as separate arguments (e.g. `--constraint=b200`)."""
+
+
+@dataclass
+class PathsConfig:
+    """Where the model, data, outputs and the SkyRL checkout live. All must be the same path on every node."""
+
+    model_path: Optional[str] = None
+    """Beam checkpoint directory (env MODEL_PATH); ~1 TB in BF16, on shared storage."""
+    data_dir: Optional[str] = None
+    """Directory with the cleaned parquet files from `beam-slurm prepare-data` (env DATA_DIR)."""
+    ckpt_path: Optional[str] = None
+    """Checkpoint directory (env CKPT_PATH); empty = $HOME/ckpts/<run_name> (seed)."""
+    export_path: Optional[str] = None
+    """HF exports and evaluation dumps (env EXPORT_PATH); empty = $HOME/exports/<run_name> (seed)."""
+    skyrl_dir: Optional[str] = None
+    """SkyRL checkout with Beam support (beam-release branch), same path on every node (env SKYRL_DIR)."""
+    log_dir: Optional[str] = None
+    """Job logs, one folder per job and attempt (env BEAM_LOG_DIR); empty = <export_path>/logs."""
+    optimizer_state_disk_dir: Optional[str] = None
+    """Node-local NVMe directory for the streamed optimizer state of full fine-tuning (env OPTIMIZER_STATE_DISK_DIR).
+    Empty = CPU optimizer, which needs ~1.7 TB host RAM per node (seed)."""
+    train_file: str = "dapo-math-17k-cleaned.parquet"
+    """Training parquet inside data_dir (seed)."""
+    eval_files: list[str] = field(default_factory=lambda: ["aime-2025-cleaned.parquet", "aime-2024-cleaned.parquet"])
+    """Evaluation parquets inside data_dir: AIME2025 (the reported benchmark) and AIME2024 (seed)."""
+
+
+@dataclass
+class LoraConfig:
+    """LoRA adapters. rank 0 = full-parameter training."""
+
+    rank: int = 64
+    """Adapter rank; 0 turns LoRA off (seed: 64)."""
+    alpha: int = 64
+    """Adapter alpha (seed: 64)."""
+    target_modules: str = "all-linear"
+    """Which layers get adapters (seed: all linear layers)."""
+    per_expert_slots: bool = True
+    """vLLM keeps one adapter slot per MoE expert (seed's LoRA extra)."""
+    pinned_host_staging: bool = True
+    """Stage adapter weights in pinned host memory when syncing them to vLLM (seed's LoRA extra)."""
+    sequence_parallel_regather: bool = True
+    """Re-gather sequence-parallel inputs before the LoRA matmuls (seed's LoRA extra)."""
+
+
+@dataclass
+class MegatronConfig:
+    """Megatron parallelism of the trainer. world = nodes_for_training x gpus_per_node = TP x PP x CP x DP."""
+
+    tensor_parallel: int = 4
+    """Tensor parallel size (seed LoRA: TP4)."""
+    pipeline_parallel: int = 2
+    """Pipeline parallel size (seed LoRA: PP2)."""
+    context_parallel: int = 1
+    """Context parallel size (ours: 1; 10K-token sequences fit)."""
+    expert_parallel: int = 8
+    """Expert parallel size (seed LoRA: EP8)."""
+    expert_tensor_parallel: int = 1
+    """Tensor parallel size inside each expert (ours: 1)."""
+    micro_batch_size: int = 1
+    """Sequences per forward/backward micro-batch per data-parallel rank (ours)."""
+
+
+@dataclass
+class RolloutConfig:
+    """vLLM generation engines."""
+
+    num_engines: Optional[int] = None
+    """vLLM replicas; empty = derived: colocated -> training GPUs / (TP x PP), else rollout_nodes x GPUs / (TP x PP)."""
+    tensor_parallel: int = 8
+    """vLLM tensor parallel size per replica (seed: TP8)."""
+    pipeline_parallel: int = 2
+    """vLLM pipeline parallel size per replica (seed: PP2)."""
+    gpu_memory_utilization: float = 0.8
+    """Fraction of GPU memory vLLM may take (ours; lower it when colocated training runs out of memory)."""
+    kv_cache_dtype: str = "auto"
+    """KV cache dtype (env KV_CACHE_DTYPE): auto (= BF16, seed default) or fp8_e4m3 (faster decode, ~0.01 higher
+    log-prob gap)."""
+    quantization: Optional[str] = None
+    """vLLM weight quantization; set to mxfp8 by precision=mxfp8 (MXFP8 rollouts)."""
+    attention: str = "fa4"
+    """Flash Attention version for rollouts: fa4 or fa2 (fa2 lowers the MXFP8 log-prob gap from ~0.03 to ~0.02)."""
+    routing_replay: bool = True
+    """Rollout Routing Replay (R3): vLLM returns routed experts and Megatron replays them (seed)."""
+
+
+@dataclass
+class BatchConfig:
+    """Batch arithmetic of one training step."""
+
+    prompts_per_step: int = 64
+    """Prompts per training step (SkyRL train_batch_size; seed: 64, or 32 on 16 GPUs)."""
+    responses_per_prompt: int = 8
+    """Responses sampled per prompt, the GRPO group size (seed: 8)."""
+    mini_batches: int = 2
+    """Optimizer updates per step: prompts_per_step / policy_mini_batch_size (seed: 2, or 1 on 16 GPUs)."""
+
+
+@dataclass
+class GenerationConfig:
+    """Sampling for training rollouts and evaluation."""
+
+    max_prompt_tokens: int = 2048
+    """Prompt token budget (seed)."""
+    max_response_tokens: int = 8192
+    """Response token budget (seed)."""
+    temperature: float = 1.0
+    """Sampling temperature (seed)."""
+    top_p: float = 1.0
+    """Nucleus sampling (seed)."""
+    reasoning_effort: str = "minimal"
+    """Passed to Beam's chat template as reasoning_effort (seed: minimal)."""
+
+
+@dataclass
+class AlgorithmConfig:
+    """GRPO with the DAPO refinements."""
+
+    advantage_estimator: str = "grpo"
+    """Group-relative advantages (seed)."""
+    eps_clip_low: float = 0.2
+    """Lower PPO clip (DAPO clip-higher: 0.2)."""
+    eps_clip_high: float = 0.28
+    """Upper PPO clip, wider than the lower one (DAPO clip-higher: 0.28)."""
+    loss_reduction: str = "token_mean"
+    """Token-level loss averaging (DAPO)."""
+    use_kl_loss: bool = False
+    """KL penalty against the reference model; off in DAPO (SkyRL's default is on, so we set it)."""
+    dynamic_sampling: bool = False
+    """DAPO dynamic sampling (drop all-same-reward groups); off (seed)."""
+    overlong_buffer_len: int = 4096
+    """DAPO overlong penalty ramp length in tokens before max_response_tokens (ours: SkyRL's DAPO example)."""
+    overlong_penalty_factor: float = 1.0
+    """Penalty at the budget's end; responses past the budget score 0 (ours: SkyRL's DAPO example)."""
+    lr: Optional[float] = None
+    """Learning rate; empty = 1e-5 for LoRA (seed), 1e-6 for full fine-tuning (ours)."""
+    geo_mask: bool = False
+    """Geometric sequence masking: drop sequences whose geometric-mean ratio leaves [geo_mask_low, geo_mask_high]
+    (seed: on for MXFP8)."""
+    geo_mask_low: float = 0.99
+    """Lower bound of geometric sequence masking (seed)."""
+    geo_mask_high: float = 1.01
+    """Upper bound of geometric sequence masking (seed)."""
+    fused_lm_head_logprob: bool = True
+    """Fused LM-head log-probabilities with logit softcapping (seed's LoRA extra; harmless for full FT)."""
+
+
+@dataclass
+class EvalConfig:
+    """In-training evaluation (SkyRL) and the standalone evaluation stage."""
+
+    interval: int = 5
+    """Evaluate every N training steps (seed: 5)."""
+    before_train: bool = True
+    """Evaluate the base model at step 0 (ours: gives the ~61% starting point)."""
+    responses_per_problem: int = 8
+    """Responses per AIME problem; accuracy = their average (seed: 8)."""
+    in_training: bool = True
+    """Run SkyRL's own evaluation inside training; set false to evaluate only with chained evaluation jobs."""
+
+
+@dataclass
+class CheckpointConfig:
+    """Saving and resuming."""
+
+    interval: int = 10
+    """Save every N steps (env CKPT_INTERVAL; seed: 10 for LoRA, 25 for full fine-tuning)."""
+    hf_save_interval: int = -1
+    """Write an HF export every N steps (-1 = never); the evaluation chain needs exports or LoRA adapters."""
+    max_to_keep: int = -1
+    """Checkpoints kept (-1 = all, seed). Each full checkpoint needs ~0.9 TB per node."""
+    resume_mode: str = "none"
+    """none | latest | from_path (env RESUME_MODE). A requeued attempt always resumes with latest."""
+    resume_path: Optional[str] = None
+    """Checkpoint directory global_step_N for resume_mode=from_path (trainer.resume_path)."""
+
+
+@dataclass
+class TrainerConfig:
+    """Which trainer runs and how."""
+
+    backend: str = "skyrl"
+    """skyrl (the real run, GPUs) or rehearsal (checks the plumbing on any cluster; it does not train)."""
+    python: str = "python"
+    """Interpreter inside the container/allocation that runs the driver."""
+    placement_colocated: bool = True
+    """Training and generation share GPUs in turn (seed: LoRA and BF16); MXFP8 splits them."""
+    rollout_nodes: int = 0
+    """Nodes given to vLLM when not colocated (the rest train)."""
+    logger: str = "console"
+    """SkyRL metrics logger: console, wandb, mlflow, swanlab or tensorboard (ours: console works without network)."""
+    save_on_notice: bool = True
+    """Save a checkpoint when the pre-timeout or preemption notice arrives, then requeue (no lost steps)."""
+    extra_overrides: list[str] = field(default_factory=list)
+    """Raw SkyRL key=value overrides appended last (they win); validated by SkyRL at launch."""
+    extra_env: dict[str, str] = field(default_factory=dict)
+    """Extra environment variables for the driver and Ray workers."""
+
+
+@dataclass
+class BeamConfig:
+    """The whole recipe: what `beam-slurm plan` prints and `sbatch sbatch/train_*.sh` runs."""
+
+    recipe: str = "lora_32gpu"
+    """Recipe name: lora_16gpu, lora_32gpu, bf16_64gpu or mxfp8_64gpu."""
+    run_name: Optional[str] = None
+    """Run name (env RUN_NAME); empty = beam_<recipe>. Names ckpt/export folders and the Slurm job."""
+    precision: str = "bf16"
+    """Training and rollout precision: bf16 or mxfp8 (sweepable)."""
+    max_training_steps: int = 50
+    """Training steps (env MAX_TRAINING_STEPS; seed: 50)."""
+    seed: int = 42
+    """Random seed (ours)."""
+    cluster: ClusterConfig = field(default_factory=ClusterConfig)
+    paths: PathsConfig = field(default_factory=PathsConfig)
+    lora: LoraConfig = field(default_factory=LoraConfig)
+    megatron: MegatronConfig = field(default_factory=MegatronConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    batch: BatchConfig = field(default_factory=BatchConfig)
+    generation: GenerationConfig = field(default_factory=GenerationConfig)
+    algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    container: ContainerSettings = field(default_factory=ContainerSettings)
+    ray: RaySettings = field(default_factory=RaySettings)
+
+    # Derived numbers; computed in one place so plan, validation and the SkyRL command agree.
+    @property
+    def total_gpus(self) -> int:
+        return self.cluster.nodes * self.cluster.gpus_per_node
+
+    @property
+    def is_lora(self) -> bool:
+        return self.lora.rank > 0
+
+    @property
+    def training_nodes(self) -> int:
+        return self.cluster.nodes if self.trainer.placement_colocated else self.cluster.nodes - self.trainer.rollout_nodes
+
+    @property
+    def training_gpus(self) -> int:
+        return self.training_nodes * self.cluster.gpus_per_node
+
+    @property
+    def rollout_gpus(self) -> int:
+        if self.trainer.placement_colocated:
+            return self.training_gpus
+        return self.trainer.rollout_nodes * self.cluster.gpus_per_node
+
+    @property
+    def gpus_per_engine(self) -> int:
+        return self.rollout.tensor_parallel * self.rollout.pipeline_parallel
+
+    @property
+    def num_engines(self) -> int:
+        if self.rollout.num_engines is not None:
+            return self.rollout.num_engines
+        return max(self.rollout_gpus // self.gpus_per_engine, 0)
+
+    @property
+    def data_parallel(self) -> int:
+        m = self.megatron
+        model_parallel = m.tensor_parallel * m.pipeline_parallel * m.context_parallel
+        return self.training_gpus // model_parallel if model_parallel else 0
+
+    @property
+    def mini_batch_prompts(self) -> int:
+        return self.batch.prompts_per_step // self.batch.mini_batches if self.batch.mini_batches else 0
+
+    @property
+    def learning_rate(self) -> float:
+        if self.algorithm.lr is not None:
+            return self.algorithm.lr
+        return 1e-5 if self.is_lora else 1e-6

@@ -1,0 +1,202 @@
+"""Every check that can fail before a GPU is held: parallelism, batch arithmetic, ranges, paths, combinations.
+
+Each problem names the key, the value and the fix; `validate_config` raises one ConfigError with all of them.
+The batch rules mirror the ones SkyRL enforces at start-up, so a bad recipe fails here in a second instead of
+after an allocation of 64 GPUs came up.
+"""
+
+from __future__ import annotations
+
+import re
+
+from beam_slurm.config.errors import ConfigError, ConfigProblem
+
+RECIPE_BACKENDS = ("skyrl", "rehearsal")
+PRECISIONS = ("bf16", "mxfp8")
+KV_CACHE_DTYPES = ("auto", "bf16", "fp8", "fp8_e4m3", "fp8_e5m2")
+ATTENTION = ("fa4", "fa2")
+RESUME_MODES = ("none", "latest", "from_path")
+_RUN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+_TIME = re.compile(r"^(?:(\d+)-)?(\d{1,3}):(\d{2})(?::(\d{2}))?$")
+
+
+def time_limit_seconds(text: str) -> int | None:
+    """Parse Slurm's [D-]HH:MM[:SS] (the forms we accept); None when it does not parse."""
+    m = _TIME.match(text.strip())
+    if not m:
+        return None
+    days, hours, minutes, seconds = (int(g) if g else 0 for g in m.groups())
+    return ((days * 24 + hours) * 60 + minutes) * 60 + seconds
+
+
+def problems(cfg) -> list[ConfigProblem]:
+    """All problems of a typed, default-filled BeamConfig (empty list = valid)."""
+    out: list[ConfigProblem] = []
+
+    def bad(key: str, value, fix: str) -> None:
+        out.append(ConfigProblem(key, value, fix))
+
+    # --- choices and names -------------------------------------------------------------------------------------
+    if cfg.precision not in PRECISIONS:
+        bad("precision", cfg.precision, f"use one of {', '.join(PRECISIONS)}")
+    if cfg.trainer.backend not in RECIPE_BACKENDS:
+        bad("trainer.backend", cfg.trainer.backend, f"use one of {', '.join(RECIPE_BACKENDS)}")
+    if not _RUN_NAME.match(cfg.run_name or ""):
+        bad("run_name", cfg.run_name, "use letters, digits, '.', '_' or '-' (it names folders and the Slurm job)")
+    if cfg.rollout.kv_cache_dtype not in KV_CACHE_DTYPES:
+        bad("rollout.kv_cache_dtype", cfg.rollout.kv_cache_dtype, f"use one of {', '.join(KV_CACHE_DTYPES)} (env KV_CACHE_DTYPE)")
+    if cfg.rollout.attention not in ATTENTION:
+        bad("rollout.attention", cfg.rollout.attention, "use fa4 (Flash Attention 4) or fa2 (Flash Attention 2)")
+    if cfg.checkpoint.resume_mode not in RESUME_MODES:
+        bad("checkpoint.resume_mode", cfg.checkpoint.resume_mode, f"use one of {', '.join(RESUME_MODES)} (env RESUME_MODE)")
+
+    # --- sizes and ranges --------------------------------------------------------------------------------------
+    positive = {
+        "cluster.nodes": cfg.cluster.nodes,
+        "cluster.gpus_per_node": cfg.cluster.gpus_per_node,
+        "max_training_steps": cfg.max_training_steps,
+        "checkpoint.interval": cfg.checkpoint.interval,
+        "eval.interval": cfg.eval.interval,
+        "eval.responses_per_problem": cfg.eval.responses_per_problem,
+        "batch.prompts_per_step": cfg.batch.prompts_per_step,
+        "batch.mini_batches": cfg.batch.mini_batches,
+        "megatron.tensor_parallel": cfg.megatron.tensor_parallel,
+        "megatron.pipeline_parallel": cfg.megatron.pipeline_parallel,
+        "megatron.context_parallel": cfg.megatron.context_parallel,
+        "megatron.expert_parallel": cfg.megatron.expert_parallel,
+        "megatron.expert_tensor_parallel": cfg.megatron.expert_tensor_parallel,
+        "megatron.micro_batch_size": cfg.megatron.micro_batch_size,
+        "rollout.tensor_parallel": cfg.rollout.tensor_parallel,
+        "rollout.pipeline_parallel": cfg.rollout.pipeline_parallel,
+        "generation.max_prompt_tokens": cfg.generation.max_prompt_tokens,
+        "generation.max_response_tokens": cfg.generation.max_response_tokens,
+    }
+    for key, value in positive.items():
+        if not isinstance(value, int) or value < 1:
+            bad(key, value, "must be a positive integer")
+    if cfg.batch.responses_per_prompt < 2:
+        bad("batch.responses_per_prompt", cfg.batch.responses_per_prompt,
+            "GRPO compares responses within a group: use at least 2 (seed: 8)")
+    if cfg.lora.rank < 0:
+        bad("lora.rank", cfg.lora.rank, "use 0 for full-parameter training or a positive rank (seed: 64)")
+    if cfg.lora.rank > 0 and cfg.lora.alpha <= 0:
+        bad("lora.alpha", cfg.lora.alpha, "must be positive when LoRA is on (seed: alpha = rank = 64)")
+    if not 0 < cfg.generation.temperature <= 2:
+        bad("generation.temperature", cfg.generation.temperature, "use a value in (0, 2] (seed: 1.0)")
+    if not 0 < cfg.generation.top_p <= 1:
+        bad("generation.top_p", cfg.generation.top_p, "use a value in (0, 1] (seed: 1.0)")
+    if not 0 < cfg.rollout.gpu_memory_utilization <= 1:
+        bad("rollout.gpu_memory_utilization", cfg.rollout.gpu_memory_utilization, "use a fraction in (0, 1]")
+    if cfg.algorithm.eps_clip_low <= 0 or cfg.algorithm.eps_clip_high < cfg.algorithm.eps_clip_low:
+        bad("algorithm.eps_clip_high", cfg.algorithm.eps_clip_high,
+            f"clip-higher needs 0 < eps_clip_low ({cfg.algorithm.eps_clip_low}) <= eps_clip_high (DAPO: 0.2 / 0.28)")
+    if not 0 <= cfg.algorithm.overlong_buffer_len < cfg.generation.max_response_tokens:
+        bad("algorithm.overlong_buffer_len", cfg.algorithm.overlong_buffer_len,
+            f"the penalty ramp must fit inside generation.max_response_tokens ({cfg.generation.max_response_tokens})")
+    if cfg.algorithm.geo_mask and not cfg.algorithm.geo_mask_low < 1.0 < cfg.algorithm.geo_mask_high:
+        bad("algorithm.geo_mask_low", [cfg.algorithm.geo_mask_low, cfg.algorithm.geo_mask_high],
+            "geometric masking needs geo_mask_low < 1 < geo_mask_high (seed: 0.99, 1.01)")
+    if cfg.algorithm.lr is not None and not 0 < cfg.algorithm.lr < 1:
+        bad("algorithm.lr", cfg.algorithm.lr, "use a learning rate in (0, 1) (seed LoRA: 1e-5)")
+    sizes_ok = not out
+    if cfg.cluster.max_requeues < 0:
+        bad("cluster.max_requeues", cfg.cluster.max_requeues, "use 0 (never requeue) or more")
+
+    # --- time limit and the notice window ----------------------------------------------------------------------
+    limit = time_limit_seconds(cfg.cluster.time_limit)
+    if limit is None or limit <= 0:
+        bad("cluster.time_limit", cfg.cluster.time_limit, "use Slurm's [D-]HH:MM:SS, e.g. 24:00:00 or 2-00:00:00")
+    elif cfg.cluster.signal_before_s >= limit:
+        bad("cluster.signal_before_s", cfg.cluster.signal_before_s,
+            f"the notice must come before the time limit ({limit} s): lower it or raise cluster.time_limit")
+    if not 0 < cfg.cluster.grace_s < cfg.cluster.signal_before_s:
+        bad("cluster.grace_s", cfg.cluster.grace_s,
+            f"must be positive and below cluster.signal_before_s ({cfg.cluster.signal_before_s}) so Ray can stop in time")
+
+    # --- parallelism ------------------------------------------------------------------------------------------
+    m = cfg.megatron
+    if cfg.trainer.placement_colocated:
+        if cfg.trainer.rollout_nodes:
+            bad("trainer.rollout_nodes", cfg.trainer.rollout_nodes,
+                "colocated runs share every node: set trainer.rollout_nodes=0 or trainer.placement_colocated=false")
+    elif not 1 <= cfg.trainer.rollout_nodes < cfg.cluster.nodes:
+        bad("trainer.rollout_nodes", cfg.trainer.rollout_nodes,
+            f"a split placement needs 1 <= rollout_nodes < cluster.nodes ({cfg.cluster.nodes})")
+    model_parallel = m.tensor_parallel * m.pipeline_parallel * m.context_parallel
+    if sizes_ok and cfg.training_gpus % model_parallel:
+        bad("megatron.tensor_parallel", [m.tensor_parallel, m.pipeline_parallel, m.context_parallel],
+            f"TP x PP x CP = {model_parallel} must divide the {cfg.training_gpus} training GPUs; "
+            "change the Megatron sizes or cluster.nodes")
+    if sizes_ok and (cfg.training_gpus // m.pipeline_parallel) % (m.expert_parallel * m.expert_tensor_parallel):
+        bad("megatron.expert_parallel", m.expert_parallel,
+            f"EP x ETP = {m.expert_parallel * m.expert_tensor_parallel} must divide training GPUs / PP = "
+            f"{cfg.training_gpus // m.pipeline_parallel} (Megatron's expert grid)")
+    engines = cfg.num_engines
+    if sizes_ok:
+        if cfg.rollout.num_engines is not None and cfg.rollout.num_engines < 1:
+            bad("rollout.num_engines", cfg.rollout.num_engines, "use a positive count or leave it empty to derive it")
+        elif cfg.trainer.placement_colocated and engines * cfg.gpus_per_engine != cfg.training_gpus:
+            bad("rollout.num_engines", engines,
+                f"colocated: vLLM engines x TP x PP ({engines} x {cfg.gpus_per_engine}) must equal the "
+                f"{cfg.training_gpus} training GPUs; make TP x PP divide {cfg.training_gpus} or leave num_engines empty")
+        elif not cfg.trainer.placement_colocated and not 1 <= engines * cfg.gpus_per_engine <= cfg.rollout_gpus:
+            bad("rollout.num_engines", engines,
+                f"{engines} engines x {cfg.gpus_per_engine} GPUs do not fit the {cfg.rollout_gpus} rollout GPUs "
+                "(trainer.rollout_nodes x gpus_per_node)")
+
+    # --- batch arithmetic, as SkyRL checks it -----------------------------------------------------------------
+    b = cfg.batch
+    if sizes_ok and cfg.data_parallel:
+        if b.prompts_per_step % b.mini_batches:
+            bad("batch.mini_batches", b.mini_batches,
+                f"must divide batch.prompts_per_step ({b.prompts_per_step}) into equal mini-batches")
+        else:
+            dp = cfg.data_parallel
+            sequences = cfg.mini_batch_prompts * b.responses_per_prompt
+            if sequences % dp:
+                bad("batch.prompts_per_step", b.prompts_per_step,
+                    f"each mini-batch has {sequences} responses, not divisible by the {dp} data-parallel ranks")
+            elif (sequences // dp) % m.micro_batch_size:
+                bad("megatron.micro_batch_size", m.micro_batch_size,
+                    f"must divide the {sequences // dp} responses per data-parallel rank per mini-batch")
+
+    # --- combinations -----------------------------------------------------------------------------------------
+    if cfg.precision == "mxfp8" and cfg.is_lora:
+        bad("precision", cfg.precision, "MXFP8 is a full-parameter recipe: set lora.rank=0 or precision=bf16")
+    if cfg.rollout.quantization not in (None, "mxfp8", "fp8"):
+        bad("rollout.quantization", cfg.rollout.quantization, "use mxfp8, fp8 or leave empty (follows precision)")
+    if cfg.checkpoint.resume_mode == "from_path":
+        rp = cfg.checkpoint.resume_path
+        if not rp or not re.search(r"global_step_\d+/?$", rp):
+            bad("checkpoint.resume_path", rp,
+                "resume_mode=from_path needs checkpoint.resume_path=<ckpt_path>/global_step_N (SkyRL's folder name)")
+    elif cfg.checkpoint.resume_path:
+        bad("checkpoint.resume_path", cfg.checkpoint.resume_path, "is only read with checkpoint.resume_mode=from_path")
+
+    # --- paths ------------------------------------------------------------------------------------------------
+    needed = {"paths.model_path": ("MODEL_PATH", cfg.paths.model_path), "paths.data_dir": ("DATA_DIR", cfg.paths.data_dir)}
+    if cfg.trainer.backend == "skyrl":
+        needed["paths.skyrl_dir"] = ("SKYRL_DIR", cfg.paths.skyrl_dir)
+    for key, (env, value) in needed.items():
+        if not value:
+            bad(key, value, f"is required: export {env}=/shared/path or pass {key}=/shared/path")
+    for key in ("model_path", "data_dir", "ckpt_path", "export_path", "skyrl_dir", "log_dir", "optimizer_state_disk_dir"):
+        value = getattr(cfg.paths, key)
+        if value and not value.startswith("/"):
+            bad(f"paths.{key}", value, "use an absolute path: every node must see the same path")
+    if cfg.paths.ckpt_path and cfg.paths.export_path and cfg.paths.ckpt_path.rstrip("/") == cfg.paths.export_path.rstrip("/"):
+        bad("paths.export_path", cfg.paths.export_path, "must differ from paths.ckpt_path (exports would mix with checkpoints)")
+
+    from beam_slurm.containers.runtime import validate as container_problems
+
+    for p in container_problems(cfg.container):  # their problem text stands in for the value
+        out.append(ConfigProblem(p.key, getattr(p, "value", None) or getattr(p, "problem", None), p.fix))
+    out.extend(cfg.ray.problems())
+    return out
+
+
+def validate_config(cfg) -> None:
+    """Raise ConfigError (exit status 2) listing every problem of `cfg`."""
+    found = problems(cfg)
+    if found:
+        raise ConfigError(found)

@@ -1,0 +1,142 @@
+"""`beam-slurm plan`: the resource plan of a recipe, validated, before anything is submitted.
+
+Usage: beam-slurm plan [--skyrl-overrides | --json] [hydra overrides...]
+
+Starts fast: Hydra, OmegaConf and rich only (no Ray, torch or vLLM).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+
+from beam_slurm.config.errors import ConfigError
+
+# Seed numbers for the 501B-A23B model and its full-parameter state on 8 nodes; scaled by the training nodes.
+BF16_WEIGHTS_TB = 1.0
+OPTIMIZER_STATE_TB_TOTAL = 5.2  # ~0.6-0.7 TB per node x 8 nodes on NVMe
+FULL_CHECKPOINT_TB_TOTAL = 7.0  # ~0.9 TB per node x 8 nodes
+CPU_OPTIMIZER_HOST_RAM_TB_PER_NODE = 1.7
+
+
+def checkpoints_kept(cfg) -> int:
+    """Checkpoints on disk at the end: every interval plus the final step, capped by max_to_keep."""
+    saved = math.ceil(cfg.max_training_steps / cfg.checkpoint.interval)  # SkyRL also saves at the last step
+    return min(saved, cfg.checkpoint.max_to_keep) if cfg.checkpoint.max_to_keep > 0 else saved
+
+
+def plan_rows(cfg) -> list[tuple[str, str, str]]:
+    """(section, item, value) rows: the numbers `plan` shows, computed from the config alone."""
+    m, b, g = cfg.megatron, cfg.batch, cfg.generation
+    responses = b.prompts_per_step * b.responses_per_prompt
+    updates = b.mini_batches * cfg.max_training_steps
+    rows = [
+        ("run", "recipe / run name", f"{cfg.recipe} / {cfg.run_name}"),
+        ("run", "trainer backend", cfg.trainer.backend + ("  (checks plumbing, does not train)" if cfg.trainer.backend == "rehearsal" else "")),
+        ("run", "precision", cfg.precision + (f", rollouts {cfg.rollout.quantization}" if cfg.rollout.quantization else "")),
+        ("run", "training", f"LoRA rank {cfg.lora.rank} alpha {cfg.lora.alpha} ({cfg.lora.target_modules}), lr {cfg.learning_rate:g}"
+         if cfg.is_lora else f"full-parameter, lr {cfg.learning_rate:g}"),
+        ("resources", "nodes x GPUs", f"{cfg.cluster.nodes} x {cfg.cluster.gpus_per_node} = {cfg.total_gpus} GPUs"),
+        ("resources", "placement", "colocated (training and vLLM share every GPU)" if cfg.trainer.placement_colocated
+         else f"split: {cfg.training_nodes} training nodes, {cfg.trainer.rollout_nodes} rollout nodes"),
+        ("resources", "time limit / notice", f"{cfg.cluster.time_limit}, USR1 {cfg.cluster.signal_before_s} s before, "
+         f"save grace {cfg.cluster.grace_s} s, max requeues {cfg.cluster.max_requeues}"),
+        ("parallelism", "Megatron", f"TP{m.tensor_parallel} PP{m.pipeline_parallel} CP{m.context_parallel} "
+         f"EP{m.expert_parallel} ETP{m.expert_tensor_parallel} on {cfg.training_gpus} GPUs"),
+        ("parallelism", "data-parallel size", str(cfg.data_parallel)),
+        ("parallelism", "vLLM replicas", f"{cfg.num_engines} x (TP{cfg.rollout.tensor_parallel} x PP{cfg.rollout.pipeline_parallel})"
+         f" = {cfg.num_engines * cfg.gpus_per_engine} GPUs"),
+        ("batch", "prompts x responses", f"{b.prompts_per_step} x {b.responses_per_prompt} = {responses} responses per step"),
+        ("batch", "mini-batches", f"{b.mini_batches} per step of {cfg.mini_batch_prompts} prompts "
+         f"({cfg.mini_batch_prompts * b.responses_per_prompt // max(cfg.data_parallel, 1)} responses per DP rank)"),
+        ("batch", "optimizer updates", f"{updates} over {cfg.max_training_steps} steps"),
+        ("tokens", "budget", f"{g.max_prompt_tokens} prompt + {g.max_response_tokens} response tokens; "
+         f"<= {responses * (g.max_prompt_tokens + g.max_response_tokens) / 1e6:.2f} M tokens per step"),
+        ("tokens", "sampling", f"temperature {g.temperature}, top-p {g.top_p}, reasoning effort {g.reasoning_effort}"),
+        ("eval", "AIME", f"every {cfg.eval.interval} steps, {cfg.eval.responses_per_problem} responses per problem "
+         f"({', '.join(cfg.paths.eval_files)})" + ("" if cfg.eval.in_training else "; chained jobs only")),
+        ("checkpoints", "interval / kept", f"every {cfg.checkpoint.interval} steps, {checkpoints_kept(cfg)} kept, "
+         f"resume {cfg.checkpoint.resume_mode}"),
+    ]
+    rows += storage_rows(cfg)
+    rows += [
+        ("paths", "model", str(cfg.paths.model_path)),
+        ("paths", "data", str(cfg.paths.data_dir)),
+        ("paths", "checkpoints", str(cfg.paths.ckpt_path)),
+        ("paths", "exports / evals", str(cfg.paths.export_path)),
+        ("paths", "container", f"{cfg.container.runtime}" + (f" {cfg.container.image}" if cfg.container.image else "")),
+    ]
+    return rows
+
+
+def storage_rows(cfg) -> list[tuple[str, str, str]]:
+    """Storage estimate from the seed's numbers, scaled to this layout."""
+    nodes = max(cfg.training_nodes, 1)
+    kept = checkpoints_kept(cfg)
+    rows = [("storage", "model weights (BF16)", f"~{BF16_WEIGHTS_TB:.1f} TB on shared storage, read by every node")]
+    if cfg.is_lora:
+        rows.append(("storage", "checkpoints", f"{kept} LoRA adapter checkpoints (adapters and their optimizer only)"))
+        return rows
+    per_node_ckpt = FULL_CHECKPOINT_TB_TOTAL / nodes
+    rows.append(("storage", "checkpoints", f"~{per_node_ckpt:.2f} TB per training node per checkpoint "
+                 f"(~{FULL_CHECKPOINT_TB_TOTAL:.0f} TB total); {kept} kept = ~{kept * FULL_CHECKPOINT_TB_TOTAL:.0f} TB"))
+    if cfg.paths.optimizer_state_disk_dir:
+        rows.append(("storage", "optimizer state", f"~{OPTIMIZER_STATE_TB_TOTAL / nodes:.2f} TB per node on node-local "
+                     f"NVMe at {cfg.paths.optimizer_state_disk_dir}"))
+    else:
+        rows.append(("storage", "optimizer state", f"CPU optimizer: ~{CPU_OPTIMIZER_HOST_RAM_TB_PER_NODE} TB host RAM per node"))
+    return rows
+
+
+def print_plan(cfg, launch) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"beam-slurm plan: {cfg.recipe}", show_lines=False)
+    table.add_column("section", style="cyan", no_wrap=True)
+    table.add_column("item", style="bold")
+    table.add_column("value")
+    previous = None
+    for section, item, value in plan_rows(cfg):
+        table.add_row(section if section != previous else "", item, value)
+        previous = section
+    console = Console()
+    console.print(table)
+    console.print("[bold]SkyRL command[/bold] (run on the head node inside the allocation):", highlight=False)
+    console.print(launch.shell(cfg.trainer.python), highlight=False, soft_wrap=True, markup=False)
+
+
+def main(argv: list[str]) -> int:
+    mode = "table"
+    overrides = []
+    for arg in argv:
+        if arg == "--skyrl-overrides":
+            mode = "overrides"
+        elif arg == "--json":
+            mode = "json"
+        elif arg in ("-h", "--help"):
+            print(__doc__)
+            return 0
+        elif arg.startswith("--"):
+            print(f"beam-slurm plan: unknown option {arg} (use --skyrl-overrides or --json)", file=sys.stderr)
+            return 2
+        else:
+            overrides.append(arg)
+    from beam_slurm.config import load_config
+    from beam_slurm.skyrl.command import skyrl_launch
+
+    try:
+        cfg = load_config(overrides)
+    except ConfigError as exc:
+        exc.report()
+        return exc.exit_code
+    launch = skyrl_launch(cfg)
+    if mode == "overrides":
+        sys.stdout.write("".join(o + "\n" for o in launch.overrides))
+    elif mode == "json":
+        print(json.dumps({"rows": plan_rows(cfg), "module": launch.module, "overrides": launch.overrides,
+                          "env": launch.env, "cwd": launch.cwd}, indent=2))
+    else:
+        print_plan(cfg, launch)
+    return 0

@@ -1,0 +1,191 @@
+"""Turn a resolved recipe into the exact SkyRL launch: module, `key=value` overrides, environment.
+
+Keys follow SkyRL 0.3.0's config dataclasses (`skyrl/train/config/config.py`); the two overlong-penalty keys exist
+only in the DAPO example's config subclass and are listed in DAPO_ONLY_KEYS so the conformance test can check them
+separately. Values are rendered so that OmegaConf's CLI parser reads back exactly what we meant (strings that YAML
+would read as something else are quoted, lists and dicts are JSON, which is YAML flow syntax).
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from dataclasses import dataclass, field
+
+#: The DAPO experiment from the SkyRL checkout (examples/ is not in the wheel): it adds the overlong penalty.
+DAPO_MODULE = "examples.train.algorithms.dapo.main_dapo"
+#: Our entrypoint wraps the DAPO experiment and adds the save-on-notice callback.
+ENTRYPOINT_MODULE = "beam_slurm.skyrl.entrypoint"
+#: The rehearsal trainer (no GPUs): same overrides, checks the plumbing.
+REHEARSAL_MODULE = "beam_slurm.skyrl.rehearsal"
+#: Keys that only the DAPO config subclass accepts.
+DAPO_ONLY_KEYS = ("trainer.algorithm.overlong_buffer_len", "trainer.algorithm.overlong_buffer_penalty_factor")
+
+
+@dataclass
+class SkyRLLaunch:
+    """What the driver runs on the head node."""
+
+    module: str
+    """Python module run with `python -m` from `cwd`."""
+    overrides: list[str]
+    """`key=value` arguments, in order (later ones win)."""
+    env: dict[str, str] = field(default_factory=dict)
+    """Environment for the driver and the Ray workers (no secrets: tokens travel as files)."""
+    cwd: str | None = None
+    """Working directory: the SkyRL checkout, so `examples.*` imports resolve."""
+
+    def argv(self, python: str = "python") -> list[str]:
+        return [python, "-m", self.module, *self.overrides]
+
+    def shell(self, python: str = "python") -> str:
+        """One shell line (for display and rendered scripts), every value quoted."""
+        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(self.env.items()))
+        cd = f"cd {shlex.quote(self.cwd)} && " if self.cwd else ""
+        return f"{cd}{env + ' ' if env else ''}{shlex.join(self.argv(python))}"
+
+
+def render_value(value) -> str:
+    """Render a Python value so OmegaConf.from_cli parses it back to the same value."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, (list, tuple, dict)):
+        return json.dumps(value, separators=(",", ":"))
+    text = str(value)
+    import yaml  # PyYAML ships with omegaconf
+
+    try:
+        parsed = yaml.safe_load(text)
+    except yaml.YAMLError:
+        parsed = None
+    return text if parsed == text and "\n" not in text else json.dumps(text)
+
+
+def skyrl_settings(cfg) -> list[tuple[str, object]]:
+    """The recipe as ordered (SkyRL key, value) pairs: the single mapping from our schema to SkyRL's."""
+    p, g, a, b, m, r = cfg.paths, cfg.generation, cfg.algorithm, cfg.batch, cfg.megatron, cfg.rollout
+    data_dir = (p.data_dir or "").rstrip("/")
+    sampling = {"max_generate_length": g.max_response_tokens, "temperature": g.temperature, "top_p": g.top_p}
+    kv: list[tuple[str, object]] = [
+        ("data.train_data", [f"{data_dir}/{p.train_file}"]),
+        ("data.val_data", [f"{data_dir}/{f}" for f in p.eval_files]),
+        ("environment.env_class", "aime"),
+        # GRPO with the DAPO refinements
+        ("trainer.algorithm.advantage_estimator", a.advantage_estimator),
+        ("trainer.algorithm.eps_clip_low", a.eps_clip_low),
+        ("trainer.algorithm.eps_clip_high", a.eps_clip_high),
+        ("trainer.algorithm.loss_reduction", a.loss_reduction),
+        ("trainer.algorithm.use_kl_loss", a.use_kl_loss),
+        ("trainer.algorithm.dynamic_sampling.type", "filter" if a.dynamic_sampling else None),
+        ("trainer.algorithm.overlong_buffer_len", a.overlong_buffer_len),
+        ("trainer.algorithm.overlong_buffer_penalty_factor", a.overlong_penalty_factor),
+    ]
+    if a.geo_mask:
+        kv += [
+            ("trainer.algorithm.off_policy_correction.sequence_mask_metric", "geometric"),
+            ("trainer.algorithm.off_policy_correction.geo_mask_low", a.geo_mask_low),
+            ("trainer.algorithm.off_policy_correction.geo_mask_high", a.geo_mask_high),
+        ]
+    kv += [
+        # model, optimizer, Megatron
+        ("trainer.strategy", "megatron"),
+        ("trainer.policy.model.path", p.model_path),
+        ("trainer.policy.optimizer_config.lr", cfg.learning_rate),
+        ("trainer.policy.megatron_config.tensor_model_parallel_size", m.tensor_parallel),
+        ("trainer.policy.megatron_config.pipeline_model_parallel_size", m.pipeline_parallel),
+        ("trainer.policy.megatron_config.context_parallel_size", m.context_parallel),
+        ("trainer.policy.megatron_config.expert_model_parallel_size", m.expert_parallel),
+        ("trainer.policy.megatron_config.expert_tensor_parallel_size", m.expert_tensor_parallel),
+        ("trainer.policy.megatron_config.moe_enable_routing_replay", r.routing_replay),
+    ]
+    if cfg.is_lora:
+        kv += [
+            ("trainer.policy.model.lora.rank", cfg.lora.rank),
+            ("trainer.policy.model.lora.alpha", cfg.lora.alpha),
+            ("trainer.policy.model.lora.target_modules", cfg.lora.target_modules),
+        ]
+    else:
+        offload = not p.optimizer_state_disk_dir
+        kv += [("trainer.policy.megatron_config.optimizer_config_kwargs.optimizer_cpu_offload", offload)]
+    kv += [
+        # placement
+        ("trainer.placement.colocate_all", cfg.trainer.placement_colocated),
+        ("trainer.placement.policy_num_nodes", cfg.training_nodes),
+        ("trainer.placement.policy_num_gpus_per_node", cfg.cluster.gpus_per_node),
+        # batch and budget
+        ("trainer.train_batch_size", b.prompts_per_step),
+        ("trainer.policy_mini_batch_size", cfg.mini_batch_prompts),
+        ("trainer.micro_train_batch_size_per_gpu", m.micro_batch_size),
+        ("trainer.micro_forward_batch_size_per_gpu", m.micro_batch_size),
+        ("trainer.max_prompt_length", g.max_prompt_tokens),
+        ("trainer.max_training_steps", cfg.max_training_steps),
+        ("trainer.seed", cfg.seed),
+        ("trainer.fused_lm_head_logprob", a.fused_lm_head_logprob),
+        # evaluation, checkpoints, outputs
+        ("trainer.eval_interval", cfg.eval.interval if cfg.eval.in_training else -1),
+        ("trainer.eval_before_train", cfg.eval.before_train and cfg.eval.in_training),
+        ("trainer.ckpt_interval", cfg.checkpoint.interval),
+        ("trainer.hf_save_interval", cfg.checkpoint.hf_save_interval),
+        ("trainer.max_ckpts_to_keep", cfg.checkpoint.max_to_keep),
+        ("trainer.resume_mode", cfg.checkpoint.resume_mode),
+    ]
+    if cfg.checkpoint.resume_mode == "from_path":
+        kv.append(("trainer.resume_path", cfg.checkpoint.resume_path))
+    kv += [
+        ("trainer.ckpt_path", p.ckpt_path),
+        ("trainer.export_path", p.export_path),
+        ("trainer.run_name", cfg.run_name),
+        ("trainer.logger", cfg.trainer.logger),
+        # generation
+        ("generator.n_samples_per_prompt", b.responses_per_prompt),
+        ("generator.eval_n_samples_per_prompt", cfg.eval.responses_per_problem),
+        ("generator.sampling_params", sampling),
+        ("generator.eval_sampling_params", sampling),
+        ("generator.chat_template_kwargs", {"reasoning_effort": g.reasoning_effort}),
+        ("generator.inference_engine.num_engines", cfg.num_engines),
+        ("generator.inference_engine.tensor_parallel_size", r.tensor_parallel),
+        ("generator.inference_engine.pipeline_parallel_size", r.pipeline_parallel),
+        ("generator.inference_engine.gpu_memory_utilization", r.gpu_memory_utilization),
+        ("generator.inference_engine.enable_return_routed_experts", r.routing_replay),
+    ]
+    if r.kv_cache_dtype != "auto":
+        kv.append(("generator.inference_engine.engine_init_kwargs.kv_cache_dtype", r.kv_cache_dtype))
+    if r.quantization:
+        kv.append(("generator.inference_engine.engine_init_kwargs.quantization", r.quantization))
+    return kv
+
+
+def skyrl_overrides(cfg) -> list[str]:
+    """The `key=value` list passed to SkyRL, extra overrides last so they win."""
+    return [f"{k}={render_value(v)}" for k, v in skyrl_settings(cfg)] + list(cfg.trainer.extra_overrides)
+
+
+def skyrl_env(cfg) -> dict[str, str]:
+    """Environment the driver and Ray workers need for this recipe."""
+    env = {
+        # SkyRL waits this long for its placement groups; 64-GPU bundles on a busy cluster take a while.
+        "SKYRL_RAY_PG_TIMEOUT_IN_S": "600",
+        "MAX_TRAINING_STEPS": str(cfg.max_training_steps),
+        "CKPT_PATH": cfg.paths.ckpt_path or "",
+        "EXPORT_PATH": cfg.paths.export_path or "",
+        "RESUME_MODE": cfg.checkpoint.resume_mode,
+        "CKPT_INTERVAL": str(cfg.checkpoint.interval),
+        "KV_CACHE_DTYPE": cfg.rollout.kv_cache_dtype,
+    }
+    if not cfg.is_lora:
+        env["OPTIMIZER_STATE_DISK_DIR"] = cfg.paths.optimizer_state_disk_dir or ""
+    if cfg.rollout.attention == "fa2":
+        env["VLLM_FLASH_ATTN_VERSION"] = "2"
+    env.update({k: str(v) for k, v in cfg.trainer.extra_env.items()})
+    return env
+
+
+def skyrl_launch(cfg) -> SkyRLLaunch:
+    """The driver command for the configured trainer backend."""
+    if cfg.trainer.backend == "rehearsal":
+        return SkyRLLaunch(REHEARSAL_MODULE, skyrl_overrides(cfg), skyrl_env(cfg), cwd=None)
+    return SkyRLLaunch(ENTRYPOINT_MODULE, skyrl_overrides(cfg), skyrl_env(cfg), cwd=cfg.paths.skyrl_dir)
