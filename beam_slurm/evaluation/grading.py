@@ -1,0 +1,144 @@
+"""Grading one AIME response: the training reward's rule, and HF math-verify as a second opinion.
+
+Primary rule (the verdict every metric uses) has the semantics of the reward the policy is trained on,
+skyrl-gym's AIME scorer (itself verl's ``math_dapo`` rule), re-implemented here so grading needs no SkyRL install:
+
+1. keep only the last 300 characters of the response;
+2. take the last match of ``(?i)Answer\\s*:\\s*([^\\n<]+)`` (no match: wrong, ``pred`` is None);
+3. normalise the match and the ground truth with :func:`normalize_final_answer`;
+4. correct when the two strings are equal.
+
+Consequences worth knowing: a bare ``\\boxed{42}`` without an ``Answer:`` line is wrong, and the comparison is on
+strings, so a zero-padded ground truth ("025") never matches "25" (the data stage writes integers unpadded;
+:func:`zero_padded_ground_truths` lets callers warn about such files).
+
+Second opinion: math-verify's ``parse`` + ``verify`` on the tail of the response. It uses sympy and can run for
+minutes (or exhaust memory) on inputs such as ``9^{9^{9^9}}``; its own ``signal.alarm`` timeouts only work on a
+main thread, so :func:`math_verify_item` disables them and is meant to run inside the worker processes of
+:mod:`beam_slurm.evaluation.grading_pool`, which bound every item in time and memory.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from dataclasses import dataclass
+
+# The scorer looks only at this many trailing characters; besides matching the reward, it bounds the cost of the
+# rule for megabyte-long responses.
+PRIMARY_TAIL_CHARS = 300
+
+# math-verify sees this many trailing characters: the final answer sits at the end, and a full 8k-token response
+# (or a runaway megabyte one) would cost regex time and inter-process traffic for nothing.
+MATH_VERIFY_TAIL_CHARS = 4000
+
+_ANSWER_LINE = re.compile(r"(?i)Answer\s*:\s*([^\n<]+)")
+
+# Textual substitutions, applied in this order (the order matters: "an " is removed before spaces are).
+_SUBSTITUTIONS: tuple[tuple[str, str], ...] = (
+    ("an ", ""),
+    ("a ", ""),
+    (".$", "$"),
+    ("\\$", ""),
+    ("\\ ", ""),
+    (" ", ""),
+    ("mbox", "text"),
+    (",\\text{and}", ","),
+    ("\\text{and}", ","),
+    ("\\text{m}", "\\text{}"),
+)
+
+# Units, filler words and TeX spacing dropped from answers, in this order.
+_REMOVED: tuple[str, ...] = (
+    "square", "ways", "integers", "dollars", "mph", "inches", "hours", "km", "units", "\\ldots", "sue",
+    "points", "feet", "minutes", "digits", "cents", "degrees", "cm", "gm", "pounds", "meters", "meals",
+    "edges", "students", "childrentickets", "multiples", "\\text{s}", "\\text{.}", "\\text{\ns}",
+    "\\text{}^2", "\\text{}^3", "\\text{\n}", "\\text{}", "\\mathrm{th}", "^\\circ", "^{\\circ}", "\\;",
+    ",\\!", "{,}", '"', "\\dots",
+)
+
+# With two or more "$" on a line, only the text between the first two survives.
+_FIRST_DOLLAR_PAIR = re.compile(r".*?\$(.*?)\$.*")
+_UNWRAP_LAZY = tuple(re.compile(r"\\%s\{(.*?)\}" % name) for name in ("text", "textbf", "overline"))
+_UNWRAP_BOXED = re.compile(r"\\boxed\{(.*)\}")
+_SHORT_FRAC = re.compile(r"frac([^{])(.)")
+_SHORT_SQRT = re.compile(r"sqrt([^{])")
+
+
+def normalize_final_answer(answer: str) -> str:
+    """Normalise an answer string the way the training reward does (same steps, same order)."""
+    text = answer.rpartition("=")[2]
+    for old, new in _SUBSTITUTIONS:
+        text = text.replace(old, new)
+    for token in _REMOVED:
+        text = text.replace(token, "")
+    text = _FIRST_DOLLAR_PAIR.sub(r"$\1$", text)
+    for pattern in _UNWRAP_LAZY:
+        text = pattern.sub(r"\1", text)
+    text = _UNWRAP_BOXED.sub(r"\1", text)
+    # TeX shorthand: \frac12 -> \frac{1}{2}, \sqrt2 -> \sqrt{2}.
+    text = _SHORT_FRAC.sub(r"frac{\1}{\2}", text)
+    text = _SHORT_SQRT.sub(r"sqrt{\1}", text)
+    text = text.replace("$", "")
+    if text.replace(",", "").isdigit():
+        text = text.replace(",", "")
+    return text.strip()
+
+
+@functools.lru_cache(maxsize=4096)
+def _normalized_ground_truth(ground_truth: str) -> str:
+    # Every problem's ground truth is graded k times; normalise it once.
+    return normalize_final_answer(ground_truth)
+
+
+def extract_answer(response: str) -> str | None:
+    """The normalised last ``Answer:`` value in the response's last 300 characters, or None if there is none."""
+    last = None
+    for last in _ANSWER_LINE.finditer(response[-PRIMARY_TAIL_CHARS:]):
+        pass
+    return None if last is None else normalize_final_answer(last.group(1))
+
+
+@dataclass(frozen=True)
+class PrimaryVerdict:
+    """The training reward's verdict on one response."""
+
+    correct: bool
+    """True when the extracted answer equals the normalised ground truth."""
+    pred: str | None
+    """The extracted, normalised answer; None when the response has no ``Answer:`` line in its tail."""
+
+
+def grade_primary(response: str, ground_truth: str) -> PrimaryVerdict:
+    """Grade one response with the training reward's rule (cheap: it reads at most 300 characters)."""
+    pred = extract_answer(response)
+    return PrimaryVerdict(correct=pred is not None and pred == _normalized_ground_truth(ground_truth), pred=pred)
+
+
+def zero_padded_ground_truths(ground_truths: list[str]) -> list[str]:
+    """Ground truths such as "025" that the string comparison can never match against an unpadded answer."""
+    return sorted({gt for gt in ground_truths if len(gt.strip()) > 1 and gt.strip().isdigit() and gt.strip()[0] == "0"})
+
+
+@functools.lru_cache(maxsize=4096)
+def _parsed_ground_truth(ground_truth: str):
+    from math_verify import parse
+
+    return parse(ground_truth, parsing_timeout=None)
+
+
+def math_verify_item(response: str, ground_truth: str) -> bool:
+    """math-verify's verdict on one response (its own alarms off: call it inside a bounded worker process)."""
+    from math_verify import parse, verify
+
+    gold = _parsed_ground_truth(ground_truth)
+    pred = parse(response[-MATH_VERIFY_TAIL_CHARS:], parsing_timeout=None)
+    return bool(verify(gold, pred, timeout_seconds=None))
+
+
+def quiet_math_verify_logging() -> None:
+    """Silence math-verify's once-per-process warning that its alarms are off (the worker pool bounds each call)."""
+    import logging
+
+    for name in ("math_verify", "math_verify.parser", "math_verify.grader", "latex2sympy2_extended"):
+        logging.getLogger(name).setLevel(logging.ERROR)

@@ -1,0 +1,199 @@
+"""Metrics over graded responses: avg@k, unbiased pass@j, maj@k, per-problem table, lengths, finish reasons.
+
+Every problem of a data source must have the same number k of samples (:func:`validate_rows` says which
+problem does not). With c correct samples out of k for a problem:
+
+- avg@k   = mean over problems of c / k (the seed's "average accuracy over k responses"; equals unbiased pass@1);
+- pass@j  = mean over problems of 1 - C(k - c, j) / C(k, j), the unbiased estimator of Chen et al. (2021),
+            for j in 1, 2, 4, 8 with j <= k;
+- maj@k   = fraction of problems whose majority answer is correct. The vote is over the primary rule's
+            extracted answers; responses without an answer line do not vote (all silent: wrong). Tie rule:
+            among the answers with the most votes, the one that appears first in sample order wins
+            (deterministic, and what a reader scanning the samples in order would pick).
+
+"timeouts" counts responses whose grading hit its time or memory bound (``math_verify`` is null).
+
+Optional input fields used when present (the evaluate stage writes them): ``finish_reason`` (vLLM's "stop" /
+"length") and ``response_tokens`` (int, generated tokens). Without them, finish reasons show as "unknown" and
+lengths are in characters only.
+"""
+
+from __future__ import annotations
+
+import collections
+import math
+import statistics
+from typing import Any, Iterable
+
+PASS_AT = (1, 2, 4, 8)
+
+
+class GradingInputError(ValueError):
+    """Rows that cannot be graded or scored; the message names the row or problem and the fix."""
+
+
+def _problem_sort_key(problem_id: Any) -> tuple:
+    text = str(problem_id)
+    return (0, int(text), "") if text.isdigit() else (1, 0, text)
+
+
+def validate_rows(rows: list[dict[str, Any]]) -> None:
+    """Raise :class:`GradingInputError` unless every row is gradable and every problem has the same k."""
+    if not rows:
+        raise GradingInputError("no responses to grade: the input has no rows")
+    required = ("data_source", "problem_id", "sample", "response", "ground_truth")
+    seen: set[tuple[str, str, int]] = set()
+    truths: dict[tuple[str, str], str] = {}
+    samples: dict[str, dict[str, int]] = collections.defaultdict(lambda: collections.defaultdict(int))
+    for number, row in enumerate(rows, start=1):
+        if not isinstance(row, dict):
+            raise GradingInputError(f"row {number}: expected a JSON object, got {type(row).__name__}")
+        missing = [name for name in required if name not in row]
+        if missing:
+            raise GradingInputError(
+                f"row {number}: missing field(s) {', '.join(missing)}; each row needs {', '.join(required)}"
+            )
+        if not isinstance(row["response"], str):
+            raise GradingInputError(f"row {number}: 'response' must be a string, got {type(row['response']).__name__}")
+        if not isinstance(row["data_source"], str) or not row["data_source"]:
+            raise GradingInputError(f"row {number}: 'data_source' must be a non-empty string")
+        for name in ("ground_truth", "problem_id"):
+            if isinstance(row[name], bool) or not isinstance(row[name], (str, int)):
+                raise GradingInputError(f"row {number}: {name!r} must be a string or an integer, got {row[name]!r}")
+        if isinstance(row["sample"], bool) or not isinstance(row["sample"], int) or row["sample"] < 0:
+            raise GradingInputError(f"row {number}: 'sample' must be an integer >= 0, got {row['sample']!r}")
+        source, problem = row["data_source"], str(row["problem_id"])
+        key = (source, problem, row["sample"])
+        if key in seen:
+            raise GradingInputError(
+                f"row {number}: duplicate sample {row['sample']} of problem {problem!r} in data source {source!r}"
+            )
+        seen.add(key)
+        truth = str(row["ground_truth"])
+        previous = truths.setdefault((source, problem), truth)
+        if previous != truth:
+            raise GradingInputError(
+                f"row {number}: problem {problem!r} of data source {source!r} has two ground truths, "
+                f"{previous!r} and {truth!r}"
+            )
+        samples[source][problem] += 1
+    for source, per_problem in samples.items():
+        counts = collections.Counter(per_problem.values())
+        if len(counts) > 1:
+            k = counts.most_common(1)[0][0]
+            odd = sorted((p for p, n in per_problem.items() if n != k), key=_problem_sort_key)
+            raise GradingInputError(
+                f"data source {source!r}: problem {odd[0]!r} has {per_problem[odd[0]]} samples but most problems "
+                f"have {k} (k must be equal for every problem; {len(odd)} problem(s) differ)"
+            )
+
+
+def pass_at(k: int, correct: int, j: int) -> float:
+    """Unbiased probability that at least one of j samples drawn from k (``correct`` of them right) is right."""
+    if not 0 <= correct <= k or not 1 <= j <= k:
+        raise ValueError(f"pass_at needs 0 <= correct <= k and 1 <= j <= k, got k={k} correct={correct} j={j}")
+    if k - correct < j:
+        return 1.0
+    return 1.0 - math.comb(k - correct, j) / math.comb(k, j)
+
+
+def majority_answer(samples: list[dict[str, Any]]) -> tuple[str | None, int, bool]:
+    """(answer, votes, correct) of the majority vote over one problem's graded samples (tie: first in sample order)."""
+    ordered = sorted(samples, key=lambda g: g["sample"])
+    votes: collections.Counter[str] = collections.Counter()
+    first_seen: dict[str, int] = {}
+    correct_of: dict[str, bool] = {}
+    for position, grade in enumerate(ordered):
+        pred = grade["pred"]
+        if pred is None:
+            continue
+        votes[pred] += 1
+        first_seen.setdefault(pred, position)
+        correct_of.setdefault(pred, bool(grade["correct"]))
+    if not votes:
+        return None, 0, False
+    top = max(votes.values())
+    winner = min((p for p, n in votes.items() if n == top), key=first_seen.__getitem__)
+    return winner, top, correct_of[winner]
+
+
+def _by_problem(grades: Iterable[dict[str, Any]]) -> dict[str, dict[str, list[dict[str, Any]]]]:
+    grouped: dict[str, dict[str, list[dict[str, Any]]]] = collections.defaultdict(lambda: collections.defaultdict(list))
+    for grade in grades:
+        grouped[grade["data_source"]][str(grade["problem_id"])].append(grade)
+    return grouped
+
+
+def compute_metrics(grades: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """``{data_source: {"avg@k", "pass@1".., "maj@k", "k", "timeouts"}}`` from graded rows (metrics.json)."""
+    validate_rows(grades)
+    metrics: dict[str, dict[str, Any]] = {}
+    for source, problems in sorted(_by_problem(grades).items()):
+        k = len(next(iter(problems.values())))
+        n_correct = [sum(1 for g in samples if g["correct"]) for samples in problems.values()]
+        entry: dict[str, Any] = {"avg@k": statistics.fmean(c / k for c in n_correct)}
+        for j in PASS_AT:
+            if j <= k:
+                entry[f"pass@{j}"] = statistics.fmean(pass_at(k, c, j) for c in n_correct)
+        entry["maj@k"] = statistics.fmean(1.0 if majority_answer(s)[2] else 0.0 for s in problems.values())
+        entry["k"] = k
+        entry["timeouts"] = sum(1 for samples in problems.values() for g in samples if g["math_verify"] is None)
+        metrics[source] = entry
+    return metrics
+
+
+def _length_stats(values: list[int]) -> dict[str, float]:
+    ordered = sorted(values)
+    return {
+        "mean": statistics.fmean(ordered),
+        "median": statistics.median(ordered),
+        "p90": ordered[min(len(ordered) - 1, math.ceil(0.9 * len(ordered)) - 1)],
+        "min": ordered[0],
+        "max": ordered[-1],
+    }
+
+
+def compute_details(grades: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per data source: math-verify's view, response lengths, finish reasons and the per-problem table."""
+    details: dict[str, dict[str, Any]] = {}
+    for source, problems in sorted(_by_problem(grades).items()):
+        rows = [g for samples in problems.values() for g in samples]
+        k = len(next(iter(problems.values())))
+        judged = [g for g in rows if g["math_verify"] is not None]
+        table = []
+        for problem_id in sorted(problems, key=_problem_sort_key):
+            samples = problems[problem_id]
+            answer, votes, majority_correct = majority_answer(samples)
+            table.append(
+                {
+                    "problem_id": samples[0]["problem_id"],
+                    "ground_truth": samples[0]["ground_truth"],
+                    "k": k,
+                    "correct": sum(1 for g in samples if g["correct"]),
+                    "math_verify_correct": sum(1 for g in samples if g["math_verify"]),
+                    "majority": answer,
+                    "majority_votes": votes,
+                    "majority_correct": majority_correct,
+                    "no_answer": sum(1 for g in samples if g["pred"] is None),
+                    "mean_chars": statistics.fmean(len(g["response"]) for g in samples),
+                }
+            )
+        entry: dict[str, Any] = {
+            "problems_count": len(problems),
+            "responses": len(rows),
+            "math_verify_avg@k": statistics.fmean(p["math_verify_correct"] / k for p in table),
+            "agreement": (sum(1 for g in judged if bool(g["math_verify"]) == bool(g["correct"])) / len(judged))
+            if judged
+            else None,
+            "no_answer": sum(p["no_answer"] for p in table),
+            "finish_reasons": dict(
+                sorted(collections.Counter(str(g.get("finish_reason") or "unknown") for g in rows).items())
+            ),
+            "response_chars": _length_stats([len(g["response"]) for g in rows]),
+        }
+        tokens = [g["response_tokens"] for g in rows if isinstance(g.get("response_tokens"), int)]
+        if len(tokens) == len(rows):
+            entry["response_tokens"] = _length_stats(tokens)
+        entry["problems"] = table
+        details[source] = entry
+    return details
