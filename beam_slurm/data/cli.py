@@ -1,0 +1,261 @@
+"""`beam-slurm prepare-data data.<key>=<value> ...`: build the three cleaned parquet files and the manifest.
+
+    beam-slurm prepare-data data.dapo_math=FILE data.aime2024=FILE data.aime2025=FILE data.out_dir=DIR
+
+Exit status 0 on success, 2 on bad input (nothing in out_dir is changed then). Keys: beam_slurm.data.config.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import sys
+import time
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+from beam_slurm.data.aime import convert_aime_files
+from beam_slurm.data.cleaning import COMPRESSION, CleaningStats, clean_dapo_files, open_parquet
+from beam_slurm.data.config import DataConfig, parse_overrides, valid_keys
+from beam_slurm.data.dapo_format import check_dapo_schema
+from beam_slurm.data.errors import BadDataInput
+from beam_slurm.data.manifest import (
+    commit_file,
+    load_manifest,
+    reuse_verdict,
+    sha256_file,
+    sync_directory,
+    temporary_path,
+    write_manifest,
+)
+from beam_slurm.data.sources import ResolvedSource, default_log, resolve_source
+
+DAPO_MATH_OUTPUT = "dapo-math-17k-cleaned.parquet"
+AIME2024_OUTPUT = "aime-2024-cleaned.parquet"
+AIME2025_OUTPUT = "aime-2025-cleaned.parquet"
+LOCK_NAME = ".prepare-data.lock"
+
+Log = Callable[[str], None]
+
+
+@dataclass
+class OutputPlan:
+    """One output file: where its rows come from and the settings that shape it."""
+
+    file_name: str
+    """Output file inside out_dir."""
+    setting: str
+    """The source setting, e.g. data.dapo_math."""
+    source: Any
+    """The source value(s) as given."""
+    settings: dict
+    """Other settings that change this output's bytes (recorded in the manifest)."""
+
+
+def _plans(config: DataConfig) -> list[OutputPlan]:
+    return [
+        OutputPlan(DAPO_MATH_OUTPUT, "data.dapo_math", config.dapo_math, {}),
+        OutputPlan(
+            AIME2024_OUTPUT, "data.aime2024", config.aime2024, {"canonical_aime_answers": config.canonical_aime_answers}
+        ),
+        OutputPlan(
+            AIME2025_OUTPUT,
+            "data.aime2025",
+            config.aime2025_sources(),
+            {"aime2025_data_source": config.aime2025_data_source},
+        ),
+    ]
+
+
+def _specs(plan: OutputPlan) -> list[str]:
+    return plan.source if isinstance(plan.source, list) else [plan.source]
+
+
+def _is_local(spec: str) -> bool:
+    return not spec.startswith("hf://")
+
+
+def _file_records(sources: list[ResolvedSource]) -> list[dict]:
+    return [{"path": str(path.resolve()), "sha256": sha256_file(path)} for s in sources for path in s.files]
+
+
+class RowProgress:
+    """A rich progress bar on an interactive stderr; a log line every 10 % otherwise (Slurm logs)."""
+
+    def __init__(self, label: str, total: int, log: Log):
+        self.label, self.total, self.log = label, max(total, 1), log
+        self.done, self.next_report, self.started = 0, 0.1, time.monotonic()
+        self.bar = None
+        if sys.stderr.isatty():
+            from rich.console import Console
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+            self.bar = Progress(
+                TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                console=Console(stderr=True),
+            )
+            self.task = self.bar.add_task(label, total=total)
+            self.bar.start()
+
+    def __call__(self, rows: int) -> None:
+        self.done += rows
+        if self.bar is not None:
+            self.bar.update(self.task, advance=rows)
+        elif self.done / self.total >= self.next_report:
+            self.log(f"{self.label}: {self.done}/{self.total} rows ({time.monotonic() - self.started:.1f} s)")
+            self.next_report = (int(self.done / self.total * 10) + 1) / 10
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+
+
+def _total_rows(sources: list[ResolvedSource]) -> int:
+    return sum(open_parquet(p, s.setting).metadata.num_rows for s in sources for p in s.files if p.suffix == ".parquet")
+
+
+@contextmanager
+def _exclusive(out_dir: Path) -> Iterator[None]:
+    with open(out_dir / LOCK_NAME, "a") as handle:
+        try:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise BadDataInput(f"data.out_dir={out_dir}: another prepare-data is writing there; wait for it") from None
+        yield
+
+
+def _prepare_out_dir(config: DataConfig) -> Path:
+    out_dir = Path(config.resolved_out_dir()).expanduser()
+    if out_dir.exists() and not out_dir.is_dir():
+        raise BadDataInput(f"data.out_dir={out_dir} exists and is not a directory")
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise BadDataInput(f"data.out_dir={out_dir}: cannot create it ({error.strerror})") from None
+    if not os.access(out_dir, os.W_OK):
+        raise BadDataInput(f"data.out_dir={out_dir} is not writable")
+    return out_dir.resolve()
+
+
+def _build(plan: OutputPlan, sources: list[ResolvedSource], config: DataConfig, temporary: Path, log: Log) -> CleaningStats:
+    files = [path for source in sources for path in source.files]
+    if plan.file_name == AIME2025_OUTPUT:
+        import pyarrow.parquet as pq
+
+        table = convert_aime_files(files, plan.setting, config.aime2025_data_source)
+        converted = temporary.with_name(temporary.name + ".converted")
+        try:
+            pq.write_table(table, converted, compression=COMPRESSION)
+            return clean_dapo_files([converted], temporary, where=plan.setting, batch_rows=config.batch_rows)
+        finally:
+            converted.unlink(missing_ok=True)
+    progress = RowProgress(plan.file_name, _total_rows(sources), log)
+    try:
+        return clean_dapo_files(
+            files,
+            temporary,
+            where=plan.setting,
+            batch_rows=config.batch_rows,
+            canonical_answers=plan.file_name == AIME2024_OUTPUT and config.canonical_aime_answers,
+            progress=progress,
+        )
+    finally:
+        progress.close()
+
+
+def prepare(config: DataConfig, log: Log = default_log) -> dict:
+    """Write the outputs that are missing or stale into out_dir and return the manifest entries.
+
+    Every source is resolved and schema-checked before any output is built; outputs are built into temporary
+    files and renamed into place only when all succeeded, so a failure leaves out_dir as it was.
+    """
+    out_dir = _prepare_out_dir(config)
+    with _exclusive(out_dir):
+        manifest = load_manifest(out_dir)
+        to_build: list[OutputPlan] = []
+        for plan in _plans(config):
+            output = out_dir / plan.file_name
+            if not output.exists() or config.overwrite:
+                to_build.append(plan)
+                continue
+            request: dict = {"source": plan.source, "settings": plan.settings}
+            if all(_is_local(spec) for spec in _specs(plan)):
+                local = [resolve_source(spec, plan.setting) for spec in _specs(plan)]
+                request["source_files"] = _file_records(local)
+            reason = reuse_verdict(output, manifest.get(plan.file_name), request)
+            if reason is not None:
+                raise BadDataInput(
+                    f"{output} already exists and {reason}; pass data.overwrite=true to replace it "
+                    "or choose another data.out_dir"
+                )
+            log(f"{plan.file_name}: kept (up to date with {plan.setting})")
+
+        resolved: dict[str, list[ResolvedSource]] = {}
+        for plan in to_build:
+            resolved[plan.file_name] = [
+                resolve_source(spec, plan.setting, config.hub_retries, log) for spec in _specs(plan)
+            ]
+            if plan.file_name != AIME2025_OUTPUT:
+                for source in resolved[plan.file_name]:
+                    for path in source.files:
+                        if path.suffix != ".parquet":
+                            raise BadDataInput(f"{plan.setting}: {path} is not a .parquet file (DAPO-format sources are parquet)")
+                        check_dapo_schema(open_parquet(path, f"{plan.setting} ({path})").schema_arrow, f"{plan.setting} ({path})")
+
+        temporaries = {plan.file_name: temporary_path(out_dir / plan.file_name) for plan in to_build}
+        try:
+            entries = {}
+            for plan in to_build:
+                started = time.monotonic()
+                sources = resolved[plan.file_name]
+                stats = _build(plan, sources, config, temporaries[plan.file_name], log)
+                log(
+                    f"{plan.file_name}: {stats.rows_in} rows -> {stats.rows_distinct} distinct -> {stats.rows_out} "
+                    f"kept ({stats.prompts_conflicting} prompts with conflicting answers dropped) "
+                    f"in {time.monotonic() - started:.1f} s"
+                )
+                if plan.file_name != DAPO_MATH_OUTPUT and stats.rows_out != 30:
+                    log(f"warning: {plan.file_name} has {stats.rows_out} problems; an AIME year has 30")
+                entries[plan.file_name] = {
+                    "source": plan.source,
+                    "settings": plan.settings,
+                    "source_files": _file_records(sources),
+                    "revisions": [s.revision for s in sources],
+                    **asdict(stats),
+                    "sha256": sha256_file(temporaries[plan.file_name]),
+                    "written_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                }
+            for plan in to_build:
+                commit_file(temporaries[plan.file_name], out_dir / plan.file_name)
+            manifest.update(entries)
+            write_manifest(out_dir, manifest)
+            sync_directory(out_dir)
+        finally:
+            for temporary in temporaries.values():
+                temporary.unlink(missing_ok=True)
+    return manifest
+
+
+USAGE = """usage: beam-slurm prepare-data [data.<key>=<value> ...]
+
+Builds dapo-math-17k-cleaned.parquet, aime-2024-cleaned.parquet, aime-2025-cleaned.parquet and
+prepare-data-manifest.json in data.out_dir (default $DATA_DIR). Sources are local files or
+hf://datasets/<owner>/<name>[@<revision>][/<path-in-repo>].
+
+keys: """
+
+
+def main(argv: list[str]) -> int:
+    """Entry point of `beam-slurm prepare-data`; returns the exit status."""
+    if any(arg in ("-h", "--help", "help") for arg in argv):
+        print(USAGE + ", ".join("data." + key for key in valid_keys()))
+        return 0
+    try:
+        config = parse_overrides(argv)
+        prepare(config)
+    except BadDataInput as error:
+        print(f"prepare-data: error: {error}", file=sys.stderr)
+        return 2
+    return 0

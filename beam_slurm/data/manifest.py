@@ -1,0 +1,83 @@
+"""The manifest beside the cleaned files, content hashes, and atomic file replacement.
+
+`prepare-data-manifest.json` holds one entry per output file: the source as given, the files read and their
+sha256, the hub revision, the settings that shape the output, row counts before and after, and the output's sha256.
+An existing output is reused only when its entry matches the request and its bytes still hash to the recorded value.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Optional
+
+MANIFEST_NAME = "prepare-data-manifest.json"
+MANIFEST_VERSION = 1
+
+
+def sha256_file(path: Path) -> str:
+    """Hex sha256 of a file, read in 4 MiB chunks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while chunk := handle.read(4 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def temporary_path(final: Path) -> Path:
+    """A hidden sibling of `final` (same filesystem, so the rename is atomic), unique per process."""
+    return final.with_name(f".{final.name}.tmp-{os.getpid()}")
+
+
+def commit_file(temporary: Path, final: Path) -> None:
+    """Flush `temporary` to disk and rename it over `final` in one step."""
+    with open(temporary, "rb") as handle:
+        os.fsync(handle.fileno())
+    os.replace(temporary, final)
+
+
+def sync_directory(directory: Path) -> None:
+    """Make the renames in `directory` durable."""
+    descriptor = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
+
+
+def load_manifest(out_dir: Path) -> dict:
+    """The manifest's entries by output file name; empty when there is none or it cannot be read."""
+    try:
+        data = json.loads((out_dir / MANIFEST_NAME).read_text())
+    except (OSError, ValueError):
+        return {}
+    outputs = data.get("outputs") if isinstance(data, dict) else None
+    return outputs if isinstance(outputs, dict) else {}
+
+
+def write_manifest(out_dir: Path, outputs: dict) -> None:
+    """Write the manifest atomically."""
+    final = out_dir / MANIFEST_NAME
+    temporary = temporary_path(final)
+    temporary.write_text(json.dumps({"version": MANIFEST_VERSION, "outputs": outputs}, indent=2, sort_keys=True) + "\n")
+    commit_file(temporary, final)
+
+
+def reuse_verdict(output: Path, entry: Optional[dict], request: dict) -> Optional[str]:
+    """None when `output` can be kept for `request`; otherwise why not (for the error message).
+
+    `request` holds "source", "settings" and, for local sources, "source_files" [{path, sha256}].
+    """
+    if entry is None:
+        return "is not recorded in the manifest (it was not written by prepare-data, or the manifest is gone)"
+    if entry.get("source") != request["source"]:
+        return f"was made from {entry.get('source')!r}, not {request['source']!r}"
+    if entry.get("settings") != request["settings"]:
+        return f"was made with other settings ({entry.get('settings')})"
+    if "source_files" in request and entry.get("source_files") != request["source_files"]:
+        return "was made from different source file contents (sha256 changed)"
+    if entry.get("sha256") != sha256_file(output):
+        return "has changed since it was written (sha256 differs from the manifest)"
+    return None
