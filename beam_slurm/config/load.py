@@ -19,6 +19,7 @@ def compose(overrides: list[str], *, config_dir: Path = CONF_DIR):
     from hydra import initialize_config_dir
     from hydra.errors import ConfigCompositionException, MissingConfigException, OverrideParseException
 
+    _register_schema()
     try:
         with initialize_config_dir(config_dir=str(config_dir), version_base="1.3", job_name="beam-slurm"):
             return hydra_compose(config_name="config", overrides=list(overrides))
@@ -26,6 +27,15 @@ def compose(overrides: list[str], *, config_dir: Path = CONF_DIR):
         raise ConfigError([_missing_group_problem(exc, config_dir)]) from None
     except (ConfigCompositionException, OverrideParseException) as exc:
         raise ConfigError([_override_problem(exc, overrides)]) from None
+
+
+def _register_schema() -> None:
+    """Make the schema the base of conf/config.yaml, so Hydra knows every key and its type at compose time."""
+    from hydra.core.config_store import ConfigStore
+
+    from beam_slurm.config.schema import BeamConfig
+
+    ConfigStore.instance().store(name="beam_schema", node=BeamConfig)
 
 
 def load_config(overrides: list[str] | None = None, *, validate: bool = True, environ=None):
@@ -99,15 +109,22 @@ def _value_of(cfg, key: str):
 
 def _override_problem(exc: Exception, overrides: list[str]) -> ConfigProblem:
     text = str(exc)
-    for ov in overrides:
-        key = ov.split("=", 1)[0].lstrip("+~")
-        if f"'{key}'" in text or f"Key '{key.split('.')[-1]}'" in text:
-            section = key.rsplit(".", 1)[0] if "." in key else ""
-            keys = valid_keys(section)
-            hint = f"valid keys{' in ' + section if section else ''}: {', '.join(keys)}" if keys else "check the spelling"
-            value = ov.split("=", 1)[1] if "=" in ov else None
-            return ConfigProblem(key, value, f"unknown or invalid override ({text.splitlines()[0]}); {hint}")
-    return ConfigProblem("overrides", " ".join(overrides), f"{text.splitlines()[0]}; use key=value with keys from beam_slurm/config/schema.py")
+    first_line = text.splitlines()[0] if text else type(exc).__name__
+    # The override Hydra complains about: its full text first, else its key, quoted or bare.
+    culprit = next((ov for ov in overrides if ov in text), None)
+    culprit = culprit or next((ov for ov in overrides if ov.split("=", 1)[0].lstrip("+~") in text), None)
+    if culprit is None:
+        return ConfigProblem("overrides", " ".join(overrides), f"{first_line}; use key=value with keys from beam_slurm/config/schema.py")
+    key = culprit.split("=", 1)[0].lstrip("+~")
+    value = culprit.split("=", 1)[1] if "=" in culprit else None
+    section = key.rsplit(".", 1)[0] if "." in key else ""
+    name = key.rsplit(".", 1)[-1]
+    keys = valid_keys(section)
+    if keys and name not in keys:
+        return ConfigProblem(key, value, f"unknown key; valid keys{' in ' + section if section else ''}: {', '.join(keys)}")
+    if "LexerNoViableAlt" in text or "mismatched input" in text or "extraneous input" in text:
+        return ConfigProblem(key, value, "cannot parse this override; quote the value (key='...') or avoid spaces and ;")
+    return ConfigProblem(key, value, f"{first_line}; see the field's type in beam_slurm/config/schema.py")
 
 
 def _missing_group_problem(exc: Exception, config_dir: Path) -> ConfigProblem:

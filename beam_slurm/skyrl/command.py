@@ -56,13 +56,18 @@ def render_value(value) -> str:
     if isinstance(value, (list, tuple, dict)):
         return json.dumps(value, separators=(",", ":"))
     text = str(value)
-    import yaml  # PyYAML ships with omegaconf
+    return text if "\n" not in text and _reads_back(text) else json.dumps(text)
+
+
+def _reads_back(text: str) -> bool:
+    """True when OmegaConf's CLI parser reads `text` back as the same string (not a number, bool, list...)."""
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
 
     try:
-        parsed = yaml.safe_load(text)
-    except yaml.YAMLError:
-        parsed = None
-    return text if parsed == text and "\n" not in text else json.dumps(text)
+        return OmegaConf.to_container(OmegaConf.from_cli([f"k={text}"]))["k"] == text
+    except (OmegaConfBaseException, ValueError, TypeError):
+        return False
 
 
 def skyrl_settings(cfg) -> list[tuple[str, object]]:
