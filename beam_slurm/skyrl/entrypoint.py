@@ -1,0 +1,164 @@
+"""Our SkyRL entrypoint: SkyRL's DAPO experiment plus save-on-notice.
+
+Run inside the training container (Python 3.12, skyrl 0.3.0) from the root of a SkyRL checkout whose tag matches the
+installed wheel, so that ``examples.train.algorithms.dapo.main_dapo`` imports::
+
+    cd $SKYRL_CHECKOUT && python -m beam_slurm.skyrl.entrypoint key=value ...
+
+It takes exactly the overrides SkyRL's DAPO entrypoint takes and behaves the same, with one addition, a
+:class:`SaveOnNoticeCallback` registered on the trainer:
+
+* ``on_step_end``: if the Slurm job has asked for a save (:func:`beam_slurm.skyrl.notice.pending_request`), set
+  ``control.should_save``. SkyRL 0.3.0 reads that flag right after ``on_step_end`` and saves at the end of the same
+  step (trainer.py, step 8), writing ``latest_ckpt_global_step.txt`` last.
+* ``on_save`` (fires after the checkpoint and its marker are written): acknowledge the request
+  (:func:`beam_slurm.skyrl.notice.acknowledge`) and make the run stop. SkyRL has no ``should_stop`` flag; its loop ends
+  when ``global_step > cfg.trainer.max_training_steps``, checked after every step against the live config object.
+  So the callback sets ``trainer.cfg.trainer.max_training_steps = global_step``: the loop breaks after this step's
+  logging, the final "safety net" save is skipped (this step already saved), and ``on_train_end`` runs as in any
+  normal finish. It also turns off the rest of this step's work that would only spend the grace period: the eval
+  of this step (``eval_interval = -1``; it is read after the save) and the final HF export (``hf_save_interval = -1``).
+  The requeued attempt resumes from the marker with ``resume_mode=latest``.
+
+``BEAM_SKYRL_EXPERIMENT=base`` runs SkyRL's plain ``BasePPOExp`` (no overlong penalty, no DAPO-only keys) instead.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from beam_slurm.skyrl import notice
+
+DAPO_MODULE = "examples.train.algorithms.dapo.main_dapo"
+"""SkyRL's DAPO experiment; lives in the checkout's examples/, not in the wheel."""
+EXPERIMENT_ENV = "BEAM_SKYRL_EXPERIMENT"
+"""Environment variable choosing the experiment: ``dapo`` (default) or ``base``."""
+
+try:  # The callback base class exists only where SkyRL is installed (the 3.12 training environment).
+    from skyrl.train.utils.callbacks import TrainingCallback as _CallbackBase
+except ImportError:  # pragma: no cover - lets `plan` and docs import this module without SkyRL
+    _CallbackBase = object
+
+
+def _log(message: str) -> None:
+    print(f"[beam save-on-notice] {message}", file=sys.stderr, flush=True)
+
+
+def _step_of_checkpoint(ckpt_dir: str | None, fallback: int) -> int:
+    name = Path(ckpt_dir).name if ckpt_dir else ""
+    if name.startswith("global_step_"):
+        try:
+            return int(name[len("global_step_"):])
+        except ValueError:
+            pass
+    return fallback
+
+
+class SaveOnNoticeCallback(_CallbackBase):
+    """Save at the next step boundary when the job asks, acknowledge, then stop the run cleanly."""
+
+    def __init__(self, ckpt_path: str):
+        self.ckpt_path = ckpt_path
+        """Root checkpoint directory (``trainer.ckpt_path``): where the request and acknowledgement files live."""
+        self.stopped_at_step: int | None = None
+        """Step saved on notice, once the run has been told to stop (None while training normally)."""
+
+    def on_train_start(self, trainer, callback_input, control) -> None:
+        request = notice.pending_request(self.ckpt_path)
+        if request is not None:
+            _log(f"a save request is already pending ({request.get('reason')}); saving after the first step")
+
+    def on_step_end(self, trainer, callback_input, control) -> None:
+        if self.stopped_at_step is not None:
+            return
+        request = notice.pending_request(self.ckpt_path)
+        if request is not None:
+            _log(f"save requested ({request.get('reason')}); saving at the end of step {callback_input.global_step}")
+            control.should_save = True
+
+    def on_save(self, trainer, callback_input, control) -> None:
+        if self.stopped_at_step is not None or notice.pending_request(self.ckpt_path) is None:
+            return
+        step = _step_of_checkpoint(callback_input.ckpt_path, callback_input.global_step)
+        notice.acknowledge(self.ckpt_path, step)
+        self.stopped_at_step = step
+        trainer_cfg = trainer.cfg.trainer
+        trainer_cfg.max_training_steps = step  # the loop checks `global_step > max_training_steps` after each step
+        trainer_cfg.eval_interval = -1  # this step's eval would only spend the grace period
+        trainer_cfg.hf_save_interval = -1  # so would the HF export at the end of training
+        _log(f"checkpoint of step {step} saved on notice; stopping after this step (resume with resume_mode=latest)")
+
+
+def _experiment_classes(kind: str):
+    """(config class, experiment class) for ``kind`` in {dapo, base}; exits 2 with the fix if unavailable."""
+    if kind == "base":
+        from skyrl.train.config import SkyRLTrainConfig
+        from skyrl.train.entrypoints.main_base import BasePPOExp
+
+        return SkyRLTrainConfig, BasePPOExp
+    if kind != "dapo":
+        print(f"{EXPERIMENT_ENV}={kind!r} is not known; use 'dapo' (default) or 'base'", file=sys.stderr)
+        raise SystemExit(2)
+    try:
+        from importlib import import_module
+
+        dapo = import_module(DAPO_MODULE)
+    except ModuleNotFoundError as exc:
+        print(
+            f"cannot import {DAPO_MODULE} ({exc}); run this entrypoint from the root of a SkyRL checkout "
+            f"matching the installed skyrl version (cwd is {os.getcwd()}), or set {EXPERIMENT_ENV}=base",
+            file=sys.stderr,
+        )
+        raise SystemExit(2) from exc
+    return dapo.DAPOConfig, dapo.DAPOExp
+
+
+def with_save_on_notice(experiment_cls):
+    """A subclass of a SkyRL experiment whose trainer carries a :class:`SaveOnNoticeCallback`."""
+
+    class SaveOnNoticeExperiment(experiment_cls):
+        def get_trainer(self, *args, **kwargs):
+            trainer = super().get_trainer(*args, **kwargs)
+            self.save_on_notice = SaveOnNoticeCallback(self.cfg.trainer.ckpt_path)
+            trainer.add_callback(self.save_on_notice)
+            return trainer
+
+    SaveOnNoticeExperiment.__name__ = f"SaveOnNotice{experiment_cls.__name__}"
+    return SaveOnNoticeExperiment
+
+
+def _run_experiment(cfg, kind: str) -> int | None:
+    """Body of the Ray task (SkyRL runs the loop in a task, not in the driver). Returns the step saved on notice."""
+    _, experiment_cls = _experiment_classes(kind)
+    experiment = with_save_on_notice(experiment_cls)(cfg)
+    experiment.run()
+    return experiment.save_on_notice.stopped_at_step
+
+
+def main(argv: list[str] | None = None) -> int:
+    import ray
+    from skyrl.train.utils import initialize_ray, validate_cfg
+
+    args = list(sys.argv[1:] if argv is None else argv)
+    kind = os.environ.get(EXPERIMENT_ENV, "dapo")
+    config_cls, _ = _experiment_classes(kind)
+    cfg = config_cls.from_cli_overrides(args)
+    validate_cfg(cfg)
+    initialize_ray(cfg)
+    # Imported by module name (also under `python -m`) so Ray ships a reference, not a pickled copy of __main__.
+    from beam_slurm.skyrl.entrypoint import _run_experiment
+
+    # Same placement as SkyRL's own entrypoint: one CPU, wherever Ray puts it.
+    task = ray.remote(num_cpus=1)(_run_experiment)
+    stopped_at = ray.get(task.remote(cfg, kind))
+    if stopped_at is not None:
+        print(f"stopped on notice after saving step {stopped_at}; the next attempt resumes from it", flush=True)
+    else:
+        print("training finished", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

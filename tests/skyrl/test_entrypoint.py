@@ -1,0 +1,154 @@
+"""Save-on-notice inside SkyRL: our callback against SkyRL 0.3.0's real callback classes and config.
+
+What runs here (CPU, .venv-skyrl): SaveOnNoticeCallback through SkyRL's CallbackHandler and TrainingControl, with a
+real SkyRLTrainConfig as trainer.cfg. The training loop itself needs GPUs; `LoopDouble` below is a test double that
+reproduces only the control flow of RayPPOTrainer.train() that the callback relies on, and
+test_trainer_loop_still_has_the_hooks_we_rely_on pins that control flow in the installed trainer.py so the double
+cannot drift from it silently.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from skyrl_venv import run_in_skyrl_venv
+
+pytestmark = pytest.mark.skyrl
+
+LOOP_DOUBLE = r'''
+import json, os, sys, threading
+from skyrl.train.config.config import SkyRLTrainConfig
+from skyrl.train.utils.callbacks import CallbackHandler, CallbackInput, TrainingControl
+from beam_slurm.skyrl import notice
+from beam_slurm.skyrl.entrypoint import SaveOnNoticeCallback, with_save_on_notice
+
+ckpt, request_at_step = sys.argv[1], int(sys.argv[2])
+cfg = SkyRLTrainConfig.from_cli_overrides([
+    f"trainer.ckpt_path={ckpt}", "trainer.max_training_steps=50", "trainer.ckpt_interval=10",
+    "trainer.eval_interval=5", "trainer.hf_save_interval=10", "trainer.logger=console",
+])
+
+class LoopDouble:
+    """Test double of RayPPOTrainer.train()'s control flow (steps 8-11 and the end-of-training saves)."""
+    def __init__(self, cfg):
+        self.cfg, self.global_step = cfg, 0
+        self._callback_handler, self._training_control = CallbackHandler(), TrainingControl()
+        self.events = []
+    def add_callback(self, cb):
+        self._callback_handler.add(cb)
+    def _fire(self, name, **fields):
+        cb_input = CallbackInput(global_step=self.global_step, epoch=0, total_steps=50, steps_per_epoch=1000, **fields)
+        getattr(self._callback_handler, name)(self, cb_input, self._training_control)
+    def save_checkpoints(self):
+        d = os.path.join(self.cfg.trainer.ckpt_path, f"global_step_{self.global_step}")
+        os.makedirs(os.path.join(d, "policy"), exist_ok=True)
+        with open(os.path.join(self.cfg.trainer.ckpt_path, "latest_ckpt_global_step.txt"), "w") as f:
+            f.write(str(self.global_step))
+        self.events.append(("save", self.global_step))
+        return d
+    def train(self):
+        self._fire("on_train_start")
+        self.global_step = 1
+        will_save = hf_save = False
+        while True:
+            if self.global_step == request_at_step:
+                notice.request_save(self.cfg.trainer.ckpt_path, "SIGUSR1 (test)")
+            self._fire("on_step_end")
+            force_save = self._training_control.should_save
+            self._training_control.should_save = False
+            t = self.cfg.trainer
+            hf_save = t.hf_save_interval > 0 and self.global_step % t.hf_save_interval == 0
+            will_save = force_save or (t.ckpt_interval > 0 and self.global_step % t.ckpt_interval == 0)
+            if will_save:
+                path = self.save_checkpoints()
+                self._fire("on_save", ckpt_path=path)
+            if hf_save:
+                self.events.append(("hf", self.global_step))
+            if t.eval_interval > 0 and self.global_step % t.eval_interval == 0:
+                self.events.append(("eval", self.global_step))
+            self.global_step += 1
+            if t.max_training_steps is not None and self.global_step > t.max_training_steps:
+                break
+        self.global_step -= 1
+        if self.cfg.trainer.ckpt_interval > 0 and not will_save:
+            self._fire("on_save", ckpt_path=self.save_checkpoints())
+        if self.cfg.trainer.hf_save_interval > 0 and not hf_save:
+            self.events.append(("hf", self.global_step))
+        self._fire("on_train_end")
+
+class ExperimentDouble:
+    """Test double of BasePPOExp: only get_trainer, which our subclass extends."""
+    def __init__(self, cfg):
+        self.cfg = cfg
+    def get_trainer(self):
+        return LoopDouble(self.cfg)
+
+exp = with_save_on_notice(ExperimentDouble)(cfg)
+trainer = exp.get_trainer()
+trainer.train()
+print(json.dumps({
+    "events": trainer.events, "last_step": trainer.global_step,
+    "stopped_at": exp.save_on_notice.stopped_at_step,
+    "is_skyrl_callback": type(exp.save_on_notice).__mro__[1].__module__,
+    "saved_since": notice.saved_since(ckpt, 0.0), "pending": notice.pending_request(ckpt),
+    "marker": open(os.path.join(ckpt, "latest_ckpt_global_step.txt")).read(),
+}))
+'''
+
+
+def test_notice_saves_at_next_step_and_stops(tmp_path):
+    out = run_in_skyrl_venv(LOOP_DOUBLE, str(tmp_path), "13")
+    assert out["is_skyrl_callback"] == "skyrl.train.utils.callbacks"
+    # interval saves at 10, then the notice during step 13 saves 13 and stops there: no step 14
+    assert [e for e in out["events"] if e[0] == "save"] == [["save", 10], ["save", 13]]
+    assert out["last_step"] == 13 and out["stopped_at"] == 13 and out["marker"] == "13"
+    # eval at 5 and 10 happened; no eval or HF export spent in the grace period after the notice save
+    assert ["eval", 10] in out["events"] and not any(e[1] > 10 for e in out["events"] if e[0] in ("eval", "hf"))
+    assert out["saved_since"] == 13 and out["pending"] is None
+
+
+def test_notice_on_an_interval_step_saves_once(tmp_path):
+    out = run_in_skyrl_venv(LOOP_DOUBLE, str(tmp_path), "20")
+    assert [e for e in out["events"] if e[0] == "save"] == [["save", 10], ["save", 20]]
+    assert out["last_step"] == 20 and out["saved_since"] == 20
+
+
+def test_without_notice_the_run_is_unchanged(tmp_path):
+    out = run_in_skyrl_venv(LOOP_DOUBLE, str(tmp_path), "0")
+    assert [e[1] for e in out["events"] if e[0] == "save"] == [10, 20, 30, 40, 50]
+    assert out["last_step"] == 50 and out["stopped_at"] is None and out["saved_since"] is None
+    assert [e[1] for e in out["events"] if e[0] == "eval"] == list(range(5, 51, 5))
+
+
+PIN_TRAINER = r'''
+import importlib.util, json, re
+# Read the installed source rather than importing it: trainer.py pulls in the GPU stack.
+text = open(importlib.util.find_spec("skyrl.train.trainer").origin).read()
+def method(name):
+    start = text.index(f"    async def {name}(") if f"    async def {name}(" in text else text.index(f"    def {name}(")
+    end = re.compile(r"\n    (async )?def ").search(text, start + 10).start()
+    return text[start:end]
+src = method("train")
+needles = [
+    'self._fire("on_step_end"',
+    "force_save = self._training_control.should_save",
+    "will_save_ckpts = force_save or ckpt_interval_save",
+    'self._fire("on_save", ckpt_path=ckpt_path)',
+    "self.cfg.trainer.eval_interval > 0 and (",
+    "self.global_step > self.cfg.trainer.max_training_steps",
+    "if self.cfg.trainer.ckpt_interval > 0 and not will_save_ckpts:",
+    "if self.cfg.trainer.hf_save_interval > 0 and not hf_model_save:",
+]
+order = [src.find(n) for n in needles]
+save_src = method("save_checkpoints")
+print(json.dumps({"order": order,
+                  "marker_before_return": save_src.find("latest_ckpt_global_step.txt") < save_src.find("return global_step_folder"),
+                  "has_add_callback": "    def add_callback(self, callback" in text}))
+'''
+
+
+def test_trainer_loop_still_has_the_hooks_we_rely_on():
+    out = run_in_skyrl_venv(PIN_TRAINER)
+    assert all(i >= 0 for i in out["order"]), out["order"]
+    assert out["order"] == sorted(out["order"])
+    assert out["marker_before_return"] and out["has_add_callback"]
