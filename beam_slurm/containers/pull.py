@@ -184,9 +184,10 @@ def pull_image(
         except LockTimeout as err:
             raise PullError(str(err)) from err
         try:
-            record = read_record(target)
-            done_by_other = record_matches(settings, target) and (not force or record.get("imported_at", 0) >= started)
-            if done_by_other:
+            # Finished by another job while we waited: counts even with --force when it finished after we started.
+            record = read_record(target) or {}
+            finished_meanwhile = record.get("imported_at", 0) >= started and record_matches(settings, target)
+            if finished_meanwhile or (not force and record_matches(settings, target, verify=verify)):
                 log(f"{target} was imported by another job while this one waited; skipping")
                 return PullResult(target, "imported-by-other")
             _remove_leftovers(target)
