@@ -1,0 +1,162 @@
+"""Shared pytest fixtures. `slurm_sandbox`: a real multi-node Slurm cluster on this machine (tools/slurm_sandbox.py).
+
+Tests marked `sandbox` are skipped only when not running as root (the sandbox needs network namespaces); when
+running as root a sandbox that fails to come up fails those tests, so CI cannot pass without a real cluster.
+The sandbox is left running after the session (other sessions may share it); set BEAM_SANDBOX_TEARDOWN=1 to stop
+it at the end of a session that started it.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import shlex
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+SANDBOX_TOOL = REPO_ROOT / "tools" / "slurm_sandbox.py"
+NOT_ROOT_REASON = "the Slurm sandbox needs root (network namespaces, system daemons); run the tests as root"
+
+# sacct states after which a job will not run again (a requeued job goes back to PENDING instead).
+FINAL_JOB_STATES = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL",
+                    "DEADLINE", "REVOKED"}
+SACCT_FIELDS = ["JobID", "JobName", "Partition", "State", "ExitCode", "NodeList", "AllocTRES", "Submit", "Start",
+                "End", "Elapsed"]
+
+
+def pytest_collection_modifyitems(config, items):
+    if os.geteuid() == 0:
+        return
+    skip = pytest.mark.skip(reason=NOT_ROOT_REASON)
+    for item in items:
+        if "sandbox" in item.keywords:
+            item.add_marker(skip)
+
+
+@dataclasses.dataclass
+class SlurmSandbox:
+    """Handle on the running sandbox cluster, with small helpers around sbatch/sacct for tests."""
+
+    state_dir: Path
+    """The sandbox's state dir (configs, logs, accounting DB)."""
+    shared_dir: Path
+    """A directory every node sees; put job scripts and outputs here (only /tmp is private to a node)."""
+    nodes: list[str]
+    """Node hostnames, e.g. ["n1", "n2", "n3", "n4"]."""
+    node_ips: dict[str, str]
+    """Hostname -> address on the sandbox bridge."""
+    partitions: list[str]
+    """Partition names: batch (default, never preempted), low (preemptable, REQUEUE), high (preempts low)."""
+    slurm_conf: Path
+    """slurm.conf of the sandbox; exported as SLURM_CONF for the whole test session."""
+    gpus_per_node: int = 8
+    """Fake GPUs (GRES gpu) per node; jobs see CUDA_VISIBLE_DEVICES=0..7."""
+
+    def env(self, extra: dict[str, str] | None = None) -> dict[str, str]:
+        """Environment for Slurm client commands (and, with sbatch's default --export=ALL, for the job)."""
+        env = dict(os.environ)
+        env["SLURM_CONF"] = str(self.slurm_conf)
+        if "/usr/bin" not in env.get("PATH", "").split(os.pathsep):
+            env["PATH"] = env.get("PATH", "") + os.pathsep + "/usr/bin"
+        env.update(extra or {})
+        return env
+
+    def new_dir(self, prefix: str = "test") -> Path:
+        """A fresh directory under shared_dir for one test's scripts and outputs."""
+        path = self.shared_dir / "tests" / f"{prefix}-{uuid.uuid4().hex[:10]}"
+        path.mkdir(parents=True)
+        return path
+
+    def sbatch(self, script: str | os.PathLike, *args: str, env: dict[str, str] | None = None) -> str:
+        """Submit a batch script (a path, or the script text itself) and return the job id.
+
+        args go to sbatch before the script (e.g. "-N2", "--gres=gpu:8"); env adds or overrides variables.
+        """
+        if isinstance(script, str) and ("\n" in script or script.startswith("#!")):
+            path = self.new_dir("sbatch") / "job.sh"
+            path.write_text(script)
+            path.chmod(0o755)
+        else:
+            path = Path(script)
+        proc = subprocess.run(["sbatch", "--parsable", *args, str(path)], capture_output=True, text=True,
+                              env=self.env(env), timeout=60)
+        if proc.returncode != 0:
+            raise RuntimeError(f"sbatch {shlex.join(args)} {path} failed: {proc.stderr.strip()}")
+        return proc.stdout.strip().split(";")[0]
+
+    def sacct(self, job_id: str, allocations_only: bool = False) -> list[dict[str, str]]:
+        """Accounting rows of a job (one per allocation and step), as dicts keyed by SACCT_FIELDS."""
+        args = ["sacct", "-j", str(job_id), "-n", "-P", "-o", ",".join(SACCT_FIELDS)]
+        if allocations_only:
+            args.append("-X")
+        proc = subprocess.run(args, capture_output=True, text=True, env=self.env(), timeout=60)
+        if proc.returncode != 0:
+            raise RuntimeError(f"sacct -j {job_id} failed: {proc.stderr.strip()}")
+        return [dict(zip(SACCT_FIELDS, line.split("|"))) for line in proc.stdout.splitlines() if line]
+
+    def scontrol_job(self, job_id: str) -> dict[str, str]:
+        """`scontrol show job` as a dict (JobState, RestartCnt, Reason, NodeList, ...); empty once Slurm forgot it."""
+        proc = subprocess.run(["scontrol", "-o", "show", "job", str(job_id)], capture_output=True, text=True,
+                              env=self.env(), timeout=60)
+        if proc.returncode != 0:
+            return {}
+        return dict(re.findall(r"(\w+)=(\S*)", proc.stdout.splitlines()[0] if proc.stdout else ""))
+
+    def wait(self, job_id: str, timeout: float = 120) -> str:
+        """Wait until the job has ended for good and return its final sacct state (e.g. "COMPLETED").
+
+        For a job array, all tasks must end; the result is COMPLETED only if every task completed, else the first
+        other state. On timeout, raises TimeoutError with the job's scontrol record.
+        """
+        deadline = time.monotonic() + timeout
+        interval = 0.2
+        while True:
+            states = [row["State"].split()[0] for row in self.sacct(job_id, allocations_only=True)]
+            if states and all(state in FINAL_JOB_STATES for state in states):
+                return next((state for state in states if state != "COMPLETED"), "COMPLETED")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"job {job_id} not finished after {timeout:.0f} s; sacct states {states}; "
+                                   f"scontrol: {self.scontrol_job(job_id)}")
+            time.sleep(interval)
+            interval = min(interval * 1.5, 2.0)
+
+    def cancel(self, job_id: str) -> None:
+        """scancel the job (no error if it already ended)."""
+        subprocess.run(["scancel", str(job_id)], capture_output=True, env=self.env(), timeout=60)
+
+
+def _sandbox_command(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(SANDBOX_TOOL), *args], capture_output=True, text=True, timeout=300)
+
+
+@pytest.fixture(scope="session")
+def slurm_sandbox() -> SlurmSandbox:
+    """The running sandbox (brought up, or repaired, if needed). Fails the test if it cannot come up as root."""
+    if os.geteuid() != 0:
+        pytest.skip(NOT_ROOT_REASON)
+    was_up = _sandbox_command("status").returncode == 0
+    proc = _sandbox_command("up")
+    if proc.returncode != 0:
+        pytest.fail(f"Slurm sandbox did not come up:\n{proc.stdout}\n{proc.stderr}", pytrace=False)
+    sys.path.insert(0, str(SANDBOX_TOOL.parent))
+    try:
+        import slurm_sandbox as tool
+    finally:
+        sys.path.remove(str(SANDBOX_TOOL.parent))
+    layout = tool.Layout(Path(os.environ.get("BEAM_SANDBOX_DIR", tool.DEFAULT_STATE_DIR)).absolute())
+    nodes = tool.make_nodes(tool.configured_nodes(layout) or 4)
+    sandbox = SlurmSandbox(
+        state_dir=layout.root, shared_dir=layout.shared, nodes=[n.name for n in nodes],
+        node_ips={n.name: n.ip for n in nodes}, partitions=["batch", "low", "high"], slurm_conf=layout.slurm_conf,
+        gpus_per_node=tool.GPUS_PER_NODE)
+    # Code under test calls sbatch/sacct itself; let it find the sandbox.
+    os.environ["SLURM_CONF"] = str(layout.slurm_conf)
+    yield sandbox
+    if os.environ.get("BEAM_SANDBOX_TEARDOWN") == "1" and not was_up:
+        _sandbox_command("down")

@@ -1,0 +1,117 @@
+"""Real jobs on the sandbox cluster: multi-node placement, fake GPUs, accounting, signals and preemption."""
+from __future__ import annotations
+
+import ipaddress
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.sandbox
+
+SANDBOX_SUBNET = ipaddress.ip_network("10.77.0.0/24")
+
+
+def wait_for_file_text(path, needle: str, timeout: float) -> str:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        text = path.read_text() if path.exists() else ""
+        if needle in text:
+            return text
+        time.sleep(0.5)
+    raise AssertionError(f"{needle!r} not in {path} after {timeout:.0f} s; it holds:\n"
+                         f"{path.read_text() if path.exists() else '(missing)'}")
+
+
+def test_two_node_job_sees_own_hosts_ips_and_eight_gpus(slurm_sandbox):
+    work = slurm_sandbox.new_dir("two-node")
+    script = f"""#!/bin/bash
+#SBATCH --job-name=two-node --nodes=2 --ntasks-per-node=1 --gres=gpu:8 --mem=200 --time=2
+#SBATCH --output={work}/slurm-%j.out
+srun bash -c 'echo "TASK $SLURM_PROCID $(hostname) $(hostname -I | tr -d " ") $CUDA_VISIBLE_DEVICES"' > {work}/tasks.txt
+"""
+    job_id = slurm_sandbox.sbatch(script)
+    assert slurm_sandbox.wait(job_id, timeout=90) == "COMPLETED", (work / f"slurm-{job_id}.out").read_text()
+
+    lines = [line.split() for line in (work / "tasks.txt").read_text().splitlines() if line.startswith("TASK")]
+    assert len(lines) == 2, lines
+    hostnames = {fields[2] for fields in lines}
+    ips = {fields[3] for fields in lines}
+    assert len(hostnames) == 2 and hostnames <= set(slurm_sandbox.nodes), lines
+    assert len(ips) == 2 and all(ipaddress.ip_address(ip) in SANDBOX_SUBNET for ip in ips), lines
+    assert {slurm_sandbox.node_ips[fields[2]] for fields in lines} == ips, "each task runs with its node's own IP"
+    assert all(fields[4] == "0,1,2,3,4,5,6,7" for fields in lines), lines
+
+    rows = slurm_sandbox.sacct(job_id)
+    allocation = next(row for row in rows if row["JobID"] == job_id)
+    assert allocation["State"] == "COMPLETED"
+    assert "gres/gpu=16" in allocation["AllocTRES"]
+    step = next(row for row in rows if row["JobID"] == f"{job_id}.0")
+    assert step["State"] == "COMPLETED" and step["ExitCode"] == "0:0"
+
+
+def test_two_jobs_share_a_node_and_tmp_is_private_per_node(slurm_sandbox):
+    work = slurm_sandbox.new_dir("share")
+    # Both jobs pinned to n1 with half its GPUs each: they must run at the same time (sharing the node).
+    script = f"""#!/bin/bash
+#SBATCH --nodes=1 --nodelist=n1 --gres=gpu:4 --cpus-per-task=1 --mem=200 --time=2
+#SBATCH --output={work}/slurm-%j.out
+echo "$SLURM_JOB_ID" > /tmp/marker-$SLURM_JOB_ID
+echo "START $SLURM_JOB_ID $(date +%s.%N)" >> {work}/events.txt
+sleep 4
+echo "END $SLURM_JOB_ID $(date +%s.%N) $(ls /tmp | grep -c marker-)" >> {work}/events.txt
+"""
+    first, second = slurm_sandbox.sbatch(script), slurm_sandbox.sbatch(script)
+    assert slurm_sandbox.wait(first, 60) == "COMPLETED" and slurm_sandbox.wait(second, 60) == "COMPLETED"
+    events = {(kind, job): float(stamp) for kind, job, stamp, *_ in
+              (line.split() for line in (work / "events.txt").read_text().splitlines())}
+    assert events[("START", second)] < events[("END", first)], f"jobs did not overlap: {events}"
+
+    # /tmp of n1 is the node's own: the markers are there, not in this (host) /tmp nor on n2.
+    on_n2 = f"""#!/bin/bash
+#SBATCH --nodes=1 --nodelist=n2 --mem=100 --time=1 --output={work}/n2.out
+ls /tmp | grep -c marker- || true
+"""
+    probe = slurm_sandbox.sbatch(on_n2)
+    assert slurm_sandbox.wait(probe, 60) == "COMPLETED"
+    assert (work / "n2.out").read_text().split() == ["0"]
+    assert not (Path("/tmp") / f"marker-{first}").exists() and not (Path("/tmp") / f"marker-{second}").exists()
+
+
+def test_srun_from_inside_a_job_reaches_the_controller_on_every_node(slurm_sandbox):
+    work = slurm_sandbox.new_dir("inner")
+    script = f"""#!/bin/bash
+#SBATCH --nodes=2 --ntasks-per-node=1 --mem=200 --time=2 --output={work}/slurm-%j.out
+srun --ntasks=2 bash -c 'scontrol show job $SLURM_JOB_ID | grep -o "JobState=[A-Z]*"; which srun'
+"""
+    job_id = slurm_sandbox.sbatch(script)
+    assert slurm_sandbox.wait(job_id, 60) == "COMPLETED"
+    out = (work / f"slurm-{job_id}.out").read_text()
+    assert out.count("JobState=RUNNING") == 2, out
+    assert out.count("/usr/bin/srun") == 2, out
+
+
+@pytest.mark.slow
+def test_preempted_low_job_gets_signal_and_is_requeued(slurm_sandbox):
+    """A `high` job takes the node of a `low` job: the low batch shell gets USR1, then Slurm requeues it."""
+    work = slurm_sandbox.new_dir("preempt")
+    log = work / "low.log"
+    low_script = f"""#!/bin/bash
+#SBATCH --partition=low --nodes=1 --nodelist=n4 --gres=gpu:8 --mem=200 --time=5 --requeue
+#SBATCH --signal=B:USR1@30 --open-mode=append --output={work}/low-%j.out
+trap 'echo "USR1 restart=${{SLURM_RESTART_COUNT:-0}}" >> {log}' USR1
+echo "START restart=${{SLURM_RESTART_COUNT:-0}}" >> {log}
+if [ "${{SLURM_RESTART_COUNT:-0}}" -ge 1 ]; then exit 0; fi
+for i in $(seq 600); do sleep 0.2; done
+"""
+    low = slurm_sandbox.sbatch(low_script)
+    wait_for_file_text(log, "START restart=0", 60)
+    high = slurm_sandbox.sbatch(f"""#!/bin/bash
+#SBATCH --partition=high --nodes=1 --nodelist=n4 --gres=gpu:8 --mem=200 --time=2 --output={work}/high-%j.out
+sleep 1
+""")
+    wait_for_file_text(log, "USR1 restart=0", 30)
+    assert slurm_sandbox.wait(high, 90) == "COMPLETED"
+    wait_for_file_text(log, "START restart=1", 120)
+    assert slurm_sandbox.wait(low, 60) == "COMPLETED"
+    assert slurm_sandbox.scontrol_job(low).get("Restarts") == "1"
