@@ -1,0 +1,100 @@
+"""Start and stop this node's Ray processes for one job, without touching any other job's Ray.
+
+`ray start` (without --block) spawns the GCS, raylet, dashboard and agents and exits; they are re-parented and
+escape Slurm's step tracking under proctrack/linuxproc. We launch `ray start` as the leader of a new session, so
+every Ray process of this job on this node shares one process group, and stop exactly that group. A global
+`ray stop` would kill every Ray on the node, including another job's (ray#12264).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Mapping, Sequence
+
+
+def group_members(pgid: int) -> list[int]:
+    """PIDs of live (non-zombie) processes in process group `pgid`, from /proc."""
+    members = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        # Fields after the parenthesised command: state ppid pgrp ...
+        fields = stat.rsplit(")", 1)[1].split()
+        if fields[0] != "Z" and int(fields[2]) == pgid:
+            members.append(int(entry))
+    return members
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+class LocalRay:
+    """This job's Ray processes on this node."""
+
+    def __init__(self, temp_dir: Path, log_path: Path):
+        self.temp_dir = temp_dir
+        """Per-job temp dir (`--temp-dir`); also where the process-group id is recorded."""
+        self.log_path = log_path
+        """File receiving the output of `ray start`."""
+        self.pgid: int | None = None
+
+    @property
+    def _pgid_file(self) -> Path:
+        return self.temp_dir / "beam-ray.pgid"
+
+    def start(self, ray_start_args: Sequence[str], env: Mapping[str, str], ray_executable: str) -> None:
+        """Run `ray start ...` (not --block) in a new session and wait for it; RuntimeError with the log tail."""
+        self.temp_dir.mkdir(parents=True, exist_ok=True)
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "ab") as log:
+            proc = subprocess.Popen([ray_executable, "start", *ray_start_args], env=dict(env), stdout=log,
+                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+            self.pgid = proc.pid
+            self._pgid_file.write_text(str(proc.pid))
+            status = proc.wait()
+        if status != 0:
+            tail = self.log_path.read_text(errors="replace").strip().splitlines()[-8:]
+            self.stop(grace_s=2.0)
+            raise RuntimeError(f"ray start exited with {status}; last lines of {self.log_path}:\n  " + "\n  ".join(tail))
+
+    def process_pid(self, needle: str) -> int | None:
+        """PID of the first process of this job's Ray whose command line contains `needle` (e.g. '/raylet')."""
+        if self.pgid is None:
+            return None
+        for pid in group_members(self.pgid):
+            if needle in _cmdline(pid):
+                return pid
+        return None
+
+    def alive(self, needles: Sequence[str] = ("/raylet/raylet",)) -> bool:
+        """True while every named process (the raylet by default; add 'gcs_server' on the head) is running."""
+        return all(self.process_pid(needle) is not None for needle in needles)
+
+    def stop(self, grace_s: float = 3.0) -> None:
+        """SIGTERM this job's Ray process group, SIGKILL whatever is left after `grace_s`."""
+        if self.pgid is None and self._pgid_file.exists():
+            self.pgid = int(self._pgid_file.read_text())
+        if self.pgid is None:
+            return
+        for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 2.0)):
+            if not group_members(self.pgid):
+                break
+            try:
+                os.killpg(self.pgid, sig)
+            except ProcessLookupError:
+                break
+            deadline = time.monotonic() + wait_s
+            while time.monotonic() < deadline and group_members(self.pgid):
+                time.sleep(0.2)

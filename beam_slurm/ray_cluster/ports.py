@@ -1,0 +1,155 @@
+"""Per-job Ray ports: one block of the configured range per job, chosen from SLURM_JOB_ID, checked by binding.
+
+Ray's defaults (GCS 6379, client 10001, dashboard 8265, workers 10002-19999, the rest random) collide as soon as two
+jobs share a node. Here job J starts at block `J mod n_blocks`; a node whose block is taken (another job with the same
+residue, or a stray process) moves on to the next free block. The head publishes the block it took, workers start
+their search there, so in the common case every node of a job uses the same numbers.
+"""
+
+from __future__ import annotations
+
+import socket
+from dataclasses import dataclass
+from typing import Callable
+
+from beam_slurm.ray_cluster.settings import RaySettings
+
+# Offsets of the fixed ports inside a block; the worker ports take the rest of the block from FIXED_PORTS on.
+_FIXED_OFFSETS = {
+    "gcs": 0,
+    "client_server": 1,
+    "dashboard": 2,
+    "node_manager": 3,
+    "object_manager": 4,
+    "dashboard_agent_listen": 5,
+    "dashboard_agent_grpc": 6,
+    "runtime_env_agent": 7,
+    "metrics_export": 8,
+}
+FIXED_PORTS = 16
+"""Ports reserved at the start of each block for the fixed listeners (9 used, the rest spare)."""
+PORT_NAMES = tuple(_FIXED_OFFSETS) + ("min_worker", "max_worker")
+"""Names accepted by `RaySettings.port_overrides`."""
+
+
+@dataclass(frozen=True)
+class RayPorts:
+    """Every port one node's Ray listens on."""
+
+    block: int
+    """Index of the block in the range these ports were derived from (-1 when every port was overridden)."""
+    gcs: int
+    """GCS server (`ray start --port`); the address clients and workers connect to. Head only."""
+    client_server: int
+    """Ray client server (`ray://`), head only."""
+    dashboard: int
+    """Dashboard HTTP, head only."""
+    node_manager: int
+    """Raylet."""
+    object_manager: int
+    """Object manager (object transfer between nodes)."""
+    dashboard_agent_listen: int
+    """Per-node dashboard agent HTTP."""
+    dashboard_agent_grpc: int
+    """Per-node dashboard agent gRPC."""
+    runtime_env_agent: int
+    """Per-node runtime-env agent."""
+    metrics_export: int
+    """Per-node Prometheus metrics."""
+    min_worker: int
+    """First port of the worker range (one per Ray worker process)."""
+    max_worker: int
+    """Last port of the worker range, inclusive."""
+
+    def all_ports(self, head: bool) -> list[int]:
+        """Every port this node will listen on (the head-only ones only on the head)."""
+        fixed = [self.node_manager, self.object_manager, self.dashboard_agent_listen, self.dashboard_agent_grpc,
+                 self.runtime_env_agent, self.metrics_export]
+        if head:
+            fixed += [self.gcs, self.client_server, self.dashboard]
+        return fixed + list(range(self.min_worker, self.max_worker + 1))
+
+    def ray_start_args(self, head: bool) -> list[str]:
+        """The `ray start` options that pin these ports."""
+        args = [
+            f"--node-manager-port={self.node_manager}",
+            f"--object-manager-port={self.object_manager}",
+            f"--dashboard-agent-listen-port={self.dashboard_agent_listen}",
+            f"--dashboard-agent-grpc-port={self.dashboard_agent_grpc}",
+            f"--runtime-env-agent-port={self.runtime_env_agent}",
+            f"--metrics-export-port={self.metrics_export}",
+            f"--min-worker-port={self.min_worker}",
+            f"--max-worker-port={self.max_worker}",
+        ]
+        if head:
+            args = [f"--port={self.gcs}", f"--ray-client-server-port={self.client_server}",
+                    f"--dashboard-port={self.dashboard}"] + args
+        return args
+
+
+def block_count(settings: RaySettings) -> int:
+    """How many job blocks fit in the configured range."""
+    return (settings.port_range_end - settings.port_range_start) // settings.ports_per_job
+
+
+def first_block(job_id: int, settings: RaySettings) -> int:
+    """The block job `job_id` tries first."""
+    return int(job_id) % block_count(settings)
+
+
+def ports_for_block(block: int, settings: RaySettings) -> RayPorts:
+    """The ports of block `block`, with `settings.port_overrides` applied on top."""
+    base = settings.port_range_start + block * settings.ports_per_job
+    values: dict[str, int] = {name: base + offset for name, offset in _FIXED_OFFSETS.items()}
+    values["min_worker"] = base + FIXED_PORTS
+    values["max_worker"] = base + settings.ports_per_job - 1
+    values.update(settings.port_overrides)
+    return RayPorts(block=block, **values)
+
+
+def port_is_free(port: int, host: str = "") -> bool:
+    """True when a TCP listener could bind `port` on `host` now (all addresses when empty)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        # Same option Ray's gRPC servers set: a port in TIME_WAIT is usable, one with a listener is not.
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def ephemeral_range() -> tuple[int, int] | None:
+    """The kernel's ephemeral port range, or None where it cannot be read."""
+    try:
+        low, high = open("/proc/sys/net/ipv4/ip_local_port_range").read().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return None
+
+
+def choose_ports(settings: RaySettings, job_id: int, head: bool, start_block: int | None = None,
+                 is_free: Callable[[int], bool] = port_is_free) -> RayPorts:
+    """The first block, from `start_block` (default: the job's own), whose ports are all free on this node.
+
+    Overridden ports are not probed past the first candidate: the user asked for them, a clash then surfaces as
+    Ray's own bind error. Raises RuntimeError when no block of the range is free.
+    """
+    count = block_count(settings)
+    start = first_block(job_id, settings) if start_block is None else start_block % count
+    if len(settings.port_overrides) == len(PORT_NAMES):
+        ports = ports_for_block(start, settings)
+        return RayPorts(**{**ports.__dict__, "block": -1})
+    busy_seen: list[str] = []
+    for step in range(count):
+        block = (start + step) % count
+        ports = ports_for_block(block, settings)
+        overridden = set(settings.port_overrides.values())
+        busy = [p for p in ports.all_ports(head) if p not in overridden and not is_free(p)]
+        if not busy:
+            return ports
+        busy_seen.append(f"block {block}: port {busy[0]} in use")
+    raise RuntimeError(
+        f"no free block of {settings.ports_per_job} ports in {settings.port_range_start}-{settings.port_range_end} "
+        f"on {socket.gethostname()} ({'; '.join(busy_seen[:3])}...); widen ray.port_range_start/port_range_end"
+    )

@@ -1,0 +1,76 @@
+"""Files on shared storage through which the nodes of one Ray step find each other.
+
+One folder per attempt and step under the job's private folder: `<job dir>/rendezvous/<attempt>.<step>/` so that a
+requeued attempt (or a second Ray step in the same job) never reads the previous one's head address.
+
+- `node-<rank>.json`: written by each node when it starts (host, IP, the GPUs Slurm gave it).
+- `head.json`: written by the head once its GCS is up (address, port block). Workers wait for it.
+- `ready.json`: written by the head once every node and GPU registered (times, for logs and the benchmark).
+- `ended.json`: written by the head when the driver finished (its status); workers then stop their Ray and exit 0.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+
+def write_json_atomically(path: Path, payload: dict[str, Any]) -> None:
+    """Write JSON via a temporary file in the same folder and rename, so readers never see half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as handle:
+            json.dump(payload, handle, sort_keys=True)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp_name, path)
+    except BaseException:
+        Path(tmp_name).unlink(missing_ok=True)
+        raise
+
+
+def read_json(path: Path) -> dict[str, Any] | None:
+    """The JSON object in `path`, or None when the file does not exist (yet)."""
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+
+
+class Rendezvous:
+    """Paths and reads/writes of one attempt's rendezvous folder."""
+
+    def __init__(self, job_folder: Path, attempt: int, step: str):
+        self.folder = job_folder / "rendezvous" / f"{attempt}.{step}"
+
+    def node_file(self, rank: int) -> Path:
+        return self.folder / f"node-{rank}.json"
+
+    @property
+    def head_file(self) -> Path:
+        return self.folder / "head.json"
+
+    @property
+    def ready_file(self) -> Path:
+        return self.folder / "ready.json"
+
+    @property
+    def ended_file(self) -> Path:
+        return self.folder / "ended.json"
+
+    def publish_node(self, rank: int, info: dict[str, Any]) -> None:
+        write_json_atomically(self.node_file(rank), {**info, "rank": rank, "time": time.time()})
+
+    def nodes(self) -> dict[int, dict[str, Any]]:
+        """Every node file present now, by rank."""
+        found: dict[int, dict[str, Any]] = {}
+        for path in self.folder.glob("node-*.json"):
+            info = read_json(path)
+            if info is not None:
+                found[int(info["rank"])] = info
+        return found

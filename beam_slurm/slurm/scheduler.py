@@ -1,0 +1,123 @@
+"""Every call this package makes to the Slurm commands (scontrol, srun, squeue, sacct) goes through this module.
+
+Functions either return parsed data or raise `SlurmCommandError` carrying the command and Slurm's own message.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+from dataclasses import dataclass, field
+from typing import Mapping, Sequence
+
+
+class SlurmCommandError(RuntimeError):
+    """A Slurm command failed; the message holds the command line and its stderr."""
+
+
+def _run(argv: Sequence[str], timeout_s: float = 60.0) -> str:
+    try:
+        done = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout_s, check=False)
+    except FileNotFoundError as exc:
+        raise SlurmCommandError(f"{argv[0]} not found on PATH; run this inside a Slurm cluster") from exc
+    except subprocess.TimeoutExpired as exc:
+        raise SlurmCommandError(f"{shlex.join(argv)} did not answer within {timeout_s:.0f} s") from exc
+    if done.returncode != 0:
+        raise SlurmCommandError(f"{shlex.join(argv)} failed ({done.returncode}): {done.stderr.strip() or done.stdout.strip()}")
+    return done.stdout
+
+
+def expand_hostnames(nodelist: str) -> list[str]:
+    """`n[1-3],gpu7` -> ['n1', 'n2', 'n3', 'gpu7'] (scontrol show hostnames), in Slurm's order."""
+    if not nodelist:
+        return []
+    return _run(["scontrol", "show", "hostnames", nodelist]).split()
+
+
+def requeue(job_id: str | int) -> None:
+    """`scontrol requeue <job_id>`: the job goes back to pending; its steps are cancelled and the batch script
+    starts again from its first line with SLURM_RESTART_COUNT+1."""
+    _run(["scontrol", "requeue", str(job_id)])
+
+
+def job_info(job_id: str | int) -> dict[str, str]:
+    """`scontrol show job -o <id>` as a dict (JobState, RunTime, TimeLimit, NodeList, Restarts, ...)."""
+    text = _run(["scontrol", "show", "job", "-o", str(job_id)]).strip()
+    info: dict[str, str] = {}
+    for token in shlex.split(text):
+        key, sep, value = token.partition("=")
+        if sep:
+            info[key] = value
+    return info
+
+
+def job_state(job_id: str | int) -> str:
+    """The job's state as squeue shows it (PENDING, RUNNING, ...), or '' once squeue no longer lists it."""
+    out = _run(["squeue", "--noheader", "--format=%T", f"--jobs={job_id}"])
+    return out.strip().splitlines()[0].strip() if out.strip() else ""
+
+
+def accounting_states(job_id: str | int) -> dict[str, str]:
+    """`sacct` state of the job and each of its steps: {'123': 'COMPLETED', '123.batch': ..., '123.0': ...}."""
+    out = _run(["sacct", "--noheader", "--parsable2", "--format=JobID,State", f"--jobs={job_id}"])
+    states: dict[str, str] = {}
+    for line in out.splitlines():
+        if "|" in line:
+            step, state = line.split("|", 1)
+            states[step] = state.split()[0] if state else ""
+    return states
+
+
+@dataclass
+class AllocationInfo:
+    """What the batch shell knows about its allocation from Slurm's environment."""
+
+    job_id: str
+    """SLURM_JOB_ID."""
+    restart_count: int
+    """SLURM_RESTART_COUNT (0 on the first attempt, +1 per requeue)."""
+    nodes: list[str]
+    """Expanded SLURM_JOB_NODELIST."""
+    cpus_on_node: int
+    """SLURM_CPUS_ON_NODE of the batch host (homogeneous nodes assumed)."""
+    gpus_on_node: int
+    """SLURM_GPUS_ON_NODE of the batch host, 0 when unset."""
+    extra: dict[str, str] = field(default_factory=dict)
+    """Other SLURM_* variables worth logging."""
+
+
+def allocation_from_env(environ: Mapping[str, str] | None = None) -> AllocationInfo:
+    """Read the allocation from the batch shell's environment; raises SlurmCommandError outside a job."""
+    environ = os.environ if environ is None else environ
+    job_id = environ.get("SLURM_JOB_ID", "")
+    if not job_id:
+        raise SlurmCommandError("SLURM_JOB_ID is not set: run this inside an sbatch/salloc allocation")
+    nodelist = environ.get("SLURM_JOB_NODELIST", "") or environ.get("SLURM_NODELIST", "")
+    return AllocationInfo(
+        job_id=job_id,
+        restart_count=int(environ.get("SLURM_RESTART_COUNT", "0") or 0),
+        nodes=expand_hostnames(nodelist),
+        cpus_on_node=int(environ.get("SLURM_CPUS_ON_NODE", "0") or 0),
+        gpus_on_node=int(environ.get("SLURM_GPUS_ON_NODE", "0") or 0),
+        extra={k: environ[k] for k in ("SLURM_JOB_NAME", "SLURM_SUBMIT_DIR", "SLURM_JOB_PARTITION") if k in environ},
+    )
+
+
+def srun_per_node(nodes: int, command: Sequence[str], *, cpus_per_task: int = 0, gpus_per_node: int = 0,
+                  kill_on_bad_exit: bool = True, job_name: str = "", extra_args: Sequence[str] = ()) -> list[str]:
+    """argv of one srun step running `command` once on each of `nodes` nodes of the current allocation.
+
+    The step asks for every CPU and GPU of the node explicitly: a step gets one CPU per task by default, and under
+    task/cgroup that one CPU would be all Ray could use.
+    """
+    argv = ["srun", f"--nodes={nodes}", f"--ntasks={nodes}", "--ntasks-per-node=1",
+            f"--kill-on-bad-exit={1 if kill_on_bad_exit else 0}", "--wait=0"]
+    if cpus_per_task > 0:
+        argv.append(f"--cpus-per-task={cpus_per_task}")
+    if gpus_per_node > 0:
+        argv.append(f"--gpus-per-node={gpus_per_node}")
+    if job_name:
+        argv.append(f"--job-name={job_name}")
+    argv += list(extra_args)
+    return argv + list(command)
