@@ -127,6 +127,9 @@ class RolloutConfig:
     """vLLM weight quantization; set to mxfp8 by precision=mxfp8 (MXFP8 rollouts)."""
     attention: str = "fa4"
     """Flash Attention version for rollouts: fa4 or fa2 (fa2 lowers the MXFP8 log-prob gap from ~0.03 to ~0.02)."""
+    executor_backend: str = "ray"
+    """vLLM's distributed executor: ray (needed when one replica spans nodes, as TP8 x PP2 does) or mp (one node).
+    Stock SkyRL 0.3.0 accepts R3 only with mp; the seed's Beam branch lifts that for multi-node replicas."""
     routing_replay: bool = True
     """Rollout Routing Replay (R3): vLLM returns routed experts and Megatron replays them (seed)."""
 

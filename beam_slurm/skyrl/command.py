@@ -112,10 +112,21 @@ def skyrl_settings(cfg) -> list[tuple[str, object]]:
             ("trainer.policy.model.lora.rank", cfg.lora.rank),
             ("trainer.policy.model.lora.alpha", cfg.lora.alpha),
             ("trainer.policy.model.lora.target_modules", cfg.lora.target_modules),
+            # Adapters stay separate and are synced into vLLM's adapter slots (SkyRL merges them by default).
+            ("trainer.policy.megatron_config.lora_config.merge_lora", not cfg.lora.per_expert_slots),
         ]
     else:
-        offload = not p.optimizer_state_disk_dir
-        kv += [("trainer.policy.megatron_config.optimizer_config_kwargs.optimizer_cpu_offload", offload)]
+        # The optimizer lives off the GPU either way: in host RAM, or streamed to OPTIMIZER_STATE_DISK_DIR (env).
+        kv += [
+            ("trainer.policy.megatron_config.optimizer_config_kwargs.optimizer_cpu_offload", True),
+            ("trainer.policy.megatron_config.optimizer_config_kwargs.optimizer_offload_fraction", 1.0),
+        ]
+    if cfg.precision == "mxfp8":
+        # Megatron's MXFP8 recipe covers the linear layers of attention and MLP; router and norms keep their precision.
+        kv += [
+            ("trainer.policy.megatron_config.transformer_config_kwargs.fp8", "e4m3"),
+            ("trainer.policy.megatron_config.transformer_config_kwargs.fp8_recipe", "mxfp8"),
+        ]
     kv += [
         # placement
         ("trainer.placement.colocate_all", cfg.trainer.placement_colocated),
@@ -145,6 +156,7 @@ def skyrl_settings(cfg) -> list[tuple[str, object]]:
         ("trainer.export_path", p.export_path),
         ("trainer.run_name", cfg.run_name),
         ("trainer.logger", cfg.trainer.logger),
+        ("trainer.log_path", f"{p.log_dir}/skyrl"),
         # generation
         ("generator.n_samples_per_prompt", b.responses_per_prompt),
         ("generator.eval_n_samples_per_prompt", cfg.eval.responses_per_problem),
@@ -155,6 +167,7 @@ def skyrl_settings(cfg) -> list[tuple[str, object]]:
         ("generator.inference_engine.tensor_parallel_size", r.tensor_parallel),
         ("generator.inference_engine.pipeline_parallel_size", r.pipeline_parallel),
         ("generator.inference_engine.gpu_memory_utilization", r.gpu_memory_utilization),
+        ("generator.inference_engine.distributed_executor_backend", r.executor_backend),
         ("generator.inference_engine.enable_return_routed_experts", r.routing_replay),
     ]
     if r.kv_cache_dtype != "auto":
@@ -183,6 +196,12 @@ def skyrl_env(cfg) -> dict[str, str]:
     }
     if not cfg.is_lora:
         env["OPTIMIZER_STATE_DISK_DIR"] = cfg.paths.optimizer_state_disk_dir or ""
+    if cfg.is_lora:
+        # The seed's LoRA extras have no SkyRL 0.3.0 key; the Beam branch of SkyRL reads them from its launch scripts'
+        # environment. They are passed the same way so the settings stay visible and overridable here.
+        env["BEAM_LORA_PER_EXPERT_SLOTS"] = "1" if cfg.lora.per_expert_slots else "0"
+        env["BEAM_LORA_PINNED_HOST_STAGING"] = "1" if cfg.lora.pinned_host_staging else "0"
+        env["BEAM_LORA_SP_REGATHER"] = "1" if cfg.lora.sequence_parallel_regather else "0"
     if cfg.rollout.attention == "fa2":
         env["VLLM_FLASH_ATTN_VERSION"] = "2"
     env.update({k: str(v) for k, v in cfg.trainer.extra_env.items()})

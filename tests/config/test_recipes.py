@@ -66,6 +66,10 @@ def test_lora_16gpu():
     ov = overrides_of(cfg)
     assert ov["trainer.train_batch_size"] == ov["trainer.policy_mini_batch_size"] == "32"  # one update per step
     assert ov["trainer.placement.colocate_all"] == "true"
+    assert ov["trainer.policy.megatron_config.lora_config.merge_lora"] == "false"  # adapters synced into vLLM slots
+    env = skyrl_launch(cfg).env
+    assert env["BEAM_LORA_PER_EXPERT_SLOTS"] == env["BEAM_LORA_PINNED_HOST_STAGING"] == env["BEAM_LORA_SP_REGATHER"] == "1"
+    assert ov["trainer.fused_lm_head_logprob"] == "true"
 
 
 def test_lora_32gpu_reference_run():
@@ -87,7 +91,8 @@ def test_bf16_64gpu_full_finetune():
     assert cfg.paths.optimizer_state_disk_dir == "/scratch/optimizer_state"
     ov = overrides_of(cfg)
     assert "trainer.policy.model.lora.rank" not in ov
-    assert ov["trainer.policy.megatron_config.optimizer_config_kwargs.optimizer_cpu_offload"] == "false"
+    assert ov["trainer.policy.megatron_config.optimizer_config_kwargs.optimizer_cpu_offload"] == "true"
+    assert ov["trainer.policy.megatron_config.optimizer_config_kwargs.optimizer_offload_fraction"] == "1.0"
     assert skyrl_launch(cfg).env["OPTIMIZER_STATE_DISK_DIR"] == "/scratch/optimizer_state"
     assert checkpoints_kept(cfg) == 2
 
@@ -96,7 +101,8 @@ def test_bf16_empty_optimizer_dir_means_cpu_optimizer(monkeypatch):
     monkeypatch.setenv("OPTIMIZER_STATE_DISK_DIR", "")
     cfg = load("bf16_64gpu")
     assert cfg.paths.optimizer_state_disk_dir == ""
-    assert overrides_of(cfg)["trainer.policy.megatron_config.optimizer_config_kwargs.optimizer_cpu_offload"] == "true"
+    assert skyrl_launch(cfg).env["OPTIMIZER_STATE_DISK_DIR"] == ""
+    assert "OPTIMIZER_STATE_DISK_DIR" not in skyrl_launch(load("lora_32gpu")).env
 
 
 def test_mxfp8_64gpu():
@@ -113,6 +119,8 @@ def test_mxfp8_64gpu():
     assert ov["generator.inference_engine.engine_init_kwargs.quantization"] == "mxfp8"
     assert "generator.inference_engine.engine_init_kwargs.kv_cache_dtype" not in ov
     assert "VLLM_FLASH_ATTN_VERSION" not in skyrl_launch(cfg).env
+    assert ov["trainer.policy.megatron_config.transformer_config_kwargs.fp8_recipe"] == "mxfp8"
+    assert "trainer.policy.megatron_config.transformer_config_kwargs.fp8_recipe" not in overrides_of(load("bf16_64gpu"))
 
 
 def test_mxfp8_options(monkeypatch):
