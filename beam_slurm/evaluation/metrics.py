@@ -197,3 +197,10 @@ def compute_details(grades: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
         entry["problems"] = table
         details[source] = entry
     return details
+
+
+def write_results(out_dir, grades: list[dict[str, Any]], metrics: dict[str, dict[str, Any]], extra: dict[str, Any] | None = None):
+    """Write one evaluation's files; see :func:`beam_slurm.evaluation.results.write_results` (the layout's owner)."""
+    from beam_slurm.evaluation.results import write_results as write
+
+    return write(out_dir, grades, metrics, extra)

@@ -1,0 +1,123 @@
+"""`beam-slurm grade --responses FILE.jsonl --out DIR`: grade pre-generated responses with the evaluation's code.
+
+Input: one JSON object per line with "data_source", "problem_id", "sample", "response", "ground_truth" (other
+fields are carried through; "finish_reason" and "response_tokens" feed the length and finish-reason stats).
+Output: ``DIR/metrics.json``, ``DIR/grades.jsonl`` and the other files described in
+:mod:`beam_slurm.evaluation.results`. Exit status 0 on success, 2 on bad input (nothing is written then).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from beam_slurm.evaluation import grading
+from beam_slurm.evaluation.grading_pool import GradingLimits, GradingSetupError, grade_rows_detailed
+from beam_slurm.evaluation.metrics import PASS_AT, GradingInputError, compute_details, compute_metrics
+from beam_slurm.evaluation.results import METRICS_FILE, write_results
+
+
+class _ArgumentParser(argparse.ArgumentParser):
+    def error(self, message: str):  # argparse exits with 2 already; keep its message, name the verb
+        self.print_usage(sys.stderr)
+        self.exit(2, f"beam-slurm grade: {message}\n")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = _ArgumentParser(prog="beam-slurm grade", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--responses", required=True, type=Path, help="JSONL file of responses to grade")
+    parser.add_argument("--out", required=True, type=Path, help="output folder for metrics.json, grades.jsonl, ...")
+    parser.add_argument("--timeout", type=float, default=5.0, help="per-response time bound in seconds (default 5)")
+    parser.add_argument("--workers", type=int, default=0, help="grading processes (default: all usable CPUs)")
+    parser.add_argument("--memory-mb", type=int, default=2048, help="address-space cap per grading process (MiB)")
+    parser.add_argument("--overwrite", action="store_true", help="replace the results already in --out")
+    return parser
+
+
+def read_responses(path: Path) -> list[dict[str, Any]]:
+    """Rows of a JSONL file; raises GradingInputError naming the file and line of any unreadable row."""
+    if not path.is_file():
+        raise GradingInputError(f"--responses {path}: no such file")
+    rows = []
+    with open(path, encoding="utf-8") as handle:
+        for number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError as error:
+                raise GradingInputError(f"{path}:{number}: not valid JSON ({error.msg})") from None
+    return rows
+
+
+def print_summary(metrics: dict[str, dict[str, Any]], details: dict[str, dict[str, Any]], file=None) -> None:
+    """A table of the metrics per data source, with math-verify's view beside the primary rule's."""
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="AIME grading (primary rule = training reward; math-verify as second opinion)")
+    for column in ("data source", "k", "avg@k", *(f"pass@{j}" for j in PASS_AT), "maj@k", "math-verify avg@k",
+                   "agree", "no answer", "timeouts"):
+        table.add_column(column, justify="left" if column == "data source" else "right")
+    for source, entry in metrics.items():
+        extra = details.get(source, {})
+        agreement = extra.get("agreement")
+        table.add_row(
+            source,
+            str(entry["k"]),
+            f"{entry['avg@k']:.4f}",
+            *(f"{entry[f'pass@{j}']:.4f}" if f"pass@{j}" in entry else "-" for j in PASS_AT),
+            f"{entry['maj@k']:.4f}",
+            f"{extra['math_verify_avg@k']:.4f}" if "math_verify_avg@k" in extra else "-",
+            f"{agreement:.3f}" if agreement is not None else "-",
+            str(extra.get("no_answer", "-")),
+            str(entry["timeouts"]),
+        )
+    console = Console(file=file)
+    if not console.is_terminal:
+        console = Console(file=file, width=160)  # logs and pipes: do not squeeze the columns to 80
+    console.print(table)
+
+
+def main(argv: list[str]) -> int:
+    args = _parser().parse_args(argv)
+    if (args.out / METRICS_FILE).exists() and not args.overwrite:
+        print(
+            f"beam-slurm grade: {args.out} already holds results ({METRICS_FILE}); "
+            "pass --overwrite to replace them or choose another --out",
+            file=sys.stderr,
+        )
+        return 2
+    try:
+        limits = GradingLimits(timeout_s=args.timeout, memory_mb=args.memory_mb, workers=args.workers)
+        rows = read_responses(args.responses)
+        padded = grading.zero_padded_ground_truths([str(r.get("ground_truth", "")) for r in rows if isinstance(r, dict)])
+        outcome = grade_rows_detailed(rows, limits)
+    except GradingInputError as error:
+        print(f"beam-slurm grade: {error}", file=sys.stderr)
+        return 2
+    except GradingSetupError as error:
+        print(f"beam-slurm grade: {error}", file=sys.stderr)
+        return 2
+    if padded:
+        print(
+            f"beam-slurm grade: warning: zero-padded ground truth(s) {', '.join(padded[:5])}: the training reward "
+            "compares strings, so '025' never matches '25'; write integer answers unpadded",
+            file=sys.stderr,
+        )
+    metrics = compute_metrics(outcome.grades)
+    details = compute_details(outcome.grades)
+    write_results(args.out, outcome.grades, metrics)
+    print_summary(metrics, details)
+    primary = outcome.phases["primary"]
+    verified = outcome.phases["math_verify"]
+    print(
+        f"graded {len(outcome.grades)} responses with {limits.worker_count} worker(s): primary rule "
+        f"{primary.per_second:,.0f}/s, math-verify {verified.per_second:,.0f}/s, slowest item "
+        f"{max(primary.worst_item_s, verified.worst_item_s):.2f} s (bound {limits.item_bound_s:.2f} s), "
+        f"{outcome.timeouts} over a bound; results in {args.out}"
+    )
+    return 0

@@ -1,0 +1,125 @@
+"""On-disk layout of an evaluation's results, shared by `beam-slurm grade`, the evaluate stage and the report.
+
+One evaluation of a checkpoint lives in ``<export_path>/beam_evals/global_step_<N>/`` (see :func:`evaluation_dir`;
+an evaluation of something that is not a training step, such as the base model, uses another folder name under
+``beam_evals/``). Its files:
+
+- ``grades.jsonl``    one graded response per line: the input fields plus "correct", "pred", "math_verify";
+- ``grades.parquet``  the same rows, columnar;
+- ``details.json``    per data source: math-verify's avg@k and agreement, lengths, finish reasons, per-problem table;
+- ``info.json``       what the caller passed as ``extra`` (checkpoint, sampling settings, timings), when given;
+- ``metrics.json``    ``{data_source: {"avg@k", "pass@1".., "maj@k", "k", "timeouts"}}``.
+
+Every file is written to a temporary name and renamed, and ``metrics.json`` is written last: its presence marks
+a finished evaluation (:func:`finished_metrics`), which lets a re-run skip the checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Callable
+
+from beam_slurm.evaluation.metrics import compute_details
+
+EVALS_DIRNAME = "beam_evals"
+METRICS_FILE = "metrics.json"
+GRADES_FILE = "grades.jsonl"
+GRADES_PARQUET = "grades.parquet"
+DETAILS_FILE = "details.json"
+INFO_FILE = "info.json"
+
+
+def evaluation_dir(export_path: str | os.PathLike, step: int) -> Path:
+    """Folder of our evaluation of the checkpoint of training step ``step``."""
+    return Path(export_path) / EVALS_DIRNAME / f"global_step_{step}"
+
+
+def _atomic_write(path: Path, write: Callable[[Any], None], mode: str = "w") -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, mode, **({"encoding": "utf-8"} if "b" not in mode else {})) as handle:
+            write(handle)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+
+
+def write_json(path: Path, payload: Any) -> None:
+    """Write JSON atomically (temp file + rename)."""
+    _atomic_write(path, lambda f: json.dump(payload, f, indent=2, ensure_ascii=False, sort_keys=False))
+
+
+def _grades_table(grades: list[dict[str, Any]]):
+    import pyarrow as pa
+
+    known = {
+        "data_source": (pa.string(), str),
+        "problem_id": (pa.string(), str),
+        "sample": (pa.int64(), int),
+        "response": (pa.large_string(), str),
+        "ground_truth": (pa.string(), str),
+        "correct": (pa.bool_(), bool),
+        "pred": (pa.string(), None),
+        "math_verify": (pa.bool_(), None),
+    }
+    columns: dict[str, Any] = {}
+    for name, (arrow_type, convert) in known.items():
+        values = [g.get(name) for g in grades]
+        if convert is not None:
+            values = [None if v is None else convert(v) for v in values]
+        columns[name] = pa.array(values, type=arrow_type)
+    extra_names = sorted({key for g in grades for key in g} - set(known))
+    for name in extra_names:
+        values = [g.get(name) for g in grades]
+        try:
+            columns[name] = pa.array(values)
+        except (pa.ArrowInvalid, pa.ArrowTypeError):
+            # Mixed types in a pass-through field: keep it readable rather than drop it.
+            columns[name] = pa.array([None if v is None else json.dumps(v) for v in values], type=pa.string())
+    return pa.table(columns)
+
+
+def write_results(
+    out_dir: str | os.PathLike,
+    grades: list[dict[str, Any]],
+    metrics: dict[str, dict[str, Any]],
+    extra: dict[str, Any] | None = None,
+) -> Path:
+    """Write one evaluation's files into ``out_dir`` (atomically, ``metrics.json`` last) and return the folder."""
+    import pyarrow.parquet as pq
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+
+    def write_lines(handle) -> None:
+        for grade in grades:
+            handle.write(json.dumps(grade, ensure_ascii=False))
+            handle.write("\n")
+
+    _atomic_write(out / GRADES_FILE, write_lines)
+    table = _grades_table(grades)
+    _atomic_write(out / GRADES_PARQUET, lambda f: pq.write_table(table, f), mode="wb")
+    write_json(out / DETAILS_FILE, compute_details(grades))
+    if extra is not None:
+        write_json(out / INFO_FILE, extra)
+    write_json(out / METRICS_FILE, metrics)
+    return out
+
+
+def finished_metrics(out_dir: str | os.PathLike) -> dict[str, dict[str, Any]] | None:
+    """The metrics of a finished evaluation in ``out_dir``, or None if it has not finished."""
+    path = Path(out_dir) / METRICS_FILE
+    if not path.is_file():
+        return None
+    with open(path, encoding="utf-8") as handle:
+        return json.load(handle)
