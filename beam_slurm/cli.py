@@ -13,7 +13,7 @@ import sys
 VERBS: dict[str, tuple[str, str, str]] = {
     "plan": ("beam_slurm.plan", "main", "print the resource plan and the SkyRL command; validate the recipe"),
     "prepare-data": ("beam_slurm.data.cli", "main", "build the cleaned DAPO-Math-17K / AIME parquet files"),
-    "train": ("beam_slurm.slurm.train_job", "main", "run inside a Slurm allocation: Ray across nodes, then SkyRL"),
+    "train": ("beam_slurm.slurm.train_cli", "main", "run inside a Slurm allocation: Ray across nodes, then SkyRL"),
     "evaluate": ("beam_slurm.evaluation.cli", "main", "evaluate a checkpoint on AIME with vLLM"),
     "grade": ("beam_slurm.evaluation.grade_cli", "main", "grade pre-generated responses (JSONL) and write metrics"),
     "report": ("beam_slurm.evaluation.report", "main", "table and plots of a run's evaluations"),
