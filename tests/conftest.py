@@ -8,6 +8,7 @@ it at the end of a session that started it.
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import os
 import re
 import shlex
@@ -131,6 +132,17 @@ class SlurmSandbox:
         subprocess.run(["scancel", str(job_id)], capture_output=True, env=self.env(), timeout=60)
 
 
+def _load_sandbox_tool():
+    """tools/slurm_sandbox.py as a module (tools/ is not a package), for its layout and constants."""
+    if "slurm_sandbox_tool" in sys.modules:
+        return sys.modules["slurm_sandbox_tool"]
+    spec = importlib.util.spec_from_file_location("slurm_sandbox_tool", SANDBOX_TOOL)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["slurm_sandbox_tool"] = module  # dataclasses look their module up while the class is built
+    spec.loader.exec_module(module)
+    return module
+
+
 def _sandbox_command(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, str(SANDBOX_TOOL), *args], capture_output=True, text=True, timeout=300)
 
@@ -144,11 +156,7 @@ def slurm_sandbox() -> SlurmSandbox:
     proc = _sandbox_command("up")
     if proc.returncode != 0:
         pytest.fail(f"Slurm sandbox did not come up:\n{proc.stdout}\n{proc.stderr}", pytrace=False)
-    sys.path.insert(0, str(SANDBOX_TOOL.parent))
-    try:
-        import slurm_sandbox as tool
-    finally:
-        sys.path.remove(str(SANDBOX_TOOL.parent))
+    tool = _load_sandbox_tool()
     layout = tool.Layout(Path(os.environ.get("BEAM_SANDBOX_DIR", tool.DEFAULT_STATE_DIR)).absolute())
     nodes = tool.make_nodes(tool.configured_nodes(layout) or 4)
     sandbox = SlurmSandbox(

@@ -679,11 +679,16 @@ def wait_for_nodes(layout: Layout, nodes: list[Node]) -> None:
 # Commands
 
 
+def missing_packages(search_path: str = DAEMON_PATH) -> list[str]:
+    """Debian packages whose programs are not found on search_path."""
+    return sorted({pkg for prog, pkg in REQUIRED_PROGRAMS.items() if not shutil.which(prog, path=search_path)})
+
+
 def require_root_and_programs() -> None:
     if os.geteuid() != 0:
         raise SandboxError("must run as root (it creates network namespaces and starts system daemons); "
                            "try: sudo tools/slurm_sandbox.py ...")
-    missing = sorted({pkg for prog, pkg in REQUIRED_PROGRAMS.items() if not shutil.which(prog, path=DAEMON_PATH)})
+    missing = missing_packages()
     if missing:
         raise SandboxError(f"missing Debian packages: {' '.join(missing)}; install with "
                            f"`apt-get install {' '.join(missing)}` or `tools/install.sh 10-apt`")

@@ -1,0 +1,121 @@
+"""The sandbox command itself: status, idempotent up, repair, run inside a node, clean down, clear errors."""
+from __future__ import annotations
+
+import importlib.util
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+TOOL = Path(__file__).resolve().parents[2] / "tools" / "slurm_sandbox.py"
+
+
+def load_tool():
+    if "slurm_sandbox_tool" in sys.modules:
+        return sys.modules["slurm_sandbox_tool"]
+    spec = importlib.util.spec_from_file_location("slurm_sandbox_tool", TOOL)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["slurm_sandbox_tool"] = module  # dataclasses look their module up while the class is built
+    spec.loader.exec_module(module)
+    return module
+
+
+def sandbox(*args: str, timeout: float = 180, **kwargs) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(TOOL), *args], capture_output=True, text=True, timeout=timeout,
+                          stdin=subprocess.DEVNULL, **kwargs)
+
+
+def test_missing_packages_are_named_by_their_debian_package(tmp_path):
+    tool = load_tool()
+    assert tool.missing_packages(search_path=str(tmp_path)) == sorted(set(tool.REQUIRED_PROGRAMS.values()))
+    (tmp_path / "sbatch").write_text("#!/bin/sh\n")
+    (tmp_path / "sbatch").chmod(0o755)
+    assert "slurmctld" in tool.missing_packages(search_path=str(tmp_path))
+
+
+def test_refuses_to_run_without_root_with_a_clear_message():
+    if os.geteuid() == 0:
+        # Drop to an unprivileged user for this one call; the system Python, as the venv may sit under /root.
+        proc = subprocess.run(["/usr/bin/python3", str(TOOL), "up"], capture_output=True, text=True, timeout=60,
+                              user="nobody", group="nogroup", extra_groups=[], cwd="/", stdin=subprocess.DEVNULL)
+    else:
+        proc = sandbox("up")
+    assert proc.returncode == 2, proc
+    assert "must run as root" in proc.stderr
+
+
+@pytest.mark.sandbox
+def test_status_and_up_are_idempotent(slurm_sandbox):
+    status = sandbox("status")
+    assert status.returncode == 0, status.stdout + status.stderr
+    for node, ip in slurm_sandbox.node_ips.items():
+        assert f"{node}" in status.stdout and ip in status.stdout
+    assert "healthy" in status.stdout and "batch*" in status.stdout
+
+    started = time.monotonic()
+    again = sandbox("up")
+    assert again.returncode == 0 and "already up" in again.stdout, again.stdout + again.stderr
+    assert time.monotonic() - started < 10
+
+
+@pytest.mark.sandbox
+def test_run_executes_inside_the_node(slurm_sandbox):
+    proc = sandbox("run", "--node", "n2", "--", "sh", "-c", "hostname; hostname -I; sinfo -h -n n2 -o %t")
+    assert proc.returncode == 0, proc.stderr
+    hostname, ips, state = proc.stdout.split("\n")[:3]
+    assert hostname == "n2"
+    assert ips.split() == [slurm_sandbox.node_ips["n2"]]
+    assert state in {"idle", "mix", "alloc"}
+
+
+@pytest.mark.sandbox
+def test_up_repairs_a_dead_node_daemon(slurm_sandbox):
+    tool = load_tool()
+    layout = tool.Layout(slurm_sandbox.state_dir)
+    victim = slurm_sandbox.nodes[-1]
+    pid = tool.daemon_pid(layout, f"slurmd-{victim}")
+    assert pid
+    os.kill(pid, signal.SIGKILL)
+    tool.wait_until("slurmd to die", lambda: not tool.daemon_pid(layout, f"slurmd-{victim}"), 10)
+    broken = sandbox("status")
+    assert broken.returncode == 1 and f"slurmd-{victim}" in broken.stdout and "NOT RUNNING" in broken.stdout
+
+    repaired = sandbox("up")
+    assert repaired.returncode == 0, repaired.stdout + repaired.stderr
+    assert "already up" not in repaired.stdout
+    assert sandbox("status").returncode == 0
+    # The repaired node runs jobs again.
+    job = slurm_sandbox.sbatch("#!/bin/bash\nhostname\n", f"--nodelist={victim}", "--mem=100", "--time=1",
+                               f"--output={slurm_sandbox.new_dir('repair')}/out")
+    assert slurm_sandbox.wait(job, 60) == "COMPLETED"
+
+
+@pytest.mark.sandbox
+@pytest.mark.skipif(not (os.environ.get("CI") or os.environ.get("BEAM_SANDBOX_CYCLE_TEST") == "1"),
+                    reason="stops the shared sandbox (jobs of other test sessions on this machine would die); "
+                           "runs in CI or with BEAM_SANDBOX_CYCLE_TEST=1")
+def test_down_leaves_nothing_behind_and_up_restores(slurm_sandbox):
+    tool = load_tool()
+    down = sandbox("down")
+    assert down.returncode == 0, down.stderr
+    try:
+        assert not [ns for ns in tool.netns_list() if ns.startswith(tool.NETNS_PREFIX)]
+        assert not [link.name for link in Path("/sys/class/net").iterdir() if link.name.startswith("beamsb")]
+        assert tool.sandbox_daemons() == {}
+        assert not (tool.SLURM_CONF_LINK.is_symlink()
+                    and os.readlink(tool.SLURM_CONF_LINK) == str(slurm_sandbox.slurm_conf))
+        assert sandbox("status").returncode == 1
+        assert sandbox("down").returncode == 0, "down is idempotent"
+    finally:
+        started = time.monotonic()
+        up = sandbox("up")
+        took = time.monotonic() - started
+    assert up.returncode == 0, up.stdout + up.stderr
+    assert took < 60
+    job = slurm_sandbox.sbatch("#!/bin/bash\ntrue\n", "--nodes=2", "--mem=100", "--time=1",
+                               f"--output={slurm_sandbox.new_dir('cycle')}/out")
+    assert slurm_sandbox.wait(job, 60) == "COMPLETED"
