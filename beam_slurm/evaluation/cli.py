@@ -1,0 +1,310 @@
+"""`beam-slurm evaluate`: generate k responses per AIME problem for one checkpoint, grade them, write the metrics.
+
+Output directory (default ``<export_path>/beam_evals/global_step_N/`` beside the checkpoint):
+
+- ``responses.jsonl``: every generated response (kept for inspection; lets a requeued job skip generation when
+  only grading was left), with ``responses.meta.json`` saying which inputs and settings produced it;
+- the results files of :mod:`beam_slurm.evaluation.results` (``grades.jsonl``, ``grades.parquet``,
+  ``details.json``, ``info.json`` with settings, inputs and timings, and ``metrics.json`` last, which marks the
+  evaluation finished).
+
+A re-run with the same inputs and settings reuses finished results (``--force`` redoes them); a finished
+evaluation with different settings is never overwritten without ``--force``. Every input is checked before a
+model is loaded; bad input exits with status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from beam_slurm.evaluation.checkpoints import CheckpointError, EvalInput, step_of, resolve_checkpoint
+from beam_slurm.evaluation.problems import DatasetError, Problem, read_problems
+from beam_slurm.evaluation.results import INFO_FILE, METRICS_FILE, evaluation_dir, finished_metrics
+
+RESPONSES_FILE = "responses.jsonl"
+RESPONSES_META_FILE = "responses.meta.json"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="beam-slurm evaluate",
+        description="Evaluate a checkpoint on AIME: vLLM generation, grading, metrics.",
+    )
+    source = parser.add_argument_group("what to evaluate")
+    source.add_argument("--checkpoint", help="HF export dir (<export_path>/global_step_N[/policy]), any HF model "
+                        "dir, or a LoRA adapter dir (with --base-model)")
+    source.add_argument("--base-model", help="base model dir for a LoRA adapter checkpoint")
+    source.add_argument("--data", action="append", required=True, metavar="FILE.parquet",
+                        help="cleaned AIME parquet (repeat for several, e.g. AIME2025 and AIME2024)")
+    source.add_argument("--limit", type=int, help="evaluate only the first N problems of each file (smoke runs)")
+    sampling = parser.add_argument_group("sampling (defaults: the recipe)")
+    sampling.add_argument("--k", type=int, default=8, help="responses per problem (default 8)")
+    sampling.add_argument("--max-tokens", type=int, default=8192, help="response token budget (default 8192)")
+    sampling.add_argument("--temperature", type=float, default=1.0, help="default 1.0")
+    sampling.add_argument("--top-p", type=float, default=1.0, help="default 1.0")
+    sampling.add_argument("--reasoning-effort", default="minimal",
+                          help="chat template reasoning_effort (default minimal; 'none' leaves it out)")
+    engine = parser.add_argument_group("offline engine (vLLM)")
+    engine.add_argument("--tp", type=int, default=1, help="tensor parallel size (Beam: 8)")
+    engine.add_argument("--pp", type=int, default=1, help="pipeline parallel size (Beam: 2, across nodes)")
+    engine.add_argument("--executor", choices=["ray", "mp", "uni"],
+                        help="vLLM distributed executor (default: ray when tp x pp spans nodes via a Ray cluster, "
+                        "else vLLM's choice)")
+    engine.add_argument("--max-prompt-tokens", type=int, default=2048, help="prompt budget (default 2048)")
+    engine.add_argument("--dtype", default="auto", help="weight dtype (default: the checkpoint's)")
+    engine.add_argument("--gpu-memory-utilization", type=float, default=0.9,
+                        help="fraction of accelerator memory (CPU build: of host memory) for vLLM (default 0.9)")
+    engine.add_argument("--enforce-eager", action="store_true", help="skip graph capture (faster start)")
+    server = parser.add_argument_group("already running OpenAI-compatible server (instead of the offline engine)")
+    server.add_argument("--server", metavar="URL", help="e.g. http://node1:8000; the token, if any, is read from "
+                        "$OPENAI_API_KEY")
+    server.add_argument("--served-model", help="model name on the server (default: the first it lists)")
+    server.add_argument("--request-timeout", type=float, default=1800.0, help="seconds per request (default 1800)")
+    server.add_argument("--max-attempts", type=int, default=4, help="tries per request (default 4)")
+    server.add_argument("--concurrency", type=int, default=8, help="requests in flight (default 8)")
+    output = parser.add_argument_group("grading and output")
+    output.add_argument("--out", help="output dir (default <export_path>/beam_evals/global_step_N/)")
+    output.add_argument("--grade-timeout", type=float, default=5.0, help="seconds per graded item (default 5)")
+    output.add_argument("--grade-workers", type=int, default=0, help="grading processes (default: one per core)")
+    output.add_argument("--force", action="store_true", help="redo generation and grading even if results exist")
+    return parser
+
+
+class UsageError(ValueError):
+    """Bad command-line input; reported with exit status 2."""
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write text to path through a temporary file in the same directory, so readers never see half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as handle:
+            handle.write(text)
+        os.replace(tmp_name, path)
+    except BaseException:
+        Path(tmp_name).unlink(missing_ok=True)
+        raise
+
+
+def _jsonl(rows: list[dict[str, Any]]) -> str:
+    return "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _load_problems(files: list[str], limit: int | None) -> tuple[list[Problem], list[dict[str, Any]]]:
+    problems: list[Problem] = []
+    described = []
+    source_of: dict[str, str] = {}
+    for name in files:
+        path = Path(name).expanduser().resolve()
+        file_problems = read_problems(path, limit)
+        for source in {p.data_source for p in file_problems}:
+            if source_of.setdefault(source, str(path)) != str(path):
+                raise DatasetError(
+                    f"--data: {path} and {source_of[source]} both hold data_source {source!r}; their metrics would "
+                    "mix. Pass each benchmark once"
+                )
+        problems += file_problems
+        described.append({"path": str(path), "sha256": _sha256(path), "problems": len(file_problems)})
+    return problems, described
+
+
+def _fingerprint(args: argparse.Namespace, eval_input: EvalInput | None, data: list[dict[str, Any]]) -> dict:
+    """What makes two evaluations the same: inputs and sampling (not the engine layout, which does not change them)."""
+    return {
+        "checkpoint": str(Path(args.checkpoint).expanduser().resolve()) if args.checkpoint else None,
+        "model": eval_input.describe() if eval_input else None,
+        "server": {"url": args.server, "model": args.served_model} if args.server else None,
+        "data": [{"path": d["path"], "sha256": d["sha256"]} for d in data],
+        "limit": args.limit,
+        "k": args.k,
+        "max_tokens": args.max_tokens,
+        "temperature": args.temperature,
+        "top_p": args.top_p,
+        "reasoning_effort": args.reasoning_effort,
+    }
+
+
+def _resolve_out(args: argparse.Namespace, eval_input: EvalInput | None) -> Path:
+    if args.out:
+        return Path(args.out).expanduser().resolve()
+    default = eval_input.default_out_dir() if eval_input else None
+    if default is None and args.checkpoint:
+        step, run_root = step_of(Path(args.checkpoint).expanduser().resolve())
+        if step is not None:
+            default = evaluation_dir(run_root, step)
+    if default is None:
+        raise UsageError(
+            "--out is required: the checkpoint is not inside a run's global_step_N directory, so there is no "
+            "default <export_path>/beam_evals/global_step_N/"
+        )
+    return default
+
+
+def _summary_lines(metrics: dict[str, dict[str, Any]]) -> list[str]:
+    lines = []
+    for source, entry in sorted(metrics.items()):
+        keys = [key for key in ("avg@k", "pass@1", "pass@2", "pass@4", "pass@8", "maj@k") if key in entry]
+        values = "  ".join(f"{key}={entry[key]:.4f}" for key in keys)
+        lines.append(f"  {source}: k={entry.get('k')}  {values}  timeouts={entry.get('timeouts', 0)}")
+    return lines
+
+
+def _settings(args: argparse.Namespace):
+    from beam_slurm.evaluation.generate import ClientSettings, EngineSettings, SamplingSettings
+
+    sampling = SamplingSettings(
+        n=args.k,
+        temperature=args.temperature,
+        top_p=args.top_p,
+        max_tokens=args.max_tokens,
+        reasoning_effort=None if args.reasoning_effort.lower() == "none" else args.reasoning_effort,
+    )
+    if args.server:
+        client = ClientSettings(
+            base_url=args.server,
+            model=args.served_model,
+            request_timeout_s=args.request_timeout,
+            max_attempts=args.max_attempts,
+            concurrency=args.concurrency,
+        )
+        return sampling, None, client
+    if not 0.0 < args.gpu_memory_utilization <= 1.0:
+        raise ValueError(f"--gpu-memory-utilization must be in (0, 1] (got {args.gpu_memory_utilization})")
+    executor = args.executor
+    if executor is None and args.tp * args.pp > 1 and os.environ.get("RAY_ADDRESS"):
+        executor = "ray"
+    engine = EngineSettings(
+        tensor_parallel_size=args.tp,
+        pipeline_parallel_size=args.pp,
+        distributed_executor_backend=executor,
+        max_prompt_tokens=args.max_prompt_tokens,
+        dtype=args.dtype,
+        gpu_memory_utilization=args.gpu_memory_utilization,
+        enforce_eager=args.enforce_eager,
+    )
+    return sampling, engine, None
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    log = lambda message: print(message, flush=True)  # noqa: E731  (progress goes to the job log as it happens)
+
+    # 1. Everything that can be checked without a model, so a bad job fails in seconds with status 2.
+    try:
+        if not args.server and not args.checkpoint:
+            raise UsageError("--checkpoint is required (or --server URL to use an already running server)")
+        if args.served_model and not args.server:
+            raise UsageError("--served-model only applies with --server")
+        if args.limit is not None and args.limit < 1:
+            raise UsageError(f"--limit must be at least 1 (got {args.limit})")
+        if args.grade_timeout <= 0 or args.grade_workers < 0:
+            raise UsageError("--grade-timeout must be > 0 and --grade-workers >= 0")
+        eval_input = None if args.server else resolve_checkpoint(args.checkpoint, args.base_model)
+        sampling, engine, client = _settings(args)
+        problems, data = _load_problems(args.data, args.limit)
+        out_dir = _resolve_out(args, eval_input)
+        if out_dir.exists() and not out_dir.is_dir():
+            raise UsageError(f"--out: {out_dir} exists and is not a directory")
+    except (UsageError, CheckpointError, DatasetError, ValueError) as exc:
+        print(f"beam-slurm evaluate: {exc}", file=sys.stderr)
+        return 2
+
+    fingerprint = _fingerprint(args, eval_input, data)
+    finished = finished_metrics(out_dir)
+    if finished is not None and not args.force:
+        previous = (_read_json(out_dir / INFO_FILE) or {}).get("fingerprint")
+        if previous == fingerprint:
+            log(f"evaluate: {out_dir} already holds this evaluation; reusing it (--force to redo)")
+            for line in _summary_lines(finished):
+                log(line)
+            return 0
+        what = f"k={previous.get('k')}, max_tokens={previous.get('max_tokens')}" if previous else "unknown settings"
+        print(
+            f"beam-slurm evaluate: {out_dir} holds a finished evaluation with other inputs or settings ({what}); "
+            "pass --force to replace it, or choose another --out",
+            file=sys.stderr,
+        )
+        return 2
+
+    # 2. Generation, unless an earlier attempt (e.g. a requeued job) already wrote the same responses.
+    from beam_slurm.evaluation.generate import generate_offline, generate_with_server, settings_record
+
+    started = time.time()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    if args.force:
+        # Drop the finished marker first: if this run dies, the folder must not pass for a finished evaluation.
+        (out_dir / METRICS_FILE).unlink(missing_ok=True)
+    responses_path = out_dir / RESPONSES_FILE
+    meta = _read_json(out_dir / RESPONSES_META_FILE)
+    if not args.force and meta is not None and meta.get("fingerprint") == fingerprint and responses_path.is_file():
+        rows = [json.loads(line) for line in responses_path.read_text().splitlines() if line.strip()]
+        log(f"evaluate: reusing {len(rows)} responses from {responses_path}")
+        generation_s = meta.get("generation_s")
+    else:
+        target = client.api_root if client else eval_input.label
+        log(f"evaluate: {len(problems)} problems x k={sampling.n}, max {sampling.max_tokens} tokens, on {target}")
+        generation_started = time.monotonic()
+        if client is not None:
+            rows = generate_with_server(problems, client, sampling, log)
+        else:
+            rows = generate_offline(problems, eval_input, sampling, engine, log)
+        generation_s = time.monotonic() - generation_started
+        write_atomic(responses_path, _jsonl(rows))
+        write_atomic(
+            out_dir / RESPONSES_META_FILE,
+            json.dumps({"fingerprint": fingerprint, "generation_s": generation_s, "responses": len(rows)}, indent=2),
+        )
+
+    # 3. Grading and metrics, through the same code as `beam-slurm grade`.
+    from beam_slurm.evaluation.grading_pool import grade_rows
+    from beam_slurm.evaluation.metrics import compute_metrics, write_results
+
+    grading_started = time.monotonic()
+    grades = grade_rows(rows, timeout_s=args.grade_timeout, workers=args.grade_workers)
+    metrics = compute_metrics(grades)
+    grading_s = time.monotonic() - grading_started
+    record = {
+        "fingerprint": fingerprint,
+        "checkpoint": args.checkpoint,
+        "global_step": eval_input.global_step if eval_input else None,
+        "data": data,
+        "settings": settings_record(sampling, engine, client),
+        "generation_s": generation_s,
+        "grading_s": grading_s,
+        "started_at": started,
+        "finished_at": time.time(),
+        "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
+    }
+    write_results(out_dir, grades, metrics, extra=record)
+    log(f"evaluate: results in {out_dir} (generation {generation_s or 0:.1f} s, grading {grading_s:.1f} s)")
+    for line in _summary_lines(metrics):
+        log(line)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

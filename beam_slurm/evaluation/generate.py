@@ -1,0 +1,299 @@
+"""Generate k responses per problem: vLLM's offline engine, or an already running OpenAI-compatible server.
+
+Both paths return the same rows, one per response:
+``{"data_source", "problem_id", "sample", "response", "ground_truth", "finish_reason", "response_tokens"}``
+(the first five are what grading reads; the last two feed the length and finish-reason statistics).
+
+Offline engine: one vLLM ``LLM`` per evaluation with tensor x pipeline parallelism. For Beam that is TP8 x PP2 over
+two nodes through Ray (``distributed_executor_backend="ray"``; vLLM joins the Ray cluster already started in the
+allocation), on a CPU machine TP1 x PP1. Sampling follows the recipe: temperature 1.0, top-p 1.0, 8,192 response
+tokens, n = k, reasoning effort passed to the chat template as ``chat_template_kwargs``.
+
+vLLM spawns its engine process with multiprocessing "spawn", so any script calling :func:`generate_offline` must
+run under an ``if __name__ == "__main__":`` guard.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import sys
+import time
+import urllib.error
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable
+
+from beam_slurm.evaluation.checkpoints import EvalInput, lora_request
+from beam_slurm.evaluation.problems import Problem
+
+
+@dataclass(frozen=True)
+class SamplingSettings:
+    """How responses are sampled (defaults: the recipe's evaluation settings)."""
+
+    n: int = 8
+    """Responses per problem (k); avg@k and pass@j for j <= k are computed from them."""
+    temperature: float = 1.0
+    """Sampling temperature (recipe: 1.0)."""
+    top_p: float = 1.0
+    """Nucleus sampling threshold (recipe: 1.0)."""
+    max_tokens: int = 8192
+    """Response token budget (recipe: 8,192); longer responses stop with finish_reason "length"."""
+    reasoning_effort: str | None = "minimal"
+    """Passed to the chat template as reasoning_effort (recipe: minimal); None leaves the template's default."""
+    seed: int | None = None
+    """Per-request seed; leave None on vLLM's CPU build, which rejects per-request seeds."""
+
+    def __post_init__(self) -> None:
+        if self.n < 1:
+            raise ValueError(f"--k must be at least 1 (got {self.n})")
+        if self.max_tokens < 1:
+            raise ValueError(f"--max-tokens must be at least 1 (got {self.max_tokens})")
+        if not 0.0 < self.top_p <= 1.0:
+            raise ValueError(f"top_p must be in (0, 1] (got {self.top_p})")
+        if self.temperature < 0.0:
+            raise ValueError(f"temperature must be >= 0 (got {self.temperature})")
+
+    def chat_template_kwargs(self) -> dict[str, Any]:
+        """Extra variables for the chat template."""
+        return {} if self.reasoning_effort is None else {"reasoning_effort": self.reasoning_effort}
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    """How the offline vLLM engine is laid out and sized."""
+
+    tensor_parallel_size: int = 1
+    """GPUs one model layer is split over (Beam: 8, one node)."""
+    pipeline_parallel_size: int = 1
+    """Pipeline stages (Beam: 2, one per node)."""
+    distributed_executor_backend: str | None = None
+    """"ray" to place workers on a running Ray cluster (needed across nodes), "mp" for one node, None = vLLM picks."""
+    max_prompt_tokens: int = 2048
+    """Prompt token budget (recipe: 2,048); max_model_len = this + the response budget unless set."""
+    max_model_len: int | None = None
+    """Context length the engine reserves; None = max_prompt_tokens + SamplingSettings.max_tokens."""
+    dtype: str = "auto"
+    """Weight dtype ("auto" = the checkpoint's; the CPU tests use float32)."""
+    gpu_memory_utilization: float = 0.9
+    """Fraction of accelerator memory vLLM takes (on the CPU build: fraction of host memory for the KV cache)."""
+    enforce_eager: bool = False
+    """Skip graph capture: faster start, slower decode; useful for small tests."""
+    seed: int = 0
+    """Engine-level random seed."""
+    extra_engine_kwargs: dict[str, Any] = field(default_factory=dict)
+    """Passed to vllm.LLM unchanged (e.g. kv_cache_dtype, quantization, max_num_seqs)."""
+
+    def __post_init__(self) -> None:
+        if self.tensor_parallel_size < 1 or self.pipeline_parallel_size < 1:
+            raise ValueError("--tp and --pp must be at least 1")
+        if self.distributed_executor_backend not in (None, "ray", "mp", "uni"):
+            raise ValueError(
+                f"--executor must be ray, mp or uni (got {self.distributed_executor_backend!r})"
+            )
+
+
+def engine_kwargs(eval_input: EvalInput, sampling: SamplingSettings, engine: EngineSettings) -> dict[str, Any]:
+    """Keyword arguments for vllm.LLM (kept separate so the layout can be checked without loading a model)."""
+    kwargs: dict[str, Any] = {
+        "model": str(eval_input.model_path),
+        "tokenizer": str(eval_input.model_path),
+        "tensor_parallel_size": engine.tensor_parallel_size,
+        "pipeline_parallel_size": engine.pipeline_parallel_size,
+        "max_model_len": engine.max_model_len or engine.max_prompt_tokens + sampling.max_tokens,
+        "dtype": engine.dtype,
+        "gpu_memory_utilization": engine.gpu_memory_utilization,
+        "enforce_eager": engine.enforce_eager,
+        "seed": engine.seed,
+    }
+    if engine.distributed_executor_backend:
+        kwargs["distributed_executor_backend"] = engine.distributed_executor_backend
+    if eval_input.lora_path is not None:
+        kwargs["enable_lora"] = True
+        kwargs["max_loras"] = 1
+        kwargs["max_lora_rank"] = eval_input.lora_rank
+    kwargs.update(engine.extra_engine_kwargs)
+    return kwargs
+
+
+def _row(problem: Problem, sample: int, text: str, finish_reason: str | None, tokens: int | None) -> dict[str, Any]:
+    return {
+        "data_source": problem.data_source,
+        "problem_id": problem.problem_id,
+        "sample": sample,
+        "response": text,
+        "ground_truth": problem.ground_truth,
+        "finish_reason": finish_reason,
+        "response_tokens": tokens,
+    }
+
+
+def generate_offline(
+    problems: list[Problem],
+    eval_input: EvalInput,
+    sampling: SamplingSettings,
+    engine: EngineSettings,
+    log: Callable[[str], None] = print,
+) -> list[dict[str, Any]]:
+    """Load the model into vLLM's offline engine and sample sampling.n responses per problem."""
+    from vllm import LLM, SamplingParams
+
+    started = time.monotonic()
+    llm = LLM(**engine_kwargs(eval_input, sampling, engine))
+    log(f"evaluate: engine ready in {time.monotonic() - started:.1f} s ({eval_input.label})")
+    params = SamplingParams(
+        n=sampling.n,
+        temperature=sampling.temperature,
+        top_p=sampling.top_p,
+        max_tokens=sampling.max_tokens,
+        seed=sampling.seed,
+    )
+    started = time.monotonic()
+    try:
+        outputs = llm.chat(
+            [problem.messages for problem in problems],
+            params,
+            use_tqdm=False,
+            lora_request=lora_request(eval_input),
+            chat_template_kwargs=sampling.chat_template_kwargs() or None,
+        )
+    finally:
+        # The engine holds accelerator memory and a child process; free them before grading starts its workers.
+        del llm
+        gc.collect()
+    rows = []
+    for problem, output in zip(problems, outputs, strict=True):
+        for sample, completion in enumerate(output.outputs):
+            rows.append(_row(problem, sample, completion.text, completion.finish_reason, len(completion.token_ids)))
+    log(f"evaluate: {len(rows)} responses in {time.monotonic() - started:.1f} s")
+    return rows
+
+
+@dataclass(frozen=True)
+class ClientSettings:
+    """An OpenAI-compatible server that is already running (e.g. `vllm serve` on the cluster)."""
+
+    base_url: str
+    """Server root, e.g. http://node1:8000 (the /v1 suffix is optional)."""
+    model: str | None = None
+    """Model name as the server knows it (a LoRA's served name included); None = the first of GET /v1/models."""
+    api_key_env: str = "OPENAI_API_KEY"
+    """Environment variable holding the bearer token, if the server needs one (never written to logs)."""
+    request_timeout_s: float = 1800.0
+    """Time limit for one request (k responses of up to max_tokens each)."""
+    max_attempts: int = 4
+    """Tries per request; connection errors, time-outs, 429 and 5xx are retried, other errors are not."""
+    backoff_s: float = 2.0
+    """Wait before the 2nd try; doubles for each further try."""
+    concurrency: int = 8
+    """Requests in flight at once."""
+
+    def __post_init__(self) -> None:
+        if not self.base_url.startswith(("http://", "https://")):
+            raise ValueError(f"--server must be an http:// or https:// URL (got {self.base_url!r})")
+        if self.max_attempts < 1 or self.concurrency < 1 or self.request_timeout_s <= 0:
+            raise ValueError("client max_attempts, concurrency and request_timeout_s must be positive")
+
+    @property
+    def api_root(self) -> str:
+        """The URL that /chat/completions and /models hang off."""
+        root = self.base_url.rstrip("/")
+        return root if root.endswith("/v1") else root + "/v1"
+
+
+class ServerError(RuntimeError):
+    """The server refused or kept failing a request after all retries."""
+
+
+_RETRYABLE_STATUS = {408, 409, 429, 500, 502, 503, 504}
+
+
+def _request_json(client: ClientSettings, method: str, path: str, body: dict[str, Any] | None) -> dict[str, Any]:
+    headers = {"Content-Type": "application/json"}
+    token = os.environ.get(client.api_key_env)
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    data = None if body is None else json.dumps(body).encode()
+    url = client.api_root + path
+    last_error = ""
+    for attempt in range(1, client.max_attempts + 1):
+        request = urllib.request.Request(url, data=data, headers=headers, method=method)
+        try:
+            with urllib.request.urlopen(request, timeout=client.request_timeout_s) as response:
+                return json.loads(response.read())
+        except urllib.error.HTTPError as exc:
+            detail = exc.read()[:500].decode(errors="replace")
+            if exc.code not in _RETRYABLE_STATUS:
+                raise ServerError(f"{method} {url}: HTTP {exc.code}: {detail}") from None
+            last_error = f"HTTP {exc.code}: {detail}"
+        except (urllib.error.URLError, TimeoutError, ConnectionError, json.JSONDecodeError) as exc:
+            last_error = f"{type(exc).__name__}: {getattr(exc, 'reason', exc)}"
+        if attempt < client.max_attempts:
+            time.sleep(client.backoff_s * 2 ** (attempt - 1))
+    raise ServerError(f"{method} {url}: gave up after {client.max_attempts} attempts; last error: {last_error}")
+
+
+def served_model(client: ClientSettings) -> str:
+    """client.model, or the first model the server lists."""
+    if client.model:
+        return client.model
+    models = _request_json(client, "GET", "/models", None).get("data") or []
+    if not models:
+        raise ServerError(f"GET {client.api_root}/models: the server lists no model; pass --served-model")
+    return models[0]["id"]
+
+
+def generate_with_server(
+    problems: list[Problem],
+    client: ClientSettings,
+    sampling: SamplingSettings,
+    log: Callable[[str], None] = print,
+) -> list[dict[str, Any]]:
+    """Sample sampling.n responses per problem from an OpenAI-compatible chat completions endpoint."""
+    model = served_model(client)
+    started = time.monotonic()
+
+    def one(problem: Problem) -> list[dict[str, Any]]:
+        body: dict[str, Any] = {
+            "model": model,
+            "messages": problem.messages,
+            "n": sampling.n,
+            "temperature": sampling.temperature,
+            "top_p": sampling.top_p,
+            "max_tokens": sampling.max_tokens,
+        }
+        if sampling.chat_template_kwargs():
+            # vLLM's server reads this extension field; other servers ignore unknown fields.
+            body["chat_template_kwargs"] = sampling.chat_template_kwargs()
+        if sampling.seed is not None:
+            body["seed"] = sampling.seed
+        reply = _request_json(client, "POST", "/chat/completions", body)
+        choices = sorted(reply.get("choices") or [], key=lambda choice: choice.get("index", 0))
+        if len(choices) != sampling.n:
+            raise ServerError(
+                f"{client.api_root}/chat/completions returned {len(choices)} choices for n={sampling.n} "
+                f"(problem {problem.problem_id}); the server must support n > 1"
+            )
+        return [
+            _row(problem, sample, (choice.get("message") or {}).get("content") or "", choice.get("finish_reason"), None)
+            for sample, choice in enumerate(choices)
+        ]
+
+    with ThreadPoolExecutor(max_workers=client.concurrency) as pool:
+        per_problem = list(pool.map(one, problems))
+    rows = [row for rows in per_problem for row in rows]
+    log(f"evaluate: {len(rows)} responses from {client.api_root} in {time.monotonic() - started:.1f} s")
+    return rows
+
+
+def settings_record(sampling: SamplingSettings, engine: EngineSettings | None, client: ClientSettings | None) -> dict:
+    """JSON-ready record of the settings, kept with the results (no secrets: only the key's variable name)."""
+    return {
+        "sampling": asdict(sampling),
+        "engine": asdict(engine) if engine else None,
+        "server": asdict(client) if client else None,
+        "python": sys.version.split()[0],
+    }

@@ -1,0 +1,86 @@
+"""Read evaluation problems from the cleaned AIME parquet files (DAPO format).
+
+Columns used: ``prompt`` (list of ``{role, content}``), ``reward_model.ground_truth``, ``data_source`` and, when
+present, ``extra_info.index`` as the problem id (otherwise the row number). Any problem with the file is reported
+with the file's name and the column, before a model is loaded.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+REQUIRED_COLUMNS = ("prompt", "reward_model", "data_source")
+
+
+class DatasetError(ValueError):
+    """An evaluation parquet that cannot be used; the message names the file and the column."""
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One evaluation problem, as read from the cleaned parquet."""
+
+    data_source: str
+    """Benchmark name from the parquet (e.g. aime2025); metrics are grouped by it."""
+    problem_id: str
+    """Stable id of the problem within its data source."""
+    messages: list[dict[str, str]]
+    """Chat messages ({role, content}) rendered with the model's chat template."""
+    ground_truth: str
+    """Reference answer the grader compares against."""
+
+
+def _messages(value: Any, where: str) -> list[dict[str, str]]:
+    if not isinstance(value, list) or not value:
+        raise DatasetError(f"{where}: prompt must be a non-empty list of {{role, content}} messages")
+    messages = []
+    for message in value:
+        if not isinstance(message, dict) or not isinstance(message.get("role"), str) or not isinstance(
+            message.get("content"), str
+        ):
+            raise DatasetError(f"{where}: every prompt message needs string 'role' and 'content'")
+        messages.append({"role": message["role"], "content": message["content"]})
+    return messages
+
+
+def read_problems(path: str | Path, limit: int | None = None) -> list[Problem]:
+    """Problems of one parquet file, in file order (the first `limit` only, when given)."""
+    import pyarrow.parquet as pq
+
+    path = Path(path)
+    if not path.is_file():
+        raise DatasetError(f"--data: {path} does not exist; run `beam-slurm prepare-data` or fix the path")
+    try:
+        table = pq.read_table(path)
+    except Exception as exc:  # pyarrow raises several types for a non-parquet file
+        raise DatasetError(f"--data: {path} is not a readable parquet file ({exc})") from exc
+    missing = [column for column in REQUIRED_COLUMNS if column not in table.column_names]
+    if missing:
+        raise DatasetError(
+            f"--data: {path} lacks column(s) {', '.join(missing)}; expected the cleaned DAPO/AIME format "
+            "(prompt, reward_model.ground_truth, data_source)"
+        )
+    rows = table.to_pylist()
+    if limit is not None:
+        rows = rows[:limit]
+    problems: list[Problem] = []
+    seen: set[str] = set()
+    for number, row in enumerate(rows):
+        where = f"--data: {path.name} row {number}"
+        ground_truth = (row.get("reward_model") or {}).get("ground_truth")
+        if ground_truth is None or str(ground_truth).strip() == "":
+            raise DatasetError(f"{where}: reward_model.ground_truth is empty")
+        data_source = row.get("data_source")
+        if not isinstance(data_source, str) or not data_source:
+            raise DatasetError(f"{where}: data_source is empty")
+        index = (row.get("extra_info") or {}).get("index")
+        problem_id = str(index) if index is not None else str(number)
+        if problem_id in seen:
+            raise DatasetError(f"{where}: problem id {problem_id!r} repeats; use the cleaned (deduplicated) file")
+        seen.add(problem_id)
+        problems.append(Problem(data_source, problem_id, _messages(row.get("prompt"), where), str(ground_truth)))
+    if not problems:
+        raise DatasetError(f"--data: {path} has no rows")
+    return problems

@@ -1,0 +1,142 @@
+"""The evaluation stage end to end with vLLM's CPU build: tiny real model -> responses -> grades -> metrics.
+
+The tiny model was taught to answer 42 under reasoning effort "minimal" and 7 under "high" (see conftest), so
+the expected verdicts are known per problem without hard-coding any metric: the metrics are checked against
+the grades of the responses vLLM actually produced.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import GROUND_TRUTHS
+
+pytestmark = pytest.mark.vllm
+
+# Small engine for a shared 2-core machine: float32 weights, a KV cache of ~1 GiB, no graph capture.
+CPU_ENGINE = ["--dtype", "float32", "--gpu-memory-utilization", "0.05", "--enforce-eager", "--max-prompt-tokens", "256"]
+
+
+def run_evaluate(args: list[str], timeout: float = 240) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "beam_slurm.cli", "evaluate", *args],
+        capture_output=True, text=True, timeout=timeout, env={**os.environ, "VLLM_LOGGING_LEVEL": "WARNING"},
+    )
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def correct_per_problem(grades: list[dict]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for grade in grades:
+        counts[grade["problem_id"]] = counts.get(grade["problem_id"], 0) + int(grade["correct"])
+    return counts
+
+
+def test_offline_engine_end_to_end_then_reuse(export_step: Path, aime_parquet: Path):
+    k = 4
+    args = ["--checkpoint", str(export_step), "--data", str(aime_parquet), "--k", str(k), "--max-tokens", "16",
+            *CPU_ENGINE]
+    result = run_evaluate(args)
+    assert result.returncode == 0, result.stderr[-3000:]
+
+    out = export_step.parent / "beam_evals" / "global_step_5"  # default: beside the export
+    responses = read_jsonl(out / "responses.jsonl")
+    assert len(responses) == len(GROUND_TRUTHS) * k
+    assert {r["finish_reason"] for r in responses} <= {"stop", "length"}
+    assert all(0 < r["response_tokens"] <= 16 for r in responses)
+
+    grades = read_jsonl(out / "grades.jsonl")
+    assert [(g["problem_id"], g["sample"], g["response"]) for g in grades] == [
+        (r["problem_id"], r["sample"], r["response"]) for r in responses
+    ]
+    # Reasoning effort "minimal" reached the chat template: the model answers 42, so p0, p1 (truth 42) are
+    # mostly right and p2 (truth 7) is never right.
+    per_problem = correct_per_problem(grades)
+    assert per_problem["p0"] >= k - 1 and per_problem["p1"] >= k - 1, per_problem
+    assert per_problem["p2"] == 0, per_problem
+    assert all(g["pred"] == "42" for g in grades if g["correct"])
+
+    metrics = json.loads((out / "metrics.json").read_text())["aime_tiny"]
+    assert metrics["k"] == k
+    assert metrics["avg@k"] == pytest.approx(sum(per_problem.values()) / (len(GROUND_TRUTHS) * k))
+    assert set(metrics) >= {"avg@k", "pass@1", "pass@2", "pass@4", "maj@k", "timeouts"}
+    assert "pass@8" not in metrics  # only j <= k
+    info = json.loads((out / "info.json").read_text())
+    assert info["global_step"] == 5 and info["settings"]["sampling"]["reasoning_effort"] == "minimal"
+
+    # Same inputs again: the finished results are reused without loading a model.
+    started = time.monotonic()
+    again = run_evaluate(args, timeout=60)
+    assert again.returncode == 0, again.stderr
+    assert "reusing" in again.stdout
+    assert time.monotonic() - started < 30
+    assert read_jsonl(out / "grades.jsonl") == grades
+
+    # Other settings on the same folder: refused (status 2), the results stay as they were.
+    other = run_evaluate([*args[:-len(CPU_ENGINE)], "--k", "2"], timeout=60)
+    assert other.returncode == 2
+    assert "--force" in other.stderr
+    assert json.loads((out / "metrics.json").read_text())["aime_tiny"] == metrics
+
+
+def test_lora_adapter_changes_the_answers(tiny_model_dir: Path, tiny_lora_dir: Path, aime_parquet: Path,
+                                          tmp_path: Path):
+    out = tmp_path / "lora-eval"
+    result = run_evaluate(["--checkpoint", str(tiny_lora_dir), "--base-model", str(tiny_model_dir),
+                           "--data", str(aime_parquet), "--k", "2", "--max-tokens", "8", "--out", str(out),
+                           *CPU_ENGINE])
+    assert result.returncode == 0, result.stderr[-3000:]
+    info = json.loads((out / "info.json").read_text())
+    assert info["fingerprint"]["model"]["lora_path"] == str(tiny_lora_dir.resolve())
+    # The base model alone says "Answer: 42" to these prompts; a random adapter on every attention projection
+    # scrambles that, which shows the adapter was applied.
+    responses = read_jsonl(out / "responses.jsonl")
+    assert len(responses) == 6
+    assert not any(r["response"].startswith("Answer: 42") for r in responses)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_openai_server_client_with_retries_while_server_starts(tiny_model_dir: Path, aime_parquet: Path,
+                                                                tmp_path: Path):
+    port = _free_port()
+    server_log = (tmp_path / "server.log").open("w")
+    server = subprocess.Popen(
+        [sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", str(tiny_model_dir), "--host", "127.0.0.1",
+         "--port", str(port), "--served-model-name", "tiny", "--max-model-len", "512", *CPU_ENGINE[:-2]],
+        stdout=server_log, stderr=subprocess.STDOUT, start_new_session=True,
+    )
+    try:
+        out = tmp_path / "server-eval"
+        # Started right away: the first requests meet a server that is not up yet, and the client's bounded
+        # retries carry it over the start-up.
+        result = run_evaluate(["--server", f"http://127.0.0.1:{port}", "--served-model", "tiny",
+                               "--data", str(aime_parquet), "--k", "3", "--max-tokens", "16", "--out", str(out),
+                               "--reasoning-effort", "high", "--max-attempts", "8", "--request-timeout", "60"],
+                              timeout=300)
+        assert result.returncode == 0, result.stderr[-3000:] + (tmp_path / "server.log").read_text()[-3000:]
+    finally:
+        os.killpg(server.pid, 15)
+        server.wait(timeout=60)
+        server_log.close()
+    grades = read_jsonl(out / "grades.jsonl")
+    assert len(grades) == 9
+    # Reasoning effort "high" went through the server's chat template: now p2 (truth 7) is the right one.
+    per_problem = correct_per_problem(grades)
+    assert per_problem["p2"] >= 2 and per_problem["p0"] == 0 and per_problem["p1"] == 0, per_problem
+    assert {g["finish_reason"] for g in grades} <= {"stop", "length"}
