@@ -282,6 +282,8 @@ def write_plot(report: RunReport, path: Path) -> Path:
     series: dict[tuple[str, str], list[EvalPoint]] = {}
     for point in report.evals:
         series.setdefault((point.data_source, point.origin), []).append(point)
+    sources = sorted({source for source, _ in series}, key=str.lower)
+    colour_of = {source: f"C{i % 10}" for i, source in enumerate(sources)}  # one colour per data source
     for (source, origin), points in sorted(series.items(), key=lambda item: (item[0][0].lower(), item[0][1])):
         points.sort(key=lambda p: p.step)
         label = f"{source} ({'avg@k, standalone' if origin == 'beam' else 'SkyRL in-training eval'})"
@@ -290,6 +292,7 @@ def write_plot(report: RunReport, path: Path) -> Path:
             [100 * p.accuracy for p in points],
             linestyle="-" if origin == "beam" else "--",
             marker="o" if origin == "beam" else "x",
+            color=colour_of[source],
             label=label,
         )
     ax.set_xlabel("training step")

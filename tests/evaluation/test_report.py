@@ -1,0 +1,151 @@
+"""`beam-slurm grade` and `beam-slurm report` end to end on files laid out as the evaluate stage and SkyRL write them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from beam_slurm.cli import main as beam_slurm
+from beam_slurm.evaluation.metrics import compute_metrics
+from beam_slurm.evaluation.report import TRAIN_METRICS_FILE
+from beam_slurm.evaluation.results import evaluation_dir, write_results
+
+AIME2024 = [45, 116, 540]
+AIME2025 = [70, 588, 16]
+
+
+def _responses(right_per_problem: dict[str, list[int]], k: int = 4) -> list[dict]:
+    """k responses per problem; the first `right` of them carry the right answer."""
+    rows = []
+    for source, answers in (("aime2024", AIME2024), ("aime2025", AIME2025)):
+        for problem, answer in enumerate(answers):
+            right = right_per_problem[source][problem]
+            for sample in range(k):
+                value = answer if sample < right else answer + 1
+                rows.append({
+                    "data_source": source, "problem_id": problem, "sample": sample, "ground_truth": str(answer),
+                    "response": f"Some reasoning.\nAnswer: {value}", "finish_reason": "stop",
+                })
+    return rows
+
+
+def _write_jsonl(path: Path, rows: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def test_grade_writes_metrics_and_grades(tmp_path, capsys):
+    rows = _responses({"aime2024": [4, 2, 0], "aime2025": [1, 1, 1]})
+    out = tmp_path / "graded"
+    assert beam_slurm(["grade", "--responses", str(_write_jsonl(tmp_path / "r.jsonl", rows)), "--out", str(out)]) == 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["aime2024"]["avg@k"] == pytest.approx((1 + 0.5 + 0) / 3)
+    assert metrics["aime2024"]["pass@2"] == pytest.approx((1 + (1 - 1 / 6) + 0) / 3)
+    assert metrics["aime2025"]["avg@k"] == pytest.approx(0.25)
+    assert metrics["aime2025"]["maj@k"] == 0.0  # three wrong votes beat one right one
+    assert set(metrics["aime2025"]) == {"avg@k", "pass@1", "pass@2", "pass@4", "maj@k", "k", "timeouts"}
+    grades = [json.loads(line) for line in (out / "grades.jsonl").read_text().splitlines()]
+    assert len(grades) == len(rows)
+    assert set(grades[0]) == set(rows[0]) | {"correct", "pred", "math_verify"}
+    assert grades[0]["correct"] is True and grades[0]["pred"] == "45" and grades[0]["math_verify"] is True
+    assert pq.read_table(out / "grades.parquet").num_rows == len(rows)
+    assert "aime2024" in capsys.readouterr().out
+    # Results already there: not replaced without --overwrite.
+    assert beam_slurm(["grade", "--responses", str(tmp_path / "r.jsonl"), "--out", str(out)]) == 2
+    assert "--overwrite" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "content,message",
+    [
+        ('{"data_source": "a", "problem_id": 1, "sample": 0, "response": "x"}\n', "missing field(s) ground_truth"),
+        ("not json\n", "r.jsonl:1: not valid JSON"),
+    ],
+)
+def test_grade_rejects_bad_input_with_status_2(tmp_path, capsys, content, message):
+    (tmp_path / "r.jsonl").write_text(content)
+    assert beam_slurm(["grade", "--responses", str(tmp_path / "r.jsonl"), "--out", str(tmp_path / "o")]) == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
+
+
+def test_grade_rejects_unequal_k(tmp_path, capsys):
+    rows = _responses({"aime2024": [1, 1, 1], "aime2025": [1, 1, 1]})
+    rows = [r for r in rows if not (r["data_source"] == "aime2025" and r["problem_id"] == 2 and r["sample"] == 3)]
+    assert beam_slurm(["grade", "--responses", str(_write_jsonl(tmp_path / "r.jsonl", rows)), "--out", str(tmp_path / "o")]) == 2
+    assert "data source 'aime2025': problem '2' has 3 samples" in capsys.readouterr().err
+
+
+def _graded(right: dict[str, list[int]]) -> list[dict]:
+    grades = []
+    for row in _responses(right):
+        value = row["response"].rsplit(" ", 1)[1]
+        correct = value == row["ground_truth"]
+        grades.append({**row, "correct": correct, "pred": value, "math_verify": correct})
+    return grades
+
+
+def _skyrl_dump(export: Path, step: int, source: str, positives: int, total: int) -> None:
+    folder = export / "dumped_evals" / f"global_step_{step}_evals"
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / f"{source}.jsonl", "w") as handle:
+        for i in range(total):
+            handle.write(json.dumps({"input_prompt": "p", "output_response": "r", "score": 1.0 if i < positives else -1.0,
+                                     "stop_reason": "stop", "env_class": "aime", "env_extras": {}, "data_source": source}) + "\n")
+    (folder / "aggregated_results.jsonl").write_text(json.dumps({f"eval/{source}/avg_score": 2 * positives / total - 1}) + "\n")
+
+
+@pytest.fixture
+def run_export(tmp_path) -> Path:
+    export = tmp_path / "exports" / "beam-lora-16"
+    for step, right in ((5, [2, 1, 0]), (10, [4, 2, 1])):
+        grades = _graded({"aime2024": right, "aime2025": right})
+        write_results(evaluation_dir(export, step), grades, compute_metrics(grades), extra={"step": step})
+    (evaluation_dir(export, 15)).mkdir(parents=True)  # an evaluation still running: no metrics.json yet
+    _skyrl_dump(export, 5, "aime2024", positives=60, total=240)
+    _skyrl_dump(export, 10, "aime2024", positives=120, total=240)
+    # Only the aggregated line for aime2025 at step 10: accuracy = (avg_score + 1) / 2.
+    folder = export / "dumped_evals" / "global_step_10_evals"
+    aggregated = json.loads((folder / "aggregated_results.jsonl").read_text())
+    aggregated["eval/aime2025/avg_score"] = 0.5
+    (folder / "aggregated_results.jsonl").write_text(json.dumps(aggregated) + "\n")
+    lines = [{"step": s, "reward/avg_raw_reward": -0.8 + 0.1 * s, "generate/avg_num_tokens": 3000 + 100 * s} for s in range(1, 11)]
+    lines.append({"step": 10, "reward/avg_raw_reward": 0.3})  # a requeued job redid step 10: the later line wins
+    (export / TRAIN_METRICS_FILE).write_text("".join(json.dumps(line) + "\n" for line in lines))
+    return export
+
+
+def test_report_table_plot_and_summary(run_export, capsys):
+    assert beam_slurm(["report", str(run_export)]) == 0
+    out = capsys.readouterr().out
+    assert "aime2024" in out and "aime2025" in out
+    plot = run_export / "beam_evals" / "report.png"
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and plot.stat().st_size > 10_000
+    summary = json.loads((run_export / "beam_evals" / "report.json").read_text())
+    points = {(e["step"], e["data_source"], e["origin"]): e["accuracy"] for e in summary["evaluations"]}
+    assert points[(5, "aime2024", "beam")] == pytest.approx((2 / 4 + 1 / 4 + 0) / 3)
+    assert points[(10, "aime2025", "beam")] == pytest.approx((4 / 4 + 2 / 4 + 1 / 4) / 3)
+    assert points[(5, "aime2024", "skyrl")] == pytest.approx(0.25)
+    assert points[(10, "aime2024", "skyrl")] == pytest.approx(0.5)
+    assert points[(10, "aime2025", "skyrl")] == pytest.approx(0.75)
+    assert not any(step == 15 for step, _, _ in points)  # unfinished evaluation left out
+    assert summary["train"]["10"]["reward/avg_raw_reward"] == pytest.approx(0.3)
+    assert summary["train"]["10"]["generate/avg_num_tokens"] == pytest.approx(4000)
+
+
+def test_report_finds_a_run_by_name(run_export, tmp_path, capsys):
+    plot = tmp_path / "plots" / "curve.png"
+    assert beam_slurm(["report", "beam-lora-16", "--exports-root", str(run_export.parent), "--plot", str(plot)]) == 0
+    assert plot.is_file()
+
+
+def test_report_finds_the_export_path_inside_a_run_folder(tmp_path, run_export, capsys):
+    assert beam_slurm(["report", str(run_export.parent.parent)]) == 0
+
+
+def test_report_unknown_run_is_status_2(tmp_path, capsys):
+    assert beam_slurm(["report", "no-such-run", "--exports-root", str(tmp_path)]) == 2
+    assert "no evaluations found for run 'no-such-run'" in capsys.readouterr().err
