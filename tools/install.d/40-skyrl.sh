@@ -3,7 +3,8 @@
 # trainer itself runs in the recipe's container.
 # skyrl is installed without its dependencies (they pull vLLM, flash-attn, Megatron); what follows is exactly
 # what `SkyRLTrainConfig.from_cli_overrides` imports: building the config runs __post_init__, which imports
-# skyrl.backends (pydantic, torch, aiohttp, ray), and config.py imports skyrl_gym's env configs (pandas, requests).
+# skyrl.backends (pydantic, torch, aiohttp, ray), and config.py imports skyrl_gym's env configs (pandas, requests);
+# validate_cfg (cross-field checks) also imports the policy-loss registry (jaxtyping).
 # torch is the bulk (~5 GB with its CUDA libraries; PyPI has no CPU-only build for 3.12); it is imported, never run.
 set -euo pipefail
 PY312="${BEAM_PYTHON312:-$(command -v python3.12 || echo /root/.pyenv/versions/3.12.1/bin/python3.12)}"
@@ -13,7 +14,7 @@ VENV="$ROOT/.venv-skyrl"
 PIP=("$VENV/bin/pip" install -q)
 "${PIP[@]}" --upgrade pip
 "${PIP[@]}" --no-deps "skyrl==0.3.0" "skyrl-gym==0.4.0"
-"${PIP[@]}" omegaconf pyyaml loguru pandas requests pydantic aiohttp "ray==2.56.0" torch pytest
+"${PIP[@]}" omegaconf pyyaml loguru pandas requests pydantic aiohttp "ray==2.56.0" torch jaxtyping pytest
 # Our own trainer-side modules (entrypoint, notice protocol, rehearsal) import in this venv too.
 "${PIP[@]}" --no-deps -e "$ROOT"
 "$VENV/bin/python" -c "from skyrl.train.config.config import SkyRLTrainConfig; SkyRLTrainConfig.from_cli_overrides([]); import beam_slurm.skyrl.notice"
