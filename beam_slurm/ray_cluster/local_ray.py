@@ -13,7 +13,7 @@ import signal
 import subprocess
 import time
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 
 def group_members(pgid: int) -> list[int]:
@@ -54,8 +54,13 @@ class LocalRay:
     def _pgid_file(self) -> Path:
         return self.temp_dir / "beam-ray.pgid"
 
-    def start(self, ray_start_args: Sequence[str], env: Mapping[str, str], ray_executable: str) -> None:
-        """Run `ray start ...` (not --block) in a new session and wait for it; RuntimeError with the log tail."""
+    def start(self, ray_start_args: Sequence[str], env: Mapping[str, str], ray_executable: str,
+              while_starting: Callable[[], None] | None = None) -> None:
+        """Run `ray start ...` (not --block) in a new session and wait for it; RuntimeError with the log tail.
+
+        `while_starting` is called every 50 ms until `ray start` returns (the head uses it to publish its address as
+        soon as the GCS listens, so workers start while the head's dashboard and raylet are still coming up).
+        """
         self.temp_dir.mkdir(parents=True, exist_ok=True)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as log:
@@ -63,7 +68,11 @@ class LocalRay:
                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
             self.pgid = proc.pid
             self._pgid_file.write_text(str(proc.pid))
-            status = proc.wait()
+            while proc.poll() is None:
+                if while_starting is not None:
+                    while_starting()
+                time.sleep(0.05)
+            status = proc.returncode
         if status != 0:
             tail = self.log_path.read_text(errors="replace").strip().splitlines()[-8:]
             self.stop(grace_s=2.0)

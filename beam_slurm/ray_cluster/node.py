@@ -26,7 +26,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from beam_slurm.ray_cluster import auth
 from beam_slurm.ray_cluster.gpus import allocated_gpus, compare_gpu_view, probe_gpu_view
@@ -172,7 +172,8 @@ class RayNode:
                                        f"(from {source}) but the job expects {expected} per node; request them with "
                                        f"--gpus-per-node={expected} (or --gres=gpu:{expected})")
 
-    def start_ray(self, head: bool, ip: str, start_block: int | None, head_address: str = "") -> RayPorts:
+    def start_ray(self, head: bool, ip: str, start_block: int | None, head_address: str = "",
+                  on_gcs_up: Callable[[RayPorts], None] | None = None) -> RayPorts:
         """`ray start` with this job's ports; on a bind race, the next free block (up to 3 tries)."""
         block = start_block
         last_error: Exception | None = None
@@ -188,8 +189,19 @@ class RayNode:
                 args.append(f"--address={head_address}")
             if self.settings.object_store_memory_bytes:
                 args.append(f"--object-store-memory={self.settings.object_store_memory_bytes}")
+            announced = False
+
+            def announce_when_gcs_listens() -> None:
+                nonlocal announced
+                if not announced and on_gcs_up is not None and _tcp_reachable(ip, ports.gcs, timeout_s=0.05):
+                    announced = True
+                    on_gcs_up(ports)
+
             try:
-                self.ray.start(args, self.ray_env(), ray_executable=_ray_executable())
+                self.ray.start(args, self.ray_env(), ray_executable=_ray_executable(),
+                               while_starting=announce_when_gcs_listens if head else None)
+                if head and not announced and on_gcs_up is not None:
+                    on_gcs_up(ports)
                 return ports
             except RuntimeError as exc:
                 last_error = exc
@@ -202,12 +214,15 @@ class RayNode:
         ip = node_ipv4(self.settings.network_interface)
         self.check_gpu_count()
         self.rendezvous.publish_node(0, {"host": self.ctx.host, "ip": ip, "gpus": self.gpus})
-        ports = self.start_ray(head=True, ip=ip, start_block=None)
+        def publish(ports: RayPorts) -> None:
+            write_json_atomically(self.rendezvous.head_file, {"address": f"{ip}:{ports.gcs}", "block": ports.block,
+                                                              "host": self.ctx.host, "time": time.time()})
+            self.log(f"GCS listening at {ip}:{ports.gcs} (port block {ports.block}); address published")
+
+        ports = self.start_ray(head=True, ip=ip, start_block=None, on_gcs_up=publish)
         address = f"{ip}:{ports.gcs}"
         head_up = time.time()
-        write_json_atomically(self.rendezvous.head_file, {"address": address, "block": ports.block, "host": self.ctx.host,
-                                                          "time": head_up})
-        self.log(f"head up at {address} (port block {ports.block}, temp dir {self.ray.temp_dir})")
+        self.log(f"head up at {address} (temp dir {self.ray.temp_dir})")
         registered = self.wait_for_cluster(address)
         self.log(f"all {self.ctx.num_nodes} nodes and {registered} GPUs registered")
         write_json_atomically(self.rendezvous.ready_file, {"job_start": _job_start_time(), "node_start": self.started,
@@ -423,9 +438,9 @@ def _job_start_time() -> float | None:
     return float(value) if value else None
 
 
-def _tcp_reachable(host: str, port: int) -> bool:
+def _tcp_reachable(host: str, port: int, timeout_s: float = 1.0) -> bool:
     try:
-        with socket.create_connection((host, port), timeout=1.0):
+        with socket.create_connection((host, port), timeout=timeout_s):
             return True
     except OSError:
         return False

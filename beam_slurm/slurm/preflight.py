@@ -1,0 +1,159 @@
+"""Preflight: one quick step on every node of the allocation before Ray starts.
+
+`python -m beam_slurm.slurm.preflight '<PreflightSettings as JSON>'` runs once per node (srun, one task per node) and
+prints one line `BEAM_PREFLIGHT {"host": ..., "problems": [...]}`; the batch shell collects the lines
+(`collect_results`) and ends the job naming each failing node and reason, before GPUs are held idle by a job that
+would fail an hour later.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+import socket
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from beam_slurm.ray_cluster.gpus import allocated_gpus
+
+RESULT_PREFIX = "BEAM_PREFLIGHT "
+"""Start of the one result line each node prints."""
+GB = 1024**3
+
+
+@dataclass
+class PreflightSettings:
+    """What the preflight step checks on every node. An empty or zero field skips its check."""
+
+    readable_paths: list[str] = field(default_factory=list)
+    """Files or folders every node must read at the same path: the model, the data files (MODEL_PATH, DATA_DIR)."""
+    skyrl_dir: str = ""
+    """SkyRL checkout that the driver runs from (must hold pyproject.toml and the examples/ folder)."""
+    scratch_dir: str = ""
+    """Node-local folder for offloaded optimizer state (OPTIMIZER_STATE_DISK_DIR); created if missing."""
+    scratch_need_bytes: int = 0
+    """Free space needed in scratch_dir on each node (about 0.6-0.7 TB per node for full fine-tuning)."""
+    host_ram_need_bytes: int = 0
+    """Host memory needed on each node when the optimizer runs on CPU instead (about 1.7 TB)."""
+    ckpt_dir: str = ""
+    """Checkpoint folder on shared storage (CKPT_PATH); created if missing."""
+    ckpt_need_bytes: int = 0
+    """Free space needed under ckpt_dir for the checkpoints kept (about 0.9 TB per node per checkpoint)."""
+    shared_canary: str = ""
+    """A file the batch shell wrote on shared storage just before the step; every node must read it (proves the
+    log/checkpoint storage is shared and consistent)."""
+    gpus_per_node: int = 0
+    """GPUs the step must see on each node (CUDA_VISIBLE_DEVICES / SLURM_STEP_GPUS)."""
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self), sort_keys=True)
+
+
+def _existing_parent(path: Path) -> Path:
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
+
+
+def _free_bytes(path: Path) -> int:
+    return shutil.disk_usage(_existing_parent(path)).free
+
+
+def _available_ram_bytes() -> int:
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("MemAvailable:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+def check_node(settings: PreflightSettings, environ: dict[str, str] | None = None) -> list[str]:
+    """Every problem found on this node, each a sentence with the fix."""
+    problems: list[str] = []
+    for raw in settings.readable_paths:
+        path = Path(raw)
+        if not path.exists():
+            problems.append(f"{raw} does not exist here (not mounted on this node?)")
+        elif not os.access(path, os.R_OK) or (path.is_dir() and not os.access(path, os.X_OK)):
+            problems.append(f"{raw} is not readable by uid {os.getuid()}")
+        elif path.is_dir():
+            try:
+                next(os.scandir(path), None)
+            except OSError as exc:
+                problems.append(f"{raw} cannot be listed: {exc.strerror}")
+    if settings.skyrl_dir:
+        root = Path(settings.skyrl_dir)
+        missing = [name for name in ("pyproject.toml", "examples") if not (root / name).exists()]
+        if missing:
+            problems.append(f"SkyRL checkout {root} lacks {', '.join(missing)}; clone SkyRL there (same path on every "
+                            "node) or fix the SkyRL checkout setting")
+    if settings.scratch_dir:
+        scratch = Path(settings.scratch_dir)
+        try:
+            scratch.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            problems.append(f"scratch dir {scratch} cannot be created: {exc.strerror}")
+        else:
+            if not os.access(scratch, os.W_OK):
+                problems.append(f"scratch dir {scratch} is not writable")
+            elif settings.scratch_need_bytes and _free_bytes(scratch) < settings.scratch_need_bytes:
+                problems.append(f"scratch dir {scratch} has {_free_bytes(scratch) / GB:.1f} GiB free, the optimizer "
+                                f"state needs {settings.scratch_need_bytes / GB:.1f} GiB")
+    if settings.host_ram_need_bytes and _available_ram_bytes() < settings.host_ram_need_bytes:
+        problems.append(f"host has {_available_ram_bytes() / GB:.1f} GiB RAM available, the CPU optimizer needs "
+                        f"{settings.host_ram_need_bytes / GB:.1f} GiB")
+    if settings.ckpt_dir:
+        ckpt = Path(settings.ckpt_dir)
+        parent = _existing_parent(ckpt)
+        if not os.access(parent, os.W_OK):
+            problems.append(f"checkpoint dir {ckpt} is not writable (nearest existing folder {parent})")
+        elif settings.ckpt_need_bytes and _free_bytes(ckpt) < settings.ckpt_need_bytes:
+            problems.append(f"checkpoint storage {ckpt} has {_free_bytes(ckpt) / GB:.1f} GiB free, the kept "
+                            f"checkpoints need {settings.ckpt_need_bytes / GB:.1f} GiB")
+    if settings.shared_canary and not Path(settings.shared_canary).exists():
+        problems.append(f"{settings.shared_canary} (written by the batch host) is not visible here: the log "
+                        "folder is not on storage shared by all nodes")
+    if settings.gpus_per_node:
+        gpus, source = allocated_gpus(environ)
+        if len(gpus) != settings.gpus_per_node:
+            problems.append(f"step sees {len(gpus)} GPUs ({source or 'no CUDA_VISIBLE_DEVICES/SLURM_STEP_GPUS'}), "
+                            f"expected {settings.gpus_per_node}; request --gpus-per-node={settings.gpus_per_node}")
+        elif shutil.which("nvidia-smi"):
+            import subprocess
+
+            listed = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=60)
+            count = sum(1 for line in listed.stdout.splitlines() if line.startswith("GPU "))
+            if listed.returncode != 0 or count < settings.gpus_per_node:
+                problems.append(f"nvidia-smi lists {count} GPUs (status {listed.returncode}), expected "
+                                f"{settings.gpus_per_node}: driver or device problem on this node")
+    return problems
+
+
+def collect_results(output: str, expected_hosts: list[str]) -> dict[str, list[str]]:
+    """Problems by host from the step's output; a host that printed no result line is itself a problem."""
+    results: dict[str, list[str]] = {}
+    for line in output.splitlines():
+        if line.startswith(RESULT_PREFIX):
+            record = json.loads(line[len(RESULT_PREFIX):])
+            results[record["host"]] = list(record["problems"])
+    for host in expected_hosts:
+        results.setdefault(host, ["preflight did not report (the task failed to start or crashed)"])
+    return {host: problems for host, problems in results.items() if problems}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    settings = PreflightSettings(**json.loads(argv[0])) if argv else PreflightSettings()
+    host = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
+    try:
+        problems = check_node(settings)
+    except Exception as exc:  # report, do not crash: the batch shell names the node
+        problems = [f"preflight crashed: {exc!r}"]
+    print(RESULT_PREFIX + json.dumps({"host": host, "problems": problems}), flush=True)
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
