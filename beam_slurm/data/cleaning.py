@@ -6,22 +6,24 @@ The rule (SkyRL examples/algorithms/dapo/data_preprocess_dapo_aime.py, written t
 SkyRL keeps an arbitrary row of each duplicate group in arbitrary order; we keep the first occurrence, in input
 order, so the output is deterministic (the same rows as polars `unique(keep="first", maintain_order=True)`).
 
-How it streams: each batch's key columns are turned into one self-delimiting byte string per row (so two rows get
-the same string exactly when their keys are equal, nested lists, structs and nulls included). Arrow's hash kernel
-finds each batch's distinct keys; a 128-bit BLAKE2b digest per distinct key is checked against the digests seen so
-far (a collision is ~1e-27 likely at this size, far below hardware error rates). First occurrences go to a
-candidates file beside the output, with a prompt id; the distinct reward_model digests per prompt are tracked in
-memory. A final pass over the (small) candidates file drops the conflicting prompts. Memory: one batch plus 16 bytes
-and a few words per distinct key.
+How it streams (two passes, one batch in memory at a time):
+  pass 1 reads the key columns only. Every string in them gets a small global id (Arrow's hash kernel finds each
+  batch's distinct strings; Python sees only those, and remembers long ones by a 128-bit BLAKE2b digest: a
+  collision is ~1e-26 likely at this size, far below hardware error rates). A row's key becomes a short code built
+  from those ids that is equal for two rows exactly when their keys are equal (nested lists, structs and nulls
+  included). First occurrences of each code go to a small candidates file with their row number and a prompt id;
+  the distinct reward_model codes per prompt are tracked in memory.
+  pass 2 reads the other columns (extra_info), takes the kept rows by row number and writes them in input order.
+Memory: one batch plus a few words per distinct string and per distinct key.
 """
 
 from __future__ import annotations
 
 import hashlib
-import os
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, Iterator, Optional
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -34,6 +36,7 @@ Progress = Callable[[int], None]
 """Called with the number of rows just processed."""
 
 PROMPT_ID_COLUMN = "__prompt_id"
+ROW_COLUMN = "__row"
 COMPRESSION = "zstd"
 
 
@@ -59,32 +62,51 @@ def _large(text: str) -> pa.Scalar:
 
 _NULL = _large("N")
 _EMPTY = _large("")
+# Strings up to this many bytes are remembered as they are; longer ones by a 128-bit digest.
+_INLINE_LIMIT = 32
 
 
-def encode_rows(array: pa.Array) -> pa.Array:
-    """One byte string per row, equal for two rows exactly when their values are equal (a prefix-free code).
+class StringInterner:
+    """Gives every distinct string one small global id, so keys can be compared as short codes.
 
-    null -> "N"; string -> "S<bytes>:<text>"; number/bool -> "V<text>;"; struct -> "T" + its fields' codes;
+    Only each batch's distinct strings reach Python (Arrow's hash kernel finds them); long strings are
+    remembered by a 128-bit BLAKE2b digest, short ones as they are.
+    """
+
+    def __init__(self) -> None:
+        self.ids: dict[bytes, int] = {}
+
+    def codes(self, text: pa.Array) -> pa.Array:
+        """"I<id>;" per row, "N" for nulls."""
+        encoded = pc.dictionary_encode(text.cast(pa.large_string()))
+        ids = self.ids
+        new_codes = []
+        for value in encoded.dictionary.cast(pa.large_binary()).to_pylist():
+            identity = b"=" + value if len(value) <= _INLINE_LIMIT else b"#" + hashlib.blake2b(value, digest_size=16).digest()
+            new_codes.append(f"I{ids.setdefault(identity, len(ids))};")
+        return pc.fill_null(pa.array(new_codes, pa.large_string()).take(encoded.indices), _NULL)
+
+
+def encode_rows(array: pa.Array, interner: StringInterner) -> pa.Array:
+    """One short string per row, equal for two rows exactly when their values are equal (a prefix-free code).
+
+    null -> "N"; string -> "I<interned id>;"; number/bool -> "V<text>;"; struct -> "T" + its fields' codes;
     list -> "L<count>:" + its elements' codes.
     """
     type_ = array.type
     if pa.types.is_null(type_):
         return pa.array(["N"] * len(array), pa.large_string())
     if pa.types.is_string(type_) or pa.types.is_large_string(type_):
-        text = array.cast(pa.large_string())
-        lengths = pc.binary_length(text).cast(pa.large_string())
-        encoded = pc.binary_join_element_wise(_large("S"), lengths, _large(":"), text, _EMPTY)
-    elif pa.types.is_struct(type_):
-        parts = [encode_rows(child) for child in array.flatten()]
+        return interner.codes(array)
+    if pa.types.is_struct(type_):
+        parts = [encode_rows(child, interner) for child in array.flatten()]
         encoded = pc.binary_join_element_wise(_large("T"), *parts, _EMPTY)
         if array.null_count:
             encoded = pc.if_else(array.is_valid(), encoded, _NULL)
     elif pa.types.is_list(type_) or pa.types.is_large_list(type_):
         counts = pc.list_value_length(array).cast(pa.int64())
-        inner = encode_rows(array.flatten())
-        offsets = pa.concat_arrays(
-            [pa.array([0], pa.int64()), pc.cumulative_sum(pc.fill_null(counts, 0))]
-        )
+        inner = encode_rows(array.flatten(), interner)
+        offsets = pa.concat_arrays([pa.array([0], pa.int64()), pc.cumulative_sum(pc.fill_null(counts, 0))])
         joined = pc.binary_join(pa.LargeListArray.from_arrays(offsets, inner), _EMPTY)
         encoded = pc.binary_join_element_wise(_large("L"), counts.cast(pa.large_string()), _large(":"), joined, _EMPTY)
     else:
@@ -96,14 +118,10 @@ def encode_rows(array: pa.Array) -> pa.Array:
     return pc.fill_null(encoded, _NULL)
 
 
-def _digest(value: bytes) -> bytes:
-    return hashlib.blake2b(value, digest_size=16).digest()
-
-
 def open_parquet(path: Path, where: str) -> pq.ParquetFile:
     """Open a parquet file, turning a truncated or corrupt file into BadDataInput."""
     try:
-        return pq.ParquetFile(path, pre_buffer=False)
+        return pq.ParquetFile(path, pre_buffer=False, buffer_size=1 << 22)
     except (pa.ArrowException, OSError) as error:
         raise BadDataInput(f"{where}: not a readable parquet file (truncated or corrupt?): {error}") from None
 
@@ -146,12 +164,25 @@ def _output_schema(schema: pa.Schema) -> pa.Schema:
     return schema.with_metadata(metadata or None)
 
 
+def _kept_rows(
+    candidates_path: Path, prompt_reward: list, key_schema: pa.Schema, batch_rows: int
+) -> Iterator[tuple[pa.Array, pa.RecordBatch]]:
+    """(global row indices, key columns) of the first occurrences whose prompt has one reward_model, in input order."""
+    for batch in pq.ParquetFile(candidates_path).iter_batches(batch_size=batch_rows):
+        ids = batch.column(PROMPT_ID_COLUMN).to_pylist()
+        kept = batch.filter(pa.array([prompt_reward[i] is not None for i in ids], pa.bool_()))
+        if len(kept):
+            yield kept.column(ROW_COLUMN), pa.RecordBatch.from_arrays(
+                [kept.column(name) for name in key_schema.names], schema=key_schema
+            )
+
+
 def clean_dapo_files(
     files: list[Path],
     destination: Path,
     *,
     where: str,
-    batch_rows: int = 65536,
+    batch_rows: int = 32768,
     canonical_answers: bool = False,
     progress: Optional[Progress] = None,
 ) -> CleaningStats:
@@ -165,41 +196,44 @@ def clean_dapo_files(
         reader = open_parquet(path, f"{where} ({path})")
         check_dapo_schema(reader.schema_arrow, f"{where} ({path})")
         readers.append((path, reader))
-    schema = _output_schema(readers[0][1].schema_arrow)
+    input_schema = readers[0][1].schema_arrow
     for path, reader in readers[1:]:
-        if not reader.schema_arrow.equals(readers[0][1].schema_arrow, check_metadata=False):
+        if not reader.schema_arrow.equals(input_schema, check_metadata=False):
             raise BadDataInput(f"{where}: {path} has a different schema than {readers[0][0]}; give files of one schema")
+    schema = _output_schema(input_schema)
+    key_schema = pa.schema([schema.field(name) for name in KEY_COLUMNS])
+    candidate_schema = key_schema.append(pa.field(ROW_COLUMN, pa.int64())).append(pa.field(PROMPT_ID_COLUMN, pa.int64()))
 
     candidates_path = destination.with_name(destination.name + ".candidates")
-    candidate_schema = schema.append(pa.field(PROMPT_ID_COLUMN, pa.int64()))
+    interner = StringInterner()
     seen_keys: set[bytes] = set()
     prompt_ids: dict[bytes, int] = {}
-    # Per prompt id: the digest of its one reward_model so far, or None once a second distinct one showed up.
+    # Per prompt id: the code of its one reward_model so far, or None once a second distinct one showed up.
     prompt_reward: list[Optional[bytes]] = []
     rows_in = rows_distinct = rewritten_total = 0
 
     try:
+        # Pass 1, key columns only: find first occurrences, track reward_models per prompt.
         with pq.ParquetWriter(candidates_path, candidate_schema, compression="lz4") as candidates:
             for path, reader in readers:
-                try:
-                    for batch in reader.iter_batches(batch_size=batch_rows):
-                        reward_index = batch.schema.get_field_index("reward_model")
-                        reward_model = batch.column(reward_index)
+                with _read_errors(where, path, lambda: rows_in):
+                    for batch in reader.iter_batches(batch_size=batch_rows, columns=list(KEY_COLUMNS)):
+                        reward_model = batch.column("reward_model")
                         if canonical_answers:
                             reward_model, rewritten = canonicalise_ground_truth(reward_model)
                             if rewritten:
                                 rewritten_total += rewritten
                                 columns = batch.columns
-                                columns[reward_index] = reward_model
+                                columns[batch.schema.get_field_index("reward_model")] = reward_model
                                 batch = pa.RecordBatch.from_arrays(columns, schema=batch.schema)
                         _check_ground_truth(reward_model, rows_in, f"{where} ({path})")
 
-                        encoded_prompt = encode_rows(batch.column("prompt"))
-                        encoded_reward = encode_rows(reward_model)
+                        encoded_prompt = encode_rows(batch.column("prompt"), interner)
+                        encoded_reward = encode_rows(reward_model, interner)
                         key = pc.binary_join_element_wise(
-                            encode_rows(batch.column("data_source")),
+                            encode_rows(batch.column("data_source"), interner),
                             encoded_prompt,
-                            encode_rows(batch.column("ability")),
+                            encode_rows(batch.column("ability"), interner),
                             encoded_reward,
                             _EMPTY,
                         )
@@ -208,46 +242,41 @@ def clean_dapo_files(
                         # Codes are numbered by first appearance, so a row is a first occurrence in this batch
                         # exactly when its code exceeds every code before it.
                         running_max = pc.cumulative_max(indices)
-                        previous_max = pa.concat_arrays([pa.array([-1], indices.type), running_max.slice(0, len(indices) - 1)])
+                        previous_max = pa.concat_arrays(
+                            [pa.array([-1], indices.type), running_max.slice(0, len(indices) - 1)]
+                        )
                         first_rows = pc.indices_nonzero(pc.greater(indices, previous_max))
-
-                        new_rows = []
+                        new_codes = []
                         for code, value in enumerate(codes.dictionary.cast(pa.large_binary()).to_pylist()):
-                            digest = _digest(value)
-                            if digest not in seen_keys:
-                                seen_keys.add(digest)
-                                new_rows.append(code)
+                            if value not in seen_keys:
+                                seen_keys.add(value)
+                                new_codes.append(code)
+                        if new_codes:
+                            positions = first_rows.take(pa.array(new_codes, pa.int64()))
+                            prompts = encoded_prompt.take(positions).cast(pa.large_binary()).to_pylist()
+                            rewards = encoded_reward.take(positions).cast(pa.large_binary()).to_pylist()
+                            ids = []
+                            for prompt, reward in zip(prompts, rewards):
+                                prompt_id = prompt_ids.setdefault(prompt, len(prompt_ids))
+                                if prompt_id == len(prompt_reward):
+                                    prompt_reward.append(reward)
+                                elif prompt_reward[prompt_id] != reward:
+                                    prompt_reward[prompt_id] = None
+                                ids.append(prompt_id)
+                            rows_distinct += len(ids)
+                            picked = batch.take(positions)
+                            global_rows = pc.add(positions.cast(pa.int64()), pa.scalar(rows_in, pa.int64()))
+                            candidates.write_batch(
+                                pa.RecordBatch.from_arrays(
+                                    [*picked.columns, global_rows, pa.array(ids, pa.int64())], schema=candidate_schema
+                                )
+                            )
                         rows_in += len(batch)
                         if progress:
                             progress(len(batch))
-                        if not new_rows:
-                            continue
-                        positions = first_rows.take(pa.array(new_rows, pa.int64()))
-                        prompts = encoded_prompt.take(positions).cast(pa.large_binary()).to_pylist()
-                        rewards = encoded_reward.take(positions).cast(pa.large_binary()).to_pylist()
-                        ids = []
-                        for prompt, reward in zip(prompts, rewards):
-                            prompt_digest = _digest(prompt)
-                            reward_digest = _digest(reward)
-                            prompt_id = prompt_ids.setdefault(prompt_digest, len(prompt_ids))
-                            if prompt_id == len(prompt_reward):
-                                prompt_reward.append(reward_digest)
-                            elif prompt_reward[prompt_id] != reward_digest:
-                                prompt_reward[prompt_id] = None
-                            ids.append(prompt_id)
-                        rows_distinct += len(ids)
-                        picked = batch.take(positions)
-                        candidates.write_batch(
-                            pa.RecordBatch.from_arrays(
-                                [*picked.columns, pa.array(ids, pa.int64())], schema=candidate_schema
-                            )
-                        )
-                except (pa.ArrowException, OSError) as error:
-                    raise BadDataInput(
-                        f"{where} ({path}): reading failed after {rows_in} rows (truncated or corrupt file?): {error}"
-                    ) from None
 
-        rows_out = _write_unconflicted(candidates_path, destination, schema, prompt_reward, batch_rows)
+        # Pass 2: join the kept rows' other columns (extra_info) back on, in input order.
+        rows_out = _write_kept(readers, where, candidates_path, destination, schema, key_schema, prompt_reward, batch_rows)
     finally:
         candidates_path.unlink(missing_ok=True)
     return CleaningStats(
@@ -259,32 +288,60 @@ def clean_dapo_files(
     )
 
 
-def _write_unconflicted(
-    candidates_path: Path, destination: Path, schema: pa.Schema, prompt_reward: list, batch_rows: int
+@contextmanager
+def _read_errors(where: str, path: Path, rows_read: Callable[[], int]) -> Iterator[None]:
+    try:
+        yield
+    except (pa.ArrowException, OSError) as error:
+        raise BadDataInput(
+            f"{where} ({path}): reading failed after {rows_read()} rows (truncated or corrupt file?): {error}"
+        ) from None
+
+
+def _write_kept(
+    readers: list,
+    where: str,
+    candidates_path: Path,
+    destination: Path,
+    schema: pa.Schema,
+    key_schema: pa.Schema,
+    prompt_reward: list,
+    batch_rows: int,
 ) -> int:
+    other_columns = [name for name in schema.names if name not in KEY_COLUMNS]
+    kept = _kept_rows(candidates_path, prompt_reward, key_schema, batch_rows)
     rows_out = 0
-    pending: list[pa.RecordBatch] = []
-    pending_rows = 0
     with pq.ParquetWriter(destination, schema, compression=COMPRESSION) as writer:
-
-        def flush() -> None:
-            nonlocal pending, pending_rows
-            if pending:
-                writer.write_table(pa.Table.from_batches(pending, schema=schema), row_group_size=max(pending_rows, 1))
-            pending, pending_rows = [], 0
-
-        for batch in pq.ParquetFile(candidates_path).iter_batches(batch_size=batch_rows):
-            ids = batch.column(PROMPT_ID_COLUMN).to_pylist()
-            keep = pa.array([prompt_reward[i] is not None for i in ids], pa.bool_())
-            kept = batch.filter(keep)
-            kept = pa.RecordBatch.from_arrays(kept.columns[:-1], schema=schema)
-            if len(kept):
-                pending.append(kept)
-                pending_rows += len(kept)
-                rows_out += len(kept)
-            if pending_rows >= batch_rows:
-                flush()
-        flush()
+        if not other_columns:
+            for _, key_batch in kept:
+                writer.write_batch(
+                    pa.RecordBatch.from_arrays([key_batch.column(n) for n in schema.names], schema=schema)
+                )
+                rows_out += len(key_batch)
+        else:
+            pending_rows, pending_keys = _next_or_none(kept)
+            offset = 0
+            for path, reader in readers:
+                with _read_errors(where, path, lambda: offset):
+                    for batch in reader.iter_batches(batch_size=batch_rows, columns=other_columns):
+                        end = offset + len(batch)
+                        while pending_rows is not None and len(pending_rows) and pending_rows[0].as_py() < end:
+                            # The kept rows of this input batch: the prefix of the pending ones below `end`.
+                            inside = pc.sum(pc.less(pending_rows, end)).as_py()
+                            local = pc.subtract(pending_rows.slice(0, inside), pa.scalar(offset, pa.int64()))
+                            others = batch.take(local)
+                            keys = pending_keys.slice(0, inside)
+                            columns = {**dict(zip(keys.schema.names, keys.columns)), **dict(zip(others.schema.names, others.columns))}
+                            writer.write_batch(pa.RecordBatch.from_arrays([columns[n] for n in schema.names], schema=schema))
+                            rows_out += inside
+                            pending_rows, pending_keys = pending_rows.slice(inside), pending_keys.slice(inside)
+                            if not len(pending_rows):
+                                pending_rows, pending_keys = _next_or_none(kept)
+                        offset = end
         if rows_out == 0:
             writer.write_table(schema.empty_table())
     return rows_out
+
+
+def _next_or_none(iterator: Iterator) -> tuple:
+    return next(iterator, (None, None))
