@@ -192,18 +192,18 @@ def pull_image(
                 return PullResult(target, "imported-by-other")
             _remove_leftovers(target)
             scratch = target.with_name(f".{target.stem}.tmp-{uuid.uuid4().hex}{target.suffix}")
-            status = _run_import(import_command(settings.runtime, settings.image, scratch, executable), lock)
+            command = import_command(settings.runtime, settings.image, scratch, executable)
+            status = _run_import(command, lock)
             if status is None or not lock.still_held():
                 scratch.unlink(missing_ok=True)
                 log("lost the lock during the import; waiting for it again")
                 continue
             if status != 0 or not scratch.is_file():
                 scratch.unlink(missing_ok=True)
+                what = f"exited with status {status}" if status != 0 else "exited without writing the image"
                 raise PullError(
-                    f"{shlex.join(import_command(settings.runtime, settings.image, scratch, executable)[:2])} "
-                    f"exited with status {status}"
-                    + ("" if status != 0 else " without writing the image")
-                    + "; see its output above (registry credentials: see `beam-slurm pull-container --help`)"
+                    f"`{shlex.join(command[:2])}` {what}; see its output above (registry credentials: "
+                    "see `beam-slurm pull-container --help`)"
                 )
             sha256 = file_sha256(scratch)
             digest_record_path(target).unlink(missing_ok=True)  # never a record describing another file

@@ -273,3 +273,20 @@ def test_reused_pid_on_this_host_counts_as_gone(tmp_path):
         other = SharedFileLock(lock_file, stale_after=60)
         write_foreign_lock(lock_file)
         other.acquire(timeout=0.5)
+
+
+def test_holder_that_loses_its_lock_stops_its_import_and_never_publishes_a_second_copy(runtime_env):
+    env, log, cache = runtime_env
+    image = expected_image(cache)
+    lock_file = image.with_name(image.name + ".lock")
+    holder = subprocess.Popen(pull_argv(cache, "--lock-stale-after", "2"), env={**env, "FAKE_RUNTIME_SLEEP": "3"},
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 30
+    while not log_lines(log, "start") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    write_foreign_lock(lock_file)  # a waiter elsewhere wrongly judged it stale and took it over
+    out, err = holder.communicate(timeout=60)
+    assert holder.returncode == 0, err
+    assert "lost the lock during the import" in out and "taking over, no heartbeat from pid 1234567" in out
+    assert len(log_lines(log, "start")) == 2 and len(log_lines(log, "done")) == 1, log.read_text()
+    assert_complete_and_clean(cache)
