@@ -14,7 +14,9 @@ An item that hits any bound is graded wrong: ``math_verify`` is null and it coun
 The primary rule runs in the same pool (it reads at most 300 characters, so it never comes near its bound).
 
 Workers come from a ``forkserver`` that has imported math-verify once, so a replacement worker starts in
-milliseconds and the pool is safe to use from a process that runs threads (Ray, vLLM).
+milliseconds and the pool is safe to use from a process that runs threads (Ray, vLLM). As with any
+non-fork start method, a script that grades at import time must do so under ``if __name__ == "__main__":``
+(the workers import the main module); the `beam-slurm` verbs and the stage entries already do.
 """
 
 from __future__ import annotations
