@@ -1,0 +1,429 @@
+"""Rehearsal trainer: stands in for SkyRL where there are no GPUs. It checks the plumbing; it does not train.
+
+    python -m beam_slurm.skyrl.rehearsal key=value ...      (the same overrides as SkyRL)
+
+What it does, like SkyRL 0.3.0 where it matters to the job around it:
+
+* joins the running Ray cluster (``ray.init(address="auto")``), reserves one placement group with one ``{"GPU": 1}``
+  bundle per policy GPU (``trainer.placement.policy_num_nodes x policy_num_gpus_per_node``, PACK strategy, as SkyRL's
+  colocated group) and starts one actor per bundle; each reports its node and the GPU ids Ray assigned, and two actors
+  on one node holding the same GPU is an error (SkyRL issue #1577);
+* runs ``trainer.max_training_steps`` steps of ``BEAM_REHEARSAL_STEP_SECONDS`` (default 2) each, spread over the actors;
+* checkpoints in SkyRL's layout every ``ckpt_interval`` and at the end: ``{ckpt_path}/global_step_N/{policy/,
+  trainer_state.pt, data.pt}`` (small JSON files marked as rehearsal, not torch pickles), then
+  ``{ckpt_path}/latest_ckpt_global_step.txt`` last and atomically; ``max_ckpts_to_keep`` as in SkyRL (-1 keeps all);
+* HF export dirs ``{export_path}/global_step_N/policy/`` every ``hf_save_interval`` (if > 0) and at the end;
+* eval dumps every ``eval_interval`` (and before training if ``eval_before_train``, and at the last step) in
+  SkyRL's layout ``{export_path}/dumped_evals/global_step_N_evals/{data_source}.jsonl`` + ``aggregated_results.jsonl``,
+  one data source per ``data.val_data`` file (its stem), ``eval_n_samples_per_prompt`` made-up responses each,
+  every record carrying ``"rehearsal": true``;
+* resume like SkyRL: ``resume_mode=none`` starts at 0 (and refuses to overwrite existing checkpoints),
+  ``latest`` reads the marker (missing -> fresh start; a step directory more than ``ckpt_interval`` ahead of the
+  marker is an inconsistent folder, as SkyRL says), ``from_path`` needs ``resume_path`` naming a ``global_step_N``
+  directory; logs ``resumed from step N``; never redoes a step at or before the checkpoint it resumed from;
+* save-on-notice (:mod:`beam_slurm.skyrl.notice`): at each step end a pending request makes it save that step,
+  acknowledge, log ``stopped on notice after saving step N`` and exit 0.
+
+Metrics: one JSON object per line in ``{export_path}/rehearsal/metrics.jsonl``:
+``{"step": int, "time": epoch seconds, "attempt": SLURM_RESTART_COUNT or 0, "reward": float in [-1, 1],
+"response_length_mean": float tokens, "rehearsal": true}``. Actor placement of each attempt goes to
+``{export_path}/rehearsal/placement_attempt_<A>.json``.
+
+Settings are read with SkyRL's own config classes when skyrl is importable (strict: unknown keys are rejected);
+otherwise with a small OmegaConf reader of the keys above (SkyRL's defaults; other keys are accepted unchecked).
+Exit status: 0 finished or stopped on notice, 2 bad settings (before Ray is touched), 1 anything else.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from beam_slurm.skyrl import notice
+
+STEP_SECONDS_ENV = "BEAM_REHEARSAL_STEP_SECONDS"
+"""Seconds one rehearsal step takes (float)."""
+PG_TIMEOUT_ENV = "BEAM_REHEARSAL_PG_TIMEOUT_S"
+"""Seconds to wait for the placement group before failing (default 120)."""
+STEP_PREFIX = "global_step_"
+
+
+class SettingsError(ValueError):
+    """A setting the rehearsal cannot run with; the message names the key and the fix."""
+
+
+@dataclass
+class RehearsalSettings:
+    """The SkyRL settings the rehearsal honours (names as in SkyRL's config, defaults as SkyRL 0.3.0's)."""
+
+    policy_num_nodes: int = 1
+    """trainer.placement.policy_num_nodes."""
+    policy_num_gpus_per_node: int = 1
+    """trainer.placement.policy_num_gpus_per_node."""
+    max_training_steps: int | None = None
+    """trainer.max_training_steps; required (SkyRL would derive it from the dataset, the rehearsal reads no data)."""
+    ckpt_interval: int = 10
+    """trainer.ckpt_interval; <= 0 saves only at the end."""
+    hf_save_interval: int = -1
+    """trainer.hf_save_interval; -1 disables HF export dirs."""
+    eval_interval: int = 5
+    """trainer.eval_interval; -1 disables eval dumps."""
+    eval_before_train: bool = True
+    """trainer.eval_before_train."""
+    ckpt_path: str = field(default_factory=lambda: os.path.expanduser("~/ckpts/"))
+    """trainer.ckpt_path."""
+    export_path: str = field(default_factory=lambda: os.path.expanduser("~/exports/"))
+    """trainer.export_path."""
+    resume_mode: str = "latest"
+    """trainer.resume_mode: none | latest | from_path."""
+    resume_path: str | None = None
+    """trainer.resume_path (from_path only)."""
+    max_ckpts_to_keep: int = -1
+    """trainer.max_ckpts_to_keep; -1 keeps all."""
+    val_data: list[str] = field(default_factory=list)
+    """data.val_data: one eval data source per file."""
+    eval_n_samples_per_prompt: int = 1
+    """generator.eval_n_samples_per_prompt."""
+    n_samples_per_prompt: int = 5
+    """generator.n_samples_per_prompt (sizes the made-up reward)."""
+    train_batch_size: int = 1024
+    """trainer.train_batch_size."""
+    run_name: str = "test_run"
+    """trainer.run_name."""
+    parsed_by: str = ""
+    """Which reader parsed the overrides (SkyRL's config classes or the fallback)."""
+
+
+_KEYS = {
+    "policy_num_nodes": "trainer.placement.policy_num_nodes",
+    "policy_num_gpus_per_node": "trainer.placement.policy_num_gpus_per_node",
+    "max_training_steps": "trainer.max_training_steps",
+    "ckpt_interval": "trainer.ckpt_interval",
+    "hf_save_interval": "trainer.hf_save_interval",
+    "eval_interval": "trainer.eval_interval",
+    "eval_before_train": "trainer.eval_before_train",
+    "ckpt_path": "trainer.ckpt_path",
+    "export_path": "trainer.export_path",
+    "resume_mode": "trainer.resume_mode",
+    "resume_path": "trainer.resume_path",
+    "max_ckpts_to_keep": "trainer.max_ckpts_to_keep",
+    "val_data": "data.val_data",
+    "eval_n_samples_per_prompt": "generator.eval_n_samples_per_prompt",
+    "n_samples_per_prompt": "generator.n_samples_per_prompt",
+    "train_batch_size": "trainer.train_batch_size",
+    "run_name": "trainer.run_name",
+}
+
+
+def _lookup(cfg, dotted: str):
+    node = cfg
+    for part in dotted.split("."):
+        node = getattr(node, part) if not isinstance(node, dict) else node[part]
+    return node
+
+
+def parse_settings(argv: list[str]) -> RehearsalSettings:
+    """Read the overrides with SkyRL's config classes when importable, else with OmegaConf."""
+    settings = RehearsalSettings()
+    try:
+        from beam_slurm.skyrl.conformance import dapo_config_class
+
+        config_cls, _ = dapo_config_class()
+        reader = "SkyRL config classes"
+    except ImportError:
+        config_cls, reader = None, "OmegaConf reader (skyrl not installed; keys not checked)"
+    if config_cls is not None:
+        try:
+            cfg = config_cls.from_cli_overrides(argv)
+        except Exception as exc:
+            raise SettingsError(f"SkyRL rejects the overrides: {exc}") from exc
+        for name, key in _KEYS.items():
+            setattr(settings, name, _lookup(cfg, key))
+    else:
+        from omegaconf import OmegaConf
+
+        bad = [a for a in argv if "=" not in a or a.startswith("+")]
+        if bad:
+            raise SettingsError(f"not key=value overrides: {bad}; pass SkyRL overrides like trainer.ckpt_interval=10")
+        cfg = OmegaConf.to_container(OmegaConf.from_cli(argv), resolve=True)
+        for name, key in _KEYS.items():
+            try:
+                value = _lookup(cfg, key)
+            except (KeyError, TypeError):
+                continue
+            setattr(settings, name, value)
+    settings.parsed_by = reader
+    settings.resume_mode = "none" if settings.resume_mode in (None, "None", "null") else str(settings.resume_mode)
+    settings.val_data = list(settings.val_data or [])
+    _check(settings)
+    return settings
+
+
+def _check(s: RehearsalSettings) -> None:
+    if not isinstance(s.max_training_steps, int) or s.max_training_steps <= 0:
+        raise SettingsError(
+            f"trainer.max_training_steps={s.max_training_steps!r}: the rehearsal needs a positive step count; "
+            "pass trainer.max_training_steps=50 (or MAX_TRAINING_STEPS)"
+        )
+    for name in ("policy_num_nodes", "policy_num_gpus_per_node"):
+        value = getattr(s, name)
+        if not isinstance(value, int) or value < 1:
+            raise SettingsError(f"{_KEYS[name]}={value!r}: must be a positive integer")
+    if s.resume_mode not in ("none", "latest", "from_path"):
+        raise SettingsError(f"trainer.resume_mode={s.resume_mode!r}: use none, latest or from_path")
+    if s.resume_mode == "from_path":
+        if not s.resume_path:
+            raise SettingsError("trainer.resume_mode=from_path needs trainer.resume_path=<ckpt_path>/global_step_N")
+        if not Path(s.resume_path).name.startswith(STEP_PREFIX):
+            raise SettingsError(
+                f"trainer.resume_path={s.resume_path!r}: must name a {STEP_PREFIX}N directory (as SkyRL requires)"
+            )
+    if s.max_ckpts_to_keep == 0:
+        raise SettingsError("trainer.max_ckpts_to_keep=0: use -1 to keep all checkpoints or N > 0 to keep the last N")
+
+
+# ---------------------------------------------------------------------------------------------- files on disk
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _step_dirs(root: Path) -> dict[int, Path]:
+    found = {}
+    if root.is_dir():
+        for child in root.iterdir():
+            if child.is_dir() and child.name.startswith(STEP_PREFIX):
+                try:
+                    found[int(child.name[len(STEP_PREFIX):])] = child
+                except ValueError:
+                    continue
+    return found
+
+
+def resume_step(s: RehearsalSettings) -> int:
+    """The step to resume after (0 = fresh start), decided exactly as SkyRL 0.3.0's load_checkpoints does."""
+    root = Path(s.ckpt_path)
+    if s.resume_mode == "none":
+        marker = notice.read_marker(root)
+        if marker is not None:
+            raise SettingsError(
+                f"trainer.resume_mode=none but {root} already holds checkpoints (latest step {marker}); they would be "
+                "overwritten. Use trainer.resume_mode=latest, or a new trainer.ckpt_path"
+            )
+        return 0
+    if s.resume_mode == "latest":
+        marker = notice.read_marker(root)
+        if marker is None:
+            return 0
+        dirs = _step_dirs(root)
+        if dirs and max(dirs) - marker > max(s.ckpt_interval, 0):
+            raise SettingsError(
+                f"inconsistent checkpoint folder {root}: latest_ckpt_global_step.txt names {marker} but "
+                f"{dirs[max(dirs)]} is more than ckpt_interval={s.ckpt_interval} steps ahead; move the checkpoints of "
+                "the older run away (as SkyRL requires)"
+            )
+        path = root / f"{STEP_PREFIX}{marker}"
+    else:
+        path = Path(s.resume_path)
+    if not (path / "trainer_state.pt").is_file():
+        raise SettingsError(f"checkpoint {path} is missing or incomplete (no trainer_state.pt); cannot resume from it")
+    return int(path.name[len(STEP_PREFIX):])
+
+
+def save_checkpoint(s: RehearsalSettings, step: int, attempt: int) -> Path:
+    """Write a checkpoint in SkyRL's layout; the marker goes last, atomically."""
+    root = Path(s.ckpt_path)
+    step_dir = root / f"{STEP_PREFIX}{step}"
+    stamp = {"rehearsal": True, "note": "written by the rehearsal trainer, not SkyRL; not a torch file",
+             "global_step": step, "attempt": attempt, "time": time.time()}
+    _write_atomically(step_dir / "policy" / "rehearsal_policy.json", json.dumps({**stamp, "what": "policy"}) + "\n")
+    _write_atomically(step_dir / "data.pt", json.dumps({**stamp, "what": "dataloader state"}) + "\n")
+    _write_atomically(step_dir / "trainer_state.pt", json.dumps({**stamp, "what": "trainer state"}) + "\n")
+    _write_atomically(root / notice.MARKER_FILE, str(step))
+    if s.max_ckpts_to_keep > 0:  # SkyRL's cleanup: keep the newest N step directories
+        dirs = _step_dirs(root)
+        for old in sorted(dirs)[: -s.max_ckpts_to_keep]:
+            import shutil
+
+            shutil.rmtree(dirs[old])
+    return step_dir
+
+
+def export_hf(s: RehearsalSettings, step: int) -> None:
+    path = Path(s.export_path) / f"{STEP_PREFIX}{step}" / "policy" / "rehearsal_model.json"
+    _write_atomically(path, json.dumps({"rehearsal": True, "global_step": step, "what": "HF export stand-in"}) + "\n")
+
+
+def _data_source(val_file: str) -> str:
+    stem = Path(val_file).name
+    for suffix in (".parquet", ".jsonl", ".json"):
+        stem = stem.removesuffix(suffix)
+    return stem.replace("/", "_") or "unknown"
+
+
+def dump_eval(s: RehearsalSettings, step: int, rng: random.Random) -> dict:
+    """Eval dump in SkyRL's layout with made-up, well-formed content marked as rehearsal; returns the metrics."""
+    out = Path(s.export_path) / "dumped_evals" / f"{STEP_PREFIX}{step}_evals"
+    n = max(int(s.eval_n_samples_per_prompt), 1)
+    metrics: dict = {}
+    sources = [_data_source(f) for f in s.val_data] or ["unknown"]
+    for source in sources:
+        lines, scores = [], []
+        for problem in range(3):
+            for sample in range(n):
+                score = 1.0 if rng.random() < 0.5 else -1.0
+                scores.append(score)
+                lines.append(json.dumps({
+                    "input_prompt": f"[rehearsal] problem {problem} of {source}",
+                    "output_response": f"[rehearsal] made-up response {sample}. Answer: {problem}",
+                    "score": score, "stop_reason": "stop", "env_class": "aime",
+                    "env_extras": {"rehearsal": True}, "data_source": source, "rehearsal": True,
+                }))
+        _write_atomically(out / f"{source}.jsonl", "\n".join(lines) + "\n")
+        metrics[f"eval/{source}/avg_score"] = sum(scores) / len(scores)
+    metrics["rehearsal"] = True
+    _write_atomically(out / "aggregated_results.jsonl", json.dumps(metrics) + "\n")
+    return metrics
+
+
+# ---------------------------------------------------------------------------------------------- Ray
+
+
+def _log(message: str) -> None:
+    print(f"[rehearsal] {message}", flush=True)
+
+
+def place_actors(s: RehearsalSettings):
+    """One placement group, one bundle and one actor per GPU; returns (actors, placement report)."""
+    import ray
+    from ray.util.placement_group import placement_group
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    @ray.remote(num_cpus=0, num_gpus=1)
+    class GpuSlot:
+        def where(self) -> dict:
+            import socket
+
+            ctx = ray.get_runtime_context()
+            return {"hostname": socket.gethostname(), "node_ip": ray.util.get_node_ip_address(),
+                    "node_id": ctx.get_node_id(), "gpu_ids": [str(g) for g in ray.get_gpu_ids()],
+                    "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")}
+
+        def step(self, seconds: float) -> float:
+            time.sleep(seconds)
+            return seconds
+
+    world = s.policy_num_nodes * s.policy_num_gpus_per_node
+    group = placement_group([{"GPU": 1}] * world, strategy="PACK")
+    timeout = float(os.environ.get(PG_TIMEOUT_ENV, "120"))
+    ready, _ = ray.wait([group.ready()], timeout=timeout)
+    if not ready:
+        total = ray.cluster_resources().get("GPU", 0)
+        raise RuntimeError(
+            f"placement group of {world} GPU bundles ({s.policy_num_nodes} nodes x {s.policy_num_gpus_per_node}) "
+            f"not ready after {timeout:.0f} s; the Ray cluster has {total:g} GPUs"
+        )
+    actors = [
+        GpuSlot.options(scheduling_strategy=PlacementGroupSchedulingStrategy(
+            placement_group=group, placement_group_bundle_index=i)).remote()
+        for i in range(world)
+    ]
+    report = ray.get([a.where.remote() for a in actors])
+    seen: dict[tuple[str, str], int] = {}
+    for index, slot in enumerate(report):
+        for gpu in slot["gpu_ids"]:
+            other = seen.setdefault((slot["node_id"], gpu), index)
+            if other != index:
+                raise RuntimeError(f"actors {other} and {index} on {slot['hostname']} were both given GPU {gpu}")
+    return actors, report
+
+
+def run(s: RehearsalSettings) -> int:
+    import ray
+
+    attempt = int(os.environ.get("SLURM_RESTART_COUNT", "0") or 0)
+    start = resume_step(s)
+    if start:
+        _log(f"resumed from step {start} ({s.resume_mode})")
+    else:
+        _log("starting from step 0")
+    step_seconds = float(os.environ.get(STEP_SECONDS_ENV, "2"))
+    ray.init(address=os.environ.get("RAY_ADDRESS", "auto"), log_to_driver=False)
+    try:
+        actors, report = place_actors(s)
+        nodes = sorted({slot["hostname"] for slot in report})
+        _log(f"{len(actors)} GPU actors on {len(nodes)} nodes: {', '.join(nodes)}")
+        out = Path(s.export_path) / "rehearsal"
+        _write_atomically(out / f"placement_attempt_{attempt}.json", json.dumps(report, indent=1) + "\n")
+        rng = random.Random(f"{s.run_name}:{start}")
+        if s.eval_interval > 0 and s.eval_before_train:
+            dump_eval(s, start, rng)
+        total = s.max_training_steps
+        metrics_file = out / "metrics.jsonl"
+        saved_at = hf_at = None
+        for step in range(start + 1, total + 1):
+            ray.get([a.step.remote(step_seconds) for a in actors])
+            progress = step / total
+            record = {"step": step, "time": time.time(), "attempt": attempt,
+                      "reward": round(math.tanh(3 * progress - 1) + rng.uniform(-0.05, 0.05), 4),
+                      "response_length_mean": round(950 + 450 * progress + rng.uniform(-20, 20), 1),
+                      "rehearsal": True}
+            with open(metrics_file, "a") as handle:  # append-only log, one line per finished step
+                handle.write(json.dumps(record) + "\n")
+            request = notice.pending_request(s.ckpt_path)
+            if (s.ckpt_interval > 0 and step % s.ckpt_interval == 0) or request is not None:
+                save_checkpoint(s, step, attempt)
+                saved_at = step
+            if s.hf_save_interval > 0 and step % s.hf_save_interval == 0 and request is None:
+                export_hf(s, step)
+                hf_at = step
+            if request is not None:
+                notice.acknowledge(s.ckpt_path, step)
+                _log(f"stopped on notice after saving step {step} ({request.get('reason')}); resume with "
+                     "trainer.resume_mode=latest")
+                return 0
+            if s.eval_interval > 0 and (step % s.eval_interval == 0 or step == total):
+                dump_eval(s, step, rng)
+            _log(f"step {step}/{total} done")
+        if start < total:
+            if saved_at != total:
+                save_checkpoint(s, total, attempt)
+            if s.hf_save_interval > 0 and hf_at != total:
+                export_hf(s, total)
+        _log(f"training done: {total} steps")
+        return 0
+    finally:
+        ray.shutdown()
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    try:
+        settings = parse_settings(args)
+        _log(f"settings read with {settings.parsed_by}; this run checks the plumbing, it does not train")
+        return run(settings)
+    except SettingsError as exc:
+        print(f"rehearsal: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
