@@ -1,0 +1,147 @@
+"""The rehearsal trainer on a real single-node Ray cluster (4 fake GPUs): steps, SkyRL's layout, resume, notice."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from beam_slurm.skyrl import notice
+
+ROOT = Path(__file__).resolve().parents[2]
+RAY = ROOT / ".venv" / "bin" / "ray"
+
+
+@pytest.fixture(scope="module")
+def ray_head():
+    """A private Ray head (`ray start --block` in its own session): torn down by killing that session only,
+    never with `ray stop`, which would stop every Ray on the machine."""
+    temp = tempfile.mkdtemp(prefix="/tmp/rh")  # short: Ray's unix sockets live under it
+    log = Path(temp) / "start.log"
+    with open(log, "w") as out:
+        head = subprocess.Popen(
+            [str(RAY), "start", "--head", "--block", "--port=0", "--num-gpus=4", "--num-cpus=2",
+             f"--temp-dir={temp}", "--include-dashboard=false", "--disable-usage-stats"],
+            stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "RAY_ADDRESS": ""}, start_new_session=True,
+        )
+    try:
+        deadline, address = time.time() + 120, None
+        while address is None and time.time() < deadline and head.poll() is None:
+            for line in log.read_text().splitlines():
+                if "--address=" in line:
+                    address = line.split("--address=")[1].strip().strip("'").split("'")[0]
+            time.sleep(0.5)
+        assert address, f"ray head did not come up: {log.read_text()[-2000:]}"
+        yield address
+    finally:
+        try:
+            os.killpg(head.pid, signal.SIGTERM)
+            head.wait(timeout=60)
+        except (ProcessLookupError, subprocess.TimeoutExpired):
+            try:
+                os.killpg(head.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        shutil.rmtree(temp, ignore_errors=True)
+
+
+def rehearsal(address, tmp_path, *overrides, step_seconds="0.1", wait=True):
+    argv = [sys.executable, "-m", "beam_slurm.skyrl.rehearsal",
+            "trainer.placement.policy_num_nodes=1", "trainer.placement.policy_num_gpus_per_node=4",
+            f"trainer.ckpt_path={tmp_path / 'ckpts'}", f"trainer.export_path={tmp_path / 'exports'}",
+            "trainer.ckpt_interval=3", "trainer.eval_interval=5",
+            'data.val_data=["/data/aime-2025.parquet","/data/aime-2024.parquet"]',
+            "generator.eval_n_samples_per_prompt=2", *overrides]
+    env = {**os.environ, "RAY_ADDRESS": address, "BEAM_REHEARSAL_STEP_SECONDS": step_seconds}
+    if not wait:
+        return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    return subprocess.run(argv, capture_output=True, text=True, env=env, timeout=180)
+
+
+def metric_steps(tmp_path):
+    path = tmp_path / "exports" / "rehearsal" / "metrics.jsonl"
+    return [json.loads(line)["step"] for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def test_steps_checkpoints_and_eval_layout(ray_head, tmp_path):
+    proc = rehearsal(ray_head, tmp_path, "trainer.max_training_steps=7", "trainer.hf_save_interval=5")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "4 GPU actors on 1 nodes" in proc.stdout
+    ckpts = tmp_path / "ckpts"
+    assert sorted(p.name for p in ckpts.glob("global_step_*")) == ["global_step_3", "global_step_6", "global_step_7"]
+    for step_dir in ckpts.glob("global_step_*"):
+        assert (step_dir / "policy").is_dir() and (step_dir / "trainer_state.pt").is_file() and (step_dir / "data.pt").is_file()
+    assert (ckpts / "latest_ckpt_global_step.txt").read_text() == "7"
+    assert not list(ckpts.rglob("*.tmp"))
+    exports = tmp_path / "exports"
+    assert sorted(p.name for p in exports.glob("global_step_*")) == ["global_step_5", "global_step_7"]
+    assert (exports / "global_step_5" / "policy").is_dir()
+    evals = exports / "dumped_evals"
+    assert sorted(p.name for p in evals.iterdir()) == ["global_step_0_evals", "global_step_5_evals", "global_step_7_evals"]
+    rows = [json.loads(line) for line in (evals / "global_step_5_evals" / "aime-2025.jsonl").read_text().splitlines()]
+    assert len(rows) == 3 * 2 and all(r["rehearsal"] and r["score"] in (1.0, -1.0) for r in rows)
+    assert set(rows[0]) >= {"input_prompt", "output_response", "score", "stop_reason", "env_class", "env_extras", "data_source"}
+    aggregated = json.loads((evals / "global_step_5_evals" / "aggregated_results.jsonl").read_text())
+    assert "eval/aime-2024/avg_score" in aggregated
+    assert metric_steps(tmp_path) == list(range(1, 8))
+    placement = json.loads((exports / "rehearsal" / "placement_attempt_0.json").read_text())
+    assert sorted(g for slot in placement for g in slot["gpu_ids"]) == ["0", "1", "2", "3"]
+
+
+def test_resume_latest_continues_after_the_marker(ray_head, tmp_path):
+    first = rehearsal(ray_head, tmp_path, "trainer.max_training_steps=4", "trainer.resume_mode=latest")
+    assert first.returncode == 0 and "starting from step 0" in first.stdout
+    # an incomplete step directory ahead of the marker (a save cut short) must not become the resume point
+    (tmp_path / "ckpts" / "global_step_6" / "policy").mkdir(parents=True)
+    second = rehearsal(ray_head, tmp_path, "trainer.max_training_steps=8", "trainer.resume_mode=latest")
+    assert second.returncode == 0, second.stdout + second.stderr
+    assert "resumed from step 4" in second.stdout
+    assert metric_steps(tmp_path) == list(range(1, 9))  # no step redone
+    assert (tmp_path / "ckpts" / "latest_ckpt_global_step.txt").read_text() == "8"
+    assert (tmp_path / "ckpts" / "global_step_3" / "trainer_state.pt").is_file()  # nothing saved was deleted
+
+
+def test_resume_from_path_and_refusals(ray_head, tmp_path):
+    assert rehearsal(ray_head, tmp_path, "trainer.max_training_steps=3").returncode == 0
+    proc = rehearsal(ray_head, tmp_path, "trainer.max_training_steps=5", "trainer.resume_mode=from_path",
+                     f"trainer.resume_path={tmp_path / 'ckpts' / 'global_step_3'}")
+    assert proc.returncode == 0 and "resumed from step 3" in proc.stdout
+    overwrite = rehearsal(ray_head, tmp_path, "trainer.max_training_steps=5", "trainer.resume_mode=none")
+    assert overwrite.returncode == 2 and "would be overwritten" in overwrite.stderr
+    missing = rehearsal(ray_head, tmp_path, "trainer.resume_mode=latest")
+    assert missing.returncode == 2 and "trainer.max_training_steps" in missing.stderr
+    bad_path = rehearsal(ray_head, tmp_path, "trainer.max_training_steps=5", "trainer.resume_mode=from_path",
+                         f"trainer.resume_path={tmp_path}")
+    assert bad_path.returncode == 2 and "global_step_N" in bad_path.stderr
+
+
+def test_save_on_notice_stops_after_saving(ray_head, tmp_path):
+    proc = rehearsal(ray_head, tmp_path, "trainer.max_training_steps=40", step_seconds="0.3", wait=False)
+    try:
+        deadline = time.time() + 60
+        while len(metric_steps(tmp_path)) < 2 and time.time() < deadline:
+            time.sleep(0.2)
+        assert metric_steps(tmp_path), "the rehearsal did not start stepping"
+        notice.request_save(tmp_path / "ckpts", "SIGUSR1 time limit (test)")
+        requested = notice.pending_request(tmp_path / "ckpts")["time"]
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, out
+    last = metric_steps(tmp_path)[-1]
+    assert 2 <= last < 40
+    assert f"stopped on notice after saving step {last}" in out
+    assert (tmp_path / "ckpts" / "latest_ckpt_global_step.txt").read_text() == str(last)
+    assert notice.saved_since(tmp_path / "ckpts", requested) == last
+    assert notice.pending_request(tmp_path / "ckpts") is None
+    resumed = rehearsal(ray_head, tmp_path, f"trainer.max_training_steps={last + 2}")
+    assert resumed.returncode == 0 and f"resumed from step {last}" in resumed.stdout
+    assert metric_steps(tmp_path) == list(range(1, last + 3))
