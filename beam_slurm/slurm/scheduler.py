@@ -69,6 +69,17 @@ def accounting_states(job_id: str | int) -> dict[str, str]:
     return states
 
 
+def step_ids(job_id: str | int, step_name: str) -> list[str]:
+    """Ids ('123.1') of the job's running steps named `step_name` (squeue --steps)."""
+    out = _run(["squeue", "--steps", "--noheader", "--format=%i %j", f"--jobs={job_id}"])
+    return [line.split()[0] for line in out.splitlines() if len(line.split()) == 2 and line.split()[1] == step_name]
+
+
+def signal_step(step_id: str, signal_name: str) -> None:
+    """Deliver a signal to every task of one step (`scancel --signal=NAME <job>.<step>`), without ending it."""
+    _run(["scancel", f"--signal={signal_name}", step_id])
+
+
 @dataclass
 class AllocationInfo:
     """What the batch shell knows about its allocation from Slurm's environment."""

@@ -205,16 +205,27 @@ class TrainJob:
         self.step = subprocess.Popen(argv, env=env, start_new_session=True)
 
     def stop_step(self) -> int:
-        """SIGTERM srun (forwarded to every task), then SIGKILL after stop_grace_s; srun's status."""
+        """SIGTERM every task of the Ray step (each node then stops its driver and its Ray), wait stop_grace_s,
+        then make srun end the step (Slurm's SIGTERM/SIGKILL); srun's status."""
         assert self.step is not None
         if self.step.poll() is not None:
             return self.step.returncode
         self.log("stopping the Ray step")
-        self.step.send_signal(signal.SIGTERM)
+        try:
+            # Through Slurm rather than srun's own SIGTERM handling, which kills the tasks at once.
+            for step_id in scheduler.step_ids(self.alloc.job_id, "ray"):
+                scheduler.signal_step(step_id, "TERM")
+        except scheduler.SlurmCommandError as exc:
+            self.log(f"could not signal the Ray step through Slurm ({exc}); terminating srun")
+            self.step.send_signal(signal.SIGTERM)
         try:
             return self.step.wait(timeout=self.settings.stop_grace_s)
         except subprocess.TimeoutExpired:
-            self.log(f"the Ray step did not stop within {self.settings.stop_grace_s:.0f}s; killing srun")
+            self.log(f"the Ray step did not stop within {self.settings.stop_grace_s:.0f}s; ending it")
+        self.step.send_signal(signal.SIGTERM)
+        try:
+            return self.step.wait(timeout=30)
+        except subprocess.TimeoutExpired:
             self.step.kill()
             return self.step.wait()
 

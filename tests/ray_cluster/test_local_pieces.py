@@ -1,0 +1,142 @@
+"""Unit tests of the pieces that need no cluster: ports, auth token, rank/context logic, GPU comparison, settings."""
+from __future__ import annotations
+
+import os
+import socket
+import stat
+
+import pytest
+
+from beam_slurm.config.errors import ConfigError
+from beam_slurm.ray_cluster import auth
+from beam_slurm.ray_cluster.gpus import allocated_gpus, compare_gpu_view
+from beam_slurm.ray_cluster.node import NodeContext, NodeFailure
+from beam_slurm.ray_cluster.ports import PORT_NAMES, block_count, choose_ports, first_block, port_is_free, ports_for_block
+from beam_slurm.ray_cluster.settings import RaySettings
+
+
+def test_blocks_are_disjoint_and_below_the_ephemeral_range():
+    settings = RaySettings()
+    seen: set[int] = set()
+    for block in range(block_count(settings)):
+        ports = ports_for_block(block, settings)
+        mine = set(ports.all_ports(head=True))
+        assert not (mine & seen), f"block {block} overlaps an earlier block"
+        seen |= mine
+        assert ports.max_worker < settings.port_range_end <= 32768
+        assert ports.min_worker - ports.gcs == 16 and ports.max_worker - ports.min_worker + 1 == settings.ports_per_job - 16
+
+
+def test_job_id_picks_the_block_and_neighbours_differ():
+    settings = RaySettings()
+    assert first_block(1234, settings) == 1234 % block_count(settings)
+    assert ports_for_block(first_block(7, settings), settings).gcs != ports_for_block(first_block(8, settings), settings).gcs
+
+
+def test_busy_block_falls_back_to_the_next_free_one():
+    settings = RaySettings()
+    job = 3
+    taken = set(ports_for_block(first_block(job, settings), settings).all_ports(head=True))
+    ports = choose_ports(settings, job, head=True, is_free=lambda p: p not in taken)
+    assert ports.block == first_block(job, settings) + 1
+
+
+def test_real_listener_moves_the_job_to_another_block():
+    settings = RaySettings(port_range_start=23000, port_range_end=24000, ports_per_job=100)
+    first = ports_for_block(first_block(5, settings), settings)
+    with socket.socket() as listener:
+        listener.bind(("", first.node_manager))
+        listener.listen()
+        assert not port_is_free(first.node_manager)
+        chosen = choose_ports(settings, 5, head=False)
+    assert chosen.block != first.block and first.node_manager not in chosen.all_ports(head=False)
+
+
+def test_no_free_block_is_a_clear_error():
+    settings = RaySettings(port_range_start=23000, port_range_end=23100, ports_per_job=50)
+    with pytest.raises(RuntimeError, match="widen ray.port_range"):
+        choose_ports(settings, 1, head=True, is_free=lambda p: False)
+
+
+def test_every_port_can_be_overridden():
+    overrides = {name: 40000 + i for i, name in enumerate(PORT_NAMES)}
+    overrides["max_worker"] = 40100
+    ports = ports_for_block(0, RaySettings(port_overrides=overrides))
+    assert ports.gcs == 40000 and ports.min_worker == overrides["min_worker"] and ports.max_worker == 40100
+    args = ports.ray_start_args(head=True)
+    assert "--port=40000" in args and "--dashboard-port=40002" in args
+    assert not any(a.startswith("--port=") for a in ports.ray_start_args(head=False))
+
+
+def test_settings_reject_bad_values_by_name():
+    with pytest.raises(ConfigError) as err:
+        RaySettings(ports_per_job=8, temp_dir_root="relative", port_overrides={"gsc": 1}).validate()
+    text = str(err.value)
+    assert "ray.ports_per_job" in text and "ray.temp_dir_root" in text and "ray.port_overrides.gsc" in text
+    with pytest.raises(ConfigError, match="ray.temp_dir_root"):
+        RaySettings(temp_dir_root="/" + "x" * 60).validate()
+    with pytest.raises(ConfigError, match="ray.bogus"):
+        RaySettings.from_mapping({"bogus": 1})
+
+
+def test_settings_round_trip_through_the_environment():
+    settings = RaySettings(network_interface="ib0", extra_env={"NCCL_SOCKET_IFNAME": "ib0"}, port_overrides={"gcs": 6380})
+    again = RaySettings.from_env({"BEAM_RAY_SETTINGS": settings.to_env()})
+    assert again == settings
+    assert RaySettings.from_env({}) == RaySettings()
+
+
+def test_token_file_is_private_unique_and_reused(tmp_path):
+    settings = RaySettings(state_dir=str(tmp_path / "state"))
+    path = auth.ensure_token(settings, "42")
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
+    token = path.read_text()
+    assert len(token) == 64 and int(token, 16) >= 0
+    assert auth.ensure_token(settings, "42").read_text() == token  # requeued attempt: same token
+    assert auth.ensure_token(settings, "43").read_text() != token
+    assert auth.auth_env(settings, path) == {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(path)}
+    assert auth.auth_env(RaySettings(auth=False), None) == {}
+    auth.remove_job_dir(settings, "42")
+    assert not path.exists()
+
+
+def test_token_readable_by_others_is_refused(tmp_path):
+    settings = RaySettings(state_dir=str(tmp_path))
+    path = auth.ensure_token(settings, "7")
+    os.chmod(path, 0o644)
+    with pytest.raises(PermissionError, match="readable by others"):
+        auth.ensure_token(settings, "7")
+
+
+def _env(**extra):
+    base = {"SLURM_JOB_ID": "9", "SLURM_PROCID": "0", "SLURM_STEP_NUM_NODES": "2", "SLURM_STEP_NUM_TASKS": "2",
+            "SLURM_STEP_ID": "1", "SLURMD_NODENAME": "n1", "SLURM_CPUS_ON_NODE": "8"}
+    base.update(extra)
+    return base
+
+
+def test_rank_zero_is_the_head_and_attempt_comes_from_restart_count():
+    ctx = NodeContext.from_env(_env(SLURM_RESTART_COUNT="2", BEAM_GPUS_PER_NODE="8"))
+    assert ctx.rank == 0 and ctx.attempt == 2 and ctx.num_nodes == 2 and ctx.expected_gpus == 8 and ctx.cpus == 8
+    assert NodeContext.from_env(_env(SLURM_PROCID="1")).rank == 1
+
+
+def test_more_than_one_task_per_node_is_refused():
+    with pytest.raises(NodeFailure, match="--ntasks-per-node=1"):
+        NodeContext.from_env(_env(SLURM_STEP_NUM_TASKS="4"))
+    with pytest.raises(NodeFailure, match="SLURM_PROCID"):
+        NodeContext.from_env({"SLURM_JOB_ID": "1"})
+
+
+def test_allocated_gpus_prefers_cuda_visible_devices():
+    assert allocated_gpus({"CUDA_VISIBLE_DEVICES": "2,3", "SLURM_STEP_GPUS": "6,7"}) == (["2", "3"], "CUDA_VISIBLE_DEVICES")
+    assert allocated_gpus({"CUDA_VISIBLE_DEVICES": "NoDevFiles", "SLURM_JOB_GPUS": "0"}) == (["0"], "SLURM_JOB_GPUS")
+    assert allocated_gpus({}) == ([], "")
+
+
+def test_gpu_view_mismatches_are_named():
+    ok = {"ray_gpu_ids": ["0", "1"], "cuda_visible_devices": "0,1"}
+    assert compare_gpu_view("n1", ["0", "1"], ok, {"cuda_visible_devices": "1"}) is None
+    assert "Ray hands out 0" in compare_gpu_view("n2", ["0", "1"], {"ray_gpu_ids": ["0"], "cuda_visible_devices": "0"}, None)
+    assert "issue 1577" in compare_gpu_view("n3", ["0", "1"], ok, {"cuda_visible_devices": "0,1", "noset": "1"})
