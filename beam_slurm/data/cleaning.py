@@ -20,6 +20,8 @@ Memory: one batch plus a few words per distinct string and per distinct key.
 from __future__ import annotations
 
 import hashlib
+import queue
+import threading
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -62,50 +64,77 @@ def _large(text: str) -> pa.Scalar:
 
 _NULL = _large("N")
 _EMPTY = _large("")
-# Strings up to this many bytes are remembered as they are; longer ones by a 128-bit digest.
+# Distinct strings of a column kept as an Arrow array for lookups in C++; past this size, new ones are remembered
+# in a Python dict by digest instead, so a column of all-distinct strings cannot make lookups quadratic.
+_LOOKUP_BYTES = 64 << 20
+# Strings up to this many bytes are remembered as they are in the dict; longer ones by a 128-bit digest.
 _INLINE_LIMIT = 32
 
 
 class StringInterner:
-    """Gives every distinct string one small global id, so keys can be compared as short codes.
+    """Gives every distinct string of one column a small id, so keys can be compared as short codes.
 
-    Only each batch's distinct strings reach Python (Arrow's hash kernel finds them); long strings are
-    remembered by a 128-bit BLAKE2b digest, short ones as they are.
+    Known strings are found by Arrow's `index_in` against the strings seen so far (no Python per row); only new
+    strings reach Python. Past _LOOKUP_BYTES of distinct strings, new ones are remembered by BLAKE2b digest.
     """
 
     def __init__(self) -> None:
-        self.ids: dict[bytes, int] = {}
+        self.known = pa.array([], pa.large_string())
+        self.known_bytes = 0
+        self.overflow: dict[bytes, int] = {}
+        self.next_id = 0
+
+    def ids(self, text: pa.Array) -> pa.Array:
+        """The id of every row's string (int64), null where the string is null."""
+        text = text.cast(pa.large_string())
+        found = pc.index_in(text, value_set=self.known).cast(pa.int64())
+        missing = pc.and_(pc.is_null(found), pc.is_valid(text))
+        if not pc.any(missing).as_py():
+            return found
+        new = pc.dictionary_encode(text.filter(missing))
+        if not self.overflow and self.known_bytes + new.dictionary.nbytes <= _LOOKUP_BYTES:
+            new_ids = pa.array(range(self.next_id, self.next_id + len(new.dictionary)), pa.int64())
+            self.next_id += len(new.dictionary)
+            self.known = pa.concat_arrays([self.known, new.dictionary])
+            self.known_bytes += new.dictionary.nbytes
+        else:
+            assigned = []
+            for value in new.dictionary.cast(pa.large_binary()).to_pylist():
+                identity = b"=" + value if len(value) <= _INLINE_LIMIT else b"#" + hashlib.blake2b(value, digest_size=16).digest()
+                if identity not in self.overflow:
+                    self.overflow[identity] = self.next_id
+                    self.next_id += 1
+                assigned.append(self.overflow[identity])
+            new_ids = pa.array(assigned, pa.int64())
+        return pc.replace_with_mask(found, missing, new_ids.take(new.indices))
 
     def codes(self, text: pa.Array) -> pa.Array:
         """"I<id>;" per row, "N" for nulls."""
-        encoded = pc.dictionary_encode(text.cast(pa.large_string()))
-        ids = self.ids
-        new_codes = []
-        for value in encoded.dictionary.cast(pa.large_binary()).to_pylist():
-            identity = b"=" + value if len(value) <= _INLINE_LIMIT else b"#" + hashlib.blake2b(value, digest_size=16).digest()
-            new_codes.append(f"I{ids.setdefault(identity, len(ids))};")
-        return pc.fill_null(pa.array(new_codes, pa.large_string()).take(encoded.indices), _NULL)
+        ids = self.ids(text).cast(pa.large_string())
+        return pc.fill_null(pc.binary_join_element_wise(_large("I"), ids, _large(";"), _EMPTY), _NULL)
 
 
-def encode_rows(array: pa.Array, interner: StringInterner) -> pa.Array:
+def encode_rows(array: pa.Array, interners: dict[str, StringInterner], path: str) -> pa.Array:
     """One short string per row, equal for two rows exactly when their values are equal (a prefix-free code).
 
     null -> "N"; string -> "I<interned id>;"; number/bool -> "V<text>;"; struct -> "T" + its fields' codes;
-    list -> "L<count>:" + its elements' codes.
+    list -> "L<count>:" + its elements' codes. Each string column (`path`) has its own interner.
     """
     type_ = array.type
     if pa.types.is_null(type_):
         return pa.array(["N"] * len(array), pa.large_string())
     if pa.types.is_string(type_) or pa.types.is_large_string(type_):
-        return interner.codes(array)
+        return interners.setdefault(path, StringInterner()).codes(array)
     if pa.types.is_struct(type_):
-        parts = [encode_rows(child, interner) for child in array.flatten()]
+        parts = [
+            encode_rows(child, interners, f"{path}.{field.name}") for child, field in zip(array.flatten(), array.type)
+        ]
         encoded = pc.binary_join_element_wise(_large("T"), *parts, _EMPTY)
         if array.null_count:
             encoded = pc.if_else(array.is_valid(), encoded, _NULL)
     elif pa.types.is_list(type_) or pa.types.is_large_list(type_):
         counts = pc.list_value_length(array).cast(pa.int64())
-        inner = encode_rows(array.flatten(), interner)
+        inner = encode_rows(array.flatten(), interners, f"{path}[]")
         offsets = pa.concat_arrays([pa.array([0], pa.int64()), pc.cumulative_sum(pc.fill_null(counts, 0))])
         joined = pc.binary_join(pa.LargeListArray.from_arrays(offsets, inner), _EMPTY)
         encoded = pc.binary_join_element_wise(_large("L"), counts.cast(pa.large_string()), _large(":"), joined, _EMPTY)
@@ -158,6 +187,51 @@ def _check_ground_truth(reward_model: pa.Array, first_row: int, where: str) -> N
         )
 
 
+def read_ahead(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """Decode the next batch in a background thread while the caller works on this one (Arrow releases the GIL).
+
+    Errors of the reader are raised in the caller, at the batch where they happened.
+    """
+    slots: queue.Queue = queue.Queue(maxsize=1)
+    finished = object()
+    stop = threading.Event()
+
+    def produce() -> None:
+        try:
+            for batch in batches:
+                while not stop.is_set():
+                    try:
+                        slots.put(batch, timeout=0.1)
+                        break
+                    except queue.Full:
+                        continue
+                if stop.is_set():
+                    return
+            slots.put(finished)
+        except BaseException as error:  # handed to the consumer, which raises it
+            slots.put(error)
+
+    thread = threading.Thread(target=produce, name="parquet-read-ahead", daemon=True)
+    thread.start()
+    try:
+        while True:
+            item = slots.get()
+            if item is finished:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+    finally:
+        stop.set()
+        # Unblock a producer waiting on a full queue, then let it finish.
+        while thread.is_alive():
+            try:
+                slots.get(timeout=0.1)
+            except queue.Empty:
+                pass
+        thread.join()
+
+
 def _output_schema(schema: pa.Schema) -> pa.Schema:
     # pandas metadata describes the source's index and row count, which no longer hold after cleaning.
     metadata = {k: v for k, v in (schema.metadata or {}).items() if k != b"pandas"}
@@ -205,7 +279,7 @@ def clean_dapo_files(
     candidate_schema = key_schema.append(pa.field(ROW_COLUMN, pa.int64())).append(pa.field(PROMPT_ID_COLUMN, pa.int64()))
 
     candidates_path = destination.with_name(destination.name + ".candidates")
-    interner = StringInterner()
+    interners: dict[str, StringInterner] = {}
     seen_keys: set[bytes] = set()
     prompt_ids: dict[bytes, int] = {}
     # Per prompt id: the code of its one reward_model so far, or None once a second distinct one showed up.
@@ -217,7 +291,7 @@ def clean_dapo_files(
         with pq.ParquetWriter(candidates_path, candidate_schema, compression="lz4") as candidates:
             for path, reader in readers:
                 with _read_errors(where, path, lambda: rows_in):
-                    for batch in reader.iter_batches(batch_size=batch_rows, columns=list(KEY_COLUMNS)):
+                    for batch in read_ahead(reader.iter_batches(batch_size=batch_rows, columns=list(KEY_COLUMNS))):
                         reward_model = batch.column("reward_model")
                         if canonical_answers:
                             reward_model, rewritten = canonicalise_ground_truth(reward_model)
@@ -228,12 +302,12 @@ def clean_dapo_files(
                                 batch = pa.RecordBatch.from_arrays(columns, schema=batch.schema)
                         _check_ground_truth(reward_model, rows_in, f"{where} ({path})")
 
-                        encoded_prompt = encode_rows(batch.column("prompt"), interner)
-                        encoded_reward = encode_rows(reward_model, interner)
+                        encoded_prompt = encode_rows(batch.column("prompt"), interners, "prompt")
+                        encoded_reward = encode_rows(reward_model, interners, "reward_model")
                         key = pc.binary_join_element_wise(
-                            encode_rows(batch.column("data_source"), interner),
+                            encode_rows(batch.column("data_source"), interners, "data_source"),
                             encoded_prompt,
-                            encode_rows(batch.column("ability"), interner),
+                            encode_rows(batch.column("ability"), interners, "ability"),
                             encoded_reward,
                             _EMPTY,
                         )
