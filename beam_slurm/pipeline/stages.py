@@ -1,0 +1,338 @@
+"""The pipeline's stages: each turns the recipe into one `sbatch` command of its batch script and says whether the
+work is already done.
+
+    PrepareData   sbatch/prepare_data.sh   data.out_dir=<paths.data_dir> data.<key>=<value>...
+    PullContainer sbatch/pull_container.sh --runtime R --image I --cache-dir D
+    Train         sbatch/train_<recipe>.sh <overrides> run_name=.. paths.ckpt_path=.. paths.export_path=..
+    Evaluate      sbatch/eval_aime.sh      --checkpoint DIR --data ... --out <export_path>/beam_evals/global_step_N
+
+Slurm options come from `cfg.cluster` (nodes, partition, account, qos, time, signal, extra args) and override the
+scripts' #SBATCH headers. The job gets BEAM_SLURM_HOME (this checkout) through `--export`; nothing secret is ever
+put on a command line (registry and hub credentials stay in the runtimes' own files and the user's environment).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from beam_slurm import REPO_ROOT
+from beam_slurm.slurm.submission import SbatchRequest, submit
+
+SBATCH_DIR = REPO_ROOT / "sbatch"
+TRAIN_SCRIPTS = {
+    "lora_16gpu": "train_lora_16gpu.sh",
+    "lora_32gpu": "train_lora_32gpu.sh",
+    "bf16_64gpu": "train_bf16.sh",
+    "mxfp8_64gpu": "train_mxfp8.sh",
+}
+LATEST_STEP_FILE = "latest_ckpt_global_step.txt"
+EVAL_TIME_LIMIT = "04:00:00"
+"""Wall time of one evaluation job (30 problems x 8 responses x 2 data sets on one vLLM replica); the recipe has no
+per-stage time limit, and the training limit (a day) would only make the scheduler place the job later."""
+
+
+class StageError(ValueError):
+    """A stage cannot be rendered (missing script, bad setting); reported with exit status 2 before any submission."""
+
+
+def checkout_home() -> str:
+    """The checkout the jobs run from: $BEAM_SLURM_HOME when set, else the one this package was imported from."""
+    return os.environ.get("BEAM_SLURM_HOME") or str(REPO_ROOT)
+
+
+def script_path(name: str) -> str:
+    path = Path(checkout_home()) / "sbatch" / name
+    if not path.is_file():
+        raise StageError(f"batch script {path} is missing; set BEAM_SLURM_HOME to a complete beam-slurm checkout")
+    return str(path)
+
+
+def account_options(cfg) -> list[str]:
+    """--partition/--account/--qos from cfg.cluster (the same for every stage of a run)."""
+    c = cfg.cluster
+    out = []
+    for flag, value in (("--partition", c.partition), ("--account", c.account), ("--qos", c.qos)):
+        if value:
+            out.append(f"{flag}={value}")
+    return out
+
+
+def gpu_job_options(cfg, nodes: int, time_limit: str) -> list[str]:
+    """Resources of a GPU job (training, evaluation): nodes, GPUs, memory, CPUs, time, then the user's extras."""
+    c = cfg.cluster
+    out = [f"--nodes={nodes}", f"--gpus-per-node={c.gpus_per_node}", f"--time={time_limit}"]
+    if c.cpus_per_node:
+        out.append(f"--cpus-per-task={c.cpus_per_node}")
+    if c.mem_per_node:
+        out.append(f"--mem={c.mem_per_node}")
+    return out + account_options(cfg) + [str(a) for a in c.extra_sbatch_args]
+
+
+@dataclass
+class StagePlan:
+    """One stage of one run, rendered: what would be submitted, or why nothing needs to be."""
+
+    stage: str
+    """data, container, train or evaluate."""
+    identity: str
+    """What the stage produces; runs of a sweep with the same identity share one job (e.g. one data directory)."""
+    request: SbatchRequest | None
+    """The sbatch call; None when the stage is skipped."""
+    skip_reason: str = ""
+    """Why nothing is submitted (complete, not needed, already queued); empty when it will be submitted."""
+    reused_job_id: str = ""
+    """An earlier submission's job that is still queued or running and produces the same thing."""
+    job_id: str = ""
+    """Filled once submitted (or with reused_job_id)."""
+    depends_on: list[str] = field(default_factory=list)
+    """Job ids this stage waited for when it was submitted."""
+    log_dir: str = ""
+    """Where the job's output goes; created just before submission."""
+
+    @property
+    def status(self) -> str:
+        if self.job_id and self.job_id == self.reused_job_id:
+            return "reused"
+        if self.job_id:
+            return "submitted"
+        return "skipped" if self.skip_reason else "pending-submit"
+
+    def submit(self, depends_on: list[str], dependency_type: str) -> str:
+        """Submit (creating the log folder first) and return the job id."""
+        assert self.request is not None
+        self.request.dependency_ids = list(depends_on)
+        self.request.dependency_type = dependency_type
+        if self.log_dir:
+            Path(self.log_dir).mkdir(parents=True, exist_ok=True)
+        self.job_id = submit(self.request)
+        self.depends_on = list(depends_on)
+        return self.job_id
+
+    def to_json(self) -> dict:
+        return {"stage": self.stage, "status": self.status, "job_id": self.job_id or None,
+                "reason": self.skip_reason or None, "identity": self.identity, "depends_on": self.depends_on,
+                "command": self.request.shell() if self.request is not None else None}
+
+
+def _export() -> dict[str, str]:
+    return {"BEAM_SLURM_HOME": checkout_home()}
+
+
+class PrepareData:
+    """Builds the cleaned parquet files into paths.data_dir; done when every output matches its manifest entry."""
+
+    stage = "data"
+    script = "prepare_data.sh"
+
+    def __init__(self, cfg, data_overrides: list[str]):
+        self.cfg = cfg
+        self.data_overrides = list(data_overrides)
+
+    @property
+    def out_dir(self) -> str:
+        return str(self.cfg.paths.data_dir)
+
+    def identity(self) -> str:
+        return "data:" + self.out_dir + " " + " ".join(sorted(self.data_overrides))
+
+    def completed(self) -> str:
+        """Why the outputs can be kept as they are, or '' when the job must run."""
+        from beam_slurm.data.cli import _file_records, _is_local, _plans, _specs
+        from beam_slurm.data.config import parse_overrides
+        from beam_slurm.data.errors import BadDataInput
+        from beam_slurm.data.manifest import MANIFEST_NAME, load_manifest, reuse_verdict
+        from beam_slurm.data.sources import resolve_source
+
+        config = parse_overrides([*self.data_overrides, f"data.out_dir={self.out_dir}"])
+        out_dir = Path(self.out_dir)
+        if config.overwrite:
+            return ""
+        manifest = load_manifest(out_dir)
+        for plan in _plans(config):
+            output = out_dir / plan.file_name
+            if not output.is_file():
+                return ""
+            request: dict = {"source": plan.source, "settings": plan.settings}
+            try:
+                if all(_is_local(spec) for spec in _specs(plan)):
+                    request["source_files"] = _file_records([resolve_source(spec, plan.setting) for spec in _specs(plan)])
+            except BadDataInput:
+                return ""  # a source moved: let the job say so
+            if reuse_verdict(output, manifest.get(plan.file_name), request) is not None:
+                return ""
+        return f"complete: the three files in {out_dir} match {MANIFEST_NAME}"
+
+    def render(self, cfg_for_logs=None) -> StagePlan:
+        cfg = cfg_for_logs or self.cfg
+        log_dir = str(cfg.paths.log_dir)
+        request = SbatchRequest(
+            script=script_path(self.script),
+            options=[f"--job-name={cfg.run_name}-data", f"--output={log_dir}/data-%j.out", *account_options(cfg)],
+            script_args=[f"data.out_dir={self.out_dir}", *self.data_overrides],
+            export=_export(),
+        )
+        return StagePlan(self.stage, self.identity(), request, log_dir=log_dir)
+
+
+class PullContainer:
+    """Imports the image once into container.image_cache_dir; not needed for runtime none or a local image file."""
+
+    stage = "container"
+    script = "pull_container.sh"
+
+    def __init__(self, cfg):
+        self.cfg = cfg
+        self.settings = cfg.container
+
+    def identity(self) -> str:
+        s = self.settings
+        return f"container:{s.runtime} {s.image} {s.image_cache_dir}"
+
+    def completed(self) -> str:
+        from beam_slurm.containers.pull import image_is_current
+        from beam_slurm.containers.runtime import cached_image_path, is_local_image
+
+        s = self.settings
+        if s.runtime == "none":
+            return "not needed: container.runtime=none runs on the host"
+        if not s.image:
+            return "not needed: no container.image"
+        if is_local_image(s.image):
+            return f"not needed: container.image is the local file {s.image}"
+        if not s.image_cache_dir:
+            return "not needed: no container.image_cache_dir, so each node pulls at job start"
+        if image_is_current(s):
+            return f"complete: {cached_image_path(s)} matches its digest record"
+        return ""
+
+    def render(self) -> StagePlan:
+        cfg, s = self.cfg, self.settings
+        log_dir = str(cfg.paths.log_dir)
+        request = SbatchRequest(
+            script=script_path(self.script),
+            options=[f"--job-name={cfg.run_name}-container", f"--output={log_dir}/container-%j.out",
+                     *account_options(cfg)],
+            script_args=["--runtime", s.runtime, "--image", s.image, "--cache-dir", s.image_cache_dir],
+            export=_export(),
+        )
+        return StagePlan(self.stage, self.identity(), request, log_dir=log_dir)
+
+
+def latest_checkpoint_step(ckpt_path: str | os.PathLike) -> int | None:
+    """The step in <ckpt_path>/latest_ckpt_global_step.txt (written last by SkyRL after a complete save), or None."""
+    try:
+        text = (Path(ckpt_path) / LATEST_STEP_FILE).read_text().strip()
+    except OSError:
+        return None
+    return int(text) if text.isdigit() else None
+
+
+class Train:
+    """The training job (`sbatch/train_<recipe>.sh`); done when the latest checkpoint is the last step."""
+
+    stage = "train"
+
+    def __init__(self, cfg, overrides: list[str]):
+        self.cfg = cfg
+        self.overrides = list(overrides)
+
+    def identity(self) -> str:
+        return f"train:{self.cfg.paths.ckpt_path}"
+
+    def completed(self) -> str:
+        step = latest_checkpoint_step(self.cfg.paths.ckpt_path)
+        if step is not None and step >= self.cfg.max_training_steps:
+            return f"complete: {self.cfg.paths.ckpt_path}/{LATEST_STEP_FILE} is step {step} of {self.cfg.max_training_steps}"
+        return ""
+
+    def script_args(self) -> list[str]:
+        """The run's overrides, with the names and paths pinned so the job resolves exactly this run."""
+        cfg = self.cfg
+        pinned = {"run_name": cfg.run_name, "paths.ckpt_path": cfg.paths.ckpt_path,
+                  "paths.export_path": cfg.paths.export_path, "paths.log_dir": cfg.paths.log_dir}
+        # The script fixes recipe=..., and the pinned keys come last so they win.
+        kept = [o for o in self.overrides if o.split("=", 1)[0].lstrip("+~") not in {"recipe", *pinned}]
+        return kept + [f"{k}={v}" for k, v in pinned.items()]
+
+    def render(self) -> StagePlan:
+        cfg = self.cfg
+        script = TRAIN_SCRIPTS.get(cfg.recipe)
+        if script is None:
+            raise StageError(f"recipe={cfg.recipe!r} has no batch script; use one of {', '.join(TRAIN_SCRIPTS)}")
+        c = cfg.cluster
+        options = [f"--job-name={cfg.run_name}", f"--output={cfg.paths.log_dir}/train-%j.out",
+                   f"--signal=B:USR1@{c.signal_before_s}"]
+        options += gpu_job_options(cfg, c.nodes, c.time_limit)
+        request = SbatchRequest(script=script_path(script), options=options, script_args=self.script_args(),
+                                export=_export())
+        return StagePlan(self.stage, self.identity(), request, log_dir=str(cfg.paths.log_dir))
+
+
+class Evaluate:
+    """One AIME evaluation job of one checkpoint (`sbatch/eval_aime.sh`); results in beam_evals/global_step_N."""
+
+    stage = "evaluate"
+    script = "eval_aime.sh"
+
+    def __init__(self, cfg, step: int, checkpoint_dir: str | os.PathLike, extra_args: list[str] | None = None):
+        self.cfg = cfg
+        self.step = int(step)
+        self.checkpoint_dir = str(checkpoint_dir)
+        self.extra_args = list(extra_args or [])
+
+    def out_dir(self) -> str:
+        from beam_slurm.evaluation.results import evaluation_dir
+
+        return str(evaluation_dir(self.cfg.paths.export_path, self.step))
+
+    def identity(self) -> str:
+        return f"evaluate:{self.out_dir()}"
+
+    def completed(self) -> str:
+        from beam_slurm.evaluation.results import METRICS_FILE
+
+        metrics = Path(self.out_dir()) / METRICS_FILE
+        return f"complete: {metrics} exists" if metrics.is_file() else ""
+
+    def script_args(self) -> list[str]:
+        cfg, g = self.cfg, self.cfg.generation
+        args = ["--checkpoint", self.checkpoint_dir]
+        if cfg.is_lora:
+            args += ["--base-model", str(cfg.paths.model_path)]
+        for name in cfg.paths.eval_files:
+            args += ["--data", str(Path(cfg.paths.data_dir) / name)]
+        args += ["--k", str(cfg.eval.responses_per_problem), "--max-tokens", str(g.max_response_tokens),
+                 "--max-prompt-tokens", str(g.max_prompt_tokens), "--temperature", str(g.temperature),
+                 "--top-p", str(g.top_p), "--reasoning-effort", g.reasoning_effort,
+                 "--tp", str(cfg.rollout.tensor_parallel), "--pp", str(cfg.rollout.pipeline_parallel),
+                 "--out", self.out_dir()]
+        return args + self.extra_args  # argparse: a later repeat of an option wins
+
+    def render(self) -> StagePlan:
+        cfg = self.cfg
+        nodes = max(1, math.ceil(cfg.gpus_per_engine / cfg.cluster.gpus_per_node))
+        options = [f"--job-name={cfg.run_name}-eval-{self.step}",
+                   f"--output={cfg.paths.log_dir}/eval-step{self.step}-%j.out"]
+        options += gpu_job_options(cfg, nodes, EVAL_TIME_LIMIT)
+        request = SbatchRequest(script=script_path(self.script), options=options, script_args=self.script_args(),
+                                export=_export())
+        return StagePlan(self.stage, self.identity(), request, log_dir=str(cfg.paths.log_dir))
+
+
+def submit_eval(cfg, step: int, checkpoint_dir: str | os.PathLike, *, extra_args: list[str] | None = None,
+                dependency: list[str] | None = None) -> str:
+    """Submit the evaluation of one checkpoint and return its job id; record it in <export_path>/beam_run/.
+
+    Called from the training job's batch shell when a checkpoint becomes complete. `extra_args` are appended to
+    the `beam-slurm evaluate` arguments (they win, e.g. `--limit 5`); `dependency` are job ids to wait for
+    (afterok). Raises SlurmCommandError when sbatch refuses, StageError when the script is missing.
+    """
+    from beam_slurm.pipeline.manifest import RunManifest
+
+    plan = Evaluate(cfg, step, checkpoint_dir, extra_args).render()
+    plan.submit(list(dependency or []), "afterok")
+    RunManifest(cfg.paths.export_path).record_evaluation(step, str(checkpoint_dir), plan)
+    return plan.job_id

@@ -1,0 +1,260 @@
+"""`beam-slurm status [run dir | run name | sweep dir] [--watch] [--json]`: one table telling a run's (or a
+sweep's) story: every stage's job, its state from squeue/sacct, restarts, elapsed time, nodes, why a pending job
+waits, the latest complete checkpoint and the latest evaluation result.
+
+Without an argument: the run or sweep submitted last from this account. A run name is looked up as
+<$BEAM_EXPORTS_ROOT or $HOME/exports>/<name>, then as the export path the current environment gives that name.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from beam_slurm.pipeline.manifest import RUN_DIRNAME, RUN_FILE, SWEEP_FILE, RunManifest, last_target, read_json
+
+
+class StatusInputError(ValueError):
+    """The argument names no run or sweep; the message says where we looked."""
+
+
+@dataclass
+class StatusRow:
+    """One line of the table."""
+
+    run: str
+    """Run name."""
+    stage: str
+    """data, container, train, or evaluate step N."""
+    job_id: str
+    """Slurm job id ('' when the stage was skipped)."""
+    state: str
+    """Slurm state, or SKIPPED."""
+    restarts: int
+    """Requeues of the job so far."""
+    elapsed: str
+    """Run time of the current attempt."""
+    nodes: str
+    """Node list."""
+    checkpoint: str
+    """Latest complete checkpoint step / max steps (train rows)."""
+    evaluation: str
+    """Latest evaluation result (train rows: latest of the run; evaluate rows: that step's)."""
+    reason: str
+    """Why it waits, why it was skipped, or how it ended."""
+
+
+def resolve_targets(target: str | None) -> tuple[list[Path], str]:
+    """(export paths of the runs to show, title). Raises StatusInputError."""
+    if not target:
+        target = last_target()
+        if not target:
+            raise StatusInputError("no run given and nothing submitted from this account yet; pass a run folder, "
+                                   "run name or sweep folder")
+    path = Path(target).expanduser()
+    if path.is_file() and path.name in (RUN_FILE, SWEEP_FILE):
+        path = path.parent
+    if path.is_dir():
+        if (path / SWEEP_FILE).is_file():
+            sweep = read_json(path / SWEEP_FILE) or {}
+            return [Path(r["export_path"]) for r in sweep.get("runs", [])], f"sweep {path}"
+        if (path / RUN_FILE).is_file() and path.name == RUN_DIRNAME:
+            return [path.parent], f"run {path.parent.name}"
+        if (path / RUN_DIRNAME / RUN_FILE).is_file():
+            return [path], f"run {path.name}"
+        raise StatusInputError(f"{path} is neither a run folder (with {RUN_DIRNAME}/{RUN_FILE}) nor a sweep folder "
+                               f"(with {SWEEP_FILE})")
+    candidates = []
+    root = os.environ.get("BEAM_EXPORTS_ROOT") or str(Path(os.environ.get("HOME", str(Path.home()))) / "exports")
+    candidates.append(Path(root) / target)
+    try:
+        from beam_slurm.config.load import load_config
+
+        candidates.append(Path(load_config([f"run_name={target}"], validate=False).paths.export_path))
+    except Exception:  # a broken environment must not hide the other candidates
+        pass
+    for candidate in candidates:
+        if (candidate / RUN_DIRNAME / RUN_FILE).is_file():
+            return [candidate], f"run {target}"
+    raise StatusInputError(f"no run named {target!r}: looked for {RUN_DIRNAME}/{RUN_FILE} under "
+                           f"{', '.join(str(c) for c in candidates)}; pass the run's export folder instead")
+
+
+def _latest_eval(export_path: Path) -> tuple[int | None, str]:
+    from beam_slurm.evaluation.report import gather
+
+    try:
+        report = gather(export_path)
+    except OSError:
+        return None, ""
+    if not report.evals:
+        return None, ""
+    step = max(p.step for p in report.evals)
+    points = [p for p in report.evals if p.step == step]
+    ours = [p for p in points if p.origin == "beam"] or points
+    text = ", ".join(f"{p.data_source} {p.accuracy:.3f}" for p in ours)
+    return step, f"step {step}: {text}" + ("" if ours is not points or ours[0].origin == "beam" else " (SkyRL)")
+
+
+def _eval_at(export_path: Path, step: int) -> str:
+    from beam_slurm.evaluation.results import evaluation_dir, finished_metrics
+
+    try:
+        metrics = finished_metrics(evaluation_dir(export_path, step))
+    except (OSError, ValueError):
+        return "unreadable metrics.json"
+    if not metrics:
+        return ""
+    return ", ".join(f"{source} {entry.get('avg@k', float('nan')):.3f}" for source, entry in metrics.items()
+                     if isinstance(entry, dict))
+
+
+def collect(export_paths: list[Path]) -> list[StatusRow]:
+    """Rows for every run, with one squeue and one sacct call for all their jobs."""
+    from beam_slurm.pipeline.stages import latest_checkpoint_step
+    from beam_slurm.slurm.submission import job_records
+
+    runs = []
+    ids: list[str] = []
+    for export_path in export_paths:
+        manifest = RunManifest(export_path)
+        run = manifest.read()
+        stages = manifest.latest_stages()
+        evals = manifest.evaluations()
+        runs.append((export_path, run, stages, evals))
+        ids += [str(s["job_id"]) for s in stages if s.get("job_id")] + [str(e["job_id"]) for e in evals if e.get("job_id")]
+    records = job_records(ids) if ids else {}
+
+    rows: list[StatusRow] = []
+    for export_path, run, stages, evals in runs:
+        name = run.get("run_name") or export_path.name
+        stage_of_job = {str(s["job_id"]): s["stage"] for s in stages if s.get("job_id")}
+        for entry in stages:
+            job_id = str(entry.get("job_id") or "")
+            record = records.get(job_id)
+            checkpoint = evaluation = ""
+            if entry["stage"] == "train":
+                step = latest_checkpoint_step(run.get("ckpt_path", ""))
+                checkpoint = f"{step}/{run.get('max_training_steps', '?')}" if step is not None else "-"
+                evaluation = _latest_eval(export_path)[1]
+            if record is None:
+                rows.append(StatusRow(name, entry["stage"], "", "SKIPPED", 0, "", "", checkpoint, evaluation,
+                                      entry.get("reason") or ""))
+                continue
+            rows.append(StatusRow(name, entry["stage"], job_id, record.state, record.restarts, record.elapsed,
+                                  record.nodes, checkpoint, evaluation,
+                                  _reason(record, entry, records, stage_of_job)))
+        for entry in evals:
+            job_id = str(entry.get("job_id") or "")
+            record = records.get(job_id)
+            if record is None:
+                continue
+            rows.append(StatusRow(name, f"evaluate {entry['step']}", job_id, record.state, record.restarts,
+                                  record.elapsed, record.nodes, str(entry["step"]), _eval_at(export_path, entry["step"]),
+                                  _reason(record, entry, records, stage_of_job)))
+    return rows
+
+
+def _reason(record, entry: dict, records: dict, stage_of_job: dict) -> str:
+    """Slurm's pending reason, made specific: which upstream job failed; how an ended job ended."""
+    if record.state == "PENDING":
+        reason = record.reason or "waiting"
+        if reason.startswith("Dependency"):
+            upstream = [str(j) for j in entry.get("depends_on") or []]
+            failed = [f"{stage_of_job.get(j, 'job')} job {j} {records[j].state}" for j in upstream
+                      if j in records and records[j].final and records[j].state != "COMPLETED"]
+            waiting = [f"{stage_of_job.get(j, 'job')} job {j}" for j in upstream if j in records and not records[j].final]
+            if failed:
+                reason += f": {', '.join(failed)}; this job will not start (cancel it or resubmit after a fix)"
+            elif waiting:
+                reason += f": waits for {', '.join(waiting)}"
+        return reason
+    if record.state == "COMPLETED":
+        return ""
+    if record.final:
+        return f"exit code {record.exit_code}" if record.exit_code else record.reason
+    return "" if record.reason in ("None", "") else record.reason
+
+
+def render_table(rows: list[StatusRow], title: str):
+    from rich.table import Table
+
+    colours = {"COMPLETED": "green", "RUNNING": "cyan", "PENDING": "yellow", "SKIPPED": "dim", "FAILED": "red",
+               "CANCELLED": "red", "TIMEOUT": "red", "NODE_FAIL": "red", "OUT_OF_MEMORY": "red"}
+    table = Table(title=title)
+    show_run = len({r.run for r in rows}) > 1
+    columns = (["run"] if show_run else []) + ["stage", "job", "state", "restarts", "elapsed", "nodes",
+                                               "checkpoint", "evaluation", "reason"]
+    for column in columns:
+        table.add_column(column, overflow="fold")
+    previous = None
+    for r in rows:
+        state = f"[{colours.get(r.state, 'white')}]{r.state}[/]"
+        cells = [r.stage, r.job_id or "-", state, str(r.restarts), r.elapsed or "-", r.nodes or "-",
+                 r.checkpoint, r.evaluation, r.reason]
+        if show_run:
+            cells = [r.run if r.run != previous else ""] + cells
+            previous = r.run
+        table.add_row(*cells)
+    return table
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="beam-slurm status", description=__doc__.split("\n\n")[0])
+    parser.add_argument("target", nargs="?", help="run folder, run name or sweep folder (default: the last submitted)")
+    parser.add_argument("--watch", action="store_true", help="refresh until every job has ended (Ctrl-C to stop)")
+    parser.add_argument("--interval", type=float, default=10.0, help="seconds between refreshes with --watch")
+    parser.add_argument("--json", action="store_true", help="print the rows as JSON instead of a table")
+    return parser
+
+
+def main(argv: list[str]) -> int:
+    args = _parser().parse_args(argv)
+    if args.interval <= 0:
+        print("beam-slurm status: --interval must be positive seconds", file=sys.stderr)
+        return 2
+    try:
+        export_paths, title = resolve_targets(args.target)
+    except StatusInputError as exc:
+        print(f"beam-slurm status: {exc}", file=sys.stderr)
+        return 2
+    from beam_slurm.slurm.scheduler import SlurmCommandError
+
+    def snapshot() -> list[StatusRow]:
+        return collect(export_paths)
+
+    try:
+        rows = snapshot()
+        if args.json:
+            print(json.dumps([asdict(r) for r in rows], indent=2))
+            return 0
+        from rich.console import Console
+
+        console = Console()
+        if not args.watch:
+            console.print(render_table(rows, title))
+            return 0
+        from rich.live import Live
+
+        with Live(render_table(rows, title), console=console, refresh_per_second=1) as live:
+            while not all(r.state == "SKIPPED" or r.state in _final_states() for r in rows):
+                time.sleep(args.interval)
+                rows = snapshot()
+                live.update(render_table(rows, f"{title}  ({time.strftime('%H:%M:%S')})"))
+    except SlurmCommandError as exc:
+        print(f"beam-slurm status: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 0
+    return 0
+
+
+def _final_states() -> set[str]:
+    from beam_slurm.slurm.submission import FINAL_STATES
+
+    return FINAL_STATES

@@ -1,0 +1,334 @@
+"""`beam-slurm submit`: the stage chain prepare data -> pull container -> train as Slurm jobs, or one chain per
+point of a `-m` sweep, returning as soon as everything is queued.
+
+    beam-slurm submit [-m] [--dry-run] [--stages data,container,train] [--dependency-type afterok|afterany]
+                      [--skip-invalid] [key=value ...] [data.key=value ...]
+
+Each stage is its own job, chained with `--dependency` (afterok by default: a failed stage's dependents stay
+pending with Reason=DependencyNeverSatisfied, nothing is cancelled). Stages already complete for this configuration
+are skipped (data files matching their manifest, the image imported with its digest record, training at its last
+step); a stage whose earlier job is still queued or running is not submitted twice (its job id is reused as the
+dependency). A sweep shares the data and container jobs between its runs. Every sweep point is validated before
+anything is submitted; invalid points are listed with the reason and the sweep is refused (exit 2) unless
+`--skip-invalid`. `--dry-run` prints every command and submits and writes nothing.
+
+`data.<key>=<value>` arguments go to the data stage (`beam-slurm prepare-data`); its output folder is paths.data_dir.
+Run folder: <export_path>/beam_run/ (see beam_slurm.pipeline.manifest); sweeps: <exports>/beam_sweeps/<name>/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from beam_slurm.config.errors import ConfigError, ConfigProblem
+
+STAGES = ("data", "container", "train")
+
+
+@dataclass
+class RunSpec:
+    """One run of the submission (the only one, or one sweep point)."""
+
+    overrides: list[str]
+    """Its Hydra overrides."""
+    choices: list[tuple[str, str]] = field(default_factory=list)
+    """Swept (key, value) pairs of this point; empty outside a sweep."""
+    cfg: object = None
+    """The loaded config (run name and paths already per point); None when it did not compose."""
+    problems: list[ConfigProblem] = field(default_factory=list)
+    """Why this run is invalid (empty = valid)."""
+    base_name: str = ""
+    """The run name before a sweep point's suffix was added."""
+    plans: list = field(default_factory=list)
+    """Its stage plans, in chain order."""
+
+    @property
+    def label(self) -> str:
+        if self.cfg is not None:
+            return self.cfg.run_name
+        return " ".join(f"{k}={v}" for k, v in self.choices) or " ".join(self.overrides) or "(defaults)"
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="beam-slurm submit", description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("-m", "--multirun", action="store_true", help="sweep: key=a,b expands to one run per value")
+    parser.add_argument("--dry-run", action="store_true", help="render and print everything, submit and write nothing")
+    parser.add_argument("--stages", default=",".join(STAGES), help="comma-separated subset of data,container,train")
+    parser.add_argument("--dependency-type", default="afterok", choices=("afterok", "afterany"),
+                        help="how a stage waits for the one before it (default afterok)")
+    parser.add_argument("--skip-invalid", action="store_true", help="submit a sweep's valid points, list the others")
+    parser.add_argument("overrides", nargs="*", help="key=value (Hydra overrides); data.key=value for the data stage")
+    return parser
+
+
+def _fail(problems: list[str]) -> int:
+    print("beam-slurm submit: nothing was submitted", file=sys.stderr)
+    for p in problems:
+        print(f"  - {p}", file=sys.stderr)
+    return 2
+
+
+def build_runs(overrides: list[str], multirun: bool) -> list[RunSpec]:
+    """Load and validate every run (every sweep point); raises ConfigError for a bad override outside a sweep."""
+    from beam_slurm.config.load import load_config
+    from beam_slurm.config.validation import problems as config_problems
+    from beam_slurm.pipeline.sweep import expand, has_sweep, rename_run, slug
+
+    if not multirun:
+        swept = has_sweep(overrides)
+        if swept:
+            raise ConfigError([ConfigProblem(s.split("=", 1)[0], s, "is a sweep: add -m to submit one run per value, "
+                                             "or quote a literal comma (key='a,b')") for s in swept])
+    home = os.environ.get("HOME", str(Path.home()))
+    runs = []
+    for combo in expand(overrides):
+        run = RunSpec(combo.overrides, combo.choices)
+        try:
+            run.cfg = load_config(combo.overrides, validate=False)
+        except ConfigError as exc:
+            run.problems = exc.problems
+            runs.append(run)
+            continue
+        run.base_name = run.cfg.run_name
+        if combo.choices:
+            rename_run(run.cfg, slug(combo.choices), home=home)
+        run.problems = config_problems(run.cfg)
+        runs.append(run)
+    seen: dict[str, RunSpec] = {}
+    for run in runs:
+        if run.cfg is None:
+            continue
+        if run.cfg.run_name in seen:
+            run.problems.append(ConfigProblem("run_name", run.cfg.run_name, "two sweep points have the same run name; "
+                                              "remove the repeated value"))
+        seen.setdefault(run.cfg.run_name, run)
+    return runs
+
+
+def _earlier_jobs(runs: list[RunSpec]) -> dict[str, list[str]]:
+    """identity -> job ids earlier submissions of these runs gave that stage (newest first)."""
+    from beam_slurm.pipeline.manifest import RunManifest
+
+    found: dict[str, list[str]] = {}
+    for run in runs:
+        for submission in reversed(RunManifest(run.cfg.paths.export_path).read().get("submissions") or []):
+            for entry in submission.get("stages", []):
+                if entry.get("job_id") and entry.get("identity"):
+                    found.setdefault(entry["identity"], []).append(str(entry["job_id"]))
+    return found
+
+
+def plan_stages(runs: list[RunSpec], stages: list[str], data_overrides: list[str]) -> None:
+    """Render every stage of every valid run; decide skip (complete) and reuse (an earlier job still active).
+
+    Runs sharing a data folder or an image share one plan object (one job)."""
+    from beam_slurm.pipeline.stages import PrepareData, PullContainer, Train
+    from beam_slurm.slurm.scheduler import SlurmCommandError
+    from beam_slurm.slurm.submission import job_records
+
+    shared: dict[str, object] = {}
+    for run in runs:
+        run.plans = []
+        for name in stages:
+            stage = {"data": lambda: PrepareData(run.cfg, data_overrides), "container": lambda: PullContainer(run.cfg),
+                     "train": lambda: Train(run.cfg, run.overrides)}[name]()
+            identity = stage.identity()
+            if identity in shared:
+                run.plans.append(shared[identity])
+                continue
+            reason = stage.completed()
+            plan = stage.render()
+            if reason:
+                plan.skip_reason, plan.request = reason, None
+            shared[identity] = plan
+            run.plans.append(plan)
+
+    earlier = _earlier_jobs(runs)
+    wanted = {p.identity: earlier[p.identity] for p in shared.values() if not p.skip_reason and p.identity in earlier}
+    if not wanted:
+        return
+    try:
+        records = job_records([j for ids in wanted.values() for j in ids])
+    except SlurmCommandError:
+        return  # no scheduler to ask (e.g. a dry run on a laptop): submit as if nothing were queued
+    for plan in shared.values():
+        for job_id in wanted.get(plan.identity, []):
+            record = records.get(job_id)
+            if record is not None and record.active:
+                plan.reused_job_id = job_id
+                plan.skip_reason = f"already {record.state.lower()} as job {job_id}"
+                break
+
+
+def _chain_dependencies(run: RunSpec) -> dict[int, list[str]]:
+    """Which job ids each stage waits for: data and container none, train both (when they have jobs)."""
+    out, before = {}, []
+    for index, plan in enumerate(run.plans):
+        out[index] = list(before) if plan.stage == "train" else []
+        if plan.job_id or plan.reused_job_id:
+            before.append(plan.job_id or plan.reused_job_id)
+    return out
+
+
+def submit_runs(runs: list[RunSpec], dependency_type: str) -> None:
+    """Submit data and container first (they do not depend on each other), then each train after them."""
+    for run in runs:
+        for plan in run.plans:
+            if plan.reused_job_id and not plan.job_id:
+                plan.job_id = plan.reused_job_id
+    for run in runs:
+        for index, plan in enumerate(run.plans):
+            if plan.skip_reason or plan.job_id:
+                continue
+            plan.submit(_chain_dependencies(run)[index], dependency_type)
+
+
+def _print_runs(runs: list[RunSpec], dry_run: bool, out=sys.stdout) -> None:
+    first_run_of: dict[int, str] = {}
+    for run in runs:
+        cfg = run.cfg
+        print(f"run {cfg.run_name}  ({cfg.paths.export_path}/beam_run)", file=out)
+        for index, plan in enumerate(run.plans):
+            owner = first_run_of.setdefault(id(plan), cfg.run_name)
+            if owner != cfg.run_name:
+                what = f"job {plan.job_id}" if plan.job_id else ("skipped" if plan.skip_reason else "one job")
+                print(f"  {plan.stage:<10} {what}, shared with run {owner}", file=out)
+            elif plan.skip_reason and not plan.job_id:
+                print(f"  {plan.stage:<10} skipped    {plan.skip_reason}", file=out)
+            elif plan.job_id and plan.job_id == plan.reused_job_id:
+                print(f"  {plan.stage:<10} job {plan.job_id:<7} {plan.skip_reason}; not submitted again", file=out)
+            elif dry_run:
+                before = [p.stage for p in run.plans[:index] if p.job_id or p.reused_job_id or not p.skip_reason]
+                note = f" (after {'+'.join(before)}, {plan.request.dependency_type})" if plan.stage == "train" and before else ""
+                print(f"  {plan.stage:<10} would submit{note}: {plan.request.shell()}", file=out)
+            else:
+                deps = f"  waits for {'+'.join(plan.depends_on)} ({plan.request.dependency_type})" if plan.depends_on else ""
+                print(f"  {plan.stage:<10} job {plan.job_id:<7} submitted{deps}", file=out)
+
+
+def _write_records(runs: list[RunSpec], invalid: list[RunSpec], args, data_overrides: list[str],
+                   sweep_dir: Path | None) -> None:
+    import json
+
+    from beam_slurm.config.load import to_yaml
+    from beam_slurm.pipeline.manifest import SWEEP_FILE, RunManifest, now, remember_last, write_atomic
+
+    for run in runs:
+        RunManifest(run.cfg.paths.export_path).record_submission(
+            run.cfg, overrides=run.overrides, data_overrides=data_overrides, plans=run.plans,
+            dependency_type=args.dependency_type, sweep_dir=str(sweep_dir) if sweep_dir else None,
+            config_yaml=to_yaml(run.cfg))
+    if sweep_dir is not None:
+        record = {
+            "created_at": now(),
+            "overrides": args.overrides,
+            "stages": args.stages,
+            "runs": [{"run_name": r.cfg.run_name, "choices": [f"{k}={v}" for k, v in r.choices],
+                      "export_path": str(r.cfg.paths.export_path), "ckpt_path": str(r.cfg.paths.ckpt_path),
+                      "run_dir": f"{r.cfg.paths.export_path}/beam_run"} for r in runs],
+            "invalid": [{"choices": [f"{k}={v}" for k, v in r.choices], "problems": [str(p) for p in r.problems]}
+                        for r in invalid],
+        }
+        write_atomic(sweep_dir / SWEEP_FILE, json.dumps(record, indent=2) + "\n")
+        remember_last(sweep_dir)
+    elif runs:
+        remember_last(Path(runs[0].cfg.paths.export_path) / "beam_run")
+
+
+def main(argv: list[str]) -> int:
+    args = _parser().parse_intermixed_args(argv)
+    stages = [s.strip() for s in args.stages.split(",") if s.strip()]
+    unknown = [s for s in stages if s not in STAGES]
+    if unknown or not stages:
+        return _fail([f"--stages {args.stages!r}: use a comma-separated subset of {','.join(STAGES)}"])
+    stages = [s for s in STAGES if s in stages]  # chain order, whatever order was typed
+
+    data_overrides = [o for o in args.overrides if o.split("=", 1)[0].lstrip("+").startswith("data.")]
+    overrides = [o for o in args.overrides if o not in data_overrides]
+    try:
+        runs = build_runs(overrides, args.multirun)
+    except ConfigError as exc:
+        exc.report()
+        return exc.exit_code
+    problems = _data_problems(data_overrides) if "data" in stages else []
+    if problems:
+        return _fail(problems)
+
+    invalid = [r for r in runs if r.problems]
+    valid = [r for r in runs if not r.problems]
+    if invalid:
+        out = sys.stderr
+        print(f"beam-slurm submit: {len(invalid)} of {len(runs)} run{'s' if len(runs) != 1 else ''} invalid:", file=out)
+        for run in invalid:
+            where = " ".join(f"{k}={v}" for k, v in run.choices) if run.choices else run.label
+            print(f"  {where}:", file=out)
+            for p in run.problems:
+                print(f"    - {p}", file=out)
+        if not args.skip_invalid or not valid:
+            hint = "" if not args.multirun or not valid else " (add --skip-invalid to submit the valid ones)"
+            print(f"beam-slurm submit: nothing was submitted{hint}", file=out)
+            return 2
+
+    from beam_slurm.pipeline.stages import StageError
+    from beam_slurm.slurm.scheduler import SlurmCommandError
+
+    try:
+        plan_stages(valid, stages, data_overrides)
+    except StageError as exc:
+        return _fail([str(exc)])
+
+    for run in valid:
+        for plan in run.plans:
+            if plan.request is not None:
+                plan.request.dependency_type = args.dependency_type
+    sweep_dir = None
+    if args.multirun:
+        from beam_slurm.pipeline.manifest import SWEEPS_DIRNAME
+        from beam_slurm.pipeline.sweep import sweep_root
+
+        base = valid[0].base_name
+        sweep_dir = sweep_root([str(r.cfg.paths.export_path) for r in valid]) / SWEEPS_DIRNAME / \
+            f"{base}-{time.strftime('%Y%m%d-%H%M%S')}"
+
+    if args.dry_run:
+        _print_runs(valid, dry_run=True)
+        print(f"dry run: nothing submitted or written{f' (sweep folder would be {sweep_dir})' if sweep_dir else ''}")
+        return 0
+
+    status = 0
+    try:
+        submit_runs(valid, args.dependency_type)
+    except (SlurmCommandError, StageError, OSError) as exc:
+        print(f"beam-slurm submit: submission stopped: {exc}", file=sys.stderr)
+        print("beam-slurm submit: jobs already queued are kept (see below); nothing was cancelled", file=sys.stderr)
+        status = 1
+    _write_records(valid, invalid, args, data_overrides, sweep_dir)
+    _print_runs(valid, dry_run=False)
+    if sweep_dir is not None:
+        print(f"sweep {sweep_dir}  ({len(valid)} runs{f', {len(invalid)} invalid skipped' if invalid else ''})")
+    return status
+
+
+def _data_problems(data_overrides: list[str]) -> list[str]:
+    """Check the data stage's settings now, so a typo fails before anything is queued."""
+    from beam_slurm.pipeline.sweep import has_sweep
+
+    problems = [f"{o}: data settings cannot be swept (one data folder serves every run)" for o in has_sweep(data_overrides)]
+    if problems:
+        return problems
+    if any(o.split("=", 1)[0].lstrip("+") == "data.out_dir" for o in data_overrides):
+        return ["data.out_dir: the data stage writes to paths.data_dir (DATA_DIR), which training reads; set that instead"]
+    from beam_slurm.data.config import parse_overrides
+    from beam_slurm.data.errors import BadDataInput
+
+    try:
+        parse_overrides(data_overrides)
+    except BadDataInput as exc:
+        return [str(exc)]
+    return []

@@ -1,0 +1,105 @@
+"""Multirun sweeps: expand `key=a,b` overrides with Hydra's own override parser, name each combination's run,
+and give it its own run name, checkpoint, export and log paths.
+
+Expansion follows Hydra's basic sweeper (the cartesian product in the order the overrides were given) and accepts
+what its grammar accepts: `a,b`, `choice(a,b)`, `range(0,4)`, quoted values. Every combination is loaded and
+validated before anything is submitted (see `beam_slurm.pipeline.submit`).
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from beam_slurm.config.errors import ConfigError, ConfigProblem
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+@dataclass
+class Combination:
+    """One point of a sweep."""
+
+    overrides: list[str]
+    """Every override of this point, in the order given (fixed ones and the chosen value of each swept one)."""
+    choices: list[tuple[str, str]] = field(default_factory=list)
+    """(key, value) of each swept override at this point."""
+
+
+def parse(overrides: list[str]):
+    """Hydra's parsed overrides; a syntax error becomes a ConfigError naming the override."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import OverrideParseException
+
+    parser = OverridesParser.create()
+    parsed = []
+    for text in overrides:
+        try:
+            parsed.extend(parser.parse_overrides([text]))
+        except OverrideParseException as exc:
+            first = str(exc).splitlines()[0]
+            raise ConfigError([ConfigProblem(text.split("=", 1)[0], text, f"cannot parse this override ({first}); "
+                                             "quote values with commas or spaces: key='a,b'")]) from None
+    return parsed
+
+
+def has_sweep(overrides: list[str]) -> list[str]:
+    """The overrides that are sweeps (`a,b`, choice(), range(), ...)."""
+    return [o.input_line for o in parse(overrides) if o.is_sweep_override()]
+
+
+def expand(overrides: list[str]) -> list[Combination]:
+    """Every combination, cartesian product over the swept overrides (Hydra basic sweeper order)."""
+    axes: list[list[tuple[str, tuple[str, str] | None]]] = []
+    for override in parse(overrides):
+        if override.is_sweep_override():
+            key = override.get_key_element()
+            values = list(override.sweep_string_iterator())
+            if not values:
+                raise ConfigError([ConfigProblem(key, override.input_line, "this sweep has no values")])
+            axes.append([(f"{key}={value}", (key.lstrip("+~"), value)) for value in values])
+        else:
+            axes.append([(override.input_line, None)])
+    combinations = []
+    for point in itertools.product(*axes) if axes else [()]:
+        combinations.append(Combination([text for text, _ in point], [c for _, c in point if c is not None]))
+    return combinations
+
+
+def slug(choices: list[tuple[str, str]]) -> str:
+    """Short, folder-safe name of a combination: `precision_bf16-rank_64` (last key part unless two collide)."""
+    short = [key.split(".")[-1] for key, _ in choices]
+    parts = []
+    for (key, value), name in zip(choices, short):
+        name = name if short.count(name) == 1 else key
+        parts.append(_UNSAFE.sub("_", f"{name}_{value}").strip("_"))
+    return "-".join(parts)
+
+
+def rename_run(cfg, run_slug: str, *, home: str) -> None:
+    """Give a loaded (default-filled) config its own run name and paths for a sweep point.
+
+    Paths the seed derives from the run name ($HOME/ckpts/<run>, $HOME/exports/<run>, <export>/logs) are derived
+    again from the new name; paths the user set (CKPT_PATH, paths.export_path=...) get a per-run subfolder.
+    """
+    old = cfg.run_name
+    new = f"{old}-{run_slug}" if run_slug else old
+    p = cfg.paths
+    default_ckpt, default_export = f"{home}/ckpts/{old}", f"{home}/exports/{old}"
+    default_logs = f"{p.export_path}/logs"
+    cfg.run_name = new
+    p.ckpt_path = f"{home}/ckpts/{new}" if p.ckpt_path == default_ckpt else f"{p.ckpt_path.rstrip('/')}/{new}"
+    p.export_path = f"{home}/exports/{new}" if p.export_path == default_export else f"{p.export_path.rstrip('/')}/{new}"
+    p.log_dir = f"{p.export_path}/logs" if p.log_dir == default_logs else f"{p.log_dir.rstrip('/')}/{new}"
+
+
+def sweep_root(export_paths: list[str]) -> Path:
+    """Folder for the sweep record: beside the runs' export folders (their common parent)."""
+    parents = {str(Path(p).parent) for p in export_paths}
+    if len(parents) == 1:
+        return Path(parents.pop())
+    import os
+
+    return Path(os.path.commonpath(export_paths))

@@ -1,0 +1,213 @@
+"""Submitting batch jobs (`sbatch --parsable`) and reading many jobs' states at once (squeue + sacct).
+
+The pipeline renders an `SbatchRequest`, shows it (`--dry-run`), submits it and later asks `job_records` how the
+jobs are doing. Everything that talks to Slurm here goes through `scheduler._run`, the package's one runner.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+from dataclasses import dataclass, field
+from typing import Iterable, Mapping, Sequence
+
+from beam_slurm.slurm.scheduler import SlurmCommandError, _run
+
+DEPENDENCY_TYPES = ("afterok", "afterany")
+# States after which a job never runs again (a requeued job goes back to PENDING instead).
+FINAL_STATES = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL",
+                "DEADLINE", "REVOKED", "PREEMPTED", "SPECIAL_EXIT"}
+ACTIVE_STATES = {"PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED",
+                 "RESIZING", "SUSPENDED", "STOPPED", "SIGNALING", "STAGE_OUT", "RESV_DEL_HOLD"}
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+@dataclass
+class SbatchRequest:
+    """One `sbatch` call: options, the batch script, its arguments and the variables exported to the job."""
+
+    script: str
+    """Path of the batch script (absolute, so the job finds it from any directory)."""
+    options: list[str] = field(default_factory=list)
+    """sbatch options, each one argument (`--nodes=2`); they override the script's #SBATCH headers."""
+    script_args: list[str] = field(default_factory=list)
+    """Arguments after the script (Hydra overrides, stage flags); passed to the script as "$@"."""
+    export: dict[str, str] = field(default_factory=dict)
+    """Variables set for the job on top of the submitting environment (`--export=ALL,NAME=value,...`). Only
+    non-secret values: they appear on the command line and in the run manifest."""
+    dependency_ids: list[str] = field(default_factory=list)
+    """Job ids this job waits for."""
+    dependency_type: str = "afterok"
+    """afterok (start only if every dependency completed) or afterany (start when they ended, however)."""
+    array: str = ""
+    """Job array spec (`0-3`, `0-9%2`); empty = a single job."""
+
+    def argv(self) -> list[str]:
+        """The full sbatch command line."""
+        argv = ["sbatch", "--parsable"]
+        if self.export:
+            argv.append("--export=" + ",".join(["ALL", *(f"{k}={v}" for k, v in self.export.items())]))
+        if self.dependency_ids:
+            argv.append(f"--dependency={self.dependency_type}:" + ":".join(self.dependency_ids))
+            # Keep a job whose dependency failed pending (Reason=DependencyNeverSatisfied) instead of letting a
+            # site's kill_invalid_depend cancel it: nothing is cancelled that the user did not ask for.
+            argv.append("--kill-on-invalid-dep=no")
+        if self.array:
+            argv.append(f"--array={self.array}")
+        return argv + list(self.options) + [self.script] + list(self.script_args)
+
+    def shell(self) -> str:
+        """The command as one shell-safe line (every value quoted)."""
+        return shlex.join(self.argv())
+
+    def problems(self) -> list[str]:
+        """What would make sbatch misread this request (checked before anything is submitted)."""
+        out = []
+        if self.dependency_type not in DEPENDENCY_TYPES:
+            out.append(f"dependency type {self.dependency_type!r}: use one of {', '.join(DEPENDENCY_TYPES)}")
+        for name, value in self.export.items():
+            if not _ENV_NAME.match(name):
+                out.append(f"exported variable name {name!r} is not a valid environment variable name")
+            if "," in value or "\n" in value:
+                out.append(f"exported {name}={value!r}: sbatch --export splits on ',', so the value may not contain "
+                           "',' or a newline; use a path without them")
+        return out
+
+
+def submission_environment(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment for sbatch: the caller's, minus the SLURM_* of an enclosing job.
+
+    Submitting from inside a job (the training job submits evaluation jobs) would otherwise hand the parent's
+    SLURM_MEM_PER_NODE, SLURM_CPUS_PER_TASK etc. to sbatch and to the child, which then mis-sizes its steps.
+    """
+    environ = dict(os.environ if environ is None else environ)
+    if not environ.get("SLURM_JOB_ID"):
+        return environ
+    return {k: v for k, v in environ.items() if not k.startswith("SLURM_") or k == "SLURM_CONF"}
+
+
+def submit(request: SbatchRequest, environ: Mapping[str, str] | None = None, timeout_s: float = 60.0) -> str:
+    """Submit and return the job id (for an array, the array's job id). Raises SlurmCommandError."""
+    bad = request.problems()
+    if bad:
+        raise SlurmCommandError("; ".join(bad))
+    import subprocess
+
+    try:
+        done = subprocess.run(request.argv(), capture_output=True, text=True, timeout=timeout_s, check=False,
+                              env=submission_environment(environ))
+    except FileNotFoundError as exc:
+        raise SlurmCommandError("sbatch not found on PATH; run this where Slurm's client commands are installed") from exc
+    except subprocess.TimeoutExpired as exc:
+        raise SlurmCommandError(f"sbatch did not answer within {timeout_s:.0f} s") from exc
+    if done.returncode != 0:
+        raise SlurmCommandError(f"{request.shell()} failed ({done.returncode}): {done.stderr.strip() or done.stdout.strip()}")
+    # --parsable prints "<id>" or "<id>;<cluster>".
+    job_id = done.stdout.strip().splitlines()[-1].split(";")[0].strip() if done.stdout.strip() else ""
+    if not job_id.isdigit():
+        raise SlurmCommandError(f"sbatch printed no job id: {done.stdout.strip()!r}")
+    return job_id
+
+
+@dataclass
+class JobRecord:
+    """What Slurm says about one job, merged from squeue (while it is known there) and sacct (history)."""
+
+    job_id: str
+    """The job id as submitted (an array task: `<array id>_<task>`)."""
+    state: str = "UNKNOWN"
+    """PENDING, RUNNING, COMPLETED, FAILED, ... (first word of Slurm's state); UNKNOWN when neither tool knows it."""
+    reason: str = ""
+    """Why a pending job waits (Dependency, DependencyNeverSatisfied, Resources, BeginTime, ...), or '' / None."""
+    elapsed: str = ""
+    """Run time of the current attempt ([D-]HH:MM:SS)."""
+    nodes: str = ""
+    """Node list of the current or last attempt."""
+    restarts: int = 0
+    """Requeues so far (squeue's RestartCnt, or REQUEUED/PREEMPTED records in sacct)."""
+    exit_code: str = ""
+    """sacct's ExitCode (`status:signal`) once the job ended."""
+
+    @property
+    def final(self) -> bool:
+        return self.state in FINAL_STATES
+
+    @property
+    def active(self) -> bool:
+        return self.state in ACTIVE_STATES
+
+
+_SQUEUE_FIELDS = ["JobID", "State", "Reason", "TimeUsed", "NodeList", "RestartCnt"]
+_SACCT_FIELDS = ["JobID", "State", "Reason", "Elapsed", "NodeList", "ExitCode"]
+
+
+def _squeue(job_ids: Sequence[str]) -> dict[str, JobRecord]:
+    fmt = ",".join(f"{name}:|" for name in _SQUEUE_FIELDS)
+    try:
+        out = _run(["squeue", "--noheader", "--states=all", f"--jobs={','.join(job_ids)}", "-O", fmt])
+    except SlurmCommandError as exc:
+        # squeue refuses the whole call when one id is unknown to the controller (purged after MinJobAge):
+        # ask per job then, so the others still get their live state.
+        if "Invalid job id" not in str(exc) or len(job_ids) == 1:
+            if "Invalid job id" in str(exc):
+                return {}
+            raise
+        records: dict[str, JobRecord] = {}
+        for job_id in job_ids:
+            records.update(_squeue([job_id]))
+        return records
+    records: dict[str, JobRecord] = {}
+    for line in out.splitlines():
+        parts = [p.strip() for p in line.split("|")]
+        if len(parts) < len(_SQUEUE_FIELDS):
+            continue
+        job_id, state, reason, used, nodes, restarts = parts[: len(_SQUEUE_FIELDS)]
+        records[job_id] = JobRecord(job_id, state.split()[0] if state else "UNKNOWN", "" if reason == "None" else reason,
+                                    used, nodes, int(restarts) if restarts.isdigit() else 0)
+    return records
+
+
+def _sacct(job_ids: Sequence[str]) -> dict[str, JobRecord]:
+    # -X: allocations only; -D: every attempt of a requeued job, so the restarts can be counted.
+    out = _run(["sacct", "--noheader", "--parsable2", "-X", "-D", f"--jobs={','.join(job_ids)}",
+                "--format=" + ",".join(_SACCT_FIELDS)])
+    records: dict[str, JobRecord] = {}
+    for line in out.splitlines():
+        parts = line.split("|")
+        if len(parts) < len(_SACCT_FIELDS):
+            continue
+        job_id, state, reason, elapsed, nodes, exit_code = parts[: len(_SACCT_FIELDS)]
+        state = state.split()[0] if state else "UNKNOWN"
+        earlier = records.get(job_id)
+        restarts = (earlier.restarts + (earlier.state in ("REQUEUED", "PREEMPTED", "NODE_FAIL"))) if earlier else 0
+        # sacct lists the attempts oldest first; the last one is the current state.
+        records[job_id] = JobRecord(job_id, state, "" if reason == "None" else reason, elapsed,
+                                    "" if nodes == "None assigned" else nodes, restarts, exit_code)
+    return records
+
+
+def job_records(job_ids: Iterable[str]) -> dict[str, JobRecord]:
+    """State of many jobs with one squeue and one sacct call; squeue wins for jobs it still lists (it knows the
+    pending reason and the restart count), sacct fills in jobs the controller has forgotten."""
+    ids = sorted({str(j) for j in job_ids if j}, key=lambda j: (len(j), j))
+    if not ids:
+        return {}
+    try:
+        history = _sacct(ids)
+    except SlurmCommandError:
+        history = {}  # accounting may be off on some clusters; squeue alone still answers for live jobs
+    live = _squeue(ids)
+    records: dict[str, JobRecord] = {}
+    for job_id in ids:
+        old, now = history.get(job_id), live.get(job_id)
+        if now is not None:
+            if old is not None:
+                now.restarts = max(now.restarts, old.restarts)
+                now.exit_code = old.exit_code
+            records[job_id] = now
+        elif old is not None:
+            records[job_id] = old
+        else:
+            records[job_id] = JobRecord(job_id)
+    return records
