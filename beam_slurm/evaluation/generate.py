@@ -187,7 +187,9 @@ class ClientSettings:
     max_attempts: int = 4
     """Tries per request; connection errors, time-outs, 429 and 5xx are retried, other errors are not."""
     backoff_s: float = 2.0
-    """Wait before the 2nd try; doubles for each further try."""
+    """Wait before the 2nd try; doubles for each further try, up to max_backoff_s."""
+    max_backoff_s: float = 10.0
+    """Longest wait between two tries."""
     concurrency: int = 8
     """Requests in flight at once."""
 
@@ -232,7 +234,7 @@ def _request_json(client: ClientSettings, method: str, path: str, body: dict[str
         except (urllib.error.URLError, TimeoutError, ConnectionError, json.JSONDecodeError) as exc:
             last_error = f"{type(exc).__name__}: {getattr(exc, 'reason', exc)}"
         if attempt < client.max_attempts:
-            time.sleep(client.backoff_s * 2 ** (attempt - 1))
+            time.sleep(min(client.max_backoff_s, client.backoff_s * 2 ** (attempt - 1)))
     raise ServerError(f"{method} {url}: gave up after {client.max_attempts} attempts; last error: {last_error}")
 
 

