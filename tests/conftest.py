@@ -58,6 +58,8 @@ class SlurmSandbox:
     """slurm.conf of the sandbox; exported as SLURM_CONF for the whole test session."""
     gpus_per_node: int = 8
     """Fake GPUs (GRES gpu) per node; jobs see CUDA_VISIBLE_DEVICES=0..7."""
+    submitted: list[str] = dataclasses.field(default_factory=list)
+    """Job ids submitted through sbatch(); those still queued or running are cancelled when the session ends."""
 
     def env(self, extra: dict[str, str] | None = None) -> dict[str, str]:
         """Environment for Slurm client commands (and, with sbatch's default --export=ALL, for the job)."""
@@ -80,7 +82,10 @@ class SlurmSandbox:
         args go to sbatch before the script (e.g. "-N2", "--gres=gpu:8"); env adds or overrides variables.
         """
         if isinstance(script, str) and ("\n" in script or script.startswith("#!")):
-            path = self.new_dir("sbatch") / "job.sh"
+            # Named after the running test, so squeue/sacct show which test a job belongs to.
+            current = os.environ.get("PYTEST_CURRENT_TEST", "job").split("::")[-1].split(" ")[0]
+            name = re.sub(r"[^A-Za-z0-9_.-]", "_", current)[:40] or "job"
+            path = self.new_dir(name) / f"{name}.sh"
             path.write_text(script)
             path.chmod(0o755)
         else:
@@ -89,7 +94,9 @@ class SlurmSandbox:
                               env=self.env(env), timeout=60)
         if proc.returncode != 0:
             raise RuntimeError(f"sbatch {shlex.join(args)} {path} failed: {proc.stderr.strip()}")
-        return proc.stdout.strip().split(";")[0]
+        job_id = proc.stdout.strip().split(";")[0]
+        self.submitted.append(job_id)
+        return job_id
 
     def sacct(self, job_id: str, allocations_only: bool = False) -> list[dict[str, str]]:
         """Accounting rows of a job (one per allocation and step), as dicts keyed by SACCT_FIELDS."""
@@ -126,6 +133,13 @@ class SlurmSandbox:
                                    f"scontrol: {self.scontrol_job(job_id)}")
             time.sleep(interval)
             interval = min(interval * 1.5, 2.0)
+
+    def idle_nodes(self) -> list[str]:
+        """Nodes with nothing running right now (other test sessions may share the sandbox)."""
+        proc = subprocess.run(["sinfo", "-h", "-N", "-t", "idle", "-o", "%N"], capture_output=True, text=True,
+                              env=self.env(), timeout=60)
+        idle = set(proc.stdout.split())
+        return [node for node in self.nodes if node in idle]
 
     def cancel(self, job_id: str) -> None:
         """scancel the job (no error if it already ended)."""
@@ -166,5 +180,8 @@ def slurm_sandbox() -> SlurmSandbox:
     # Code under test calls sbatch/sacct itself; let it find the sandbox.
     os.environ["SLURM_CONF"] = str(layout.slurm_conf)
     yield sandbox
+    if sandbox.submitted:
+        # A failed test must not leave jobs that hold nodes for the next session.
+        subprocess.run(["scancel", *sandbox.submitted], capture_output=True, env=sandbox.env(), timeout=60)
     if os.environ.get("BEAM_SANDBOX_TEARDOWN") == "1" and not was_up:
         _sandbox_command("down")

@@ -474,7 +474,13 @@ def prepare_files(layout: Layout, nodes: list[Node]) -> str:
     write_if_changed(layout.etc / "cgroup.conf", CGROUP_CONF)
     write_if_changed(layout.etc / "slurmdbd.conf", slurmdbd_conf_text(layout, db_password), 0o600)
     write_if_changed(layout.etc / "hosts", hosts_text(nodes))
-    return hashlib.sha256((slurm_conf + gres_conf + CGROUP_CONF).encode()).hexdigest()[:16]
+    return config_fingerprint(layout, nodes)
+
+
+def config_fingerprint(layout: Layout, nodes: list[Node]) -> str:
+    """Hash of the Slurm configuration this code generates; differs from the running one after an upgrade."""
+    text = slurm_conf_text(layout, nodes) + gres_conf_text(layout, nodes) + CGROUP_CONF
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -834,8 +840,9 @@ def is_healthy(layout: Layout, nodes: list[Node], quiet: bool) -> bool:
         problems += [f"node {n.name} is {states.get(n.name, 'unknown')}" for n in nodes
                      if states.get(n.name) not in HEALTHY_NODE_STATES]
         fingerprint_file = layout.run / "config.sha"
-        if not fingerprint_file.exists():
-            problems.append("configuration fingerprint missing")
+        running = fingerprint_file.read_text().strip() if fingerprint_file.exists() else None
+        if running != config_fingerprint(layout, nodes):
+            problems.append("the running configuration differs from the one this version generates")
     if not quiet:
         for problem in problems:
             print(f"  problem: {problem}")

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import ipaddress
+import sys
 import time
 from pathlib import Path
 
@@ -31,7 +32,7 @@ def test_two_node_job_sees_own_hosts_ips_and_eight_gpus(slurm_sandbox):
 srun bash -c 'echo "TASK $SLURM_PROCID $(hostname) $(hostname -I | tr -d " ") $CUDA_VISIBLE_DEVICES"' > {work}/tasks.txt
 """
     job_id = slurm_sandbox.sbatch(script)
-    assert slurm_sandbox.wait(job_id, timeout=90) == "COMPLETED", (work / f"slurm-{job_id}.out").read_text()
+    assert slurm_sandbox.wait(job_id, timeout=180) == "COMPLETED", (work / f"slurm-{job_id}.out").read_text()
 
     lines = [line.split() for line in (work / "tasks.txt").read_text().splitlines() if line.startswith("TASK")]
     assert len(lines) == 2, lines
@@ -52,30 +53,44 @@ srun bash -c 'echo "TASK $SLURM_PROCID $(hostname) $(hostname -I | tr -d " ") $C
 
 def test_two_jobs_share_a_node_and_tmp_is_private_per_node(slurm_sandbox):
     work = slurm_sandbox.new_dir("share")
-    # Both jobs pinned to n1 with half its GPUs each: they must run at the same time (sharing the node).
+    events = work / "events.txt"
+    # Each job holds half of a node's GPUs and writes a marker into its node's /tmp. The first job stays until the
+    # second one (whose id it reads from second_job) has started: both complete only if they shared the node.
     script = f"""#!/bin/bash
-#SBATCH --nodes=1 --nodelist=n1 --gres=gpu:4 --cpus-per-task=1 --mem=200 --time=2
+#SBATCH --nodes=1 --gres=gpu:4 --cpus-per-task=1 --mem=200 --time=3
 #SBATCH --output={work}/slurm-%j.out
 echo "$SLURM_JOB_ID" > /tmp/marker-$SLURM_JOB_ID
-echo "START $SLURM_JOB_ID $(date +%s.%N)" >> {work}/events.txt
-sleep 4
-echo "END $SLURM_JOB_ID $(date +%s.%N) $(ls /tmp | grep -c marker-)" >> {work}/events.txt
+echo "START $SLURM_JOB_ID $(hostname)" >> {events}
+if [ "$ROLE" = first ]; then
+  for i in $(seq 900); do
+    [ -s {work}/second_job ] && grep -q "START $(cat {work}/second_job) " {events} && break
+    sleep 0.2
+  done
+fi
+echo "END $SLURM_JOB_ID $(hostname) $(ls /tmp | grep -c '^marker-')" >> {events}
 """
-    first, second = slurm_sandbox.sbatch(script), slurm_sandbox.sbatch(script)
-    assert slurm_sandbox.wait(first, 60) == "COMPLETED" and slurm_sandbox.wait(second, 60) == "COMPLETED"
-    events = {(kind, job): float(stamp) for kind, job, stamp, *_ in
-              (line.split() for line in (work / "events.txt").read_text().splitlines())}
-    assert events[("START", second)] < events[("END", first)], f"jobs did not overlap: {events}"
-
-    # /tmp of n1 is the node's own: the markers are there, not in this (host) /tmp nor on n2.
-    on_n2 = f"""#!/bin/bash
-#SBATCH --nodes=1 --nodelist=n2 --mem=100 --time=1 --output={work}/n2.out
-ls /tmp | grep -c marker- || true
-"""
-    probe = slurm_sandbox.sbatch(on_n2)
-    assert slurm_sandbox.wait(probe, 60) == "COMPLETED"
-    assert (work / "n2.out").read_text().split() == ["0"]
+    first = slurm_sandbox.sbatch(script, env={"ROLE": "first"})
+    node = wait_for_file_text(events, f"START {first} ", 180).split(f"START {first} ")[1].split()[0]
+    second = slurm_sandbox.sbatch(script, f"--nodelist={node}", env={"ROLE": "second"})
+    (work / "second_job").write_text(second)
+    assert slurm_sandbox.wait(second, 180) == "COMPLETED"
+    assert slurm_sandbox.wait(first, 60) == "COMPLETED"
+    ends = {fields[1]: fields for fields in (line.split() for line in events.read_text().splitlines())
+            if fields[0] == "END"}
+    assert ends[first][2] == ends[second][2] == node
+    # Both markers are in that node's own /tmp (the first job saw at least its own and the second's) ...
+    assert int(ends[first][3]) >= 2, events.read_text()
+    # ... and not in the host's /tmp.
     assert not (Path("/tmp") / f"marker-{first}").exists() and not (Path("/tmp") / f"marker-{second}").exists()
+
+    others = [n for n in slurm_sandbox.nodes if n != node]
+    other = next((n for n in slurm_sandbox.idle_nodes() if n != node), others[0])
+    probe = slurm_sandbox.sbatch(f"""#!/bin/bash
+#SBATCH --nodes=1 --nodelist={other} --mem=100 --time=1 --output={work}/other.out
+ls /tmp | grep -c -e '^marker-{first}$' -e '^marker-{second}$' || true
+""")
+    assert slurm_sandbox.wait(probe, 180) == "COMPLETED"
+    assert (work / "other.out").read_text().split() == ["0"], f"markers of {node} visible on {other}"
 
 
 def test_srun_from_inside_a_job_reaches_the_controller_on_every_node(slurm_sandbox):
@@ -115,3 +130,15 @@ sleep 1
     wait_for_file_text(log, "START restart=1", 120)
     assert slurm_sandbox.wait(low, 60) == "COMPLETED"
     assert slurm_sandbox.scontrol_job(low).get("Restarts") == "1"
+
+
+def test_job_runs_the_checkouts_venv_on_a_node(slurm_sandbox):
+    """Jobs use <checkout>/.venv through the shared filesystem, like the product's batch scripts do."""
+    work = slurm_sandbox.new_dir("venv")
+    job_id = slurm_sandbox.sbatch(f"""#!/bin/bash
+#SBATCH --nodes=1 --nodelist=n3 --mem=300 --time=2 --output={work}/slurm-%j.out
+{sys.executable} -c 'import beam_slurm, socket, sys; print("VENV", socket.gethostname(), sys.prefix)'
+""")
+    assert slurm_sandbox.wait(job_id, 180) == "COMPLETED", (work / f"slurm-{job_id}.out").read_text()
+    fields = (work / f"slurm-{job_id}.out").read_text().split()
+    assert fields[:2] == ["VENV", "n3"] and fields[2] == sys.prefix
