@@ -10,8 +10,11 @@ if [ ${#missing[@]} -gt 0 ]; then
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
-# The Debian packages start daemons with their default config; the sandbox runs its own, on its own sockets and
-# ports, so the stock ones are only stopped (not needed, and they would hold memory on a shared machine).
-for s in slurmctld slurmd slurmdbd munge mariadb; do
-  (command -v systemctl >/dev/null && systemctl stop "$s" 2>/dev/null) || service "$s" stop >/dev/null 2>&1 || true
-done
+# The Debian packages start daemons with their default config right after installing them; the sandbox runs its
+# own (own sockets and ports), so stop the stock ones, but only just after installing: the init scripts stop
+# daemons by program name, which would also stop a running sandbox.
+if [ ${#missing[@]} -gt 0 ]; then
+  for s in slurmctld slurmd slurmdbd munge mariadb; do
+    (command -v systemctl >/dev/null && systemctl stop "$s" 2>/dev/null) || service "$s" stop >/dev/null 2>&1 || true
+  done
+fi
