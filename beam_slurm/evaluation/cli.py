@@ -75,6 +75,8 @@ def build_parser() -> argparse.ArgumentParser:
     output.add_argument("--grade-timeout", type=float, default=5.0, help="seconds per graded item (default 5)")
     output.add_argument("--grade-workers", type=int, default=0, help="grading processes (default: one per core)")
     output.add_argument("--force", action="store_true", help="redo generation and grading even if results exist")
+    output.add_argument("--check", action="store_true",
+                        help="only check the inputs and print what would run (status 2 on bad input)")
     return parser
 
 
@@ -232,6 +234,12 @@ def main(argv: list[str] | None = None) -> int:
     except (UsageError, CheckpointError, DatasetError, ValueError) as exc:
         print(f"beam-slurm evaluate: {exc}", file=sys.stderr)
         return 2
+
+    if args.check:
+        target = args.server or f"{eval_input.label}: {eval_input.model_path}"
+        log(f"evaluate: inputs OK: {len(problems)} problems from {len(data)} file(s), k={args.k}, on {target}, "
+            f"results in {out_dir}")
+        return 0
 
     fingerprint = _fingerprint(args, eval_input, data)
     finished = finished_metrics(out_dir)
