@@ -77,3 +77,16 @@ def test_aime2024_copies_collapse_to_30_and_padding_is_not_a_conflict(tmp_path):
     # Without canonical answers the padded copies conflict with the plain ones, as SkyRL's rule says.
     clean_dapo_files([source], tmp_path / "raw.parquet", where="x", canonical_answers=False)
     assert pl.read_parquet(tmp_path / "raw.parquet").to_dicts() == reference_clean(pl.read_parquet(source)).to_dicts()
+
+
+@pytest.mark.parametrize("lookup_bytes", [0, 300])
+def test_digest_path_past_the_lookup_budget_matches_reference(tmp_path, monkeypatch, lookup_bytes):
+    """Columns with more distinct text than the in-Arrow lookup budget switch to digests, with the same result."""
+    from beam_slurm.data import cleaning
+
+    monkeypatch.setattr(cleaning, "_LOOKUP_BYTES", lookup_bytes)
+    rows = tricky_rows() + random_rows(8, 500) + tricky_rows()
+    source = write_dapo(tmp_path / "in.parquet", rows)
+    clean_dapo_files([source], tmp_path / "out.parquet", where="x", batch_rows=37)
+    expected = reference_clean(pl.read_parquet(source))
+    assert pl.read_parquet(tmp_path / "out.parquet").to_dicts() == expected.to_dicts()
