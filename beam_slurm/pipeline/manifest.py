@@ -17,7 +17,6 @@ import contextlib
 import fcntl
 import json
 import os
-import shlex
 import tempfile
 import time
 from pathlib import Path
@@ -120,9 +119,14 @@ class RunManifest:
             write_atomic(self.run_file, json.dumps(run, indent=2) + "\n")
 
     def latest_stages(self) -> list[dict]:
-        """The stages of the latest submission (empty when the run was never submitted)."""
-        submissions = self.read().get("submissions") or []
-        return list(submissions[-1].get("stages", [])) if submissions else []
+        """For each stage, its entry in the newest submission that included it (a `--stages train` resubmission
+        keeps showing the earlier data and container jobs), in chain order."""
+        newest: dict[str, dict] = {}
+        for submission in self.read().get("submissions") or []:
+            for entry in submission.get("stages", []):
+                newest[entry.get("stage", "")] = entry
+        order = {"data": 0, "container": 1, "train": 2}
+        return sorted(newest.values(), key=lambda e: order.get(e.get("stage", ""), 9))
 
     def all_job_ids(self, stage: str) -> list[str]:
         """Every job id this run ever had for `stage`, newest first."""
@@ -148,10 +152,6 @@ class RunManifest:
         folder = self.dir / EVALS_DIRNAME
         entries = [read_json(p) for p in folder.glob("global_step_*.json")] if folder.is_dir() else []
         return sorted((e for e in entries if isinstance(e, dict) and "step" in e), key=lambda e: e["step"])
-
-
-def shell_line(argv: list[str]) -> str:
-    return shlex.join(argv)
 
 
 def state_dir(environ=None) -> Path:

@@ -189,7 +189,8 @@ def submit_runs(runs: list[RunSpec], dependency_type: str) -> None:
             plan.submit(_chain_dependencies(run)[index], dependency_type)
 
 
-def _print_runs(runs: list[RunSpec], dry_run: bool, out=sys.stdout) -> None:
+def _print_runs(runs: list[RunSpec], dry_run: bool, out=None) -> None:
+    out = out or sys.stdout
     first_run_of: dict[int, str] = {}
     for run in runs:
         cfg = run.cfg
