@@ -1,0 +1,214 @@
+"""Chained evaluation: exactly one evaluation job per complete checkpoint of a run.
+
+A watcher polls a run's checkpoint (or HF export) folder and, for every complete ``global_step_N`` it has not
+seen, claims the step with a claim file created by ``open(O_CREAT | O_EXCL)`` on shared storage, then submits
+the evaluation through the ``submit(argv) -> job_id`` function it was given (the pipeline passes its sbatch call).
+The exclusive create succeeds for exactly one caller across processes and nodes, so concurrent watchers, a
+watcher restarted by a requeued training job, and a one-shot pass over the same run never submit twice.
+
+Complete means:
+
+- a SkyRL checkpoint folder (``latest_ckpt_global_step.txt`` present, written by SkyRL after the step's files):
+  every ``global_step_N`` with N <= the marker's step;
+- an HF export folder (no marker): ``global_step_N[/policy]`` passes :func:`checkpoints.check_model_dir` and no
+  file in it changed for ``settle_s`` seconds (exports are written in place, without a marker).
+
+A failed submission releases its claim so the next poll tries again (no checkpoint is skipped); a claim whose
+owner died between claiming and submitting (no job id after ``stale_claim_s``) is taken over by an atomic rename,
+which again only one watcher can win. The watcher never touches the training job: an evaluation that fails is
+the evaluation job's own business.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from beam_slurm.evaluation.checkpoints import POLICY_SUBDIR, STEP_DIR, CheckpointError, check_model_dir
+
+MARKER_FILE = "latest_ckpt_global_step.txt"
+CLAIMS_DIRNAME = ".eval_claims"
+
+Submit = Callable[[list[str]], str]
+
+
+@dataclass
+class ChainSettings:
+    """Which run to watch and how its evaluations are submitted."""
+
+    run_dir: Path
+    """Folder holding global_step_N: SkyRL's ckpt_path (with its marker file) or export_path (HF exports)."""
+    eval_args: list[str] = field(default_factory=list)
+    """Arguments added after --checkpoint for every evaluation (--data ..., --tp 8 --pp 2, --base-model ...)."""
+    claims_dir: Path | None = None
+    """Where claim files live (shared storage); None = <run_dir>/.eval_claims."""
+    settle_s: float = 60.0
+    """An HF export counts as complete once none of its files changed for this long."""
+    stale_claim_s: float = 600.0
+    """A claim without a job id older than this belonged to a watcher that died; it may be taken over."""
+    poll_interval_s: float = 30.0
+    """Seconds between two looks at run_dir in watch()."""
+
+    def __post_init__(self) -> None:
+        self.run_dir = Path(self.run_dir)
+        if self.claims_dir is None:
+            self.claims_dir = self.run_dir / CLAIMS_DIRNAME
+        self.claims_dir = Path(self.claims_dir)
+
+
+def marker_step(run_dir: Path) -> int | None:
+    """The step in SkyRL's latest-checkpoint marker, or None when there is no (readable) marker."""
+    try:
+        return int((run_dir / MARKER_FILE).read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def _newest_mtime(directory: Path) -> float:
+    return max((p.stat().st_mtime for p in directory.rglob("*") if p.is_file()), default=directory.stat().st_mtime)
+
+
+def complete_checkpoints(settings: ChainSettings, now: float | None = None) -> list[tuple[int, Path]]:
+    """(step, checkpoint dir) of every complete checkpoint in run_dir, by step."""
+    run_dir = settings.run_dir
+    if not run_dir.is_dir():
+        return []
+    steps = sorted(
+        (int(match.group(1)), path)
+        for path in run_dir.iterdir()
+        if path.is_dir() and (match := STEP_DIR.match(path.name))
+    )
+    latest = marker_step(run_dir)
+    if latest is not None:
+        return [(step, path) for step, path in steps if step <= latest]
+    now = time.time() if now is None else now
+    complete = []
+    for step, path in steps:
+        model_dir = path / POLICY_SUBDIR if (path / POLICY_SUBDIR).is_dir() else path
+        try:
+            check_model_dir(model_dir, "export")
+        except CheckpointError:
+            continue
+        if now - _newest_mtime(model_dir) >= settings.settle_s:
+            complete.append((step, path))
+    return complete
+
+
+def claim_path(settings: ChainSettings, step: int) -> Path:
+    """The claim file of one step."""
+    return settings.claims_dir / f"global_step_{step}.json"
+
+
+def _write_claim(path: Path, payload: dict) -> None:
+    # Rewriting an existing claim (to add the job id): temp + rename keeps it whole for readers.
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
+    tmp.write_text(json.dumps(payload))
+    os.replace(tmp, path)
+
+
+def try_claim(settings: ChainSettings, step: int, now: float | None = None) -> bool:
+    """Claim step for this process; False when another process holds it (or already submitted it)."""
+    path = claim_path(settings, step)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    now = time.time() if now is None else now
+    owner = {"host": socket.gethostname(), "pid": os.getpid(), "claimed_at": now, "job_id": None}
+    for _ in range(2):
+        try:
+            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            if not _take_over_stale(path, settings.stale_claim_s, now):
+                return False
+            continue  # the stale claim is gone: race for a fresh one (O_EXCL decides)
+        with os.fdopen(fd, "w") as handle:
+            json.dump(owner, handle)
+        return True
+    return False
+
+
+def _take_over_stale(path: Path, stale_claim_s: float, now: float) -> bool:
+    """Remove a claim whose owner died before submitting; True if this process removed it."""
+    try:
+        claim = json.loads(path.read_text() or "{}")
+        age = now - float(claim.get("claimed_at", path.stat().st_mtime))
+    except (OSError, ValueError):
+        # Unreadable: possibly being written this instant; judge by the file's age.
+        try:
+            claim, age = {}, now - path.stat().st_mtime
+        except OSError:
+            return False
+    if claim.get("job_id") or age < stale_claim_s:
+        return False
+    try:
+        # Only one watcher's rename of the same file succeeds; the others get FileNotFoundError.
+        os.rename(path, path.with_name(f".{path.name}.stale-{uuid.uuid4().hex}"))
+    except FileNotFoundError:
+        return False
+    return True
+
+
+def submit_pending(settings: ChainSettings, submit: Submit, log: Callable[[str], None] = print,
+                   now: float | None = None) -> list[tuple[int, str]]:
+    """Claim and submit every complete, unclaimed checkpoint; returns (step, job_id) of what this call submitted."""
+    submitted = []
+    for step, path in complete_checkpoints(settings, now):
+        if claim_path(settings, step).exists() and not _is_stale(settings, step, now):
+            continue
+        if not try_claim(settings, step, now):
+            continue
+        argv = ["--checkpoint", str(path), *settings.eval_args]
+        try:
+            job_id = str(submit(argv))
+        except Exception as exc:
+            # Give the step back so the next poll retries it: a failed submission must not skip a checkpoint.
+            claim_path(settings, step).unlink(missing_ok=True)
+            log(f"eval-chain: submitting the evaluation of global_step_{step} failed ({exc}); will retry")
+            continue
+        claim = json.loads(claim_path(settings, step).read_text())
+        _write_claim(claim_path(settings, step), {**claim, "job_id": job_id, "checkpoint": str(path),
+                                                  "submitted_at": time.time()})
+        log(f"eval-chain: global_step_{step} -> evaluation job {job_id}")
+        submitted.append((step, job_id))
+    return submitted
+
+
+def _is_stale(settings: ChainSettings, step: int, now: float | None) -> bool:
+    try:
+        claim = json.loads(claim_path(settings, step).read_text() or "{}")
+    except (OSError, ValueError):
+        return False
+    now = time.time() if now is None else now
+    return not claim.get("job_id") and now - float(claim.get("claimed_at", now)) >= settings.stale_claim_s
+
+
+def submitted_jobs(settings: ChainSettings) -> dict[int, str | None]:
+    """step -> evaluation job id (None while a claim has no job yet), from the claim files."""
+    jobs: dict[int, str | None] = {}
+    if not settings.claims_dir.is_dir():
+        return jobs
+    for path in settings.claims_dir.glob("global_step_*.json"):
+        match = STEP_DIR.match(path.stem)
+        if not match:
+            continue
+        try:
+            jobs[int(match.group(1))] = json.loads(path.read_text()).get("job_id")
+        except (OSError, ValueError):
+            jobs[int(match.group(1))] = None
+    return dict(sorted(jobs.items()))
+
+
+def watch(settings: ChainSettings, submit: Submit, should_stop: Callable[[], bool],
+          log: Callable[[str], None] = print, sleep: Callable[[float], None] = time.sleep) -> list[tuple[int, str]]:
+    """Submit evaluations as checkpoints complete until should_stop() is true, then make one last pass."""
+    submitted: list[tuple[int, str]] = []
+    while True:
+        stopping = should_stop()
+        submitted += submit_pending(settings, submit, log)
+        if stopping:
+            return submitted
+        sleep(settings.poll_interval_s)
