@@ -142,3 +142,23 @@ def test_job_runs_the_checkouts_venv_on_a_node(slurm_sandbox):
     assert slurm_sandbox.wait(job_id, 180) == "COMPLETED", (work / f"slurm-{job_id}.out").read_text()
     fields = (work / f"slurm-{job_id}.out").read_text().split()
     assert fields[:2] == ["VENV", "n3"] and fields[2] == sys.prefix
+
+
+@pytest.mark.slow
+def test_time_limit_signal_reaches_batch_shell_which_requeues_itself(slurm_sandbox):
+    """--signal=B:USR1@N before the time limit; the trap requeues the job, which restarts with RESTART_COUNT=1."""
+    work = slurm_sandbox.new_dir("signal")
+    log = work / "run.log"
+    job_id = slurm_sandbox.sbatch(f"""#!/bin/bash
+#SBATCH --nodes=1 --mem=100 --time=1 --signal=B:USR1@45 --requeue --open-mode=append
+#SBATCH --output={work}/slurm-%j.out
+restart=${{SLURM_RESTART_COUNT:-0}}
+trap 'echo "USR1 restart=$restart" >> {log}; scontrol requeue $SLURM_JOB_ID; exit 0' USR1
+echo "START restart=$restart host=$(hostname)" >> {log}
+if [ "$restart" -ge 1 ]; then exit 0; fi
+for i in $(seq 600); do sleep 0.2; done
+""")
+    wait_for_file_text(log, "USR1 restart=0", 90)
+    wait_for_file_text(log, "START restart=1", 120)
+    assert slurm_sandbox.wait(job_id, 60) == "COMPLETED"
+    assert slurm_sandbox.scontrol_job(job_id).get("Restarts") == "1"
