@@ -46,7 +46,7 @@ def plan_rows(cfg) -> list[tuple[str, str, str]]:
          f"EP{m.expert_parallel} ETP{m.expert_tensor_parallel} on {cfg.training_gpus} GPUs"),
         ("parallelism", "data-parallel size", str(cfg.data_parallel)),
         ("parallelism", "vLLM replicas", f"{cfg.num_engines} x (TP{cfg.rollout.tensor_parallel} x PP{cfg.rollout.pipeline_parallel})"
-         f" = {cfg.num_engines * cfg.gpus_per_engine} GPUs"),
+         f" = {cfg.num_engines * cfg.gpus_per_engine} GPUs, {cfg.executor_backend} executor"),
         ("batch", "prompts x responses", f"{b.prompts_per_step} x {b.responses_per_prompt} = {responses} responses per step"),
         ("batch", "mini-batches", f"{b.mini_batches} per step of {cfg.mini_batch_prompts} prompts "
          f"({cfg.mini_batch_prompts * b.responses_per_prompt // max(cfg.data_parallel, 1)} responses per DP rank)"),
@@ -60,6 +60,9 @@ def plan_rows(cfg) -> list[tuple[str, str, str]]:
          f"resume {cfg.checkpoint.resume_mode}"),
     ]
     rows += storage_rows(cfg)
+    if cfg.rollout.routing_replay and cfg.executor_backend == "ray":
+        rows.append(("notes", "SkyRL version", "R3 with a vLLM replica spanning nodes (executor ray) needs the Beam "
+                     "branch of SkyRL; stock 0.3.0 accepts R3 only with replicas inside one node (mp)"))
     rows += [
         ("paths", "model", str(cfg.paths.model_path)),
         ("paths", "data", str(cfg.paths.data_dir)),

@@ -127,9 +127,10 @@ class RolloutConfig:
     """vLLM weight quantization; set to mxfp8 by precision=mxfp8 (MXFP8 rollouts)."""
     attention: str = "fa4"
     """Flash Attention version for rollouts: fa4 or fa2 (fa2 lowers the MXFP8 log-prob gap from ~0.03 to ~0.02)."""
-    executor_backend: str = "ray"
-    """vLLM's distributed executor: ray (needed when one replica spans nodes, as TP8 x PP2 does) or mp (one node).
-    Stock SkyRL 0.3.0 accepts R3 only with mp; the seed's Beam branch lifts that for multi-node replicas."""
+    executor_backend: str = "auto"
+    """vLLM's distributed executor: mp (a replica within one node), ray (a replica spanning nodes, as the seed's
+    TP8 x PP2 does) or auto (mp when TP x PP fits a node, else ray). Stock SkyRL 0.3.0 accepts Rollout Routing
+    Replay only with mp; the seed's Beam branch of SkyRL is needed for R3 with replicas spanning nodes."""
     routing_replay: bool = True
     """Rollout Routing Replay (R3): vLLM returns routed experts and Megatron replays them (seed)."""
 
@@ -307,6 +308,12 @@ class BeamConfig:
         if self.rollout.num_engines is not None:
             return self.rollout.num_engines
         return max(self.rollout_gpus // self.gpus_per_engine, 0)
+
+    @property
+    def executor_backend(self) -> str:
+        if self.rollout.executor_backend != "auto":
+            return self.rollout.executor_backend
+        return "mp" if self.gpus_per_engine <= self.cluster.gpus_per_node else "ray"
 
     @property
     def data_parallel(self) -> int:

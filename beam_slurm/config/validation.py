@@ -47,9 +47,10 @@ def problems(cfg) -> list[ConfigProblem]:
         bad("rollout.kv_cache_dtype", cfg.rollout.kv_cache_dtype, f"use one of {', '.join(KV_CACHE_DTYPES)} (env KV_CACHE_DTYPE)")
     if cfg.rollout.attention not in ATTENTION:
         bad("rollout.attention", cfg.rollout.attention, "use fa4 (Flash Attention 4) or fa2 (Flash Attention 2)")
-    if cfg.rollout.executor_backend not in ("ray", "mp"):
-        bad("rollout.executor_backend", cfg.rollout.executor_backend, "use ray (replicas spanning nodes) or mp (one node)")
-    elif cfg.rollout.executor_backend == "mp" and cfg.gpus_per_engine > cfg.cluster.gpus_per_node:
+    if cfg.rollout.executor_backend not in ("auto", "ray", "mp"):
+        bad("rollout.executor_backend", cfg.rollout.executor_backend,
+            "use auto, ray (replicas spanning nodes) or mp (replicas within one node)")
+    elif cfg.rollout.executor_backend == "mp" and cfg.gpus_per_engine > max(cfg.cluster.gpus_per_node, 1):
         bad("rollout.executor_backend", "mp", f"a TP x PP = {cfg.gpus_per_engine} replica spans nodes: use ray, or make "
             f"TP x PP <= {cfg.cluster.gpus_per_node}")
     if cfg.checkpoint.resume_mode not in RESUME_MODES:

@@ -167,7 +167,7 @@ def skyrl_settings(cfg) -> list[tuple[str, object]]:
         ("generator.inference_engine.tensor_parallel_size", r.tensor_parallel),
         ("generator.inference_engine.pipeline_parallel_size", r.pipeline_parallel),
         ("generator.inference_engine.gpu_memory_utilization", r.gpu_memory_utilization),
-        ("generator.inference_engine.distributed_executor_backend", r.executor_backend),
+        ("generator.inference_engine.distributed_executor_backend", cfg.executor_backend),
         ("generator.inference_engine.enable_return_routed_experts", r.routing_replay),
     ]
     if r.kv_cache_dtype != "auto":
