@@ -1,0 +1,136 @@
+"""Ray across a real Slurm allocation (the sandbox): bring-up with token auth, two jobs sharing nodes, a worker's Ray
+dying mid-run, and the notice -> save -> requeue -> resume sequence. The trainer is tests/ray_cluster/driver_double.py
+(a test double: the real trainer needs GPUs)."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.sandbox
+
+REPO = Path(__file__).resolve().parents[2]
+PYTHON = sys.executable
+DOUBLE = Path(__file__).with_name("driver_double.py")
+WHOLE_NODES = "--nodes=2 --ntasks-per-node=1 --gpus-per-node=8 --exclusive --requeue --time=10"
+
+
+def train_script(work: Path, sbatch_options: str, driver_args: str, train_options: str = "") -> str:
+    return f"""#!/bin/bash
+#SBATCH {sbatch_options}
+#SBATCH --output={work}/slurm-%j.out --open-mode=append
+export CKPT_PATH={work}/ckpt BEAM_SLURM_STATE_DIR={work}/state
+exec {PYTHON} -m beam_slurm.slurm.train_job --log-dir {work}/logs {train_options} -- {PYTHON} {DOUBLE} {driver_args}
+"""
+
+
+def output(work: Path, job_id: str) -> str:
+    path = work / f"slurm-{job_id}.out"
+    return path.read_text() if path.exists() else ""
+
+
+def wait_for(predicate, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.5)
+    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+
+
+def steps_done(work: Path) -> list[list[str]]:
+    path = work / "ckpt" / "steps.log"
+    return [line.split() for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def test_two_nodes_sixteen_gpus_with_token_auth(slurm_sandbox):
+    work = slurm_sandbox.new_dir("ray-auth")
+    job = slurm_sandbox.sbatch(train_script(
+        work, WHOLE_NODES,
+        f"2 0.2 --expect-gpus 16 --expect-nodes 2 --check-unauthenticated --copy-token {work}/token-copy"))
+    state = slurm_sandbox.wait(job, timeout=300)
+    out = output(work, job)
+    assert state == "COMPLETED", out
+    assert "DRIVER cluster GPUs=16 nodes=2" in out and "auth=token" in out, out
+    assert "unauthenticated client: refused" in out, out
+    assert "all 2 nodes and 16 GPUs registered" in out
+    token = (work / "token-copy").read_text().strip()
+    assert len(token) == 64
+    logs = [out] + [p.read_text(errors="replace") for p in (work / "logs").rglob("*") if p.is_file()]
+    assert not any(token in text for text in logs), "the token must never reach a log"
+    assert not (work / "state" / "jobs" / job).exists(), "the job's token folder is removed when the job ends"
+
+
+def test_two_jobs_share_the_same_nodes_without_collisions(slurm_sandbox):
+    work = slurm_sandbox.new_dir("ray-share")
+    (work / "side").mkdir()
+    half = "--nodes=2 --nodelist=n1,n2 --ntasks-per-node=1 --gpus-per-node=4 --cpus-per-task=4 --mem=1000 --time=10"
+    jobs = []
+    for name in ("a", "b"):
+        job_work = work / name
+        job_work.mkdir()
+        jobs.append((job_work, slurm_sandbox.sbatch(train_script(
+            job_work, half, f"1 0.1 --expect-gpus 8 --expect-nodes 2 --rendezvous {work}/side 2",
+            "--gpus-per-node 4 --no-preflight"))))
+    for job_work, job in jobs:
+        assert slurm_sandbox.wait(job, timeout=400) == "COMPLETED", output(job_work, job)
+        assert "DRIVER ran side by side with the other job" in output(job_work, job)
+    addresses = {path.read_text() for path in (work / "side").iterdir()}
+    assert len(addresses) == 2, f"both jobs' heads at distinct GCS ports: {addresses}"
+    for job_work, job in jobs:
+        nodes = next(r for r in slurm_sandbox.sacct(job) if r["JobID"] == job)["NodeList"]
+        assert nodes == "n[1-2]", nodes
+        assert f"temp dir /tmp/ray-{job}-0" in output(job_work, job)
+
+
+def _worker_raylet_pid(job: str) -> int | None:
+    """The raylet of rank 1 of this job (its environment carries the task's SLURM_* variables)."""
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
+            environ = Path(f"/proc/{entry}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"/raylet/raylet" in cmdline and f"/ray-{job}-".encode() in cmdline and b"SLURM_PROCID=1" in environ:
+            return int(entry)
+    return None
+
+
+def test_worker_ray_killed_mid_run_fails_fast_and_requeues(slurm_sandbox):
+    work = slurm_sandbox.new_dir("ray-kill")
+    job = slurm_sandbox.sbatch(train_script(work, WHOLE_NODES, "12 1", "--max-requeues 1 --no-preflight"))
+    wait_for(lambda: len(steps_done(work)) >= 2, 240, "two steps of the first attempt")
+    pid = wait_for(lambda: _worker_raylet_pid(job), 10, "the worker's raylet")
+    os.kill(pid, 9)
+    killed = time.monotonic()
+    wait_for(lambda: "infrastructure failure: job requeued" in output(work, job), 60, "the requeue after the kill")
+    assert time.monotonic() - killed < 45, "the job must fail fast, not wait for timeouts"
+    out = output(work, job)
+    assert "this node's Ray (raylet) died" in out, out
+    assert slurm_sandbox.wait(job, timeout=400) == "COMPLETED", output(work, job)
+    second = [s for s in steps_done(work) if s[1] == "1"]
+    assert second and all(s[2] == "latest" for s in second) and second[-1][0] == "12", steps_done(work)
+
+
+def test_notice_saves_then_requeues_and_resumes_without_redoing_steps(slurm_sandbox):
+    work = slurm_sandbox.new_dir("ray-notice")
+    job = slurm_sandbox.sbatch(train_script(work, WHOLE_NODES, "14 1", "--grace-s 60 --no-preflight"))
+    wait_for(lambda: len(steps_done(work)) >= 3, 240, "three steps of the first attempt")
+    subprocess.run(["scancel", "--signal=USR1", "--batch", job], check=True, env=slurm_sandbox.env(), timeout=30)
+    assert slurm_sandbox.wait(job, timeout=400) == "COMPLETED", output(work, job)
+    out = output(work, job)
+    assert "saved on notice" in out and "notice SIGUSR1: job requeued" in out, out
+    steps = steps_done(work)
+    assert [int(s[0]) for s in steps] == list(range(1, 15)), f"every step exactly once: {steps}"
+    saved = max(int(s[0]) for s in steps if s[1] == "0")
+    assert all(s[1] == "1" and s[2] == "latest" for s in steps if int(s[0]) > saved)
+    assert slurm_sandbox.scontrol_job(job).get("Restarts", "1") in ("1", "")
+    assert (work / "logs" / f"{job}-1" / "train_job.log").exists()
