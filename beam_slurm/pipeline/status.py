@@ -242,7 +242,9 @@ def main(argv: list[str]) -> int:
         from rich.live import Live
 
         with Live(render_table(rows, title), console=console, refresh_per_second=1) as live:
-            while not all(r.state == "SKIPPED" or r.state in _final_states() for r in rows):
+            # Done when every job has ended, or waits for a dependency that can never be satisfied.
+            while not all(r.state == "SKIPPED" or r.state in _final_states()
+                          or r.reason.startswith("DependencyNeverSatisfied") for r in rows):
                 time.sleep(args.interval)
                 rows = snapshot()
                 live.update(render_table(rows, f"{title}  ({time.strftime('%H:%M:%S')})"))
