@@ -138,7 +138,11 @@ def main() -> int:
     parser.add_argument("--prompts", type=int, default=17_398)
     parser.add_argument("--workdir", type=Path, default=None, help="default: a temporary directory, removed after")
     parser.add_argument("--keep", action="store_true", help="keep the generated files")
+    parser.add_argument("--generate-into", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.generate_into:
+        make_dapo(args.generate_into, args.rows, args.prompts)
+        return 0
 
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="bench-prepare-data-"))
     workdir.mkdir(parents=True, exist_ok=True)
@@ -146,7 +150,12 @@ def main() -> int:
         dapo = workdir / "dapo-math-17k.parquet"
         started = time.monotonic()
         if not dapo.exists() or pq.ParquetFile(dapo).metadata.num_rows != args.rows:
-            make_dapo(dapo, args.rows, args.prompts)
+            # In a child process: Linux counts a parent's resident pages into a forked child's ru_maxrss, so the
+            # generator's memory must not live in the process that starts the measured runs.
+            subprocess.run(
+                [sys.executable, __file__, f"--rows={args.rows}", f"--prompts={args.prompts}", f"--generate-into={dapo}"],
+                check=True,
+            )
         aime2024, aime2025 = make_aime(workdir)
         in_memory = pq.ParquetFile(dapo).metadata
         print(

@@ -266,3 +266,32 @@ def test_hub_sources_offline_from_cache_record_revision_and_hide_token(tmp_path,
     assert "data.dapo_math=hf://datasets/org/absent/data/x.parquet" in proc.stderr
     assert "HF_HUB_OFFLINE=1" in proc.stderr and "hf_secret" not in proc.stdout + proc.stderr
     assert not any(p.suffix == ".parquet" for p in (tmp_path / "out2").iterdir())
+
+
+def test_hub_downloads_retry_network_errors_but_not_missing_files(monkeypatch):
+    from huggingface_hub.errors import EntryNotFoundError
+
+    from beam_slurm.data import sources
+
+    waits: list[float] = []
+    monkeypatch.setattr(sources.time, "sleep", waits.append)
+    attempts = iter([ConnectionError("reset"), TimeoutError("slow"), "/cache/file.parquet"])
+
+    def flaky():
+        outcome = next(attempts)
+        if isinstance(outcome, Exception):
+            raise outcome
+        return outcome
+
+    assert sources._with_retries(flaky, "download", "data.x", "hf://datasets/o/n/f", 5) == "/cache/file.parquet"
+    assert waits == [1.0, 2.0]
+
+    calls = []
+
+    def missing():
+        calls.append(1)
+        raise EntryNotFoundError("404 file")
+
+    with pytest.raises(BadDataInput, match="data.x=hf://datasets/o/n/f: file not found in the repository"):
+        sources._with_retries(missing, "download", "data.x", "hf://datasets/o/n/f", 5)
+    assert len(calls) == 1
