@@ -7,10 +7,11 @@ SkyRL keeps an arbitrary row of each duplicate group in arbitrary order; we keep
 order, so the output is deterministic (the same rows as polars `unique(keep="first", maintain_order=True)`).
 
 How it streams (two passes, one batch in memory at a time):
-  pass 1 reads the key columns only. Every string in them gets a small global id (Arrow's hash kernel finds each
-  batch's distinct strings; Python sees only those, and remembers long ones by a 128-bit BLAKE2b digest: a
-  collision is ~1e-26 likely at this size, far below hardware error rates). A row's key becomes a short code built
-  from those ids that is equal for two rows exactly when their keys are equal (nested lists, structs and nulls
+  pass 1 reads the key columns only. Every string in them gets a small id per column: Arrow looks each batch's
+  strings up among those seen before (index_in), so only new strings reach Python; past 64 MB of distinct text a
+  column remembers further strings by a 128-bit BLAKE2b digest (a collision is ~1e-26 likely at this size, far
+  below hardware error rates). A row's key becomes a short code built from those ids that is equal for two rows
+  exactly when their keys are equal (nested lists, structs and nulls
   included). First occurrences of each code go to a small candidates file with their row number and a prompt id;
   the distinct reward_model codes per prompt are tracked in memory.
   pass 2 reads the other columns (extra_info), takes the kept rows by row number and writes them in input order.
