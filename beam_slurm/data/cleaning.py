@@ -11,9 +11,9 @@ How it streams (two passes, one batch in memory at a time):
   strings up among those seen before (index_in), so only new strings reach Python; past 64 MB of distinct text a
   column remembers further strings by a 128-bit BLAKE2b digest (a collision is ~1e-26 likely at this size, far
   below hardware error rates). A row's key becomes a short code built from those ids that is equal for two rows
-  exactly when their keys are equal (nested lists, structs and nulls
-  included). First occurrences of each code go to a small candidates file with their row number and a prompt id;
-  the distinct reward_model codes per prompt are tracked in memory.
+  exactly when their keys are equal (nested lists, structs and nulls included). First occurrences of each code go
+  to a small candidates file with their row number and a prompt id; the distinct reward_model codes per prompt
+  are tracked in memory.
   pass 2 reads the other columns (extra_info), takes the kept rows by row number and writes them in input order.
 Memory: one batch plus a few words per distinct string and per distinct key.
 """
