@@ -1,0 +1,51 @@
+"""sbatch/eval_aime.sh as a real Slurm job on the sandbox: real vLLM (CPU build) -> responses -> grades -> metrics."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from conftest import GROUND_TRUTHS, write_aime_parquet
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+pytestmark = [pytest.mark.sandbox, pytest.mark.vllm, pytest.mark.slow]
+
+
+def test_eval_job_writes_metrics_beside_the_export(slurm_sandbox, tiny_model_dir):
+    # Nodes have a private /tmp: everything the job reads or writes lives on the shared folder.
+    work = slurm_sandbox.new_dir("eval-job")
+    export_step = work / "exports" / "run1" / "global_step_5"
+    shutil.copytree(tiny_model_dir, export_step / "policy")
+    data = write_aime_parquet(work / "aime-tiny-cleaned.parquet")
+    k = 2
+    # The batch script exactly as a user submits it: sbatch options, the script, then `evaluate` arguments.
+    submitted = subprocess.run(
+        ["sbatch", "--parsable", "--nodes=1", f"--output={work}/eval-%j.out",
+         str(REPO_ROOT / "sbatch" / "eval_aime.sh"),
+         "--checkpoint", str(export_step), "--data", str(data), "--k", str(k), "--max-tokens", "16",
+         "--dtype", "float32", "--gpu-memory-utilization", "0.05", "--enforce-eager", "--max-prompt-tokens", "256",
+         "--grade-workers", "1"],
+        capture_output=True, text=True, env=slurm_sandbox.env(), timeout=60, check=True,
+    )
+    job_id = submitted.stdout.strip().split(";")[0]
+    slurm_sandbox.submitted.append(job_id)
+    state = slurm_sandbox.wait(job_id, timeout=420)
+    log = (work / f"eval-{job_id}.out").read_text()
+    assert state == "COMPLETED", log[-4000:]
+
+    out = export_step.parent / "beam_evals" / "global_step_5"
+    metrics = json.loads((out / "metrics.json").read_text())["aime_tiny"]
+    grades = [json.loads(line) for line in (out / "grades.jsonl").read_text().splitlines()]
+    assert len(grades) == len(GROUND_TRUTHS) * k
+    assert metrics["k"] == k
+    assert metrics["avg@k"] == pytest.approx(sum(g["correct"] for g in grades) / len(grades))
+    # The taught model answers 42 under the recipe's reasoning effort: the problems whose truth is 42 are right
+    # at least once, the one whose truth is 7 never.
+    assert {g["problem_id"] for g in grades if g["correct"]} == {"p0", "p1"}
+    info = json.loads((out / "info.json").read_text())
+    assert info["slurm_job_id"] == job_id
