@@ -59,7 +59,8 @@ def test_lora_adapter_needs_a_local_base_model(tmp_path):
     with pytest.raises(CheckpointError, match="--base-model"):
         resolve_checkpoint(adapter)
     resolved = resolve_checkpoint(adapter.parent, base)
-    assert (resolved.model_path, resolved.lora_path, resolved.lora_rank, resolved.global_step) == (base, adapter, 16, 10)
+    assert (resolved.model_path, resolved.lora_path) == (base, adapter)
+    assert (resolved.lora_rank, resolved.global_step) == (16, 10)
     # The adapter's recorded base is used when it is a local directory.
     recorded = fake_adapter_dir(tmp_path / "adapter2", base=str(base))
     assert resolve_checkpoint(recorded).model_path == base
@@ -87,7 +88,8 @@ def test_parquet_checks_name_the_file_and_column(tmp_path):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    pq.write_table(pa.table({"prompt": [[{"role": "user", "content": "x"}]], "data_source": ["a"]}), tmp_path / "bad.parquet")
+    no_truth = pa.table({"prompt": [[{"role": "user", "content": "x"}]], "data_source": ["a"]})
+    pq.write_table(no_truth, tmp_path / "bad.parquet")
     with pytest.raises(DatasetError, match="bad.parquet lacks column.*reward_model"):
         read_problems(tmp_path / "bad.parquet")
     (tmp_path / "text.parquet").write_text("not parquet")
@@ -192,7 +194,8 @@ PROBLEM = Problem("aime", "p0", [{"role": "user", "content": "q"}], "42")
 
 def test_client_retries_server_errors_then_succeeds(scripted_server, monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", "secret-token")
-    server = scripted_server([(503, {"error": "loading"}), (429, {"error": "busy"}), (200, completion(2, "Answer: 42"))])
+    server = scripted_server([(503, {"error": "loading"}), (429, {"error": "busy"}),
+                              (200, completion(2, "Answer: 42"))])
     rows = generate_with_server([PROBLEM], client_for(server), SamplingSettings(n=2, max_tokens=32), log=lambda m: None)
     assert [(r["sample"], r["response"], r["finish_reason"]) for r in rows] == [(0, "Answer: 42", "stop"),
                                                                                  (1, "Answer: 42", "stop")]
