@@ -36,6 +36,7 @@ MARKER_FILE = "latest_ckpt_global_step.txt"
 CLAIMS_DIRNAME = ".eval_claims"
 
 Submit = Callable[[list[str]], str]
+SubmitArray = Callable[[list[str], int], str]
 
 
 @dataclass
@@ -107,9 +108,7 @@ def claim_path(settings: ChainSettings, step: int) -> Path:
 
 def _write_claim(path: Path, payload: dict) -> None:
     # Rewriting an existing claim (to add the job id): temp + rename keeps it whole for readers.
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
-    tmp.write_text(json.dumps(payload))
-    os.replace(tmp, path)
+    _write_text(path, json.dumps(payload))
 
 
 def try_claim(settings: ChainSettings, step: int, now: float | None = None) -> bool:
@@ -175,6 +174,39 @@ def submit_pending(settings: ChainSettings, submit: Submit, log: Callable[[str],
         log(f"eval-chain: global_step_{step} -> evaluation job {job_id}")
         submitted.append((step, job_id))
     return submitted
+
+
+def submit_existing_as_array(settings: ChainSettings, submit_array: SubmitArray,
+                             log: Callable[[str], None] = print) -> tuple[str | None, list[int]]:
+    """One-shot mode: claim every complete, unclaimed checkpoint and evaluate them all in one job array.
+
+    ``submit_array(argv, tasks)`` submits the evaluation with ``--array=0-<tasks-1>``; argv carries
+    ``--checkpoint-list FILE``, from which task i evaluates line i. Returns (array job id, steps) or (None, []).
+    """
+    claimed = [(step, path) for step, path in complete_checkpoints(settings) if try_claim(settings, step)]
+    if not claimed:
+        return None, []
+    list_file = settings.claims_dir / f"array-{uuid.uuid4().hex[:12]}.txt"
+    _write_text(list_file, "".join(f"{path}\n" for _, path in claimed))
+    try:
+        job_id = str(submit_array(["--checkpoint-list", str(list_file), *settings.eval_args], len(claimed)))
+    except Exception:
+        for step, _ in claimed:
+            claim_path(settings, step).unlink(missing_ok=True)
+        raise
+    for task, (step, path) in enumerate(claimed):
+        claim = json.loads(claim_path(settings, step).read_text())
+        _write_claim(claim_path(settings, step), {**claim, "job_id": f"{job_id}_{task}", "checkpoint": str(path),
+                                                  "submitted_at": time.time()})
+    steps = [step for step, _ in claimed]
+    log(f"eval-chain: {len(steps)} checkpoint(s) -> evaluation array job {job_id} (steps {steps})")
+    return job_id, steps
+
+
+def _write_text(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
 
 
 def _is_stale(settings: ChainSettings, step: int, now: float | None) -> bool:

@@ -41,6 +41,8 @@ def build_parser() -> argparse.ArgumentParser:
     source = parser.add_argument_group("what to evaluate")
     source.add_argument("--checkpoint", help="HF export dir (<export_path>/global_step_N[/policy]), any HF model "
                         "dir, or a LoRA adapter dir (with --base-model)")
+    source.add_argument("--checkpoint-list", metavar="FILE",
+                        help="one checkpoint per line; job-array task i (SLURM_ARRAY_TASK_ID) evaluates line i")
     source.add_argument("--base-model", help="base model dir for a LoRA adapter checkpoint")
     source.add_argument("--data", action="append", required=True, metavar="FILE.parquet",
                         help="cleaned AIME parquet (repeat for several, e.g. AIME2025 and AIME2024)")
@@ -166,6 +168,22 @@ def _resolve_out(args: argparse.Namespace, eval_input: EvalInput | None) -> Path
     return default
 
 
+def _checkpoint_from_list(args: argparse.Namespace) -> str:
+    if args.checkpoint:
+        raise UsageError("pass either --checkpoint or --checkpoint-list, not both")
+    try:
+        lines = [line.strip() for line in Path(args.checkpoint_list).read_text().splitlines() if line.strip()]
+    except OSError as exc:
+        raise UsageError(f"--checkpoint-list: cannot read {args.checkpoint_list} ({exc})") from exc
+    task = os.environ.get("SLURM_ARRAY_TASK_ID", "")
+    if not task.isdigit() or int(task) >= len(lines):
+        raise UsageError(
+            f"--checkpoint-list needs SLURM_ARRAY_TASK_ID between 0 and {len(lines) - 1} (got {task!r}); "
+            f"submit with sbatch --array=0-{len(lines) - 1}"
+        )
+    return lines[int(task)]
+
+
 def _summary_lines(metrics: dict[str, dict[str, Any]]) -> list[str]:
     lines = []
     for source, entry in sorted(metrics.items()):
@@ -217,6 +235,8 @@ def main(argv: list[str] | None = None) -> int:
 
     # 1. Everything that can be checked without a model, so a bad job fails in seconds with status 2.
     try:
+        if args.checkpoint_list:
+            args.checkpoint = _checkpoint_from_list(args)
         if not args.server and not args.checkpoint:
             raise UsageError("--checkpoint is required (or --server URL to use an already running server)")
         if args.served_model and not args.server:

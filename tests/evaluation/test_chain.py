@@ -154,3 +154,32 @@ def test_watch_runs_until_stopped_with_a_last_pass(tmp_path):
     submitted = watch(ChainSettings(run_dir=run, poll_interval_s=0), recording_submit(tmp_path / "calls.jsonl"),
                       should_stop, log=lambda m: None, sleep=lambda s: None)
     assert [step for step, _ in submitted] == [5, 10]
+
+
+def test_one_shot_array_covers_unclaimed_checkpoints_and_tasks_pick_their_line(tmp_path, monkeypatch):
+    from beam_slurm.evaluation.chain import submit_existing_as_array
+    from beam_slurm.evaluation.cli import build_parser, _checkpoint_from_list
+
+    run = tmp_path / "ckpts"
+    for step in (10, 20, 30):
+        make_ckpt(run, step)
+    set_marker(run, 30)
+    settings = ChainSettings(run_dir=run, eval_args=["--data", "aime.parquet"])
+    assert try_claim(settings, 20)  # a watcher already has step 20
+    arrays = []
+
+    def submit_array(argv, tasks):
+        arrays.append((argv, tasks))
+        return "777"
+
+    job_id, steps = submit_existing_as_array(settings, submit_array, log=lambda m: None)
+    assert (job_id, steps) == ("777", [10, 30])
+    (argv, tasks), = arrays
+    assert tasks == 2 and argv[0] == "--checkpoint-list" and argv[2:] == ["--data", "aime.parquet"]
+    assert submitted_jobs(settings)[30] == "777_1"
+    for task, step in enumerate((10, 30)):
+        args = build_parser().parse_args(["--checkpoint-list", argv[1], "--data", "x"])
+        monkeypatch.setenv("SLURM_ARRAY_TASK_ID", str(task))
+        assert _checkpoint_from_list(args) == str(run / f"global_step_{step}")
+    # Nothing left to evaluate: a second one-shot submits nothing.
+    assert submit_existing_as_array(settings, submit_array, log=lambda m: None) == (None, [])
