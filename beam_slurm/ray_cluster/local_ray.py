@@ -49,6 +49,7 @@ class LocalRay:
         self.log_path = log_path
         """File receiving the output of `ray start`."""
         self.pgid: int | None = None
+        self._started_here = False
 
     @property
     def _pgid_file(self) -> Path:
@@ -67,6 +68,7 @@ class LocalRay:
             proc = subprocess.Popen([ray_executable, "start", *ray_start_args], env=dict(env), stdout=log,
                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
             self.pgid = proc.pid
+            self._started_here = True
             self._pgid_file.write_text(str(proc.pid))
             while proc.poll() is None:
                 if while_starting is not None:
@@ -91,19 +93,30 @@ class LocalRay:
         """True while every named process (the raylet by default; add 'gcs_server' on the head) is running."""
         return all(self.process_pid(needle) is not None for needle in needles)
 
-    def stop(self, grace_s: float = 3.0) -> None:
-        """SIGTERM this job's Ray process group, SIGKILL whatever is left after `grace_s`."""
+    def stop(self, grace_s: float = 3.0) -> bool:
+        """SIGTERM this job's Ray process group, SIGKILL whatever is left after `grace_s`; True if any was running."""
         if self.pgid is None and self._pgid_file.exists():
             self.pgid = int(self._pgid_file.read_text())
         if self.pgid is None:
-            return
+            return False
+        was_running = bool(self._own_members())
         for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 2.0)):
-            if not group_members(self.pgid):
+            if not self._own_members():
                 break
             try:
                 os.killpg(self.pgid, sig)
             except ProcessLookupError:
                 break
             deadline = time.monotonic() + wait_s
-            while time.monotonic() < deadline and group_members(self.pgid):
+            while time.monotonic() < deadline and self._own_members():
                 time.sleep(0.2)
+        return was_running
+
+    def _own_members(self) -> list[int]:
+        """Members of the group; for a group read back from a file, only if one of them uses this temp dir (guards
+        against a group id the kernel reused for something else)."""
+        assert self.pgid is not None
+        members = group_members(self.pgid)
+        if members and not self._started_here and not any(str(self.temp_dir) in _cmdline(pid) for pid in members):
+            return []
+        return members

@@ -267,6 +267,8 @@ class RayNode:
             return gpus
         finally:
             ray.shutdown()
+            # ray.init installs its own SIGTERM handler in this process; a stop must run our cleanup instead.
+            self.install_signal_handlers()
 
     def missing_nodes_message(self, alive: list[dict[str, Any]], node_files: dict[int, dict[str, Any]]) -> str:
         alive_ips = {n.get("NodeManagerAddress") for n in alive}
@@ -402,7 +404,7 @@ class RayNode:
         return 0
 
     # --- entry ---------------------------------------------------------------------------------------------------
-    def run(self, driver: list[str]) -> int:
+    def install_signal_handlers(self) -> None:
         def on_stop(signum: int, _frame: Any) -> None:
             self.stop_requested = True
 
@@ -414,7 +416,20 @@ class RayNode:
         signal.signal(signal.SIGINT, on_stop)
         signal.signal(signal.SIGUSR1, on_notice)
         signal.signal(signal.SIGUSR2, on_notice)
+
+    def stop_leftovers_of_earlier_attempts(self) -> None:
+        """Stop Ray left on this node by an earlier attempt of this job (killed before it could clean up)."""
+        prefix = f"ray-{self.ctx.job_id}-"
+        for folder in Path(self.settings.temp_dir_root).glob(prefix + "*"):
+            if folder != self.ray.temp_dir and (folder / "beam-ray.pgid").exists():
+                leftover = LocalRay(folder, self.ray.log_path)
+                if leftover.stop(grace_s=2.0):
+                    self.log(f"stopped Ray left over by an earlier attempt ({folder})")
+
+    def run(self, driver: list[str]) -> int:
+        self.install_signal_handlers()
         try:
+            self.stop_leftovers_of_earlier_attempts()
             if self.ctx.rank == 0:
                 return self.run_head(driver)
             return self.run_worker()

@@ -91,7 +91,7 @@ class RaySettings:
     """After bring-up, run one task per node that reports the GPU ids Ray hands out and the CUDA_VISIBLE_DEVICES a
     Ray worker sees, and fail unless they are exactly the GPUs Slurm allocated to the step (SkyRL issue 1577)."""
 
-    driver_stop_grace_s: float = 20.0
+    driver_stop_grace_s: float = 10.0
     """When the step is stopped, time the driver gets after SIGTERM before it is killed."""
 
     extra_env: dict[str, str] = field(default_factory=dict)

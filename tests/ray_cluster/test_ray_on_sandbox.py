@@ -65,6 +65,7 @@ def test_two_nodes_sixteen_gpus_with_token_auth(slurm_sandbox):
     logs = [out] + [p.read_text(errors="replace") for p in (work / "logs").rglob("*") if p.is_file()]
     assert not any(token in text for text in logs), "the token must never reach a log"
     assert not (work / "state" / "jobs" / job).exists(), "the job's token folder is removed when the job ends"
+    assert_no_ray_left(job)
 
 
 def test_two_jobs_share_the_same_nodes_without_collisions(slurm_sandbox):
@@ -87,6 +88,29 @@ def test_two_jobs_share_the_same_nodes_without_collisions(slurm_sandbox):
         nodes = next(r for r in slurm_sandbox.sacct(job) if r["JobID"] == job)["NodeList"]
         assert nodes == "n[1-2]", nodes
         assert f"temp dir /tmp/ray-{job}-0" in output(job_work, job)
+        assert_no_ray_left(job)
+
+
+def ray_processes_of(job: str) -> list[str]:
+    """Command lines of any process still running from this job's Ray temp dirs, on any sandbox node."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                cmdline = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+                state = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[0]
+            except OSError:
+                continue
+            if f"/ray-{job}-" in cmdline and state != "Z":
+                found.append(f"{entry}: {cmdline[:120]}")
+    return found
+
+
+def assert_no_ray_left(job: str) -> None:
+    deadline = time.monotonic() + 15
+    while ray_processes_of(job) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not ray_processes_of(job), f"Ray of job {job} left running: {ray_processes_of(job)}"
 
 
 def _worker_raylet_pid(job: str) -> int | None:
@@ -118,6 +142,7 @@ def test_worker_ray_killed_mid_run_fails_fast_and_requeues(slurm_sandbox):
     assert slurm_sandbox.wait(job, timeout=400) == "COMPLETED", output(work, job)
     second = [s for s in steps_done(work) if s[1] == "1"]
     assert second and all(s[2] == "latest" for s in second) and second[-1][0] == "12", steps_done(work)
+    assert_no_ray_left(job)
 
 
 def test_notice_saves_then_requeues_and_resumes_without_redoing_steps(slurm_sandbox):
@@ -134,3 +159,4 @@ def test_notice_saves_then_requeues_and_resumes_without_redoing_steps(slurm_sand
     assert all(s[1] == "1" and s[2] == "latest" for s in steps if int(s[0]) > saved)
     assert slurm_sandbox.scontrol_job(job).get("Restarts", "1") in ("1", "")
     assert (work / "logs" / f"{job}-1" / "train_job.log").exists()
+    assert_no_ray_left(job)
