@@ -72,6 +72,8 @@ def fill_defaults(cfg, *, environ) -> None:
         cfg.paths.export_path = f"{home}/exports/{cfg.run_name}"
     if not cfg.paths.log_dir:
         cfg.paths.log_dir = f"{cfg.paths.export_path}/logs"
+    if cfg.eval.chain and cfg.checkpoint.hf_save_interval <= 0:
+        cfg.checkpoint.hf_save_interval = cfg.checkpoint.interval  # chained evaluations read HF exports
     if cfg.precision == "mxfp8" and cfg.rollout.quantization is None:
         cfg.rollout.quantization = "mxfp8"
 

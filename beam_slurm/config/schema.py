@@ -208,6 +208,13 @@ class EvalConfig:
     """Responses per AIME problem; accuracy = their average (seed: 8)."""
     in_training: bool = True
     """Run SkyRL's own evaluation inside training; set false to evaluate only with chained evaluation jobs."""
+    chain: bool = False
+    """Submit one standalone evaluation job per HF export as it appears, from the training job (exactly once per
+    checkpoint across requeues). Turns HF exports on at every checkpoint unless checkpoint.hf_save_interval is set."""
+    chain_extra_args: list[str] = field(default_factory=list)
+    """Extra `beam-slurm evaluate` arguments for chained evaluations (e.g. ["--limit", "5"]); they come last and win."""
+    chain_poll_s: float = 30.0
+    """Seconds between two looks for new exports while training runs."""
 
 
 @dataclass

@@ -1,0 +1,69 @@
+"""`beam-slurm train`: the recipe follows the allocation, requeued attempts resume, the driver is the recipe's."""
+
+import shlex
+
+import pytest
+
+from beam_slurm.config import load_config
+from beam_slurm.slurm.train_cli import allocation_overrides, job_settings, preflight_needs, resume_overrides
+
+PATHS = ["paths.model_path=/shared/m", "paths.data_dir=/shared/d", "paths.skyrl_dir=/shared/SkyRL",
+         "paths.ckpt_path=/shared/ck", "paths.export_path=/shared/ex"]
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch):
+    for var in ("RESUME_MODE", "MAX_TRAINING_STEPS", "CKPT_INTERVAL", "OPTIMIZER_STATE_DISK_DIR", "BEAM_TRAINER_BACKEND"):
+        monkeypatch.delenv(var, raising=False)
+
+
+def test_allocation_sets_nodes_and_gpus_unless_given():
+    env = {"SLURM_JOB_NUM_NODES": "4", "SLURM_GPUS_ON_NODE": "8"}
+    assert allocation_overrides(["recipe=lora_16gpu"], env) == ["cluster.nodes=4", "cluster.gpus_per_node=8"]
+    assert allocation_overrides(["cluster.nodes=2"], env) == ["cluster.gpus_per_node=8"]
+    assert allocation_overrides([], {}) == []
+    cfg = load_config(["recipe=lora_16gpu", *PATHS, *allocation_overrides([], env)])
+    assert cfg.total_gpus == 32 and cfg.num_engines == 2  # replicas follow the bigger allocation
+
+
+def test_requeued_attempt_resumes_only_when_a_checkpoint_exists(tmp_path):
+    assert resume_overrides(str(tmp_path), {"SLURM_RESTART_COUNT": "1"}) == []
+    assert resume_overrides(str(tmp_path), {"SLURM_RESTART_COUNT": "0"}) == []
+    (tmp_path / "latest_ckpt_global_step.txt").write_text("10")
+    assert resume_overrides(str(tmp_path), {"SLURM_RESTART_COUNT": "2"})[0] == "checkpoint.resume_mode=latest"
+    assert resume_overrides(str(tmp_path), {}) == []
+    cfg = load_config(["recipe=lora_16gpu", *PATHS, "checkpoint.resume_mode=from_path",
+                       "checkpoint.resume_path=/old/global_step_5",
+                       *resume_overrides(str(tmp_path), {"SLURM_RESTART_COUNT": "1"})])
+    assert (cfg.checkpoint.resume_mode, cfg.checkpoint.resume_path) == ("latest", None)
+
+
+def test_skyrl_driver_starts_in_the_checkout_and_rehearsal_does_not():
+    cfg = load_config(["recipe=lora_16gpu", *PATHS])
+    settings, env = job_settings(cfg)
+    assert settings.driver[:4] == ["/bin/sh", "-c", 'cd "$0" && exec "$@"', "/shared/SkyRL"]
+    assert settings.driver[5:7] == ["-m", "beam_slurm.skyrl.entrypoint"]
+    assert (settings.ckpt_path, settings.log_dir, settings.nodes, settings.gpus_per_node) == ("/shared/ck", "/shared/ex/logs", 2, 8)
+    assert settings.preflight_checks.skyrl_dir == "/shared/SkyRL"
+    assert env["CKPT_PATH"] == "/shared/ck"
+    rehearsal, _ = job_settings(load_config(["recipe=lora_16gpu", *PATHS, "trainer.backend=rehearsal"]))
+    assert rehearsal.driver[1:3] == ["-m", "beam_slurm.skyrl.rehearsal"]
+    assert rehearsal.preflight_checks.skyrl_dir == ""
+    # the sh -c wrapper keeps every argument intact (no word splitting of paths or values)
+    assert shlex.join(settings.driver).count("trainer.train_batch_size=32") == 1
+
+
+def test_preflight_asks_for_the_seed_storage_of_full_finetuning(monkeypatch):
+    full = load_config(["recipe=bf16_64gpu", *PATHS])
+    needs = preflight_needs(full)
+    assert 0.6e12 <= needs["scratch"] <= 0.7e12 and needs["ram"] == 0
+    monkeypatch.setenv("OPTIMIZER_STATE_DISK_DIR", "")
+    cpu = preflight_needs(load_config(["recipe=bf16_64gpu", *PATHS]))
+    assert cpu["scratch"] == 0 and cpu["ram"] == int(1.7e12)
+    assert preflight_needs(load_config(["recipe=lora_32gpu", *PATHS])) == {"scratch": 0, "ram": 0, "ckpt": 0}
+
+
+def test_chain_turns_exports_on():
+    cfg = load_config(["recipe=lora_16gpu", *PATHS, "eval.chain=true"])
+    assert cfg.checkpoint.hf_save_interval == cfg.checkpoint.interval == 10
+    assert load_config(["recipe=lora_16gpu", *PATHS]).checkpoint.hf_save_interval == -1
