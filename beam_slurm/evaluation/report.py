@@ -79,6 +79,12 @@ class RunReport:
     """Training metrics by step (from train_metrics.jsonl)."""
     problems: list[str] = field(default_factory=list)
     """Files that could not be read, with the reason (reported, not fatal)."""
+    rehearsal: bool = False
+    """Some numbers come from the rehearsal trainer (marked "rehearsal": true): made up, it does not train."""
+
+    @property
+    def rehearsal_note(self) -> str:
+        return " [REHEARSAL: made-up numbers, nothing was trained]" if self.rehearsal else ""
 
 
 def _is_export_path(path: Path) -> bool:
@@ -171,6 +177,7 @@ def _collect_skyrl(report: RunReport) -> None:
                         if not line.strip():
                             continue
                         row = json.loads(line)
+                        report.rehearsal |= row.get("rehearsal") is True
                         source = row.get("data_source") or source
                         total += 1
                         positive += _response_reward(row["score"]) > 0
@@ -209,6 +216,7 @@ def _collect_train(report: RunReport) -> None:
             except (ValueError, TypeError):
                 report.problems.append(f"{path}:{number}: not a JSON object with a step")
                 continue
+            report.rehearsal |= isinstance(row, dict) and row.get("rehearsal") is True
             numbers = {k: float(v) for k, v in row.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
             report.train.setdefault(step, {}).update(numbers)
 
@@ -235,7 +243,7 @@ def print_table(report: RunReport, file=None) -> None:
     console = Console(file=file)
     if not console.is_terminal:
         console = Console(file=file, width=160)
-    table = Table(title=f"Evaluations of {report.export_path}")
+    table = Table(title=f"Evaluations of {report.export_path}{report.rehearsal_note}")
     for column in ("step", "data source", "avg@k", "pass@k", "maj@k", "k", "timeouts", "SkyRL acc", "reward", "mean tokens"):
         table.add_column(column, justify="left" if column == "data source" else "right")
     rows: dict[tuple[int, str], dict[str, EvalPoint]] = {}
@@ -316,6 +324,8 @@ def write_plot(report: RunReport, path: Path) -> Path:
             ax_length.plot(*zip(*length), color="tab:purple", label="mean response tokens")
             ax_length.set_ylabel("mean response length (tokens)", color="tab:purple")
         ax_reward.set_title("Training reward and response length")
+    if report.rehearsal:
+        fig.suptitle(report.rehearsal_note.strip(" []"), color="tab:red")
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp.png")
@@ -336,6 +346,7 @@ def summary(report: RunReport) -> dict[str, Any]:
         ],
         "train": {str(step): values for step, values in sorted(report.train.items())},
         "skipped": report.problems,
+        "rehearsal": report.rehearsal,
     }
 
 

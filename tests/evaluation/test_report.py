@@ -149,3 +149,15 @@ def test_report_finds_the_export_path_inside_a_run_folder(tmp_path, run_export, 
 def test_report_unknown_run_is_status_2(tmp_path, capsys):
     assert beam_slurm(["report", "no-such-run", "--exports-root", str(tmp_path)]) == 2
     assert "no evaluations found for run 'no-such-run'" in capsys.readouterr().err
+
+
+def test_rehearsal_numbers_are_marked(tmp_path, capsys):
+    from beam_slurm.evaluation import report
+
+    export = tmp_path / "exports"
+    export.mkdir()
+    (export / "train_metrics.jsonl").write_text('{"step": 1, "reward/avg_raw_reward": 0.5, "rehearsal": true}\n')
+    marked = report.gather(export)
+    assert marked.rehearsal and "REHEARSAL" in marked.rehearsal_note and report.summary(marked)["rehearsal"]
+    (export / "train_metrics.jsonl").write_text('{"step": 1, "reward/avg_raw_reward": 0.5}\n')
+    assert not report.gather(export).rehearsal
