@@ -12,7 +12,7 @@ Inputs (environment): SLURM_JOB_ID, SLURM_PROCID, SLURM_STEP_ID, SLURM_STEP_NUM_
 SLURM_RESTART_COUNT, SLURM_CPUS_ON_NODE, the step's CUDA_VISIBLE_DEVICES; BEAM_RAY_SETTINGS (RaySettings as JSON),
 BEAM_GPUS_PER_NODE (expected GPUs per node, optional), BEAM_ATTEMPT_DIR (per-attempt log folder, optional).
 Outputs in BEAM_ATTEMPT_DIR: ray-<host>.log (ray start output), failure.json (first failure: kind, node, reason),
-driver_exit.json (the driver's status), and in the rendezvous folder ready.json with bring-up times.
+driver_exit.json (the driver's status), ray_ready.json (bring-up times).
 """
 
 from __future__ import annotations
@@ -44,6 +44,8 @@ EXIT_STOPPED = 143
 """The step was stopped (SIGTERM) before the driver finished."""
 FAILURE_FILE = "failure.json"
 """First failure of the attempt, in BEAM_ATTEMPT_DIR: {kind: infra|setup, node, reason, time}."""
+READY_FILE = "ray_ready.json"
+"""Bring-up times, in BEAM_ATTEMPT_DIR: job_start, node_start, head_up, registered, gpus_checked (epoch seconds)."""
 DRIVER_EXIT_FILE = "driver_exit.json"
 """The driver's exit status, in BEAM_ATTEMPT_DIR: {status, time}."""
 _RAY_START_TRIES = 3
@@ -128,6 +130,8 @@ class RayNode:
         self.settings = settings
         self.started = time.time()
         self.stop_requested = False
+        self.registered_at: float | None = None
+        """When every node and GPU had registered with the GCS (before the GPU visibility check)."""
         job_folder = auth.ensure_job_dir(settings, ctx.job_id)
         self.rendezvous = Rendezvous(job_folder, ctx.attempt, ctx.step)
         self.token_path = auth.ensure_token(settings, ctx.job_id) if settings.auth else None
@@ -158,11 +162,6 @@ class RayNode:
         if not path.exists():
             write_json_atomically(path, {"kind": kind, "node": self.ctx.host, "rank": self.ctx.rank,
                                          "reason": reason, "time": time.time()})
-
-    def sleep(self, seconds: float) -> None:
-        end = time.monotonic() + seconds
-        while not self.stop_requested and time.monotonic() < end:
-            time.sleep(min(0.1, max(0.0, end - time.monotonic())))
 
     def check_gpu_count(self) -> None:
         expected = self.ctx.expected_gpus
@@ -214,6 +213,7 @@ class RayNode:
         ip = node_ipv4(self.settings.network_interface)
         self.check_gpu_count()
         self.rendezvous.publish_node(0, {"host": self.ctx.host, "ip": ip, "gpus": self.gpus})
+
         def publish(ports: RayPorts) -> None:
             write_json_atomically(self.rendezvous.head_file, {"address": f"{ip}:{ports.gcs}", "block": ports.block,
                                                               "host": self.ctx.host, "time": time.time()})
@@ -225,9 +225,12 @@ class RayNode:
         self.log(f"head up at {address} (temp dir {self.ray.temp_dir})")
         registered = self.wait_for_cluster(address)
         self.log(f"all {self.ctx.num_nodes} nodes and {registered} GPUs registered")
-        write_json_atomically(self.rendezvous.ready_file, {"job_start": _job_start_time(), "node_start": self.started,
-                                                           "head_up": head_up, "registered": time.time(),
-                                                           "nodes": self.ctx.num_nodes, "gpus": registered})
+        timing = {"job_start": _job_start_time(), "node_start": self.started, "head_up": head_up,
+                  "registered": self.registered_at, "gpus_checked": time.time(), "nodes": self.ctx.num_nodes,
+                  "gpus": registered}
+        write_json_atomically(self.rendezvous.ready_file, timing)
+        if self.ctx.attempt_dir is not None:
+            write_json_atomically(self.ctx.attempt_dir / READY_FILE, timing)
         if self.stop_requested:
             return EXIT_STOPPED
         return self.run_driver(driver, address)
@@ -255,6 +258,7 @@ class RayNode:
                     expected_gpus = self.ctx.expected_gpus * self.ctx.num_nodes
                 gpus = int(sum(n.get("Resources", {}).get("GPU", 0) for n in nodes))
                 if len(nodes) >= self.ctx.num_nodes and len(node_files) == self.ctx.num_nodes and gpus >= expected_gpus:
+                    self.registered_at = time.time()
                     break
                 if not self.ray.alive(("/raylet/raylet", "gcs_server")):
                     raise NodeFailure("infra", f"node {self.ctx.host}: the head's Ray died during bring-up "
@@ -328,7 +332,7 @@ class RayNode:
                 if self.stop_requested:
                     self.log("stop requested: stopping the driver")
                     status = _stop_process_group(proc, self.settings.driver_stop_grace_s)
-                    status = EXIT_STOPPED if status in (0, -signal.SIGTERM) else _shell_status(status)
+                    status = EXIT_STOPPED if status in (0, 15, -signal.SIGTERM, EXIT_STOPPED) else _shell_status(status)
                     break
                 if not self.ray.alive(("/raylet/raylet", "gcs_server")):
                     self.record_failure("infra", f"node {self.ctx.host}: the head's Ray died while the driver ran")
@@ -362,8 +366,17 @@ class RayNode:
         if ip is None:
             ip = node_ipv4(self.settings.network_interface, head_ip=head_ip)
             self.rendezvous.publish_node(self.ctx.rank, {"host": self.ctx.host, "ip": ip, "gpus": self.gpus})
-        self.start_ray(head=False, ip=ip, start_block=int(head["block"]) if int(head["block"]) >= 0 else None,
-                       head_address=head["address"])
+        try:
+            self.start_ray(head=False, ip=ip, start_block=int(head["block"]) if int(head["block"]) >= 0 else None,
+                           head_address=head["address"])
+        except NodeFailure:
+            # The head may have restarted on another port block after publishing: follow it once.
+            again = read_json(self.rendezvous.head_file)
+            if again is None or again["address"] == head["address"]:
+                raise
+            head = again
+            head_ip, gcs_port = head["address"].rsplit(":", 1)
+            self.start_ray(head=False, ip=ip, start_block=int(head["block"]), head_address=head["address"])
         self.log(f"joined {head['address']}")
         return self.supervise_worker(head_ip, int(gcs_port))
 

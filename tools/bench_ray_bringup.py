@@ -1,0 +1,180 @@
+"""Ray bring-up on the Slurm sandbox: job start -> every node and GPU registered, ours against Ray's documented
+sleep-based script, with the floor (one bare `ray start --head` on this machine) measured in the same run.
+
+    python tools/bench_ray_bringup.py [--nodes 2 4] [--repeat 1]
+
+Ours: `python -m beam_slurm.slurm.train_job --no-preflight -- python -c pass` (token auth on, GPU check on); the
+time is read from the head's ray_ready.json (registered - job start; the batch script's first line records the start).
+Baseline: Ray's classic slurm-basic.sh pattern (head `srun ... ray start --head --block &`, `sleep 10`, then per
+worker `srun ... ray start --address --block &` + `sleep 5`), timed until the script would start the driver; whether
+every node had really registered by then is checked and shown. Floor: `ray start --head` alone, on the host.
+Needs the sandbox (`python tools/slurm_sandbox.py up`) and root. Runs the jobs one after another so they do not share
+the machine's cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from beam_slurm.ray_cluster.local_ray import LocalRay  # noqa: E402
+from beam_slurm.ray_cluster.ports import choose_ports  # noqa: E402
+from beam_slurm.ray_cluster.settings import RaySettings  # noqa: E402
+
+PYTHON = sys.executable
+RAY = str(Path(PYTHON).with_name("ray"))
+
+
+def sandbox_env() -> dict[str, str]:
+    out = subprocess.run([PYTHON, str(REPO / "tools" / "slurm_sandbox.py"), "env"], capture_output=True, text=True,
+                         check=True).stdout
+    env = dict(os.environ)
+    for token in shlex.split(out.replace("export ", "")):
+        key, _, value = token.partition("=")
+        env[key] = value
+    return env
+
+
+def shared_dir(env: dict[str, str]) -> Path:
+    return Path(env["SLURM_CONF"]).parent.parent / "shared"
+
+
+def submit(script: str, work: Path, env: dict[str, str]) -> str:
+    path = work / "job.sh"
+    path.write_text(script)
+    return subprocess.run(["sbatch", "--parsable", str(path)], capture_output=True, text=True, env=env,
+                          check=True).stdout.strip().split(";")[0]
+
+
+def wait_done(job: str, env: dict[str, str], timeout: float = 600) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        out = subprocess.run(["squeue", "--noheader", f"--jobs={job}"], capture_output=True, text=True, env=env).stdout
+        if not out.strip():
+            return
+        time.sleep(1)
+    raise TimeoutError(f"job {job} still running after {timeout:.0f}s")
+
+
+def floor_seconds() -> float:
+    """One bare `ray start --head` (token auth, per-run temp dir and ports) on this machine."""
+    settings = RaySettings()
+    folder = Path(tempfile.mkdtemp(prefix="bench-floor-", dir="/tmp"))
+    token = folder / "token"
+    fd = os.open(token, os.O_WRONLY | os.O_CREAT, 0o600)
+    os.write(fd, os.urandom(32).hex().encode())
+    os.close(fd)
+    ports = choose_ports(settings, os.getpid(), head=True)
+    ray = LocalRay(folder / "r", folder / "ray.log")
+    env = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token), "RAY_USAGE_STATS_ENABLED": "0"}
+    started = time.monotonic()
+    try:
+        ray.start(["--head", "--node-ip-address=127.0.0.1", f"--temp-dir={folder / 'r'}", "--num-gpus=8",
+                   "--dashboard-host=127.0.0.1", "--disable-usage-stats", *ports.ray_start_args(head=True)],
+                  env, RAY)
+        return time.monotonic() - started
+    finally:
+        ray.stop()
+
+
+def ours_seconds(nodes: int, env: dict[str, str]) -> tuple[float, float]:
+    """(job start -> registered, job start -> GPU check done) of one train_job run on `nodes` nodes."""
+    work = Path(tempfile.mkdtemp(prefix=f"bench-ours-{nodes}-", dir=shared_dir(env)))
+    script = f"""#!/bin/bash
+#SBATCH --nodes={nodes} --ntasks-per-node=1 --gpus-per-node=8 --exclusive --time=10 --output={work}/slurm-%j.out
+export BEAM_JOB_START_TIME=$(date +%s.%N)
+export CKPT_PATH={work}/ckpt BEAM_SLURM_STATE_DIR={work}/state
+exec {PYTHON} -m beam_slurm.slurm.train_job --no-preflight --log-dir {work}/logs -- {PYTHON} -c pass
+"""
+    job = submit(script, work, env)
+    wait_done(job, env)
+    ready_path = work / "logs" / f"{job}-0" / "ray_ready.json"
+    if not ready_path.exists():
+        raise RuntimeError(f"job {job} did not bring Ray up; see {work}/slurm-{job}.out")
+    ready = json.loads(ready_path.read_text())
+    return ready["registered"] - ready["job_start"], ready["gpus_checked"] - ready["job_start"]
+
+
+def baseline_seconds(nodes: int, env: dict[str, str]) -> tuple[float, str]:
+    """(job start -> where Ray's documented script starts the driver, how many nodes had registered by then)."""
+    work = Path(tempfile.mkdtemp(prefix=f"bench-docs-{nodes}-", dir=shared_dir(env)))
+    settings = RaySettings(port_range_start=33000 - 8 * 400, port_range_end=33000 - 4 * 400)
+    ports = choose_ports(settings, nodes, head=True)
+    worker_ports = " ".join(ports.ray_start_args(head=False))
+    count_nodes = (f"import ray; ray.init(address='$head_ip:{ports.gcs}', logging_level='ERROR'); "
+                   "print(len([n for n in ray.nodes() if n['Alive']]))")
+    # Ray's classic slurm-basic.sh, with this job's ports and temp dir so it cannot meet another job's Ray.
+    script = f"""#!/bin/bash
+#SBATCH --nodes={nodes} --ntasks-per-node=1 --gpus-per-node=8 --exclusive --time=10 --output={work}/slurm-%j.out
+start=$(date +%s.%N)
+export RAY_USAGE_STATS_ENABLED=0
+nodes_array=($(scontrol show hostnames "$SLURM_JOB_NODELIST"))
+head_node=${{nodes_array[0]}}
+head_ip=$(srun --nodes=1 --ntasks=1 -w "$head_node" hostname --ip-address)
+srun --nodes=1 --ntasks=1 --mem=1000 -w "$head_node" {RAY} start --head --node-ip-address="$head_ip" {' '.join(ports.ray_start_args(head=True))} --temp-dir=/tmp/bench-docs-$SLURM_JOB_ID --num-gpus=8 --block &
+sleep 10
+for ((i = 1; i < {nodes}; i++)); do
+  srun --nodes=1 --ntasks=1 --mem=1000 -w "${{nodes_array[$i]}}" {RAY} start --address "$head_ip:{ports.gcs}" {worker_ports} --temp-dir=/tmp/bench-docs-$SLURM_JOB_ID --num-gpus=8 --block &
+  sleep 5
+done
+proceed=$(date +%s.%N)
+registered=$(srun --overlap --mem=200 --nodes=1 --ntasks=1 -w "$head_node" {PYTHON} -c "{count_nodes}" 2>/dev/null | tail -1)
+echo "{{\\"start\\": $start, \\"proceed\\": $proceed, \\"registered_nodes\\": \\"$registered\\"}}" > {work}/timing.json
+# End this job's Ray: the processes under its temp dir on each node, by pid.
+srun --overlap --mem=200 --nodes={nodes} --ntasks-per-node=1 {PYTHON} -c "
+import os, signal
+for pid in filter(str.isdigit, os.listdir('/proc')):
+    try:
+        cmd = open(f'/proc/{{pid}}/cmdline', 'rb').read()
+    except OSError:
+        continue
+    if b'/tmp/bench-docs-$SLURM_JOB_ID' in cmd:
+        os.kill(int(pid), signal.SIGKILL)
+"
+"""
+    job = submit(script, work, env)
+    wait_done(job, env)
+    timing = json.loads((work / "timing.json").read_text())
+    return timing["proceed"] - timing["start"], f"{timing['registered_nodes'] or '?'}/{nodes}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--nodes", type=int, nargs="+", default=[2, 4])
+    parser.add_argument("--repeat", type=int, default=1, help="runs per configuration; the median is shown")
+    args = parser.parse_args(argv)
+    env = sandbox_env()
+    floors = sorted(floor_seconds() for _ in range(args.repeat))
+    floor = floors[len(floors) // 2]
+    rows = []
+    for nodes in args.nodes:
+        ours = sorted(ours_seconds(nodes, env) for _ in range(args.repeat))
+        docs = sorted(baseline_seconds(nodes, env) for _ in range(args.repeat))
+        rows.append((nodes, ours[len(ours) // 2], docs[len(docs) // 2]))
+    print(f"floor: one bare `ray start --head` on this machine: {floor:.1f} s (median of {args.repeat})")
+    print()
+    header = ("nodes", "ours: registered", "ours: +GPU check", "ours/floor", "Ray docs sleeps", "docs: nodes up",
+              "docs/ours")
+    print(" | ".join(f"{h:>16}" for h in header))
+    for nodes, (ours_reg, ours_gpu), (docs, docs_nodes) in rows:
+        cells = (str(nodes), f"{ours_reg:.1f} s", f"{ours_gpu:.1f} s", f"{ours_reg / floor:.2f}x", f"{docs:.1f} s",
+                 docs_nodes, f"{docs / ours_reg:.2f}x")
+        print(" | ".join(f"{c:>16}" for c in cells))
+    print()
+    print("times from the first line of the batch script; ours waits for every node and GPU in the GCS, the docs script "
+          "sleeps 10 s + 5 s per worker and never checks")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
