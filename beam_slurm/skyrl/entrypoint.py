@@ -1,4 +1,4 @@
-"""Our SkyRL entrypoint: SkyRL's DAPO experiment plus save-on-notice.
+"""Our SkyRL entrypoint: SkyRL's DAPO experiment plus save-on-notice and a training-metrics file.
 
 Run inside the training container (Python 3.12, skyrl 0.3.0) from the root of a SkyRL checkout whose tag matches the
 installed wheel, so that ``examples.train.algorithms.dapo.main_dapo`` imports::
@@ -6,7 +6,8 @@ installed wheel, so that ``examples.train.algorithms.dapo.main_dapo`` imports::
     cd $SKYRL_CHECKOUT && python -m beam_slurm.skyrl.entrypoint key=value ...
 
 It takes exactly the overrides SkyRL's DAPO entrypoint takes and behaves the same, with one addition, a
-:class:`SaveOnNoticeCallback` registered on the trainer:
+:class:`SaveOnNoticeCallback` registered on the trainer. Callbacks fire only in the process that runs SkyRL's training
+loop (the Ray task started below), so everything here happens once per step, not once per GPU worker:
 
 * ``on_step_end``: if the Slurm job has asked for a save (:func:`beam_slurm.skyrl.notice.pending_request`), set
   ``control.should_save``. SkyRL 0.3.0 reads that flag right after ``on_step_end`` and saves at the end of the same
@@ -19,6 +20,10 @@ It takes exactly the overrides SkyRL's DAPO entrypoint takes and behaves the sam
   normal finish. It also turns off the rest of this step's work that would only spend the grace period: the eval
   of this step (``eval_interval = -1``; it is read after the save) and the final HF export (``hf_save_interval = -1``).
   The requeued attempt resumes from the marker with ``resume_mode=latest``.
+* ``on_log`` (fires with the dict SkyRL is about to send to its tracker, once per step and once for the eval before
+  training): append ``{"step": global_step, **logs}`` as one line to ``{export_path}/train_metrics.jsonl``
+  (:mod:`beam_slurm.skyrl.train_metrics`), the file ``beam-slurm report`` plots. A failed write is logged and training
+  goes on; the metrics also reach SkyRL's own tracker.
 
 ``BEAM_SKYRL_EXPERIMENT=base`` runs SkyRL's plain ``BasePPOExp`` (no overlong penalty, no DAPO-only keys) instead.
 """
@@ -30,6 +35,7 @@ import sys
 from pathlib import Path
 
 from beam_slurm.skyrl import notice
+from beam_slurm.skyrl.train_metrics import TRAIN_METRICS_FILE, append_step_metrics
 
 DAPO_MODULE = "examples.train.algorithms.dapo.main_dapo"
 """SkyRL's DAPO experiment; lives in the checkout's examples/, not in the wheel."""
@@ -43,7 +49,7 @@ except ImportError:  # pragma: no cover - lets `plan` and docs import this modul
 
 
 def _log(message: str) -> None:
-    print(f"[beam save-on-notice] {message}", file=sys.stderr, flush=True)
+    print(f"[beam callback] {message}", file=sys.stderr, flush=True)
 
 
 def _step_of_checkpoint(ckpt_dir: str | None, fallback: int) -> int:
@@ -57,11 +63,16 @@ def _step_of_checkpoint(ckpt_dir: str | None, fallback: int) -> int:
 
 
 class SaveOnNoticeCallback(_CallbackBase):
-    """Save at the next step boundary when the job asks, acknowledge, then stop the run cleanly."""
+    """Save at the next step boundary when the job asks, acknowledge, then stop the run cleanly; also append every
+    logged step's metrics to ``{export_path}/train_metrics.jsonl``."""
 
-    def __init__(self, ckpt_path: str):
+    def __init__(self, ckpt_path: str, export_path: str | None = None):
         self.ckpt_path = ckpt_path
         """Root checkpoint directory (``trainer.ckpt_path``): where the request and acknowledgement files live."""
+        self.export_path = export_path
+        """Run export directory (``trainer.export_path``) receiving train_metrics.jsonl; None writes no metrics."""
+        self.metrics_write_failures = 0
+        """Logged steps whose metrics line could not be written (each one logged; training went on)."""
         self.stopped_at_step: int | None = None
         """Step saved on notice, once the run has been told to stop (None while training normally)."""
 
@@ -89,6 +100,16 @@ class SaveOnNoticeCallback(_CallbackBase):
         trainer_cfg.eval_interval = -1  # this step's eval would only spend the grace period
         trainer_cfg.hf_save_interval = -1  # so would the HF export at the end of training
         _log(f"checkpoint of step {step} saved on notice; stopping after this step (resume with resume_mode=latest)")
+
+    def on_log(self, trainer, callback_input, control) -> None:
+        if self.export_path is None or not callback_input.logs:
+            return
+        try:
+            append_step_metrics(self.export_path, callback_input.global_step, callback_input.logs)
+        except Exception as exc:  # a metrics file is never worth a training run
+            self.metrics_write_failures += 1
+            _log(f"could not append step {callback_input.global_step} to {self.export_path}/{TRAIN_METRICS_FILE} "
+                 f"({type(exc).__name__}: {exc}); training continues")
 
 
 def _experiment_classes(kind: str):
@@ -121,7 +142,7 @@ def with_save_on_notice(experiment_cls):
     class SaveOnNoticeExperiment(experiment_cls):
         def get_trainer(self, *args, **kwargs):
             trainer = super().get_trainer(*args, **kwargs)
-            self.save_on_notice = SaveOnNoticeCallback(self.cfg.trainer.ckpt_path)
+            self.save_on_notice = SaveOnNoticeCallback(self.cfg.trainer.ckpt_path, self.cfg.trainer.export_path)
             trainer.add_callback(self.save_on_notice)
             return trainer
 

@@ -12,7 +12,12 @@ What it does, like SkyRL 0.3.0 where it matters to the job around it:
 * checkpoints in SkyRL's layout every ``ckpt_interval`` and at the end: ``{ckpt_path}/global_step_N/{policy/,
   trainer_state.pt, data.pt}`` (small JSON files marked as rehearsal, not torch pickles), then
   ``{ckpt_path}/latest_ckpt_global_step.txt`` last and atomically; ``max_ckpts_to_keep`` as in SkyRL (-1 keeps all);
-* HF export dirs ``{export_path}/global_step_N/policy/`` every ``hf_save_interval`` (if > 0) and at the end;
+* HF export dirs ``{export_path}/global_step_N/policy/`` every ``hf_save_interval`` (if > 0) and at the end. When
+  ``trainer.policy.model.path`` is a local Hugging Face model directory (it has ``config.json``), the export holds that
+  model's files (hard links on the same file system, else copies; built in a hidden temp dir and renamed into place,
+  so a half-written export is never seen) plus ``rehearsal.json`` saying they are the base weights, unchanged: such an
+  export loads in ``beam-slurm evaluate`` like a real one. Otherwise (e.g. a hub model id) the export is a JSON
+  stand-in, ``policy/rehearsal_model.json``, which no model loader accepts;
 * eval dumps every ``eval_interval`` (and before training if ``eval_before_train``, and at the last step) in
   SkyRL's layout ``{export_path}/dumped_evals/global_step_N_evals/{data_source}.jsonl`` + ``aggregated_results.jsonl``,
   one data source per ``data.val_data`` file (its stem), ``eval_n_samples_per_prompt`` made-up responses each,
@@ -24,10 +29,11 @@ What it does, like SkyRL 0.3.0 where it matters to the job around it:
 * save-on-notice (:mod:`beam_slurm.skyrl.notice`): at each step end a pending request makes it save that step,
   acknowledge, log ``stopped on notice after saving step N`` and exit 0.
 
-Metrics: one JSON object per line in ``{export_path}/rehearsal/metrics.jsonl``:
-``{"step": int, "time": epoch seconds, "attempt": SLURM_RESTART_COUNT or 0, "reward": float in [-1, 1],
-"response_length_mean": float tokens, "rehearsal": true}``. Actor placement of each attempt goes to
-``{export_path}/rehearsal/placement_attempt_<A>.json``.
+Metrics: one line appended per finished step to ``{export_path}/train_metrics.jsonl``
+(:mod:`beam_slurm.skyrl.train_metrics`, the file ``beam-slurm report`` plots), with SkyRL's metric names and made-up
+values: ``{"step": int, "reward/avg_raw_reward": float in [-1, 1], "generate/avg_num_tokens": float,
+"trainer/global_step": int, "time": epoch seconds, "attempt": SLURM_RESTART_COUNT or 0, "rehearsal": true}``.
+Actor placement of each attempt goes to ``{export_path}/rehearsal/placement_attempt_<A>.json``.
 
 Settings are read with SkyRL's own config classes when skyrl is importable (strict: unknown keys are rejected);
 otherwise with a small OmegaConf reader of the keys above (SkyRL's defaults; other keys are accepted unchecked).
@@ -40,6 +46,7 @@ import json
 import math
 import os
 import random
+import shutil
 import sys
 import tempfile
 import time
@@ -47,6 +54,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from beam_slurm.skyrl import notice
+from beam_slurm.skyrl.train_metrics import append_step_metrics
 
 STEP_SECONDS_ENV = "BEAM_REHEARSAL_STEP_SECONDS"
 """Seconds one rehearsal step takes (float)."""
@@ -97,6 +105,8 @@ class RehearsalSettings:
     """trainer.train_batch_size."""
     run_name: str = "test_run"
     """trainer.run_name."""
+    policy_model_path: str | None = None
+    """trainer.policy.model.path; a local Hugging Face model directory is copied into every HF export."""
     parsed_by: str = ""
     """Which reader parsed the overrides (SkyRL's config classes or the fallback)."""
 
@@ -119,6 +129,7 @@ _KEYS = {
     "n_samples_per_prompt": "generator.n_samples_per_prompt",
     "train_batch_size": "trainer.train_batch_size",
     "run_name": "trainer.run_name",
+    "policy_model_path": "trainer.policy.model.path",
 }
 
 
@@ -261,15 +272,67 @@ def save_checkpoint(s: RehearsalSettings, step: int, attempt: int) -> Path:
     if s.max_ckpts_to_keep > 0:  # SkyRL's cleanup: keep the newest N step directories
         dirs = _step_dirs(root)
         for old in sorted(dirs)[: -s.max_ckpts_to_keep]:
-            import shutil
-
             shutil.rmtree(dirs[old])
     return step_dir
 
 
-def export_hf(s: RehearsalSettings, step: int) -> None:
-    path = Path(s.export_path) / f"{STEP_PREFIX}{step}" / "policy" / "rehearsal_model.json"
-    _write_atomically(path, json.dumps({"rehearsal": True, "global_step": step, "what": "HF export stand-in"}) + "\n")
+def hf_model_dir(s: RehearsalSettings) -> Path | None:
+    """The policy model as a local Hugging Face directory (has config.json), or None (hub id, missing, unset)."""
+    if not s.policy_model_path:
+        return None
+    path = Path(str(s.policy_model_path)).expanduser()
+    return path if (path / "config.json").is_file() else None
+
+
+def _link_or_copy_tree(source: Path, target: Path) -> tuple[int, int]:
+    """Mirror source's files into target (hard links, copies across file systems); (linked, copied) counts."""
+    linked = copied = 0
+    for folder, subdirs, files in os.walk(source):
+        subdirs[:] = sorted(d for d in subdirs if not d.startswith("."))  # .cache/, .git/: not model files
+        relative = Path(folder).relative_to(source)
+        (target / relative).mkdir(parents=True, exist_ok=True)
+        for name in sorted(files):
+            if name.startswith("."):
+                continue
+            src, dst = Path(folder) / name, target / relative / name
+            try:
+                os.link(src, dst)  # follows symlinks, so hub-cache snapshots link their blobs
+                linked += 1
+            except OSError:  # another file system (EXDEV) or links not allowed there
+                shutil.copy2(src, dst)
+                copied += 1
+    return linked, copied
+
+
+def export_hf(s: RehearsalSettings, step: int) -> Path:
+    """HF export of ``step`` at ``{export_path}/global_step_N/policy``: the base model's files when the policy model
+    is a local HF directory, else a JSON stand-in. Returns the policy directory."""
+    policy = Path(s.export_path) / f"{STEP_PREFIX}{step}" / "policy"
+    base = hf_model_dir(s)
+    if base is None:
+        _write_atomically(policy / "rehearsal_model.json", json.dumps(
+            {"rehearsal": True, "global_step": step, "what": "HF export stand-in",
+             "why": f"trainer.policy.model.path={s.policy_model_path!r} is not a local Hugging Face directory"}) + "\n")
+        return policy
+    policy.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".policy.", suffix=".tmp", dir=policy.parent))
+    try:
+        linked, copied = _link_or_copy_tree(base, staging)
+        _write_atomically(staging / "rehearsal.json", json.dumps({
+            "rehearsal": True, "global_step": step, "base_model": str(base.resolve()),
+            "weights": "the base model's weights, unchanged: the rehearsal trainer does not train",
+            "files_hard_linked": linked, "files_copied": copied}, indent=1) + "\n")
+        if policy.exists():  # an earlier attempt exported this step: swap, so `policy` is never half-written
+            retired = Path(tempfile.mkdtemp(prefix=".policy.old.", dir=policy.parent))
+            os.replace(policy, retired / "policy")
+            os.replace(staging, policy)
+            shutil.rmtree(retired, ignore_errors=True)
+        else:
+            os.replace(staging, policy)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return policy
 
 
 def _data_source(val_file: str) -> str:
@@ -377,17 +440,15 @@ def run(s: RehearsalSettings) -> int:
         if s.eval_interval > 0 and s.eval_before_train:
             dump_eval(s, start, rng)
         total = s.max_training_steps
-        metrics_file = out / "metrics.jsonl"
         saved_at = hf_at = None
         for step in range(start + 1, total + 1):
             ray.get([a.step.remote(step_seconds) for a in actors])
             progress = step / total
-            record = {"step": step, "time": time.time(), "attempt": attempt,
-                      "reward": round(math.tanh(3 * progress - 1) + rng.uniform(-0.05, 0.05), 4),
-                      "response_length_mean": round(950 + 450 * progress + rng.uniform(-20, 20), 1),
-                      "rehearsal": True}
-            with open(metrics_file, "a") as handle:  # append-only log, one line per finished step
-                handle.write(json.dumps(record) + "\n")
+            reward = max(-1.0, min(1.0, math.tanh(3 * progress - 1) + rng.uniform(-0.05, 0.05)))
+            append_step_metrics(s.export_path, step, {
+                "reward/avg_raw_reward": round(reward, 4),
+                "generate/avg_num_tokens": round(950 + 450 * progress + rng.uniform(-20, 20), 1),
+                "trainer/global_step": step, "time": time.time(), "attempt": attempt, "rehearsal": True})
             request = notice.pending_request(s.ckpt_path)
             if (s.ckpt_interval > 0 and step % s.ckpt_interval == 0) or request is not None:
                 save_checkpoint(s, step, attempt)

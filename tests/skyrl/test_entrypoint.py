@@ -1,4 +1,5 @@
-"""Save-on-notice inside SkyRL: our callback against SkyRL 0.3.0's real callback classes and config.
+"""Save-on-notice and the training-metrics file inside SkyRL: our callback against SkyRL 0.3.0's real callback
+classes and config.
 
 What runs here (CPU, .venv-skyrl): SaveOnNoticeCallback through SkyRL's CallbackHandler and TrainingControl, with a
 real SkyRLTrainConfig as trainer.cfg. The training loop itself needs GPUs; `LoopDouble` below is a test double that
@@ -9,22 +10,27 @@ cannot drift from it silently.
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
+from beam_slurm.evaluation import report
+from beam_slurm.skyrl.train_metrics import TRAIN_METRICS_FILE
 from skyrl_venv import run_in_skyrl_venv
 
 pytestmark = pytest.mark.skyrl
 
 LOOP_DOUBLE = r'''
-import json, os, sys, threading
+import contextlib, io, json, os, sys, threading
+import numpy as np
 from skyrl.train.config.config import SkyRLTrainConfig
 from skyrl.train.utils.callbacks import CallbackHandler, CallbackInput, TrainingControl
 from beam_slurm.skyrl import notice
 from beam_slurm.skyrl.entrypoint import SaveOnNoticeCallback, with_save_on_notice
 
-ckpt, request_at_step = sys.argv[1], int(sys.argv[2])
+ckpt, request_at_step, export = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 cfg = SkyRLTrainConfig.from_cli_overrides([
-    f"trainer.ckpt_path={ckpt}", "trainer.max_training_steps=50", "trainer.ckpt_interval=10",
+    f"trainer.ckpt_path={ckpt}", f"trainer.export_path={export}", "trainer.max_training_steps=50", "trainer.ckpt_interval=10",
     "trainer.eval_interval=5", "trainer.hf_save_interval=10", "trainer.logger=console",
 ])
 
@@ -64,8 +70,15 @@ class LoopDouble:
                 self._fire("on_save", ckpt_path=path)
             if hf_save:
                 self.events.append(("hf", self.global_step))
+            eval_metrics = {}
             if t.eval_interval > 0 and self.global_step % t.eval_interval == 0:
                 self.events.append(("eval", self.global_step))
+                eval_metrics = {"eval/aime2025/avg_score": 0.25}
+            # the payload SkyRL hands to on_log: numpy scalars included, as its metric code produces them
+            progress = self.global_step / 50
+            self._fire("on_log", logs={"reward/avg_raw_reward": np.float32(progress - 0.5),
+                                       "generate/avg_num_tokens": np.float64(900 + 10 * self.global_step),
+                                       "trainer/global_step": self.global_step, "timing/step": 1.5, **eval_metrics})
             self.global_step += 1
             if t.max_training_steps is not None and self.global_step > t.max_training_steps:
                 break
@@ -85,19 +98,34 @@ class ExperimentDouble:
 
 exp = with_save_on_notice(ExperimentDouble)(cfg)
 trainer = exp.get_trainer()
-trainer.train()
+messages = io.StringIO()
+with contextlib.redirect_stderr(messages):  # the callback's own log lines, returned below
+    trainer.train()
+sys.stderr.write(messages.getvalue())
 print(json.dumps({
     "events": trainer.events, "last_step": trainer.global_step,
     "stopped_at": exp.save_on_notice.stopped_at_step,
     "is_skyrl_callback": type(exp.save_on_notice).__mro__[1].__module__,
     "saved_since": notice.saved_since(ckpt, 0.0), "pending": notice.pending_request(ckpt),
     "marker": open(os.path.join(ckpt, "latest_ckpt_global_step.txt")).read(),
+    "metrics_write_failures": exp.save_on_notice.metrics_write_failures,
+    "messages": messages.getvalue().splitlines(),
 }))
 '''
 
 
+def run_loop(tmp_path, request_at_step: int, export=None) -> dict:
+    export = export or tmp_path / "exports"
+    return run_in_skyrl_venv(LOOP_DOUBLE, str(tmp_path / "ckpts"), str(request_at_step), str(export))
+
+
+def logged_steps(tmp_path) -> list[int]:
+    path = tmp_path / "exports" / TRAIN_METRICS_FILE
+    return [json.loads(line)["step"] for line in path.read_text().splitlines()]
+
+
 def test_notice_saves_at_next_step_and_stops(tmp_path):
-    out = run_in_skyrl_venv(LOOP_DOUBLE, str(tmp_path), "13")
+    out = run_loop(tmp_path, 13)
     assert out["is_skyrl_callback"] == "skyrl.train.utils.callbacks"
     # interval saves at 10, then the notice during step 13 saves 13 and stops there: no step 14
     assert [e for e in out["events"] if e[0] == "save"] == [["save", 10], ["save", 13]]
@@ -105,19 +133,43 @@ def test_notice_saves_at_next_step_and_stops(tmp_path):
     # eval at 5 and 10 happened; no eval or HF export spent in the grace period after the notice save
     assert ["eval", 10] in out["events"] and not any(e[1] > 10 for e in out["events"] if e[0] in ("eval", "hf"))
     assert out["saved_since"] == 13 and out["pending"] is None
+    assert logged_steps(tmp_path) == list(range(1, 14))  # the step saved on notice is logged too
 
 
 def test_notice_on_an_interval_step_saves_once(tmp_path):
-    out = run_in_skyrl_venv(LOOP_DOUBLE, str(tmp_path), "20")
+    out = run_loop(tmp_path, 20)
     assert [e for e in out["events"] if e[0] == "save"] == [["save", 10], ["save", 20]]
     assert out["last_step"] == 20 and out["saved_since"] == 20
 
 
 def test_without_notice_the_run_is_unchanged(tmp_path):
-    out = run_in_skyrl_venv(LOOP_DOUBLE, str(tmp_path), "0")
+    out = run_loop(tmp_path, 0)
     assert [e[1] for e in out["events"] if e[0] == "save"] == [10, 20, 30, 40, 50]
     assert out["last_step"] == 50 and out["stopped_at"] is None and out["saved_since"] is None
     assert [e[1] for e in out["events"] if e[0] == "eval"] == list(range(5, 51, 5))
+    assert logged_steps(tmp_path) == list(range(1, 51)) and out["metrics_write_failures"] == 0
+
+
+def test_on_log_writes_the_metrics_file_the_report_reads(tmp_path):
+    run_loop(tmp_path, 0)
+    lines = [json.loads(line) for line in (tmp_path / "exports" / TRAIN_METRICS_FILE).read_text().splitlines()]
+    assert list(lines[0]) == ["step", "reward/avg_raw_reward", "generate/avg_num_tokens", "trainer/global_step",
+                              "timing/step"]
+    assert lines[9]["step"] == 10 and lines[9]["eval/aime2025/avg_score"] == 0.25
+    assert lines[49]["generate/avg_num_tokens"] == 1400.0 and lines[49]["reward/avg_raw_reward"] == 0.5
+    gathered = report.gather(tmp_path / "exports")  # the real reader, in the product's own environment
+    assert sorted(gathered.train) == list(range(1, 51)) and not gathered.problems
+    assert gathered.train[25][report.REWARD_KEY] == 0.0 and gathered.train[25][report.LENGTH_KEY] == 1150.0
+
+
+def test_a_failing_metrics_write_does_not_stop_training(tmp_path):
+    blocked = tmp_path / "not_a_directory"
+    blocked.write_text("a file where the export directory should be")
+    out = run_loop(tmp_path, 0, export=blocked)
+    assert out["last_step"] == 50 and out["metrics_write_failures"] == 50
+    assert f"could not append step 7 to {blocked}/{TRAIN_METRICS_FILE}" in out["messages"][6]
+    assert "training continues" in out["messages"][6]
+    assert [e[1] for e in out["events"] if e[0] == "save"] == [10, 20, 30, 40, 50]
 
 
 PIN_TRAINER = r'''
@@ -135,6 +187,7 @@ needles = [
     "will_save_ckpts = force_save or ckpt_interval_save",
     'self._fire("on_save", ckpt_path=ckpt_path)',
     "self.cfg.trainer.eval_interval > 0 and (",
+    'self._fire("on_log", logs=log_payload)',
     "self.global_step > self.cfg.trainer.max_training_steps",
     "if self.cfg.trainer.ckpt_interval > 0 and not will_save_ckpts:",
     "if self.cfg.trainer.hf_save_interval > 0 and not hf_model_save:",

@@ -1,4 +1,5 @@
-"""The rehearsal trainer on a real single-node Ray cluster (4 fake GPUs): steps, SkyRL's layout, resume, notice."""
+"""The rehearsal trainer on a real single-node Ray cluster (4 fake GPUs): steps, SkyRL's layout, resume, notice,
+training metrics as the report reads them, HF exports that the evaluation accepts."""
 
 from __future__ import annotations
 
@@ -14,7 +15,11 @@ from pathlib import Path
 
 import pytest
 
+from beam_slurm.evaluation import report
+from beam_slurm.evaluation.checkpoints import CheckpointError, check_model_dir, resolve_checkpoint
 from beam_slurm.skyrl import notice
+from beam_slurm.skyrl.rehearsal import RehearsalSettings, export_hf
+from beam_slurm.skyrl.train_metrics import TRAIN_METRICS_FILE
 
 ROOT = Path(__file__).resolve().parents[2]
 RAY = ROOT / ".venv" / "bin" / "ray"
@@ -67,7 +72,7 @@ def rehearsal(address, tmp_path, *overrides, step_seconds="0.1", wait=True):
 
 
 def metric_steps(tmp_path):
-    path = tmp_path / "exports" / "rehearsal" / "metrics.jsonl"
+    path = tmp_path / "exports" / TRAIN_METRICS_FILE
     return [json.loads(line)["step"] for line in path.read_text().splitlines()] if path.exists() else []
 
 
@@ -92,6 +97,18 @@ def test_steps_checkpoints_and_eval_layout(ray_head, tmp_path):
     aggregated = json.loads((evals / "global_step_5_evals" / "aggregated_results.jsonl").read_text())
     assert "eval/aime-2024/avg_score" in aggregated
     assert metric_steps(tmp_path) == list(range(1, 8))
+    lines = [json.loads(line) for line in (exports / TRAIN_METRICS_FILE).read_text().splitlines()]
+    assert all(line["rehearsal"] is True and line["attempt"] == 0 for line in lines)
+    assert all(-1 <= line[report.REWARD_KEY] <= 1 and line[report.LENGTH_KEY] > 0 for line in lines)
+    assert TRAIN_METRICS_FILE == report.TRAIN_METRICS_FILE
+    gathered = report.gather(exports)
+    assert sorted(gathered.train) == list(range(1, 8)) and not gathered.problems
+    assert report.LENGTH_KEY in gathered.train[7]
+    assert sorted(p.name for p in (exports / "rehearsal").iterdir()) == ["placement_attempt_0.json"]
+    # no local HF model given: the export is the JSON stand-in, which no model loader accepts
+    assert (exports / "global_step_5" / "policy" / "rehearsal_model.json").is_file()
+    with pytest.raises(CheckpointError, match="no config.json"):
+        check_model_dir(exports / "global_step_5" / "policy", "--checkpoint")
     placement = json.loads((exports / "rehearsal" / "placement_attempt_0.json").read_text())
     assert sorted(g for slot in placement for g in slot["gpu_ids"]) == ["0", "1", "2", "3"]
 
@@ -145,3 +162,74 @@ def test_save_on_notice_stops_after_saving(ray_head, tmp_path):
     resumed = rehearsal(ray_head, tmp_path, f"trainer.max_training_steps={last + 2}")
     assert resumed.returncode == 0 and f"resumed from step {last}" in resumed.stdout
     assert metric_steps(tmp_path) == list(range(1, last + 3))
+
+
+def fake_hf_model(folder: Path) -> Path:
+    """A tiny stand-in Hugging Face model directory: config, two weight shards with their index, tokenizer files."""
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text(json.dumps({"model_type": "qwen2", "architectures": ["Qwen2ForCausalLM"]}))
+    shards = ["model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"]
+    for index, shard in enumerate(shards):
+        (folder / shard).write_bytes(bytes([index]) * 4096)
+    (folder / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {"a": shards[0], "b": shards[1]}}))
+    (folder / "tokenizer_config.json").write_text("{}")
+    (folder / ".cache").mkdir()  # what `huggingface-cli download --local-dir` leaves: not part of the model
+    (folder / ".cache" / "download.lock").write_text("")
+    return folder
+
+
+def test_hf_exports_hold_the_base_model_when_it_is_a_local_directory(ray_head, tmp_path):
+    base = fake_hf_model(tmp_path / "base")
+    proc = rehearsal(ray_head, tmp_path, "trainer.max_training_steps=4", "trainer.hf_save_interval=2",
+                     f"trainer.policy.model.path={base}", step_seconds="0.05")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    exports = tmp_path / "exports"
+    assert sorted(p.name for p in exports.glob("global_step_*")) == ["global_step_2", "global_step_4"]
+    for step in (2, 4):
+        step_dir = exports / f"global_step_{step}"
+        assert [p.name for p in step_dir.iterdir()] == ["policy"]  # no staging directory left behind
+        policy = step_dir / "policy"
+        check_model_dir(policy, "--checkpoint")
+        resolved = resolve_checkpoint(step_dir)
+        assert resolved.model_path == policy.resolve() and resolved.global_step == step
+        names = sorted(p.name for p in policy.iterdir())
+        assert names == sorted(["config.json", "model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors",
+                                "model.safetensors.index.json", "tokenizer_config.json", "rehearsal.json"])
+        for name in names:
+            if name != "rehearsal.json":  # same file system: hard links to the base model's files
+                assert (policy / name).stat().st_ino == (base / name).stat().st_ino
+        stamp = json.loads((policy / "rehearsal.json").read_text())
+        assert stamp["rehearsal"] is True and stamp["global_step"] == step and "unchanged" in stamp["weights"]
+        assert stamp["base_model"] == str(base.resolve()) and stamp["files_hard_linked"] == 5
+
+
+def test_hf_export_copies_across_file_systems_and_replaces_an_earlier_export(tmp_path):
+    shm = Path("/dev/shm")
+    if not shm.is_dir() or os.stat(shm).st_dev == os.stat(tmp_path).st_dev:
+        pytest.skip("needs /dev/shm on another file system than the test's temp dir")
+    base = fake_hf_model(Path(tempfile.mkdtemp(dir=shm)) / "base")
+    try:
+        settings = RehearsalSettings(export_path=str(tmp_path / "exports"), policy_model_path=str(base))
+        policy = export_hf(settings, 3)
+        stamp = json.loads((policy / "rehearsal.json").read_text())
+        assert stamp["files_copied"] == 5 and stamp["files_hard_linked"] == 0
+        assert (policy / "model-00002-of-00002.safetensors").read_bytes() == bytes([1]) * 4096
+        check_model_dir(policy, "--checkpoint")
+        # a requeued attempt exporting the same step again replaces the export whole
+        (base / "tokenizer_config.json").write_text('{"changed": true}')
+        (policy / "left_over_from_an_earlier_attempt").write_text("")
+        again = export_hf(settings, 3)
+        assert again == policy and json.loads((policy / "tokenizer_config.json").read_text()) == {"changed": True}
+        assert not (policy / "left_over_from_an_earlier_attempt").exists()
+        assert [p.name for p in policy.parent.iterdir()] == ["policy"]
+    finally:
+        shutil.rmtree(base.parent, ignore_errors=True)
+
+
+def test_hf_export_stand_in_when_the_model_is_not_a_local_directory(tmp_path):
+    for model in ("Qwen/Qwen2.5-Math-1.5B", str(tmp_path)):  # a hub id; a directory without config.json
+        settings = RehearsalSettings(export_path=str(tmp_path / "exports"), policy_model_path=model)
+        policy = export_hf(settings, 1)
+        assert [p.name for p in policy.iterdir()] == ["rehearsal_model.json"]
+        assert repr(model) in json.loads((policy / "rehearsal_model.json").read_text())["why"]
+        shutil.rmtree(tmp_path / "exports")

@@ -1,0 +1,48 @@
+"""Training metrics as the run report reads them: ``<export_path>/train_metrics.jsonl``, one JSON object per line.
+
+Each line is one logged step, ``{"step": N, "reward/avg_raw_reward": .., "generate/avg_num_tokens": .., ...}`` with
+SkyRL's own metric names (the format :mod:`beam_slurm.evaluation.report` documents and plots). Lines are only ever
+appended: a requeued job that redoes a step appends that step again, and the report keeps the later line.
+Written by our SkyRL entrypoint's logging callback and by the rehearsal trainer.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any, Mapping
+
+TRAIN_METRICS_FILE = "train_metrics.jsonl"
+"""File name under the run's export path (the report looks for exactly this name)."""
+
+
+def _plain(value: Any) -> Any:
+    # numpy scalars and 0-d tensors (both have .item()) become plain numbers; anything else its text
+    item = getattr(value, "item", None)
+    if callable(item):
+        try:
+            return item()
+        except (TypeError, ValueError, RuntimeError):
+            pass
+    return str(value)
+
+
+def append_step_metrics(export_path: str | os.PathLike, step: int, metrics: Mapping[str, Any]) -> Path:
+    """Append one line ``{"step": step, **metrics}`` to ``<export_path>/train_metrics.jsonl``; returns the file.
+
+    The line goes out in a single ``write`` on an ``O_APPEND`` descriptor, so concurrent or interrupted writers
+    never interleave half lines on a local file system. Raises OSError when the file cannot be written.
+    """
+    record = {"step": int(step), **{k: v for k, v in metrics.items() if k != "step"}}
+    data = (json.dumps(record, default=_plain) + "\n").encode()
+    path = Path(export_path) / TRAIN_METRICS_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        written = os.write(fd, data)
+    finally:
+        os.close(fd)
+    if written != len(data):
+        raise OSError(f"short write to {path}: {written} of {len(data)} bytes (disk full?)")
+    return path
