@@ -1,0 +1,185 @@
+"""`sbatch sbatch/train_lora_16gpu.sh` end to end on the Slurm sandbox, with the rehearsal trainer.
+
+Real Slurm, real Ray across the nodes, the real batch script, train CLI, train job, Ray bootstrap and rehearsal
+trainer; only the GPU trainer itself is stood in for by the rehearsal (it runs the step loop and writes SkyRL's
+checkpoint layout, it does not train). Each test checks one way a run is interrupted: a notice to the batch shell,
+preemption by a higher-priority partition, the time limit, a worker node's Ray dying.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from train_runs import wait_for
+
+pytestmark = [pytest.mark.sandbox, pytest.mark.slow]
+
+# Small steps, and notice settings that fit a short test (the recipe's 240 s grace assumes a 300 s signal lead).
+QUICK = ("cluster.grace_s=30", "cluster.signal_before_s=120")
+
+
+def test_rehearsal_run_on_two_nodes(train_run):
+    run = train_run(steps=7, ckpt_interval=3)
+    run.submit("--time=00:05:00", overrides=QUICK)
+    started = time.monotonic()
+    state = run.finish(timeout=300)
+    out = run.output()
+    assert state == "COMPLETED", out[-6000:]
+    print(f"rehearsal run: {time.monotonic() - started:.0f}s from submission to the end")
+
+    # The checkout was found from the submitted path (the job ran a spool copy, BEAM_SLURM_HOME unset).
+    assert "all 2 nodes and 16 GPUs registered" in out, out
+    assert "[rehearsal] 16 GPU actors on 2 nodes" in out, out
+    assert "[rehearsal] training done: 7 steps" in out, out
+    assert "the driver finished successfully" in run.attempt_log(0)
+
+    job_nodes = run.sandbox.scontrol_job(run.job_id).get("NodeList", "")
+    placement = json.loads((run.export_path / "rehearsal" / "placement_attempt_0.json").read_text())
+    assert len(placement) == 16
+    hosts = sorted({slot["hostname"] for slot in placement})
+    assert len(hosts) == 2, placement
+    for host in hosts:
+        gpus = [gpu for slot in placement if slot["hostname"] == host for gpu in slot["gpu_ids"]]
+        assert sorted(gpus, key=int) == [str(i) for i in range(8)], f"{host}: each GPU to exactly one actor: {gpus}"
+        assert re.fullmatch(r"n\d", host) and host[1] in job_nodes, (host, job_nodes)
+
+    assert list(run.checkpoints()) == [3, 6, 7], "checkpoints at the interval and at the end"
+    assert run.marker() == 7
+    assert [m["step"] for m in run.metrics()] == list(range(1, 8))
+    assert run.restarts() == 0
+
+
+def test_notice_saves_requeues_and_resumes(train_run):
+    run = train_run(steps=12, ckpt_interval=5)
+    run.submit("--time=00:10:00", overrides=QUICK)
+    run.wait_for_steps(3)
+    subprocess.run(["scancel", "--signal=USR1", "--batch", run.job_id], check=True, env=run.sandbox.env(),
+                   timeout=30)
+    noticed = time.monotonic()
+    state = run.finish(timeout=300)
+    out = run.output()
+    assert state == "COMPLETED", out[-6000:]
+    print(f"notice -> requeue -> resume -> done: {time.monotonic() - noticed:.0f}s")
+
+    saved = int(re.search(r"checkpoint of step (\d+) saved on notice", run.attempt_log(0)).group(1))
+    assert saved >= 3 and saved in run.checkpoints() and run.checkpoints()[saved]["attempt"] == 0
+    assert "notice SIGUSR1: job requeued" in run.attempt_log(0)
+    assert run.resumed_from() == [saved]
+    run.assert_every_step_once_after_resume()
+    assert sorted(run.steps_by_attempt()) == [0, 1]
+    assert "the driver finished successfully" in run.attempt_log(1)
+    assert "attempt 1]" in run.attempt_log(1)
+    assert run.restarts() == 1
+    assert [row["State"] for row in run.sacct_attempts()] == ["REQUEUED", "COMPLETED"]
+    assert run.marker() == 12
+
+
+def test_preemption_by_the_high_partition(train_run):
+    # GraceTime of the low partition is 20 s: the save must come well within it.
+    run = train_run(steps=12, ckpt_interval=5)
+    run.submit("-p", "low", "--time=00:10:00", overrides=("cluster.grace_s=8", "cluster.signal_before_s=120"))
+    run.wait_for_steps(3)
+    nodes = run.sandbox.scontrol_job(run.job_id)["NodeList"]
+    high = run.sandbox.sbatch(
+        "#!/bin/bash\nsleep 5\n", "-p", "high", "-N2", f"--nodelist={nodes}", "--exclusive", "--time=00:02:00",
+        f"--output={run.work}/high-%j.out")
+    preempted = time.monotonic()
+    assert run.sandbox.wait(high, timeout=120) == "COMPLETED"
+    state = run.finish(timeout=300)
+    out = run.output()
+    assert state == "COMPLETED", out[-6000:]
+    print(f"preemption -> requeue -> resume -> done: {time.monotonic() - preempted:.0f}s")
+
+    first = run.attempt_log(0)
+    saved = int(re.search(r"checkpoint of step (\d+) saved on notice", first).group(1))
+    assert "DUE TO PREEMPTION" in out, out[-4000:]
+    assert run.resumed_from()[0] == saved
+    run.assert_every_step_once_after_resume()
+    assert run.marker() == 12
+    # Slurm requeues a preempted job itself; our own `scontrol requeue` may then fail or be redundant, harmlessly.
+    assert run.restarts() >= 1
+    assert run.sacct_attempts()[-1]["State"] == "COMPLETED"
+
+
+def test_time_limit_notice_saves_and_a_later_attempt_finishes(train_run):
+    # The USR1 comes 70 s (Slurm: up to 60 s more) before the 2 minute limit, so at most ~40 one-second steps fit
+    # in one attempt (Ray takes ~10 s to come up): 45 steps need at least two.
+    run = train_run(steps=45, ckpt_interval=25)
+    run.submit("--time=00:02:00", "--signal=B:USR1@70",
+               overrides=("cluster.grace_s=20", "cluster.signal_before_s=70"))
+    started = time.monotonic()
+    state = run.finish(timeout=480)
+    out = run.output()
+    assert state == "COMPLETED", out[-6000:]
+    print(f"time-limit run of {run.restarts() + 1} attempts: {time.monotonic() - started:.0f}s")
+
+    first = run.attempt_log(0)
+    assert "notice SIGUSR1 received" in first, first
+    saved = int(re.search(r"checkpoint of step (\d+) saved on notice", first).group(1))
+    assert 0 < saved < 45
+    assert run.resumed_from()[0] == saved
+    run.assert_every_step_once_after_resume()
+    assert run.restarts() >= 1
+    assert "TIMEOUT" not in [row["State"] for row in run.sacct_attempts()], run.sacct_attempts()
+    assert run.marker() == 45
+
+
+def worker_raylet_pid(job_id: str, attempt: int, worker_node: str) -> int | None:
+    """The raylet of this job's attempt on worker_node; other jobs' Ray is never touched."""
+    temp_dir = f"/tmp/ray-{job_id}-{attempt}".encode()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
+            environ = Path(f"/proc/{entry}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if (b"/raylet/raylet" in cmdline and temp_dir + b"/" in cmdline
+                and f"SLURMD_NODENAME={worker_node}".encode() in environ):
+            return int(entry)
+    return None
+
+
+@pytest.mark.parametrize("max_requeues", [1, 0])
+def test_worker_ray_killed_fails_fast(train_run, max_requeues):
+    run = train_run(steps=10, ckpt_interval=3)
+    run.submit("--time=00:10:00", overrides=(*QUICK, f"cluster.max_requeues={max_requeues}"))
+    run.wait_for_steps(4)
+    worker = run.output().split("all 2 nodes", 1)[0]
+    worker_node = re.search(r"\[ray-node (n\d) rank 1 ", worker).group(1)
+    pid = wait_for(lambda: worker_raylet_pid(run.job_id, 0, worker_node), 10, f"the raylet on {worker_node}")
+    os.kill(pid, 9)
+    killed = time.monotonic()
+    first = wait_for(lambda: "infrastructure failure" in run.attempt_log(0) and run.attempt_log(0), 60,
+                     "the train job to see the infrastructure failure")
+    noticed_after = time.monotonic() - killed
+    assert noticed_after < 45, f"the job must fail fast, not wait for timeouts ({noticed_after:.0f}s)"
+    print(f"worker raylet killed -> job reacted in {noticed_after:.1f}s")
+    assert f"infra failure on {worker_node}: node {worker_node}: this node's Ray (raylet) died" in first, first
+
+    if max_requeues == 0:
+        state = run.finish(timeout=90)
+        assert state == "FAILED", run.output()[-4000:]
+        assert "not requeueing, SLURM_RESTART_COUNT=0 reached max_requeues=0" in first, first
+        assert run.sacct_attempts()[-1]["State"] == "FAILED"
+        assert run.restarts() == 0
+        assert run.marker() == max(run.checkpoints()) < 10
+        return
+    state = run.finish(timeout=300)
+    assert state == "COMPLETED", run.output()[-6000:]
+    assert "infrastructure failure: job requeued" in first, first
+    # No notice, so no save: the next attempt resumes from the last periodic checkpoint and redoes only what came
+    # after it.
+    last_periodic = max(step for step in run.checkpoints() if run.checkpoints()[step]["attempt"] == 0)
+    assert run.resumed_from() == [last_periodic]
+    run.assert_every_step_once_after_resume()
+    assert run.restarts() == 1
+    assert run.marker() == 10
