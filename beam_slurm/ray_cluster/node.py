@@ -323,6 +323,7 @@ class RayNode:
         env["RAY_ADDRESS"] = address
         self.log(f"starting the driver: {driver[0]} ... ({len(driver) - 1} arguments)")
         proc = subprocess.Popen(driver, env=env, start_new_session=True)
+        watch = WorkerWatch(self.rendezvous, self.settings.head_lost_after_s)
         status: int | None = None
         try:
             while status is None:
@@ -334,8 +335,11 @@ class RayNode:
                     status = _stop_process_group(proc, self.settings.driver_stop_grace_s)
                     status = EXIT_STOPPED if status in (0, 15, -signal.SIGTERM, EXIT_STOPPED) else _shell_status(status)
                     break
-                if not self.ray.alive(("/raylet/raylet", "gcs_server")):
-                    self.record_failure("infra", f"node {self.ctx.host}: the head's Ray died while the driver ran")
+                lost = "" if self.ray.alive(("/raylet/raylet", "gcs_server")) else \
+                    f"node {self.ctx.host}: the head's Ray died while the driver ran"
+                lost = lost or watch.lost_node()
+                if lost:
+                    self.record_failure("infra", lost)
                     _stop_process_group(proc, 5.0)
                     status = EXIT_INFRA
                     break
@@ -367,8 +371,8 @@ class RayNode:
             ip = node_ipv4(self.settings.network_interface, head_ip=head_ip)
             self.rendezvous.publish_node(self.ctx.rank, {"host": self.ctx.host, "ip": ip, "gpus": self.gpus})
         try:
-            self.start_ray(head=False, ip=ip, start_block=int(head["block"]) if int(head["block"]) >= 0 else None,
-                           head_address=head["address"])
+            ports = self.start_ray(head=False, ip=ip, start_block=int(head["block"]) if int(head["block"]) >= 0 else None,
+                                   head_address=head["address"])
         except NodeFailure:
             # The head may have restarted on another port block after publishing: follow it once.
             again = read_json(self.rendezvous.head_file)
@@ -376,7 +380,11 @@ class RayNode:
                 raise
             head = again
             head_ip, gcs_port = head["address"].rsplit(":", 1)
-            self.start_ray(head=False, ip=ip, start_block=int(head["block"]), head_address=head["address"])
+            ports = self.start_ray(head=False, ip=ip, start_block=int(head["block"]), head_address=head["address"])
+        # The head watches this port: a node that vanishes (power, kernel, network) ends the step in seconds
+        # instead of after Slurm's node timeout.
+        self.rendezvous.publish_node(self.ctx.rank, {"host": self.ctx.host, "ip": ip, "gpus": self.gpus,
+                                                     "node_manager_port": ports.node_manager})
         self.log(f"joined {head['address']}")
         return self.supervise_worker(head_ip, int(gcs_port))
 
@@ -454,6 +462,34 @@ class RayNode:
             return EXIT_SETUP
         finally:
             self.ray.stop()
+
+
+class WorkerWatch:
+    """The head's view of the workers while the driver runs: each worker's raylet port must stay reachable."""
+
+    def __init__(self, rendezvous: Rendezvous, lost_after_s: float, probe_every_s: float = 2.0):
+        self.rendezvous = rendezvous
+        self.lost_after_s = lost_after_s
+        self.probe_every_s = probe_every_s
+        self.last_seen: dict[int, float] = {}
+        self.next_probe = 0.0
+
+    def lost_node(self) -> str:
+        """'' while every worker answers; else a sentence naming the node that stopped answering."""
+        now = time.monotonic()
+        if now < self.next_probe:
+            return ""
+        self.next_probe = now + self.probe_every_s
+        for rank, info in sorted(self.rendezvous.nodes().items()):
+            port = info.get("node_manager_port")
+            if rank == 0 or not port:
+                continue
+            if _tcp_reachable(info["ip"], int(port)):
+                self.last_seen[rank] = now
+            elif now - self.last_seen.setdefault(rank, now) > self.lost_after_s:
+                return (f"node {info.get('host')} ({info['ip']}): its Ray has not answered for "
+                        f"{self.lost_after_s:.0f}s (node down or unreachable)")
+        return ""
 
 
 def _ray_executable() -> str:

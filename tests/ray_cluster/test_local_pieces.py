@@ -140,3 +140,24 @@ def test_gpu_view_mismatches_are_named():
     assert compare_gpu_view("n1", ["0", "1"], ok, {"cuda_visible_devices": "1"}) is None
     assert "Ray hands out 0" in compare_gpu_view("n2", ["0", "1"], {"ray_gpu_ids": ["0"], "cuda_visible_devices": "0"}, None)
     assert "issue 1577" in compare_gpu_view("n3", ["0", "1"], ok, {"cuda_visible_devices": "0,1", "noset": "1"})
+
+
+def test_head_names_a_worker_whose_ray_stops_answering(tmp_path):
+    import time
+
+    from beam_slurm.ray_cluster.node import WorkerWatch
+    from beam_slurm.ray_cluster.rendezvous import Rendezvous
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    rendezvous = Rendezvous(tmp_path, 0, "1")
+    rendezvous.publish_node(0, {"host": "n1", "ip": "127.0.0.1", "gpus": []})
+    rendezvous.publish_node(1, {"host": "n2", "ip": "127.0.0.1", "gpus": [], "node_manager_port": listener.getsockname()[1]})
+    watch = WorkerWatch(rendezvous, lost_after_s=0.3, probe_every_s=0.0)
+    assert watch.lost_node() == ""
+    listener.close()
+    time.sleep(0.4)
+    watch.lost_node()
+    time.sleep(0.4)
+    assert "node n2 (127.0.0.1)" in watch.lost_node()

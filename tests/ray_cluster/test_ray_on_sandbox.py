@@ -160,3 +160,25 @@ def test_notice_saves_then_requeues_and_resumes_without_redoing_steps(slurm_sand
     assert slurm_sandbox.scontrol_job(job).get("Restarts", "1") in ("1", "")
     assert (work / "logs" / f"{job}-1" / "train_job.log").exists()
     assert_no_ray_left(job)
+
+
+def test_preemption_by_a_higher_partition_saves_and_resumes(slurm_sandbox):
+    """A `high` job takes the nodes of our `low` job: USR1 at preemption start -> save -> requeue -> resume."""
+    work = slurm_sandbox.new_dir("ray-preempt")
+    job = slurm_sandbox.sbatch(train_script(
+        work, "--partition=low --nodes=2 --nodelist=n3,n4 --ntasks-per-node=1 --gpus-per-node=8 --exclusive "
+              "--requeue --time=10 --signal=B:USR1@30",
+        "14 1", "--grace-s 15 --stop-grace-s 4 --no-preflight"))
+    wait_for(lambda: len(steps_done(work)) >= 3, 240, "three steps of the first attempt")
+    high = slurm_sandbox.sbatch(f"""#!/bin/bash
+#SBATCH --partition=high --nodes=2 --nodelist=n3,n4 --gres=gpu:8 --mem=200 --time=2 --output={work}/high-%j.out
+sleep 1
+""")
+    assert slurm_sandbox.wait(high, 180) == "COMPLETED"
+    assert slurm_sandbox.wait(job, timeout=400) == "COMPLETED", output(work, job)
+    out = output(work, job)
+    assert "notice SIGUSR1 received" in out and "saved on notice" in out, out
+    steps = steps_done(work)
+    assert [int(s[0]) for s in steps] == list(range(1, 15)), f"every step exactly once: {steps}"
+    assert any(s[1] == "1" and s[2] == "latest" for s in steps), steps
+    assert_no_ray_left(job)
