@@ -18,6 +18,7 @@ from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 TRAIN_SCRIPT = REPO_ROOT / "sbatch" / "train_lora_16gpu.sh"
+ATTEMPT_FIELDS = ("JobID", "State", "NodeList", "Start", "End")
 
 # Environment variables the job would otherwise inherit from whoever runs the tests; the config reads them.
 INHERITED_SETTINGS = ("BEAM_SLURM_HOME", "BEAM_LOG_DIR", "RESUME_MODE", "SKYRL_DIR", "OPTIMIZER_STATE_DISK_DIR",
@@ -151,9 +152,9 @@ class TrainRun:
 
     def sacct_attempts(self) -> list[dict[str, str]]:
         """One allocation row per attempt (`sacct -D -X`: duplicates of the requeued job included)."""
-        proc = subprocess.run(["sacct", "-D", "-X", "-n", "-P", "-j", self.job_id, "-o", "JobID,State,NodeList"],
+        proc = subprocess.run(["sacct", "-D", "-X", "-n", "-P", "-j", self.job_id, "-o", ",".join(ATTEMPT_FIELDS)],
                               capture_output=True, text=True, env=self.sandbox.env(), timeout=60, check=True)
-        return [dict(zip(("JobID", "State", "NodeList"), line.split("|"))) for line in proc.stdout.splitlines()
+        return [dict(zip(ATTEMPT_FIELDS, line.split("|"))) for line in proc.stdout.splitlines()
                 if line]
 
     def assert_every_step_once_after_resume(self) -> None:
