@@ -15,10 +15,15 @@
 #SBATCH --open-mode=append
 #SBATCH --output=%x-%j.out
 set -euo pipefail
-# Slurm runs a spool copy of this script: find the checkout from the submitted path unless BEAM_SLURM_HOME is set.
-if [ -z "${BEAM_SLURM_HOME:-}" ]; then
-  submitted=$(scontrol show job "$SLURM_JOB_ID" | sed -n 's/^ *Command=\([^ ]*\).*/\1/p')
-  BEAM_SLURM_HOME=$(cd "$(dirname "$submitted")/.." && pwd)
+# Slurm runs a spool copy of this script: find the checkout from the path sbatch was given unless BEAM_SLURM_HOME is set.
+if [[ -z "${BEAM_SLURM_HOME:-}" ]]; then
+  submitted=$(scontrol show job "$SLURM_JOB_ID" 2>/dev/null | sed -n 's/^ *Command=\([^ ]*\).*/\1/p' | head -n1)
+  [[ "$submitted" == /* ]] || submitted="${SLURM_SUBMIT_DIR:-$PWD}/$submitted"
+  BEAM_SLURM_HOME=$(cd "$(dirname "$submitted")/.." 2>/dev/null && pwd || true)
+fi
+if [[ ! -f "$BEAM_SLURM_HOME/beam_slurm/cli.py" ]]; then
+  echo "$(basename "$0"): cannot find the beam-slurm checkout (tried '$BEAM_SLURM_HOME'); set BEAM_SLURM_HOME" >&2
+  exit 2
 fi
 export BEAM_SLURM_HOME
 exec "${BEAM_PYTHON:-$BEAM_SLURM_HOME/.venv/bin/python}" -m beam_slurm.cli train recipe=lora_32gpu "$@"
