@@ -36,7 +36,7 @@ from beam_slurm.ray_cluster.node import DRIVER_EXIT_FILE, EXIT_INFRA, FAILURE_FI
 from beam_slurm.ray_cluster.ports import ephemeral_range
 from beam_slurm.ray_cluster.settings import SETTINGS_ENV, RaySettings
 from beam_slurm.slurm import scheduler
-from beam_slurm.slurm.preflight import PreflightSettings, collect_results
+from beam_slurm.slurm.preflight import RESULT_PREFIX, PreflightSettings, collect_results
 
 EXIT_PREFLIGHT = 3
 """Preflight found a problem on some node; nothing was started."""
@@ -96,6 +96,8 @@ class TrainJobSettings:
     never joined). A failing driver is never requeued: the same error would come back."""
     preflight: bool = True
     """Run the preflight step on every node before Ray starts."""
+    preflight_timeout_s: float = 300.0
+    """Deadline of the preflight step; nodes that have not reported by then fail it (a hung mount, a stuck node)."""
     preflight_checks: PreflightSettings = field(default_factory=PreflightSettings)
     """What preflight checks (paths, SkyRL checkout, scratch, RAM, checkpoint storage). gpus_per_node and the
     shared-storage canary are filled in from this object."""
@@ -185,17 +187,28 @@ class TrainJob:
                                      shared_canary=str(canary))
         argv = self.srun(["beam_slurm.slurm.preflight", checks.to_json()], kill_on_bad_exit=False, name="preflight")
         started = time.time()
-        proc = subprocess.run(argv, env=env, capture_output=True, text=True, check=False)
-        hosts = self.alloc.nodes[: self.nodes]
-        failures = collect_results(proc.stdout, hosts)
-        if proc.stderr.strip():
-            (self.attempt_dir / "preflight.stderr").write_text(proc.stderr)
+        try:
+            proc = subprocess.run(argv, env=env, capture_output=True, text=True, check=False,
+                                  timeout=self.settings.preflight_timeout_s)
+            stdout, stderr = proc.stdout, proc.stderr
+        except subprocess.TimeoutExpired as exc:
+            # A hung file system check is itself the finding: the nodes that did not answer are named below.
+            stdout = (exc.stdout or b"").decode(errors="replace") if isinstance(exc.stdout, bytes) else (exc.stdout or "")
+            stderr = f"preflight timed out after {self.settings.preflight_timeout_s:.0f}s\n"
+        # srun places a step on fewer nodes than the allocation as it likes: then only the count can be checked.
+        hosts = self.alloc.nodes if self.nodes == len(self.alloc.nodes) else []
+        failures = collect_results(stdout, hosts)
+        reported = stdout.count(RESULT_PREFIX)
+        if not hosts and reported < self.nodes:
+            failures["(unnamed)"] = [f"only {reported} of {self.nodes} nodes reported"]
+        if stderr.strip():
+            (self.attempt_dir / "preflight.stderr").write_text(stderr)
         if failures:
             for host, problems in sorted(failures.items()):
                 for problem in problems:
                     self.log(f"preflight FAILED on {host}: {problem}")
             return False
-        self.log(f"preflight passed on {len(hosts)} nodes in {time.time() - started:.1f}s")
+        self.log(f"preflight passed on {self.nodes} nodes in {time.time() - started:.1f}s")
         return True
 
     def start_ray_step(self, env: dict[str, str]) -> None:

@@ -3,8 +3,8 @@ dying mid-run, and the notice -> save -> requeue -> resume sequence. The trainer
 (a test double: the real trainer needs GPUs)."""
 from __future__ import annotations
 
-import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -182,3 +182,27 @@ sleep 1
     assert [int(s[0]) for s in steps] == list(range(1, 15)), f"every step exactly once: {steps}"
     assert any(s[1] == "1" and s[2] == "latest" for s in steps), steps
     assert_no_ray_left(job)
+
+
+def test_preflight_names_the_node_missing_a_path_and_ray_never_starts(slurm_sandbox):
+    work = slurm_sandbox.new_dir("ray-preflight")
+    # /tmp is private to each sandbox node: the file exists on the first node only.
+    script = f"""#!/bin/bash
+#SBATCH {WHOLE_NODES}
+#SBATCH --output={work}/slurm-%j.out
+first=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -1)
+srun --nodes=1 --ntasks=1 -w "$first" touch /tmp/beam-model-$SLURM_JOB_ID
+export CKPT_PATH={work}/ckpt BEAM_SLURM_STATE_DIR={work}/state
+exec {PYTHON} -m beam_slurm.slurm.train_job --log-dir {work}/logs --preflight-read /tmp/beam-model-$SLURM_JOB_ID \\
+    --preflight-read {work} -- {PYTHON} {DOUBLE} 1 0.1
+"""
+    job = slurm_sandbox.sbatch(script)
+    assert slurm_sandbox.wait(job, timeout=240) == "FAILED"
+    out = output(work, job)
+    allocated = re.search(r"2 nodes \((\w+),(\w+)\)", out)
+    assert allocated, out
+    second = allocated.group(2)
+    assert f"preflight FAILED on {second}: /tmp/beam-model-{job} does not exist here" in out, out
+    assert out.count("preflight FAILED") == 1, out
+    assert "starting the Ray step" not in out
+    assert next(r for r in slurm_sandbox.sacct(job) if r["JobID"] == job)["ExitCode"] == "3:0"
