@@ -206,3 +206,17 @@ exec {PYTHON} -m beam_slurm.slurm.train_job --log-dir {work}/logs --preflight-re
     assert out.count("preflight FAILED") == 1, out
     assert "starting the Ray step" not in out
     assert next(r for r in slurm_sandbox.sacct(job) if r["JobID"] == job)["ExitCode"] == "3:0"
+
+
+def test_gpu_visibility_mismatch_fails_with_the_node_and_no_requeue(slurm_sandbox):
+    """SkyRL issue 1577: Ray workers that keep every GPU visible would all use GPU 0; bring-up refuses."""
+    work = slurm_sandbox.new_dir("ray-gpus")
+    settings = '{"extra_env": {"RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES": "1"}}'
+    script = train_script(work, WHOLE_NODES, "1 0.1", "--no-preflight --max-requeues 2").replace(
+        "export CKPT_PATH", f"export BEAM_RAY_SETTINGS='{settings}'\nexport CKPT_PATH")
+    job = slurm_sandbox.sbatch(script)
+    assert slurm_sandbox.wait(job, timeout=240) == "FAILED"
+    out = output(work, job)
+    assert "FAILED (setup): node n" in out and "RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES is set" in out, out
+    assert "starting the driver" not in out and "requeued" not in out, out
+    assert_no_ray_left(job)
