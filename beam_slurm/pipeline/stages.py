@@ -297,10 +297,18 @@ class Evaluate:
         metrics = Path(self.out_dir()) / METRICS_FILE
         return f"complete: {metrics} exists" if metrics.is_file() else ""
 
+    def is_full_model(self) -> bool:
+        """The checkpoint exists and is a whole HF model (config.json, no LoRA adapter): `evaluate` refuses
+        --base-model for it. A LoRA run's export may be merged (or a rehearsal export of the base model)."""
+        folder = Path(self.checkpoint_dir)
+        if (folder / "policy").is_dir():
+            folder = folder / "policy"
+        return (folder / "config.json").is_file() and not (folder / "adapter_config.json").is_file()
+
     def script_args(self) -> list[str]:
         cfg, g = self.cfg, self.cfg.generation
         args = ["--checkpoint", self.checkpoint_dir]
-        if cfg.is_lora:
+        if cfg.is_lora and not self.is_full_model():
             args += ["--base-model", str(cfg.paths.model_path)]
         for name in cfg.paths.eval_files:
             args += ["--data", str(Path(cfg.paths.data_dir) / name)]

@@ -9,6 +9,7 @@ per HF export as it appears; claim files on shared storage make that exactly onc
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import sys
@@ -148,6 +149,18 @@ class EvalChain:
     def __exit__(self, *exc) -> None:
         self.stop.set()
         self.thread.join(timeout=120)
+        from beam_slurm.pipeline.stages import latest_checkpoint_step
+
+        step = latest_checkpoint_step(self.cfg.paths.ckpt_path)
+        if step is not None and step >= self.cfg.max_training_steps:
+            # The run is over and nothing writes exports any more: the last export, seconds old, need not settle
+            # (the watcher's settle time would otherwise leave it unevaluated for good).
+            from beam_slurm.evaluation.chain import submit_pending
+
+            try:
+                submit_pending(dataclasses.replace(self.settings, settle_s=0.0), self.submit, self.log)
+            except Exception as exc:  # the chain must never take the training job down
+                self.log(f"eval-chain: last pass failed: {exc}")
 
 
 def main(argv: list[str]) -> int:
