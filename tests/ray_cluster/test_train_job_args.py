@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import json
 
-
 from beam_slurm.slurm import train_job
 from beam_slurm.slurm.preflight import PreflightSettings, check_node, collect_results
 
