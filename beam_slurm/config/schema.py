@@ -39,8 +39,11 @@ class ClusterConfig:
     signal_before_s: int = 300
     """Seconds before the time limit at which Slurm sends USR1 to the batch shell (`--signal=B:USR1@N`); the save
     on notice must fit in this window (Slurm may send it up to 60 s early)."""
-    grace_s: int = 240
-    """Seconds to wait for the checkpoint after a notice before stopping Ray anyway; must be < signal_before_s."""
+    grace_s: int = 180
+    """Seconds to wait for the checkpoint after a notice before stopping Ray anyway. grace_s + stop_grace_s must fit
+    in signal_before_s, so the requeue happens before the time limit."""
+    stop_grace_s: int = 45
+    """Seconds the Ray step gets to stop (driver, then each node's Ray) after SIGTERM before it is killed."""
     max_requeues: int = 10
     """Stop requeuing after this many restarts (SLURM_RESTART_COUNT) so a crash loop cannot burn the allocation."""
     extra_sbatch_args: list[str] = field(default_factory=list)

@@ -115,9 +115,12 @@ def problems(cfg) -> list[ConfigProblem]:
     elif cfg.cluster.signal_before_s >= limit:
         bad("cluster.signal_before_s", cfg.cluster.signal_before_s,
             f"the notice must come before the time limit ({limit} s): lower it or raise cluster.time_limit")
-    if not 0 < cfg.cluster.grace_s < cfg.cluster.signal_before_s:
+    if cfg.cluster.stop_grace_s < 1:
+        bad("cluster.stop_grace_s", cfg.cluster.stop_grace_s, "give Ray at least 1 s to stop")
+    elif not 0 < cfg.cluster.grace_s < cfg.cluster.signal_before_s - cfg.cluster.stop_grace_s:
         bad("cluster.grace_s", cfg.cluster.grace_s,
-            f"must be positive and below cluster.signal_before_s ({cfg.cluster.signal_before_s}) so Ray can stop in time")
+            f"must be positive and below cluster.signal_before_s ({cfg.cluster.signal_before_s}) minus "
+            f"cluster.stop_grace_s ({cfg.cluster.stop_grace_s}), so the job requeues before its time limit")
 
     # --- parallelism ------------------------------------------------------------------------------------------
     m = cfg.megatron

@@ -52,7 +52,9 @@ def job_mounts(cfg):
 
     p = cfg.paths
     read_only = [x for x in (p.model_path, p.data_dir, p.skyrl_dir, os.environ.get("BEAM_SLURM_HOME")) if x]
-    writable = [x for x in (p.ckpt_path, p.export_path, p.log_dir, p.optimizer_state_disk_dir) if x]
+    # The Ray state dir holds the job's token and rendezvous files; it must be visible inside the container too.
+    writable = [x for x in (p.ckpt_path, p.export_path, p.log_dir, p.optimizer_state_disk_dir,
+                            cfg.ray.resolved_state_dir()) if x]
     return same_path_mounts(read_only=read_only, writable=writable)
 
 
@@ -97,6 +99,7 @@ def job_settings(cfg, *, preflight: bool = True):
         gpus_per_node=cfg.cluster.gpus_per_node,
         max_requeues=cfg.cluster.max_requeues,
         grace_s=float(cfg.cluster.grace_s),
+        stop_grace_s=float(cfg.cluster.stop_grace_s),
         preflight=preflight,
         preflight_checks=PreflightSettings(
             readable_paths=readable,

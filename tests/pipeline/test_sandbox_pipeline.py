@@ -69,7 +69,7 @@ def status_rows(target: str, capsys) -> list[dict]:
 
 
 CHAIN = ["recipe=lora_16gpu", "trainer.backend=rehearsal", "max_training_steps=4", "checkpoint.interval=2",
-         "cluster.time_limit=00:10:00", "cluster.signal_before_s=60", "cluster.grace_s=30",
+         "cluster.time_limit=00:10:00", "cluster.signal_before_s=60", "cluster.grace_s=30", "cluster.stop_grace_s=20",
          "container.runtime=pyxis", f"container.image={IMAGE}"]
 
 
