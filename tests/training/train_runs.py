@@ -146,6 +146,30 @@ class TrainRun:
             self.sandbox.cancel(self.job_id)
             raise AssertionError(f"{exc}\n--- output ---\n{self.output()[-6000:]}") from None
 
+    def ray_left_running(self, settle_s: float = 15) -> list[str]:
+        """Processes still running from any of this job's Ray temp dirs (/tmp/ray-<job>-<attempt>) on any node,
+        after giving the teardown settle_s seconds."""
+        marker = f"/ray-{self.job_id}-".encode()
+
+        def running() -> list[str]:
+            found = []
+            for entry in os.listdir("/proc"):
+                if not entry.isdigit():
+                    continue
+                try:
+                    cmdline = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ")
+                    state = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[0]
+                except OSError:
+                    continue
+                if marker in cmdline and state != "Z":
+                    found.append(f"{entry}: {cmdline[:120].decode(errors='replace')}")
+            return found
+
+        deadline = time.monotonic() + settle_s
+        while running() and time.monotonic() < deadline:
+            time.sleep(0.5)
+        return running()
+
     def restarts(self) -> int:
         """Restarts as `scontrol show job` reports them."""
         return int(self.sandbox.scontrol_job(self.job_id).get("Restarts", "-1"))
