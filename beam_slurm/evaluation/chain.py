@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from beam_slurm.atomic_files import write_text
 from beam_slurm.evaluation.checkpoints import POLICY_SUBDIR, STEP_DIR, CheckpointError, check_model_dir
 
 MARKER_FILE = "latest_ckpt_global_step.txt"
@@ -108,7 +109,7 @@ def claim_path(settings: ChainSettings, step: int) -> Path:
 
 def _write_claim(path: Path, payload: dict) -> None:
     # Rewriting an existing claim (to add the job id): temp + rename keeps it whole for readers.
-    _write_text(path, json.dumps(payload))
+    write_text(path, json.dumps(payload))
 
 
 def try_claim(settings: ChainSettings, step: int, now: float | None = None) -> bool:
@@ -187,7 +188,7 @@ def submit_existing_as_array(settings: ChainSettings, submit_array: SubmitArray,
     if not claimed:
         return None, []
     list_file = settings.claims_dir / f"array-{uuid.uuid4().hex[:12]}.txt"
-    _write_text(list_file, "".join(f"{path}\n" for _, path in claimed))
+    write_text(list_file, "".join(f"{path}\n" for _, path in claimed))
     try:
         job_id = str(submit_array(["--checkpoint-list", str(list_file), *settings.eval_args], len(claimed)))
     except Exception:
@@ -201,12 +202,6 @@ def submit_existing_as_array(settings: ChainSettings, submit_array: SubmitArray,
     steps = [step for step, _ in claimed]
     log(f"eval-chain: {len(steps)} checkpoint(s) -> evaluation array job {job_id} (steps {steps})")
     return job_id, steps
-
-
-def _write_text(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
 
 
 def _is_stale(settings: ChainSettings, step: int, now: float | None) -> bool:

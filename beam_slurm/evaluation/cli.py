@@ -20,11 +20,11 @@ import hashlib
 import json
 import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+from beam_slurm.atomic_files import write_text
 from beam_slurm.evaluation.checkpoints import CheckpointError, EvalInput, step_of, resolve_checkpoint
 from beam_slurm.evaluation.problems import DatasetError, Problem, read_problems
 from beam_slurm.evaluation.results import INFO_FILE, METRICS_FILE, evaluation_dir, finished_metrics
@@ -92,19 +92,6 @@ def _sha256(path: Path) -> str:
         for block in iter(lambda: handle.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
-
-
-def write_atomic(path: Path, text: str) -> None:
-    """Write text to path through a temporary file in the same directory, so readers never see half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as handle:
-            handle.write(text)
-        os.replace(tmp_name, path)
-    except BaseException:
-        Path(tmp_name).unlink(missing_ok=True)
-        raise
 
 
 def _jsonl(rows: list[dict[str, Any]]) -> str:
@@ -301,8 +288,8 @@ def main(argv: list[str] | None = None) -> int:
         else:
             rows = generate_offline(problems, eval_input, sampling, engine, log)
         generation_s = time.monotonic() - generation_started
-        write_atomic(responses_path, _jsonl(rows))
-        write_atomic(
+        write_text(responses_path, _jsonl(rows))
+        write_text(
             out_dir / RESPONSES_META_FILE,
             json.dumps({"fingerprint": fingerprint, "generation_s": generation_s, "responses": len(rows)}, indent=2),
         )

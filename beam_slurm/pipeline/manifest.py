@@ -17,10 +17,11 @@ import contextlib
 import fcntl
 import json
 import os
-import tempfile
 import time
 from pathlib import Path
 from typing import Any, Iterator
+
+from beam_slurm.atomic_files import write_text
 
 RUN_DIRNAME = "beam_run"
 RUN_FILE = "run.json"
@@ -30,21 +31,6 @@ EVALS_DIRNAME = "evals"
 SWEEP_FILE = "sweep.json"
 SWEEPS_DIRNAME = "beam_sweeps"
 LAST_POINTER = "last"
-
-
-def write_atomic(path: Path, text: str) -> None:
-    """Write text through a temporary file in the same folder and rename it over `path`."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def read_json(path: Path) -> Any:
@@ -107,7 +93,7 @@ class RunManifest:
                 "dependency_type": dependency_type,
                 "stages": [plan.to_json() for plan in plans],
             })
-            write_atomic(self.dir / CONFIG_FILE, config_yaml)
+            write_text(self.dir / CONFIG_FILE, config_yaml)
             commands = ["#!/bin/bash", f"# sbatch commands of the latest submission of {cfg.run_name} ({now()})"]
             for plan in plans:
                 if plan.request is not None and plan.status == "submitted":
@@ -115,8 +101,8 @@ class RunManifest:
                     commands.append(plan.request.shell())
                 else:
                     commands.append(f"# {plan.stage}: {plan.status} ({plan.skip_reason or plan.job_id})")
-            write_atomic(self.dir / COMMANDS_FILE, "\n".join(commands) + "\n")
-            write_atomic(self.run_file, json.dumps(run, indent=2) + "\n")
+            write_text(self.dir / COMMANDS_FILE, "\n".join(commands) + "\n")
+            write_text(self.run_file, json.dumps(run, indent=2) + "\n")
 
     def latest_stages(self) -> list[dict]:
         """For each stage, its entry in the newest submission that included it (a `--stages train` resubmission
@@ -144,7 +130,7 @@ class RunManifest:
         entry = {"step": int(step), "checkpoint": checkpoint_dir, "job_id": plan.job_id,
                  "submitted_at": now(), "command": plan.request.shell() if plan.request is not None else None,
                  "earlier_job_ids": [*earlier.get("earlier_job_ids", []), *([earlier["job_id"]] if earlier.get("job_id") else [])]}
-        write_atomic(path, json.dumps(entry, indent=2) + "\n")
+        write_text(path, json.dumps(entry, indent=2) + "\n")
         return path
 
     def evaluations(self) -> list[dict]:
@@ -164,7 +150,7 @@ def state_dir(environ=None) -> Path:
 def remember_last(target: str | os.PathLike) -> None:
     """Point `status` without an argument at this run or sweep folder (best effort: a read-only home is fine)."""
     try:
-        write_atomic(state_dir() / LAST_POINTER, str(target) + "\n")
+        write_text(state_dir() / LAST_POINTER, str(target) + "\n")
     except OSError:
         pass
 

@@ -218,7 +218,8 @@ def _write_records(runs: list[RunSpec], invalid: list[RunSpec], args, data_overr
     import json
 
     from beam_slurm.config.load import to_yaml
-    from beam_slurm.pipeline.manifest import SWEEP_FILE, RunManifest, now, remember_last, write_atomic
+    from beam_slurm.atomic_files import write_text
+    from beam_slurm.pipeline.manifest import SWEEP_FILE, RunManifest, now, remember_last
 
     for run in runs:
         RunManifest(run.cfg.paths.export_path).record_submission(
@@ -236,7 +237,7 @@ def _write_records(runs: list[RunSpec], invalid: list[RunSpec], args, data_overr
             "invalid": [{"choices": [f"{k}={v}" for k, v in r.choices], "problems": [str(p) for p in r.problems]}
                         for r in invalid],
         }
-        write_atomic(sweep_dir / SWEEP_FILE, json.dumps(record, indent=2) + "\n")
+        write_text(sweep_dir / SWEEP_FILE, json.dumps(record, indent=2) + "\n")
         remember_last(sweep_dir)
     elif runs:
         remember_last(Path(runs[0].cfg.paths.export_path) / "beam_run")

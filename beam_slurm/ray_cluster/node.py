@@ -33,7 +33,8 @@ from beam_slurm.ray_cluster.gpus import allocated_gpus, compare_gpu_view, probe_
 from beam_slurm.ray_cluster.local_ray import LocalRay
 from beam_slurm.ray_cluster.network import node_ipv4
 from beam_slurm.ray_cluster.ports import RayPorts, choose_ports
-from beam_slurm.ray_cluster.rendezvous import Rendezvous, read_json, write_json_atomically
+from beam_slurm.atomic_files import write_json
+from beam_slurm.ray_cluster.rendezvous import Rendezvous, read_json
 from beam_slurm.ray_cluster.settings import RaySettings
 
 EXIT_INFRA = 75
@@ -160,7 +161,7 @@ class RayNode:
             return
         path = self.ctx.attempt_dir / FAILURE_FILE
         if not path.exists():
-            write_json_atomically(path, {"kind": kind, "node": self.ctx.host, "rank": self.ctx.rank,
+            write_json(path, {"kind": kind, "node": self.ctx.host, "rank": self.ctx.rank,
                                          "reason": reason, "time": time.time()})
 
     def check_gpu_count(self) -> None:
@@ -215,7 +216,7 @@ class RayNode:
         self.rendezvous.publish_node(0, {"host": self.ctx.host, "ip": ip, "gpus": self.gpus})
 
         def publish(ports: RayPorts) -> None:
-            write_json_atomically(self.rendezvous.head_file, {"address": f"{ip}:{ports.gcs}", "block": ports.block,
+            write_json(self.rendezvous.head_file, {"address": f"{ip}:{ports.gcs}", "block": ports.block,
                                                               "host": self.ctx.host, "time": time.time()})
             self.log(f"GCS listening at {ip}:{ports.gcs} (port block {ports.block}); address published")
 
@@ -228,9 +229,9 @@ class RayNode:
         timing = {"job_start": _job_start_time(), "node_start": self.started, "head_up": head_up,
                   "registered": self.registered_at, "gpus_checked": time.time(), "nodes": self.ctx.num_nodes,
                   "gpus": registered}
-        write_json_atomically(self.rendezvous.ready_file, timing)
+        write_json(self.rendezvous.ready_file, timing)
         if self.ctx.attempt_dir is not None:
-            write_json_atomically(self.ctx.attempt_dir / READY_FILE, timing)
+            write_json(self.ctx.attempt_dir / READY_FILE, timing)
         if self.stop_requested:
             return EXIT_STOPPED
         return self.run_driver(driver, address)
@@ -350,8 +351,8 @@ class RayNode:
         status = _shell_status(status)
         self.log(f"driver exited with status {status}")
         if self.ctx.attempt_dir is not None:
-            write_json_atomically(self.ctx.attempt_dir / DRIVER_EXIT_FILE, {"status": status, "time": time.time()})
-        write_json_atomically(self.rendezvous.ended_file, {"status": status, "time": time.time()})
+            write_json(self.ctx.attempt_dir / DRIVER_EXIT_FILE, {"status": status, "time": time.time()})
+        write_json(self.rendezvous.ended_file, {"status": status, "time": time.time()})
         return status
 
     # --- worker --------------------------------------------------------------------------------------------------

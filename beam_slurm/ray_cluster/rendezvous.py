@@ -12,26 +12,11 @@ requeued attempt (or a second Ray step in the same job) never reads the previous
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-
-def write_json_atomically(path: Path, payload: dict[str, Any]) -> None:
-    """Write JSON via a temporary file in the same folder and rename, so readers never see half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as handle:
-            json.dump(payload, handle, sort_keys=True)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp_name, path)
-    except BaseException:
-        Path(tmp_name).unlink(missing_ok=True)
-        raise
+from beam_slurm.atomic_files import write_json
 
 
 def read_json(path: Path) -> dict[str, Any] | None:
@@ -64,7 +49,7 @@ class Rendezvous:
         return self.folder / "ended.json"
 
     def publish_node(self, rank: int, info: dict[str, Any]) -> None:
-        write_json_atomically(self.node_file(rank), {**info, "rank": rank, "time": time.time()})
+        write_json(self.node_file(rank), {**info, "rank": rank, "time": time.time()})
 
     def nodes(self) -> dict[int, dict[str, Any]]:
         """Every node file present now, by rank."""

@@ -26,9 +26,10 @@ from __future__ import annotations
 import json
 import os
 import socket
-import tempfile
 import time
 from pathlib import Path
+
+from beam_slurm.atomic_files import write_json
 
 PROTOCOL_DIR = ".beam"
 """Directory under the checkpoint path that holds the protocol files (hidden, so it never looks like a step)."""
@@ -42,24 +43,6 @@ MARKER_FILE = "latest_ckpt_global_step.txt"
 
 def _protocol_dir(ckpt_path: str | os.PathLike[str]) -> Path:
     return Path(ckpt_path) / PROTOCOL_DIR
-
-
-def _write_json_atomically(path: Path, payload: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as handle:
-            json.dump(payload, handle, sort_keys=True)
-            handle.write("\n")
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp_name, path)
-    except BaseException:
-        try:
-            os.unlink(tmp_name)
-        except FileNotFoundError:
-            pass
-        raise
 
 
 def _read_json(path: Path) -> dict | None:
@@ -99,7 +82,7 @@ def read_marker(ckpt_path: str | os.PathLike[str]) -> int | None:
 def request_save(ckpt_path: str | os.PathLike[str], reason: str) -> None:
     """Ask the trainer to save a checkpoint at the next step boundary and stop. Called by the job on a notice."""
     payload = {"time": time.time(), "reason": str(reason), "host": socket.gethostname(), "pid": os.getpid()}
-    _write_json_atomically(_protocol_dir(ckpt_path) / REQUEST_FILE, payload)
+    write_json(_protocol_dir(ckpt_path) / REQUEST_FILE, payload)
 
 
 def _acknowledgement(ckpt_path: str | os.PathLike[str]) -> dict | None:
@@ -146,7 +129,7 @@ def acknowledge(ckpt_path: str | os.PathLike[str], global_step: int) -> None:
         "host": socket.gethostname(),
         "pid": os.getpid(),
     }
-    _write_json_atomically(_protocol_dir(ckpt_path) / ACK_FILE, payload)
+    write_json(_protocol_dir(ckpt_path) / ACK_FILE, payload)
 
 
 def saved_since(ckpt_path: str | os.PathLike[str], request_time: float) -> int | None:

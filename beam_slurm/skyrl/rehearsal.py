@@ -53,6 +53,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from beam_slurm.atomic_files import write_text
 from beam_slurm.skyrl import notice
 from beam_slurm.skyrl.train_metrics import append_step_metrics
 
@@ -203,20 +204,6 @@ def _check(s: RehearsalSettings) -> None:
 # ---------------------------------------------------------------------------------------------- files on disk
 
 
-def _write_atomically(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def _step_dirs(root: Path) -> dict[int, Path]:
     found = {}
     if root.is_dir():
@@ -265,10 +252,10 @@ def save_checkpoint(s: RehearsalSettings, step: int, attempt: int) -> Path:
     step_dir = root / f"{STEP_PREFIX}{step}"
     stamp = {"rehearsal": True, "note": "written by the rehearsal trainer, not SkyRL; not a torch file",
              "global_step": step, "attempt": attempt, "time": time.time()}
-    _write_atomically(step_dir / "policy" / "rehearsal_policy.json", json.dumps({**stamp, "what": "policy"}) + "\n")
-    _write_atomically(step_dir / "data.pt", json.dumps({**stamp, "what": "dataloader state"}) + "\n")
-    _write_atomically(step_dir / "trainer_state.pt", json.dumps({**stamp, "what": "trainer state"}) + "\n")
-    _write_atomically(root / notice.MARKER_FILE, str(step))
+    write_text(step_dir / "policy" / "rehearsal_policy.json", json.dumps({**stamp, "what": "policy"}) + "\n")
+    write_text(step_dir / "data.pt", json.dumps({**stamp, "what": "dataloader state"}) + "\n")
+    write_text(step_dir / "trainer_state.pt", json.dumps({**stamp, "what": "trainer state"}) + "\n")
+    write_text(root / notice.MARKER_FILE, str(step))
     if s.max_ckpts_to_keep > 0:  # SkyRL's cleanup: keep the newest N step directories
         dirs = _step_dirs(root)
         for old in sorted(dirs)[: -s.max_ckpts_to_keep]:
@@ -310,7 +297,7 @@ def export_hf(s: RehearsalSettings, step: int) -> Path:
     policy = Path(s.export_path) / f"{STEP_PREFIX}{step}" / "policy"
     base = hf_model_dir(s)
     if base is None:
-        _write_atomically(policy / "rehearsal_model.json", json.dumps(
+        write_text(policy / "rehearsal_model.json", json.dumps(
             {"rehearsal": True, "global_step": step, "what": "HF export stand-in",
              "why": f"trainer.policy.model.path={s.policy_model_path!r} is not a local Hugging Face directory"}) + "\n")
         return policy
@@ -318,7 +305,7 @@ def export_hf(s: RehearsalSettings, step: int) -> Path:
     staging = Path(tempfile.mkdtemp(prefix=".policy.", suffix=".tmp", dir=policy.parent))
     try:
         linked, copied = _link_or_copy_tree(base, staging)
-        _write_atomically(staging / "rehearsal.json", json.dumps({
+        write_text(staging / "rehearsal.json", json.dumps({
             "rehearsal": True, "global_step": step, "base_model": str(base.resolve()),
             "weights": "the base model's weights, unchanged: the rehearsal trainer does not train",
             "files_hard_linked": linked, "files_copied": copied}, indent=1) + "\n")
@@ -360,10 +347,10 @@ def dump_eval(s: RehearsalSettings, step: int, rng: random.Random) -> dict:
                     "score": score, "stop_reason": "stop", "env_class": "aime",
                     "env_extras": {"rehearsal": True}, "data_source": source, "rehearsal": True,
                 }))
-        _write_atomically(out / f"{source}.jsonl", "\n".join(lines) + "\n")
+        write_text(out / f"{source}.jsonl", "\n".join(lines) + "\n")
         metrics[f"eval/{source}/avg_score"] = sum(scores) / len(scores)
     metrics["rehearsal"] = True
-    _write_atomically(out / "aggregated_results.jsonl", json.dumps(metrics) + "\n")
+    write_text(out / "aggregated_results.jsonl", json.dumps(metrics) + "\n")
     return metrics
 
 
@@ -435,7 +422,7 @@ def run(s: RehearsalSettings) -> int:
         nodes = sorted({slot["hostname"] for slot in report})
         _log(f"{len(actors)} GPU actors on {len(nodes)} nodes: {', '.join(nodes)}")
         out = Path(s.export_path) / "rehearsal"
-        _write_atomically(out / f"placement_attempt_{attempt}.json", json.dumps(report, indent=1) + "\n")
+        write_text(out / f"placement_attempt_{attempt}.json", json.dumps(report, indent=1) + "\n")
         rng = random.Random(f"{s.run_name}:{start}")
         if s.eval_interval > 0 and s.eval_before_train:
             dump_eval(s, start, rng)

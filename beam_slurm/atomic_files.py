@@ -1,0 +1,42 @@
+"""Atomic file writes: a temporary file in the same folder, flushed to disk, then renamed over the target.
+
+Readers on any node of a shared filesystem see the old file or the new one, never half of one, and a crash leaves
+at most a hidden `.<name>.*.tmp` behind. Standard library only: the trainer side imports this on Python 3.11 and 3.12.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import IO, Any, Iterator
+
+
+@contextlib.contextmanager
+def atomic_writer(path: str | os.PathLike, mode: str = "w") -> Iterator[IO[Any]]:
+    """Open a temporary sibling of `path` for writing; on a clean exit it replaces `path`, on an error it vanishes."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as handle:
+            yield handle
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_text(path: str | os.PathLike, text: str) -> None:
+    """Replace `path` with `text` atomically."""
+    with atomic_writer(path) as handle:
+        handle.write(text)
+
+
+def write_json(path: str | os.PathLike, payload: Any, *, indent: int | None = None) -> None:
+    """Replace `path` with `payload` as JSON (sorted keys, trailing newline) atomically."""
+    write_text(path, json.dumps(payload, sort_keys=True, indent=indent) + "\n")
