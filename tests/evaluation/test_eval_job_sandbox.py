@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import GROUND_TRUTHS, write_aime_parquet
+from aime_files import GROUND_TRUTHS, write_aime_parquet
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import write_aime_parquet
+from aime_files import write_aime_parquet
 
 from beam_slurm.evaluation.checkpoints import CheckpointError, resolve_checkpoint
 from beam_slurm.evaluation.generate import ClientSettings, SamplingSettings, ServerError, generate_with_server

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import GROUND_TRUTHS
+from aime_files import GROUND_TRUTHS
 
 pytestmark = pytest.mark.vllm
 

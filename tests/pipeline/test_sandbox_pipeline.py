@@ -16,7 +16,7 @@ import pytest
 
 from beam_slurm.pipeline import status as status_mod
 from beam_slurm.pipeline import submit as submit_mod
-from conftest import IMAGE, fake_runtime_bin, make_sources
+from pipeline_inputs import IMAGE, fake_runtime_bin, make_sources
 
 pytestmark = pytest.mark.sandbox
 

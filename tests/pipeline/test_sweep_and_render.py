@@ -23,7 +23,7 @@ from beam_slurm.pipeline.stages import (
 )
 from beam_slurm.pipeline.sweep import expand, rename_run, slug
 from beam_slurm.slurm.submission import SbatchRequest, submission_environment
-from conftest import IMAGE, fake_runtime_bin
+from pipeline_inputs import IMAGE, fake_runtime_bin
 
 
 # --- sweep expansion ---------------------------------------------------------------------------------------------
