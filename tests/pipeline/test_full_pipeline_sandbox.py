@@ -54,7 +54,9 @@ EXPORT_STEPS = [10, 20, 30, 40]  # every hf_save_interval (the end is one of the
 # taught model gets right (42) and one it cannot (7), the AIME 2024 file two right ones.
 AIME2025 = [("Problem A: find x.", "042"), ("Problem B: compute y.", "007"), ("Problem C: count z.", "042")]
 AIME2024 = [("Problem C: count z.", "42"), ("Problem A: find x.", "42"), ("Problem B: compute y.", "7")]
-EVALUATED_TRUTHS = {"aime2025": ["42", "7"], "math_dapo": ["42", "42"]}  # data_source -> graded problems' truths
+# data_source -> truths of the graded problems. The AIME 2024 file in the DAPO layout keeps its own data_source,
+# "math_dapo"; the converted AIME 2025 rows get data.aime2025_data_source.
+EVALUATED_TRUTHS = {"aime2025": ["42", "7"], "math_dapo": ["42", "42"]}
 # Whole vLLM on 2 shared CPU cores: one replica, two problems, two short answers each.
 CPU_EVAL_ARGS = ["--tp", "1", "--pp", "1", "--k", "2", "--max-tokens", "16", "--max-prompt-tokens", "256",
                  "--dtype", "float32", "--gpu-memory-utilization", "0.05", "--enforce-eager", "--limit", "2",
