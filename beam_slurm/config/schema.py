@@ -218,6 +218,9 @@ class EvalConfig:
     """Extra `beam-slurm evaluate` arguments for chained evaluations (e.g. ["--limit", "5"]); they come last and win."""
     chain_poll_s: float = 30.0
     """Seconds between two looks for new exports while training runs."""
+    chain_settle_s: float = 60.0
+    """An HF export counts as complete once none of its files changed for this long (SkyRL writes exports in place,
+    without a marker); the last export of a finished run is taken at once."""
 
 
 @dataclass

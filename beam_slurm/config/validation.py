@@ -105,6 +105,9 @@ def problems(cfg) -> list[ConfigProblem]:
     if cfg.algorithm.lr is not None and not 0 < cfg.algorithm.lr < 1:
         bad("algorithm.lr", cfg.algorithm.lr, "use a learning rate in (0, 1) (seed LoRA: 1e-5)")
     sizes_ok = not out
+    if cfg.eval.chain_poll_s <= 0 or cfg.eval.chain_settle_s < 0:
+        bad("eval.chain_poll_s", [cfg.eval.chain_poll_s, cfg.eval.chain_settle_s],
+            "use a positive poll interval and a settle time >= 0 (seconds)")
     if cfg.cluster.max_requeues < 0:
         bad("cluster.max_requeues", cfg.cluster.max_requeues, "use 0 (never requeue) or more")
 

@@ -124,7 +124,8 @@ class EvalChain:
 
         self.cfg = cfg
         self.log = log
-        self.settings = ChainSettings(run_dir=Path(cfg.paths.export_path), poll_interval_s=cfg.eval.chain_poll_s)
+        self.settings = ChainSettings(run_dir=Path(cfg.paths.export_path), poll_interval_s=cfg.eval.chain_poll_s,
+                                      settle_s=cfg.eval.chain_settle_s)
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._run, name="eval-chain", daemon=True)
 
