@@ -19,7 +19,9 @@ loop (the Ray task started below), so everything here happens once per step, not
   logging, the final "safety net" save is skipped (this step already saved), and ``on_train_end`` runs as in any
   normal finish. It also turns off the rest of this step's work that would only spend the grace period: the eval
   of this step (``eval_interval = -1``; it is read after the save) and the final HF export (``hf_save_interval = -1``).
-  The requeued attempt resumes from the marker with ``resume_mode=latest``.
+  When SkyRL writes a scheduled HF export in that step (after ``on_save``), the acknowledgement waits for ``on_log``,
+  which fires after the export, so the job never stops Ray in the middle of writing it and the export stays complete
+  for chained evaluation. The requeued attempt resumes from the marker with ``resume_mode=latest``.
 * ``on_log`` (fires with the dict SkyRL is about to send to its tracker, once per step and once for the eval before
   training): append ``{"step": global_step, **logs}`` as one line to ``{export_path}/train_metrics.jsonl``
   (:mod:`beam_slurm.skyrl.train_metrics`), the file ``beam-slurm report`` plots. A failed write is logged and training
@@ -75,6 +77,9 @@ class SaveOnNoticeCallback(_CallbackBase):
         """Logged steps whose metrics line could not be written (each one logged; training went on)."""
         self.stopped_at_step: int | None = None
         """Step saved on notice, once the run has been told to stop (None while training normally)."""
+        self.ack_after_export: int | None = None
+        """Step saved on notice whose scheduled HF export SkyRL writes after on_save: acknowledged in on_log, once the
+        export is complete, so the job does not stop Ray in the middle of writing it."""
 
     def on_train_start(self, trainer, callback_input, control) -> None:
         request = notice.pending_request(self.ckpt_path)
@@ -93,15 +98,31 @@ class SaveOnNoticeCallback(_CallbackBase):
         if self.stopped_at_step is not None or notice.pending_request(self.ckpt_path) is None:
             return
         step = _step_of_checkpoint(callback_input.ckpt_path, callback_input.global_step)
-        notice.acknowledge(self.ckpt_path, step)
-        self.stopped_at_step = step
         trainer_cfg = trainer.cfg.trainer
+        # SkyRL decided before on_save whether this step writes an HF export; it writes it right after on_save.
+        export_due = trainer_cfg.hf_save_interval > 0 and callback_input.global_step % trainer_cfg.hf_save_interval == 0
+        self.stopped_at_step = step
         trainer_cfg.max_training_steps = step  # the loop checks `global_step > max_training_steps` after each step
         trainer_cfg.eval_interval = -1  # this step's eval would only spend the grace period
         trainer_cfg.hf_save_interval = -1  # so would the HF export at the end of training
+        if export_due:
+            self.ack_after_export = step
+            _log(f"checkpoint of step {step} saved on notice; acknowledging once this step's HF export is written")
+            return
+        notice.acknowledge(self.ckpt_path, step)
         _log(f"checkpoint of step {step} saved on notice; stopping after this step (resume with resume_mode=latest)")
 
+    def _acknowledge_deferred(self) -> None:
+        if self.ack_after_export is not None:
+            step, self.ack_after_export = self.ack_after_export, None
+            notice.acknowledge(self.ckpt_path, step)
+            _log(f"HF export of step {step} written; stopping after this step (resume with resume_mode=latest)")
+
+    def on_train_end(self, trainer, callback_input, control) -> None:
+        self._acknowledge_deferred()  # a safety net: on_log normally comes first
+
     def on_log(self, trainer, callback_input, control) -> None:
+        self._acknowledge_deferred()  # on_log fires after the step's HF export
         if self.export_path is None or not callback_input.logs:
             return
         try:

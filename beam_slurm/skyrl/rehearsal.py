@@ -26,8 +26,9 @@ What it does, like SkyRL 0.3.0 where it matters to the job around it:
   ``latest`` reads the marker (missing -> fresh start; a step directory more than ``ckpt_interval`` ahead of the
   marker is an inconsistent folder, as SkyRL says), ``from_path`` needs ``resume_path`` naming a ``global_step_N``
   directory; logs ``resumed from step N``; never redoes a step at or before the checkpoint it resumed from;
-* save-on-notice (:mod:`beam_slurm.skyrl.notice`): at each step end a pending request makes it save that step,
-  acknowledge, log ``stopped on notice after saving step N`` and exit 0.
+* save-on-notice (:mod:`beam_slurm.skyrl.notice`): at each step end a pending request makes it save that step (and
+  write the step's HF export if one is scheduled, as SkyRL does), acknowledge, log ``stopped on notice after saving
+  step N`` and exit 0.
 
 Metrics: one line appended per finished step to ``{export_path}/train_metrics.jsonl``
 (:mod:`beam_slurm.skyrl.train_metrics`, the file ``beam-slurm report`` plots), with SkyRL's metric names and made-up
@@ -440,7 +441,8 @@ def run(s: RehearsalSettings) -> int:
             if (s.ckpt_interval > 0 and step % s.ckpt_interval == 0) or request is not None:
                 save_checkpoint(s, step, attempt)
                 saved_at = step
-            if s.hf_save_interval > 0 and step % s.hf_save_interval == 0 and request is None:
+            # As in SkyRL, a step's scheduled HF export is written even when the step was saved on notice.
+            if s.hf_save_interval > 0 and step % s.hf_save_interval == 0:
                 export_hf(s, step)
                 hf_at = step
             if request is not None:

@@ -69,7 +69,9 @@ class LoopDouble:
                 path = self.save_checkpoints()
                 self._fire("on_save", ckpt_path=path)
             if hf_save:
+                # the export is written after on_save; record whether the job had already been told "saved"
                 self.events.append(("hf", self.global_step))
+                self.events.append(("acked_before_export", notice.saved_since(self.cfg.trainer.ckpt_path, 0.0)))
             eval_metrics = {}
             if t.eval_interval > 0 and self.global_step % t.eval_interval == 0:
                 self.events.append(("eval", self.global_step))
@@ -140,6 +142,15 @@ def test_notice_on_an_interval_step_saves_once(tmp_path):
     out = run_loop(tmp_path, 20)
     assert [e for e in out["events"] if e[0] == "save"] == [["save", 10], ["save", 20]]
     assert out["last_step"] == 20 and out["saved_since"] == 20
+
+
+def test_notice_on_an_export_step_is_acknowledged_after_the_export(tmp_path):
+    """Step 20 is an HF export step: the job must not hear "saved" (and stop Ray) before the export is written."""
+    out = run_loop(tmp_path, 20)
+    assert ["hf", 20] in out["events"]
+    acked = [e[1] for e in out["events"] if e[0] == "acked_before_export"]
+    assert acked == [None, None]  # neither the step-10 export nor the step-20 export had an acknowledgement yet
+    assert out["saved_since"] == 20 and out["pending"] is None
 
 
 def test_without_notice_the_run_is_unchanged(tmp_path):
