@@ -324,6 +324,15 @@ def export_hf(s: RehearsalSettings, step: int) -> Path:
 
 
 def _data_source(val_file: str) -> str:
+    """The file's data_source column (what SkyRL keys its eval dumps by), else the file name without suffix."""
+    try:
+        import pyarrow.parquet as pq
+
+        column = pq.read_table(val_file, columns=["data_source"]).column("data_source")
+        if len(column) and column[0].as_py():
+            return str(column[0].as_py()).replace("/", "_")
+    except Exception:  # no pyarrow in this interpreter, no such file, no such column: name it after the file
+        pass
     stem = Path(val_file).name
     for suffix in (".parquet", ".jsonl", ".json"):
         stem = stem.removesuffix(suffix)

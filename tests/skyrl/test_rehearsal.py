@@ -233,3 +233,16 @@ def test_hf_export_stand_in_when_the_model_is_not_a_local_directory(tmp_path):
         assert [p.name for p in policy.iterdir()] == ["rehearsal_model.json"]
         assert repr(model) in json.loads((policy / "rehearsal_model.json").read_text())["why"]
         shutil.rmtree(tmp_path / "exports")
+
+
+def test_eval_dumps_are_named_by_the_files_data_source(tmp_path):
+    """Like SkyRL, dumps are keyed by the parquet's data_source column; a file without one is named after itself."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from beam_slurm.skyrl.rehearsal import _data_source
+
+    parquet = tmp_path / "aime-2025-cleaned.parquet"
+    pq.write_table(pa.table({"data_source": ["aime2025", "aime2025"], "prompt": ["a", "b"]}), parquet)
+    assert _data_source(str(parquet)) == "aime2025"
+    assert _data_source(str(tmp_path / "missing" / "aime-2024-cleaned.parquet")) == "aime-2024-cleaned"
