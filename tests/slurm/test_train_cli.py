@@ -67,3 +67,38 @@ def test_chain_turns_exports_on():
     cfg = load_config(["recipe=lora_16gpu", *PATHS, "eval.chain=true"])
     assert cfg.checkpoint.hf_save_interval == cfg.checkpoint.interval == 10
     assert load_config(["recipe=lora_16gpu", *PATHS]).checkpoint.hf_save_interval == -1
+
+
+def _export(root, step):
+    policy = root / f"global_step_{step}" / "policy"
+    policy.mkdir(parents=True)
+    (policy / "config.json").write_text("{}")
+    (policy / "model.safetensors").write_bytes(b"weights")
+
+
+def test_eval_chain_submits_each_export_once_and_the_fresh_last_one_at_the_end(tmp_path, monkeypatch):
+    """The watcher waits for exports to settle; when the run is finished, the seconds-old last export goes too.
+
+    `submit` is replaced by a recorder (a test double for sbatch); the real submission runs in the sandbox tests.
+    """
+    from beam_slurm.slurm.train_cli import EvalChain
+
+    cfg = load_config(["recipe=lora_16gpu", *PATHS, "eval.chain=true", "eval.chain_poll_s=0.05",
+                       "eval.chain_settle_s=3600", "max_training_steps=20", f"paths.ckpt_path={tmp_path}/ck",
+                       f"paths.export_path={tmp_path}/ex"])
+    submitted = []
+    monkeypatch.setattr(EvalChain, "submit", lambda self, argv: submitted.append(argv[1]) or f"job{len(submitted)}")
+    (tmp_path / "ck").mkdir()
+    _export(tmp_path / "ex", 10)
+    _export(tmp_path / "ex", 20)
+    (tmp_path / "ck" / "latest_ckpt_global_step.txt").write_text("10")
+    with EvalChain(cfg, log=lambda message: None):
+        pass  # run not finished: nothing has settled for an hour, so nothing is submitted
+    assert submitted == []
+    (tmp_path / "ck" / "latest_ckpt_global_step.txt").write_text("20")
+    with EvalChain(cfg, log=lambda message: None):
+        pass
+    assert sorted(submitted) == [f"{tmp_path}/ex/global_step_10", f"{tmp_path}/ex/global_step_20"]
+    with EvalChain(cfg, log=lambda message: None):
+        pass  # a requeued attempt's chain finds the claims and submits nothing again
+    assert len(submitted) == 2
