@@ -7,8 +7,17 @@
 # validate_cfg (cross-field checks) also imports the policy-loss registry (jaxtyping).
 # torch is the bulk (~5 GB with its CUDA libraries; PyPI has no CPU-only build for 3.12); it is imported, never run.
 set -euo pipefail
-PY312="${BEAM_PYTHON312:-$(command -v python3.12 || echo /root/.pyenv/versions/3.12.1/bin/python3.12)}"
-[ -x "$PY312" ] || { echo "40-skyrl: Python 3.12 not found; set BEAM_PYTHON312=/path/to/python3.12" >&2; exit 2; }
+# A pyenv shim named python3.12 exists even when 3.12 is not the active version and then fails: try each
+# candidate by running it.
+PY312=""
+for candidate in "${BEAM_PYTHON312:-}" "$(pyenv root 2>/dev/null)"/versions/3.12*/bin/python3.12 \
+                 /root/.pyenv/versions/3.12*/bin/python3.12 /usr/bin/python3.12 /usr/local/bin/python3.12 \
+                 "$(command -v python3.12 || true)"; do
+  if [ -n "$candidate" ] && [ -x "$candidate" ] && "$candidate" -c 'import sys; assert sys.version_info[:2] == (3, 12)' 2>/dev/null; then
+    PY312="$candidate"; break
+  fi
+done
+[ -n "$PY312" ] || { echo "40-skyrl: Python 3.12 not found; set BEAM_PYTHON312=/path/to/python3.12" >&2; exit 2; }
 VENV="$ROOT/.venv-skyrl"
 [ -x "$VENV/bin/python" ] || "$PY312" -m venv "$VENV"
 PIP=("$VENV/bin/pip" install -q)
