@@ -137,7 +137,7 @@ def test_two_by_two_sweep_refused_then_submitted_without_the_invalid_point(slurm
     root, data, submitted = sandbox_run
     sweep = ["-m", "--stages", "data,train", "recipe=lora_16gpu", "precision=bf16,mxfp8", "lora.rank=0,64",
              "trainer.backend=rehearsal", "cluster.time_limit=00:10:00", "cluster.signal_before_s=60",
-             "cluster.grace_s=30", *data]
+             "cluster.grace_s=30", "cluster.stop_grace_s=20", *data]
     code, out, err = run_submit(sweep, capsys)
     assert code == 2 and "precision=mxfp8 lora.rank=64" in err and out == ""
     assert not (root / "home" / "exports").exists()
