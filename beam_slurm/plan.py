@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sys
 
 from beam_slurm.config.errors import ConfigError
@@ -105,6 +106,8 @@ def print_plan(cfg, launch) -> None:
         table.add_row(section if section != previous else "", item, value)
         previous = section
     console = Console()
+    if not console.is_terminal and "COLUMNS" not in os.environ:  # logs and pipes: no 80-column wrapping
+        console = Console(width=160)
     console.print(table)
     console.print("[bold]SkyRL command[/bold] (run on the head node inside the allocation):", highlight=False)
     console.print(launch.shell(cfg.trainer.python), highlight=False, soft_wrap=True, markup=False)

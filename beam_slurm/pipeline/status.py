@@ -236,6 +236,8 @@ def main(argv: list[str]) -> int:
         from rich.console import Console
 
         console = Console()
+        if not console.is_terminal and "COLUMNS" not in os.environ:  # logs and pipes: no 80-column wrapping
+            console = Console(width=160)
         if not args.watch:
             console.print(render_table(rows, title))
             return 0
