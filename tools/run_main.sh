@@ -6,6 +6,8 @@
 # The rehearsal trainer checks the plumbing; it does not train. Outputs land under the sandbox's shared folder.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+source "$ROOT/tools/outside_tmp.sh"
+run_outside_tmp "$ROOT" tools/run_main.sh "$@"
 cd "$ROOT"
 bash tools/install.sh
 .venv/bin/python tools/slurm_sandbox.py up

@@ -4,15 +4,8 @@
 # Usage: bash tools/run_tests.sh [pytest args...]
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-case "$ROOT" in
-  /tmp/*)
-    # The sandbox's nodes each have a private /tmp, so jobs could not see a checkout there: run from a copy.
-    copy="/var/tmp/beam-slurm-checkout-$(echo "$ROOT" | sha256sum | cut -c1-12)"
-    echo "run_tests: $ROOT is under /tmp, which sandbox nodes cannot see; running from $copy" >&2
-    rm -rf "$copy" && mkdir -p "$copy" && cp -a "$ROOT/." "$copy/"
-    exec bash "$copy/tools/run_tests.sh" "$@"
-    ;;
-esac
+source "$ROOT/tools/outside_tmp.sh"
+run_outside_tmp "$ROOT" tools/run_tests.sh "$@"
 cd "$ROOT"
 bash tools/install.sh || { echo "run_tests: install failed" >&2; exit 1; }
 .venv/bin/python -m pytest -ra --timeout=900 "${@:-tests}"
