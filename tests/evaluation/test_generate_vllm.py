@@ -1,8 +1,10 @@
 """The evaluation stage end to end with vLLM's CPU build: tiny real model -> responses -> grades -> metrics.
 
-The tiny model was taught to answer 42 under reasoning effort "minimal" and 7 under "high" (see conftest), so
-the expected verdicts are known per problem without hard-coding any metric: the metrics are checked against
-the grades of the responses vLLM actually produced.
+The tiny model was taught to answer 42 under reasoning effort "minimal" and 7 under "high" (see conftest) until each
+taught reply's probability was measured above 0.999, and the tests that rely on the taught answers decode greedily
+(temperature 0), so the verdicts per problem are certain, not sampling luck. The metrics are checked against the
+grades of the responses vLLM actually produced. One test shows that sampling settings reach vLLM, asserting only what
+is certain.
 """
 
 from __future__ import annotations
@@ -12,7 +14,6 @@ import os
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -25,11 +26,21 @@ pytestmark = pytest.mark.vllm
 CPU_ENGINE = ["--dtype", "float32", "--gpu-memory-utilization", "0.05", "--enforce-eager", "--max-prompt-tokens", "256"]
 
 
-def run_evaluate(args: list[str], timeout: float = 240) -> subprocess.CompletedProcess:
+def run_evaluate(args: list[str], timeout: float = 240, env: dict[str, str] | None = None
+                 ) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "beam_slurm.cli", "evaluate", *args],
-        capture_output=True, text=True, timeout=timeout, env={**os.environ, "VLLM_LOGGING_LEVEL": "WARNING"},
+        capture_output=True, text=True, timeout=timeout,
+        env={**os.environ, "VLLM_LOGGING_LEVEL": "WARNING", **(env or {})},
     )
+
+
+def without_vllm(tmp_path: Path) -> dict[str, str]:
+    """An environment in which importing vLLM fails: a run that still succeeds loaded no model."""
+    blocker = tmp_path / "no-vllm" / "vllm"
+    blocker.mkdir(parents=True)
+    (blocker / "__init__.py").write_text("raise ImportError('vllm must not be imported here')\n")
+    return {"PYTHONPATH": os.pathsep.join(filter(None, [str(blocker.parent), os.environ.get("PYTHONPATH")]))}
 
 
 def read_jsonl(path: Path) -> list[dict]:
@@ -43,10 +54,10 @@ def correct_per_problem(grades: list[dict]) -> dict[str, int]:
     return counts
 
 
-def test_offline_engine_end_to_end_then_reuse(export_step: Path, aime_parquet: Path):
+def test_offline_engine_end_to_end_then_reuse(export_step: Path, aime_parquet: Path, tmp_path: Path):
     k = 4
     args = ["--checkpoint", str(export_step), "--data", str(aime_parquet), "--k", str(k), "--max-tokens", "16",
-            *CPU_ENGINE]
+            "--temperature", "0", *CPU_ENGINE]
     result = run_evaluate(args)
     assert result.returncode == 0, result.stderr[-3000:]
 
@@ -60,12 +71,11 @@ def test_offline_engine_end_to_end_then_reuse(export_step: Path, aime_parquet: P
     assert [(g["problem_id"], g["sample"], g["response"]) for g in grades] == [
         (r["problem_id"], r["sample"], r["response"]) for r in responses
     ]
-    # Reasoning effort "minimal" reached the chat template: the model answers 42, so p0, p1 (truth 42) are
-    # mostly right and p2 (truth 7) is never right.
+    # Reasoning effort "minimal" reached the chat template: greedy decoding writes the taught "Answer: 42", so p0,
+    # p1 (truth 42) are always right and p2 (truth 7) never.
     per_problem = correct_per_problem(grades)
-    assert per_problem["p0"] >= k - 1 and per_problem["p1"] >= k - 1, per_problem
-    assert per_problem["p2"] == 0, per_problem
-    assert all(g["pred"] == "42" for g in grades if g["correct"])
+    assert per_problem == {"p0": k, "p1": k, "p2": 0}, per_problem
+    assert all(g["pred"] == "42" for g in grades)
 
     metrics = json.loads((out / "metrics.json").read_text())["aime_tiny"]
     assert metrics["k"] == k
@@ -74,17 +84,16 @@ def test_offline_engine_end_to_end_then_reuse(export_step: Path, aime_parquet: P
     assert "pass@8" not in metrics  # only j <= k
     info = json.loads((out / "info.json").read_text())
     assert info["global_step"] == 5 and info["settings"]["sampling"]["reasoning_effort"] == "minimal"
+    assert info["settings"]["sampling"]["temperature"] == 0.0
 
-    # Same inputs again: the finished results are reused without loading a model.
-    started = time.monotonic()
-    again = run_evaluate(args, timeout=60)
+    # Same inputs again: the finished results are reused without loading a model (vLLM cannot even be imported).
+    again = run_evaluate(args, timeout=120, env=without_vllm(tmp_path))
     assert again.returncode == 0, again.stderr
     assert "reusing" in again.stdout
-    assert time.monotonic() - started < 30
     assert read_jsonl(out / "grades.jsonl") == grades
 
     # Other settings on the same folder: refused (status 2), the results stay as they were.
-    other = run_evaluate([*args[:-len(CPU_ENGINE)], "--k", "2"], timeout=60)
+    other = run_evaluate([*args[:-len(CPU_ENGINE)], "--k", "2", *CPU_ENGINE], timeout=60)
     assert other.returncode == 2
     assert "--force" in other.stderr
     assert json.loads((out / "metrics.json").read_text())["aime_tiny"] == metrics
@@ -130,7 +139,8 @@ def test_openai_server_client_with_retries_while_server_starts(tiny_model_dir: P
         # retries carry it over the start-up.
         result = run_evaluate(["--server", f"http://127.0.0.1:{port}", "--served-model", "tiny",
                                "--data", str(aime_parquet), "--k", "3", "--max-tokens", "16", "--out", str(out),
-                               "--reasoning-effort", "high", "--max-attempts", "8", "--request-timeout", "60"],
+                               "--reasoning-effort", "high", "--temperature", "0", "--max-attempts", "8",
+                               "--request-timeout", "60"],
                               timeout=300)
         assert result.returncode == 0, result.stderr[-3000:] + (tmp_path / "server.log").read_text()[-3000:]
     finally:
@@ -141,5 +151,37 @@ def test_openai_server_client_with_retries_while_server_starts(tiny_model_dir: P
     assert len(grades) == 9
     # Reasoning effort "high" went through the server's chat template: now p2 (truth 7) is the right one.
     per_problem = correct_per_problem(grades)
-    assert per_problem["p2"] >= 2 and per_problem["p0"] == 0 and per_problem["p1"] == 0, per_problem
+    assert per_problem == {"p0": 0, "p1": 0, "p2": 3}, per_problem
     assert {g["finish_reason"] for g in grades} <= {"stop", "length"}
+
+
+def test_sampling_settings_reach_the_engine(export_step: Path, aime_parquet: Path, tmp_path: Path):
+    """What is certain about sampling: with top-p this small only the most likely token survives, so at temperature
+    1.0 every sample equals the greedy reply (top-p reached vLLM); at a very high temperature with top-p 1.0 the k
+    samples of a problem are not all the same (temperature reached vLLM: for a 512-token vocabulary, k equal
+    12-token draws have a probability far below 1e-20); max tokens bounds every reply."""
+    k = 4
+    narrow = run_evaluate(["--checkpoint", str(export_step), "--data", str(aime_parquet), "--k", str(k),
+                           "--max-tokens", "12", "--temperature", "1.0", "--top-p", "1e-6", "--out",
+                           str(tmp_path / "narrow"), *CPU_ENGINE])
+    assert narrow.returncode == 0, narrow.stderr[-3000:]
+    responses = read_jsonl(tmp_path / "narrow" / "responses.jsonl")
+    by_problem: dict[str, set[str]] = {}
+    for row in responses:
+        by_problem.setdefault(row["problem_id"], set()).add(row["response"])
+    assert all(len(texts) == 1 for texts in by_problem.values()), by_problem
+    assert correct_per_problem(read_jsonl(tmp_path / "narrow" / "grades.jsonl")) == {"p0": k, "p1": k, "p2": 0}
+
+    hot = run_evaluate(["--checkpoint", str(export_step), "--data", str(aime_parquet), "--k", str(k),
+                        "--max-tokens", "12", "--temperature", "50", "--top-p", "1.0", "--out", str(tmp_path / "hot"),
+                        *CPU_ENGINE])
+    assert hot.returncode == 0, hot.stderr[-3000:]
+    responses = read_jsonl(tmp_path / "hot" / "responses.jsonl")
+    assert len(responses) == len(GROUND_TRUTHS) * k
+    assert all(r["response_tokens"] <= 12 for r in responses)
+    by_problem = {}
+    for row in responses:
+        by_problem.setdefault(row["problem_id"], []).append(row["response"])
+    assert all(len(set(texts)) > 1 for texts in by_problem.values()), by_problem
+    info = json.loads((tmp_path / "hot" / "info.json").read_text())
+    assert info["settings"]["sampling"]["temperature"] == 50.0 and info["settings"]["sampling"]["top_p"] == 1.0

@@ -40,7 +40,8 @@ def build_tiny_model(
     """Write a tiny Llama (hidden 128, 2 heads, 2 layers) and its tokenizer to `out_dir`; returns the path.
 
     With `taught_answers` ({reasoning_effort: answer}), the random model is first trained for a few seconds to
-    reply "Answer: <answer>" to `taught_prompts` rendered through the chat template with that reasoning effort,
+    reply "Answer: <answer>" to `taught_prompts` rendered through the chat template with that reasoning effort
+    (until each reply's probability is measured >= TAUGHT_REPLY_MIN_PROBABILITY),
     so a test can tell correct from wrong grading end to end (a purely random model never writes an answer
     line) and can see the reasoning effort reach the template.
     """
@@ -89,13 +90,23 @@ def build_tiny_model(
     )
     model = LlamaForCausalLM(config)
     if taught_answers:
+        # Deterministic on CPU: fixed seed, fixed order, measured until certain.
         _teach(model, tokenizer, taught_answers, taught_prompts or TRAINING_TEXT[:3])
     model.save_pretrained(out, safe_serialization=True)
     return out
 
 
-def _teach(model, tokenizer, answers: dict[str, str], prompts: list[str], steps: int = 300) -> None:
-    """A few seconds of supervised training on "<effort, prompt> -> Answer: <answer></s>"."""
+# Each taught reply must have at least this probability, measured as the product of its token probabilities
+# (teacher forcing): at temperature 1.0 a sample then differs from it at most once in a thousand draws, and greedy
+# decoding writes it for certain.
+TAUGHT_REPLY_MIN_PROBABILITY = 0.999
+
+
+def _teach(model, tokenizer, answers: dict[str, str], prompts: list[str], *, check_every: int = 50,
+           max_steps: int = 3000) -> float:
+    """Supervised training on "<effort, prompt> -> Answer: <answer></s>" until every taught reply has probability
+    >= TAUGHT_REPLY_MIN_PROBABILITY; returns the lowest reply probability reached. Raises if it is not reached
+    within max_steps, so a test never runs on a model that only sometimes says what it was taught."""
     import torch
 
     sequences = []
@@ -113,15 +124,36 @@ def _teach(model, tokenizer, answers: dict[str, str], prompts: list[str], steps:
             labels = ids.clone()
             labels[0, : len(prompt_ids)] = -100  # learn the reply, not the prompt
             sequences.append((ids, labels))
+
+    def lowest_reply_probability() -> float:
+        model.eval()
+        with torch.no_grad():
+            # loss is the mean negative log-likelihood over the reply's tokens: times their count, the whole reply's.
+            return min(
+                float(torch.exp(-model(input_ids=ids, labels=labels).loss * int((labels[0, 1:] != -100).sum())))
+                for ids, labels in sequences
+            )
+
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
-    model.train()
-    for step in range(steps):
+    lowest = 0.0
+    for step in range(max_steps):
+        if step % check_every == 0:
+            lowest = lowest_reply_probability()
+            if lowest >= TAUGHT_REPLY_MIN_PROBABILITY:
+                break
+        model.train()
         ids, labels = sequences[step % len(sequences)]
         loss = model(input_ids=ids, labels=labels).loss
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
+    else:
+        lowest = lowest_reply_probability()
     model.eval()
+    if lowest < TAUGHT_REPLY_MIN_PROBABILITY:
+        raise RuntimeError(f"tiny model: a taught reply has probability {lowest:.4f} after {max_steps} steps, "
+                           f"below {TAUGHT_REPLY_MIN_PROBABILITY}")
+    return lowest
 
 
 def build_lora_adapter(out_dir: str | Path, base_model_dir: str | Path, *, rank: int = 8, scale: float = 1.0,

@@ -3,9 +3,11 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -39,13 +41,24 @@ def test_missing_packages_are_named_by_their_debian_package(tmp_path):
 
 def test_refuses_to_run_without_root_with_a_clear_message():
     if os.geteuid() == 0:
-        # Drop to an unprivileged user for this one call; the system Python, as the venv may sit under /root.
-        proc = subprocess.run(["/usr/bin/python3", str(TOOL), "up"], capture_output=True, text=True, timeout=60,
-                              user="nobody", group="nogroup", extra_groups=[], cwd="/", stdin=subprocess.DEVNULL)
+        # Drop to an unprivileged user for this one call. The checkout may live where that user cannot read
+        # (/root/...), so the tool runs from a world-readable copy; the system Python, as the venv may sit there too.
+        readable = Path(tempfile.mkdtemp(prefix="sandbox-tool-", dir="/var/tmp"))
+        try:
+            readable.chmod(0o755)
+            copy = readable / TOOL.name
+            shutil.copyfile(TOOL, copy)
+            copy.chmod(0o644)
+            proc = subprocess.run(["/usr/bin/python3", str(copy), "up"], capture_output=True, text=True,
+                                  timeout=60, user="nobody", group="nogroup", extra_groups=[], cwd="/",
+                                  stdin=subprocess.DEVNULL)
+        finally:
+            shutil.rmtree(readable, ignore_errors=True)
     else:
         proc = sandbox("up")
     assert proc.returncode == 2, proc
     assert "must run as root" in proc.stderr
+    assert "Permission denied" not in proc.stderr  # the tool itself ran and refused, not the interpreter
 
 
 @pytest.mark.sandbox
