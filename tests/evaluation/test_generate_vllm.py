@@ -2,7 +2,8 @@
 
 The tiny model was taught to answer 42 under reasoning effort "minimal" and 7 under "high" (see conftest) until each
 taught reply's probability was measured above 0.999, and the tests that rely on the taught answers decode greedily
-(temperature 0), so the verdicts per problem are certain, not sampling luck. The metrics are checked against the
+(top-p 1e-6 keeps only the most likely token; vLLM refuses temperature 0 with more than one sample per prompt), so
+the verdicts per problem are certain, not sampling luck. The metrics are checked against the
 grades of the responses vLLM actually produced. One test shows that sampling settings reach vLLM, asserting only what
 is certain.
 """
@@ -23,6 +24,8 @@ from aime_files import GROUND_TRUTHS
 pytestmark = pytest.mark.vllm
 
 # Small engine for a shared 2-core machine: float32 weights, a KV cache of ~1 GiB, no graph capture.
+# Greedy decoding with several samples per prompt: only the most likely token survives top-p this small.
+GREEDY = ["--top-p", "1e-6"]
 CPU_ENGINE = ["--dtype", "float32", "--gpu-memory-utilization", "0.05", "--enforce-eager", "--max-prompt-tokens", "256"]
 
 
@@ -57,7 +60,7 @@ def correct_per_problem(grades: list[dict]) -> dict[str, int]:
 def test_offline_engine_end_to_end_then_reuse(export_step: Path, aime_parquet: Path, tmp_path: Path):
     k = 4
     args = ["--checkpoint", str(export_step), "--data", str(aime_parquet), "--k", str(k), "--max-tokens", "16",
-            "--temperature", "0", *CPU_ENGINE]
+            *GREEDY, *CPU_ENGINE]
     result = run_evaluate(args)
     assert result.returncode == 0, result.stderr[-3000:]
 
@@ -76,6 +79,8 @@ def test_offline_engine_end_to_end_then_reuse(export_step: Path, aime_parquet: P
     per_problem = correct_per_problem(grades)
     assert per_problem == {"p0": k, "p1": k, "p2": 0}, per_problem
     assert all(g["pred"] == "42" for g in grades)
+    # Greedy: the k samples of a problem are one and the same reply (top-p reached vLLM).
+    assert all(len({r["response"] for r in responses if r["problem_id"] == pid}) == 1 for pid in per_problem)
 
     metrics = json.loads((out / "metrics.json").read_text())["aime_tiny"]
     assert metrics["k"] == k
@@ -84,7 +89,7 @@ def test_offline_engine_end_to_end_then_reuse(export_step: Path, aime_parquet: P
     assert "pass@8" not in metrics  # only j <= k
     info = json.loads((out / "info.json").read_text())
     assert info["global_step"] == 5 and info["settings"]["sampling"]["reasoning_effort"] == "minimal"
-    assert info["settings"]["sampling"]["temperature"] == 0.0
+    assert info["settings"]["sampling"]["top_p"] == pytest.approx(1e-6)
 
     # Same inputs again: the finished results are reused without loading a model (vLLM cannot even be imported).
     again = run_evaluate(args, timeout=120, env=without_vllm(tmp_path))
@@ -139,7 +144,7 @@ def test_openai_server_client_with_retries_while_server_starts(tiny_model_dir: P
         # retries carry it over the start-up.
         result = run_evaluate(["--server", f"http://127.0.0.1:{port}", "--served-model", "tiny",
                                "--data", str(aime_parquet), "--k", "3", "--max-tokens", "16", "--out", str(out),
-                               "--reasoning-effort", "high", "--temperature", "0", "--max-attempts", "8",
+                               "--reasoning-effort", "high", *GREEDY, "--max-attempts", "8",
                                "--request-timeout", "60"],
                               timeout=300)
         assert result.returncode == 0, result.stderr[-3000:] + (tmp_path / "server.log").read_text()[-3000:]
@@ -156,22 +161,10 @@ def test_openai_server_client_with_retries_while_server_starts(tiny_model_dir: P
 
 
 def test_sampling_settings_reach_the_engine(export_step: Path, aime_parquet: Path, tmp_path: Path):
-    """What is certain about sampling: with top-p this small only the most likely token survives, so at temperature
-    1.0 every sample equals the greedy reply (top-p reached vLLM); at a very high temperature with top-p 1.0 the k
-    samples of a problem are not all the same (temperature reached vLLM: for a 512-token vocabulary, k equal
-    12-token draws have a probability far below 1e-20); max tokens bounds every reply."""
+    """What is certain about sampling (the greedy test above shows top-p arriving): at a very high temperature with
+    top-p 1.0 the k samples of a problem are not all the same (k equal 12-token draws from a near-uniform 512-token
+    vocabulary have a probability far below 1e-20), and max tokens bounds every reply."""
     k = 4
-    narrow = run_evaluate(["--checkpoint", str(export_step), "--data", str(aime_parquet), "--k", str(k),
-                           "--max-tokens", "12", "--temperature", "1.0", "--top-p", "1e-6", "--out",
-                           str(tmp_path / "narrow"), *CPU_ENGINE])
-    assert narrow.returncode == 0, narrow.stderr[-3000:]
-    responses = read_jsonl(tmp_path / "narrow" / "responses.jsonl")
-    by_problem: dict[str, set[str]] = {}
-    for row in responses:
-        by_problem.setdefault(row["problem_id"], set()).add(row["response"])
-    assert all(len(texts) == 1 for texts in by_problem.values()), by_problem
-    assert correct_per_problem(read_jsonl(tmp_path / "narrow" / "grades.jsonl")) == {"p0": k, "p1": k, "p2": 0}
-
     hot = run_evaluate(["--checkpoint", str(export_step), "--data", str(aime_parquet), "--k", str(k),
                         "--max-tokens", "12", "--temperature", "50", "--top-p", "1.0", "--out", str(tmp_path / "hot"),
                         *CPU_ENGINE])
@@ -179,7 +172,7 @@ def test_sampling_settings_reach_the_engine(export_step: Path, aime_parquet: Pat
     responses = read_jsonl(tmp_path / "hot" / "responses.jsonl")
     assert len(responses) == len(GROUND_TRUTHS) * k
     assert all(r["response_tokens"] <= 12 for r in responses)
-    by_problem = {}
+    by_problem: dict[str, list[str]] = {}
     for row in responses:
         by_problem.setdefault(row["problem_id"], []).append(row["response"])
     assert all(len(set(texts)) > 1 for texts in by_problem.values()), by_problem
