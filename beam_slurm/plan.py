@@ -133,7 +133,7 @@ def main(argv: list[str]) -> int:
     from beam_slurm.skyrl.command import skyrl_launch
 
     try:
-        cfg = load_config(overrides)
+        cfg = load_config(overrides, check_paths=True)  # on this (the submit) host: model, SkyRL, data
     except ConfigError as exc:
         exc.report()
         return exc.exit_code

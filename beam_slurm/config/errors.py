@@ -1,24 +1,42 @@
-"""Configuration errors that name the setting, the value and the fix."""
+"""Configuration errors that name the setting, the value and the fix: the one problem type of the whole package."""
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from dataclasses import dataclass
+from typing import Mapping
 
 
 @dataclass(frozen=True)
 class ConfigProblem:
-    """One bad setting."""
+    """One bad setting: `key=value: fix`, or `key: problem; fix: fix` when the value alone does not say what is wrong."""
 
     key: str
-    """Dotted key, e.g. `megatron.tensor_parallel`."""
-    value: object
-    """The value that was given (or derived)."""
-    fix: str
+    """Dotted key, e.g. `megatron.tensor_parallel` or `container.mounts[1]`."""
+    value: object = None
+    """The value that was given (or derived); as the user typed it when it never became a typed value."""
+    fix: str = ""
     """What to do about it, in one sentence."""
+    problem: str | None = None
+    """What is wrong, quoting the offending value, when that needs more than the value itself."""
+    env: str | None = None
+    """The environment variable the value came from (e.g. CKPT_INTERVAL for checkpoint.interval), if it did."""
+
+    @property
+    def label(self) -> str:
+        """The key, with the environment variable the value came from: `checkpoint.interval (from CKPT_INTERVAL)`."""
+        return f"{self.key} (from {self.env})" if self.env else self.key
+
+    def from_env(self, sources: Mapping[str, str]) -> "ConfigProblem":
+        """This problem, naming the environment variable its key was read from (`sources`: key -> variable)."""
+        env = self.env or sources.get(self.key)
+        return dataclasses.replace(self, env=env) if env != self.env else self
 
     def __str__(self) -> str:
-        return f"{self.key}={self.value!r}: {self.fix}"
+        if self.problem is not None:
+            return f"{self.label}: {self.problem}; fix: {self.fix}"
+        return f"{self.label}={self.value!r}: {self.fix}"
 
 
 class ConfigError(Exception):
@@ -30,9 +48,11 @@ class ConfigError(Exception):
         self.problems = list(problems)
         super().__init__("\n".join(str(p) for p in self.problems))
 
-    def report(self, stream=None) -> None:
+    def report(self, stream=None, verb: str | None = None) -> None:
+        """Print every problem; `verb` names the command in the prefix (`beam-slurm plan: ...`)."""
         stream = stream or sys.stderr
         n = len(self.problems)
-        print(f"beam-slurm: invalid configuration ({n} problem{'s' if n != 1 else ''}); nothing was submitted", file=stream)
+        prefix = f"beam-slurm {verb}" if verb else "beam-slurm"
+        print(f"{prefix}: invalid configuration ({n} problem{'s' if n != 1 else ''}); nothing was submitted", file=stream)
         for p in self.problems:
             print(f"  - {p}", file=stream)

@@ -6,6 +6,7 @@ Hydra's compose API is used (not `@hydra.main`) so every verb can load the same 
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import fields, is_dataclass
 from pathlib import Path
 
@@ -14,7 +15,7 @@ from beam_slurm.config.errors import ConfigError, ConfigProblem
 
 
 def compose(overrides: list[str], *, config_dir: Path = CONF_DIR):
-    """Return the composed (untyped) DictConfig for `overrides`; bad override syntax -> ConfigError."""
+    """Return the composed (untyped) DictConfig for `overrides`; a bad override -> ConfigError naming it."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
     from hydra.errors import ConfigCompositionException, MissingConfigException, OverrideParseException
@@ -24,7 +25,7 @@ def compose(overrides: list[str], *, config_dir: Path = CONF_DIR):
         with initialize_config_dir(config_dir=str(config_dir), version_base="1.3", job_name="beam-slurm"):
             return hydra_compose(config_name="config", overrides=list(overrides))
     except MissingConfigException as exc:
-        raise ConfigError([_missing_group_problem(exc, config_dir)]) from None
+        raise ConfigError([_missing_group_problem(exc, overrides, config_dir)]) from None
     except (ConfigCompositionException, OverrideParseException) as exc:
         raise ConfigError([_override_problem(exc, overrides)]) from None
 
@@ -38,27 +39,41 @@ def _register_schema() -> None:
     ConfigStore.instance().store(name="beam_schema", node=BeamConfig)
 
 
-def load_config(overrides: list[str] | None = None, *, validate: bool = True, environ=None):
-    """Compose, type-check and (by default) validate the recipe. Raises ConfigError listing every problem."""
+def load_config(overrides: list[str] | None = None, *, validate: bool = True, check_paths: bool = False, environ=None):
+    """Compose, type-check and (by default) validate the recipe. Raises ConfigError listing every problem.
+
+    `check_paths=True` also checks, on this host, the paths the job will read (`validation.path_problems`): what
+    `plan` and `submit` do on the submit host, unless cluster.check_paths_on_submit=false.
+    """
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
     from beam_slurm.config.schema import BeamConfig
 
+    environ = os.environ if environ is None else environ
     cfg = compose(list(overrides or []))
+    raw = OmegaConf.to_container(cfg, resolve=False)
+    sources = _env_sources(raw, environ)
+    bad_env = _env_value_problems(sources, environ)
+    if bad_env:
+        raise ConfigError(bad_env)
     try:
         typed = OmegaConf.merge(OmegaConf.structured(BeamConfig), cfg)
         obj: BeamConfig = OmegaConf.to_object(typed)  # type: ignore[assignment]
     except OmegaConfBaseException as exc:
-        key = getattr(exc, "full_key", None) or "config"
-        msg = str(exc).splitlines()[0]
-        raise ConfigError([ConfigProblem(key, _value_of(cfg, key), f"{msg}; see beam_slurm/config/schema.py")]) from None
-    fill_defaults(obj, environ=os.environ if environ is None else environ)
+        raise ConfigError([_value_problem(exc, raw)]) from None
+    obj._env_sources = sources  # read back by env_sources(); not a dataclass field, so never part of the recipe
+    fill_defaults(obj, environ=environ)
     if validate:
         from beam_slurm.config.validation import validate_config
 
-        validate_config(obj)
+        validate_config(obj, check_paths=check_paths)
     return obj
+
+
+def env_sources(cfg) -> dict[str, str]:
+    """Keys of a loaded recipe whose value came from an environment variable: key -> variable name."""
+    return dict(getattr(cfg, "_env_sources", None) or {})
 
 
 def fill_defaults(cfg, *, environ) -> None:
@@ -100,23 +115,148 @@ def valid_keys(section: str = "") -> list[str]:
     return [f.name for f in fields(node)]
 
 
-def _value_of(cfg, key: str):
-    from omegaconf import OmegaConf
+_ENV_REF = re.compile(r"^\$\{oc\.env:([A-Za-z_][A-Za-z0-9_]*)(?:,.*)?\}$", re.S)
 
-    try:
-        return OmegaConf.select(cfg, key, throw_on_resolution_failure=False)
-    except Exception:  # the value itself may be what failed to resolve
-        return None
+
+def _leaves(node, prefix: str = ""):
+    """(dotted key, raw value) of every leaf of a plain container."""
+    if isinstance(node, dict):
+        for name, value in node.items():
+            yield from _leaves(value, f"{prefix}.{name}" if prefix else str(name))
+    else:
+        yield prefix, node
+
+
+def _env_sources(raw: dict, environ) -> dict[str, str]:
+    """key -> variable for every value conf/ reads with `${oc.env:NAME,default}` while NAME is set."""
+    found = {}
+    for key, value in _leaves(raw):
+        match = _ENV_REF.match(value) if isinstance(value, str) else None
+        if match and match.group(1) in environ:
+            found[key] = match.group(1)
+    return found
+
+
+def _env_value_problems(sources: dict[str, str], environ) -> list[ConfigProblem]:
+    """Every value read from the environment that does not fit its setting's type, each naming its variable."""
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    from beam_slurm.config.schema import BeamConfig
+
+    probe = OmegaConf.structured(BeamConfig)
+    found = []
+    for key, name in sources.items():
+        text = environ[name]
+        try:
+            # Only the type is probed here: `${` is escaped, as oc.env hands the text over without resolving it.
+            OmegaConf.update(probe, key, text.replace("${", "\\${"), merge=False)
+        except OmegaConfBaseException:
+            found.append(ConfigProblem(key, text, f"expected {describe_type(key)}; fix or unset {name}", env=name))
+    return found
+
+
+def _raw_value(raw: dict, key: str):
+    node = raw
+    for part in re.split(r"\.|\[(\d+)\]", key):
+        if not part:
+            continue
+        try:
+            node = node[int(part)] if isinstance(node, list) else node[part]
+        except (KeyError, IndexError, TypeError, ValueError):
+            return None
+    return node
+
+
+def _value_problem(exc: Exception, raw: dict) -> ConfigProblem:
+    """A value that does not fit the schema, said in our words (the underlying library's text stays out)."""
+    from omegaconf.errors import GrammarParseError, InterpolationResolutionError
+
+    key = str(getattr(exc, "full_key", "") or "")
+    value = _raw_value(raw, key) if key else None
+    if isinstance(exc, (InterpolationResolutionError, GrammarParseError)) or (isinstance(value, str) and "${" in value):
+        return ConfigProblem(key or "config", value, "'${' starts a reference to another setting and this one does not "
+                             "resolve; for a literal '${' write '\\${' (in the shell: key='...\\${...}')")
+    if not key:
+        return ConfigProblem("config", None, "a value does not fit its setting; see beam_slurm/config/schema.py")
+    return ConfigProblem(key, value, f"expected {describe_type(key)}")
+
+
+def describe_type(key: str) -> str:
+    """The schema type of dotted `key`, in words (`a whole number`, `true or false`, ...)."""
+    import typing
+
+    from beam_slurm.config.schema import BeamConfig
+
+    node: object = BeamConfig
+    for part in filter(None, re.split(r"\.|\[\d+\]", key)):
+        origin = typing.get_origin(node)
+        if is_dataclass(node):
+            hints = typing.get_type_hints(node)
+            if part not in hints:
+                return "a value of the type beam_slurm/config/schema.py gives"
+            node = hints[part]
+        elif origin is dict:
+            node = typing.get_args(node)[1]
+        elif origin is list:
+            node = typing.get_args(node)[0]
+        node = _without_none(node)[0]
+    return _type_words(node, key)
+
+
+def _without_none(hint) -> tuple[object, bool]:
+    import typing
+
+    args = typing.get_args(hint)
+    if typing.get_origin(hint) is typing.Union and type(None) in args:
+        rest = [a for a in args if a is not type(None)]
+        return (rest[0] if len(rest) == 1 else hint), True
+    return hint, False
+
+
+def _type_words(hint, key: str) -> str:
+    import typing
+
+    base, optional = _without_none(hint)
+    origin = typing.get_origin(base)
+    if is_dataclass(base):
+        words = f"a section: set its keys one by one, e.g. {key}.{fields(base)[0].name}=..."
+    elif origin is list or base is list:
+        words = "a list, e.g. ['a','b']"
+    elif origin is dict or base is dict:
+        words = "a mapping, e.g. {NAME: value}"
+    else:
+        words = {bool: "true or false", int: "a whole number", float: "a number", str: "text"}.get(base, str(base))
+    return f"{words} (or null for empty)" if optional else words
+
+
+def _unparsable(overrides: list[str]) -> str | None:
+    """The first override Hydra's grammar cannot read, if any."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import OverrideParseException
+
+    parser = OverridesParser.create()
+    for override in overrides:
+        try:
+            parser.parse_overrides([override])
+        except OverrideParseException:
+            return override
+    return None
 
 
 def _override_problem(exc: Exception, overrides: list[str]) -> ConfigProblem:
+    bad = _unparsable(overrides)
+    if bad is not None:
+        key, _, value = bad.partition("=")
+        return ConfigProblem(key.lstrip("+~") or bad, value or None,
+                             "cannot parse this override; quote the value (key='...') or avoid spaces and ;")
     text = str(exc)
-    first_line = text.splitlines()[0] if text else type(exc).__name__
     # The override Hydra complains about: its full text first, else its key, quoted or bare.
     culprit = next((ov for ov in overrides if ov in text), None)
     culprit = culprit or next((ov for ov in overrides if ov.split("=", 1)[0].lstrip("+~") in text), None)
     if culprit is None:
-        return ConfigProblem("overrides", " ".join(overrides), f"{first_line}; use key=value with keys from beam_slurm/config/schema.py")
+        return ConfigProblem("overrides", " ".join(overrides),
+                             "cannot apply these overrides; use key=value with keys from beam_slurm/config/schema.py")
     key = culprit.split("=", 1)[0].lstrip("+~")
     value = culprit.split("=", 1)[1] if "=" in culprit else None
     section = key.rsplit(".", 1)[0] if "." in key else ""
@@ -124,11 +264,16 @@ def _override_problem(exc: Exception, overrides: list[str]) -> ConfigProblem:
     keys = valid_keys(section)
     if keys and name not in keys:
         return ConfigProblem(key, value, f"unknown key; valid keys{' in ' + section if section else ''}: {', '.join(keys)}")
-    if "LexerNoViableAlt" in text or "mismatched input" in text or "extraneous input" in text:
-        return ConfigProblem(key, value, "cannot parse this override; quote the value (key='...') or avoid spaces and ;")
-    return ConfigProblem(key, value, f"{first_line}; see the field's type in beam_slurm/config/schema.py")
+    if not keys and section and not valid_keys(section.rsplit(".", 1)[0] if "." in section else ""):
+        return ConfigProblem(key, value, "unknown key; see the keys in beam_slurm/config/schema.py")
+    return ConfigProblem(key, value, f"expected {describe_type(key)}")
 
 
-def _missing_group_problem(exc: Exception, config_dir: Path) -> ConfigProblem:
-    recipes = sorted(p.stem for p in (config_dir / "recipe").glob("*.yaml"))
-    return ConfigProblem("recipe", None, f"{str(exc).splitlines()[0]}; choose one of: {', '.join(recipes)}")
+def _missing_group_problem(exc: Exception, overrides: list[str], config_dir: Path) -> ConfigProblem:
+    """An unknown recipe (or other config group option), by the name the user gave."""
+    match = re.search(r"Could not find '([^'/]+)/([^']+)'", str(exc))
+    group, name = (match.group(1), match.group(2)) if match else ("recipe", None)
+    given = [ov.split("=", 1)[1] for ov in overrides if ov.split("=", 1)[0].lstrip("+") == group and "=" in ov]
+    options = sorted(p.stem for p in (config_dir / group).glob("*.yaml"))
+    what = "recipe" if group == "recipe" else f"{group} option"
+    return ConfigProblem(group, given[-1] if given else name, f"unknown {what}; choose one of: {', '.join(options)}")

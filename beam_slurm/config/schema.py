@@ -48,6 +48,10 @@ class ClusterConfig:
     """Stop requeuing after this many restarts (SLURM_RESTART_COUNT) so a crash loop cannot burn the allocation."""
     extra_sbatch_args: list[str] = field(default_factory=list)
     """Extra `sbatch` options passed through verbatim as separate arguments (e.g. `--constraint=b200`)."""
+    check_paths_on_submit: bool = True
+    """`plan` and `submit` check on the submit host that the paths the job will read exist (model, SkyRL checkout,
+    data files); set false where login nodes do not mount the compute storage (the job's preflight still checks
+    them on every node)."""
 
 
 @dataclass

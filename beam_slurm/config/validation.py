@@ -7,7 +7,12 @@ after an allocation of 64 GPUs came up.
 
 from __future__ import annotations
 
+import dataclasses
+import os
 import re
+import socket
+from pathlib import Path
+from typing import Collection
 
 from beam_slurm.config.errors import ConfigError, ConfigProblem
 
@@ -201,14 +206,90 @@ def problems(cfg) -> list[ConfigProblem]:
 
     from beam_slurm.containers.runtime import validate as container_problems
 
-    for p in container_problems(cfg.container):  # their problem text stands in for the value
-        out.append(ConfigProblem(p.key, getattr(p, "value", None) or getattr(p, "problem", None), p.fix))
+    out.extend(container_problems(cfg.container))
     out.extend(cfg.ray.problems())
-    return out
+    out.extend(skyrl_value_problems(cfg))
+    from beam_slurm.config.load import env_sources
+
+    sources = env_sources(cfg)
+    return [problem.from_env(sources) for problem in out]
 
 
-def validate_config(cfg) -> None:
-    """Raise ConfigError (exit status 2) listing every problem of `cfg`."""
-    found = problems(cfg)
+def skyrl_value_problems(cfg) -> list[ConfigProblem]:
+    """Settings whose text SkyRL's command-line parser would not read back exactly, even escaped (none known)."""
+    from beam_slurm.skyrl.command import reads_back
+
+    return [ConfigProblem(key, value, "SkyRL's command-line parser would not read this text back as given; "
+                          "use a plain value") for key, value in _text_settings(cfg) if not reads_back(value)]
+
+
+def _text_settings(node, prefix: str = ""):
+    """(dotted key, text) of every text setting of a typed config, list items included."""
+    for f in dataclasses.fields(node):
+        value, key = getattr(node, f.name), f"{prefix}{f.name}"
+        if dataclasses.is_dataclass(value):
+            yield from _text_settings(value, key + ".")
+        elif isinstance(value, str):
+            yield key, value
+        elif isinstance(value, list):
+            yield from ((f"{key}[{i}]", v) for i, v in enumerate(value) if isinstance(v, str))
+
+
+def path_problems(cfg, *, produced: Collection[str] = ()) -> list[ConfigProblem]:
+    """Paths the job will read that are missing or unreadable on this host (the submit host for `plan`/`submit`).
+
+    The model, the SkyRL checkout (skyrl backend), the training and evaluation parquet files (unless `produced`
+    holds "data": an earlier stage of the same submission writes them) and a from_path resume checkpoint.
+    Nothing when cluster.check_paths_on_submit is false.
+    """
+    if not cfg.cluster.check_paths_on_submit:
+        return []
+    from beam_slurm.skyrl.command import DAPO_MODULE
+
+    out: list[ConfigProblem] = []
+    host = socket.gethostname()
+    escape = ("; where login nodes do not mount the compute storage set cluster.check_paths_on_submit=false "
+              "(the job's preflight checks every node)")
+
+    def check(key: str, path: str | None, kind: str, fix: str) -> None:
+        if not path or not path.startswith("/"):
+            return  # missing or relative: problems() already names it
+        target = Path(path)
+        if not target.exists():
+            out.append(ConfigProblem(key, path, f"does not exist on {host}; {fix}{escape}"))
+        elif kind == "dir" and not target.is_dir():
+            out.append(ConfigProblem(key, path, f"is not a directory; {fix}"))
+        elif kind == "file" and not target.is_file():
+            out.append(ConfigProblem(key, path, f"is not a file; {fix}"))
+        elif not os.access(target, os.R_OK | (os.X_OK if target.is_dir() else 0)):
+            out.append(ConfigProblem(key, path, f"is not readable by uid {os.getuid()}; fix its permissions"))
+
+    p = cfg.paths
+    check("paths.model_path", p.model_path, "dir", "give the Beam checkpoint directory (env MODEL_PATH)")
+    if cfg.trainer.backend == "skyrl":
+        check("paths.skyrl_dir", p.skyrl_dir, "dir", "clone SkyRL's beam-release branch there (env SKYRL_DIR)")
+        if p.skyrl_dir and Path(p.skyrl_dir).is_dir():
+            module = DAPO_MODULE.replace(".", "/") + ".py"
+            if not (Path(p.skyrl_dir) / module).is_file():
+                out.append(ConfigProblem("paths.skyrl_dir", p.skyrl_dir, f"is not a SkyRL checkout (no {module}); "
+                                         "clone SkyRL's beam-release branch there (env SKYRL_DIR)"))
+    if "data" not in produced and p.data_dir:
+        if not Path(p.data_dir).is_dir():
+            check("paths.data_dir", p.data_dir, "dir", "run `beam-slurm prepare-data` (env DATA_DIR)")
+        else:
+            for key, name in [("paths.train_file", p.train_file)] + [("paths.eval_files", f) for f in p.eval_files]:
+                check(key, str(Path(p.data_dir, name)), "file",
+                      "run `beam-slurm prepare-data` into paths.data_dir, or submit with the data stage")
+    if cfg.checkpoint.resume_mode == "from_path":
+        check("checkpoint.resume_path", cfg.checkpoint.resume_path, "dir", "give an existing global_step_N folder")
+    from beam_slurm.config.load import env_sources
+
+    sources = env_sources(cfg)
+    return [problem.from_env(sources) for problem in out]
+
+
+def validate_config(cfg, *, check_paths: bool = False) -> None:
+    """Raise ConfigError (exit status 2) listing every problem of `cfg`; `check_paths` adds `path_problems`."""
+    found = problems(cfg) + (path_problems(cfg) if check_paths else [])
     if found:
         raise ConfigError(found)

@@ -20,10 +20,10 @@ import subprocess
 from pathlib import Path
 from typing import Mapping, Sequence
 
+from beam_slurm.config.errors import ConfigProblem
 from beam_slurm.containers.settings import (
     ROOT_FILESYSTEM_MODES,
     RUNTIMES,
-    ConfigProblem,
     ContainerSettings,
     Mount,
     parse_mount,
@@ -178,17 +178,17 @@ def container_environment(settings: ContainerSettings, environ: Mapping[str, str
 def _path_problems(key: str, path: str, what: str) -> list[ConfigProblem]:
     problems = []
     if not path.startswith("/"):
-        problems.append(ConfigProblem(key, f"{what} {path!r} is not an absolute path", "give the full path, starting with /"))
+        problems.append(ConfigProblem(key, problem=f"{what} {path!r} is not an absolute path", fix="give the full path, starting with /"))
     if "," in path:
         problems.append(
-            ConfigProblem(key, f"{what} {path!r} contains ',', which the runtimes use to separate mounts", "use a path without commas (a symlink works)")
+            ConfigProblem(key, problem=f"{what} {path!r} contains ',', which the runtimes use to separate mounts", fix="use a path without commas (a symlink works)")
         )
     if ":" in path:
         problems.append(
-            ConfigProblem(key, f"{what} {path!r} contains ':', which separates host, container path and options", "use a path without colons (a symlink works)")
+            ConfigProblem(key, problem=f"{what} {path!r} contains ':', which separates host, container path and options", fix="use a path without colons (a symlink works)")
         )
     if any(c in path for c in "\n\r\0"):
-        problems.append(ConfigProblem(key, f"{what} {path!r} contains a control character", "use a plain path"))
+        problems.append(ConfigProblem(key, problem=f"{what} {path!r} contains a control character", fix="use a plain path"))
     return problems
 
 
@@ -198,8 +198,8 @@ def _image_problems(settings: ContainerSettings) -> list[ConfigProblem]:
         return [
             ConfigProblem(
                 "container.image",
-                f"runtime {runtime!r} needs an image",
-                "set container.image=<registry reference> (then run `beam-slurm pull-container`) or the path of a "
+                problem=f"runtime {runtime!r} needs an image",
+                fix="set container.image=<registry reference> (then run `beam-slurm pull-container`) or the path of a "
                 f"{' or '.join(LOCAL_IMAGE_SUFFIXES[runtime])} file, or container.runtime=none",
             )
         ]
@@ -209,8 +209,8 @@ def _image_problems(settings: ContainerSettings) -> list[ConfigProblem]:
             problems.append(
                 ConfigProblem(
                     "container.image",
-                    f"{image!r} is not an image file {runtime} can run",
-                    f"give a {' or '.join(LOCAL_IMAGE_SUFFIXES[runtime])} file, or a registry reference",
+                    problem=f"{image!r} is not an image file {runtime} can run",
+                    fix=f"give a {' or '.join(LOCAL_IMAGE_SUFFIXES[runtime])} file, or a registry reference",
                 )
             )
         return problems
@@ -219,8 +219,8 @@ def _image_problems(settings: ContainerSettings) -> list[ConfigProblem]:
         return [
             ConfigProblem(
                 "container.image",
-                "the image reference carries credentials (user@ or user:password@)",
-                "remove them; put registry credentials in ~/.config/enroot/.credentials (enroot) or use "
+                problem="the image reference carries credentials (user@ or user:password@)",
+                fix="remove them; put registry credentials in ~/.config/enroot/.credentials (enroot) or use "
                 "`apptainer registry login` (Apptainer)",
             )
         ]
@@ -228,8 +228,8 @@ def _image_problems(settings: ContainerSettings) -> list[ConfigProblem]:
         return [
             ConfigProblem(
                 "container.image",
-                f"{image!r} is not a registry reference (registry/path:tag or ...@sha256:<64 hex>)",
-                "give e.g. ghcr.io/org/skyrl:beam-release, or an absolute path to a local image file",
+                problem=f"{image!r} is not a registry reference (registry/path:tag or ...@sha256:<64 hex>)",
+                fix="give e.g. ghcr.io/org/skyrl:beam-release, or an absolute path to a local image file",
             )
         ]
     return []
@@ -258,14 +258,14 @@ def validate(
     problems: list[ConfigProblem] = []
     if settings.runtime not in RUNTIMES:
         return [
-            ConfigProblem("container.runtime", f"unknown runtime {settings.runtime!r}", f"use one of {', '.join(RUNTIMES)}")
+            ConfigProblem("container.runtime", problem=f"unknown runtime {settings.runtime!r}", fix=f"use one of {', '.join(RUNTIMES)}")
         ]
     if settings.root_filesystem not in ROOT_FILESYSTEM_MODES:
         problems.append(
             ConfigProblem(
                 "container.root_filesystem",
-                f"unknown mode {settings.root_filesystem!r}",
-                f"use one of {', '.join(ROOT_FILESYSTEM_MODES)}",
+                problem=f"unknown mode {settings.root_filesystem!r}",
+                fix=f"use one of {', '.join(ROOT_FILESYSTEM_MODES)}",
             )
         )
     for i, spec in enumerate(settings.mounts):
@@ -273,7 +273,7 @@ def validate(
         try:
             mount = parse_mount(spec)
         except ValueError as err:
-            problems.append(ConfigProblem(key, str(err), "write host_path:container_path or host_path:container_path:ro"))
+            problems.append(ConfigProblem(key, problem=str(err), fix="write host_path:container_path or host_path:container_path:ro"))
             continue
         problems += _path_problems(key, mount.host_path, "host path")
         problems += _path_problems(key, mount.container_path, "container path")
@@ -286,8 +286,8 @@ def validate(
             problems.append(
                 ConfigProblem(
                     f"container.env_passthrough[{i}]",
-                    f"{name!r} is not an environment variable name",
-                    "list names only (letters, digits, _), never NAME=value",
+                    problem=f"{name!r} is not an environment variable name",
+                    fix="list names only (letters, digits, _), never NAME=value",
                 )
             )
     if settings.workdir:
@@ -297,7 +297,7 @@ def validate(
     if settings.overlay:
         if settings.runtime != "apptainer":
             problems.append(
-                ConfigProblem("container.overlay", f"overlays are an Apptainer feature, runtime is {settings.runtime!r}", "clear container.overlay or use container.runtime=apptainer")
+                ConfigProblem("container.overlay", problem=f"overlays are an Apptainer feature, runtime is {settings.runtime!r}", fix="clear container.overlay or use container.runtime=apptainer")
             )
         problems += _path_problems("container.overlay", settings.overlay, "overlay")
     if settings.runtime == "none":
@@ -306,14 +306,14 @@ def validate(
     if on_cluster:
         if settings.runtime == "pyxis" and not pyxis_available():
             problems.append(
-                ConfigProblem("container.runtime", "srun on this host has no pyxis plugin (no --container-image in `srun --help`)", "run where pyxis is installed, or use container.runtime=apptainer or none")
+                ConfigProblem("container.runtime", problem="srun on this host has no pyxis plugin (no --container-image in `srun --help`)", fix="run where pyxis is installed, or use container.runtime=apptainer or none")
             )
         if settings.runtime == "apptainer" and shutil.which("apptainer") is None:
             problems.append(
-                ConfigProblem("container.runtime", "`apptainer` is not on PATH", "load the Apptainer module (e.g. `module load apptainer`) or use container.runtime=pyxis or none")
+                ConfigProblem("container.runtime", problem="`apptainer` is not on PATH", fix="load the Apptainer module (e.g. `module load apptainer`) or use container.runtime=pyxis or none")
             )
         if settings.image and is_local_image(settings.image) and not os.path.isfile(settings.image):
             problems.append(
-                ConfigProblem("container.image", f"image file {settings.image!r} does not exist on this node", "check the path is on shared storage, or run `beam-slurm pull-container`")
+                ConfigProblem("container.image", problem=f"image file {settings.image!r} does not exist on this node", fix="check the path is on shared storage, or run `beam-slurm pull-container`")
             )
     return problems

@@ -9,23 +9,11 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+# Re-exported for the pull stage, which imports it from here; the class itself is beam_slurm.config.errors'.
+from beam_slurm.config.errors import ConfigProblem  # noqa: F401
+
 RUNTIMES = ("none", "pyxis", "apptainer")
 ROOT_FILESYSTEM_MODES = ("default", "writable", "readonly")
-
-
-@dataclass(frozen=True)
-class ConfigProblem:
-    """One invalid setting: the key, what is wrong with it, and how to fix it."""
-
-    key: str
-    """Dotted config key, e.g. `container.mounts[1]`."""
-    problem: str
-    """What is wrong, quoting the offending value."""
-    fix: str
-    """What to set instead."""
-
-    def __str__(self) -> str:
-        return f"{self.key}: {self.problem}; fix: {self.fix}"
 
 
 @dataclass

@@ -74,9 +74,13 @@ def _fail(problems: list[str]) -> int:
     return 2
 
 
-def build_runs(overrides: list[str], multirun: bool) -> list[RunSpec]:
-    """Load and validate every run (every sweep point); raises ConfigError for a bad override outside a sweep."""
+def build_runs(overrides: list[str], multirun: bool, stages: tuple[str, ...] | list[str] = STAGES) -> list[RunSpec]:
+    """Load and validate every run (every sweep point); raises ConfigError for a bad override outside a sweep.
+
+    With the train stage, the paths training reads are checked on this host (not the data files when the data
+    stage of the same submission writes them), unless cluster.check_paths_on_submit=false."""
     from beam_slurm.config.load import load_config
+    from beam_slurm.config.validation import path_problems
     from beam_slurm.config.validation import problems as config_problems
     from beam_slurm.pipeline.sweep import expand, has_sweep, rename_run, slug
 
@@ -99,6 +103,8 @@ def build_runs(overrides: list[str], multirun: bool) -> list[RunSpec]:
         if combo.choices:
             rename_run(run.cfg, slug(combo.choices), home=home)
         run.problems = config_problems(run.cfg)
+        if "train" in stages:
+            run.problems += path_problems(run.cfg, produced=[s for s in stages if s != "train"])
         runs.append(run)
     seen: dict[str, RunSpec] = {}
     for run in runs:
@@ -254,7 +260,7 @@ def main(argv: list[str]) -> int:
     data_overrides = [o for o in args.overrides if o.split("=", 1)[0].lstrip("+").startswith("data.")]
     overrides = [o for o in args.overrides if o not in data_overrides]
     try:
-        runs = build_runs(overrides, args.multirun)
+        runs = build_runs(overrides, args.multirun, stages)
     except ConfigError as exc:
         exc.report()
         return exc.exit_code

@@ -3,12 +3,14 @@
 Keys follow SkyRL 0.3.0's config dataclasses (`skyrl/train/config/config.py`); the two overlong-penalty keys exist
 only in the DAPO example's config subclass and are listed in DAPO_ONLY_KEYS so the conformance test can check them
 separately. Values are rendered so that OmegaConf's CLI parser reads back exactly what we meant (strings that YAML
-would read as something else are quoted, lists and dicts are JSON, which is YAML flow syntax).
+would read as something else are quoted, lists and dicts are JSON, which is YAML flow syntax, and `${` is escaped
+so a path containing it is not read as a reference).
 """
 
 from __future__ import annotations
 
 import json
+import re
 import shlex
 from dataclasses import dataclass, field
 
@@ -46,7 +48,7 @@ class SkyRLLaunch:
 
 
 def render_value(value) -> str:
-    """Render a Python value so OmegaConf.from_cli parses it back to the same value."""
+    """Render a Python value so OmegaConf.from_cli (SkyRL's parser) reads it back to the same value."""
     if value is None:
         return "null"
     if isinstance(value, bool):
@@ -54,20 +56,45 @@ def render_value(value) -> str:
     if isinstance(value, (int, float)):
         return repr(value)
     if isinstance(value, (list, tuple, dict)):
-        return json.dumps(value, separators=(",", ":"))
-    text = str(value)
-    return text if "\n" not in text and _reads_back(text) else json.dumps(text)
+        return json.dumps(_escaped(value), separators=(",", ":"))
+    text = escape_interpolation(str(value))
+    return text if "\n" not in text and _parses_to(text, str(value)) else json.dumps(text)
 
 
-def _reads_back(text: str) -> bool:
-    """True when OmegaConf's CLI parser reads `text` back as the same string (not a number, bool, list...)."""
+def escape_interpolation(text: str) -> str:
+    r"""`text` with every `${` escaped, so OmegaConf reads it as literal text rather than a reference.
+
+    OmegaConf reads `\${` as a literal `${`, and 2n backslashes before `${` as n backslashes followed by a
+    reference; so n backslashes before a literal `${` are written as 2n + 1.
+    """
+    return re.sub(r"(\\*)\$\{", lambda m: "\\" * (2 * len(m.group(1)) + 1) + "${", text)
+
+
+def _escaped(value):
+    if isinstance(value, str):
+        return escape_interpolation(value)
+    if isinstance(value, (list, tuple)):
+        return [_escaped(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _escaped(v) for k, v in value.items()}
+    return value
+
+
+def _parses_to(rendered: str, value) -> bool:
+    """True when OmegaConf's CLI parser, resolving references as SkyRL does, reads `rendered` back as `value`."""
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
     try:
-        return OmegaConf.to_container(OmegaConf.from_cli([f"k={text}"]))["k"] == text
+        return OmegaConf.to_container(OmegaConf.from_cli([f"k={rendered}"]), resolve=True)["k"] == value
     except (OmegaConfBaseException, ValueError, TypeError):
         return False
+
+
+def reads_back(value) -> bool:
+    """True when `render_value(value)` parses back to `value` exactly (tuples compare as lists)."""
+    expected = list(value) if isinstance(value, tuple) else value
+    return _parses_to(render_value(value), expected)
 
 
 def skyrl_settings(cfg) -> list[tuple[str, object]]:

@@ -162,7 +162,10 @@ def test_rehearsal_backend_runs_our_trainer_module():
 
 
 def test_plan_cli_prints_table_and_overrides(tmp_path):
-    env_args = [sys.executable, "-m", "beam_slurm.cli", "plan", "recipe=lora_32gpu", *PATHS]
+    from job_inputs import make_job_inputs, path_overrides
+
+    env_args = [sys.executable, "-m", "beam_slurm.cli", "plan", "recipe=lora_32gpu",
+                *path_overrides(make_job_inputs(tmp_path))]
     table = subprocess.run(env_args, capture_output=True, text=True, timeout=60)
     assert table.returncode == 0, table.stderr
     for text in ("4 x 8 = 32 GPUs", "TP4 PP2 CP1 EP8", "2 x (TP8 x PP2)", "64 x 8 = 512", "100 over 50 steps",

@@ -5,16 +5,19 @@ import shlex
 import pytest
 from omegaconf import OmegaConf
 
-from beam_slurm.skyrl.command import SkyRLLaunch, render_value
+from beam_slurm.skyrl.command import SkyRLLaunch, reads_back, render_value
 
 
 @pytest.mark.parametrize("value", [
     "plain", "/path/with spaces/x", "null", "true", "123", "1e-5", "a: b", "it's", 'quote"d', "#hash", "[x]",
     True, False, None, 0, 7, 1e-05, 0.99, ["/a b/c.parquet", "/d.parquet"], {"reasoning_effort": "minimal"},
+    "/m/${x}", "/m/\\${x}", "/m/\\\\${x}\\", "${", "a\nb${c}", ["/d/${x}/a.parquet"], {"k": "${v}"},
 ])
 def test_render_round_trips_through_omegaconf_cli(value):
-    parsed = OmegaConf.to_container(OmegaConf.from_cli([f"k={render_value(value)}"]))["k"]
+    # resolve=True: SkyRL resolves references, so `${` must arrive escaped to stay text
+    parsed = OmegaConf.to_container(OmegaConf.from_cli([f"k={render_value(value)}"]), resolve=True)["k"]
     assert parsed == value
+    assert reads_back(value)
 
 
 def test_shell_line_quotes_every_value():

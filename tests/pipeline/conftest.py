@@ -15,7 +15,9 @@ def run_env(tmp_path, monkeypatch):
                  "BEAM_TRAINER_BACKEND", "XDG_STATE_HOME", "BEAM_EXPORTS_ROOT"):
         monkeypatch.delenv(name, raising=False)
     (tmp_path / "model").mkdir()
-    (tmp_path / "skyrl").mkdir()
+    dapo = tmp_path / "skyrl" / "examples" / "train" / "algorithms" / "dapo"
+    dapo.mkdir(parents=True)
+    (dapo / "main_dapo.py").touch()  # what submit's path check looks for in a SkyRL checkout
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     monkeypatch.setenv("MODEL_PATH", str(tmp_path / "model"))
     monkeypatch.setenv("DATA_DIR", str(tmp_path / "data"))

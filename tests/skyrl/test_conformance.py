@@ -25,7 +25,9 @@ PLAN_ENV = {"MODEL_PATH": "/shared/models/beam", "DATA_DIR": "/shared/data", "SK
 def plan_overrides(recipe: str) -> list[str]:
     env = {**os.environ, **PLAN_ENV}
     proc = subprocess.run(
-        [str(ROOT / ".venv" / "bin" / "beam-slurm"), "plan", f"recipe={recipe}", "--skyrl-overrides"],
+        # The paths are placeholders: the submit-host path check is not what this test is about.
+        [str(ROOT / ".venv" / "bin" / "beam-slurm"), "plan", f"recipe={recipe}", "--skyrl-overrides",
+         "cluster.check_paths_on_submit=false"],
         capture_output=True, text=True, env=env, timeout=60,
     )
     assert proc.returncode == 0, proc.stderr
@@ -125,3 +127,39 @@ def test_plan_overrides_pass_skyrl_validate_cfg(recipe):
         return
     assert not result["ok"] and len(result["errors"]) == 1 and conflict in result["errors"][0], result["errors"]
     pytest.xfail(f"{recipe}: SkyRL 0.3.0 validate_cfg rejects R3 with this vLLM layout: {conflict}")
+
+
+# Paths as a user may have them: a literal `${`, backslashes before it, and what already round-tripped before.
+TRICKY_PATHS = ["/m/${x}", "/m/${a}${b}/$HOME", "/m/\\${y}", "/m/\\\\${z}/end\\", "/m/${unclosed", "/m/}{$",
+                "/a b/'q' \"dq\" ,=/$(id)/[x]{y}"]
+
+
+def _readback_program() -> str:
+    return """
+import json, sys
+from skyrl.train.config.config import SkyRLTrainConfig
+cfg = SkyRLTrainConfig.from_cli_overrides(sys.argv[1:])
+print(json.dumps({"model": cfg.trainer.policy.model.path, "train": list(cfg.data.train_data),
+                  "ckpt": cfg.trainer.ckpt_path, "export": cfg.trainer.export_path}))
+"""
+
+
+@pytest.mark.parametrize("path", TRICKY_PATHS)
+def test_paths_with_references_read_back_exactly_through_skyrls_parser(path, monkeypatch):
+    """SkyRL resolves `${...}` in its overrides; every path we hand it must come back as the text we meant."""
+    from beam_slurm.config import load_config
+    from beam_slurm.skyrl.command import skyrl_overrides
+    from skyrl_venv import run_in_skyrl_venv
+
+    monkeypatch.setenv("MODEL_PATH", path)  # from the environment: no Hydra quoting on our side
+    monkeypatch.setenv("DATA_DIR", path + "/data")
+    monkeypatch.setenv("CKPT_PATH", path + "/ck")
+    monkeypatch.setenv("EXPORT_PATH", path + "/ex")
+    monkeypatch.setenv("SKYRL_DIR", "/shared/SkyRL")
+    cfg = load_config(["recipe=lora_16gpu"])
+    assert cfg.paths.model_path == path
+    keys = ("trainer.policy.model.path=", "data.train_data=", "trainer.ckpt_path=", "trainer.export_path=")
+    overrides = [o for o in skyrl_overrides(cfg) if o.startswith(keys)]
+    got = run_in_skyrl_venv(_readback_program(), *overrides)
+    assert got == {"model": path, "train": [path + "/data/dapo-math-17k-cleaned.parquet"], "ckpt": path + "/ck",
+                   "export": path + "/ex"}
