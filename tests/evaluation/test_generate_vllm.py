@@ -160,13 +160,16 @@ def test_openai_server_client_with_retries_while_server_starts(tiny_model_dir: P
     assert {g["finish_reason"] for g in grades} <= {"stop", "length"}
 
 
-def test_sampling_settings_reach_the_engine(export_step: Path, aime_parquet: Path, tmp_path: Path):
-    """What is certain about sampling (the greedy test above shows top-p arriving): at a very high temperature with
-    top-p 1.0 the k samples of a problem are not all the same (k equal 12-token draws from a near-uniform 512-token
-    vocabulary have a probability far below 1e-20), and max tokens bounds every reply."""
+def test_sampling_settings_reach_the_engine(aime_parquet: Path, tmp_path: Path):
+    """What is certain about sampling (the greedy test above shows top-p arriving): a random, untaught model at
+    temperature 2.0 with top-p 1.0 draws from a near-uniform 512-token vocabulary, so the k samples of a problem are
+    not all the same (k equal 12-token draws: probability far below 1e-20), and max tokens bounds every reply."""
+    from tiny_model import build_tiny_model
+
+    untaught = build_tiny_model(tmp_path / "untaught", seed=3)
     k = 4
-    hot = run_evaluate(["--checkpoint", str(export_step), "--data", str(aime_parquet), "--k", str(k),
-                        "--max-tokens", "12", "--temperature", "50", "--top-p", "1.0", "--out", str(tmp_path / "hot"),
+    hot = run_evaluate(["--checkpoint", str(untaught), "--data", str(aime_parquet), "--k", str(k),
+                        "--max-tokens", "12", "--temperature", "2.0", "--top-p", "1.0", "--out", str(tmp_path / "hot"),
                         *CPU_ENGINE])
     assert hot.returncode == 0, hot.stderr[-3000:]
     responses = read_jsonl(tmp_path / "hot" / "responses.jsonl")
@@ -177,4 +180,10 @@ def test_sampling_settings_reach_the_engine(export_step: Path, aime_parquet: Pat
         by_problem.setdefault(row["problem_id"], []).append(row["response"])
     assert all(len(set(texts)) > 1 for texts in by_problem.values()), by_problem
     info = json.loads((tmp_path / "hot" / "info.json").read_text())
-    assert info["settings"]["sampling"]["temperature"] == 50.0 and info["settings"]["sampling"]["top_p"] == 1.0
+    assert info["settings"]["sampling"]["temperature"] == 2.0 and info["settings"]["sampling"]["top_p"] == 1.0
+
+    # Out of vLLM's range: refused with the setting named, not silently clamped.
+    refused = run_evaluate(["--checkpoint", str(untaught), "--data", str(aime_parquet), "--k", "1",
+                            "--max-tokens", "4", "--temperature", "50", "--out", str(tmp_path / "refused"),
+                            *CPU_ENGINE])
+    assert refused.returncode != 0 and "temperature" in refused.stderr
