@@ -8,7 +8,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import pytest
@@ -69,10 +68,20 @@ def test_status_and_up_are_idempotent(slurm_sandbox):
         assert f"{node}" in status.stdout and ip in status.stdout
     assert "healthy" in status.stdout and "batch*" in status.stdout
 
-    started = time.monotonic()
+    tool = load_tool()
+
+    def daemon_pids() -> dict[str, int]:
+        # The first process of each daemon; children (job steps) come and go with other tests' jobs.
+        found: dict[str, int] = {}
+        for pid, (state_dir, name) in sorted(tool.sandbox_daemons().items()):
+            if state_dir == str(slurm_sandbox.state_dir):
+                found.setdefault(name, pid)
+        return found
+
+    before = daemon_pids()
     again = sandbox("up")
     assert again.returncode == 0 and "already up" in again.stdout, again.stdout + again.stderr
-    assert time.monotonic() - started < 10
+    assert before and daemon_pids() == before, "an idempotent up restarts nothing"
 
 
 @pytest.mark.sandbox
@@ -124,11 +133,8 @@ def test_down_leaves_nothing_behind_and_up_restores(slurm_sandbox):
         assert sandbox("status").returncode == 1
         assert sandbox("down").returncode == 0, "down is idempotent"
     finally:
-        started = time.monotonic()
-        up = sandbox("up")
-        took = time.monotonic() - started
+        up = sandbox("up")  # how fast: tools/bench_ray_bringup.py, not a timed test
     assert up.returncode == 0, up.stdout + up.stderr
-    assert took < 60
     job = slurm_sandbox.sbatch("#!/bin/bash\ntrue\n", "--nodes=2", "--mem=100", "--time=1",
                                f"--output={slurm_sandbox.new_dir('cycle')}/out")
     assert slurm_sandbox.wait(job, 60) == "COMPLETED"
