@@ -10,22 +10,8 @@
 #SBATCH --time=01:00:00
 #SBATCH --output=beam-prepare-data-%j.out
 set -euo pipefail
-
-# Slurm runs a copy of this script from its spool directory, so its own path says nothing about the checkout:
-# BEAM_SLURM_HOME if set, else the script's directory when run directly, else the path sbatch was given.
-if [[ -z "${BEAM_SLURM_HOME:-}" ]]; then
-  script_path="${BASH_SOURCE[0]}"
-  if [[ -n "${SLURM_JOB_ID:-}" ]]; then
-    script_path="$(scontrol show job "$SLURM_JOB_ID" 2>/dev/null | sed -n 's/^ *Command=\([^ ]*\).*/\1/p' | head -n1)"
-    [[ "$script_path" == /* ]] || script_path="${SLURM_SUBMIT_DIR:-$PWD}/$script_path"
-  fi
-  BEAM_SLURM_HOME="$(cd "$(dirname "$script_path")/.." 2>/dev/null && pwd || true)"
-fi
-if [[ ! -f "$BEAM_SLURM_HOME/stages/prepare_data.py" ]]; then
-  echo "prepare_data.sh: cannot find the beam-slurm checkout (tried '$BEAM_SLURM_HOME'); set BEAM_SLURM_HOME" >&2
-  exit 2
-fi
-export BEAM_SLURM_HOME
-python="${BEAM_PYTHON:-$BEAM_SLURM_HOME/.venv/bin/python}"
-[[ -x "$python" ]] || python="$(command -v python3)"
+# Slurm runs a spool copy of this script: sbatch/lib/locate_checkout.sh says how the checkout is found.
+given=$(scontrol show job "${SLURM_JOB_ID:-none}" 2>/dev/null | sed -n 's/^ *Command=\([^ ]*\).*/\1/p' | grep .) || given=$0
+source "${BEAM_SLURM_HOME:-$(cd "$(dirname "$given")/.." && pwd)}/sbatch/lib/locate_checkout.sh" ||
+  { echo "$(basename "$0"): cannot find the beam-slurm checkout; set BEAM_SLURM_HOME=/path/to/beam-slurm" >&2; exit 2; }
 exec "$python" "$BEAM_SLURM_HOME/stages/prepare_data.py" "$@"

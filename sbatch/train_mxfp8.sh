@@ -15,15 +15,8 @@
 #SBATCH --open-mode=append
 #SBATCH --output=%x-%j.out
 set -euo pipefail
-# Slurm runs a spool copy of this script: find the checkout from the path sbatch was given unless BEAM_SLURM_HOME is set.
-if [[ -z "${BEAM_SLURM_HOME:-}" ]]; then
-  submitted=$(scontrol show job "$SLURM_JOB_ID" 2>/dev/null | sed -n 's/^ *Command=\([^ ]*\).*/\1/p' | head -n1)
-  [[ "$submitted" == /* ]] || submitted="${SLURM_SUBMIT_DIR:-$PWD}/$submitted"
-  BEAM_SLURM_HOME=$(cd "$(dirname "$submitted")/.." 2>/dev/null && pwd || true)
-fi
-if [[ ! -f "$BEAM_SLURM_HOME/beam_slurm/cli.py" ]]; then
-  echo "$(basename "$0"): cannot find the beam-slurm checkout (tried '$BEAM_SLURM_HOME'); set BEAM_SLURM_HOME" >&2
-  exit 2
-fi
-export BEAM_SLURM_HOME
-exec "${BEAM_PYTHON:-$BEAM_SLURM_HOME/.venv/bin/python}" -m beam_slurm.cli train recipe=mxfp8_64gpu "$@"
+# Slurm runs a spool copy of this script: sbatch/lib/locate_checkout.sh says how the checkout is found.
+given=$(scontrol show job "${SLURM_JOB_ID:-none}" 2>/dev/null | sed -n 's/^ *Command=\([^ ]*\).*/\1/p' | grep .) || given=$0
+source "${BEAM_SLURM_HOME:-$(cd "$(dirname "$given")/.." && pwd)}/sbatch/lib/locate_checkout.sh" ||
+  { echo "$(basename "$0"): cannot find the beam-slurm checkout; set BEAM_SLURM_HOME=/path/to/beam-slurm" >&2; exit 2; }
+exec "$python" -m beam_slurm.cli train recipe=mxfp8_64gpu "$@"
