@@ -1,8 +1,10 @@
 #!/bin/bash
 # Evaluate one checkpoint on AIME with vLLM (TP8 x PP2 over 2 nodes for Beam), grade, write the metrics.
 # Usage: sbatch [sbatch options] sbatch/eval_aime.sh --checkpoint EXPORT/global_step_N \
-#          --data DATA_DIR/aime-2025-cleaned.parquet --data DATA_DIR/aime-2024-cleaned.parquet --tp 8 --pp 2
-# Arguments: those of `beam-slurm evaluate` (results default to EXPORT/beam_evals/global_step_N/).
+#          --data DATA_DIR/aime-2025-cleaned.parquet --data DATA_DIR/aime-2024-cleaned.parquet \
+#          rollout.tensor_parallel=8 rollout.pipeline_parallel=2 [key=value ...]
+# Arguments: those of `beam-slurm evaluate`: inputs as flags, settings as recipe keys (`beam-slurm evaluate --help`);
+# results default to EXPORT/beam_evals/global_step_N/.
 # One node: runs directly; several: Ray across the nodes, the evaluation as driver on the head (stages/evaluate.py).
 # A requeued attempt reuses the finished responses or results, so requeueing is safe.
 #SBATCH --job-name=beam-eval-aime

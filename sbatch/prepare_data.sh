@@ -1,7 +1,8 @@
 #!/bin/bash
 # Build dapo-math-17k-cleaned.parquet, aime-2024-cleaned.parquet and aime-2025-cleaned.parquet as a CPU job.
-#   sbatch sbatch/prepare_data.sh data.out_dir=/shared/data/dapo [data.<key>=<value> ...]
-# Settings: beam_slurm/data/config.py (out_dir defaults to $DATA_DIR). No GPUs: CPU, hub downloads, disk.
+#   sbatch sbatch/prepare_data.sh [--force] data.out_dir=/shared/data/dapo [data.<key>=<value> ...]
+# Settings: the data.* keys (`beam-slurm prepare-data --help`; out_dir defaults to $DATA_DIR). No GPUs: CPU, hub
+# downloads, disk.
 #SBATCH --job-name=beam-prepare-data
 #SBATCH --nodes=1
 #SBATCH --ntasks=1

@@ -1,7 +1,8 @@
 #!/bin/bash
 # Import the recipe's container image once into shared storage, for every node and every later job.
-#   sbatch sbatch/pull_container.sh --runtime pyxis --image REF --cache-dir /shared/containers
-# (or set BEAM_CONTAINER_RUNTIME / BEAM_CONTAINER_IMAGE / BEAM_CONTAINER_CACHE_DIR). No GPUs: CPU, network, disk.
+#   sbatch sbatch/pull_container.sh container.runtime=pyxis container.image=REF container.image_cache_dir=/shared/containers
+# (or set BEAM_CONTAINER_RUNTIME / BEAM_CONTAINER_IMAGE / BEAM_CONTAINER_CACHE_DIR; `--force` imports again).
+# Arguments: those of `beam-slurm pull-container` (`--help` lists the keys). No GPUs: CPU, network, disk.
 #SBATCH --job-name=beam-pull-container
 #SBATCH --nodes=1
 #SBATCH --ntasks=1

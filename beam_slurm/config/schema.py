@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from beam_slurm.containers.settings import ContainerSettings
+from beam_slurm.data.config import DataConfig
 from beam_slurm.ray_cluster.settings import RaySettings
 
 
@@ -219,12 +220,43 @@ class EvalConfig:
     """Submit one standalone evaluation job per HF export as it appears, from the training job (exactly once per
     checkpoint across requeues). Turns HF exports on at every checkpoint unless checkpoint.hf_save_interval is set."""
     chain_extra_args: list[str] = field(default_factory=list)
-    """Extra `beam-slurm evaluate` arguments for chained evaluations (e.g. ["--limit", "5"]); they come last and win."""
+    """Extra `beam-slurm evaluate` arguments for chained evaluations, as keys (e.g. ["eval.limit=5"]); they come last
+    and win."""
     chain_poll_s: float = 30.0
     """Seconds between two looks for new exports while training runs."""
     chain_settle_s: float = 60.0
     """An HF export counts as complete once none of its files changed for this long (SkyRL writes exports in place,
     without a marker); the last export of a finished run is taken at once."""
+    limit: Optional[int] = None
+    """Standalone evaluation: only the first N problems of each file (smoke runs); empty = every problem."""
+    dtype: str = "auto"
+    """Standalone evaluation: weight dtype of the vLLM engine; auto = the checkpoint's (the CPU tests use float32)."""
+    gpu_memory_utilization: float = 0.9
+    """Standalone evaluation: fraction of accelerator memory vLLM takes (on vLLM's CPU build: of host memory, for
+    the KV cache). Higher than rollout.gpu_memory_utilization because no trainer shares the GPUs."""
+    enforce_eager: bool = False
+    """Standalone evaluation: skip CUDA graph capture (faster start, slower decode; small tests)."""
+    server_request_timeout_s: float = 1800.0
+    """Standalone evaluation with `--server URL`: seconds one request (k responses of a problem) may take."""
+    server_max_attempts: int = 4
+    """Standalone evaluation with `--server URL`: tries per request; connection errors, time-outs, 429 and 5xx are
+    retried, other errors are not."""
+    server_concurrency: int = 8
+    """Standalone evaluation with `--server URL`: requests in flight at once."""
+
+
+@dataclass
+class GradeConfig:
+    """Grading of responses (`beam-slurm grade`, and the grading step of `beam-slurm evaluate`)."""
+
+    timeout_s: float = 5.0
+    """Seconds one response may take to grade; then its worker is interrupted (killed if it does not stop) and the
+    response counts as wrong and in `timeouts`."""
+    memory_mb: int = 2048
+    """Address-space cap of each grading process in MiB (math-verify imports sympy: at least 256); a response that
+    needs more counts as wrong."""
+    workers: int = 0
+    """Grading processes; 0 = one per CPU this process may use (the Slurm allocation, not the node)."""
 
 
 @dataclass
@@ -292,6 +324,8 @@ class BeamConfig:
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     container: ContainerSettings = field(default_factory=ContainerSettings)
     ray: RaySettings = field(default_factory=RaySettings)
+    grade: GradeConfig = field(default_factory=GradeConfig)
+    data: DataConfig = field(default_factory=DataConfig)
 
     # Derived numbers; computed in one place so plan, validation and the SkyRL command agree.
     @property

@@ -8,7 +8,7 @@ race for the same image: one takes the lock on shared storage (`shared_lock.Shar
 holder dies), imports to a temporary name in the cache directory and renames it into place; the others wait and find
 the finished file. A digest record beside the file (`<file>.digest.json`: reference, size, sha256 of the file, the
 registry digest when the reference pins one) is written last, so "record present and matching" means "complete";
-such an image is skipped unless `--force`.
+such an image is skipped unless `--force`. Settings are the recipe's container.* keys (`--help` lists them).
 
 Registry credentials reach the runtime only through its own mechanisms, which it reads from its environment: enroot's
 credentials file ($ENROOT_CONFIG_PATH/.credentials, default ~/.config/enroot/.credentials, netrc format), Apptainer's
@@ -18,7 +18,6 @@ passes them.
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import os
@@ -40,7 +39,7 @@ from beam_slurm.containers.runtime import (
     is_local_image,
     validate,
 )
-from beam_slurm.containers.settings import ConfigProblem, ContainerSettings
+from beam_slurm.containers.settings import ContainerSettings
 from beam_slurm.containers.shared_lock import LockTimeout, SharedFileLock
 
 RUNTIME_EXECUTABLE = {"pyxis": "enroot", "apptainer": "apptainer"}
@@ -216,54 +215,70 @@ def pull_image(
 
 
 def _settings_problems(settings: ContainerSettings, executable: str | None) -> list[str]:
-    flag = {"container.runtime": "--runtime", "container.image": "--image", "container.image_cache_dir": "--cache-dir"}
-    messages = []
-    for problem in validate(settings):
-        messages.append(str(ConfigProblem(f"{flag.get(problem.key, problem.key)} ({problem.key})", problem.problem, problem.fix)))
+    if settings.runtime not in RUNTIME_EXECUTABLE:
+        return [f"container.runtime={settings.runtime!r}: nothing to pull for this runtime; fix: set "
+                "container.runtime=pyxis or container.runtime=apptainer (or BEAM_CONTAINER_RUNTIME)"]
+    messages = [str(problem) for problem in validate(settings)]
     if settings.image and is_local_image(settings.image):
-        messages.append(f"--image (container.image): {settings.image!r} is a local file; nothing to pull; fix: give a registry reference")
+        messages.append(f"container.image: {settings.image!r} is a local file; nothing to pull; fix: give a registry reference")
     if not settings.image_cache_dir:
-        messages.append("--cache-dir (container.image_cache_dir): not set; fix: give a directory on shared storage, "
+        messages.append("container.image_cache_dir: not set; fix: give a directory on shared storage, "
                         "or set BEAM_CONTAINER_CACHE_DIR")
     if not messages and executable is None:
         name = RUNTIME_EXECUTABLE[settings.runtime]
-        messages.append(f"--runtime: `{name}` is not on PATH on {socket.gethostname()}; fix: run where {name} is "
-                        f"installed (e.g. `sbatch sbatch/pull_container.sh`) or load its module")
+        messages.append(f"container.runtime={settings.runtime}: `{name}` is not on PATH on {socket.gethostname()}; "
+                        f"fix: run where {name} is installed (e.g. `sbatch sbatch/pull_container.sh`) or load its module")
     return messages
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="beam-slurm pull-container",
-        description="Import the recipe's container image once into shared storage (enroot squashfs for pyxis, "
-        "SIF for Apptainer). Safe to run from several jobs at once.",
+PULL_KEYS = ["container.runtime", "container.image", "container.image_cache_dir"]
+"""The recipe keys `pull-container` reads."""
+
+
+def build_parser():
+    """The verb's parser: the container.* keys, --force, --verify and the lock's timing."""
+    from beam_slurm.config.verb_args import VerbArgs
+
+    verb = VerbArgs(
+        "pull-container",
+        "Import the recipe's container image once into shared storage (enroot squashfs for pyxis, SIF for\n"
+        "Apptainer). Safe to run from several jobs at once. Example:\n"
+        "  beam-slurm pull-container container.runtime=pyxis container.image=REF container.image_cache_dir=DIR",
+        keys=PULL_KEYS,
         epilog="Registry credentials: enroot reads $ENROOT_CONFIG_PATH/.credentials (default "
         "~/.config/enroot/.credentials, netrc format); Apptainer uses `apptainer registry login` or "
-        "APPTAINER_DOCKER_USERNAME / APPTAINER_DOCKER_PASSWORD. Never put them in --image.",
+        "APPTAINER_DOCKER_USERNAME / APPTAINER_DOCKER_PASSWORD. Never put them in container.image.",
     )
-    parser.add_argument("--runtime", choices=("pyxis", "apptainer"), default=os.environ.get("BEAM_CONTAINER_RUNTIME", "pyxis"),
-                        help="which runtime's image format to produce (default: $BEAM_CONTAINER_RUNTIME or pyxis)")
-    parser.add_argument("--image", default=os.environ.get("BEAM_CONTAINER_IMAGE", ""),
-                        help="registry reference, e.g. ghcr.io/org/skyrl:beam-release (default: $BEAM_CONTAINER_IMAGE)")
-    parser.add_argument("--cache-dir", default=os.environ.get("BEAM_CONTAINER_CACHE_DIR", ""),
-                        help="directory on shared storage (default: $BEAM_CONTAINER_CACHE_DIR)")
-    parser.add_argument("--force", action="store_true", help="import again even if a complete import is present")
-    parser.add_argument("--verify", action="store_true", help="also re-hash an existing image before skipping it")
-    parser.add_argument("--lock-stale-after", type=float, default=120.0, metavar="SECONDS",
-                        help="take over a lock whose holder sent no heartbeat for this long (default 120)")
-    parser.add_argument("--lock-timeout", type=float, default=6 * 3600.0, metavar="SECONDS",
-                        help="give up waiting for a live holder after this long (default 6 h)")
-    return parser
+    verb.add_argument("--force", action="store_true", help="import again even if a complete import is present")
+    verb.add_argument("--verify", action="store_true", help="also re-hash an existing image before skipping it")
+    verb.add_argument("--lock-stale-after", type=float, default=120.0, metavar="SECONDS",
+                      help="take over a lock whose holder sent no heartbeat for this long (default 120)")
+    verb.add_argument("--lock-timeout", type=float, default=6 * 3600.0, metavar="SECONDS",
+                      help="give up waiting for a live holder after this long (default 6 h)")
+    verb.key_flag("--runtime", "container.runtime")
+    verb.key_flag("--image", "container.image")
+    verb.key_flag("--cache-dir", "container.image_cache_dir")
+    return verb
 
 
 def main(argv: list[str]) -> int:
-    args = build_parser().parse_args(argv)
-    settings = ContainerSettings(runtime=args.runtime, image=args.image, image_cache_dir=args.cache_dir)
-    executable = shutil.which(RUNTIME_EXECUTABLE[settings.runtime])
+    from beam_slurm.config.errors import ConfigError
+    from beam_slurm.config.verb_args import VerbUsageError
+
+    verb = build_parser()
+    try:
+        parsed = verb.parse(argv)
+        cfg = verb.load(parsed)
+    except ConfigError as err:
+        return verb.config_failed(err)
+    except VerbUsageError as err:
+        return verb.fail(err)
+    args, settings = parsed.args, cfg.container
+    executable = shutil.which(RUNTIME_EXECUTABLE.get(settings.runtime, "")) if settings.runtime in RUNTIME_EXECUTABLE else None
     problems = _settings_problems(settings, executable)
     if problems:
         for message in problems:
-            print(f"pull-container: {message}", file=sys.stderr)
+            verb.fail(message)
         return 2
     try:
         result = pull_image(
@@ -275,8 +290,7 @@ def main(argv: list[str]) -> int:
             executable=executable,
         )
     except PullError as err:
-        print(f"pull-container: {err}", file=sys.stderr)
-        return 1
+        return verb.fail(err, status=1)
     print(result.image_path, flush=True)
     return 0
 

@@ -1,8 +1,9 @@
-"""`beam-slurm prepare-data data.<key>=<value> ...`: build the three cleaned parquet files and the manifest.
+"""`beam-slurm prepare-data [--force] [data.<key>=<value> ...]`: build the three cleaned parquet files and the manifest.
 
     beam-slurm prepare-data data.dapo_math=FILE data.aime2024=FILE data.aime2025=FILE data.out_dir=DIR
 
-Exit status 0 on success, 2 on bad input (nothing in out_dir is changed then). Keys: beam_slurm.data.config.
+Exit status 0 on success, 2 on bad input (nothing in out_dir is changed then). Keys: the `data` section of the
+recipe schema (beam_slurm.data.config), listed with their defaults by `--help`.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Any, Callable, Iterator
 
 from beam_slurm.data.aime import convert_aime_files
 from beam_slurm.data.cleaning import COMPRESSION, CleaningStats, clean_dapo_files, open_parquet
-from beam_slurm.data.config import DataConfig, parse_overrides, valid_keys
+from beam_slurm.data.config import DataConfig
 from beam_slurm.data.dapo_format import check_dapo_schema
 from beam_slurm.data.errors import BadDataInput
 from beam_slurm.data.manifest import (
@@ -126,8 +127,8 @@ def _exclusive(out_dir: Path) -> Iterator[None]:
         yield
 
 
-def _prepare_out_dir(config: DataConfig) -> Path:
-    out_dir = Path(config.resolved_out_dir()).expanduser()
+def _prepare_out_dir(config: DataConfig, data_dir: str | None) -> Path:
+    out_dir = Path(config.resolved_out_dir(data_dir)).expanduser()
     if out_dir.exists() and not out_dir.is_dir():
         raise BadDataInput(f"data.out_dir={out_dir} exists and is not a directory")
     try:
@@ -165,19 +166,22 @@ def _build(plan: OutputPlan, sources: list[ResolvedSource], config: DataConfig, 
         progress.close()
 
 
-def prepare(config: DataConfig, log: Log = default_log) -> dict:
+def prepare(config: DataConfig, log: Log = default_log, *, force: bool = False, data_dir: str | None = None) -> dict:
     """Write the outputs that are missing or stale into out_dir and return the manifest entries.
 
-    Every source is resolved and schema-checked before any output is built; outputs are built into temporary
+    `force` rebuilds outputs that are up to date; `data_dir` is where they go when data.out_dir is empty. Every source is resolved and schema-checked before any output is built; outputs are built into temporary
     files and renamed into place only when all succeeded, so a failure leaves out_dir as it was.
     """
-    out_dir = _prepare_out_dir(config)
+    problems = config.problems()
+    if problems:
+        raise BadDataInput("; ".join(problems))
+    out_dir = _prepare_out_dir(config, data_dir)
     with _exclusive(out_dir):
         manifest = load_manifest(out_dir)
         to_build: list[OutputPlan] = []
         for plan in _plans(config):
             output = out_dir / plan.file_name
-            if not output.exists() or config.overwrite:
+            if not output.exists() or force:
                 to_build.append(plan)
                 continue
             request: dict = {"source": plan.source, "settings": plan.settings}
@@ -187,7 +191,7 @@ def prepare(config: DataConfig, log: Log = default_log) -> dict:
             reason = reuse_verdict(output, manifest.get(plan.file_name), request)
             if reason is not None:
                 raise BadDataInput(
-                    f"{output} already exists and {reason}; pass data.overwrite=true to replace it "
+                    f"{output} already exists and {reason}; pass --force to replace it "
                     "or choose another data.out_dir"
                 )
             log(f"{plan.file_name}: kept (up to date with {plan.setting})")
@@ -238,24 +242,34 @@ def prepare(config: DataConfig, log: Log = default_log) -> dict:
     return manifest
 
 
-USAGE = """usage: beam-slurm prepare-data [data.<key>=<value> ...]
+def build_parser():
+    """The verb's parser: `--force`, and the data.* keys (plus paths.data_dir, the default output folder)."""
+    from beam_slurm.config.verb_args import VerbArgs, keys_under
 
-Builds dapo-math-17k-cleaned.parquet, aime-2024-cleaned.parquet, aime-2025-cleaned.parquet and
-prepare-data-manifest.json in data.out_dir (default $DATA_DIR). Sources are local files or
-hf://datasets/<owner>/<name>[@<revision>][/<path-in-repo>].
-
-keys: """
+    verb = VerbArgs(
+        "prepare-data",
+        "Build dapo-math-17k-cleaned.parquet, aime-2024-cleaned.parquet, aime-2025-cleaned.parquet and\n"
+        "prepare-data-manifest.json in data.out_dir (default paths.data_dir, env DATA_DIR). Sources are local\n"
+        "files or hf://datasets/<owner>/<name>[@<revision>][/<path-in-repo>].",
+        keys=[*keys_under("data"), "paths.data_dir"],
+    )
+    verb.add_argument("--force", action="store_true", help="rebuild outputs even when they are up to date")
+    verb.renamed_flag("data.overwrite", "--force")
+    return verb
 
 
 def main(argv: list[str]) -> int:
     """Entry point of `beam-slurm prepare-data`; returns the exit status."""
-    if any(arg in ("-h", "--help", "help") for arg in argv):
-        print(USAGE + ", ".join("data." + key for key in valid_keys()))
-        return 0
+    from beam_slurm.config.errors import ConfigError
+    from beam_slurm.config.verb_args import VerbUsageError
+
+    verb = build_parser()
     try:
-        config = parse_overrides(argv)
-        prepare(config)
-    except BadDataInput as error:
-        print(f"prepare-data: error: {error}", file=sys.stderr)
-        return 2
+        parsed = verb.parse(argv)
+        cfg = verb.load(parsed)
+        prepare(cfg.data, force=parsed.args.force, data_dir=cfg.paths.data_dir)
+    except ConfigError as error:
+        return verb.config_failed(error)
+    except (VerbUsageError, BadDataInput) as error:
+        return verb.fail(error)
     return 0

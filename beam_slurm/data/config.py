@@ -1,21 +1,17 @@
-"""Settings of `beam-slurm prepare-data`: one dataclass, parsed from `data.<key>=<value>` overrides.
+"""Settings of `beam-slurm prepare-data`: the `data` section of the recipe schema (`data.<key>=<value>`).
 
 Sources are either a local path or a hub address (see beam_slurm.data.sources for the syntax); the defaults are the
 hub files the seed recipe uses, so on a machine with hub access `beam-slurm prepare-data data.out_dir=DIR` is enough.
+The section is composed by Hydra with the rest of the recipe (`beam_slurm.config.load`); this file holds its only
+defaults. Redoing existing outputs is the verb's `--force` flag, not a setting.
 """
 
 from __future__ import annotations
 
-import os
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any, Optional
 
-from omegaconf import OmegaConf
-from omegaconf.errors import OmegaConfBaseException
-
 from beam_slurm.data.errors import BadDataInput
-
-OVERRIDE_PREFIX = "data."
 
 
 @dataclass
@@ -35,10 +31,9 @@ class DataConfig:
     the repository in name order. Default yentinglin/aime_2025: the most widely used copy, both contests (I then II)
     in one file."""
     out_dir: Optional[str] = None
-    """Directory for the cleaned parquet files and the manifest; empty = $DATA_DIR. Created if missing."""
-    overwrite: bool = False
-    """Replace outputs that already exist. Without it an output is kept when the manifest shows it was produced
-    from the same source and is unchanged, and the stage stops (exit 2) on any other existing file."""
+    """Directory for the cleaned parquet files and the manifest; empty = paths.data_dir (env DATA_DIR). Created if
+    missing. Existing outputs are kept when the manifest shows they come from the same sources; `--force` rebuilds
+    them."""
     aime2025_data_source: str = "aime2025"
     """`data_source` value of the converted AIME 2025 rows; evaluation metrics are keyed by it
     (eval/<data_source>/avg_score)."""
@@ -52,19 +47,24 @@ class DataConfig:
     """Attempts per hub download on network errors, with exponential back-off (1, 2, 4... s, at most 30 s).
     Downloads resume from the partial file. HF_HUB_OFFLINE=1 uses the local cache only; HF_TOKEN is used if set."""
 
-    def __post_init__(self) -> None:
-        # Runs for OmegaConf.to_object as well, so every path into the stage is checked.
+    def problems(self) -> list[str]:
+        """What is wrong with these settings, one message per setting (empty = nothing)."""
+        out = []
         if self.batch_rows < 1:
-            raise BadDataInput(f"data.batch_rows must be >= 1 (got {self.batch_rows})")
+            out.append(f"data.batch_rows={self.batch_rows}: must be >= 1")
         if self.hub_retries < 1:
-            raise BadDataInput(f"data.hub_retries must be >= 1 (got {self.hub_retries})")
-        if not self.aime2025_data_source.strip():
-            raise BadDataInput("data.aime2025_data_source must not be empty")
+            out.append(f"data.hub_retries={self.hub_retries}: must be >= 1")
+        if not str(self.aime2025_data_source).strip():
+            out.append("data.aime2025_data_source: must not be empty")
         for name in ("dapo_math", "aime2024"):
             value = getattr(self, name)
             if not isinstance(value, str) or not value.strip():
-                raise BadDataInput(f"data.{name} must be one local path or hub address (got {value!r})")
-        self.aime2025_sources()
+                out.append(f"data.{name} must be one local path or hub address (got {value!r})")
+        try:
+            self.aime2025_sources()
+        except BadDataInput as error:
+            out.append(str(error))
+        return out
 
     def aime2025_sources(self) -> list[str]:
         """The AIME 2025 sources as a list (the setting takes one value or a list)."""
@@ -75,45 +75,12 @@ class DataConfig:
             )
         return [str(v) for v in values]
 
-    def resolved_out_dir(self) -> str:
-        """out_dir, or $DATA_DIR when unset."""
-        value = self.out_dir or os.environ.get("DATA_DIR")
+    def resolved_out_dir(self, data_dir: Optional[str]) -> str:
+        """out_dir, or `data_dir` (paths.data_dir, env DATA_DIR) when unset."""
+        value = self.out_dir or data_dir
         if not value:
             raise BadDataInput(
-                "data.out_dir is not set and DATA_DIR is empty: pass data.out_dir=<directory> "
+                "data.out_dir is not set and paths.data_dir (env DATA_DIR) is empty: pass data.out_dir=<directory> "
                 "(or export DATA_DIR=<directory>)"
             )
         return value
-
-
-def valid_keys() -> list[str]:
-    """The setting names accepted after `data.`."""
-    return [f.name for f in fields(DataConfig)]
-
-
-def parse_overrides(argv: list[str]) -> DataConfig:
-    """Build a DataConfig from `data.<key>=<value>` arguments; unknown keys and bad values raise BadDataInput."""
-    dotlist: list[str] = []
-    keys = valid_keys()
-    for arg in argv:
-        key, sep, _ = arg.partition("=")
-        if not sep or not key.startswith(OVERRIDE_PREFIX):
-            raise BadDataInput(
-                f"unexpected argument {arg!r}: settings are given as data.<key>=<value>; "
-                f"valid keys: {', '.join('data.' + k for k in keys)}"
-            )
-        short = key[len(OVERRIDE_PREFIX):]
-        if short not in keys:
-            raise BadDataInput(
-                f"unknown setting {key!r}; valid keys: {', '.join('data.' + k for k in keys)}"
-            )
-        dotlist.append(arg[len(OVERRIDE_PREFIX):])
-    try:
-        merged = OmegaConf.merge(OmegaConf.structured(DataConfig), OmegaConf.from_dotlist(dotlist))
-        config = OmegaConf.to_object(merged)
-    except OmegaConfBaseException as error:
-        key = getattr(error, "full_key", None) or "?"
-        first_line = (getattr(error, "msg", None) or str(error)).splitlines()[0]
-        raise BadDataInput(f"bad value for data.{key}: {first_line}") from None
-    assert isinstance(config, DataConfig)
-    return config

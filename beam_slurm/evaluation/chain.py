@@ -47,7 +47,8 @@ class ChainSettings:
     run_dir: Path
     """Folder holding global_step_N: SkyRL's ckpt_path (with its marker file) or export_path (HF exports)."""
     eval_args: list[str] = field(default_factory=list)
-    """Arguments added after --checkpoint for every evaluation (--data ..., --tp 8 --pp 2, --base-model ...)."""
+    """Arguments added after --checkpoint for every evaluation: inputs (--data ..., --base-model ...) and recipe keys
+    (rollout.tensor_parallel=8 rollout.pipeline_parallel=2 ...), each one argv element (no shell involved)."""
     claims_dir: Path | None = None
     """Where claim files live (shared storage); None = <run_dir>/.eval_claims."""
     settle_s: float = 60.0

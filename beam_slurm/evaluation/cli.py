@@ -8,9 +8,10 @@ Output directory (default ``<export_path>/beam_evals/global_step_N/`` beside the
   ``details.json``, ``info.json`` with settings, inputs and timings, and ``metrics.json`` last, which marks the
   evaluation finished).
 
-A re-run with the same inputs and settings reuses finished results (``--force`` redoes them); a finished
-evaluation with different settings is never overwritten without ``--force``. Every input is checked before a
-model is loaded; bad input exits with status 2.
+Settings are recipe keys (``eval.*``, ``generation.*``, ``rollout.tensor_parallel`` ...; ``--help`` lists them with
+their defaults from the schema); inputs are flags. A re-run with the same inputs and settings reuses finished
+results (``--force`` redoes them); a finished evaluation with different settings is never overwritten without
+``--force``. Every input is checked before a model is loaded; bad input exits with status 2.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from typing import Any
 
 from beam_slurm.atomic_files import write_text
 from beam_slurm.evaluation.checkpoints import CheckpointError, EvalInput, step_of, resolve_checkpoint
+from beam_slurm.evaluation.metrics import GradingInputError
 from beam_slurm.evaluation.problems import DatasetError, Problem, read_problems
 from beam_slurm.evaluation.results import INFO_FILE, METRICS_FILE, evaluation_dir, finished_metrics
 
@@ -33,53 +35,60 @@ RESPONSES_FILE = "responses.jsonl"
 RESPONSES_META_FILE = "responses.meta.json"
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="beam-slurm evaluate",
-        description="Evaluate a checkpoint on AIME: vLLM generation, grading, metrics.",
+EVALUATE_KEYS = [
+    "eval.responses_per_problem", "generation.max_response_tokens", "generation.max_prompt_tokens",
+    "generation.temperature", "generation.top_p", "generation.reasoning_effort",
+    "rollout.tensor_parallel", "rollout.pipeline_parallel", "rollout.executor_backend",
+    "eval.limit", "eval.dtype", "eval.gpu_memory_utilization", "eval.enforce_eager",
+    "eval.server_request_timeout_s", "eval.server_max_attempts", "eval.server_concurrency",
+    "grade.timeout_s", "grade.memory_mb", "grade.workers", "paths.data_dir", "paths.eval_files",
+]
+"""The recipe keys `evaluate` reads (the pipeline renders these for evaluation jobs)."""
+
+# Old flags that carried a setting -> its key (accepted for one release).
+OLD_FLAGS = {
+    "--k": "eval.responses_per_problem", "--max-tokens": "generation.max_response_tokens",
+    "--max-prompt-tokens": "generation.max_prompt_tokens", "--temperature": "generation.temperature",
+    "--top-p": "generation.top_p", "--reasoning-effort": "generation.reasoning_effort",
+    "--tp": "rollout.tensor_parallel", "--pp": "rollout.pipeline_parallel", "--executor": "rollout.executor_backend",
+    "--limit": "eval.limit", "--dtype": "eval.dtype", "--gpu-memory-utilization": "eval.gpu_memory_utilization",
+    "--request-timeout": "eval.server_request_timeout_s", "--max-attempts": "eval.server_max_attempts",
+    "--concurrency": "eval.server_concurrency", "--grade-timeout": "grade.timeout_s", "--grade-workers": "grade.workers",
+}
+
+
+def build_parser():
+    """The verb's parser: inputs and flags; every setting is a recipe key (see --help)."""
+    from beam_slurm.config.verb_args import VerbArgs
+
+    verb = VerbArgs(
+        "evaluate",
+        "Evaluate a checkpoint on AIME: vLLM generation, grading, metrics. Settings are recipe keys, e.g.\n"
+        "  beam-slurm evaluate --checkpoint EXPORT/global_step_10 eval.responses_per_problem=8 "
+        "rollout.tensor_parallel=1 rollout.pipeline_parallel=1",
+        keys=EVALUATE_KEYS,
     )
-    source = parser.add_argument_group("what to evaluate")
+    source = verb.add_argument_group("what to evaluate")
     source.add_argument("--checkpoint", help="HF export dir (<export_path>/global_step_N[/policy]), any HF model "
                         "dir, or a LoRA adapter dir (with --base-model)")
     source.add_argument("--checkpoint-list", metavar="FILE",
                         help="one checkpoint per line; job-array task i (SLURM_ARRAY_TASK_ID) evaluates line i")
     source.add_argument("--base-model", help="base model dir for a LoRA adapter checkpoint")
-    source.add_argument("--data", action="append", required=True, metavar="FILE.parquet",
-                        help="cleaned AIME parquet (repeat for several, e.g. AIME2025 and AIME2024)")
-    source.add_argument("--limit", type=int, help="evaluate only the first N problems of each file (smoke runs)")
-    sampling = parser.add_argument_group("sampling (defaults: the recipe)")
-    sampling.add_argument("--k", type=int, default=8, help="responses per problem (default 8)")
-    sampling.add_argument("--max-tokens", type=int, default=8192, help="response token budget (default 8192)")
-    sampling.add_argument("--temperature", type=float, default=1.0, help="default 1.0")
-    sampling.add_argument("--top-p", type=float, default=1.0, help="default 1.0")
-    sampling.add_argument("--reasoning-effort", default="minimal",
-                          help="chat template reasoning_effort (default minimal; 'none' leaves it out)")
-    engine = parser.add_argument_group("offline engine (vLLM)")
-    engine.add_argument("--tp", type=int, default=1, help="tensor parallel size (Beam: 8)")
-    engine.add_argument("--pp", type=int, default=1, help="pipeline parallel size (Beam: 2, across nodes)")
-    engine.add_argument("--executor", choices=["ray", "mp", "uni"],
-                        help="vLLM distributed executor (default: ray when tp x pp spans nodes via a Ray cluster, "
-                        "else vLLM's choice)")
-    engine.add_argument("--max-prompt-tokens", type=int, default=2048, help="prompt budget (default 2048)")
-    engine.add_argument("--dtype", default="auto", help="weight dtype (default: the checkpoint's)")
-    engine.add_argument("--gpu-memory-utilization", type=float, default=0.9,
-                        help="fraction of accelerator memory (CPU build: of host memory) for vLLM (default 0.9)")
-    engine.add_argument("--enforce-eager", action="store_true", help="skip graph capture (faster start)")
-    server = parser.add_argument_group("already running OpenAI-compatible server (instead of the offline engine)")
+    source.add_argument("--data", action="append", metavar="FILE.parquet",
+                        help="cleaned AIME parquet (repeat for several); default: paths.eval_files in paths.data_dir")
+    server = verb.add_argument_group("already running OpenAI-compatible server (instead of the offline engine)")
     server.add_argument("--server", metavar="URL", help="e.g. http://node1:8000; the token, if any, is read from "
                         "$OPENAI_API_KEY")
     server.add_argument("--served-model", help="model name on the server (default: the first it lists)")
-    server.add_argument("--request-timeout", type=float, default=1800.0, help="seconds per request (default 1800)")
-    server.add_argument("--max-attempts", type=int, default=4, help="tries per request (default 4)")
-    server.add_argument("--concurrency", type=int, default=8, help="requests in flight (default 8)")
-    output = parser.add_argument_group("grading and output")
+    output = verb.add_argument_group("output")
     output.add_argument("--out", help="output dir (default <export_path>/beam_evals/global_step_N/)")
-    output.add_argument("--grade-timeout", type=float, default=5.0, help="seconds per graded item (default 5)")
-    output.add_argument("--grade-workers", type=int, default=0, help="grading processes (default: one per core)")
     output.add_argument("--force", action="store_true", help="redo generation and grading even if results exist")
     output.add_argument("--check", action="store_true",
                         help="only check the inputs and print what would run (status 2 on bad input)")
-    return parser
+    for flag, key in OLD_FLAGS.items():
+        verb.key_flag(flag, key)
+    verb.key_flag("--enforce-eager", "eval.enforce_eager", switch=True)
+    return verb
 
 
 class UsageError(ValueError):
@@ -123,19 +132,20 @@ def _load_problems(files: list[str], limit: int | None) -> tuple[list[Problem], 
     return problems, described
 
 
-def _fingerprint(args: argparse.Namespace, eval_input: EvalInput | None, data: list[dict[str, Any]]) -> dict:
+def _fingerprint(args: argparse.Namespace, cfg, eval_input: EvalInput | None, data: list[dict[str, Any]]) -> dict:
     """What makes two evaluations the same: inputs and sampling (not the engine layout, which does not change them)."""
+    g = cfg.generation
     return {
         "checkpoint": str(Path(args.checkpoint).expanduser().resolve()) if args.checkpoint else None,
         "model": eval_input.describe() if eval_input else None,
         "server": {"url": args.server, "model": args.served_model} if args.server else None,
         "data": [{"path": d["path"], "sha256": d["sha256"]} for d in data],
-        "limit": args.limit,
-        "k": args.k,
-        "max_tokens": args.max_tokens,
-        "temperature": args.temperature,
-        "top_p": args.top_p,
-        "reasoning_effort": args.reasoning_effort,
+        "limit": cfg.eval.limit,
+        "k": cfg.eval.responses_per_problem,
+        "max_tokens": g.max_response_tokens,
+        "temperature": g.temperature,
+        "top_p": g.top_p,
+        "reasoning_effort": g.reasoning_effort,
     }
 
 
@@ -153,6 +163,14 @@ def _resolve_out(args: argparse.Namespace, eval_input: EvalInput | None) -> Path
             "default <export_path>/beam_evals/global_step_N/"
         )
     return default
+
+
+def _grading_limits(cfg):
+    """The grade section as grading limits (checked now, so a bad value fails before any model is loaded)."""
+    from beam_slurm.evaluation.grading_pool import GradingLimits
+
+    g = cfg.grade
+    return GradingLimits(timeout_s=g.timeout_s, memory_mb=g.memory_mb, workers=g.workers)
 
 
 def _checkpoint_from_list(args: argparse.Namespace) -> str:
@@ -180,75 +198,63 @@ def _summary_lines(metrics: dict[str, dict[str, Any]]) -> list[str]:
     return lines
 
 
-def _settings(args: argparse.Namespace):
+def _settings(args: argparse.Namespace, cfg):
     from beam_slurm.evaluation.generate import ClientSettings, EngineSettings, SamplingSettings
 
-    sampling = SamplingSettings(
-        n=args.k,
-        temperature=args.temperature,
-        top_p=args.top_p,
-        max_tokens=args.max_tokens,
-        reasoning_effort=None if args.reasoning_effort.lower() == "none" else args.reasoning_effort,
-    )
+    sampling = SamplingSettings.from_config(cfg)
     if args.server:
-        client = ClientSettings(
-            base_url=args.server,
-            model=args.served_model,
-            request_timeout_s=args.request_timeout,
-            max_attempts=args.max_attempts,
-            concurrency=args.concurrency,
-        )
-        return sampling, None, client
-    if not 0.0 < args.gpu_memory_utilization <= 1.0:
-        raise ValueError(f"--gpu-memory-utilization must be in (0, 1] (got {args.gpu_memory_utilization})")
-    executor = args.executor
-    if executor is None and args.tp * args.pp > 1 and os.environ.get("RAY_ADDRESS"):
-        executor = "ray"
-    engine = EngineSettings(
-        tensor_parallel_size=args.tp,
-        pipeline_parallel_size=args.pp,
-        distributed_executor_backend=executor,
-        max_prompt_tokens=args.max_prompt_tokens,
-        dtype=args.dtype,
-        gpu_memory_utilization=args.gpu_memory_utilization,
-        enforce_eager=args.enforce_eager,
-    )
-    return sampling, engine, None
+        return sampling, None, ClientSettings.from_config(cfg, args.server, args.served_model)
+    return sampling, EngineSettings.from_config(cfg, ray_cluster=bool(os.environ.get("RAY_ADDRESS"))), None
+
+
+def _data_files(args: argparse.Namespace, cfg) -> list[str]:
+    if args.data:
+        return list(args.data)
+    if not cfg.paths.data_dir:
+        raise UsageError("--data FILE.parquet is required, or paths.data_dir (env DATA_DIR) to read the recipe's "
+                         f"paths.eval_files ({', '.join(cfg.paths.eval_files)}) from")
+    return [str(Path(cfg.paths.data_dir) / name) for name in cfg.paths.eval_files]
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    from beam_slurm.config.errors import ConfigError
+    from beam_slurm.config.verb_args import VerbUsageError
+
+    verb = build_parser()
     log = lambda message: print(message, flush=True)  # noqa: E731  (progress goes to the job log as it happens)
 
     # 1. Everything that can be checked without a model, so a bad job fails in seconds with status 2.
     try:
+        parsed = verb.parse(sys.argv[1:] if argv is None else argv)
+        args = parsed.args
+        cfg = verb.load(parsed)
         if args.checkpoint_list:
             args.checkpoint = _checkpoint_from_list(args)
         if not args.server and not args.checkpoint:
             raise UsageError("--checkpoint is required (or --server URL to use an already running server)")
         if args.served_model and not args.server:
             raise UsageError("--served-model only applies with --server")
-        if args.limit is not None and args.limit < 1:
-            raise UsageError(f"--limit must be at least 1 (got {args.limit})")
-        if args.grade_timeout <= 0 or args.grade_workers < 0:
-            raise UsageError("--grade-timeout must be > 0 and --grade-workers >= 0")
+        if cfg.eval.limit is not None and cfg.eval.limit < 1:
+            raise UsageError(f"eval.limit must be at least 1 (got {cfg.eval.limit})")
+        grading = _grading_limits(cfg)
         eval_input = None if args.server else resolve_checkpoint(args.checkpoint, args.base_model)
-        sampling, engine, client = _settings(args)
-        problems, data = _load_problems(args.data, args.limit)
+        sampling, engine, client = _settings(args, cfg)
+        problems, data = _load_problems(_data_files(args, cfg), cfg.eval.limit)
         out_dir = _resolve_out(args, eval_input)
         if out_dir.exists() and not out_dir.is_dir():
             raise UsageError(f"--out: {out_dir} exists and is not a directory")
-    except (UsageError, CheckpointError, DatasetError, ValueError) as exc:
-        print(f"beam-slurm evaluate: {exc}", file=sys.stderr)
-        return 2
+    except ConfigError as exc:
+        return verb.config_failed(exc)
+    except (VerbUsageError, UsageError, CheckpointError, DatasetError, GradingInputError, ValueError) as exc:
+        return verb.fail(exc)
 
     if args.check:
         target = args.server or f"{eval_input.label}: {eval_input.model_path}"
-        log(f"evaluate: inputs OK: {len(problems)} problems from {len(data)} file(s), k={args.k}, on {target}, "
+        log(f"evaluate: inputs OK: {len(problems)} problems from {len(data)} file(s), k={sampling.n}, on {target}, "
             f"results in {out_dir}")
         return 0
 
-    fingerprint = _fingerprint(args, eval_input, data)
+    fingerprint = _fingerprint(args, cfg, eval_input, data)
     finished = finished_metrics(out_dir)
     if finished is not None and not args.force:
         previous = (_read_json(out_dir / INFO_FILE) or {}).get("fingerprint")
@@ -258,12 +264,8 @@ def main(argv: list[str] | None = None) -> int:
                 log(line)
             return 0
         what = f"k={previous.get('k')}, max_tokens={previous.get('max_tokens')}" if previous else "unknown settings"
-        print(
-            f"beam-slurm evaluate: {out_dir} holds a finished evaluation with other inputs or settings ({what}); "
-            "pass --force to replace it, or choose another --out",
-            file=sys.stderr,
-        )
-        return 2
+        return verb.fail(f"{out_dir} holds a finished evaluation with other inputs or settings ({what}); "
+                         "pass --force to replace it, or choose another --out")
 
     # 2. Generation, unless an earlier attempt (e.g. a requeued job) already wrote the same responses.
     from beam_slurm.evaluation.generate import generate_offline, generate_with_server, settings_record
@@ -299,7 +301,7 @@ def main(argv: list[str] | None = None) -> int:
     from beam_slurm.evaluation.metrics import compute_metrics, write_results
 
     grading_started = time.monotonic()
-    grades = grade_rows(rows, timeout_s=args.grade_timeout, workers=args.grade_workers)
+    grades = grade_rows(rows, timeout_s=grading.timeout_s, workers=grading.workers, memory_mb=grading.memory_mb)
     metrics = compute_metrics(grades)
     grading_s = time.monotonic() - grading_started
     record = {

@@ -6,8 +6,9 @@ Both paths return the same rows, one per response:
 
 Offline engine: one vLLM ``LLM`` per evaluation with tensor x pipeline parallelism. For Beam that is TP8 x PP2 over
 two nodes through Ray (``distributed_executor_backend="ray"``; vLLM joins the Ray cluster already started in the
-allocation), on a CPU machine TP1 x PP1. Sampling follows the recipe: temperature 1.0, top-p 1.0, 8,192 response
-tokens, n = k, reasoning effort passed to the chat template as ``chat_template_kwargs``.
+allocation), on a CPU machine TP1 x PP1. Sampling follows the recipe (``generation.*``, n = eval.responses_per_problem),
+the reasoning effort passed to the chat template as ``chat_template_kwargs``; every setting comes from the recipe
+schema through the ``from_config`` constructors, which is where their defaults live.
 
 vLLM spawns its engine process with multiprocessing "spawn", so any script calling :func:`generate_offline` must
 run under an ``if __name__ == "__main__":`` guard.
@@ -32,56 +33,68 @@ from beam_slurm.evaluation.problems import Problem
 
 @dataclass(frozen=True)
 class SamplingSettings:
-    """How responses are sampled (defaults: the recipe's evaluation settings)."""
+    """How responses are sampled; `from_config` reads them from the recipe (eval.*, generation.*)."""
 
-    n: int = 8
-    """Responses per problem (k); avg@k and pass@j for j <= k are computed from them."""
-    temperature: float = 1.0
-    """Sampling temperature (recipe: 1.0)."""
-    top_p: float = 1.0
-    """Nucleus sampling threshold (recipe: 1.0)."""
-    max_tokens: int = 8192
-    """Response token budget (recipe: 8,192); longer responses stop with finish_reason "length"."""
-    reasoning_effort: str | None = "minimal"
-    """Passed to the chat template as reasoning_effort (recipe: minimal); None leaves the template's default."""
+    n: int
+    """Responses per problem (k, eval.responses_per_problem); avg@k and pass@j for j <= k are computed from them."""
+    temperature: float
+    """Sampling temperature (generation.temperature)."""
+    top_p: float
+    """Nucleus sampling threshold (generation.top_p)."""
+    max_tokens: int
+    """Response token budget (generation.max_response_tokens); longer responses stop with finish_reason "length"."""
+    reasoning_effort: str | None
+    """Passed to the chat template as reasoning_effort (generation.reasoning_effort); None leaves the template's
+    default."""
     seed: int | None = None
     """Per-request seed; leave None on vLLM's CPU build, which rejects per-request seeds."""
 
     def __post_init__(self) -> None:
         if self.n < 1:
-            raise ValueError(f"--k must be at least 1 (got {self.n})")
+            raise ValueError(f"eval.responses_per_problem must be at least 1 (got {self.n})")
         if self.max_tokens < 1:
-            raise ValueError(f"--max-tokens must be at least 1 (got {self.max_tokens})")
+            raise ValueError(f"generation.max_response_tokens must be at least 1 (got {self.max_tokens})")
         if not 0.0 < self.top_p <= 1.0:
-            raise ValueError(f"top_p must be in (0, 1] (got {self.top_p})")
+            raise ValueError(f"generation.top_p must be in (0, 1] (got {self.top_p})")
         if self.temperature < 0.0:
-            raise ValueError(f"temperature must be >= 0 (got {self.temperature})")
+            raise ValueError(f"generation.temperature must be >= 0 (got {self.temperature})")
+
+    @classmethod
+    def from_config(cls, cfg) -> "SamplingSettings":
+        """The recipe's sampling; generation.reasoning_effort=none leaves the template's default."""
+        g = cfg.generation
+        effort = None if str(g.reasoning_effort).lower() == "none" else g.reasoning_effort
+        return cls(n=cfg.eval.responses_per_problem, temperature=g.temperature, top_p=g.top_p,
+                   max_tokens=g.max_response_tokens, reasoning_effort=effort)
 
     def chat_template_kwargs(self) -> dict[str, Any]:
         """Extra variables for the chat template."""
         return {} if self.reasoning_effort is None else {"reasoning_effort": self.reasoning_effort}
 
 
+EXECUTORS = ("auto", "ray", "mp", "uni")
+
+
 @dataclass(frozen=True)
 class EngineSettings:
-    """How the offline vLLM engine is laid out and sized."""
+    """How the offline vLLM engine is laid out and sized; `from_config` reads it from the recipe."""
 
-    tensor_parallel_size: int = 1
-    """GPUs one model layer is split over (Beam: 8, one node)."""
-    pipeline_parallel_size: int = 1
-    """Pipeline stages (Beam: 2, one per node)."""
-    distributed_executor_backend: str | None = None
+    tensor_parallel_size: int
+    """GPUs one model layer is split over (rollout.tensor_parallel; Beam: 8, one node)."""
+    pipeline_parallel_size: int
+    """Pipeline stages (rollout.pipeline_parallel; Beam: 2, one per node)."""
+    distributed_executor_backend: str | None
     """"ray" to place workers on a running Ray cluster (needed across nodes), "mp" for one node, None = vLLM picks."""
-    max_prompt_tokens: int = 2048
-    """Prompt token budget (recipe: 2,048); max_model_len = this + the response budget unless set."""
+    max_prompt_tokens: int
+    """Prompt token budget (generation.max_prompt_tokens); max_model_len = this + the response budget unless set."""
+    dtype: str
+    """Weight dtype (eval.dtype; "auto" = the checkpoint's)."""
+    gpu_memory_utilization: float
+    """Fraction of accelerator memory vLLM takes (eval.gpu_memory_utilization)."""
+    enforce_eager: bool
+    """Skip graph capture (eval.enforce_eager): faster start, slower decode; useful for small tests."""
     max_model_len: int | None = None
     """Context length the engine reserves; None = max_prompt_tokens + SamplingSettings.max_tokens."""
-    dtype: str = "auto"
-    """Weight dtype ("auto" = the checkpoint's; the CPU tests use float32)."""
-    gpu_memory_utilization: float = 0.9
-    """Fraction of accelerator memory vLLM takes (on the CPU build: fraction of host memory for the KV cache)."""
-    enforce_eager: bool = False
-    """Skip graph capture: faster start, slower decode; useful for small tests."""
     seed: int = 0
     """Engine-level random seed."""
     extra_engine_kwargs: dict[str, Any] = field(default_factory=dict)
@@ -89,11 +102,29 @@ class EngineSettings:
 
     def __post_init__(self) -> None:
         if self.tensor_parallel_size < 1 or self.pipeline_parallel_size < 1:
-            raise ValueError("--tp and --pp must be at least 1")
+            raise ValueError("rollout.tensor_parallel and rollout.pipeline_parallel must be at least 1")
         if self.distributed_executor_backend not in (None, "ray", "mp", "uni"):
             raise ValueError(
-                f"--executor must be ray, mp or uni (got {self.distributed_executor_backend!r})"
+                f"rollout.executor_backend must be one of {', '.join(EXECUTORS)} "
+                f"(got {self.distributed_executor_backend!r})"
             )
+        if not 0.0 < self.gpu_memory_utilization <= 1.0:
+            raise ValueError(f"eval.gpu_memory_utilization must be in (0, 1] (got {self.gpu_memory_utilization})")
+
+    @classmethod
+    def from_config(cls, cfg, *, ray_cluster: bool) -> "EngineSettings":
+        """The recipe's engine. rollout.executor_backend=auto: ray when TP x PP > 1 and a Ray cluster is there
+        (`ray_cluster`, RAY_ADDRESS set), else vLLM's own choice."""
+        r = cfg.rollout
+        executor = r.executor_backend
+        if executor == "auto":
+            executor = "ray" if r.tensor_parallel * r.pipeline_parallel > 1 and ray_cluster else None
+        elif executor not in EXECUTORS:
+            raise ValueError(f"rollout.executor_backend must be one of {', '.join(EXECUTORS)} (got {executor!r})")
+        e = cfg.eval
+        return cls(tensor_parallel_size=r.tensor_parallel, pipeline_parallel_size=r.pipeline_parallel,
+                   distributed_executor_backend=executor, max_prompt_tokens=cfg.generation.max_prompt_tokens,
+                   dtype=e.dtype, gpu_memory_utilization=e.gpu_memory_utilization, enforce_eager=e.enforce_eager)
 
 
 def engine_kwargs(eval_input: EvalInput, sampling: SamplingSettings, engine: EngineSettings) -> dict[str, Any]:
@@ -178,26 +209,35 @@ class ClientSettings:
 
     base_url: str
     """Server root, e.g. http://node1:8000 (the /v1 suffix is optional)."""
-    model: str | None = None
+    model: str | None
     """Model name as the server knows it (a LoRA's served name included); None = the first of GET /v1/models."""
+    request_timeout_s: float
+    """Time limit for one request, k responses of up to max_tokens each (eval.server_request_timeout_s)."""
+    max_attempts: int
+    """Tries per request (eval.server_max_attempts); connection errors, time-outs, 429 and 5xx are retried, other
+    errors are not."""
+    concurrency: int
+    """Requests in flight at once (eval.server_concurrency)."""
     api_key_env: str = "OPENAI_API_KEY"
     """Environment variable holding the bearer token, if the server needs one (never written to logs)."""
-    request_timeout_s: float = 1800.0
-    """Time limit for one request (k responses of up to max_tokens each)."""
-    max_attempts: int = 4
-    """Tries per request; connection errors, time-outs, 429 and 5xx are retried, other errors are not."""
     backoff_s: float = 2.0
     """Wait before the 2nd try; doubles for each further try, up to max_backoff_s."""
     max_backoff_s: float = 10.0
     """Longest wait between two tries."""
-    concurrency: int = 8
-    """Requests in flight at once."""
+
+    @classmethod
+    def from_config(cls, cfg, base_url: str, model: str | None) -> "ClientSettings":
+        """The recipe's client settings for the server at `base_url`."""
+        e = cfg.eval
+        return cls(base_url=base_url, model=model, request_timeout_s=e.server_request_timeout_s,
+                   max_attempts=e.server_max_attempts, concurrency=e.server_concurrency)
 
     def __post_init__(self) -> None:
         if not self.base_url.startswith(("http://", "https://")):
             raise ValueError(f"--server must be an http:// or https:// URL (got {self.base_url!r})")
         if self.max_attempts < 1 or self.concurrency < 1 or self.request_timeout_s <= 0:
-            raise ValueError("client max_attempts, concurrency and request_timeout_s must be positive")
+            raise ValueError("eval.server_max_attempts, eval.server_concurrency and eval.server_request_timeout_s must be "
+                             "positive")
 
     @property
     def api_root(self) -> str:

@@ -8,7 +8,6 @@ Output: ``DIR/metrics.json``, ``DIR/grades.jsonl`` and the other files described
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
@@ -20,21 +19,20 @@ from beam_slurm.evaluation.metrics import PASS_AT, GradingInputError, compute_de
 from beam_slurm.evaluation.results import METRICS_FILE, write_results
 
 
-class _ArgumentParser(argparse.ArgumentParser):
-    def error(self, message: str):  # argparse exits with 2 already; keep its message, name the verb
-        self.print_usage(sys.stderr)
-        self.exit(2, f"beam-slurm grade: {message}\n")
+def build_parser():
+    """The verb's parser: inputs, --force, --json; grading limits are the grade.* keys."""
+    from beam_slurm.config.verb_args import VerbArgs, keys_under
 
-
-def _parser() -> argparse.ArgumentParser:
-    parser = _ArgumentParser(prog="beam-slurm grade", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--responses", required=True, type=Path, help="JSONL file of responses to grade")
-    parser.add_argument("--out", required=True, type=Path, help="output folder for metrics.json, grades.jsonl, ...")
-    parser.add_argument("--timeout", type=float, default=5.0, help="per-response time bound in seconds (default 5)")
-    parser.add_argument("--workers", type=int, default=0, help="grading processes (default: all usable CPUs)")
-    parser.add_argument("--memory-mb", type=int, default=2048, help="address-space cap per grading process (MiB)")
-    parser.add_argument("--overwrite", action="store_true", help="replace the results already in --out")
-    return parser
+    verb = VerbArgs("grade", __doc__.split("\n\n")[0], keys=keys_under("grade"))
+    verb.add_argument("--responses", required=True, type=Path, help="JSONL file of responses to grade")
+    verb.add_argument("--out", required=True, type=Path, help="output folder for metrics.json, grades.jsonl, ...")
+    verb.add_argument("--force", action="store_true", help="replace the results already in --out")
+    verb.add_argument("--json", action="store_true", help="print the metrics as JSON instead of a table")
+    verb.key_flag("--timeout", "grade.timeout_s")
+    verb.key_flag("--memory-mb", "grade.memory_mb")
+    verb.key_flag("--workers", "grade.workers")
+    verb.renamed_flag("--overwrite", "--force")
+    return verb
 
 
 def read_responses(path: Path) -> list[dict[str, Any]]:
@@ -83,34 +81,38 @@ def print_summary(metrics: dict[str, dict[str, Any]], details: dict[str, dict[st
 
 
 def main(argv: list[str]) -> int:
-    args = _parser().parse_args(argv)
-    if (args.out / METRICS_FILE).exists() and not args.overwrite:
-        print(
-            f"beam-slurm grade: {args.out} already holds results ({METRICS_FILE}); "
-            "pass --overwrite to replace them or choose another --out",
-            file=sys.stderr,
-        )
-        return 2
+    from beam_slurm.config.errors import ConfigError
+    from beam_slurm.config.verb_args import VerbUsageError
+
+    verb = build_parser()
     try:
-        limits = GradingLimits(timeout_s=args.timeout, memory_mb=args.memory_mb, workers=args.workers)
+        parsed = verb.parse(argv)
+        args = parsed.args
+        cfg = verb.load(parsed)
+        if (args.out / METRICS_FILE).exists() and not args.force:
+            raise GradingInputError(f"{args.out} already holds results ({METRICS_FILE}); "
+                                    "pass --force to replace them or choose another --out")
+        g = cfg.grade
+        limits = GradingLimits(timeout_s=g.timeout_s, memory_mb=g.memory_mb, workers=g.workers)
         rows = read_responses(args.responses)
         padded = grading.zero_padded_ground_truths([str(r.get("ground_truth", "")) for r in rows if isinstance(r, dict)])
         outcome = grade_rows_detailed(rows, limits)
-    except GradingInputError as error:
-        print(f"beam-slurm grade: {error}", file=sys.stderr)
-        return 2
-    except GradingSetupError as error:
-        print(f"beam-slurm grade: {error}", file=sys.stderr)
-        return 2
+    except ConfigError as error:
+        return verb.config_failed(error)
+    except (VerbUsageError, GradingInputError, GradingSetupError) as error:
+        return verb.fail(error)
     if padded:
         print(
-            f"beam-slurm grade: warning: zero-padded ground truth(s) {', '.join(padded[:5])}: the training reward "
+            f"{verb.prefix}warning: zero-padded ground truth(s) {', '.join(padded[:5])}: the training reward "
             "compares strings, so '025' never matches '25'; write integer answers unpadded",
             file=sys.stderr,
         )
     metrics = compute_metrics(outcome.grades)
     details = compute_details(outcome.grades)
     write_results(args.out, outcome.grades, metrics)
+    if args.json:
+        print(json.dumps({"metrics": metrics, "details": details, "out": str(args.out)}, indent=2))
+        return 0
     print_summary(metrics, details)
     primary = outcome.phases["primary"]
     verified = outcome.phases["math_verify"]

@@ -20,7 +20,6 @@ or a run name, looked up as ``<exports root>/<name>`` with the exports root from
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import os
@@ -350,28 +349,36 @@ def summary(report: RunReport) -> dict[str, Any]:
     }
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="beam-slurm report", description=__doc__.split("\n\n")[0])
-    parser.add_argument("run", help="the run's export path (or a folder holding it), or a run name")
-    parser.add_argument("--exports-root", help="where run names are looked up (default $BEAM_EXPORTS_ROOT or ~/exports)")
-    parser.add_argument("--plot", type=Path, help=f"PNG to write (default <export path>/{EVALS_DIRNAME}/{PLOT_FILE})")
-    return parser
+def build_parser():
+    """The verb's parser: the run, where to look it up, where the plot goes, --json. It reads no recipe key."""
+    from beam_slurm.config.verb_args import VerbArgs
+
+    verb = VerbArgs("report", __doc__.split("\n\n")[0], settings=False)
+    verb.add_argument("run", help="the run's export path (or a folder holding it), or a run name")
+    verb.add_argument("--exports-root", help="where run names are looked up (default $BEAM_EXPORTS_ROOT or ~/exports)")
+    verb.add_argument("--plot", type=Path, help=f"PNG to write (default <export path>/{EVALS_DIRNAME}/{PLOT_FILE})")
+    verb.add_argument("--json", action="store_true", help="print the report as JSON instead of a table")
+    return verb
 
 
 def main(argv: list[str]) -> int:
-    args = _parser().parse_args(argv)
+    from beam_slurm.config.verb_args import VerbUsageError
+
+    verb = build_parser()
     try:
+        args = verb.parse(argv).args
         export_path = resolve_export_path(args.run, args.exports_root)
-    except ReportInputError as error:
-        print(f"beam-slurm report: {error}", file=sys.stderr)
-        return 2
+    except (VerbUsageError, ReportInputError) as error:
+        return verb.fail(error)
     report = gather(export_path)
     if not report.evals and not report.train:
-        print(f"beam-slurm report: {export_path} has no finished evaluation or training metrics yet", file=sys.stderr)
-        return 2
-    print_table(report)
+        return verb.fail(f"{export_path} has no finished evaluation or training metrics yet")
     plot = args.plot or export_path / EVALS_DIRNAME / PLOT_FILE
     write_plot(report, plot)
     write_json(export_path / EVALS_DIRNAME / SUMMARY_FILE, summary(report))
+    if args.json:
+        print(json.dumps({**summary(report), "plot": str(plot)}, indent=2))
+        return 0
+    print_table(report)
     print(f"plot: {plot}")
     return 0

@@ -1,10 +1,14 @@
 """The pipeline's stages: each turns the recipe into one `sbatch` command of its batch script and says whether the
 work is already done.
 
-    PrepareData   sbatch/prepare_data.sh   data.out_dir=<paths.data_dir> data.<key>=<value>...
-    PullContainer sbatch/pull_container.sh --runtime R --image I --cache-dir D
+    PrepareData   sbatch/prepare_data.sh   [--force] data.out_dir=<paths.data_dir> data.<key>=<value>...
+    PullContainer sbatch/pull_container.sh container.runtime=R container.image=I container.image_cache_dir=D
     Train         sbatch/train_<recipe>.sh <overrides> run_name=.. paths.ckpt_path=.. paths.export_path=..
     Evaluate      sbatch/eval_aime.sh      --checkpoint DIR --data ... --out <export_path>/beam_evals/global_step_N
+                                           <every key evaluate reads>=<the run's value>
+
+Settings reach every job as recipe keys (`key=value`, values written so Hydra reads them back exactly); only inputs
+and switches are flags.
 
 Slurm options come from `cfg.cluster` (nodes, partition, account, qos, time, signal, extra args) and override the
 scripts' #SBATCH headers. The job gets BEAM_SLURM_HOME (this checkout) through `--export`; nothing secret is ever
@@ -127,29 +131,35 @@ class PrepareData:
     stage = "data"
     script = "prepare_data.sh"
 
-    def __init__(self, cfg, data_overrides: list[str]):
+    def __init__(self, cfg, data_overrides: list[str], *, force: bool = False):
+        from beam_slurm.config.verb_args import override_key
+
         self.cfg = cfg
-        self.data_overrides = list(data_overrides)
+        # data.overwrite=true is the old spelling of prepare-data's --force
+        old = [o for o in data_overrides if override_key(o) == "data.overwrite"]
+        self.force = force or any(o.split("=", 1)[-1].strip().lower() == "true" for o in old)
+        self.data_overrides = [o for o in data_overrides if o not in old]
 
     @property
     def out_dir(self) -> str:
         return str(self.cfg.paths.data_dir)
 
     def identity(self) -> str:
-        return "data:" + self.out_dir + " " + " ".join(sorted(self.data_overrides))
+        return "data:" + self.out_dir + " " + " ".join(sorted(self.data_overrides)) + (" --force" if self.force else "")
 
     def completed(self) -> str:
         """Why the outputs can be kept as they are, or '' when the job must run."""
+        from beam_slurm.config.load import load_config
+        from beam_slurm.config.verb_args import override
         from beam_slurm.data.cli import _file_records, _is_local, _plans, _specs
-        from beam_slurm.data.config import parse_overrides
         from beam_slurm.data.errors import BadDataInput
         from beam_slurm.data.manifest import MANIFEST_NAME, load_manifest, reuse_verdict
         from beam_slurm.data.sources import resolve_source
 
-        config = parse_overrides([*self.data_overrides, f"data.out_dir={self.out_dir}"])
-        out_dir = Path(self.out_dir)
-        if config.overwrite:
+        if self.force:
             return ""
+        config = load_config([*self.data_overrides, override("data.out_dir", self.out_dir)], validate=False).data
+        out_dir = Path(self.out_dir)
         manifest = load_manifest(out_dir)
         for plan in _plans(config):
             output = out_dir / plan.file_name
@@ -166,12 +176,15 @@ class PrepareData:
         return f"complete: the three files in {out_dir} match {MANIFEST_NAME}"
 
     def render(self, cfg_for_logs=None) -> StagePlan:
+        from beam_slurm.config.verb_args import override
+
         cfg = cfg_for_logs or self.cfg
         log_dir = str(cfg.paths.log_dir)
         request = SbatchRequest(
             script=script_path(self.script),
             options=[f"--job-name={cfg.run_name}-data", f"--output={log_dir}/data-%j.out", *account_options(cfg)],
-            script_args=[f"data.out_dir={self.out_dir}", *self.data_overrides],
+            script_args=[*(["--force"] if self.force else []), override("data.out_dir", self.out_dir),
+                         *self.data_overrides],
             export=_export(),
         )
         return StagePlan(self.stage, self.identity(), request, log_dir=log_dir)
@@ -209,13 +222,16 @@ class PullContainer:
         return ""
 
     def render(self) -> StagePlan:
+        from beam_slurm.config.verb_args import override
+
         cfg, s = self.cfg, self.settings
         log_dir = str(cfg.paths.log_dir)
         request = SbatchRequest(
             script=script_path(self.script),
             options=[f"--job-name={cfg.run_name}-container", f"--output={log_dir}/container-%j.out",
                      *account_options(cfg)],
-            script_args=["--runtime", s.runtime, "--image", s.image, "--cache-dir", s.image_cache_dir],
+            script_args=[override("container.runtime", s.runtime), override("container.image", s.image),
+                         override("container.image_cache_dir", s.image_cache_dir)],
             export=_export(),
         )
         return StagePlan(self.stage, self.identity(), request, log_dir=log_dir)
@@ -306,18 +322,19 @@ class Evaluate:
         return (folder / "config.json").is_file() and not (folder / "adapter_config.json").is_file()
 
     def script_args(self) -> list[str]:
-        cfg, g = self.cfg, self.cfg.generation
+        """Inputs as flags, then every setting `evaluate` reads as key=value with this run's value."""
+        from beam_slurm.config.verb_args import override, value_at
+        from beam_slurm.evaluation.cli import EVALUATE_KEYS
+
+        cfg = self.cfg
         args = ["--checkpoint", self.checkpoint_dir]
         if cfg.is_lora and not self.is_full_model():
             args += ["--base-model", str(cfg.paths.model_path)]
         for name in cfg.paths.eval_files:
             args += ["--data", str(Path(cfg.paths.data_dir) / name)]
-        args += ["--k", str(cfg.eval.responses_per_problem), "--max-tokens", str(g.max_response_tokens),
-                 "--max-prompt-tokens", str(g.max_prompt_tokens), "--temperature", str(g.temperature),
-                 "--top-p", str(g.top_p), "--reasoning-effort", g.reasoning_effort,
-                 "--tp", str(cfg.rollout.tensor_parallel), "--pp", str(cfg.rollout.pipeline_parallel),
-                 "--out", self.out_dir()]
-        return args + self.extra_args  # argparse: a later repeat of an option wins
+        args += ["--out", self.out_dir()]
+        args += [override(key, value_at(cfg, key)) for key in EVALUATE_KEYS if not key.startswith("paths.")]
+        return args + self.extra_args  # a key given again later wins (eval.chain_extra_args)
 
     def render(self) -> StagePlan:
         cfg = self.cfg
@@ -335,7 +352,7 @@ def submit_eval(cfg, step: int, checkpoint_dir: str | os.PathLike, *, extra_args
     """Submit the evaluation of one checkpoint and return its job id; record it in <export_path>/beam_run/.
 
     Called from the training job's batch shell when a checkpoint becomes complete. `extra_args` are appended to
-    the `beam-slurm evaluate` arguments (they win, e.g. `--limit 5`); `dependency` are job ids to wait for
+    the `beam-slurm evaluate` arguments (they win, e.g. `eval.limit=5`); `dependency` are job ids to wait for
     (afterok). Raises SlurmCommandError when sbatch refuses, StageError when the script is missing.
     """
     from beam_slurm.pipeline.manifest import RunManifest

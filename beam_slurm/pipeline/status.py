@@ -8,7 +8,6 @@ Without an argument: the run or sweep submitted last from this account. A run na
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
@@ -204,25 +203,29 @@ def render_table(rows: list[StatusRow], title: str):
     return table
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="beam-slurm status", description=__doc__.split("\n\n")[0])
-    parser.add_argument("target", nargs="?", help="run folder, run name or sweep folder (default: the last submitted)")
-    parser.add_argument("--watch", action="store_true", help="refresh until every job has ended (Ctrl-C to stop)")
-    parser.add_argument("--interval", type=float, default=10.0, help="seconds between refreshes with --watch")
-    parser.add_argument("--json", action="store_true", help="print the rows as JSON instead of a table")
-    return parser
+def build_parser():
+    """The verb's parser: the target, --watch, --json. It reads no recipe key."""
+    from beam_slurm.config.verb_args import VerbArgs
+
+    verb = VerbArgs("status", __doc__.split("\n\n")[0], settings=False)
+    verb.add_argument("target", nargs="?", help="run folder, run name or sweep folder (default: the last submitted)")
+    verb.add_argument("--watch", action="store_true", help="refresh until every job has ended (Ctrl-C to stop)")
+    verb.add_argument("--interval", type=float, default=10.0, help="seconds between refreshes with --watch")
+    verb.add_argument("--json", action="store_true", help="print the rows as JSON instead of a table")
+    return verb
 
 
 def main(argv: list[str]) -> int:
-    args = _parser().parse_args(argv)
-    if args.interval <= 0:
-        print("beam-slurm status: --interval must be positive seconds", file=sys.stderr)
-        return 2
+    from beam_slurm.config.verb_args import VerbUsageError
+
+    verb = build_parser()
     try:
+        args = verb.parse(argv).args
+        if args.interval <= 0:
+            raise VerbUsageError("--interval must be positive seconds")
         export_paths, title = resolve_targets(args.target)
-    except StatusInputError as exc:
-        print(f"beam-slurm status: {exc}", file=sys.stderr)
-        return 2
+    except (VerbUsageError, StatusInputError) as exc:
+        return verb.fail(exc)
     from beam_slurm.slurm.scheduler import SlurmCommandError
 
     def snapshot() -> list[StatusRow]:
@@ -251,8 +254,7 @@ def main(argv: list[str]) -> int:
                 rows = snapshot()
                 live.update(render_table(rows, f"{title}  ({time.strftime('%H:%M:%S')})"))
     except SlurmCommandError as exc:
-        print(f"beam-slurm status: {exc}", file=sys.stderr)
-        return 1
+        return verb.fail(exc, status=1)
     except KeyboardInterrupt:
         return 0
     return 0

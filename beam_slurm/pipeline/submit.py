@@ -1,7 +1,7 @@
 """`beam-slurm submit`: the stage chain prepare data -> pull container -> train as Slurm jobs, or one chain per
 point of a `-m` sweep, returning as soon as everything is queued.
 
-    beam-slurm submit [-m] [--dry-run] [--stages data,container,train] [--dependency-type afterok|afterany]
+    beam-slurm submit [-m] [--dry-run] [--force] [--stages data,container,train] [--dependency-type afterok|afterany]
                       [--skip-invalid] [key=value ...] [data.key=value ...]
 
 Each stage is its own job, chained with `--dependency` (afterok by default: a failed stage's dependents stay
@@ -13,12 +13,12 @@ anything is submitted; invalid points are listed with the reason and the sweep i
 `--skip-invalid`. `--dry-run` prints every command and submits and writes nothing.
 
 `data.<key>=<value>` arguments go to the data stage (`beam-slurm prepare-data`); its output folder is paths.data_dir.
+`--force` rebuilds the data even when its manifest matches.
 Run folder: <export_path>/beam_run/ (see beam_slurm.pipeline.manifest); sweeps: <exports>/beam_sweeps/<name>/.
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import time
@@ -54,17 +54,19 @@ class RunSpec:
         return " ".join(f"{k}={v}" for k, v in self.choices) or " ".join(self.overrides) or "(defaults)"
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="beam-slurm submit", description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("-m", "--multirun", action="store_true", help="sweep: key=a,b expands to one run per value")
-    parser.add_argument("--dry-run", action="store_true", help="render and print everything, submit and write nothing")
-    parser.add_argument("--stages", default=",".join(STAGES), help="comma-separated subset of data,container,train")
-    parser.add_argument("--dependency-type", default="afterok", choices=("afterok", "afterany"),
-                        help="how a stage waits for the one before it (default afterok)")
-    parser.add_argument("--skip-invalid", action="store_true", help="submit a sweep's valid points, list the others")
-    parser.add_argument("overrides", nargs="*", help="key=value (Hydra overrides); data.key=value for the data stage")
-    return parser
+def build_parser():
+    """The verb's parser: its switches, and every recipe key (data.* go to the data stage)."""
+    from beam_slurm.config.verb_args import VerbArgs, schema_keys
+
+    verb = VerbArgs("submit", __doc__.split("\n\n")[0], keys=list(schema_keys()))
+    verb.add_argument("-m", "--multirun", action="store_true", help="sweep: key=a,b expands to one run per value")
+    verb.add_argument("--dry-run", action="store_true", help="render and print everything, submit and write nothing")
+    verb.add_argument("--stages", default=",".join(STAGES), help="comma-separated subset of data,container,train")
+    verb.add_argument("--dependency-type", default="afterok", choices=("afterok", "afterany"),
+                      help="how a stage waits for the one before it (default afterok)")
+    verb.add_argument("--skip-invalid", action="store_true", help="submit a sweep's valid points, list the others")
+    verb.add_argument("--force", action="store_true", help="rebuild the data even when it is up to date")
+    return verb
 
 
 def _fail(problems: list[str]) -> int:
@@ -130,7 +132,7 @@ def _earlier_jobs(runs: list[RunSpec]) -> dict[str, list[str]]:
     return found
 
 
-def plan_stages(runs: list[RunSpec], stages: list[str], data_overrides: list[str]) -> None:
+def plan_stages(runs: list[RunSpec], stages: list[str], data_overrides: list[str], force: bool = False) -> None:
     """Render every stage of every valid run; decide skip (complete) and reuse (an earlier job still active).
 
     Runs sharing a data folder or an image share one plan object (one job)."""
@@ -142,7 +144,7 @@ def plan_stages(runs: list[RunSpec], stages: list[str], data_overrides: list[str
     for run in runs:
         run.plans = []
         for name in stages:
-            stage = {"data": lambda: PrepareData(run.cfg, data_overrides), "container": lambda: PullContainer(run.cfg),
+            stage = {"data": lambda: PrepareData(run.cfg, data_overrides, force=force), "container": lambda: PullContainer(run.cfg),
                      "train": lambda: Train(run.cfg, run.overrides)}[name]()
             identity = stage.identity()
             if identity in shared:
@@ -250,7 +252,15 @@ def _write_records(runs: list[RunSpec], invalid: list[RunSpec], args, data_overr
 
 
 def main(argv: list[str]) -> int:
-    args = _parser().parse_intermixed_args(argv)
+    from beam_slurm.config.verb_args import VerbUsageError
+
+    verb = build_parser()
+    try:
+        parsed = verb.parse(argv)
+    except VerbUsageError as exc:
+        return verb.fail(exc)
+    args = parsed.args
+    args.overrides = parsed.overrides
     stages = [s.strip() for s in args.stages.split(",") if s.strip()]
     unknown = [s for s in stages if s not in STAGES]
     if unknown or not stages:
@@ -262,8 +272,7 @@ def main(argv: list[str]) -> int:
     try:
         runs = build_runs(overrides, args.multirun, stages)
     except ConfigError as exc:
-        exc.report()
-        return exc.exit_code
+        return verb.config_failed(exc, what="; nothing was submitted")
     problems = _data_problems(data_overrides) if "data" in stages else []
     if problems:
         return _fail(problems)
@@ -287,7 +296,7 @@ def main(argv: list[str]) -> int:
     from beam_slurm.slurm.scheduler import SlurmCommandError
 
     try:
-        plan_stages(valid, stages, data_overrides)
+        plan_stages(valid, stages, data_overrides, args.force)
     except StageError as exc:
         return _fail([str(exc)])
 
@@ -332,11 +341,11 @@ def _data_problems(data_overrides: list[str]) -> list[str]:
         return problems
     if any(o.split("=", 1)[0].lstrip("+") == "data.out_dir" for o in data_overrides):
         return ["data.out_dir: the data stage writes to paths.data_dir (DATA_DIR), which training reads; set that instead"]
-    from beam_slurm.data.config import parse_overrides
-    from beam_slurm.data.errors import BadDataInput
+    from beam_slurm.config.load import load_config
+    from beam_slurm.config.verb_args import override_key
 
-    try:
-        parse_overrides(data_overrides)
-    except BadDataInput as exc:
-        return [str(exc)]
-    return []
+    try:  # the data section of the same schema; data.overwrite (old spelling of --force) is the stage's business
+        cfg = load_config([o for o in data_overrides if override_key(o) != "data.overwrite"], validate=False)
+    except ConfigError as exc:
+        return [str(p) for p in exc.problems]
+    return cfg.data.problems()

@@ -55,6 +55,14 @@ def listing(directory: Path) -> dict[str, str]:
     return {p.name: sha256_file(p) for p in sorted(directory.iterdir()) if p.is_file()}
 
 
+def outputs_and_manifest(directory: Path) -> tuple[dict, dict]:
+    """The outputs' hashes and the manifest without its write times (a rebuild a second later is the same)."""
+    manifest = json.loads((directory / MANIFEST_NAME).read_text())
+    for entry in manifest["outputs"].values():
+        entry.pop("written_at")
+    return {name: sha256_file(directory / name) for name in OUTPUTS}, manifest
+
+
 def test_exact_command_writes_three_outputs_and_manifest(tmp_path, sources):
     out = tmp_path / "out"
     proc = subprocess.run(
@@ -86,7 +94,7 @@ def test_exact_command_writes_three_outputs_and_manifest(tmp_path, sources):
 def test_rerun_keeps_good_outputs_and_refuses_changed_ones(tmp_path, sources, capsys):
     out = tmp_path / "out"
     assert main(args(sources, out)) == 0
-    before = listing(out)
+    outputs_and_manifest_before = outputs_and_manifest(out)
     mtimes = {name: (out / name).stat().st_mtime_ns for name in OUTPUTS}
     capsys.readouterr()
     assert main(args(sources, out)) == 0
@@ -98,9 +106,12 @@ def test_rerun_keeps_good_outputs_and_refuses_changed_ones(tmp_path, sources, ca
         handle.write(b"edited")
     assert main(args(sources, out)) == 2
     err = capsys.readouterr().err
-    assert "has changed since it was written" in err and "data.overwrite=true" in err
+    assert "has changed since it was written" in err and "pass --force" in err
+    assert main([*args(sources, out), "--force"]) == 0
+    assert outputs_and_manifest(out) == outputs_and_manifest_before
+    # The old spelling still works for one release and names the flag to use.
     assert main(args(sources, out, overwrite="true")) == 0
-    assert listing(out) == before
+    assert "data.overwrite=true is an old setting; use --force" in capsys.readouterr().err
 
     # A changed source makes the old output stale: refuse without overwrite.
     write_dapo(sources["aime2024"], aime2024_rows()[:100])
@@ -114,7 +125,7 @@ def test_foreign_file_in_out_dir_is_not_replaced(tmp_path, sources, capsys):
     (out / OUTPUTS[0]).write_text("mine")
     assert main(args(sources, out)) == 2
     err = capsys.readouterr().err
-    assert "not recorded in the manifest" in err and "data.overwrite=true" in err
+    assert "not recorded in the manifest" in err and "pass --force" in err
     assert (out / OUTPUTS[0]).read_text() == "mine"
 
 
@@ -165,7 +176,7 @@ def test_bad_input_exits_2_and_leaves_out_dir_unchanged(tmp_path, sources, capsy
     before = listing(out)
     damage(sources["dapo_math"])
     capsys.readouterr()
-    assert main(args(sources, out, overwrite="true")) == 2
+    assert main([*args(sources, out), "--force"]) == 2
     assert re.search(message, capsys.readouterr().err)
     assert listing(out) == before  # old outputs and manifest intact, no temporary files left
 
@@ -190,11 +201,16 @@ def test_corrupt_page_mid_file_is_reported_and_nothing_written(tmp_path, sources
 def test_unknown_and_malformed_settings(tmp_path, sources, capsys):
     assert main(args(sources, tmp_path / "o", dapo="x")) == 2
     err = capsys.readouterr().err
-    assert "unknown setting 'data.dapo'" in err and "data.dapo_math" in err and "data.overwrite" in err
+    assert err.startswith("beam-slurm prepare-data: ")
+    assert "data.dapo='x': unknown key" in err and "dapo_math" in err
     assert main(["out_dir=/tmp/x"]) == 2
-    assert "data.<key>=<value>" in capsys.readouterr().err
+    assert "out_dir='/tmp/x': unknown key" in capsys.readouterr().err
+    assert main(["out_dir"]) == 2
+    assert "settings are key=value" in capsys.readouterr().err
     assert main(args(sources, tmp_path / "o", overwrite="maybe")) == 2
-    assert "data.overwrite" in capsys.readouterr().err
+    assert "data.overwrite is now the flag --force" in capsys.readouterr().err
+    assert main(args(sources, tmp_path / "o", batch_rows="0")) == 2
+    assert "data.batch_rows=0: must be >= 1" in capsys.readouterr().err
     assert not (tmp_path / "o").exists()
 
 

@@ -45,7 +45,7 @@ def test_script_names_a_wrong_checkout(tmp_path):
 def test_script_passes_exit_status_2_through(tmp_path):
     proc = subprocess.run(["bash", str(SCRIPT), "data.nope=1"], cwd=tmp_path, capture_output=True, text=True,
                           env=_env_without_home(), timeout=60)
-    assert proc.returncode == 2 and "unknown setting 'data.nope'" in proc.stderr
+    assert proc.returncode == 2 and "beam-slurm prepare-data: " in proc.stderr and "data.nope='1': unknown key" in proc.stderr
 
 
 @pytest.mark.sandbox

@@ -178,7 +178,7 @@ def test_one_shot_array_covers_unclaimed_checkpoints_and_tasks_pick_their_line(t
     assert tasks == 2 and argv[0] == "--checkpoint-list" and argv[2:] == ["--data", "aime.parquet"]
     assert submitted_jobs(settings)[30] == "777_1"
     for task, step in enumerate((10, 30)):
-        args = build_parser().parse_args(["--checkpoint-list", argv[1], "--data", "x"])
+        args = build_parser().parse(["--checkpoint-list", argv[1], "--data", "x"]).args
         monkeypatch.setenv("SLURM_ARRAY_TASK_ID", str(task))
         assert _checkpoint_from_list(args) == str(run / f"global_step_{step}")
     # Nothing left to evaluate: a second one-shot submits nothing.

@@ -7,6 +7,7 @@ test_generate_vllm.py.
 
 from __future__ import annotations
 
+import dataclasses
 import http.server
 import json
 import subprocess
@@ -18,6 +19,7 @@ import pytest
 
 from aime_files import write_aime_parquet
 
+from beam_slurm.config.schema import BeamConfig
 from beam_slurm.evaluation.checkpoints import CheckpointError, resolve_checkpoint
 from beam_slurm.evaluation.generate import ClientSettings, SamplingSettings, ServerError, generate_with_server
 from beam_slurm.evaluation.problems import DatasetError, Problem, read_problems
@@ -113,7 +115,12 @@ def run_cli_without_model(args: list[str]) -> subprocess.CompletedProcess:
         ("lora_without_base", "--base-model"),
         ("missing_data", "does not exist"),
         ("no_out_for_base_model", "--out is required"),
-        ("bad_k", "--k must be at least 1"),
+        ("bad_k", "eval.responses_per_problem must be at least 1"),
+        ("bad_k_old_flag", "--k is an old flag; use eval.responses_per_problem=0"),
+        ("unknown_key", "beam-slurm evaluate: invalid configuration (1 problem)"),
+        ("bad_type", "eval.limit"),
+        ("no_data_no_data_dir", "--data FILE.parquet is required, or paths.data_dir"),
+        ("bad_grading", "grading memory cap must be >= 256 MiB"),
         ("bad_server_url", "--server must be an http"),
         ("same_source_twice", "both hold data_source"),
     ],
@@ -126,7 +133,12 @@ def test_bad_input_exits_2_before_loading_a_model(tmp_path, case, expected):
         "lora_without_base": ["--checkpoint", str(fake_adapter_dir(tmp_path / "adapter")), "--data", data],
         "missing_data": ["--checkpoint", str(export), "--data", str(tmp_path / "none.parquet")],
         "no_out_for_base_model": ["--checkpoint", str(fake_model_dir(tmp_path / "base")), "--data", data],
-        "bad_k": ["--checkpoint", str(export), "--data", data, "--k", "0"],
+        "bad_k": ["--checkpoint", str(export), "--data", data, "eval.responses_per_problem=0"],
+        "bad_k_old_flag": ["--checkpoint", str(export), "--data", data, "--k", "0"],
+        "unknown_key": ["--checkpoint", str(export), "--data", data, "eval.responses=8"],
+        "bad_type": ["--checkpoint", str(export), "--data", data, "eval.limit=some"],
+        "no_data_no_data_dir": ["--checkpoint", str(export), "paths.data_dir=null"],
+        "bad_grading": ["--checkpoint", str(export), "--data", data, "grade.memory_mb=100"],
         "bad_server_url": ["--server", "node1:8000", "--data", data, "--out", str(tmp_path / "o")],
         "same_source_twice": ["--checkpoint", str(export), "--data", data, "--data",
                               str(write_aime_parquet(tmp_path / "copy.parquet"))],
@@ -134,6 +146,7 @@ def test_bad_input_exits_2_before_loading_a_model(tmp_path, case, expected):
     result = run_cli_without_model(args)
     assert result.returncode == 2, result.stdout + result.stderr
     assert expected in result.stderr
+    assert result.stderr.splitlines()[-1].startswith(("beam-slurm evaluate: ", "  - "))
     assert "NO_VLLM" in result.stdout
     assert not (tmp_path / "exports" / "beam_evals").exists()
 
@@ -192,11 +205,16 @@ def client_for(server, **overrides) -> ClientSettings:
 PROBLEM = Problem("aime", "p0", [{"role": "user", "content": "q"}], "42")
 
 
+def sampling(**changes) -> SamplingSettings:
+    """The schema's sampling settings with `changes`."""
+    return dataclasses.replace(SamplingSettings.from_config(BeamConfig()), **changes)
+
+
 def test_client_retries_server_errors_then_succeeds(scripted_server, monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", "secret-token")
     server = scripted_server([(503, {"error": "loading"}), (429, {"error": "busy"}),
                               (200, completion(2, "Answer: 42"))])
-    rows = generate_with_server([PROBLEM], client_for(server), SamplingSettings(n=2, max_tokens=32), log=lambda m: None)
+    rows = generate_with_server([PROBLEM], client_for(server), sampling(n=2, max_tokens=32), log=lambda m: None)
     assert [(r["sample"], r["response"], r["finish_reason"]) for r in rows] == [(0, "Answer: 42", "stop"),
                                                                                  (1, "Answer: 42", "stop")]
     assert len(server.requests) == 3
@@ -209,12 +227,12 @@ def test_client_retries_server_errors_then_succeeds(scripted_server, monkeypatch
 def test_client_gives_up_after_bounded_attempts_and_never_retries_a_bad_request(scripted_server):
     server = scripted_server([(503, {})] * 5)
     with pytest.raises(ServerError, match="gave up after 3 attempts"):
-        generate_with_server([PROBLEM], client_for(server), SamplingSettings(n=1), log=lambda m: None)
+        generate_with_server([PROBLEM], client_for(server), sampling(n=1), log=lambda m: None)
     assert len(server.requests) == 3
     server = scripted_server([(400, {"error": "bad max_tokens"}), (200, completion(1, "x"))])
     with pytest.raises(ServerError, match="HTTP 400"):
-        generate_with_server([PROBLEM], client_for(server), SamplingSettings(n=1), log=lambda m: None)
+        generate_with_server([PROBLEM], client_for(server), sampling(n=1), log=lambda m: None)
     assert len(server.requests) == 1
     server = scripted_server([(200, completion(1, "only one"))])
     with pytest.raises(ServerError, match="n > 1"):
-        generate_with_server([PROBLEM], client_for(server), SamplingSettings(n=2), log=lambda m: None)
+        generate_with_server([PROBLEM], client_for(server), sampling(n=2), log=lambda m: None)

@@ -53,9 +53,19 @@ def test_grade_writes_metrics_and_grades(tmp_path, capsys):
     assert grades[0]["correct"] is True and grades[0]["pred"] == "45" and grades[0]["math_verify"] is True
     assert pq.read_table(out / "grades.parquet").num_rows == len(rows)
     assert "aime2024" in capsys.readouterr().out
-    # Results already there: not replaced without --overwrite.
+    # Results already there: not replaced without --force (its old spelling --overwrite still works, and says so).
     assert beam_slurm(["grade", "--responses", str(tmp_path / "r.jsonl"), "--out", str(out)]) == 2
-    assert "--overwrite" in capsys.readouterr().err
+    assert "beam-slurm grade: " in capsys.readouterr().err
+    assert beam_slurm(["grade", "--responses", str(tmp_path / "r.jsonl"), "--out", str(out), "--overwrite",
+                       "--json", "grade.workers=1"]) == 0
+    captured = capsys.readouterr()
+    assert "beam-slurm grade: --overwrite is an old flag; use --force" in captured.err
+    assert json.loads(captured.out)["metrics"] == metrics
+    # Grading limits are keys of the grade section; an old flag names its key.
+    assert beam_slurm(["grade", "--responses", str(tmp_path / "r.jsonl"), "--out", str(out), "--force",
+                       "--memory-mb", "100"]) == 2
+    err = capsys.readouterr().err
+    assert "--memory-mb is an old flag; use grade.memory_mb=100" in err and "memory cap must be >= 256" in err
 
 
 @pytest.mark.parametrize(

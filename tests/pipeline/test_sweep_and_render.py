@@ -110,7 +110,8 @@ def test_sweep_without_multirun_flag_is_refused(run_env, capsys):
 @pytest.mark.parametrize("argv, message", [
     (["--stages", "data,bogus"], "--stages"),
     (["data.out_dir=/x"], "paths.data_dir"),
-    (["data.no_such_key=1"], "unknown setting"),
+    (["data.no_such_key=1"], "data.no_such_key='1': unknown key"),
+    (["data.batch_rows=0"], "data.batch_rows=0: must be >= 1"),
     (["-m", "data.overwrite=true,false"], "cannot be swept"),
     (["lora.rank=-1"], "lora.rank"),
     (["cluster.extra_sbatch_args=['--comment=a']", "no_such_key=1"], "no_such_key"),
@@ -192,9 +193,25 @@ def test_evaluate_command(run_env):
     assert "--nodes=2" in argv and f"--time={EVAL_TIME_LIMIT}" in argv and "--job-name=beam_lora_16gpu-eval-10" in argv
     tail = argv[argv.index(str(Path(plan.request.script))) + 1:]
     assert tail[:4] == ["--checkpoint", "/ck/global_step_10/policy", "--base-model", cfg.paths.model_path]
-    assert ["--k", "4"] == tail[tail.index("--k"):tail.index("--k") + 2]
+    assert "eval.responses_per_problem=4" in tail and not any(word in tail for word in ("--k", "--tp", "--max-tokens"))
     assert tail[tail.index("--out") + 1] == f"{cfg.paths.export_path}/beam_evals/global_step_10"
     assert tail[-2:] == ["--limit", "2"]
+    # The job reads back exactly the run's settings; the extra (old-flag) arguments come last and win.
+    from beam_slurm.config.verb_args import value_at
+    from beam_slurm.evaluation.cli import EVALUATE_KEYS, build_parser
+
+    verb = build_parser()
+    job = verb.load(verb.parse(tail))
+    for key in EVALUATE_KEYS:
+        if not key.startswith("paths.") and key != "eval.limit":
+            assert value_at(job, key) == value_at(cfg, key), key
+    assert job.eval.limit == 2 and job.rollout.tensor_parallel == 8 and job.rollout.pipeline_parallel == 2
+    odd = load_config(["recipe=lora_16gpu", "generation.reasoning_effort='a b,c'", "eval.dtype=${oc.env:NOPE,x}"])
+    assert odd.eval.dtype == "x"
+    odd.eval.dtype = "${literal}"
+    keyed = Evaluate(odd, 10, "/ck/global_step_10", ["eval.limit=3"]).script_args()
+    job = verb.load(verb.parse(keyed))
+    assert (job.generation.reasoning_effort, job.eval.dtype, job.eval.limit) == ("a b,c", "${literal}", 3)
     full = load_config(["recipe=bf16_64gpu"])
     assert "--base-model" not in Evaluate(full, 25, "/x/global_step_25").script_args()
 
@@ -210,7 +227,9 @@ def test_data_stage_complete_only_when_outputs_match_the_manifest(run_env):
     assert stage.completed() == ""
     assert prepare_main([*data, f"data.out_dir={cfg.paths.data_dir}"]) == 0
     assert stage.completed().startswith("complete:")
-    assert PrepareData(cfg, [*data, "data.overwrite=true"]).completed() == ""
+    assert PrepareData(cfg, data, force=True).completed() == ""
+    assert PrepareData(cfg, [*data, "data.overwrite=true"]).completed() == ""  # the old spelling of --force
+    assert PrepareData(cfg, data, force=True).render().request.script_args[0] == "--force"
     assert PrepareData(cfg, [*data, "data.aime2025_data_source=other"]).completed() == ""  # other settings
     out = Path(cfg.paths.data_dir) / "aime-2025-cleaned.parquet"
     out.write_bytes(out.read_bytes() + b"x")
@@ -228,7 +247,7 @@ def test_container_stage_skip_logic(run_env, monkeypatch, tmp_path):
                        f"container.image_cache_dir={tmp_path}/cache"])
     assert PullContainer(cfg).completed() == ""
     args = PullContainer(cfg).render().request.script_args
-    assert args == ["--runtime", "pyxis", "--image", IMAGE, "--cache-dir", f"{tmp_path}/cache"]
+    assert args == ["container.runtime=pyxis", f"container.image={IMAGE}", f"container.image_cache_dir={tmp_path}/cache"]
     monkeypatch.setenv("FAKE_RUNTIME_LOG", str(tmp_path / "runtime.log"))
     pull_image(cfg.container, executable=str(fake_runtime_bin(tmp_path / "bin") / "enroot"))
     assert PullContainer(cfg).completed().startswith("complete:")

@@ -1,0 +1,369 @@
+"""The argument convention every `beam-slurm` verb shares.
+
+    beam-slurm <verb> [--flags] [INPUT ...] [key=value ...]
+
+- Settings are recipe keys (`generation.temperature=0.6`), composed through Hydra with the rest of the recipe
+  (`beam_slurm.config.load`); their defaults and docstrings live in `beam_slurm/config/schema.py` only.
+- `--flags` are for what is not a setting (`--dry-run`, `--json`, `--watch`, `--force`) and for the verb's inputs
+  (`--checkpoint`, `--data`, `--responses`, `--out`, a positional RUN).
+- `--help` prints the verb's flags and every key it reads, with the schema's default and docstring.
+- Every message starts with `beam-slurm <verb>: `; bad input exits 2 before anything runs.
+- Flags that used to carry a setting still work for one release: each becomes its key=value override and
+  prints the key to use instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import dataclasses
+import inspect
+import re
+import sys
+import textwrap
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+from beam_slurm.config.errors import ConfigError
+
+EXIT_USAGE = 2
+
+_BARE_VALUE = re.compile(r"^[A-Za-z0-9_/.+@%:-]+$")
+_HYDRA_WORDS = {"null", "true", "false", "nan", "inf", "-inf", "+inf"}
+_NUMBER = re.compile(r"^[+-]?(\d[\d_]*)?(\.\d*)?([eE][+-]?\d+)?$")
+
+
+# --- rendering overrides ------------------------------------------------------------------------------------------
+
+def hydra_value(value: Any) -> str:
+    """`value` written so that Hydra's override parser reads back exactly `value` (None, bool, number, str, list).
+
+    Strings that are not plain words are single-quoted, with backslashes, quotes and `${` escaped, so commas,
+    spaces, brackets, `=` and `${...}` stay literal text.
+    """
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(hydra_value(v) for v in value) + "]"
+    text = str(value)
+    if text and _BARE_VALUE.match(text) and text.lower() not in _HYDRA_WORDS and not _NUMBER.match(text):
+        return text
+    # OmegaConf: `\${` keeps `${` literal (backslashes before it are doubled). Hydra's quoted string: backslashes
+    # before a quote or at the end are doubled, the quote itself escaped; other backslashes are literal.
+    body = re.sub(r"(\\*)\$\{", lambda m: m.group(1) * 2 + "\\${", text)
+    body = re.sub(r"(\\*)'", lambda m: m.group(1) * 2 + "\\'", body)
+    body = re.sub(r"(\\+)$", lambda m: m.group(1) * 2, body)
+    return f"'{body}'"
+
+
+def override(key: str, value: Any) -> str:
+    """One `key=value` override for `value` (see hydra_value)."""
+    return f"{key}={hydra_value(value)}"
+
+
+def value_at(cfg: Any, key: str) -> Any:
+    """The value of dotted `key` in a typed recipe object, read as plain attributes (no interpolation)."""
+    value = cfg
+    for part in key.split("."):
+        value = getattr(value, part)
+    return list(value) if isinstance(value, (list, tuple)) else value
+
+
+def override_key(text: str) -> str:
+    """The dotted key of an override (`+a.b=1`, `~a.b`, `a.b=1` -> `a.b`)."""
+    return text.split("=", 1)[0].lstrip("+~")
+
+
+# --- the schema's keys, defaults and docstrings -------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class SchemaKey:
+    """One leaf setting of the recipe."""
+
+    key: str
+    """Dotted key, e.g. `generation.temperature`."""
+    default: Any
+    """The schema's default."""
+    doc: str
+    """The docstring under the field in its dataclass."""
+
+
+def field_docs(cls: type) -> dict[str, str]:
+    """field name -> the string literal under it in the class body (read with `ast` from the class source)."""
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
+    except (OSError, TypeError, SyntaxError):
+        return {}
+    body = tree.body[0].body if tree.body and isinstance(tree.body[0], ast.ClassDef) else []
+    docs = {}
+    for node, following in zip(body, body[1:]):
+        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and isinstance(following, ast.Expr) \
+                and isinstance(following.value, ast.Constant) and isinstance(following.value.value, str):
+            docs[node.target.id] = " ".join(inspect.cleandoc(following.value.value).split())
+    return docs
+
+
+def _default(f: dataclasses.Field) -> Any:
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    if f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
+        return f.default_factory()  # type: ignore[misc]
+    return dataclasses.MISSING
+
+
+def schema_keys() -> dict[str, SchemaKey]:
+    """Every leaf key of the recipe schema, in schema order."""
+    from beam_slurm.config.schema import BeamConfig
+
+    out: dict[str, SchemaKey] = {}
+
+    def walk(cls: type, prefix: str) -> None:
+        docs = field_docs(cls)
+        for f in dataclasses.fields(cls):
+            default = _default(f)
+            if dataclasses.is_dataclass(default):
+                walk(type(default), f"{prefix}{f.name}.")
+            else:
+                out[prefix + f.name] = SchemaKey(prefix + f.name, default, docs.get(f.name, ""))
+
+    walk(BeamConfig, "")
+    return out
+
+
+def keys_under(*prefixes: str) -> list[str]:
+    """Schema keys equal to or below any of `prefixes` (`"data"` -> every data.* key)."""
+    return [k for k in schema_keys() if any(k == p or k.startswith(p + ".") for p in prefixes)]
+
+
+def _show_default(value: Any) -> str:
+    return hydra_value(value) if value != "" else "''"
+
+
+def keys_help(keys: Sequence[str], width: int = 100) -> str:
+    """The help block listing `keys` with their schema defaults and docstrings."""
+    known = schema_keys()
+    lines = ["settings (key=value; defaults and meanings from beam_slurm/config/schema.py):"]
+    for key in keys:
+        entry = known[key]
+        lines.append(f"  {key}={_show_default(entry.default)}")
+        lines += textwrap.wrap(entry.doc, width, initial_indent=" " * 6, subsequent_indent=" " * 6)
+    return "\n".join(lines)
+
+
+# --- the parser ---------------------------------------------------------------------------------------------------
+
+class VerbUsageError(Exception):
+    """Bad command-line input of a verb; printed after the verb's prefix, exit status 2."""
+
+
+@dataclass(frozen=True)
+class KeyFlag:
+    """An old flag that carried a setting; kept one release as an alias of its key."""
+
+    flag: str
+    """The old option, e.g. `--k`."""
+    key: str
+    """The key it sets, e.g. `eval.responses_per_problem`."""
+    switch: bool = False
+    """The flag took no value and meant `key=true`."""
+    convert: Callable[[str], Any] | None = None
+    """Turns the flag's text into the key's value (default: the text as Hydra reads it)."""
+
+
+@dataclass(frozen=True)
+class RenamedFlag:
+    """An old spelling of a verb flag (e.g. `--overwrite` for `--force`), or an old key that is now a flag."""
+
+    old: str
+    """`--overwrite`, or a key such as `data.overwrite` (then `data.overwrite=true` means the flag)."""
+    flag: str
+    """The flag to use instead, e.g. `--force`."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def __init__(self, *args, verb_args: "VerbArgs", **kwargs):
+        super().__init__(*args, **kwargs)
+        self._verb_args = verb_args
+
+    def error(self, message: str):  # argparse's own errors: the verb reports them with its prefix and exit 2
+        self.print_usage(sys.stderr)
+        raise VerbUsageError(message)
+
+    def format_help(self) -> str:
+        text = super().format_help()
+        if self._verb_args.keys:
+            text += "\n" + keys_help(self._verb_args.keys) + "\n"
+        return text
+
+
+@dataclass
+class Parsed:
+    """A verb's command line, split."""
+
+    args: argparse.Namespace
+    """The verb's flags and inputs."""
+    overrides: list[str]
+    """key=value overrides for Hydra (old flags' included), in the order typed: for a key given twice the later wins."""
+    notes: list[str]
+    """One line per old spelling used, naming what to use instead (already printed to stderr)."""
+
+
+class VerbArgs:
+    """The parser of one verb: its flags and inputs, the keys it reads, the old flags kept as aliases."""
+
+    def __init__(self, verb: str, description: str, *, keys: Sequence[str] = (), settings: bool = True,
+                 epilog: str | None = None):
+        """`keys`: the schema keys the verb reads (listed by --help); `settings`: it takes key=value overrides."""
+        self.verb = verb
+        self.prefix = f"beam-slurm {verb}: "
+        self.keys = list(keys)
+        self.settings = settings
+        self.key_flags: list[KeyFlag] = []
+        self.renamed: list[RenamedFlag] = []
+        usage = "%(prog)s [-h] [--flags and inputs, below] [key=value ...]" if settings else None
+        self.parser = _Parser(prog=f"beam-slurm {verb}", description=description, epilog=epilog, usage=usage,
+                              formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False,
+                              verb_args=self)
+        self._aliases = None
+        if settings:
+            self.parser.add_argument("overrides", nargs="*", metavar="key=value",
+                                     help="recipe settings (Hydra overrides); the keys this verb reads are below")
+
+    # building
+    def add_argument(self, *names, **kwargs):
+        return self.parser.add_argument(*names, **kwargs)
+
+    def add_argument_group(self, *args, **kwargs):
+        return self.parser.add_argument_group(*args, **kwargs)
+
+    def _alias_group(self):
+        if self._aliases is None:
+            self._aliases = self.parser.add_argument_group("old flags (still accepted for one release)")
+        return self._aliases
+
+    def key_flag(self, flag: str, key: str, *, switch: bool = False, convert: Callable[[str], Any] | None = None,
+                 metavar: str | None = None) -> None:
+        """Keep `flag` as an alias of `key` (default SUPPRESS: the value comes from the schema unless given)."""
+        self.key_flags.append(KeyFlag(flag, key, switch, convert))
+        kwargs: dict[str, Any] = {"dest": _alias_dest(flag), "default": argparse.SUPPRESS, "help": f"use {key}=..."}
+        if switch:
+            kwargs.update(action="store_const", const=True, help=f"use {key}=true")
+        else:
+            kwargs["metavar"] = metavar or "VALUE"
+        self._alias_group().add_argument(flag, **kwargs)
+
+    def renamed_flag(self, old: str, flag: str) -> None:
+        """Keep `old` (a flag, or a key now replaced by a switch flag) as a spelling of the switch `flag`."""
+        self.renamed.append(RenamedFlag(old, flag))
+        if old.startswith("-"):
+            self._alias_group().add_argument(old, dest=_alias_dest(old), action="store_const", const=True,
+                                             default=argparse.SUPPRESS, help=f"use {flag}")
+
+    # parsing
+    def parse(self, argv: Sequence[str]) -> Parsed:
+        """Split argv into flags and overrides. Raises VerbUsageError (report it with `fail`: exit 2); `--help` exits 0."""
+        if self.settings:
+            args = self.parser.parse_intermixed_args(list(argv))
+            given = list(args.overrides)
+            del args.overrides
+        else:
+            args, given = self.parser.parse_args(list(argv)), []
+        notes: list[str] = []
+        placed: list[tuple[int, str]] = []  # (position in argv, override): a later one wins, as with flags before
+        position = _Positions(argv)
+        for kf in self.key_flags:
+            dest = _alias_dest(kf.flag)
+            if not hasattr(args, dest):
+                continue
+            raw = getattr(args, dest)
+            delattr(args, dest)
+            if kf.switch:
+                text = override(kf.key, True)
+            elif kf.convert is not None:
+                text = override(kf.key, kf.convert(raw))
+            else:  # as if the user had typed key=<the flag's text>
+                text = f"{kf.key}={raw if _BARE_VALUE.match(raw) else hydra_value(raw)}"
+            placed.append((position.of_flag(kf.flag), text))
+            notes.append(f"{kf.flag} is an old flag; use {text}")
+        for rn in self.renamed:
+            if rn.old.startswith("-"):
+                dest = _alias_dest(rn.old)
+                if hasattr(args, dest):
+                    delattr(args, dest)
+                    setattr(args, rn.flag.lstrip("-").replace("-", "_"), True)
+                    notes.append(f"{rn.old} is an old flag; use {rn.flag}")
+        for text in given:
+            if "=" not in text and not text.startswith("~"):
+                self.parser.error(f"unexpected argument {text!r}: settings are key=value (see --help for the keys)")
+            renamed = next((rn for rn in self.renamed if rn.old == override_key(text)), None)
+            if renamed is not None:
+                value = text.split("=", 1)[1].strip().lower() if "=" in text else ""
+                if value not in ("true", "false"):
+                    self.parser.error(f"{text!r}: {renamed.old} is now the flag {renamed.flag}")
+                if value == "true":
+                    setattr(args, renamed.flag.lstrip("-").replace("-", "_"), True)
+                notes.append(f"{renamed.old}={value} is an old setting; use {renamed.flag}"
+                             if value == "true" else f"{renamed.old}=false is the default; drop it")
+                continue
+            placed.append((position.of_word(text), text))
+        overrides = [text for _, text in sorted(placed, key=lambda item: item[0])]
+        for note in notes:
+            print(self.prefix + note, file=sys.stderr)
+        return Parsed(args, overrides, notes)
+
+    def load(self, parsed: Parsed, *, validate: bool = False, environ=None):
+        """Compose the recipe with the overrides (Hydra, typed by the schema); raises ConfigError."""
+        from beam_slurm.config.load import load_config
+
+        return load_config(parsed.overrides, validate=validate, environ=environ)
+
+    # reporting
+    def fail(self, message: object, status: int = EXIT_USAGE) -> int:
+        """Print `beam-slurm <verb>: message` to stderr and return `status`."""
+        print(f"{self.prefix}{message}", file=sys.stderr)
+        return status
+
+    def config_failed(self, error: ConfigError, *, what: str = "") -> int:
+        """Print every problem of a ConfigError after the verb's prefix; returns 2."""
+        n = len(error.problems)
+        print(f"{self.prefix}invalid configuration ({n} problem{'s' if n != 1 else ''}){what}", file=sys.stderr)
+        for problem in error.problems:
+            print(f"  - {problem}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+class _Positions:
+    """Where flags and words stand in argv, so overrides keep the order they were typed in."""
+
+    def __init__(self, argv: Sequence[str]):
+        self.argv = list(argv)
+        self.used: set[int] = set()
+
+    def of_flag(self, flag: str) -> int:
+        hits = [i for i, word in enumerate(self.argv) if word == flag or word.startswith(flag + "=")]
+        return hits[-1] if hits else len(self.argv)  # argparse keeps the last repeat
+
+    def of_word(self, word: str) -> int:
+        for i, text in enumerate(self.argv):
+            if text == word and i not in self.used:
+                self.used.add(i)
+                return i
+        return len(self.argv)
+
+
+def _alias_dest(flag: str) -> str:
+    return "old_" + flag.lstrip("-").replace("-", "_")
+
+
+def run_guarded(verb_args: VerbArgs, body: Callable[[], int]) -> int:
+    """Run a verb's body; a VerbUsageError or ConfigError escaping it becomes the prefixed message and exit 2."""
+    try:
+        return body()
+    except VerbUsageError as error:
+        return verb_args.fail(error)
+    except ConfigError as error:
+        return verb_args.config_failed(error)
