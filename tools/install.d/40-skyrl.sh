@@ -22,7 +22,10 @@ VENV="$ROOT/.venv-skyrl"
 [ -x "$VENV/bin/python" ] || "$PY312" -m venv "$VENV"
 PIP=("$VENV/bin/pip" install -q)
 "${PIP[@]}" --upgrade pip
-"${PIP[@]}" --no-deps "skyrl==0.3.0" "skyrl-gym==0.4.0"
+# skyrl's pin is the `skyrl` extra of pyproject.toml (why 0.3.0: see there); skyrl-gym is the release built with it.
+SKYRL_SPEC=$("$VENV/bin/python" -c 'import sys, tomllib
+print(tomllib.load(open(sys.argv[1], "rb"))["project"]["optional-dependencies"]["skyrl"][0])' "$ROOT/pyproject.toml")
+"${PIP[@]}" --no-deps "$SKYRL_SPEC" "skyrl-gym==0.4.0"
 "${PIP[@]}" omegaconf pyyaml loguru pandas requests pydantic aiohttp "ray==2.56.0" torch jaxtyping pytest
 # Our own trainer-side modules (entrypoint, notice protocol, rehearsal) import in this venv too.
 "${PIP[@]}" --no-deps -e "$ROOT"
