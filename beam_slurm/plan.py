@@ -8,23 +8,12 @@ Starts fast: Hydra, OmegaConf and rich only (no Ray, torch or vLLM).
 from __future__ import annotations
 
 import json
-import math
 import os
 import sys
 
 from beam_slurm.config.errors import ConfigError
-
-# Seed numbers for the 501B-A23B model and its full-parameter state on 8 nodes; scaled by the training nodes.
-BF16_WEIGHTS_TB = 1.0
-OPTIMIZER_STATE_TB_TOTAL = 5.2  # ~0.6-0.7 TB per node x 8 nodes on NVMe
-FULL_CHECKPOINT_TB_TOTAL = 7.0  # ~0.9 TB per node x 8 nodes
-CPU_OPTIMIZER_HOST_RAM_TB_PER_NODE = 1.7
-
-
-def checkpoints_kept(cfg) -> int:
-    """Checkpoints on disk at the end: every interval plus the final step, capped by max_to_keep."""
-    saved = math.ceil(cfg.max_training_steps / cfg.checkpoint.interval)  # SkyRL also saves at the last step
-    return min(saved, cfg.checkpoint.max_to_keep) if cfg.checkpoint.max_to_keep > 0 else saved
+from beam_slurm.sizing import (BF16_WEIGHTS_TB, CPU_OPTIMIZER_HOST_RAM_TB_PER_NODE, FULL_CHECKPOINT_TB_TOTAL,
+                               checkpoints_kept, full_checkpoint_tb_per_node, optimizer_state_tb_per_node)
 
 
 def plan_rows(cfg) -> list[tuple[str, str, str]]:
@@ -76,17 +65,16 @@ def plan_rows(cfg) -> list[tuple[str, str, str]]:
 
 def storage_rows(cfg) -> list[tuple[str, str, str]]:
     """Storage estimate from the seed's numbers, scaled to this layout."""
-    nodes = max(cfg.training_nodes, 1)
     kept = checkpoints_kept(cfg)
     rows = [("storage", "model weights (BF16)", f"~{BF16_WEIGHTS_TB:.1f} TB on shared storage, read by every node")]
     if cfg.is_lora:
         rows.append(("storage", "checkpoints", f"{kept} LoRA adapter checkpoints (adapters and their optimizer only)"))
         return rows
-    per_node_ckpt = FULL_CHECKPOINT_TB_TOTAL / nodes
+    per_node_ckpt = full_checkpoint_tb_per_node(cfg)
     rows.append(("storage", "checkpoints", f"~{per_node_ckpt:.2f} TB per training node per checkpoint "
                  f"(~{FULL_CHECKPOINT_TB_TOTAL:.0f} TB total); {kept} kept = ~{kept * FULL_CHECKPOINT_TB_TOTAL:.0f} TB"))
     if cfg.paths.optimizer_state_disk_dir:
-        rows.append(("storage", "optimizer state", f"~{OPTIMIZER_STATE_TB_TOTAL / nodes:.2f} TB per node on node-local "
+        rows.append(("storage", "optimizer state", f"~{optimizer_state_tb_per_node(cfg):.2f} TB per node on node-local "
                      f"NVMe at {cfg.paths.optimizer_state_disk_dir}"))
     else:
         rows.append(("storage", "optimizer state", f"CPU optimizer: ~{CPU_OPTIMIZER_HOST_RAM_TB_PER_NODE} TB host RAM per node"))

@@ -3,8 +3,8 @@ sleep-based script, with the floor (one bare `ray start --head` on this machine)
 
     python tools/bench_ray_bringup.py [--nodes 2 4] [--repeat 1]
 
-Ours: `python -m beam_slurm.slurm.train_job --no-preflight -- python -c pass` (token auth on, GPU check on); the
-time is read from the head's ray_ready.json (registered - job start; the batch script's first line records the start).
+Ours: `python -m beam_slurm.slurm.train_job --no-preflight [recipe keys] -- python -c pass` (token auth on, GPU check
+on); the time is read from the head's ray_ready.json (registered - job start; the batch script's first line records the start).
 Baseline: Ray's classic slurm-basic.sh pattern (head `srun ... ray start --head --block &`, `sleep 10`, then per
 worker `srun ... ray start --address --block &` + `sleep 5`), timed until the script would start the driver; whether
 every node had really registered by then is checked and shown. Floor: `ray start --head` alone, on the host.
@@ -94,7 +94,8 @@ def ours_seconds(nodes: int, env: dict[str, str]) -> tuple[float, float]:
 #SBATCH --nodes={nodes} --ntasks-per-node=1 --gpus-per-node=8 --exclusive --time=10 --output={work}/slurm-%j.out
 export BEAM_JOB_START_TIME=$(date +%s.%N)
 export CKPT_PATH={work}/ckpt BEAM_SLURM_STATE_DIR={work}/state
-exec {PYTHON} -m beam_slurm.slurm.train_job --no-preflight --log-dir {work}/logs -- {PYTHON} -c pass
+exec {PYTHON} -m beam_slurm.slurm.train_job --no-preflight recipe=lora_16gpu trainer.backend=rehearsal \\
+    paths.model_path={work} paths.data_dir={work} paths.log_dir={work}/logs -- {PYTHON} -c pass
 """
     job = submit(script, work, env)
     wait_done(job, env)

@@ -63,3 +63,12 @@ def node_ipv4(interface: str = "", head_ip: str | None = None) -> str:
         pass
     raise OSError(f"{socket.gethostname()} resolves only to a loopback address; set ray.network_interface "
                   "to the interface of the cluster network (e.g. eth0 or ib0)")
+
+
+def tcp_reachable(host: str, port: int, timeout_s: float = 1.0) -> bool:
+    """True when a TCP connection to host:port opens within `timeout_s` (a listener is there and answers)."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s):
+            return True
+    except OSError:
+        return False

@@ -10,9 +10,17 @@ from __future__ import annotations
 
 import socket
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Mapping, Protocol
 
-from beam_slurm.ray_cluster.settings import RaySettings
+
+class PortRange(Protocol):
+    """The part of the Ray settings (`beam_slurm.ray_cluster.settings.RaySettings`) that places the port blocks.
+    Ports know only this shape, so the settings can import the port names without a cycle."""
+
+    port_range_start: int
+    port_range_end: int
+    ports_per_job: int
+    port_overrides: Mapping[str, int]
 
 # Offsets of the fixed ports inside a block; the worker ports take the rest of the block from FIXED_PORTS on.
 _FIXED_OFFSETS = {
@@ -87,17 +95,17 @@ class RayPorts:
         return args
 
 
-def block_count(settings: RaySettings) -> int:
+def block_count(settings: PortRange) -> int:
     """How many job blocks fit in the configured range."""
     return (settings.port_range_end - settings.port_range_start) // settings.ports_per_job
 
 
-def first_block(job_id: int, settings: RaySettings) -> int:
+def first_block(job_id: int, settings: PortRange) -> int:
     """The block job `job_id` tries first."""
     return int(job_id) % block_count(settings)
 
 
-def ports_for_block(block: int, settings: RaySettings) -> RayPorts:
+def ports_for_block(block: int, settings: PortRange) -> RayPorts:
     """The ports of block `block`, with `settings.port_overrides` applied on top."""
     base = settings.port_range_start + block * settings.ports_per_job
     values: dict[str, int] = {name: base + offset for name, offset in _FIXED_OFFSETS.items()}
@@ -128,7 +136,7 @@ def ephemeral_range() -> tuple[int, int] | None:
         return None
 
 
-def choose_ports(settings: RaySettings, job_id: int, head: bool, start_block: int | None = None,
+def choose_ports(settings: PortRange, job_id: int, head: bool, start_block: int | None = None,
                  is_free: Callable[[int], bool] = port_is_free) -> RayPorts:
     """The first block, from `start_block` (default: the job's own), whose ports are all free on this node.
 

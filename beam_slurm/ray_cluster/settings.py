@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from beam_slurm.config.errors import ConfigError, ConfigProblem
+from beam_slurm.ray_cluster.ports import PORT_NAMES
 
 SETTINGS_ENV = "BEAM_RAY_SETTINGS"
 """Environment variable carrying the JSON form of `RaySettings` from the batch shell to the nodes."""
@@ -110,8 +111,6 @@ class RaySettings:
         elif self.port_range_end - self.port_range_start < self.ports_per_job:
             found.append(ConfigProblem("ray.ports_per_job", self.ports_per_job,
                                        "the port range must hold at least one block; widen it or lower ports_per_job"))
-        from beam_slurm.ray_cluster.ports import PORT_NAMES
-
         for name, value in self.port_overrides.items():
             if name not in PORT_NAMES:
                 found.append(ConfigProblem(f"ray.port_overrides.{name}", value, f"use one of {', '.join(PORT_NAMES)}"))

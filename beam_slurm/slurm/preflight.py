@@ -2,8 +2,8 @@
 
 `python -m beam_slurm.slurm.preflight '<PreflightSettings as JSON>'` runs once per node (srun, one task per node) and
 prints one line `BEAM_PREFLIGHT {"host": ..., "problems": [...]}`; the batch shell collects the lines
-(`collect_results`) and ends the job naming each failing node and reason, before GPUs are held idle by a job that
-would fail an hour later.
+(`collect_results`, run by `run_step`) and ends the job naming each failing node and reason, before GPUs are held
+idle by a job that would fail an hour later.
 """
 
 from __future__ import annotations
@@ -13,14 +13,22 @@ import json
 import os
 import shutil
 import socket
+import subprocess
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Callable
 
 from beam_slurm.ray_cluster.gpus import allocated_gpus
 
+if TYPE_CHECKING:
+    from beam_slurm.slurm.steps import StepLauncher
+
 RESULT_PREFIX = "BEAM_PREFLIGHT "
 """Start of the one result line each node prints."""
+PREFLIGHT_TIMEOUT_S = 300.0
+"""Deadline of the preflight step; nodes that have not reported by then fail it (a hung mount, a stuck node)."""
 GB = 1024**3
 
 
@@ -141,6 +149,36 @@ def collect_results(output: str, expected_hosts: list[str]) -> dict[str, list[st
     for host in expected_hosts:
         results.setdefault(host, ["preflight did not report (the task failed to start or crashed)"])
     return {host: problems for host, problems in results.items() if problems}
+
+
+def run_step(launcher: "StepLauncher", checks: PreflightSettings, hosts: list[str], env: dict[str, str],
+             attempt_dir: Path, log: Callable[[str], None], timeout_s: float = PREFLIGHT_TIMEOUT_S) -> bool:
+    """Run the preflight step on every node of the launcher (from the batch shell) and log each failing node and
+    problem; True when every node passed. `hosts`: the step's node names in order, [] when srun picks them (then
+    only the count of reports is checked)."""
+    argv = launcher.module_argv(["beam_slurm.slurm.preflight", checks.to_json()], kill_on_bad_exit=False,
+                                name="preflight")
+    started = time.time()
+    try:
+        proc = subprocess.run(argv, env=env, capture_output=True, text=True, check=False, timeout=timeout_s)
+        stdout, stderr = proc.stdout, proc.stderr
+    except subprocess.TimeoutExpired as exc:
+        # A hung file system check is itself the finding: the nodes that did not answer are named below.
+        stdout = (exc.stdout or b"").decode(errors="replace") if isinstance(exc.stdout, bytes) else (exc.stdout or "")
+        stderr = f"preflight timed out after {timeout_s:.0f}s\n"
+    failures = collect_results(stdout, hosts)
+    reported = stdout.count(RESULT_PREFIX)
+    if not hosts and reported < launcher.nodes:
+        failures["(unnamed)"] = [f"only {reported} of {launcher.nodes} nodes reported"]
+    if stderr.strip():
+        (attempt_dir / "preflight.stderr").write_text(stderr)
+    if failures:
+        for host, problems in sorted(failures.items()):
+            for problem in problems:
+                log(f"preflight FAILED on {host}: {problem}")
+        return False
+    log(f"preflight passed on {launcher.nodes} nodes in {time.time() - started:.1f}s")
+    return True
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -10,7 +10,8 @@ import pytest
 from beam_slurm.config.errors import ConfigError
 from beam_slurm.ray_cluster import auth
 from beam_slurm.ray_cluster.gpus import allocated_gpus, compare_gpu_view
-from beam_slurm.ray_cluster.node import NodeContext, NodeFailure
+from beam_slurm.ray_cluster.context import NodeContext
+from beam_slurm.ray_cluster.records import NodeFailure
 from beam_slurm.ray_cluster.ports import PORT_NAMES, block_count, choose_ports, first_block, port_is_free, ports_for_block
 from beam_slurm.ray_cluster.settings import RaySettings
 
@@ -142,11 +143,19 @@ def test_gpu_view_mismatches_are_named():
     assert "issue 1577" in compare_gpu_view("n3", ["0", "1"], ok, {"cuda_visible_devices": "0,1", "noset": "1"})
 
 
-def test_head_names_a_worker_whose_ray_stops_answering(tmp_path):
-    import time
+class FakeClock:
+    """Monotonic seconds that move only when the test says so (a test double of time.monotonic)."""
 
-    from beam_slurm.ray_cluster.node import WorkerWatch
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_head_names_a_worker_whose_ray_stops_answering(tmp_path):
     from beam_slurm.ray_cluster.rendezvous import Rendezvous
+    from beam_slurm.ray_cluster.supervision import WorkerWatch
 
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
@@ -154,10 +163,29 @@ def test_head_names_a_worker_whose_ray_stops_answering(tmp_path):
     rendezvous = Rendezvous(tmp_path, 0, "1")
     rendezvous.publish_node(0, {"host": "n1", "ip": "127.0.0.1", "gpus": []})
     rendezvous.publish_node(1, {"host": "n2", "ip": "127.0.0.1", "gpus": [], "node_manager_port": listener.getsockname()[1]})
-    watch = WorkerWatch(rendezvous, lost_after_s=0.3, probe_every_s=0.0)
+    clock = FakeClock()
+    watch = WorkerWatch(rendezvous, lost_after_s=15.0, probe_every_s=2.0, clock=clock)
     assert watch.lost_node() == ""
-    listener.close()
-    time.sleep(0.4)
-    watch.lost_node()
-    time.sleep(0.4)
+    listener.close()  # the worker's raylet port stops answering (a real closed port, probed over TCP)
+    clock.now += 2.0
+    assert watch.lost_node() == "", "one missed probe is not a lost node"
+    clock.now += 1.0
+    assert watch.lost_node() == "", "between probes nothing is probed"
+    clock.now += 13.5  # 16.5 s after the last answer: past lost_after_s
     assert "node n2 (127.0.0.1)" in watch.lost_node()
+
+
+def test_worker_gives_up_on_a_head_that_stays_unreachable():
+    from beam_slurm.ray_cluster.supervision import HeadWatch
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    clock = FakeClock()
+    watch = HeadWatch("127.0.0.1", listener.getsockname()[1], lost_after_s=15.0, probe_every_s=1.0, clock=clock)
+    assert not watch.lost()
+    listener.close()
+    clock.now += 10.0
+    assert not watch.lost()
+    clock.now += 6.0
+    assert watch.lost()

@@ -20,12 +20,19 @@ DOUBLE = Path(__file__).with_name("driver_double.py")
 WHOLE_NODES = "--nodes=2 --ntasks-per-node=1 --gpus-per-node=8 --exclusive --requeue --time=10"
 
 
+def job_keys(work: Path) -> str:
+    """Recipe keys every job here sets: the paths preflight reads and the log folder. The recipe's trainer is
+    replaced by the driver double, so the rehearsal backend stands for it (no SkyRL checkout needed)."""
+    return (f"recipe=lora_16gpu trainer.backend=rehearsal paths.model_path={work} paths.data_dir={work} "
+            f"paths.log_dir={work}/logs")
+
+
 def train_script(work: Path, sbatch_options: str, driver_args: str, train_options: str = "") -> str:
     return f"""#!/bin/bash
 #SBATCH {sbatch_options}
 #SBATCH --output={work}/slurm-%j.out --open-mode=append
 export CKPT_PATH={work}/ckpt BEAM_SLURM_STATE_DIR={work}/state
-exec {PYTHON} -m beam_slurm.slurm.train_job --log-dir {work}/logs {train_options} -- {PYTHON} {DOUBLE} {driver_args}
+exec {PYTHON} -m beam_slurm.slurm.train_job {job_keys(work)} {train_options} -- {PYTHON} {DOUBLE} {driver_args}
 """
 
 
@@ -78,7 +85,7 @@ def test_two_jobs_share_the_same_nodes_without_collisions(slurm_sandbox):
         job_work.mkdir()
         jobs.append((job_work, slurm_sandbox.sbatch(train_script(
             job_work, half, f"1 0.1 --expect-gpus 8 --expect-nodes 2 --rendezvous {work}/side 2",
-            "--gpus-per-node 4 --no-preflight"))))
+            "--no-preflight megatron.expert_parallel=4 rollout.tensor_parallel=4 rollout.pipeline_parallel=1"))))
     for job_work, job in jobs:
         assert slurm_sandbox.wait(job, timeout=400) == "COMPLETED", output(job_work, job)
         assert "DRIVER ran side by side with the other job" in output(job_work, job)
@@ -130,7 +137,7 @@ def _worker_raylet_pid(job: str) -> int | None:
 
 def test_worker_ray_killed_mid_run_fails_fast_and_requeues(slurm_sandbox):
     work = slurm_sandbox.new_dir("ray-kill")
-    job = slurm_sandbox.sbatch(train_script(work, WHOLE_NODES, "12 1", "--max-requeues 1 --no-preflight"))
+    job = slurm_sandbox.sbatch(train_script(work, WHOLE_NODES, "12 1", "--no-preflight cluster.max_requeues=1"))
     wait_for(lambda: len(steps_done(work)) >= 2, 240, "two steps of the first attempt")
     pid = wait_for(lambda: _worker_raylet_pid(job), 10, "the worker's raylet")
     os.kill(pid, 9)
@@ -147,7 +154,7 @@ def test_worker_ray_killed_mid_run_fails_fast_and_requeues(slurm_sandbox):
 
 def test_notice_saves_then_requeues_and_resumes_without_redoing_steps(slurm_sandbox):
     work = slurm_sandbox.new_dir("ray-notice")
-    job = slurm_sandbox.sbatch(train_script(work, WHOLE_NODES, "14 1", "--grace-s 60 --no-preflight"))
+    job = slurm_sandbox.sbatch(train_script(work, WHOLE_NODES, "14 1", "--no-preflight cluster.grace_s=60"))
     wait_for(lambda: len(steps_done(work)) >= 3, 240, "three steps of the first attempt")
     subprocess.run(["scancel", "--signal=USR1", "--batch", job], check=True, env=slurm_sandbox.env(), timeout=30)
     assert slurm_sandbox.wait(job, timeout=400) == "COMPLETED", output(work, job)
@@ -168,7 +175,7 @@ def test_preemption_by_a_higher_partition_saves_and_resumes(slurm_sandbox):
     job = slurm_sandbox.sbatch(train_script(
         work, "--partition=low --nodes=2 --nodelist=n3,n4 --ntasks-per-node=1 --gpus-per-node=8 --exclusive "
               "--requeue --time=10 --signal=B:USR1@30",
-        "14 1", "--grace-s 15 --stop-grace-s 4 --no-preflight"))
+        "14 1", "--no-preflight cluster.grace_s=15 cluster.stop_grace_s=4"))
     wait_for(lambda: len(steps_done(work)) >= 3, 240, "three steps of the first attempt")
     high = slurm_sandbox.sbatch(f"""#!/bin/bash
 #SBATCH --partition=high --nodes=2 --nodelist=n3,n4 --gres=gpu:8 --mem=200 --time=2 --output={work}/high-%j.out
@@ -193,8 +200,8 @@ def test_preflight_names_the_node_missing_a_path_and_ray_never_starts(slurm_sand
 first=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -1)
 srun --nodes=1 --ntasks=1 -w "$first" touch /tmp/beam-model-$SLURM_JOB_ID
 export CKPT_PATH={work}/ckpt BEAM_SLURM_STATE_DIR={work}/state
-exec {PYTHON} -m beam_slurm.slurm.train_job --log-dir {work}/logs --preflight-read /tmp/beam-model-$SLURM_JOB_ID \\
-    --preflight-read {work} -- {PYTHON} {DOUBLE} 1 0.1
+exec {PYTHON} -m beam_slurm.slurm.train_job {job_keys(work)} paths.model_path=/tmp/beam-model-$SLURM_JOB_ID \\
+    -- {PYTHON} {DOUBLE} 1 0.1
 """
     job = slurm_sandbox.sbatch(script)
     assert slurm_sandbox.wait(job, timeout=240) == "FAILED"
@@ -211,9 +218,8 @@ exec {PYTHON} -m beam_slurm.slurm.train_job --log-dir {work}/logs --preflight-re
 def test_gpu_visibility_mismatch_fails_with_the_node_and_no_requeue(slurm_sandbox):
     """SkyRL issue 1577: Ray workers that keep every GPU visible would all use GPU 0; bring-up refuses."""
     work = slurm_sandbox.new_dir("ray-gpus")
-    settings = '{"extra_env": {"RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES": "1"}}'
-    script = train_script(work, WHOLE_NODES, "1 0.1", "--no-preflight --max-requeues 2").replace(
-        "export CKPT_PATH", f"export BEAM_RAY_SETTINGS='{settings}'\nexport CKPT_PATH")
+    script = train_script(work, WHOLE_NODES, "1 0.1", "--no-preflight cluster.max_requeues=2 "
+                          "+ray.extra_env.RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES=1")
     job = slurm_sandbox.sbatch(script)
     assert slurm_sandbox.wait(job, timeout=240) == "FAILED"
     out = output(work, job)

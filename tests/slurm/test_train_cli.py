@@ -1,11 +1,15 @@
-"""`beam-slurm train`: the recipe follows the allocation, requeued attempts resume, the driver is the recipe's."""
+"""`beam-slurm train`: the recipe follows the allocation, requeued attempts resume, the driver is the recipe's, every
+job setting comes from the recipe (no second parser, no defaults of its own)."""
 
 import shlex
 
 import pytest
 
 from beam_slurm.config import load_config
-from beam_slurm.slurm.train_cli import allocation_overrides, job_settings, preflight_needs, resume_overrides
+from beam_slurm.config.schema import ClusterConfig
+from beam_slurm.sizing import node_needs
+from beam_slurm.slurm import train_job
+from beam_slurm.slurm.job_settings import TrainJobSettings, allocation_overrides, job_settings, resume_overrides
 
 PATHS = ["paths.model_path=/shared/m", "paths.data_dir=/shared/d", "paths.skyrl_dir=/shared/SkyRL",
          "paths.ckpt_path=/shared/ck", "paths.export_path=/shared/ex"]
@@ -55,12 +59,53 @@ def test_skyrl_driver_starts_in_the_checkout_and_rehearsal_does_not():
 
 def test_preflight_asks_for_the_seed_storage_of_full_finetuning(monkeypatch):
     full = load_config(["recipe=bf16_64gpu", *PATHS])
-    needs = preflight_needs(full)
-    assert 0.6e12 <= needs["scratch"] <= 0.7e12 and needs["ram"] == 0
+    needs = node_needs(full)
+    assert 0.6e12 <= needs.scratch_bytes <= 0.7e12 and needs.host_ram_bytes == 0
+    settings, _ = job_settings(full)
+    assert settings.preflight_checks.scratch_need_bytes == needs.scratch_bytes
+    assert settings.preflight_checks.ckpt_need_bytes == needs.ckpt_bytes == int(7e12) * 2  # 50 steps, every 25
     monkeypatch.setenv("OPTIMIZER_STATE_DISK_DIR", "")
-    cpu = preflight_needs(load_config(["recipe=bf16_64gpu", *PATHS]))
-    assert cpu["scratch"] == 0 and cpu["ram"] == int(1.7e12)
-    assert preflight_needs(load_config(["recipe=lora_32gpu", *PATHS])) == {"scratch": 0, "ram": 0, "ckpt": 0}
+    cpu = node_needs(load_config(["recipe=bf16_64gpu", *PATHS]))
+    assert cpu.scratch_bytes == 0 and cpu.host_ram_bytes == int(1.7e12)
+    lora = node_needs(load_config(["recipe=lora_32gpu", *PATHS]))
+    assert (lora.scratch_bytes, lora.host_ram_bytes, lora.ckpt_bytes) == (0, 0, 0)
+
+
+def test_job_settings_are_the_schema_values_with_no_defaults_of_their_own():
+    """grace 180 s and 10 requeues (the schema's), not the 240 s and 3 the removed second parser had."""
+    import dataclasses
+
+    schema = ClusterConfig()
+    settings, _ = job_settings(load_config(["recipe=lora_16gpu", *PATHS]))
+    assert (settings.grace_s, settings.stop_grace_s, settings.max_requeues) == (
+        schema.grace_s, schema.stop_grace_s, schema.max_requeues) == (180, 45, 10)
+    no_default = (dataclasses.MISSING, dataclasses.MISSING)
+    assert all((f.default, f.default_factory) == no_default for f in dataclasses.fields(TrainJobSettings))
+    changed, _ = job_settings(load_config(["recipe=lora_16gpu", *PATHS, "cluster.grace_s=60", "cluster.max_requeues=1"]))
+    assert (changed.grace_s, changed.max_requeues) == (60, 1)
+
+
+def test_train_job_entry_takes_recipe_overrides_and_a_driver(monkeypatch, capsys):
+    """`python -m beam_slurm.slurm.train_job [overrides] -- DRIVER`: no options of its own; errors name the key."""
+    assert train_job.main(["python", "x.py"]) == 2
+    assert "driver" in capsys.readouterr().err
+    assert train_job.main(["--grace-s", "60", "--", "python", "x.py"]) == 2
+    assert "--grace-s" in capsys.readouterr().err
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    assert train_job.main(["recipe=lora_16gpu", *PATHS, "cluster.max_requeues=-1", "--", "python", "x.py"]) == 2
+    assert "cluster.max_requeues" in capsys.readouterr().err
+    assert train_job.main(["recipe=lora_16gpu", *PATHS, "paths.ckpt_path=rel/ckpt", "--", "python", "x.py"]) == 2
+    assert "paths.ckpt_path" in capsys.readouterr().err
+
+
+def test_a_driver_given_replaces_the_trainer_under_the_same_settings():
+    cfg = load_config(["recipe=lora_16gpu", *PATHS])
+    settings, env = job_settings(cfg, driver=["python", "double.py", "3"])
+    recipe, _ = job_settings(cfg)
+    assert settings.driver == ["python", "double.py", "3"] and env == {}
+    assert settings.preflight_checks.skyrl_dir == ""  # the SkyRL checkout is not the driver's business
+    assert (settings.grace_s, settings.max_requeues, settings.log_dir) == (recipe.grace_s, recipe.max_requeues,
+                                                                           recipe.log_dir)
 
 
 def test_chain_turns_exports_on():

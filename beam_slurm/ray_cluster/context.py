@@ -1,0 +1,73 @@
+"""What one task of the Ray step knows about itself, read from Slurm's environment."""
+
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+
+from beam_slurm.ray_cluster.records import NodeFailure
+
+
+@dataclass
+class NodeContext:
+    """One task of the Ray step (one per node): its job, attempt, rank and the step's nodes."""
+
+    job_id: str
+    """SLURM_JOB_ID."""
+    attempt: int
+    """SLURM_RESTART_COUNT."""
+    step: str
+    """SLURM_STEP_ID (separates two Ray steps of one attempt)."""
+    rank: int
+    """SLURM_PROCID; 0 is the head."""
+    num_nodes: int
+    """Nodes in the step."""
+    host: str
+    """This node's name."""
+    step_hosts: list[str]
+    """Every node of the step, in rank order (one task per node, block distribution)."""
+    expected_gpus: int | None
+    """GPUs each node should have (BEAM_GPUS_PER_NODE), None when not given."""
+    attempt_dir: Path | None
+    """Per-attempt log folder on shared storage (BEAM_ATTEMPT_DIR)."""
+    cpus: int
+    """CPUs on this node for this job."""
+
+    @classmethod
+    def from_env(cls, environ: dict[str, str] | None = None) -> "NodeContext":
+        env = dict(os.environ if environ is None else environ)
+        missing = [name for name in ("SLURM_JOB_ID", "SLURM_PROCID") if name not in env]
+        if missing:
+            raise NodeFailure("setup", f"{', '.join(missing)} not set: run this module with srun inside the job")
+        num_nodes = int(env.get("SLURM_STEP_NUM_NODES") or env.get("SLURM_NNODES") or 1)
+        num_tasks = int(env.get("SLURM_STEP_NUM_TASKS") or env.get("SLURM_NTASKS") or num_nodes)
+        if num_tasks != num_nodes:
+            raise NodeFailure("setup", f"the Ray step has {num_tasks} tasks on {num_nodes} nodes; run it with "
+                                       "--ntasks-per-node=1 (one Ray node per host)")
+        nodelist = env.get("SLURM_STEP_NODELIST") or env.get("SLURM_JOB_NODELIST") or ""
+        hosts: list[str] = []
+        if nodelist:
+            from beam_slurm.slurm.scheduler import SlurmCommandError, expand_hostnames
+
+            try:
+                hosts = expand_hostnames(nodelist)
+            except SlurmCommandError:
+                hosts = []
+        expected = env.get("BEAM_GPUS_PER_NODE", "")
+        return cls(
+            job_id=env["SLURM_JOB_ID"],
+            attempt=int(env.get("SLURM_RESTART_COUNT") or 0),
+            step=env.get("SLURM_STEP_ID", "0"),
+            rank=int(env["SLURM_PROCID"]),
+            num_nodes=num_nodes,
+            host=env.get("SLURMD_NODENAME") or socket.gethostname(),
+            step_hosts=hosts,
+            expected_gpus=int(expected) if expected else None,
+            attempt_dir=Path(env["BEAM_ATTEMPT_DIR"]) if env.get("BEAM_ATTEMPT_DIR") else None,
+            cpus=int(env.get("SLURM_CPUS_ON_NODE") or os.cpu_count() or 1),
+        )
+
+    def host_of_rank(self, rank: int) -> str:
+        return self.step_hosts[rank] if rank < len(self.step_hosts) else f"rank {rank}"

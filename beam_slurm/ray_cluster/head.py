@@ -1,0 +1,153 @@
+"""Rank 0 of the Ray step: start `ray start --head` on the job's ports, publish the address on shared storage, wait
+(polling the GCS through Ray's Python API, no fixed sleeps) until every node and GPU registered, check GPU
+visibility, then run the driver with RAY_ADDRESS set while watching the workers; the step ends with the driver's
+status."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import time
+from typing import Any
+
+from beam_slurm.atomic_files import write_json
+from beam_slurm.ray_cluster import auth
+from beam_slurm.ray_cluster.checks import check_gpu_count, check_gpu_visibility
+from beam_slurm.ray_cluster.network import node_ipv4
+from beam_slurm.ray_cluster.ports import RayPorts
+from beam_slurm.ray_cluster.records import (EXIT_INFRA, EXIT_STOPPED, READY_FILE, NodeFailure, record_driver_exit,
+                                            shell_status)
+from beam_slurm.ray_cluster.role import NodeRole
+from beam_slurm.ray_cluster.supervision import WorkerWatch, stop_process_group
+
+
+class Head(NodeRole):
+    """Bring-up of the cluster, then the driver."""
+
+    registered_at: float | None = None
+    """When every node and GPU had registered with the GCS (before the GPU visibility check)."""
+
+    def run(self, driver: list[str]) -> int:
+        ip = node_ipv4(self.settings.network_interface)
+        check_gpu_count(self.ctx.host, self.gpus, self.gpu_source, self.ctx.expected_gpus)
+        self.rendezvous.publish_node(0, {"host": self.ctx.host, "ip": ip, "gpus": self.gpus})
+
+        def publish(ports: RayPorts) -> None:
+            write_json(self.rendezvous.head_file, {"address": f"{ip}:{ports.gcs}", "block": ports.block,
+                                                   "host": self.ctx.host, "time": time.time()})
+            self.log(f"GCS listening at {ip}:{ports.gcs} (port block {ports.block}); address published")
+
+        ports = self.start_ray(head=True, ip=ip, start_block=None, on_gcs_up=publish)
+        address = f"{ip}:{ports.gcs}"
+        head_up = time.time()
+        self.log(f"head up at {address} (temp dir {self.ray.temp_dir})")
+        registered = self.wait_for_cluster(address)
+        self.log(f"all {self.ctx.num_nodes} nodes and {registered} GPUs registered")
+        timing = {"job_start": _job_start_time(), "node_start": self.started, "head_up": head_up,
+                  "registered": self.registered_at, "gpus_checked": time.time(), "nodes": self.ctx.num_nodes,
+                  "gpus": registered}
+        write_json(self.rendezvous.ready_file, timing)
+        if self.ctx.attempt_dir is not None:
+            write_json(self.ctx.attempt_dir / READY_FILE, timing)
+        if self.stop_requested:
+            return EXIT_STOPPED
+        return self.run_driver(driver, address)
+
+    # --- readiness -----------------------------------------------------------------------------------------------
+    def wait_for_cluster(self, address: str) -> int:
+        """Poll the GCS until every node and GPU registered, then check GPU visibility; returns the GPU count."""
+        # Ray reads the auth settings when it is first imported, so they must be in the environment before.
+        os.environ.update(auth.auth_env(self.settings, self.token_path))
+        import ray
+
+        deadline = self.started_clock + self.settings.readiness_timeout_s
+        try:
+            ray.init(address=address, logging_level=logging.ERROR, log_to_driver=False, configure_logging=False,
+                     include_dashboard=False)
+        except ConnectionError as exc:
+            raise NodeFailure("infra", f"node {self.ctx.host}: cannot reach the head's GCS at {address}: {exc}") from exc
+        try:
+            while True:
+                if self.stop_requested:
+                    return 0
+                nodes = [n for n in ray.nodes() if n.get("Alive")]
+                node_files = self.rendezvous.nodes()
+                expected_gpus = sum(len(info.get("gpus", [])) for info in node_files.values())
+                if len(node_files) < self.ctx.num_nodes and self.ctx.expected_gpus is not None:
+                    expected_gpus = self.ctx.expected_gpus * self.ctx.num_nodes
+                gpus = int(sum(n.get("Resources", {}).get("GPU", 0) for n in nodes))
+                if len(nodes) >= self.ctx.num_nodes and len(node_files) == self.ctx.num_nodes and gpus >= expected_gpus:
+                    self.registered_at = time.time()
+                    break
+                if not self.ray.alive(("/raylet/raylet", "gcs_server")):
+                    raise NodeFailure("infra", f"node {self.ctx.host}: the head's Ray died during bring-up "
+                                               f"(see {self.ray.log_path} and {self.ray.temp_dir})")
+                if self.clock() > deadline:
+                    raise NodeFailure("infra", self.missing_nodes_message(nodes, node_files))
+                self.sleep(self.settings.poll_interval_s)
+            if self.settings.check_gpus:
+                check_gpu_visibility(ray, nodes, node_files)
+            return gpus
+        finally:
+            ray.shutdown()
+            # ray.init installs its own SIGTERM handler in this process; a stop must run our cleanup instead.
+            self.restore_signal_handlers()
+
+    def missing_nodes_message(self, alive: list[dict[str, Any]], node_files: dict[int, dict[str, Any]]) -> str:
+        alive_ips = {n.get("NodeManagerAddress") for n in alive}
+        problems = []
+        for rank in range(self.ctx.num_nodes):
+            info = node_files.get(rank)
+            host = self.ctx.host_of_rank(rank)
+            if info is None:
+                problems.append(f"{host}: its task never started (no registration file)")
+            elif info.get("ip") not in alive_ips:
+                problems.append(f"{info.get('host', host)} ({info.get('ip')}): started but its Ray did not register "
+                                f"with the head (see ray-{info.get('host', host)}.log)")
+        if not problems:
+            problems.append("every node joined but fewer GPUs than allocated registered")
+        return (f"Ray cluster not complete after ray.readiness_timeout_s={self.settings.readiness_timeout_s:.0f}s: "
+                + "; ".join(problems))
+
+    # --- the driver ----------------------------------------------------------------------------------------------
+    def run_driver(self, driver: list[str], address: str) -> int:
+        env = self.ray_env()
+        env["RAY_ADDRESS"] = address
+        self.log(f"starting the driver: {driver[0]} ... ({len(driver) - 1} arguments)")
+        proc = subprocess.Popen(driver, env=env, start_new_session=True)
+        watch = WorkerWatch(self.rendezvous, self.settings.head_lost_after_s, clock=self.clock)
+        status: int | None = None
+        try:
+            while status is None:
+                status = proc.poll()
+                if status is not None:
+                    break
+                if self.stop_requested:
+                    self.log("stop requested: stopping the driver")
+                    status = stop_process_group(proc, self.settings.driver_stop_grace_s)
+                    status = EXIT_STOPPED if status in (0, 15, -signal.SIGTERM, EXIT_STOPPED) else shell_status(status)
+                    break
+                lost = "" if self.ray.alive(("/raylet/raylet", "gcs_server")) else \
+                    f"node {self.ctx.host}: the head's Ray died while the driver ran"
+                lost = lost or watch.lost_node()
+                if lost:
+                    self.record_failure("infra", lost)
+                    stop_process_group(proc, 5.0)
+                    status = EXIT_INFRA
+                    break
+                self.sleep(self.settings.poll_interval_s)
+        finally:
+            if proc.poll() is None:
+                stop_process_group(proc, 5.0)
+        status = shell_status(status)
+        self.log(f"driver exited with status {status}")
+        record_driver_exit(self.ctx.attempt_dir, status)
+        write_json(self.rendezvous.ended_file, {"status": status, "time": time.time()})
+        return status
+
+
+def _job_start_time() -> float | None:
+    value = os.environ.get("BEAM_JOB_START_TIME", "")
+    return float(value) if value else None

@@ -1,0 +1,74 @@
+"""What the Ray step leaves for the batch shell: exit statuses and the files in the attempt's log folder.
+
+The nodes write them (`beam_slurm.ray_cluster.head` / `worker`), the batch shell reads them
+(`beam_slurm.slurm.attempt`); this module is the contract between the two.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from beam_slurm.atomic_files import write_json
+
+EXIT_INFRA = 75
+"""A node's Ray died, a node never joined or the head vanished: the allocation failed, a requeue may help."""
+EXIT_SETUP = 78
+"""Bring-up found a configuration fault (GPU visibility, interface, task layout): a requeue will not help."""
+EXIT_STOPPED = 143
+"""The step was stopped (SIGTERM) before the driver finished."""
+FAILURE_FILE = "failure.json"
+"""First failure of the attempt, in BEAM_ATTEMPT_DIR: {kind: infra|setup, node, rank, reason, time}."""
+READY_FILE = "ray_ready.json"
+"""Bring-up times, in BEAM_ATTEMPT_DIR: job_start, node_start, head_up, registered, gpus_checked (epoch seconds)."""
+DRIVER_EXIT_FILE = "driver_exit.json"
+"""The driver's exit status, in BEAM_ATTEMPT_DIR: {status, time}."""
+
+
+class NodeFailure(Exception):
+    """A failure this node detected; `kind` is 'infra' (a requeue may help) or 'setup' (it will not)."""
+
+    def __init__(self, kind: str, reason: str):
+        super().__init__(reason)
+        self.kind = kind
+
+
+def shell_status(status: int | None) -> int:
+    """A Popen return code as a shell would report it (killed by signal N -> 128+N); None -> EXIT_INFRA."""
+    if status is None:
+        return EXIT_INFRA
+    return 128 - status if status < 0 else status
+
+
+def record_first_failure(attempt_dir: Path | None, kind: str, host: str, rank: int, reason: str) -> None:
+    """Keep the attempt's first failure (later ones are consequences of it)."""
+    if attempt_dir is None:
+        return
+    path = attempt_dir / FAILURE_FILE
+    if not path.exists():
+        write_json(path, {"kind": kind, "node": host, "rank": rank, "reason": reason, "time": time.time()})
+
+
+def record_driver_exit(attempt_dir: Path | None, status: int) -> None:
+    if attempt_dir is not None:
+        write_json(attempt_dir / DRIVER_EXIT_FILE, {"status": status, "time": time.time()})
+
+
+def read_failure(attempt_dir: Path) -> dict[str, Any] | None:
+    """The attempt's first failure ({kind, node, reason, ...}), None when no node recorded one."""
+    return _read_json(attempt_dir / FAILURE_FILE)
+
+
+def read_driver_status(attempt_dir: Path) -> int | None:
+    """The driver's exit status, None when the driver never ended (or never started)."""
+    record = _read_json(attempt_dir / DRIVER_EXIT_FILE)
+    return int(record["status"]) if record else None
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads(path.read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return None

@@ -1,0 +1,116 @@
+"""What the head and the workers share on one node: the job's context and settings, the stop flag, logging, the
+failure record, and `ray start` on the job's port block."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Callable
+
+from beam_slurm.ray_cluster import auth
+from beam_slurm.ray_cluster.context import NodeContext
+from beam_slurm.ray_cluster.gpus import allocated_gpus
+from beam_slurm.ray_cluster.local_ray import LocalRay
+from beam_slurm.ray_cluster.network import tcp_reachable
+from beam_slurm.ray_cluster.ports import RayPorts, choose_ports
+from beam_slurm.ray_cluster.records import NodeFailure, record_first_failure
+from beam_slurm.ray_cluster.rendezvous import Rendezvous
+from beam_slurm.ray_cluster.settings import RaySettings
+
+_RAY_START_TRIES = 3
+
+
+class NodeRole:
+    """This node's part of the job's Ray cluster; `Head` and `Worker` add what each side does."""
+
+    def __init__(self, ctx: NodeContext, settings: RaySettings, *, clock: Callable[[], float] = time.monotonic,
+                 sleep: Callable[[float], None] = time.sleep):
+        self.ctx = ctx
+        self.settings = settings
+        self.clock = clock
+        """Monotonic seconds for deadlines and the liveness watches (injected by tests)."""
+        self.sleep = sleep
+        self.started = time.time()
+        self.started_clock = clock()
+        """`clock()` when this node started: readiness deadlines count from here."""
+        self.stop_requested = False
+        """Set by the SIGTERM/SIGINT handler (`beam_slurm.ray_cluster.node`): the step is being stopped."""
+        self.restore_signal_handlers: Callable[[], None] = lambda: None
+        """Re-installs the node's handlers (ray.init replaces the SIGTERM handler in this process)."""
+        job_folder = auth.ensure_job_dir(settings, ctx.job_id)
+        self.rendezvous = Rendezvous(job_folder, ctx.attempt, ctx.step)
+        self.token_path = auth.ensure_token(settings, ctx.job_id) if settings.auth else None
+        temp_dir = Path(settings.temp_dir_root) / f"ray-{ctx.job_id}-{ctx.attempt}"
+        log_dir = ctx.attempt_dir if ctx.attempt_dir else temp_dir
+        self.ray = LocalRay(temp_dir, log_dir / f"ray-{ctx.host}.log")
+        self.gpus, self.gpu_source = allocated_gpus()
+
+    def log(self, message: str) -> None:
+        print(f"[ray-node {self.ctx.host} rank {self.ctx.rank} +{time.time() - self.started:5.1f}s] {message}",
+              file=sys.stderr, flush=True)
+
+    def ray_env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env.update(self.settings.extra_env)
+        env.update(auth.auth_env(self.settings, self.token_path))
+        # Ray's usage-stats prompt and the driver must not wait for a terminal.
+        env.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+        return env
+
+    def record_failure(self, kind: str, reason: str) -> None:
+        """Keep the first failure of the attempt for the batch shell (and print it)."""
+        self.log(f"FAILED ({kind}): {reason}")
+        record_first_failure(self.ctx.attempt_dir, kind, self.ctx.host, self.ctx.rank, reason)
+
+    def start_ray(self, head: bool, ip: str, start_block: int | None, head_address: str = "",
+                  on_gcs_up: Callable[[RayPorts], None] | None = None) -> RayPorts:
+        """`ray start` with this job's ports; on a bind race, the next free block (up to 3 tries)."""
+        block = start_block
+        last_error: Exception | None = None
+        for _ in range(_RAY_START_TRIES):
+            ports = choose_ports(self.settings, int(self.ctx.job_id), head=head, start_block=block)
+            args = [f"--node-ip-address={ip}", f"--temp-dir={self.ray.temp_dir}", f"--num-gpus={len(self.gpus)}",
+                    f"--num-cpus={self.settings.num_cpus or self.ctx.cpus}", "--disable-usage-stats"]
+            args += ports.ray_start_args(head)
+            if head:
+                args += ["--head", f"--dashboard-host={self.settings.dashboard_host}",
+                         f"--include-dashboard={'true' if self.settings.include_dashboard else 'false'}"]
+            else:
+                args.append(f"--address={head_address}")
+            if self.settings.object_store_memory_bytes:
+                args.append(f"--object-store-memory={self.settings.object_store_memory_bytes}")
+            announced = False
+
+            def announce_when_gcs_listens() -> None:
+                nonlocal announced
+                if not announced and on_gcs_up is not None and tcp_reachable(ip, ports.gcs, timeout_s=0.05):
+                    announced = True
+                    on_gcs_up(ports)
+
+            try:
+                self.ray.start(args, self.ray_env(), ray_executable=_ray_executable(),
+                               while_starting=announce_when_gcs_listens if head else None)
+                if head and not announced and on_gcs_up is not None:
+                    on_gcs_up(ports)
+                return ports
+            except RuntimeError as exc:
+                last_error = exc
+                self.log(f"ray start failed on port block {ports.block}, retrying on the next one")
+                block = ports.block + 1
+        raise NodeFailure("infra", f"node {self.ctx.host}: Ray did not start: {last_error}")
+
+    def stop_leftovers_of_earlier_attempts(self) -> None:
+        """Stop Ray left on this node by an earlier attempt of this job (killed before it could clean up)."""
+        prefix = f"ray-{self.ctx.job_id}-"
+        for folder in Path(self.settings.temp_dir_root).glob(prefix + "*"):
+            if folder != self.ray.temp_dir and (folder / "beam-ray.pgid").exists():
+                leftover = LocalRay(folder, self.ray.log_path)
+                if leftover.stop(grace_s=2.0):
+                    self.log(f"stopped Ray left over by an earlier attempt ({folder})")
+
+
+def _ray_executable() -> str:
+    candidate = Path(sys.executable).with_name("ray")
+    return str(candidate) if candidate.exists() else "ray"

@@ -1,0 +1,80 @@
+"""Every rank but 0 of the Ray step: wait for the head's address on shared storage, join it, and stay until the
+head says the driver ended (exit 0), this node's Ray dies or the head becomes unreachable (exit 75, so
+`srun --kill-on-bad-exit=1` ends the whole step at once)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from beam_slurm.ray_cluster.checks import check_gpu_count
+from beam_slurm.ray_cluster.network import node_ipv4
+from beam_slurm.ray_cluster.records import EXIT_INFRA, NodeFailure
+from beam_slurm.ray_cluster.rendezvous import read_json
+from beam_slurm.ray_cluster.role import NodeRole
+from beam_slurm.ray_cluster.supervision import HeadWatch
+
+
+class Worker(NodeRole):
+    """Join the head's cluster, then supervise this node's Ray."""
+
+    def run(self) -> int:
+        check_gpu_count(self.ctx.host, self.gpus, self.gpu_source, self.ctx.expected_gpus)
+        ip = None
+        try:
+            ip = node_ipv4(self.settings.network_interface)
+            self.rendezvous.publish_node(self.ctx.rank, {"host": self.ctx.host, "ip": ip, "gpus": self.gpus})
+        except OSError:
+            pass  # resolve through the route to the head once its address is known
+        head = self.wait_for_head()
+        if head is None:
+            return 0 if self.stop_requested else EXIT_INFRA
+        head_ip, gcs_port = head["address"].rsplit(":", 1)
+        if ip is None:
+            ip = node_ipv4(self.settings.network_interface, head_ip=head_ip)
+            self.rendezvous.publish_node(self.ctx.rank, {"host": self.ctx.host, "ip": ip, "gpus": self.gpus})
+        try:
+            ports = self.start_ray(head=False, ip=ip, start_block=int(head["block"]) if int(head["block"]) >= 0 else None,
+                                   head_address=head["address"])
+        except NodeFailure:
+            # The head may have restarted on another port block after publishing: follow it once.
+            again = read_json(self.rendezvous.head_file)
+            if again is None or again["address"] == head["address"]:
+                raise
+            head = again
+            head_ip, gcs_port = head["address"].rsplit(":", 1)
+            ports = self.start_ray(head=False, ip=ip, start_block=int(head["block"]), head_address=head["address"])
+        # The head watches this port: a node that vanishes ends the step in seconds.
+        self.rendezvous.publish_node(self.ctx.rank, {"host": self.ctx.host, "ip": ip, "gpus": self.gpus,
+                                                     "node_manager_port": ports.node_manager})
+        self.log(f"joined {head['address']}")
+        return self.supervise(HeadWatch(head_ip, int(gcs_port), self.settings.head_lost_after_s, clock=self.clock))
+
+    def wait_for_head(self) -> dict[str, Any] | None:
+        deadline = self.started_clock + self.settings.readiness_timeout_s
+        while not self.stop_requested:
+            head = read_json(self.rendezvous.head_file)
+            if head is not None:
+                return head
+            if self.clock() > deadline:
+                self.record_failure("infra", f"node {self.ctx.host}: the head ({self.ctx.host_of_rank(0)}) did not "
+                                             f"publish its address within {self.settings.readiness_timeout_s:.0f}s")
+                return None
+            self.sleep(min(0.2, self.settings.poll_interval_s))
+        return None
+
+    def supervise(self, head: HeadWatch) -> int:
+        """Until the driver ended (0), this node's Ray died or the head is lost (EXIT_INFRA), or a stop (0)."""
+        while not self.stop_requested:
+            if self.rendezvous.ended_file.exists():
+                return 0
+            if not self.ray.alive():
+                self.record_failure("infra", f"node {self.ctx.host}: this node's Ray (raylet) died")
+                return EXIT_INFRA
+            if head.lost():
+                if self.rendezvous.ended_file.exists():
+                    return 0
+                self.record_failure("infra", f"node {self.ctx.host}: the head's GCS at {head.head_ip}:{head.gcs_port} "
+                                             f"has been unreachable for {self.settings.head_lost_after_s:.0f}s")
+                return EXIT_INFRA
+            self.sleep(self.settings.poll_interval_s)
+        return 0

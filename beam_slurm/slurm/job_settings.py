@@ -1,0 +1,168 @@
+"""The training job's settings, built from the loaded recipe and nothing else (the schema holds every default).
+
+`load_job_config` loads the recipe inside the allocation (node and GPU counts follow the allocation unless given,
+a requeued attempt resumes from the newest complete checkpoint); `job_settings` turns it into `TrainJobSettings`:
+the driver command, checkpoint and log folders, the notice and requeue numbers, the preflight checks, the container
+wrapping and the Ray settings.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Mapping
+
+from beam_slurm.config.errors import ConfigProblem
+from beam_slurm.ray_cluster.settings import RaySettings
+from beam_slurm.slurm.preflight import PreflightSettings
+from beam_slurm.slurm.steps import ContainerHook, container_hook
+
+
+@dataclass
+class TrainJobSettings:
+    """Everything the training job needs besides Slurm's own environment; built by `job_settings`."""
+
+    driver: list[str]
+    """The driver's argv, run on the Ray head once every node and GPU registered (e.g. the SkyRL command line)."""
+    ckpt_path: str
+    """paths.ckpt_path on shared storage; the save-on-notice files live in <ckpt_path>/.beam/."""
+    log_dir: str
+    """paths.log_dir: per-attempt logs in <log_dir>/<jobid>-<attempt>/."""
+    nodes: int
+    """cluster.nodes: nodes of the Ray step (following the allocation)."""
+    gpus_per_node: int
+    """cluster.gpus_per_node: GPUs every node must show (preflight and Ray's registration). 0 for CPU-only runs."""
+    max_requeues: int
+    """cluster.max_requeues: requeues allowed (notices and infrastructure failures), against SLURM_RESTART_COUNT."""
+    grace_s: float
+    """cluster.grace_s: after a notice, how long to wait for the trainer's checkpoint before stopping anyway."""
+    stop_grace_s: float
+    """cluster.stop_grace_s: after SIGTERM to the Ray step, how long before srun is ended."""
+    preflight: bool
+    """Run the preflight step on every node before Ray starts (`--no-preflight` turns it off)."""
+    preflight_checks: PreflightSettings
+    """What preflight checks; gpus_per_node and the shared-storage canary are filled in by the attempt."""
+    container: ContainerHook | Callable[[str], ContainerHook]
+    """Container wrapping of every step: a ContainerHook, or job_id -> ContainerHook (see `steps.container_hook`)."""
+    ray: RaySettings
+    """The recipe's `ray` section, passed to every node as BEAM_RAY_SETTINGS."""
+    python: str
+    """Interpreter that runs beam_slurm on the nodes (inside a container, the container's: trainer.python)."""
+
+    def problems(self) -> list[ConfigProblem]:
+        found = list(self.ray.problems())
+        if not self.driver:
+            found.append(ConfigProblem("driver", self.driver, "give the driver command after `--`"))
+        if not self.ckpt_path or not os.path.isabs(self.ckpt_path):
+            found.append(ConfigProblem("paths.ckpt_path", self.ckpt_path,
+                                       "set CKPT_PATH to an absolute path on shared storage"))
+        if not self.log_dir or not os.path.isabs(self.log_dir):
+            found.append(ConfigProblem("paths.log_dir", self.log_dir,
+                                       "set BEAM_LOG_DIR to an absolute path on shared storage"))
+        if self.nodes < 1:
+            found.append(ConfigProblem("cluster.nodes", self.nodes, "use a node count of 1 or more"))
+        if self.gpus_per_node < 0:
+            found.append(ConfigProblem("cluster.gpus_per_node", self.gpus_per_node, "use 0 or a GPU count"))
+        if self.max_requeues < 0:
+            found.append(ConfigProblem("cluster.max_requeues", self.max_requeues, "use 0 (never requeue) or more"))
+        if self.grace_s < 0 or self.stop_grace_s < 0:
+            found.append(ConfigProblem("cluster.grace_s/stop_grace_s", (self.grace_s, self.stop_grace_s),
+                                       "use seconds >= 0"))
+        return found
+
+
+def _given(overrides: list[str], key: str) -> bool:
+    return any(o.split("=", 1)[0].lstrip("+~") == key for o in overrides)
+
+
+def allocation_overrides(overrides: list[str], environ: Mapping[str, str]) -> list[str]:
+    """Overrides that make the recipe match the allocation: node and GPU counts, unless given explicitly."""
+    extra = []
+    nodes = environ.get("SLURM_JOB_NUM_NODES") or environ.get("SLURM_NNODES")
+    if nodes and not _given(overrides, "cluster.nodes"):
+        extra.append(f"cluster.nodes={int(nodes)}")
+    gpus = environ.get("SLURM_GPUS_ON_NODE") or environ.get("SLURM_GPUS_PER_NODE", "").split(":")[-1]
+    if gpus and gpus.isdigit() and not _given(overrides, "cluster.gpus_per_node"):
+        extra.append(f"cluster.gpus_per_node={int(gpus)}")
+    return extra
+
+
+def resume_overrides(cfg_ckpt_path: str, environ: Mapping[str, str]) -> list[str]:
+    """A requeued attempt resumes from the newest complete checkpoint of this run, when there is one."""
+    if int(environ.get("SLURM_RESTART_COUNT", "0") or 0) == 0:
+        return []
+    if not (Path(cfg_ckpt_path) / "latest_ckpt_global_step.txt").is_file():
+        return []  # nothing saved yet: keep the original mode (a from_path start stays from_path)
+    return ["checkpoint.resume_mode=latest", "checkpoint.resume_path=null"]
+
+
+def load_job_config(overrides: list[str], environ: Mapping[str, str]):
+    """The recipe as this attempt of the job runs it (allocation and resume applied); ConfigError when invalid."""
+    from beam_slurm.config import load_config
+
+    overrides = list(overrides) + allocation_overrides(overrides, environ)
+    cfg = load_config(overrides)
+    return load_config(overrides + resume_overrides(cfg.paths.ckpt_path, environ))
+
+
+def job_mounts(cfg):
+    """Same-path mounts for every directory the job touches, so paths mean the same inside a container."""
+    from beam_slurm.containers.settings import same_path_mounts
+
+    p = cfg.paths
+    read_only = [x for x in (p.model_path, p.data_dir, p.skyrl_dir, os.environ.get("BEAM_SLURM_HOME")) if x]
+    # The Ray state dir holds the job's token and rendezvous files; it must be visible inside the container too.
+    writable = [x for x in (p.ckpt_path, p.export_path, p.log_dir, p.optimizer_state_disk_dir,
+                            cfg.ray.resolved_state_dir()) if x]
+    return same_path_mounts(read_only=read_only, writable=writable)
+
+
+def job_settings(cfg, *, preflight: bool = True, driver: list[str] | None = None) -> tuple[TrainJobSettings, dict[str, str]]:
+    """The recipe as `TrainJobSettings`, and the environment its driver needs.
+
+    `driver` replaces the recipe's trainer (SkyRL or the rehearsal) with another Ray driver under the same job
+    settings (`python -m beam_slurm.slurm.train_job [overrides] -- DRIVER...`); it then gets no trainer environment.
+    """
+    from beam_slurm.sizing import node_needs
+
+    in_container = cfg.container.runtime != "none"
+    python = cfg.trainer.python if in_container else sys.executable
+    driver_env: dict[str, str] = {}
+    runs_skyrl = driver is None and cfg.trainer.backend == "skyrl"
+    if driver is None:
+        from beam_slurm.skyrl.command import skyrl_launch
+
+        launch = skyrl_launch(cfg)
+        driver = launch.argv(python)
+        driver_env = dict(launch.env)
+        if launch.cwd:
+            # SkyRL's examples/ import from the checkout root; the driver starts there on the head node.
+            driver = ["/bin/sh", "-c", 'cd "$0" && exec "$@"', launch.cwd, *driver]
+    needs = node_needs(cfg)
+    mounts = job_mounts(cfg)
+    settings = TrainJobSettings(
+        driver=list(driver),
+        ckpt_path=cfg.paths.ckpt_path,
+        log_dir=cfg.paths.log_dir,
+        nodes=cfg.cluster.nodes,
+        gpus_per_node=cfg.cluster.gpus_per_node,
+        max_requeues=cfg.cluster.max_requeues,
+        grace_s=float(cfg.cluster.grace_s),
+        stop_grace_s=float(cfg.cluster.stop_grace_s),
+        preflight=preflight,
+        preflight_checks=PreflightSettings(
+            readable_paths=[x for x in (cfg.paths.model_path, cfg.paths.data_dir) if x],
+            skyrl_dir=cfg.paths.skyrl_dir if runs_skyrl else "",
+            scratch_dir=cfg.paths.optimizer_state_disk_dir or "",
+            scratch_need_bytes=needs.scratch_bytes,
+            host_ram_need_bytes=needs.host_ram_bytes,
+            ckpt_dir=cfg.paths.ckpt_path,
+            ckpt_need_bytes=needs.ckpt_bytes,
+        ),
+        container=lambda job_id: container_hook(cfg.container, mounts, job_id),
+        ray=cfg.ray,
+        python=python,
+    )
+    return settings, driver_env

@@ -1,0 +1,85 @@
+"""The job's srun steps: how each is containerised, its command line, and stopping the Ray step through Slurm."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from beam_slurm.slurm import scheduler
+
+STOP_AFTER_SRUN_TERM_S = 30.0
+"""After srun itself got SIGTERM (the step did not stop in stop_grace_s), how long before it is killed."""
+
+
+@dataclass
+class ContainerHook:
+    """How each srun step is containerised: options for srun and a prefix for the task's command."""
+
+    srun_args: list[str] = field(default_factory=list)
+    """Added to every srun (pyxis: --container-image, --container-mounts, ...)."""
+    command_prefix: list[str] = field(default_factory=list)
+    """Put before the task's command (Apptainer: apptainer exec --nv ... IMAGE)."""
+    env: dict[str, str] = field(default_factory=dict)
+    """Added to the environment srun starts with (Apptainer: APPTAINERENV_*)."""
+
+
+def container_hook(container_settings: Any, mounts: list[Any], job_id: str) -> ContainerHook:
+    """The hook for a `beam_slurm.containers.settings.ContainerSettings` (runtime none/pyxis/apptainer)."""
+    if container_settings is None or getattr(container_settings, "runtime", "none") == "none":
+        return ContainerHook()
+    from beam_slurm.containers import runtime
+
+    return ContainerHook(
+        srun_args=runtime.srun_container_args(container_settings, mounts,
+                                              container_name=runtime.default_container_name(job_id)),
+        command_prefix=runtime.command_prefix(container_settings, mounts),
+        env=runtime.container_environment(container_settings, os.environ),
+    )
+
+
+@dataclass
+class StepLauncher:
+    """Command lines of this attempt's steps: one task per node on `nodes` nodes, each running `python -m ...`."""
+
+    hook: ContainerHook
+    python: str
+    nodes: int
+    gpus_per_node: int
+    cpus_per_task: int
+
+    def module_argv(self, module_argv: list[str], *, kill_on_bad_exit: bool, name: str) -> list[str]:
+        command = [*self.hook.command_prefix, self.python, "-m", *module_argv]
+        return scheduler.srun_per_node(self.nodes, command, cpus_per_task=self.cpus_per_task,
+                                       gpus_per_node=self.gpus_per_node, kill_on_bad_exit=kill_on_bad_exit,
+                                       job_name=name, extra_args=self.hook.srun_args)
+
+
+def stop_step(step: subprocess.Popen, job_id: str, name: str, grace_s: float, log: Callable[[str], None],
+              label: str = "") -> int:
+    """SIGTERM every task of the step named `name` (the Ray step: each node then stops its driver and its Ray),
+    wait `grace_s`, then make srun end the step (Slurm's SIGTERM/SIGKILL); srun's status. `label` names the step
+    in the log (default: its name)."""
+    if step.poll() is not None:
+        return step.returncode
+    label = label or name
+    log(f"stopping the {label} step")
+    try:
+        # Through Slurm rather than srun's own SIGTERM handling, which kills the tasks at once.
+        for step_id in scheduler.step_ids(job_id, name):
+            scheduler.signal_step(step_id, "TERM")
+    except scheduler.SlurmCommandError as exc:
+        log(f"could not signal the {label} step through Slurm ({exc}); terminating srun")
+        step.send_signal(signal.SIGTERM)
+    try:
+        return step.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        log(f"the {label} step did not stop within {grace_s:.0f}s; ending it")
+    step.send_signal(signal.SIGTERM)
+    try:
+        return step.wait(timeout=STOP_AFTER_SRUN_TERM_S)
+    except subprocess.TimeoutExpired:
+        step.kill()
+        return step.wait()
