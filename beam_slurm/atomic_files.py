@@ -2,6 +2,8 @@
 
 Readers on any node of a shared filesystem see the old file or the new one, never half of one, and a crash leaves
 at most a hidden `.<name>.*.tmp` behind. Standard library only: the trainer side imports this on Python 3.11 and 3.12.
+The one place the package writes files this way: `atomic_writer` for a file written in one go, `temporary_sibling` +
+`publish` for files written elsewhere first (a streamed parquet, several outputs committed together).
 """
 
 from __future__ import annotations
@@ -29,6 +31,28 @@ def atomic_writer(path: str | os.PathLike, mode: str = "w") -> Iterator[IO[Any]]
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def temporary_sibling(final: str | os.PathLike) -> Path:
+    """A hidden sibling of `final` (same filesystem, so the rename is atomic), unique per process."""
+    final = Path(final)
+    return final.with_name(f".{final.name}.tmp-{os.getpid()}")
+
+
+def publish(temporary: str | os.PathLike, final: str | os.PathLike) -> None:
+    """Flush the finished `temporary` to disk and rename it over `final` in one step."""
+    with open(temporary, "rb") as handle:
+        os.fsync(handle.fileno())
+    os.replace(temporary, final)
+
+
+def sync_directory(directory: str | os.PathLike) -> None:
+    """Make the renames in `directory` durable."""
+    descriptor = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
 
 
 def write_text(path: str | os.PathLike, text: str) -> None:

@@ -1,4 +1,4 @@
-"""The manifest beside the cleaned files, content hashes, and atomic file replacement.
+"""The manifest beside the cleaned files and content hashes; files are replaced atomically (beam_slurm.atomic_files).
 
 `prepare-data-manifest.json` holds one entry per output file: the source as given, the files read and their
 sha256, the hub revision, the settings that shape the output, row counts before and after, and the output's sha256.
@@ -9,9 +9,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from pathlib import Path
 from typing import Optional
+
+from beam_slurm.atomic_files import publish as commit_file  # noqa: F401  (the names data.cli imports from here)
+from beam_slurm.atomic_files import sync_directory  # noqa: F401
+from beam_slurm.atomic_files import temporary_sibling as temporary_path  # noqa: F401
+from beam_slurm.atomic_files import write_text
 
 MANIFEST_NAME = "prepare-data-manifest.json"
 MANIFEST_VERSION = 1
@@ -26,27 +30,6 @@ def sha256_file(path: Path) -> str:
     return digest.hexdigest()
 
 
-def temporary_path(final: Path) -> Path:
-    """A hidden sibling of `final` (same filesystem, so the rename is atomic), unique per process."""
-    return final.with_name(f".{final.name}.tmp-{os.getpid()}")
-
-
-def commit_file(temporary: Path, final: Path) -> None:
-    """Flush `temporary` to disk and rename it over `final` in one step."""
-    with open(temporary, "rb") as handle:
-        os.fsync(handle.fileno())
-    os.replace(temporary, final)
-
-
-def sync_directory(directory: Path) -> None:
-    """Make the renames in `directory` durable."""
-    descriptor = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(descriptor)
-    finally:
-        os.close(descriptor)
-
-
 def load_manifest(out_dir: Path) -> dict:
     """The manifest's entries by output file name; empty when there is none or it cannot be read."""
     try:
@@ -59,10 +42,8 @@ def load_manifest(out_dir: Path) -> dict:
 
 def write_manifest(out_dir: Path, outputs: dict) -> None:
     """Write the manifest atomically."""
-    final = out_dir / MANIFEST_NAME
-    temporary = temporary_path(final)
-    temporary.write_text(json.dumps({"version": MANIFEST_VERSION, "outputs": outputs}, indent=2, sort_keys=True) + "\n")
-    commit_file(temporary, final)
+    write_text(out_dir / MANIFEST_NAME,
+               json.dumps({"version": MANIFEST_VERSION, "outputs": outputs}, indent=2, sort_keys=True) + "\n")
 
 
 def reuse_verdict(output: Path, entry: Optional[dict], request: dict) -> Optional[str]:

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from beam_slurm.atomic_files import atomic_writer
 from beam_slurm.evaluation.results import DETAILS_FILE, EVALS_DIRNAME, METRICS_FILE, write_json
 
 SKYRL_DUMPS_DIRNAME = "dumped_evals"
@@ -326,11 +327,11 @@ def write_plot(report: RunReport, path: Path) -> Path:
     if report.rehearsal:
         fig.suptitle(report.rehearsal_note.strip(" []"), color="tab:red")
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp.png")
-    fig.savefig(tmp, dpi=110)
-    plt.close(fig)
-    os.replace(tmp, path)
+    try:
+        with atomic_writer(path, "wb") as handle:
+            fig.savefig(handle, format="png", dpi=110)
+    finally:
+        plt.close(fig)
     return path
 
 

@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
+from beam_slurm.atomic_files import atomic_writer
 from beam_slurm.evaluation.metrics import compute_details
 
 EVALS_DIRNAME = "beam_evals"
@@ -37,26 +37,10 @@ def evaluation_dir(export_path: str | os.PathLike, step: int) -> Path:
     return Path(export_path) / EVALS_DIRNAME / f"global_step_{step}"
 
 
-def _atomic_write(path: Path, write: Callable[[Any], None], mode: str = "w") -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, mode, **({"encoding": "utf-8"} if "b" not in mode else {})) as handle:
-            write(handle)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-
-
 def write_json(path: Path, payload: Any) -> None:
-    """Write JSON atomically (temp file + rename)."""
-    _atomic_write(path, lambda f: json.dump(payload, f, indent=2, ensure_ascii=False, sort_keys=False))
+    """Write JSON atomically (temp file + rename), keys in the order given."""
+    with atomic_writer(path) as handle:
+        json.dump(payload, handle, indent=2, ensure_ascii=False, sort_keys=False)
 
 
 def _grades_table(grades: list[dict[str, Any]]):
@@ -101,14 +85,13 @@ def write_results(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
 
-    def write_lines(handle) -> None:
+    with atomic_writer(out / GRADES_FILE) as handle:
         for grade in grades:
             handle.write(json.dumps(grade, ensure_ascii=False))
             handle.write("\n")
-
-    _atomic_write(out / GRADES_FILE, write_lines)
     table = _grades_table(grades)
-    _atomic_write(out / GRADES_PARQUET, lambda f: pq.write_table(table, f), mode="wb")
+    with atomic_writer(out / GRADES_PARQUET, "wb") as handle:
+        pq.write_table(table, handle)
     write_json(out / DETAILS_FILE, compute_details(grades))
     if extra is not None:
         write_json(out / INFO_FILE, extra)

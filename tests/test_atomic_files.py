@@ -1,0 +1,49 @@
+"""One atomic-write module: whole files appear at once, and no other module writes files its own way."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from beam_slurm.atomic_files import atomic_writer, publish, sync_directory, temporary_sibling, write_json, write_text
+
+PACKAGE = Path(__file__).resolve().parents[1] / "beam_slurm"
+# Renames and flushes outside atomic_files.py, each with why it is not a file write through it.
+OWN_RENAMES = {
+    "ray_cluster/auth.py": "the token file is created with link(), so a second writer can never replace it",
+    "skyrl/rehearsal.py": "swaps a whole checkpoint directory, not a file",
+    "containers/pull.py": "image import and digest record: to move onto publish()/write_text() with the "
+                          "pull-container rework under way in the same change",
+}
+
+
+def test_a_failed_write_leaves_the_old_file_and_no_temporary(tmp_path):
+    target = tmp_path / "metrics.json"
+    write_json(target, {"a": 1})
+    with pytest.raises(RuntimeError):
+        with atomic_writer(target) as handle:
+            handle.write("{half")
+            raise RuntimeError("killed mid-write")
+    assert target.read_text() == '{"a": 1}\n'
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["metrics.json"]
+
+
+def test_publish_moves_a_finished_temporary_into_place(tmp_path):
+    final = tmp_path / "out" / "data.parquet"
+    final.parent.mkdir()
+    write_text(final, "old")
+    temporary = temporary_sibling(final)
+    assert temporary.parent == final.parent and temporary.name.startswith(".data.parquet.")
+    temporary.write_bytes(b"new")
+    publish(temporary, final)
+    sync_directory(final.parent)
+    assert final.read_bytes() == b"new" and not temporary.exists()
+
+
+def test_no_other_module_writes_files_its_own_way():
+    pattern = re.compile(r"os\.replace\(|os\.fsync\(|tempfile\.mkstemp\(")
+    found = {str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py")
+             if p.name != "atomic_files.py" and pattern.search(p.read_text(encoding="utf-8"))}
+    assert found <= set(OWN_RENAMES), f"write through beam_slurm.atomic_files instead: {sorted(found - set(OWN_RENAMES))}"
