@@ -25,54 +25,39 @@ from beam_slurm.containers.runtime import (
     validate,
 )
 from beam_slurm.containers.settings import ContainerSettings, Mount, parse_mount, same_path_mounts, settings_from_mapping
+from golden_commands import (
+    RENDERERS,
+    TRICKY_COMMAND,
+    TRICKY_DIR,
+    golden_mismatch,
+    job_mounts,
+    rendered_apptainer,
+    rendered_pyxis,
+    tricky_settings,
+)
 
 HERE = Path(__file__).parent
-GOLDEN = HERE / "golden"
 RECORD_ARGV = HERE / "test_doubles" / "record_argv"
 
-# Values a shell would mangle if any element were spliced in unquoted: spaces, both quotes, $, backticks, globs, ;.
-TRICKY_DIR = "/shared/run's \"dir\" $HOME `id` *;x"
-TRICKY_COMMAND = ["python", "-c", "import sys; print(sys.argv[1:])", "a b", "$PATH", "'q'", '"dq"', "`id`", "*", ";"]
+
+@pytest.mark.parametrize("name", sorted(RENDERERS))
+def test_rendered_command_matches_golden_file(name):
+    """Compares only: after an intended change, `python tests/containers/update_golden.py` rewrites the files."""
+    problem = golden_mismatch(name)
+    assert problem is None, (f"{problem}; if the change is intended, run "
+                             "`.venv/bin/python tests/containers/update_golden.py` and review the diff")
 
 
-def tricky_settings(runtime: str, image: str) -> ContainerSettings:
-    return ContainerSettings(
-        runtime=runtime,
-        image=image,
-        mounts=["/etc/hostname:/host name$1:ro", f"{TRICKY_DIR}/extra:/opt/extra"],
-        workdir=f"{TRICKY_DIR}/work",
-        root_filesystem="writable",
-        env_passthrough=["PYTHONPATH", "HF_HOME"],
-        overlay="/shared/over lay$.img" if runtime == "apptainer" else "",
-    )
+def test_a_drifted_golden_file_fails_whatever_the_environment_and_only_the_command_rewrites_it(tmp_path, monkeypatch):
+    import update_golden
 
-
-def job_mounts() -> list[Mount]:
-    return same_path_mounts(read_only=["/shared/models/beam 501B", f"{TRICKY_DIR}/data"], writable=[f"{TRICKY_DIR}/out"])
-
-
-def rendered_pyxis() -> list[str]:
-    settings = tricky_settings("pyxis", "ghcr.io/example/skyrl:beam-release")
-    args = srun_container_args(settings, job_mounts(), container_name=default_container_name("4711"))
-    return ["srun", "--nodes=2", "--ntasks-per-node=1", *args, *command_prefix(settings, job_mounts()), *TRICKY_COMMAND]
-
-
-def rendered_apptainer() -> list[str]:
-    settings = tricky_settings("apptainer", "/shared/images/sky rl's $x.sif")
-    prefix = command_prefix(settings, job_mounts())
-    return ["srun", "--nodes=2", "--ntasks-per-node=1", *srun_container_args(settings, job_mounts()), *prefix, *TRICKY_COMMAND]
-
-
-def check_golden(name: str, text: str) -> None:
-    path = GOLDEN / name
-    if os.environ.get("UPDATE_GOLDEN"):
-        path.write_text(text)
-    assert text == path.read_text(), f"rendered command differs from {path} (UPDATE_GOLDEN=1 to accept on purpose)"
-
-
-@pytest.mark.parametrize("name,render", [("pyxis_srun.sh", rendered_pyxis), ("apptainer_srun.sh", rendered_apptainer)])
-def test_rendered_command_matches_golden_file(name, render):
-    check_golden(name, shlex.join(render()) + "\n")
+    drifted = tmp_path / "pyxis_srun.sh"
+    drifted.write_text("srun --an-old-rendering\n")
+    monkeypatch.setenv("UPDATE_GOLDEN", "1")  # the old way to make the check pass; it must not any more
+    assert golden_mismatch("pyxis_srun.sh", tmp_path) is not None
+    assert drifted.read_text() == "srun --an-old-rendering\n"
+    assert update_golden.main(tmp_path) == 0
+    assert golden_mismatch("pyxis_srun.sh", tmp_path) is None and golden_mismatch("apptainer_srun.sh", tmp_path) is None
 
 
 def test_pyxis_arguments_are_the_expected_options():
