@@ -9,9 +9,6 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-# Re-exported for the pull stage, which imports it from here; the class itself is beam_slurm.config.errors'.
-from beam_slurm.config.errors import ConfigProblem  # noqa: F401
-
 RUNTIMES = ("none", "pyxis", "apptainer")
 ROOT_FILESYSTEM_MODES = ("default", "writable", "readonly")
 

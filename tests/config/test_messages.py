@@ -107,3 +107,18 @@ def test_the_cli_prints_the_variable_and_the_verb_exits_2(monkeypatch):
     assert out.returncode == 2 and out.stdout == ""
     assert "checkpoint.interval (from CKPT_INTERVAL)='abc': expected a whole number" in out.stderr
     assert not [word for word in INTERNALS if word in out.stderr], out.stderr
+
+
+def test_one_problem_type_for_the_whole_package():
+    from pathlib import Path
+
+    import beam_slurm
+    from beam_slurm.containers.runtime import validate
+    from beam_slurm.containers.settings import ContainerSettings
+
+    package = Path(beam_slurm.__file__).parent
+    defined = [p.relative_to(package) for p in package.rglob("*.py") if "class ConfigProblem" in p.read_text()]
+    assert [str(p) for p in defined] == ["config/errors.py"]
+    (problem,) = validate(ContainerSettings(runtime="pyxis", image=""))
+    assert type(problem) is ConfigProblem
+    assert str(problem).startswith("container.image: runtime 'pyxis' needs an image; fix: set container.image=")
