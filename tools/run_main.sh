@@ -19,7 +19,8 @@ export BEAM_SLURM_HOME="$ROOT" MODEL_PATH="$DEMO/model" DATA_DIR="$DEMO/data" CK
   EXPORT_PATH="$DEMO/exports" BEAM_TRAINER_BACKEND=rehearsal MAX_TRAINING_STEPS="${MAX_TRAINING_STEPS:-20}" \
   CKPT_INTERVAL="${CKPT_INTERVAL:-5}" BEAM_REHEARSAL_STEP_SECONDS="${BEAM_REHEARSAL_STEP_SECONDS:-1}" \
   SBATCH_MEM_PER_NODE="${SBATCH_MEM_PER_NODE:-2000M}"
-.venv/bin/beam-slurm plan recipe=lora_16gpu
+# DATA_DIR is written by the submission's data stage below, so plan cannot find the data files yet.
+.venv/bin/beam-slurm plan recipe=lora_16gpu cluster.check_paths_on_submit=false
 .venv/bin/beam-slurm submit recipe=lora_16gpu cluster.time_limit=00:30:00 \
   data.dapo_math="$SOURCES/dapo-math-17k.parquet" data.aime2024="$SOURCES/aime-2024.parquet" \
   data.aime2025="$SOURCES/aime2025.jsonl"
