@@ -53,6 +53,17 @@ class ClusterConfig:
     """`plan` and `submit` check on the submit host that the paths the job will read exist (model, SkyRL checkout,
     data files); set false where login nodes do not mount the compute storage (the job's preflight still checks
     them on every node)."""
+    storage_write_gbytes_per_s: float = 1.0
+    """Write bandwidth of the checkpoint storage per node in GB/s, all nodes writing at once (ours: 1.0, a shared
+    parallel file system under load). `plan` sizes the save in the notice budget with it; the preflight measures it
+    on every node (storage_write.json in the attempt's log folder) and the job warns when the measure breaks the
+    budget. A full checkpoint (~0.9 TB per node) fits a 300 s notice only above ~3 GB/s."""
+    interruptions_per_day: float = 1.0
+    """Expected interruptions without a notice per day of one running job: node failures, crashes, a preemption
+    that signals nobody (ours: 1.0). Sets the checkpoint interval `plan` advises (Young/Daly); interruptions with a
+    notice lose no steps and do not count here."""
+    log_copy_s: float = 30.0
+    """Seconds the notice budget sets aside for copying each node's logs to shared storage after Ray stops (ours)."""
 
 
 @dataclass
@@ -273,6 +284,10 @@ class CheckpointConfig:
     """none | latest | from_path (env RESUME_MODE). A requeued attempt always resumes with latest."""
     resume_path: Optional[str] = None
     """Checkpoint directory global_step_N for resume_mode=from_path (trainer.resume_path)."""
+    gbytes_per_node: Optional[float] = None
+    """GB one training node writes per checkpoint, for the notice budget and the interval advice; empty = the
+    estimate: the seed's ~7 TB full checkpoint over the training nodes, or for LoRA its adapters' share of it
+    (`beam_slurm.notice_budget`)."""
 
 
 @dataclass
@@ -295,6 +310,18 @@ class TrainerConfig:
     """Raw SkyRL key=value overrides appended last (they win); validated by SkyRL at launch."""
     extra_env: dict[str, str] = field(default_factory=dict)
     """Extra environment variables for the driver and Ray workers."""
+    expected_step_s: float = 600.0
+    """Seconds one training step (generation + training) takes, for the notice budget and interval advice until the
+    run has steps of its own in train_metrics.jsonl, which `plan` then measures (ours: an estimate per recipe)."""
+    rehearsal_step_s: float = 2.0
+    """Rehearsal trainer only (env BEAM_REHEARSAL_STEP_SECONDS): seconds one rehearsal step takes."""
+    rehearsal_save_s: float = 0.0
+    """Rehearsal trainer only: seconds one checkpoint save takes at least (the bytes are written over this time)."""
+    rehearsal_save_bytes: int = 0
+    """Rehearsal trainer only: bytes each save writes and fsyncs into the checkpoint folder, so the storage's speed
+    counts (0 = a few small files)."""
+    rehearsal_model_load_s: float = 0.0
+    """Rehearsal trainer only: seconds spent "loading the model" before the first step of each attempt."""
 
 
 @dataclass

@@ -209,6 +209,9 @@ def problems(cfg) -> list[ConfigProblem]:
     out.extend(container_problems(cfg.container))
     out.extend(cfg.ray.problems())
     out.extend(skyrl_value_problems(cfg))
+    from beam_slurm.notice_budget import config_problems as budget_problems
+
+    out.extend(budget_problems(cfg))
     from beam_slurm.config.load import env_sources
 
     sources = env_sources(cfg)

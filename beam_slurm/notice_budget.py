@@ -1,0 +1,341 @@
+"""The notice budget and the checkpoint-interval advice: pure arithmetic, used by `plan` and by the training job.
+
+A notice (the pre-timeout `--signal`, or a preemption that sends one) buys a fixed lead before the kill. In that
+lead the trainer finishes the step it is in, saves, then Ray stops and each node's logs are copied:
+
+    step + save + stop Ray + copy logs  <=  lead          (and step + save <= cluster.grace_s, the job's wait)
+
+with save = checkpoint bytes per node / write bandwidth per node. When it does not fit, `Budget.fixes` names what
+does: a larger lead, faster storage, or a smaller checkpoint interval (the notice then bounds nothing, the interval
+bounds the loss).
+
+Interruptions without a notice (a node failure, a crash, a preemption that signals nobody) lose the work since the
+last checkpoint. With C the save time and M the mean time between such interruptions, the share of GPU time lost to
+saving plus redone work, for checkpoints every t seconds of training, is about
+
+    waste(t) = C / (t + C) + (t + C) / (2 M)
+
+minimised near t = sqrt(2 C M) - C (Young 1974, Daly 2006); `advise_interval` picks the whole number of steps with
+the least waste. Interruptions with a notice lose no steps and cost only a restart, so they do not enter it.
+
+Nothing here reads files or runs commands; the functions taking `cfg` only read a loaded recipe.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+
+GB = 1e9
+"""Bandwidth and sizes in decimal gigabytes, as storage vendors quote them."""
+DAY_S = 86400.0
+LORA_TRAINABLE_SHARE_PER_RANK = 2 / 7168
+"""Share of the base's parameters that LoRA adds per unit of rank on all linear layers: rank x (in + out) over
+in x out with in ~ out ~ 7,168 (an assumption: the seed gives no layer sizes); rank 64 -> ~1.8%. The LoRA
+checkpoint (adapters and their optimizer state) is that share of the seed's full 7 TB checkpoint."""
+
+
+def save_seconds(bytes_per_node: float, write_gbytes_per_s: float) -> float:
+    """Seconds one node needs to write its share of a checkpoint at the given bandwidth (GB/s)."""
+    if bytes_per_node <= 0:
+        return 0.0
+    if write_gbytes_per_s <= 0:
+        return math.inf
+    return bytes_per_node / (write_gbytes_per_s * GB)
+
+
+@dataclass(frozen=True)
+class Budget:
+    """One notice's budget: what must happen between the notice and the kill, in seconds."""
+
+    lead_s: float
+    """Notice to kill: cluster.signal_before_s for the time limit, the partition's GraceTime for a preemption."""
+    step_s: float
+    """One training step (the trainer saves at the next step boundary)."""
+    save_s: float
+    """One checkpoint save."""
+    stop_s: float
+    """Stopping Ray on every node (cluster.stop_grace_s)."""
+    log_copy_s: float
+    """Copying each node's logs to shared storage (cluster.log_copy_s)."""
+    grace_s: float = math.inf
+    """How long the job waits for the save after the notice (cluster.grace_s); inf = not bounded."""
+
+    @property
+    def needed_s(self) -> float:
+        return self.step_s + self.save_s + self.stop_s + self.log_copy_s
+
+    @property
+    def save_window_s(self) -> float:
+        """Seconds the lead leaves for the save itself."""
+        return self.lead_s - self.step_s - self.stop_s - self.log_copy_s
+
+    @property
+    def fits_lead(self) -> bool:
+        return self.needed_s <= self.lead_s
+
+    @property
+    def fits_grace(self) -> bool:
+        return self.step_s + self.save_s <= self.grace_s
+
+    @property
+    def fits(self) -> bool:
+        return self.fits_lead and self.fits_grace
+
+    def summary(self) -> str:
+        """`step 600 s + save 900 s + stop Ray 45 s + logs 30 s = 1,575 s > lead 300 s`."""
+        sign = "<=" if self.fits_lead else ">"
+        parts = [f"step {self.step_s:,.0f} s", f"save {_s(self.save_s)}"]
+        parts += [f"stop Ray {self.stop_s:,.0f} s"] if self.stop_s else []
+        parts += [f"logs {self.log_copy_s:,.0f} s"] if self.log_copy_s else []
+        return f"{' + '.join(parts)} = {_s(self.needed_s)} {sign} lead {self.lead_s:,.0f} s"
+
+    def fixes(self, *, bytes_per_node: float, interval_steps: int, lead_key: str = "cluster.signal_before_s") -> list[str]:
+        """What makes the save fit, each naming its setting; [] when it fits."""
+        if self.fits:
+            return []
+        out = []
+        if not self.fits_lead:
+            lead = math.ceil(self.needed_s)
+            if lead_key == "cluster.signal_before_s":
+                out.append(f"a larger lead: cluster.signal_before_s={lead} with #SBATCH --signal=B:USR1@{lead} and "
+                           f"cluster.grace_s={math.ceil(self.step_s + self.save_s)}")
+            else:
+                out.append(f"a longer {lead_key} (>= {lead} s; the cluster's administrators set it)")
+            if self.save_window_s > 0 and bytes_per_node > 0:
+                out.append(f"faster storage: >= {bytes_per_node / self.save_window_s / GB:.1f} GB/s per node saves "
+                           f"{bytes_per_node / GB:,.0f} GB in the {self.save_window_s:.0f} s the lead leaves")
+            else:
+                out.append(f"no storage is fast enough: the {self.lead_s:,.0f} s lead leaves no time for a save "
+                           "after the step in progress")
+        elif not self.fits_grace:
+            out.append(f"cluster.grace_s={math.ceil(self.step_s + self.save_s)} (the job waits {self.grace_s:.0f} s "
+                       "for the save)")
+        out.append(f"a smaller checkpoint.interval (now {interval_steps}): a notice that cannot save loses the steps "
+                   "since the last periodic checkpoint")
+        return out
+
+
+def waste_share(interval_s: float, save_s: float, mtbf_s: float) -> float:
+    """Share of GPU time spent saving plus redoing lost work, checkpointing every interval_s seconds of training."""
+    if interval_s <= 0:
+        return math.inf
+    segment = interval_s + save_s
+    loss = segment / (2 * mtbf_s) if math.isfinite(mtbf_s) else 0.0
+    return save_s / segment + loss
+
+
+def young_daly_s(save_s: float, mtbf_s: float) -> float:
+    """The checkpoint interval (seconds of training) with the least expected waste: sqrt(2 C M) - C for C < 2 M."""
+    if not math.isfinite(mtbf_s):
+        return math.inf
+    if save_s <= 0:
+        return 0.0
+    if save_s >= 2 * mtbf_s:
+        return mtbf_s
+    return math.sqrt(2 * save_s * mtbf_s) - save_s
+
+
+@dataclass(frozen=True)
+class IntervalAdvice:
+    """The advised checkpoint interval next to the configured one."""
+
+    advised_steps: int
+    configured_steps: int
+    advised_waste: float
+    """Share of GPU time lost to saving and redone steps at the advised interval."""
+    configured_waste: float
+    optimum_s: float
+    """Young/Daly's continuous optimum in seconds of training (inf: no interruptions without notice expected)."""
+
+
+def advise_interval(*, save_s: float, step_s: float, interruptions_per_day: float, configured_steps: int,
+                    max_steps: int) -> IntervalAdvice:
+    """The whole number of steps between checkpoints (1..max_steps) with the least expected waste."""
+    mtbf = DAY_S / interruptions_per_day if interruptions_per_day > 0 else math.inf
+    top = max(max_steps, 1)
+    best = min(range(1, top + 1), key=lambda k: (waste_share(k * step_s, save_s, mtbf), -k))
+    return IntervalAdvice(advised_steps=best, configured_steps=configured_steps,
+                          advised_waste=waste_share(best * step_s, save_s, mtbf),
+                          configured_waste=waste_share(min(configured_steps, top) * step_s, save_s, mtbf),
+                          optimum_s=young_daly_s(save_s, mtbf))
+
+
+def measured_step_seconds(metrics_file: Path) -> float | None:
+    """Median seconds between consecutive steps of one attempt in a run's train_metrics.jsonl; None without two."""
+    try:
+        lines = Path(metrics_file).read_text().splitlines()
+    except OSError:
+        return None
+    previous: dict = {}
+    gaps = []
+    for line in lines:
+        try:
+            row = json.loads(line)
+            step, when, attempt = int(row["step"]), float(row["time"]), row.get("attempt", 0)
+        except (ValueError, KeyError, TypeError):
+            continue
+        last = previous.get(attempt)
+        if last is not None and step == last[0] + 1 and when > last[1]:
+            gaps.append(when - last[1])
+        previous[attempt] = (step, when)
+    return statistics.median(gaps) if gaps else None
+
+
+# ------------------------------------------------------------------------------------------- from a loaded recipe
+
+
+def checkpoint_bytes_per_node(cfg) -> tuple[float, str]:
+    """Bytes one training node writes per checkpoint, and where the number comes from."""
+    from beam_slurm.sizing import FULL_CHECKPOINT_TB_TOTAL, full_checkpoint_tb_per_node
+
+    if cfg.checkpoint.gbytes_per_node is not None:
+        return cfg.checkpoint.gbytes_per_node * GB, "checkpoint.gbytes_per_node"
+    if cfg.trainer.backend == "rehearsal":
+        return float(cfg.trainer.rehearsal_save_bytes), "trainer.rehearsal_save_bytes (rehearsal)"
+    if cfg.is_lora:
+        share = LORA_TRAINABLE_SHARE_PER_RANK * cfg.lora.rank
+        total = FULL_CHECKPOINT_TB_TOTAL * 1000 * GB * share
+        return total / max(cfg.training_nodes, 1), f"LoRA rank {cfg.lora.rank}: ~{share:.1%} of a full checkpoint"
+    return full_checkpoint_tb_per_node(cfg) * 1000 * GB, f"seed: {FULL_CHECKPOINT_TB_TOTAL:.0f} TB over the training nodes"
+
+
+def step_seconds(cfg) -> tuple[float, str]:
+    """Seconds per step: measured from the run's train_metrics.jsonl once it has steps, else the recipe's estimate."""
+    if cfg.trainer.backend == "rehearsal":
+        return float(cfg.trainer.rehearsal_step_s), "trainer.rehearsal_step_s (rehearsal)"
+    if cfg.paths.export_path:
+        measured = measured_step_seconds(Path(cfg.paths.export_path) / "train_metrics.jsonl")
+        if measured is not None:
+            return measured, "measured from train_metrics.jsonl"
+    return float(cfg.trainer.expected_step_s), "trainer.expected_step_s (estimate)"
+
+
+def recipe_save_seconds(cfg, write_gbytes_per_s: float | None = None) -> float:
+    """One save of this recipe at the configured (or the given, e.g. measured) bandwidth."""
+    bandwidth = cfg.cluster.storage_write_gbytes_per_s if write_gbytes_per_s is None else write_gbytes_per_s
+    seconds = save_seconds(checkpoint_bytes_per_node(cfg)[0], bandwidth)
+    if cfg.trainer.backend == "rehearsal":
+        seconds = max(seconds, float(cfg.trainer.rehearsal_save_s))  # the rehearsal's save lasts at least that long
+    return seconds
+
+
+def recipe_budget(cfg, *, lead_s: float | None = None, write_gbytes_per_s: float | None = None) -> Budget:
+    """The budget of this recipe for a notice `lead_s` seconds before the kill (default: the time-limit notice)."""
+    c = cfg.cluster
+    return Budget(lead_s=float(c.signal_before_s if lead_s is None else lead_s), step_s=step_seconds(cfg)[0],
+                  save_s=recipe_save_seconds(cfg, write_gbytes_per_s), stop_s=float(c.stop_grace_s),
+                  log_copy_s=float(c.log_copy_s), grace_s=float(c.grace_s))
+
+
+def recipe_advice(cfg) -> IntervalAdvice:
+    return advise_interval(save_s=recipe_save_seconds(cfg), step_s=step_seconds(cfg)[0],
+                           interruptions_per_day=cfg.cluster.interruptions_per_day,
+                           configured_steps=cfg.checkpoint.interval, max_steps=cfg.max_training_steps)
+
+
+def config_problems(cfg) -> list:
+    """The budget's settings out of range, each naming its key and fix."""
+    from beam_slurm.config.errors import ConfigProblem
+
+    out = []
+    if not cfg.cluster.storage_write_gbytes_per_s > 0:
+        out.append(ConfigProblem("cluster.storage_write_gbytes_per_s", cfg.cluster.storage_write_gbytes_per_s,
+                                 "use the storage's write bandwidth per node in GB/s (> 0), e.g. the preflight's"))
+    for key, value in (("cluster.interruptions_per_day", cfg.cluster.interruptions_per_day),
+                       ("cluster.log_copy_s", cfg.cluster.log_copy_s),
+                       ("trainer.rehearsal_save_s", cfg.trainer.rehearsal_save_s),
+                       ("trainer.rehearsal_save_bytes", cfg.trainer.rehearsal_save_bytes),
+                       ("trainer.rehearsal_model_load_s", cfg.trainer.rehearsal_model_load_s),
+                       ("trainer.rehearsal_step_s", cfg.trainer.rehearsal_step_s)):
+        if value < 0:
+            out.append(ConfigProblem(key, value, "use 0 or more"))
+    if not cfg.trainer.expected_step_s > 0:
+        out.append(ConfigProblem("trainer.expected_step_s", cfg.trainer.expected_step_s, "use seconds > 0"))
+    if cfg.checkpoint.gbytes_per_node is not None and cfg.checkpoint.gbytes_per_node < 0:
+        out.append(ConfigProblem("checkpoint.gbytes_per_node", cfg.checkpoint.gbytes_per_node,
+                                 "use GB >= 0, or null for the estimate"))
+    return out
+
+
+def _s(seconds: float) -> str:
+    return "never (no bandwidth)" if not math.isfinite(seconds) else f"{seconds:,.0f} s"
+
+
+# ------------------------------------------------------------------------------------------- plan's lines
+
+
+def plan_rows(cfg, preemption=None) -> list[tuple[str, str, str]]:
+    """(section, item, value) rows of `plan`: save size and time, the time-limit notice's budget, how a preemption
+    reaches this partition (`preemption`: a `beam_slurm.slurm.preemption.PreemptionInfo`, None = not asked) and the
+    checkpoint-interval advice."""
+    c = cfg.cluster
+    size, size_from = checkpoint_bytes_per_node(cfg)
+    step, step_from = step_seconds(cfg)
+    save = recipe_save_seconds(cfg)
+    interval = cfg.checkpoint.interval
+    rows = [
+        ("notice", "save", f"{size / GB:,.1f} GB per training node ({size_from}) at {c.storage_write_gbytes_per_s:g} "
+         f"GB/s (cluster.storage_write_gbytes_per_s) = {_s(save)}"),
+        ("notice", "step", f"{step:,.0f} s ({step_from})"),
+    ]
+    budget = recipe_budget(cfg)
+    rows.append(("notice", "time-limit notice", _verdict(budget, size, interval, "cluster.signal_before_s")))
+    if preemption is not None:
+        rows.append(("notice", "preemption", _preemption_line(cfg, preemption, size, interval)))
+    advice = recipe_advice(cfg)
+    if cfg.cluster.interruptions_per_day > 0:
+        optimum = (f"Young/Daly optimum {advice.optimum_s / step:.1f} steps" if step > 0 and
+                   math.isfinite(advice.optimum_s) else "")
+        rows.append(("notice", "interval advice",
+                     f"every {advice.advised_steps} steps: {advice.advised_waste:.1%} of GPU time to saves and redone "
+                     f"steps; configured every {advice.configured_steps}: {advice.configured_waste:.1%} ({optimum}; "
+                     f"{c.interruptions_per_day:g} interruptions without notice per day, cluster.interruptions_per_day)"))
+    else:
+        rows.append(("notice", "interval advice", "no interruptions without notice expected "
+                     "(cluster.interruptions_per_day=0): save as rarely as you like; notices save on their own"))
+    return rows
+
+
+def _verdict(budget: Budget, size: float, interval: int, lead_key: str) -> str:
+    if budget.fits:
+        return f"{budget.summary()}: fits"
+    why = budget.summary() if not budget.fits_lead else (
+        f"step {budget.step_s:.0f} s + save {_s(budget.save_s)} > cluster.grace_s {budget.grace_s:.0f} s")
+    fixes = budget.fixes(bytes_per_node=size, interval_steps=interval, lead_key=lead_key)
+    return (f"DOES NOT FIT: {why}; the save is cut off and the next attempt resumes from the last complete "
+            f"checkpoint (up to {interval} steps redone). Fix: " + "; or ".join(fixes))
+
+
+def _preemption_line(cfg, info, size: float, interval: int) -> str:
+    if not info.reachable:
+        return f"Slurm not reachable here ({info.why}): how a preemption reaches the job is not checked"
+    qos = cfg.cluster.qos
+    where = f"partition {info.partition}" + (f", QOS {qos or 'normal'}" if info.by_qos else "")
+    if not info.preemptable(qos):
+        return f"{where}: not preemptable (PreemptType={info.preempt_type or '?'}, PreemptMode={info.mode(qos) or '?'})"
+    mode = info.mode(qos)
+    after = {"CANCEL": "then the job is cancelled, not requeued: resubmit it",
+             "SUSPEND": "the job is suspended, nothing is lost (its GPUs stay held)"}.get(mode.split(",")[0],
+                                                                                        "then Slurm requeues the job")
+    grace = info.grace_s(qos)
+    lost = (f"lost: the steps since the last checkpoint, up to {interval} (checkpoint.interval), "
+            f"~{interval / 2:g} on average")
+    head = f"{where}, PreemptMode={mode}, GraceTime {grace} s; {after}. "
+    if mode.startswith("SUSPEND"):
+        return head.rstrip(". ")
+    if grace <= 0:
+        return head + f"A preemption comes WITHOUT a notice (GraceTime 0): {lost}"
+    if not info.user_signal:
+        return head + ("A preemption comes WITHOUT a notice: without SlurmctldParameters=preempt_send_user_signal "
+                       "the first SIGTERM reaches only the job's tasks (the Ray step stops at once), not the batch "
+                       f"shell; {lost}. Fix: ask the administrators for preempt_send_user_signal")
+    # Once the checkpoint is complete, the kill at the end of the grace time loses nothing and Slurm requeues the
+    # job itself: only the step and the save must fit (stopping Ray and copying logs may be cut short).
+    budget = dataclasses.replace(recipe_budget(cfg, lead_s=grace), stop_s=0.0, log_copy_s=0.0)
+    return head + "USR1 reaches the batch shell at once (preempt_send_user_signal): " + _verdict(
+        budget, size, interval, f"GraceTime of partition {info.partition}")

@@ -1,0 +1,186 @@
+"""How a preemption reaches a job on this cluster, read from Slurm itself (what `plan` reports in its notice lines).
+
+Three reads, each one command with a timeout: `scontrol show config` (PreemptType, PreemptMode, KillWait and
+whether SlurmctldParameters has preempt_send_user_signal), `scontrol show partition -o` (the partition's GraceTime
+and PreemptMode) and `sacctmgr show qos` (Preempt, PreemptMode, GraceTime of each QOS, for preempt/qos).
+
+What a preemption sends, as seen on the sandbox (Slurm 22.05, partition GraceTime 20 s, KillWait 10 s):
+
+* with preempt_send_user_signal and the job's `--signal=B:USR1@N`: the batch shell gets USR1 (and SIGCONT) at once,
+  the job's tasks get nothing; at the end of the grace time the batch shell and the tasks get SIGTERM, SIGKILL
+  KillWait later. USR1 is our notice, so the save has the grace time.
+* without it (or a job without `--signal`): the first SIGTERM (with SIGCONT) reaches only the job's tasks, that is
+  our Ray step on every node, not the batch shell; the batch shell hears nothing until the end of the grace time.
+  The Ray step stops on SIGTERM, so the run ends without a save: such a preemption comes without a notice.
+
+The grace time seen was 30 s for GraceTime=20: slurmctld checks the new end time on its own period, so the real
+window is at least GraceTime.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass, field
+
+from beam_slurm.slurm import scheduler
+
+QUERY_TIMEOUT_S = 10.0
+"""Seconds each Slurm query may take; `plan` must not hang on a controller that does not answer."""
+USER_SIGNAL_PARAMETER = "preempt_send_user_signal"
+
+
+@dataclass(frozen=True)
+class QosPreemption:
+    """One QOS's preemption settings (sacctmgr show qos)."""
+
+    name: str
+    preempts: tuple[str, ...]
+    """QOS names this one may preempt."""
+    mode: str
+    grace_s: int
+
+
+@dataclass(frozen=True)
+class PreemptionInfo:
+    """How a preemption reaches jobs of one partition and QOS; `reachable` False: Slurm did not answer (`why`)."""
+
+    reachable: bool
+    why: str = ""
+    preempt_type: str = ""
+    """preempt/none, preempt/partition_prio or preempt/qos."""
+    cluster_mode: str = ""
+    """PreemptMode of slurm.conf (OFF, CANCEL, REQUEUE, SUSPEND, with GANG)."""
+    user_signal: bool = False
+    """SlurmctldParameters has preempt_send_user_signal: the job's --signal is sent at preemption."""
+    kill_wait_s: int = 0
+    partition: str = ""
+    partition_mode: str = ""
+    partition_grace_s: int = 0
+    qos: tuple[QosPreemption, ...] = field(default_factory=tuple)
+
+    @property
+    def by_qos(self) -> bool:
+        return self.preempt_type.endswith("/qos")
+
+    def qos_of(self, name: str | None) -> QosPreemption | None:
+        wanted = name or "normal"
+        return next((q for q in self.qos if q.name == wanted), None)
+
+    def preemptors(self, qos_name: str | None) -> list[str]:
+        """QOS whose jobs may preempt jobs of `qos_name` (empty name: the default QOS `normal`)."""
+        wanted = qos_name or "normal"
+        return [q.name for q in self.qos if wanted in q.preempts]
+
+    def mode(self, qos_name: str | None = None) -> str:
+        """The effective preemption mode for a job of this partition (and QOS, for preempt/qos)."""
+        if self.by_qos:
+            q = self.qos_of(qos_name)
+            if q is not None and q.mode and q.mode.upper() != "CLUSTER":
+                return q.mode.upper()
+            return self.cluster_mode.upper()
+        return (self.partition_mode or self.cluster_mode).upper()
+
+    def grace_s(self, qos_name: str | None = None) -> int:
+        if self.by_qos:
+            q = self.qos_of(qos_name)
+            return q.grace_s if q is not None else 0
+        return self.partition_grace_s
+
+    def preemptable(self, qos_name: str | None = None) -> bool:
+        if not self.reachable or self.preempt_type in ("", "preempt/none"):
+            return False
+        if self.by_qos and not self.preemptors(qos_name):
+            return False
+        return not self.mode(qos_name).startswith("OFF")
+
+
+def parse_config(text: str) -> dict[str, str]:
+    """`scontrol show config` ('Key = Value' lines) as a dict."""
+    out = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        if sep and key.strip() and " " not in key.strip():
+            out[key.strip()] = value.strip()
+    return out
+
+
+def parse_partitions(text: str) -> list[dict[str, str]]:
+    """`scontrol show partition -o` (one partition per line, Key=Value tokens) as dicts."""
+    rows = []
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        row = {}
+        for token in shlex.split(line):
+            key, sep, value = token.partition("=")
+            if sep:
+                row[key] = value
+        rows.append(row)
+    return rows
+
+
+def parse_qos(text: str) -> tuple[QosPreemption, ...]:
+    """`sacctmgr -n -P show qos format=Name,Preempt,PreemptMode,GraceTime` rows."""
+    out = []
+    for line in text.splitlines():
+        parts = line.split("|")
+        if len(parts) < 4 or not parts[0]:
+            continue
+        name, preempt, mode, grace = parts[:4]
+        out.append(QosPreemption(name=name, preempts=tuple(p for p in preempt.split(",") if p), mode=mode,
+                                 grace_s=_seconds(grace)))
+    return tuple(out)
+
+
+def _seconds(text: str) -> int:
+    """Slurm durations: '20', '00:00:20', '1-00:00:00'; '' or garbage -> 0."""
+    text = (text or "").strip()
+    if not text:
+        return 0
+    if text.isdigit():
+        return int(text)
+    days, _, clock = text.rpartition("-")
+    try:
+        parts = [int(p) for p in clock.split(":")]
+    except ValueError:
+        return 0
+    while len(parts) < 3:
+        parts.insert(0, 0)
+    hours, minutes, seconds = parts[-3:]
+    return (int(days) if days.isdigit() else 0) * 86400 + hours * 3600 + minutes * 60 + seconds
+
+
+def from_outputs(config: str, partitions: str, qos: str, partition: str | None) -> PreemptionInfo:
+    """Build the picture from the three commands' outputs (pure; tests feed it recorded text)."""
+    conf = parse_config(config)
+    rows = parse_partitions(partitions)
+    if partition:
+        row = next((r for r in rows if r.get("PartitionName") == partition), None)
+        if row is None:
+            return PreemptionInfo(reachable=False, why=f"Slurm has no partition {partition!r} (cluster.partition)")
+    else:
+        row = next((r for r in rows if r.get("Default") == "YES"), rows[0] if rows else {})
+    params = [p.strip() for p in conf.get("SlurmctldParameters", "").split(",")]
+    return PreemptionInfo(
+        reachable=True, preempt_type=conf.get("PreemptType", ""), cluster_mode=conf.get("PreemptMode", ""),
+        user_signal=USER_SIGNAL_PARAMETER in params, kill_wait_s=_seconds(conf.get("KillWait", "").split()[0]
+                                                                          if conf.get("KillWait") else ""),
+        partition=row.get("PartitionName", ""), partition_mode=row.get("PreemptMode", ""),
+        partition_grace_s=_seconds(row.get("GraceTime", "")), qos=parse_qos(qos))
+
+
+def read_preemption(partition: str | None = None) -> PreemptionInfo:
+    """Ask Slurm; `reachable=False` (with the reason) where Slurm cannot be reached, e.g. on a laptop."""
+    try:
+        config = scheduler._run(["scontrol", "show", "config"], timeout_s=QUERY_TIMEOUT_S)
+        partitions = scheduler._run(["scontrol", "show", "partition", "-o"], timeout_s=QUERY_TIMEOUT_S)
+    except scheduler.SlurmCommandError as exc:
+        return PreemptionInfo(reachable=False, why=str(exc).splitlines()[0])
+    qos = ""
+    if parse_config(config).get("PreemptType", "").endswith("/qos"):
+        try:
+            qos = scheduler._run(["sacctmgr", "-n", "-P", "show", "qos", "format=Name,Preempt,PreemptMode,GraceTime"],
+                                 timeout_s=QUERY_TIMEOUT_S)
+        except scheduler.SlurmCommandError as exc:
+            return PreemptionInfo(reachable=False, why=f"preemption by QOS, but {str(exc).splitlines()[0]}")
+    return from_outputs(config, partitions, qos, partition)
