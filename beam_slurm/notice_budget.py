@@ -75,6 +75,11 @@ class Budget:
         return self.lead_s - self.step_s - self.stop_s - self.log_copy_s
 
     @property
+    def save_allowance_s(self) -> float:
+        """Seconds the save may take: what the lead leaves, and no more than the job waits after the step."""
+        return min(self.save_window_s, self.grace_s - self.step_s)
+
+    @property
     def fits_lead(self) -> bool:
         return self.needed_s <= self.lead_s
 
@@ -232,6 +237,12 @@ def recipe_budget(cfg, *, lead_s: float | None = None, write_gbytes_per_s: float
                   log_copy_s=float(c.log_copy_s), grace_s=float(c.grace_s))
 
 
+def preflight_budget(cfg) -> dict:
+    """What the job's preflight checks the measured bandwidth against: bytes per node and the seconds for the save."""
+    return {"save_bytes_per_node": int(checkpoint_bytes_per_node(cfg)[0]),
+            "save_window_s": recipe_budget(cfg).save_allowance_s}
+
+
 def recipe_advice(cfg) -> IntervalAdvice:
     return advise_interval(save_s=recipe_save_seconds(cfg), step_s=step_seconds(cfg)[0],
                            interruptions_per_day=cfg.cluster.interruptions_per_day,
@@ -284,9 +295,12 @@ def plan_rows(cfg, preemption=None) -> list[tuple[str, str, str]]:
         ("notice", "step", f"{step:,.0f} s ({step_from})"),
     ]
     budget = recipe_budget(cfg)
-    rows.append(("notice", "time-limit notice", _verdict(budget, size, interval, "cluster.signal_before_s")))
+    rows += _verdict_rows("time-limit notice", "", budget, size, interval, "cluster.signal_before_s")
     if preemption is not None:
-        rows.append(("notice", "preemption", _preemption_line(cfg, preemption, size, interval)))
+        line, budget = _preemption_line(cfg, preemption, interval)
+        lead_key = f"GraceTime of partition {preemption.partition}"
+        rows += (_verdict_rows("preemption", line, budget, size, interval, lead_key) if budget is not None
+                 else [("notice", "preemption", line)])
     advice = recipe_advice(cfg)
     if cfg.cluster.interruptions_per_day > 0:
         optimum = (f"Young/Daly optimum {advice.optimum_s / step:.1f} steps" if step > 0 and
@@ -301,23 +315,26 @@ def plan_rows(cfg, preemption=None) -> list[tuple[str, str, str]]:
     return rows
 
 
-def _verdict(budget: Budget, size: float, interval: int, lead_key: str) -> str:
+def _verdict_rows(item: str, head: str, budget: Budget, size: float, interval: int, lead_key: str) -> list:
     if budget.fits:
-        return f"{budget.summary()}: fits"
+        return [("notice", item, f"{head}{budget.summary()}: fits")]
     why = budget.summary() if not budget.fits_lead else (
-        f"step {budget.step_s:.0f} s + save {_s(budget.save_s)} > cluster.grace_s {budget.grace_s:.0f} s")
+        f"step {budget.step_s:,.0f} s + save {_s(budget.save_s)} > cluster.grace_s {budget.grace_s:,.0f} s")
     fixes = budget.fixes(bytes_per_node=size, interval_steps=interval, lead_key=lead_key)
-    return (f"DOES NOT FIT: {why}; the save is cut off and the next attempt resumes from the last complete "
-            f"checkpoint (up to {interval} steps redone). Fix: " + "; or ".join(fixes))
+    return [("notice", item, f"{head}DOES NOT FIT: {why}; the save is cut off and the next attempt resumes from "
+             f"the last complete checkpoint (up to {interval} steps redone)"),
+            ("notice", "  fix", "; or ".join(fixes))]
 
 
-def _preemption_line(cfg, info, size: float, interval: int) -> str:
+def _preemption_line(cfg, info, interval: int) -> tuple[str, Budget | None]:
+    """The preemption line, and the budget to check when a preemption comes with a notice (else None)."""
     if not info.reachable:
-        return f"Slurm not reachable here ({info.why}): how a preemption reaches the job is not checked"
+        return f"Slurm not reachable here ({info.why}): how a preemption reaches the job is not checked", None
     qos = cfg.cluster.qos
     where = f"partition {info.partition}" + (f", QOS {qos or 'normal'}" if info.by_qos else "")
     if not info.preemptable(qos):
-        return f"{where}: not preemptable (PreemptType={info.preempt_type or '?'}, PreemptMode={info.mode(qos) or '?'})"
+        return (f"{where}: not preemptable (PreemptType={info.preempt_type or '?'}, "
+                f"PreemptMode={info.mode(qos) or '?'})"), None
     mode = info.mode(qos)
     after = {"CANCEL": "then the job is cancelled, not requeued: resubmit it",
              "SUSPEND": "the job is suspended, nothing is lost (its GPUs stay held)"}.get(mode.split(",")[0],
@@ -327,15 +344,14 @@ def _preemption_line(cfg, info, size: float, interval: int) -> str:
             f"~{interval / 2:g} on average")
     head = f"{where}, PreemptMode={mode}, GraceTime {grace} s; {after}. "
     if mode.startswith("SUSPEND"):
-        return head.rstrip(". ")
+        return head.rstrip(". "), None
     if grace <= 0:
-        return head + f"A preemption comes WITHOUT a notice (GraceTime 0): {lost}"
+        return head + f"A preemption comes WITHOUT a notice (GraceTime 0): {lost}", None
     if not info.user_signal:
         return head + ("A preemption comes WITHOUT a notice: without SlurmctldParameters=preempt_send_user_signal "
                        "the first SIGTERM reaches only the job's tasks (the Ray step stops at once), not the batch "
-                       f"shell; {lost}. Fix: ask the administrators for preempt_send_user_signal")
+                       f"shell; {lost}. Fix: ask the administrators for preempt_send_user_signal"), None
     # Once the checkpoint is complete, the kill at the end of the grace time loses nothing and Slurm requeues the
     # job itself: only the step and the save must fit (stopping Ray and copying logs may be cut short).
     budget = dataclasses.replace(recipe_budget(cfg, lead_s=grace), stop_s=0.0, log_copy_s=0.0)
-    return head + "USR1 reaches the batch shell at once (preempt_send_user_signal): " + _verdict(
-        budget, size, interval, f"GraceTime of partition {info.partition}")
+    return head + "USR1 reaches the batch shell at once (preempt_send_user_signal): ", budget

@@ -50,6 +50,10 @@ def plan_rows(cfg) -> list[tuple[str, str, str]]:
          f"resume {cfg.checkpoint.resume_mode}"),
     ]
     rows += storage_rows(cfg)
+    from beam_slurm.notice_budget import plan_rows as notice_rows
+    from beam_slurm.slurm.preemption import read_preemption
+
+    rows += notice_rows(cfg, read_preemption(cfg.cluster.partition))  # the notice budget and interval advice
     if cfg.rollout.routing_replay and cfg.executor_backend == "ray":
         rows.append(("notes", "SkyRL version", "R3 with a vLLM replica spanning nodes (executor ray) needs the Beam "
                      "branch of SkyRL; stock 0.3.0 accepts R3 only with replicas inside one node (mp)"))

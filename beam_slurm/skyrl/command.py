@@ -238,5 +238,10 @@ def skyrl_env(cfg) -> dict[str, str]:
 def skyrl_launch(cfg) -> SkyRLLaunch:
     """The driver command for the configured trainer backend."""
     if cfg.trainer.backend == "rehearsal":
-        return SkyRLLaunch(REHEARSAL_MODULE, skyrl_overrides(cfg), skyrl_env(cfg), cwd=None)
+        t = cfg.trainer  # the rehearsal's costs travel as environment (SkyRL's parser would refuse unknown keys)
+        costs = {"BEAM_REHEARSAL_STEP_SECONDS": t.rehearsal_step_s, "BEAM_REHEARSAL_SAVE_SECONDS": t.rehearsal_save_s,
+                 "BEAM_REHEARSAL_SAVE_BYTES": t.rehearsal_save_bytes,
+                 "BEAM_REHEARSAL_MODEL_LOAD_SECONDS": t.rehearsal_model_load_s}
+        env = {**skyrl_env(cfg), **{name: str(value) for name, value in costs.items()}}
+        return SkyRLLaunch(REHEARSAL_MODULE, skyrl_overrides(cfg), env, cwd=None)
     return SkyRLLaunch(ENTRYPOINT_MODULE, skyrl_overrides(cfg), skyrl_env(cfg), cwd=cfg.paths.skyrl_dir)

@@ -8,10 +8,14 @@ What it does, like SkyRL 0.3.0 where it matters to the job around it:
   bundle per policy GPU (``trainer.placement.policy_num_nodes x policy_num_gpus_per_node``, PACK strategy, as SkyRL's
   colocated group) and starts one actor per bundle; each reports its node and the GPU ids Ray assigned, and two actors
   on one node holding the same GPU is an error (SkyRL issue #1577);
-* runs ``trainer.max_training_steps`` steps of ``BEAM_REHEARSAL_STEP_SECONDS`` (default 2) each, spread over the actors;
+* spends ``trainer.rehearsal_model_load_s`` "loading the model" before its first step, then runs
+  ``trainer.max_training_steps`` steps of ``trainer.rehearsal_step_s`` each, spread over the actors;
 * checkpoints in SkyRL's layout every ``ckpt_interval`` and at the end: ``{ckpt_path}/global_step_N/{policy/,
   trainer_state.pt, data.pt}`` (small JSON files marked as rehearsal, not torch pickles), then
-  ``{ckpt_path}/latest_ckpt_global_step.txt`` last and atomically; ``max_ckpts_to_keep`` as in SkyRL (-1 keeps all);
+  ``{ckpt_path}/latest_ckpt_global_step.txt`` last and atomically; ``max_ckpts_to_keep`` as in SkyRL (-1 keeps all).
+  A save costs what a real one does when asked: ``trainer.rehearsal_save_bytes`` written and fsynced into
+  ``policy/rehearsal_weights.bin``, paced over ``trainer.rehearsal_save_s``, before ``trainer_state.pt`` and the marker,
+  so a save cut off by a kill leaves a step folder without ``trainer_state.pt`` that resume never picks;
 * HF export dirs ``{export_path}/global_step_N/policy/`` every ``hf_save_interval`` (if > 0) and at the end. When
   ``trainer.policy.model.path`` is a local Hugging Face model directory (it has ``config.json``), the export holds that
   model's files (hard links on the same file system, else copies; built in a hidden temp dir and renamed into place,
@@ -36,6 +40,10 @@ values: ``{"step": int, "reward/avg_raw_reward": float in [-1, 1], "generate/avg
 "trainer/global_step": int, "time": epoch seconds, "attempt": SLURM_RESTART_COUNT or 0, "rehearsal": true}``.
 Actor placement of each attempt goes to ``{export_path}/rehearsal/placement_attempt_<A>.json``.
 
+The four costs come from the recipe (`trainer.rehearsal_*`, defaults in the schema) through the environment:
+``BEAM_REHEARSAL_STEP_SECONDS``, ``BEAM_REHEARSAL_SAVE_SECONDS``, ``BEAM_REHEARSAL_SAVE_BYTES``,
+``BEAM_REHEARSAL_MODEL_LOAD_SECONDS`` (`beam_slurm.skyrl.command` sets them for the driver).
+
 Settings are read with SkyRL's own config classes when skyrl is importable (strict: unknown keys are rejected);
 otherwise with a small OmegaConf reader of the keys above (SkyRL's defaults; other keys are accepted unchecked).
 Exit status: 0 finished or stopped on notice, 2 bad settings (before Ray is touched), 1 anything else.
@@ -59,7 +67,16 @@ from beam_slurm.skyrl import notice
 from beam_slurm.skyrl.train_metrics import append_step_metrics
 
 STEP_SECONDS_ENV = "BEAM_REHEARSAL_STEP_SECONDS"
-"""Seconds one rehearsal step takes (float)."""
+"""Seconds one rehearsal step takes (float; trainer.rehearsal_step_s)."""
+COST_ENV = {
+    "step_s": (STEP_SECONDS_ENV, "trainer.rehearsal_step_s", float),
+    "save_s": ("BEAM_REHEARSAL_SAVE_SECONDS", "trainer.rehearsal_save_s", float),
+    "save_bytes": ("BEAM_REHEARSAL_SAVE_BYTES", "trainer.rehearsal_save_bytes", int),
+    "model_load_s": ("BEAM_REHEARSAL_MODEL_LOAD_SECONDS", "trainer.rehearsal_model_load_s", float),
+}
+"""RehearsalSettings field -> (environment variable, recipe key, type) of the rehearsal's costs."""
+PAYLOAD_FILE = "rehearsal_weights.bin"
+_CHUNK = 4 * 1024 * 1024
 PG_TIMEOUT_ENV = "BEAM_REHEARSAL_PG_TIMEOUT_S"
 """Seconds to wait for the placement group before failing (default 120)."""
 STEP_PREFIX = "global_step_"
@@ -111,6 +128,14 @@ class RehearsalSettings:
     """trainer.policy.model.path; a local Hugging Face model directory is copied into every HF export."""
     parsed_by: str = ""
     """Which reader parsed the overrides (SkyRL's config classes or the fallback)."""
+    step_s: float = 0.0
+    """Seconds per step (trainer.rehearsal_step_s); filled from the environment by `parse_settings`."""
+    save_s: float = 0.0
+    """A save lasts at least this long (trainer.rehearsal_save_s)."""
+    save_bytes: int = 0
+    """Bytes each save writes and fsyncs (trainer.rehearsal_save_bytes)."""
+    model_load_s: float = 0.0
+    """Seconds before the first step of an attempt (trainer.rehearsal_model_load_s)."""
 
 
 _KEYS = {
@@ -173,10 +198,30 @@ def parse_settings(argv: list[str]) -> RehearsalSettings:
                 continue
             setattr(settings, name, value)
     settings.parsed_by = reader
+    read_costs(settings, os.environ)
     settings.resume_mode = "none" if settings.resume_mode in (None, "None", "null") else str(settings.resume_mode)
     settings.val_data = list(settings.val_data or [])
     _check(settings)
     return settings
+
+
+def read_costs(settings: RehearsalSettings, environ) -> None:
+    """The step, save and model-load costs from the environment; unset ones take the schema's defaults."""
+    from beam_slurm.config.schema import TrainerConfig
+
+    defaults = TrainerConfig()
+    for name, (env, key, kind) in COST_ENV.items():
+        text = environ.get(env)
+        if text is None or text == "":
+            setattr(settings, name, getattr(defaults, key.rsplit(".", 1)[1]))
+            continue
+        try:
+            value = kind(text)
+        except ValueError:
+            value = None
+        if value is None or value < 0 or (kind is float and not math.isfinite(value)):
+            raise SettingsError(f"{key}={text!r} (from {env}): use a {'whole ' if kind is int else ''}number >= 0")
+        setattr(settings, name, value)
 
 
 def _check(s: RehearsalSettings) -> None:
@@ -247,13 +292,47 @@ def resume_step(s: RehearsalSettings) -> int:
     return int(path.name[len(STEP_PREFIX):])
 
 
+def write_payload(path: Path, size: int, seconds: float) -> float:
+    """Write `size` bytes to `path` and fsync them, paced so the writing lasts at least `seconds`; the seconds it
+    took. The pacing sleeps between chunks, so a kill during a long save finds the file half-written."""
+    started = time.monotonic()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    block = os.urandom(min(_CHUNK, max(size, 1)))
+    written = 0
+    with open(path, "wb") as out:
+        while written < size:
+            n = min(len(block), size - written)
+            out.write(block[:n])
+            written += n
+            out.flush()
+            os.fsync(out.fileno())
+            ahead = started + seconds * written / size - time.monotonic()
+            if ahead > 0:
+                time.sleep(ahead)
+    if size <= 0 and seconds > 0:
+        time.sleep(seconds)
+    fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    return time.monotonic() - started
+
+
 def save_checkpoint(s: RehearsalSettings, step: int, attempt: int) -> Path:
-    """Write a checkpoint in SkyRL's layout; the marker goes last, atomically."""
+    """Write a checkpoint in SkyRL's layout: the policy (and its payload, when the save has a cost) first,
+    trainer_state.pt after it, the marker last, atomically."""
     root = Path(s.ckpt_path)
     step_dir = root / f"{STEP_PREFIX}{step}"
     stamp = {"rehearsal": True, "note": "written by the rehearsal trainer, not SkyRL; not a torch file",
              "global_step": step, "attempt": attempt, "time": time.time()}
+    (step_dir / "trainer_state.pt").unlink(missing_ok=True)  # redoing a step: never complete before the payload
     write_text(step_dir / "policy" / "rehearsal_policy.json", json.dumps({**stamp, "what": "policy"}) + "\n")
+    if s.save_bytes > 0 or s.save_s > 0:
+        _log(f"saving step {step}: {s.save_bytes} bytes, at least {s.save_s:g} s")
+        took = write_payload(step_dir / "policy" / PAYLOAD_FILE, s.save_bytes, s.save_s)
+        rate = f", {s.save_bytes / took / 1e9:.2f} GB/s" if s.save_bytes and took > 0 else ""
+        _log(f"saved step {step} in {took:.1f} s{rate}")
     write_text(step_dir / "data.pt", json.dumps({**stamp, "what": "dataloader state"}) + "\n")
     write_text(step_dir / "trainer_state.pt", json.dumps({**stamp, "what": "trainer state"}) + "\n")
     write_text(root / notice.MARKER_FILE, str(step))
@@ -425,7 +504,7 @@ def run(s: RehearsalSettings) -> int:
         _log(f"resumed from step {start} ({s.resume_mode})")
     else:
         _log("starting from step 0")
-    step_seconds = float(os.environ.get(STEP_SECONDS_ENV, "2"))
+    step_seconds = s.step_s
     ray.init(address=os.environ.get("RAY_ADDRESS", "auto"), log_to_driver=False)
     try:
         actors, report = place_actors(s)
@@ -433,6 +512,9 @@ def run(s: RehearsalSettings) -> int:
         _log(f"{len(actors)} GPU actors on {len(nodes)} nodes: {', '.join(nodes)}")
         out = Path(s.export_path) / "rehearsal"
         write_text(out / f"placement_attempt_{attempt}.json", json.dumps(report, indent=1) + "\n")
+        if s.model_load_s > 0:
+            _log(f"loading the model ({s.model_load_s:g} s)")
+            time.sleep(s.model_load_s)
         rng = random.Random(f"{s.run_name}:{start}")
         if s.eval_interval > 0 and s.eval_before_train:
             dump_eval(s, start, rng)

@@ -125,6 +125,7 @@ def job_settings(cfg, *, preflight: bool = True, driver: list[str] | None = None
     `driver` replaces the recipe's trainer (SkyRL or the rehearsal) with another Ray driver under the same job
     settings (`python -m beam_slurm.slurm.train_job [overrides] -- DRIVER...`); it then gets no trainer environment.
     """
+    from beam_slurm.notice_budget import preflight_budget
     from beam_slurm.sizing import node_needs
 
     in_container = cfg.container.runtime != "none"
@@ -160,6 +161,7 @@ def job_settings(cfg, *, preflight: bool = True, driver: list[str] | None = None
             host_ram_need_bytes=needs.host_ram_bytes,
             ckpt_dir=cfg.paths.ckpt_path,
             ckpt_need_bytes=needs.ckpt_bytes,
+            **preflight_budget(cfg),  # the measured write bandwidth is checked against the notice budget
         ),
         container=lambda job_id: container_hook(cfg.container, mounts, job_id),
         ray=cfg.ray,

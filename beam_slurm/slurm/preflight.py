@@ -55,6 +55,12 @@ class PreflightSettings:
     log/checkpoint storage is shared and consistent)."""
     gpus_per_node: int = 0
     """GPUs the step must see on each node (CUDA_VISIBLE_DEVICES / SLURM_STEP_GPUS)."""
+    save_bytes_per_node: int = 0
+    """Bytes one node writes per checkpoint. With ckpt_dir set every node measures the write bandwidth there
+    (`storage_probe`, recorded in storage_write.json); a save at the slowest node's speed longer than save_window_s
+    is logged as a warning (0: recorded only)."""
+    save_window_s: float = 0.0
+    """Seconds a notice leaves for the save (`beam_slurm.notice_budget`)."""
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), sort_keys=True)
@@ -172,6 +178,11 @@ def run_step(launcher: "StepLauncher", checks: PreflightSettings, hosts: list[st
         failures["(unnamed)"] = [f"only {reported} of {launcher.nodes} nodes reported"]
     if stderr.strip():
         (attempt_dir / "preflight.stderr").write_text(stderr)
+    if checks.ckpt_dir:
+        from beam_slurm.slurm import storage_probe
+
+        rates = storage_probe.gather(storage_probe.records_from_output(stdout, RESULT_PREFIX), attempt_dir)
+        storage_probe.check_budget(rates, checks.save_bytes_per_node, checks.save_window_s, log)
     if failures:
         for host, problems in sorted(failures.items()):
             for problem in problems:
@@ -189,7 +200,12 @@ def main(argv: list[str] | None = None) -> int:
         problems = check_node(settings)
     except Exception as exc:  # report, do not crash: the batch shell names the node
         problems = [f"preflight crashed: {exc!r}"]
-    print(RESULT_PREFIX + json.dumps({"host": host, "problems": problems}), flush=True)
+    record = {"host": host, "problems": problems}
+    if settings.ckpt_dir and not problems:  # the checkpoint storage's write bandwidth, all nodes at once
+        from beam_slurm.slurm.storage_probe import probe_record
+
+        record.update(probe_record(settings.ckpt_dir))
+    print(RESULT_PREFIX + json.dumps(record), flush=True)
     return 1 if problems else 0
 
 

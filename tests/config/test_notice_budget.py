@@ -124,12 +124,12 @@ def test_recipe_sizes_and_step_estimates():
 def test_plan_lines_for_each_recipe_with_the_defaults(recipe):
     cfg = load(recipe)
     rows = {item: value for section, item, value in nb.plan_rows(cfg) if section == "notice"}
-    assert set(rows) == {"save", "step", "time-limit notice", "interval advice"}
+    assert set(rows) == {"save", "step", "time-limit notice", "  fix", "interval advice"}
     budget = nb.recipe_budget(cfg)
     # Steps of ~10 minutes alone outlast the default 300 s lead: every recipe is flagged, with the lead it needs.
     assert not budget.fits
     assert rows["time-limit notice"].startswith("DOES NOT FIT: ")
-    assert f"cluster.signal_before_s={math.ceil(budget.needed_s)}" in rows["time-limit notice"]
+    assert f"cluster.signal_before_s={math.ceil(budget.needed_s)}" in rows["  fix"]
     advice = nb.recipe_advice(cfg)
     assert f"every {advice.advised_steps} steps" in rows["interval advice"]
     assert f"configured every {cfg.checkpoint.interval}" in rows["interval advice"]
@@ -154,7 +154,10 @@ def rehearsal(save_s):
 
 
 def preemption_line(cfg, info):
-    return dict((item, value) for _, item, value in nb.plan_rows(cfg, info))["preemption"]
+    rows = [(item, value) for _, item, value in nb.plan_rows(cfg, info)]
+    at = [item for item, _ in rows].index("preemption")
+    fix = rows[at + 1][1] if at + 1 < len(rows) and rows[at + 1][0] == "  fix" else ""
+    return rows[at][1] + (f" Fix: {fix}" if fix else "")
 
 
 def test_preemption_with_a_user_signal_budgets_the_grace_time():
@@ -185,3 +188,18 @@ def test_budget_settings_out_of_range_are_refused_by_name():
     keys = {p.key for p in caught.value.problems}
     assert {"cluster.storage_write_gbytes_per_s", "cluster.interruptions_per_day",
             "trainer.rehearsal_save_bytes"} <= keys
+
+
+def test_plan_prints_the_budget_and_says_when_slurm_is_out_of_reach(tmp_path):
+    import subprocess
+    import sys
+
+    env = {"HOME": str(tmp_path), "PATH": str(tmp_path), "COLUMNS": "400"}  # no scontrol on PATH: a laptop
+    proc = subprocess.run([sys.executable, "-m", "beam_slurm.cli", "plan", "recipe=bf16_64gpu", *PATHS,
+                           "cluster.check_paths_on_submit=false", "--json"], capture_output=True, text=True, env=env,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    rows = {item: value for section, item, value in json.loads(proc.stdout)["rows"] if section == "notice"}
+    assert rows["preemption"].startswith("Slurm not reachable here (scontrol not found on PATH")
+    assert rows["time-limit notice"].startswith("DOES NOT FIT: step 900 s + save 875 s")
+    assert rows["interval advice"].startswith("every 13 steps")
