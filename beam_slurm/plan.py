@@ -105,34 +105,38 @@ def print_plan(cfg, launch) -> None:
     console.print(launch.shell(cfg.trainer.python), highlight=False, soft_wrap=True, markup=False)
 
 
+def build_parser():
+    """The verb's parser: --skyrl-overrides, --json, and every recipe key."""
+    from beam_slurm.config.verb_args import VerbArgs, schema_keys
+
+    verb = VerbArgs("plan", "The resource plan of a recipe, validated, and the exact SkyRL command; nothing is "
+                    "submitted.", keys=list(schema_keys()))
+    verb.add_argument("--skyrl-overrides", action="store_true", help="print only SkyRL's key=value list")
+    verb.add_argument("--json", action="store_true", help="print the plan, the SkyRL command and its env as JSON")
+    return verb
+
+
 def main(argv: list[str]) -> int:
-    mode = "table"
-    overrides = []
-    for arg in argv:
-        if arg == "--skyrl-overrides":
-            mode = "overrides"
-        elif arg == "--json":
-            mode = "json"
-        elif arg in ("-h", "--help"):
-            print(__doc__)
-            return 0
-        elif arg.startswith("--"):
-            print(f"beam-slurm plan: unknown option {arg} (use --skyrl-overrides or --json)", file=sys.stderr)
-            return 2
-        else:
-            overrides.append(arg)
+    from beam_slurm.config.verb_args import VerbUsageError
+
+    verb = build_parser()
+    try:
+        parsed = verb.parse(argv)
+    except VerbUsageError as exc:
+        return verb.fail(exc)
+    if parsed.args.skyrl_overrides and parsed.args.json:
+        return verb.fail("--skyrl-overrides and --json: choose one")
     from beam_slurm.config import load_config
     from beam_slurm.skyrl.command import skyrl_launch
 
     try:
-        cfg = load_config(overrides, check_paths=True)  # on this (the submit) host: model, SkyRL, data
+        cfg = load_config(parsed.overrides, check_paths=True)  # on this (the submit) host: model, SkyRL, data
     except ConfigError as exc:
-        exc.report()
-        return exc.exit_code
+        return verb.config_failed(exc, what="; nothing was submitted")
     launch = skyrl_launch(cfg)
-    if mode == "overrides":
+    if parsed.args.skyrl_overrides:
         sys.stdout.write("".join(o + "\n" for o in launch.overrides))
-    elif mode == "json":
+    elif parsed.args.json:
         print(json.dumps({"rows": plan_rows(cfg), "module": launch.module, "overrides": launch.overrides,
                           "env": launch.env, "cwd": launch.cwd}, indent=2))
     else:

@@ -274,7 +274,8 @@ def main(argv: list[str]) -> int:
     except VerbUsageError as err:
         return verb.fail(err)
     args, settings = parsed.args, cfg.container
-    executable = shutil.which(RUNTIME_EXECUTABLE.get(settings.runtime, "")) if settings.runtime in RUNTIME_EXECUTABLE else None
+    name = RUNTIME_EXECUTABLE.get(settings.runtime)
+    executable = shutil.which(name) if name else None
     problems = _settings_problems(settings, executable)
     if problems:
         for message in problems:

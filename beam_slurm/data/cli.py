@@ -169,7 +169,8 @@ def _build(plan: OutputPlan, sources: list[ResolvedSource], config: DataConfig, 
 def prepare(config: DataConfig, log: Log = default_log, *, force: bool = False, data_dir: str | None = None) -> dict:
     """Write the outputs that are missing or stale into out_dir and return the manifest entries.
 
-    `force` rebuilds outputs that are up to date; `data_dir` is where they go when data.out_dir is empty. Every source is resolved and schema-checked before any output is built; outputs are built into temporary
+    `force` rebuilds outputs that are up to date; `data_dir` is where they go when data.out_dir is empty.
+    Every source is resolved and schema-checked before any output is built; outputs are built into temporary
     files and renamed into place only when all succeeded, so a failure leaves out_dir as it was.
     """
     problems = config.problems()

@@ -71,19 +71,31 @@ class EvalChain:
                 self.log(f"eval-chain: last pass failed: {exc}")
 
 
+def build_parser():
+    """The verb's parser: --no-preflight, and every recipe key."""
+    from beam_slurm.config.verb_args import VerbArgs, schema_keys
+
+    verb = VerbArgs("train", "Run inside the allocation of sbatch/train_*.sh: preflight, Ray across the nodes, the "
+                    "driver, notices and requeue.", keys=list(schema_keys()))
+    verb.add_argument("--no-preflight", action="store_true", help="skip the per-node preflight checks")
+    return verb
+
+
 def main(argv: list[str]) -> int:
     from beam_slurm.slurm import train_job
     from beam_slurm.slurm.job_settings import job_settings, load_job_config
 
-    preflight = True
-    if "--no-preflight" in argv:
-        argv = [a for a in argv if a != "--no-preflight"]
-        preflight = False
+    from beam_slurm.config.verb_args import VerbUsageError
+
+    verb = build_parser()
     try:
-        cfg = load_job_config(argv, os.environ)
+        parsed = verb.parse(argv)
+        cfg = load_job_config(parsed.overrides, os.environ)
+    except VerbUsageError as exc:
+        return verb.fail(exc)
     except ConfigError as exc:
-        exc.report()
-        return exc.exit_code
+        return verb.config_failed(exc, what="; nothing was submitted")
+    preflight = not parsed.args.no_preflight
     settings, driver_env = job_settings(cfg, preflight=preflight)
     os.environ.update(driver_env)  # reaches the Ray step and so the driver on the head node
     os.environ.setdefault("BEAM_SLURM_HOME", str(Path(__file__).resolve().parents[2]))

@@ -14,6 +14,10 @@ from aime_files import GROUND_TRUTHS, write_aime_parquet
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 pytestmark = [pytest.mark.sandbox, pytest.mark.vllm, pytest.mark.slow]
+# The tiny model on vLLM's CPU build: one process (TP1 x PP1), float32, a small KV cache, no graph capture.
+CPU_ENGINE = ["rollout.tensor_parallel=1", "rollout.pipeline_parallel=1", "eval.dtype=float32",
+              "eval.gpu_memory_utilization=0.05", "eval.enforce_eager=true", "generation.max_prompt_tokens=256",
+              "grade.workers=1"]
 
 
 def test_eval_job_writes_metrics_beside_the_export(slurm_sandbox, tiny_model_dir):
@@ -27,9 +31,8 @@ def test_eval_job_writes_metrics_beside_the_export(slurm_sandbox, tiny_model_dir
     submitted = subprocess.run(
         ["sbatch", "--parsable", "--nodes=1", f"--output={work}/eval-%j.out",
          str(REPO_ROOT / "sbatch" / "eval_aime.sh"),
-         "--checkpoint", str(export_step), "--data", str(data), "--k", str(k), "--max-tokens", "16",
-         "--dtype", "float32", "--gpu-memory-utilization", "0.05", "--enforce-eager", "--max-prompt-tokens", "256",
-         "--grade-workers", "1"],
+         "--checkpoint", str(export_step), "--data", str(data), f"eval.responses_per_problem={k}",
+         "generation.max_response_tokens=16", *CPU_ENGINE],
         capture_output=True, text=True, env=slurm_sandbox.env(), timeout=60, check=True,
     )
     job_id = submitted.stdout.strip().split(";")[0]
@@ -61,9 +64,8 @@ def test_two_node_eval_job_runs_the_evaluation_as_the_ray_driver(slurm_sandbox, 
     submitted = subprocess.run(
         ["sbatch", "--parsable", "--nodes=2", f"--output={work}/eval-%j.out",
          str(REPO_ROOT / "sbatch" / "eval_aime.sh"),
-         "--checkpoint", str(export_step), "--data", str(data), "--k", "1", "--max-tokens", "8",
-         "--dtype", "float32", "--gpu-memory-utilization", "0.05", "--enforce-eager", "--max-prompt-tokens", "256",
-         "--grade-workers", "1"],
+         "--checkpoint", str(export_step), "--data", str(data), "eval.responses_per_problem=1",
+         "generation.max_response_tokens=8", *CPU_ENGINE],
         capture_output=True, text=True, env=slurm_sandbox.env(), timeout=60, check=True,
     )
     job_id = submitted.stdout.strip().split(";")[0]

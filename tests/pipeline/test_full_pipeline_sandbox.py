@@ -35,6 +35,7 @@ from bench_prepare_data import make_dapo  # noqa: E402  (the demonstration's DAP
 from dapo_inputs import row, write_dapo  # noqa: E402  (the data tests' inputs in the real schemas)
 from train_runs import INHERITED_SETTINGS, REPO_ROOT, wait_for  # noqa: E402
 
+from beam_slurm.config.verb_args import override  # noqa: E402
 from beam_slurm.data.dapo_format import dapo_prompt  # noqa: E402
 
 pytestmark = [pytest.mark.sandbox, pytest.mark.vllm, pytest.mark.slow]
@@ -58,9 +59,9 @@ AIME2024 = [("Problem C: count z.", "42"), ("Problem A: find x.", "42"), ("Probl
 # "math_dapo"; the converted AIME 2025 rows get data.aime2025_data_source.
 EVALUATED_TRUTHS = {"aime2025": ["42", "7"], "math_dapo": ["42", "42"]}
 # Whole vLLM on 2 shared CPU cores: one replica, two problems, two short answers each.
-CPU_EVAL_ARGS = ["--tp", "1", "--pp", "1", "--k", "2", "--max-tokens", "16", "--max-prompt-tokens", "256",
-                 "--dtype", "float32", "--gpu-memory-utilization", "0.05", "--enforce-eager", "--limit", "2",
-                 "--grade-workers", "1"]
+CPU_EVAL_ARGS = ["rollout.tensor_parallel=1", "rollout.pipeline_parallel=1", "eval.responses_per_problem=2",
+                 "generation.max_response_tokens=16", "generation.max_prompt_tokens=256", "eval.dtype=float32",
+                 "eval.gpu_memory_utilization=0.05", "eval.enforce_eager=true", "eval.limit=2", "grade.workers=1"]
 LIVE_STATES = {"PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "REQUEUED"}
 ENDED_BADLY = {"FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE"}
 
@@ -203,7 +204,7 @@ def test_submit_runs_data_train_requeue_and_one_evaluation_per_export(slurm_sand
         f"paths.export_path={export_path}", f"max_training_steps={STEPS}", f"checkpoint.interval={CKPT_INTERVAL}",
         f"checkpoint.hf_save_interval={HF_INTERVAL}", "cluster.time_limit=00:15:00", "cluster.signal_before_s=60",
         "cluster.grace_s=30", "cluster.stop_grace_s=20", "rollout.pipeline_parallel=1", "eval.chain=true",
-        "eval.chain_poll_s=2", "eval.chain_extra_args=[" + ",".join(CPU_EVAL_ARGS) + "]", *data_overrides)
+        "eval.chain_poll_s=2", override("eval.chain_extra_args", CPU_EVAL_ARGS), *data_overrides)
     assert submitted.returncode == 0, submitted.stderr
     ids = {parts[0]: parts[2] for parts in map(str.split, submitted.stdout.splitlines())
            if len(parts) > 2 and parts[1] == "job"}

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from beam_slurm.config.verb_args import override
+
 from train_runs import REPO_ROOT, wait_for
 
 pytestmark = [pytest.mark.sandbox, pytest.mark.vllm, pytest.mark.slow]
@@ -34,9 +36,9 @@ def evaluation_inputs():
 
 
 # Whole vLLM on 2 CPU cores: one replica, a couple of problems, short answers.
-CPU_EVAL_ARGS = ["--tp", "1", "--pp", "1", "--k", "2", "--max-tokens", "16", "--max-prompt-tokens", "256",
-                 "--dtype", "float32", "--gpu-memory-utilization", "0.05", "--enforce-eager", "--limit", "2",
-                 "--grade-workers", "1"]
+CPU_EVAL_ARGS = ["rollout.tensor_parallel=1", "rollout.pipeline_parallel=1", "eval.responses_per_problem=2",
+                 "generation.max_response_tokens=16", "generation.max_prompt_tokens=256", "eval.dtype=float32",
+                 "eval.gpu_memory_utilization=0.05", "eval.enforce_eager=true", "eval.limit=2", "grade.workers=1"]
 STEPS, HF_INTERVAL = 45, 15
 EXPORT_STEPS = [15, 30, 45]  # every hf_save_interval (the last one is also the end)
 
@@ -57,7 +59,7 @@ def test_chain_evaluates_each_export_once_across_a_requeue(train_run, tmp_path):
     run.submit("--time=00:15:00", overrides=(
         "cluster.grace_s=30", "cluster.signal_before_s=120", "eval.chain=true", "eval.chain_poll_s=3",
         f"checkpoint.hf_save_interval={HF_INTERVAL}", "rollout.pipeline_parallel=1",
-        "eval.chain_extra_args=[" + ",".join(CPU_EVAL_ARGS) + "]"))
+        override("eval.chain_extra_args", CPU_EVAL_ARGS)))
     started = time.monotonic()
     claims = run.export_path / ".eval_claims"
     first_claim = claims / "global_step_15.json"
