@@ -1,0 +1,124 @@
+"""Saves that take real time, under a preemption of the sandbox's `low` partition (GraceTime 20 s, KillWait 10 s).
+
+Real Slurm, real Ray, the real batch script and the rehearsal trainer with its save cost turned up
+(`trainer.rehearsal_save_s`, `trainer.rehearsal_save_bytes`: bytes really written and fsynced). A preemption sends
+USR1 to the batch shell at once (preempt_send_user_signal) and SIGTERM at the end of the grace time.
+
+What the first SIGTERM of a preemption reaches was checked on this sandbox with a job whose batch shell and srun
+step both log the signals they get: with the job's `--signal=B:USR1@N`, the batch shell gets USR1 + SIGCONT at once
+and the step nothing; without `--signal`, the first SIGTERM (+ SIGCONT) reaches only the step's tasks, never the
+batch shell, which hears SIGCONT + SIGTERM only at the end of the grace time (seen 30 s after the preemption for
+GraceTime=20). So only the user signal is a notice the batch shell can act on; a bare SIGTERM stops our Ray step.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import time
+
+import pytest
+
+from train_runs import REPO_ROOT, wait_for
+
+from beam_slurm.slurm.preemption import read_preemption
+
+pytestmark = [pytest.mark.sandbox, pytest.mark.slow]
+
+
+def preempt(run) -> str:
+    """A `high` job on the run's nodes; returns its id once it completed."""
+    nodes = run.sandbox.scontrol_job(run.job_id)["NodeList"]
+    high = run.sandbox.sbatch("#!/bin/bash\nsleep 5\n", "-p", "high", "-N2", f"--nodelist={nodes}", "--exclusive",
+                              "--time=00:02:00", f"--output={run.work}/high-%j.out")
+    assert run.sandbox.wait(high, timeout=180) == "COMPLETED"
+    return high
+
+
+def plan_preemption_line(run, overrides) -> str:
+    proc = subprocess.run([sys.executable, "-m", "beam_slurm.cli", "plan", "recipe=lora_16gpu", "cluster.partition=low",
+                           "cluster.check_paths_on_submit=false", *overrides, "--json"],
+                          capture_output=True, text=True, env=run.env(), cwd=REPO_ROOT, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    rows = [(item, value) for section, item, value in json.loads(proc.stdout)["rows"] if section == "notice"]
+    at = [item for item, _ in rows].index("preemption")
+    return " ".join(value for item, value in rows[at: at + 2] if item in ("preemption", "  fix"))
+
+
+def save_seconds(out: str, step: int) -> float | None:
+    match = re.search(rf"\[rehearsal\] saved step {step} in ([\d.]+) s", out)
+    return float(match.group(1)) if match else None
+
+
+def sandbox_low():
+    low = read_preemption("low")
+    assert low.reachable and low.user_signal and low.preemptable(), low
+    return low
+
+
+def test_a_save_longer_than_killwait_completes_within_the_grace_time(train_run):
+    low = sandbox_low()
+    save_s = 13.0
+    assert low.kill_wait_s < save_s < low.grace_s(), "the case needs KillWait < save < GraceTime"
+    run = train_run(steps=8, ckpt_interval=100)  # no periodic saves: the notice's save and the final one only
+    overrides = ("cluster.grace_s=30", "cluster.signal_before_s=120", f"trainer.rehearsal_save_s={save_s}",
+                 "trainer.rehearsal_save_bytes=200000000")
+    line = plan_preemption_line(run, overrides)
+    assert line.endswith(f"step 1 s + save 13 s = 14 s <= lead {low.grace_s()} s: fits"), line
+    run.submit("-p", "low", "--time=00:10:00", overrides=overrides)
+    run.wait_for_steps(3)
+    preempted = time.monotonic()
+    preempt(run)
+    state = run.finish(timeout=300)
+    out = run.output()
+    assert state == "COMPLETED", out[-6000:]
+    print(f"preemption -> save of {save_s:g} s -> requeue -> resume -> done: {time.monotonic() - preempted:.0f}s")
+
+    first = run.attempt_log(0)
+    saved = int(re.search(r"checkpoint of step (\d+) saved on notice", first).group(1))
+    took = save_seconds(out, saved)
+    assert took is not None and low.kill_wait_s < took < low.grace_s(), (took, out[-4000:])
+    assert run.checkpoints()[saved]["attempt"] == 0
+    assert run.resumed_from()[0] == saved
+    run.assert_every_step_once_after_resume()  # no step redone
+    assert run.marker() == 8
+    storage = json.loads((run.export_path / "logs" / f"{run.job_id}-0" / "storage_write.json").read_text())
+    rates = {host: r["write"]["gbytes_per_s"] for host, r in storage.items()}
+    assert len(rates) == 2 and all(rate > 0 for rate in rates.values()), storage
+    print(f"preflight write bandwidth per node, 2 nodes at once: {rates} GB/s")
+    assert re.search(r"storage writes [\d.]+ GB/s per node at the slowest", first), first
+
+
+def test_a_save_longer_than_the_grace_time_is_flagged_and_never_resumed_from(train_run):
+    low = sandbox_low()
+    save_s = 40.0
+    assert save_s > low.grace_s() + low.kill_wait_s, "the case needs a save that outlasts the grace time"
+    run = train_run(steps=6, ckpt_interval=3)
+    overrides = ("cluster.grace_s=60", "cluster.signal_before_s=120", f"trainer.rehearsal_save_s={save_s}",
+                 "trainer.rehearsal_save_bytes=100000000")
+    line = plan_preemption_line(run, overrides)
+    assert f"DOES NOT FIT: step 1 s + save 40 s = 41 s > lead {low.grace_s()} s" in line, line
+    assert "resumes from the last complete checkpoint" in line
+    run.submit("-p", "low", "--time=00:10:00", overrides=overrides)
+    wait_for(lambda: run.marker() == 3, 300, "the periodic checkpoint of step 3")
+    run.wait_for_steps(4)
+    preempt(run)
+    state = run.finish(timeout=420)
+    out = run.output()
+    assert state == "COMPLETED", out[-6000:]
+
+    cut = [int(s) for s in re.findall(r"\[rehearsal\] saving step (\d+):", out) if int(s) not in (3, 6)]
+    assert cut, out[-4000:]
+    step = cut[0]
+    assert save_seconds(out, step) is None, "the save on notice must have been cut off"
+    half = run.ckpt_path / f"global_step_{step}"
+    assert (half / "policy" / "rehearsal_weights.bin").exists() and not (half / "trainer_state.pt").exists()
+    assert step not in run.checkpoints()
+    assert "no checkpoint saved on notice" in run.attempt_log(0) or "stopping without waiting" in run.attempt_log(0)
+    assert run.resumed_from()[0] == 3, "the next attempt resumes from the last complete checkpoint"
+    by_attempt = run.steps_by_attempt()
+    assert by_attempt[max(by_attempt)][0] == 4 and step in by_attempt[0], by_attempt
+    run.assert_every_step_once_after_resume()
+    assert run.marker() == 6
