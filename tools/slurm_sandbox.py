@@ -9,7 +9,8 @@
 
 What it gives: munge, MariaDB + slurmdbd (so `sacct` works), slurmctld (hostname `ctl`, 10.77.0.1) and N slurmd
 nodes n1..nN, each in its own network namespace on a private bridge (10.77.0.11, .12, ...), with its own hostname,
-its own /tmp, 8 fake GPUs (GRES gpu backed by /dev/null) and CPUs=8 RealMemory=8000. Partitions: `batch` (default,
+its own /tmp, a second interface `fab0` on a second bridge used as the fabric (10.78.0.11, .12, ...; Slurm never uses
+it, so a test can break one node's fabric link with `ip link set beamsb-f<i> down` while the node stays in service), 8 fake GPUs (GRES gpu backed by /dev/null) and CPUs=8 RealMemory=8000. Partitions: `batch` (default,
 never preempted), `low` (preemptable: PreemptMode=REQUEUE, GraceTime=20) and `high` (preempts `low`). Requeued
 jobs may restart about 11 s later (cred_expire=10). Everything lives under one state dir (default
 /var/tmp/beam-slurm-sandbox, env BEAM_SANDBOX_DIR); its `shared/` dir, like the rest of the filesystem except
@@ -40,6 +41,11 @@ DEFAULT_STATE_DIR = "/var/tmp/beam-slurm-sandbox"
 NETNS_PREFIX = "beamsb-"
 BRIDGE = "beamsb-br0"
 VETH_PREFIX = "beamsb-v"
+# The fabric: a second network between the nodes only (no controller, no default route), what NCCL/gloo would use.
+FABRIC_BRIDGE = "beamsb-br1"
+FABRIC_VETH_PREFIX = "beamsb-f"
+FABRIC_INTERFACE = "fab0"
+FABRIC_SUBNET = ipaddress.ip_network("10.78.0.0/24")
 SUBNET = ipaddress.ip_network("10.77.0.0/24")
 CONTROLLER_IP = "10.77.0.1"
 CONTROLLER_HOSTNAME = "ctl"
@@ -93,6 +99,16 @@ class Node:
     def veth(self) -> str:
         """Host end of the node's veth pair (the node end is eth0 inside the namespace)."""
         return f"{VETH_PREFIX}{self.index}"
+
+    @property
+    def fabric_ip(self) -> str:
+        """Address of the node's fabric interface (fab0) on the fabric bridge (10.78.0.11, ...)."""
+        return str(FABRIC_SUBNET.network_address + FIRST_NODE_HOST_OCTET + self.index - 1)
+
+    @property
+    def fabric_veth(self) -> str:
+        """Host end of the node's fabric veth pair; setting it down cuts the node's fabric link only."""
+        return f"{FABRIC_VETH_PREFIX}{self.index}"
 
 
 def make_nodes(count: int) -> list[Node]:
@@ -534,6 +550,58 @@ def ensure_network(nodes: list[Node]) -> None:
             run_command(in_ns + ["ip", "route", "replace", "default", "via", CONTROLLER_IP])
 
 
+def ensure_fabric(nodes: list[Node]) -> None:
+    """The fabric bridge and each node's fab0 with its address; adds only what is missing, so running daemons and
+    jobs are untouched. A link someone set down on purpose (a test) stays down: `status` reports it."""
+    if not link_exists(FABRIC_BRIDGE):
+        run_command(["ip", "link", "add", FABRIC_BRIDGE, "type", "bridge"])
+        run_command(["ip", "link", "set", FABRIC_BRIDGE, "up"])
+    for node in nodes:
+        in_ns = ["ip", "netns", "exec", node.netns]
+        if run_command(in_ns + ["ip", "link", "show", FABRIC_INTERFACE], check=False).returncode != 0:
+            if link_exists(node.fabric_veth):
+                run_command(["ip", "link", "del", node.fabric_veth])
+            run_command(["ip", "link", "add", node.fabric_veth, "type", "veth", "peer", "name", FABRIC_INTERFACE,
+                         "netns", node.netns])
+            run_command(["ip", "link", "set", node.fabric_veth, "master", FABRIC_BRIDGE, "up"])
+            run_command(in_ns + ["ip", "link", "set", FABRIC_INTERFACE, "up"])
+        elif not Path(f"/sys/class/net/{node.fabric_veth}/master").exists():
+            run_command(["ip", "link", "set", node.fabric_veth, "master", FABRIC_BRIDGE, "up"])
+        addresses = run_command(in_ns + ["ip", "-4", "-o", "addr", "show", "dev", FABRIC_INTERFACE]).stdout
+        if f" {node.fabric_ip}/" not in addresses:
+            run_command(in_ns + ["ip", "addr", "add", f"{node.fabric_ip}/{FABRIC_SUBNET.prefixlen}",
+                                 "dev", FABRIC_INTERFACE])
+
+
+def fabric_problems(nodes: list[Node]) -> list[str]:
+    """What is missing of the fabric (a link that is only down is not missing)."""
+    if not link_exists(FABRIC_BRIDGE):
+        return [f"fabric bridge {FABRIC_BRIDGE} missing"]
+    problems = []
+    for node in nodes:
+        if fabric_address(node) != node.fabric_ip:
+            problems.append(f"fabric interface {FABRIC_INTERFACE} of {node.name} missing or without {node.fabric_ip}")
+        elif not Path(f"/sys/class/net/{node.fabric_veth}/master").exists():
+            problems.append(f"fabric link {node.fabric_veth} of {node.name} not on {FABRIC_BRIDGE}")
+    return problems
+
+
+def fabric_address(node: Node) -> str | None:
+    """The IPv4 address of fab0 inside the node, or None."""
+    proc = run_command(["ip", "netns", "exec", node.netns, "ip", "-4", "-o", "addr", "show", "dev", FABRIC_INTERFACE],
+                       check=False)
+    fields = proc.stdout.split()
+    return fields[fields.index("inet") + 1].split("/")[0] if proc.returncode == 0 and "inet" in fields else None
+
+
+def fabric_link_state(node: Node) -> str:
+    """`up`, `down` (host end set down: the node's fab0 has no carrier) or `missing`."""
+    try:
+        return Path(f"/sys/class/net/{node.fabric_veth}/operstate").read_text().strip()
+    except OSError:
+        return "missing"
+
+
 def remove_netns(name: str) -> None:
     """Kill every process still inside the namespace, then delete it (its veth goes with it)."""
     pids = run_command(["ip", "netns", "pids", name], check=False).stdout.split()
@@ -546,10 +614,11 @@ def remove_network() -> None:
         if name.startswith(NETNS_PREFIX):
             remove_netns(name)
     for link in Path("/sys/class/net").iterdir():
-        if link.name.startswith(VETH_PREFIX):
+        if link.name.startswith((VETH_PREFIX, FABRIC_VETH_PREFIX)):
             run_command(["ip", "link", "del", link.name], check=False)
-    if link_exists(BRIDGE):
-        run_command(["ip", "link", "del", BRIDGE], check=False)
+    for bridge in (BRIDGE, FABRIC_BRIDGE):
+        if link_exists(bridge):
+            run_command(["ip", "link", "del", bridge], check=False)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -761,6 +830,7 @@ def cmd_up(layout: Layout, node_count: int | None) -> int:
         extra = [pid for name in slurm_daemon_names(make_nodes(64))[node_count + 1:] if (pid := daemon_pid(layout, name))]
         stop_pids(extra)
         ensure_network(nodes)
+        ensure_fabric(nodes)
         start_munge(layout)
         start_mariadb(layout)
         start_slurmdbd(layout)
@@ -836,6 +906,8 @@ def is_healthy(layout: Layout, nodes: list[Node], quiet: bool) -> bool:
     namespaces = set(netns_list())
     problems += [f"namespace {n.netns} missing" for n in nodes if n.netns not in namespaces]
     if not problems:
+        problems += fabric_problems(nodes)
+    if not problems:
         states = node_states(layout)
         problems += [f"node {n.name} is {states.get(n.name, 'unknown')}" for n in nodes
                      if states.get(n.name) not in HEALTHY_NODE_STATES]
@@ -860,7 +932,8 @@ def cmd_status(layout: Layout) -> int:
     healthy = is_healthy(layout, nodes, quiet=False)
     print("nodes:")
     for node in nodes:
-        print(f"  {node.name:<4} {node.ip:<12} netns {node.netns}")
+        print(f"  {node.name:<4} {node.ip:<12} netns {node.netns}  fabric {FABRIC_INTERFACE} {node.fabric_ip:<12} "
+              f"link {node.fabric_veth} {fabric_link_state(node)}")
     if daemon_pid(layout, "slurmctld"):
         env = slurm_env(layout)
         print(run_command(["sinfo"], check=False, env=env, timeout=20).stdout.rstrip())

@@ -138,3 +138,51 @@ def test_down_leaves_nothing_behind_and_up_restores(slurm_sandbox):
     job = slurm_sandbox.sbatch("#!/bin/bash\ntrue\n", "--nodes=2", "--mem=100", "--time=1",
                                f"--output={slurm_sandbox.new_dir('cycle')}/out")
     assert slurm_sandbox.wait(job, 60) == "COMPLETED"
+
+
+def _tcp_over(server_node: str, server_ip: str, client_node: str, port: int, timeout: float = 5.0) -> tuple[bool, str]:
+    """Open one TCP connection from client_node to server_ip:port, with a listener in server_node; (worked, detail)."""
+    listen = (f"import socket; s = socket.create_server(({server_ip!r}, {port})); s.settimeout({timeout}); "
+              "c, a = s.accept(); print('accepted', a[0], flush=True)")
+    server = subprocess.Popen([sys.executable, str(TOOL), "run", "--node", server_node, "--", "python3", "-c", listen],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        connect = (f"import socket, time\nfor _ in range(50):\n    try:\n"
+                   f"        socket.create_connection(({server_ip!r}, {port}), timeout={timeout}).close(); break\n"
+                   f"    except ConnectionRefusedError: time.sleep(0.1)\n")
+        client = sandbox("run", "--node", client_node, "--", "python3", "-c", connect, timeout=60)
+        out, err = server.communicate(timeout=30)
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait()
+    return client.returncode == 0 and "accepted" in out, client.stderr + out + err
+
+
+@pytest.mark.sandbox
+def test_fabric_is_a_second_network_that_up_adds_and_repairs(slurm_sandbox):
+    tool = load_tool()
+    layout = tool.Layout(slurm_sandbox.state_dir)
+    nodes = tool.make_nodes(len(slurm_sandbox.nodes))
+    status = sandbox("status")
+    for node in nodes:
+        assert f"fabric {tool.FABRIC_INTERFACE} {node.fabric_ip}" in status.stdout, status.stdout
+    first, second, victim = nodes[0], nodes[1], nodes[-1]
+    # The fabric carries traffic between nodes, next to (not through) the Slurm network.
+    route = sandbox("run", "--node", first.name, "--", "ip", "-o", "route", "get", second.fabric_ip)
+    assert f"dev {tool.FABRIC_INTERFACE}" in route.stdout, route.stdout + route.stderr
+    worked, detail = _tcp_over(second.name, second.fabric_ip, first.name, 29411)
+    assert worked, detail
+
+    daemons = {name: tool.daemon_pid(layout, name) for name in ("slurmctld", f"slurmd-{victim.name}")}
+    run_command = tool.run_command
+    run_command(["ip", "link", "del", victim.fabric_veth])  # the node's fabric link is gone (its fab0 with it)
+    try:
+        broken = sandbox("status")
+        assert broken.returncode == 1 and f"fabric interface fab0 of {victim.name} missing" in broken.stdout
+    finally:
+        repaired = sandbox("up")
+    assert repaired.returncode == 0 and "already up" not in repaired.stdout, repaired.stdout + repaired.stderr
+    assert {name: tool.daemon_pid(layout, name) for name in daemons} == daemons, "repairing the fabric restarts nothing"
+    assert tool.fabric_address(victim) == victim.fabric_ip and tool.fabric_link_state(victim) == "up"
+    assert sandbox("status").returncode == 0
