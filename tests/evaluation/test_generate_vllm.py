@@ -25,8 +25,9 @@ pytestmark = pytest.mark.vllm
 
 # Small engine for a shared 2-core machine: float32 weights, a KV cache of ~1 GiB, no graph capture.
 # Greedy decoding with several samples per prompt: only the most likely token survives top-p this small.
-GREEDY = ["--top-p", "1e-6"]
-CPU_ENGINE = ["--dtype", "float32", "--gpu-memory-utilization", "0.05", "--enforce-eager", "--max-prompt-tokens", "256"]
+GREEDY = ["generation.top_p=1e-6"]
+CPU_ENGINE = ["eval.dtype=float32", "eval.gpu_memory_utilization=0.05", "eval.enforce_eager=true",
+              "generation.max_prompt_tokens=256", "rollout.tensor_parallel=1", "rollout.pipeline_parallel=1"]
 
 
 def run_evaluate(args: list[str], timeout: float = 240, env: dict[str, str] | None = None
@@ -59,7 +60,8 @@ def correct_per_problem(grades: list[dict]) -> dict[str, int]:
 
 def test_offline_engine_end_to_end_then_reuse(export_step: Path, aime_parquet: Path, tmp_path: Path):
     k = 4
-    args = ["--checkpoint", str(export_step), "--data", str(aime_parquet), "--k", str(k), "--max-tokens", "16",
+    args = ["--checkpoint", str(export_step), "--data", str(aime_parquet), f"eval.responses_per_problem={k}",
+            "generation.max_response_tokens=16",
             *GREEDY, *CPU_ENGINE]
     result = run_evaluate(args)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -98,7 +100,7 @@ def test_offline_engine_end_to_end_then_reuse(export_step: Path, aime_parquet: P
     assert read_jsonl(out / "grades.jsonl") == grades
 
     # Other settings on the same folder: refused (status 2), the results stay as they were.
-    other = run_evaluate([*args[:-len(CPU_ENGINE)], "--k", "2", *CPU_ENGINE], timeout=60)
+    other = run_evaluate([*args[:-len(CPU_ENGINE)], "eval.responses_per_problem=2", *CPU_ENGINE], timeout=60)
     assert other.returncode == 2
     assert "--force" in other.stderr
     assert json.loads((out / "metrics.json").read_text())["aime_tiny"] == metrics
@@ -108,7 +110,8 @@ def test_lora_adapter_changes_the_answers(tiny_model_dir: Path, tiny_lora_dir: P
                                           tmp_path: Path):
     out = tmp_path / "lora-eval"
     result = run_evaluate(["--checkpoint", str(tiny_lora_dir), "--base-model", str(tiny_model_dir),
-                           "--data", str(aime_parquet), "--k", "2", "--max-tokens", "8", "--out", str(out),
+                           "--data", str(aime_parquet), "eval.responses_per_problem=2",
+                           "generation.max_response_tokens=8", "--out", str(out),
                            *CPU_ENGINE])
     assert result.returncode == 0, result.stderr[-3000:]
     info = json.loads((out / "info.json").read_text())
@@ -135,7 +138,7 @@ def test_openai_server_client_with_retries_while_server_starts(tiny_model_dir: P
         # entry point starts the same server.
         [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(tiny_model_dir),
          "--host", "127.0.0.1", "--port", str(port), "--served-model-name", "tiny", "--max-model-len", "512",
-         *CPU_ENGINE[:-2]],
+         "--dtype", "float32", "--gpu-memory-utilization", "0.05", "--enforce-eager"],  # vLLM's own flags
         stdout=server_log, stderr=subprocess.STDOUT, start_new_session=True,
     )
     try:
@@ -143,9 +146,10 @@ def test_openai_server_client_with_retries_while_server_starts(tiny_model_dir: P
         # Started right away: the first requests meet a server that is not up yet, and the client's bounded
         # retries carry it over the start-up.
         result = run_evaluate(["--server", f"http://127.0.0.1:{port}", "--served-model", "tiny",
-                               "--data", str(aime_parquet), "--k", "3", "--max-tokens", "16", "--out", str(out),
-                               "--reasoning-effort", "high", *GREEDY, "--max-attempts", "8",
-                               "--request-timeout", "60"],
+                               "--data", str(aime_parquet), "eval.responses_per_problem=3",
+                               "generation.max_response_tokens=16", "--out", str(out),
+                               "generation.reasoning_effort=high", *GREEDY, "eval.server_max_attempts=8",
+                               "eval.server_request_timeout_s=60"],
                               timeout=300)
         assert result.returncode == 0, result.stderr[-3000:] + (tmp_path / "server.log").read_text()[-3000:]
     finally:
@@ -168,8 +172,9 @@ def test_sampling_settings_reach_the_engine(aime_parquet: Path, tmp_path: Path):
 
     untaught = build_tiny_model(tmp_path / "untaught", seed=3)
     k = 4
-    hot = run_evaluate(["--checkpoint", str(untaught), "--data", str(aime_parquet), "--k", str(k),
-                        "--max-tokens", "12", "--temperature", "2.0", "--top-p", "1.0", "--out", str(tmp_path / "hot"),
+    hot = run_evaluate(["--checkpoint", str(untaught), "--data", str(aime_parquet), f"eval.responses_per_problem={k}",
+                        "generation.max_response_tokens=12", "generation.temperature=2.0", "generation.top_p=1.0",
+                        "--out", str(tmp_path / "hot"),
                         *CPU_ENGINE])
     assert hot.returncode == 0, hot.stderr[-3000:]
     responses = read_jsonl(tmp_path / "hot" / "responses.jsonl")
@@ -183,7 +188,8 @@ def test_sampling_settings_reach_the_engine(aime_parquet: Path, tmp_path: Path):
     assert info["settings"]["sampling"]["temperature"] == 2.0 and info["settings"]["sampling"]["top_p"] == 1.0
 
     # Out of vLLM's range: refused with the setting named, not silently clamped.
-    refused = run_evaluate(["--checkpoint", str(untaught), "--data", str(aime_parquet), "--k", "1",
-                            "--max-tokens", "4", "--temperature", "50", "--out", str(tmp_path / "refused"),
+    refused = run_evaluate(["--checkpoint", str(untaught), "--data", str(aime_parquet), "eval.responses_per_problem=1",
+                            "generation.max_response_tokens=4", "generation.temperature=50",
+                            "--out", str(tmp_path / "refused"),
                             *CPU_ENGINE])
     assert refused.returncode != 0 and "temperature" in refused.stderr
