@@ -10,6 +10,10 @@
 - Every message starts with `beam-slurm <verb>: `; bad input exits 2 before anything runs.
 - Flags that used to carry a setting still work for one release: each becomes its key=value override and
   prints the key to use instead.
+
+A verb whose entry in `beam_slurm.cli.VERBS` is `<prefix>main` builds its parser with `<prefix>build_parser()` (or,
+where one module serves several verbs, `build_parser(verb)`), returning a `VerbArgs`; tests/config/test_verb_args.py
+builds every verb's parser that way.
 """
 
 from __future__ import annotations

@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import importlib
+import inspect
 import re
 import subprocess
 import sys
@@ -24,8 +25,13 @@ BEAM_SLURM = Path(sys.executable).with_name("beam-slurm")
 
 
 def verb_parser(verb: str) -> VerbArgs:
-    module_name, _, _ = VERBS[verb]
-    return importlib.import_module(module_name).build_parser()
+    """The verb's parser: `<prefix>build_parser()` beside its entry `<prefix>main`, or a module's `build_parser(verb)`
+    when one module serves several verbs."""
+    module_name, func_name, _ = VERBS[verb]
+    module = importlib.import_module(module_name)
+    builder = getattr(module, func_name[: -len("main")] + "build_parser", None) or getattr(module, "build_parser", None)
+    assert builder is not None, f"{module_name} has no build_parser(): every verb builds its parser with VerbArgs"
+    return builder(verb) if "verb" in inspect.signature(builder).parameters else builder()
 
 
 @pytest.mark.parametrize("verb", sorted(VERBS))
