@@ -47,6 +47,10 @@ class ClusterConfig:
     """Seconds the Ray step gets to stop (driver, then each node's Ray) after SIGTERM before it is killed."""
     max_requeues: int = 10
     """Stop requeuing after this many restarts (SLURM_RESTART_COUNT) so a crash loop cannot burn the allocation."""
+    max_attempts_without_progress: int = 2
+    """Stop requeuing (the job ends FAILED, `status` says why) after this many attempts in a row ended by a failure
+    (node, driver, time limit, a notice whose save missed) without a checkpoint newer than the attempt started
+    from; attempts ended by preemption or by the operator do not count. 0 turns the guard off (ours: 2)."""
     extra_sbatch_args: list[str] = field(default_factory=list)
     """Extra `sbatch` options passed through verbatim as separate arguments (e.g. `--constraint=b200`)."""
     check_paths_on_submit: bool = True

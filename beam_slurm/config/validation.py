@@ -115,6 +115,9 @@ def problems(cfg) -> list[ConfigProblem]:
             "use a positive poll interval and a settle time >= 0 (seconds)")
     if cfg.cluster.max_requeues < 0:
         bad("cluster.max_requeues", cfg.cluster.max_requeues, "use 0 (never requeue) or more")
+    if cfg.cluster.max_attempts_without_progress < 0:
+        bad("cluster.max_attempts_without_progress", cfg.cluster.max_attempts_without_progress,
+            "use 0 (no guard) or a number of attempts")
 
     # --- time limit and the notice window ----------------------------------------------------------------------
     limit = time_limit_seconds(cfg.cluster.time_limit)

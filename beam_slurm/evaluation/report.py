@@ -13,8 +13,9 @@ Sources, all under the run's export path (SkyRL's ``trainer.export_path``):
   metric names; "global_step" is accepted for "step"; a later line for the same step replaces an earlier one,
   which is what a requeued job that redoes a step produces). The report plots reward and mean response length.
 
-The run argument is a folder (the export path itself, or a run folder that holds it at most two levels down)
-or a run name, looked up as ``<exports root>/<name>`` with the exports root from ``--exports-root``, else
+The run argument is a run as `beam_slurm.pipeline.runs.resolve_run` finds it (its folder, name or training job
+id), or a folder (the export path itself, or a folder that holds it at most two levels down) or a run name,
+looked up as ``<exports root>/<name>`` with the exports root from ``--exports-root``, else
 ``$BEAM_EXPORTS_ROOT``, else ``$HOME/exports`` (the seed's default export path is ``$HOME/exports/<run_name>``).
 """
 
@@ -92,7 +93,13 @@ def _is_export_path(path: Path) -> bool:
 
 
 def resolve_export_path(run: str, exports_root: str | None = None) -> Path:
-    """The export path of a run given as a folder or a run name (see the module docstring)."""
+    """The export path of a run given as a folder, a run name or a training job id (see the module docstring)."""
+    from beam_slurm.pipeline.runs import RunNotFound, resolve_run
+
+    try:  # a run with a record (beam_run/run.json): the one resolver every verb that takes RUN uses
+        return resolve_run(run, exports_root)
+    except RunNotFound:
+        pass
     candidates: list[Path] = []
     given = Path(run).expanduser()
     if given.is_dir():

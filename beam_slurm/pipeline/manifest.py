@@ -2,7 +2,10 @@
 
     config.yaml                 the resolved recipe (reproduce with `beam-slurm plan`/`train` from it)
     run.json                    run name, paths, overrides, and every submission: stage, job id, status, the
-                                reason a stage was skipped, the rendered sbatch command, the jobs it waited for
+                                reason a stage was skipped, the rendered sbatch command, the jobs it waited for;
+                                the training jobs' attempts (written by the job itself, also when it was started
+                                with plain `sbatch`), the operator's wanted outcome and the bad nodes (see
+                                beam_slurm.pipeline.runs)
     commands.sh                 the latest submission's sbatch commands, one per line (shell-quoted)
     evals/global_step_N.json    one file per evaluation job submitted for a checkpoint (no read-modify-write of
                                 run.json from inside the training job)
@@ -19,7 +22,7 @@ import json
 import os
 import time
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator, TypeVar
 
 from beam_slurm.atomic_files import write_text
 
@@ -31,6 +34,7 @@ EVALS_DIRNAME = "evals"
 SWEEP_FILE = "sweep.json"
 SWEEPS_DIRNAME = "beam_sweeps"
 LAST_POINTER = "last"
+T = TypeVar("T")
 
 
 def read_json(path: Path) -> Any:
@@ -71,6 +75,19 @@ class RunManifest:
                 yield
             finally:
                 fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+
+    def update(self, change: Callable[[dict], T]) -> T:
+        """Read run.json, let `change` edit it in place, write it back, all under the lock; `change`'s result."""
+        with self._locked():
+            run = self.read()
+            result = change(run)
+            write_text(self.run_file, json.dumps(run, indent=2) + "\n")
+            return result
+
+    def write_config(self, config_yaml: str) -> None:
+        """config.yaml: the resolved recipe of the latest job or submission."""
+        self.dir.mkdir(parents=True, exist_ok=True)
+        write_text(self.dir / CONFIG_FILE, config_yaml)
 
     def record_submission(self, cfg, *, overrides: list[str], data_overrides: list[str], plans: list,
                           dependency_type: str, sweep_dir: str | None, config_yaml: str) -> None:

@@ -2,8 +2,12 @@
 sweep's) story: every stage's job, its state from squeue/sacct, restarts, elapsed time, nodes, why a pending job
 waits, the latest complete checkpoint and the latest evaluation result.
 
-Without an argument: the run or sweep submitted last from this account. A run name is looked up as
-<$BEAM_EXPORTS_ROOT or $HOME/exports>/<name>, then as the export path the current environment gives that name.
+Without an argument: the run or sweep submitted last from this account. A run (its folder, its name or a training
+job id) is found by `beam_slurm.pipeline.runs.resolve_run`, so a job started with plain `sbatch` has a status too.
+Under each training job, one row per attempt: its nodes, the checkpoint it started from and ended with, and how it
+ended (notice saved at step N, operator requeue, node failure on nX, time limit, driver error, stopped, ...). A
+stopped job shows as STOPPED ("stopped at step N, resumable"); a job that ended for good names the jobs waiting on
+it that can no longer run, and the nodes its later attempts excluded.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from beam_slurm.pipeline.manifest import RUN_DIRNAME, RUN_FILE, SWEEP_FILE, RunManifest, last_target, read_json
+from beam_slurm.pipeline.runs import train_jobs
 
 
 class StatusInputError(ValueError):
@@ -54,33 +59,22 @@ def resolve_targets(target: str | None) -> tuple[list[Path], str]:
         if not target:
             raise StatusInputError("no run given and nothing submitted from this account yet; pass a run folder, "
                                    "run name or sweep folder")
-    path = Path(target).expanduser()
-    if path.is_file() and path.name in (RUN_FILE, SWEEP_FILE):
-        path = path.parent
-    if path.is_dir():
-        if (path / SWEEP_FILE).is_file():
-            sweep = read_json(path / SWEEP_FILE) or {}
-            return [Path(r["export_path"]) for r in sweep.get("runs", [])], f"sweep {path}"
-        if (path / RUN_FILE).is_file() and path.name == RUN_DIRNAME:
-            return [path.parent], f"run {path.parent.name}"
-        if (path / RUN_DIRNAME / RUN_FILE).is_file():
-            return [path], f"run {path.name}"
-        raise StatusInputError(f"{path} is neither a run folder (with {RUN_DIRNAME}/{RUN_FILE}) nor a sweep folder "
-                               f"(with {SWEEP_FILE})")
-    candidates = []
-    root = os.environ.get("BEAM_EXPORTS_ROOT") or str(Path(os.environ.get("HOME", str(Path.home()))) / "exports")
-    candidates.append(Path(root) / target)
-    try:
-        from beam_slurm.config.load import load_config
+    from beam_slurm.pipeline.runs import RunNotFound, resolve_run
 
-        candidates.append(Path(load_config([f"run_name={target}"], validate=False).paths.export_path))
-    except Exception:  # a broken environment must not hide the other candidates
-        pass
-    for candidate in candidates:
-        if (candidate / RUN_DIRNAME / RUN_FILE).is_file():
-            return [candidate], f"run {target}"
-    raise StatusInputError(f"no run named {target!r}: looked for {RUN_DIRNAME}/{RUN_FILE} under "
-                           f"{', '.join(str(c) for c in candidates)}; pass the run's export folder instead")
+    path = Path(target).expanduser()
+    sweep_dir = path.parent if path.is_file() and path.name == SWEEP_FILE else path
+    if (sweep_dir / SWEEP_FILE).is_file():
+        sweep = read_json(sweep_dir / SWEEP_FILE) or {}
+        return [Path(r["export_path"]) for r in sweep.get("runs", [])], f"sweep {sweep_dir}"
+    try:
+        export_path = resolve_run(target)
+    except RunNotFound as exc:
+        if path.is_dir():
+            raise StatusInputError(f"{path} is neither a run folder (with {RUN_DIRNAME}/{RUN_FILE}) nor a sweep "
+                                   f"folder (with {SWEEP_FILE})") from None
+        raise StatusInputError(str(exc)) from None
+    name = (RunManifest(export_path).read().get("run_name") if not path.exists() else None) or export_path.name
+    return [export_path], f"run {target if not path.exists() and not target.isdigit() else name}"
 
 
 def _latest_eval(export_path: Path) -> tuple[int | None, str]:
@@ -123,10 +117,15 @@ def collect(export_paths: list[Path]) -> list[StatusRow]:
         manifest = RunManifest(export_path)
         run = manifest.read()
         stages = manifest.latest_stages()
+        shown = {str(s.get("job_id")) for s in stages if s.get("job_id")}
+        # Training jobs the run record knows but no submission listed (started with sbatch, or resubmitted so).
+        extra = [{"stage": "train", "job_id": j["job_id"]} for j in train_jobs(run) if str(j.get("job_id")) not in shown]
+        stages = [s for s in stages if s.get("stage") != "train"] + extra + [s for s in stages if s.get("stage") == "train"]
         evals = manifest.evaluations()
         runs.append((export_path, run, stages, evals))
         ids += [str(s["job_id"]) for s in stages if s.get("job_id")] + [str(e["job_id"]) for e in evals if e.get("job_id")]
     records = job_records(ids) if ids else {}
+    waiting_on: dict[str, list[str]] | None = None
 
     rows: list[StatusRow] = []
     for export_path, run, stages, evals in runs:
@@ -144,9 +143,25 @@ def collect(export_paths: list[Path]) -> list[StatusRow]:
                 rows.append(StatusRow(name, entry["stage"], "", "SKIPPED", 0, "", "", checkpoint, evaluation,
                                       entry.get("reason") or ""))
                 continue
-            rows.append(StatusRow(name, entry["stage"], job_id, record.state, record.restarts, record.elapsed,
-                                  record.nodes, checkpoint, evaluation,
-                                  _reason(record, entry, records, stage_of_job)))
+            state, reason = record.state, _reason(record, entry, records, stage_of_job)
+            job = (run.get("train_jobs") or {}).get(job_id) if entry["stage"] == "train" else None
+            if job:
+                if job.get("outcome") == "stopped" and record.final:
+                    state = "STOPPED"
+                if job.get("outcome") in ("stopped", "failed", "cancelled") and record.final:
+                    reason = job.get("outcome_reason") or reason
+                if job.get("excluded_nodes"):
+                    reason += f"{'; ' if reason else ''}excluded nodes {','.join(job['excluded_nodes'])}"
+                if record.final and record.state != "COMPLETED":
+                    if waiting_on is None:
+                        waiting_on = _pending_dependents()
+                    stuck = waiting_on.get(job_id, [])
+                    if stuck:
+                        reason += f"; waiting on it and can no longer run: {', '.join(stuck)}"
+            rows.append(StatusRow(name, entry["stage"], job_id, state, record.restarts, record.elapsed,
+                                  record.nodes, checkpoint, evaluation, reason))
+            for attempt in (job or {}).get("attempts", []):
+                rows.append(_attempt_row(name, attempt))
         for entry in evals:
             job_id = str(entry.get("job_id") or "")
             record = records.get(job_id)
@@ -156,6 +171,29 @@ def collect(export_paths: list[Path]) -> list[StatusRow]:
                                   record.elapsed, record.nodes, str(entry["step"]), _eval_at(export_path, entry["step"]),
                                   _reason(record, entry, records, stage_of_job)))
     return rows
+
+
+def _attempt_row(name: str, attempt: dict) -> StatusRow:
+    """One attempt of a training job: nodes, checkpoint at start -> end, how it ended."""
+    start, end = attempt.get("checkpoint_at_start"), attempt.get("checkpoint_at_end")
+    checkpoint = f"{'-' if start is None else start} -> {'-' if end is None else end}" if attempt.get("end") else \
+        f"from {'-' if start is None else start}"
+    kind = attempt.get("end_kind") or ("running" if not attempt.get("end") else "")
+    reason = attempt.get("end_reason") or ""
+    if attempt.get("saved_step") is not None and kind in ("notice", "operator-requeue", "stopped"):
+        reason = f"saved at step {attempt['saved_step']}; {reason}"
+    return StatusRow(name, f"  attempt {attempt.get('attempt')}", "", kind, int(attempt.get("attempt") or 0),
+                     "", ",".join(attempt.get("nodes") or []), checkpoint, "", reason)
+
+
+def _pending_dependents() -> dict[str, list[str]]:
+    """job id -> pending jobs that wait on it (`<id> (<name>)`); {} when squeue does not answer."""
+    from beam_slurm.slurm.scheduler import SlurmCommandError, pending_dependents
+
+    try:
+        return {up: [f"{j} ({n})" for j, n in jobs] for up, jobs in pending_dependents().items()}
+    except SlurmCommandError:
+        return {}
 
 
 def _reason(record, entry: dict, records: dict, stage_of_job: dict) -> str:
@@ -183,6 +221,7 @@ def render_table(rows: list[StatusRow], title: str):
     from rich.table import Table
 
     colours = {"COMPLETED": "green", "RUNNING": "cyan", "PENDING": "yellow", "SKIPPED": "dim", "FAILED": "red",
+               "STOPPED": "magenta",
                "CANCELLED": "red", "TIMEOUT": "red", "NODE_FAIL": "red", "OUT_OF_MEMORY": "red"}
     table = Table(title=title)
     show_run = len({r.run for r in rows}) > 1
@@ -247,7 +286,7 @@ def main(argv: list[str]) -> int:
 
         with Live(render_table(rows, title), console=console, refresh_per_second=1) as live:
             # Done when every job has ended, or waits for a dependency that can never be satisfied.
-            while not all(r.state == "SKIPPED" or r.state in _final_states()
+            while not all(r.state in ("SKIPPED", "STOPPED") or r.state in _final_states() or r.stage.startswith(" ")
                           or r.reason.startswith("DependencyNeverSatisfied") for r in rows):
                 time.sleep(args.interval)
                 rows = snapshot()

@@ -12,6 +12,9 @@ dependency). A sweep shares the data and container jobs between its runs. Every 
 anything is submitted; invalid points are listed with the reason and the sweep is refused (exit 2) unless
 `--skip-invalid`. `--dry-run` prints every command and submits and writes nothing.
 
+A run whose last training job was stopped (`beam-slurm stop`) or ended by the no-progress guard resumes: its
+training job gets `checkpoint.resume_mode=latest` unless a resume mode is given.
+
 `data.<key>=<value>` arguments go to the data stage (`beam-slurm prepare-data`); its output folder is paths.data_dir.
 `--force` rebuilds the data even when its manifest matches.
 Run folder: <export_path>/beam_run/ (see beam_slurm.pipeline.manifest); sweeps: <exports>/beam_sweeps/<name>/.
@@ -117,6 +120,28 @@ def build_runs(overrides: list[str], multirun: bool, stages: tuple[str, ...] | l
                                               "remove the repeated value"))
         seen.setdefault(run.cfg.run_name, run)
     return runs
+
+
+def resume_stopped(runs: list[RunSpec], out=None) -> None:
+    """Make each run whose last training job ended resumable (stopped, or failed by the no-progress guard) resume
+    from its latest checkpoint, unless the user chose a resume mode."""
+    from beam_slurm.config.verb_args import override_key
+    from beam_slurm.pipeline.manifest import RunManifest
+    from beam_slurm.pipeline.runs import resumable
+    from beam_slurm.pipeline.stages import latest_checkpoint_step
+
+    for run in runs:
+        if run.cfg is None or any(override_key(o) in ("checkpoint.resume_mode", "checkpoint.resume_path")
+                                  for o in run.overrides):
+            continue
+        job = resumable(RunManifest(run.cfg.paths.export_path).read())
+        step = latest_checkpoint_step(run.cfg.paths.ckpt_path)
+        if job is None or step is None:
+            continue
+        run.overrides = [*run.overrides, "checkpoint.resume_mode=latest", "checkpoint.resume_path=null"]
+        run.cfg.checkpoint.resume_mode, run.cfg.checkpoint.resume_path = "latest", None
+        print(f"run {run.cfg.run_name}: job {job['job_id']} ended {job.get('outcome')} "
+              f"({job.get('outcome_reason')}); the new training job resumes from step {step}", file=out or sys.stdout)
 
 
 def _earlier_jobs(runs: list[RunSpec]) -> dict[str, list[str]]:
@@ -229,7 +254,12 @@ def _write_records(runs: list[RunSpec], invalid: list[RunSpec], args, data_overr
     from beam_slurm.atomic_files import write_text
     from beam_slurm.pipeline.manifest import SWEEP_FILE, RunManifest, now, remember_last
 
+    from beam_slurm.pipeline.runs import remember_job
+
     for run in runs:
+        for plan in run.plans:
+            if plan.stage == "train" and plan.job_id:
+                remember_job(plan.job_id, run.cfg.paths.export_path)
         RunManifest(run.cfg.paths.export_path).record_submission(
             run.cfg, overrides=run.overrides, data_overrides=data_overrides, plans=run.plans,
             dependency_type=args.dependency_type, sweep_dir=str(sweep_dir) if sweep_dir else None,
@@ -295,6 +325,8 @@ def main(argv: list[str]) -> int:
     from beam_slurm.pipeline.stages import StageError
     from beam_slurm.slurm.scheduler import SlurmCommandError
 
+    if "train" in stages:
+        resume_stopped(valid)
     try:
         plan_stages(valid, stages, data_overrides, args.force)
     except StageError as exc:

@@ -7,15 +7,22 @@ waiting. A notice - the pre-timeout signal (`#SBATCH --signal=B:USR1@N`, deliver
 2. wait up to `grace_s` for `notice.saved_since(...)` (or for the run to finish on its own);
 3. stop the Ray step (SIGTERM through Slurm to every node: driver stopped, each node's Ray stopped).
 
-The attempt's facts then go to `requeue_policy.decide`, whose decision this module carries out (`scontrol requeue`
-or the exit status). Logs: `<log_dir>/<jobid>-<attempt>/` on shared storage (train_job.log, ray-<host>.log,
-failure.json, ...).
+`beam-slurm requeue|stop` write the wanted outcome into the run record and send USR2 to this shell only: the same
+save sequence, then a requeue or the end as stopped. A SIGTERM (or the Ray step's death) is checked against what
+Slurm is doing to the job (`scontrol show job`): a `scontrol requeue` or `scancel` signals every step at once, so
+there is nothing to save and, for a requeue, nothing to ask: the job is already requeued.
+
+The attempt's facts then go to `requeue_policy.decide`, whose decision this module carries out (`scontrol requeue`,
+the excluded nodes, or the exit status). Every attempt's start and end, the bad nodes and the job's outcome go to
+the run record (`beam_slurm.pipeline.runs`). Logs: `<log_dir>/<jobid>-<attempt>/` on shared storage
+(train_job.log, ray-<host>.log, failure.json, ...).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import shlex
 import signal
 import subprocess
@@ -29,13 +36,18 @@ from beam_slurm.ray_cluster.ports import ephemeral_range
 from beam_slurm.ray_cluster.settings import SETTINGS_ENV
 from beam_slurm.slurm import preflight, scheduler
 from beam_slurm.slurm.job_settings import TrainJobSettings
-from beam_slurm.slurm.requeue_policy import AttemptFacts, Decision, decide, stop_waiting_for_save
+from beam_slurm.slurm.requeue_policy import (AttemptFacts, Decision, decide, exclusion, failed_node,
+                                             no_progress_streak, slurm_end_of, stop_waiting_for_save)
 from beam_slurm.slurm.steps import StepLauncher, stop_step
 
 RAY_STEP = "ray"
 """Job name of the Ray step (how `scontrol` finds it to signal it)."""
 _POLL_S = 0.2
 _SAVE_POLL_S = 0.5
+OPERATOR_SIGNAL = "USR2"
+"""What `beam-slurm requeue|stop` send to the batch shell (`scancel --batch`) after writing the wanted outcome."""
+_SLURM_ENDS_EVERYTHING = ("requeued", "cancelled", "time limit")
+"""What Slurm may be doing when a SIGTERM arrives that signals every step at once: no save can be made."""
 
 
 class Attempt:
@@ -55,6 +67,16 @@ class Attempt:
         self._log_file = None
         self.requeued = False
         """True once this attempt asked Slurm to requeue the job (the job folder and token are then kept)."""
+        self.record = None
+        """The run record (`RunManifest`), None when the job has none (a driver run under train_job)."""
+        self.job_entry: dict = {}
+        """This job's entry in the run record as it stood at the start of the attempt."""
+        self.bad_nodes: list[str] = []
+        """The run's bad nodes at the start of the attempt."""
+        self.checkpoint_at_start: int | None = None
+        self.slurm_end: str | None = None
+        self.wanted: dict | None = None
+        self.preflight_failed_nodes: list[str] = []
 
     # --- logging -------------------------------------------------------------------------------------------------
     def log(self, message: str) -> None:
@@ -93,7 +115,15 @@ class Attempt:
                                      shared_canary=str(canary))
         # srun places a step on fewer nodes than the allocation as it likes: then only the count can be checked.
         hosts = self.alloc.nodes if self.nodes == len(self.alloc.nodes) else []
-        return preflight.run_step(self.launcher, checks, hosts, env, self.attempt_dir, self.log)
+
+        def log(message: str) -> None:
+            # preflight logs one line per failing node ("preflight FAILED on <host>: <problem>"): the bad nodes
+            failed = re.match(r"preflight FAILED on (\S+): ", message)
+            if failed and failed.group(1) not in self.preflight_failed_nodes:
+                self.preflight_failed_nodes.append(failed.group(1))
+            self.log(message)
+
+        return preflight.run_step(self.launcher, checks, hosts, env, self.attempt_dir, log)
 
     def start_ray_step(self, env: dict[str, str]) -> None:
         argv = self.launcher.module_argv(["beam_slurm.ray_cluster.node", "--", *self.settings.driver],
@@ -115,6 +145,8 @@ class Attempt:
                 return self.handle_notice()
             status = self.step.poll()
             if status is not None:
+                if status != 0:
+                    self.slurm_end = self.ask_slurm()
                 self.log_step_end(status)
                 return self.facts(step_status=status)
             time.sleep(_POLL_S)
@@ -124,11 +156,23 @@ class Attempt:
 
         assert self.step is not None
         name, received = self.notices[0]
-        self.log(f"notice {name} received: asking the trainer to save a checkpoint (grace {self.settings.grace_s:.0f}s)")
-        notice.request_save(self.settings.ckpt_path, f"{name} (time limit or preemption)")
+        self.wanted = self.read_wanted()
+        if name == "SIGTERM" and self.wanted is None:
+            self.slurm_end = self.ask_slurm()
+            if self.slurm_end in _SLURM_ENDS_EVERYTHING:
+                # Every step got the same SIGTERM: the trainer stops now, there is nothing to wait for.
+                self.log(f"notice SIGTERM: Slurm is ending this attempt ({self.slurm_end}); every step was "
+                         "signalled, so no checkpoint can be saved")
+                status = self.stop_ray_step()
+                return self.facts(notice=name, step_status=status)
+        grace_s = float(self.wanted.get("timeout_s") or self.settings.grace_s) if self.wanted else self.settings.grace_s
+        why_save = (f"beam-slurm {self.wanted['action']} by {self.wanted.get('by', '?')}" if self.wanted
+                    else f"{name} (time limit or preemption)")
+        self.log(f"notice {name} received ({why_save}): asking the trainer to save a checkpoint (grace {grace_s:.0f}s)")
+        notice.request_save(self.settings.ckpt_path, why_save)
         while True:
             saved = notice.saved_since(self.settings.ckpt_path, received)
-            why = stop_waiting_for_save(now=time.time(), received=received, grace_s=self.settings.grace_s,
+            why = stop_waiting_for_save(now=time.time(), received=received, grace_s=grace_s,
                                         saved_step=saved, step_running=self.step.poll() is None,
                                         notices=len(self.notices))
             if why is not None:
@@ -158,26 +202,212 @@ class Attempt:
                      f"(driver status {records.read_driver_status(self.attempt_dir)})")
 
     def facts(self, **seen: Any) -> AttemptFacts:
-        """This attempt's facts: what the caller saw plus what the nodes recorded in the attempt folder."""
+        """This attempt's facts: what the caller saw plus what the nodes and the run record say."""
         failure = records.read_failure(self.attempt_dir)
+        nodes = tuple(self.alloc.nodes[: self.nodes])
+        wanted = self.wanted if self.wanted is not None else (self.read_wanted() if self.notices else None)
+        seen.setdefault("slurm_end", self.slurm_end)
         return AttemptFacts(restart_count=self.alloc.restart_count, max_requeues=self.settings.max_requeues,
                             driver_status=records.read_driver_status(self.attempt_dir),
-                            failure_kind=failure.get("kind") if failure else None, **seen)
+                            failure_kind=failure.get("kind") if failure else None,
+                            failure_node=failed_node(failure, nodes[0] if nodes else None), nodes=nodes,
+                            preflight_failed_nodes=tuple(self.preflight_failed_nodes),
+                            wanted=wanted.get("action") if wanted else None,
+                            checkpoint_at_start=self.checkpoint_at_start, checkpoint_at_end=self.checkpoint(),
+                            earlier_without_progress=no_progress_streak(
+                                [a for a in self.job_entry.get("attempts", []) if a.get("end")]),
+                            max_attempts_without_progress=self.settings.max_attempts_without_progress, **seen)
 
-    def carry_out(self, decision: Decision) -> int:
-        """Requeue or end as decided; the batch shell's exit status."""
+    def carry_out(self, decision: Decision, facts: AttemptFacts | None = None) -> int:
+        """Requeue or end as decided, and say so in the run record; the batch shell's exit status."""
+        self.record_end(decision, facts)
+        if decision.already_requeued:
+            self.requeued = True
+            self.log(f"{decision.reason}: the job is already requeued; {decision.note}")
+            self.exclude_bad_nodes(decision)
+            return 0
         if not decision.requeue:
             self.log(f"{decision.reason}: {decision.note}" if decision.note else decision.reason)
             return decision.exit_status
         try:
             scheduler.requeue(self.alloc.job_id)
         except scheduler.SlurmCommandError as exc:
-            self.log(f"{decision.reason}: requeue failed: {exc} (is the job submitted with --requeue?)")
-            return decision.exit_status
+            if self.ask_slurm() != "requeued":
+                self.log(f"{decision.reason}: requeue failed: {exc} (is the job submitted with --requeue?)")
+                return decision.exit_status
+            self.log(f"{decision.reason}: Slurm had already requeued the job")
         self.requeued = True
-        self.log(f"{decision.reason}: job requeued (attempt {self.alloc.restart_count + 1} of at most "
+        where = f" ({decision.note})" if decision.note else ""
+        self.log(f"{decision.reason}{where}: job requeued (attempt {self.alloc.restart_count + 1} of at most "
                  f"{self.settings.max_requeues + 1} will resume from the latest checkpoint)")
+        self.exclude_bad_nodes(decision)
         return 0
+
+    # --- Slurm's view and the run record ------------------------------------------------------------------------
+    def checkpoint(self) -> int | None:
+        from beam_slurm.pipeline.stages import latest_checkpoint_step
+
+        return latest_checkpoint_step(self.settings.ckpt_path)
+
+    def ask_slurm(self) -> str | None:
+        """What Slurm is doing to the job right now (`requeue_policy.slurm_end_of`); None when it runs on or when
+        scontrol does not answer."""
+        try:
+            info = scheduler.job_info(self.alloc.job_id)
+        except scheduler.SlurmCommandError as exc:
+            self.log(f"could not ask Slurm about the job: {exc}")
+            return None
+        end = info.get("EndTime", "")
+        left = None
+        try:
+            if end and end not in ("Unknown", "None"):
+                left = time.mktime(time.strptime(end, "%Y-%m-%dT%H:%M:%S")) - time.time()
+        except ValueError:
+            pass
+        restarts = info.get("Restarts", "0")
+        return slurm_end_of(job_state=info.get("JobState", ""), restarts=int(restarts) if restarts.isdigit() else 0,
+                            restart_count=self.alloc.restart_count, preempt_time=info.get("PreemptTime", ""),
+                            time_left_s=left)
+
+    def _record_call(self, what: str, call, *args, **kwargs):
+        """Write to the run record; a record that cannot be written never stops training (logged)."""
+        if self.record is None:
+            return None
+        try:
+            return call(self.record, *args, **kwargs)
+        except (OSError, ValueError) as exc:
+            self.log(f"warning: could not {what} in {self.record.run_file}: {exc}")
+            return None
+
+    def read_wanted(self) -> dict | None:
+        from beam_slurm.pipeline.runs import wanted_for
+
+        if self.record is None:
+            return None
+        try:
+            return wanted_for(self.record.read(), self.alloc.job_id)
+        except OSError:
+            return None
+
+    def record_start(self) -> None:
+        """Write the run record's entry for this attempt (and the job, and the run when started with sbatch)."""
+        from beam_slurm.pipeline import runs
+        from beam_slurm.pipeline.manifest import RunManifest
+
+        self.checkpoint_at_start = self.checkpoint()
+        info = dict(self.settings.run_info or {})
+        if not info.get("export_path"):
+            return
+        self.record = RunManifest(info["export_path"])
+        config_yaml = info.pop("config_yaml", None)
+        if self.alloc.restart_count == 0 and config_yaml:
+            self._record_call("write the resolved recipe", RunManifest.write_config, config_yaml)
+        job: dict[str, str] = {}
+        if self.alloc.restart_count == 0:
+            try:
+                job = scheduler.job_info(self.alloc.job_id)
+            except scheduler.SlurmCommandError:
+                job = {}
+        user_exclude = [n for n in (job.get("ExcNodeList") or "").split(",") if n and n != "(null)"]
+        if user_exclude:
+            try:
+                user_exclude = scheduler.expand_hostnames(",".join(user_exclude))
+            except scheduler.SlurmCommandError:
+                pass
+        snapshot = self._record_call("record the attempt's start", lambda manifest: runs.begin_attempt(
+            manifest, job_id=self.alloc.job_id, attempt=self.alloc.restart_count, nodes=self.alloc.nodes[: self.nodes],
+            checkpoint=self.checkpoint_at_start, run_info=info,
+            partition=job.get("Partition", "") or self.alloc.extra.get("SLURM_JOB_PARTITION", ""),
+            nodes_needed=self.nodes, user_exclude=user_exclude))
+        if snapshot:
+            self.job_entry = snapshot["job"]
+            self.bad_nodes = snapshot["bad_nodes"]
+        if self.alloc.restart_count == 0:
+            runs.remember_job(self.alloc.job_id, info["export_path"])
+        self.job_entry["attempts"] = [a for a in self.job_entry.get("attempts", [])
+                                      if a.get("attempt") != self.alloc.restart_count]
+
+    def record_end(self, decision: Decision, facts: AttemptFacts | None) -> None:
+        from beam_slurm.pipeline import runs
+
+        checkpoint = self.checkpoint()
+        reason = decision.reason + (f": {decision.note}" if decision.note else "")
+        saved = facts.saved_step if facts is not None else None
+        end = {"end_kind": decision.end_kind, "end_reason": reason, "saved_step": saved,
+               "checkpoint_at_end": checkpoint, "counts_against_progress": decision.counts_against_progress,
+               "decision": ("requeued by Slurm" if decision.already_requeued else
+                            "requeue" if decision.requeue else f"end ({decision.exit_status})"),
+               "exit_status": None if decision.requeue else decision.exit_status}
+        failure_reason = {}
+        if facts is not None and facts.failure_node:
+            failure = records.read_failure(self.attempt_dir) or {}
+            failure_reason[facts.failure_node] = str(failure.get("reason", "node failure"))
+        bad = [(node, failure_reason.get(node, "preflight failed there" if decision.end_kind == "preflight"
+                                         else decision.reason)) for node in decision.bad_nodes]
+        outcome = decision.outcome or None
+        if outcome == "completed":
+            outcome_reason = f"finished at step {checkpoint}" if checkpoint is not None else "finished"
+        elif outcome == "stopped":
+            outcome_reason = (f"stopped at step {checkpoint}, resumable" if checkpoint is not None
+                              else "stopped before any checkpoint, resumable")
+        else:
+            outcome_reason = reason
+        self._record_call("record the attempt's end", lambda manifest: runs.end_attempt(
+            manifest, job_id=self.alloc.job_id, attempt=self.alloc.restart_count, end=end, bad_nodes=bad,
+            outcome=outcome, outcome_reason=outcome_reason,
+            resumable_end=outcome in ("stopped", "failed") and checkpoint is not None,
+            wanted_handled=facts is not None and facts.wanted is not None))
+
+    def exclude_bad_nodes(self, decision: Decision, extra: tuple[str, ...] = ()) -> None:
+        """After the requeue (the job is then completing, and Slurm accepts a new list): ExcNodeList = the run's bad
+        nodes plus the user's own --exclude, when the partition keeps enough other nodes."""
+        bad = sorted(set(self.bad_nodes) | set(decision.bad_nodes) | set(extra))
+        if not bad:
+            return
+        partition = self.job_entry.get("partition") or self.alloc.extra.get("SLURM_JOB_PARTITION", "")
+        try:
+            usable = scheduler.usable_partition_nodes(partition)
+        except scheduler.SlurmCommandError as exc:
+            self.log(f"bad nodes {','.join(bad)} not excluded: cannot list the partition's nodes ({exc})")
+            return
+        wanted, why = exclusion(bad, list(self.job_entry.get("user_exclude") or []), usable, self.nodes)
+        if wanted is None:
+            self.log(f"bad nodes {','.join(bad)} not excluded: {why}; requeued as before")
+            return
+        try:
+            scheduler.update_excluded_nodes(self.alloc.job_id, wanted)
+        except scheduler.SlurmCommandError as exc:
+            self.log(f"bad nodes {','.join(bad)} not excluded: {exc}; the next attempt checks its nodes itself")
+            return
+        self.log(f"the next attempt avoids {','.join(bad)}: ExcNodeList={','.join(wanted)}")
+        from beam_slurm.pipeline import runs
+
+        self._record_call("record the excluded nodes", runs.set_excluded, self.alloc.job_id, wanted)
+
+    def avoid_bad_nodes(self) -> bool:
+        """The fallback when the exclusion could not be set: if this attempt landed on a recorded bad node, set the
+        list now and requeue once (per job). True when the job was requeued."""
+        landed = sorted(set(self.alloc.nodes[: self.nodes]) & set(self.bad_nodes))
+        if not landed or self.job_entry.get("avoided_bad_nodes"):
+            return False
+        partition = self.job_entry.get("partition") or self.alloc.extra.get("SLURM_JOB_PARTITION", "")
+        try:
+            usable = scheduler.usable_partition_nodes(partition)
+        except scheduler.SlurmCommandError:
+            usable = []
+        wanted, why = exclusion(self.bad_nodes, list(self.job_entry.get("user_exclude") or []), usable, self.nodes)
+        if wanted is None:
+            self.log(f"this attempt runs on bad node(s) {','.join(landed)}: {why}; running anyway")
+            return False
+        self.log(f"this attempt landed on bad node(s) {','.join(landed)} (the exclusion was not set): requeueing "
+                 "once without them")
+
+        def mark(run: dict) -> None:
+            run["train_jobs"][str(self.alloc.job_id)]["avoided_bad_nodes"] = True
+
+        self._record_call("record the bad-node requeue", lambda manifest: manifest.update(mark))
+        decision = Decision(True, 0, f"landed on bad node(s) {','.join(landed)}", end_kind="bad-node-avoided")
+        return self.carry_out(decision) == 0 and self.requeued
 
     # --- entry ---------------------------------------------------------------------------------------------------
     def run(self) -> int:
@@ -190,22 +420,28 @@ class Attempt:
             self.log(f"{self.nodes} nodes ({','.join(self.alloc.nodes[: self.nodes])}), "
                      f"{self.settings.gpus_per_node} GPUs per node, logs in {self.attempt_dir}")
             self.warn_port_range()
+            self.record_start()
+            if self.avoid_bad_nodes():
+                return 0
             notice.clear(self.settings.ckpt_path)
             if self.settings.ray.auth:
                 auth.ensure_token(self.settings.ray, self.alloc.job_id)
             env = self.step_env()
             if self.settings.preflight and not self.run_preflight(env):
-                return self.carry_out(decide(self.facts(preflight_failed=True, ray_started=False)))
+                return self.end(self.facts(preflight_failed=True, ray_started=False))
             if self.notices:
-                return self.carry_out(decide(self.facts(notice=self.notices[0][0], ray_started=False)))
+                return self.end(self.facts(notice=self.notices[0][0], ray_started=False))
             self.start_ray_step(env)
-            return self.carry_out(decide(self.wait_step()))
+            return self.end(self.wait_step())
         finally:
             if self.step is not None and self.step.poll() is None:
                 self.stop_ray_step()
             if not self.requeued:
                 auth.remove_job_dir(self.settings.ray, self.alloc.job_id)
             self._log_file.close()
+
+    def end(self, facts: AttemptFacts) -> int:
+        return self.carry_out(decide(facts), facts)
 
     def warn_port_range(self) -> None:
         ephemeral = ephemeral_range()

@@ -50,6 +50,11 @@ class TrainJobSettings:
     """The recipe's `ray` section, passed to every node as BEAM_RAY_SETTINGS."""
     python: str
     """Interpreter that runs beam_slurm on the nodes (inside a container, the container's: trainer.python)."""
+    max_attempts_without_progress: int
+    """cluster.max_attempts_without_progress (0 = no guard)."""
+    run_info: dict | None
+    """The run as its record names it (run_name, recipe, export_path, ckpt_path, log_dir, max_training_steps) and
+    `config_yaml`, the resolved recipe; the job writes them to <export_path>/beam_run/ (None: no run record)."""
 
     def problems(self) -> list[ConfigProblem]:
         found = list(self.ray.problems())
@@ -166,5 +171,15 @@ def job_settings(cfg, *, preflight: bool = True, driver: list[str] | None = None
         container=lambda job_id: container_hook(cfg.container, mounts, job_id),
         ray=cfg.ray,
         python=python,
+        max_attempts_without_progress=cfg.cluster.max_attempts_without_progress,
+        run_info=_run_info(cfg),
     )
     return settings, driver_env
+
+
+def _run_info(cfg) -> dict:
+    from beam_slurm.config.load import to_yaml
+
+    return {"run_name": cfg.run_name, "recipe": cfg.recipe, "export_path": str(cfg.paths.export_path),
+            "ckpt_path": str(cfg.paths.ckpt_path), "log_dir": str(cfg.paths.log_dir),
+            "max_training_steps": cfg.max_training_steps, "config_yaml": to_yaml(cfg)}

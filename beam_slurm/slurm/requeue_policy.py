@@ -1,9 +1,26 @@
-"""How an attempt of the training job ends: requeue, finish or stop. Pure decisions over what the attempt recorded
-(no Slurm, no files, no clock), so each rule reads top to bottom and is tested in milliseconds.
+"""How an attempt of the training job ends: requeue, finish, stop or fail. Pure decisions over what the attempt
+recorded (no Slurm, no files, no clock), so each rule reads top to bottom and is tested in milliseconds.
 
-`attempt.Attempt` gathers the facts (signals received, the checkpoint saved on notice, the Ray step's and the
-driver's statuses, the first failure a node recorded), asks `decide`, and carries the decision out (`scontrol
-requeue`, the exit status). While a notice is being handled it asks `stop_waiting_for_save` when to stop waiting.
+`attempt.Attempt` gathers the facts (signals received and what Slurm said about them, the operator's wanted outcome
+from the run record, the checkpoint saved on notice, the Ray step's and the driver's statuses, the first failure a
+node recorded, the checkpoint at the attempt's start and end, the earlier attempts without progress), asks
+`decide`, and carries the decision out (`scontrol requeue`, the excluded nodes, the exit status). While a notice is
+being handled it asks `stop_waiting_for_save` when to stop waiting.
+
+End kinds (`Decision.end_kind`, shown by `beam-slurm status` for every attempt):
+
+    finished          the driver finished the run
+    notice            the pre-timeout or preemption notice (`--signal=B:USR1@N`): saved, then requeued
+    operator-requeue  `beam-slurm requeue`: saved at the next step boundary, then requeued
+    stopped           `beam-slurm stop`: saved, then ended (not COMPLETED: `afterok` dependents do not run)
+    slurm-requeue     `scontrol requeue` (or a requeue by Slurm): every step signalled at once, no save
+    preempted         preemption that signalled the steps only: requeued, no save
+    cancelled         `scancel`: every step signalled, no save, not requeued
+    time-limit        the time limit came without a notice (or the save missed it)
+    node-failure      a node's Ray died or never joined (that node goes on the run's bad-node list)
+    preflight         preflight failed (on some nodes: they go on the bad-node list; on all: the setup is wrong)
+    driver-error      the driver (trainer) failed: the same error would come back
+    setup-error       bring-up found a configuration fault (GPU visibility, task layout)
 """
 
 from __future__ import annotations
@@ -13,9 +30,29 @@ from dataclasses import dataclass
 from beam_slurm.ray_cluster.records import EXIT_INFRA
 
 EXIT_PREFLIGHT = 3
-"""Preflight found a problem on some node; nothing was started."""
+"""Preflight found a problem on every node; nothing was started."""
 EXIT_NOT_REQUEUED = 75
 """Stopped on a notice or by an infrastructure failure, and not requeued (cap reached or requeue failed)."""
+EXIT_STOPPED = 79
+"""Stopped by `beam-slurm stop` after saving: the job ends FAILED with this code (not COMPLETED, so `afterok`
+dependents do not start); the run record says "stopped, resumable"."""
+EXIT_NO_PROGRESS = 76
+"""Not requeued: cluster.max_attempts_without_progress attempts in a row ended by a failure without a newer
+checkpoint."""
+EXIT_CANCELLED = 143
+"""`scancel` (SIGTERM to every step): ended as Slurm says, never requeued by the job itself."""
+
+# End kinds whose attempts never count against progress: the operator or the scheduler took the time away.
+NOT_COUNTED = ("notice", "operator-requeue", "stopped", "slurm-requeue", "preempted", "cancelled", "finished")
+# What to change, per kind of failure, when the no-progress guard ends the run.
+ADVICE = {
+    "time-limit": "raise cluster.time_limit, or lower checkpoint.interval so a checkpoint lands within one attempt",
+    "notice": "the save does not fit the notice: raise cluster.signal_before_s and cluster.grace_s",
+    "node-failure": "check the nodes named in the log (they are excluded from later attempts), or set "
+                    "cluster.extra_sbatch_args=[--exclude=...]",
+    "preflight": "fix what preflight named on those nodes, or exclude them",
+    "driver-error": "read the driver's log in the attempt folder",
+}
 
 
 @dataclass(frozen=True)
@@ -28,8 +65,17 @@ class AttemptFacts:
     """cluster.max_requeues."""
     preflight_failed: bool = False
     """Preflight named a problem on some node; Ray never started."""
+    preflight_failed_nodes: tuple[str, ...] = ()
+    """The nodes preflight named (empty = not known)."""
+    nodes: tuple[str, ...] = ()
+    """This attempt's nodes (the Ray step's), in Slurm's order: the head is the first."""
     notice: str | None = None
     """The first notice signal (SIGUSR1, SIGTERM, ...), None when none came."""
+    slurm_end: str | None = None
+    """What Slurm itself was doing to the job when the signal came or the step died (`slurm_end_of`): 'requeued',
+    'cancelled', 'preempted', 'time limit', or None (running normally)."""
+    wanted: str | None = None
+    """The operator's wanted outcome from the run record (`beam-slurm requeue|stop`): 'requeue', 'stop' or None."""
     ray_started: bool = True
     """The Ray step was started (a notice can arrive before)."""
     saved_step: int | None = None
@@ -40,6 +86,23 @@ class AttemptFacts:
     """The driver's exit status as the head recorded it, None when the driver never ended."""
     failure_kind: str | None = None
     """The first failure a node recorded: 'infra' (a requeue may help), 'setup' (it will not), None."""
+    failure_node: str | None = None
+    """The node that first failure is about (`failed_node`), None when not one node."""
+    checkpoint_at_start: int | None = None
+    """The newest complete checkpoint when the attempt started."""
+    checkpoint_at_end: int | None = None
+    """The newest complete checkpoint when it ended."""
+    earlier_without_progress: int = 0
+    """Attempts right before this one that ended by a failure without a newer checkpoint (`no_progress_streak`)."""
+    max_attempts_without_progress: int = 2
+    """cluster.max_attempts_without_progress."""
+
+    @property
+    def progressed(self) -> bool:
+        """A checkpoint newer than the one the attempt started from."""
+        if self.checkpoint_at_end is None:
+            return False
+        return self.checkpoint_at_start is None or self.checkpoint_at_end > self.checkpoint_at_start
 
 
 @dataclass(frozen=True)
@@ -54,43 +117,180 @@ class Decision:
     """Why, as the log says it: 'notice SIGUSR1', 'infrastructure failure', 'the driver failed', ..."""
     note: str = ""
     """More for the log (e.g. why a requeue was not asked for)."""
+    end_kind: str = ""
+    """The attempt's end kind (see the module docstring)."""
+    already_requeued: bool = False
+    """Slurm has requeued the job itself: nothing to ask, the next attempt comes anyway."""
+    bad_nodes: tuple[str, ...] = ()
+    """Nodes this attempt found bad: they go on the run's bad-node list and are excluded from later attempts."""
+    counts_against_progress: bool = False
+    """A failure without a newer checkpoint: one more attempt towards cluster.max_attempts_without_progress."""
+    outcome: str = ""
+    """The job's outcome when it ends here: 'completed', 'stopped', 'failed', 'cancelled'; '' when requeued."""
+
+
+def slurm_end_of(*, job_state: str, restarts: int, restart_count: int, preempt_time: str, time_left_s: float | None) -> str | None:
+    """What Slurm is doing to the job, from `scontrol show job` as the batch shell sees it right after a SIGTERM or
+    the Ray step's death: 'requeued' (Restarts already above this attempt's count: `scontrol requeue`),
+    'preempted' (PreemptTime set), 'time limit' (no time left), 'cancelled' (the job is completing otherwise:
+    `scancel`), or None (it runs on)."""
+    state = (job_state or "").split()[0] if job_state else ""
+    if restarts > restart_count or state in ("REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "PENDING"):
+        return "requeued"
+    if preempt_time and preempt_time not in ("None", "Unknown", "(null)"):
+        return "preempted"
+    if state == "TIMEOUT" or (time_left_s is not None and time_left_s <= 0):
+        return "time limit"
+    if state in ("COMPLETING", "CANCELLED"):
+        return "cancelled"
+    return None
+
+
+def failed_node(failure: dict | None, head: str | None) -> str | None:
+    """The node a recorded failure is about, or None. Reasons start with `node <host>:` (the node that saw it);
+    when a worker saw the head vanish, it is the head that is bad."""
+    if not failure or failure.get("kind") != "infra":
+        return None
+    reason = str(failure.get("reason") or "")
+    if "the head's" in reason or "the head (" in reason:
+        return head
+    words = reason.split()
+    if len(words) >= 2 and words[0] == "node":
+        return words[1].rstrip(":")
+    if "Ray cluster not complete" in reason:
+        # "...: n3: its task never started ...; n4 (10.0.0.4): started but ..." -> the first node named
+        tail = reason.split(": ", 1)[1] if ": " in reason else ""
+        for part in tail.split("; "):
+            name = part.split(":")[0].split(" (")[0].strip()
+            if name and " " not in name:
+                return name
+    return failure.get("node")
+
+
+def no_progress_streak(attempts: list[dict]) -> int:
+    """Attempts at the end of `attempts` (run-record entries, oldest first) that counted against progress, in a row;
+    an attempt that progressed, or whose end does not count, ends the streak."""
+    streak = 0
+    for entry in reversed(attempts):
+        if not entry.get("counts_against_progress"):
+            break
+        streak += 1
+    return streak
+
+
+def exclusion(bad_nodes: list[str], user_exclude: list[str], partition_nodes: list[str], nodes_needed: int) -> tuple[list[str] | None, str]:
+    """The job's new ExcNodeList (bad nodes plus the user's own `--exclude`), or None and why not: the partition
+    (its usable nodes) must keep `nodes_needed` nodes outside the list. An empty `partition_nodes` means unknown."""
+    wanted = sorted(set(bad_nodes) | set(user_exclude))
+    if not bad_nodes:
+        return None, "no bad nodes"
+    if not partition_nodes:
+        return None, "the partition's nodes are unknown"
+    left = [n for n in partition_nodes if n not in wanted]
+    if len(left) < nodes_needed:
+        return None, (f"excluding {','.join(wanted)} would leave {len(left)} usable nodes in the partition, the job "
+                      f"needs {nodes_needed}")
+    return wanted, ""
 
 
 def decide(facts: AttemptFacts) -> Decision:
     """The end of one attempt, from its facts."""
-    if facts.preflight_failed:
-        # A node lacks a path, space or GPUs: the same allocation would fail the same way.
-        return Decision(False, EXIT_PREFLIGHT, "preflight failed")
+    decision = _decide(facts)
+    if decision.requeue and decision.counts_against_progress and not facts.progressed:
+        in_a_row = facts.earlier_without_progress + 1
+        limit = facts.max_attempts_without_progress
+        if limit > 0 and in_a_row >= limit:
+            since = ("no checkpoint yet" if facts.checkpoint_at_end is None
+                     else f"the newest checkpoint is still step {facts.checkpoint_at_end}")
+            advice = ADVICE.get(decision.end_kind, "")
+            return Decision(False, EXIT_NO_PROGRESS, decision.reason,
+                            f"not requeueing: {in_a_row} attempts in a row ended by a failure without a newer "
+                            f"checkpoint ({since}; cluster.max_attempts_without_progress={limit})"
+                            + (f"; {advice}" if advice else "")
+                            + "; `beam-slurm submit` again resumes from the last checkpoint",
+                            end_kind=decision.end_kind, bad_nodes=decision.bad_nodes, counts_against_progress=True,
+                            outcome="failed")
+    return decision
 
-    if facts.notice is not None:
+
+def _decide(facts: AttemptFacts) -> Decision:
+    if facts.preflight_failed:
+        named = [n for n in facts.preflight_failed_nodes if n in facts.nodes]
+        if named and len(named) < len(facts.nodes):
+            # Some nodes lack a path, space or GPUs that the others have: another allocation without them may work.
+            return _requeue_within_cap(facts, f"preflight failed on {','.join(named)}", EXIT_PREFLIGHT,
+                                       end_kind="preflight", bad_nodes=tuple(named), counts=True)
+        # Every node fails the same way: the setup is wrong, the same allocation would fail the same way.
+        return Decision(False, EXIT_PREFLIGHT, "preflight failed", end_kind="preflight", outcome="failed")
+
+    if facts.slurm_end == "requeued":
+        return Decision(False, 0, "Slurm requeued the job (scontrol requeue or a requeue by the scheduler)",
+                        "every step was signalled at once, so nothing was saved; the next attempt resumes from the "
+                        "last complete checkpoint", end_kind="slurm-requeue", already_requeued=True)
+    if facts.slurm_end == "cancelled" and facts.wanted is None:
+        return Decision(False, EXIT_CANCELLED, "the job was cancelled (scancel)", "not requeueing",
+                        end_kind="cancelled", outcome="cancelled")
+
+    if facts.slurm_end == "time limit" and facts.wanted is None and facts.saved_step is None:
+        # Slurm is ending the job at its limit (every step signalled): requeue while it still can be.
+        return _requeue_within_cap(facts, "the time limit came without a saved notice", EXIT_NOT_REQUEUED,
+                                   end_kind="time-limit", counts=True)
+
+    if facts.notice is not None or facts.wanted is not None:
+        if facts.wanted == "stop":
+            saved = f" at step {facts.saved_step}" if facts.saved_step is not None else ""
+            return Decision(False, EXIT_STOPPED, f"stopped by the operator{saved}",
+                            "resumable: `beam-slurm submit` again resumes from the last checkpoint",
+                            end_kind="stopped", outcome="stopped")
+        if facts.wanted == "requeue":
+            return _requeue_within_cap(facts, "operator requeue", EXIT_NOT_REQUEUED, end_kind="operator-requeue")
+        kind = "preempted" if facts.slurm_end == "preempted" else "notice"
         if not facts.ray_started:
-            return _requeue_within_cap(facts, f"notice {facts.notice} before Ray started", EXIT_NOT_REQUEUED)
+            return _requeue_within_cap(facts, f"notice {facts.notice} before Ray started", EXIT_NOT_REQUEUED,
+                                       end_kind=kind)
         if facts.saved_step is None and facts.step_status == 0 and facts.driver_status == 0:
-            return Decision(False, 0, "the run finished during the notice", "not requeueing")
-        # Saved or not, the time is up: the next attempt resumes from the newest complete checkpoint.
-        return _requeue_within_cap(facts, f"notice {facts.notice}", EXIT_NOT_REQUEUED)
+            return Decision(False, 0, "the run finished during the notice", "not requeueing", end_kind="finished",
+                            outcome="completed")
+        # Saved or not, the time is up: the next attempt resumes from the newest complete checkpoint. A time-limit
+        # notice whose save did not land counts against progress (the notice lead is too short for the save).
+        unsaved_limit = kind == "notice" and facts.saved_step is None and facts.slurm_end != "preempted"
+        return _requeue_within_cap(facts, f"notice {facts.notice}", EXIT_NOT_REQUEUED, end_kind=kind,
+                                   counts=unsaved_limit)
 
     if facts.step_status == 0:
-        return Decision(False, 0, "the driver finished successfully")
+        return Decision(False, 0, "the driver finished successfully", end_kind="finished", outcome="completed")
+
+    if facts.slurm_end == "preempted":
+        # The steps were signalled without a notice to this shell: requeue before the grace time ends.
+        return _requeue_within_cap(facts, "preemption (no notice)", EXIT_NOT_REQUEUED, end_kind="preempted")
 
     if facts.failure_kind == "infra":
-        # A node's Ray died or never joined: another allocation may well succeed.
-        return _requeue_within_cap(facts, "infrastructure failure", facts.step_status or EXIT_INFRA)
+        # A node's Ray died or never joined: another allocation may well succeed (without that node).
+        bad = (facts.failure_node,) if facts.failure_node else ()
+        where = f" on {facts.failure_node}" if facts.failure_node else ""
+        return _requeue_within_cap(facts, "infrastructure failure", facts.step_status or EXIT_INFRA,
+                                   end_kind="node-failure", bad_nodes=bad, counts=True, where=where)
 
     # The driver failed (or bring-up found a configuration fault): the same error would come back.
     if facts.driver_status not in (None, 0):
         status = facts.driver_status
     else:
         status = facts.step_status or 1
-    return Decision(False, status, "the driver failed" if facts.driver_status else "the Ray step failed")
+    kind = "setup-error" if facts.failure_kind == "setup" else "driver-error"
+    return Decision(False, status, "the driver failed" if facts.driver_status else "the Ray step failed",
+                    end_kind=kind, counts_against_progress=not facts.progressed, outcome="failed")
 
 
-def _requeue_within_cap(facts: AttemptFacts, reason: str, status_if_not: int) -> Decision:
+def _requeue_within_cap(facts: AttemptFacts, reason: str, status_if_not: int, *, end_kind: str,
+                        bad_nodes: tuple[str, ...] = (), counts: bool = False, where: str = "") -> Decision:
+    counts = counts and not facts.progressed
     if facts.restart_count >= facts.max_requeues:
         return Decision(False, status_if_not, reason,
-                        f"not requeueing, SLURM_RESTART_COUNT={facts.restart_count} reached "
-                        f"max_requeues={facts.max_requeues}")
-    return Decision(True, status_if_not, reason)
+                        f"{where.strip() + ': ' if where else ''}not requeueing, SLURM_RESTART_COUNT="
+                        f"{facts.restart_count} reached max_requeues={facts.max_requeues}",
+                        end_kind=end_kind, bad_nodes=bad_nodes, counts_against_progress=counts, outcome="failed")
+    return Decision(True, status_if_not, reason, where.strip(), end_kind=end_kind, bad_nodes=bad_nodes,
+                    counts_against_progress=counts)
 
 
 def stop_waiting_for_save(*, now: float, received: float, grace_s: float, saved_step: int | None,

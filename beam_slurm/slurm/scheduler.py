@@ -80,6 +80,51 @@ def signal_step(step_id: str, signal_name: str) -> None:
     _run(["scancel", f"--signal={signal_name}", step_id])
 
 
+def signal_batch(job_id: str | int, signal_name: str) -> None:
+    """Deliver a signal to the batch shell only (`scancel --batch --signal=NAME <job>`): the job's steps (Ray, the
+    trainer) are not signalled, so the batch shell can ask for a save and stop them in order."""
+    _run(["scancel", "--batch", f"--signal={signal_name}", str(job_id)])
+
+
+def cancel(job_id: str | int) -> None:
+    """`scancel <job>`: end a job (a pending one never starts)."""
+    _run(["scancel", str(job_id)])
+
+
+def update_excluded_nodes(job_id: str | int, nodes: Sequence[str]) -> None:
+    """Set the job's ExcNodeList (`scontrol update JobId=<id> ExcNodeList=a,b`). Slurm accepts it only while the job
+    is pending or requeued and completing, and the list replaces the whole earlier one."""
+    _run(["scontrol", "update", f"JobId={job_id}", f"ExcNodeList={','.join(nodes)}"])
+
+
+def usable_partition_nodes(partition: str = "") -> list[str]:
+    """Nodes of `partition` (the default partition when empty) that are not down, drained or failing (sinfo)."""
+    argv = ["sinfo", "--noheader", "--Node", "--format=%N %t"] + ([f"--partition={partition}"] if partition else [])
+    nodes: list[str] = []
+    for line in _run(argv).splitlines():
+        parts = line.split()
+        if len(parts) == 2 and not parts[1].rstrip("*~#!%$@^-").startswith(("down", "drain", "fail", "maint")) \
+                and parts[0] not in nodes:
+            nodes.append(parts[0])
+    return nodes
+
+
+def pending_dependents() -> dict[str, list[tuple[str, str]]]:
+    """Pending jobs by the job ids they wait on (squeue's dependency field, e.g. `afterok:123(unfulfilled)`):
+    {'123': [('130', 'eval-step-10'), ...]}."""
+    out = _run(["squeue", "--noheader", "--states=PENDING", "--format=%i|%j|%E"])
+    found: dict[str, list[tuple[str, str]]] = {}
+    for line in out.splitlines():
+        parts = line.split("|", 2)
+        if len(parts) != 3:
+            continue
+        for token in parts[2].replace(",", ":").replace("?", ":").split(":"):
+            upstream = token.split("(")[0].strip()
+            if upstream.isdigit():
+                found.setdefault(upstream, []).append((parts[0].strip(), parts[1].strip()))
+    return found
+
+
 @dataclass
 class AllocationInfo:
     """What the batch shell knows about its allocation from Slurm's environment."""

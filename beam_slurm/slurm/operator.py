@@ -1,0 +1,218 @@
+"""`beam-slurm requeue RUN` and `beam-slurm stop RUN`: end a running training attempt gracefully.
+
+Both write the wanted outcome into the run record (`beam_slurm.pipeline.runs`), signal only the job's batch shell
+(`scancel --batch --signal=USR2`; Ray and the trainer are not signalled), and wait up to `--timeout` seconds
+(default: the run's cluster.grace_s) for the trainer's checkpoint at the next step boundary. The batch shell then
+stops Ray and either requeues the job (`requeue`: the next attempt resumes from that checkpoint) or ends it as
+stopped (`stop`: exit status 79, so the job is not COMPLETED and `afterok` dependents do not run; `status` shows
+"stopped at step N, resumable" and `beam-slurm submit` again resumes it). Both print what was saved.
+
+A pending job has nothing to save: `stop` cancels it, `requeue` says there is nothing to do.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+from beam_slurm.slurm import scheduler
+
+OPERATOR_SIGNAL = "USR2"
+"""The signal the batch shell gets (it handles every notice signal the same way and reads the wanted outcome)."""
+_POLL_S = 0.5
+_RECORD_MARGIN_S = 30.0
+"""After the save, how long past the run's cluster.stop_grace_s to wait for the batch shell to record its end."""
+
+
+def build_parser(verb: str = "requeue"):
+    """The parser of `requeue` or `stop` (the same flags and keys): --timeout, --exports-root; RUN is taken out of
+    argv first (`split_run`); the keys it reads: cluster.grace_s, cluster.stop_grace_s."""
+    from beam_slurm.config.verb_args import VerbArgs
+
+    what = {"requeue": "save at the next step boundary, then requeue the job (the next attempt resumes from it)",
+            "stop": "save at the next step boundary, then end the job as stopped (resumable with `beam-slurm submit`)"}
+    args = VerbArgs(verb, f"beam-slurm {verb} RUN [key=value ...]: {what[verb]}.\n\nRUN: the run folder (its "
+                    "export path), its run name, or the training job's id.",
+                    keys=["cluster.grace_s", "cluster.stop_grace_s"])
+    args.add_argument("--timeout", type=float, default=None,
+                      help="seconds to wait for the save (default: the run's cluster.grace_s)")
+    args.add_argument("--exports-root", help="where run names are looked up (default $BEAM_EXPORTS_ROOT or ~/exports)")
+    return args
+
+
+_VALUED_FLAGS = ("--timeout", "--exports-root")
+
+
+def split_run(argv: list[str]) -> tuple[str | None, list[str]]:
+    """(RUN, the other arguments): RUN is the first word that is neither a flag, a flag's value nor key=value."""
+    rest = list(argv)
+    for i, word in enumerate(rest):
+        if word.startswith("-"):
+            continue
+        if i > 0 and rest[i - 1] in _VALUED_FLAGS:
+            continue
+        if "=" in word.split("/", 1)[0]:
+            continue
+        return word, rest[:i] + rest[i + 1:]
+    return None, rest
+
+
+def _run_setting(export_path: Path, key: str, given: dict[str, str], cfg) -> float:
+    """A cluster.* number: given on the command line, else the run's own config.yaml, else the recipe's."""
+    from beam_slurm.pipeline.manifest import CONFIG_FILE, RUN_DIRNAME
+
+    if key in given:
+        return float(getattr(cfg.cluster, key.split(".", 1)[1]))
+    try:
+        from omegaconf import OmegaConf
+
+        saved = OmegaConf.load(export_path / RUN_DIRNAME / CONFIG_FILE)
+        return float(OmegaConf.select(saved, key))
+    except Exception:  # no config.yaml (yet), or an older one without the key
+        return float(getattr(cfg.cluster, key.split(".", 1)[1]))
+
+
+def _job_of(run: dict) -> str:
+    from beam_slurm.pipeline.runs import latest_train_job
+
+    job = latest_train_job(run)
+    submitted = [str(e["job_id"]) for s in run.get("submissions") or [] for e in s.get("stages", [])
+                 if e.get("stage") == "train" and e.get("job_id")]
+    # A newer submission whose job has not started yet has no train_jobs entry.
+    if submitted and (job is None or submitted[-1] not in (run.get("train_jobs") or {})):
+        return submitted[-1]
+    return str(job["job_id"]) if job else ""
+
+
+def main_for(verb: str, argv: list[str]) -> int:
+    from beam_slurm.config.errors import ConfigError
+    from beam_slurm.config.verb_args import VerbUsageError, override_key
+    from beam_slurm.pipeline import runs
+    from beam_slurm.pipeline.manifest import RunManifest
+
+    parser = build_parser(verb)
+    target, argv = split_run(argv)
+    try:
+        parsed = parser.parse(argv)
+        args = parsed.args
+        if not target:
+            raise VerbUsageError("give RUN: the run folder (export path), run name or training job id")
+        args.run = target
+        if args.timeout is not None and args.timeout <= 0:
+            raise VerbUsageError(f"--timeout {args.timeout:g}: use a positive number of seconds")
+        cfg = parser.load(parsed)
+        export_path = runs.resolve_run(args.run, args.exports_root)
+    except VerbUsageError as exc:
+        return parser.fail(exc)
+    except ConfigError as exc:
+        return parser.config_failed(exc)
+    except runs.RunNotFound as exc:
+        return parser.fail(exc)
+    given = {override_key(o): o for o in parsed.overrides}
+    timeout = args.timeout if args.timeout is not None else _run_setting(export_path, "cluster.grace_s", given, cfg)
+    stop_grace = _run_setting(export_path, "cluster.stop_grace_s", given, cfg)
+    manifest = RunManifest(export_path)
+    run = manifest.read()
+    job_id = _job_of(run)
+    if not job_id:
+        return parser.fail(f"run {run.get('run_name') or export_path} has no training job yet", status=1)
+    try:
+        state = scheduler.job_state(job_id)
+    except scheduler.SlurmCommandError as exc:
+        return parser.fail(exc, status=1)
+    out = lambda text: print(f"{parser.prefix}{text}")  # noqa: E731
+    if state in ("PENDING", "REQUEUED", "REQUEUE_HOLD"):
+        if verb == "requeue":
+            out(f"job {job_id} is {state.lower()}: nothing runs, nothing to requeue")
+            return 0
+        return _stop_pending(manifest, job_id, run, out, parser)
+    if state not in ("RUNNING", "CONFIGURING"):
+        job = (run.get("train_jobs") or {}).get(job_id) or {}
+        ended = job.get("outcome_reason") or (state.lower() if state else "no longer known to squeue")
+        return parser.fail(f"job {job_id} is not running ({ended}); nothing to {verb}", status=1)
+    return _signal_and_wait(verb, manifest, job_id, run, timeout, stop_grace, out, parser)
+
+
+def _stop_pending(manifest, job_id: str, run: dict, out, parser) -> int:
+    from beam_slurm.pipeline import runs
+    from beam_slurm.pipeline.stages import latest_checkpoint_step
+
+    try:
+        scheduler.cancel(job_id)
+    except scheduler.SlurmCommandError as exc:
+        return parser.fail(exc, status=1)
+    step = latest_checkpoint_step(run.get("ckpt_path", ""))
+    what = f"stopped at step {step}, resumable" if step is not None else "stopped before any checkpoint"
+
+    def change(record: dict) -> None:
+        job = record.setdefault("train_jobs", {}).setdefault(job_id, {"job_id": job_id, "attempts": []})
+        job.update(outcome="stopped", outcome_reason=f"{what} (cancelled while pending)", resumable=step is not None)
+
+    manifest.update(change)
+    out(f"job {job_id} was pending: cancelled, nothing to save; {what}")
+    return 0
+
+
+def _signal_and_wait(verb: str, manifest, job_id: str, run: dict, timeout: float, stop_grace: float, out,
+                     parser) -> int:
+    from beam_slurm.pipeline import runs
+    from beam_slurm.skyrl import notice
+
+    ckpt_path = run.get("ckpt_path", "")
+    wanted = runs.set_wanted(manifest, job_id=job_id, action=verb, timeout_s=timeout)
+    asked = float(wanted["requested_time"])
+    try:
+        scheduler.signal_batch(job_id, OPERATOR_SIGNAL)
+    except scheduler.SlurmCommandError as exc:
+        return parser.fail(f"could not signal job {job_id}'s batch shell: {exc}", status=1)
+    out(f"asked job {job_id} to save at the next step boundary and {'requeue' if verb == 'requeue' else 'stop'} "
+        f"(waiting up to {timeout:.0f}s for the save)")
+    saved = None
+    deadline = asked + timeout + stop_grace + _RECORD_MARGIN_S
+    while time.time() < deadline:
+        if saved is None and ckpt_path:
+            saved = notice.saved_since(ckpt_path, asked)
+            if saved is not None:
+                out(f"checkpoint of step {saved} saved after {time.time() - asked:.1f}s: {ckpt_path}/global_step_{saved}")
+        record = manifest.read()
+        handled = (record.get("wanted") or {}).get("handled_by_attempt")
+        job = (record.get("train_jobs") or {}).get(job_id) or {}
+        attempt = next((a for a in job.get("attempts", []) if a.get("attempt") == handled), None)
+        if handled is not None and attempt is not None:
+            return _report(verb, job_id, job, attempt, saved, out)
+        if time.time() > asked + timeout and saved is None and not ckpt_path:
+            break
+        time.sleep(_POLL_S)
+    out(f"job {job_id} did not record its end within {deadline - asked:.0f}s; see `beam-slurm status {job_id}`")
+    return 1
+
+
+def _report(verb: str, job_id: str, job: dict, attempt: dict, saved: int | None, out) -> int:
+    step = attempt.get("checkpoint_at_end")
+    if saved is None and attempt.get("saved_step") is not None:
+        saved = attempt["saved_step"]
+    if saved is None:
+        out(f"no checkpoint saved within the grace time ({attempt.get('end_reason')}); the latest complete "
+            f"checkpoint is {'step ' + str(step) if step is not None else 'none'}")
+    if attempt.get("end_kind") == "stopped":
+        out(f"job {job_id} stopped at step {step}, resumable: `beam-slurm submit` with the run's settings resumes "
+            "it" if step is not None else f"job {job_id} stopped before any checkpoint")
+        return 0 if saved is not None else 1
+    if attempt.get("decision") in ("requeue", "requeued by Slurm"):
+        out(f"job {job_id} requeued: attempt {int(attempt['attempt']) + 1} resumes from step {step}")
+        return 0 if saved is not None else 1
+    out(f"job {job_id}: {attempt.get('end_reason')}")
+    return 1
+
+
+def requeue_main(argv: list[str]) -> int:
+    return main_for("requeue", argv)
+
+
+def stop_main(argv: list[str]) -> int:
+    return main_for("stop", argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main_for(sys.argv[1], sys.argv[2:]))
