@@ -14,8 +14,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "beam_slurm"
 OWN_RENAMES = {
     "ray_cluster/auth.py": "the token file is created with link(), so a second writer can never replace it",
     "skyrl/rehearsal.py": "swaps a whole checkpoint directory, not a file",
-    "containers/pull.py": "image import and digest record: to move onto publish()/write_text() with the "
-                          "pull-container rework under way in the same change",
+    "slurm/storage_probe.py": "fsyncs a scratch file to measure the storage's write bandwidth, never publishes it",
 }
 
 

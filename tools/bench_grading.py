@@ -20,6 +20,7 @@ import sys
 import time
 
 from beam_slurm.evaluation import grading
+from beam_slurm.config.schema import GradeConfig
 from beam_slurm.evaluation.grading_pool import MATH_VERIFY, PRIMARY, GradingLimits, GradingPool, grade_rows_detailed
 
 FILLER = (
@@ -66,13 +67,16 @@ def make_rows(n: int, seed: int = 0) -> list[dict]:
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--n", type=int, default=100_000)
-    parser.add_argument("--timeout", type=float, default=5.0)
-    parser.add_argument("--workers", type=int, default=0)
+    parser.add_argument("--timeout", type=float, help="grade.timeout_s (default: the schema's)")
+    parser.add_argument("--workers", type=int, help="grade.workers (default: the schema's)")
     parser.add_argument("--mv-baseline", type=int, default=3000, help="responses for the in-process math-verify baseline")
     args = parser.parse_args(argv)
 
     rows = make_rows(args.n)
-    limits = GradingLimits(timeout_s=args.timeout, workers=args.workers)
+    recipe = GradeConfig()
+    limits = GradingLimits(timeout_s=recipe.timeout_s if args.timeout is None else args.timeout,
+                           memory_mb=recipe.memory_mb,
+                           workers=recipe.workers if args.workers is None else args.workers)
 
     started = time.perf_counter()
     serial = [grading.grade_primary(r["response"], r["ground_truth"]) for r in rows]

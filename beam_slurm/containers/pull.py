@@ -31,6 +31,7 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+from beam_slurm.atomic_files import publish, write_text
 from beam_slurm.containers.runtime import (
     cached_image_path,
     digest_record_path,
@@ -114,10 +115,7 @@ def _write_record(settings: ContainerSettings, image_path: Path, sha256: str) ->
         "imported_at": time.time(),
         "imported_on": socket.gethostname(),
     }
-    final = digest_record_path(image_path)
-    scratch = final.with_name(f".{final.name}.tmp-{uuid.uuid4().hex}")
-    scratch.write_text(json.dumps(record, indent=2) + "\n")
-    os.replace(scratch, final)
+    write_text(digest_record_path(image_path), json.dumps(record, indent=2) + "\n")
 
 
 @dataclass
@@ -206,7 +204,7 @@ def pull_image(
                 )
             sha256 = file_sha256(scratch)
             digest_record_path(target).unlink(missing_ok=True)  # never a record describing another file
-            os.replace(scratch, target)
+            publish(scratch, target)
             _write_record(settings, target, sha256)
             log(f"imported {settings.image} -> {target} ({target.stat().st_size} bytes, {sha256})")
             return PullResult(target, "imported")

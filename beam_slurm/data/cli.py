@@ -17,20 +17,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+from beam_slurm.atomic_files import publish, sync_directory, temporary_sibling
 from beam_slurm.data.aime import convert_aime_files
 from beam_slurm.data.cleaning import COMPRESSION, CleaningStats, clean_dapo_files, open_parquet
 from beam_slurm.data.config import DataConfig
 from beam_slurm.data.dapo_format import check_dapo_schema
 from beam_slurm.data.errors import BadDataInput
-from beam_slurm.data.manifest import (
-    commit_file,
-    load_manifest,
-    reuse_verdict,
-    sha256_file,
-    sync_directory,
-    temporary_path,
-    write_manifest,
-)
+from beam_slurm.data.manifest import load_manifest, reuse_verdict, sha256_file, write_manifest
 from beam_slurm.data.sources import ResolvedSource, default_log, resolve_source
 
 DAPO_MATH_OUTPUT = "dapo-math-17k-cleaned.parquet"
@@ -209,7 +202,7 @@ def prepare(config: DataConfig, log: Log = default_log, *, force: bool = False, 
                             raise BadDataInput(f"{plan.setting}: {path} is not a .parquet file (DAPO-format sources are parquet)")
                         check_dapo_schema(open_parquet(path, f"{plan.setting} ({path})").schema_arrow, f"{plan.setting} ({path})")
 
-        temporaries = {plan.file_name: temporary_path(out_dir / plan.file_name) for plan in to_build}
+        temporaries = {plan.file_name: temporary_sibling(out_dir / plan.file_name) for plan in to_build}
         try:
             entries = {}
             for plan in to_build:
@@ -233,7 +226,7 @@ def prepare(config: DataConfig, log: Log = default_log, *, force: bool = False, 
                     "written_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                 }
             for plan in to_build:
-                commit_file(temporaries[plan.file_name], out_dir / plan.file_name)
+                publish(temporaries[plan.file_name], out_dir / plan.file_name)
             manifest.update(entries)
             write_manifest(out_dir, manifest)
             sync_directory(out_dir)

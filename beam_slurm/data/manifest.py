@@ -12,9 +12,6 @@ import json
 from pathlib import Path
 from typing import Optional
 
-from beam_slurm.atomic_files import publish as commit_file  # noqa: F401  (the names data.cli imports from here)
-from beam_slurm.atomic_files import sync_directory  # noqa: F401
-from beam_slurm.atomic_files import temporary_sibling as temporary_path  # noqa: F401
 from beam_slurm.atomic_files import write_text
 
 MANIFEST_NAME = "prepare-data-manifest.json"

@@ -169,8 +169,7 @@ def _grading_limits(cfg):
     """The grade section as grading limits (checked now, so a bad value fails before any model is loaded)."""
     from beam_slurm.evaluation.grading_pool import GradingLimits
 
-    g = cfg.grade
-    return GradingLimits(timeout_s=g.timeout_s, memory_mb=g.memory_mb, workers=g.workers)
+    return GradingLimits.from_settings(cfg.grade)
 
 
 def _checkpoint_from_list(args: argparse.Namespace) -> str:
@@ -298,10 +297,11 @@ def main(argv: list[str] | None = None) -> int:
 
     # 3. Grading and metrics, through the same code as `beam-slurm grade`.
     from beam_slurm.evaluation.grading_pool import grade_rows
-    from beam_slurm.evaluation.metrics import compute_metrics, write_results
+    from beam_slurm.evaluation.metrics import compute_metrics
+    from beam_slurm.evaluation.results import write_results
 
     grading_started = time.monotonic()
-    grades = grade_rows(rows, timeout_s=grading.timeout_s, workers=grading.workers, memory_mb=grading.memory_mb)
+    grades = grade_rows(rows, grading)
     metrics = compute_metrics(grades)
     grading_s = time.monotonic() - grading_started
     record = {

@@ -92,8 +92,7 @@ def main(argv: list[str]) -> int:
         if (args.out / METRICS_FILE).exists() and not args.force:
             raise GradingInputError(f"{args.out} already holds results ({METRICS_FILE}); "
                                     "pass --force to replace them or choose another --out")
-        g = cfg.grade
-        limits = GradingLimits(timeout_s=g.timeout_s, memory_mb=g.memory_mb, workers=g.workers)
+        limits = GradingLimits.from_settings(cfg.grade)
         rows = read_responses(args.responses)
         padded = grading.zero_padded_ground_truths([str(r.get("ground_truth", "")) for r in rows if isinstance(r, dict)])
         outcome = grade_rows_detailed(rows, limits)

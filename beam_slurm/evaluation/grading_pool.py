@@ -52,14 +52,23 @@ class GradingSetupError(RuntimeError):
 class GradingLimits:
     """Bounds on every grading call."""
 
-    timeout_s: float = 5.0
-    """Per-item time bound: the worker's own alarm interrupts the item after this many seconds."""
+    timeout_s: float
+    """Per-item time bound: the worker's own alarm interrupts the item after this many seconds (grade.timeout_s)."""
+    memory_mb: int
+    """Address-space cap of each worker process (MiB); an item that needs more is graded wrong and counted
+    (grade.memory_mb)."""
+    workers: int
+    """Worker processes; 0 = the CPUs this process may use (Slurm's allocation, not the node's size)
+    (grade.workers)."""
     kill_grace_s: float = 1.0
-    """Extra seconds after ``timeout_s`` before the parent kills a worker that did not honour its alarm."""
-    memory_mb: int = 2048
-    """Address-space cap of each worker process (MiB); an item that needs more is graded wrong and counted."""
-    workers: int = 0
-    """Worker processes; 0 = the CPUs this process may use (Slurm's allocation, not the node's size)."""
+    """Extra seconds after ``timeout_s`` before the parent kills a worker that did not honour its alarm (not a
+    setting: how long a process may take to die)."""
+
+    @classmethod
+    def from_settings(cls, grade) -> "GradingLimits":
+        """The limits of the recipe's `grade` section (beam_slurm.config.schema.GradeConfig): its defaults are the
+        only ones."""
+        return cls(timeout_s=grade.timeout_s, memory_mb=grade.memory_mb, workers=grade.workers)
 
     def __post_init__(self) -> None:
         if not self.timeout_s > 0:
@@ -322,21 +331,30 @@ class GradingPool:
         return results, stats
 
 
-def grade_rows_detailed(rows: Iterable[dict[str, Any]], limits: GradingLimits | None = None) -> GradingOutcome:
+def grade_rows_detailed(rows: Iterable[dict[str, Any]], limits: GradingLimits) -> GradingOutcome:
     """Grade rows with the primary rule and math-verify, each item bounded; also report what it cost."""
     rows = list(rows)
     validate_rows(rows)
-    limits = limits or GradingLimits()
     outcome = GradingOutcome(grades=[])
     pool_started = time.monotonic()
     with GradingPool(limits) as pool:
         outcome.pool_start_s = time.monotonic() - pool_started
-        gts = [str(row["ground_truth"]) for row in rows]
-        primary_items = [(row["response"][-grading.PRIMARY_TAIL_CHARS :], gt) for row, gt in zip(rows, gts)]
-        primary, outcome.phases[PRIMARY] = pool.run(PRIMARY, primary_items)
-        del primary_items
-        mv_items = [(row["response"][-grading.MATH_VERIFY_TAIL_CHARS :], gt) for row, gt in zip(rows, gts)]
-        verified, outcome.phases[MATH_VERIFY] = pool.run(MATH_VERIFY, mv_items)
+        grade_with_pool(pool, rows, outcome)
+    return outcome
+
+
+def grade_with_pool(pool: GradingPool, rows: list[dict[str, Any]], outcome: GradingOutcome | None = None
+                    ) -> list[dict[str, Any]]:
+    """Grade `rows` (validated already, or one saved chunk of a validated whole) in an open pool; returns the graded
+    rows, also appended to `outcome.grades` when given."""
+    outcome = outcome if outcome is not None else GradingOutcome(grades=[])
+    first = len(outcome.grades)
+    gts = [str(row["ground_truth"]) for row in rows]
+    primary_items = [(row["response"][-grading.PRIMARY_TAIL_CHARS :], gt) for row, gt in zip(rows, gts)]
+    primary, outcome.phases[PRIMARY] = pool.run(PRIMARY, primary_items)
+    del primary_items
+    mv_items = [(row["response"][-grading.MATH_VERIFY_TAIL_CHARS :], gt) for row, gt in zip(rows, gts)]
+    verified, outcome.phases[MATH_VERIFY] = pool.run(MATH_VERIFY, mv_items)
     for row, primary_value, mv_value in zip(rows, primary, verified):
         grade = dict(row)
         if primary_value is None:
@@ -345,17 +363,10 @@ def grade_rows_detailed(rows: Iterable[dict[str, Any]], limits: GradingLimits | 
         else:
             grade.update(correct=primary_value[0], pred=primary_value[1], math_verify=mv_value)
         outcome.grades.append(grade)
-    return outcome
+    return outcome.grades[first:]
 
 
-def grade_rows(
-    rows: Iterable[dict[str, Any]],
-    *,
-    timeout_s: float = 5.0,
-    workers: int = 0,
-    memory_mb: int = 2048,
-    kill_grace_s: float = 1.0,
-) -> list[dict[str, Any]]:
+def grade_rows(rows: Iterable[dict[str, Any]], limits: GradingLimits) -> list[dict[str, Any]]:
     """Grade rows ``{"data_source", "problem_id", "sample", "response", "ground_truth", ...}``.
 
     Returns the rows in input order, each with "correct" (the training reward's rule), "pred" (its extracted
@@ -363,5 +374,4 @@ def grade_rows(
     memory bound). Raises :class:`GradingInputError` on malformed rows and :class:`GradingSetupError` when
     math-verify is missing.
     """
-    limits = GradingLimits(timeout_s=timeout_s, kill_grace_s=kill_grace_s, memory_mb=memory_mb, workers=workers)
     return grade_rows_detailed(rows, limits).grades

@@ -5,11 +5,14 @@ problem does not). With c correct samples out of k for a problem:
 
 - avg@k   = mean over problems of c / k (the seed's "average accuracy over k responses"; equals unbiased pass@1);
 - pass@j  = mean over problems of 1 - C(k - c, j) / C(k, j), the unbiased estimator of Chen et al. (2021),
-            for j in 1, 2, 4, 8 with j <= k;
+            for j = 1, 2, 4, ... (powers of two) up to k, and j = k itself;
 - maj@k   = fraction of problems whose majority answer is correct. The vote is over the primary rule's
             extracted answers; responses without an answer line do not vote (all silent: wrong). Tie rule:
             among the answers with the most votes, the one that appears first in sample order wins
             (deterministic, and what a reader scanning the samples in order would pick).
+
+- avg@k_ci95 = [low, high], the 95 % bootstrap interval of avg@k: the problems (AIME's unit of variation) are
+            resampled with replacement BOOTSTRAP_DRAWS times with a fixed seed, percentile method.
 
 "timeouts" counts responses whose grading hit its time or memory bound (``math_verify`` is null).
 
@@ -25,7 +28,13 @@ import math
 import statistics
 from typing import Any, Iterable
 
-PASS_AT = (1, 2, 4, 8)
+PASS_AT = (1, 2, 4, 8, 16, 32, 64)
+"""The pass@j columns tables show (those with j <= k); metrics.json has every power of two up to k, and k."""
+MAX_K = 64
+"""Largest k the metrics and tables are built for (eval.responses_per_problem is checked against it)."""
+BOOTSTRAP_DRAWS = 10_000
+BOOTSTRAP_SEED = 20250101
+"""Fixed seed of the bootstrap, so the same grades always give the same interval."""
 
 
 class GradingInputError(ValueError):
@@ -97,6 +106,30 @@ def pass_at(k: int, correct: int, j: int) -> float:
     return 1.0 - math.comb(k - correct, j) / math.comb(k, j)
 
 
+def pass_at_levels(k: int) -> list[int]:
+    """j for the pass@j entries of a k-sample evaluation: 1, 2, 4, ... up to k, and k itself."""
+    levels = [1 << i for i in range(k.bit_length()) if 1 << i <= k]
+    return levels + ([k] if levels[-1] != k else [])
+
+
+def bootstrap_interval(per_problem: list[float], *, draws: int = BOOTSTRAP_DRAWS, seed: int = BOOTSTRAP_SEED,
+                       level: float = 0.95) -> tuple[float, float]:
+    """Percentile bootstrap interval of the mean of `per_problem` (each problem's c/k), problems resampled with
+    replacement `draws` times from a generator seeded with `seed`."""
+    import random
+
+    n = len(per_problem)
+    if n == 0:
+        raise ValueError("bootstrap_interval needs at least one problem")
+    generator = random.Random(seed)
+    means = sorted(sum(per_problem[generator.randrange(n)] for _ in range(n)) / n for _ in range(draws))
+    tail = (1.0 - level) / 2.0
+    # Percentile method: the draws at the tail quantiles (nearest rank).
+    low = means[max(0, math.ceil(tail * draws) - 1)]
+    high = means[min(draws - 1, math.ceil((1.0 - tail) * draws) - 1)]
+    return low, high
+
+
 def majority_answer(samples: list[dict[str, Any]]) -> tuple[str | None, int, bool]:
     """(answer, votes, correct) of the majority vote over one problem's graded samples (tie: first in sample order)."""
     ordered = sorted(samples, key=lambda g: g["sample"])
@@ -125,16 +158,16 @@ def _by_problem(grades: Iterable[dict[str, Any]]) -> dict[str, dict[str, list[di
 
 
 def compute_metrics(grades: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """``{data_source: {"avg@k", "pass@1".., "maj@k", "k", "timeouts"}}`` from graded rows (metrics.json)."""
+    """``{data_source: {"avg@k", "avg@k_ci95", "pass@1".., "maj@k", "k", "timeouts"}}`` from graded rows."""
     validate_rows(grades)
     metrics: dict[str, dict[str, Any]] = {}
     for source, problems in sorted(_by_problem(grades).items()):
         k = len(next(iter(problems.values())))
         n_correct = [sum(1 for g in samples if g["correct"]) for samples in problems.values()]
         entry: dict[str, Any] = {"avg@k": statistics.fmean(c / k for c in n_correct)}
-        for j in PASS_AT:
-            if j <= k:
-                entry[f"pass@{j}"] = statistics.fmean(pass_at(k, c, j) for c in n_correct)
+        entry["avg@k_ci95"] = list(bootstrap_interval([c / k for c in n_correct]))
+        for j in pass_at_levels(k):
+            entry[f"pass@{j}"] = statistics.fmean(pass_at(k, c, j) for c in n_correct)
         entry["maj@k"] = statistics.fmean(1.0 if majority_answer(s)[2] else 0.0 for s in problems.values())
         entry["k"] = k
         entry["timeouts"] = sum(1 for samples in problems.values() for g in samples if g["math_verify"] is None)
@@ -197,10 +230,3 @@ def compute_details(grades: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
         entry["problems"] = table
         details[source] = entry
     return details
-
-
-def write_results(out_dir, grades: list[dict[str, Any]], metrics: dict[str, dict[str, Any]], extra: dict[str, Any] | None = None):
-    """Write one evaluation's files; see :func:`beam_slurm.evaluation.results.write_results` (the layout's owner)."""
-    from beam_slurm.evaluation.results import write_results as write
-
-    return write(out_dir, grades, metrics, extra)

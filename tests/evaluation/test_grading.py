@@ -3,6 +3,8 @@ worker pool on adversarial answers (real worker processes, real math-verify)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import json
 import os
 import random
@@ -15,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from beam_slurm.config.schema import GradeConfig
 from beam_slurm.evaluation import grading
 from beam_slurm.evaluation.grading_pool import (
     MATH_VERIFY,
@@ -50,6 +53,14 @@ PRIMARY_CASES = [
 def test_primary_rule_hand_checked(response, ground_truth, correct, pred):
     verdict = grading.grade_primary(response, ground_truth)
     assert (verdict.correct, verdict.pred) == (correct, pred)
+
+
+def recipe_limits(**changes) -> GradingLimits:
+    """The recipe's grading limits (the schema's grade section), with some changed for the test."""
+    settings = {key: value for key, value in changes.items() if key in ("timeout_s", "memory_mb", "workers")}
+    limits = GradingLimits.from_settings(dataclasses.replace(GradeConfig(), **settings))
+    return dataclasses.replace(limits, **{key: value for key, value in changes.items() if key not in settings})
+
 
 
 def test_zero_padded_ground_truths_are_flagged():
@@ -107,7 +118,7 @@ def _rows(responses: list[str], ground_truth: str = "42") -> list[dict]:
 
 
 def test_adversarial_answers_finish_within_their_bound():
-    limits = GradingLimits(timeout_s=1.0, kill_grace_s=0.5)
+    limits = recipe_limits(timeout_s=1.0, kill_grace_s=0.5)
     nested = "\\frac{1}{" * 200 + "2" + "}" * 200
     responses = [
         "Answer: $9^{9^{9^9}}$",  # exponent tower: sympy would run for minutes
@@ -138,7 +149,7 @@ def test_adversarial_answers_finish_within_their_bound():
 
 def test_stuck_worker_is_killed_and_its_batch_finished_by_a_new_one():
     """A worker that cannot honour its alarm (stopped here with SIGSTOP) is killed at timeout + grace."""
-    limits = GradingLimits(timeout_s=0.5, kill_grace_s=0.5, workers=1)
+    limits = recipe_limits(timeout_s=0.5, kill_grace_s=0.5, workers=1)
     items = [("Answer: $7^{7^{11}}$", "42"), ("Answer: 42", "42"), ("Answer: 41", "42")]
     with GradingPool(limits) as pool:
         pid = pool._workers[0].process.pid
@@ -161,7 +172,7 @@ def test_stuck_worker_is_killed_and_its_batch_finished_by_a_new_one():
 
 
 def test_workers_run_under_the_memory_cap():
-    with GradingPool(GradingLimits(memory_mb=700, workers=1)) as pool:
+    with GradingPool(recipe_limits(memory_mb=700, workers=1)) as pool:
         pid = pool._workers[0].process.pid
         deadline = time.monotonic() + 10
         line = ""
@@ -180,7 +191,7 @@ def test_grade_rows_keeps_input_fields_and_order():
     rows = _rows(["Answer: 42", "Answer: 7", "nothing"])
     for row in rows:
         row["finish_reason"] = "stop"
-    grades = grade_rows(rows, timeout_s=2.0)
+    grades = grade_rows(rows, recipe_limits(timeout_s=2.0))
     assert [g["problem_id"] for g in grades] == [0, 1, 2]
     assert all(g["finish_reason"] == "stop" for g in grades)
     assert [(g["correct"], g["pred"], g["math_verify"]) for g in grades] == [
@@ -201,7 +212,7 @@ def test_bad_rows_are_rejected_before_any_worker_starts(mutate, message):
     rows = _rows(["Answer: 42", "Answer: 1", "Answer: 2"])
     mutate(rows)
     with pytest.raises(GradingInputError, match=message.replace("(", r"\(").replace(")", r"\)")):
-        grade_rows(rows)
+        grade_rows(rows, recipe_limits())
 
 
 def test_unequal_k_names_the_problem():
@@ -211,9 +222,9 @@ def test_unequal_k_names_the_problem():
         for s in range(8 if p != 2 else 7)
     ]
     with pytest.raises(GradingInputError, match=r"problem '2' has 7 samples but most problems have 8"):
-        grade_rows(rows)
+        grade_rows(rows, recipe_limits())
 
 
 def test_bad_limits_are_rejected():
     with pytest.raises(GradingInputError, match="timeout must be > 0"):
-        GradingLimits(timeout_s=0)
+        recipe_limits(timeout_s=0)
