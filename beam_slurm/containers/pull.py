@@ -161,11 +161,11 @@ def pull_image(
     *,
     force: bool = False,
     verify: bool = False,
-    stale_after: float = 120.0,
-    lock_timeout: float | None = None,
     executable: str | None = None,
 ) -> PullResult:
-    """Import settings.image into settings.image_cache_dir unless a complete import is already there."""
+    """Import settings.image into settings.image_cache_dir unless a complete import is already there; the import
+    lock's timing is settings.lock_stale_after_s / lock_timeout_s."""
+    stale_after, lock_timeout = settings.lock_stale_after_s, settings.lock_timeout_s
     target = cached_image_path(settings)
     if target is None:
         raise PullError("nothing to pull: the image is a local file or no cache directory is set")
@@ -229,12 +229,13 @@ def _settings_problems(settings: ContainerSettings, executable: str | None) -> l
     return messages
 
 
-PULL_KEYS = ["container.runtime", "container.image", "container.image_cache_dir"]
+PULL_KEYS = ["container.runtime", "container.image", "container.image_cache_dir", "container.lock_stale_after_s",
+             "container.lock_timeout_s"]
 """The recipe keys `pull-container` reads."""
 
 
 def build_parser():
-    """The verb's parser: the container.* keys, --force, --verify and the lock's timing."""
+    """The verb's parser: the container.* keys (the lock's timing among them), --force, --verify."""
     from beam_slurm.config.verb_args import VerbArgs
 
     verb = VerbArgs(
@@ -249,10 +250,8 @@ def build_parser():
     )
     verb.add_argument("--force", action="store_true", help="import again even if a complete import is present")
     verb.add_argument("--verify", action="store_true", help="also re-hash an existing image before skipping it")
-    verb.add_argument("--lock-stale-after", type=float, default=120.0, metavar="SECONDS",
-                      help="take over a lock whose holder sent no heartbeat for this long (default 120)")
-    verb.add_argument("--lock-timeout", type=float, default=6 * 3600.0, metavar="SECONDS",
-                      help="give up waiting for a live holder after this long (default 6 h)")
+    verb.key_flag("--lock-stale-after", "container.lock_stale_after_s", metavar="SECONDS")
+    verb.key_flag("--lock-timeout", "container.lock_timeout_s", metavar="SECONDS")
     verb.key_flag("--runtime", "container.runtime")
     verb.key_flag("--image", "container.image")
     verb.key_flag("--cache-dir", "container.image_cache_dir")
@@ -284,8 +283,6 @@ def main(argv: list[str]) -> int:
             settings,
             force=args.force,
             verify=args.verify,
-            stale_after=args.lock_stale_after,
-            lock_timeout=args.lock_timeout,
             executable=executable,
         )
     except PullError as err:

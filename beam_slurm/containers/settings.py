@@ -63,6 +63,13 @@ class ContainerSettings:
     `--container-env=NAME,...`; Apptainer `APPTAINERENV_NAME` set in the launching process's environment, so list
     only variables with the same value on every task), so no value ever appears on a command line."""
 
+    lock_stale_after_s: float = 120.0
+    """`pull-container`: take over the import lock on shared storage when its holder (on another node) sent no
+    heartbeat for this long; a holder on this node that is gone is taken over at once."""
+
+    lock_timeout_s: float = 6 * 3600.0
+    """`pull-container`: give up waiting for a live holder of the import lock after this long (then exit 1)."""
+
     def __post_init__(self) -> None:
         # OmegaConf hands over ListConfig; keep plain lists so the settings are picklable and comparable.
         self.mounts = [str(m) for m in self.mounts]

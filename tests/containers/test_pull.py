@@ -166,7 +166,7 @@ def test_lock_without_heartbeat_from_another_node_is_taken_over_after_stale_afte
     lock_file = expected_image(cache).with_name(expected_image(cache).name + ".lock")
     write_foreign_lock(lock_file)
     started = time.monotonic()
-    result = run_pull(env, cache, "--lock-stale-after", "2")
+    result = run_pull(env, cache, "container.lock_stale_after_s=2")
     took = time.monotonic() - started
     assert result.returncode == 0, result.stderr
     assert "no heartbeat from pid 1234567 on other-node" in result.stdout
@@ -187,7 +187,7 @@ def test_live_holder_elsewhere_makes_waiters_time_out_naming_it(runtime_env, tmp
     beater = threading.Thread(target=heartbeat, daemon=True)
     beater.start()
     try:
-        result = run_pull(env, cache, "--lock-stale-after", "1", "--lock-timeout", "3")
+        result = run_pull(env, cache, "container.lock_stale_after_s=1", "container.lock_timeout_s=3")
     finally:
         stop.set()
         beater.join()
@@ -296,7 +296,7 @@ def test_holder_that_loses_its_lock_stops_its_import_and_never_publishes_a_secon
     env, log, cache = runtime_env
     image = expected_image(cache)
     lock_file = image.with_name(image.name + ".lock")
-    holder = subprocess.Popen(pull_argv(cache, "--lock-stale-after", "2"), env={**env, "FAKE_RUNTIME_SLEEP": "3"},
+    holder = subprocess.Popen(pull_argv(cache, "container.lock_stale_after_s=2"), env={**env, "FAKE_RUNTIME_SLEEP": "3"},
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 30
     while not log_lines(log, "start") and time.monotonic() < deadline:

@@ -80,7 +80,7 @@ def test_three_pull_jobs_race_and_one_imports(slurm_sandbox, pull_setup):
 def test_holder_killed_on_one_node_is_taken_over_from_another(slurm_sandbox, pull_setup):
     work, env = pull_setup
     holder_node, next_node = slurm_sandbox.nodes[-2:]
-    holder = submit_pull(slurm_sandbox, work, env, "--lock-stale-after", "4", sleep="300", node=holder_node)
+    holder = submit_pull(slurm_sandbox, work, env, "container.lock_stale_after_s=4", sleep="300", node=holder_node)
     deadline = time.monotonic() + 90
     while not starts(work) and time.monotonic() < deadline:
         time.sleep(0.5)
@@ -91,7 +91,7 @@ def test_holder_killed_on_one_node_is_taken_over_from_another(slurm_sandbox, pul
     assert lock_file.exists()
 
     # Another host cannot see the holder's processes: it takes over once the heartbeat has stopped for 4 s.
-    nxt = submit_pull(slurm_sandbox, work, env, "--lock-stale-after", "4", sleep="0", node=next_node)
+    nxt = submit_pull(slurm_sandbox, work, env, "container.lock_stale_after_s=4", sleep="0", node=next_node)
     assert slurm_sandbox.wait(nxt, timeout=120) == "COMPLETED", job_output(work, nxt)
     out = job_output(work, nxt)
     assert "taking over, no heartbeat from" in out and f"on {holder_node}" in out, out
