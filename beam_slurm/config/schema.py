@@ -67,7 +67,15 @@ class ClusterConfig:
     that signals nobody (ours: 1.0). Sets the checkpoint interval `plan` advises (Young/Daly); interruptions with a
     notice lose no steps and do not count here."""
     log_copy_s: float = 30.0
-    """Seconds the notice budget sets aside for copying each node's logs to shared storage after Ray stops (ours)."""
+    """Seconds the notice budget sets aside for copying each node's logs to shared storage after Ray stops (ours).
+    Each node's last copy of its Ray logs stops after this long (`beam_slurm.ray_cluster.log_copy`)."""
+    log_copy_interval_s: float = 180.0
+    """Seconds between two copies of each node's Ray session logs to `<log_dir>/<jobid>-<attempt>/ray/<node>/` while
+    the attempt runs (one more copy at its end); what a node killed at once (SIGKILL) leaves is its last periodic
+    copy. 0 copies only at the end (ours)."""
+    log_copy_max_mbytes: float = 256.0
+    """MiB of Ray logs each node copies at most per attempt, newest files first; older files are left out and
+    counted in the node's COPY.json (ours)."""
 
 
 @dataclass
@@ -313,7 +321,22 @@ class TrainerConfig:
     extra_overrides: list[str] = field(default_factory=list)
     """Raw SkyRL key=value overrides appended last (they win); validated by SkyRL at launch."""
     extra_env: dict[str, str] = field(default_factory=dict)
-    """Extra environment variables for the driver and Ray workers."""
+    """Extra environment variables for the driver and every Ray worker on every node (exported on each node before
+    Ray starts). No secrets here: a name containing TOKEN, KEY, SECRET, PASSWORD or CREDENTIAL is refused; use
+    env_secret_files or export it where the job is submitted."""
+    env_inherit: list[str] = field(default_factory=lambda: [
+        "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE", "HF_HOME", "HF_HUB_CACHE", "HF_TOKEN",
+        "HF_ENDPOINT", "WANDB_*", "MLFLOW_*", "NCCL_*", "TORCH_NCCL_*", "GLOO_SOCKET_IFNAME", "SKYRL_*", "VLLM_*",
+        "CUDA_DEVICE_MAX_CONNECTIONS", "PYTORCH_CUDA_ALLOC_CONF", "TOKENIZERS_PARALLELISM", "HTTP_PROXY",
+        "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy"])
+    """Variables (names or PREFIX_* patterns) taken from the environment the job is submitted with and exported on
+    every node before Ray starts, so the driver and every Ray worker see them: offline modes and caches of the
+    hub, the tracker's settings, NCCL/gloo, the SkyRL timeouts (SKYRL_*), vLLM. Each node records what it exported
+    in `<log_dir>/<jobid>-<attempt>/env/<node>.json`; secrets (HF_TOKEN, WANDB_API_KEY, ...) are inherited, never
+    printed or written: logs and records show `<set>` (ours)."""
+    env_secret_files: dict[str, str] = field(default_factory=dict)
+    """Secrets passed by file: NAME -> absolute path of a file (readable only by you, on storage every node sees)
+    whose content each node reads into NAME before Ray starts; the value is never on a command line or in a log."""
     expected_step_s: float = 600.0
     """Seconds one training step (generation + training) takes, for the notice budget and interval advice until the
     run has steps of its own in train_metrics.jsonl, which `plan` then measures (ours: an estimate per recipe)."""

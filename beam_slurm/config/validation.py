@@ -211,6 +211,12 @@ def problems(cfg) -> list[ConfigProblem]:
 
     out.extend(container_problems(cfg.container))
     out.extend(cfg.ray.problems())
+    from beam_slurm.ray_cluster.env_manifest import problems as env_manifest_problems
+
+    out.extend(env_manifest_problems(cfg))
+    if cfg.cluster.log_copy_interval_s < 0 or cfg.cluster.log_copy_max_mbytes <= 0:
+        bad("cluster.log_copy_interval_s/log_copy_max_mbytes", (cfg.cluster.log_copy_interval_s,
+            cfg.cluster.log_copy_max_mbytes), "use an interval >= 0 seconds (0: copy at the end only) and a bound > 0 MiB")
     out.extend(skyrl_value_problems(cfg))
     from beam_slurm.notice_budget import config_problems as budget_problems
 

@@ -17,8 +17,8 @@ from beam_slurm.ray_cluster import auth
 from beam_slurm.ray_cluster.checks import check_gpu_count, check_gpu_visibility
 from beam_slurm.ray_cluster.network import node_ipv4
 from beam_slurm.ray_cluster.ports import RayPorts
-from beam_slurm.ray_cluster.records import (EXIT_INFRA, EXIT_STOPPED, READY_FILE, NodeFailure, record_driver_exit,
-                                            shell_status)
+from beam_slurm.ray_cluster.records import (EXIT_INFRA, EXIT_STOPPED, HEAD_FILE, READY_FILE, NodeFailure,
+                                            record_driver_exit, shell_status)
 from beam_slurm.ray_cluster.role import NodeRole
 from beam_slurm.ray_cluster.supervision import WorkerWatch, stop_process_group
 
@@ -37,6 +37,12 @@ class Head(NodeRole):
         def publish(ports: RayPorts) -> None:
             write_json(self.rendezvous.head_file, {"address": f"{ip}:{ports.gcs}", "block": ports.block,
                                                    "host": self.ctx.host, "time": time.time()})
+            if self.ctx.attempt_dir is not None:  # for `beam-slurm attach` and `logs`
+                write_json(self.ctx.attempt_dir / HEAD_FILE, {
+                    "host": self.ctx.host, "ip": ip, "address": f"{ip}:{ports.gcs}", "block": ports.block,
+                    "token_path": str(self.token_path) if self.token_path else None,
+                    "temp_dir": str(self.ray.temp_dir), "job_id": self.ctx.job_id, "attempt": self.ctx.attempt,
+                    "nodes": self.ctx.step_hosts, "time": time.time()})
             self.log(f"GCS listening at {ip}:{ports.gcs} (port block {ports.block}); address published")
 
         ports = self.start_ray(head=True, ip=ip, start_block=None, on_gcs_up=publish)

@@ -5,8 +5,10 @@ driver and this job's Ray on the node, nothing else; USR1/USR2 are the batch she
 
 Inputs (environment): SLURM_JOB_ID, SLURM_PROCID, SLURM_STEP_ID, SLURM_STEP_NUM_NODES, SLURM_STEP_NODELIST,
 SLURM_RESTART_COUNT, SLURM_CPUS_ON_NODE, the step's CUDA_VISIBLE_DEVICES; BEAM_RAY_SETTINGS (RaySettings as JSON),
-BEAM_GPUS_PER_NODE (expected GPUs per node, optional), BEAM_ATTEMPT_DIR (per-attempt log folder, optional).
-Outputs in BEAM_ATTEMPT_DIR: see `beam_slurm.ray_cluster.records`.
+BEAM_GPUS_PER_NODE (expected GPUs per node, optional), BEAM_ATTEMPT_DIR (per-attempt log folder, optional),
+BEAM_ENV_MANIFEST (`beam_slurm.ray_cluster.env_manifest`), BEAM_LOG_COPY (`beam_slurm.ray_cluster.log_copy`).
+Outputs in BEAM_ATTEMPT_DIR: see `beam_slurm.ray_cluster.records`; the node's Ray logs in ray/<node>/ and its
+exported environment in env/<node>.json.
 """
 
 from __future__ import annotations
@@ -43,9 +45,13 @@ def run_node(ctx: NodeContext, settings: RaySettings, driver: list[str]) -> int:
     role: Head | Worker = Head(ctx, settings) if ctx.rank == 0 else Worker(ctx, settings)
     role.restore_signal_handlers = lambda: install_signal_handlers(role)
     install_signal_handlers(role)
+    ending = "failure"
     try:
         role.stop_leftovers_of_earlier_attempts()
-        return role.run(driver) if isinstance(role, Head) else role.run()
+        role.export_manifest()
+        status = role.run(driver) if isinstance(role, Head) else role.run()
+        ending = "stop" if role.stop_requested else ("end" if status == 0 else "failure")
+        return status
     except NodeFailure as failure:
         role.record_failure(failure.kind, str(failure))
         return EXIT_SETUP if failure.kind == "setup" else EXIT_INFRA
@@ -54,6 +60,8 @@ def run_node(ctx: NodeContext, settings: RaySettings, driver: list[str]) -> int:
         return EXIT_SETUP
     finally:
         role.ray.stop()
+        # After Ray stopped, so its last lines are in; bounded by cluster.log_copy_s (the notice budget's share).
+        role.log_copier.finish(ending)
 
 
 def main(argv: list[str] | None = None) -> int:

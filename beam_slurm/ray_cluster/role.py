@@ -9,10 +9,11 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from beam_slurm.ray_cluster import auth
+from beam_slurm.ray_cluster import auth, env_manifest
 from beam_slurm.ray_cluster.context import NodeContext
 from beam_slurm.ray_cluster.gpus import allocated_gpus
 from beam_slurm.ray_cluster.local_ray import LocalRay
+from beam_slurm.ray_cluster.log_copy import LogCopier, LogCopySettings
 from beam_slurm.ray_cluster.network import tcp_reachable
 from beam_slurm.ray_cluster.ports import RayPorts, choose_ports
 from beam_slurm.ray_cluster.records import NodeFailure, record_first_failure
@@ -46,6 +47,22 @@ class NodeRole:
         log_dir = ctx.attempt_dir if ctx.attempt_dir else temp_dir
         self.ray = LocalRay(temp_dir, log_dir / f"ray-{ctx.host}.log")
         self.gpus, self.gpu_source = allocated_gpus()
+        self.log_copier = LogCopier(temp_dir, ctx.attempt_dir, ctx.host, LogCopySettings.from_env(), self.log)
+        """Copies this node's Ray session logs to the attempt's log folder (periodically, and once at the end)."""
+        self.manifest_env: dict[str, str] = {}
+        """The environment manifest's variables on this node (`export_manifest`), exported to Ray and the driver."""
+
+    def export_manifest(self) -> None:
+        """Resolve the environment manifest on this node (secret files read here) and record it, secrets masked."""
+        try:
+            self.manifest_env, missing = env_manifest.resolve(os.environ)
+        except env_manifest.ManifestError as exc:
+            raise NodeFailure("setup", f"node {self.ctx.host}: {exc}") from None
+        env_manifest.record(self.ctx.attempt_dir, self.ctx.host, self.manifest_env, missing)
+        if self.manifest_env:
+            self.log(f"environment for Ray and its workers: {env_manifest.summary(self.manifest_env)}")
+        if missing:
+            self.log(f"warning: the recipe's variables {', '.join(missing)} did not reach this node")
 
     def log(self, message: str) -> None:
         print(f"[ray-node {self.ctx.host} rank {self.ctx.rank} +{time.time() - self.started:5.1f}s] {message}",
@@ -53,6 +70,7 @@ class NodeRole:
 
     def ray_env(self) -> dict[str, str]:
         env = dict(os.environ)
+        env.update(self.manifest_env)
         env.update(self.settings.extra_env)
         env.update(auth.auth_env(self.settings, self.token_path))
         # Ray's usage-stats prompt and the driver must not wait for a terminal.
@@ -94,6 +112,7 @@ class NodeRole:
                                while_starting=announce_when_gcs_listens if head else None)
                 if head and not announced and on_gcs_up is not None:
                     on_gcs_up(ports)
+                self.log_copier.start()
                 return ports
             except RuntimeError as exc:
                 last_error = exc

@@ -41,8 +41,11 @@ class SkyRLLaunch:
         return [python, "-m", self.module, *self.overrides]
 
     def shell(self, python: str = "python") -> str:
-        """One shell line (for display and rendered scripts), every value quoted."""
-        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(self.env.items()))
+        """One shell line (for display and rendered scripts), every value quoted; a secret's value shows as `<set>`
+        (`beam_slurm.ray_cluster.env_manifest.is_secret`)."""
+        from beam_slurm.ray_cluster.env_manifest import masked
+
+        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(masked(self.env).items()))
         cd = f"cd {shlex.quote(self.cwd)} && " if self.cwd else ""
         return f"{cd}{env + ' ' if env else ''}{shlex.join(self.argv(python))}"
 

@@ -146,6 +146,12 @@ def job_settings(cfg, *, preflight: bool = True, driver: list[str] | None = None
         if launch.cwd:
             # SkyRL's examples/ import from the checkout root; the driver starts there on the head node.
             driver = ["/bin/sh", "-c", 'cd "$0" && exec "$@"', launch.cwd, *driver]
+    if driver_env:
+        from beam_slurm.ray_cluster import env_manifest, log_copy
+
+        # Every node reads these (names and paths only, no value): what to export before Ray, how to copy its logs.
+        driver_env[env_manifest.MANIFEST_ENV] = env_manifest.describe(cfg, driver_env)
+        driver_env[log_copy.SETTINGS_ENV] = log_copy.LogCopySettings.from_config(cfg).to_env()
     needs = node_needs(cfg)
     mounts = job_mounts(cfg)
     settings = TrainJobSettings(

@@ -1,0 +1,128 @@
+"""One environment for every node and every Ray worker of a job: the environment manifest.
+
+The manifest names the variables the driver, the Ray processes and so every Ray worker on every node must see:
+
+- `trainer.env_inherit`: names (or `PREFIX_*` patterns) taken from the environment the job was submitted with
+  (HF_HUB_OFFLINE, HF_HOME, WANDB_*, NCCL_*, the SkyRL timeouts, ...; the default list is in the schema);
+- the recipe's own variables (`beam_slurm.skyrl.command.skyrl_env`, which includes `trainer.extra_env`);
+- `trainer.env_secret_files`: NAME -> a file holding the value, read on each node.
+
+The batch shell passes the manifest's description (names, patterns, file paths: never a value) to the nodes as
+`BEAM_ENV_MANIFEST`; each node resolves it against its own environment (srun hands the batch shell's environment
+to every task) before `ray start`, so the raylet and every worker it spawns inherit it: a variable set only in the
+driver's process never reaches a worker on another node (SkyRL PR 1406), one in the raylet's environment always
+does. Each node records what it exported in `<attempt dir>/env/<node>.json`, secrets as `<set>`.
+
+Secrets (names containing TOKEN, KEY, SECRET, PASSWORD, PASSWD, CREDENTIAL; not those ending in _PATH, _FILE or
+_DIR, which name files) travel only by inheritance or by file: a secret value in `trainer.extra_env` or
+`ray.extra_env` is refused before anything is submitted, and every rendering of a command shows `<set>` instead.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import os
+import re
+from pathlib import Path
+from typing import Mapping
+
+MANIFEST_ENV = "BEAM_ENV_MANIFEST"
+"""Environment variable carrying the manifest's description (JSON: inherit, set, secret_files) to the nodes."""
+MASK = "<set>"
+"""What a rendered command, a log or a record shows in place of a secret value."""
+RECORD_DIR = "env"
+"""Per-node records in the attempt's log folder: env/<node>.json."""
+
+_SECRET_WORDS = re.compile(r"TOKEN|KEY|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
+_FILE_SUFFIXES = ("_PATH", "_FILE", "_DIR")
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\*?$")
+
+
+def is_secret(name: str) -> bool:
+    """True for a variable whose value must never be printed or written (HF_TOKEN, WANDB_API_KEY, ...)."""
+    upper = name.upper()
+    return bool(_SECRET_WORDS.search(upper)) and not upper.endswith(_FILE_SUFFIXES)
+
+
+def masked(env: Mapping[str, str]) -> dict[str, str]:
+    """`env` with every secret value replaced by `<set>` (for display)."""
+    return {name: (MASK if is_secret(name) else value) for name, value in env.items()}
+
+
+def matches(name: str, patterns: list[str]) -> bool:
+    return any(fnmatch.fnmatchcase(name, pattern) for pattern in patterns)
+
+
+def problems(cfg) -> list:
+    """Secret values written into the recipe, bad names and unreadable secret files; each names its key."""
+    from beam_slurm.config.errors import ConfigProblem
+
+    found = []
+    for section, extra in (("trainer.extra_env", cfg.trainer.extra_env), ("ray.extra_env", cfg.ray.extra_env)):
+        for name in extra:
+            if is_secret(name):
+                found.append(ConfigProblem(f"{section}.{name}", MASK,
+                                           f"a secret is never written into the recipe (it would reach the run's "
+                                           f"config.yaml and logs): export {name} in the shell that submits the job "
+                                           f"(it is inherited), or put it in a file readable only by you and set "
+                                           f"trainer.env_secret_files.{name}=/path/to/file"))
+    for pattern in cfg.trainer.env_inherit:
+        if not _NAME.match(str(pattern)):
+            found.append(ConfigProblem("trainer.env_inherit", pattern,
+                                       "use variable names or PREFIX_* patterns (letters, digits, _)"))
+    for name, path in cfg.trainer.env_secret_files.items():
+        if not _NAME.match(name) or name.endswith("*"):
+            found.append(ConfigProblem(f"trainer.env_secret_files.{name}", path, "use a variable name as the key"))
+        elif not path or not os.path.isabs(str(path)):
+            found.append(ConfigProblem(f"trainer.env_secret_files.{name}", path,
+                                       "use an absolute path on storage every node sees, readable only by you"))
+    return found
+
+
+def describe(cfg, recipe_env: Mapping[str, str]) -> str:
+    """The manifest's description for `BEAM_ENV_MANIFEST`: names, patterns and file paths, no value."""
+    return json.dumps({"inherit": list(cfg.trainer.env_inherit), "set": sorted(recipe_env),
+                       "secret_files": dict(cfg.trainer.env_secret_files)}, sort_keys=True)
+
+
+class ManifestError(RuntimeError):
+    """A secret file named by the manifest cannot be read on this node."""
+
+
+def resolve(environ: Mapping[str, str]) -> tuple[dict[str, str], list[str]]:
+    """On a node: (the manifest's variables with their values, the explicit names it lists that are unset here).
+
+    Inherited names and the recipe's own variables are taken from `environ` (the task's environment); secret files
+    are read here. Without `BEAM_ENV_MANIFEST` (a driver started without the recipe) the manifest is empty."""
+    text = environ.get(MANIFEST_ENV, "")
+    if not text:
+        return {}, []
+    spec = json.loads(text)
+    inherit = list(spec.get("inherit") or [])
+    values = {name: value for name, value in environ.items() if matches(name, inherit)}
+    values.update({name: environ[name] for name in spec.get("set") or [] if name in environ})
+    for name, path in sorted((spec.get("secret_files") or {}).items()):
+        try:
+            values[name] = Path(path).read_text().rstrip("\r\n")
+        except OSError as exc:
+            raise ManifestError(f"trainer.env_secret_files.{name}={path}: cannot read it on this node "
+                                f"({exc.strerror}); put the file on storage every node sees") from None
+    missing = [name for name in spec.get("set") or [] if name not in environ]
+    return values, missing
+
+
+def record(attempt_dir: Path | None, host: str, values: Mapping[str, str], missing: list[str]) -> None:
+    """Write `<attempt dir>/env/<host>.json`: every exported name, secrets as `<set>`."""
+    if attempt_dir is None:
+        return
+    from beam_slurm.atomic_files import write_json
+
+    write_json(attempt_dir / RECORD_DIR / f"{host}.json", {"exported": masked(dict(sorted(values.items()))),
+                                                         "missing": sorted(missing)})
+
+
+def summary(values: Mapping[str, str]) -> str:
+    """One log line's worth: names with values, secrets as `<set>`."""
+    shown = masked(dict(sorted(values.items())))
+    return ", ".join(f"{name}={value}" for name, value in shown.items()) or "nothing"

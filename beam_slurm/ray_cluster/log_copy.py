@@ -1,0 +1,232 @@
+"""Copy this node's Ray session logs to shared storage: `<log_dir>/<jobid>-<attempt>/ray/<node>/`.
+
+Ray writes its logs (raylet, GCS, every worker) under the node-local temp dir, which is private to the node and
+removed with it (Ray issues 40628, 28876). Each node copies them while the attempt runs and once more when it ends:
+
+- every `cluster.log_copy_interval_s` seconds, from a thread of the node's bootstrap, and once as soon as Ray is up;
+- at the end of the attempt, after this node's Ray stopped: the driver finished, a notice stopped the Ray step, or a
+  failure (a raylet that died, a lost head) ended it. This last copy stops after `cluster.log_copy_s` seconds, the
+  time the notice budget sets aside for it (`beam_slurm.notice_budget`).
+
+A copy takes the newest files first and stops at `cluster.log_copy_max_mbytes` per node: the file that crosses the
+bound is copied as its last bytes (where the errors are), older ones are left out and counted. Unchanged files are
+not copied again. `COPY.json` in the node's folder says when, why, what was left out and whether the copy finished.
+
+What a copy cannot survive: a SIGKILL of the node's bootstrap (Slurm's KillWait expired, the OOM killer, a node that
+lost power) skips the last copy; the node's folder then holds the previous periodic copy, up to
+`log_copy_interval_s` old, and its COPY.json says `"reason": "periodic"`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import threading
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Callable, Mapping
+
+SETTINGS_ENV = "BEAM_LOG_COPY"
+"""Environment variable carrying `LogCopySettings` (JSON) from the batch shell to the nodes."""
+COPY_RECORD = "COPY.json"
+"""The node folder's record of the last copy."""
+RAY_LOGS_DIR = "ray"
+"""Folder in the attempt's log folder holding one folder per node."""
+_CHUNK = 1 << 20
+
+
+@dataclass
+class LogCopySettings:
+    """How a node copies its Ray logs (cluster.log_copy_interval_s, cluster.log_copy_max_mbytes, cluster.log_copy_s)."""
+
+    interval_s: float
+    max_bytes: int
+    final_s: float
+
+    @classmethod
+    def from_config(cls, cfg) -> "LogCopySettings":
+        c = cfg.cluster
+        return cls(interval_s=float(c.log_copy_interval_s), max_bytes=int(c.log_copy_max_mbytes * 1024 * 1024),
+                   final_s=float(c.log_copy_s))
+
+    def to_env(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> "LogCopySettings":
+        """The batch shell's settings, or the schema's defaults for a driver started without the recipe."""
+        text = (os.environ if environ is None else environ).get(SETTINGS_ENV, "")
+        if text:
+            return cls(**json.loads(text))
+        from beam_slurm.config.schema import ClusterConfig
+
+        defaults = ClusterConfig()
+        return cls(interval_s=float(defaults.log_copy_interval_s),
+                   max_bytes=int(defaults.log_copy_max_mbytes * 1024 * 1024), final_s=float(defaults.log_copy_s))
+
+
+def node_log_dir(attempt_dir: Path, host: str) -> Path:
+    return attempt_dir / RAY_LOGS_DIR / host
+
+
+def session_log_files(temp_dir: Path) -> list[Path]:
+    """Every file under `<temp dir>/session_*/logs/`, newest first (session_latest is a link to one of them)."""
+    found: list[tuple[float, Path]] = []
+    for session in temp_dir.glob("session_*"):
+        if session.is_symlink() or not (session / "logs").is_dir():
+            continue
+        for path in (session / "logs").rglob("*"):
+            try:
+                if path.is_file() and not path.is_symlink():
+                    found.append((path.stat().st_mtime, path))
+            except OSError:
+                continue  # a worker's log removed while we look
+    return [path for _, path in sorted(found, key=lambda item: item[0], reverse=True)]
+
+
+def copy_logs(temp_dir: Path, dest: Path, max_bytes: int, *, reason: str, deadline: float | None = None,
+              clock: Callable[[], float] = time.monotonic) -> dict:
+    """Copy the node's Ray logs from `temp_dir` to `dest`, newest first, at most `max_bytes` in all and, when
+    `deadline` (a `clock()` time) is given, only until then. Returns (and writes to COPY.json) what was done."""
+    dest.mkdir(parents=True, exist_ok=True)
+    started = time.time()
+    used = 0
+    copied = kept = truncated = 0
+    left_out: list[str] = []
+    wanted: set[Path] = set()
+    finished = True
+    for source in session_log_files(temp_dir):
+        relative = source.relative_to(temp_dir)
+        parts = relative.parts  # session_x/logs/...
+        target = dest.joinpath(parts[0], *parts[2:])
+        if deadline is not None and clock() > deadline:
+            finished = False
+            left_out.append(str(relative))
+            continue
+        try:
+            info = source.stat()
+        except OSError:
+            continue
+        room = max_bytes - used
+        if room <= 0:
+            left_out.append(str(relative))
+            continue
+        wanted.add(target)
+        size = min(info.st_size, room)
+        if size == info.st_size and _same(target, info):
+            kept += 1
+            used += size
+            continue
+        try:
+            _copy_tail(source, target, size, info.st_mtime)
+        except OSError:
+            left_out.append(str(relative))
+            wanted.discard(target)
+            continue
+        used += size
+        copied += 1
+        truncated += size < info.st_size
+    removed = _remove_other_files(dest, wanted)
+    summary = {"reason": reason, "time": started, "seconds": round(time.time() - started, 3), "finished": finished,
+               "bytes": used, "max_bytes": max_bytes, "files_copied": copied, "files_unchanged": kept,
+               "files_cut_to_their_tail": truncated, "files_left_out": len(left_out),
+               "left_out": left_out[:50], "stale_removed": removed}
+    from beam_slurm.atomic_files import write_json
+
+    write_json(dest / COPY_RECORD, summary, indent=1)
+    return summary
+
+
+def _same(target: Path, info: os.stat_result) -> bool:
+    try:
+        mine = target.stat()
+    except OSError:
+        return False
+    return mine.st_size == info.st_size and int(mine.st_mtime) == int(info.st_mtime)
+
+
+def _copy_tail(source: Path, target: Path, size: int, mtime: float) -> None:
+    """The last `size` bytes of `source` into `target` (whole file when size is its length), then its mtime."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    partial = target.with_name(f".{target.name}.part")
+    with open(source, "rb") as src, open(partial, "wb") as out:
+        src.seek(0, os.SEEK_END)
+        src.seek(max(src.tell() - size, 0))
+        remaining = size
+        while remaining > 0:
+            chunk = src.read(min(_CHUNK, remaining))
+            if not chunk:
+                break
+            out.write(chunk)
+            remaining -= len(chunk)
+    os.utime(partial, (mtime, mtime))
+    os.replace(partial, target)
+
+
+def _remove_other_files(dest: Path, wanted: set[Path]) -> int:
+    """Files of an earlier copy that fell out of the bound (the node's folder stays within it)."""
+    removed = 0
+    for path in dest.rglob("*"):
+        if path.is_file() and path.name != COPY_RECORD and path not in wanted:
+            try:
+                path.unlink()
+                removed += 1
+            except OSError:
+                pass
+    return removed
+
+
+class LogCopier:
+    """The periodic copy in a thread, and the last copy at the end of the attempt."""
+
+    def __init__(self, temp_dir: Path, attempt_dir: Path | None, host: str, settings: LogCopySettings,
+                 log: Callable[[str], None]):
+        self.temp_dir = temp_dir
+        self.dest = node_log_dir(attempt_dir, host) if attempt_dir is not None else None
+        self.settings = settings
+        self.log = log
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+
+    def copy(self, reason: str, deadline: float | None = None) -> dict | None:
+        if self.dest is None:
+            return None
+        with self._lock:
+            try:
+                return copy_logs(self.temp_dir, self.dest, self.settings.max_bytes, reason=reason, deadline=deadline)
+            except OSError as exc:
+                self.log(f"copying the Ray logs to {self.dest} failed: {exc}")
+                return None
+
+    def start(self) -> None:
+        """Copy now (Ray just came up), then every interval_s until `finish`."""
+        if self.dest is None or self._thread is not None or self.settings.interval_s <= 0:
+            return
+
+        def loop() -> None:
+            while True:
+                self.copy("periodic")
+                if self._stop.wait(self.settings.interval_s):
+                    return
+
+        self._thread = threading.Thread(target=loop, name="ray-log-copy", daemon=True)
+        self._thread.start()
+
+    def finish(self, reason: str) -> None:
+        """The last copy, after this node's Ray stopped; bounded by final_s (cluster.log_copy_s)."""
+        deadline = time.monotonic() + self.settings.final_s
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=self.settings.final_s)
+        if self.dest is None:
+            return
+        summary = self.copy(reason, deadline=deadline)
+        if summary is None:
+            return
+        note = "" if summary["finished"] else f"; stopped after cluster.log_copy_s={self.settings.final_s:g}s"
+        left = f", {summary['files_left_out']} older files left out" if summary["files_left_out"] else ""
+        self.log(f"Ray logs copied to {self.dest} ({summary['bytes'] / 1e6:.1f} MB in {summary['seconds']:.1f}s"
+                 f"{left}{note})")

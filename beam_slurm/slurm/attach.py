@@ -1,0 +1,225 @@
+"""`beam-slurm attach RUN [--node NAME] [-- CMD ...]`: a shell (or CMD) inside a running training job.
+
+The shell runs as one more step of the job's allocation (`srun --overlap --jobid=<job> --nodelist=<node>`, with
+`--pty` for the interactive shell), inside the job's container when it uses one (the same container hook as the
+job's own steps, `beam_slurm.slurm.steps.container_hook`), on the Ray head or on the named node. It starts with the
+job's Ray address and token set (RAY_ADDRESS, RAY_AUTH_MODE=token, RAY_AUTH_TOKEN_PATH: the token stays in its
+file, mode 0600), so `ray status`, `ray list actors` or a `ray.init()` script reach the job's cluster.
+
+Where the head is comes from the attempt's own record, `<log_dir>/<jobid>-<attempt>/ray_head.json`, written by the
+head as soon as its GCS listens (`beam_slurm.ray_cluster.records.HEAD_FILE`). RUN is resolved like every verb's
+(`beam_slurm.pipeline.runs.resolve_run`: run folder, run name or training job id). A job that is not running, or
+whose Ray is not up yet, is refused with exit status 2.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from beam_slurm.slurm import scheduler
+
+ATTACH_STEP = "attach"
+"""Job name of the attach step (as `squeue --steps` shows it)."""
+
+
+class AttachRefused(Exception):
+    """The job cannot be attached to now; the message says why and what to do."""
+
+
+@dataclass
+class RunJob:
+    """A run's training job as the verbs `attach` and `logs` find it."""
+
+    export_path: Path
+    job_id: str
+    log_dir: Path
+    run: dict = field(default_factory=dict)
+
+    def attempt_dir(self, attempt: int) -> Path:
+        return self.log_dir / f"{self.job_id}-{attempt}"
+
+    def attempts(self) -> list[int]:
+        """Attempts with a log folder, oldest first."""
+        found = []
+        for folder in self.log_dir.glob(f"{self.job_id}-*"):
+            tail = folder.name.rsplit("-", 1)[-1]
+            if folder.is_dir() and tail.isdigit():
+                found.append(int(tail))
+        return sorted(found)
+
+
+def find_job(target: str, exports_root: str | None = None) -> RunJob:
+    """The training job RUN names: that job for a job id, else the run's latest one. RunNotFound when none."""
+    from beam_slurm.pipeline import runs
+    from beam_slurm.pipeline.manifest import RunManifest
+
+    export_path = runs.resolve_run(target, exports_root)
+    run = RunManifest(export_path).read()
+    if target.isdigit():
+        job_id = target
+    else:
+        job = runs.latest_train_job(run)
+        job_id = str(job["job_id"]) if job else ""
+    if not job_id:
+        raise runs.RunNotFound(f"run {run.get('run_name') or export_path} has no training job yet "
+                               "(its record is written when the job starts)")
+    log_dir = Path(run.get("log_dir") or export_path / "logs")
+    return RunJob(export_path, job_id, log_dir, run)
+
+
+def head_record(attempt_dir: Path) -> dict | None:
+    try:
+        return json.loads((attempt_dir / _head_file()).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _head_file() -> str:
+    from beam_slurm.ray_cluster.records import HEAD_FILE
+
+    return HEAD_FILE
+
+
+@dataclass
+class Target:
+    """Where and with what the attach step runs."""
+
+    job_id: str
+    attempt: int
+    node: str
+    nodes: list[str]
+    head: dict
+
+
+def running_target(job: RunJob, node: str | None) -> Target:
+    """The running attempt, its head and the node to attach to; AttachRefused when the job is not running, its Ray
+    is not up, or `node` is not one of its nodes."""
+    try:
+        info = scheduler.job_info(job.job_id)
+    except scheduler.SlurmCommandError as exc:
+        raise AttachRefused(f"job {job.job_id} is not running (Slurm no longer knows it: {exc}); "
+                            f"`beam-slurm logs {job.job_id}` shows what it left") from None
+    state = info.get("JobState", "")
+    if state != "RUNNING":
+        why = f"; {info['Reason']}" if info.get("Reason") not in (None, "", "None") else ""
+        raise AttachRefused(f"job {job.job_id} is {state.lower() or 'unknown'}{why}: attach needs a running job "
+                            f"(`beam-slurm status {job.export_path}`, `beam-slurm logs {job.job_id}`)")
+    restarts = info.get("Restarts", "0")
+    attempt = int(restarts) if restarts.isdigit() else 0
+    head = head_record(job.attempt_dir(attempt))
+    if head is None or str(head.get("job_id")) != job.job_id:
+        raise AttachRefused(f"job {job.job_id} runs, but the Ray head of attempt {attempt} has not started yet (no "
+                            f"{job.attempt_dir(attempt) / _head_file()}); try again once `beam-slurm logs "
+                            f"{job.job_id}` shows the head up")
+    nodes = scheduler.expand_hostnames(info.get("NodeList", "")) if info.get("NodeList") else list(head.get("nodes") or [])
+    chosen = node or str(head["host"])
+    if nodes and chosen not in nodes:
+        raise AttachRefused(f"--node {chosen}: not a node of job {job.job_id}; its nodes are {', '.join(nodes)}")
+    return Target(job.job_id, attempt, chosen, nodes, head)
+
+
+def ray_environment(head: dict, environ: dict[str, str], python_bin: str | None) -> dict[str, str]:
+    """The caller's environment for the attach step: the job's Ray address and token file, Slurm's variables of any
+    enclosing job removed (srun --jobid decides), the job's Python first on PATH outside a container."""
+    env = {k: v for k, v in environ.items() if not k.startswith("SLURM_") or k == "SLURM_CONF"}
+    env["RAY_ADDRESS"] = str(head["address"])
+    if head.get("token_path"):
+        env["RAY_AUTH_MODE"] = "token"
+        env["RAY_AUTH_TOKEN_PATH"] = str(head["token_path"])
+    env["BEAM_ATTACHED_JOB"] = str(head.get("job_id", ""))
+    if python_bin:
+        env["PATH"] = python_bin + os.pathsep + env.get("PATH", "/usr/bin:/bin")
+    return env
+
+
+def attach_argv(target: Target, command: list[str], hook, *, shell: str) -> list[str]:
+    """The srun command line of the attach step (`hook`: the job's `steps.ContainerHook`)."""
+    interactive = not command
+    argv = ["srun", "--overlap", f"--jobid={target.job_id}", "--nodes=1", "--ntasks=1",
+            f"--nodelist={target.node}", f"--job-name={ATTACH_STEP}"]
+    if interactive:
+        argv.append("--pty")
+    argv += list(hook.srun_args)
+    return argv + list(hook.command_prefix) + (command or [shell, "-i"])
+
+
+def container_hook_of(job: RunJob):
+    """The job's container hook, from the run's resolved recipe (beam_run/config.yaml); none without a container."""
+    from beam_slurm.slurm.steps import ContainerHook, container_hook
+
+    cfg = saved_config(job.export_path)
+    if cfg is None or cfg.container.runtime == "none":
+        return ContainerHook(), cfg
+    from beam_slurm.slurm.job_settings import job_mounts
+
+    return container_hook(cfg.container, job_mounts(cfg), job.job_id), cfg
+
+
+def saved_config(export_path: Path):
+    """The run's resolved recipe as a typed BeamConfig, None when the run folder has none."""
+    from beam_slurm.pipeline.manifest import CONFIG_FILE, RUN_DIRNAME
+
+    path = export_path / RUN_DIRNAME / CONFIG_FILE
+    if not path.is_file():
+        return None
+    from omegaconf import OmegaConf
+
+    from beam_slurm.config.schema import BeamConfig
+
+    merged = OmegaConf.merge(OmegaConf.structured(BeamConfig), OmegaConf.load(path))
+    return OmegaConf.to_object(merged)
+
+
+def build_parser():
+    from beam_slurm.config.verb_args import VerbArgs
+
+    args = VerbArgs("attach", "beam-slurm attach RUN [--node NAME] [-- CMD ...]: a shell (or CMD) on a node of a running "
+                    "training job, inside its allocation and container, with its Ray address and token set (`ray "
+                    "status` works).\n\nRUN: the run folder (its export path), its run name, or the training job's "
+                    "id.", settings=False)
+    args.add_argument("run", metavar="RUN", help="run folder, run name or training job id")
+    args.add_argument("--node", help="node to attach to (default: the Ray head's node)")
+    args.add_argument("--exports-root", help="where run names are looked up (default $BEAM_EXPORTS_ROOT or ~/exports)")
+    return args
+
+
+def main(argv: list[str], *, execute=None) -> int:
+    """Parse, resolve, then replace this process with the srun step (`execute(argv, env)`; tests pass their own)."""
+    from beam_slurm.config.verb_args import VerbUsageError
+    from beam_slurm.pipeline import runs
+
+    argv = list(argv)
+    command = argv[argv.index("--") + 1:] if "--" in argv else []
+    argv = argv[: argv.index("--")] if "--" in argv else argv
+    parser = build_parser()
+    try:
+        args = parser.parse(argv).args
+        job = find_job(args.run, args.exports_root)
+        target = running_target(job, args.node)
+        hook, cfg = container_hook_of(job)
+    except VerbUsageError as exc:
+        return parser.fail(exc)
+    except (runs.RunNotFound, AttachRefused) as exc:
+        return parser.fail(exc)
+    except scheduler.SlurmCommandError as exc:
+        return parser.fail(exc)
+    in_container = bool(hook.srun_args or hook.command_prefix)
+    env = ray_environment(target.head, dict(os.environ), None if in_container else str(Path(sys.executable).parent))
+    env.update(hook.env)
+    shell = "/bin/bash" if in_container else (os.environ.get("SHELL") or "/bin/bash")
+    srun = attach_argv(target, command, hook, shell=shell)
+    where = "the Ray head" if target.node == target.head.get("host") else "a Ray worker"
+    print(f"{parser.prefix}job {target.job_id} attempt {target.attempt}, {target.node} ({where}), "
+          f"RAY_ADDRESS={env['RAY_ADDRESS']}: {shlex.join(srun)}", file=sys.stderr, flush=True)
+    if execute is None:
+        os.execvpe(srun[0], srun, env)
+    return int(execute(srun, env) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
