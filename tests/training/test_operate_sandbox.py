@@ -114,10 +114,16 @@ def test_attach_logs_and_one_environment_on_every_node(train_run):
             record = json.loads((logs / "env" / f"{node}.json").read_text())["exported"]
             assert record["HF_TOKEN"] == record["WANDB_API_KEY"] == "<set>" and record["HF_HUB_OFFLINE"] == "1"
 
+        following = subprocess.Popen([sys.executable, "-m", "beam_slurm.cli", "logs", target, "--follow"],
+                                     cwd=REPO_ROOT, env=user_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     text=True)
         pids = raylet_pids(run.job_id, worker)
         assert len(pids) == 1, pids
         os.kill(pids[0], signal.SIGKILL)
         assert run.finish(timeout=180) == "FAILED"
+        # --follow printed what the job wrote after it started, and returned once the job ended.
+        followed, _ = following.communicate(timeout=60)
+        assert following.returncode == 0 and f"{worker}: this node's Ray (raylet) died" in followed, followed[-3000:]
     finally:
         run.sandbox.cancel(run.job_id)
 
