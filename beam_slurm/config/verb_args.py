@@ -58,10 +58,19 @@ def hydra_value(value: Any) -> str:
         return text
     # OmegaConf: `\${` keeps `${` literal (backslashes before it are doubled). Hydra's quoted string: backslashes
     # before a quote or at the end are doubled, the quote itself escaped; other backslashes are literal.
-    body = re.sub(r"(\\*)\$\{", lambda m: m.group(1) * 2 + "\\${", text)
+    body = escape_interpolation(text)
     body = re.sub(r"(\\*)'", lambda m: m.group(1) * 2 + "\\'", body)
     body = re.sub(r"(\\+)$", lambda m: m.group(1) * 2, body)
     return f"'{body}'"
+
+
+def escape_interpolation(text: str) -> str:
+    r"""`text` with every `${` escaped, so OmegaConf reads it as literal text rather than a reference.
+
+    OmegaConf reads `\${` as a literal `${`, and 2n backslashes before `${` as n backslashes followed by a
+    reference; so n backslashes before a literal `${` are written as 2n + 1.
+    """
+    return re.sub(r"(\\*)\$\{", lambda m: "\\" * (2 * len(m.group(1)) + 1) + "${", text)
 
 
 def override(key: str, value: Any) -> str:

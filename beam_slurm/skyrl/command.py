@@ -10,9 +10,10 @@ so a path containing it is not read as a reference).
 from __future__ import annotations
 
 import json
-import re
 import shlex
 from dataclasses import dataclass, field
+
+from beam_slurm.config.verb_args import escape_interpolation
 
 #: The DAPO experiment from the SkyRL checkout (examples/ is not in the wheel): it adds the overlong penalty.
 DAPO_MODULE = "examples.train.algorithms.dapo.main_dapo"
@@ -62,15 +63,6 @@ def render_value(value) -> str:
         return json.dumps(_escaped(value), separators=(",", ":"))
     text = escape_interpolation(str(value))
     return text if "\n" not in text and _parses_to(text, str(value)) else json.dumps(text)
-
-
-def escape_interpolation(text: str) -> str:
-    r"""`text` with every `${` escaped, so OmegaConf reads it as literal text rather than a reference.
-
-    OmegaConf reads `\${` as a literal `${`, and 2n backslashes before `${` as n backslashes followed by a
-    reference; so n backslashes before a literal `${` are written as 2n + 1.
-    """
-    return re.sub(r"(\\*)\$\{", lambda m: "\\" * (2 * len(m.group(1)) + 1) + "${", text)
 
 
 def _escaped(value):
