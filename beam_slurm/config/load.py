@@ -23,7 +23,7 @@ def compose(overrides: list[str], *, config_dir: Path = CONF_DIR):
     _register_schema()
     try:
         with initialize_config_dir(config_dir=str(config_dir), version_base="1.3", job_name="beam-slurm"):
-            return hydra_compose(config_name="config", overrides=list(overrides))
+            return hydra_compose(config_name="config", overrides=[_mapping_override(o) for o in overrides])
     except MissingConfigException as exc:
         raise ConfigError([_missing_group_problem(exc, overrides, config_dir)]) from None
     except (ConfigCompositionException, OverrideParseException) as exc:
@@ -94,10 +94,56 @@ def fill_defaults(cfg, *, environ) -> None:
 
 
 def to_yaml(cfg) -> str:
-    """The resolved recipe as YAML, to save beside a job so it can be reproduced from its own folder."""
+    """The resolved recipe as YAML, to save beside a job so it can be reproduced from its own folder.
+
+    Text holding `${` is escaped, so OmegaConf reads the file back to the same values instead of resolving a
+    reference (a model path may contain `${`)."""
+    import dataclasses
+
     from omegaconf import OmegaConf
 
-    return OmegaConf.to_yaml(OmegaConf.structured(cfg))
+    from beam_slurm.config.verb_args import escape_interpolation
+
+    def escaped(value):
+        if isinstance(value, str):
+            return escape_interpolation(value)
+        if isinstance(value, list):
+            return [escaped(v) for v in value]
+        if isinstance(value, dict):
+            return {k: escaped(v) for k, v in value.items()}
+        return value
+
+    return OmegaConf.to_yaml(OmegaConf.create(escaped(dataclasses.asdict(cfg))))
+
+
+def mapping_keys() -> set[str]:
+    """Dotted keys whose value is a mapping (e.g. trainer.extra_env): names inside them are the user's, not ours."""
+    from typing import get_origin, get_type_hints
+
+    from beam_slurm.config.schema import BeamConfig
+
+    found: set[str] = set()
+
+    def walk(node, prefix: str) -> None:
+        hints = get_type_hints(node)
+        for f in fields(node):
+            hint = hints.get(f.name)
+            if get_origin(hint) is dict or hint is dict:
+                found.add(prefix + f.name)
+            elif is_dataclass(hint):
+                walk(hint, f"{prefix}{f.name}.")
+
+    walk(BeamConfig, "")
+    return found
+
+
+def _mapping_override(override: str) -> str:
+    """`trainer.extra_env={A: x}` sets the whole mapping. Composed configs are in struct mode, where Hydra refuses
+    names the mapping does not have yet; `++` (set, adding if needed) is what the user meant."""
+    key = override.split("=", 1)[0]
+    if "=" in override and not key.startswith(("+", "~")) and key in mapping_keys():
+        return "++" + override
+    return override
 
 
 def valid_keys(section: str = "") -> list[str]:
