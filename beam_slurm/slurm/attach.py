@@ -152,7 +152,12 @@ def container_hook_of(job: RunJob):
     """The job's container hook, from the run's resolved recipe (beam_run/config.yaml); none without a container."""
     from beam_slurm.slurm.steps import ContainerHook, container_hook
 
-    cfg = saved_config(job.export_path)
+    try:
+        cfg = saved_config(job.export_path)
+    except Exception as exc:  # a record this version cannot read: say so, attach outside any container
+        print(f"beam-slurm attach: warning: cannot read the run's recipe ({exc}); attaching without its container",
+              file=sys.stderr)
+        cfg = None
     if cfg is None or cfg.container.runtime == "none":
         return ContainerHook(), cfg
     from beam_slurm.slurm.job_settings import job_mounts
