@@ -1,6 +1,6 @@
 """Evaluation stage entry: what sbatch/eval_aime.sh (and chained evaluation jobs) run.
 
-Arguments are those of `beam-slurm evaluate`. In a one-node allocation, or outside Slurm, it runs the evaluation
+Arguments are those of `beam-slurm evaluate --here` (added when missing). In a one-node allocation, or outside Slurm, it runs the evaluation
 directly. In a multi-node allocation (Beam: TP8 x PP2 over two nodes) it first checks the inputs (bad input exits
 2 before any node is touched), then starts the job's Ray cluster with one srun over all nodes
 (beam_slurm.ray_cluster.node) and runs this same entry as the driver on the head node, where RAY_ADDRESS is set
@@ -19,6 +19,8 @@ from beam_slurm.evaluation.cli import main as evaluate  # noqa: E402
 
 
 def main(argv: list[str]) -> int:
+    if "--here" not in argv:
+        argv = ["--here", *argv]  # this job is the evaluation: run it in this allocation, submit nothing
     nodes = int(os.environ.get("SLURM_JOB_NUM_NODES", "1") or 1)
     if nodes <= 1 or os.environ.get("RAY_ADDRESS"):
         return evaluate(argv)

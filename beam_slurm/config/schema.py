@@ -8,11 +8,12 @@ marked "seed"; values the seed leaves open and we chose are marked "ours" and st
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Any, Optional
 
 from beam_slurm.containers.settings import ContainerSettings
 from beam_slurm.data.config import DataConfig
 from beam_slurm.ray_cluster.settings import RaySettings
+from hydra_plugins.hydra_submitit_launcher.config import SlurmQueueConf
 
 
 @dataclass
@@ -76,6 +77,23 @@ class ClusterConfig:
     log_copy_max_mbytes: float = 256.0
     """MiB of Ray logs each node copies at most per attempt, newest files first; older files are left out and
     counted in the node's COPY.json (ours)."""
+    fabric_check: bool = True
+    """Before Ray starts, the preflight moves data between every node of the allocation over the fabric
+    (torch.distributed: NCCL with one process per GPU on GPU nodes, gloo on CPU-only nodes): point-to-point with
+    each ring neighbour, then one all_reduce. It fails the job naming each node that does not answer within
+    fabric_check_timeout_s, whose bandwidth is below half the median, whose fabric interface is down, or on which
+    ray.network_interface / NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME name no interface. Time, bandwidth and interface
+    go to the attempt's log (fabric.json). Needs torch where the preflight runs (the training image has it; a node
+    without it skips the check with a warning). Single-node jobs check the interfaces only (ours: on)."""
+    fabric_check_timeout_s: float = 30.0
+    """Seconds every node has to join the fabric check, and each pair to answer (ours)."""
+    fabric_check_bytes: int = 64 * 1024**2
+    """Bytes each pair of the fabric check sends each way, three times, and the size of the all_reduce (ours: 64 MiB;
+    raise it where the fabric is fast enough that 64 MiB takes under a millisecond)."""
+    fabric_interface: str = ""
+    """Network interface the fabric check runs over (e.g. ib0, or fab0 on the sandbox). Empty: the one interface
+    NCCL_SOCKET_IFNAME names in trainer.extra_env or ray.extra_env, else ray.network_interface, else the network
+    the node's hostname resolves to."""
 
 
 @dataclass
@@ -228,6 +246,68 @@ class AlgorithmConfig:
 
 
 @dataclass
+class EvalLauncherConfig(SlurmQueueConf):
+    """Slurm settings of the evaluation job array (`beam-slurm evaluate`), with the keys and classes of Hydra's submitit
+    launcher (hydra/launcher=submitit_slurm: partition, timeout_min, gpus_per_node, nodes, array_parallelism, qos,
+    account, constraint, exclude, setup, additional_parameters, ...), so a user's launcher settings carry over. The
+    fields below change the launcher's defaults; the others keep them."""
+
+    submitit_folder: str = ""
+    """Where submitit keeps each task's pickles and logs; empty = <evaluation folder of the first task>/.submitit."""
+    name: str = "beam-eval"
+    """Slurm job name of the array."""
+    timeout_min: int = 240
+    """Wall time of one array task in minutes (ours); a task cut off by it is requeued (max_num_timeout) and resumes."""
+    nodes: int = 0
+    """Nodes per task; 0 = as many as rollout.tensor_parallel x rollout.pipeline_parallel GPUs need (cluster.gpus_per_node
+    each): Beam's TP8 x PP2 takes 2 nodes, driven through Ray."""
+    gpus_per_node: Optional[int] = None
+    """GPUs per node of a task; empty = TP x PP, at most cluster.gpus_per_node."""
+    partition: Optional[str] = None
+    """Slurm partition of the array; empty = cluster.partition."""
+    account: Optional[str] = None
+    """Slurm account of the array; empty = cluster.account."""
+    array_parallelism: int = 8
+    """Tasks of the array running at once (`--array=0-N%P`; ours: 8)."""
+    max_num_timeout: int = 3
+    """Requeues after a time-out (a preemption always requeues); the task resumes from its saved responses (ours)."""
+    cpus_per_task: Optional[int] = None
+    """CPUs per task (`--cpus-per-task`); empty = Slurm's default."""
+    tasks_per_node: int = 1
+    """Tasks per node; one process per node drives vLLM (leave 1)."""
+    mem_gb: Optional[int] = None
+    """Memory per node in GB (`--mem`); empty = the partition's default."""
+    stderr_to_stdout: bool = False
+    """Write the task's stderr into its stdout log."""
+    _target_: str = "hydra_plugins.hydra_submitit_launcher.submitit_launcher.SlurmLauncher"
+    """The launcher class of Hydra's config (accepted so copied launcher settings load; not used here)."""
+    qos: Optional[str] = None
+    """Slurm QOS of the array; empty = cluster.qos."""
+    comment: Optional[str] = None
+    """Slurm job comment."""
+    constraint: Optional[str] = None
+    """Node features the tasks need (`--constraint`)."""
+    exclude: Optional[str] = None
+    """Nodes the tasks must not use (`--exclude`)."""
+    gres: Optional[str] = None
+    """Generic resources (`--gres`), instead of gpus_per_node."""
+    cpus_per_gpu: Optional[int] = None
+    """CPUs per GPU (`--cpus-per-gpu`; needs gpus_per_task)."""
+    gpus_per_task: Optional[int] = None
+    """GPUs per task (`--gpus-per-task`)."""
+    mem_per_gpu: Optional[str] = None
+    """Memory per GPU (`--mem-per-gpu`, e.g. 80G)."""
+    mem_per_cpu: Optional[str] = None
+    """Memory per CPU (`--mem-per-cpu`)."""
+    signal_delay_s: int = 120
+    """Seconds before the time limit at which submitit's signal (USR2, to the task) asks it to requeue itself."""
+    additional_parameters: dict[str, Any] = field(default_factory=dict)
+    """Any other sbatch option, e.g. {mail-type: END} (without the leading dashes)."""
+    setup: Optional[list[str]] = None
+    """Shell lines run in the batch script before the task (e.g. module load ...)."""
+
+
+@dataclass
 class EvalConfig:
     """In-training evaluation (SkyRL) and the standalone evaluation stage."""
 
@@ -266,6 +346,11 @@ class EvalConfig:
     retried, other errors are not."""
     server_concurrency: int = 8
     """Standalone evaluation with `--server URL`: requests in flight at once."""
+    chunk_problems: int = 5
+    """Standalone evaluation: problems generated per chunk; each chunk's responses are saved as it finishes, so a
+    preempted or requeued task generates only what is missing (ours: 5, six chunks for AIME's 30 problems)."""
+    launcher: EvalLauncherConfig = field(default_factory=EvalLauncherConfig)
+    """The evaluation job array's Slurm settings (Hydra submitit launcher keys)."""
 
 
 @dataclass

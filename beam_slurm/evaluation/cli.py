@@ -1,22 +1,27 @@
-"""`beam-slurm evaluate`: generate k responses per AIME problem for one checkpoint, grade them, write the metrics.
+"""`beam-slurm evaluate RUN | SWEEP | --checkpoint DIR [-m] [--wait] [key=value ...]`: AIME evaluations of checkpoints.
 
-Output directory (default ``<export_path>/beam_evals/global_step_N/`` beside the checkpoint):
+Without --here it expands to one task per (checkpoint x dataset x sweep point), skips the tasks already finished
+with the same settings, and submits the rest as one Slurm job array through submitit
+(`beam_slurm.evaluation.array`, Slurm settings under `eval.launcher.*`), then returns, or with --wait shows progress
+and prints the merged table. RUN is a run folder, name or training job id (every complete global_step_N export is
+evaluated), SWEEP a sweep folder (every run of it); `-m` expands `key=a,b` as `submit -m` does.
 
-- ``responses.jsonl``: every generated response (kept for inspection; lets a requeued job skip generation when
-  only grading was left), with ``responses.meta.json`` saying which inputs and settings produced it;
-- the results files of :mod:`beam_slurm.evaluation.results` (``grades.jsonl``, ``grades.parquet``,
-  ``details.json``, ``info.json`` with settings, inputs and timings, and ``metrics.json`` last, which marks the
-  evaluation finished).
+With --here (what each array task, `sbatch/eval_aime.sh` and a machine without Slurm run), with --server or
+--checkpoint-list, it evaluates one checkpoint in this process. Results go to ``<export_path>/beam_evals/
+global_step_N/`` beside the checkpoint (or --out): see `beam_slurm.evaluation.resumable` for the layout (saved
+response chunks, one folder per task key, and the folder's merged view: ``metrics.json``, ``grades.jsonl``,
+``details.json``, ``info.json``).
 
 Settings are recipe keys (``eval.*``, ``generation.*``, ``rollout.tensor_parallel`` ...; ``--help`` lists them with
-their defaults from the schema); inputs are flags. A re-run with the same inputs and settings reuses finished
-results (``--force`` redoes them); a finished evaluation with different settings is never overwritten without
-``--force``. Every input is checked before a model is loaded; bad input exits with status 2.
+their defaults from the schema); inputs are flags. A task key (checkpoint, dataset, k, every sampling setting)
+already finished is reused; a larger k reuses the responses saved for a smaller one (`--force` redoes them). Every
+input is checked before a model is loaded or a job submitted; bad input exits with status 2.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import hashlib
 import json
 import os
@@ -41,7 +46,8 @@ EVALUATE_KEYS = [
     "rollout.tensor_parallel", "rollout.pipeline_parallel", "rollout.executor_backend",
     "eval.limit", "eval.dtype", "eval.gpu_memory_utilization", "eval.enforce_eager",
     "eval.server_request_timeout_s", "eval.server_max_attempts", "eval.server_concurrency",
-    "grade.timeout_s", "grade.memory_mb", "grade.workers", "paths.data_dir", "paths.eval_files",
+    "grade.timeout_s", "grade.memory_mb", "grade.workers", "eval.chunk_problems", "paths.data_dir",
+    "paths.eval_files",
 ]
 """The recipe keys `evaluate` reads (the pipeline renders these for evaluation jobs)."""
 
@@ -59,16 +65,18 @@ OLD_FLAGS = {
 
 def build_parser():
     """The verb's parser: inputs and flags; every setting is a recipe key (see --help)."""
-    from beam_slurm.config.verb_args import VerbArgs
+    from beam_slurm.config.verb_args import VerbArgs, keys_under
 
     verb = VerbArgs(
         "evaluate",
-        "Evaluate a checkpoint on AIME: vLLM generation, grading, metrics. Settings are recipe keys, e.g.\n"
-        "  beam-slurm evaluate --checkpoint EXPORT/global_step_10 eval.responses_per_problem=8 "
-        "rollout.tensor_parallel=1 rollout.pipeline_parallel=1",
-        keys=EVALUATE_KEYS,
+        "Evaluate checkpoints on AIME (vLLM generation, grading, metrics) as one Slurm job array. Settings "
+        "are recipe keys, e.g.\n  beam-slurm evaluate RUN eval.responses_per_problem=32 eval.launcher.partition=gpu\n"
+        "  beam-slurm evaluate -m SWEEP_DIR eval.responses_per_problem=8,32 --wait",
+        keys=[*EVALUATE_KEYS, "eval.chain_settle_s", *keys_under("eval.launcher"), "cluster.gpus_per_node",
+              "cluster.partition", "cluster.account", "cluster.qos"],
     )
-    source = verb.add_argument_group("what to evaluate")
+    source = verb.add_argument_group("what to evaluate (or a positional RUN | SWEEP: a run folder, name or job id, "
+                                     "or a sweep folder)")
     source.add_argument("--checkpoint", help="HF export dir (<export_path>/global_step_N[/policy]), any HF model "
                         "dir, or a LoRA adapter dir (with --base-model)")
     source.add_argument("--checkpoint-list", metavar="FILE",
@@ -85,6 +93,13 @@ def build_parser():
     output.add_argument("--force", action="store_true", help="redo generation and grading even if results exist")
     output.add_argument("--check", action="store_true",
                         help="only check the inputs and print what would run (status 2 on bad input)")
+    where = verb.add_argument_group("where it runs (default: one Slurm job array through submitit, eval.launcher.*)")
+    where.add_argument("--here", action="store_true",
+                       help="evaluate one checkpoint in this process (what the array tasks and sbatch/eval_aime.sh run)")
+    where.add_argument("-m", "--multirun", action="store_true",
+                       help="sweep: key=a,b values expand as with `submit -m` (Hydra's override grammar)")
+    where.add_argument("--wait", action="store_true", help="wait for the array, show progress, print the table")
+    where.add_argument("--exports-root", help="where run names are looked up (default $BEAM_EXPORTS_ROOT or ~/exports)")
     for flag, key in OLD_FLAGS.items():
         verb.key_flag(flag, key)
     verb.key_flag("--enforce-eager", "eval.enforce_eager", switch=True)
@@ -215,111 +230,219 @@ def _data_files(args: argparse.Namespace, cfg) -> list[str]:
     return [str(Path(cfg.paths.data_dir) / name) for name in cfg.paths.eval_files]
 
 
+def _split_target(verb, argv: list[str]) -> tuple[str | None, list[str]]:
+    """The positional RUN | SWEEP (the first bare word that is neither a flag's value nor a key=value)."""
+    actions = verb.parser._option_string_actions
+    index = 0
+    while index < len(argv):
+        word = argv[index]
+        if word.startswith("-"):
+            action = actions.get(word)
+            index += 2 if action is not None and action.nargs != 0 and "=" not in word else 1
+            continue
+        if "=" not in word and not word.startswith("~"):
+            return word, argv[:index] + argv[index + 1:]
+        index += 1
+    return None, argv
+
+
+def _targets(args: argparse.Namespace, target: str | None, cfg) -> list[tuple[str, None, Path]]:
+    """(checkpoint, None, evaluation folder) of every checkpoint to evaluate: --checkpoint, or every complete HF
+    export of a run, or of every run of a sweep."""
+    from beam_slurm.evaluation.chain import ChainSettings, complete_checkpoints
+
+    if args.checkpoint:
+        if target:
+            raise UsageError(f"unexpected argument {target!r}: settings are key=value, and a run or sweep is "
+                             "evaluated without --checkpoint")
+        eval_input = resolve_checkpoint(args.checkpoint, args.base_model)
+        return [(str(Path(args.checkpoint).expanduser().resolve()), None, _resolve_out(args, eval_input))]
+    if not target:
+        raise UsageError("what to evaluate: a run (folder, name or job id), a sweep folder, or --checkpoint DIR")
+    exports = _run_exports(target, args.exports_root)
+    found = []
+    for export in exports:
+        for step, path in complete_checkpoints(ChainSettings(run_dir=export, settle_s=cfg.eval.chain_settle_s)):
+            found.append((str(path), None, evaluation_dir(export, step)))
+    if not found:
+        raise UsageError(f"{target}: no complete global_step_N export under {', '.join(map(str, exports))} "
+                         "(the training job writes them every checkpoint.hf_save_interval steps)")
+    if args.out and len(found) > 1:
+        raise UsageError(f"--out takes one checkpoint; {target} has {len(found)}: leave --out out")
+    if args.out:
+        return [(found[0][0], None, Path(args.out).expanduser().resolve())]
+    return found
+
+
+def _run_exports(target: str, exports_root: str | None) -> list[Path]:
+    """Export paths of a sweep folder's runs, or of the one run `target` names (beam_slurm.pipeline.runs)."""
+    from beam_slurm.pipeline.manifest import SWEEP_FILE, read_json
+    from beam_slurm.pipeline.runs import RunNotFound, resolve_run
+
+    path = Path(target).expanduser()
+    if path.is_file() and path.name == SWEEP_FILE:
+        path = path.parent
+    if (path / SWEEP_FILE).is_file():
+        return [Path(r["export_path"]) for r in (read_json(path / SWEEP_FILE) or {}).get("runs", [])]
+    try:
+        return [resolve_run(target, exports_root)]
+    except RunNotFound as exc:
+        if path.is_dir():  # an export folder without a run record (a run trained by hand)
+            return [path]
+        raise UsageError(str(exc)) from None
+
+
+def _points(parsed, multirun: bool, load) -> list[tuple[list[str], object]]:
+    """(overrides, recipe) of every sweep point: `-m` expands key=a,b as `submit -m` does (Hydra's grammar)."""
+    from beam_slurm.pipeline import sweep
+
+    overrides = list(parsed.overrides)
+    swept = sweep.has_sweep(overrides)
+    if swept and not multirun:
+        raise UsageError(f"{', '.join(swept)}: a sweep needs -m (beam-slurm evaluate -m ...)")
+    combinations = sweep.expand(overrides) if multirun else [sweep.Combination(overrides)]
+    return [(c.overrides, load(c.overrides)) for c in combinations]
+
+
+def _table(results: dict[str, dict], title: str) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    from beam_slurm.evaluation.metrics import PASS_AT
+
+    console = Console()
+    if not console.is_terminal:
+        console = Console(width=160)
+    table = Table(title=title)
+    entries = [(folder, entry) for folder, metrics in sorted(results.items()) for entry in metrics.values()]
+    levels = [j for j in PASS_AT if any(f"pass@{j}" in e for _, e in entries)]
+    for column in ("evaluation", "dataset", "k", "avg@k", "95% interval", *(f"pass@{j}" for j in levels), "maj@k"):
+        table.add_column(column, justify="left" if column in ("evaluation", "dataset") else "right")
+    for folder, entry in entries:
+        low, high = entry.get("avg@k_ci95", [float("nan")] * 2)
+        table.add_row(str(Path(folder).parent.parent.name), str(entry.get("dataset")), str(entry["k"]),
+                      f"{entry['avg@k']:.4f}", f"[{low:.3f}, {high:.3f}]",
+                      *(f"{entry[f'pass@{j}']:.4f}" if f"pass@{j}" in entry else "-" for j in levels),
+                      f"{entry['maj@k']:.4f}")
+    console.print(table)
+
+
+def _finished_results(specs) -> dict[str, dict]:
+    from beam_slurm.evaluation.array import prepare
+    from beam_slurm.evaluation.resumable import task_finished
+
+    results = {}
+    for spec in specs:
+        prepared = prepare(spec)
+        for key in prepared.keys:
+            folder = prepared.out_dir / key.task_dir
+            if task_finished(prepared.out_dir, key):
+                results[str(folder)] = finished_metrics(folder)
+    return results
+
+
 def main(argv: list[str] | None = None) -> int:
     from beam_slurm.config.errors import ConfigError
     from beam_slurm.config.verb_args import VerbUsageError
+    from beam_slurm.evaluation import array
 
     verb = build_parser()
     log = lambda message: print(message, flush=True)  # noqa: E731  (progress goes to the job log as it happens)
+    argv = list(sys.argv[1:] if argv is None else argv)
 
     # 1. Everything that can be checked without a model, so a bad job fails in seconds with status 2.
     try:
-        parsed = verb.parse(sys.argv[1:] if argv is None else argv)
+        target, argv = _split_target(verb, argv)
+        parsed = verb.parse(argv)
         args = parsed.args
-        cfg = verb.load(parsed)
-        if args.checkpoint_list:
-            args.checkpoint = _checkpoint_from_list(args)
-        if not args.server and not args.checkpoint:
-            raise UsageError("--checkpoint is required (or --server URL to use an already running server)")
+        here = args.here or bool(args.server) or bool(args.checkpoint_list) or args.check
         if args.served_model and not args.server:
             raise UsageError("--served-model only applies with --server")
-        if cfg.eval.limit is not None and cfg.eval.limit < 1:
-            raise UsageError(f"eval.limit must be at least 1 (got {cfg.eval.limit})")
-        grading = _grading_limits(cfg)
-        eval_input = None if args.server else resolve_checkpoint(args.checkpoint, args.base_model)
-        sampling, engine, client = _settings(args, cfg)
-        problems, data = _load_problems(_data_files(args, cfg), cfg.eval.limit)
-        out_dir = _resolve_out(args, eval_input)
-        if out_dir.exists() and not out_dir.is_dir():
-            raise UsageError(f"--out: {out_dir} exists and is not a directory")
+        points = _points(parsed, args.multirun, lambda overrides: verb.load(dataclasses.replace(parsed,
+                                                                                                 overrides=overrides)))
+        for _, cfg in points:
+            if cfg.eval.limit is not None and cfg.eval.limit < 1:
+                raise UsageError(f"eval.limit must be at least 1 (got {cfg.eval.limit})")
+            _grading_limits(cfg)
+            _settings(args, cfg)  # sampling, engine and server settings checked here
+        if here:
+            if target or args.multirun or args.wait:
+                raise UsageError("--here (and --server, --checkpoint-list, --check) evaluates one checkpoint in this "
+                                 "process: no run, sweep, -m or --wait")
+            if args.checkpoint_list:
+                args.checkpoint = _checkpoint_from_list(args)
+            if not args.server and not args.checkpoint:
+                raise UsageError("--checkpoint is required (or --server URL to use an already running server)")
+            eval_input = None if args.server else resolve_checkpoint(args.checkpoint, args.base_model)
+            targets = [(str(Path(args.checkpoint).expanduser().resolve()) if args.checkpoint else None, None,
+                        _resolve_out(args, eval_input))]
+        else:
+            targets = _targets(args, target, points[0][1])
+        for _, _, out_dir in targets:
+            if out_dir.exists() and not out_dir.is_dir():
+                raise UsageError(f"--out: {out_dir} exists and is not a directory")
+        if here:
+            overrides, cfg = points[0]
+            specs = [array.TaskSpec(checkpoint=targets[0][0], data_file=name, out_dir=str(targets[0][2]),
+                                    ks=(cfg.eval.responses_per_problem,), overrides=tuple(overrides),
+                                    base_model=args.base_model, server=args.server, served_model=args.served_model)
+                     for name in _data_files(args, cfg)]
+            prepared = [array.prepare(spec) for spec in specs]
+            _load_problems([p.data["path"] for p in prepared], cfg.eval.limit)  # one data_source per file
+        else:
+            found = array.plan(points, targets, lambda cfg: _data_files(args, cfg), force=args.force,
+                               base_model=args.base_model)
     except ConfigError as exc:
         return verb.config_failed(exc)
     except (VerbUsageError, UsageError, CheckpointError, DatasetError, GradingInputError, ValueError) as exc:
         return verb.fail(exc)
 
     if args.check:
-        target = args.server or f"{eval_input.label}: {eval_input.model_path}"
-        log(f"evaluate: inputs OK: {len(problems)} problems from {len(data)} file(s), k={sampling.n}, on {target}, "
-            f"results in {out_dir}")
+        what = args.server or targets[0][0]
+        log(f"evaluate: inputs OK: {sum(len(p.problems) for p in prepared)} problems from {len(prepared)} file(s), "
+            f"k={prepared[0].sampling.n}, on {what}, results in {targets[0][2]}")
+        return 0
+    if here:
+        # 2. In this process (inside an allocation, or with --server): resumable generation, grading, results.
+        if args.force:
+            import shutil
+
+            for p in prepared:
+                for key in p.keys:
+                    shutil.rmtree(p.out_dir / key.task_dir, ignore_errors=True)
+                shutil.rmtree(p.store.folder, ignore_errors=True)
+        from beam_slurm.evaluation.resumable import task_finished
+
+        if all(task_finished(p.out_dir, key) for p in prepared for key in p.keys):
+            log(f"evaluate: {targets[0][2]} already holds this evaluation; reusing it (--force to redo)")
+        else:
+            array.run_tasks(specs, log)
+        metrics = finished_metrics(targets[0][2]) or {}
+        log(f"evaluate: results in {targets[0][2]}")
+        for line in _summary_lines(metrics):
+            log(line)
         return 0
 
-    fingerprint = _fingerprint(args, cfg, eval_input, data)
-    finished = finished_metrics(out_dir)
-    if finished is not None and not args.force:
-        previous = (_read_json(out_dir / INFO_FILE) or {}).get("fingerprint")
-        if previous == fingerprint:
-            log(f"evaluate: {out_dir} already holds this evaluation; reusing it (--force to redo)")
-            for line in _summary_lines(finished):
-                log(line)
-            return 0
-        what = f"k={previous.get('k')}, max_tokens={previous.get('max_tokens')}" if previous else "unknown settings"
-        return verb.fail(f"{out_dir} holds a finished evaluation with other inputs or settings ({what}); "
-                         "pass --force to replace it, or choose another --out")
-
-    # 2. Generation, unless an earlier attempt (e.g. a requeued job) already wrote the same responses.
-    from beam_slurm.evaluation.generate import generate_offline, generate_with_server, settings_record
-
-    started = time.time()
-    out_dir.mkdir(parents=True, exist_ok=True)
-    if args.force:
-        # Drop the finished marker first: if this run dies, the folder must not pass for a finished evaluation.
-        (out_dir / METRICS_FILE).unlink(missing_ok=True)
-    responses_path = out_dir / RESPONSES_FILE
-    meta = _read_json(out_dir / RESPONSES_META_FILE)
-    if not args.force and meta is not None and meta.get("fingerprint") == fingerprint and responses_path.is_file():
-        rows = [json.loads(line) for line in responses_path.read_text().splitlines() if line.strip()]
-        log(f"evaluate: reusing {len(rows)} responses from {responses_path}")
-        generation_s = meta.get("generation_s")
+    # 3. As one job array through submitit: the unfinished tasks only.
+    for folder in found.finished:
+        log(f"evaluate: finished already, not submitted: {folder}")
+    for line in found.active:
+        log(f"evaluate: queued or running already, not submitted: {line}")
+    if not found.to_submit:
+        log("evaluate: nothing to submit")
+        job_ids: list[str] = []
     else:
-        target = client.api_root if client else eval_input.label
-        log(f"evaluate: {len(problems)} problems x k={sampling.n}, max {sampling.max_tokens} tokens, on {target}")
-        generation_started = time.monotonic()
-        if client is not None:
-            rows = generate_with_server(problems, client, sampling, log)
-        else:
-            rows = generate_offline(problems, eval_input, sampling, engine, log)
-        generation_s = time.monotonic() - generation_started
-        write_text(responses_path, _jsonl(rows))
-        write_text(
-            out_dir / RESPONSES_META_FILE,
-            json.dumps({"fingerprint": fingerprint, "generation_s": generation_s, "responses": len(rows)}, indent=2),
-        )
-
-    # 3. Grading and metrics, through the same code as `beam-slurm grade`.
-    from beam_slurm.evaluation.grading_pool import grade_rows
-    from beam_slurm.evaluation.metrics import compute_metrics
-    from beam_slurm.evaluation.results import write_results
-
-    grading_started = time.monotonic()
-    grades = grade_rows(rows, grading)
-    metrics = compute_metrics(grades)
-    grading_s = time.monotonic() - grading_started
-    record = {
-        "fingerprint": fingerprint,
-        "checkpoint": args.checkpoint,
-        "global_step": eval_input.global_step if eval_input else None,
-        "data": data,
-        "settings": settings_record(sampling, engine, client),
-        "generation_s": generation_s,
-        "grading_s": grading_s,
-        "started_at": started,
-        "finished_at": time.time(),
-        "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
-    }
-    write_results(out_dir, grades, metrics, extra=record)
-    log(f"evaluate: results in {out_dir} (generation {generation_s or 0:.1f} s, grading {grading_s:.1f} s)")
-    for line in _summary_lines(metrics):
-        log(line)
+        job_ids = array.submit_plan(found, log)
+    if not args.wait:
+        return 0
+    states = array.wait_for(job_ids) if job_ids else {}
+    failed = {j: s for j, s in states.items() if s != "COMPLETED"}
+    results = {folder: finished_metrics(folder) for folder in found.finished}
+    results.update(_finished_results([spec for spec, _ in found.to_submit]))
+    _table({k: v for k, v in results.items() if v}, "evaluations")
+    if failed:
+        return verb.fail(f"{len(failed)} task(s) did not complete: "
+                         + ", ".join(f"{j} {s}" for j, s in sorted(failed.items())), status=1)
     return 0
 
 

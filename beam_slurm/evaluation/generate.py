@@ -24,7 +24,7 @@ import time
 import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Callable
 
 from beam_slurm.evaluation.checkpoints import EvalInput, lora_request
@@ -58,6 +58,10 @@ class SamplingSettings:
             raise ValueError(f"generation.top_p must be in (0, 1] (got {self.top_p})")
         if self.temperature < 0.0:
             raise ValueError(f"generation.temperature must be >= 0 (got {self.temperature})")
+        from beam_slurm.evaluation.metrics import MAX_K
+
+        if self.n > MAX_K:
+            raise ValueError(f"eval.responses_per_problem must be at most {MAX_K} (got {self.n})")
 
     @classmethod
     def from_config(cls, cfg) -> "SamplingSettings":
@@ -201,6 +205,67 @@ def generate_offline(
             rows.append(_row(problem, sample, completion.text, completion.finish_reason, len(completion.token_ids)))
     log(f"evaluate: {len(rows)} responses in {time.monotonic() - started:.1f} s")
     return rows
+
+
+Request = tuple[Problem, int, int]
+"""(problem, responses wanted, index of the first one): what a resumed evaluation still needs of a problem."""
+
+
+class OfflineEngine:
+    """vLLM's offline engine, loaded on first use and kept for every chunk (and dataset) of one process."""
+
+    def __init__(self, eval_input: EvalInput, sampling: SamplingSettings, engine: EngineSettings,
+                 log: Callable[[str], None] = print):
+        self.eval_input, self.sampling, self.engine, self.log = eval_input, sampling, engine, log
+        self._llm = None
+
+    def generate(self, requests: list[Request]) -> list[dict[str, Any]]:
+        """Sample each request's count of responses (one vLLM call for the whole chunk); rows numbered from its
+        first index."""
+        from vllm import SamplingParams
+
+        if self._llm is None:
+            from vllm import LLM
+
+            started = time.monotonic()
+            self._llm = LLM(**engine_kwargs(self.eval_input, self.sampling, self.engine))
+            self.log(f"evaluate: engine ready in {time.monotonic() - started:.1f} s ({self.eval_input.label})")
+        s = self.sampling
+        params = [SamplingParams(n=n, temperature=s.temperature, top_p=s.top_p, max_tokens=s.max_tokens, seed=s.seed)
+                  for _, n, _ in requests]
+        outputs = self._llm.chat([problem.messages for problem, _, _ in requests], params, use_tqdm=False,
+                                 lora_request=lora_request(self.eval_input),
+                                 chat_template_kwargs=s.chat_template_kwargs() or None)
+        rows = []
+        for (problem, _, first), output in zip(requests, outputs, strict=True):
+            for offset, completion in enumerate(output.outputs):
+                rows.append(_row(problem, first + offset, completion.text, completion.finish_reason,
+                                 len(completion.token_ids)))
+        return rows
+
+    def close(self) -> None:
+        """Free the accelerator memory and the engine's child process (before grading starts its workers)."""
+        self._llm = None
+        gc.collect()
+
+
+class ServerEngine:
+    """An already running OpenAI-compatible server, with the interface of OfflineEngine."""
+
+    def __init__(self, client: "ClientSettings", sampling: SamplingSettings, log: Callable[[str], None] = print):
+        self.client, self.sampling, self.log = client, sampling, log
+
+    def generate(self, requests: list[Request]) -> list[dict[str, Any]]:
+        rows = []
+        for n in sorted({n for _, n, _ in requests}):
+            same = [(problem, first) for problem, count, first in requests if count == n]
+            got = generate_with_server([p for p, _ in same], self.client, replace(self.sampling, n=n), self.log)
+            first_of = {p.problem_id: first for p, first in same}
+            rows += [{**row, "sample": first_of[row["problem_id"]] + row["sample"]} for row in got]
+        return rows
+
+    def close(self) -> None:
+        pass
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ with the file's name and the column, before a model is loaded.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -84,3 +85,14 @@ def read_problems(path: str | Path, limit: int | None = None) -> list[Problem]:
     if not problems:
         raise DatasetError(f"--data: {path} has no rows")
     return problems
+
+
+_AIME_FILE = re.compile(r"aime[-_ ]?(\d{4})", re.IGNORECASE)
+
+
+def dataset_label(data_file: str | Path | None, data_source: str) -> str:
+    """What a benchmark is called in tables: by the file it came from (`aime-2024-cleaned.parquet` -> aime2024), since
+    the prepared data keep their source's data_source (AIME 2024's is `math_dapo`, which SkyRL's metric keys use);
+    the data_source itself for any other file."""
+    match = _AIME_FILE.search(Path(data_file).name) if data_file else None
+    return f"aime{match.group(1)}" if match else data_source

@@ -34,13 +34,15 @@ class EvalChain:
         self.thread = threading.Thread(target=self._run, name="eval-chain", daemon=True)
 
     def submit(self, argv: list[str]) -> str:
-        from beam_slurm.pipeline.stages import submit_eval
+        # The same path as `beam-slurm evaluate --checkpoint`: a submitit job array, one task per dataset.
+        from beam_slurm.evaluation.array import submit_for_checkpoint
 
         checkpoint = argv[argv.index("--checkpoint") + 1]
         match = re.search(r"global_step_(\d+)", checkpoint)
         if not match:
             raise ValueError(f"not a global_step_N export: {checkpoint}")
-        return submit_eval(self.cfg, int(match.group(1)), checkpoint, extra_args=list(self.cfg.eval.chain_extra_args))
+        return submit_for_checkpoint(self.cfg, int(match.group(1)), checkpoint,
+                                     list(self.cfg.eval.chain_extra_args), self.log)
 
     def _run(self) -> None:
         from beam_slurm.evaluation.chain import watch

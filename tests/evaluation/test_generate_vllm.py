@@ -33,7 +33,7 @@ CPU_ENGINE = ["eval.dtype=float32", "eval.gpu_memory_utilization=0.05", "eval.en
 def run_evaluate(args: list[str], timeout: float = 240, env: dict[str, str] | None = None
                  ) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "beam_slurm.cli", "evaluate", *args],
+        [sys.executable, "-m", "beam_slurm.cli", "evaluate", "--here", *args],
         capture_output=True, text=True, timeout=timeout,
         env={**os.environ, "VLLM_LOGGING_LEVEL": "WARNING", **(env or {})},
     )
@@ -42,7 +42,7 @@ def run_evaluate(args: list[str], timeout: float = 240, env: dict[str, str] | No
 def without_vllm(tmp_path: Path) -> dict[str, str]:
     """An environment in which importing vLLM fails: a run that still succeeds loaded no model."""
     blocker = tmp_path / "no-vllm" / "vllm"
-    blocker.mkdir(parents=True)
+    blocker.mkdir(parents=True, exist_ok=True)
     (blocker / "__init__.py").write_text("raise ImportError('vllm must not be imported here')\n")
     return {"PYTHONPATH": os.pathsep.join(filter(None, [str(blocker.parent), os.environ.get("PYTHONPATH")]))}
 
@@ -67,31 +67,33 @@ def test_offline_engine_end_to_end_then_reuse(export_step: Path, aime_parquet: P
     assert result.returncode == 0, result.stderr[-3000:]
 
     out = export_step.parent / "beam_evals" / "global_step_5"  # default: beside the export
-    responses = read_jsonl(out / "responses.jsonl")
-    assert len(responses) == len(GROUND_TRUTHS) * k
-    assert {r["finish_reason"] for r in responses} <= {"stop", "length"}
-    assert all(0 < r["response_tokens"] <= 16 for r in responses)
-
     grades = read_jsonl(out / "grades.jsonl")
-    assert [(g["problem_id"], g["sample"], g["response"]) for g in grades] == [
-        (r["problem_id"], r["sample"], r["response"]) for r in responses
-    ]
+    assert len(grades) == len(GROUND_TRUTHS) * k
+    assert {r["finish_reason"] for r in grades} <= {"stop", "length"}
+    assert all(0 < r["response_tokens"] <= 16 for r in grades)
+    # The responses were saved chunk by chunk (eval.chunk_problems, default 5: one chunk for 3 problems), each graded.
+    chunks = sorted((out / "samples").glob("*/responses-*.jsonl"))
+    assert chunks and all(c.with_name(c.name.replace("responses-", "grades-")).is_file() for c in chunks)
+    saved = [row for chunk in chunks for row in read_jsonl(chunk)]
+    assert sorted((r["problem_id"], r["sample"], r["response"]) for r in saved) == sorted(
+        (g["problem_id"], g["sample"], g["response"]) for g in grades)
     # Reasoning effort "minimal" reached the chat template: greedy decoding writes the taught "Answer: 42", so p0,
     # p1 (truth 42) are always right and p2 (truth 7) never.
     per_problem = correct_per_problem(grades)
     assert per_problem == {"p0": k, "p1": k, "p2": 0}, per_problem
     assert all(g["pred"] == "42" for g in grades)
     # Greedy: the k samples of a problem are one and the same reply (top-p reached vLLM).
-    assert all(len({r["response"] for r in responses if r["problem_id"] == pid}) == 1 for pid in per_problem)
+    assert all(len({r["response"] for r in grades if r["problem_id"] == pid}) == 1 for pid in per_problem)
 
     metrics = json.loads((out / "metrics.json").read_text())["aime_tiny"]
     assert metrics["k"] == k
     assert metrics["avg@k"] == pytest.approx(sum(per_problem.values()) / (len(GROUND_TRUTHS) * k))
-    assert set(metrics) >= {"avg@k", "pass@1", "pass@2", "pass@4", "maj@k", "timeouts"}
+    assert set(metrics) >= {"avg@k", "avg@k_ci95", "pass@1", "pass@2", "pass@4", "maj@k", "timeouts"}
     assert "pass@8" not in metrics  # only j <= k
     info = json.loads((out / "info.json").read_text())
     assert info["global_step"] == 5 and info["settings"]["sampling"]["reasoning_effort"] == "minimal"
     assert info["settings"]["sampling"]["top_p"] == pytest.approx(1e-6)
+    assert info["progress"]["generated"] == len(grades) and info["progress"]["reused"] == 0
 
     # Same inputs again: the finished results are reused without loading a model (vLLM cannot even be imported).
     again = run_evaluate(args, timeout=120, env=without_vllm(tmp_path))
@@ -99,10 +101,13 @@ def test_offline_engine_end_to_end_then_reuse(export_step: Path, aime_parquet: P
     assert "reusing" in again.stdout
     assert read_jsonl(out / "grades.jsonl") == grades
 
-    # Other settings on the same folder: refused (status 2), the results stay as they were.
-    other = run_evaluate([*args[:-len(CPU_ENGINE)], "eval.responses_per_problem=2", *CPU_ENGINE], timeout=60)
-    assert other.returncode == 2
-    assert "--force" in other.stderr
+    # A smaller k with the same sampling is another task key: its results come from the saved responses (still no
+    # vLLM), in its own folder; the folder's view keeps the larger k.
+    smaller = run_evaluate([*args, "eval.responses_per_problem=2"], timeout=120, env=without_vllm(tmp_path))
+    assert smaller.returncode == 0, smaller.stderr[-3000:]
+    task = next(p for p in (out / "tasks").iterdir() if p.name.startswith("aime_tiny-k2-"))
+    k2 = json.loads((task / "metrics.json").read_text())["aime_tiny"]
+    assert k2["k"] == 2 and json.loads((task / "info.json").read_text())["progress"]["generated"] == 0
     assert json.loads((out / "metrics.json").read_text())["aime_tiny"] == metrics
 
 
@@ -118,7 +123,7 @@ def test_lora_adapter_changes_the_answers(tiny_model_dir: Path, tiny_lora_dir: P
     assert info["fingerprint"]["model"]["lora_path"] == str(tiny_lora_dir.resolve())
     # The base model alone says "Answer: 42" to these prompts; a random adapter on every attention projection
     # scrambles that, which shows the adapter was applied.
-    responses = read_jsonl(out / "responses.jsonl")
+    responses = read_jsonl(out / "grades.jsonl")
     assert len(responses) == 6
     assert not any(r["response"].startswith("Answer: 42") for r in responses)
 
@@ -177,7 +182,7 @@ def test_sampling_settings_reach_the_engine(aime_parquet: Path, tmp_path: Path):
                         "--out", str(tmp_path / "hot"),
                         *CPU_ENGINE])
     assert hot.returncode == 0, hot.stderr[-3000:]
-    responses = read_jsonl(tmp_path / "hot" / "responses.jsonl")
+    responses = read_jsonl(tmp_path / "hot" / "grades.jsonl")
     assert len(responses) == len(GROUND_TRUTHS) * k
     assert all(r["response_tokens"] <= 12 for r in responses)
     by_problem: dict[str, list[str]] = {}

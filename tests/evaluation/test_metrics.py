@@ -77,7 +77,9 @@ def test_compute_metrics_hand_checked():
     # Problem 1: "7" has two votes -> right.
     assert entry["maj@k"] == 1.0
     assert entry["timeouts"] == 0
-    assert set(entry) == {"avg@k", "pass@1", "pass@2", "pass@4", "maj@k", "k", "timeouts"}
+    assert set(entry) == {"avg@k", "avg@k_ci95", "pass@1", "pass@2", "pass@4", "maj@k", "k", "timeouts"}
+    # Two problems (0.25 and 0.5): every resample's mean is 0.25, 0.375 or 0.5.
+    assert entry["avg@k_ci95"] == [0.25, 0.5]
 
 
 def test_majority_tie_goes_to_the_answer_seen_first_in_sample_order():
@@ -135,3 +137,52 @@ def test_details_per_problem_lengths_and_finish_reasons():
     first, second = details["problems"]
     assert (first["problem_id"], first["correct"], first["majority"], first["majority_correct"]) == (0, 2, "7", True)
     assert (second["correct"], second["no_answer"], second["majority"]) == (1, 1, "3")
+
+
+@pytest.mark.parametrize("k,levels", [(1, [1]), (4, [1, 2, 4]), (12, [1, 2, 4, 8, 12]), (64, [1, 2, 4, 8, 16, 32, 64])])
+def test_pass_at_levels_are_powers_of_two_up_to_k(k, levels):
+    from beam_slurm.evaluation.metrics import pass_at_levels
+
+    assert pass_at_levels(k) == levels
+
+
+def test_pass_at_k_up_to_64_equals_a_brute_force_count():
+    """metrics.json's pass@j for k = 16 equals, per problem, the share of j-subsets holding a correct sample
+    (counted over every subset for small j, over the complement's subsets for large j)."""
+    k, rng = 16, random.Random(7)
+    grades = []
+    for problem in range(5):
+        correct = rng.randrange(k + 1)
+        flags = [True] * correct + [False] * (k - correct)
+        rng.shuffle(flags)
+        grades += [_grade(f"p{problem}", s, "7" if ok else "8") for s, ok in enumerate(flags)]
+    metrics = compute_metrics(grades)["aime2025"]
+    assert [key for key in metrics if key.startswith("pass@")] == ["pass@1", "pass@2", "pass@4", "pass@8", "pass@16"]
+    for j in (1, 2, 4, 8, 16):
+        per_problem = []
+        for problem in range(5):
+            flags = [g["correct"] for g in grades if g["problem_id"] == f"p{problem}"]
+            subsets = list(itertools.combinations(range(k), j))
+            per_problem.append(sum(any(flags[i] for i in s) for s in subsets) / len(subsets))
+        assert metrics[f"pass@{j}"] == pytest.approx(sum(per_problem) / 5, abs=1e-12), j
+
+
+def test_avg_at_k_interval_equals_a_direct_bootstrap_with_the_same_seed():
+    import numpy as np
+
+    from beam_slurm.evaluation.metrics import BOOTSTRAP_DRAWS, BOOTSTRAP_SEED
+
+    k, rng = 8, random.Random(3)
+    grades, shares = [], []
+    for problem in range(30):
+        correct = rng.randrange(k + 1)
+        shares.append(correct / k)
+        grades += [_grade(str(problem), s, "7" if s < correct else "9") for s in range(k)]
+    low, high = compute_metrics(grades)["aime2025"]["avg@k_ci95"]
+    # Directly: resample the 30 problems with replacement 10,000 times from the same seeded generator, take the
+    # means' 2.5th and 97.5th percentiles (the percentile method, inverted-CDF quantiles).
+    generator = random.Random(BOOTSTRAP_SEED)
+    means = [sum(generator.choice(shares) for _ in range(30)) / 30 for _ in range(BOOTSTRAP_DRAWS)]
+    expected = np.percentile(means, [2.5, 97.5], method="inverted_cdf")
+    assert (low, high) == pytest.approx(tuple(expected), abs=1e-12)
+    assert low < sum(shares) / 30 < high

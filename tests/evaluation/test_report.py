@@ -46,7 +46,7 @@ def test_grade_writes_metrics_and_grades(tmp_path, capsys):
     assert metrics["aime2024"]["pass@2"] == pytest.approx((1 + (1 - 1 / 6) + 0) / 3)
     assert metrics["aime2025"]["avg@k"] == pytest.approx(0.25)
     assert metrics["aime2025"]["maj@k"] == 0.0  # three wrong votes beat one right one
-    assert set(metrics["aime2025"]) == {"avg@k", "pass@1", "pass@2", "pass@4", "maj@k", "k", "timeouts"}
+    assert set(metrics["aime2025"]) == {"avg@k", "avg@k_ci95", "pass@1", "pass@2", "pass@4", "maj@k", "k", "timeouts"}
     grades = [json.loads(line) for line in (out / "grades.jsonl").read_text().splitlines()]
     assert len(grades) == len(rows)
     assert set(grades[0]) == set(rows[0]) | {"correct", "pred", "math_verify"}

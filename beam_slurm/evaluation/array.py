@@ -1,0 +1,413 @@
+"""Evaluations as Slurm job arrays through submitit: expand, skip what is finished, submit the rest, run one task.
+
+`beam-slurm evaluate RUN | SWEEP | --checkpoint DIR` expands to one task per (checkpoint x dataset) and sweep point,
+skips the task keys already finished (`beam_slurm.evaluation.resumable.TaskKey`: checkpoint, dataset, k, every
+sampling setting), merges the keys that share samples (same checkpoint, dataset and sampling, several k: one task
+generates for the largest k and writes every k's results), and submits the rest as ONE job array per resource shape
+through submitit's executor, with the Slurm settings of the recipe's `eval.launcher` section (the keys and config
+class of Hydra's submitit launcher). A task is a submitit checkpointable callable: on preemption or a time-out
+submitit's signal handler (USR2, sent to the task's srun step) pickles it again and requeues the job, and the
+requeued task resumes from the chunks it saved.
+
+Multi-node tasks (rollout TP x PP larger than one node): every node runs the task; each starts its part of a Ray
+cluster (`beam_slurm.ray_cluster.node`) and rank 0 runs the evaluation as the Ray driver, so vLLM's Ray executor
+spans the nodes.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any, Callable
+
+import submitit
+
+from beam_slurm.atomic_files import write_json
+from beam_slurm.evaluation import resumable
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+SUBMITTED_FILE = "submitted.json"
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """What one array task evaluates (pickled by submitit; the task loads the recipe itself from `overrides`)."""
+
+    checkpoint: str | None
+    """Checkpoint folder (global_step_N[/policy], an HF model, or a LoRA adapter with base_model); None with server."""
+    data_file: str
+    """The dataset's cleaned parquet."""
+    out_dir: str
+    """The evaluation folder (beam_evals/global_step_N or --out)."""
+    ks: tuple[int, ...]
+    """Every k to write results for; responses are generated for the largest."""
+    overrides: tuple[str, ...] = ()
+    """Recipe keys (eval.*, generation.*, rollout.*, grade.* ...) with which the task loads its settings."""
+    base_model: str | None = None
+    server: str | None = None
+    served_model: str | None = None
+
+
+def _sha256(path: Path) -> str:
+    import hashlib
+
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+@dataclass
+class Prepared:
+    """A spec with its inputs read and checked (no model loaded)."""
+
+    spec: TaskSpec
+    cfg: Any
+    eval_input: Any
+    problems: list
+    data: dict
+    keys: list[resumable.TaskKey]
+    sampling: Any
+    engine: Any
+    client: Any
+
+    @property
+    def out_dir(self) -> Path:
+        return Path(self.spec.out_dir)
+
+    @property
+    def store(self) -> resumable.SampleStore:
+        return resumable.SampleStore(self.out_dir / self.keys[0].samples_dir)
+
+
+def prepare(spec: TaskSpec) -> Prepared:
+    """Load the recipe, resolve the checkpoint, read the problems; raises on bad input (before any model loads)."""
+    from dataclasses import replace
+
+    from beam_slurm.config.load import load_config
+    from beam_slurm.evaluation.checkpoints import resolve_checkpoint
+    from beam_slurm.evaluation.generate import ClientSettings, EngineSettings, SamplingSettings
+    from beam_slurm.evaluation.problems import dataset_label, read_problems
+
+    cfg = load_config(list(spec.overrides), validate=False)
+    sampling = replace(SamplingSettings.from_config(cfg), n=max(spec.ks))
+    client = engine = eval_input = None
+    if spec.server:
+        client = ClientSettings.from_config(cfg, spec.server, spec.served_model)
+    else:
+        eval_input = resolve_checkpoint(spec.checkpoint, spec.base_model)
+        engine = EngineSettings.from_config(cfg, ray_cluster=bool(os.environ.get("RAY_ADDRESS")))
+    path = Path(spec.data_file).expanduser().resolve()
+    problems = read_problems(path, cfg.eval.limit)
+    data = {"path": str(path), "sha256": _sha256(path), "problems": len(problems)}
+    label = dataset_label(path, problems[0].data_source)
+    identity = resumable.sampling_identity(
+        eval_input.describe() if eval_input else None,
+        {"url": spec.server, "model": spec.served_model} if spec.server else None, data["sha256"], sampling)
+    keys = [resumable.TaskKey(label, k, identity, cfg.eval.limit) for k in sorted(spec.ks, reverse=True)]
+    return Prepared(spec, cfg, eval_input, problems, data, keys, sampling, engine, client)
+
+
+def run_tasks(specs: list[TaskSpec], log: Callable[[str], None] = print) -> dict[str, dict]:
+    """Run tasks in this process: generation for all (one engine for the lot), then grading and results for each.
+    Returns {task folder: metrics}."""
+    from beam_slurm.evaluation.generate import OfflineEngine, ServerEngine, settings_record
+    from beam_slurm.evaluation.grading_pool import GradingLimits
+
+    prepared = [prepare(spec) for spec in specs]
+    engines: dict[Any, Any] = {}
+
+    def factory(p: Prepared) -> Callable[[], Any]:
+        def make():
+            # One engine per model and layout for every task of this process (vLLM loads once).
+            key = (repr(p.eval_input), repr(p.engine), repr(p.client))
+            if key not in engines:
+                engines[key] = (ServerEngine(p.client, p.sampling, log) if p.client
+                                else OfflineEngine(p.eval_input, p.sampling, p.engine, log))
+            return engines[key]
+        return make
+
+    started = time.time()
+    progress: dict[int, resumable.Progress] = {}
+    results: dict[str, dict] = {}
+    stores = []
+    try:
+        for index, p in enumerate(prepared):
+            progress[index] = resumable.Progress()
+            store = p.store
+            lock = resumable._locked(store.folder / resumable.STORE_LOCK)
+            lock.__enter__()
+            stores.append(lock)
+            resumable.generate_missing(store, p.problems, max(p.spec.ks), factory(p), p.cfg.eval.chunk_problems,
+                                       progress[index], log)
+    finally:
+        for engine in engines.values():
+            engine.close()
+        engines.clear()
+    try:
+        for index, p in enumerate(prepared):
+            resumable.grade_missing(p.store, GradingLimits.from_settings(p.cfg.grade), progress[index], log)
+            grades = p.store.grades()
+            for key in p.keys:
+                from dataclasses import replace
+
+                record = {
+                    "checkpoint": p.spec.checkpoint,
+                    "global_step": p.eval_input.global_step if p.eval_input else None,
+                    "dataset": key.dataset,
+                    "data": [p.data],
+                    "fingerprint": {**key.identity, "k": key.k, "limit": key.limit},
+                    "settings": settings_record(replace(p.sampling, n=key.k), p.engine, p.client),
+                    "progress": asdict(progress[index]),
+                    "started_at": started,
+                    "finished_at": time.time(),
+                    "slurm_job_id": os.environ.get("SLURM_ARRAY_JOB_ID") and
+                    f"{os.environ['SLURM_ARRAY_JOB_ID']}_{os.environ.get('SLURM_ARRAY_TASK_ID')}"
+                    or os.environ.get("SLURM_JOB_ID"),
+                }
+                metrics = resumable.write_task_results(p.out_dir, key, resumable.first_k(grades, p.problems, key.k),
+                                                       record)
+                results[str(p.out_dir / key.task_dir)] = metrics
+            resumable.refresh_view(p.out_dir)
+    finally:
+        for lock in stores:
+            lock.__exit__(None, None, None)
+    return results
+
+
+class EvalTask(submitit.helpers.Checkpointable):
+    """One array task. submitit calls `checkpoint` on preemption or time-out and requeues the same task, which
+    resumes from the chunks on disk."""
+
+    def __init__(self, spec: TaskSpec):
+        self.spec = spec
+
+    def __call__(self) -> dict[str, dict]:
+        def log(message: str) -> None:
+            print(message, flush=True)
+
+        env = submitit.JobEnvironment()
+        log(f"evaluate: task {env.job_id} attempt {os.environ.get('SLURM_RESTART_COUNT', '0')} "
+            f"on {env.hostname}: {self.spec.checkpoint} x {Path(self.spec.data_file).name} k={list(self.spec.ks)}")
+        if env.num_nodes > 1 and not os.environ.get("RAY_ADDRESS"):
+            return self._across_nodes(env)
+        return run_tasks([self.spec], log)
+
+    def _across_nodes(self, env) -> dict[str, dict]:
+        # Every node joins the Ray cluster; rank 0 is the head and runs this same task as the driver (RAY_ADDRESS set).
+        spec = self.spec
+        argv = ["--here", "--data", spec.data_file, "--out", spec.out_dir, *spec.overrides,
+                f"eval.responses_per_problem={max(spec.ks)}"]
+        argv += ["--checkpoint", spec.checkpoint] if spec.checkpoint else ["--server", spec.server]
+        argv += ["--base-model", spec.base_model] if spec.base_model else []
+        command = [sys.executable, "-m", "beam_slurm.ray_cluster.node", "--", sys.executable,
+                   str(REPO_ROOT / "stages" / "evaluate.py"), *argv]
+        status = subprocess.run(command, check=False).returncode
+        if env.global_rank != 0:
+            return {}
+        if status != 0:
+            raise RuntimeError(f"the evaluation driver on the Ray head exited with status {status}")
+        smaller = tuple(k for k in spec.ks if k != max(spec.ks))
+        return run_tasks([TaskSpec(**{**asdict(spec), "ks": smaller})]) if smaller else {}
+
+
+# --- submission ---------------------------------------------------------------------------------------------------
+
+def launcher_parameters(cfg) -> dict[str, Any]:
+    """The array's Slurm settings from eval.launcher, with the recipe's layout and cluster filling the empty ones."""
+    launcher = asdict(cfg.eval.launcher)
+    gpus = cfg.rollout.tensor_parallel * cfg.rollout.pipeline_parallel
+    per_node = cfg.cluster.gpus_per_node
+    params = {k: v for k, v in launcher.items() if k != "_target_"}
+    if not params.get("nodes"):
+        params["nodes"] = max(1, math.ceil(gpus / per_node)) if per_node else 1
+    if params.get("gpus_per_node") is None:
+        params["gpus_per_node"] = min(gpus, per_node) if per_node else 0
+    for key in ("partition", "account", "qos"):
+        if params.get(key) is None:
+            params[key] = getattr(cfg.cluster, key)
+    return params
+
+
+def make_executor(params: dict[str, Any], folder: Path):
+    """submitit's Slurm executor for these settings, the way Hydra's submitit launcher maps its config onto it."""
+    from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf
+
+    executor = submitit.AutoExecutor(folder=str(folder), cluster="slurm",
+                                     slurm_max_num_timeout=params["max_num_timeout"])
+    base = {f.name for f in fields(BaseQueueConf)}
+    settings = {}
+    for key, value in params.items():
+        if key in ("submitit_folder", "max_num_timeout") or value is None:
+            continue
+        if key == "gpus_per_node" and not value:
+            continue  # a CPU-only partition: no GPU request at all
+        settings[key if key in base else f"slurm_{key}"] = value
+    executor.update_parameters(**settings)
+    return executor
+
+
+def submit_array(specs: list[TaskSpec], params: dict[str, Any], folder: Path) -> list[str]:
+    """Submit specs as one job array; returns the task job ids (`<array>_<i>`), recorded in each task folder."""
+    executor = make_executor(params, folder)
+    with executor.batch():
+        jobs = [executor.submit(EvalTask(spec)) for spec in specs]
+    ids = [job.job_id for job in jobs]
+    for spec, job_id in zip(specs, ids):
+        write_json(Path(spec.out_dir) / resumable.TASKS_DIRNAME / ".submitted" / f"{_spec_name(spec)}.json",
+                   {"job_id": job_id, "submitted_at": time.time(), "spec": asdict(spec)})
+    return ids
+
+
+def _spec_name(spec: TaskSpec) -> str:
+    return f"{Path(spec.data_file).stem}-{'-'.join(str(k) for k in spec.ks)}"
+
+
+@dataclass
+class Plan:
+    """What an `evaluate` submission will do."""
+
+    to_submit: list[tuple[TaskSpec, dict]] = field(default_factory=list)
+    """(spec, launcher parameters) of the tasks to run."""
+    finished: list[str] = field(default_factory=list)
+    """Task folders already finished with the same key (skipped)."""
+    active: list[str] = field(default_factory=list)
+    """Tasks already queued or running (skipped)."""
+
+
+def _active_job(spec: TaskSpec) -> str | None:
+    from beam_slurm.slurm.submission import job_records
+
+    record_file = Path(spec.out_dir) / resumable.TASKS_DIRNAME / ".submitted" / f"{_spec_name(spec)}.json"
+    try:
+        import json
+
+        job_id = json.loads(record_file.read_text())["job_id"]
+    except (OSError, ValueError, KeyError):
+        return None
+    record = job_records([job_id]).get(job_id)
+    return job_id if record is not None and record.active else None
+
+
+def plan(points: list[tuple[list[str], Any]], targets: list[tuple[str, str | None, Path]], data_files: Callable,
+         *, force: bool, base_model: str | None = None) -> Plan:
+    """Expand (sweep point x checkpoint x dataset) into task specs; skip finished keys and queued tasks.
+
+    points: (overrides, loaded cfg) per sweep point; targets: (checkpoint, None, evaluation folder);
+    data_files(cfg) -> the dataset files of a point. Keys sharing samples are merged into one spec (several k)."""
+    groups: dict[tuple, dict] = {}
+    result = Plan()
+    for overrides, cfg in points:
+        for checkpoint, _, out_dir in targets:
+            for data_file in data_files(cfg):
+                spec = TaskSpec(checkpoint=checkpoint, data_file=str(data_file), out_dir=str(out_dir),
+                                ks=(cfg.eval.responses_per_problem,), overrides=tuple(overrides),
+                                base_model=base_model)
+                prepared = prepare(spec)
+                key = prepared.keys[0]
+                if force:
+                    shutil.rmtree(out_dir / key.task_dir, ignore_errors=True)
+                    shutil.rmtree(out_dir / key.samples_dir, ignore_errors=True)
+                elif resumable.task_finished(out_dir, key):
+                    result.finished.append(str(out_dir / key.task_dir))
+                    continue
+                group = (checkpoint, str(data_file), str(out_dir), key.sampling_id, key.limit)
+                entry = groups.setdefault(group, {"spec": spec, "ks": set(), "params": launcher_parameters(cfg),
+                                                  "k_overrides": {}})
+                entry["ks"].add(key.k)
+                entry["k_overrides"][key.k] = overrides
+    for entry in groups.values():
+        top = max(entry["ks"])
+        spec = TaskSpec(**{**asdict(entry["spec"]), "ks": tuple(sorted(entry["ks"])),
+                           "overrides": tuple(entry["k_overrides"][top])})
+        active = None if force else _active_job(spec)
+        if active:
+            result.active.append(f"{spec.checkpoint} x {Path(spec.data_file).name}: job {active}")
+            continue
+        result.to_submit.append((spec, entry["params"]))
+    return result
+
+
+def submit_plan(found: Plan, log: Callable[[str], None] = print) -> list[str]:
+    """Submit the plan's tasks, one array per distinct Slurm shape; returns the task job ids."""
+    shapes: dict[str, list[tuple[TaskSpec, dict]]] = {}
+    for spec, params in found.to_submit:
+        shapes.setdefault(repr(sorted(params.items(), key=lambda item: item[0])), []).append((spec, params))
+    ids: list[str] = []
+    for group in shapes.values():
+        params = group[0][1]
+        folder = Path(params.get("submitit_folder") or Path(group[0][0].out_dir).parent / ".submitit" / "%j")
+        submitted = submit_array([spec for spec, _ in group], params, folder)
+        log(f"evaluate: {len(submitted)} task(s) -> job array {submitted[0].split('_')[0]} "
+            f"(at most {params['array_parallelism']} at once, {params['nodes']} node(s) x "
+            f"{params['gpus_per_node']} GPU(s) each)")
+        ids += submitted
+    return ids
+
+
+def wait_for(job_ids: list[str], poll_s: float = 5.0, log: Callable[[str], None] = print) -> dict[str, str]:
+    """Show progress (rich) until every task ended; returns job id -> final state."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from beam_slurm.slurm.submission import job_records
+
+    states: dict[str, str] = {}
+    with Progress(TextColumn("evaluate"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.description}"),
+                  TimeElapsedColumn(), transient=False) as bar:
+        task = bar.add_task("", total=len(job_ids))
+        while True:
+            records = job_records(job_ids)
+            states = {j: records[j].state if j in records else "UNKNOWN" for j in job_ids}
+            done = sum(1 for j in job_ids if j in records and records[j].final)
+            running = sum(1 for s in states.values() if s == "RUNNING")
+            bar.update(task, completed=done, description=f"{running} running")
+            if done == len(job_ids):
+                return states
+            time.sleep(poll_s)
+
+
+def _launcher_overrides(cfg) -> list[str]:
+    """The run's eval.launcher.* and cluster keys the array reads, as keys (so a chained array gets the run's)."""
+    from beam_slurm.config.verb_args import hydra_value, keys_under, override, value_at
+
+    rendered = []
+    for key in [*keys_under("eval.launcher"), "cluster.gpus_per_node", "cluster.partition", "cluster.account",
+                "cluster.qos"]:
+        value = value_at(cfg, key)
+        if isinstance(value, dict):
+            rendered.append(f"{key}={{" + ",".join(f"{k}:{hydra_value(v)}" for k, v in value.items()) + "}")
+        else:
+            rendered.append(override(key, value))
+    return rendered
+
+
+def submit_for_checkpoint(cfg, step: int, checkpoint: str, extra_args: list[str] | None = None,
+                          log: Callable[[str], None] = print) -> str:
+    """The training job's chained evaluation of one export: the same task expansion and submitit array as
+    `beam-slurm evaluate --checkpoint` (one task per dataset). Returns the array job id ('' when all is finished)."""
+    from types import SimpleNamespace
+
+    from beam_slurm.evaluation.cli import build_parser
+    from beam_slurm.pipeline.manifest import RunManifest
+    from beam_slurm.pipeline.stages import Evaluate
+
+    argv = Evaluate(cfg, step, checkpoint, extra_args).script_args()
+    argv = argv[:len(argv) - len(extra_args or [])] + _launcher_overrides(cfg) + list(extra_args or [])
+    verb = build_parser()
+    parsed = verb.parse(argv)
+    job_cfg = verb.load(parsed)
+    found = plan([(parsed.overrides, job_cfg)], [(checkpoint, None, Path(parsed.args.out))],
+                 lambda _cfg: list(parsed.args.data), force=False, base_model=parsed.args.base_model)
+    ids = submit_plan(found, log)
+    array_id = ids[0].split("_")[0] if ids else ""
+    if array_id:
+        RunManifest(cfg.paths.export_path).record_evaluation(step, str(checkpoint),
+                                                             SimpleNamespace(job_id=array_id, request=None))
+    return array_id or "finished"

@@ -1,0 +1,252 @@
+"""One evaluation task (a checkpoint on one dataset, for one or several k), resumable at every chunk.
+
+Layout in an evaluation folder (``<export_path>/beam_evals/global_step_N/``, or ``--out``):
+
+    samples/<dataset>-<sampling id>/   responses-<chunk>.jsonl, one file per chunk of problems as it finished, and
+                                       grades-<chunk>.jsonl once that chunk is graded. Each is written to a hidden
+                                       temporary name and renamed (beam_slurm.atomic_files), so a half-written chunk
+                                       is never read. The sampling id hashes what changes the samples (model, data
+                                       file, temperature, top-p, token budget, reasoning effort) but not k: a larger
+                                       k adds responses to the same store, a smaller k reads the first k.
+    tasks/<dataset>-k<k>-<task id>/    the results files of one task key (checkpoint, dataset, k, every sampling
+                                       setting, problem limit); ``metrics.json`` there marks it finished.
+    metrics.json, grades.jsonl, ...    the folder's view: per dataset, its finished task with the largest k (what
+                                       `report` and `status` read), rewritten under a lock after every task.
+
+A task killed at any point (preemption, time limit, node failure) keeps every chunk it finished; run again, it
+generates only the responses still missing and grades only the chunks not graded yet.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+from beam_slurm.atomic_files import write_text
+from beam_slurm.evaluation.problems import Problem
+
+SAMPLES_DIRNAME = "samples"
+TASKS_DIRNAME = "tasks"
+VIEW_LOCK = ".view.lock"
+STORE_LOCK = ".store.lock"
+
+
+def _digest(payload: Any) -> str:
+    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def sampling_identity(model: dict | None, server: dict | None, data_sha256: str, sampling) -> dict[str, Any]:
+    """What makes two sets of samples interchangeable (k excluded: samples are drawn independently)."""
+    return {"model": model, "server": server, "data_sha256": data_sha256, "temperature": sampling.temperature,
+            "top_p": sampling.top_p, "max_tokens": sampling.max_tokens, "reasoning_effort": sampling.reasoning_effort}
+
+
+@dataclass(frozen=True)
+class TaskKey:
+    """Checkpoint, dataset, k and every sampling setting: equal keys give the same results."""
+
+    dataset: str
+    """Dataset label (aime2025, aime2024, ...)."""
+    k: int
+    """Responses per problem."""
+    identity: dict = field(hash=False)
+    """sampling_identity(...) of the checkpoint and dataset."""
+    limit: int | None = None
+    """eval.limit (first N problems), part of the key since it changes the metrics."""
+
+    @property
+    def sampling_id(self) -> str:
+        return _digest(self.identity)
+
+    @property
+    def samples_dir(self) -> str:
+        return f"{SAMPLES_DIRNAME}/{self.dataset}-{self.sampling_id}"
+
+    @property
+    def task_dir(self) -> str:
+        return f"{TASKS_DIRNAME}/{self.dataset}-k{self.k}-{_digest([self.identity, self.limit])}"
+
+
+def task_finished(out_dir: Path, key: TaskKey) -> bool:
+    """True when this task key's results are complete in out_dir."""
+    return (out_dir / key.task_dir / "metrics.json").is_file()
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _read_jsonl(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def _jsonl(rows: list[dict[str, Any]]) -> str:
+    return "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
+
+
+class SampleStore:
+    """The saved responses (and their grades) of one checkpoint, dataset and sampling setting."""
+
+    def __init__(self, folder: Path):
+        self.folder = Path(folder)
+
+    def response_chunks(self) -> list[Path]:
+        # Only published names: temporaries are hidden (.responses-*.tmp) and never match.
+        return sorted(self.folder.glob("responses-*.jsonl")) if self.folder.is_dir() else []
+
+    @staticmethod
+    def grades_of(chunk: Path) -> Path:
+        return chunk.with_name("grades-" + chunk.name.removeprefix("responses-"))
+
+    def responses(self) -> list[dict[str, Any]]:
+        return [row for chunk in self.response_chunks() for row in _read_jsonl(chunk)]
+
+    def counts(self) -> dict[str, int]:
+        """problem id -> responses saved."""
+        counts: dict[str, int] = {}
+        for row in self.responses():
+            counts[str(row["problem_id"])] = counts.get(str(row["problem_id"]), 0) + 1
+        return counts
+
+    def add_chunk(self, rows: list[dict[str, Any]]) -> Path:
+        """Publish one finished chunk of responses (atomically)."""
+        name = f"responses-{time.time_ns():x}-{uuid.uuid4().hex[:6]}.jsonl"
+        path = self.folder / name
+        write_text(path, _jsonl(rows))
+        return path
+
+    def ungraded(self) -> list[Path]:
+        return [chunk for chunk in self.response_chunks() if not self.grades_of(chunk).is_file()]
+
+    def grades(self) -> list[dict[str, Any]]:
+        """Every graded response (chunks not graded yet are left out)."""
+        return [row for chunk in self.response_chunks() if self.grades_of(chunk).is_file()
+                for row in _read_jsonl(self.grades_of(chunk))]
+
+
+@dataclass
+class Progress:
+    """What one run of a task did (the benchmark and the tests read it from the task's info.json)."""
+
+    reused: int = 0
+    """Responses found saved (from an earlier attempt or an earlier k) and not generated again."""
+    generated: int = 0
+    """Responses generated by this run."""
+    chunks_graded: int = 0
+    """Chunks graded by this run."""
+    generation_s: float = 0.0
+    grading_s: float = 0.0
+
+
+def missing_requests(problems: list[Problem], counts: dict[str, int], k: int) -> list[tuple[Problem, int, int]]:
+    """(problem, responses still needed, index of the first) for every problem with fewer than k saved."""
+    return [(p, k - counts.get(p.problem_id, 0), counts.get(p.problem_id, 0))
+            for p in problems if counts.get(p.problem_id, 0) < k]
+
+
+def generate_missing(store: SampleStore, problems: list[Problem], k: int, engine_factory: Callable[[], Any],
+                     chunk_problems: int, progress: Progress, log: Callable[[str], None] = print) -> None:
+    """Generate what k responses per problem still lack, one saved chunk of `chunk_problems` problems at a time."""
+    counts = store.counts()
+    progress.reused += sum(min(counts.get(p.problem_id, 0), k) for p in problems)
+    todo = missing_requests(problems, counts, k)
+    if not todo:
+        return
+    started = time.monotonic()
+    engine = engine_factory()
+    log(f"evaluate: {sum(n for _, n, _ in todo)} responses to generate for {len(todo)} problems "
+        f"({progress.reused} reused), {chunk_problems} problems per chunk")
+    try:
+        for first in range(0, len(todo), chunk_problems):
+            chunk = todo[first:first + chunk_problems]
+            rows = engine.generate(chunk)
+            store.add_chunk(rows)
+            progress.generated += len(rows)
+            log(f"evaluate: saved chunk {first // chunk_problems + 1}/{-(-len(todo) // chunk_problems)} "
+                f"({len(rows)} responses)")
+    finally:
+        progress.generation_s += time.monotonic() - started
+
+
+def grade_missing(store: SampleStore, limits, progress: Progress, log: Callable[[str], None] = print) -> None:
+    """Grade every saved chunk that has no grades yet (one worker pool for all of them), each published as it ends."""
+    pending = store.ungraded()
+    if not pending:
+        return
+    from beam_slurm.evaluation.grading_pool import GradingPool, grade_with_pool
+
+    started = time.monotonic()
+    with GradingPool(limits) as pool:
+        for chunk in pending:
+            grades = grade_with_pool(pool, _read_jsonl(chunk))
+            write_text(store.grades_of(chunk), _jsonl(grades))
+            progress.chunks_graded += 1
+    progress.grading_s += time.monotonic() - started
+    log(f"evaluate: graded {len(pending)} chunk(s) in {time.monotonic() - started:.1f} s")
+
+
+def first_k(grades: list[dict[str, Any]], problems: list[Problem], k: int) -> list[dict[str, Any]]:
+    """The graded responses 0..k-1 of each problem, in problem then sample order."""
+    wanted = {p.problem_id: index for index, p in enumerate(problems)}
+    rows = [g for g in grades if str(g["problem_id"]) in wanted and g["sample"] < k]
+    return sorted(rows, key=lambda g: (wanted[str(g["problem_id"])], g["sample"]))
+
+
+def write_task_results(out_dir: Path, key: TaskKey, grades: list[dict[str, Any]], record: dict[str, Any]) -> dict:
+    """Metrics of one task key, written to its folder (metrics.json last); returns the metrics."""
+    from beam_slurm.evaluation.metrics import compute_metrics
+    from beam_slurm.evaluation.results import write_results
+
+    metrics = compute_metrics(grades)
+    for entry in metrics.values():
+        entry["dataset"] = key.dataset
+    write_results(out_dir / key.task_dir, grades, metrics, extra={**record, "task_key": {
+        "dataset": key.dataset, "k": key.k, "limit": key.limit, "sampling": key.identity}})
+    return metrics
+
+
+def refresh_view(out_dir: Path) -> dict[str, dict[str, Any]]:
+    """Rewrite the folder's view (metrics.json, grades.jsonl, ...): per dataset the finished task with the largest k,
+    the most recent on a tie. Under a lock, so tasks finishing at once do not drop each other's datasets."""
+    from beam_slurm.evaluation.results import GRADES_FILE, INFO_FILE, METRICS_FILE, write_results
+
+    tasks = out_dir / TASKS_DIRNAME
+    with _locked(out_dir / VIEW_LOCK):
+        chosen: dict[str, tuple[int, float, Path]] = {}
+        for folder in sorted(tasks.iterdir()) if tasks.is_dir() else []:
+            metrics_file = folder / METRICS_FILE
+            if not metrics_file.is_file():
+                continue
+            info = json.loads((folder / INFO_FILE).read_text())
+            dataset, k = info["task_key"]["dataset"], int(info["task_key"]["k"])
+            rank = (k, metrics_file.stat().st_mtime, folder)
+            if dataset not in chosen or rank[:2] > chosen[dataset][:2]:
+                chosen[dataset] = rank
+        if not chosen:
+            return {}
+        grades: list[dict[str, Any]] = []
+        metrics: dict[str, dict[str, Any]] = {}
+        infos: dict[str, Any] = {}
+        for dataset in sorted(chosen):
+            folder = chosen[dataset][2]
+            grades += _read_jsonl(folder / GRADES_FILE)
+            metrics.update(json.loads((folder / METRICS_FILE).read_text()))
+            infos[dataset] = {**json.loads((folder / INFO_FILE).read_text()), "folder": str(folder)}
+        first = infos[sorted(infos)[0]]
+        write_results(out_dir, grades, metrics, extra={**first, "datasets": infos})
+        return metrics
