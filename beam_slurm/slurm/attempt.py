@@ -221,10 +221,12 @@ class Attempt:
     def carry_out(self, decision: Decision, facts: AttemptFacts | None = None) -> int:
         """Requeue or end as decided, and say so in the run record; the batch shell's exit status."""
         self.record_end(decision, facts)
+        # Slurm signals this shell (and its children) once the job is requeued: ask sinfo before that.
+        exclude = self.plan_exclusion(decision) if decision.requeue or decision.already_requeued else None
         if decision.already_requeued:
             self.requeued = True
             self.log(f"{decision.reason}: the job is already requeued; {decision.note}")
-            self.exclude_bad_nodes(decision)
+            self.exclude_bad_nodes(exclude)
             return 0
         if not decision.requeue:
             self.log(f"{decision.reason}: {decision.note}" if decision.note else decision.reason)
@@ -240,7 +242,7 @@ class Attempt:
         where = f" ({decision.note})" if decision.note else ""
         self.log(f"{decision.reason}{where}: job requeued (attempt {self.alloc.restart_count + 1} of at most "
                  f"{self.settings.max_requeues + 1} will resume from the latest checkpoint)")
-        self.exclude_bad_nodes(decision)
+        self.exclude_bad_nodes(exclude)
         return 0
 
     # --- Slurm's view and the run record ------------------------------------------------------------------------
@@ -358,22 +360,29 @@ class Attempt:
             resumable_end=outcome in ("stopped", "failed") and checkpoint is not None,
             wanted_handled=facts is not None and facts.wanted is not None))
 
-    def exclude_bad_nodes(self, decision: Decision, extra: tuple[str, ...] = ()) -> None:
-        """After the requeue (the job is then completing, and Slurm accepts a new list): ExcNodeList = the run's bad
-        nodes plus the user's own --exclude, when the partition keeps enough other nodes."""
-        bad = sorted(set(self.bad_nodes) | set(decision.bad_nodes) | set(extra))
+    def plan_exclusion(self, decision: Decision) -> tuple[list[str], list[str]] | None:
+        """(bad nodes, the new ExcNodeList: bad nodes plus the user's own --exclude) when the partition keeps enough
+        other nodes; None (and the log says why) when there is nothing to exclude or it cannot be done."""
+        bad = sorted(set(self.bad_nodes) | set(decision.bad_nodes))
         if not bad:
-            return
+            return None
         partition = self.job_entry.get("partition") or self.alloc.extra.get("SLURM_JOB_PARTITION", "")
         try:
             usable = scheduler.usable_partition_nodes(partition)
         except scheduler.SlurmCommandError as exc:
             self.log(f"bad nodes {','.join(bad)} not excluded: cannot list the partition's nodes ({exc})")
-            return
+            return None
         wanted, why = exclusion(bad, list(self.job_entry.get("user_exclude") or []), usable, self.nodes)
         if wanted is None:
             self.log(f"bad nodes {','.join(bad)} not excluded: {why}; requeued as before")
+            return None
+        return bad, wanted
+
+    def exclude_bad_nodes(self, plan: tuple[list[str], list[str]] | None) -> None:
+        """After the requeue (the job is then completing, and Slurm accepts a new list; it replaces the old one)."""
+        if plan is None:
             return
+        bad, wanted = plan
         try:
             scheduler.update_excluded_nodes(self.alloc.job_id, wanted)
         except scheduler.SlurmCommandError as exc:
@@ -390,14 +399,8 @@ class Attempt:
         landed = sorted(set(self.alloc.nodes[: self.nodes]) & set(self.bad_nodes))
         if not landed or self.job_entry.get("avoided_bad_nodes"):
             return False
-        partition = self.job_entry.get("partition") or self.alloc.extra.get("SLURM_JOB_PARTITION", "")
-        try:
-            usable = scheduler.usable_partition_nodes(partition)
-        except scheduler.SlurmCommandError:
-            usable = []
-        wanted, why = exclusion(self.bad_nodes, list(self.job_entry.get("user_exclude") or []), usable, self.nodes)
-        if wanted is None:
-            self.log(f"this attempt runs on bad node(s) {','.join(landed)}: {why}; running anyway")
+        if self.plan_exclusion(Decision(True, 0, "")) is None:
+            self.log(f"this attempt runs on bad node(s) {','.join(landed)} anyway")
             return False
         self.log(f"this attempt landed on bad node(s) {','.join(landed)} (the exclusion was not set): requeueing "
                  "once without them")

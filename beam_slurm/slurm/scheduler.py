@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import signal
 import subprocess
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
@@ -16,9 +17,16 @@ class SlurmCommandError(RuntimeError):
     """A Slurm command failed; the message holds the command line and its stderr."""
 
 
-def _run(argv: Sequence[str], timeout_s: float = 60.0) -> str:
+def _ignore_sigterm() -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+
+def _run(argv: Sequence[str], timeout_s: float = 60.0, *, survive_sigterm: bool = False) -> str:
+    """Run one Slurm command; `survive_sigterm`: the command ignores SIGTERM (a command the batch shell runs while
+    Slurm is ending the job, which signals every process of the batch step)."""
     try:
-        done = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout_s, check=False)
+        done = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout_s, check=False,
+                              preexec_fn=_ignore_sigterm if survive_sigterm else None)
     except FileNotFoundError as exc:
         raise SlurmCommandError(f"{argv[0]} not found on PATH; run this inside a Slurm cluster") from exc
     except subprocess.TimeoutExpired as exc:
@@ -38,7 +46,7 @@ def expand_hostnames(nodelist: str) -> list[str]:
 def requeue(job_id: str | int) -> None:
     """`scontrol requeue <job_id>`: the job goes back to pending; its steps are cancelled and the batch script
     starts again from its first line with SLURM_RESTART_COUNT+1."""
-    _run(["scontrol", "requeue", str(job_id)])
+    _run(["scontrol", "requeue", str(job_id)], survive_sigterm=True)
 
 
 def job_info(job_id: str | int) -> dict[str, str]:
@@ -93,8 +101,9 @@ def cancel(job_id: str | int) -> None:
 
 def update_excluded_nodes(job_id: str | int, nodes: Sequence[str]) -> None:
     """Set the job's ExcNodeList (`scontrol update JobId=<id> ExcNodeList=a,b`). Slurm accepts it only while the job
-    is pending or requeued and completing, and the list replaces the whole earlier one."""
-    _run(["scontrol", "update", f"JobId={job_id}", f"ExcNodeList={','.join(nodes)}"])
+    is pending or requeued and completing, and the list replaces the whole earlier one. Run right after the batch
+    shell's own requeue, while Slurm signals the batch step: the command ignores SIGTERM."""
+    _run(["scontrol", "update", f"JobId={job_id}", f"ExcNodeList={','.join(nodes)}"], survive_sigterm=True)
 
 
 def usable_partition_nodes(partition: str = "") -> list[str]:
