@@ -571,6 +571,26 @@ def ensure_fabric(nodes: list[Node]) -> None:
         if f" {node.fabric_ip}/" not in addresses:
             run_command(in_ns + ["ip", "addr", "add", f"{node.fabric_ip}/{FABRIC_SUBNET.prefixlen}",
                                  "dev", FABRIC_INTERFACE])
+        ensure_fast_failing_dns(node)
+
+
+def host_nameservers() -> list[str]:
+    """IPv4 name servers of this machine (/etc/resolv.conf), which the nodes' namespaces cannot reach."""
+    with contextlib.suppress(OSError):
+        return [fields[1] for fields in (line.split() for line in Path("/etc/resolv.conf").read_text().splitlines())
+                if len(fields) > 1 and fields[0] == "nameserver" and fields[1].count(".") == 3]
+    return []
+
+
+def ensure_fast_failing_dns(node: Node) -> None:
+    """Make the host's name servers unreachable inside the node, so a lookup the hosts file cannot answer (a reverse
+    lookup of an IPv4-mapped address, as torch.distributed's store does for every connection) fails at once
+    instead of after the resolver's 10 s of time-outs."""
+    in_ns = ["ip", "netns", "exec", node.netns]
+    routes = run_command(in_ns + ["ip", "route", "show", "type", "unreachable"]).stdout
+    for server in host_nameservers():
+        if server not in routes.split():
+            run_command(in_ns + ["ip", "route", "replace", "unreachable", f"{server}/32"])
 
 
 def fabric_problems(nodes: list[Node]) -> list[str]:
@@ -583,6 +603,12 @@ def fabric_problems(nodes: list[Node]) -> list[str]:
             problems.append(f"fabric interface {FABRIC_INTERFACE} of {node.name} missing or without {node.fabric_ip}")
         elif not Path(f"/sys/class/net/{node.fabric_veth}/master").exists():
             problems.append(f"fabric link {node.fabric_veth} of {node.name} not on {FABRIC_BRIDGE}")
+    servers = host_nameservers()
+    if servers:
+        routes = run_command(["ip", "netns", "exec", nodes[0].netns, "ip", "route", "show", "type", "unreachable"],
+                             check=False).stdout.split()
+        if servers[0] not in routes:
+            problems.append(f"name server {servers[0]} reachable in {nodes[0].name}: lookups would wait for time-outs")
     return problems
 
 

@@ -132,6 +132,10 @@ def problems(cfg) -> list[ConfigProblem]:
         bad("cluster.grace_s", cfg.cluster.grace_s,
             f"must be positive and below cluster.signal_before_s ({cfg.cluster.signal_before_s}) minus "
             f"cluster.stop_grace_s ({cfg.cluster.stop_grace_s}), so the job requeues before its time limit")
+    if cfg.cluster.fabric_check_timeout_s <= 0:
+        bad("cluster.fabric_check_timeout_s", cfg.cluster.fabric_check_timeout_s, "use a positive number of seconds")
+    if cfg.cluster.fabric_check_bytes < 4:
+        bad("cluster.fabric_check_bytes", cfg.cluster.fabric_check_bytes, "use at least 4 bytes, e.g. 67108864")
 
     # --- parallelism ------------------------------------------------------------------------------------------
     m = cfg.megatron

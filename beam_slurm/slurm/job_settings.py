@@ -131,6 +131,7 @@ def job_settings(cfg, *, preflight: bool = True, driver: list[str] | None = None
     settings (`python -m beam_slurm.slurm.train_job [overrides] -- DRIVER...`); it then gets no trainer environment.
     """
     from beam_slurm.notice_budget import preflight_budget
+    from beam_slurm.ray_cluster.fabric import fabric_settings
     from beam_slurm.sizing import node_needs
 
     in_container = cfg.container.runtime != "none"
@@ -173,6 +174,7 @@ def job_settings(cfg, *, preflight: bool = True, driver: list[str] | None = None
             ckpt_dir=cfg.paths.ckpt_path,
             ckpt_need_bytes=needs.ckpt_bytes,
             **preflight_budget(cfg),  # the measured write bandwidth is checked against the notice budget
+            fabric=fabric_settings(cfg).to_dict(),
         ),
         container=lambda job_id: container_hook(cfg.container, mounts, job_id),
         ray=cfg.ray,

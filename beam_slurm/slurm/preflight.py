@@ -61,6 +61,9 @@ class PreflightSettings:
     is logged as a warning (0: recorded only)."""
     save_window_s: float = 0.0
     """Seconds a notice leaves for the save (`beam_slurm.notice_budget`)."""
+    fabric: dict = field(default_factory=dict)
+    """`beam_slurm.ray_cluster.fabric.FabricSettings` as a dict: the check of the network between the nodes
+    (torch.distributed point-to-point and all_reduce, interfaces); empty or enabled=false skips it."""
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), sort_keys=True)
@@ -162,6 +165,12 @@ def run_step(launcher: "StepLauncher", checks: PreflightSettings, hosts: list[st
     """Run the preflight step on every node of the launcher (from the batch shell) and log each failing node and
     problem; True when every node passed. `hosts`: the step's node names in order, [] when srun picks them (then
     only the count of reports is checked)."""
+    if checks.fabric.get("enabled") and env.get("SLURM_JOB_ID"):
+        from beam_slurm.ray_cluster.fabric import with_job_port
+        from beam_slurm.ray_cluster.settings import RaySettings
+
+        checks = dataclasses.replace(checks, fabric=with_job_port(checks.fabric, RaySettings.from_env(env),
+                                                                  env["SLURM_JOB_ID"]))
     argv = launcher.module_argv(["beam_slurm.slurm.preflight", checks.to_json()], kill_on_bad_exit=False,
                                 name="preflight")
     started = time.time()
@@ -178,6 +187,12 @@ def run_step(launcher: "StepLauncher", checks: PreflightSettings, hosts: list[st
         failures["(unnamed)"] = [f"only {reported} of {launcher.nodes} nodes reported"]
     if stderr.strip():
         (attempt_dir / "preflight.stderr").write_text(stderr)
+    if checks.fabric.get("enabled"):
+        from beam_slurm.ray_cluster import fabric
+
+        fabric_failures = fabric.report(stdout, RESULT_PREFIX, checks.fabric, attempt_dir, log)
+        for host, problems in fabric_failures.items():
+            failures.setdefault(host, []).extend(problems)
     if checks.ckpt_dir:
         from beam_slurm.slurm import storage_probe
 
@@ -201,6 +216,13 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # report, do not crash: the batch shell names the node
         problems = [f"preflight crashed: {exc!r}"]
     record = {"host": host, "problems": problems}
+    if settings.fabric.get("enabled"):  # every node takes part, whatever it found: the others pair with it
+        from beam_slurm.ray_cluster import fabric
+
+        try:
+            record["fabric"] = fabric.run_node(fabric.FabricSettings(**settings.fabric))
+        except Exception as exc:
+            record["fabric"] = {"host": host, "problems": [f"fabric check crashed: {exc!r}"], "ranks": []}
     if settings.ckpt_dir and not problems:  # the checkpoint storage's write bandwidth, all nodes at once
         from beam_slurm.slurm.storage_probe import probe_record
 

@@ -1,0 +1,628 @@
+"""Fabric check: before Ray starts, move data between the nodes of the allocation over the network NCCL will use, so
+a wrong interface, a dead link or a slow node fails the preflight by name instead of an hour later, after the model
+has loaded (NCCL picking the wrong interface is the most common multi-node failure).
+
+Every node joins a rendezvous on the head's Slurm network address (a TCPStore, not the fabric, so a broken fabric
+link does not hide who answered). Then ranks exchange `bytes` with their ring neighbours, one pair at a time per rank
+(two or three rounds), over torch.distributed: gloo on CPU-only nodes, NCCL with one process per GPU on GPU nodes
+(GPU k of a node pairs with GPU k of the next node, so every rail is measured). When every pair worked, one
+all_reduce over all ranks times the collective. A node is named when
+
+- its fabric interface is missing, down or has no IPv4 address, or a configured interface name
+  (`ray.network_interface`, NCCL_SOCKET_IFNAME, GLOO_SOCKET_IFNAME) matches no interface on it;
+- it did not join within `timeout_s`, or every pair it was in got no answer within `timeout_s`;
+- its bandwidth (its best pair, per GPU rail; the worst rail counts) is below `min_bandwidth_ratio` x the median.
+
+Two ways to run it:
+
+- inside the job: `beam_slurm.slurm.preflight` calls `run_node` on every node (one task per node) and the batch
+  shell turns the records into a verdict with `verdict` (logged, and `fabric.json` in the attempt's log folder);
+- standalone, torchrun-style (MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE, LOCAL_RANK):
+  `torchrun --standalone --nproc-per-node=2 -m beam_slurm.ray_cluster.fabric --backend nccl`; rank 0 prints the
+  verdict of all ranks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import fcntl
+import json
+import os
+import socket
+import statistics
+import struct
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any, Mapping
+
+RESULT_PREFIX = "BEAM_FABRIC "
+"""Start of the line each rank prints with its measurements (JSON)."""
+INTERFACE_VARIABLES = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME")
+"""Environment variables naming the interfaces NCCL and gloo use; checked against the interfaces of every node."""
+_ITERATIONS = 3
+_START_UP_S = 60.0
+"""Extra seconds a rank waits for the rendezvous while the other nodes' processes start (srun skew, imports)."""
+_SIOCGIFFLAGS = 0x8913
+_IFF_UP, _IFF_RUNNING = 0x1, 0x40
+
+
+@dataclass
+class FabricSettings:
+    """What the fabric check does; built by the job from the `cluster.fabric_*` keys."""
+
+    enabled: bool = False
+    """Run the check in the preflight (cluster.fabric_check)."""
+    timeout_s: float = 30.0
+    """Seconds for every node to join, and for each pair to answer (cluster.fabric_check_timeout_s)."""
+    bytes: int = 64 * 1024**2
+    """Bytes each pair sends each way per iteration (cluster.fabric_check_bytes)."""
+    interface: str = ""
+    """Interface the check's traffic uses (GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME of the check); empty: the
+    hostname's network."""
+    interface_settings: dict[str, str] = field(default_factory=dict)
+    """Setting name -> interface spec to check on every node (e.g. {"ray.network_interface": "ib0"})."""
+    backend: str = "auto"
+    """gloo, nccl or auto (NCCL where the node has GPUs and a driver, else gloo)."""
+    port: int = 0
+    """TCP port of the rendezvous on the first node (the spare port of the job's Ray port block)."""
+    min_bandwidth_ratio: float = 0.5
+    """A node below this fraction of the median bandwidth is named."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def fabric_settings(cfg: Any) -> FabricSettings:
+    """The recipe's `cluster.fabric_*` keys, with the interface resolved and every configured interface name to
+    check on the nodes. The port is filled in inside the job (`with_job_port`)."""
+    cluster, ray, trainer = cfg.cluster, cfg.ray, cfg.trainer
+    named: dict[str, str] = {}
+    if cluster.fabric_interface:
+        named["cluster.fabric_interface"] = cluster.fabric_interface
+    if ray.network_interface:
+        named["ray.network_interface"] = ray.network_interface
+    for section, extra in (("ray.extra_env", ray.extra_env), ("trainer.extra_env", trainer.extra_env)):
+        for variable in INTERFACE_VARIABLES:
+            if extra.get(variable):
+                named[f"{section}.{variable}"] = extra[variable]
+    plain_nccl = next((v.lstrip("=") for k, v in named.items() if k.endswith("NCCL_SOCKET_IFNAME")
+                       and not v.startswith("^") and "," not in v), "")
+    interface = cluster.fabric_interface or plain_nccl or ray.network_interface
+    return FabricSettings(enabled=bool(cluster.fabric_check), timeout_s=float(cluster.fabric_check_timeout_s),
+                          bytes=int(cluster.fabric_check_bytes), interface=interface, interface_settings=named)
+
+
+def with_job_port(settings: dict[str, Any], ray_settings: Any, job_id: str) -> dict[str, Any]:
+    """The settings with the rendezvous port set: the last spare fixed port of the job's Ray port block (Ray is not
+    running yet, and the block is the range the site opened for this job)."""
+    from beam_slurm.ray_cluster.ports import FIXED_PORTS, first_block
+
+    if settings.get("port"):
+        return settings
+    base = ray_settings.port_range_start + first_block(int(job_id), ray_settings) * ray_settings.ports_per_job
+    return {**settings, "port": base + FIXED_PORTS - 1}
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Interfaces
+
+
+def interface_names() -> list[str]:
+    """Network interfaces of this host (its network namespace)."""
+    return [name for _, name in socket.if_nameindex()]
+
+
+def interface_ipv4(name: str) -> str | None:
+    """IPv4 address of the interface, or None."""
+    from beam_slurm.ray_cluster.network import interface_ipv4 as address_of
+
+    try:
+        return address_of(name)
+    except OSError:
+        return None
+
+
+def interface_running(name: str) -> bool:
+    """True when the interface is up and has a carrier (IFF_UP and IFF_RUNNING)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            packed = fcntl.ioctl(probe.fileno(), _SIOCGIFFLAGS, struct.pack("256s", name.encode()[:15]))
+        except OSError:
+            return False
+    flags = struct.unpack("H", packed[16:18])[0]
+    return bool(flags & _IFF_UP and flags & _IFF_RUNNING)
+
+
+def spec_matches(spec: str, names: list[str]) -> bool:
+    """Whether an NCCL-style interface spec selects at least one of `names`: a comma list of prefixes, `=` before
+    the list for exact names, `^` to exclude (an exclusion list is satisfied by any interface it leaves)."""
+    spec = spec.strip()
+    exclude = spec.startswith("^")
+    spec = spec.lstrip("^")
+    exact = spec.startswith("=")
+    wanted = [item for item in spec.lstrip("=").split(",") if item]
+    selected = [n for n in names if any(n == w if exact else n.startswith(w) for w in wanted)]
+    if exclude:
+        return any(n not in selected and n != "lo" for n in names)
+    return bool(selected)
+
+
+def interface_problems(settings: FabricSettings, environ: Mapping[str, str]) -> list[str]:
+    """Configured interface names that select nothing on this node, and a fabric interface that is not usable."""
+    names = interface_names()
+    here = f"{socket.gethostname()} has {', '.join(names)}"
+    specs = dict(settings.interface_settings)
+    for variable in INTERFACE_VARIABLES:
+        if environ.get(variable) and variable not in specs:
+            specs[f"{variable} (from the environment)"] = environ[variable]
+    problems = [f"{setting}={spec!r} matches no network interface ({here}); fix {setting.split(' ')[0]}"
+                for setting, spec in sorted(specs.items()) if spec and not spec_matches(spec, names)]
+    iface = settings.interface
+    if iface and iface in names:
+        if not interface_running(iface):
+            problems.append(f"fabric interface {iface} is down (no carrier or administratively down)")
+        elif not interface_ipv4(iface):
+            problems.append(f"fabric interface {iface} has no IPv4 address")
+    elif iface and not any(p.startswith(("cluster.fabric_interface", "ray.network_interface")) for p in problems):
+        problems.append(f"fabric interface {iface!r} does not exist ({here}); fix cluster.fabric_interface")
+    return problems
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The plan: ring neighbours, two or three rounds in which every rank is in at most one pair
+
+
+def ring_rounds(hosts_by_rank: Mapping[int, str], local_by_rank: Mapping[int, int]) -> list[list[tuple[int, int]]]:
+    """Rounds of rank pairs. Ranks with the same local rank form a ring over the hosts (in first-rank order), so
+    each pair crosses the fabric; with one host the ring is over all ranks (the standalone check on one machine)."""
+    host_order = list(dict.fromkeys(hosts_by_rank[r] for r in sorted(hosts_by_rank)))
+    rings: list[list[int]] = []
+    if len(host_order) == 1:
+        rings.append(sorted(hosts_by_rank))
+    else:
+        for local in sorted(set(local_by_rank.values())):
+            ring = [r for h in host_order for r in sorted(hosts_by_rank)
+                    if hosts_by_rank[r] == h and local_by_rank[r] == local]
+            rings.append(ring)
+    rounds: list[list[tuple[int, int]]] = [[], [], []]
+    for ring in rings:
+        n = len(ring)
+        if n < 2:
+            continue
+        edges = [(ring[i], ring[(i + 1) % n]) for i in range(n if n > 2 else 1)]
+        for i, edge in enumerate(edges):
+            rounds[2 if (n % 2 and i == n - 1 and n > 2) else i % 2].append(edge)
+    return [r for r in rounds if r]
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# One rank
+
+
+def _barrier(store: Any, key: str, count: int, deadline: float) -> None:
+    store.add(key, 1)
+    while int(store.add(key, 0)) < count and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+def _group(dist: Any, backend: str, store: Any, rank: int, size: int, timeout_s: float, interface: str) -> Any:
+    """A process group of its own (not the default group), so a pair that hangs does not block the next one."""
+    timeout = timedelta(seconds=timeout_s)
+    if backend == "nccl":
+        options = dist.ProcessGroupNCCL.Options()
+        options._timeout = timeout
+        return dist.ProcessGroupNCCL(store, rank, size, options)
+    options = dist.ProcessGroupGloo._Options()
+    options._timeout = timeout
+    interface = interface or os.environ.get("GLOO_SOCKET_IFNAME", "").split(",")[0]
+    options._devices = [dist.ProcessGroupGloo.create_device(interface=interface) if interface
+                        else dist.ProcessGroupGloo.create_default_device()]
+    return dist.ProcessGroupGloo(store, rank, size, options)
+
+
+def _finish(torch: Any, work: Any, device: Any, timeout_s: float) -> None:
+    work.wait(timedelta(seconds=timeout_s))
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _pair_exchange(dist: Any, torch: Any, store: Any, me: int, peer: int, backend: str, nbytes: int,
+                   timeout_s: float, device: Any, interface: str) -> dict[str, Any]:
+    """Ping-pong `nbytes` with `peer` in a 2-rank group of its own; seconds and GB/s (both directions counted)."""
+    pair_rank = 0 if me < peer else 1
+    other = 1 - pair_rank
+    group = _group(dist, backend, store, pair_rank, 2, timeout_s, interface)
+    payload = torch.ones(max(nbytes // 4, 1), dtype=torch.float32, device=device)
+    warm = torch.ones(1024, dtype=torch.float32, device=device)
+
+    def ping_pong(tensor: Any) -> None:
+        first, second = (group.send, group.recv) if pair_rank == 0 else (group.recv, group.send)
+        _finish(torch, first([tensor], other, 0), device, timeout_s)
+        _finish(torch, second([tensor], other, 0), device, timeout_s)
+
+    ping_pong(warm)
+    started = time.perf_counter()
+    for _ in range(_ITERATIONS):
+        ping_pong(payload)
+    seconds = time.perf_counter() - started
+    moved = 2 * _ITERATIONS * payload.numel() * 4
+    return {"seconds": round(seconds, 4), "bytes": moved, "gbytes_per_s": round(moved / seconds / 1e9, 3)}
+
+
+def _world_all_reduce(dist: Any, torch: Any, store: Any, rank: int, world: int, backend: str, nbytes: int,
+                      timeout_s: float, device: Any, interface: str) -> dict[str, Any]:
+    group = _group(dist, backend, store, rank, world, timeout_s, interface)
+    tensor = torch.ones(max(nbytes // 4, 1), dtype=torch.float32, device=device)
+    _finish(torch, group.allreduce([tensor[:1024]]), device, timeout_s)
+    started = time.perf_counter()
+    _finish(torch, group.allreduce([tensor]), device, timeout_s)
+    seconds = time.perf_counter() - started
+    size = tensor.numel() * 4
+    # Bus bandwidth as nccl-tests reports it for all_reduce: algbw x 2(n-1)/n.
+    return {"seconds": round(seconds, 4), "bytes": size,
+            "bus_gbytes_per_s": round(size / seconds / 1e9 * 2 * (world - 1) / world, 3)}
+
+
+def _bounded(seconds: float, call: Any, *args: Any) -> dict[str, Any]:
+    """call(*args) in a thread; {"error": ...} when it raised or did not return within `seconds` (the thread is
+    left behind: the process ends with os._exit once it has reported)."""
+    import threading
+
+    outcome: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            outcome.update(call(*args))
+        except Exception as exc:  # the verdict names the node; the message says what broke
+            text = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ""
+            outcome["error"] = f"{type(exc).__name__}: {text}"
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    if thread.is_alive():
+        return {"error": f"no answer within {seconds:.0f}s"}
+    return outcome
+
+
+def resolve_backend(backend: str, gpus: int) -> str:
+    """auto -> nccl where this node has GPUs for the step and an NVIDIA driver, else gloo."""
+    if backend != "auto":
+        return backend
+    import shutil
+
+    return "nccl" if gpus > 0 and shutil.which("nvidia-smi") else "gloo"
+
+
+def run_rank(settings: FabricSettings, environ: Mapping[str, str]) -> dict[str, Any]:
+    """This rank's part (torchrun-style environment); its record. Rank 0 also gathers every rank's record."""
+    rank, world = int(environ["RANK"]), int(environ["WORLD_SIZE"])
+    local = int(environ.get("LOCAL_RANK", "0"))
+    host = environ.get("BEAM_FABRIC_HOST") or socket.gethostname()
+    record: dict[str, Any] = {"rank": rank, "local_rank": local, "host": host, "interface": settings.interface,
+                              "address": interface_ipv4(settings.interface) if settings.interface else None,
+                              "pairs": [], "errors": []}
+    started = time.monotonic()
+    phases: dict[str, float] = {}
+    record["phases"] = phases
+    import torch
+    import torch.distributed as dist
+
+    phases["import"] = round(time.monotonic() - started, 2)
+
+    backend = settings.backend
+    if backend == "auto":
+        backend = "nccl" if torch.cuda.is_available() else "gloo"
+    record["backend"] = backend
+    if backend == "nccl":
+        if not torch.cuda.is_available():
+            record["errors"].append("backend nccl but torch sees no GPU here")
+            return record
+        torch.cuda.set_device(local)
+        device = torch.device("cuda", local)
+    else:
+        device = torch.device("cpu")
+    if settings.interface:
+        os.environ.setdefault("NCCL_SOCKET_IFNAME", settings.interface)
+    record["socket_ifname"] = {v: os.environ.get(v, "") for v in INTERFACE_VARIABLES}
+    # The rendezvous runs over the Slurm network: a broken fabric must not hide who answered. Connecting waits for
+    # the slowest node's start-up (torch's import) on top of the timeout.
+    agent_store = environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
+    store = dist.TCPStore(environ["MASTER_ADDR"], int(environ["MASTER_PORT"]), None,
+                          rank == 0 and not agent_store, timedelta(seconds=settings.timeout_s + _START_UP_S),
+                          wait_for_workers=False)
+    store = dist.PrefixStore(f"beam-fabric-{environ.get('BEAM_FABRIC_RUN', '0')}", store)
+    store.set(f"join/{rank}", json.dumps({"host": host, "local": local}))
+    if rank == 0:
+        join_deadline = time.monotonic() + settings.timeout_s
+        keys = [f"join/{r}" for r in range(world)]
+        while not store.check(keys) and time.monotonic() < join_deadline:
+            time.sleep(0.05)
+        joined = {r: json.loads(store.get(f"join/{r}")) for r in range(world) if store.check([f"join/{r}"])}
+        store.set("plan", json.dumps({str(r): v for r, v in joined.items()}))
+    store.wait(["plan"], timedelta(seconds=settings.timeout_s * 2))
+    plan = {int(r): v for r, v in json.loads(store.get("plan")).items()}
+    phases["join"] = round(time.monotonic() - started, 2)
+    record["joined"] = len(plan)
+    if rank not in plan:
+        record["errors"].append(f"joined after the {settings.timeout_s:.0f}s deadline")
+        return record
+    rounds = ring_rounds({r: v["host"] for r, v in plan.items()}, {r: v["local"] for r, v in plan.items()})
+    for index, pairs in enumerate(rounds):
+        deadline = time.monotonic() + settings.timeout_s + 5
+        for a, b in pairs:
+            if rank not in (a, b):
+                continue
+            peer = b if rank == a else a
+            entry: dict[str, Any] = {"peer": peer, "peer_host": plan[peer]["host"], "round": index}
+            entry.update(_bounded(settings.timeout_s, _pair_exchange, dist, torch,
+                                  dist.PrefixStore(f"pair-{index}-{a}-{b}", store), rank, peer, backend,
+                                  settings.bytes, settings.timeout_s, device, settings.interface))
+            record["pairs"].append(entry)
+        _barrier(store, f"round-{index}", len(plan), deadline)
+    phases["pairs"] = round(time.monotonic() - started, 2)
+    if not any("error" in p for p in record["pairs"]):
+        store.set(f"pairs-ok/{rank}", "1")
+    if len(plan) == world and world > 1:
+        _barrier(store, "pairs-done", world, time.monotonic() + settings.timeout_s)
+        if store.check([f"pairs-ok/{r}" for r in range(world)]):
+            outcome = _bounded(settings.timeout_s, _world_all_reduce, dist, torch, dist.PrefixStore("world", store),
+                               rank, world, backend, settings.bytes, settings.timeout_s, device, settings.interface)
+            if "error" in outcome:
+                record["errors"].append(f"all_reduce over {world} ranks failed: {outcome['error']}")
+            else:
+                record["all_reduce"] = outcome
+    record["seconds"] = phases["all_reduce"] = round(time.monotonic() - started, 2)
+    store.set(f"result/{rank}", json.dumps(record))
+    if rank == 0:
+        deadline = time.monotonic() + settings.timeout_s
+        keys = [f"result/{r}" for r in sorted(plan)]
+        while not store.check(keys) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        record["gathered"] = [json.loads(store.get(k)) for k in keys if store.check([k])]
+        # Rank 0 hosts the store: it stays until every other rank has made its last call.
+        while int(store.add("left", 0)) < len(plan) - 1 and time.monotonic() < deadline:
+            time.sleep(0.05)
+    else:
+        store.add("left", 1)
+    return record
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# One node of the job (inside the preflight step): its interface checks and one worker process per rank
+
+
+def run_node(settings: FabricSettings, environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """This node's part inside the preflight step (one task per node): its interface problems and the records of
+    its ranks (one gloo rank, or one NCCL rank per GPU of the step), each run as a process of its own."""
+    from beam_slurm.ray_cluster.gpus import allocated_gpus
+    from beam_slurm.slurm.scheduler import expand_hostnames
+
+    env = dict(os.environ if environ is None else environ)
+    host = env.get("SLURMD_NODENAME") or socket.gethostname()
+    node_rank = int(env.get("SLURM_PROCID", "0"))
+    nodes = int(env.get("SLURM_STEP_NUM_TASKS") or env.get("SLURM_NTASKS") or 1)
+    result: dict[str, Any] = {"host": host, "problems": interface_problems(settings, env), "ranks": []}
+    if nodes < 2:
+        result["skipped"] = "one node: no fabric between nodes to measure"
+        return result
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is None:
+        result["skipped"] = (f"torch is not installed for {sys.executable}, so the fabric was not measured here; "
+                             "install torch there or set cluster.fabric_check=false")
+        return result
+    hosts = expand_hostnames(env.get("SLURM_STEP_NODELIST") or env.get("SLURM_JOB_NODELIST") or host)
+    gpus, _ = allocated_gpus(env)
+    backend = resolve_backend(settings.backend, len(gpus))
+    per_node = max(len(gpus), 1) if backend == "nccl" else 1
+    worker_settings = json.dumps({**settings.to_dict(), "backend": backend})
+    run_id = "-".join(env.get(k, "0") for k in ("SLURM_JOB_ID", "SLURM_RESTART_COUNT", "SLURM_STEP_ID"))
+    workers = []
+    for local in range(per_node):
+        worker_env = {**env, "MASTER_ADDR": socket.gethostbyname(hosts[0]), "MASTER_PORT": str(settings.port),
+                      "RANK": str(node_rank * per_node + local), "WORLD_SIZE": str(nodes * per_node),
+                      "LOCAL_RANK": str(local), "LOCAL_WORLD_SIZE": str(per_node), "BEAM_FABRIC_HOST": host,
+                      "BEAM_FABRIC_RUN": run_id}
+        worker_env.pop("TORCHELASTIC_USE_AGENT_STORE", None)
+        workers.append(subprocess.Popen([sys.executable, "-m", __name__, "--settings", worker_settings],
+                                        env=worker_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    # Join, up to three rounds, the all_reduce and the gather each end within the timeout; the rest is start-up.
+    limit = settings.timeout_s * 7 + 120
+    for local, worker in enumerate(workers):
+        try:
+            out, err = worker.communicate(timeout=limit)
+        except subprocess.TimeoutExpired:
+            worker.kill()
+            out, err = worker.communicate()
+            result["problems"].append(f"fabric check rank of local GPU {local} did not finish within {limit:.0f}s")
+        records = [json.loads(line[len(RESULT_PREFIX):]) for line in out.splitlines() if line.startswith(RESULT_PREFIX)]
+        if records:
+            records[0].pop("gathered", None)
+            result["ranks"].append(records[0])
+        elif not any("did not finish" in p for p in result["problems"]):
+            tail = " | ".join(err.strip().splitlines()[-3:])[:400]
+            result["problems"].append(f"fabric check process (local rank {local}) crashed: {tail}")
+    return result
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The verdict over all nodes
+
+
+def records_from_output(output: str, prefix: str) -> list[dict[str, Any]]:
+    """The `fabric` part of every node's preflight record in the step's output."""
+    found = []
+    for line in output.splitlines():
+        if line.startswith(prefix):
+            record = json.loads(line[len(prefix):])
+            if "fabric" in record:
+                found.append(record["fabric"])
+    return found
+
+
+def verdict(node_records: list[dict[str, Any]], settings: FabricSettings) -> tuple[dict[str, list[str]], dict[str, Any]]:
+    """Problems by host (only failing hosts), and a summary for the logs and fabric.json."""
+    problems: dict[str, list[str]] = {rec["host"]: list(rec.get("problems", [])) for rec in node_records}
+    skipped = {rec["host"]: rec["skipped"] for rec in node_records if rec.get("skipped")}
+    ranks = [r for rec in node_records for r in rec.get("ranks", [])]
+    host_of = {r["rank"]: r["host"] for r in ranks}
+    for r in ranks:
+        problems.setdefault(r["host"], []).extend(f"fabric check: {e}" for e in r.get("errors", []))
+    edges: dict[tuple[int, int], dict[str, Any]] = {}
+    for r in ranks:
+        for pair in r.get("pairs", []):
+            key = (min(r["rank"], pair["peer"]), max(r["rank"], pair["peer"]))
+            seen = edges.setdefault(key, {"local": r["local_rank"], "hosts": (host_of.get(key[0], "?"),
+                                                                             host_of.get(key[1], pair["peer_host"]))})
+            if "error" in pair:
+                seen.setdefault("error", pair["error"])
+            elif r["rank"] == key[0] or "gbytes_per_s" not in seen:
+                seen["gbytes_per_s"] = pair["gbytes_per_s"]
+                seen["seconds"] = pair["seconds"]
+    for edge in edges.values():
+        if "error" in edge:
+            edge.pop("gbytes_per_s", None)
+    wait = f"within {settings.timeout_s:.0f}s"
+    by_host: dict[str, list[dict[str, Any]]] = {}
+    for edge in edges.values():
+        for h in set(edge["hosts"]):
+            by_host.setdefault(h, []).append(edge)
+    # A node whose every pair failed, with two or more different partners: that node, not its partners.
+    for h, its in by_host.items():
+        peers = {x for e in its for x in e["hosts"] if x != h}
+        if its and all("error" in e for e in its) and len(peers) >= 2 and not problems.get(h):
+            problems[h].append(f"no answer over the fabric from {', '.join(sorted(peers))} {wait} "
+                               f"({its[0]['error']})")
+    # What is left unexplained: both ends of the failed pair (two nodes cannot tell which one is at fault).
+    for edge in edges.values():
+        a, b = edge["hosts"]
+        if "error" in edge and not problems.get(a) and not problems.get(b):
+            for h, other in ((a, b), (b, a)):
+                problems[h].append(f"no answer over the fabric between {a} and {b} {wait}, cannot tell which node "
+                                   f"({edge['error']})")
+    # Bandwidth per node: its best pair on each rail, the worst rail counts.
+    scores: dict[str, float] = {}
+    for h, its in by_host.items():
+        rails: dict[int, float] = {}
+        for e in its:
+            if "gbytes_per_s" in e:
+                rails[e["local"]] = max(rails.get(e["local"], 0.0), e["gbytes_per_s"])
+        if rails:
+            scores[h] = min(rails.values())
+    median = statistics.median(scores.values()) if scores else None
+    if median:
+        for h, score in scores.items():
+            if score < settings.min_bandwidth_ratio * median:
+                problems[h].append(f"fabric bandwidth {score:.2f} GB/s is below {settings.min_bandwidth_ratio:g} x "
+                                   f"the median {median:.2f} GB/s of the job's nodes (a slow link or NIC)")
+    all_reduce = next((r["all_reduce"] for r in ranks if r["rank"] == 0 and "all_reduce" in r), None)
+    failing = {h: p for h, p in problems.items() if p}
+    summary = {
+        "backend": next((r.get("backend") for r in ranks), None),
+        "interface": settings.interface or "(the hostname's network)",
+        "addresses": {r["host"]: r.get("address") for r in ranks if r["local_rank"] == 0},
+        "socket_ifname": next((r.get("socket_ifname") for r in ranks), {}),
+        "ranks": len(ranks),
+        "seconds": max((r.get("seconds", 0.0) for r in ranks), default=0.0),
+        "pairs": [{"hosts": list(e["hosts"]), "local_rank": e["local"],
+                   **{k: e[k] for k in ("gbytes_per_s", "seconds", "error") if k in e}}
+                  for _, e in sorted(edges.items())],
+        "node_gbytes_per_s": scores,
+        "median_gbytes_per_s": median,
+        "all_reduce": all_reduce,
+        "bad_nodes": sorted(failing),
+        "skipped": skipped,
+    }
+    return failing, summary
+
+
+def summary_lines(summary: dict[str, Any]) -> list[str]:
+    """The summary as log lines: time, backend and interface, each pair's bandwidth, the all_reduce."""
+    lines = [f"fabric check skipped on {host}: {why}" for host, why in sorted(summary.get("skipped", {}).items())]
+    if not summary["ranks"]:
+        return lines
+    lines += [f"fabric check: {summary['ranks']} ranks, {summary['backend']} over {summary['interface']} "
+             f"({', '.join(f'{h} {a}' for h, a in sorted(summary['addresses'].items()) if a) or 'addresses as resolved'}"
+             f"), {summary['seconds']:.1f}s"]
+    for pair in summary["pairs"]:
+        what = f"{pair['gbytes_per_s']:.2f} GB/s" if "gbytes_per_s" in pair else f"FAILED: {pair['error']}"
+        lines.append(f"fabric pair {pair['hosts'][0]} <-> {pair['hosts'][1]} (local rank {pair['local_rank']}): {what}")
+    if summary.get("all_reduce"):
+        ar = summary["all_reduce"]
+        lines.append(f"fabric all_reduce of {ar['bytes'] / 1024**2:.0f} MiB over {summary['ranks']} ranks: "
+                     f"{ar['seconds']:.3f}s, bus bandwidth {ar['bus_gbytes_per_s']:.2f} GB/s")
+    return lines
+
+
+def report(output: str, prefix: str, settings: dict[str, Any], attempt_dir: Any, log: Any) -> dict[str, list[str]]:
+    """In the batch shell: the verdict over the preflight step's output, logged line by line and written to
+    `<attempt_dir>/fabric.json` (with `bad_nodes`, the names the requeue logic can exclude); problems by host."""
+    from pathlib import Path
+
+    failing, summary = verdict(records_from_output(output, prefix), FabricSettings(**settings))
+    for line in summary_lines(summary):
+        log(line)
+    (Path(attempt_dir) / "fabric.json").write_text(json.dumps(summary, indent=1, sort_keys=True) + "\n")
+    return failing
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Entry: one rank, torchrun-style
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m beam_slurm.ray_cluster.fabric",
+        description="One rank of the fabric check (environment: MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE, "
+                    "LOCAL_RANK, as torchrun sets them). Rank 0 prints the verdict of all ranks.")
+    parser.add_argument("--settings", default="", help="FabricSettings as JSON (what the preflight passes)")
+    parser.add_argument("--backend", choices=("auto", "gloo", "nccl"), default=None)
+    parser.add_argument("--bytes", type=int, default=None, help="bytes per transfer")
+    parser.add_argument("--timeout", type=float, default=None, help="seconds to join, and for each pair")
+    parser.add_argument("--interface", default=None, help="interface for the traffic (GLOO/NCCL_SOCKET_IFNAME)")
+    args = parser.parse_args(argv)
+    settings = FabricSettings(**json.loads(args.settings)) if args.settings else FabricSettings(enabled=True)
+    for name, value in (("backend", args.backend), ("bytes", args.bytes), ("timeout_s", args.timeout),
+                        ("interface", args.interface)):
+        if value is not None:
+            setattr(settings, name, value)
+    missing = [v for v in ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE") if v not in os.environ]
+    if missing:
+        print(f"fabric: {', '.join(missing)} not set; run under torchrun or set them as torchrun does", file=sys.stderr)
+        return 2
+    try:
+        record = run_rank(settings, os.environ)
+    except Exception as exc:  # reported as this rank's error; the verdict names the node
+        record = {"rank": int(os.environ["RANK"]), "local_rank": int(os.environ.get("LOCAL_RANK", "0")),
+                  "host": os.environ.get("BEAM_FABRIC_HOST") or socket.gethostname(), "pairs": [],
+                  "errors": [f"{type(exc).__name__}: {str(exc).strip()[:300]}"]}
+    gathered = record.get("gathered")
+    print(RESULT_PREFIX + json.dumps({k: v for k, v in record.items() if k != "gathered"}), flush=True)
+    if gathered is None or "BEAM_FABRIC_RUN" in os.environ:
+        return 0
+    missing = [r for r in range(int(os.environ["WORLD_SIZE"])) if r not in {g["rank"] for g in gathered}]
+    if missing:
+        print(f"fabric FAILED: ranks {missing} did not report within {settings.timeout_s:.0f}s", flush=True)
+    by_host: dict[str, dict[str, Any]] = {}
+    for rank_record in gathered:
+        by_host.setdefault(rank_record["host"], {"host": rank_record["host"], "problems": [], "ranks": []})
+        by_host[rank_record["host"]]["ranks"].append(rank_record)
+    failing, summary = verdict(list(by_host.values()), settings)
+    for line in summary_lines(summary):
+        print(line, flush=True)
+    for host, found in sorted(failing.items()):
+        for problem in found:
+            print(f"fabric FAILED on {host}: {problem}", flush=True)
+    return 1 if failing or missing else 0
+
+
+if __name__ == "__main__":
+    status = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)  # a pair that never answered leaves a thread blocked in the transport: do not wait for it
