@@ -96,3 +96,25 @@ def dataset_label(data_file: str | Path | None, data_source: str) -> str:
     the data_source itself for any other file."""
     match = _AIME_FILE.search(Path(data_file).name) if data_file else None
     return f"aime{match.group(1)}" if match else data_source
+
+
+def file_data_source(data_file: str | Path) -> str | None:
+    """The data_source of a prepared parquet's first row, or None when the file cannot be read (moved, not here)."""
+    try:
+        import pyarrow.parquet as pq
+
+        column = pq.read_table(data_file, columns=["data_source"]).column("data_source")
+        return str(column[0].as_py()) if len(column) else None
+    except Exception:  # a missing or foreign file only means no label: the data_source is shown instead
+        return None
+
+
+def labels_by_source(data_files) -> dict[str, str]:
+    """{data_source: label} for the evaluation files given (those that can be read), e.g. {"math_dapo": "aime2024"}:
+    how `report` and `status` name what SkyRL's dumps and metric keys call by the source's data_source."""
+    labels: dict[str, str] = {}
+    for data_file in data_files:
+        source = file_data_source(data_file) if data_file else None
+        if source is not None:
+            labels.setdefault(source, dataset_label(data_file, source))
+    return labels

@@ -1,9 +1,10 @@
-"""`beam-slurm report <run dir | run name>`: every evaluation of a run in one table by step, and a PNG plot.
+"""`beam-slurm report RUN_OR_SWEEP [RUN ...]`: the evaluations and training curves of one run, or of several runs side
+by side, in one table and one figure (PNG and SVG).
 
-Sources, all under the run's export path (SkyRL's ``trainer.export_path``):
+Sources, all under each run's export path (SkyRL's ``trainer.export_path``):
 
-- our evaluations: ``beam_evals/global_step_<N>/metrics.json`` (+ ``details.json``), see
-  :mod:`beam_slurm.evaluation.results`;
+- our evaluations: ``beam_evals/global_step_<N>/metrics.json`` (+ ``details.json``, ``info.json``), see
+  :mod:`beam_slurm.evaluation.results`: avg@k with its 95 % bootstrap interval, pass@j, maj@k;
 - SkyRL's own eval dumps: ``dumped_evals/global_step_<N>_evals/<data_source>.jsonl``, one line per response with
   "score" (the AIME env's +1 / -1, or per-token rewards whose sum is the response's reward) and "data_source";
   accuracy = share of responses with a positive score. When a data source has no per-response file, its
@@ -13,10 +14,17 @@ Sources, all under the run's export path (SkyRL's ``trainer.export_path``):
   metric names; "global_step" is accepted for "step"; a later line for the same step replaces an earlier one,
   which is what a requeued job that redoes a step produces). The report plots reward and mean response length.
 
-The run argument is a run as `beam_slurm.pipeline.runs.resolve_run` finds it (its folder, name or training job
-id), or a folder (the export path itself, or a folder that holds it at most two levels down) or a run name,
-looked up as ``<exports root>/<name>`` with the exports root from ``--exports-root``, else
-``$BEAM_EXPORTS_ROOT``, else ``$HOME/exports`` (the seed's default export path is ``$HOME/exports/<run_name>``).
+Datasets are named by the file they came from (`beam_slurm.evaluation.problems.dataset_label`): the prepared AIME 2024
+file keeps its source's data_source, ``math_dapo`` (SkyRL's metric keys use it), and shows as ``aime2024``. The files
+are the run's ``paths.eval_files`` (from ``beam_run/config.yaml``) and those its evaluations record in ``info.json``.
+
+Each argument is a run as `beam_slurm.pipeline.runs.resolve_run` finds it (its folder, name or training job id), a
+sweep folder (with ``sweep.json``: every run of the sweep), or a folder (the export path itself, or a folder that holds
+it at most two levels down) or a run name looked up as ``<exports root>/<name>`` with the exports root from
+``--exports-root``, else ``$BEAM_EXPORTS_ROOT``, else ``$HOME/exports``. Runs are labelled by the settings that differ
+between them (a sweep's swept keys, e.g. ``precision=mxfp8 lora.rank=0``; else the differing overrides or recipe
+keys), one line and one colour per run. Numbers made by the rehearsal trainer, and evaluations of its exports (the base
+weights, unchanged), are marked as rehearsal wherever they appear.
 """
 
 from __future__ import annotations
@@ -25,23 +33,31 @@ import json
 import math
 import os
 import re
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from beam_slurm.atomic_files import atomic_writer
-from beam_slurm.evaluation.results import DETAILS_FILE, EVALS_DIRNAME, METRICS_FILE, write_json
+from beam_slurm.evaluation.results import DETAILS_FILE, EVALS_DIRNAME, INFO_FILE, METRICS_FILE, write_json
 
 SKYRL_DUMPS_DIRNAME = "dumped_evals"
 TRAIN_METRICS_FILE = "train_metrics.jsonl"
 REWARD_KEY = "reward/avg_raw_reward"
 LENGTH_KEY = "generate/avg_num_tokens"
 PLOT_FILE = "report.png"
+SVG_FILE = "report.svg"
 SUMMARY_FILE = "report.json"
+COMPARE_STEM = "compare"
+"""File stem of a comparison of runs given one by one (written beside the first run's evaluations)."""
+REHEARSAL_RUN = "rehearsal: checks the plumbing, does not train"
+"""How a run of the rehearsal trainer is labelled (here, in `status` and in `submit`'s output)."""
+FIRST_DATASETS = ("aime2025", "aime2024")
+"""Accuracy panels come in this order; any other dataset follows."""
 
 _STEP_DIR = re.compile(r"^global_step_(\d+)$")
 _DUMP_DIR = re.compile(r"^global_step_(\d+)_evals$")
+# Keys that name a run rather than a setting: never what tells two runs apart in a label.
+_NOT_A_SETTING = re.compile(r"^(run_name|paths\..*|data\..*|hydra\..*|eval\.launcher\.(name|submitit_folder))$")
 
 
 class ReportInputError(ValueError):
@@ -55,7 +71,7 @@ class EvalPoint:
     step: int
     """Training step of the evaluated checkpoint."""
     data_source: str
-    """Data source name as it appears in the evaluation (e.g. aime2025)."""
+    """Data source as the evaluation keys it (the prepared file's data_source, e.g. aime2025 or math_dapo)."""
     origin: str
     """"beam" for our standalone evaluation, "skyrl" for the trainer's in-training evaluation dump."""
     accuracy: float
@@ -63,9 +79,20 @@ class EvalPoint:
     responses: int | None = None
     """Responses behind the number (SkyRL dumps), or None."""
     metrics: dict[str, Any] = field(default_factory=dict)
-    """Our full metrics entry (pass@j, maj@k, k, timeouts); empty for SkyRL."""
+    """Our full metrics entry (pass@j, maj@k, k, timeouts, avg@k_ci95); empty for SkyRL."""
     mean_tokens: float | None = None
     """Mean response length in tokens where known."""
+    dataset: str = ""
+    """What the benchmark is (aime2024 for AIME 2024's math_dapo): the name tables and plots show."""
+    rehearsal: bool = False
+    """Made by the rehearsal (its made-up dump, or our evaluation of its unchanged base-weight export)."""
+
+    @property
+    def ci95(self) -> tuple[float, float] | None:
+        """avg@k's 95 % bootstrap interval (ours, when computed)."""
+        interval = self.metrics.get("avg@k_ci95")
+        return (float(interval[0]), float(interval[1])) if isinstance(interval, (list, tuple)) and len(interval) == 2 \
+            else None
 
 
 @dataclass
@@ -82,6 +109,14 @@ class RunReport:
     """Files that could not be read, with the reason (reported, not fatal)."""
     rehearsal: bool = False
     """Some numbers come from the rehearsal trainer (marked "rehearsal": true): made up, it does not train."""
+    name: str = ""
+    """Run name (from its record; else the export folder's name)."""
+    label: str = ""
+    """Line label in a comparison: the settings that tell this run from the others (see label_runs)."""
+    settings: dict[str, str] = field(default_factory=dict)
+    """The settings in the label, key -> value."""
+    choices: list[str] | None = None
+    """Swept `key=value` of this run when it came from a sweep folder's sweep.json."""
 
     @property
     def rehearsal_note(self) -> str:
@@ -118,13 +153,113 @@ def resolve_export_path(run: str, exports_root: str | None = None) -> Path:
                 return found[0]
             if len(found) > 1:
                 listing = ", ".join(str(p) for p in found[:5])
-                raise ReportInputError(f"{base} holds several runs' results ({listing}); pass one of them")
+                raise ReportInputError(f"{base} holds several runs' results ({listing}); pass one of them, or the "
+                                       "sweep folder (with sweep.json) to compare them")
     looked = ", ".join(str(p) for p in candidates)
     raise ReportInputError(
         f"no evaluations found for run {run!r} (looked in {looked} for {EVALS_DIRNAME}/, {SKYRL_DUMPS_DIRNAME}/ "
         f"or {TRAIN_METRICS_FILE}); pass the run's export path or set --exports-root"
     )
 
+
+@dataclass
+class Target:
+    """One run to report, as the arguments named it."""
+
+    export_path: Path
+    choices: list[str] | None = None
+    """Its swept `key=value` when it came from a sweep folder."""
+    sweep_dir: Path | None = None
+
+
+def resolve_targets(targets: list[str], exports_root: str | None = None) -> list[Target]:
+    """Runs named by the arguments, in order, each once: a sweep folder (or its sweep.json) stands for its runs."""
+    from beam_slurm.pipeline.manifest import SWEEP_FILE, read_json
+
+    found: list[Target] = []
+    for target in targets:
+        path = Path(target).expanduser()
+        sweep_dir = path.parent if path.is_file() and path.name == SWEEP_FILE else path
+        if (sweep_dir / SWEEP_FILE).is_file():
+            runs = (read_json(sweep_dir / SWEEP_FILE) or {}).get("runs") or []
+            if not runs:
+                raise ReportInputError(f"{sweep_dir / SWEEP_FILE} lists no runs (every point was invalid?)")
+            found += [Target(Path(r["export_path"]), list(r.get("choices") or []), sweep_dir) for r in runs]
+        else:
+            found.append(Target(resolve_export_path(target, exports_root)))
+    unique: dict[Path, Target] = {}
+    for item in found:
+        unique.setdefault(item.export_path.resolve(), item)
+    return list(unique.values())
+
+
+# --- what a run's record says --------------------------------------------------------------------------------------
+
+def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(value, dict):
+        out: dict[str, Any] = {}
+        for key, item in value.items():
+            out.update(_flatten(item, f"{prefix}{key}."))
+        return out
+    return {prefix[:-1]: value}
+
+
+def run_config(export_path: Path) -> dict[str, Any]:
+    """The run's resolved recipe (beam_run/config.yaml) as flat `key: value`; {} when the run has none."""
+    from beam_slurm.pipeline.manifest import CONFIG_FILE, RUN_DIRNAME
+
+    try:
+        import yaml
+
+        loaded = yaml.safe_load((Path(export_path) / RUN_DIRNAME / CONFIG_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError, ImportError):
+        return {}
+    except Exception:  # a YAML error in a hand-edited file: no labels from it, the rest of the report stands
+        return {}
+    return _flatten(loaded) if isinstance(loaded, dict) else {}
+
+
+def is_rehearsal_run(export_path: Path, config: dict[str, Any] | None = None) -> bool:
+    """True when the run's recipe uses the rehearsal trainer (trainer.backend=rehearsal)."""
+    config = run_config(export_path) if config is None else config
+    return config.get("trainer.backend") == "rehearsal"
+
+
+def _recorded_data_files(export_path: Path) -> list[str]:
+    """Evaluation files the run's recipe names and those its evaluations recorded (info.json "data")."""
+    config = run_config(export_path)
+    files: list[str] = []
+    data_dir = str(config.get("paths.data_dir") or "").rstrip("/")
+    for name in config.get("paths.eval_files") or []:
+        files.append(f"{data_dir}/{name}" if data_dir and not str(name).startswith("/") else str(name))
+    root = Path(export_path) / EVALS_DIRNAME
+    for info_file in sorted(root.glob(f"*/{INFO_FILE}")) if root.is_dir() else []:
+        try:
+            info = json.loads(info_file.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        infos = [info] + [i for i in (info.get("datasets") or {}).values() if isinstance(i, dict)]
+        for one in infos:
+            for data in one.get("data") or []:
+                if isinstance(data, dict) and data.get("path"):
+                    files.append(str(data["path"]))
+    return list(dict.fromkeys(files))
+
+
+def dataset_labels(export_path: Path) -> dict[str, str]:
+    """{data_source: label} for a run's evaluation files, e.g. {"math_dapo": "aime2024"} (files that can be read)."""
+    from beam_slurm.evaluation.problems import labels_by_source
+
+    return labels_by_source(_recorded_data_files(Path(export_path)))
+
+
+def entry_label(source: str, entry: dict[str, Any] | None, labels: dict[str, str]) -> str:
+    """The name of one metrics.json entry: the label its evaluation recorded, else by the run's files."""
+    recorded = (entry or {}).get("dataset") if isinstance(entry, dict) else None
+    return str(recorded) if recorded else labels.get(source, source)
+
+
+# --- reading --------------------------------------------------------------------------------------------------------
 
 def _read_json(path: Path, report: RunReport) -> Any:
     try:
@@ -135,7 +270,7 @@ def _read_json(path: Path, report: RunReport) -> Any:
         return None
 
 
-def _collect_ours(report: RunReport) -> None:
+def _collect_ours(report: RunReport, labels: dict[str, str]) -> None:
     root = report.export_path / EVALS_DIRNAME
     if not root.is_dir():
         return
@@ -152,9 +287,9 @@ def _collect_ours(report: RunReport) -> None:
                 report.problems.append(f"{folder / METRICS_FILE}: entry {source!r} has no avg@k")
                 continue
             tokens = ((details or {}).get(source) or {}).get("response_tokens", {}).get("mean")
-            report.evals.append(
-                EvalPoint(int(match.group(1)), source, "beam", float(entry["avg@k"]), metrics=entry, mean_tokens=tokens)
-            )
+            report.evals.append(EvalPoint(
+                int(match.group(1)), source, "beam", float(entry["avg@k"]), metrics=entry, mean_tokens=tokens,
+                dataset=entry_label(source, entry, labels), rehearsal=entry.get("rehearsal") is True))
 
 
 def _response_reward(score: Any) -> float:
@@ -163,7 +298,7 @@ def _response_reward(score: Any) -> float:
     return float(score)
 
 
-def _collect_skyrl(report: RunReport) -> None:
+def _collect_skyrl(report: RunReport, labels: dict[str, str]) -> None:
     root = report.export_path / SKYRL_DUMPS_DIRNAME
     if not root.is_dir():
         return
@@ -178,22 +313,25 @@ def _collect_skyrl(report: RunReport) -> None:
                 continue
             positive = total = 0
             source = dump.stem
+            made_up = False
             try:
                 with open(dump, encoding="utf-8") as handle:
                     for line in handle:
                         if not line.strip():
                             continue
                         row = json.loads(line)
-                        report.rehearsal |= row.get("rehearsal") is True
+                        made_up |= row.get("rehearsal") is True
                         source = row.get("data_source") or source
                         total += 1
                         positive += _response_reward(row["score"]) > 0
             except (OSError, ValueError, KeyError, TypeError) as error:
                 report.problems.append(f"{dump}: {error!r}")
                 continue
+            report.rehearsal |= made_up
             if total:
                 seen.add(source)
-                report.evals.append(EvalPoint(step, source, "skyrl", positive / total, responses=total))
+                report.evals.append(EvalPoint(step, source, "skyrl", positive / total, responses=total,
+                                              dataset=labels.get(source, source), rehearsal=made_up))
         aggregated = folder / "aggregated_results.jsonl"
         if aggregated.is_file():
             try:
@@ -206,7 +344,8 @@ def _collect_skyrl(report: RunReport) -> None:
                 parts = key.split("/")
                 if len(parts) == 3 and parts[0] == "eval" and parts[2] == "avg_score" and parts[1] != "all":
                     if parts[1] not in seen and isinstance(value, (int, float)):
-                        report.evals.append(EvalPoint(step, parts[1], "skyrl", (float(value) + 1) / 2))
+                        report.evals.append(EvalPoint(step, parts[1], "skyrl", (float(value) + 1) / 2,
+                                                      dataset=labels.get(parts[1], parts[1])))
 
 
 def _collect_train(report: RunReport) -> None:
@@ -220,152 +359,322 @@ def _collect_train(report: RunReport) -> None:
             try:
                 row = json.loads(line)
                 step = int(row.get("step", row.get("global_step")))
-            except (ValueError, TypeError):
+            except (ValueError, TypeError, AttributeError):
                 report.problems.append(f"{path}:{number}: not a JSON object with a step")
                 continue
-            report.rehearsal |= isinstance(row, dict) and row.get("rehearsal") is True
+            report.rehearsal |= row.get("rehearsal") is True
             numbers = {k: float(v) for k, v in row.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
             report.train.setdefault(step, {}).update(numbers)
 
 
 def gather(export_path: Path) -> RunReport:
     """Read every evaluation and the training metrics found under a run's export path."""
+    from beam_slurm.pipeline.manifest import RunManifest
+
+    export_path = Path(export_path)
     report = RunReport(export_path=export_path)
-    _collect_ours(report)
-    _collect_skyrl(report)
+    report.name = RunManifest(export_path).read().get("run_name") or export_path.name
+    labels = dataset_labels(export_path)
+    _collect_ours(report, labels)
+    _collect_skyrl(report, labels)
     _collect_train(report)
-    report.evals.sort(key=lambda p: (p.step, p.data_source.lower(), p.origin))
+    report.rehearsal |= is_rehearsal_run(export_path) or any(p.rehearsal for p in report.evals)
+    report.evals.sort(key=lambda p: (p.step, p.dataset.lower(), p.origin))
     return report
 
+
+# --- labels -------------------------------------------------------------------------------------------------------
+
+def _text(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return "null"
+    if isinstance(value, list):
+        return "[" + ",".join(_text(v) for v in value) + "]"
+    return str(value)
+
+
+def _pairs(texts: list[str]) -> dict[str, str]:
+    pairs: dict[str, str] = {}
+    for text in texts:
+        if "=" in text:
+            key, value = text.split("=", 1)
+            pairs[key.lstrip("+~")] = value
+    return pairs
+
+
+def label_runs(reports: list[RunReport], max_keys: int = 4) -> None:
+    """Set each report's label: the settings that differ between the runs, `key=value` joined by spaces.
+
+    Keys, in order: a sweep's swept keys (sweep.json), then the runs' overrides (run.json), then, when none of those
+    differ, the recipe keys whose values differ (beam_run/config.yaml; not names and paths). A value a run did not
+    override is its recipe's. One run alone is labelled by its swept keys, else by its name. Runs whose labels would
+    be equal get their name added; rehearsal runs end in "[rehearsal]"."""
+    from beam_slurm.pipeline.manifest import RunManifest
+
+    configs = [run_config(r.export_path) for r in reports]
+    given: list[dict[str, str]] = []
+    for report in reports:
+        record = RunManifest(report.export_path).read()
+        given.append({**_pairs(list(record.get("overrides") or [])), **_pairs(report.choices or [])})
+    keys: list[str] = []
+    for report, pairs in zip(reports, given):
+        for key in list(_pairs(report.choices or [])) + list(pairs):
+            if key not in keys and not _NOT_A_SETTING.match(key):
+                keys.append(key)
+
+    def value(index: int, key: str) -> str:
+        if key in given[index]:
+            return given[index][key]
+        return _text(configs[index][key]) if key in configs[index] else "-"
+
+    if len(reports) == 1:
+        chosen = [k for k in _pairs(reports[0].choices or []) if not _NOT_A_SETTING.match(k)]
+    else:
+        chosen = [k for k in keys if len({value(i, k) for i in range(len(reports))}) > 1]
+        if not chosen and all(configs):
+            every = sorted(set().union(*configs))
+            names = [r.name for r in reports]
+            chosen = [k for k in every if not _NOT_A_SETTING.match(k)
+                      and len({_text(c.get(k)) for c in configs}) > 1
+                      and not any(n and n in _text(c.get(k)) for c in configs for n in names)]
+    chosen = chosen[:max_keys]
+    for index, report in enumerate(reports):
+        report.settings = {k: value(index, k) for k in chosen}
+        report.label = " ".join(f"{k}={v}" for k, v in report.settings.items()) or report.name
+    counts: dict[str, int] = {}
+    for report in reports:
+        counts[report.label] = counts.get(report.label, 0) + 1
+    for report in reports:
+        if counts[report.label] > 1 and report.label != report.name:
+            report.label = f"{report.label} ({report.name})"
+        if report.rehearsal:
+            report.label += " [rehearsal]"
+
+
+# --- table ------------------------------------------------------------------------------------------------------------
 
 def _fmt(value: float | None, digits: int = 3) -> str:
     return "-" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.{digits}f}"
 
 
-def print_table(report: RunReport, file=None) -> None:
-    """The report's table: one row per step and data source, ours beside SkyRL's, training metrics per step."""
+def _dataset_order(name: str) -> tuple[int, str]:
+    return (FIRST_DATASETS.index(name) if name in FIRST_DATASETS else len(FIRST_DATASETS), name.lower())
+
+
+def print_table(reports: RunReport | list[RunReport], file=None) -> None:
+    """One table for every run: a row per run, evaluated step and dataset, ours (avg@k, its 95 % interval, pass@k,
+    maj@k) beside SkyRL's in-training accuracy, and the step's training reward and mean response length (every
+    step's are in the figure and the JSON)."""
     from rich.console import Console
     from rich.table import Table
 
+    reports = [reports] if isinstance(reports, RunReport) else reports
     console = Console(file=file)
     if not console.is_terminal:
-        console = Console(file=file, width=160)
-    table = Table(title=f"Evaluations of {report.export_path}{report.rehearsal_note}")
-    for column in ("step", "data source", "avg@k", "pass@k", "maj@k", "k", "timeouts", "SkyRL acc", "reward", "mean tokens"):
-        table.add_column(column, justify="left" if column == "data source" else "right")
-    rows: dict[tuple[int, str], dict[str, EvalPoint]] = {}
-    for point in report.evals:
-        rows.setdefault((point.step, point.data_source), {})[point.origin] = point
-    steps_seen: set[int] = set()
-    for (step, source), by_origin in sorted(rows.items(), key=lambda item: (item[0][0], item[0][1].lower())):
-        ours, skyrl = by_origin.get("beam"), by_origin.get("skyrl")
-        train = report.train.get(step, {}) if step not in steps_seen else {}
-        steps_seen.add(step)
-        k = ours.metrics.get("k") if ours else None
-        table.add_row(
-            str(step),
-            source,
-            _fmt(ours.accuracy) if ours else "-",
-            _fmt(ours.metrics.get(f"pass@{k}")) if ours and k else "-",
-            _fmt(ours.metrics.get("maj@k")) if ours else "-",
-            str(k) if k else "-",
-            str(ours.metrics.get("timeouts", "-")) if ours else "-",
-            _fmt(skyrl.accuracy) if skyrl else "-",
-            _fmt(train.get(REWARD_KEY)),
-            _fmt(train.get(LENGTH_KEY), 0),
-        )
+        console = Console(file=file, width=180)
+    several = len(reports) > 1
+    title = (f"Evaluations of {len(reports)} runs" if several
+             else f"Evaluations of {reports[0].export_path}{reports[0].rehearsal_note}")
+    table = Table(title=title)
+    columns = (["run"] if several else []) + ["step", "dataset", "avg@k", "95% CI", "pass@k", "maj@k", "k", "timeouts",
+                                              "SkyRL acc", "reward", "mean tokens"]
+    for column in columns:
+        table.add_column(column, justify="left" if column in ("run", "dataset") else "right", overflow="fold")
+    for report in reports:
+        rows: dict[tuple[int, str], dict[str, EvalPoint]] = {}
+        for point in report.evals:
+            rows.setdefault((point.step, point.dataset), {})[point.origin] = point
+        if not rows and report.train:  # not evaluated yet: its latest training step keeps the run on the table
+            rows[(max(report.train), "-")] = {}
+        steps_seen: set[int] = set()
+        first_row = True
+        for (step, dataset), by_origin in sorted(rows.items(), key=lambda item: (item[0][0], _dataset_order(item[0][1]))):
+            ours, skyrl = by_origin.get("beam"), by_origin.get("skyrl")
+            train = report.train.get(step, {}) if step not in steps_seen else {}
+            steps_seen.add(step)
+            k = ours.metrics.get("k") if ours else None
+            interval = ours.ci95 if ours else None
+            made_up = any(p.rehearsal for p in by_origin.values())
+            cells = [
+                str(step),
+                dataset + (" (rehearsal)" if made_up else ""),
+                _fmt(ours.accuracy) if ours else "-",
+                f"[{interval[0]:.3f}, {interval[1]:.3f}]" if interval else "-",
+                _fmt(ours.metrics.get(f"pass@{k}")) if ours and k else "-",
+                _fmt(ours.metrics.get("maj@k")) if ours else "-",
+                str(k) if k else "-",
+                str(ours.metrics.get("timeouts", "-")) if ours else "-",
+                _fmt(skyrl.accuracy) if skyrl else "-",
+                _fmt(train.get(REWARD_KEY)),
+                _fmt(train.get(LENGTH_KEY), 0),
+            ]
+            if several:
+                cells = [report.label if first_row else ""] + cells
+            first_row = False
+            table.add_row(*cells)
+        if several and report is not reports[-1]:
+            table.add_section()
     console.print(table)
-    if report.train:
-        steps = sorted(report.train)
-        console.print(
-            f"training metrics: {len(steps)} steps ({steps[0]}..{steps[-1]}) in {report.export_path / TRAIN_METRICS_FILE}"
-        )
-    for problem in report.problems:
-        console.print(f"[yellow]skipped[/yellow] {problem}")
+    for report in reports:
+        where = f"{report.label}: " if several else ""
+        if report.train:
+            steps = sorted(report.train)
+            console.print(f"{where}training metrics: {len(steps)} steps ({steps[0]}..{steps[-1]}) in "
+                          f"{report.export_path / TRAIN_METRICS_FILE}")
+        if not report.evals and not report.train:
+            console.print(f"{where}no finished evaluation or training metrics yet in {report.export_path}")
+        if report.rehearsal:
+            console.print(f"{where}[red]{REHEARSAL_RUN}[/red]: its numbers are made up or from the unchanged base "
+                          "weights")
+        for problem in report.problems:
+            console.print(f"{where}[yellow]skipped[/yellow] {problem}")
 
 
-def write_plot(report: RunReport, path: Path) -> Path:
-    """PNG: accuracy vs step per data source (ours solid, SkyRL dashed); reward and mean length vs step if logged."""
+# --- figure -----------------------------------------------------------------------------------------------------------
+
+def series(report: RunReport) -> dict[str, Any]:
+    """A run's curves, as plotted: accuracy per dataset (ours: avg@k with its interval; SkyRL's in-training accuracy),
+    training reward and mean response length, each sorted by step."""
+    accuracy: dict[str, dict[str, list[dict[str, Any]]]] = {}
+    for point in sorted(report.evals, key=lambda p: p.step):
+        lines = accuracy.setdefault(point.dataset, {"beam": [], "skyrl": []})
+        if point.origin == "beam":
+            interval = point.ci95
+            lines["beam"].append({"step": point.step, "avg@k": point.accuracy, "k": point.metrics.get("k"),
+                                  "ci95": list(interval) if interval else None, "rehearsal": point.rehearsal})
+        else:
+            lines["skyrl"].append({"step": point.step, "accuracy": point.accuracy, "rehearsal": point.rehearsal})
+    steps = sorted(report.train)
+    return {
+        "accuracy": {name: accuracy[name] for name in sorted(accuracy, key=_dataset_order)},
+        "reward": [[s, report.train[s][REWARD_KEY]] for s in steps if REWARD_KEY in report.train[s]],
+        "response_length": [[s, report.train[s][LENGTH_KEY]] for s in steps if LENGTH_KEY in report.train[s]],
+    }
+
+
+def write_plot(reports: RunReport | list[RunReport], path: Path) -> tuple[Path, Path]:
+    """The figure, as PNG at `path` and SVG beside it: one panel per dataset (accuracy vs step: avg@k solid with its
+    95 % band, SkyRL's in-training accuracy dashed), training reward vs step, mean response length vs step; one colour
+    per run. Returns (png, svg)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    has_train = any(REWARD_KEY in m or LENGTH_KEY in m for m in report.train.values())
-    fig, axes = plt.subplots(1, 2 if has_train else 1, figsize=(13 if has_train else 7, 4.5), squeeze=False)
-    ax = axes[0][0]
-    series: dict[tuple[str, str], list[EvalPoint]] = {}
-    for point in report.evals:
-        series.setdefault((point.data_source, point.origin), []).append(point)
-    sources = sorted({source for source, _ in series}, key=str.lower)
-    colour_of = {source: f"C{i % 10}" for i, source in enumerate(sources)}  # one colour per data source
-    for (source, origin), points in sorted(series.items(), key=lambda item: (item[0][0].lower(), item[0][1])):
-        points.sort(key=lambda p: p.step)
-        label = f"{source} ({'avg@k, standalone' if origin == 'beam' else 'SkyRL in-training eval'})"
-        ax.plot(
-            [p.step for p in points],
-            [100 * p.accuracy for p in points],
-            linestyle="-" if origin == "beam" else "--",
-            marker="o" if origin == "beam" else "x",
-            color=colour_of[source],
-            label=label,
-        )
-    ax.set_xlabel("training step")
-    ax.set_ylabel("accuracy (%)")
-    ax.set_title("AIME accuracy vs step")
-    ax.grid(alpha=0.3)
-    if series:
-        ax.legend(fontsize=8)
-    if has_train:
-        ax_reward = axes[0][1]
-        steps = sorted(report.train)
-        reward = [(s, report.train[s][REWARD_KEY]) for s in steps if REWARD_KEY in report.train[s]]
-        length = [(s, report.train[s][LENGTH_KEY]) for s in steps if LENGTH_KEY in report.train[s]]
-        if reward:
-            ax_reward.plot(*zip(*reward), color="tab:green", label="mean reward")
-        ax_reward.set_xlabel("training step")
-        ax_reward.set_ylabel("mean reward", color="tab:green")
-        ax_reward.grid(alpha=0.3)
-        if length:
-            ax_length = ax_reward.twinx()
-            ax_length.plot(*zip(*length), color="tab:purple", label="mean response tokens")
-            ax_length.set_ylabel("mean response length (tokens)", color="tab:purple")
-        ax_reward.set_title("Training reward and response length")
-    if report.rehearsal:
-        fig.suptitle(report.rehearsal_note.strip(" []"), color="tab:red")
+    reports = [reports] if isinstance(reports, RunReport) else reports
+    if not all(r.label for r in reports):
+        label_runs(reports)
+    curves = [series(r) for r in reports]
+    datasets = sorted({name for c in curves for name in c["accuracy"]} | set(FIRST_DATASETS), key=_dataset_order)
+    panels = [("accuracy", name) for name in datasets] + [("reward", None), ("response_length", None)]
+    columns = 2
+    rows = -(-len(panels) // columns)
+    fig, axes = plt.subplots(rows, columns, figsize=(6.5 * columns, 4.2 * rows), squeeze=False)
+    for index, (kind, name) in enumerate(panels):
+        ax = axes[index // columns][index % columns]
+        for number, (report, curve) in enumerate(zip(reports, curves)):
+            colour = f"C{number % 10}"
+            if kind == "accuracy":
+                lines = curve["accuracy"].get(name, {"beam": [], "skyrl": []})
+                ours = lines["beam"]
+                if ours:
+                    steps = [p["step"] for p in ours]
+                    ax.plot(steps, [100 * p["avg@k"] for p in ours], "-o", color=colour, label=report.label)
+                    banded = [p for p in ours if p["ci95"]]
+                    if banded:
+                        ax.fill_between([p["step"] for p in banded], [100 * p["ci95"][0] for p in banded],
+                                        [100 * p["ci95"][1] for p in banded], color=colour, alpha=0.18, linewidth=0)
+                if lines["skyrl"]:
+                    ax.plot([p["step"] for p in lines["skyrl"]], [100 * p["accuracy"] for p in lines["skyrl"]],
+                            "--x", color=colour, alpha=0.7, label=None if ours else report.label)
+            else:
+                points = curve[kind]
+                if points:
+                    ax.plot([s for s, _ in points], [v for _, v in points], "-", color=colour, label=report.label)
+        ax.set_xlabel("training step")
+        ax.grid(alpha=0.3)
+        if kind == "accuracy":
+            ax.set_title(f"{name} accuracy vs step (avg@k, band: 95% CI; dashed: SkyRL's eval)", fontsize=10)
+            ax.set_ylabel("accuracy (%)")
+        elif kind == "reward":
+            ax.set_title("training reward vs step")
+            ax.set_ylabel("mean reward")
+        else:
+            ax.set_title("mean response length vs step")
+            ax.set_ylabel("tokens")
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=8)
+        else:
+            ax.text(0.5, 0.5, "nothing recorded yet", transform=ax.transAxes, ha="center", va="center", color="grey")
+    for index in range(len(panels), rows * columns):
+        axes[index // columns][index % columns].axis("off")
+    marked = [r.label for r in reports if r.rehearsal]
+    if marked:
+        fig.suptitle(f"REHEARSAL (made-up numbers, nothing was trained): {', '.join(marked)}", color="tab:red")
     fig.tight_layout()
+    png, svg = Path(path), Path(path).with_suffix(".svg")
     try:
-        with atomic_writer(path, "wb") as handle:
+        with atomic_writer(png, "wb") as handle:
             fig.savefig(handle, format="png", dpi=110)
+        with atomic_writer(svg, "wb") as handle:
+            fig.savefig(handle, format="svg")
     finally:
         plt.close(fig)
-    return path
+    return png, svg
 
+
+# --- JSON -------------------------------------------------------------------------------------------------------------
 
 def summary(report: RunReport) -> dict[str, Any]:
-    """Machine-readable form of the report (written as report.json beside the plot)."""
+    """Machine-readable form of one run's report (an element of report.json's "runs")."""
     return {
+        "name": report.name,
+        "label": report.label,
+        "settings": report.settings,
         "export_path": str(report.export_path),
+        "rehearsal": report.rehearsal,
+        "series": series(report),
         "evaluations": [
-            {"step": p.step, "data_source": p.data_source, "origin": p.origin, "accuracy": p.accuracy,
-             "responses": p.responses, "metrics": p.metrics}
+            {"step": p.step, "dataset": p.dataset, "data_source": p.data_source, "origin": p.origin,
+             "accuracy": p.accuracy, "responses": p.responses, "metrics": p.metrics, "rehearsal": p.rehearsal}
             for p in report.evals
         ],
         "train": {str(step): values for step, values in sorted(report.train.items())},
         "skipped": report.problems,
-        "rehearsal": report.rehearsal,
     }
 
 
+def output_paths(targets: list[Target], plot: Path | None) -> tuple[Path, Path]:
+    """(PNG, report.json) paths: --plot (the JSON beside it); one run: its beam_evals/; one sweep: its folder; runs
+    given one by one: beside the first's evaluations, named compare.*."""
+    if plot is not None:
+        return plot, plot.with_suffix(".json")
+    sweeps = {t.sweep_dir for t in targets}
+    if len(targets) == 1:
+        folder = targets[0].export_path / EVALS_DIRNAME
+        return folder / PLOT_FILE, folder / SUMMARY_FILE
+    if len(sweeps) == 1 and None not in sweeps:
+        folder = sweeps.pop()
+        return folder / PLOT_FILE, folder / SUMMARY_FILE
+    folder = targets[0].export_path / EVALS_DIRNAME
+    return folder / f"{COMPARE_STEM}.png", folder / f"{COMPARE_STEM}.json"
+
+
 def build_parser():
-    """The verb's parser: the run, where to look it up, where the plot goes, --json. It reads no recipe key."""
+    """The verb's parser: the runs, where to look them up, where the figure goes, --json. It reads no recipe key."""
     from beam_slurm.config.verb_args import VerbArgs
 
-    verb = VerbArgs("report", __doc__.split("\n\n")[0], settings=False)
-    verb.add_argument("run", help="the run's export path (or a folder holding it), or a run name")
+    verb = VerbArgs("report", __doc__.split("\n\n")[0].replace("`", ""), settings=False)
+    verb.add_argument("runs", nargs="+", metavar="RUN_OR_SWEEP",
+                      help="a run (export path or a folder holding it, run name, training job id) or a sweep folder; "
+                           "several are compared side by side")
     verb.add_argument("--exports-root", help="where run names are looked up (default $BEAM_EXPORTS_ROOT or ~/exports)")
-    verb.add_argument("--plot", type=Path, help=f"PNG to write (default <export path>/{EVALS_DIRNAME}/{PLOT_FILE})")
-    verb.add_argument("--json", action="store_true", help="print the report as JSON instead of a table")
+    verb.add_argument("--plot", type=Path,
+                      help=f"PNG to write, with the SVG and JSON beside it (default: one run's {EVALS_DIRNAME}/"
+                           f"{PLOT_FILE}, a sweep's folder, or {COMPARE_STEM}.png beside the first run's evaluations)")
+    verb.add_argument("--json", action="store_true", help="print the report (series per run) as JSON, not a table")
     return verb
 
 
@@ -375,18 +684,25 @@ def main(argv: list[str]) -> int:
     verb = build_parser()
     try:
         args = verb.parse(argv).args
-        export_path = resolve_export_path(args.run, args.exports_root)
+        targets = resolve_targets(args.runs, args.exports_root)
     except (VerbUsageError, ReportInputError) as error:
         return verb.fail(error)
-    report = gather(export_path)
-    if not report.evals and not report.train:
-        return verb.fail(f"{export_path} has no finished evaluation or training metrics yet")
-    plot = args.plot or export_path / EVALS_DIRNAME / PLOT_FILE
-    write_plot(report, plot)
-    write_json(export_path / EVALS_DIRNAME / SUMMARY_FILE, summary(report))
+    reports = []
+    for target in targets:
+        report = gather(target.export_path)
+        report.choices = target.choices
+        reports.append(report)
+    if not any(r.evals or r.train for r in reports):
+        where = ", ".join(str(t.export_path) for t in targets)
+        return verb.fail(f"no finished evaluation or training metrics yet in {where}")
+    label_runs(reports)
+    plot, summary_file = output_paths(targets, args.plot)
+    png, svg = write_plot(reports, plot)
+    payload = {"runs": [summary(r) for r in reports], "plot": str(png), "svg": str(svg)}
+    write_json(summary_file, payload)
     if args.json:
-        print(json.dumps({**summary(report), "plot": str(plot)}, indent=2))
+        print(json.dumps(payload, indent=2))
         return 0
-    print_table(report)
-    print(f"plot: {plot}")
+    print_table(reports)
+    print(f"figure: {png} (and {svg.name}); data: {summary_file}")
     return 0

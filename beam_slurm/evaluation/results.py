@@ -10,6 +10,10 @@ an evaluation of something that is not a training step, such as the base model, 
 - ``info.json``       what the caller passed as ``extra`` (checkpoint, sampling settings, timings), when given;
 - ``metrics.json``    ``{data_source: {"avg@k", "pass@1".., "maj@k", "k", "timeouts"}}``.
 
+An evaluation of a rehearsal export (its model folder holds ``rehearsal.json``, written by the rehearsal trainer:
+the base weights, unchanged) carries ``"rehearsal": true`` in ``info.json`` and in every ``metrics.json`` entry, so
+`status` and `report` show it as a rehearsal, not as that step's result.
+
 Every file is written to a temporary name and renamed, and ``metrics.json`` is written last: its presence marks
 a finished evaluation (:func:`finished_metrics`), which lets a re-run skip the checkpoint.
 """
@@ -30,6 +34,8 @@ GRADES_FILE = "grades.jsonl"
 GRADES_PARQUET = "grades.parquet"
 DETAILS_FILE = "details.json"
 INFO_FILE = "info.json"
+REHEARSAL_MARKER = "rehearsal.json"
+"""Written by the rehearsal trainer into each HF export (beam_slurm.skyrl.rehearsal.export_hf)."""
 
 
 def evaluation_dir(export_path: str | os.PathLike, step: int) -> Path:
@@ -73,6 +79,25 @@ def _grades_table(grades: list[dict[str, Any]]):
     return pa.table(columns)
 
 
+def rehearsal_export(extra: dict[str, Any] | None) -> str | None:
+    """The rehearsal marker of the model an evaluation loaded, from what the evaluation records (its checkpoint, the
+    model and adapter it resolved), or None for a real checkpoint."""
+    if not extra:
+        return None
+    candidates = [extra.get("checkpoint")]
+    for holder in (extra.get("fingerprint"), (extra.get("task_key") or {}).get("sampling")):
+        model = (holder or {}).get("model") if isinstance(holder, dict) else None
+        if isinstance(model, dict):
+            candidates += [model.get("model_path"), model.get("lora_path")]
+    for candidate in candidates:
+        if not isinstance(candidate, str) or not candidate:
+            continue
+        for folder in (Path(candidate), Path(candidate) / "policy"):
+            if (folder / REHEARSAL_MARKER).is_file():
+                return str(folder / REHEARSAL_MARKER)
+    return None
+
+
 def write_results(
     out_dir: str | os.PathLike,
     grades: list[dict[str, Any]],
@@ -84,6 +109,11 @@ def write_results(
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
+    marker = rehearsal_export(extra)
+    if marker is not None:  # made-up weights: every file a reader might take as the step's result says so
+        extra = {**extra, "rehearsal": True, "rehearsal_marker": marker}
+        metrics = {source: {**entry, "rehearsal": True} if isinstance(entry, dict) else entry
+                   for source, entry in metrics.items()}
 
     with atomic_writer(out / GRADES_FILE) as handle:
         for grade in grades:

@@ -134,7 +134,11 @@ def test_report_table_plot_and_summary(run_export, capsys):
     assert "aime2024" in out and "aime2025" in out
     plot = run_export / "beam_evals" / "report.png"
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and plot.stat().st_size > 10_000
+    assert (run_export / "beam_evals" / "report.svg").read_text().lstrip().startswith("<?xml")
     summary = json.loads((run_export / "beam_evals" / "report.json").read_text())
+    assert summary["plot"] == str(plot) and len(summary["runs"]) == 1
+    summary = summary["runs"][0]
+    assert summary["label"] == "beam-lora-16"  # one run outside a sweep: its name
     points = {(e["step"], e["data_source"], e["origin"]): e["accuracy"] for e in summary["evaluations"]}
     assert points[(5, "aime2024", "beam")] == pytest.approx((2 / 4 + 1 / 4 + 0) / 3)
     assert points[(10, "aime2025", "beam")] == pytest.approx((4 / 4 + 2 / 4 + 1 / 4) / 3)
