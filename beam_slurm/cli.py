@@ -19,6 +19,7 @@ VERBS: dict[str, tuple[str, str, str]] = {
     "report": ("beam_slurm.evaluation.report", "main", "table and plots of a run's evaluations"),
     "submit": ("beam_slurm.pipeline.submit", "main", "submit the stage chain (or a -m sweep) as Slurm jobs"),
     "status": ("beam_slurm.pipeline.status", "main", "status of a run or sweep"),
+    "sync": ("beam_slurm.pipeline.tracking", "main", "upload a run's offline W&B folders into its one W&B run"),
     "requeue": ("beam_slurm.slurm.operator", "requeue_main", "save at the next step, then requeue a running job"),
     "stop": ("beam_slurm.slurm.operator", "stop_main", "save at the next step, then stop a running job (resumable)"),
     "attach": ("beam_slurm.slurm.attach", "main", "a shell (or -- CMD) on a node of a running job, with its Ray address"),

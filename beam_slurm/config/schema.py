@@ -400,7 +400,12 @@ class TrainerConfig:
     rollout_nodes: int = 0
     """Nodes given to vLLM when not colocated (the rest train)."""
     logger: str = "console"
-    """SkyRL metrics logger: console, wandb, mlflow, swanlab or tensorboard (ours: console works without network)."""
+    """SkyRL metrics logger: console, wandb, mlflow, swanlab or tensorboard (ours: console works without network).
+    wandb keeps one W&B run across requeues: its id is chosen at the first attempt and kept in the run record, every
+    attempt logs into its own folder (see trainer.wandb_mode) and `beam-slurm sync RUN` uploads them in order."""
+    wandb_mode: str = "offline"
+    """W&B mode for trainer.logger=wandb (WANDB_MODE): offline (ours: compute nodes often have no internet; upload
+    afterwards with `beam-slurm sync RUN`), online, or disabled."""
     save_on_notice: bool = True
     """Save a checkpoint when the pre-timeout or preemption notice arrives, then requeue (no lost steps)."""
     extra_overrides: list[str] = field(default_factory=list)

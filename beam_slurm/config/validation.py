@@ -132,6 +132,8 @@ def problems(cfg) -> list[ConfigProblem]:
         bad("cluster.grace_s", cfg.cluster.grace_s,
             f"must be positive and below cluster.signal_before_s ({cfg.cluster.signal_before_s}) minus "
             f"cluster.stop_grace_s ({cfg.cluster.stop_grace_s}), so the job requeues before its time limit")
+    if cfg.trainer.wandb_mode not in ("offline", "online", "disabled"):
+        bad("trainer.wandb_mode", cfg.trainer.wandb_mode, "use offline, online or disabled")
     if cfg.cluster.fabric_check_timeout_s <= 0:
         bad("cluster.fabric_check_timeout_s", cfg.cluster.fabric_check_timeout_s, "use a positive number of seconds")
     if cfg.cluster.fabric_check_bytes < 4:

@@ -226,6 +226,9 @@ def skyrl_env(cfg) -> dict[str, str]:
         env["BEAM_LORA_SP_REGATHER"] = "1" if cfg.lora.sequence_parallel_regather else "0"
     if cfg.rollout.attention == "fa2":
         env["VLLM_FLASH_ATTN_VERSION"] = "2"
+    if cfg.trainer.logger == "wandb":
+        # Offline runs ignore resume; the job adds WANDB_RUN_ID and WANDB_DIR per attempt (beam_slurm.pipeline.tracking).
+        env.update({"WANDB_MODE": cfg.trainer.wandb_mode, "WANDB_RESUME": "allow"})
     env.update({k: str(v) for k, v in cfg.trainer.extra_env.items()})
     return env
 

@@ -63,6 +63,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from beam_slurm.atomic_files import write_text
+from beam_slurm.pipeline import tracking
 from beam_slurm.skyrl import notice
 from beam_slurm.skyrl.train_metrics import append_step_metrics
 
@@ -516,6 +517,7 @@ def run(s: RehearsalSettings) -> int:
             _log(f"loading the model ({s.model_load_s:g} s)")
             time.sleep(s.model_load_s)
         rng = random.Random(f"{s.run_name}:{start}")
+        tracker = tracking.open_run(os.environ, s.run_name)  # as SkyRL's W&B logger, when trainer.logger=wandb
         if s.eval_interval > 0 and s.eval_before_train:
             dump_eval(s, start, rng)
         total = s.max_training_steps
@@ -524,10 +526,11 @@ def run(s: RehearsalSettings) -> int:
             ray.get([a.step.remote(step_seconds) for a in actors])
             progress = step / total
             reward = max(-1.0, min(1.0, math.tanh(3 * progress - 1) + rng.uniform(-0.05, 0.05)))
-            append_step_metrics(s.export_path, step, {
-                "reward/avg_raw_reward": round(reward, 4),
-                "generate/avg_num_tokens": round(950 + 450 * progress + rng.uniform(-20, 20), 1),
-                "trainer/global_step": step, "time": time.time(), "attempt": attempt, "rehearsal": True})
+            metrics = {"reward/avg_raw_reward": round(reward, 4),
+                       "generate/avg_num_tokens": round(950 + 450 * progress + rng.uniform(-20, 20), 1),
+                       "trainer/global_step": step, "time": time.time(), "attempt": attempt, "rehearsal": True}
+            append_step_metrics(s.export_path, step, metrics)
+            tracking.log(tracker, metrics, step)
             request = notice.pending_request(s.ckpt_path)
             if (s.ckpt_interval > 0 and step % s.ckpt_interval == 0) or request is not None:
                 save_checkpoint(s, step, attempt)

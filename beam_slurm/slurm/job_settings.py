@@ -141,9 +141,11 @@ def job_settings(cfg, *, preflight: bool = True, driver: list[str] | None = None
     if driver is None:
         from beam_slurm.skyrl.command import skyrl_launch
 
+        from beam_slurm.pipeline.tracking import job_env
+
         launch = skyrl_launch(cfg)
         driver = launch.argv(python)
-        driver_env = dict(launch.env)
+        driver_env = {**launch.env, **job_env(cfg, os.environ)}  # one W&B run id across the attempts
         if launch.cwd:
             # SkyRL's examples/ import from the checkout root; the driver starts there on the head node.
             driver = ["/bin/sh", "-c", 'cd "$0" && exec "$@"', launch.cwd, *driver]
