@@ -50,6 +50,8 @@ class StatusRow:
     """Latest evaluation result (train rows: latest of the run; evaluate rows: that step's)."""
     reason: str
     """Why it waits, why it was skipped, or how it ended."""
+    rehearsal: bool = False
+    """The run uses the rehearsal trainer (trainer.backend=rehearsal): it checks the plumbing, it does not train."""
 
 
 def resolve_targets(target: str | None) -> tuple[list[Path], str]:
@@ -89,7 +91,9 @@ def _latest_eval(export_path: Path) -> tuple[int | None, str]:
     step = max(p.step for p in report.evals)
     points = [p for p in report.evals if p.step == step]
     ours = [p for p in points if p.origin == "beam"] or points
-    text = ", ".join(f"{p.data_source} {p.accuracy:.3f}" for p in ours)
+    # Datasets by what they are (aime2024, not its source's math_dapo); a rehearsal's numbers say so.
+    text = ", ".join(f"{p.dataset or p.data_source} {p.accuracy:.3f}{' (rehearsal)' if p.rehearsal else ''}"
+                     for p in ours)
     return step, f"step {step}: {text}" + ("" if ours is not points or ours[0].origin == "beam" else " (SkyRL)")
 
 
@@ -102,8 +106,12 @@ def _eval_at(export_path: Path, step: int) -> str:
         return "unreadable metrics.json"
     if not metrics:
         return ""
-    return ", ".join(f"{source} {entry.get('avg@k', float('nan')):.3f}" for source, entry in metrics.items()
-                     if isinstance(entry, dict))
+    from beam_slurm.evaluation.report import dataset_labels, entry_label
+
+    entries = {source: entry for source, entry in metrics.items() if isinstance(entry, dict)}
+    labels = {} if all(e.get("dataset") for e in entries.values()) else dataset_labels(export_path)
+    return ", ".join(f"{entry_label(source, entry, labels)} {entry.get('avg@k', float('nan')):.3f}"
+                     f"{' (rehearsal)' if entry.get('rehearsal') is True else ''}" for source, entry in entries.items())
 
 
 def collect(export_paths: list[Path]) -> list[StatusRow]:
@@ -170,6 +178,12 @@ def collect(export_paths: list[Path]) -> list[StatusRow]:
             rows.append(StatusRow(name, f"evaluate {entry['step']}", job_id, record.state, record.restarts,
                                   record.elapsed, record.nodes, str(entry["step"]), _eval_at(export_path, entry["step"]),
                                   _reason(record, entry, records, stage_of_job)))
+    from beam_slurm.evaluation.report import is_rehearsal_run
+
+    rehearsal_runs = {run.get("run_name") or export_path.name for export_path, run, _, _ in runs
+                      if is_rehearsal_run(export_path)}
+    for row in rows:
+        row.rehearsal = row.run in rehearsal_runs
     return rows
 
 
@@ -223,7 +237,11 @@ def render_table(rows: list[StatusRow], title: str):
     colours = {"COMPLETED": "green", "RUNNING": "cyan", "PENDING": "yellow", "SKIPPED": "dim", "FAILED": "red",
                "STOPPED": "magenta",
                "CANCELLED": "red", "TIMEOUT": "red", "NODE_FAIL": "red", "OUT_OF_MEMORY": "red"}
-    table = Table(title=title)
+    from beam_slurm.evaluation.report import REHEARSAL_RUN
+
+    rehearsals = sorted({r.run for r in rows if r.rehearsal})
+    caption = f"{', '.join(rehearsals)}: {REHEARSAL_RUN}" if rehearsals else None
+    table = Table(title=title, caption=caption, caption_style="red")
     show_run = len({r.run for r in rows}) > 1
     columns = (["run"] if show_run else []) + ["stage", "job", "state", "restarts", "elapsed", "nodes",
                                                "checkpoint", "evaluation", "reason"]
@@ -232,7 +250,8 @@ def render_table(rows: list[StatusRow], title: str):
     previous = None
     for r in rows:
         state = f"[{colours.get(r.state, 'white')}]{r.state}[/]"
-        cells = [r.stage, r.job_id or "-", state, str(r.restarts), r.elapsed or "-", r.nodes or "-",
+        stage = f"{r.stage} [red](rehearsal)[/red]" if r.rehearsal and r.stage == "train" else r.stage
+        cells = [stage, r.job_id or "-", state, str(r.restarts), r.elapsed or "-", r.nodes or "-",
                  r.checkpoint, r.evaluation, r.reason]
         if show_run:
             cells = [r.run if r.run != previous else ""] + cells

@@ -228,6 +228,10 @@ def _print_runs(runs: list[RunSpec], dry_run: bool, out=None) -> None:
     for run in runs:
         cfg = run.cfg
         print(f"run {cfg.run_name}  ({cfg.paths.export_path}/beam_run)", file=out)
+        if cfg.trainer.backend == "rehearsal":
+            from beam_slurm.evaluation.report import REHEARSAL_RUN
+
+            print(f"  {REHEARSAL_RUN}", file=out)
         for index, plan in enumerate(run.plans):
             owner = first_run_of.setdefault(id(plan), cfg.run_name)
             if owner != cfg.run_name:
