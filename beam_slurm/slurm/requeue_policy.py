@@ -289,7 +289,7 @@ def _requeue_within_cap(facts: AttemptFacts, reason: str, status_if_not: int, *,
                         f"{where.strip() + ': ' if where else ''}not requeueing, SLURM_RESTART_COUNT="
                         f"{facts.restart_count} reached max_requeues={facts.max_requeues}",
                         end_kind=end_kind, bad_nodes=bad_nodes, counts_against_progress=counts, outcome="failed")
-    return Decision(True, status_if_not, reason, where.strip(), end_kind=end_kind, bad_nodes=bad_nodes,
+    return Decision(True, status_if_not, reason, end_kind=end_kind, bad_nodes=bad_nodes,
                     counts_against_progress=counts)
 
 
