@@ -29,7 +29,7 @@ def test_two_node_job_sees_own_hosts_ips_and_eight_gpus(slurm_sandbox):
     script = f"""#!/bin/bash
 #SBATCH --job-name=two-node --nodes=2 --ntasks-per-node=1 --gres=gpu:8 --mem=200 --time=2
 #SBATCH --output={work}/slurm-%j.out
-srun bash -c 'echo "TASK $SLURM_PROCID $(hostname) $(hostname -I | tr -d " ") $CUDA_VISIBLE_DEVICES"' > {work}/tasks.txt
+srun bash -c 'echo "TASK $SLURM_PROCID $(hostname) $(hostname -I | cut -d " " -f 1) $CUDA_VISIBLE_DEVICES"' > {work}/tasks.txt
 """
     job_id = slurm_sandbox.sbatch(script)
     assert slurm_sandbox.wait(job_id, timeout=180) == "COMPLETED", (work / f"slurm-{job_id}.out").read_text()

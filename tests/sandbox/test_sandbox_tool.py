@@ -90,7 +90,8 @@ def test_run_executes_inside_the_node(slurm_sandbox):
     assert proc.returncode == 0, proc.stderr
     hostname, ips, state = proc.stdout.split("\n")[:3]
     assert hostname == "n2"
-    assert ips.split() == [slurm_sandbox.node_ips["n2"]]
+    fabric_ip = load_tool().make_nodes(2)[1].fabric_ip
+    assert ips.split() == [slurm_sandbox.node_ips["n2"], fabric_ip], "eth0 on the Slurm network, then fab0"
     assert state in {"idle", "mix", "alloc"}
 
 
