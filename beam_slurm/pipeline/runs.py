@@ -9,7 +9,8 @@ too. What the training job adds:
                   end_reason, saved_step, checkpoint_at_end, counts_against_progress, decision}]}}
     wanted        the operator's wanted outcome (`beam-slurm requeue|stop`): {action, job_id, requested_at, by,
                   timeout_s, handled_by_attempt}
-    bad_nodes     [{node, reason, job_id, attempt, time}]: nodes an attempt failed on; later attempts exclude them
+    bad_nodes     [{node, reason, job_id, attempt, time}]: nodes an attempt failed on; later attempts of the same job
+                  exclude them (a new job of the run starts with every node: the site may have repaired it)
 
 `resolve_run` turns a run folder (the export path, its `beam_run/` or `run.json`), a run name (looked up under the
 exports root: `--exports-root`, else $BEAM_EXPORTS_ROOT, else $HOME/exports, then the export path the current
@@ -125,8 +126,10 @@ def latest_train_job(run: dict) -> dict | None:
     return jobs[-1] if jobs else None
 
 
-def bad_node_names(run: dict) -> list[str]:
-    return sorted({str(b["node"]) for b in run.get("bad_nodes") or [] if b.get("node")})
+def bad_node_names(run: dict, job_id: str | None = None) -> list[str]:
+    """The run's bad nodes; with `job_id`, only those found by that job's attempts."""
+    return sorted({str(b["node"]) for b in run.get("bad_nodes") or []
+                   if b.get("node") and (job_id is None or str(b.get("job_id")) == str(job_id))})
 
 
 def wanted_for(run: dict, job_id: str) -> dict | None:
@@ -177,7 +180,7 @@ def begin_attempt(manifest: RunManifest, *, job_id: str, attempt: int, nodes: li
         job["attempts"].append({"attempt": attempt, "start": now(), "start_time": time.time(), "nodes": list(nodes),
                                 "checkpoint_at_start": checkpoint, "end": None})
         job["outcome"] = None
-        return {"job": dict(job, attempts=[dict(a) for a in job["attempts"]]), "bad_nodes": bad_node_names(run)}
+        return {"job": dict(job, attempts=[dict(a) for a in job["attempts"]]), "bad_nodes": bad_node_names(run, job_id)}
 
     return manifest.update(change)
 
@@ -194,7 +197,7 @@ def end_attempt(manifest: RunManifest, *, job_id: str, attempt: int, end: dict, 
             entry = {"attempt": attempt}
             job["attempts"].append(entry)
         entry.update(end=now(), end_time=time.time(), **end)
-        listed = {b.get("node") for b in run.get("bad_nodes") or []}
+        listed = set(bad_node_names(run, job_id))
         for node, reason in bad_nodes:
             if node not in listed:
                 run.setdefault("bad_nodes", []).append({"node": node, "reason": reason, "job_id": str(job_id),

@@ -69,6 +69,21 @@ def test_attempts_bad_nodes_and_a_lost_attempt_are_recorded(home):
     assert record["train_jobs"]["501"]["user_exclude"] == ["n9"]
 
 
+def test_bad_nodes_hold_for_the_job_that_found_them_not_for_a_later_job_of_the_run(home):
+    export = home / "exports" / "r"
+    started(export, job="601")
+    ended(export, job="601", end_kind="node-failure", end_reason="infrastructure failure",
+          bad=[("n2", "node n2: this node's Ray (raylet) died")])
+    assert started(export, job="601", attempt=1)["bad_nodes"] == ["n2"]
+    # A new submission of the same run (another job) starts with every node; the record still lists n2 for status.
+    assert started(export, job="602")["bad_nodes"] == []
+    ended(export, job="602", end_kind="node-failure", end_reason="infrastructure failure",
+          bad=[("n2", "node n2: never joined")])
+    assert [(b["node"], b["job_id"]) for b in RunManifest(export).read()["bad_nodes"]] == [("n2", "601"),
+                                                                                          ("n2", "602")]
+    assert runs.bad_node_names(RunManifest(export).read()) == ["n2"]
+
+
 def test_the_wanted_outcome_is_handled_once_and_a_stopped_run_is_resumable(home):
     export = home / "exports" / "r"
     started(export, checkpoint=3)
