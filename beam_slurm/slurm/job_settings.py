@@ -39,7 +39,8 @@ class TrainJobSettings:
     grace_s: float
     """cluster.grace_s: after a notice, how long to wait for the trainer's checkpoint before stopping anyway."""
     stop_grace_s: float
-    """cluster.stop_grace_s: after SIGTERM to the Ray step, how long before srun is ended."""
+    """After SIGTERM to the Ray step, how long before srun is ended: cluster.stop_grace_s for the driver and Ray,
+    plus cluster.log_copy_s for each node's last copy of its Ray logs (the notice budget counts both)."""
     preflight: bool
     """Run the preflight step on every node before Ray starts (`--no-preflight` turns it off)."""
     preflight_checks: PreflightSettings
@@ -165,7 +166,7 @@ def job_settings(cfg, *, preflight: bool = True, driver: list[str] | None = None
         gpus_per_node=cfg.cluster.gpus_per_node,
         max_requeues=cfg.cluster.max_requeues,
         grace_s=float(cfg.cluster.grace_s),
-        stop_grace_s=float(cfg.cluster.stop_grace_s),
+        stop_grace_s=float(cfg.cluster.stop_grace_s) + float(cfg.cluster.log_copy_s),
         preflight=preflight,
         preflight_checks=PreflightSettings(
             readable_paths=[x for x in (cfg.paths.model_path, cfg.paths.data_dir) if x],

@@ -77,8 +77,9 @@ def test_job_settings_are_the_schema_values_with_no_defaults_of_their_own():
 
     schema = ClusterConfig()
     settings, _ = job_settings(load_config(["recipe=lora_16gpu", *PATHS]))
-    assert (settings.grace_s, settings.stop_grace_s, settings.max_requeues) == (
-        schema.grace_s, schema.stop_grace_s, schema.max_requeues) == (180, 45, 10)
+    assert (settings.grace_s, settings.max_requeues) == (schema.grace_s, schema.max_requeues) == (180, 10)
+    # The Ray step's stop window holds the driver and Ray (45 s) and each node's last log copy (cluster.log_copy_s).
+    assert settings.stop_grace_s == schema.stop_grace_s + schema.log_copy_s
     no_default = (dataclasses.MISSING, dataclasses.MISSING)
     assert all((f.default, f.default_factory) == no_default for f in dataclasses.fields(TrainJobSettings))
     changed, _ = job_settings(load_config(["recipe=lora_16gpu", *PATHS, "cluster.grace_s=60", "cluster.max_requeues=1"]))
