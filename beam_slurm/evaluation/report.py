@@ -220,9 +220,16 @@ def run_config(export_path: Path) -> dict[str, Any]:
 
 
 def is_rehearsal_run(export_path: Path, config: dict[str, Any] | None = None) -> bool:
-    """True when the run's recipe uses the rehearsal trainer (trainer.backend=rehearsal)."""
+    """True when the run's recipe uses the rehearsal trainer (trainer.backend=rehearsal); for a run without a saved
+    recipe (started with plain sbatch), when its first training-metrics line is the rehearsal's ("rehearsal": true)."""
     config = run_config(export_path) if config is None else config
-    return config.get("trainer.backend") == "rehearsal"
+    if "trainer.backend" in config:
+        return config["trainer.backend"] == "rehearsal"
+    try:
+        with open(Path(export_path) / TRAIN_METRICS_FILE, encoding="utf-8") as handle:
+            return json.loads(handle.readline()).get("rehearsal") is True
+    except (OSError, ValueError, AttributeError):
+        return False
 
 
 def _recorded_data_files(export_path: Path) -> list[str]:

@@ -253,3 +253,13 @@ def test_a_rehearsal_run_stays_marked_beside_a_real_one(sweep, tmp_path, data_di
     assert [r["label"] for r in runs] == ["trainer.backend=skyrl", "trainer.backend=rehearsal [rehearsal]"]
     assert beam_slurm(["report", str(sweep["exports"][0]), str(rehearsal)]) == 0
     assert report.REHEARSAL_RUN in capsys.readouterr().out
+
+
+def test_a_run_without_a_saved_recipe_is_known_as_rehearsal_by_its_metrics(tmp_path):
+    """A run started with plain sbatch has no beam_run/config.yaml: the rehearsal's own metrics lines say what it is."""
+    export = tmp_path / "exports" / "by-hand"
+    append_step_metrics(export, 1, {"reward/avg_raw_reward": 0.2, "rehearsal": True})
+    assert report.is_rehearsal_run(export) and report.gather(export).rehearsal
+    other = tmp_path / "exports" / "real"
+    append_step_metrics(other, 1, {"reward/avg_raw_reward": 0.2})
+    assert not report.is_rehearsal_run(other) and not report.is_rehearsal_run(tmp_path / "nothing-here")
