@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from ray_processes import one_raylet
+
 pytestmark = pytest.mark.sandbox
 
 REPO = Path(__file__).resolve().parents[2]
@@ -120,26 +122,11 @@ def assert_no_ray_left(job: str) -> None:
     assert not ray_processes_of(job), f"Ray of job {job} left running: {ray_processes_of(job)}"
 
 
-def _worker_raylet_pid(job: str) -> int | None:
-    """The raylet of rank 1 of this job (its environment carries the task's SLURM_* variables)."""
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
-            environ = Path(f"/proc/{entry}/environ").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if b"/raylet/raylet" in cmdline and f"/ray-{job}-".encode() in cmdline and b"SLURM_PROCID=1" in environ:
-            return int(entry)
-    return None
-
-
 def test_worker_ray_killed_mid_run_fails_fast_and_requeues(slurm_sandbox):
     work = slurm_sandbox.new_dir("ray-kill")
     job = slurm_sandbox.sbatch(train_script(work, WHOLE_NODES, "12 1", "--no-preflight cluster.max_requeues=1"))
     wait_for(lambda: len(steps_done(work)) >= 2, 240, "two steps of the first attempt")
-    pid = wait_for(lambda: _worker_raylet_pid(job), 10, "the worker's raylet")
+    pid = wait_for(lambda: one_raylet(job, rank=1), 10, "the worker's raylet")
     os.kill(pid, 9)
     killed = time.monotonic()
     wait_for(lambda: "infrastructure failure: job requeued" in output(work, job), 60, "the requeue after the kill")

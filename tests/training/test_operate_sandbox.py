@@ -16,10 +16,10 @@ import signal
 import subprocess
 import sys
 import uuid
-from pathlib import Path
 
 import pytest
 
+from ray_processes import raylet_pids
 from train_runs import REPO_ROOT, wait_for
 
 pytestmark = [pytest.mark.sandbox, pytest.mark.slow]
@@ -49,23 +49,6 @@ print(json.dumps(dict(ray.get([r.read.remote() for r in readers], timeout=180)))
 def beam(env: dict[str, str], *args: str, timeout: float = 240) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "beam_slurm.cli", *args], cwd=REPO_ROOT, env=env,
                           capture_output=True, text=True, timeout=timeout)
-
-
-def raylet_pids(job_id: str, node: str) -> list[int]:
-    """This job's raylet on `node` (the sandbox's nodes share one process table; each has its own /tmp)."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
-            environ = Path(f"/proc/{entry}/environ").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if b"/raylet/raylet" in cmdline and f"ray-{job_id}-0".encode() in cmdline \
-                and f"SLURMD_NODENAME={node}".encode() in environ:
-            found.append(int(entry))
-    return found
 
 
 def test_attach_logs_and_one_environment_on_every_node(train_run):
@@ -117,7 +100,7 @@ def test_attach_logs_and_one_environment_on_every_node(train_run):
         following = subprocess.Popen([sys.executable, "-m", "beam_slurm.cli", "logs", target, "--follow"],
                                      cwd=REPO_ROOT, env=user_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                      text=True)
-        pids = raylet_pids(run.job_id, worker)
+        pids = raylet_pids(run.job_id, attempt=0, node=worker)
         assert len(pids) == 1, pids
         os.kill(pids[0], signal.SIGKILL)
         assert run.finish(timeout=180) == "FAILED"

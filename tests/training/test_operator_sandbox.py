@@ -14,10 +14,10 @@ import subprocess
 import sys
 import time
 import uuid
-from pathlib import Path
 
 import pytest
 
+from ray_processes import one_raylet
 from train_runs import REPO_ROOT, wait_for
 
 pytestmark = [pytest.mark.sandbox, pytest.mark.slow]
@@ -132,23 +132,6 @@ def test_raw_scontrol_requeue_is_recognised_and_resumes_from_the_last_checkpoint
     assert [a["state"] for a in attempts] == ["slurm-requeue", "finished"], attempts
 
 
-def raylet_of(job_id: str, attempt: int, not_on: str) -> int | None:
-    """A raylet of this job's attempt on a node other than `not_on` (the head)."""
-    temp_dir = f"/tmp/ray-{job_id}-{attempt}/".encode()
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
-            environ = Path(f"/proc/{entry}/environ").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if b"/raylet/raylet" in cmdline and temp_dir in cmdline and \
-                f"SLURMD_NODENAME={not_on}".encode() not in environ:
-            return int(entry)
-    return None
-
-
 def test_a_failure_in_every_attempt_stops_at_the_no_progress_limit(train_run):
     run = train_run(steps=40, ckpt_interval=100)  # no checkpoint before the faults
     run.submit("--time=00:10:00", overrides=(*QUICK, "cluster.max_requeues=5"))
@@ -164,7 +147,7 @@ def test_a_failure_in_every_attempt_stops_at_the_no_progress_limit(train_run):
 
         head = wait_for(nodes_of_attempt, 240, f"attempt {attempt} to start")[0]
         wait_for(lambda: len(run.steps_by_attempt().get(attempt, [])) >= 2, 240, f"attempt {attempt}'s steps")
-        pid = wait_for(lambda: raylet_of(run.job_id, attempt, head), 30, f"a worker raylet of attempt {attempt}")
+        pid = wait_for(lambda: one_raylet(run.job_id, attempt=attempt, not_on=head), 30, f"a worker raylet of attempt {attempt}")
         os.kill(pid, 9)
     assert run.finish(timeout=240) == "FAILED", run.output()[-6000:]
 

@@ -13,10 +13,10 @@ import os
 import re
 import subprocess
 import time
-from pathlib import Path
 
 import pytest
 
+from ray_processes import one_raylet
 from train_runs import wait_for
 
 pytestmark = [pytest.mark.sandbox, pytest.mark.slow]
@@ -141,30 +141,13 @@ def test_time_limit_notice_saves_and_a_later_attempt_finishes(train_run):
     assert run.marker() == 45
 
 
-def worker_raylet_pid(job_id: str, attempt: int, worker_node: str) -> int | None:
-    """The raylet of this job's attempt on worker_node; other jobs' Ray is never touched."""
-    temp_dir = f"/tmp/ray-{job_id}-{attempt}".encode()
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
-            environ = Path(f"/proc/{entry}/environ").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if (b"/raylet/raylet" in cmdline and temp_dir + b"/" in cmdline
-                and f"SLURMD_NODENAME={worker_node}".encode() in environ):
-            return int(entry)
-    return None
-
-
 @pytest.mark.parametrize("max_requeues", [1, 0])
 def test_worker_ray_killed_fails_fast(train_run, max_requeues):
     run = train_run(steps=10, ckpt_interval=3)
     run.submit("--time=00:10:00", overrides=(*QUICK, f"cluster.max_requeues={max_requeues}"))
     run.wait_for_steps(4)
     worker_node = re.search(r"\[ray-node (n\d) rank 1 ", run.output()).group(1)
-    pid = wait_for(lambda: worker_raylet_pid(run.job_id, 0, worker_node), 10, f"the raylet on {worker_node}")
+    pid = wait_for(lambda: one_raylet(run.job_id, attempt=0, node=worker_node), 10, f"the raylet on {worker_node}")
     os.kill(pid, 9)
     killed = time.monotonic()
     first = wait_for(lambda: "infrastructure failure" in run.attempt_log(0) and run.attempt_log(0), 60,
