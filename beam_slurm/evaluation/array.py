@@ -16,11 +16,14 @@ spans the nodes.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
@@ -118,6 +121,8 @@ def prepare(spec: TaskSpec) -> Prepared:
 def run_tasks(specs: list[TaskSpec], log: Callable[[str], None] = print) -> dict[str, dict]:
     """Run tasks in this process: generation for all (one engine for the lot), then grading and results for each.
     Returns {task folder: metrics}."""
+    from dataclasses import replace
+
     from beam_slurm.evaluation.generate import OfflineEngine, ServerEngine, settings_record
     from beam_slurm.evaluation.grading_pool import GradingLimits
 
@@ -126,8 +131,9 @@ def run_tasks(specs: list[TaskSpec], log: Callable[[str], None] = print) -> dict
 
     def factory(p: Prepared) -> Callable[[], Any]:
         def make():
-            # One engine per model and layout for every task of this process (vLLM loads once).
-            key = (repr(p.eval_input), repr(p.engine), repr(p.client))
+            # One engine per model, layout and sampling (k aside: each request carries its own count) for every
+            # task of this process, so the datasets of one checkpoint load vLLM once.
+            key = (repr(p.eval_input), repr(p.engine), repr(p.client), repr(replace(p.sampling, n=1)))
             if key not in engines:
                 engines[key] = (ServerEngine(p.client, p.sampling, log) if p.client
                                 else OfflineEngine(p.eval_input, p.sampling, p.engine, log))
@@ -156,8 +162,6 @@ def run_tasks(specs: list[TaskSpec], log: Callable[[str], None] = print) -> dict
             resumable.grade_missing(p.store, GradingLimits.from_settings(p.cfg.grade), progress[index], log)
             grades = p.store.grades()
             for key in p.keys:
-                from dataclasses import replace
-
                 record = {
                     "checkpoint": p.spec.checkpoint,
                     "global_step": p.eval_input.global_step if p.eval_input else None,
@@ -182,29 +186,55 @@ def run_tasks(specs: list[TaskSpec], log: Callable[[str], None] = print) -> dict
     return results
 
 
-class EvalTask(submitit.helpers.Checkpointable):
-    """One array task. submitit calls `checkpoint` on preemption or time-out and requeues the same task, which
-    resumes from the chunks on disk."""
+@contextlib.contextmanager
+def notice_for_this_process_only() -> Any:
+    """Keep submitit's notice (USR2) from the processes this task starts, and let it reach this one.
 
-    def __init__(self, spec: TaskSpec):
-        self.spec = spec
+    Slurm sends a step's signal to every process of the step: vLLM's engine process and the grading workers would
+    die of a USR2 (its default action) before this process checkpoints and requeues. Children inherit the blocked
+    signal mask (across exec too), so the signal is blocked in this thread while the task runs; a thread started
+    before the block keeps it deliverable, and Python runs submitit's handler in the main thread as usual."""
+    notice = submitit.slurm.slurm.SlurmJobEnvironment.USR_SIG
+    if isinstance(notice, str):
+        notice = getattr(signal, notice if notice.startswith("SIG") else f"SIG{notice}")
+    done = threading.Event()
+    receiver = threading.Thread(target=done.wait, name="slurm-notice", daemon=True)
+    receiver.start()
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, {notice})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
+        done.set()
+
+
+class EvalTask(submitit.helpers.Checkpointable):
+    """One array task: one checkpoint on each of its datasets (one model load for all of them). submitit calls
+    `checkpoint` on preemption or time-out and requeues the same task, which resumes from the chunks on disk."""
+
+    def __init__(self, specs: tuple[TaskSpec, ...] | TaskSpec):
+        self.specs = (specs,) if isinstance(specs, TaskSpec) else tuple(specs)
 
     def __call__(self) -> dict[str, dict]:
         def log(message: str) -> None:
             print(message, flush=True)
 
         env = submitit.JobEnvironment()
+        first = self.specs[0]
         log(f"evaluate: task {env.job_id} attempt {os.environ.get('SLURM_RESTART_COUNT', '0')} "
-            f"on {env.hostname}: {self.spec.checkpoint} x {Path(self.spec.data_file).name} k={list(self.spec.ks)}")
-        if env.num_nodes > 1 and not os.environ.get("RAY_ADDRESS"):
-            return self._across_nodes(env)
-        return run_tasks([self.spec], log)
+            f"on {env.hostname}: {first.checkpoint} x {', '.join(Path(s.data_file).name for s in self.specs)} "
+            f"k={list(first.ks)}")
+        with notice_for_this_process_only():
+            if env.num_nodes > 1 and not os.environ.get("RAY_ADDRESS"):
+                return self._across_nodes(env)
+            return run_tasks(list(self.specs), log)
 
     def _across_nodes(self, env) -> dict[str, dict]:
         # Every node joins the Ray cluster; rank 0 is the head and runs this same task as the driver (RAY_ADDRESS set).
-        spec = self.spec
-        argv = ["--here", "--data", spec.data_file, "--out", spec.out_dir, *spec.overrides,
-                f"eval.responses_per_problem={max(spec.ks)}"]
+        spec = self.specs[0]
+        argv = ["--here", "--out", spec.out_dir, *spec.overrides, f"eval.responses_per_problem={max(spec.ks)}"]
+        for one in self.specs:
+            argv += ["--data", one.data_file]
         argv += ["--checkpoint", spec.checkpoint] if spec.checkpoint else ["--server", spec.server]
         argv += ["--base-model", spec.base_model] if spec.base_model else []
         command = [sys.executable, "-m", "beam_slurm.ray_cluster.node", "--", sys.executable,
@@ -214,8 +244,9 @@ class EvalTask(submitit.helpers.Checkpointable):
             return {}
         if status != 0:
             raise RuntimeError(f"the evaluation driver on the Ray head exited with status {status}")
-        smaller = tuple(k for k in spec.ks if k != max(spec.ks))
-        return run_tasks([TaskSpec(**{**asdict(spec), "ks": smaller})]) if smaller else {}
+        smaller = [TaskSpec(**{**asdict(one), "ks": tuple(k for k in one.ks if k != max(one.ks))})
+                   for one in self.specs if len(one.ks) > 1]
+        return run_tasks(smaller) if smaller else {}
 
 
 # --- submission ---------------------------------------------------------------------------------------------------
@@ -254,15 +285,17 @@ def make_executor(params: dict[str, Any], folder: Path):
     return executor
 
 
-def submit_array(specs: list[TaskSpec], params: dict[str, Any], folder: Path) -> list[str]:
-    """Submit specs as one job array; returns the task job ids (`<array>_<i>`), recorded in each task folder."""
+def submit_array(tasks: list[tuple[TaskSpec, ...]], params: dict[str, Any], folder: Path) -> list[str]:
+    """Submit tasks as one job array (one task alone: a plain job); returns the task job ids (`<array>_<i>`, or
+    the job id), recorded beside each task's results so a second submission sees it queued."""
     executor = make_executor(params, folder)
     with executor.batch():
-        jobs = [executor.submit(EvalTask(spec)) for spec in specs]
+        jobs = [executor.submit(EvalTask(specs)) for specs in tasks]
     ids = [job.job_id for job in jobs]
-    for spec, job_id in zip(specs, ids):
-        write_json(Path(spec.out_dir) / resumable.TASKS_DIRNAME / ".submitted" / f"{_spec_name(spec)}.json",
-                   {"job_id": job_id, "submitted_at": time.time(), "spec": asdict(spec)})
+    for specs, job_id in zip(tasks, ids):
+        for spec in specs:
+            write_json(Path(spec.out_dir) / resumable.TASKS_DIRNAME / ".submitted" / f"{_spec_name(spec)}.json",
+                       {"job_id": job_id, "submitted_at": time.time(), "spec": asdict(spec)})
     return ids
 
 
@@ -274,8 +307,8 @@ def _spec_name(spec: TaskSpec) -> str:
 class Plan:
     """What an `evaluate` submission will do."""
 
-    to_submit: list[tuple[TaskSpec, dict]] = field(default_factory=list)
-    """(spec, launcher parameters) of the tasks to run."""
+    to_submit: list[tuple[tuple[TaskSpec, ...], dict]] = field(default_factory=list)
+    """(specs, launcher parameters) of each array task: the datasets of one checkpoint and sweep point."""
     finished: list[str] = field(default_factory=list)
     """Task folders already finished with the same key (skipped)."""
     active: list[str] = field(default_factory=list)
@@ -323,6 +356,8 @@ def plan(points: list[tuple[list[str], Any]], targets: list[tuple[str, str | Non
                                                   "k_overrides": {}})
                 entry["ks"].add(key.k)
                 entry["k_overrides"][key.k] = overrides
+    # One array task per checkpoint and sweep point: its datasets share one model load.
+    bundles: dict[tuple, tuple[list[TaskSpec], dict]] = {}
     for entry in groups.values():
         top = max(entry["ks"])
         spec = TaskSpec(**{**asdict(entry["spec"]), "ks": tuple(sorted(entry["ks"])),
@@ -331,20 +366,23 @@ def plan(points: list[tuple[list[str], Any]], targets: list[tuple[str, str | Non
         if active:
             result.active.append(f"{spec.checkpoint} x {Path(spec.data_file).name}: job {active}")
             continue
-        result.to_submit.append((spec, entry["params"]))
+        bundle = (spec.checkpoint, spec.out_dir, spec.ks, spec.overrides, spec.base_model,
+                  repr(sorted(entry["params"].items())))
+        bundles.setdefault(bundle, ([], entry["params"]))[0].append(spec)
+    result.to_submit = [(tuple(specs), params) for specs, params in bundles.values()]
     return result
 
 
 def submit_plan(found: Plan, log: Callable[[str], None] = print) -> list[str]:
     """Submit the plan's tasks, one array per distinct Slurm shape; returns the task job ids."""
-    shapes: dict[str, list[tuple[TaskSpec, dict]]] = {}
-    for spec, params in found.to_submit:
-        shapes.setdefault(repr(sorted(params.items(), key=lambda item: item[0])), []).append((spec, params))
+    shapes: dict[str, list[tuple[tuple[TaskSpec, ...], dict]]] = {}
+    for specs, params in found.to_submit:
+        shapes.setdefault(repr(sorted(params.items(), key=lambda item: item[0])), []).append((specs, params))
     ids: list[str] = []
     for group in shapes.values():
         params = group[0][1]
-        folder = Path(params.get("submitit_folder") or Path(group[0][0].out_dir).parent / ".submitit" / "%j")
-        submitted = submit_array([spec for spec, _ in group], params, folder)
+        folder = Path(params.get("submitit_folder") or Path(group[0][0][0].out_dir).parent / ".submitit" / "%j")
+        submitted = submit_array([specs for specs, _ in group], params, folder)
         log(f"evaluate: {len(submitted)} task(s) -> job array {submitted[0].split('_')[0]} "
             f"(at most {params['array_parallelism']} at once, {params['nodes']} node(s) x "
             f"{params['gpus_per_node']} GPU(s) each)")
@@ -390,23 +428,30 @@ def _launcher_overrides(cfg) -> list[str]:
 
 def submit_for_checkpoint(cfg, step: int, checkpoint: str, extra_args: list[str] | None = None,
                           log: Callable[[str], None] = print) -> str:
-    """The training job's chained evaluation of one export: the same task expansion and submitit array as
-    `beam-slurm evaluate --checkpoint` (one task per dataset). Returns the array job id ('' when all is finished)."""
+    """The training job's chained evaluation of one export: the same task expansion and submitit path as
+    `beam-slurm evaluate --checkpoint` (one task for every dataset of the export: a one-task array, i.e. one job),
+    named `<run_name>-eval-<step>` with its submitit logs in `<log_dir>/eval-step<step>-<job id>/` unless
+    eval.launcher.submitit_folder is set. Returns the job id ('finished' when every task key is done already)."""
     from types import SimpleNamespace
 
+    from beam_slurm.config.verb_args import override
     from beam_slurm.evaluation.cli import build_parser
     from beam_slurm.pipeline.manifest import RunManifest
     from beam_slurm.pipeline.stages import Evaluate
 
     argv = Evaluate(cfg, step, checkpoint, extra_args).script_args()
-    argv = argv[:len(argv) - len(extra_args or [])] + _launcher_overrides(cfg) + list(extra_args or [])
+    chained = [override("eval.launcher.name", f"{cfg.run_name}-eval-{step}")]
+    if not cfg.eval.launcher.submitit_folder:
+        chained.append(override("eval.launcher.submitit_folder", f"{cfg.paths.log_dir}/eval-step{step}-%j"))
+    # eval.chain_extra_args come last and win over the run's own keys.
+    argv = argv[:len(argv) - len(extra_args or [])] + _launcher_overrides(cfg) + chained + list(extra_args or [])
     verb = build_parser()
     parsed = verb.parse(argv)
     job_cfg = verb.load(parsed)
     found = plan([(parsed.overrides, job_cfg)], [(checkpoint, None, Path(parsed.args.out))],
                  lambda _cfg: list(parsed.args.data), force=False, base_model=parsed.args.base_model)
     ids = submit_plan(found, log)
-    array_id = ids[0].split("_")[0] if ids else ""
+    array_id = ids[0] if len(ids) == 1 else ids[0].split("_")[0] if ids else ""
     if array_id:
         RunManifest(cfg.paths.export_path).record_evaluation(step, str(checkpoint),
                                                              SimpleNamespace(job_id=array_id, request=None))

@@ -390,6 +390,8 @@ def main(argv: list[str] | None = None) -> int:
             prepared = [array.prepare(spec) for spec in specs]
             _load_problems([p.data["path"] for p in prepared], cfg.eval.limit)  # one data_source per file
         else:
+            for _, cfg in points:
+                _load_problems(_data_files(args, cfg), cfg.eval.limit)  # one data_source per file
             found = array.plan(points, targets, lambda cfg: _data_files(args, cfg), force=args.force,
                                base_model=args.base_model)
     except ConfigError as exc:
@@ -438,7 +440,7 @@ def main(argv: list[str] | None = None) -> int:
     states = array.wait_for(job_ids) if job_ids else {}
     failed = {j: s for j, s in states.items() if s != "COMPLETED"}
     results = {folder: finished_metrics(folder) for folder in found.finished}
-    results.update(_finished_results([spec for spec, _ in found.to_submit]))
+    results.update(_finished_results([spec for specs, _ in found.to_submit for spec in specs]))
     _table({k: v for k, v in results.items() if v}, "evaluations")
     if failed:
         return verb.fail(f"{len(failed)} task(s) did not complete: "

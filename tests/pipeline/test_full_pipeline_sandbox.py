@@ -1,7 +1,7 @@
 """The whole chain on the Slurm sandbox, from one `beam-slurm submit`: the data job prepares the parquet files from
 sources in the real layouts, the training job (the real `sbatch/train_lora_16gpu.sh`, rehearsal trainer on
 two nodes) waits for it, gets a notice in the middle, saves, is requeued and resumes, and submits one evaluation job
-(`sbatch/eval_aime.sh`, vLLM's CPU build) per HF export. `beam-slurm status --json` is read at each point of the
+(submitit's one-task array of `beam-slurm evaluate`, vLLM's CPU build) per HF export. `beam-slurm status --json` is read at each point of the
 story and sacct is checked at the end.
 
 The evaluation reads the AIME files the data stage wrote, not files written by the test, so the chain is tested
@@ -145,7 +145,8 @@ class Story:
 
     def logs(self, tail: int = 4000) -> str:
         text = []
-        for path in sorted((self.export_path / "logs").glob("*.out")):
+        logs = self.export_path / "logs"  # the batch logs, and submitit's logs of each chained evaluation
+        for path in sorted([*logs.glob("*.out"), *logs.glob("eval-step*/*.out")]):
             text.append(f"=== {path.name}\n{path.read_text(errors='replace')[-tail:]}")
         return "\n".join(text)
 

@@ -1,7 +1,7 @@
 """Chained evaluation from a training job on the Slurm sandbox: the real `sbatch/train_lora_16gpu.sh` with the
-rehearsal trainer and `eval.chain=true`, a requeue in the middle, and real evaluation jobs (`sbatch/eval_aime.sh`,
-vLLM's CPU build on a tiny model). In the end every HF export was evaluated by exactly one job, and
-`beam-slurm report` shows them."""
+rehearsal trainer and `eval.chain=true`, a requeue in the middle, and real evaluation jobs (submitit's one-task
+array of `beam-slurm evaluate --checkpoint`, both datasets in one task, vLLM's CPU build on a tiny model). In the end
+every HF export was evaluated by exactly one job, and `beam-slurm report` shows them."""
 
 from __future__ import annotations
 
@@ -85,7 +85,8 @@ def test_chain_evaluates_each_export_once_across_a_requeue(train_run, tmp_path):
     assert out.count("eval-chain: global_step_15 -> evaluation job") == 1
     for step, job in eval_jobs.items():
         state = run.sandbox.wait(job, timeout=600)
-        log = "".join(p.read_text(errors="replace") for p in run.export_path.glob(f"logs/eval-step{step}-*.out"))
+        # submitit's logs of the chained evaluation: <log_dir>/eval-step<N>-<job id>/
+        log = "".join(p.read_text(errors="replace") for p in run.export_path.glob(f"logs/eval-step{step}-*/*.out"))
         assert state == "COMPLETED", log[-4000:]
 
     # Slurm saw exactly one evaluation job per export step, under the run's name.
