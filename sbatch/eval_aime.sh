@@ -6,7 +6,8 @@
 # Arguments: those of `beam-slurm evaluate`: inputs as flags, settings as recipe keys (`beam-slurm evaluate --help`);
 # results default to EXPORT/beam_evals/global_step_N/.
 # One node: runs directly; several: Ray across the nodes, the evaluation as driver on the head (stages/evaluate.py).
-# A requeued attempt reuses the finished responses or results, so requeueing is safe.
+# A requeued attempt reuses the responses saved per chunk and the finished results, so requeueing is safe.
+# `beam-slurm evaluate RUN|SWEEP|--checkpoint ...` submits many checkpoints as one job array instead.
 #SBATCH --job-name=beam-eval-aime
 #SBATCH --nodes=2
 #SBATCH --ntasks-per-node=1

@@ -144,6 +144,10 @@ def test_multirun_over_two_k_values_makes_both_task_keys_from_one_generation(exp
     assert len(shown) == 2, result.stdout
 
 
+def reused_before(chunks: dict[str, str]) -> int:
+    return sum(len(text.splitlines()) for text in chunks.values())
+
+
 def saved_chunks(out: Path) -> dict[str, str]:
     return {p.name: p.read_text() for p in out.glob("samples/*/responses-*.jsonl")}
 
@@ -170,8 +174,10 @@ def test_a_preempted_task_resumes_with_the_responses_it_had(exports):
     node = sandbox.scontrol_job(job)["NodeList"]
     high = sandbox.sbatch(f"#!/bin/bash\n#SBATCH --partition=high --nodes=1 --nodelist={node} --gres=gpu:8 "
                           f"--mem=100 --time=2 --output={exports.root}/high-%j.out\nsleep 3\n")
-    before = saved_chunks(out)
     assert sandbox.wait(high, 180) == "COMPLETED"
+    # The high job ran only once the task had left the node; the requeued attempt starts after it (Slurm holds a
+    # requeued job a few seconds), so this is what the first attempt saved.
+    before = saved_chunks(out)
     state = sandbox.wait(job, 600)
     assert state == "COMPLETED", exports.logs()
 
@@ -179,14 +185,16 @@ def test_a_preempted_task_resumes_with_the_responses_it_had(exports):
                               capture_output=True, text=True, env=sandbox.env(), timeout=60, check=True).stdout
     states = [line.split("|")[1].split()[0] for line in attempts.splitlines() if line]
     assert states[0] in ("PREEMPTED", "REQUEUED") and states[-1] == "COMPLETED", attempts
-    log = exports.logs()
-    assert "USR2" in log and "attempt 1" in log, log  # submitit's handler caught the notice; the task came back
+    log = "".join(p.read_text(errors="replace") for p in out.parent.glob(f".submitit/{job}/*_log.out"))
+    # submitit's handler caught the notice in the task (not killed with its engine) and the task came back.
+    assert "Caught signal SIGUSR2" in log and f"Requeued job {job}" in log, log[-4000:]
+    assert "attempt 1" in log and f"({reused_before(before)} reused)" in log, log[-4000:]
     # Every chunk saved before the preemption is still there, unchanged; the requeued attempt generated the rest.
     after = saved_chunks(out)
     assert all(after.get(name) == text for name, text in before.items())
     task = task_folder(out, k)
     progress = json.loads((task / "info.json").read_text())["progress"]
-    reused = sum(len(text.splitlines()) for text in before.values())
+    reused = reused_before(before)
     assert 0 < reused < total
     assert progress["reused"] >= reused and progress["reused"] + progress["generated"] == total, progress
     grades = [json.loads(line) for line in (out / "grades.jsonl").read_text().splitlines()]
