@@ -37,6 +37,8 @@ def plan_rows(cfg) -> list[tuple[str, str, str]]:
         ("parallelism", "data-parallel size", str(cfg.data_parallel)),
         ("parallelism", "vLLM replicas", f"{cfg.num_engines} x (TP{cfg.rollout.tensor_parallel} x PP{cfg.rollout.pipeline_parallel})"
          f" = {cfg.num_engines * cfg.gpus_per_engine} GPUs, {cfg.executor_backend} executor"),
+        ("parallelism", "per vLLM replica", f"{responses / max(cfg.num_engines, 1):g} responses "
+         f"({b.prompts_per_step / max(cfg.num_engines, 1):g} prompts) per step"),
         ("batch", "prompts x responses", f"{b.prompts_per_step} x {b.responses_per_prompt} = {responses} responses per step"),
         ("batch", "mini-batches", f"{b.mini_batches} per step of {cfg.mini_batch_prompts} prompts "
          f"({cfg.mini_batch_prompts * b.responses_per_prompt // max(cfg.data_parallel, 1)} responses per DP rank)"),

@@ -5,6 +5,7 @@ Hydra's compose API is used (not `@hydra.main`) so every verb can load the same 
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from dataclasses import fields, is_dataclass
@@ -30,13 +31,21 @@ def compose(overrides: list[str], *, config_dir: Path = CONF_DIR):
         raise ConfigError([_override_problem(exc, overrides)]) from None
 
 
+_SCHEMA_REGISTERED = False
+
+
 def _register_schema() -> None:
-    """Make the schema the base of conf/config.yaml, so Hydra knows every key and its type at compose time."""
+    """Make the schema the base of conf/config.yaml, so Hydra knows every key and its type at compose time (once
+    per process: storing it converts the whole schema, ~0.1 s, and a sweep loads many points)."""
+    global _SCHEMA_REGISTERED
+    if _SCHEMA_REGISTERED:
+        return
     from hydra.core.config_store import ConfigStore
 
     from beam_slurm.config.schema import BeamConfig
 
     ConfigStore.instance().store(name="beam_schema", node=BeamConfig)
+    _SCHEMA_REGISTERED = True
 
 
 def load_config(overrides: list[str] | None = None, *, validate: bool = True, check_paths: bool = False, environ=None):
@@ -45,20 +54,79 @@ def load_config(overrides: list[str] | None = None, *, validate: bool = True, ch
     `check_paths=True` also checks, on this host, the paths the job will read (`validation.path_problems`): what
     `plan` and `submit` do on the submit host, unless cluster.check_paths_on_submit=false.
     """
+    environ = os.environ if environ is None else environ
+    return _typed(compose(list(overrides or [])), validate=validate, check_paths=check_paths, environ=environ)
+
+
+def load_many(override_lists: list[list[str]], *, environ=None) -> list:
+    """`load_config(overrides, validate=False)` for each list (the points of a sweep): a loaded config, or the
+    ConfigError that loading raised, per list.
+
+    Hydra composes the defaults (the recipe and other config groups) first and then applies every value override
+    in the order given; so each distinct set of group overrides is composed once, and each point's value overrides
+    are applied to a copy by Hydra's own override code. A 64-point sweep of values composes once (~0.2 s) instead
+    of 64 times."""
+    import copy
+
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import ConfigCompositionException, OverrideParseException
+
+    environ = os.environ if environ is None else environ
+    parser = OverridesParser.create()
+    composed: dict[tuple[str, ...], object] = {}
+    out: list = []
+    for overrides in override_lists:
+        overrides = list(overrides)
+        try:
+            groups = tuple(o for o in overrides if not _is_value_override(o))
+            if groups not in composed:
+                try:
+                    composed[groups] = compose(list(groups))
+                except ConfigError as exc:
+                    composed[groups] = exc
+            base = composed[groups]
+            if isinstance(base, ConfigError):
+                raise base
+            cfg = copy.deepcopy(base)
+            values = [_mapping_override(o) for o in overrides if _is_value_override(o)]
+            try:
+                _apply_overrides(parser.parse_overrides(values), cfg)
+            except (ConfigCompositionException, OverrideParseException) as exc:
+                raise ConfigError([_override_problem(exc, overrides)]) from None
+            out.append(_typed(cfg, validate=False, check_paths=False, environ=environ))
+        except ConfigError as exc:
+            out.append(exc)
+    return out
+
+
+def _is_value_override(override: str) -> bool:
+    """`key=value` (with +, ++ or ~) on a setting, not a config group (`recipe=...`) nor Hydra's own (`hydra.*`)."""
+    key = override.split("=", 1)[0].lstrip("+~").strip()
+    head = key.split(".", 1)[0].split("@", 1)[0]
+    return bool(key) and "@" not in key and head != "hydra" and not (CONF_DIR / head).is_dir()
+
+
+def _apply_overrides(parsed, cfg) -> None:
+    """Hydra's own step that applies parsed value overrides to a composed config (what compose does last)."""
+    from hydra._internal.config_loader_impl import ConfigLoaderImpl
+
+    ConfigLoaderImpl._apply_overrides_to_config(parsed, cfg)
+
+
+def _typed(cfg, *, validate: bool, check_paths: bool, environ):
+    """A composed config typed with the schema, its environment sources recorded, derived defaults filled."""
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
     from beam_slurm.config.schema import BeamConfig
 
-    environ = os.environ if environ is None else environ
-    cfg = compose(list(overrides or []))
     raw = OmegaConf.to_container(cfg, resolve=False)
     sources = _env_sources(raw, environ)
     bad_env = _env_value_problems(sources, environ)
     if bad_env:
         raise ConfigError(bad_env)
     try:
-        typed = OmegaConf.merge(OmegaConf.structured(BeamConfig), cfg)
+        typed = OmegaConf.merge(_schema_node(), cfg)  # merge copies its first argument
         obj: BeamConfig = OmegaConf.to_object(typed)  # type: ignore[assignment]
     except OmegaConfBaseException as exc:
         raise ConfigError([_value_problem(exc, raw)]) from None
@@ -69,6 +137,16 @@ def load_config(overrides: list[str] | None = None, *, validate: bool = True, ch
 
         validate_config(obj, check_paths=check_paths)
     return obj
+
+
+@functools.lru_cache(maxsize=1)
+def _schema_node():
+    """The schema as an OmegaConf node, built once per process (never modified: merge and update work on copies)."""
+    from omegaconf import OmegaConf
+
+    from beam_slurm.config.schema import BeamConfig
+
+    return OmegaConf.structured(BeamConfig)
 
 
 def env_sources(cfg) -> dict[str, str]:
@@ -116,8 +194,17 @@ def to_yaml(cfg) -> str:
     return OmegaConf.to_yaml(OmegaConf.create(escaped(dataclasses.asdict(cfg))))
 
 
+@functools.lru_cache(maxsize=1)
+def _mapping_keys() -> frozenset[str]:
+    return frozenset(_walk_mapping_keys())
+
+
 def mapping_keys() -> set[str]:
     """Dotted keys whose value is a mapping (e.g. trainer.extra_env): names inside them are the user's, not ours."""
+    return set(_mapping_keys())
+
+
+def _walk_mapping_keys() -> set[str]:
     from typing import get_origin, get_type_hints
 
     from beam_slurm.config.schema import BeamConfig
@@ -190,6 +277,11 @@ def _env_value_problems(sources: dict[str, str], environ) -> list[ConfigProblem]
 
     from beam_slurm.config.schema import BeamConfig
 
+    if not sources:
+        return []
+    memo_key = tuple((key, name, environ[name]) for key, name in sources.items())
+    if memo_key in _ENV_PROBLEMS_SEEN:  # the same variables and values: the same answer (a sweep asks per point)
+        return list(_ENV_PROBLEMS_SEEN[memo_key])
     probe = OmegaConf.structured(BeamConfig)
     found = []
     for key, name in sources.items():
@@ -199,7 +291,11 @@ def _env_value_problems(sources: dict[str, str], environ) -> list[ConfigProblem]
             OmegaConf.update(probe, key, text.replace("${", "\\${"), merge=False)
         except OmegaConfBaseException:
             found.append(ConfigProblem(key, text, f"expected {describe_type(key)}; fix or unset {name}", env=name))
+    _ENV_PROBLEMS_SEEN[memo_key] = tuple(found)
     return found
+
+
+_ENV_PROBLEMS_SEEN: dict[tuple, tuple] = {}
 
 
 def _raw_value(raw: dict, key: str):

@@ -139,52 +139,13 @@ def problems(cfg) -> list[ConfigProblem]:
     if cfg.cluster.fabric_check_bytes < 4:
         bad("cluster.fabric_check_bytes", cfg.cluster.fabric_check_bytes, "use at least 4 bytes, e.g. 67108864")
 
-    # --- parallelism ------------------------------------------------------------------------------------------
-    m = cfg.megatron
-    if cfg.trainer.placement_colocated:
-        if cfg.trainer.rollout_nodes:
-            bad("trainer.rollout_nodes", cfg.trainer.rollout_nodes,
-                "colocated runs share every node: set trainer.rollout_nodes=0 or trainer.placement_colocated=false")
-    elif not 1 <= cfg.trainer.rollout_nodes < cfg.cluster.nodes:
-        bad("trainer.rollout_nodes", cfg.trainer.rollout_nodes,
-            f"a split placement needs 1 <= rollout_nodes < cluster.nodes ({cfg.cluster.nodes})")
-    model_parallel = m.tensor_parallel * m.pipeline_parallel * m.context_parallel
-    if sizes_ok and cfg.training_gpus % model_parallel:
-        bad("megatron.tensor_parallel", [m.tensor_parallel, m.pipeline_parallel, m.context_parallel],
-            f"TP x PP x CP = {model_parallel} must divide the {cfg.training_gpus} training GPUs; "
-            "change the Megatron sizes or cluster.nodes")
-    if sizes_ok and (cfg.training_gpus // m.pipeline_parallel) % (m.expert_parallel * m.expert_tensor_parallel):
-        bad("megatron.expert_parallel", m.expert_parallel,
-            f"EP x ETP = {m.expert_parallel * m.expert_tensor_parallel} must divide training GPUs / PP = "
-            f"{cfg.training_gpus // m.pipeline_parallel} (Megatron's expert grid)")
-    engines = cfg.num_engines
-    if sizes_ok:
-        if cfg.rollout.num_engines is not None and cfg.rollout.num_engines < 1:
-            bad("rollout.num_engines", cfg.rollout.num_engines, "use a positive count or leave it empty to derive it")
-        elif cfg.trainer.placement_colocated and engines * cfg.gpus_per_engine != cfg.training_gpus:
-            bad("rollout.num_engines", engines,
-                f"colocated: vLLM engines x TP x PP ({engines} x {cfg.gpus_per_engine}) must equal the "
-                f"{cfg.training_gpus} training GPUs; make TP x PP divide {cfg.training_gpus} or leave num_engines empty")
-        elif not cfg.trainer.placement_colocated and not 1 <= engines * cfg.gpus_per_engine <= cfg.rollout_gpus:
-            bad("rollout.num_engines", engines,
-                f"{engines} engines x {cfg.gpus_per_engine} GPUs do not fit the {cfg.rollout_gpus} rollout GPUs "
-                "(trainer.rollout_nodes x gpus_per_node)")
-
-    # --- batch arithmetic, as SkyRL checks it -----------------------------------------------------------------
-    b = cfg.batch
-    if sizes_ok and cfg.data_parallel:
-        if b.prompts_per_step % b.mini_batches:
-            bad("batch.mini_batches", b.mini_batches,
-                f"must divide batch.prompts_per_step ({b.prompts_per_step}) into equal mini-batches")
-        else:
-            dp = cfg.data_parallel
-            sequences = cfg.mini_batch_prompts * b.responses_per_prompt
-            if sequences % dp:
-                bad("batch.prompts_per_step", b.prompts_per_step,
-                    f"each mini-batch has {sequences} responses, not divisible by the {dp} data-parallel ranks")
-            elif (sequences // dp) % m.micro_batch_size:
-                bad("megatron.micro_batch_size", m.micro_batch_size,
-                    f"must divide the {sequences // dp} responses per data-parallel rank per mini-batch")
+    # --- parallelism and batch arithmetic (the layout: what cluster.nodes scales) ---------------------------
+    layout = layout_problems(cfg, sizes_ok=sizes_ok)
+    if layout and sizes_ok:
+        hint = scaled_layout_hint(cfg)
+        layout = [dataclasses.replace(p, fix=f"{p.fix}; {hint}") if hint and p.key != "trainer.rollout_nodes" else p
+                  for p in layout]
+    out.extend(layout)
 
     # --- combinations -----------------------------------------------------------------------------------------
     if cfg.precision == "mxfp8" and cfg.is_lora:
@@ -233,12 +194,110 @@ def problems(cfg) -> list[ConfigProblem]:
     return [problem.from_env(sources) for problem in out]
 
 
+def layout_problems(cfg, *, sizes_ok: bool = True) -> list[ConfigProblem]:
+    """Placement, Megatron/vLLM parallelism and SkyRL's batch arithmetic for this layout (cluster.nodes x
+    gpus_per_node, the split): what changes when a recipe is scaled out. `sizes_ok`: the sizes are positive (the
+    divisibility rules are only checked then)."""
+    out: list[ConfigProblem] = []
+
+    def bad(key: str, value, fix: str) -> None:
+        out.append(ConfigProblem(key, value, fix))
+
+    # --- parallelism ------------------------------------------------------------------------------------------
+    m = cfg.megatron
+    if cfg.trainer.placement_colocated:
+        if cfg.trainer.rollout_nodes:
+            bad("trainer.rollout_nodes", cfg.trainer.rollout_nodes,
+                "colocated runs share every node: set trainer.rollout_nodes=0 or trainer.placement_colocated=false")
+    elif not 1 <= cfg.trainer.rollout_nodes < cfg.cluster.nodes:
+        bad("trainer.rollout_nodes", cfg.trainer.rollout_nodes,
+            f"a split placement needs 1 <= rollout_nodes < cluster.nodes ({cfg.cluster.nodes})")
+    model_parallel = m.tensor_parallel * m.pipeline_parallel * m.context_parallel
+    if sizes_ok and cfg.training_gpus % model_parallel:
+        bad("megatron.tensor_parallel", [m.tensor_parallel, m.pipeline_parallel, m.context_parallel],
+            f"TP x PP x CP = {model_parallel} must divide the {cfg.training_gpus} training GPUs; "
+            "change the Megatron sizes or cluster.nodes")
+    if sizes_ok and (cfg.training_gpus // m.pipeline_parallel) % (m.expert_parallel * m.expert_tensor_parallel):
+        bad("megatron.expert_parallel", m.expert_parallel,
+            f"EP x ETP = {m.expert_parallel * m.expert_tensor_parallel} must divide training GPUs / PP = "
+            f"{cfg.training_gpus // m.pipeline_parallel} (Megatron's expert grid)")
+    engines = cfg.num_engines
+    if sizes_ok:
+        if cfg.rollout.num_engines is not None and cfg.rollout.num_engines < 1:
+            bad("rollout.num_engines", cfg.rollout.num_engines, "use a positive count or leave it empty to derive it")
+        elif cfg.trainer.placement_colocated and engines * cfg.gpus_per_engine != cfg.training_gpus:
+            bad("rollout.num_engines", engines,
+                f"colocated: vLLM engines x TP x PP ({engines} x {cfg.gpus_per_engine}) must equal the "
+                f"{cfg.training_gpus} training GPUs; make TP x PP divide {cfg.training_gpus} or leave num_engines empty")
+        elif not cfg.trainer.placement_colocated and not 1 <= engines * cfg.gpus_per_engine <= cfg.rollout_gpus:
+            bad("rollout.num_engines", engines,
+                f"{engines} engines x {cfg.gpus_per_engine} GPUs do not fit the {cfg.rollout_gpus} rollout GPUs "
+                "(trainer.rollout_nodes x gpus_per_node)")
+
+    # --- batch arithmetic, as SkyRL checks it -----------------------------------------------------------------
+    b = cfg.batch
+    if sizes_ok and cfg.data_parallel:
+        if b.prompts_per_step % b.mini_batches:
+            bad("batch.mini_batches", b.mini_batches,
+                f"must divide batch.prompts_per_step ({b.prompts_per_step}) into equal mini-batches")
+        else:
+            dp = cfg.data_parallel
+            sequences = cfg.mini_batch_prompts * b.responses_per_prompt
+            if sequences % dp:
+                bad("batch.prompts_per_step", b.prompts_per_step,
+                    f"each mini-batch has {sequences} responses, not divisible by the {dp} data-parallel ranks")
+            elif (sequences // dp) % m.micro_batch_size:
+                bad("megatron.micro_batch_size", m.micro_batch_size,
+                    f"must divide the {sequences // dp} responses per data-parallel rank per mini-batch")
+
+    return out
+
+
+def scaled_layout_hint(cfg, *, up_to: int = 0) -> str:
+    """Node counts (and, for a split placement, rollout node counts) near cluster.nodes whose layout passes
+    `layout_problems` with every other setting unchanged: the fix to name when a scaled-out layout does not divide."""
+    import copy
+
+    nodes = cfg.cluster.nodes
+    up_to = up_to or max(2 * nodes, 16)
+
+    def works(total: int, rollout: int) -> bool:
+        trial = copy.copy(cfg)
+        trial.cluster = dataclasses.replace(cfg.cluster, nodes=total)
+        trial.trainer = dataclasses.replace(cfg.trainer, rollout_nodes=rollout)
+        return not layout_problems(trial)
+
+    rollout = cfg.trainer.rollout_nodes
+    counts = [n for n in range(1, up_to + 1) if n != nodes and works(n, rollout)]
+    counts = sorted(counts, key=lambda n: (abs(n - nodes), n))[:4]
+    parts = []
+    if counts:
+        parts.append("cluster.nodes=" + " or ".join(str(n) for n in sorted(counts)) + " works with the other settings")
+    if not cfg.trainer.placement_colocated:
+        splits = [r for r in range(1, nodes) if r != rollout and works(nodes, r)]
+        splits = sorted(splits, key=lambda r: (abs(r - nodes / 2), r))[:3]
+        if splits:
+            parts.append(f"at {nodes} nodes trainer.rollout_nodes=" + " or ".join(str(r) for r in sorted(splits)) + " works")
+    return "; ".join(parts)
+
+
 def skyrl_value_problems(cfg) -> list[ConfigProblem]:
     """Settings whose text SkyRL's command-line parser would not read back exactly, even escaped (none known)."""
-    from beam_slurm.skyrl.command import reads_back
-
     return [ConfigProblem(key, value, "SkyRL's command-line parser would not read this text back as given; "
-                          "use a plain value") for key, value in _text_settings(cfg) if not reads_back(value)]
+                          "use a plain value") for key, value in _text_settings(cfg) if not _reads_back(value)]
+
+
+_READS_BACK: dict[str, bool] = {}
+
+
+def _reads_back(text: str) -> bool:
+    """`skyrl.command.reads_back`, remembered per text: each answer parses the text with OmegaConf (~1 ms), and the
+    points of a sweep share almost every text setting."""
+    if text not in _READS_BACK:
+        from beam_slurm.skyrl.command import reads_back
+
+        _READS_BACK[text] = reads_back(text)
+    return _READS_BACK[text]
 
 
 def _text_settings(node, prefix: str = ""):

@@ -211,7 +211,9 @@ def run_config(export_path: Path) -> dict[str, Any]:
     try:
         import yaml
 
-        loaded = yaml.safe_load((Path(export_path) / RUN_DIRNAME / CONFIG_FILE).read_text(encoding="utf-8"))
+        # libyaml's safe loader when present: the same result, ~10x faster (status reads every run's recipe).
+        loaded = yaml.load((Path(export_path) / RUN_DIRNAME / CONFIG_FILE).read_text(encoding="utf-8"),
+                           Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     except (OSError, ValueError, ImportError):
         return {}
     except Exception:  # a YAML error in a hand-edited file: no labels from it, the rest of the report stands

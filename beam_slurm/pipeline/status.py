@@ -117,7 +117,7 @@ def _eval_at(export_path: Path, step: int) -> str:
 def collect(export_paths: list[Path]) -> list[StatusRow]:
     """Rows for every run, with one squeue and one sacct call for all their jobs."""
     from beam_slurm.pipeline.stages import latest_checkpoint_step
-    from beam_slurm.slurm.submission import job_records
+    from beam_slurm.slurm.submission import JobView, job_view
 
     runs = []
     ids: list[str] = []
@@ -132,8 +132,8 @@ def collect(export_paths: list[Path]) -> list[StatusRow]:
         evals = manifest.evaluations()
         runs.append((export_path, run, stages, evals))
         ids += [str(s["job_id"]) for s in stages if s.get("job_id")] + [str(e["job_id"]) for e in evals if e.get("job_id")]
-    records = job_records(ids) if ids else {}
-    waiting_on: dict[str, list[str]] | None = None
+    view = job_view(ids) if ids else JobView({}, {})  # one squeue and one sacct call for every run's jobs
+    records = view.records
 
     rows: list[StatusRow] = []
     for export_path, run, stages, evals in runs:
@@ -161,9 +161,7 @@ def collect(export_paths: list[Path]) -> list[StatusRow]:
                 if job.get("excluded_nodes"):
                     reason += f"{'; ' if reason else ''}excluded nodes {','.join(job['excluded_nodes'])}"
                 if record.final and record.state != "COMPLETED":
-                    if waiting_on is None:
-                        waiting_on = _pending_dependents()
-                    stuck = waiting_on.get(job_id, [])
+                    stuck = [f"{j} ({n})" for j, n in view.waiting_on.get(job_id, [])]
                     if stuck:
                         reason += f"; waiting on it and can no longer run: {', '.join(stuck)}"
             rows.append(StatusRow(name, entry["stage"], job_id, state, record.restarts, record.elapsed,
@@ -198,16 +196,6 @@ def _attempt_row(name: str, attempt: dict) -> StatusRow:
         reason = f"saved at step {attempt['saved_step']}; {reason}"
     return StatusRow(name, f"  attempt {attempt.get('attempt')}", "", kind, int(attempt.get("attempt") or 0),
                      "", ",".join(attempt.get("nodes") or []), checkpoint, "", reason)
-
-
-def _pending_dependents() -> dict[str, list[str]]:
-    """job id -> pending jobs that wait on it (`<id> (<name>)`); {} when squeue does not answer."""
-    from beam_slurm.slurm.scheduler import SlurmCommandError, pending_dependents
-
-    try:
-        return {up: [f"{j} ({n})" for j, n in jobs] for up, jobs in pending_dependents().items()}
-    except SlurmCommandError:
-        return {}
 
 
 def _reason(record, entry: dict, records: dict, stage_of_job: dict) -> str:

@@ -84,7 +84,7 @@ def build_runs(overrides: list[str], multirun: bool, stages: tuple[str, ...] | l
 
     With the train stage, the paths training reads are checked on this host (not the data files when the data
     stage of the same submission writes them), unless cluster.check_paths_on_submit=false."""
-    from beam_slurm.config.load import load_config
+    from beam_slurm.config.load import load_many
     from beam_slurm.config.validation import path_problems
     from beam_slurm.config.validation import problems as config_problems
     from beam_slurm.pipeline.sweep import expand, has_sweep, rename_run, slug
@@ -96,14 +96,15 @@ def build_runs(overrides: list[str], multirun: bool, stages: tuple[str, ...] | l
                                              "or quote a literal comma (key='a,b')") for s in swept])
     home = os.environ.get("HOME", str(Path.home()))
     runs = []
-    for combo in expand(overrides):
+    combos = expand(overrides)
+    # One composition per distinct recipe (config group) choice; each point's values applied to a copy.
+    for combo, loaded in zip(combos, load_many([c.overrides for c in combos])):
         run = RunSpec(combo.overrides, combo.choices)
-        try:
-            run.cfg = load_config(combo.overrides, validate=False)
-        except ConfigError as exc:
-            run.problems = exc.problems
+        if isinstance(loaded, ConfigError):
+            run.problems = loaded.problems
             runs.append(run)
             continue
+        run.cfg = loaded
         run.base_name = run.cfg.run_name
         if combo.choices:
             rename_run(run.cfg, slug(combo.choices), home=home)

@@ -1,5 +1,8 @@
 """Every call this package makes to the Slurm commands (scontrol, srun, squeue, sacct) goes through this module.
 
+Many jobs are read at once: `squeue_rows` and `sacct_rows` answer for any number of jobs with one call each (a
+64-run sweep's status is one squeue and one sacct, however often `status --watch` refreshes).
+
 Functions either return parsed data or raise `SlurmCommandError` carrying the command and Slurm's own message.
 """
 
@@ -118,20 +121,59 @@ def usable_partition_nodes(partition: str = "") -> list[str]:
     return nodes
 
 
-def pending_dependents() -> dict[str, list[tuple[str, str]]]:
-    """Pending jobs by the job ids they wait on (squeue's dependency field, e.g. `afterok:123(unfulfilled)`):
-    {'123': [('130', 'eval-step-10'), ...]}."""
-    out = _run(["squeue", "--noheader", "--states=PENDING", "--format=%i|%j|%E"])
-    found: dict[str, list[tuple[str, str]]] = {}
+QUEUE_FIELDS = ("JobID", "State", "Reason", "TimeUsed", "NodeList", "RestartCnt", "Name", "Dependency")
+"""What `squeue_rows` asks for, in this order (squeue -O names)."""
+
+
+def squeue_rows() -> list[dict[str, str]]:
+    """Every job the controller still knows, in any state, as {field: value} over QUEUE_FIELDS: ONE squeue call,
+    whatever the number of jobs a caller is interested in (it filters the rows itself).
+
+    Not `--jobs=<ids>`: with two or more ids squeue loads every job from the controller anyway and filters on the
+    client (the same work for slurmctld), while with exactly one id a job the controller has forgotten makes the
+    whole call fail; and the pending jobs that wait on a given job (`pending_dependents`) are in the same answer."""
+    fmt = ",".join(f"{name}:|" for name in QUEUE_FIELDS)
+    out = _run(["squeue", "--noheader", "--states=all", "-O", fmt])
+    rows = []
     for line in out.splitlines():
-        parts = line.split("|", 2)
-        if len(parts) != 3:
+        parts = [p.strip() for p in line.split("|")]
+        if len(parts) >= len(QUEUE_FIELDS):
+            rows.append(dict(zip(QUEUE_FIELDS, parts)))
+    return rows
+
+
+ACCOUNTING_FIELDS = ("JobID", "State", "Reason", "Elapsed", "NodeList", "ExitCode")
+"""What `sacct_rows` asks for, in this order."""
+
+
+def sacct_rows(job_ids: Sequence[str]) -> list[dict[str, str]]:
+    """Accounting records of many jobs with ONE sacct call: allocations only (-X), every attempt of a requeued job
+    (-D, oldest first), as {field: value} over ACCOUNTING_FIELDS."""
+    if not job_ids:
+        return []
+    out = _run(["sacct", "--noheader", "--parsable2", "-X", "-D", f"--jobs={','.join(job_ids)}",
+                "--format=" + ",".join(ACCOUNTING_FIELDS)])
+    return [dict(zip(ACCOUNTING_FIELDS, parts)) for parts in (line.split("|") for line in out.splitlines())
+            if len(parts) >= len(ACCOUNTING_FIELDS)]
+
+
+def dependents_from(rows: Sequence[Mapping[str, str]]) -> dict[str, list[tuple[str, str]]]:
+    """Pending jobs of `squeue_rows` by the job ids they wait on (the dependency field, e.g.
+    `afterok:123(unfulfilled)`): {'123': [('130', 'eval-step-10'), ...]}."""
+    found: dict[str, list[tuple[str, str]]] = {}
+    for row in rows:
+        if row.get("State", "").split()[:1] != ["PENDING"]:
             continue
-        for token in parts[2].replace(",", ":").replace("?", ":").split(":"):
+        for token in row.get("Dependency", "").replace(",", ":").replace("?", ":").split(":"):
             upstream = token.split("(")[0].strip()
             if upstream.isdigit():
-                found.setdefault(upstream, []).append((parts[0].strip(), parts[1].strip()))
+                found.setdefault(upstream, []).append((row["JobID"], row.get("Name", "")))
     return found
+
+
+def pending_dependents() -> dict[str, list[tuple[str, str]]]:
+    """Pending jobs by the job ids they wait on (one squeue call; see `dependents_from`)."""
+    return dependents_from(squeue_rows())
 
 
 @dataclass

@@ -1,7 +1,7 @@
 """Submitting batch jobs (`sbatch --parsable`) and reading many jobs' states at once (squeue + sacct).
 
 The pipeline renders an `SbatchRequest`, shows it (`--dry-run`), submits it and later asks `job_records` how the
-jobs are doing. Everything that talks to Slurm here goes through `scheduler._run`, the package's one runner.
+jobs are doing (`job_view`: one squeue and one sacct call through `scheduler`, for any number of jobs).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Sequence
 
-from beam_slurm.slurm.scheduler import SlurmCommandError, _run
+from beam_slurm.slurm.scheduler import SlurmCommandError
 
 DEPENDENCY_TYPES = ("afterok", "afterany")
 # States after which a job never runs again (a requeued job goes back to PENDING instead).
@@ -138,66 +138,55 @@ class JobRecord:
         return self.state in ACTIVE_STATES
 
 
-_SQUEUE_FIELDS = ["JobID", "State", "Reason", "TimeUsed", "NodeList", "RestartCnt"]
-_SACCT_FIELDS = ["JobID", "State", "Reason", "Elapsed", "NodeList", "ExitCode"]
-
-
-def _squeue(job_ids: Sequence[str]) -> dict[str, JobRecord]:
-    fmt = ",".join(f"{name}:|" for name in _SQUEUE_FIELDS)
-    try:
-        out = _run(["squeue", "--noheader", "--states=all", f"--jobs={','.join(job_ids)}", "-O", fmt])
-    except SlurmCommandError as exc:
-        # squeue refuses the whole call when one id is unknown to the controller (purged after MinJobAge):
-        # ask per job then, so the others still get their live state.
-        if "Invalid job id" not in str(exc) or len(job_ids) == 1:
-            if "Invalid job id" in str(exc):
-                return {}
-            raise
-        records: dict[str, JobRecord] = {}
-        for job_id in job_ids:
-            records.update(_squeue([job_id]))
-        return records
+def _squeue(rows: list[dict[str, str]], job_ids: set[str]) -> dict[str, JobRecord]:
     records: dict[str, JobRecord] = {}
-    for line in out.splitlines():
-        parts = [p.strip() for p in line.split("|")]
-        if len(parts) < len(_SQUEUE_FIELDS):
+    for row in rows:
+        if row["JobID"] not in job_ids:
             continue
-        job_id, state, reason, used, nodes, restarts = parts[: len(_SQUEUE_FIELDS)]
-        records[job_id] = JobRecord(job_id, state.split()[0] if state else "UNKNOWN", "" if reason == "None" else reason,
-                                    used, nodes, int(restarts) if restarts.isdigit() else 0)
+        state, reason, restarts = row["State"], row["Reason"], row["RestartCnt"]
+        records[row["JobID"]] = JobRecord(row["JobID"], state.split()[0] if state else "UNKNOWN",
+                                          "" if reason == "None" else reason, row["TimeUsed"], row["NodeList"],
+                                          int(restarts) if restarts.isdigit() else 0)
     return records
 
 
-def _sacct(job_ids: Sequence[str]) -> dict[str, JobRecord]:
-    # -X: allocations only; -D: every attempt of a requeued job, so the restarts can be counted.
-    out = _run(["sacct", "--noheader", "--parsable2", "-X", "-D", f"--jobs={','.join(job_ids)}",
-                "--format=" + ",".join(_SACCT_FIELDS)])
+def _sacct(rows: list[dict[str, str]]) -> dict[str, JobRecord]:
     records: dict[str, JobRecord] = {}
-    for line in out.splitlines():
-        parts = line.split("|")
-        if len(parts) < len(_SACCT_FIELDS):
-            continue
-        job_id, state, reason, elapsed, nodes, exit_code = parts[: len(_SACCT_FIELDS)]
-        state = state.split()[0] if state else "UNKNOWN"
+    for row in rows:
+        job_id, reason, nodes = row["JobID"], row["Reason"], row["NodeList"]
+        state = row["State"].split()[0] if row["State"] else "UNKNOWN"
         earlier = records.get(job_id)
         restarts = (earlier.restarts + (earlier.state in ("REQUEUED", "PREEMPTED", "NODE_FAIL"))) if earlier else 0
         # sacct lists the attempts oldest first; the last one is the current state.
-        records[job_id] = JobRecord(job_id, state, "" if reason == "None" else reason, elapsed,
-                                    "" if nodes == "None assigned" else nodes, restarts, exit_code)
+        records[job_id] = JobRecord(job_id, state, "" if reason == "None" else reason, row["Elapsed"],
+                                    "" if nodes == "None assigned" else nodes, restarts, row["ExitCode"])
     return records
 
 
-def job_records(job_ids: Iterable[str]) -> dict[str, JobRecord]:
+@dataclass
+class JobView:
+    """What Slurm says about a set of jobs, read with one squeue and one sacct call."""
+
+    records: dict[str, JobRecord]
+    """job id -> its record (UNKNOWN when neither tool knows it)."""
+    waiting_on: dict[str, list[tuple[str, str]]]
+    """job id -> the pending jobs (id, name) that wait on it, from the same squeue answer (any job, not only ours)."""
+
+
+def job_view(job_ids: Iterable[str]) -> JobView:
     """State of many jobs with one squeue and one sacct call; squeue wins for jobs it still lists (it knows the
     pending reason and the restart count), sacct fills in jobs the controller has forgotten."""
+    from beam_slurm.slurm import scheduler
+
     ids = sorted({str(j) for j in job_ids if j}, key=lambda j: (len(j), j))
     if not ids:
-        return {}
+        return JobView({}, {})
     try:
-        history = _sacct(ids)
+        history = _sacct(scheduler.sacct_rows(ids))
     except SlurmCommandError:
         history = {}  # accounting may be off on some clusters; squeue alone still answers for live jobs
-    live = _squeue(ids)
+    rows = scheduler.squeue_rows()
+    live = _squeue(rows, set(ids))
     records: dict[str, JobRecord] = {}
     for job_id in ids:
         old, now = history.get(job_id), live.get(job_id)
@@ -210,4 +199,9 @@ def job_records(job_ids: Iterable[str]) -> dict[str, JobRecord]:
             records[job_id] = old
         else:
             records[job_id] = JobRecord(job_id)
-    return records
+    return JobView(records, scheduler.dependents_from(rows))
+
+
+def job_records(job_ids: Iterable[str]) -> dict[str, JobRecord]:
+    """`job_view(job_ids).records`: many jobs' states with one squeue and one sacct call."""
+    return job_view(job_ids).records
