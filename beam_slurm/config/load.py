@@ -178,8 +178,6 @@ def to_yaml(cfg) -> str:
     reference (a model path may contain `${`)."""
     import dataclasses
 
-    from omegaconf import OmegaConf
-
     from beam_slurm.config.verb_args import escape_interpolation
 
     def escaped(value):
@@ -191,7 +189,13 @@ def to_yaml(cfg) -> str:
             return {k: escaped(v) for k, v in value.items()}
         return value
 
-    return OmegaConf.to_yaml(OmegaConf.create(escaped(dataclasses.asdict(cfg))))
+    # OmegaConf.to_yaml's own dump (its dumper quotes text that would read back as a number or a bool), without
+    # building an OmegaConf node first: the same text, in a third of the time (a sweep saves one per point).
+    import yaml
+    from omegaconf._utils import get_omega_conf_dumper
+
+    return yaml.dump(escaped(dataclasses.asdict(cfg)), default_flow_style=False, allow_unicode=True, sort_keys=False,
+                     Dumper=get_omega_conf_dumper())
 
 
 @functools.lru_cache(maxsize=1)

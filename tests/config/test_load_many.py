@@ -78,3 +78,27 @@ def test_points_do_not_share_state(env):
     assert first.trainer.extra_env == {"A": "x"} and second.trainer.extra_env == {}
     first.cluster.nodes = 99
     assert load_many([[]])[0].cluster.nodes != 99
+
+
+def test_saved_recipe_text_is_what_omegaconf_writes(env):
+    """to_yaml dumps without building an OmegaConf node first; the text is OmegaConf.to_yaml's, byte for byte."""
+    from omegaconf import OmegaConf
+
+    from beam_slurm.config.load import to_yaml
+    from beam_slurm.config.verb_args import escape_interpolation
+
+    def escaped(value):
+        if isinstance(value, str):
+            return escape_interpolation(value)
+        if isinstance(value, list):
+            return [escaped(v) for v in value]
+        if isinstance(value, dict):
+            return {k: escaped(v) for k, v in value.items()}
+        return value
+
+    for overrides in (["recipe=mxfp8_64gpu"], ["recipe=lora_16gpu", "run_name=1e5", "paths.model_path='/m/\\${x}/ü'",
+                                              "trainer.extra_env={A: 'true', B: '010', C: 'null', D: '1.5'}"]):
+        cfg = load_config(overrides, validate=False)
+        expected = OmegaConf.to_yaml(OmegaConf.create(escaped(dataclasses.asdict(cfg))))
+        assert to_yaml(cfg) == expected
+        assert "'true'" in expected or overrides[0] == "recipe=mxfp8_64gpu"
