@@ -15,6 +15,15 @@ never preempted), `low` (preemptable: PreemptMode=REQUEUE, GraceTime=20) and `hi
 jobs may restart about 11 s later (cred_expire=10). Everything lives under one state dir (default
 /var/tmp/beam-slurm-sandbox, env BEAM_SANDBOX_DIR); its `shared/` dir, like the rest of the filesystem except
 /tmp, is seen by every node. Run as root; standard library only.
+
+Scale: `up --nodes 8` or `--nodes 16` (up to 64) renders the same per-node settings; the sandbox itself is light
+(one slurmd is ~7 MB, the controller, slurmdbd and MariaDB ~150 MB together), what limits the node count here is
+what jobs run on the nodes: a Ray node (raylet, GCS on the head, agents, a few workers) took ~0.8 GB on this machine,
+so a 16-node Ray job needs ~13 GB (less with a small object store and no dashboard:
+`ray.object_store_memory_bytes=100000000 ray.include_dashboard=false`), and every node's processes share the
+machine's cores, so bring-up time grows with the node count where a real cluster's would not. One sandbox per
+machine: namespaces, bridges, addresses and ports are machine-wide, so `up` from a second state dir takes the first
+sandbox over (stops it); change the node count of the one sandbox only when no one else is using it.
 """
 from __future__ import annotations
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from beam_slurm.atomic_files import write_json
 from beam_slurm.ray_cluster import auth
-from beam_slurm.ray_cluster.checks import check_gpu_count, check_gpu_visibility
+from beam_slurm.ray_cluster.checks import GpuVisibilityCheck, check_gpu_count
 from beam_slurm.ray_cluster.network import node_ipv4
 from beam_slurm.ray_cluster.ports import RayPorts
 from beam_slurm.ray_cluster.records import (EXIT_INFRA, EXIT_STOPPED, HEAD_FILE, READY_FILE, NodeFailure,
@@ -28,6 +28,8 @@ class Head(NodeRole):
 
     registered_at: float | None = None
     """When every node and GPU had registered with the GCS (before the GPU visibility check)."""
+    checked_at: float | None = None
+    """When the GPU visibility check had passed (before the head's own Ray client disconnects)."""
 
     def run(self, driver: list[str]) -> int:
         ip = node_ipv4(self.settings.network_interface)
@@ -46,20 +48,32 @@ class Head(NodeRole):
             self.log(f"GCS listening at {ip}:{ports.gcs} (port block {ports.block}); address published")
 
         ports = self.start_ray(head=True, ip=ip, start_block=None, on_gcs_up=publish)
+        self.record_bringup()
         address = f"{ip}:{ports.gcs}"
         head_up = time.time()
         self.log(f"head up at {address} (temp dir {self.ray.temp_dir})")
         registered = self.wait_for_cluster(address)
         self.log(f"all {self.ctx.num_nodes} nodes and {registered} GPUs registered")
         timing = {"job_start": _job_start_time(), "node_start": self.started, "head_up": head_up,
-                  "registered": self.registered_at, "gpus_checked": time.time(), "nodes": self.ctx.num_nodes,
-                  "gpus": registered}
+                  "registered": self.registered_at, "gpus_checked": self.checked_at or time.time(),
+                  "client_released": time.time(), "nodes": self.ctx.num_nodes, "gpus": registered,
+                  **self.bringup_windows()}
         write_json(self.rendezvous.ready_file, timing)
         if self.ctx.attempt_dir is not None:
             write_json(self.ctx.attempt_dir / READY_FILE, timing)
         if self.stop_requested:
             return EXIT_STOPPED
         return self.run_driver(driver, address)
+
+    def bringup_windows(self) -> dict[str, Any]:
+        """Where the bring-up time went, for ray_ready.json: the batch shell's preflight step and its launch of the
+        Ray step, and each node's process start and its own `ray start` (began, returned)."""
+        nodes = {info.get("host", str(rank)): info for rank, info in self.rendezvous.nodes().items()}
+        ray_start = {host: info.get("ray_start") for host, info in nodes.items() if info.get("ray_start")}
+        node_start = {host: info.get("node_start") for host, info in nodes.items() if info.get("node_start")}
+        ray_start[self.ctx.host], node_start[self.ctx.host] = self.ray_start_window, self.started
+        return {"preflight": _window("BEAM_PREFLIGHT_WINDOW"), "ray_step_launch": _float_env("BEAM_RAY_STEP_LAUNCH_TIME"),
+                "node_starts": node_start, "ray_starts": ray_start}
 
     # --- readiness -----------------------------------------------------------------------------------------------
     def wait_for_cluster(self, address: str) -> int:
@@ -74,6 +88,8 @@ class Head(NodeRole):
                      include_dashboard=False)
         except ConnectionError as exc:
             raise NodeFailure("infra", f"node {self.ctx.host}: cannot reach the head's GCS at {address}: {exc}") from exc
+        check = GpuVisibilityCheck(ray) if self.settings.check_gpus else None
+        poll_s = bringup_poll_s(self.settings.poll_interval_s, self.ctx.num_nodes)
         try:
             while True:
                 if self.stop_requested:
@@ -87,14 +103,17 @@ class Head(NodeRole):
                 if len(nodes) >= self.ctx.num_nodes and len(node_files) == self.ctx.num_nodes and gpus >= expected_gpus:
                     self.registered_at = time.time()
                     break
+                if check is not None:
+                    check.launch_ready(nodes, node_files)  # nodes already in: their probes run while others join
                 if not self.ray.alive(("/raylet/raylet", "gcs_server")):
                     raise NodeFailure("infra", f"node {self.ctx.host}: the head's Ray died during bring-up "
                                                f"(see {self.ray.log_path} and {self.ray.temp_dir})")
                 if self.clock() > deadline:
                     raise NodeFailure("infra", self.missing_nodes_message(nodes, node_files))
-                self.sleep(self.settings.poll_interval_s)
-            if self.settings.check_gpus:
-                check_gpu_visibility(ray, nodes, node_files)
+                self.sleep(poll_s)
+            if check is not None:
+                check.finish(nodes, node_files)
+            self.checked_at = time.time()
             return gpus
         finally:
             ray.shutdown()
@@ -157,3 +176,21 @@ class Head(NodeRole):
 def _job_start_time() -> float | None:
     value = os.environ.get("BEAM_JOB_START_TIME", "")
     return float(value) if value else None
+
+
+def _float_env(name: str) -> float | None:
+    value = os.environ.get(name, "")
+    return float(value) if value else None
+
+
+def _window(name: str) -> list[float] | None:
+    """`began,ended` (seconds since the epoch) from the batch shell, or None."""
+    parts = os.environ.get(name, "").split(",")
+    return [float(parts[0]), float(parts[1])] if len(parts) == 2 and all(parts) else None
+
+
+def bringup_poll_s(configured_s: float, nodes: int) -> float:
+    """How often the head asks the GCS for the node list while nodes join: 0.1 s on a small cluster (a registration
+    is seen 0.1 s after it happens, not up to ray.poll_interval_s later), growing with the node count (1 s per 200
+    nodes) up to ray.poll_interval_s, so a large cluster's GCS is not asked for a long list many times a second."""
+    return min(configured_s, max(0.1, nodes / 200))

@@ -22,7 +22,10 @@ EXIT_STOPPED = 143
 FAILURE_FILE = "failure.json"
 """First failure of the attempt, in BEAM_ATTEMPT_DIR: {kind: infra|setup, node, rank, reason, time}."""
 READY_FILE = "ray_ready.json"
-"""Bring-up times, in BEAM_ATTEMPT_DIR: job_start, node_start, head_up, registered, gpus_checked (epoch seconds)."""
+"""Bring-up times, in BEAM_ATTEMPT_DIR: job_start, node_start, head_up, registered, gpus_checked, client_released
+(epoch seconds), the preflight and each node's `ray start` window (`Head.bringup_windows`)."""
+BRINGUP_DIR = "bringup"
+"""Per node, in BEAM_ATTEMPT_DIR: bringup/<host>.json with {host, rank, node_start, ray_start: [began, returned]}."""
 HEAD_FILE = "ray_head.json"
 """Where the attempt's Ray head is, in BEAM_ATTEMPT_DIR, written once its GCS listens: {host, ip, address, block,
 token_path (a path; the token stays in its file), temp_dir, job_id, attempt, time}. `beam-slurm attach` reads it."""

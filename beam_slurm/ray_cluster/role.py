@@ -9,14 +9,15 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from beam_slurm.ray_cluster import auth, env_manifest
+from beam_slurm.ray_cluster import auth, env_manifest, scale
 from beam_slurm.ray_cluster.context import NodeContext
 from beam_slurm.ray_cluster.gpus import allocated_gpus
 from beam_slurm.ray_cluster.local_ray import LocalRay
 from beam_slurm.ray_cluster.log_copy import LogCopier, LogCopySettings
 from beam_slurm.ray_cluster.network import tcp_reachable
 from beam_slurm.ray_cluster.ports import RayPorts, choose_ports
-from beam_slurm.ray_cluster.records import NodeFailure, record_first_failure
+from beam_slurm.atomic_files import write_json
+from beam_slurm.ray_cluster.records import BRINGUP_DIR, NodeFailure, record_first_failure
 from beam_slurm.ray_cluster.rendezvous import Rendezvous
 from beam_slurm.ray_cluster.settings import RaySettings
 
@@ -49,6 +50,8 @@ class NodeRole:
         self.gpus, self.gpu_source = allocated_gpus()
         self.log_copier = LogCopier(temp_dir, ctx.attempt_dir, ctx.host, LogCopySettings.from_env(), self.log)
         """Copies this node's Ray session logs to the attempt's log folder (periodically, and once at the end)."""
+        self.ray_start_window: tuple[float, float] | None = None
+        """(began, returned) of this node's successful `ray start`: Ray's own start-up time, for the bring-up timing."""
         self.manifest_env: dict[str, str] = {}
         """The environment manifest's variables on this node (`export_manifest`), exported to Ray and the driver."""
 
@@ -71,11 +74,21 @@ class NodeRole:
     def ray_env(self) -> dict[str, str]:
         env = dict(os.environ)
         env.update(self.manifest_env)
+        # Large clusters: GCS threads and timeouts, worker start-up (beam_slurm.ray_cluster.scale); ray.extra_env wins.
+        scale.apply_to(env, self.settings, self.ctx.num_nodes, self.ctx.cpus)
         env.update(self.settings.extra_env)
         env.update(auth.auth_env(self.settings, self.token_path))
         # Ray's usage-stats prompt and the driver must not wait for a terminal.
         env.setdefault("RAY_USAGE_STATS_ENABLED", "0")
         return env
+
+    def record_bringup(self) -> None:
+        """This node's process start and `ray start` window in <attempt dir>/bringup/<host>.json (kept after the
+        job, unlike the rendezvous files: a worker's `ray start` may return after the head wrote ray_ready.json)."""
+        if self.ctx.attempt_dir is not None:
+            write_json(self.ctx.attempt_dir / BRINGUP_DIR / f"{self.ctx.host}.json",
+                       {"host": self.ctx.host, "rank": self.ctx.rank, "node_start": self.started,
+                        "ray_start": self.ray_start_window})
 
     def record_failure(self, kind: str, reason: str) -> None:
         """Keep the first failure of the attempt for the batch shell (and print it)."""
@@ -87,6 +100,14 @@ class NodeRole:
         """`ray start` with this job's ports; on a bind race, the next free block (up to 3 tries)."""
         block = start_block
         last_error: Exception | None = None
+        _, after = scale.raise_open_files_limit(self.settings.open_files_limit)  # inherited by every Ray process
+        added = scale.large_cluster_env(self.settings, self.ctx.num_nodes, self.ctx.cpus)
+        if added and head and after < self.settings.open_files_limit:
+            self.log(f"warning: open-file limit {after} (the hard limit) is below ray.open_files_limit="
+                     f"{self.settings.open_files_limit}; at {self.ctx.num_nodes} nodes the GCS may run out of descriptors")
+        if added and head:
+            self.log(f"large-cluster settings for {self.ctx.num_nodes} nodes: "
+                     + " ".join(f"{k}={v}" for k, v in added.items() if k not in self.settings.extra_env))
         for _ in range(_RAY_START_TRIES):
             ports = choose_ports(self.settings, int(self.ctx.job_id), head=head, start_block=block)
             args = [f"--node-ip-address={ip}", f"--temp-dir={self.ray.temp_dir}", f"--num-gpus={len(self.gpus)}",
@@ -108,8 +129,10 @@ class NodeRole:
                     on_gcs_up(ports)
 
             try:
+                began = time.time()
                 self.ray.start(args, self.ray_env(), ray_executable=_ray_executable(),
                                while_starting=announce_when_gcs_listens if head else None)
+                self.ray_start_window = (began, time.time())
                 if head and not announced and on_gcs_up is not None:
                     on_gcs_up(ports)
                 self.log_copier.start()

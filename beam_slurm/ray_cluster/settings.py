@@ -99,6 +99,40 @@ class RaySettings:
     """Environment for the Ray processes on every node and for the driver (e.g. NCCL_SOCKET_IFNAME,
     RAY_worker_register_timeout_seconds). Passed through the environment, never on a command line."""
 
+    open_files_limit: int = 65536
+    """Soft open-file limit (RLIMIT_NOFILE) the bootstrap sets before `ray start` on every node, capped by the hard
+    limit. The GCS keeps a connection per raylet, worker and driver, and each raylet one per worker: a 1024 soft
+    limit runs out at a few hundred nodes ("Too many open files" in the GCS). 0 keeps the inherited limit."""
+
+    large_cluster_nodes: int = 32
+    """From this many nodes in the job on, the bootstrap also sets the large-cluster settings below (Ray system
+    settings as RAY_* variables; a variable set in ray.extra_env wins). Below it Ray's defaults apply. 0: never."""
+
+    gcs_server_threads: int = 8
+    """Large clusters: at least this many GCS RPC server threads (RAY_gcs_server_rpc_server_thread_num; Ray's default
+    is a quarter of the head's cores, which a Slurm step with few CPUs or a small head leaves at 1-2): node and
+    worker registrations arrive all at once at bring-up."""
+
+    gcs_reconnect_timeout_s: int = 300
+    """Large clusters: how long a raylet or worker keeps retrying an unresponsive GCS before it exits
+    (RAY_gcs_rpc_server_reconnect_timeout_s, Ray's default 60 s): a GCS busy registering hundreds of nodes at once
+    may not answer for longer, and a raylet that gives up takes its node out of the job."""
+
+    health_check_failure_threshold: int = 10
+    """Large clusters: missed GCS health checks before a node is declared dead (RAY_health_check_failure_threshold,
+    Ray's default 5 at a 3 s period): an overloaded GCS or raylet misses checks during bring-up without being dead.
+    Our own supervision still ends the step within ray.head_lost_after_s of a node really vanishing."""
+
+    worker_register_timeout_s: int = 300
+    """Large clusters: how long a starting Ray worker process may take to register with its raylet
+    (RAY_worker_register_timeout_seconds, Ray's default 60 s): thousands of workers importing Python from shared
+    storage at the same moment start slowly."""
+
+    worker_start_concurrency: int = 16
+    """Large clusters: at most this many Ray worker processes start at once per node
+    (RAY_maximum_startup_concurrency, Ray's default: the node's CPUs): fewer simultaneous imports from shared
+    storage per node, so the whole cluster does not stampede the file system's metadata servers."""
+
     def problems(self) -> list[ConfigProblem]:
         """Every invalid field, each with the fix."""
         found: list[ConfigProblem] = []
@@ -127,6 +161,13 @@ class RaySettings:
                                        "use a shorter path (Ray's unix sockets below it must fit in 107 bytes), e.g. /tmp"))
         if self.object_store_memory_bytes < 0:
             found.append(ConfigProblem("ray.object_store_memory_bytes", self.object_store_memory_bytes, "use 0 (Ray's default) or a size in bytes"))
+        for name in ("open_files_limit", "large_cluster_nodes"):
+            if getattr(self, name) < 0:
+                found.append(ConfigProblem(f"ray.{name}", getattr(self, name), "use 0 (off) or a positive number"))
+        for name in ("gcs_server_threads", "gcs_reconnect_timeout_s", "health_check_failure_threshold",
+                     "worker_register_timeout_s", "worker_start_concurrency"):
+            if getattr(self, name) < 1:
+                found.append(ConfigProblem(f"ray.{name}", getattr(self, name), "use a positive number"))
         if self.num_cpus < 0:
             found.append(ConfigProblem("ray.num_cpus", self.num_cpus, "use 0 (Slurm's CPUs on the node) or a positive count"))
         for key, value in self.extra_env.items():

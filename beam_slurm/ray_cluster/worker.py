@@ -45,7 +45,9 @@ class Worker(NodeRole):
             ports = self.start_ray(head=False, ip=ip, start_block=int(head["block"]), head_address=head["address"])
         # The head watches this port: a node that vanishes ends the step in seconds.
         self.rendezvous.publish_node(self.ctx.rank, {"host": self.ctx.host, "ip": ip, "gpus": self.gpus,
-                                                     "node_manager_port": ports.node_manager})
+                                                     "node_manager_port": ports.node_manager,
+                                                     "node_start": self.started, "ray_start": self.ray_start_window})
+        self.record_bringup()
         self.log(f"joined {head['address']}")
         return self.supervise(HeadWatch(head_ip, int(gcs_port), self.settings.head_lost_after_s, clock=self.clock))
 

@@ -131,7 +131,8 @@ class Attempt:
         self.log(f"starting the Ray step on {self.nodes} nodes: "
                  f"{shlex.join(argv[: argv.index(self.settings.python)])} ...")
         # Own process group: a SIGINT typed at an interactive salloc shell must reach us, not srun directly.
-        self.step = subprocess.Popen(argv, env=env, start_new_session=True)
+        self.step = subprocess.Popen(argv, env={**env, "BEAM_RAY_STEP_LAUNCH_TIME": f"{time.time():.3f}"},
+                                     start_new_session=True)
 
     def stop_ray_step(self) -> int:
         assert self.step is not None
@@ -430,8 +431,11 @@ class Attempt:
             if self.settings.ray.auth:
                 auth.ensure_token(self.settings.ray, self.alloc.job_id)
             env = self.step_env()
+            began = time.time()
             if self.settings.preflight and not self.run_preflight(env):
                 return self.end(self.facts(preflight_failed=True, ray_started=False))
+            if self.settings.preflight:  # for the bring-up timing in ray_ready.json
+                env["BEAM_PREFLIGHT_WINDOW"] = f"{began:.3f},{time.time():.3f}"
             if self.notices:
                 return self.end(self.facts(notice=self.notices[0][0], ray_started=False))
             self.start_ray_step(env)

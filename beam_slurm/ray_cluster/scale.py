@@ -1,0 +1,52 @@
+"""Settings for large clusters that the bootstrap applies on every node before `ray start`: the open-file limit
+(always) and, from `ray.large_cluster_nodes` nodes on, Ray system settings for the GCS and for worker start-up.
+
+Why each one, in short (details on each field of `RaySettings`): at bring-up every raylet registers with the one
+GCS at the same moment, then every GPU's worker process starts and registers; at hundreds of nodes the GCS runs out
+of file descriptors, its RPC queue falls behind (raylets give up after 60 s and take their node with them) and
+thousands of Python processes import from shared storage at once. These settings widen those limits; they change
+nothing Ray computes.
+"""
+
+from __future__ import annotations
+
+import resource
+from typing import Mapping
+
+from beam_slurm.ray_cluster.settings import RaySettings
+
+
+def large_cluster_env(settings: RaySettings, nodes: int, cpus: int = 0) -> dict[str, str]:
+    """RAY_* variables for a job of `nodes` nodes ({} below ray.large_cluster_nodes). `cpus`: the head node's CPU
+    count; the GCS threads are never set below Ray's own default (a quarter of them)."""
+    if not settings.large_cluster_nodes or nodes < settings.large_cluster_nodes:
+        return {}
+    return {
+        "RAY_gcs_server_rpc_server_thread_num": str(max(settings.gcs_server_threads, cpus // 4)),
+        "RAY_gcs_rpc_server_reconnect_timeout_s": str(settings.gcs_reconnect_timeout_s),
+        "RAY_health_check_failure_threshold": str(settings.health_check_failure_threshold),
+        "RAY_worker_register_timeout_seconds": str(settings.worker_register_timeout_s),
+        "RAY_maximum_startup_concurrency": str(settings.worker_start_concurrency),
+    }
+
+
+def apply_to(env: dict[str, str], settings: RaySettings, nodes: int, cpus: int = 0,
+             chosen: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Add the large-cluster variables to `env` unless the user chose them (`chosen`: ray.extra_env); returns what
+    was added."""
+    chosen = settings.extra_env if chosen is None else chosen
+    added = {k: v for k, v in large_cluster_env(settings, nodes, cpus).items() if k not in chosen}
+    env.update(added)
+    return added
+
+
+def raise_open_files_limit(wanted: int) -> tuple[int, int]:
+    """Raise this process's soft RLIMIT_NOFILE to `wanted` (capped by the hard limit; never lowered), so `ray start`
+    and everything it spawns inherit it. Returns (soft before, soft after)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if wanted <= 0 or soft == resource.RLIM_INFINITY or (wanted <= soft):
+        return soft, soft
+    target = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+    if target > soft:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+    return soft, max(target, soft)
