@@ -134,6 +134,11 @@ def main() -> int:
           f"~{sbatch * jobs_per_big:.1f} s)")
     print(f"scheduler calls of one `status` over the 64 runs: {calls.get('squeue')} squeue, {calls.get('sacct')} sacct "
           "(target: 1 and 1)")
+    refresh = calls.get("refresh_s", float("nan"))
+    per = calls.get("refresh_calls", {})
+    print(f"one `status --watch` refresh of the 64 runs (collect + table, in process, median of 3): {refresh:.3f} s "
+          f"(target < 2 s: {'ok' if refresh < 2 else 'MISSED'}), {per.get('squeue')} squeue and {per.get('sacct')} "
+          "sacct per refresh")
     return 0
 
 
@@ -157,9 +162,19 @@ def count_scheduler_calls(sweep_dir: str, env: dict[str, str]) -> dict[str, int]
             "def q():\n    calls['squeue'] += 1\n    return real_q()\n"
             "def a(ids):\n    calls['sacct'] += 1\n    return real_a(ids)\n"
             "scheduler.squeue_rows, scheduler.sacct_rows = q, a\n"
-            "import contextlib, io\n"
+            "import contextlib, io, time\n"
             "with contextlib.redirect_stdout(io.StringIO()):\n    status.main([sys.argv[1], '--json'])\n"
-            "print(json.dumps(calls))\n")
+            "counted = dict(calls)  # one status run; the refreshes below count on\n"
+            "from rich.console import Console\n"
+            "paths, title = status.resolve_targets(sys.argv[1])\n"
+            "times = []\n"
+            "for _ in range(3):  # what one refresh of status --watch does: collect, then render the table\n"
+            "    started = time.perf_counter()\n"
+            "    Console(file=io.StringIO(), width=160).print(status.render_table(status.collect(paths), title))\n"
+            "    times.append(time.perf_counter() - started)\n"
+            "counted['refresh_s'] = sorted(times)[1]\n"
+            "counted['refresh_calls'] = {k: (calls[k] - counted[k]) / 3 for k in ('squeue', 'sacct')}\n"
+            "print(json.dumps(counted))\n")
     return json.loads(timed([PYTHON, "-c", code, sweep_dir], env)[1].strip().splitlines()[-1])
 
 

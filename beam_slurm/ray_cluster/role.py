@@ -51,7 +51,8 @@ class NodeRole:
         self.log_copier = LogCopier(temp_dir, ctx.attempt_dir, ctx.host, LogCopySettings.from_env(), self.log)
         """Copies this node's Ray session logs to the attempt's log folder (periodically, and once at the end)."""
         self.ray_start_window: tuple[float, float] | None = None
-        """(began, returned) of this node's successful `ray start`: Ray's own start-up time, for the bring-up timing."""
+        """(began, returned) of this node's `ray start`, failed tries included: Ray's own start-up time, for the bring-up
+        timing."""
         self.manifest_env: dict[str, str] = {}
         """The environment manifest's variables on this node (`export_manifest`), exported to Ray and the driver."""
 
@@ -108,6 +109,7 @@ class NodeRole:
         if added and head:
             self.log(f"large-cluster settings for {self.ctx.num_nodes} nodes: "
                      + " ".join(f"{k}={v}" for k, v in added.items() if k not in self.settings.extra_env))
+        began = time.time()
         for _ in range(_RAY_START_TRIES):
             ports = choose_ports(self.settings, int(self.ctx.job_id), head=head, start_block=block)
             args = [f"--node-ip-address={ip}", f"--temp-dir={self.ray.temp_dir}", f"--num-gpus={len(self.gpus)}",
@@ -129,10 +131,9 @@ class NodeRole:
                     on_gcs_up(ports)
 
             try:
-                began = time.time()
                 self.ray.start(args, self.ray_env(), ray_executable=_ray_executable(),
                                while_starting=announce_when_gcs_listens if head else None)
-                self.ray_start_window = (began, time.time())
+                self.ray_start_window = (began, time.time())  # failed tries included: Ray's time too
                 if head and not announced and on_gcs_up is not None:
                     on_gcs_up(ports)
                 self.log_copier.start()
