@@ -92,7 +92,9 @@ def _locked(path: Path) -> Iterator[None]:
 
 
 def _read_jsonl(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    # Rows end with "\n" only: str.splitlines would also split inside a response at characters JSON leaves raw
+    # (U+2028, U+0085, U+001C ...), which models do write.
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").split("\n") if line.strip()]
 
 
 def _jsonl(rows: list[dict[str, Any]]) -> str:

@@ -123,3 +123,11 @@ def test_the_notice_reaches_the_task_and_not_the_processes_it_starts():
         for process in (child, plain):
             if process is not None:
                 process.kill()
+
+
+def test_a_saved_chunk_reads_back_whole_when_a_response_holds_unicode_line_breaks(tmp_path):
+    """JSON leaves U+2028, U+0085 and U+001C raw, and str.splitlines splits at them; random models write them."""
+    store = resumable.SampleStore(tmp_path / "samples" / "aime-x")
+    rows = [{"problem_id": "p0", "sample": s, "response": "a\u2028b\x85c\x1cd"} for s in range(3)]
+    store.add_chunk(rows)
+    assert store.responses() == rows and store.counts() == {"p0": 3}

@@ -85,6 +85,11 @@ def exports(slurm_sandbox) -> Exports:
         slurm_sandbox.cancel(row["JobID"])
 
 
+def read_rows(path: Path) -> list[dict]:
+    """JSON lines split at "\n" only (a random model's replies may hold U+2028, which str.splitlines splits at)."""
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").split("\n") if line.strip()]
+
+
 def task_folder(out: Path, k: int) -> Path:
     (folder,) = [p for p in (out / "tasks").iterdir() if p.name.startswith(f"aime_tiny-k{k}-")]
     return folder
@@ -105,7 +110,7 @@ def test_a_runs_exports_are_one_array_and_finished_tasks_are_not_resubmitted(exp
     for step in RUN_STEPS:
         out = exports.run / "beam_evals" / f"global_step_{step}"
         metrics = json.loads((out / "metrics.json").read_text())["aime_tiny"]
-        grades = [json.loads(line) for line in (out / "grades.jsonl").read_text().splitlines()]
+        grades = read_rows(out / "grades.jsonl")
         assert metrics["k"] == 2 and len(grades) == PROBLEMS * 2
         assert metrics["avg@k"] == pytest.approx(sum(g["correct"] for g in grades) / len(grades))
         assert len(metrics["avg@k_ci95"]) == 2
@@ -136,7 +141,7 @@ def test_multirun_over_two_k_values_makes_both_task_keys_from_one_generation(exp
         folder = task_folder(out, k)
         metrics = json.loads((folder / "metrics.json").read_text())["aime_tiny"]
         assert metrics["k"] == k
-        assert len((folder / "grades.jsonl").read_text().splitlines()) == PROBLEMS * k
+        assert len(read_rows(folder / "grades.jsonl")) == PROBLEMS * k
     info = json.loads((task_folder(out, 3) / "info.json").read_text())
     assert info["progress"]["generated"] == PROBLEMS * 3 and info["progress"]["reused"] == 0
     assert json.loads((out / "metrics.json").read_text())["aime_tiny"]["k"] == 3  # the view: the largest k
@@ -145,7 +150,7 @@ def test_multirun_over_two_k_values_makes_both_task_keys_from_one_generation(exp
 
 
 def reused_before(chunks: dict[str, str]) -> int:
-    return sum(len(text.splitlines()) for text in chunks.values())
+    return sum(text.count("\n") for text in chunks.values())  # one row per "\n" (responses may hold U+2028)
 
 
 def saved_chunks(out: Path) -> dict[str, str]:
@@ -197,7 +202,7 @@ def test_a_preempted_task_resumes_with_the_responses_it_had(exports):
     reused = reused_before(before)
     assert 0 < reused < total
     assert progress["reused"] >= reused and progress["reused"] + progress["generated"] == total, progress
-    grades = [json.loads(line) for line in (out / "grades.jsonl").read_text().splitlines()]
+    grades = read_rows(out / "grades.jsonl")
     assert sorted((g["problem_id"], g["sample"]) for g in grades) == sorted(
         (f"p{n}", s) for n in range(20) for s in range(k))
     print(f"preempted after {reused} of {total} responses; the requeued attempt reused {progress['reused']}")
