@@ -21,12 +21,13 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, Mapping
+
+from beam_slurm.atomic_files import atomic_writer
 
 SETTINGS_ENV = "BEAM_LOG_COPY"
 """Environment variable carrying `LogCopySettings` (JSON) from the batch shell to the nodes."""
@@ -149,9 +150,7 @@ def _same(target: Path, info: os.stat_result) -> bool:
 
 def _copy_tail(source: Path, target: Path, size: int, mtime: float) -> None:
     """The last `size` bytes of `source` into `target` (whole file when size is its length), then its mtime."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    partial = target.with_name(f".{target.name}.part")
-    with open(source, "rb") as src, open(partial, "wb") as out:
+    with open(source, "rb") as src, atomic_writer(target, "wb") as out:
         src.seek(0, os.SEEK_END)
         src.seek(max(src.tell() - size, 0))
         remaining = size
@@ -161,8 +160,7 @@ def _copy_tail(source: Path, target: Path, size: int, mtime: float) -> None:
                 break
             out.write(chunk)
             remaining -= len(chunk)
-    os.utime(partial, (mtime, mtime))
-    os.replace(partial, target)
+    os.utime(target, (mtime, mtime))
 
 
 def _remove_other_files(dest: Path, wanted: set[Path]) -> int:
