@@ -135,7 +135,6 @@ def main_for(verb: str, argv: list[str]) -> int:
 
 
 def _stop_pending(manifest, job_id: str, run: dict, out, parser) -> int:
-    from beam_slurm.pipeline import runs
     from beam_slurm.pipeline.stages import latest_checkpoint_step
 
     try:

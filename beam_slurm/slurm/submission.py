@@ -10,7 +10,7 @@ import os
 import re
 import shlex
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping, Sequence
+from typing import Iterable, Mapping
 
 from beam_slurm.slurm.scheduler import SlurmCommandError
 

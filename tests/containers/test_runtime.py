@@ -16,7 +16,6 @@ from beam_slurm.containers.runtime import (
     cached_image_path,
     command_prefix,
     container_environment,
-    default_container_name,
     digest_record_path,
     enroot_reference,
     image_file_name,
@@ -24,7 +23,7 @@ from beam_slurm.containers.runtime import (
     srun_container_args,
     validate,
 )
-from beam_slurm.containers.settings import ContainerSettings, Mount, parse_mount, same_path_mounts, settings_from_mapping
+from beam_slurm.containers.settings import ContainerSettings, Mount, parse_mount, settings_from_mapping
 from golden_commands import (
     RENDERERS,
     TRICKY_COMMAND,

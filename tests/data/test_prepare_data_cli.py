@@ -23,7 +23,6 @@ from dapo_inputs import (
     aime2024_rows,
     random_rows,
     reference_clean,
-    row,
     tricky_rows,
     write_aime2025_opencompass,
     write_aime2025_yentinglin,

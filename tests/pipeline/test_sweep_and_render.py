@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 
-from beam_slurm.config.errors import ConfigError
 from beam_slurm.config.load import load_config
 from beam_slurm.pipeline import submit as submit_mod
 from beam_slurm.pipeline.stages import (

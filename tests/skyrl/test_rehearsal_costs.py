@@ -8,7 +8,6 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 from test_rehearsal import ray_head, rehearsal  # noqa: F401  (the module's private Ray head)
 
