@@ -36,6 +36,8 @@ from beam_slurm.evaluation import resumable
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SUBMITTED_FILE = "submitted.json"
+SLURM_SILENCE_LIMIT_S = 600.0
+"""`--wait` gives up when squeue/sacct have not answered for this long (a controller restart takes seconds)."""
 
 
 @dataclass(frozen=True)
@@ -394,14 +396,26 @@ def wait_for(job_ids: list[str], poll_s: float = 5.0, log: Callable[[str], None]
     """Show progress (rich) until every task ended; returns job id -> final state."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+    from beam_slurm.slurm.scheduler import SlurmCommandError
     from beam_slurm.slurm.submission import job_records
 
     states: dict[str, str] = {}
+    unanswered_since: float | None = None
     with Progress(TextColumn("evaluate"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.description}"),
                   TimeElapsedColumn(), transient=False) as bar:
         task = bar.add_task("", total=len(job_ids))
         while True:
-            records = job_records(job_ids)
+            try:
+                records = job_records(job_ids)
+                unanswered_since = None
+            except SlurmCommandError as exc:
+                # A controller restarting (or failing over) answers again shortly; the tasks run on regardless.
+                unanswered_since = unanswered_since or time.monotonic()
+                if time.monotonic() - unanswered_since > SLURM_SILENCE_LIMIT_S:
+                    raise
+                bar.update(task, description=f"Slurm does not answer ({exc}); asking again")
+                time.sleep(poll_s)
+                continue
             states = {j: records[j].state if j in records else "UNKNOWN" for j in job_ids}
             done = sum(1 for j in job_ids if j in records and records[j].final)
             running = sum(1 for s in states.values() if s == "RUNNING")
