@@ -297,7 +297,11 @@ def test_submit_runs_data_train_requeue_and_one_evaluation_per_export(slurm_sand
     # --- status at the end tells the whole story ------------------------------------------------------------------
     exports = sorted(int(p.name.removeprefix("global_step_")) for p in export_path.glob("global_step_*"))
     assert exports == EXPORT_STEPS
-    assert [s for s in rows] == ["data", "container", "train", *[f"evaluate {s}" for s in EXPORT_STEPS]], story.story()
+    assert [s for s in rows if not s.startswith(" ")] == ["data", "container", "train",
+                                                          *[f"evaluate {s}" for s in EXPORT_STEPS]], story.story()
+    # Under the training row, its two attempts: the first ended on the notice, the second finished.
+    attempts = [rows[s] for s in rows if s.startswith("  attempt")]
+    assert [a["state"] for a in attempts] == ["notice", "finished"], story.story()
     assert rows["data"]["state"] == "COMPLETED" and rows["data"]["restarts"] == 0, story.story()
     assert rows["train"]["state"] == "COMPLETED" and rows["train"]["restarts"] == 1, story.story(1)
     assert rows["train"]["checkpoint"] == f"{STEPS}/{STEPS}"
