@@ -73,6 +73,17 @@ def escape_interpolation(text: str) -> str:
     return re.sub(r"(\\*)\$\{", lambda m: "\\" * (2 * len(m.group(1)) + 1) + "${", text)
 
 
+def escape_values(value: Any) -> Any:
+    """`value` with `escape_interpolation` applied to every string inside lists, tuples and dicts."""
+    if isinstance(value, str):
+        return escape_interpolation(value)
+    if isinstance(value, (list, tuple)):
+        return [escape_values(v) for v in value]
+    if isinstance(value, dict):
+        return {k: escape_values(v) for k, v in value.items()}
+    return value
+
+
 def override(key: str, value: Any) -> str:
     """One `key=value` override for `value` (see hydra_value)."""
     return f"{key}={hydra_value(value)}"

@@ -31,6 +31,7 @@ from typing import Any, Callable
 
 import submitit
 
+from beam_slurm.data.manifest import sha256_file
 from beam_slurm.atomic_files import write_json
 from beam_slurm.evaluation import resumable
 
@@ -57,16 +58,6 @@ class TaskSpec:
     base_model: str | None = None
     server: str | None = None
     served_model: str | None = None
-
-
-def _sha256(path: Path) -> str:
-    import hashlib
-
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 @dataclass
@@ -111,7 +102,7 @@ def prepare(spec: TaskSpec) -> Prepared:
         engine = EngineSettings.from_config(cfg, ray_cluster=bool(os.environ.get("RAY_ADDRESS")))
     path = Path(spec.data_file).expanduser().resolve()
     problems = read_problems(path, cfg.eval.limit)
-    data = {"path": str(path), "sha256": _sha256(path), "problems": len(problems)}
+    data = {"path": str(path), "sha256": sha256_file(path), "problems": len(problems)}
     label = dataset_label(path, problems[0].data_source)
     identity = resumable.sampling_identity(
         eval_input.describe() if eval_input else None,

@@ -22,19 +22,17 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import hashlib
 import json
 import os
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
-from beam_slurm.atomic_files import write_text
+from beam_slurm.data.manifest import sha256_file
 from beam_slurm.evaluation.checkpoints import CheckpointError, EvalInput, step_of, resolve_checkpoint
 from beam_slurm.evaluation.metrics import GradingInputError
 from beam_slurm.evaluation.problems import DatasetError, Problem, read_problems
-from beam_slurm.evaluation.results import INFO_FILE, METRICS_FILE, evaluation_dir, finished_metrics
+from beam_slurm.evaluation.results import evaluation_dir, finished_metrics
 
 RESPONSES_FILE = "responses.jsonl"
 RESPONSES_META_FILE = "responses.meta.json"
@@ -110,14 +108,6 @@ class UsageError(ValueError):
     """Bad command-line input; reported with exit status 2."""
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def _jsonl(rows: list[dict[str, Any]]) -> str:
     return "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
 
@@ -143,7 +133,7 @@ def _load_problems(files: list[str], limit: int | None) -> tuple[list[Problem], 
                     "mix. Pass each benchmark once"
                 )
         problems += file_problems
-        described.append({"path": str(path), "sha256": _sha256(path), "problems": len(file_problems)})
+        described.append({"path": str(path), "sha256": sha256_file(path), "problems": len(file_problems)})
     return problems, described
 
 

@@ -13,7 +13,7 @@ import json
 import shlex
 from dataclasses import dataclass, field
 
-from beam_slurm.config.verb_args import escape_interpolation
+from beam_slurm.config.verb_args import escape_interpolation, escape_values
 
 #: The DAPO experiment from the SkyRL checkout (examples/ is not in the wheel): it adds the overlong penalty.
 DAPO_MODULE = "examples.train.algorithms.dapo.main_dapo"
@@ -60,19 +60,9 @@ def render_value(value) -> str:
     if isinstance(value, (int, float)):
         return repr(value)
     if isinstance(value, (list, tuple, dict)):
-        return json.dumps(_escaped(value), separators=(",", ":"))
+        return json.dumps(escape_values(value), separators=(",", ":"))
     text = escape_interpolation(str(value))
     return text if "\n" not in text and _parses_to(text, str(value)) else json.dumps(text)
-
-
-def _escaped(value):
-    if isinstance(value, str):
-        return escape_interpolation(value)
-    if isinstance(value, (list, tuple)):
-        return [_escaped(v) for v in value]
-    if isinstance(value, dict):
-        return {k: _escaped(v) for k, v in value.items()}
-    return value
 
 
 def _parses_to(rendered: str, value) -> bool:
