@@ -23,7 +23,6 @@ Nothing here reads files or runs commands; the functions taking `cfg` only read 
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 import statistics
@@ -237,6 +236,60 @@ def recipe_budget(cfg, *, lead_s: float | None = None, write_gbytes_per_s: float
                   log_copy_s=float(c.log_copy_s), grace_s=float(c.grace_s))
 
 
+@dataclass(frozen=True)
+class SaveCost:
+    """What one save on notice costs a recipe, taken from the loaded config: `plan` and the training job (which
+    carries it in its settings and measures the bandwidth) build their preemption budgets from the same numbers."""
+
+    step_s: float
+    bytes_per_node: float
+    min_save_s: float
+    """The rehearsal's save lasts at least trainer.rehearsal_save_s; 0 for real trainers."""
+    write_gbytes_per_s: float
+    """cluster.storage_write_gbytes_per_s, used where nothing was measured."""
+    job_grace_s: float
+    """cluster.grace_s: how long the job waits for the save."""
+
+    @classmethod
+    def of(cls, cfg) -> "SaveCost":
+        return cls(step_s=step_seconds(cfg)[0], bytes_per_node=checkpoint_bytes_per_node(cfg)[0],
+                   min_save_s=float(cfg.trainer.rehearsal_save_s) if cfg.trainer.backend == "rehearsal" else 0.0,
+                   write_gbytes_per_s=float(cfg.cluster.storage_write_gbytes_per_s),
+                   job_grace_s=float(cfg.cluster.grace_s))
+
+    def preemption_budget(self, grace_s: float, measured_gbytes_per_s: float | None = None) -> Budget:
+        """A preemption's budget: once the checkpoint is complete, the kill at the end of the grace time loses nothing
+        and Slurm requeues the job itself, so only the step and the save must fit (stopping Ray and copying logs may
+        be cut short)."""
+        rate = self.write_gbytes_per_s if measured_gbytes_per_s is None else measured_gbytes_per_s
+        save = max(save_seconds(self.bytes_per_node, rate), self.min_save_s)
+        return Budget(lead_s=float(grace_s), step_s=self.step_s, save_s=save, stop_s=0.0, log_copy_s=0.0,
+                      grace_s=self.job_grace_s)
+
+
+def term_notice(info, qos: str | None, cost: SaveCost, measured_gbytes_per_s: float | None = None) -> tuple[bool, str]:
+    """Whether the first SIGTERM of a preemption, which reaches only the job's tasks, is taken as a notice (the Ray
+    step holds it and the job saves as on USR1), and why. Only when the step and the save fit in the GraceTime:
+    otherwise the Ray step stops at once, as it always did. `info`: `beam_slurm.slurm.preemption.PreemptionInfo`."""
+    if not info.reachable:
+        return False, f"Slurm did not say how a preemption comes ({info.why})"
+    if not info.preemptable(qos):
+        return False, f"partition {info.partition} is not preemptable"
+    mode = info.mode(qos)
+    if mode.startswith("SUSPEND"):
+        return False, f"a preemption suspends the job (PreemptMode={mode})"
+    grace = info.grace_s(qos)
+    if grace <= 0:
+        return False, "GraceTime 0: a preemption kills at once"
+    budget = cost.preemption_budget(grace, measured_gbytes_per_s)
+    summary = budget.summary().replace(" lead ", " GraceTime ")
+    if not budget.fits:
+        if not budget.fits_lead:
+            return False, f"{summary}: the save does not fit"
+        return False, f"step + save > cluster.grace_s {budget.grace_s:,.0f} s: the job would not wait for the save"
+    return True, summary
+
+
 def preflight_budget(cfg) -> dict:
     """What the job's preflight checks the measured bandwidth against: bytes per node and the seconds for the save."""
     return {"save_bytes_per_node": int(checkpoint_bytes_per_node(cfg)[0]),
@@ -347,11 +400,19 @@ def _preemption_line(cfg, info, interval: int) -> tuple[str, Budget | None]:
         return head.rstrip(". "), None
     if grace <= 0:
         return head + f"A preemption comes WITHOUT a notice (GraceTime 0): {lost}", None
+    budget = SaveCost.of(cfg).preemption_budget(grace)
     if not info.user_signal:
-        return head + ("A preemption comes WITHOUT a notice: without SlurmctldParameters=preempt_send_user_signal "
-                       "the first SIGTERM reaches only the job's tasks (the Ray step stops at once), not the batch "
-                       f"shell; {lost}. Fix: ask the administrators for preempt_send_user_signal"), None
-    # Once the checkpoint is complete, the kill at the end of the grace time loses nothing and Slurm requeues the
-    # job itself: only the step and the save must fit (stopping Ray and copying logs may be cut short).
-    budget = dataclasses.replace(recipe_budget(cfg, lead_s=grace), stop_s=0.0, log_copy_s=0.0)
+        # The job's Ray step holds that SIGTERM and relays it as a notice only when the save fits (`term_notice`).
+        if not budget.fits:
+            return head + ("A preemption comes WITHOUT a notice: without SlurmctldParameters=preempt_send_user_signal "
+                           "the first SIGTERM reaches only the job's tasks, and the step and the save do not fit in "
+                           f"the GraceTime ({budget.summary()}), so the Ray step stops at once; {lost}. Fix: ask the "
+                           "administrators for preempt_send_user_signal and a longer GraceTime, or lower "
+                           "checkpoint.interval"), None
+        caveat = ("" if "cgroup" not in info.proctrack else
+                  f" (with {info.proctrack} that SIGTERM is expected to reach Ray's own processes too, and then Ray "
+                  "stops and nothing is saved: ask for preempt_send_user_signal to be sure)")
+        return head + ("Without preempt_send_user_signal the first SIGTERM reaches only the job's tasks: the Ray "
+                       f"step holds it and the job saves as on a notice{caveat}, because the step and the save fit: "
+                       ), budget
     return head + "USR1 reaches the batch shell at once (preempt_send_user_signal): ", budget

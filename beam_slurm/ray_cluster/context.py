@@ -7,7 +7,7 @@ import socket
 from dataclasses import dataclass
 from pathlib import Path
 
-from beam_slurm.ray_cluster.records import NodeFailure
+from beam_slurm.ray_cluster.records import SIGTERM_NOTICE_ENV, NodeFailure
 
 
 @dataclass
@@ -34,6 +34,8 @@ class NodeContext:
     """Per-attempt log folder on shared storage (BEAM_ATTEMPT_DIR)."""
     cpus: int
     """CPUs on this node for this job."""
+    sigterm_notice: bool = False
+    """BEAM_SIGTERM_NOTICE=1: hold a first SIGTERM that may be a preemption's only notice (`records.SIGTERM_NOTICE_ENV`)."""
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None) -> "NodeContext":
@@ -67,6 +69,7 @@ class NodeContext:
             expected_gpus=int(expected) if expected else None,
             attempt_dir=Path(env["BEAM_ATTEMPT_DIR"]) if env.get("BEAM_ATTEMPT_DIR") else None,
             cpus=int(env.get("SLURM_CPUS_ON_NODE") or os.cpu_count() or 1),
+            sigterm_notice=env.get(SIGTERM_NOTICE_ENV) == "1",
         )
 
     def host_of_rank(self, rank: int) -> str:

@@ -17,8 +17,8 @@ from beam_slurm.ray_cluster import auth
 from beam_slurm.ray_cluster.checks import GpuVisibilityCheck, check_gpu_count
 from beam_slurm.ray_cluster.network import node_ipv4
 from beam_slurm.ray_cluster.ports import RayPorts
-from beam_slurm.ray_cluster.records import (EXIT_INFRA, EXIT_STOPPED, HEAD_FILE, READY_FILE, NodeFailure,
-                                            record_driver_exit, shell_status)
+from beam_slurm.ray_cluster.records import (EXIT_INFRA, EXIT_STOPPED, HEAD_FILE, READY_FILE, STOPPING_FILE,
+                                            TERM_RELAYED_FILE, NodeFailure, record_driver_exit, shell_status)
 from beam_slurm.ray_cluster.role import NodeRole
 from beam_slurm.ray_cluster.supervision import WorkerWatch, stop_process_group
 
@@ -30,6 +30,8 @@ class Head(NodeRole):
     """When every node and GPU had registered with the GCS (before the GPU visibility check)."""
     checked_at: float | None = None
     """When the GPU visibility check had passed (before the head's own Ray client disconnects)."""
+    driver_running: bool = False
+    """The driver was started (a held SIGTERM can lead to a save only then)."""
 
     def run(self, driver: list[str]) -> int:
         ip = node_ipv4(self.settings.network_interface)
@@ -137,25 +139,72 @@ class Head(NodeRole):
                 + "; ".join(problems))
 
     # --- the driver ----------------------------------------------------------------------------------------------
+    def can_hold_sigterm(self) -> bool:
+        return self.driver_running  # before the driver runs there is nothing to save
+
+    def stop_after_held_sigterm(self) -> None:
+        self.stop_requested = True  # obey the SIGTERM after all
+
+    def relay_held_sigterm(self) -> None:
+        """A first SIGTERM is held on every node: when Slurm says the job is being preempted, tell the batch shell
+        (USR1, as `--signal` would have) and let the driver run on until the batch shell has the save and stops the
+        step; otherwise stop as on any SIGTERM."""
+        from beam_slurm.slurm import scheduler
+        from beam_slurm.slurm.requeue_policy import preempted
+
+        try:
+            preempt_time = scheduler.job_info(self.ctx.job_id).get("PreemptTime", "")
+        except scheduler.SlurmCommandError as exc:
+            self.log(f"SIGTERM: Slurm did not say whether the job is preempted ({exc}); stopping")
+            self.stop_after_held_sigterm()
+            return
+        if not preempted(preempt_time):
+            self.log("SIGTERM: the job is not being preempted (no PreemptTime); stopping")
+            self.stop_after_held_sigterm()
+            return
+        if self.ctx.attempt_dir is not None:
+            write_json(self.ctx.attempt_dir / TERM_RELAYED_FILE,
+                       {"time": time.time(), "held_at": self.sigterm_held_at, "node": self.ctx.host,
+                        "preempt_time": preempt_time})
+        try:
+            scheduler.signal_batch(self.ctx.job_id, "USR1")
+        except scheduler.SlurmCommandError as exc:
+            self.log(f"SIGTERM of a preemption: could not relay it to the batch shell ({exc}); stopping")
+            self.stop_after_held_sigterm()
+            return
+        self.log(f"SIGTERM of a preemption (PreemptTime={preempt_time}) without a user signal: relayed to the batch "
+                 "shell as a notice; the driver runs on until the batch shell has its checkpoint")
     def run_driver(self, driver: list[str], address: str) -> int:
         env = self.ray_env()
         env["RAY_ADDRESS"] = address
         self.log(f"starting the driver: {driver[0]} ... ({len(driver) - 1} arguments)")
         proc = subprocess.Popen(driver, env=env, start_new_session=True)
+        self.driver_running = True
         watch = WorkerWatch(self.rendezvous, self.settings.head_lost_after_s, clock=self.clock)
         status: int | None = None
+        relayed = False
         try:
             while status is None:
                 status = proc.poll()
                 if status is not None:
                     break
+                if self.sigterm_held_at is not None and not relayed:
+                    relayed = True
+                    self.relay_held_sigterm()
                 if self.stop_requested:
                     self.log("stop requested: stopping the driver")
+                    if self.ctx.attempt_dir is not None and self.ctx.sigterm_notice:
+                        # The driver holds a first SIGTERM unless the attempt is marked as stopping.
+                        (self.ctx.attempt_dir / STOPPING_FILE).write_text(f"{time.time():.3f}\n")
                     status = stop_process_group(proc, self.settings.driver_stop_grace_s)
                     status = EXIT_STOPPED if status in (0, 15, -signal.SIGTERM, EXIT_STOPPED) else shell_status(status)
                     break
                 lost = "" if self.ray.alive(("/raylet/raylet", "gcs_server")) else \
                     f"node {self.ctx.host}: the head's Ray died while the driver ran"
+                if lost and self.sigterm_held_at is not None:
+                    self.log("the head's Ray ended after the SIGTERM: it reached Ray too, so no save can follow")
+                    self.stop_after_held_sigterm()
+                    continue
                 lost = lost or watch.lost_node()
                 if lost:
                     self.record_failure("infra", lost)

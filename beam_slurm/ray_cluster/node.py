@@ -1,7 +1,9 @@
 """One Ray node of a job: `python -m beam_slurm.ray_cluster.node -- DRIVER ARGV...`, run by ONE srun step over all
 nodes with one task per node. Rank 0 (SLURM_PROCID) is the head (`head.Head`: bring-up, readiness, GPU check, the
 driver), every other rank a worker (`worker.Worker`: join, supervise). SIGTERM (the step being stopped) stops the
-driver and this job's Ray on the node, nothing else; USR1/USR2 are the batch shell's and are ignored here.
+driver and this job's Ray on the node, nothing else; USR1/USR2 are the batch shell's and are ignored here. With
+BEAM_SIGTERM_NOTICE=1 a first SIGTERM that is not the batch shell's stop is held: a preemption without a user
+signal reaches only the tasks, and the head relays it to the batch shell as a notice (`NodeRole.hold_sigterm`).
 
 Inputs (environment): SLURM_JOB_ID, SLURM_PROCID, SLURM_STEP_ID, SLURM_STEP_NUM_NODES, SLURM_STEP_NODELIST,
 SLURM_RESTART_COUNT, SLURM_CPUS_ON_NODE, the step's CUDA_VISIBLE_DEVICES; BEAM_RAY_SETTINGS (RaySettings as JSON),
@@ -26,9 +28,13 @@ from beam_slurm.ray_cluster.worker import Worker
 
 
 def install_signal_handlers(role: NodeRole) -> None:
-    """SIGTERM/SIGINT set the role's stop flag; USR1/USR2 (notices, the batch shell's business) are logged only."""
+    """SIGTERM/SIGINT set the role's stop flag, but for a first SIGTERM that may be a preemption's only notice
+    (`NodeRole.hold_sigterm`); USR1/USR2 (notices, the batch shell's business) are logged only."""
 
     def on_stop(signum: int, _frame: Any) -> None:
+        if signum == signal.SIGTERM and role.hold_sigterm():
+            role.log("SIGTERM held: it may be a preemption's notice (the head asks Slurm; a second one stops)")
+            return
         role.stop_requested = True
 
     def on_notice(signum: int, _frame: Any) -> None:

@@ -17,7 +17,7 @@ from beam_slurm.ray_cluster.log_copy import LogCopier, LogCopySettings
 from beam_slurm.ray_cluster.network import tcp_reachable
 from beam_slurm.ray_cluster.ports import RayPorts, choose_ports
 from beam_slurm.atomic_files import write_json
-from beam_slurm.ray_cluster.records import BRINGUP_DIR, NodeFailure, record_first_failure
+from beam_slurm.ray_cluster.records import BRINGUP_DIR, STOPPING_FILE, NodeFailure, record_first_failure
 from beam_slurm.ray_cluster.rendezvous import Rendezvous
 from beam_slurm.ray_cluster.settings import RaySettings
 
@@ -39,6 +39,8 @@ class NodeRole:
         """`clock()` when this node started: readiness deadlines count from here."""
         self.stop_requested = False
         """Set by the SIGTERM/SIGINT handler (`beam_slurm.ray_cluster.node`): the step is being stopped."""
+        self.sigterm_held_at: float | None = None
+        """When a first SIGTERM was held as a preemption's possible notice (`hold_sigterm`), else None."""
         self.restore_signal_handlers: Callable[[], None] = lambda: None
         """Re-installs the node's handlers (ray.init replaces the SIGTERM handler in this process)."""
         job_folder = auth.ensure_job_dir(settings, ctx.job_id)
@@ -55,6 +57,23 @@ class NodeRole:
         timing."""
         self.manifest_env: dict[str, str] = {}
         """The environment manifest's variables on this node (`export_manifest`), exported to Ray and the driver."""
+
+    def hold_sigterm(self) -> bool:
+        """On SIGTERM: True when it is held rather than obeyed. Without preempt_send_user_signal a preemption's first
+        SIGTERM reaches only the tasks of the job's steps, not the batch shell, GraceTime before the kill. When the
+        batch shell judged that a save fits in that time (`records.SIGTERM_NOTICE_ENV`), the first SIGTERM is held:
+        the head asks Slurm whether it is a preemption and relays it to the batch shell as a notice, or stops. The
+        batch shell marks its own stops (`records.STOPPING_FILE`), and a second SIGTERM always stops."""
+        if not self.ctx.sigterm_notice or self.ctx.attempt_dir is None or self.sigterm_held_at is not None:
+            return False
+        if not self.can_hold_sigterm() or (self.ctx.attempt_dir / STOPPING_FILE).exists():
+            return False
+        self.sigterm_held_at = time.time()
+        return True
+
+    def can_hold_sigterm(self) -> bool:
+        """Whether a save could follow a held SIGTERM in this node's phase (the head: only while the driver runs)."""
+        return True
 
     def export_manifest(self) -> None:
         """Resolve the environment manifest on this node (secret files read here) and record it, secrets masked."""

@@ -70,11 +70,14 @@ class Worker(NodeRole):
             if self.rendezvous.ended_file.exists():
                 return 0
             if not self.ray.alive():
+                if self.sigterm_held_at is not None:
+                    self.log("this node's Ray ended after the SIGTERM: it reached Ray too, so no save can follow")
+                    return 0
                 self.record_failure("infra", f"node {self.ctx.host}: this node's Ray (raylet) died")
                 return EXIT_INFRA
             if head.lost():
-                if self.rendezvous.ended_file.exists():
-                    return 0
+                if self.rendezvous.ended_file.exists() or self.sigterm_held_at is not None:
+                    return 0  # the driver ended, or the head stopped on the SIGTERM this node holds
                 self.record_failure("infra", f"node {self.ctx.host}: the head's GCS at {head.head_ip}:{head.gcs_port} "
                                              f"has been unreachable for {self.settings.head_lost_after_s:.0f}s")
                 return EXIT_INFRA

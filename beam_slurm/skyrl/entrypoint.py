@@ -189,6 +189,9 @@ def main(argv: list[str] | None = None) -> int:
     cfg = config_cls.from_cli_overrides(args)
     validate_cfg(cfg)
     initialize_ray(cfg)
+    from beam_slurm.ray_cluster.driver_signals import hold_first_sigterm
+
+    hold_first_sigterm()  # a preemption's SIGTERM to the tasks may be a notice (after ray.init's own handler)
     # Imported by module name (also under `python -m`) so Ray ships a reference, not a pickled copy of __main__.
     from beam_slurm.skyrl.entrypoint import _run_experiment
 

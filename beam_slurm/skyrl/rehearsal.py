@@ -64,6 +64,7 @@ from pathlib import Path
 
 from beam_slurm.atomic_files import write_text
 from beam_slurm.pipeline import tracking
+from beam_slurm.ray_cluster.driver_signals import hold_first_sigterm
 from beam_slurm.skyrl import notice
 from beam_slurm.skyrl.train_metrics import append_step_metrics
 
@@ -507,6 +508,7 @@ def run(s: RehearsalSettings) -> int:
         _log("starting from step 0")
     step_seconds = s.step_s
     ray.init(address=os.environ.get("RAY_ADDRESS", "auto"), log_to_driver=False)
+    hold_first_sigterm()  # a preemption's SIGTERM to the tasks may be a notice (after ray.init's own handler)
     try:
         actors, report = place_actors(s)
         nodes = sorted({slot["hostname"] for slot in report})

@@ -125,6 +125,21 @@ class Attempt:
 
         return preflight.run_step(self.launcher, checks, hosts, env, self.attempt_dir, log)
 
+    def sigterm_is_notice(self) -> bool:
+        """Whether the Ray step holds a preemption's first SIGTERM and the head relays it here as a notice: when
+        Slurm's partition (or QOS) grace time leaves room for the step and the save at the bandwidth the preflight
+        measured (`notice_budget.term_notice`)."""
+        from beam_slurm.notice_budget import term_notice
+        from beam_slurm.slurm import storage_probe
+        from beam_slurm.slurm.preemption import read_preemption
+
+        info = read_preemption(os.environ.get("SLURM_JOB_PARTITION") or None)
+        measured = storage_probe.slowest_recorded(self.attempt_dir)
+        held, why = term_notice(info, self.settings.qos or None, self.settings.save_cost, measured)
+        self.log(f"a preemption's SIGTERM to the tasks {'is held as a notice' if held else 'stops the Ray step'}: "
+                 f"{why}")
+        return held
+
     def start_ray_step(self, env: dict[str, str]) -> None:
         argv = self.launcher.module_argv(["beam_slurm.ray_cluster.node", "--", *self.settings.driver],
                                          kill_on_bad_exit=True, name=RAY_STEP)
@@ -136,6 +151,8 @@ class Attempt:
 
     def stop_ray_step(self) -> int:
         assert self.step is not None
+        # Our own stop: the nodes must not hold this SIGTERM as a preemption's notice.
+        (self.attempt_dir / records.STOPPING_FILE).write_text(f"{time.time():.3f}\n")
         return stop_step(self.step, self.alloc.job_id, RAY_STEP, self.settings.stop_grace_s, self.log, label="Ray")
 
     def wait_step(self) -> AttemptFacts:
@@ -167,7 +184,9 @@ class Attempt:
                 status = self.stop_ray_step()
                 return self.facts(notice=name, step_status=status)
         grace_s = float(self.wanted.get("timeout_s") or self.settings.grace_s) if self.wanted else self.settings.grace_s
+        relayed = (self.attempt_dir / records.TERM_RELAYED_FILE).exists()
         why_save = (f"beam-slurm {self.wanted['action']} by {self.wanted.get('by', '?')}" if self.wanted
+                    else "the preemption's SIGTERM to the tasks, relayed by the Ray head" if relayed and name == "SIGUSR1"
                     else f"{name} (time limit or preemption)")
         self.log(f"notice {name} received ({why_save}): asking the trainer to save a checkpoint (grace {grace_s:.0f}s)")
         notice.request_save(self.settings.ckpt_path, why_save)
@@ -438,6 +457,7 @@ class Attempt:
                 env["BEAM_PREFLIGHT_WINDOW"] = f"{began:.3f},{time.time():.3f}"
             if self.notices:
                 return self.end(self.facts(notice=self.notices[0][0], ray_started=False))
+            env[records.SIGTERM_NOTICE_ENV] = "1" if self.sigterm_is_notice() else "0"
             self.start_ray_step(env)
             return self.end(self.wait_step())
         finally:

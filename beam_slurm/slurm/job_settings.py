@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Callable, Mapping
 
 from beam_slurm.config.errors import ConfigProblem
+from beam_slurm.notice_budget import SaveCost
 from beam_slurm.ray_cluster.settings import RaySettings
 from beam_slurm.slurm.preflight import PreflightSettings
 from beam_slurm.slurm.steps import ContainerHook, container_hook
@@ -53,6 +54,10 @@ class TrainJobSettings:
     """Interpreter that runs beam_slurm on the nodes (inside a container, the container's: trainer.python)."""
     max_attempts_without_progress: int
     """cluster.max_attempts_without_progress (0 = no guard)."""
+    save_cost: SaveCost
+    """What a save on notice costs: whether a preemption's SIGTERM to the tasks leaves time for one."""
+    qos: str
+    """cluster.qos (preemption by QOS reads that QOS's GraceTime)."""
     run_info: dict | None
     """The run as its record names it (run_name, recipe, export_path, ckpt_path, log_dir, max_training_steps) and
     `config_yaml`, the resolved recipe; the job writes them to <export_path>/beam_run/ (None: no run record)."""
@@ -185,6 +190,8 @@ def job_settings(cfg, *, preflight: bool = True, driver: list[str] | None = None
         ray=cfg.ray,
         python=python,
         max_attempts_without_progress=cfg.cluster.max_attempts_without_progress,
+        save_cost=SaveCost.of(cfg),
+        qos=cfg.cluster.qos or "",
         run_info=_run_info(cfg),
     )
     return settings, driver_env

@@ -10,8 +10,10 @@ What a preemption sends, as seen on the sandbox (Slurm 22.05, partition GraceTim
   the job's tasks get nothing; at the end of the grace time the batch shell and the tasks get SIGTERM, SIGKILL
   KillWait later. USR1 is our notice, so the save has the grace time.
 * without it (or a job without `--signal`): the first SIGTERM (with SIGCONT) reaches only the job's tasks, that is
-  our Ray step on every node, not the batch shell; the batch shell hears nothing until the end of the grace time.
-  The Ray step stops on SIGTERM, so the run ends without a save: such a preemption comes without a notice.
+  our Ray step on every node (the node tasks and the driver, their descendant; with proctrack/linuxproc not Ray's
+  daemons, which left the process tree), not the batch shell, which hears nothing until the end of the grace time.
+  When the save fits in the grace time the Ray step holds that SIGTERM and the head relays it to the batch shell as
+  a notice (`beam_slurm.notice_budget.term_notice`); otherwise the run ends without a save.
 
 The grace time seen was 30 s for GraceTime=20: slurmctld checks the new end time on its own period, so the real
 window is at least GraceTime.
@@ -53,6 +55,9 @@ class PreemptionInfo:
     user_signal: bool = False
     """SlurmctldParameters has preempt_send_user_signal: the job's --signal is sent at preemption."""
     kill_wait_s: int = 0
+    proctrack: str = ""
+    """ProctrackType: which processes a signal to a step reaches (proctrack/cgroup: every one of the step, Ray's
+    own daemons too; proctrack/linuxproc: the tasks' process tree, which Ray's daemons leave)."""
     partition: str = ""
     partition_mode: str = ""
     partition_grace_s: int = 0
@@ -163,7 +168,7 @@ def from_outputs(config: str, partitions: str, qos: str, partition: str | None) 
     params = [p.strip() for p in conf.get("SlurmctldParameters", "").split(",")]
     return PreemptionInfo(
         reachable=True, preempt_type=conf.get("PreemptType", ""), cluster_mode=conf.get("PreemptMode", ""),
-        user_signal=USER_SIGNAL_PARAMETER in params, kill_wait_s=_seconds(conf.get("KillWait", "").split()[0]
+        user_signal=USER_SIGNAL_PARAMETER in params, proctrack=conf.get("ProctrackType", ""), kill_wait_s=_seconds(conf.get("KillWait", "").split()[0]
                                                                           if conf.get("KillWait") else ""),
         partition=row.get("PartitionName", ""), partition_mode=row.get("PreemptMode", ""),
         partition_grace_s=_seconds(row.get("GraceTime", "")), qos=parse_qos(qos))

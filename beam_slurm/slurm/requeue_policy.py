@@ -129,6 +129,11 @@ class Decision:
     """The job's outcome when it ends here: 'completed', 'stopped', 'failed', 'cancelled'; '' when requeued."""
 
 
+def preempted(preempt_time: str | None) -> bool:
+    """`scontrol show job`'s PreemptTime says the job is being preempted (set from the preemption on)."""
+    return bool(preempt_time) and preempt_time not in ("None", "Unknown", "(null)")
+
+
 def slurm_end_of(*, job_state: str, restarts: int, restart_count: int, preempt_time: str, time_left_s: float | None) -> str | None:
     """What Slurm is doing to the job, from `scontrol show job` as the batch shell sees it right after a SIGTERM or
     the Ray step's death: 'requeued' (Restarts already above this attempt's count: `scontrol requeue`),
@@ -137,7 +142,7 @@ def slurm_end_of(*, job_state: str, restarts: int, restart_count: int, preempt_t
     state = (job_state or "").split()[0] if job_state else ""
     if restarts > restart_count or state in ("REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "PENDING"):
         return "requeued"
-    if preempt_time and preempt_time not in ("None", "Unknown", "(null)"):
+    if preempted(preempt_time):
         return "preempted"
     if state == "TIMEOUT" or (time_left_s is not None and time_left_s <= 0):
         return "time limit"

@@ -63,6 +63,16 @@ def gather(records: dict[str, dict], attempt_dir: Path) -> dict[str, float]:
     return {host: r["write"]["gbytes_per_s"] for host, r in records.items() if "write" in r}
 
 
+def slowest_recorded(attempt_dir: Path) -> float | None:
+    """The slowest node's GB/s in the attempt's storage_write.json, or None when nothing was measured."""
+    try:
+        records = json.loads((Path(attempt_dir) / RESULT_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    rates = [r["write"]["gbytes_per_s"] for r in records.values() if isinstance(r, dict) and "write" in r]
+    return min(rates) if rates else None
+
+
 def check_budget(rates: dict[str, float], save_bytes_per_node: int, save_window_s: float,
                  log: Callable[[str], None]) -> bool:
     """Log the slowest node's bandwidth and, when a save at that speed breaks the notice budget, a warning naming

@@ -171,14 +171,41 @@ def test_preemption_without_a_notice_says_what_is_lost():
     cfg = rehearsal(13)
     no_grace = preemption_line(cfg, preemption(partition_grace_s=0))
     assert "WITHOUT a notice (GraceTime 0)" in no_grace and "up to 10 (checkpoint.interval)" in no_grace
-    no_signal = preemption_line(cfg, preemption(user_signal=False))
+    no_signal = preemption_line(rehearsal(30), preemption(user_signal=False))
     assert "WITHOUT a notice" in no_signal and "reaches only the job's tasks" in no_signal
+    assert "step 1 s + save 30 s = 31 s > lead 20 s" in no_signal and "stops at once" in no_signal
     assert "preempt_send_user_signal" in no_signal
     cancel = preemption_line(cfg, preemption(partition_mode="CANCEL"))
     assert "cancelled, not requeued" in cancel
     assert "not preemptable" in preemption_line(cfg, preemption(partition="batch", partition_mode="OFF"))
     unreachable = preemption_line(cfg, PreemptionInfo(reachable=False, why="scontrol not found on PATH"))
     assert unreachable.startswith("Slurm not reachable here (scontrol not found on PATH)")
+
+
+def test_a_sigterm_to_the_tasks_is_a_notice_only_when_the_save_fits_the_grace_time():
+    # Without preempt_send_user_signal the first SIGTERM reaches only the tasks: plan and the job agree on when the
+    # Ray step holds it and the job saves.
+    line = preemption_line(rehearsal(13), preemption(user_signal=False))
+    assert "the Ray step holds it and the job saves as on a notice" in line, line
+    assert line.endswith("step 1 s + save 13 s = 14 s <= lead 20 s: fits"), line
+    cost = nb.SaveCost.of(rehearsal(13))
+    assert (cost.step_s, cost.min_save_s, cost.job_grace_s) == (1.0, 13.0, 30.0)
+    held, why = nb.term_notice(preemption(user_signal=False), None, cost)
+    assert held and why == "step 1 s + save 13 s = 14 s <= GraceTime 20 s", why
+    # The measured bandwidth counts: 2 GB per node at 0.1 GB/s is a 20 s save, which no longer fits.
+    big = nb.SaveCost(step_s=1.0, bytes_per_node=2e9, min_save_s=0.0, write_gbytes_per_s=1.0, job_grace_s=60.0)
+    assert nb.term_notice(preemption(), None, big)[0]
+    held, why = nb.term_notice(preemption(), None, big, measured_gbytes_per_s=0.1)
+    assert not held and why.endswith("> GraceTime 20 s: the save does not fit"), why
+    # The job's own wait bounds it too, and so does every way a preemption can come without a grace time.
+    short_wait = nb.SaveCost(step_s=1.0, bytes_per_node=0.0, min_save_s=13.0, write_gbytes_per_s=1.0, job_grace_s=5.0)
+    assert nb.term_notice(preemption(), None, short_wait) == (
+        False, "step + save > cluster.grace_s 5 s: the job would not wait for the save")
+    assert nb.term_notice(preemption(partition_grace_s=0), None, cost) == (
+        False, "GraceTime 0: a preemption kills at once")
+    assert not nb.term_notice(preemption(partition_mode="SUSPEND"), None, cost)[0]
+    assert not nb.term_notice(preemption(partition_mode="OFF"), None, cost)[0]
+    assert not nb.term_notice(PreemptionInfo(reachable=False, why="timeout"), None, cost)[0]
 
 
 def test_budget_settings_out_of_range_are_refused_by_name():
@@ -203,3 +230,11 @@ def test_plan_prints_the_budget_and_says_when_slurm_is_out_of_reach(tmp_path):
     assert rows["preemption"].startswith("Slurm not reachable here (scontrol not found on PATH")
     assert rows["time-limit notice"].startswith("DOES NOT FIT: step 900 s + save 875 s")
     assert rows["interval advice"].startswith("every 13 steps")
+
+
+def test_plan_warns_that_proctrack_cgroup_may_carry_the_sigterm_to_ray_itself():
+    line = preemption_line(rehearsal(13), preemption(user_signal=False, proctrack="proctrack/cgroup"))
+    assert "the Ray step holds it" in line and "with proctrack/cgroup that SIGTERM is expected to reach Ray's own" \
+        in line, line
+    plain = preemption_line(rehearsal(13), preemption(user_signal=False, proctrack="proctrack/linuxproc"))
+    assert "proctrack" not in plain, plain

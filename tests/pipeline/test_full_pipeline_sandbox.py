@@ -58,6 +58,8 @@ AIME2024 = [("Problem C: count z.", "42"), ("Problem A: find x.", "42"), ("Probl
 # data_source -> truths of the graded problems. The AIME 2024 file in the DAPO layout keeps its own data_source,
 # "math_dapo"; the converted AIME 2025 rows get data.aime2025_data_source.
 EVALUATED_TRUTHS = {"aime2025": ["42", "7"], "math_dapo": ["42", "42"]}
+# How status names each source's results: by the dataset the data stage wrote (AIME 2024's rows say math_dapo).
+SHOWN_AS = {"aime2025": "aime2025", "math_dapo": "aime2024"}
 # Whole vLLM on 2 shared CPU cores: one replica, two problems, two short answers each.
 CPU_EVAL_ARGS = ["rollout.tensor_parallel=1", "rollout.pipeline_parallel=1", "eval.responses_per_problem=2",
                  "generation.max_response_tokens=16", "generation.max_prompt_tokens=256", "eval.dtype=float32",
@@ -310,7 +312,8 @@ def test_submit_runs_data_train_requeue_and_one_evaluation_per_export(slurm_sand
         folder = export_path / "beam_evals" / f"global_step_{step}"
         metrics[step] = json.loads((folder / "metrics.json").read_text())
         assert set(metrics[step]) == set(EVALUATED_TRUTHS) and all(m["k"] == 2 for m in metrics[step].values())
-        shown = [f"{source} {m['avg@k']:.3f}" for source, m in metrics[step].items()]
+        assert {source: m["dataset"] for source, m in metrics[step].items()} == SHOWN_AS, metrics[step]
+        shown = [f"{SHOWN_AS[source]} {m['avg@k']:.3f}" for source, m in metrics[step].items()]
         row_of_step = rows[f"evaluate {step}"]
         assert row_of_step["state"] == "COMPLETED" and row_of_step["checkpoint"] == str(step), story.story(1)
         assert all(text in row_of_step["evaluation"] for text in shown), story.story(1)
@@ -327,7 +330,7 @@ def test_submit_runs_data_train_requeue_and_one_evaluation_per_export(slurm_sand
             assert all(right[g["problem_id"]] >= 1 for g in graded if g["ground_truth"] == "42"), graded
     latest = rows["train"]["evaluation"]
     assert latest.startswith(f"step {STEPS}: ") and all(
-        f"{source} {m['avg@k']:.3f}" in latest for source, m in metrics[STEPS].items()), latest
+        f"{SHOWN_AS[source]} {m['avg@k']:.3f}" in latest for source, m in metrics[STEPS].items()), latest
 
     # --- sacct: the dependency, the requeue, one evaluation job per export --------------------------------------
     (data_record,) = story.sacct("-j", data_job)

@@ -10,6 +10,7 @@ from beam_slurm.slurm import preemption
 
 CONFIG = """Configuration data as of 2026-11-30T07:00:00
 KillWait                = 10 sec
+ProctrackType           = proctrack/cgroup
 PreemptMode             = REQUEUE
 PreemptType             = preempt/partition_prio
 SlurmctldParameters     = enable_configless,preempt_send_user_signal
@@ -23,6 +24,7 @@ QOS = "normal||cluster|00:00:00\nscavenger||CANCEL|00:02:00\nurgent|scavenger,no
 def test_partition_preemption_read_from_slurm_output():
     low = preemption.from_outputs(CONFIG, PARTITIONS, "", "low")
     assert low.user_signal and low.kill_wait_s == 10 and low.partition_grace_s == 90
+    assert low.proctrack == "proctrack/cgroup"
     assert low.preemptable() and low.mode() == "REQUEUE" and low.grace_s() == 90
     default = preemption.from_outputs(CONFIG, PARTITIONS, "", None)
     assert default.partition == "batch" and not default.preemptable()

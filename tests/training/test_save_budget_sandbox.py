@@ -8,7 +8,8 @@ What the first SIGTERM of a preemption reaches was checked on this sandbox with 
 step both log the signals they get: with the job's `--signal=B:USR1@N`, the batch shell gets USR1 + SIGCONT at once
 and the step nothing; without `--signal`, the first SIGTERM (+ SIGCONT) reaches only the step's tasks, never the
 batch shell, which hears SIGCONT + SIGTERM only at the end of the grace time (seen 30 s after the preemption for
-GraceTime=20). So only the user signal is a notice the batch shell can act on; a bare SIGTERM stops our Ray step.
+GraceTime=20). When the save fits in the grace time, the Ray step holds that SIGTERM (node tasks and driver) and the
+head relays it to the batch shell as a notice; the third case runs a job without `--signal` to check that.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import time
 
 import pytest
 
-from train_runs import REPO_ROOT, wait_for
+from train_runs import REPO_ROOT, TRAIN_SCRIPT, wait_for
 
 from beam_slurm.slurm.preemption import read_preemption
 
@@ -122,3 +123,36 @@ def test_a_save_longer_than_the_grace_time_is_flagged_and_never_resumed_from(tra
     assert by_attempt[max(by_attempt)][0] == 4 and step in by_attempt[0], by_attempt
     run.assert_every_step_once_after_resume()
     assert run.marker() == 6
+
+
+def test_a_preemption_whose_only_signal_is_sigterm_to_the_tasks_still_saves(train_run):
+    # A copy of the batch script without `#SBATCH --signal`: the preemption sends no user signal, only the first
+    # SIGTERM to the Ray step's tasks, GraceTime before the kill.
+    low = sandbox_low()
+    run = train_run(steps=8, ckpt_interval=100, extra_env={"BEAM_SLURM_HOME": str(REPO_ROOT)})
+    lines = TRAIN_SCRIPT.read_text().splitlines(keepends=True)
+    assert any(line.startswith("#SBATCH --signal=") for line in lines)
+    run.script = run.work / "train_without_signal.sh"
+    run.script.write_text("".join(line for line in lines if not line.startswith("#SBATCH --signal=")))
+    run.submit("-p", "low", "--time=00:10:00", overrides=("cluster.grace_s=30", "trainer.rehearsal_save_s=4"))
+    run.wait_for_steps(3)
+    preempted = time.monotonic()
+    preempt(run)
+    state = run.finish(timeout=300)
+    out = run.output()
+    assert state == "COMPLETED", out[-6000:]
+    print(f"preemption by SIGTERM only -> relayed notice -> save -> requeue -> done: "
+          f"{time.monotonic() - preempted:.0f}s")
+
+    first = run.attempt_log(0)
+    assert f"a preemption's SIGTERM to the tasks is held as a notice: step 1 s + save 4 s = 5 s <= GraceTime " \
+           f"{low.grace_s()} s" in first, first
+    assert "notice SIGUSR1 received (the preemption's SIGTERM to the tasks, relayed by the Ray head)" in first, first
+    relayed = json.loads((run.export_path / "logs" / f"{run.job_id}-0" / "sigterm_relayed.json").read_text())
+    assert relayed["preempt_time"] and relayed["held_at"] <= relayed["time"], relayed
+    assert "SIGTERM held" in out and "relayed to the batch shell as a notice" in out, out[-6000:]
+    saved = int(re.search(r"checkpoint of step (\d+) saved on notice", first).group(1))
+    assert run.checkpoints()[saved]["attempt"] == 0
+    assert run.resumed_from()[0] == saved
+    run.assert_every_step_once_after_resume()  # no step redone
+    assert run.marker() == 8

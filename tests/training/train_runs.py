@@ -52,6 +52,8 @@ class TrainRun:
     """BEAM_REHEARSAL_STEP_SECONDS."""
     extra_env: dict[str, str] = field(default_factory=dict)
     """More environment for the job (e.g. RUN_NAME)."""
+    script: Path = TRAIN_SCRIPT
+    """The batch script submitted (a test may submit an edited copy)."""
     job_id: str = ""
     """Set by submit()."""
 
@@ -86,7 +88,7 @@ class TrainRun:
         """`sbatch [sbatch_args] <relative path to the script> [overrides]`, run from the run's folder."""
         self.model_path.mkdir(exist_ok=True)
         self.data_dir.mkdir(exist_ok=True)
-        script = os.path.relpath(TRAIN_SCRIPT, self.work)  # as a user in their own folder would type it
+        script = os.path.relpath(self.script, self.work)  # as a user in their own folder would type it
         proc = subprocess.run(
             ["sbatch", "--parsable", f"--output={self.work}/%x-%j.out", *sbatch_args, script, *overrides],
             cwd=self.work, env=self.env(), capture_output=True, text=True, timeout=60)

@@ -1,0 +1,54 @@
+"""The driver's side of a preemption whose only signal is a SIGTERM to the job's tasks.
+
+Slurm's proctrack plugin signals every process of the Ray step it tracks: the node's task and, as its descendant,
+the driver (`beam_slurm.ray_cluster.node` holds the task's SIGTERM, see `NodeRole.hold_sigterm`). The driver must
+hold that first SIGTERM too, or it exits (Ray's own handler calls sys.exit) before the batch shell asks it to save.
+`hold_first_sigterm()` installs a handler, chained to whatever handler was there (Ray's, after ray.init), that
+holds one SIGTERM when the batch shell allowed it (BEAM_SIGTERM_NOTICE=1) and the attempt is not being stopped by
+us (`records.STOPPING_FILE`); any other SIGTERM goes to the previous handler.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from beam_slurm.ray_cluster.records import SIGTERM_NOTICE_ENV, STOPPING_FILE
+
+_held = False
+
+
+def _may_hold() -> bool:
+    attempt_dir = os.environ.get("BEAM_ATTEMPT_DIR")
+    if _held or os.environ.get(SIGTERM_NOTICE_ENV) != "1" or not attempt_dir:
+        return False
+    return not (Path(attempt_dir) / STOPPING_FILE).exists()
+
+
+def hold_first_sigterm() -> None:
+    """Call in the driver after ray.init (which installs its own SIGTERM handler); a no-op unless the batch shell
+    set BEAM_SIGTERM_NOTICE=1."""
+    if os.environ.get(SIGTERM_NOTICE_ENV) != "1":
+        return
+    previous = signal.getsignal(signal.SIGTERM)
+
+    def on_term(signum: int, frame: Any) -> None:
+        global _held
+        if _may_hold():
+            _held = True
+            print(f"[driver {time.strftime('%H:%M:%S')}] SIGTERM held: it may be a preemption's notice; the batch "
+                  "shell asks for a save or stops the step", file=sys.stderr, flush=True)
+            return
+        if callable(previous):
+            previous(signum, frame)
+        elif previous == signal.SIG_IGN:
+            return
+        else:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    signal.signal(signal.SIGTERM, on_term)
