@@ -63,6 +63,9 @@ class ClusterConfig:
     parallel file system under load). `plan` sizes the save in the notice budget with it; the preflight measures it
     on every node (storage_write.json in the attempt's log folder) and the job warns when the measure breaks the
     budget. A full checkpoint (~0.9 TB per node) fits a 300 s notice only above ~3 GB/s."""
+    storage_probe_s: float = 5.0
+    """Seconds the preflight's write probe runs at most on each node (it also stops once 1 GiB is written and
+    fsynced); 0 skips it, and the job's budget then uses storage_write_gbytes_per_s (ours: 5)."""
     interruptions_per_day: float = 1.0
     """Expected interruptions without a notice per day of one running job: node failures, crashes, a preemption
     that signals nobody (ours: 1.0). Sets the checkpoint interval `plan` advises (Young/Daly); interruptions with a

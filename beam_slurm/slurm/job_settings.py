@@ -184,6 +184,7 @@ def job_settings(cfg, *, preflight: bool = True, driver: list[str] | None = None
             ckpt_dir=cfg.paths.ckpt_path,
             ckpt_need_bytes=needs.ckpt_bytes,
             **preflight_budget(cfg),  # the measured write bandwidth is checked against the notice budget
+            storage_probe_s=float(cfg.cluster.storage_probe_s),
             fabric=fabric_settings(cfg).to_dict(),
         ),
         container=lambda job_id: container_hook(cfg.container, mounts, job_id),

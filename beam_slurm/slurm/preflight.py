@@ -61,6 +61,8 @@ class PreflightSettings:
     is logged as a warning (0: recorded only)."""
     save_window_s: float = 0.0
     """Seconds a notice leaves for the save (`beam_slurm.notice_budget`)."""
+    storage_probe_s: float = 0.0
+    """Seconds the write probe runs at most (cluster.storage_probe_s); 0 skips it."""
     fabric: dict = field(default_factory=dict)
     """`beam_slurm.ray_cluster.fabric.FabricSettings` as a dict: the check of the network between the nodes
     (torch.distributed point-to-point and all_reduce, interfaces); empty or enabled=false skips it."""
@@ -223,10 +225,10 @@ def main(argv: list[str] | None = None) -> int:
             record["fabric"] = fabric.run_node(fabric.FabricSettings(**settings.fabric))
         except Exception as exc:
             record["fabric"] = {"host": host, "problems": [f"fabric check crashed: {exc!r}"], "ranks": []}
-    if settings.ckpt_dir and not problems:  # the checkpoint storage's write bandwidth, all nodes at once
+    if settings.ckpt_dir and settings.storage_probe_s > 0 and not problems:  # all nodes write at once
         from beam_slurm.slurm.storage_probe import probe_record
 
-        record.update(probe_record(settings.ckpt_dir))
+        record.update(probe_record(settings.ckpt_dir, settings.storage_probe_s))
     print(RESULT_PREFIX + json.dumps(record), flush=True)
     return 1 if problems else 0
 

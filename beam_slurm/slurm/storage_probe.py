@@ -1,7 +1,7 @@
 """The checkpoint storage's write bandwidth, measured by the preflight on every node at once.
 
-Each node writes and fsyncs a probe file in `<ckpt_dir>/.beam/` until 1 GiB is durable or 5 s have passed,
-whichever comes first, then removes it. All nodes write at the same time, as they do when a checkpoint is saved,
+Each node writes and fsyncs a probe file in `<ckpt_dir>/.beam/` until 1 GiB is durable or cluster.storage_probe_s
+seconds have passed, whichever comes first, then removes it. All nodes write at the same time, as they do when a checkpoint is saved,
 so the figure is each node's share of the storage under that load. The batch shell gathers the figures into
 `storage_write.json` in the attempt's log folder and checks them against the notice budget
 (`beam_slurm.notice_budget`).
@@ -17,14 +17,12 @@ from typing import Callable
 
 PROBE_BYTES = 1024**3
 """Stop after this many bytes are written and fsynced (1 GiB)."""
-PROBE_SECONDS = 5.0
-"""... or after this many seconds, whichever comes first."""
 _CHUNK = 64 * 1024 * 1024
 RESULT_FILE = "storage_write.json"
 """In the attempt's log folder: one measure per node."""
 
 
-def measure_write(folder: Path, max_bytes: int = PROBE_BYTES, max_seconds: float = PROBE_SECONDS) -> dict:
+def measure_write(folder: Path, max_seconds: float, max_bytes: int = PROBE_BYTES) -> dict:
     """Write and fsync chunks into a probe file under `folder` (created) until max_bytes or max_seconds; the file is
     removed. Returns {"bytes", "seconds", "gbytes_per_s"} (decimal GB, as `cluster.storage_write_gbytes_per_s`)."""
     folder = Path(folder)
@@ -49,10 +47,10 @@ def measure_write(folder: Path, max_bytes: int = PROBE_BYTES, max_seconds: float
             "gbytes_per_s": round(written / seconds / 1e9, 3) if seconds > 0 else 0.0}
 
 
-def probe_record(ckpt_dir: str) -> dict:
+def probe_record(ckpt_dir: str, max_seconds: float) -> dict:
     """What a node adds to its preflight result line: {"write": measure} or {"write_error": reason}."""
     try:
-        return {"write": measure_write(Path(ckpt_dir) / ".beam")}
+        return {"write": measure_write(Path(ckpt_dir) / ".beam", max_seconds=max_seconds)}
     except OSError as exc:
         return {"write_error": f"write probe in {ckpt_dir} failed: {exc.strerror or exc}"}
 

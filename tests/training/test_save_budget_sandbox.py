@@ -63,7 +63,8 @@ def test_a_save_longer_than_killwait_completes_within_the_grace_time(train_run):
     low = sandbox_low()
     save_s = 13.0
     assert low.kill_wait_s < save_s < low.grace_s(), "the case needs KillWait < save < GraceTime"
-    run = train_run(steps=8, ckpt_interval=100)  # no periodic saves: the notice's save and the final one only
+    # No periodic saves: the notice's save and the final one only; the preflight measures the storage.
+    run = train_run(steps=8, ckpt_interval=100, measure_preflight=True)
     overrides = ("cluster.grace_s=30", "cluster.signal_before_s=120", f"trainer.rehearsal_save_s={save_s}",
                  "trainer.rehearsal_save_bytes=200000000")
     line = plan_preemption_line(run, overrides)
