@@ -190,6 +190,22 @@ def measured_step_seconds(metrics_file: Path) -> float | None:
     return statistics.median(gaps) if gaps else None
 
 
+STOP_FILE = "ray_stop.json"
+"""In each attempt's log folder (<log_dir>/<jobid>-<attempt>/), written by the job when it stopped the Ray step:
+{"seconds": stop signal -> step ended (driver, every node's Ray and its last log copy), "time"}."""
+
+
+def measured_stop_seconds(log_dir: Path) -> tuple[float, int] | None:
+    """(median seconds the run's attempts took to stop the Ray step, how many stops), None before the first."""
+    seconds = []
+    for path in Path(log_dir).glob(f"*/{STOP_FILE}"):
+        try:
+            seconds.append(float(json.loads(path.read_text())["seconds"]))
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+    return (statistics.median(seconds), len(seconds)) if seconds else None
+
+
 # ------------------------------------------------------------------------------------------- from a loaded recipe
 
 
@@ -219,6 +235,16 @@ def step_seconds(cfg) -> tuple[float, str]:
     return float(cfg.trainer.expected_step_s), "trainer.expected_step_s (estimate)"
 
 
+def stop_seconds(cfg) -> tuple[float, float, str]:
+    """(stop Ray, copy logs, where from): measured over the run's own stops once it has one (the two together, as the
+    job times them), else the allowances cluster.stop_grace_s and cluster.log_copy_s."""
+    measured = measured_stop_seconds(Path(cfg.paths.log_dir)) if cfg.paths.log_dir else None
+    if measured is not None:
+        return measured[0], 0.0, f"measured: median of this run's {measured[1]} stops, logs copied included"
+    return (float(cfg.cluster.stop_grace_s), float(cfg.cluster.log_copy_s),
+            "allowances: cluster.stop_grace_s + cluster.log_copy_s, until the run has stopped once")
+
+
 def recipe_save_seconds(cfg, write_gbytes_per_s: float | None = None) -> float:
     """One save of this recipe at the configured (or the given, e.g. measured) bandwidth."""
     bandwidth = cfg.cluster.storage_write_gbytes_per_s if write_gbytes_per_s is None else write_gbytes_per_s
@@ -231,9 +257,10 @@ def recipe_save_seconds(cfg, write_gbytes_per_s: float | None = None) -> float:
 def recipe_budget(cfg, *, lead_s: float | None = None, write_gbytes_per_s: float | None = None) -> Budget:
     """The budget of this recipe for a notice `lead_s` seconds before the kill (default: the time-limit notice)."""
     c = cfg.cluster
+    stop_s, log_copy_s, _ = stop_seconds(cfg)
     return Budget(lead_s=float(c.signal_before_s if lead_s is None else lead_s), step_s=step_seconds(cfg)[0],
-                  save_s=recipe_save_seconds(cfg, write_gbytes_per_s), stop_s=float(c.stop_grace_s),
-                  log_copy_s=float(c.log_copy_s), grace_s=float(c.grace_s))
+                  save_s=recipe_save_seconds(cfg, write_gbytes_per_s), stop_s=stop_s, log_copy_s=log_copy_s,
+                  grace_s=float(c.grace_s))
 
 
 @dataclass(frozen=True)
@@ -347,6 +374,9 @@ def plan_rows(cfg, preemption=None) -> list[tuple[str, str, str]]:
          f"GB/s (cluster.storage_write_gbytes_per_s) = {_s(save)}"),
         ("notice", "step", f"{step:,.0f} s ({step_from})"),
     ]
+    stop_s, log_copy_s, stop_from = stop_seconds(cfg)
+    rows.append(("notice", "stop", f"stop Ray {stop_s:,.0f} s" + (f" + copy logs {log_copy_s:,.0f} s" if log_copy_s
+                                                                  else "") + f" ({stop_from})"))
     budget = recipe_budget(cfg)
     rows += _verdict_rows("time-limit notice", "", budget, size, interval, "cluster.signal_before_s")
     if preemption is not None:

@@ -1,7 +1,7 @@
 """Ray bring-up on the Slurm sandbox: job start -> every node and GPU registered, ours against Ray's documented
 sleep-based script, with the floor (one bare `ray start --head` on this machine) measured in the same run.
 
-    python tools/bench_ray_bringup.py [--nodes 2 4] [--repeat 1]
+    python tools/bench_ray_bringup.py [--nodes 2 4] [--repeat 1] [--rehearsal-steps 2]
 
 Ours: `python -m beam_slurm.slurm.train_job [recipe keys] -- python -c pass` (preflight with its storage write probe
 and fabric check, token auth on, GPU check on); ray_ready.json on the head says where the time went: the preflight
@@ -120,6 +120,32 @@ exec {PYTHON} -m beam_slurm.slurm.train_job {flag} recipe=lora_16gpu trainer.bac
     return split(ready)
 
 
+def rehearsal_run(nodes: int, steps: int, env: dict[str, str]) -> tuple[str, float, list[int]]:
+    """A real rehearsal training job of `steps` steps on `nodes` nodes (the recipe's trainer, every GPU an actor):
+    (final state, seconds from submit to its end, the steps train_metrics.jsonl recorded)."""
+    work = Path(tempfile.mkdtemp(prefix=f"bench-rehearsal-{nodes}-", dir=shared_dir(env)))
+    for folder in ("model", "data"):
+        (work / folder).mkdir()
+    light = " ".join(MEMORY_LIGHT_RAY_KEYS) if nodes > 4 else ""
+    script = f"""#!/bin/bash
+#SBATCH --nodes={nodes} --ntasks-per-node=1 --gpus-per-node=8 --exclusive --time=15 --output={work}/slurm-%j.out
+export BEAM_SLURM_STATE_DIR={work}/state
+exec {PYTHON} -m beam_slurm.slurm.train_job recipe=lora_16gpu trainer.backend=rehearsal cluster.nodes={nodes} \
+    max_training_steps={steps} checkpoint.interval={steps} paths.model_path={work}/model paths.data_dir={work}/data \
+    paths.log_dir={work}/logs paths.ckpt_path={work}/ckpt paths.export_path={work}/export {light}
+"""
+    started = time.monotonic()
+    job = submit(script, work, env)
+    wait_done(job, env, timeout=900)
+    seconds = time.monotonic() - started
+    state = subprocess.run(["sacct", "-n", "-X", "-P", "-o", "State", "-j", job], capture_output=True, text=True,
+                           env=env).stdout.strip().split("\n")[0]
+    metrics = work / "export" / "train_metrics.jsonl"
+    done = [json.loads(line)["step"] for line in metrics.read_text().splitlines() if line.strip()] \
+        if metrics.exists() else []
+    return state or "?", seconds, done
+
+
 def union_seconds(windows: list[list[float]]) -> float:
     """Length of the union of [began, ended] windows: the time during which at least one was running."""
     total, reach = 0.0, float("-inf")
@@ -202,6 +228,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--nodes", type=int, nargs="+", default=[2, 4])
     parser.add_argument("--repeat", type=int, default=1, help="runs per configuration; the median is shown")
     parser.add_argument("--no-baseline", action="store_true", help="skip Ray's documented sleep-based script")
+    parser.add_argument("--rehearsal-steps", type=int, default=0,
+                        help="then run a rehearsal training job of this many steps on the largest node count")
     args = parser.parse_args(argv)
     env = sandbox_env()
     floors = sorted(floor_seconds() for _ in range(args.repeat))
@@ -237,6 +265,14 @@ def main(argv: list[str] | None = None) -> int:
           "listed a node before its `ray start` returned); client_release (the head's Ray client disconnecting before "
           "the driver starts) comes after the total. The docs script sleeps 10 s + "
           "5 s per worker and never checks (nodes registered by then in brackets).")
+    if args.rehearsal_steps:
+        nodes = max(args.nodes)
+        state, seconds, done = rehearsal_run(nodes, args.rehearsal_steps, env)
+        print()
+        print(f"rehearsal training on {nodes} nodes ({nodes * 8} GPU actors), {args.rehearsal_steps} steps: {state} "
+              f"in {seconds:.0f} s (submit to end), steps recorded {done}")
+        if state != "COMPLETED" or done != list(range(1, args.rehearsal_steps + 1)):
+            return 1
     return 0
 
 

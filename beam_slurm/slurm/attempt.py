@@ -31,6 +31,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from beam_slurm.atomic_files import write_json
 from beam_slurm.ray_cluster import auth, records
 from beam_slurm.ray_cluster.ports import ephemeral_range
 from beam_slurm.ray_cluster.settings import SETTINGS_ENV
@@ -151,9 +152,19 @@ class Attempt:
 
     def stop_ray_step(self) -> int:
         assert self.step is not None
+        if self.step.poll() is not None:
+            return self.step.returncode
         # Our own stop: the nodes must not hold this SIGTERM as a preemption's notice.
         (self.attempt_dir / records.STOPPING_FILE).write_text(f"{time.time():.3f}\n")
-        return stop_step(self.step, self.alloc.job_id, RAY_STEP, self.settings.stop_grace_s, self.log, label="Ray")
+        began = time.time()
+        status = stop_step(self.step, self.alloc.job_id, RAY_STEP, self.settings.stop_grace_s, self.log, label="Ray")
+        seconds = time.time() - began
+        # What the notice budget counts for stopping Ray and copying logs, once the run has stopped once.
+        from beam_slurm.notice_budget import STOP_FILE
+
+        write_json(self.attempt_dir / STOP_FILE, {"seconds": round(seconds, 3), "time": time.time()})
+        self.log(f"the Ray step stopped in {seconds:.1f}s (driver, Ray and the last log copy of every node)")
+        return status
 
     def wait_step(self) -> AttemptFacts:
         """Wait for the Ray step, handling a notice; what happened."""

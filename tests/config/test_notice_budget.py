@@ -106,6 +106,26 @@ def test_step_time_measured_from_train_metrics(tmp_path):
     assert nb.step_seconds(cfg) == (61, "measured from train_metrics.jsonl")
 
 
+def test_stop_time_measured_from_the_runs_own_stops(tmp_path):
+    logs = tmp_path / "logs"
+    cfg = load("lora_16gpu", f"paths.log_dir={logs}", "cluster.stop_grace_s=45", "cluster.log_copy_s=30")
+    # Before the run ever stopped: the two allowances.
+    assert nb.stop_seconds(cfg)[:2] == (45.0, 30.0)
+    assert nb.recipe_budget(cfg).needed_s == nb.recipe_budget(cfg).step_s + nb.recipe_budget(cfg).save_s + 75
+    for attempt, seconds in enumerate((12.0, 20.0, 14.0)):
+        (logs / f"77-{attempt}").mkdir(parents=True)
+        (logs / f"77-{attempt}" / nb.STOP_FILE).write_text(json.dumps({"seconds": seconds, "time": 1.0}))
+    (logs / "77-3").mkdir()
+    (logs / "77-3" / nb.STOP_FILE).write_text("cut off")  # a file that cannot be read counts for nothing
+    assert nb.measured_stop_seconds(logs) == (14.0, 3)
+    stop_s, log_copy_s, source = nb.stop_seconds(cfg)
+    assert (stop_s, log_copy_s) == (14.0, 0.0) and "median of this run's 3 stops" in source
+    budget = nb.recipe_budget(cfg)
+    assert budget.needed_s == budget.step_s + budget.save_s + 14.0 and "stop Ray 14 s" in budget.summary()
+    rows = {item: value for _, item, value in nb.plan_rows(cfg)}
+    assert rows["stop"].startswith("stop Ray 14 s (measured: median of this run's 3 stops"), rows["stop"]
+
+
 def test_recipe_sizes_and_step_estimates():
     full = load("bf16_64gpu")
     assert nb.checkpoint_bytes_per_node(full)[0] == pytest.approx(7e12 / 8)  # the seed's 0.9 TB share per node
@@ -124,7 +144,9 @@ def test_recipe_sizes_and_step_estimates():
 def test_plan_lines_for_each_recipe_with_the_defaults(recipe):
     cfg = load(recipe)
     rows = {item: value for section, item, value in nb.plan_rows(cfg) if section == "notice"}
-    assert set(rows) == {"save", "step", "time-limit notice", "  fix", "interval advice"}
+    assert set(rows) == {"save", "step", "stop", "time-limit notice", "  fix", "interval advice"}
+    assert rows["stop"] == ("stop Ray 45 s + copy logs 30 s (allowances: cluster.stop_grace_s + cluster.log_copy_s, "
+                            "until the run has stopped once)"), rows["stop"]
     budget = nb.recipe_budget(cfg)
     # Steps of ~10 minutes alone outlast the default 300 s lead: every recipe is flagged, with the lead it needs.
     assert not budget.fits

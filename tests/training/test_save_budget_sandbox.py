@@ -90,6 +90,10 @@ def test_a_save_longer_than_killwait_completes_within_the_grace_time(train_run):
     rates = {host: r["write"]["gbytes_per_s"] for host, r in storage.items()}
     assert len(rates) == 2 and all(rate > 0 for rate in rates.values()), storage
     print(f"preflight write bandwidth per node, 2 nodes at once: {rates} GB/s")
+    # The stop after the save is timed for the budget, which uses it from then on instead of the allowances.
+    stop = json.loads((run.export_path / "logs" / f"{run.job_id}-0" / "ray_stop.json").read_text())
+    assert 0 < stop["seconds"] < 60 and f"the Ray step stopped in {stop['seconds']:.1f}s" in first, (stop, first)
+    print(f"stopping the Ray step after the save took {stop['seconds']:.1f}s")
     assert re.search(r"storage writes [\d.]+ GB/s per node at the slowest", first), first
 
 
