@@ -41,14 +41,15 @@ CPU_EVAL_ARGS = ["rollout.tensor_parallel=1", "rollout.pipeline_parallel=1", "ev
                  "eval.gpu_memory_utilization=0.05", "eval.enforce_eager=true", "eval.limit=2", "grade.workers=1"]
 STEPS, HF_INTERVAL = 45, 15
 EXPORT_STEPS = [15, 30, 45]  # every hf_save_interval (the last one is also the end)
+SETTLE_S = 8  # an export unchanged this long is complete (the default minute would only make the test longer)
 
 
 def test_chain_evaluates_each_export_once_across_a_requeue(train_run, tmp_path):
     inputs = evaluation_inputs()
     run_name = f"chain-{uuid.uuid4().hex[:8]}"
-    # 3 s steps: the first export (step 15) must settle (60 s unchanged) and be submitted while attempt 0 still
-    # runs, so that the requeued attempt finds it already claimed.
-    run = train_run(steps=STEPS, ckpt_interval=5, step_seconds=3.0, extra_env={"RUN_NAME": run_name})
+    # The first export (step 15) must settle (SETTLE_S unchanged) and be submitted while attempt 0 still runs, so
+    # that the requeued attempt finds it already claimed: 1 s steps leave it 30 steps to do so.
+    run = train_run(steps=STEPS, ckpt_interval=5, step_seconds=1.0, extra_env={"RUN_NAME": run_name})
     model = inputs.build_tiny_model(tmp_path / "model", taught_answers=inputs.TAUGHT_ANSWERS,
                                     taught_prompts=inputs.TAUGHT_PROMPTS)
     shutil.copytree(model, run.model_path)  # nodes have a private /tmp: the model must be on shared storage
@@ -57,7 +58,8 @@ def test_chain_evaluates_each_export_once_across_a_requeue(train_run, tmp_path):
         inputs.write_aime_parquet(run.data_dir / name, data_source=source)
 
     run.submit("--time=00:15:00", overrides=(
-        "cluster.grace_s=30", "cluster.signal_before_s=120", "eval.chain=true", "eval.chain_poll_s=3",
+        "cluster.grace_s=30", "cluster.signal_before_s=120", "eval.chain=true", "eval.chain_poll_s=2",
+        f"eval.chain_settle_s={SETTLE_S}",
         f"checkpoint.hf_save_interval={HF_INTERVAL}", "rollout.pipeline_parallel=1",
         override("eval.chain_extra_args", CPU_EVAL_ARGS)))
     started = time.monotonic()
