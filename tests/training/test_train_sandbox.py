@@ -125,7 +125,12 @@ def test_time_limit_notice_saves_and_a_later_attempt_finishes(train_run):
     run.submit("--time=00:02:00", "--signal=B:USR1@70",
                overrides=("cluster.grace_s=20", "cluster.signal_before_s=70"))
     started = time.monotonic()
-    state = run.finish(timeout=480)
+    # Once requeued, the job gets the time to finish, as a user would give it: a second attempt under the same
+    # 2 minutes could end on a notice again, and the test is about the first one.
+    wait_for(lambda: run.restarts() >= 1, 300, "the requeue after the time-limit notice")
+    subprocess.run(["scontrol", "update", f"JobId={run.job_id}", "TimeLimit=00:10:00"], check=True,
+                   env=run.sandbox.env(), timeout=30)
+    state = run.finish(timeout=300)
     out = run.output()
     assert state == "COMPLETED", out[-6000:]
     print(f"time-limit run of {run.restarts() + 1} attempts: {time.monotonic() - started:.0f}s")
