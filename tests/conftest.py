@@ -161,6 +161,18 @@ def _sandbox_command(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, str(SANDBOX_TOOL), *args], capture_output=True, text=True, timeout=300)
 
 
+@pytest.fixture(autouse=True)
+def no_slurm_outside_the_sandbox(request, monkeypatch, tmp_path_factory):
+    """Tests that do not use the sandbox see no Slurm, as on a laptop, whether or not the sandbox is up: scontrol
+    then fails at once (SLURM_CONF names an empty file). Without it, where no sandbox runs yet, scontrol looks the
+    controller up in DNS (configless) for up to a minute, and `plan` waits its query timeout each time."""
+    if "sandbox" in request.keywords or "slurm_sandbox" in request.fixturenames:
+        return
+    empty = tmp_path_factory.getbasetemp() / "no-slurm.conf"
+    empty.touch()
+    monkeypatch.setenv("SLURM_CONF", str(empty))
+
+
 @pytest.fixture(scope="session")
 def slurm_sandbox() -> SlurmSandbox:
     """The running sandbox (brought up, or repaired, if needed). Fails the test if it cannot come up as root."""
