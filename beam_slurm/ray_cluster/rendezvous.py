@@ -7,6 +7,8 @@ requeued attempt (or a second Ray step in the same job) never reads the previous
 - `head.json`: written by the head once its GCS is up (address, port block). Workers wait for it.
 - `ready.json`: written by the head once every node and GPU registered (times, for logs and the benchmark).
 - `ended.json`: written by the head when the driver finished (its status); workers then stop their Ray and exit 0.
+- `joined-<rank>`: written by each worker once its `ray start` returned (counted by workers that wait their turn to
+  start, `ray.node_start_concurrency`).
 """
 
 from __future__ import annotations
@@ -50,6 +52,13 @@ class Rendezvous:
 
     def publish_node(self, rank: int, info: dict[str, Any]) -> None:
         write_json(self.node_file(rank), {**info, "rank": rank, "time": time.time()})
+
+    def mark_joined(self, rank: int) -> None:
+        (self.folder / f"joined-{rank}").write_text(f"{time.time():.3f}\n")
+
+    def joined_count(self) -> int:
+        """Workers whose `ray start` returned (one directory listing)."""
+        return sum(1 for _ in self.folder.glob("joined-*"))
 
     def nodes(self) -> dict[int, dict[str, Any]]:
         """Every node file present now, by rank."""

@@ -104,6 +104,13 @@ class RaySettings:
     limit. The GCS keeps a connection per raylet, worker and driver, and each raylet one per worker: a 1024 soft
     limit runs out at a few hundred nodes ("Too many open files" in the GCS). 0 keeps the inherited limit."""
 
+    node_start_concurrency: int = 0
+    """At most this many worker nodes run `ray start` at once; the others wait for lower ranks to join (0: all at
+    once). `ray start` on a worker gives up when its raylet has not registered with the GCS within Ray's fixed 30 s,
+    so where the GCS answers slowly (many nodes joining at once, a small or busy head) staggering the joins is what
+    lets them finish: on the 2-core sandbox every `ray start` of 16 nodes joining at once timed out, and 4 at a time
+    joined. Costs at most one node's `ray start` per wave."""
+
     large_cluster_nodes: int = 32
     """From this many nodes in the job on, the bootstrap also sets the large-cluster settings below (Ray system
     settings as RAY_* variables; a variable set in ray.extra_env wins). Below it Ray's defaults apply. 0: never."""
@@ -161,7 +168,7 @@ class RaySettings:
                                        "use a shorter path (Ray's unix sockets below it must fit in 107 bytes), e.g. /tmp"))
         if self.object_store_memory_bytes < 0:
             found.append(ConfigProblem("ray.object_store_memory_bytes", self.object_store_memory_bytes, "use 0 (Ray's default) or a size in bytes"))
-        for name in ("open_files_limit", "large_cluster_nodes"):
+        for name in ("open_files_limit", "large_cluster_nodes", "node_start_concurrency"):
             if getattr(self, name) < 0:
                 found.append(ConfigProblem(f"ray.{name}", getattr(self, name), "use 0 (off) or a positive number"))
         for name in ("gcs_server_threads", "gcs_reconnect_timeout_s", "health_check_failure_threshold",

@@ -29,6 +29,8 @@ class Worker(NodeRole):
         if head is None:
             return 0 if self.stop_requested else EXIT_INFRA
         head_ip, gcs_port = head["address"].rsplit(":", 1)
+        if not self.wait_for_turn_to_start():
+            return 0  # stopped while waiting
         if ip is None:
             ip = node_ipv4(self.settings.network_interface, head_ip=head_ip)
             self.rendezvous.publish_node(self.ctx.rank, {"host": self.ctx.host, "ip": ip, "gpus": self.gpus})
@@ -48,8 +50,27 @@ class Worker(NodeRole):
                                                      "node_manager_port": ports.node_manager,
                                                      "node_start": self.started, "ray_start": self.ray_start_window})
         self.record_bringup()
+        self.rendezvous.mark_joined(self.ctx.rank)
         self.log(f"joined {head['address']}")
         return self.supervise(HeadWatch(head_ip, int(gcs_port), self.settings.head_lost_after_s, clock=self.clock))
+
+    def wait_for_turn_to_start(self) -> bool:
+        """With ray.node_start_concurrency = C, worker rank r starts `ray start` once r - C workers have joined (ranks
+        1..C at once, then one more as each joins); False when stopped meanwhile. Past the readiness deadline it
+        starts anyway: the head's own timeout then names what is missing."""
+        limit = self.settings.node_start_concurrency
+        if limit <= 0 or self.ctx.rank <= limit:
+            return True
+        deadline = self.started_clock + self.settings.readiness_timeout_s
+        waited = False
+        while not self.stop_requested and self.rendezvous.joined_count() < self.ctx.rank - limit:
+            if self.clock() > deadline:
+                break
+            waited = True
+            self.sleep(min(0.5, self.settings.poll_interval_s))
+        if waited:
+            self.log(f"my turn to join (ray.node_start_concurrency={limit})")
+        return not self.stop_requested
 
     def wait_for_head(self) -> dict[str, Any] | None:
         deadline = self.started_clock + self.settings.readiness_timeout_s

@@ -189,3 +189,34 @@ def test_worker_gives_up_on_a_head_that_stays_unreachable():
     assert not watch.lost()
     clock.now += 6.0
     assert watch.lost()
+
+
+def test_workers_join_at_most_node_start_concurrency_at_a_time(tmp_path):
+    from beam_slurm.ray_cluster.worker import Worker
+
+    settings = RaySettings(state_dir=str(tmp_path), auth=False, node_start_concurrency=2, readiness_timeout_s=60)
+    clock = FakeClock()
+    slept: list[float] = []
+
+    def make(rank: int, sleep) -> Worker:
+        ctx = NodeContext.from_env(_env(SLURM_PROCID=str(rank), SLURM_STEP_NUM_NODES="8", SLURM_STEP_NUM_TASKS="8"))
+        worker = Worker(ctx, settings, clock=clock, sleep=sleep)
+        worker.rendezvous.folder.mkdir(parents=True, exist_ok=True)
+        return worker
+
+    # Ranks 1 and 2 start at once; rank 5 waits until 3 workers have joined (each wait: one poll).
+    assert make(1, slept.append).wait_for_turn_to_start() and make(2, slept.append).wait_for_turn_to_start()
+    assert slept == []
+    joined = iter([1, 2, 3])
+
+    def another_joins(seconds: float) -> None:
+        slept.append(seconds)
+        make(1, slept.append).rendezvous.mark_joined(next(joined))
+
+    fifth = make(5, another_joins)
+    assert fifth.wait_for_turn_to_start() and len(slept) == 3 and fifth.rendezvous.joined_count() == 3
+    # Past the readiness deadline it starts anyway (the head's timeout names what is missing); a stop ends the wait.
+    late = make(7, lambda s: setattr(clock, "now", clock.now + 61))
+    assert late.wait_for_turn_to_start()
+    stopped = make(7, lambda s: setattr(stopped, "stop_requested", True))
+    assert not stopped.wait_for_turn_to_start()
