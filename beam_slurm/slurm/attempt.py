@@ -290,17 +290,14 @@ class Attempt:
         except scheduler.SlurmCommandError as exc:
             self.log(f"could not ask Slurm about the job: {exc}")
             return None
-        end = info.get("EndTime", "")
-        left = None
-        try:
-            if end and end not in ("Unknown", "None"):
-                left = time.mktime(time.strptime(end, "%Y-%m-%dT%H:%M:%S")) - time.time()
-        except ValueError:
-            pass
+        # Time left from the limit and the run time: EndTime is set to the moment of a scancel as well (seen on
+        # Slurm 22.05: COMPLETING, Reason=None, EndTime=now), so it cannot tell a cancel from the time limit.
+        limit, run = scheduler.duration_seconds(info.get("TimeLimit")), scheduler.duration_seconds(info.get("RunTime"))
+        left = float(limit - run) if limit is not None and run is not None else None
         restarts = info.get("Restarts", "0")
         return slurm_end_of(job_state=info.get("JobState", ""), restarts=int(restarts) if restarts.isdigit() else 0,
                             restart_count=self.alloc.restart_count, preempt_time=info.get("PreemptTime", ""),
-                            time_left_s=left)
+                            time_left_s=left, reason=info.get("Reason", ""))
 
     def _record_call(self, what: str, call, *args, **kwargs):
         """Write to the run record; a record that cannot be written never stops training (logged)."""

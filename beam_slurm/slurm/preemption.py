@@ -138,21 +138,8 @@ def parse_qos(text: str) -> tuple[QosPreemption, ...]:
 
 
 def _seconds(text: str) -> int:
-    """Slurm durations: '20', '00:00:20', '1-00:00:00'; '' or garbage -> 0."""
-    text = (text or "").strip()
-    if not text:
-        return 0
-    if text.isdigit():
-        return int(text)
-    days, _, clock = text.rpartition("-")
-    try:
-        parts = [int(p) for p in clock.split(":")]
-    except ValueError:
-        return 0
-    while len(parts) < 3:
-        parts.insert(0, 0)
-    hours, minutes, seconds = parts[-3:]
-    return (int(days) if days.isdigit() else 0) * 86400 + hours * 3600 + minutes * 60 + seconds
+    """GraceTime and KillWait as seconds; '' or garbage -> 0."""
+    return scheduler.duration_seconds(text) or 0
 
 
 def from_outputs(config: str, partitions: str, qos: str, partition: str | None) -> PreemptionInfo:

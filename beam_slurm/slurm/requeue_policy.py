@@ -134,17 +134,18 @@ def preempted(preempt_time: str | None) -> bool:
     return bool(preempt_time) and preempt_time not in ("None", "Unknown", "(null)")
 
 
-def slurm_end_of(*, job_state: str, restarts: int, restart_count: int, preempt_time: str, time_left_s: float | None) -> str | None:
+def slurm_end_of(*, job_state: str, restarts: int, restart_count: int, preempt_time: str, time_left_s: float | None,
+                 reason: str) -> str | None:
     """What Slurm is doing to the job, from `scontrol show job` as the batch shell sees it right after a SIGTERM or
     the Ray step's death: 'requeued' (Restarts already above this attempt's count: `scontrol requeue`),
-    'preempted' (PreemptTime set), 'time limit' (no time left), 'cancelled' (the job is completing otherwise:
-    `scancel`), or None (it runs on)."""
+    'preempted' (PreemptTime set), 'time limit' (Reason=TimeLimit, or no time left of TimeLimit - RunTime),
+    'cancelled' (the job is completing otherwise: `scancel`, which also sets EndTime to now), or None (it runs on)."""
     state = (job_state or "").split()[0] if job_state else ""
     if restarts > restart_count or state in ("REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "PENDING"):
         return "requeued"
     if preempted(preempt_time):
         return "preempted"
-    if state == "TIMEOUT" or (time_left_s is not None and time_left_s <= 0):
+    if state == "TIMEOUT" or reason == "TimeLimit" or (time_left_s is not None and time_left_s <= 0):
         return "time limit"
     if state in ("COMPLETING", "CANCELLED"):
         return "cancelled"

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from beam_slurm.ray_cluster.records import EXIT_INFRA
+from beam_slurm.slurm.scheduler import duration_seconds
 from beam_slurm.slurm.requeue_policy import (EXIT_CANCELLED, EXIT_NO_PROGRESS, EXIT_PREFLIGHT, EXIT_STOPPED,
                                              AttemptFacts, decide, exclusion, failed_node, no_progress_streak,
                                              slurm_end_of)
@@ -29,12 +30,25 @@ def test_slurm_requeue_is_recognised_and_scancel_is_not_requeued():
 
 
 def test_what_slurm_is_doing_is_read_from_scontrol_fields():
-    running = dict(job_state="RUNNING", restarts=0, restart_count=0, preempt_time="None", time_left_s=600.0)
+    running = dict(job_state="RUNNING", restarts=0, restart_count=0, preempt_time="None", time_left_s=600.0,
+                   reason="None")
     assert slurm_end_of(**running) is None
     assert slurm_end_of(**{**running, "job_state": "COMPLETING", "restarts": 1}) == "requeued"
     assert slurm_end_of(**{**running, "job_state": "COMPLETING"}) == "cancelled"
     assert slurm_end_of(**{**running, "preempt_time": "2026-11-30T07:09:27"}) == "preempted"
     assert slurm_end_of(**{**running, "job_state": "COMPLETING", "time_left_s": 0.0}) == "time limit"
+    # As the batch shell saw them on the sandbox (Slurm 22.05), right after the SIGTERM: a scancel and the time limit
+    # both show COMPLETING with EndTime set to that moment; only the reason and TimeLimit - RunTime tell them apart.
+    assert slurm_end_of(**{**running, "job_state": "COMPLETING", "reason": "None",
+                           "time_left_s": float(duration_seconds("365-00:00:00") - duration_seconds("00:00:07"))}) \
+        == "cancelled"
+    assert slurm_end_of(**{**running, "job_state": "COMPLETING", "reason": "TimeLimit",
+                           "time_left_s": float(duration_seconds("00:01:00") - duration_seconds("00:01:12"))}) \
+        == "time limit"
+    assert slurm_end_of(**{**running, "job_state": "COMPLETING", "reason": "TimeLimit", "time_left_s": None}) \
+        == "time limit"
+    assert [duration_seconds(t) for t in ("20", "00:01:12", "1-02:00:00", "5:00", "UNLIMITED", "", "1-x")] == \
+        [20, 72, 93600, 300, None, None, None]
 
 
 def test_failures_without_a_newer_checkpoint_stop_at_the_limit():

@@ -182,3 +182,18 @@ def test_worker_ray_killed_fails_fast(train_run, max_requeues):
     assert run.restarts() == 1
     assert run.marker() == 10
     assert not run.ray_left_running()
+
+
+def test_scancel_ends_the_job_and_is_never_taken_for_the_time_limit(train_run):
+    # A user's scancel: Slurm marks the job COMPLETING with EndTime set to that moment, as at the time limit; the
+    # job must end cancelled, not requeue itself.
+    run = train_run(steps=30, ckpt_interval=100)
+    run.submit("--time=00:10:00", overrides=QUICK)
+    run.wait_for_steps(2)
+    subprocess.run(["scancel", run.job_id], check=True, env=run.sandbox.env(), timeout=30)
+    state = run.finish(timeout=120)
+    first = run.attempt_log(0)
+    assert state == "CANCELLED", first
+    assert "Slurm is ending this attempt (cancelled)" in first, first
+    assert "requeued" not in first and run.restarts() in (0, -1), first
+    assert len(run.sacct_attempts()) == 1, run.sacct_attempts()
