@@ -132,7 +132,7 @@ def rehearsal_run(nodes: int, steps: int, env: dict[str, str]) -> tuple[str, flo
     script = f"""#!/bin/bash
 #SBATCH --nodes={nodes} --ntasks-per-node=1 --gpus-per-node=8 --exclusive --time=15 --output={work}/slurm-%j.out
 export BEAM_SLURM_STATE_DIR={work}/state
-exec {PYTHON} -m beam_slurm.slurm.train_job recipe=lora_16gpu trainer.backend=rehearsal cluster.nodes={nodes} \
+exec {PYTHON} -m beam_slurm.cli train recipe=lora_16gpu trainer.backend=rehearsal cluster.nodes={nodes} \
     max_training_steps={steps} checkpoint.interval={steps} paths.model_path={work}/model paths.data_dir={work}/data \
     paths.log_dir={work}/logs paths.ckpt_path={work}/ckpt paths.export_path={work}/export {light}
 """
