@@ -37,6 +37,9 @@ CPU_ENGINE = ["rollout.tensor_parallel=1", "rollout.pipeline_parallel=1", "eval.
               "grade.workers=1", "eval.chain_settle_s=0"]
 RUN_STEPS = [5, 10, 15]
 PROBLEMS = 3
+LONG_PROBLEMS = 60
+"""The preempted task's problems: on a quiet machine 20 were all generated in the seconds the preemption takes to
+arrive (the task then finished before it was requeued); 60 keep it busy well past that."""
 
 
 class Exports:
@@ -53,11 +56,11 @@ class Exports:
         for name in ("ksweep", "preempt"):
             shutil.copytree(model, root / name / "global_step_1" / "policy")
         self.data = write_aime_parquet(root / "aime-tiny-cleaned.parquet")
-        # Twenty problems for the preemption: long enough to be interrupted between two saved chunks.
+        # Problems for the preemption: enough that the task is still generating when the preemption reaches it.
         (root / "long").mkdir()
         self.long_data = write_aime_parquet(root / "long" / "aime-tiny-cleaned.parquet",
-                                            ground_truths=[str(n) for n in range(20)],
-                                            prompts=[f"Problem {n}: find x." for n in range(20)])
+                                            ground_truths=[str(n) for n in range(LONG_PROBLEMS)],
+                                            prompts=[f"Problem {n}: find x." for n in range(LONG_PROBLEMS)])
 
     def evaluate(self, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
         return subprocess.run([*BEAM_SLURM, "evaluate", *args, *CPU_ENGINE, f"eval.launcher.name={self.name}"],
@@ -162,7 +165,7 @@ def test_a_preempted_task_resumes_with_the_responses_it_had(exports):
     checkpoint = exports.root / "preempt" / "global_step_1"
     out = checkpoint.parent / "beam_evals" / "global_step_1"
     k, max_tokens = 4, 192
-    total = 20 * k
+    total = LONG_PROBLEMS * k
     # All 8 GPUs of a node on the preemptable partition, so a high job that needs that node's GPUs preempts it.
     submitted = exports.evaluate("--checkpoint", str(checkpoint), "--data", str(exports.long_data),
                                  f"eval.responses_per_problem={k}", f"generation.max_response_tokens={max_tokens}",
@@ -204,5 +207,5 @@ def test_a_preempted_task_resumes_with_the_responses_it_had(exports):
     assert progress["reused"] >= reused and progress["reused"] + progress["generated"] == total, progress
     grades = read_rows(out / "grades.jsonl")
     assert sorted((g["problem_id"], g["sample"]) for g in grades) == sorted(
-        (f"p{n}", s) for n in range(20) for s in range(k))
+        (f"p{n}", s) for n in range(LONG_PROBLEMS) for s in range(k))
     print(f"preempted after {reused} of {total} responses; the requeued attempt reused {progress['reused']}")
