@@ -174,6 +174,7 @@ class Head(NodeRole):
             return
         self.log(f"SIGTERM of a preemption (PreemptTime={preempt_time}) without a user signal: relayed to the batch "
                  "shell as a notice; the driver runs on until the batch shell has its checkpoint")
+
     def run_driver(self, driver: list[str], address: str) -> int:
         env = self.ray_env()
         env["RAY_ADDRESS"] = address
