@@ -103,7 +103,9 @@ def test_a_save_longer_than_the_grace_time_is_flagged_and_never_resumed_from(tra
     # so the save lasts well past that: the kill always comes first.
     save_s = 90.0
     assert save_s > 2 * (low.grace_s() + low.kill_wait_s), "the case needs a save that outlasts the grace time"
-    run = train_run(steps=6, ckpt_interval=3)
+    # 3 s steps: with the preemption sent as soon as step 3 is saved, the notice's save lands at step 4 or 5, between
+    # the periodic (and final) saves of steps 3 and 6, unless the USR1 takes more than 6 s.
+    run = train_run(steps=6, ckpt_interval=3, step_seconds=3.0)
     overrides = ("cluster.grace_s=120", "cluster.signal_before_s=180", f"trainer.rehearsal_save_s={save_s}",
                  "trainer.rehearsal_save_bytes=100000000")
     line = plan_preemption_line(run, overrides)
@@ -111,8 +113,7 @@ def test_a_save_longer_than_the_grace_time_is_flagged_and_never_resumed_from(tra
     assert "resumes from the last complete checkpoint" in line
     run.submit("-p", "low", "--time=00:10:00", overrides=overrides)
     wait_for(lambda: run.marker() == 3, 300, "the periodic checkpoint of step 3")
-    run.wait_for_steps(4)
-    preempt(run)
+    preempt(run)  # at once: the USR1 may take a few seconds, and the notice's save must come before step 6
     state = run.finish(timeout=420)
     out = run.output()
     assert state == "COMPLETED", out[-6000:]
