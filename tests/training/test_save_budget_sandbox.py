@@ -109,7 +109,7 @@ def test_a_save_longer_than_the_grace_time_is_flagged_and_never_resumed_from(tra
     overrides = ("cluster.grace_s=120", "cluster.signal_before_s=180", f"trainer.rehearsal_save_s={save_s}",
                  "trainer.rehearsal_save_bytes=100000000")
     line = plan_preemption_line(run, overrides)
-    assert f"DOES NOT FIT: step 1 s + save 90 s = 91 s > lead {low.grace_s()} s" in line, line
+    assert f"DOES NOT FIT: step 3 s + save 90 s = 93 s > lead {low.grace_s()} s" in line, line
     assert "resumes from the last complete checkpoint" in line
     run.submit("-p", "low", "--time=00:10:00", overrides=overrides)
     wait_for(lambda: run.marker() == 3, 300, "the periodic checkpoint of step 3")
