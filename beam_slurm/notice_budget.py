@@ -18,7 +18,8 @@ saving plus redone work, for checkpoints every t seconds of training, is about
 minimised near t = sqrt(2 C M) - C (Young 1974, Daly 2006); `advise_interval` picks the whole number of steps with
 the least waste. Interruptions with a notice lose no steps and cost only a restart, so they do not enter it.
 
-Nothing here reads files or runs commands; the functions taking `cfg` only read a loaded recipe.
+Nothing here runs commands; the functions taking `cfg` read a loaded recipe and, once the run has them, its own
+train_metrics.jsonl (step time) and ray_stop.json files (stop time).
 """
 
 from __future__ import annotations
@@ -248,10 +249,12 @@ def stop_seconds(cfg) -> tuple[float, float, str]:
 def recipe_save_seconds(cfg, write_gbytes_per_s: float | None = None) -> float:
     """One save of this recipe at the configured (or the given, e.g. measured) bandwidth."""
     bandwidth = cfg.cluster.storage_write_gbytes_per_s if write_gbytes_per_s is None else write_gbytes_per_s
-    seconds = save_seconds(checkpoint_bytes_per_node(cfg)[0], bandwidth)
-    if cfg.trainer.backend == "rehearsal":
-        seconds = max(seconds, float(cfg.trainer.rehearsal_save_s))  # the rehearsal's save lasts at least that long
-    return seconds
+    return max(save_seconds(checkpoint_bytes_per_node(cfg)[0], bandwidth), min_save_seconds(cfg))
+
+
+def min_save_seconds(cfg) -> float:
+    """The rehearsal's save lasts at least trainer.rehearsal_save_s; a real trainer's has no floor."""
+    return float(cfg.trainer.rehearsal_save_s) if cfg.trainer.backend == "rehearsal" else 0.0
 
 
 def recipe_budget(cfg, *, lead_s: float | None = None, write_gbytes_per_s: float | None = None) -> Budget:
@@ -280,7 +283,7 @@ class SaveCost:
     @classmethod
     def of(cls, cfg) -> "SaveCost":
         return cls(step_s=step_seconds(cfg)[0], bytes_per_node=checkpoint_bytes_per_node(cfg)[0],
-                   min_save_s=float(cfg.trainer.rehearsal_save_s) if cfg.trainer.backend == "rehearsal" else 0.0,
+                   min_save_s=min_save_seconds(cfg),
                    write_gbytes_per_s=float(cfg.cluster.storage_write_gbytes_per_s),
                    job_grace_s=float(cfg.cluster.grace_s))
 

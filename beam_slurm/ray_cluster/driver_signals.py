@@ -14,19 +14,16 @@ import os
 import signal
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
-from beam_slurm.ray_cluster.records import SIGTERM_NOTICE_ENV, STOPPING_FILE
+from beam_slurm.ray_cluster.records import SIGTERM_NOTICE_ENV, stopping
 
 _held = False
 
 
 def _may_hold() -> bool:
     attempt_dir = os.environ.get("BEAM_ATTEMPT_DIR")
-    if _held or os.environ.get(SIGTERM_NOTICE_ENV) != "1" or not attempt_dir:
-        return False
-    return not (Path(attempt_dir) / STOPPING_FILE).exists()
+    return not _held and bool(attempt_dir) and not stopping(attempt_dir)
 
 
 def hold_first_sigterm() -> None:

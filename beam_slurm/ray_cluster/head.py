@@ -17,8 +17,8 @@ from beam_slurm.ray_cluster import auth
 from beam_slurm.ray_cluster.checks import GpuVisibilityCheck, check_gpu_count
 from beam_slurm.ray_cluster.network import node_ipv4
 from beam_slurm.ray_cluster.ports import RayPorts
-from beam_slurm.ray_cluster.records import (EXIT_INFRA, EXIT_STOPPED, HEAD_FILE, READY_FILE, STOPPING_FILE,
-                                            TERM_RELAYED_FILE, NodeFailure, record_driver_exit, shell_status)
+from beam_slurm.ray_cluster.records import (EXIT_INFRA, EXIT_STOPPED, HEAD_FILE, READY_FILE, TERM_RELAYED_FILE,
+                                            NodeFailure, mark_stopping, record_driver_exit, shell_status)
 from beam_slurm.ray_cluster.role import NodeRole
 from beam_slurm.ray_cluster.supervision import WorkerWatch, stop_process_group
 
@@ -196,7 +196,7 @@ class Head(NodeRole):
                     self.log("stop requested: stopping the driver")
                     if self.ctx.attempt_dir is not None and self.ctx.sigterm_notice:
                         # The driver holds a first SIGTERM unless the attempt is marked as stopping.
-                        (self.ctx.attempt_dir / STOPPING_FILE).write_text(f"{time.time():.3f}\n")
+                        mark_stopping(self.ctx.attempt_dir)
                     status = stop_process_group(proc, self.settings.driver_stop_grace_s)
                     status = EXIT_STOPPED if status in (0, 15, -signal.SIGTERM, EXIT_STOPPED) else shell_status(status)
                     break

@@ -57,6 +57,15 @@ def shell_status(status: int | None) -> int:
     return 128 - status if status < 0 else status
 
 
+def mark_stopping(attempt_dir: Path) -> None:
+    """Say that this attempt's Ray step is being stopped by us (`STOPPING_FILE`): a SIGTERM then is never held."""
+    (Path(attempt_dir) / STOPPING_FILE).write_text(f"{time.time():.3f}\n")
+
+
+def stopping(attempt_dir: Path) -> bool:
+    return (Path(attempt_dir) / STOPPING_FILE).exists()
+
+
 def record_first_failure(attempt_dir: Path | None, kind: str, host: str, rank: int, reason: str) -> None:
     """Keep the attempt's first failure (later ones are consequences of it)."""
     if attempt_dir is None:

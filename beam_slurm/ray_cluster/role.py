@@ -17,7 +17,7 @@ from beam_slurm.ray_cluster.log_copy import LogCopier, LogCopySettings
 from beam_slurm.ray_cluster.network import tcp_reachable
 from beam_slurm.ray_cluster.ports import RayPorts, choose_ports
 from beam_slurm.atomic_files import write_json
-from beam_slurm.ray_cluster.records import BRINGUP_DIR, STOPPING_FILE, NodeFailure, record_first_failure
+from beam_slurm.ray_cluster.records import BRINGUP_DIR, NodeFailure, record_first_failure, stopping
 from beam_slurm.ray_cluster.rendezvous import Rendezvous
 from beam_slurm.ray_cluster.settings import RaySettings
 
@@ -66,7 +66,7 @@ class NodeRole:
         batch shell marks its own stops (`records.STOPPING_FILE`), and a second SIGTERM always stops."""
         if not self.ctx.sigterm_notice or self.ctx.attempt_dir is None or self.sigterm_held_at is not None:
             return False
-        if not self.can_hold_sigterm() or (self.ctx.attempt_dir / STOPPING_FILE).exists():
+        if not self.can_hold_sigterm() or stopping(self.ctx.attempt_dir):
             return False
         self.sigterm_held_at = time.time()
         return True

@@ -155,7 +155,7 @@ class Attempt:
         if self.step.poll() is not None:
             return self.step.returncode
         # Our own stop: the nodes must not hold this SIGTERM as a preemption's notice.
-        (self.attempt_dir / records.STOPPING_FILE).write_text(f"{time.time():.3f}\n")
+        records.mark_stopping(self.attempt_dir)
         began = time.time()
         status = stop_step(self.step, self.alloc.job_id, RAY_STEP, self.settings.stop_grace_s, self.log, label="Ray")
         seconds = time.time() - began

@@ -38,6 +38,17 @@ def preempt(run) -> str:
     return high
 
 
+def preempt_after_steps(run, steps: int) -> tuple[str, float]:
+    """Preempt the run once it logged `steps` steps; it must then complete. (its output, seconds from the preemption)"""
+    run.wait_for_steps(steps)
+    preempted = time.monotonic()
+    preempt(run)
+    state = run.finish(timeout=300)
+    out = run.output()
+    assert state == "COMPLETED", out[-6000:]
+    return out, time.monotonic() - preempted
+
+
 def plan_preemption_line(run, overrides) -> str:
     proc = subprocess.run([sys.executable, "-m", "beam_slurm.cli", "plan", "recipe=lora_16gpu", "cluster.partition=low",
                            "cluster.check_paths_on_submit=false", *overrides, "--json"],
@@ -70,13 +81,8 @@ def test_a_save_longer_than_killwait_completes_within_the_grace_time(train_run):
     line = plan_preemption_line(run, overrides)
     assert line.endswith(f"step 1 s + save 13 s = 14 s <= lead {low.grace_s()} s: fits"), line
     run.submit("-p", "low", "--time=00:10:00", overrides=overrides)
-    run.wait_for_steps(3)
-    preempted = time.monotonic()
-    preempt(run)
-    state = run.finish(timeout=300)
-    out = run.output()
-    assert state == "COMPLETED", out[-6000:]
-    print(f"preemption -> save of {save_s:g} s -> requeue -> resume -> done: {time.monotonic() - preempted:.0f}s")
+    out, seconds = preempt_after_steps(run, 3)
+    print(f"preemption -> save of {save_s:g} s -> requeue -> resume -> done: {seconds:.0f}s")
 
     first = run.attempt_log(0)
     saved = int(re.search(r"checkpoint of step (\d+) saved on notice", first).group(1))
@@ -143,14 +149,8 @@ def test_a_preemption_whose_only_signal_is_sigterm_to_the_tasks_still_saves(trai
     run.script = run.work / "train_without_signal.sh"
     run.script.write_text("".join(line for line in lines if not line.startswith("#SBATCH --signal=")))
     run.submit("-p", "low", "--time=00:10:00", overrides=("cluster.grace_s=30", "trainer.rehearsal_save_s=4"))
-    run.wait_for_steps(3)
-    preempted = time.monotonic()
-    preempt(run)
-    state = run.finish(timeout=300)
-    out = run.output()
-    assert state == "COMPLETED", out[-6000:]
-    print(f"preemption by SIGTERM only -> relayed notice -> save -> requeue -> done: "
-          f"{time.monotonic() - preempted:.0f}s")
+    out, seconds = preempt_after_steps(run, 3)
+    print(f"preemption by SIGTERM only -> relayed notice -> save -> requeue -> done: {seconds:.0f}s")
 
     first = run.attempt_log(0)
     assert f"a preemption's SIGTERM to the tasks is held as a notice: step 1 s + save 4 s = 5 s <= GraceTime " \
