@@ -31,7 +31,22 @@ SACCT_FIELDS = ["JobID", "JobName", "Partition", "State", "ExitCode", "NodeList"
                 "End", "Elapsed"]
 
 
+def uses_the_sandbox(item) -> bool:
+    return "sandbox" in item.keywords or "slurm_sandbox" in item.fixturenames
+
+
 def pytest_collection_modifyitems(config, items):
+    # tools/run_tests.sh runs the sandbox tests (mostly waiting on Slurm jobs) and the others (mostly computing) as
+    # two pytest processes at once; BEAM_TEST_GROUP picks one group.
+    group = os.environ.get("BEAM_TEST_GROUP", "")
+    if group not in ("", "sandbox", "other"):
+        raise pytest.UsageError(f"BEAM_TEST_GROUP={group!r}: expected 'sandbox', 'other' or unset (every test)")
+    if group:
+        keep = [item for item in items if uses_the_sandbox(item) == (group == "sandbox")]
+        dropped = [item for item in items if uses_the_sandbox(item) != (group == "sandbox")]
+        if dropped:
+            config.hook.pytest_deselected(items=dropped)
+            items[:] = keep
     if os.geteuid() == 0:
         return
     skip = pytest.mark.skip(reason=NOT_ROOT_REASON)
@@ -166,7 +181,7 @@ def no_slurm_outside_the_sandbox(request, monkeypatch, tmp_path_factory):
     """Tests that do not use the sandbox see no Slurm, as on a laptop, whether or not the sandbox is up: scontrol
     then fails at once (SLURM_CONF names an empty file). Without it, where no sandbox runs yet, scontrol looks the
     controller up in DNS (configless) for up to a minute, and `plan` waits its query timeout each time."""
-    if "sandbox" in request.keywords or "slurm_sandbox" in request.fixturenames:
+    if uses_the_sandbox(request.node):
         return
     empty = tmp_path_factory.getbasetemp() / "no-slurm.conf"
     empty.touch()

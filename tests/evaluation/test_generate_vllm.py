@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -153,13 +154,19 @@ def test_openai_server_client_with_retries_while_server_starts(tiny_model_dir: P
         result = run_evaluate(["--server", f"http://127.0.0.1:{port}", "--served-model", "tiny",
                                "--data", str(aime_parquet), "eval.responses_per_problem=3",
                                "generation.max_response_tokens=16", "--out", str(out),
-                               "generation.reasoning_effort=high", *GREEDY, "eval.server_max_attempts=8",
-                               "eval.server_request_timeout_s=60"],
-                              timeout=300)
+                               "generation.reasoning_effort=high", *GREEDY,
+                               # Backoff 2, 4, 8, then 10 s: 30 tries wait up to ~4.5 min, room for a slow start
+                               # on a busy machine (one CI start took more than the ~1 min of 8 tries).
+                               "eval.server_max_attempts=30", "eval.server_request_timeout_s=60"],
+                              timeout=480)
         assert result.returncode == 0, result.stderr[-3000:] + (tmp_path / "server.log").read_text()[-3000:]
     finally:
-        os.killpg(server.pid, 15)
-        server.wait(timeout=60)
+        os.killpg(server.pid, signal.SIGTERM)
+        try:
+            server.wait(timeout=30)
+        except subprocess.TimeoutExpired:  # a server still starting may not act on SIGTERM yet
+            os.killpg(server.pid, signal.SIGKILL)
+            server.wait(timeout=30)
         server_log.close()
     grades = read_jsonl(out / "grades.jsonl")
     assert len(grades) == 9

@@ -1,18 +1,16 @@
-"""Ray across a real Slurm allocation (the sandbox): bring-up with token auth, two jobs sharing nodes, a worker's Ray
-dying mid-run, and the notice -> save -> requeue -> resume sequence. The trainer is tests/ray_cluster/driver_double.py
-(a test double: the real trainer needs GPUs)."""
+"""Ray across a real Slurm allocation (the sandbox): bring-up with token auth, two jobs sharing nodes, the preflight
+and the GPU-visibility check. The trainer is tests/ray_cluster/driver_double.py (a test double: the real trainer needs
+GPUs). A worker's Ray dying mid-run, the notice -> save -> requeue -> resume sequence and a preemption by the `high`
+partition are run with the real batch script and the rehearsal trainer in tests/training/test_train_sandbox.py."""
 from __future__ import annotations
 
 import os
 import re
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
-
-from ray_processes import one_raylet
 
 pytestmark = pytest.mark.sandbox
 
@@ -51,11 +49,6 @@ def wait_for(predicate, timeout: float, what: str):
             return value
         time.sleep(0.5)
     raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
-
-
-def steps_done(work: Path) -> list[list[str]]:
-    path = work / "ckpt" / "steps.log"
-    return [line.split() for line in path.read_text().splitlines()] if path.exists() else []
 
 
 def test_two_nodes_sixteen_gpus_with_token_auth(slurm_sandbox):
@@ -120,62 +113,6 @@ def assert_no_ray_left(job: str) -> None:
     while ray_processes_of(job) and time.monotonic() < deadline:
         time.sleep(0.5)
     assert not ray_processes_of(job), f"Ray of job {job} left running: {ray_processes_of(job)}"
-
-
-def test_worker_ray_killed_mid_run_fails_fast_and_requeues(slurm_sandbox):
-    work = slurm_sandbox.new_dir("ray-kill")
-    job = slurm_sandbox.sbatch(train_script(work, WHOLE_NODES, "12 1", "--no-preflight cluster.max_requeues=1"))
-    wait_for(lambda: len(steps_done(work)) >= 2, 240, "two steps of the first attempt")
-    pid = wait_for(lambda: one_raylet(job, rank=1), 10, "the worker's raylet")
-    os.kill(pid, 9)
-    killed = time.monotonic()
-    wait_for(lambda: "infrastructure failure: job requeued" in output(work, job), 60, "the requeue after the kill")
-    assert time.monotonic() - killed < 45, "the job must fail fast, not wait for timeouts"
-    out = output(work, job)
-    assert "this node's Ray (raylet) died" in out, out
-    assert slurm_sandbox.wait(job, timeout=400) == "COMPLETED", output(work, job)
-    second = [s for s in steps_done(work) if s[1] == "1"]
-    assert second and all(s[2] == "latest" for s in second) and second[-1][0] == "12", steps_done(work)
-    assert_no_ray_left(job)
-
-
-def test_notice_saves_then_requeues_and_resumes_without_redoing_steps(slurm_sandbox):
-    work = slurm_sandbox.new_dir("ray-notice")
-    job = slurm_sandbox.sbatch(train_script(work, WHOLE_NODES, "14 1", "--no-preflight cluster.grace_s=60"))
-    wait_for(lambda: len(steps_done(work)) >= 3, 240, "three steps of the first attempt")
-    subprocess.run(["scancel", "--signal=USR1", "--batch", job], check=True, env=slurm_sandbox.env(), timeout=30)
-    assert slurm_sandbox.wait(job, timeout=400) == "COMPLETED", output(work, job)
-    out = output(work, job)
-    assert "saved on notice" in out and "notice SIGUSR1: job requeued" in out, out
-    steps = steps_done(work)
-    assert [int(s[0]) for s in steps] == list(range(1, 15)), f"every step exactly once: {steps}"
-    saved = max(int(s[0]) for s in steps if s[1] == "0")
-    assert all(s[1] == "1" and s[2] == "latest" for s in steps if int(s[0]) > saved)
-    assert slurm_sandbox.scontrol_job(job).get("Restarts", "1") in ("1", "")
-    assert (work / "logs" / f"{job}-1" / "train_job.log").exists()
-    assert_no_ray_left(job)
-
-
-def test_preemption_by_a_higher_partition_saves_and_resumes(slurm_sandbox):
-    """A `high` job takes the nodes of our `low` job: USR1 at preemption start -> save -> requeue -> resume."""
-    work = slurm_sandbox.new_dir("ray-preempt")
-    job = slurm_sandbox.sbatch(train_script(
-        work, "--partition=low --nodes=2 --nodelist=n3,n4 --ntasks-per-node=1 --gpus-per-node=8 --exclusive "
-              "--requeue --time=10 --signal=B:USR1@30",
-        "14 1", "--no-preflight cluster.grace_s=15 cluster.stop_grace_s=4"))
-    wait_for(lambda: len(steps_done(work)) >= 3, 240, "three steps of the first attempt")
-    high = slurm_sandbox.sbatch(f"""#!/bin/bash
-#SBATCH --partition=high --nodes=2 --nodelist=n3,n4 --gres=gpu:8 --mem=200 --time=2 --output={work}/high-%j.out
-sleep 1
-""")
-    assert slurm_sandbox.wait(high, 180) == "COMPLETED"
-    assert slurm_sandbox.wait(job, timeout=400) == "COMPLETED", output(work, job)
-    out = output(work, job)
-    assert "notice SIGUSR1 received" in out and "saved on notice" in out, out
-    steps = steps_done(work)
-    assert [int(s[0]) for s in steps] == list(range(1, 15)), f"every step exactly once: {steps}"
-    assert any(s[1] == "1" and s[2] == "latest" for s in steps), steps
-    assert_no_ray_left(job)
 
 
 def test_preflight_names_the_node_missing_a_path_and_ray_never_starts(slurm_sandbox):

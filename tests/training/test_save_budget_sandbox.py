@@ -120,9 +120,12 @@ def test_a_save_longer_than_the_grace_time_is_flagged_and_never_resumed_from(tra
     run.submit("-p", "low", "--time=00:10:00", overrides=overrides)
     wait_for(lambda: run.marker() == 3, 300, "the periodic checkpoint of step 3")
     preempt(run)  # at once: the USR1 may take a few seconds, and the notice's save must come before step 6
-    state = run.finish(timeout=420)
+    # The verdict is where the next attempt resumed: once it trained its first step the job is cancelled (its final
+    # save would take another 90 s and tell nothing more).
+    wait_for(lambda: any(attempt > 0 for attempt in run.steps_by_attempt()), 420, "the next attempt's first step")
+    run.sandbox.cancel(run.job_id)
+    assert run.finish(timeout=180) == "CANCELLED"
     out = run.output()
-    assert state == "COMPLETED", out[-6000:]
 
     cut = [int(s) for s in re.findall(r"\[rehearsal\] saving step (\d+):", out) if int(s) not in (3, 6)]
     assert cut, out[-4000:]
@@ -135,8 +138,6 @@ def test_a_save_longer_than_the_grace_time_is_flagged_and_never_resumed_from(tra
     assert run.resumed_from()[0] == 3, "the next attempt resumes from the last complete checkpoint"
     by_attempt = run.steps_by_attempt()
     assert by_attempt[max(by_attempt)][0] == 4 and step in by_attempt[0], by_attempt
-    run.assert_every_step_once_after_resume()
-    assert run.marker() == 6
 
 
 def test_a_preemption_whose_only_signal_is_sigterm_to_the_tasks_still_saves(train_run):
