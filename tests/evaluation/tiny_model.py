@@ -90,8 +90,15 @@ def build_tiny_model(
     )
     model = LlamaForCausalLM(config)
     if taught_answers:
-        # Deterministic on CPU: fixed seed, fixed order, measured until certain.
-        _teach(model, tokenizer, taught_answers, taught_prompts or TRAINING_TEXT[:3])
+        # Deterministic on CPU: fixed seed, fixed order, measured until certain. One torch thread: beside the other
+        # pytest process of tools/run_tests.sh, two OpenMP threads spinning over two shared cores made it ten times
+        # slower (25 s alone, 277 s beside vLLM).
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            _teach(model, tokenizer, taught_answers, taught_prompts or TRAINING_TEXT[:3])
+        finally:
+            torch.set_num_threads(threads)
     model.save_pretrained(out, safe_serialization=True)
     return out
 
