@@ -4,6 +4,7 @@ and every Ray process carries its task's SLURM_* variables. Plain module (not co
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 
@@ -36,3 +37,29 @@ def one_raylet(job_id: str, **where) -> int | None:
     """The first raylet `raylet_pids` finds, or None."""
     pids = raylet_pids(job_id, **where)
     return pids[0] if pids else None
+
+
+def ray_processes(job_id: str) -> list[str]:
+    """Processes (not zombies) still running from any of this job's Ray temp dirs (/tmp/ray-<job>-<attempt>), on any
+    node: "<pid>: <command line>"."""
+    marker = f"/ray-{job_id}-".encode()
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ")
+            state = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if marker in cmdline and state != "Z":
+            found.append(f"{entry}: {cmdline[:120].decode(errors='replace')}")
+    return found
+
+
+def ray_left_running(job_id: str, settle_s: float = 15) -> list[str]:
+    """`ray_processes` after giving the job's teardown up to settle_s seconds."""
+    deadline = time.monotonic() + settle_s
+    while ray_processes(job_id) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    return ray_processes(job_id)

@@ -4,13 +4,14 @@ GPUs). A worker's Ray dying mid-run, the notice -> save -> requeue -> resume seq
 partition are run with the real batch script and the rehearsal trainer in tests/training/test_train_sandbox.py."""
 from __future__ import annotations
 
-import os
 import re
 import sys
 import time
 from pathlib import Path
 
 import pytest
+
+from ray_processes import ray_left_running
 
 pytestmark = pytest.mark.sandbox
 
@@ -93,26 +94,9 @@ def test_two_jobs_share_the_same_nodes_without_collisions(slurm_sandbox):
         assert_no_ray_left(job)
 
 
-def ray_processes_of(job: str) -> list[str]:
-    """Command lines of any process still running from this job's Ray temp dirs, on any sandbox node."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                cmdline = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-                state = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[0]
-            except OSError:
-                continue
-            if f"/ray-{job}-" in cmdline and state != "Z":
-                found.append(f"{entry}: {cmdline[:120]}")
-    return found
-
-
 def assert_no_ray_left(job: str) -> None:
-    deadline = time.monotonic() + 15
-    while ray_processes_of(job) and time.monotonic() < deadline:
-        time.sleep(0.5)
-    assert not ray_processes_of(job), f"Ray of job {job} left running: {ray_processes_of(job)}"
+    left = ray_left_running(job)
+    assert not left, f"Ray of job {job} left running: {left}"
 
 
 def test_preflight_names_the_node_missing_a_path_and_ray_never_starts(slurm_sandbox):

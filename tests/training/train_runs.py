@@ -16,6 +16,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ray_processes import ray_left_running
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 TRAIN_SCRIPT = REPO_ROOT / "sbatch" / "train_lora_16gpu.sh"
 QUICK_PREFLIGHT = ("cluster.fabric_check=false", "cluster.storage_probe_s=0")
@@ -157,28 +159,8 @@ class TrainRun:
             raise AssertionError(f"{exc}\n--- output ---\n{self.output()[-6000:]}") from None
 
     def ray_left_running(self, settle_s: float = 15) -> list[str]:
-        """Processes still running from any of this job's Ray temp dirs (/tmp/ray-<job>-<attempt>) on any node,
-        after giving the teardown settle_s seconds."""
-        marker = f"/ray-{self.job_id}-".encode()
-
-        def running() -> list[str]:
-            found = []
-            for entry in os.listdir("/proc"):
-                if not entry.isdigit():
-                    continue
-                try:
-                    cmdline = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ")
-                    state = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[0]
-                except OSError:
-                    continue
-                if marker in cmdline and state != "Z":
-                    found.append(f"{entry}: {cmdline[:120].decode(errors='replace')}")
-            return found
-
-        deadline = time.monotonic() + settle_s
-        while running() and time.monotonic() < deadline:
-            time.sleep(0.5)
-        return running()
+        """Processes still running from any of this job's Ray temp dirs on any node, after settle_s seconds."""
+        return ray_left_running(self.job_id, settle_s)
 
     def restarts(self) -> int:
         """Restarts as `scontrol show job` reports them."""
