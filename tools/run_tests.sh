@@ -12,15 +12,16 @@ cd "$ROOT"
 bash tools/install.sh || { echo "run_tests: install failed" >&2; exit 1; }
 [ "$#" -gt 0 ] || set -- tests
 PYTEST=(.venv/bin/python -m pytest -ra --timeout=900)
+no_tests() {
+  # pytest's "no tests collected" is neither success nor failure: say so and fail, so it is never mistaken.
+  echo "run_tests: pytest collected no tests$1 (exit 5); treating as a failure" >&2
+  exit 1
+}
 
 if [ "${BEAM_TESTS_SERIAL:-0}" = 1 ]; then
   "${PYTEST[@]}" "$@"
   rc=$?
-  if [ "$rc" -eq 5 ]; then
-    # pytest's "no tests collected" is neither success nor failure: say so and fail, so it is never mistaken.
-    echo "run_tests: pytest collected no tests (exit 5); treating as a failure" >&2
-    exit 1
-  fi
+  [ "$rc" -eq 5 ] && no_tests ""
   exit "$rc"
 fi
 
@@ -38,11 +39,7 @@ echo "================ run_tests: the tests that do not use the sandbox (run alo
 cat "$other_log"
 rm -f "$other_log"
 echo "run_tests: sandbox tests exit $sandbox_rc, other tests exit $other_rc"
-if [ "$sandbox_rc" -eq 5 ] && [ "$other_rc" -eq 5 ]; then
-  # pytest's "no tests collected" is neither success nor failure: say so and fail, so it is never mistaken.
-  echo "run_tests: pytest collected no tests in either group (exit 5); treating as a failure" >&2
-  exit 1
-fi
+[ "$sandbox_rc" -eq 5 ] && [ "$other_rc" -eq 5 ] && no_tests " in either group"
 # One group may have nothing to run for the arguments given (exit 5): the other one's result is the answer.
 [ "$sandbox_rc" -eq 5 ] && exit "$other_rc"
 [ "$other_rc" -eq 5 ] && exit "$sandbox_rc"
