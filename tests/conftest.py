@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import json
 import os
 import re
 import shlex
@@ -31,28 +32,68 @@ SACCT_FIELDS = ["JobID", "JobName", "Partition", "State", "ExitCode", "NodeList"
                 "End", "Elapsed"]
 
 
+TEST_GROUPS = {
+    "sandbox": "every test that uses the sandbox",
+    "lanes": "the sandbox tests that run side by side in lanes (not marked whole_cluster)",
+    "whole": "the sandbox tests marked whole_cluster (they stop, restart or change the whole sandbox)",
+    "other": "the tests that do not use the sandbox",
+}
+LANE_TIMES = Path(__file__).with_name("lane_times.json")
+"""Seconds each lane test took in a full run (tools/run_tests.sh writes it): the lanes take the longest first."""
+UNTIMED_TEST_S = 60.0
+
+
 def uses_the_sandbox(item) -> bool:
     return "sandbox" in item.keywords or "slurm_sandbox" in item.fixturenames
 
 
+def in_group(item, group: str) -> bool:
+    if group == "other":
+        return not uses_the_sandbox(item)
+    if not uses_the_sandbox(item):
+        return False
+    whole = "whole_cluster" in item.keywords
+    return {"sandbox": True, "lanes": not whole, "whole": whole}[group]
+
+
 def pytest_collection_modifyitems(config, items):
-    # tools/run_tests.sh runs the sandbox tests (mostly waiting on Slurm jobs) and the others (mostly computing) as
-    # two pytest processes at once; BEAM_TEST_GROUP picks one group.
+    # tools/run_tests.sh runs the sandbox tests in lanes side by side (pytest-xdist workers), the whole-cluster
+    # sandbox tests before them, and the other tests (mostly computing) alongside; BEAM_TEST_GROUP picks one group.
     group = os.environ.get("BEAM_TEST_GROUP", "")
-    if group not in ("", "sandbox", "other"):
-        raise pytest.UsageError(f"BEAM_TEST_GROUP={group!r}: expected 'sandbox', 'other' or unset (every test)")
+    if group and group not in TEST_GROUPS:
+        raise pytest.UsageError(f"BEAM_TEST_GROUP={group!r}: expected one of {', '.join(TEST_GROUPS)} or unset "
+                                "(every test)")
     if group:
-        keep = [item for item in items if uses_the_sandbox(item) == (group == "sandbox")]
-        dropped = [item for item in items if uses_the_sandbox(item) != (group == "sandbox")]
+        keep = [item for item in items if in_group(item, group)]
+        dropped = [item for item in items if not in_group(item, group)]
         if dropped:
             config.hook.pytest_deselected(items=dropped)
             items[:] = keep
+    if group == "lanes":
+        longest_first(items)
     if os.geteuid() == 0:
         return
     skip = pytest.mark.skip(reason=NOT_ROOT_REASON)
     for item in items:
         if "sandbox" in item.keywords:
             item.add_marker(skip)
+
+
+def longest_first(items) -> None:
+    """Order the lane tests by the time they took last (longest first), so the lanes finish together; the tests of
+    one xdist_group stay together and in their order (they share a module fixture). Every xdist worker sorts the
+    same way, as xdist requires."""
+    try:
+        times = json.loads(LANE_TIMES.read_text())
+    except (OSError, ValueError):
+        times = {}
+    groups: dict[str, list] = {}
+    for item in items:
+        mark = item.get_closest_marker("xdist_group")
+        key = str(mark.args[0] if mark and mark.args else mark.kwargs.get("name")) if mark else item.nodeid
+        groups.setdefault(key, []).append(item)
+    cost = {key: sum(times.get(item.nodeid, UNTIMED_TEST_S) for item in members) for key, members in groups.items()}
+    items[:] = [item for key in sorted(groups, key=lambda k: -cost[k]) for item in groups[key]]
 
 
 @dataclasses.dataclass
@@ -67,14 +108,21 @@ class SlurmSandbox:
     """Node hostnames, e.g. ["n1", "n2", "n3", "n4"]."""
     node_ips: dict[str, str]
     """Hostname -> address on the sandbox bridge."""
-    partitions: list[str]
-    """Partition names: batch (default, never preempted), low (preemptable, REQUEUE), high (preempts low)."""
+    partitions: dict[str, str]
+    """Kind -> this session's partition name: batch (default, never preempted), low (preemptable, REQUEUE), high
+    (preempts low). In a lane these are the lane's own (`lane2-low`); use `partition("low")` in tests."""
     slurm_conf: Path
     """slurm.conf of the sandbox; exported as SLURM_CONF for the whole test session."""
     gpus_per_node: int = 8
     """Fake GPUs (GRES gpu) per node; jobs see CUDA_VISIBLE_DEVICES=0..7."""
     submitted: list[str] = dataclasses.field(default_factory=list)
     """Job ids submitted through sbatch(); those still queued or running are cancelled when the session ends."""
+    lane: int | None = None
+    """The lane (1-based) whose nodes and partitions this session uses, or None for the whole sandbox."""
+
+    def partition(self, kind: str) -> str:
+        """This session's partition of one kind ("batch", "low" or "high")."""
+        return self.partitions[kind]
 
     def env(self, extra: dict[str, str] | None = None) -> dict[str, str]:
         """Environment for Slurm client commands (and, with sbatch's default --export=ALL, for the job)."""
@@ -188,22 +236,54 @@ def no_slurm_outside_the_sandbox(request, monkeypatch, tmp_path_factory):
     monkeypatch.setenv("SLURM_CONF", str(empty))
 
 
+def current_lane() -> int | None:
+    """The lane of this pytest process: xdist worker gwN of a run with BEAM_TEST_LANES set is lane N+1."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    if not os.environ.get("BEAM_TEST_LANES") or not worker.startswith("gw"):
+        return None
+    return int(worker[2:]) + 1
+
+
+@pytest.fixture(autouse=True)
+def lane_of_the_test(request):
+    """The lane a sandbox test ran in, for the runner's report of the slowest tests (JUnit XML property)."""
+    lane = current_lane()
+    if lane is not None and uses_the_sandbox(request.node):
+        request.getfixturevalue("record_property")("lane", lane)
+
+
 @pytest.fixture(scope="session")
 def slurm_sandbox() -> SlurmSandbox:
-    """The running sandbox (brought up, or repaired, if needed). Fails the test if it cannot come up as root."""
+    """The running sandbox (brought up, or repaired, if needed). Fails the test if it cannot come up as root.
+
+    In a lane (tools/run_tests.sh) the session sees only its lane's nodes and partitions, and a job that names no
+    partition goes to the lane's `batch` (BEAM_SANDBOX_LANE, read by the sandbox's sbatch filter; jobs pass it on to
+    the jobs they submit), while any partition a job names (command line, SBATCH_PARTITION, header) still wins."""
     if os.geteuid() != 0:
         pytest.skip(NOT_ROOT_REASON)
     was_up = _sandbox_command("status").returncode == 0
-    proc = _sandbox_command("up")
+    wanted = os.environ.get("BEAM_SANDBOX_NODES")
+    proc = _sandbox_command("up", *(["--nodes", wanted] if wanted else []))
     if proc.returncode != 0:
         pytest.fail(f"Slurm sandbox did not come up:\n{proc.stdout}\n{proc.stderr}", pytrace=False)
     tool = _load_sandbox_tool()
     layout = tool.Layout(Path(os.environ.get("BEAM_SANDBOX_DIR", tool.DEFAULT_STATE_DIR)).absolute())
     nodes = tool.make_nodes(tool.configured_nodes(layout) or 4)
+    partitions = {"batch": "batch", "low": "low", "high": "high"}
+    lane = current_lane()
+    if lane is not None:
+        lanes = tool.lanes(nodes)
+        if lane > len(lanes):
+            pytest.fail(f"lane {lane}: the sandbox has {len(nodes)} nodes, {len(lanes)} lanes of "
+                        f"{tool.NODES_PER_LANE}; bring it up with --nodes {lane * tool.NODES_PER_LANE} "
+                        "(BEAM_SANDBOX_NODES)", pytrace=False)
+        nodes = lanes[lane - 1]
+        partitions = {kind: tool.lane_prefix(lane) + kind for kind in partitions}
+        os.environ[tool.LANE_ENV] = str(lane)
     sandbox = SlurmSandbox(
         state_dir=layout.root, shared_dir=layout.shared, nodes=[n.name for n in nodes],
-        node_ips={n.name: n.ip for n in nodes}, partitions=["batch", "low", "high"], slurm_conf=layout.slurm_conf,
-        gpus_per_node=tool.GPUS_PER_NODE)
+        node_ips={n.name: n.ip for n in nodes}, partitions=partitions, slurm_conf=layout.slurm_conf,
+        gpus_per_node=tool.GPUS_PER_NODE, lane=lane)
     # Code under test calls sbatch/sacct itself; let it find the sandbox.
     os.environ["SLURM_CONF"] = str(layout.slurm_conf)
     yield sandbox

@@ -20,7 +20,8 @@ IMPORT_NAMES = {
 # hydra-submitit-launcher's config classes are the schema of eval.launcher).
 NOT_YET_IMPORTED: dict[str, str] = {}
 # Test-only distributions that are not imported: pytest plugins, used through the options they add.
-PYTEST_PLUGINS = {"pytest-timeout": ("--timeout=", ROOT / "tools" / "run_tests.sh")}
+PYTEST_PLUGINS = {"pytest-timeout": ("--timeout=", ROOT / "tools" / "run_tests.sh"),
+                  "pytest-xdist": ("--dist=loadgroup", ROOT / "tools" / "run_tests.sh")}
 
 
 def distribution(requirement: str) -> str:

@@ -15,7 +15,8 @@ fi
 for part in "${parts[@]}"; do
   script="$ROOT/tools/install.d/$part.sh"
   [ -f "$script" ] || { echo "install: no part named $part (see tools/install.d)" >&2; exit 2; }
-  sum=$(sha256sum "$script" | cut -c1-16)
+  # Keyed on the part and on pyproject.toml (its dependencies), so a new dependency reaches an installed machine.
+  sum=$(cat "$script" "$ROOT/pyproject.toml" | sha256sum | cut -c1-16)
   if [ -f "$STAMPS/$part.$sum" ]; then
     echo "install: $part up to date"
     continue

@@ -1,17 +1,27 @@
 #!/usr/bin/env bash
 # The whole test suite on a fresh machine: install everything (apt + venvs), then pytest over tests/.
 # The Slurm sandbox is brought up by the tests' session fixture and left running (tools/slurm_sandbox.py down).
-# Two pytest processes run at once: the sandbox tests, which mostly wait on Slurm jobs, print as they go; the others,
-# which mostly compute, write to a log that is printed after them. BEAM_TESTS_SERIAL=1 runs one pytest instead.
-# Usage: bash tools/run_tests.sh [pytest args...]   (the same arguments go to both processes)
+#
+# Three groups, the sandbox ones one after the other and the third alongside them:
+#   whole   the sandbox tests marked whole_cluster (down/up, daemon repair): alone on the sandbox, first;
+#   lanes   the other sandbox tests, BEAM_TEST_LANES (3) pytest-xdist workers side by side, each on its own
+#           lane of the sandbox (4 nodes and partitions of its own), the longest tests first;
+#   other   the tests that do not use the sandbox (mostly computing), into a log printed at the end.
+# It ends with each group's wall time and the slowest tests (tools/test_times.py). BEAM_TESTS_SERIAL=1 runs one
+# pytest over everything instead, on the whole sandbox. BEAM_TESTS_RECORD_TIMES=1 writes the lane tests' times to
+# tests/lane_times.json (the order in which the lanes take them).
+# Usage: bash tools/run_tests.sh [pytest args...]   (the same arguments go to every group)
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "$ROOT/tools/outside_tmp.sh"
 run_outside_tmp "$ROOT" tools/run_tests.sh "$@"
 cd "$ROOT"
+suite_start=$(date +%s)
 bash tools/install.sh || { echo "run_tests: install failed" >&2; exit 1; }
+install_s=$(( $(date +%s) - suite_start ))
 [ "$#" -gt 0 ] || set -- tests
-PYTEST=(.venv/bin/python -m pytest -ra --timeout=900)
+# xunit1: the JUnit XML keeps the lane of each sandbox test (a property) for tools/test_times.py.
+PYTEST=(.venv/bin/python -m pytest -ra --timeout=900 -o junit_family=xunit1)
 no_tests() {
   # pytest's "no tests collected" is neither success nor failure: say so and fail, so it is never mistaken.
   echo "run_tests: pytest collected no tests$1 (exit 5); treating as a failure" >&2
@@ -25,23 +35,46 @@ if [ "${BEAM_TESTS_SERIAL:-0}" = 1 ]; then
   exit "$rc"
 fi
 
-other_log="$(mktemp /var/tmp/beam-tests-other-XXXXXX.log)"
-BEAM_TEST_GROUP=other "${PYTEST[@]}" -p no:cacheprovider "$@" >"$other_log" 2>&1 &
+lanes="${BEAM_TEST_LANES:-3}"
+case "$lanes" in ''|*[!0-9]*|0|1) echo "run_tests: BEAM_TEST_LANES=$lanes: give 2 or more lanes" >&2; exit 2;; esac
+export BEAM_SANDBOX_NODES="${BEAM_SANDBOX_NODES:-$(( lanes * 4 ))}"
+results="$(mktemp -d /var/tmp/beam-tests-XXXXXX)"
+group_times="$results/groups.tsv"
+
+run_group() {  # run_group NAME [pytest options...] -- [arguments...]: one group's pytest, its wall time recorded
+  local name="$1" start rc
+  shift
+  start=$(date +%s)
+  BEAM_TEST_GROUP="$name" "${PYTEST[@]}" --junitxml="$results/$name.xml" "$@"
+  rc=$?
+  printf '%s\t%s\t%s\n' "$name" "$(( $(date +%s) - start ))" "$rc" >>"$group_times"
+  return "$rc"
+}
+
+run_group other -p no:cacheprovider "$@" >"$results/other.log" 2>&1 &
 other_pid=$!
 trap 'kill "$other_pid" 2>/dev/null' EXIT
-BEAM_TEST_GROUP=sandbox "${PYTEST[@]}" "$@"
-sandbox_rc=$?
+echo "================ run_tests: whole-cluster sandbox tests (alone on the sandbox) ================"
+run_group whole -p no:cacheprovider "$@"
+whole_rc=$?
+echo "================ run_tests: sandbox tests in $lanes lanes side by side ================"
+BEAM_TEST_LANES="$lanes" run_group lanes -v -n "$lanes" --dist=loadgroup "$@"
+lanes_rc=$?
 wait "$other_pid"
 other_rc=$?
 trap - EXIT
 echo
 echo "================ run_tests: the tests that do not use the sandbox (run alongside) ================"
-cat "$other_log"
-rm -f "$other_log"
-echo "run_tests: sandbox tests exit $sandbox_rc, other tests exit $other_rc"
-[ "$sandbox_rc" -eq 5 ] && [ "$other_rc" -eq 5 ] && no_tests " in either group"
-# One group may have nothing to run for the arguments given (exit 5): the other one's result is the answer.
-[ "$sandbox_rc" -eq 5 ] && exit "$other_rc"
-[ "$other_rc" -eq 5 ] && exit "$sandbox_rc"
-[ "$sandbox_rc" -ne 0 ] && exit "$sandbox_rc"
-exit "$other_rc"
+cat "$results/other.log"
+echo
+.venv/bin/python tools/test_times.py --install-s "$install_s" --total-s "$(( $(date +%s) - suite_start ))" \
+  --groups "$group_times" ${BEAM_TESTS_RECORD_TIMES:+--record tests/lane_times.json} "$results"/*.xml
+echo "run_tests: whole-cluster tests exit $whole_rc, lane tests exit $lanes_rc, other tests exit $other_rc"
+rm -rf "$results"
+codes=("$whole_rc" "$lanes_rc" "$other_rc")
+[ "$whole_rc" -eq 5 ] && [ "$lanes_rc" -eq 5 ] && [ "$other_rc" -eq 5 ] && no_tests " in any group"
+# A group may have nothing to run for the arguments given (exit 5): the others' results are the answer.
+for rc in "${codes[@]}"; do
+  if [ "$rc" -ne 0 ] && [ "$rc" -ne 5 ]; then exit "$rc"; fi
+done
+exit 0

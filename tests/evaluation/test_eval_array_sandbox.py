@@ -28,7 +28,8 @@ from tiny_model import build_tiny_model
 REPO_ROOT = Path(__file__).resolve().parents[2]
 BEAM_SLURM = [sys.executable, "-m", "beam_slurm.cli"]
 
-pytestmark = [pytest.mark.sandbox, pytest.mark.vllm, pytest.mark.slow]
+# One lane runs the three in order: they share the module's exports.
+pytestmark = [pytest.mark.sandbox, pytest.mark.vllm, pytest.mark.slow, pytest.mark.xdist_group("eval_array")]
 
 # The tiny model on vLLM's CPU build: one process (TP1 x PP1), float32, a small KV cache, no graph capture; exports
 # count as complete at once (nothing writes them any more).
@@ -169,7 +170,7 @@ def test_a_preempted_task_resumes_with_the_responses_it_had(exports):
     # All 8 GPUs of a node on the preemptable partition, so a high job that needs that node's GPUs preempts it.
     submitted = exports.evaluate("--checkpoint", str(checkpoint), "--data", str(exports.long_data),
                                  f"eval.responses_per_problem={k}", f"generation.max_response_tokens={max_tokens}",
-                                 "eval.chunk_problems=1", "eval.launcher.partition=low",
+                                 "eval.chunk_problems=1", f"eval.launcher.partition={sandbox.partition('low')}",
                                  "eval.launcher.gpus_per_node=8", timeout=180)
     assert submitted.returncode == 0, submitted.stderr[-3000:]
     job = re.search(r"-> job array (\d+)", submitted.stdout).group(1)  # one task: a plain job
@@ -180,7 +181,7 @@ def test_a_preempted_task_resumes_with_the_responses_it_had(exports):
         assert time.monotonic() < deadline, f"no chunk saved\n{sandbox.scontrol_job(job)}\n{exports.logs()}"
         time.sleep(0.2)
     node = sandbox.scontrol_job(job)["NodeList"]
-    high = sandbox.sbatch(f"#!/bin/bash\n#SBATCH --partition=high --nodes=1 --nodelist={node} --gres=gpu:8 "
+    high = sandbox.sbatch(f"#!/bin/bash\n#SBATCH --partition={sandbox.partition('high')} --nodes=1 --nodelist={node} --gres=gpu:8 "
                           f"--mem=100 --time=2 --output={exports.root}/high-%j.out\nsleep 3\n")
     assert sandbox.wait(high, 180) == "COMPLETED"
     # The high job ran only once the task had left the node; the requeued attempt starts after it (Slurm holds a

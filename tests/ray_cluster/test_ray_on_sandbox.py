@@ -74,7 +74,8 @@ def test_two_nodes_sixteen_gpus_with_token_auth(slurm_sandbox):
 def test_two_jobs_share_the_same_nodes_without_collisions(slurm_sandbox):
     work = slurm_sandbox.new_dir("ray-share")
     (work / "side").mkdir()
-    half = "--nodes=2 --nodelist=n1,n2 --ntasks-per-node=1 --gpus-per-node=4 --cpus-per-task=4 --mem=1000 --time=10"
+    first, second = slurm_sandbox.nodes[:2]
+    half = f"--nodes=2 --nodelist={first},{second} --ntasks-per-node=1 --gpus-per-node=4 --cpus-per-task=4 --mem=1000 --time=10"
     jobs = []
     for name in ("a", "b"):
         job_work = work / name
@@ -89,7 +90,7 @@ def test_two_jobs_share_the_same_nodes_without_collisions(slurm_sandbox):
     assert len(addresses) == 2, f"both jobs' heads at distinct GCS ports: {addresses}"
     for job_work, job in jobs:
         nodes = next(r for r in slurm_sandbox.sacct(job) if r["JobID"] == job)["NodeList"]
-        assert nodes == "n[1-2]", nodes
+        assert nodes == f"n[{first[1:]}-{second[1:]}]", nodes
         assert f"temp dir /tmp/ray-{job}-0" in output(job_work, job)
         assert_no_ray_left(job)
 

@@ -111,8 +111,9 @@ def test_preempted_low_job_gets_signal_and_is_requeued(slurm_sandbox):
     """A `high` job takes the node of a `low` job: the low batch shell gets USR1, then Slurm requeues it."""
     work = slurm_sandbox.new_dir("preempt")
     log = work / "low.log"
+    low, high, node = slurm_sandbox.partition("low"), slurm_sandbox.partition("high"), slurm_sandbox.nodes[-1]
     low_script = f"""#!/bin/bash
-#SBATCH --partition=low --nodes=1 --nodelist=n4 --gres=gpu:8 --mem=200 --time=5 --requeue
+#SBATCH --partition={low} --nodes=1 --nodelist={node} --gres=gpu:8 --mem=200 --time=5 --requeue
 #SBATCH --signal=B:USR1@30 --open-mode=append --output={work}/low-%j.out
 trap 'echo "USR1 restart=${{SLURM_RESTART_COUNT:-0}}" >> {log}' USR1
 echo "START restart=${{SLURM_RESTART_COUNT:-0}}" >> {log}
@@ -122,7 +123,7 @@ for i in $(seq 600); do sleep 0.2; done
     low = slurm_sandbox.sbatch(low_script)
     wait_for_file_text(log, "START restart=0", 60)
     high = slurm_sandbox.sbatch(f"""#!/bin/bash
-#SBATCH --partition=high --nodes=1 --nodelist=n4 --gres=gpu:8 --mem=200 --time=2 --output={work}/high-%j.out
+#SBATCH --partition={high} --nodes=1 --nodelist={node} --gres=gpu:8 --mem=200 --time=2 --output={work}/high-%j.out
 sleep 1
 """)
     wait_for_file_text(log, "USR1 restart=0", 30)
@@ -135,13 +136,14 @@ sleep 1
 def test_job_runs_the_checkouts_venv_on_a_node(slurm_sandbox):
     """Jobs use <checkout>/.venv through the shared filesystem, like the product's batch scripts do."""
     work = slurm_sandbox.new_dir("venv")
+    node = slurm_sandbox.nodes[2]
     job_id = slurm_sandbox.sbatch(f"""#!/bin/bash
-#SBATCH --nodes=1 --nodelist=n3 --mem=300 --time=2 --output={work}/slurm-%j.out
+#SBATCH --nodes=1 --nodelist={node} --mem=300 --time=2 --output={work}/slurm-%j.out
 {sys.executable} -c 'import beam_slurm, socket, sys; print("VENV", socket.gethostname(), sys.prefix)'
 """)
     assert slurm_sandbox.wait(job_id, 180) == "COMPLETED", (work / f"slurm-{job_id}.out").read_text()
     fields = (work / f"slurm-{job_id}.out").read_text().split()
-    assert fields[:2] == ["VENV", "n3"] and fields[2] == sys.prefix
+    assert fields[:2] == ["VENV", node] and fields[2] == sys.prefix
 
 
 @pytest.mark.slow

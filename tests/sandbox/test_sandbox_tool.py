@@ -25,6 +25,10 @@ def load_tool():
     return module
 
 
+# Its sandbox tests stop, restart and repair the sandbox's own daemons and links: they run alone (tools/run_tests.sh).
+pytestmark = pytest.mark.whole_cluster
+
+
 def sandbox(*args: str, timeout: float = 180, **kwargs) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, str(TOOL), *args], capture_output=True, text=True, timeout=timeout,
                           stdin=subprocess.DEVNULL, **kwargs)

@@ -32,7 +32,7 @@ pytestmark = [pytest.mark.sandbox, pytest.mark.slow]
 def preempt(run) -> str:
     """A `high` job on the run's nodes; returns its id once it completed."""
     nodes = run.sandbox.scontrol_job(run.job_id)["NodeList"]
-    high = run.sandbox.sbatch("#!/bin/bash\nsleep 5\n", "-p", "high", "-N2", f"--nodelist={nodes}", "--exclusive",
+    high = run.sandbox.sbatch("#!/bin/bash\nsleep 5\n", "-p", run.sandbox.partition("high"), "-N2", f"--nodelist={nodes}", "--exclusive",
                               "--time=00:02:00", f"--output={run.work}/high-%j.out")
     assert run.sandbox.wait(high, timeout=180) == "COMPLETED"
     return high
@@ -50,7 +50,8 @@ def preempt_after_steps(run, steps: int) -> tuple[str, float]:
 
 
 def plan_preemption_line(run, overrides) -> str:
-    proc = subprocess.run([sys.executable, "-m", "beam_slurm.cli", "plan", "recipe=lora_16gpu", "cluster.partition=low",
+    proc = subprocess.run([sys.executable, "-m", "beam_slurm.cli", "plan", "recipe=lora_16gpu",
+                           f"cluster.partition={run.sandbox.partition('low')}",
                            "cluster.check_paths_on_submit=false", *overrides, "--json"],
                           capture_output=True, text=True, env=run.env(), cwd=REPO_ROOT, timeout=120)
     assert proc.returncode == 0, proc.stderr
@@ -80,7 +81,7 @@ def test_a_save_longer_than_killwait_completes_within_the_grace_time(train_run):
                  "trainer.rehearsal_save_bytes=200000000")
     line = plan_preemption_line(run, overrides)
     assert line.endswith(f"step 1 s + save 13 s = 14 s <= lead {low.grace_s()} s: fits"), line
-    run.submit("-p", "low", "--time=00:10:00", overrides=overrides)
+    run.submit("-p", run.sandbox.partition("low"), "--time=00:10:00", overrides=overrides)
     out, seconds = preempt_after_steps(run, 3)
     print(f"preemption -> save of {save_s:g} s -> requeue -> resume -> done: {seconds:.0f}s")
 
@@ -117,7 +118,7 @@ def test_a_save_longer_than_the_grace_time_is_flagged_and_never_resumed_from(tra
     line = plan_preemption_line(run, overrides)
     assert f"DOES NOT FIT: step 3 s + save 90 s = 93 s > lead {low.grace_s()} s" in line, line
     assert "resumes from the last complete checkpoint" in line
-    run.submit("-p", "low", "--time=00:10:00", overrides=overrides)
+    run.submit("-p", run.sandbox.partition("low"), "--time=00:10:00", overrides=overrides)
     wait_for(lambda: run.marker() == 3, 300, "the periodic checkpoint of step 3")
     preempt(run)  # at once: the USR1 may take a few seconds, and the notice's save must come before step 6
     # The verdict is where the next attempt resumed: once it trained its first step the job is cancelled (its final
@@ -149,7 +150,7 @@ def test_a_preemption_whose_only_signal_is_sigterm_to_the_tasks_still_saves(trai
     assert any(line.startswith("#SBATCH --signal=") for line in lines)
     run.script = run.work / "train_without_signal.sh"
     run.script.write_text("".join(line for line in lines if not line.startswith("#SBATCH --signal=")))
-    run.submit("-p", "low", "--time=00:10:00", overrides=("cluster.grace_s=30", "trainer.rehearsal_save_s=4"))
+    run.submit("-p", run.sandbox.partition("low"), "--time=00:10:00", overrides=("cluster.grace_s=30", "trainer.rehearsal_save_s=4"))
     out, seconds = preempt_after_steps(run, 3)
     print(f"preemption by SIGTERM only -> relayed notice -> save -> requeue -> done: {seconds:.0f}s")
 

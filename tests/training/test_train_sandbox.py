@@ -88,11 +88,11 @@ def test_notice_saves_requeues_and_resumes(train_run):
 def test_preemption_by_the_high_partition(train_run):
     # GraceTime of the low partition is 20 s: the save must come well within it.
     run = train_run(steps=12, ckpt_interval=5)
-    run.submit("-p", "low", "--time=00:10:00", overrides=("cluster.grace_s=8", "cluster.signal_before_s=120"))
+    run.submit("-p", run.sandbox.partition("low"), "--time=00:10:00", overrides=("cluster.grace_s=8", "cluster.signal_before_s=120"))
     run.wait_for_steps(3)
     nodes = run.sandbox.scontrol_job(run.job_id)["NodeList"]
     high = run.sandbox.sbatch(
-        "#!/bin/bash\nsleep 5\n", "-p", "high", "-N2", f"--nodelist={nodes}", "--exclusive", "--time=00:02:00",
+        "#!/bin/bash\nsleep 5\n", "-p", run.sandbox.partition("high"), "-N2", f"--nodelist={nodes}", "--exclusive", "--time=00:02:00",
         f"--output={run.work}/high-%j.out")
     preempted = time.monotonic()
     assert run.sandbox.wait(high, timeout=120) == "COMPLETED"
