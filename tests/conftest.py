@@ -79,21 +79,43 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+SHARED_FIXTURE_FILES = {"tests/evaluation/test_eval_array_sandbox.py"}
+"""Lane test files whose tests share a module fixture: one lane runs all of them, in their order."""
+
+
+def lane_scope(nodeid: str) -> str:
+    """The unit a lane takes at once: the file for SHARED_FIXTURE_FILES, else the test itself."""
+    path = nodeid.split("::", 1)[0]
+    return path if path in SHARED_FIXTURE_FILES else nodeid
+
+
 def longest_first(items) -> None:
     """Order the lane tests by the time they took last (longest first), so the lanes finish together; the tests of
-    one xdist_group stay together and in their order (they share a module fixture). Every xdist worker sorts the
-    same way, as xdist requires."""
+    one scope stay together and in their order. Every xdist worker sorts the same way, as xdist requires."""
     try:
         times = json.loads(LANE_TIMES.read_text())
     except (OSError, ValueError):
         times = {}
-    groups: dict[str, list] = {}
+    scopes: dict[str, list] = {}
     for item in items:
-        mark = item.get_closest_marker("xdist_group")
-        key = str(mark.args[0] if mark and mark.args else mark.kwargs.get("name")) if mark else item.nodeid
-        groups.setdefault(key, []).append(item)
-    cost = {key: sum(times.get(item.nodeid, UNTIMED_TEST_S) for item in members) for key, members in groups.items()}
-    items[:] = [item for key in sorted(groups, key=lambda k: -cost[k]) for item in groups[key]]
+        scopes.setdefault(lane_scope(item.nodeid), []).append(item)
+    cost = {scope: sum(times.get(item.nodeid, UNTIMED_TEST_S) for item in members) for scope, members in scopes.items()}
+    items[:] = [item for scope in sorted(scopes, key=lambda k: -cost[k]) for item in scopes[scope]]
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """The lanes' scheduler: xdist's scope scheduling over lane_scope units, in the order collected (longest first);
+    each lane holds one unit ahead, the others wait in the queue for the first lane that is free."""
+    if os.environ.get("BEAM_TEST_GROUP") != "lanes":
+        return None
+    from xdist.scheduler import LoadScopeScheduling  # only under xdist
+
+    class LaneScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return lane_scope(nodeid)
+
+    config.option.loadscopereorder = False
+    return LaneScheduling(config, log)
 
 
 @dataclasses.dataclass

@@ -21,7 +21,7 @@ IMPORT_NAMES = {
 NOT_YET_IMPORTED: dict[str, str] = {}
 # Test-only distributions that are not imported: pytest plugins, used through the options they add.
 PYTEST_PLUGINS = {"pytest-timeout": ("--timeout=", ROOT / "tools" / "run_tests.sh"),
-                  "pytest-xdist": ("--dist=loadgroup", ROOT / "tools" / "run_tests.sh")}
+                  "pytest-xdist": ("--dist=loadscope", ROOT / "tools" / "run_tests.sh")}
 
 
 def distribution(requirement: str) -> str:

@@ -58,7 +58,7 @@ echo "================ run_tests: whole-cluster sandbox tests (alone on the sand
 run_group whole -p no:cacheprovider "$@"
 whole_rc=$?
 echo "================ run_tests: sandbox tests in $lanes lanes side by side ================"
-BEAM_TEST_LANES="$lanes" run_group lanes -v -n "$lanes" --dist=loadgroup "$@"
+BEAM_TEST_LANES="$lanes" run_group lanes -v -n "$lanes" --dist=loadscope "$@"
 lanes_rc=$?
 wait "$other_pid"
 other_rc=$?

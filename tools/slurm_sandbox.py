@@ -11,7 +11,9 @@ What it gives: munge, MariaDB + slurmdbd (so `sacct` works), slurmctld (hostname
 nodes n1..nN, each in its own network namespace on a private bridge (10.77.0.11, .12, ...), with its own hostname,
 its own /tmp, a second interface `fab0` on a second bridge used as the fabric (10.78.0.11, .12, ...; Slurm never uses
 it, so a test can break one node's fabric link with `ip link set beamsb-f<i> down` while the node stays in service), 8 fake GPUs (GRES gpu backed by /dev/null) and CPUs=8 RealMemory=8000. Partitions: `batch` (default,
-never preempted), `low` (preemptable: PreemptMode=REQUEUE, GraceTime=20) and `high` (preempts `low`). Requeued
+never preempted), `low` (preemptable: PreemptMode=REQUEUE, GraceTime=20) and `high` (preempts `low`); from 8
+nodes on, every 4 nodes are also a lane with the same three partitions of its own (`lane1-batch`, `lane1-low`,
+`lane1-high` on n1-n4, ...), the default partition of sbatch/salloc run with BEAM_SANDBOX_LANE=<k>. Requeued
 jobs may restart about 11 s later (cred_expire=10). Everything lives under one state dir (default
 /var/tmp/beam-slurm-sandbox, env BEAM_SANDBOX_DIR); its `shared/` dir, like the rest of the filesystem except
 /tmp, is seen by every node. Run as root; standard library only.

@@ -28,8 +28,8 @@ from tiny_model import build_tiny_model
 REPO_ROOT = Path(__file__).resolve().parents[2]
 BEAM_SLURM = [sys.executable, "-m", "beam_slurm.cli"]
 
-# One lane runs the three in order: they share the module's exports.
-pytestmark = [pytest.mark.sandbox, pytest.mark.vllm, pytest.mark.slow, pytest.mark.xdist_group("eval_array")]
+# One lane runs the three in order: they share the module's exports (tests/conftest.py, SHARED_FIXTURE_FILES).
+pytestmark = [pytest.mark.sandbox, pytest.mark.vllm, pytest.mark.slow]
 
 # The tiny model on vLLM's CPU build: one process (TP1 x PP1), float32, a small KV cache, no graph capture; exports
 # count as complete at once (nothing writes them any more).

@@ -61,7 +61,7 @@ def test_fabric_check_passes_on_two_nodes_and_logs_time_bandwidth_and_interface(
     assert sorted(pair["hosts"]) == sorted(hosts) and pair["gbytes_per_s"] > 0, record
     assert record["all_reduce"]["bytes"] == 64 * 1024**2 and record["bad_nodes"] == []
     tool = sandbox_tool()
-    fabric_ips = {n.name: n.fabric_ip for n in tool.make_nodes(len(slurm_sandbox.nodes))}
+    fabric_ips = {n.name: n.fabric_ip for n in tool.make_nodes(int(slurm_sandbox.nodes[-1][1:]))}
     assert record["addresses"] == {h: fabric_ips[h] for h in hosts}, "the traffic went over the fabric"
     print(f"fabric check on the sandbox: {record['seconds']:.1f}s per rank, {pair['gbytes_per_s']:.2f} GB/s")
 
@@ -70,7 +70,7 @@ def test_fabric_check_names_the_node_whose_fabric_link_is_down_and_ray_never_sta
     work = slurm_sandbox.new_dir("fabric-cut")
     hosts = two_nodes(slurm_sandbox)
     tool = sandbox_tool()
-    victim = next(n for n in tool.make_nodes(len(slurm_sandbox.nodes)) if n.name == hosts[1])
+    victim = next(n for n in tool.make_nodes(int(slurm_sandbox.nodes[-1][1:])) if n.name == hosts[1])
     subprocess.run(["ip", "link", "set", victim.fabric_veth, "down"], check=True)
     try:
         job = fabric_job(slurm_sandbox, work, hosts)

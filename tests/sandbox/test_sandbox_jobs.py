@@ -164,3 +164,23 @@ for i in $(seq 600); do sleep 0.2; done
     wait_for_file_text(log, "START restart=1", 120)
     assert slurm_sandbox.wait(job_id, 60) == "COMPLETED"
     assert slurm_sandbox.scontrol_job(job_id).get("Restarts") == "1"
+
+
+def test_a_lane_job_without_a_partition_goes_to_its_lane_and_a_named_partition_wins(slurm_sandbox):
+    """The runner's lanes: BEAM_SANDBOX_LANE makes the lane's batch partition the default of sbatch (the sandbox's
+    cli_filter), so scenarios side by side never share nodes; a partition the job names itself (header,
+    SBATCH_PARTITION, command line) still wins, as it would without a lane."""
+    if slurm_sandbox.lane is None:
+        pytest.skip("runs in a lane (tools/run_tests.sh): this session uses the whole sandbox")
+    work = slurm_sandbox.new_dir("lane")
+    plain = slurm_sandbox.sbatch("#!/bin/bash\ntrue\n", "--time=1", "--mem=100", f"--output={work}/%j.out")
+    header = slurm_sandbox.sbatch(f"#!/bin/bash\n#SBATCH --partition={slurm_sandbox.partition('low')}\ntrue\n",
+                                  "--time=1", "--mem=100", f"--output={work}/%j.out")
+    from_env = slurm_sandbox.sbatch("#!/bin/bash\ntrue\n", "--time=1", "--mem=100", f"--output={work}/%j.out",
+                                    env={"SBATCH_PARTITION": slurm_sandbox.partition("high")})
+    for job, kind in ((plain, "batch"), (header, "low"), (from_env, "high")):
+        assert slurm_sandbox.wait(job, 60) == "COMPLETED"
+        # The controller's record (sacct's may still lack the start record of so short a job).
+        record = slurm_sandbox.scontrol_job(job)
+        assert record["Partition"] == slurm_sandbox.partition(kind), record
+        assert record["NodeList"] in slurm_sandbox.nodes, record

@@ -41,3 +41,20 @@ def test_node_count_limits_are_named():
     for bad in (0, 65):
         with pytest.raises(tool.SandboxError, match="choose between 1 and 64 nodes"):
             tool.make_nodes(bad)
+
+
+def test_lanes_are_disjoint_groups_of_four_nodes_with_partitions_of_their_own():
+    tool = load_tool()
+    layout = tool.Layout(Path("/var/tmp/sandbox-render-only"))
+    conf = tool.slurm_conf_text(layout, tool.make_nodes(12))
+    for k, nodes in ((1, "n[1-4]"), (2, "n[5-8]"), (3, "n[9-12]")):
+        for kind in ("batch", "low", "high"):
+            line = next(line for line in conf.splitlines() if line.startswith(f"PartitionName=lane{k}-{kind} "))
+            assert f" Nodes={nodes} " in line and "Default=YES" not in line, line
+    low = next(line for line in conf.splitlines() if line.startswith("PartitionName=lane2-low "))
+    assert "PreemptMode=REQUEUE GraceTime=20" in low, "a lane's low partition is preempted as the cluster's is"
+    assert [line for line in conf.splitlines() if "Default=YES" in line] == [
+        "PartitionName=batch Nodes=n[1-12] Default=YES MaxTime=INFINITE State=UP PriorityTier=1 PreemptMode=OFF"]
+    assert "CliFilterPlugins=cli_filter/lua" in conf and tool.LANE_ENV in tool.CLI_FILTER_LUA
+    assert tool.lanes(tool.make_nodes(4)) == [] and len(tool.lanes(tool.make_nodes(13))) == 3
+    assert "PartitionName=lane" not in tool.slurm_conf_text(layout, tool.make_nodes(4))

@@ -151,7 +151,7 @@ def test_worker_ray_killed_fails_fast(train_run, max_requeues):
     run = train_run(steps=10, ckpt_interval=3)
     run.submit("--time=00:10:00", overrides=(*QUICK, f"cluster.max_requeues={max_requeues}"))
     run.wait_for_steps(4)
-    worker_node = re.search(r"\[ray-node (n\d) rank 1 ", run.output()).group(1)
+    worker_node = re.search(r"\[ray-node (n\d+) rank 1 ", run.output()).group(1)
     pid = wait_for(lambda: one_raylet(run.job_id, attempt=0, node=worker_node), 10, f"the raylet on {worker_node}")
     os.kill(pid, 9)
     killed = time.monotonic()
