@@ -116,8 +116,11 @@ class NodeRole:
         record_first_failure(self.ctx.attempt_dir, kind, self.ctx.host, self.ctx.rank, reason)
 
     def start_ray(self, head: bool, ip: str, start_block: int | None, head_address: str = "",
-                  on_gcs_up: Callable[[RayPorts], None] | None = None) -> RayPorts:
-        """`ray start` with this job's ports; on a bind race, the next free block (up to 3 tries)."""
+                  on_gcs_up: Callable[[RayPorts], None] | None = None,
+                  follow_head: Callable[[str], tuple[str, int] | None] | None = None) -> RayPorts:
+        """`ray start` with this job's ports; on a bind race, the next free block (up to 3 tries). A worker's
+        `follow_head(address)` says, after a failed try, where the head is now ((address, block), or None when it
+        has not moved), so a head that restarted on another block is joined there, not at its old address."""
         block = start_block
         last_error: Exception | None = None
         _, after = scale.raise_open_files_limit(self.settings.open_files_limit)  # inherited by every Ray process
@@ -161,6 +164,9 @@ class NodeRole:
                 last_error = exc
                 self.log(f"ray start failed on port block {ports.block}, retrying on the next one")
                 block = ports.block + 1
+                moved = follow_head(head_address) if follow_head is not None else None
+                if moved is not None:
+                    head_address, block = moved
         raise NodeFailure("infra", f"node {self.ctx.host}: Ray did not start: {last_error}")
 
     def stop_leftovers_of_earlier_attempts(self) -> None:

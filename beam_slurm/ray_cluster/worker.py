@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from beam_slurm.ray_cluster.checks import check_gpu_count
-from beam_slurm.ray_cluster.network import node_ipv4
+from beam_slurm.ray_cluster.network import node_ipv4, tcp_reachable
 from beam_slurm.ray_cluster.records import EXIT_INFRA, NodeFailure
 from beam_slurm.ray_cluster.rendezvous import read_json
 from beam_slurm.ray_cluster.role import NodeRole
@@ -16,6 +16,9 @@ from beam_slurm.ray_cluster.supervision import HeadWatch
 
 class Worker(NodeRole):
     """Join the head's cluster, then supervise this node's Ray."""
+
+    followed_head: dict[str, Any] | None = None
+    """The head's record once this node followed it to another port block during its start."""
 
     def run(self) -> int:
         check_gpu_count(self.ctx.host, self.gpus, self.gpu_source, self.ctx.expected_gpus)
@@ -36,15 +39,17 @@ class Worker(NodeRole):
             self.rendezvous.publish_node(self.ctx.rank, {"host": self.ctx.host, "ip": ip, "gpus": self.gpus})
         try:
             ports = self.start_ray(head=False, ip=ip, start_block=int(head["block"]) if int(head["block"]) >= 0 else None,
-                                   head_address=head["address"])
+                                   head_address=head["address"], follow_head=self.head_moved)
         except NodeFailure:
             # The head may have restarted on another port block after publishing: follow it once.
             again = read_json(self.rendezvous.head_file)
             if again is None or again["address"] == head["address"]:
                 raise
-            head = again
+            head = self.followed_head = again
             head_ip, gcs_port = head["address"].rsplit(":", 1)
             ports = self.start_ray(head=False, ip=ip, start_block=int(head["block"]), head_address=head["address"])
+        head = self.followed_head or head  # where this node joined: the head may have moved during its start
+        head_ip, gcs_port = head["address"].rsplit(":", 1)
         # The head watches this port: a node that vanishes ends the step in seconds.
         self.rendezvous.publish_node(self.ctx.rank, {"host": self.ctx.host, "ip": ip, "gpus": self.gpus,
                                                      "node_manager_port": ports.node_manager,
@@ -53,6 +58,26 @@ class Worker(NodeRole):
         self.rendezvous.mark_joined(self.ctx.rank)
         self.log(f"joined {head['address']}")
         return self.supervise(HeadWatch(head_ip, int(gcs_port), self.settings.head_lost_after_s, clock=self.clock))
+
+    def head_moved(self, address: str) -> tuple[str, int] | None:
+        """After a failed `ray start` of this node: None when the head's GCS still answers at `address` (the failure
+        was this node's own: next port block), else the head's new (address, block) once it has republished and its
+        GCS answers (a head whose own `ray start` failed under load restarts on the next block). Waits up to the
+        readiness deadline; None then (the next try names the failure)."""
+        deadline = self.started_clock + self.settings.readiness_timeout_s
+        while not self.stop_requested and self.clock() < deadline:
+            head = read_json(self.rendezvous.head_file)
+            if head is not None:
+                head_ip, port = head["address"].rsplit(":", 1)
+                if tcp_reachable(head_ip, int(port), timeout_s=0.5):
+                    if head["address"] == address:
+                        return None
+                    self.log(f"the head restarted its Ray at {head['address']} (port block {head['block']}): "
+                             "joining it there")
+                    self.followed_head = head
+                    return head["address"], int(head["block"])
+            self.sleep(min(0.5, self.settings.poll_interval_s))
+        return None
 
     def wait_for_turn_to_start(self) -> bool:
         """With ray.node_start_concurrency = C, worker rank r starts `ray start` once r - C workers have joined (ranks

@@ -220,3 +220,40 @@ def test_workers_join_at_most_node_start_concurrency_at_a_time(tmp_path):
     assert late.wait_for_turn_to_start()
     stopped = make(7, lambda s: setattr(stopped, "stop_requested", True))
     assert not stopped.wait_for_turn_to_start()
+
+
+def test_a_worker_follows_a_head_that_restarted_on_another_block_not_its_old_address(tmp_path):
+    """Under load the head's own `ray start` can fail after it published its GCS address; it republishes on the next
+    port block. A worker whose try failed meanwhile must join the new address, not retry the old one (where its
+    `ray start` would wait minutes for a GCS that is gone), and must keep going when the head has not moved."""
+    import json
+    import threading
+    import time
+
+    from beam_slurm.ray_cluster.worker import Worker
+
+    settings = RaySettings(state_dir=str(tmp_path / "state"), temp_dir_root=str(tmp_path / "tmp"), auth=False,
+                           readiness_timeout_s=20, poll_interval_s=0.05)
+    ctx = NodeContext(job_id="7", attempt=0, step="0", rank=1, num_nodes=2, host="n2", step_hosts=["n1", "n2"],
+                      expected_gpus=None, attempt_dir=None, cpus=1)
+    worker = Worker(ctx, settings)
+    worker.log = lambda message: None
+    old, new = socket.socket(), socket.socket()
+    for listener in (old, new):
+        listener.bind(("127.0.0.1", 0))
+    new.listen()
+    old_address, new_address = (f"127.0.0.1:{s.getsockname()[1]}" for s in (old, new))
+    head_file = worker.rendezvous.head_file
+    head_file.parent.mkdir(parents=True, exist_ok=True)
+    head_file.write_text(json.dumps({"address": old_address, "block": 3}))  # published, then its GCS went away
+
+    def republish():
+        time.sleep(0.5)
+        head_file.write_text(json.dumps({"address": new_address, "block": 4}))
+
+    threading.Thread(target=republish).start()
+    assert worker.head_moved(old_address) == (new_address, 4)
+    assert worker.followed_head == {"address": new_address, "block": 4}
+    assert worker.head_moved(new_address) is None, "a head that still answers has not moved: next block, same head"
+    old.close()
+    new.close()

@@ -9,6 +9,7 @@ preemption by a higher-priority partition, the time limit, a worker node's Ray d
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import subprocess
@@ -18,6 +19,8 @@ import pytest
 
 from ray_processes import one_raylet
 from train_runs import wait_for
+
+from beam_slurm.slurm.scheduler import duration_seconds
 
 pytestmark = [pytest.mark.sandbox, pytest.mark.slow]
 
@@ -119,14 +122,19 @@ def test_preemption_by_the_high_partition(train_run):
 
 
 def test_time_limit_notice_saves_and_a_later_attempt_finishes(train_run):
-    # The USR1 comes 70 s (Slurm: up to 60 s more) before the 2 minute limit, so at most ~40 one-second steps fit
-    # in one attempt (Ray takes ~10 s to come up): 45 steps need at least two.
-    run = train_run(steps=45, ckpt_interval=25)
-    run.submit("--time=00:02:00", "--signal=B:USR1@70",
+    # The limit is set from what the run measured: once it trains, the job gets whole minutes that leave 71-131 s,
+    # so the USR1 (70 s before the limit; Slurm: up to 60 s earlier) comes within ~61 s while it trains, however
+    # long Ray took to come up on a loaded machine. At most ~63 one-second steps fit before it: 80 need two attempts.
+    run = train_run(steps=80, ckpt_interval=25)
+    run.submit("--time=00:10:00", "--signal=B:USR1@70",
                overrides=("cluster.grace_s=20", "cluster.signal_before_s=70"))
     started = time.monotonic()
+    run.wait_for_steps(1)
+    ran_s = duration_seconds(run.sandbox.scontrol_job(run.job_id)["RunTime"])
+    subprocess.run(["scontrol", "update", f"JobId={run.job_id}", f"TimeLimit={math.ceil((ran_s + 71) / 60)}"],
+                   check=True, env=run.sandbox.env(), timeout=30)
     # Once requeued, the job gets the time to finish, as a user would give it: a second attempt under the same
-    # 2 minutes could end on a notice again, and the test is about the first one.
+    # short limit could end on a notice again, and the test is about the first one.
     wait_for(lambda: run.restarts() >= 1, 300, "the requeue after the time-limit notice")
     subprocess.run(["scontrol", "update", f"JobId={run.job_id}", "TimeLimit=00:10:00"], check=True,
                    env=run.sandbox.env(), timeout=30)
@@ -138,12 +146,12 @@ def test_time_limit_notice_saves_and_a_later_attempt_finishes(train_run):
     first = run.attempt_log(0)
     assert "notice SIGUSR1 received" in first, first
     saved = int(re.search(r"checkpoint of step (\d+) saved on notice", first).group(1))
-    assert 0 < saved < 45
+    assert 0 < saved < 80
     assert run.resumed_from()[0] == saved
     run.assert_every_step_once_after_resume()
     assert run.restarts() >= 1
     assert "TIMEOUT" not in [row["State"] for row in run.sacct_attempts()], run.sacct_attempts()
-    assert run.marker() == 45
+    assert run.marker() == 80
 
 
 @pytest.mark.parametrize("max_requeues", [1, 0])

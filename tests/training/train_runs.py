@@ -22,6 +22,9 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 TRAIN_SCRIPT = REPO_ROOT / "sbatch" / "train_lora_16gpu.sh"
 QUICK_PREFLIGHT = ("cluster.fabric_check=false", "cluster.storage_probe_s=0")
 """Overrides of runs that do not test the fabric check or the storage probe (each has its own sandbox tests)."""
+LIGHT_RAY = ("ray.include_dashboard=false",)
+"""Every run here: no dashboard process on the head (nothing here reads it; tests/ray_cluster runs Ray with it).
+The lanes' bring-ups share two cores: a lighter head starts sooner under that load."""
 ATTEMPT_FIELDS = ("JobID", "State", "NodeList", "Start", "End")
 
 # Environment variables the job would otherwise inherit from whoever runs the tests; the config reads them.
@@ -96,9 +99,9 @@ class TrainRun:
         self.model_path.mkdir(exist_ok=True)
         self.data_dir.mkdir(exist_ok=True)
         script = os.path.relpath(self.script, self.work)  # as a user in their own folder would type it
-        if not self.measure_preflight:
-            given = {o.split("=", 1)[0] for o in overrides}
-            overrides = (*[o for o in QUICK_PREFLIGHT if o.split("=", 1)[0] not in given], *overrides)
+        given = {o.split("=", 1)[0] for o in overrides}
+        defaults = LIGHT_RAY if self.measure_preflight else (*QUICK_PREFLIGHT, *LIGHT_RAY)
+        overrides = (*[o for o in defaults if o.split("=", 1)[0] not in given], *overrides)
         proc = subprocess.run(
             ["sbatch", "--parsable", f"--output={self.work}/%x-%j.out", *sbatch_args, script, *overrides],
             cwd=self.work, env=self.env(), capture_output=True, text=True, timeout=60)
