@@ -33,6 +33,7 @@ import submitit
 
 from beam_slurm.data.manifest import sha256_file
 from beam_slurm.atomic_files import write_json
+from beam_slurm.slurm import scheduler
 from beam_slurm.evaluation import resumable
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -281,10 +282,20 @@ def make_executor(params: dict[str, Any], folder: Path):
 def submit_array(tasks: list[tuple[TaskSpec, ...]], params: dict[str, Any], folder: Path) -> list[str]:
     """Submit tasks as one job array (one task alone: a plain job); returns the task job ids (`<array>_<i>`, or
     the job id), recorded beside each task's results so a second submission sees it queued."""
-    executor = make_executor(params, folder)
+    # Held until submitit has made each task's log folder (it can only name them once Slurm gave the job id): a
+    # task that an idle cluster starts at once otherwise dies opening its log ("Could not open stdout file").
+    held = {**params, "additional_parameters": {**(params.get("additional_parameters") or {}), "hold": True}}
+    executor = make_executor(held, folder)
     with executor.batch():
         jobs = [executor.submit(EvalTask(specs)) for specs in tasks]
     ids = [job.job_id for job in jobs]
+    array_id = ids[0].split("_")[0]
+    try:
+        scheduler.release(array_id)
+    except scheduler.SlurmCommandError as exc:
+        scheduler.cancel(array_id)
+        raise RuntimeError(f"evaluation array {array_id} was submitted held and could not be released, so it was "
+                           f"cancelled: {exc}") from exc
     for specs, job_id in zip(tasks, ids):
         for spec in specs:
             write_json(Path(spec.out_dir) / resumable.TASKS_DIRNAME / ".submitted" / f"{_spec_name(spec)}.json",

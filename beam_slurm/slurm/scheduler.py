@@ -116,6 +116,11 @@ def signal_batch(job_id: str | int, signal_name: str) -> None:
     _run(["scancel", "--batch", f"--signal={signal_name}", str(job_id)])
 
 
+def release(job_id: str | int) -> None:
+    """`scontrol release <job>`: a job submitted with --hold may start (every task of an array)."""
+    _run(["scontrol", "release", str(job_id)])
+
+
 def cancel(job_id: str | int) -> None:
     """`scancel <job>`: end a job (a pending one never starts)."""
     _run(["scancel", str(job_id)])
