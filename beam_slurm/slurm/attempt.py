@@ -158,11 +158,11 @@ class Attempt:
         records.mark_stopping(self.attempt_dir)
         began = time.time()
         status = stop_step(self.step, self.alloc.job_id, RAY_STEP, self.settings.stop_grace_s, self.log, label="Ray")
-        seconds = time.time() - began
+        seconds = round(time.time() - began, 3)  # one value for the file and the log line
         # What the notice budget counts for stopping Ray and copying logs, once the run has stopped once.
         from beam_slurm.notice_budget import STOP_FILE
 
-        write_json(self.attempt_dir / STOP_FILE, {"seconds": round(seconds, 3), "time": time.time()})
+        write_json(self.attempt_dir / STOP_FILE, {"seconds": seconds, "time": time.time()})
         self.log(f"the Ray step stopped in {seconds:.1f}s (driver, Ray and the last log copy of every node)")
         return status
 
