@@ -41,7 +41,7 @@ export BEAM_SANDBOX_NODES="${BEAM_SANDBOX_NODES:-$(( lanes * 4 ))}"
 results="$(mktemp -d /var/tmp/beam-tests-XXXXXX)"
 group_times="$results/groups.tsv"
 
-run_group() {  # run_group NAME [pytest options...] -- [arguments...]: one group's pytest, its wall time recorded
+run_group() {  # run_group NAME [pytest arguments...]: one group's pytest, its wall time and exit status recorded
   local name="$1" start rc
   shift
   start=$(date +%s)
