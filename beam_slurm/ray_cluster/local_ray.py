@@ -40,6 +40,10 @@ def _cmdline(pid: int) -> str:
         return ""
 
 
+class RayStartAbandoned(RuntimeError):
+    """`ray start` stopped by its caller before it returned (what it waited for went away)."""
+
+
 class LocalRay:
     """This job's Ray processes on this node."""
 
@@ -56,11 +60,12 @@ class LocalRay:
         return self.temp_dir / "beam-ray.pgid"
 
     def start(self, ray_start_args: Sequence[str], env: Mapping[str, str], ray_executable: str,
-              while_starting: Callable[[], None] | None = None) -> None:
+              while_starting: Callable[[], bool | None] | None = None) -> None:
         """Run `ray start ...` (not --block) in a new session and wait for it; RuntimeError with the log tail.
 
         `while_starting` is called every 50 ms until `ray start` returns (the head uses it to publish its address as
-        soon as the GCS listens, so workers start while the head's dashboard and raylet are still coming up).
+        soon as the GCS listens, so workers start while the head's dashboard and raylet are still coming up). When it
+        returns True the start is given up: its processes are stopped and RayStartAbandoned is raised.
         """
         self.temp_dir.mkdir(parents=True, exist_ok=True)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -71,8 +76,9 @@ class LocalRay:
             self._started_here = True
             self._pgid_file.write_text(str(proc.pid))
             while proc.poll() is None:
-                if while_starting is not None:
-                    while_starting()
+                if while_starting is not None and while_starting():
+                    self.stop(grace_s=2.0)
+                    raise RayStartAbandoned(f"ray start given up while it ran (log: {self.log_path})")
                 time.sleep(0.05)
             status = proc.returncode
         if status != 0:

@@ -12,13 +12,13 @@ from typing import Callable
 from beam_slurm.ray_cluster import auth, env_manifest, scale
 from beam_slurm.ray_cluster.context import NodeContext
 from beam_slurm.ray_cluster.gpus import allocated_gpus
-from beam_slurm.ray_cluster.local_ray import LocalRay
+from beam_slurm.ray_cluster.local_ray import LocalRay, RayStartAbandoned
 from beam_slurm.ray_cluster.log_copy import LogCopier, LogCopySettings
 from beam_slurm.ray_cluster.network import tcp_reachable
 from beam_slurm.ray_cluster.ports import RayPorts, choose_ports
 from beam_slurm.atomic_files import write_json
 from beam_slurm.ray_cluster.records import BRINGUP_DIR, NodeFailure, record_first_failure, stopping
-from beam_slurm.ray_cluster.rendezvous import Rendezvous
+from beam_slurm.ray_cluster.rendezvous import Rendezvous, read_json
 from beam_slurm.ray_cluster.settings import RaySettings
 
 _RAY_START_TRIES = 3
@@ -154,7 +154,8 @@ class NodeRole:
 
             try:
                 self.ray.start(args, self.ray_env(), ray_executable=_ray_executable(),
-                               while_starting=announce_when_gcs_listens if head else None)
+                               while_starting=announce_when_gcs_listens if head
+                               else self.head_republished_elsewhere(head_address))
                 self.ray_start_window = (began, time.time())  # failed tries included: Ray's time too
                 if head and not announced and on_gcs_up is not None:
                     on_gcs_up(ports)
@@ -162,12 +163,33 @@ class NodeRole:
                 return ports
             except RuntimeError as exc:
                 last_error = exc
-                self.log(f"ray start failed on port block {ports.block}, retrying on the next one")
+                if not isinstance(exc, RayStartAbandoned):
+                    self.log(f"ray start failed on port block {ports.block}, retrying on the next one")
                 block = ports.block + 1
                 moved = follow_head(head_address) if follow_head is not None else None
                 if moved is not None:
                     head_address, block = moved
         raise NodeFailure("infra", f"node {self.ctx.host}: Ray did not start: {last_error}")
+
+    def head_republished_elsewhere(self, address: str) -> Callable[[], bool]:
+        """For a worker's `ray start`: True once the head's published address is no longer `address` (its own start
+        failed and it restarted on another block), read at most twice a second. Without it the worker's start waits
+        minutes on the gone GCS (seen under load: 160 s) before it can follow."""
+        next_read = 0.0
+
+        def moved() -> bool:
+            nonlocal next_read
+            if time.monotonic() < next_read:
+                return False
+            next_read = time.monotonic() + 0.5
+            published = read_json(self.rendezvous.head_file)
+            if published is not None and published["address"] != address:
+                self.log(f"the head republished its address ({published['address']}) while this node's ray start "
+                         f"waited on {address}: giving that start up")
+                return True
+            return False
+
+        return moved
 
     def stop_leftovers_of_earlier_attempts(self) -> None:
         """Stop Ray left on this node by an earlier attempt of this job (killed before it could clean up)."""

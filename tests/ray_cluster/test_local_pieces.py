@@ -257,3 +257,37 @@ def test_a_worker_follows_a_head_that_restarted_on_another_block_not_its_old_add
     assert worker.head_moved(new_address) is None, "a head that still answers has not moved: next block, same head"
     old.close()
     new.close()
+
+
+def test_a_worker_gives_up_its_ray_start_once_the_head_republishes_elsewhere(tmp_path):
+    """The worker's `ray start` against a GCS that went away waits minutes (Ray's own retries) before it fails. Once
+    the head has republished another address, the start is given up at once and its processes are stopped."""
+    import json
+    import sys
+    import threading
+    import time
+
+    from beam_slurm.ray_cluster.local_ray import LocalRay, RayStartAbandoned
+    from beam_slurm.ray_cluster.worker import Worker
+
+    settings = RaySettings(state_dir=str(tmp_path / "state"), temp_dir_root=str(tmp_path / "tmp"), auth=False)
+    ctx = NodeContext(job_id="7", attempt=0, step="0", rank=1, num_nodes=2, host="n2", step_hosts=["n1", "n2"],
+                      expected_gpus=None, attempt_dir=None, cpus=1)
+    worker = Worker(ctx, settings)
+    said: list[str] = []
+    worker.log = said.append
+    head_file = worker.rendezvous.head_file
+    head_file.parent.mkdir(parents=True, exist_ok=True)
+    head_file.write_text(json.dumps({"address": "10.0.0.1:6379", "block": 3}))
+    waits_forever = tmp_path / "ray"  # stands in for `ray start` stuck on the gone GCS
+    waits_forever.write_text(f"#!{sys.executable}\nimport time\ntime.sleep(120)\n")
+    waits_forever.chmod(0o755)
+    threading.Timer(0.5, lambda: head_file.write_text(json.dumps({"address": "10.0.0.1:6779", "block": 4}))).start()
+    ray = LocalRay(tmp_path / "ray-tmp", tmp_path / "ray.log")
+    began = time.monotonic()
+    with pytest.raises(RayStartAbandoned):
+        ray.start(["start"], dict(os.environ), ray_executable=str(waits_forever),
+                  while_starting=worker.head_republished_elsewhere("10.0.0.1:6379"))
+    assert time.monotonic() - began < 10
+    assert ray.process_pid("") is None, "a process of the given-up start still runs"
+    assert any("10.0.0.1:6779" in line and "giving that start up" in line for line in said), said

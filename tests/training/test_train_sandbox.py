@@ -138,7 +138,8 @@ def test_time_limit_notice_saves_and_a_later_attempt_finishes(train_run):
     wait_for(lambda: run.restarts() >= 1, 300, "the requeue after the time-limit notice")
     subprocess.run(["scontrol", "update", f"JobId={run.job_id}", "TimeLimit=00:10:00"], check=True,
                    env=run.sandbox.env(), timeout=30)
-    state = run.finish(timeout=300)
+    # The second attempt: the requeue hold, a bring-up twice as slow as the first one measured, the steps left.
+    state = run.finish(timeout=120 + 2 * ran_s + 80)
     out = run.output()
     assert state == "COMPLETED", out[-6000:]
     print(f"time-limit run of {run.restarts() + 1} attempts: {time.monotonic() - started:.0f}s")
