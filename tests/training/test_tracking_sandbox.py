@@ -18,7 +18,9 @@ pytestmark = [pytest.mark.sandbox, pytest.mark.slow]
 
 
 def test_one_wandb_run_id_across_a_requeue_and_the_sync_it_would_run(train_run):
-    run = train_run(steps=6, ckpt_interval=100)
+    # 40 one-second steps: the requeue verb (its own start and the recipe's load) reaches the job at step 2 + ~20 s
+    # under load (seen: 19 s), well before the run's end, so there is a step to save.
+    run = train_run(steps=40, ckpt_interval=100)
     run.submit("--time=00:10:00", overrides=(*QUICK, "trainer.logger=wandb"))
     run.wait_for_steps(2)
     requeued = beam(run, "requeue", str(run.export_path))
