@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from beam_slurm.config.errors import ConfigError
+from beam_slurm.core.errors import UserError
 
 EXIT_USAGE = 2
 
@@ -180,7 +181,7 @@ def keys_help(keys: Sequence[str], width: int = 100) -> str:
 
 # --- the parser ---------------------------------------------------------------------------------------------------
 
-class VerbUsageError(Exception):
+class VerbUsageError(UserError):
     """Bad command-line input of a verb; printed after the verb's prefix, exit status 2."""
 
 

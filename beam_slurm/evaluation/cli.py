@@ -28,6 +28,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from beam_slurm.core.errors import UserError
 from beam_slurm.data.manifest import sha256_file
 from beam_slurm.evaluation.checkpoints import CheckpointError, EvalInput, step_of, resolve_checkpoint
 from beam_slurm.evaluation.metrics import GradingInputError
@@ -104,7 +105,7 @@ def build_parser():
     return verb
 
 
-class UsageError(ValueError):
+class UsageError(UserError, ValueError):
     """Bad command-line input; reported with exit status 2."""
 
 
@@ -266,7 +267,8 @@ def _targets(args: argparse.Namespace, target: str | None, cfg) -> list[tuple[st
 
 def _run_exports(target: str, exports_root: str | None) -> list[Path]:
     """Export paths of a sweep folder's runs, or of the one run `target` names (beam_slurm.pipeline.runs)."""
-    from beam_slurm.pipeline.manifest import SWEEP_FILE, read_json
+    from beam_slurm.core.atomic_files import read_json
+    from beam_slurm.core.layout import SWEEP_FILE
     from beam_slurm.pipeline.runs import RunNotFound, resolve_run
 
     path = Path(target).expanduser()
