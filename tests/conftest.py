@@ -152,6 +152,8 @@ class SlurmSandbox:
         env["SLURM_CONF"] = str(self.slurm_conf)
         if "/usr/bin" not in env.get("PATH", "").split(os.pathsep):
             env["PATH"] = env.get("PATH", "") + os.pathsep + "/usr/bin"
+        # Jobs' private folders live in the sandbox, so `down --purge` (which restarts the job ids) takes them too.
+        env.setdefault("BEAM_SLURM_STATE_DIR", str(self.shared_dir / "beam-state"))
         env.update(extra or {})
         return env
 

@@ -174,7 +174,10 @@ def end_attempt(store: RunStore, *, job_id: str, attempt: int, end: dict, bad_no
             job.attempts.append(entry)
         entry.end, entry.end_time = now(), time.time()
         for key, value in end.items():
-            setattr(entry, key, value)
+            if key in entry.__dataclass_fields__:
+                setattr(entry, key, value)
+            else:
+                entry.extra[key] = value
         listed = set(run.bad_node_names(job_id))
         for node, reason in bad_nodes:
             if node not in listed:

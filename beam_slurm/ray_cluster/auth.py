@@ -75,6 +75,18 @@ def auth_env(settings: RaySettings, token_path: Path | None) -> dict[str, str]:
     return {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token_path)}
 
 
+def remove_stale_job_dir(settings: RaySettings, job_id: str | int) -> bool:
+    """At a job's first attempt: delete a folder an earlier job with the same id left (killed before it cleaned up,
+    and job ids repeat once a cluster's controller state is reset or the ids wrap). Its rendezvous files would
+    otherwise send this job's workers to a head that is long gone, and its `ended` mark stop them at once. True when
+    one was removed."""
+    path = job_dir(settings, job_id)
+    if not path.exists():
+        return False
+    shutil.rmtree(path, ignore_errors=True)
+    return True
+
+
 def remove_job_dir(settings: RaySettings, job_id: str | int) -> None:
     """Delete the job folder (token and rendezvous files) once the job will not run again."""
     shutil.rmtree(job_dir(settings, job_id), ignore_errors=True)

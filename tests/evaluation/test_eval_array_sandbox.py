@@ -195,8 +195,11 @@ def test_a_preempted_task_resumes_with_the_responses_it_had(exports):
     states = [line.split("|")[1].split()[0] for line in attempts.splitlines() if line]
     assert states[0] in ("PREEMPTED", "REQUEUED") and states[-1] == "COMPLETED", attempts
     log = "".join(p.read_text(errors="replace") for p in out.parent.glob(f".submitit/{job}/*_log.out"))
-    # submitit's handler caught the notice in the task (not killed with its engine) and the task came back.
-    assert "Caught signal SIGUSR2" in log and f"Requeued job {job}" in log, log[-4000:]
+    # submitit's handler caught the notice in the task (not killed with its engine) and the task came back: requeued
+    # by submitit's own `scontrol requeue`, or by the preemption itself (PreemptMode=REQUEUE) when the preemption's
+    # SIGTERM reached that scontrol first (seen under load: it waited 3 s on the controller and died).
+    assert "Caught signal SIGUSR2" in log, log[-4000:]
+    assert f"Requeued job {job}" in log or states[0] == "PREEMPTED", (attempts, log[-4000:])
     assert "attempt 1" in log and f"({reused_before(before)} reused)" in log, log[-4000:]
     # Every chunk saved before the preemption is still there, unchanged; the requeued attempt generated the rest.
     after = saved_chunks(out)

@@ -102,6 +102,18 @@ def test_token_file_is_private_unique_and_reused(tmp_path):
     assert not path.exists()
 
 
+def test_a_first_attempt_removes_the_folder_an_earlier_job_with_its_id_left(tmp_path):
+    settings = RaySettings(state_dir=str(tmp_path / "state"))
+    assert not auth.remove_stale_job_dir(settings, "27")
+    old = auth.ensure_token(settings, "27")
+    stale_head = old.parent / "rendezvous" / "0.1" / "head.json"
+    stale_head.parent.mkdir(parents=True)
+    stale_head.write_text('{"address": "10.0.0.9:6379", "block": 3}')
+    assert auth.remove_stale_job_dir(settings, "27")
+    assert not stale_head.exists() and not old.exists()
+    assert auth.ensure_token(settings, "27").exists(), "the new job gets a folder and token of its own"
+
+
 def test_token_readable_by_others_is_refused(tmp_path):
     settings = RaySettings(state_dir=str(tmp_path))
     path = auth.ensure_token(settings, "7")
