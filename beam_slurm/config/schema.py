@@ -526,3 +526,9 @@ class BeamConfig:
         if self.algorithm.lr is not None:
             return self.algorithm.lr
         return 1e-5 if self.is_lora else 1e-6
+
+
+def env_sources(cfg) -> dict[str, str]:
+    """Keys of a loaded recipe whose value came from an environment variable: key -> variable name (set by
+    beam_slurm.config.load on the object it returns)."""
+    return dict(getattr(cfg, "_env_sources", None) or {})

@@ -11,6 +11,7 @@ writing the file is `beam_slurm.core.run_store`'s alone.
 from __future__ import annotations
 
 import dataclasses
+import time
 import types
 import typing
 from dataclasses import dataclass, field
@@ -195,6 +196,72 @@ class RunRecord:
         if wanted is not None and wanted.job_id == str(job_id) and wanted.handled_by_attempt is None:
             return wanted
         return None
+
+    def resumable_job(self) -> TrainJob | None:
+        """The latest training job when it ended stopped or failed resumable (`submit` then resumes), else None."""
+        job = self.latest_train_job()
+        return job if job and job.resumable and job.outcome in ("stopped", "failed") else None
+
+    # --- changes, made by the store's update (beam_slurm.core.run_store) ----------------------------------------
+    def fill_in(self, run_info: dict[str, Any]) -> None:
+        """The run's own fields (name, recipe, paths) where still empty: a job started without `submit`."""
+        for key, value in run_info.items():
+            if key in self.__dataclass_fields__:
+                if not getattr(self, key):
+                    setattr(self, key, value)
+            else:
+                self.extra.setdefault(key, value)
+
+    def begin_attempt(self, *, job_id: str, attempt: int, nodes: list[str], checkpoint: int | None, when: str,
+                      partition: str, nodes_needed: int, user_exclude: list[str]) -> tuple[TrainJob, list[str]]:
+        """Record an attempt's start; (the job's entry, the job's bad nodes) as they stand now.
+
+        An earlier attempt of this job that never recorded its end (its batch host died, or it was killed at once) is
+        closed as 'lost'; it counts against progress when it left no newer checkpoint."""
+        job_id = str(job_id)
+        if job_id not in self.train_jobs:
+            started_by = "beam-slurm submit" if job_id in self.submitted_job_ids() else "sbatch"
+            self.train_jobs[job_id] = TrainJob(job_id=job_id, started_by=started_by, partition=partition,
+                                               nodes_needed=nodes_needed, user_exclude=list(user_exclude))
+        job = self.train_jobs[job_id]
+        for earlier in job.attempts:
+            if earlier.end is None and earlier.attempt != attempt:
+                earlier.end, earlier.end_kind, earlier.decision = when, "lost", "requeued by Slurm"
+                earlier.end_reason = ("ended without a word from the batch shell (its node was lost, or Slurm killed "
+                                      "it at once)")
+                earlier.counts_against_progress = checkpoint is None or checkpoint == earlier.checkpoint_at_start
+                earlier.checkpoint_at_end = checkpoint
+        job.attempts = [a for a in job.attempts if a.attempt != attempt]
+        job.attempts.append(Attempt(attempt=attempt, start=when, start_time=time.time(), nodes=list(nodes),
+                                    checkpoint_at_start=checkpoint))
+        job.outcome = None
+        return job, self.bad_node_names(job_id)
+
+    def end_attempt(self, *, job_id: str, attempt: int, when: str, end: dict[str, Any],
+                    bad_nodes: list[tuple[str, str]], outcome: str | None, outcome_reason: str, resumable_end: bool,
+                    wanted_handled: bool) -> None:
+        """Record how an attempt ended (`end`: Attempt fields such as end_kind, end_reason, saved_step,
+        checkpoint_at_end), the bad nodes it found ((node, reason) pairs), and the job's outcome when it ends here."""
+        job = self.train_job(job_id)
+        entry = job.attempt(attempt)
+        if entry is None:
+            entry = Attempt(attempt=attempt)
+            job.attempts.append(entry)
+        entry.end, entry.end_time = when, time.time()
+        for key, value in end.items():
+            if key in entry.__dataclass_fields__:
+                setattr(entry, key, value)
+            else:
+                entry.extra[key] = value
+        listed = set(self.bad_node_names(job_id))
+        for node, reason in bad_nodes:
+            if node not in listed:
+                self.bad_nodes.append(BadNode(node=node, reason=reason, job_id=str(job_id), attempt=attempt, time=when))
+        if outcome:
+            job.outcome, job.outcome_reason, job.resumable = outcome, outcome_reason, resumable_end
+        wanted = self.wanted_for(job_id)
+        if wanted_handled and wanted is not None:
+            wanted.handled_by_attempt, wanted.handled_at = attempt, when
 
 
 @dataclass

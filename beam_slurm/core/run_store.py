@@ -36,6 +36,14 @@ def now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S%z")
 
 
+def remember_job(job_id: str, export_path: str | os.PathLike) -> None:
+    """Index a training job id under this user's state folder, so `RUN` may be the job id (best effort)."""
+    try:
+        write_text(layout.state_dir() / layout.JOBS_INDEX_DIRNAME / str(job_id), str(export_path) + "\n")
+    except OSError:
+        pass
+
+
 def _parsed(path: Path):
     try:
         return json.loads(path.read_text(encoding="utf-8"))

@@ -429,7 +429,8 @@ def wait_for(job_ids: list[str], poll_s: float = 5.0, log: Callable[[str], None]
 
 def _launcher_overrides(cfg) -> list[str]:
     """The run's eval.launcher.* and cluster keys the array reads, as keys (so a chained array gets the run's)."""
-    from beam_slurm.config.verb_args import hydra_value, keys_under, override, value_at
+    from beam_slurm.config.overrides import hydra_value, override, value_at
+    from beam_slurm.config.verb_args import keys_under
 
     rendered = []
     for key in [*keys_under("eval.launcher"), "cluster.gpus_per_node", "cluster.partition", "cluster.account",
@@ -448,7 +449,7 @@ def submit_for_checkpoint(cfg, step: int, checkpoint: str, extra_args: list[str]
     `beam-slurm evaluate --checkpoint` (one task for every dataset of the export: a one-task array, i.e. one job),
     named `<run_name>-eval-<step>` with its submitit logs in `<log_dir>/eval-step<step>-<job id>/` unless
     eval.launcher.submitit_folder is set. Returns the job id ('finished' when every task key is done already)."""
-    from beam_slurm.config.verb_args import override
+    from beam_slurm.config.overrides import override
     from beam_slurm.core.run_store import RunStore
     from beam_slurm.evaluation.cli import build_parser
     from beam_slurm.pipeline.stages import Evaluate

@@ -175,18 +175,17 @@ class Target:
 
 def resolve_targets(targets: list[str], exports_root: str | None = None) -> list[Target]:
     """Runs named by the arguments, in order, each once: a sweep folder (or its sweep.json) stands for its runs."""
-    from beam_slurm.core.atomic_files import read_json
     from beam_slurm.core.layout import SWEEP_FILE
+    from beam_slurm.pipeline.runs import resolve_runs, sweep_folder
 
     found: list[Target] = []
     for target in targets:
-        path = Path(target).expanduser()
-        sweep_dir = path.parent if path.is_file() and path.name == SWEEP_FILE else path
-        if (sweep_dir / SWEEP_FILE).is_file():
-            runs = (read_json(sweep_dir / SWEEP_FILE) or {}).get("runs") or []
+        sweep = sweep_folder(Path(target).expanduser())
+        if sweep is not None:
+            runs = resolve_runs(target, exports_root)
             if not runs:
-                raise ReportInputError(f"{sweep_dir / SWEEP_FILE} lists no runs (every point was invalid?)")
-            found += [Target(Path(r["export_path"]), list(r.get("choices") or []), sweep_dir) for r in runs]
+                raise ReportInputError(f"{sweep / SWEEP_FILE} lists no runs (every point was invalid?)")
+            found += [Target(r.export_path, list(r.choices), r.sweep_dir) for r in runs]
         else:
             found.append(Target(resolve_export_path(target, exports_root)))
     unique: dict[Path, Target] = {}

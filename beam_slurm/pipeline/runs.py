@@ -1,17 +1,16 @@
-"""Runs: what the training job and the operator verbs write into the run record, and the one resolver from what a
-user types to a run.
+"""Runs: the one resolver from what a user types to runs, and the operator's wanted outcome.
 
 Every run has a record (`beam_slurm.core.run_record`, stored by `beam_slurm.core.run_store`), however it was
 started: `beam-slurm submit` writes it with the submission, and the training job itself writes (or adds to) it at
-every attempt, so a job started with plain `sbatch sbatch/train_*.sh` is a run too. The training job adds its entry
-under `train_jobs` (its attempts: start, nodes, checkpoints, how each ended) and the `bad_nodes` its attempts found
-(later attempts of the same job exclude them; a new job of the run starts with every node: the site may have
-repaired it); `requeue` and `stop` write the operator's `wanted` outcome.
+every attempt, so a job started with plain `sbatch sbatch/train_*.sh` is a run too.
 
-`resolve_run` turns a run folder (the export path, its `beam_run/` or `run.json`), a run name (looked up under the
+`resolve_runs` turns a sweep folder (or its sweep.json) into its runs and anything else into one run through
+`resolve_run`: a run folder (the export path, its `beam_run/` or `run.json`), a run name (looked up under the
 exports root: `--exports-root`, else $BEAM_EXPORTS_ROOT, else $HOME/exports, then the export path the current
-environment gives that name) or a job id (the per-user job index, then the runs under the exports root) into the
-run's export path. `status`, `report`, `requeue` and `stop` all take RUN through it.
+environment gives that name) or a job id of the run (a training job, a submitted stage or an evaluation job: the
+per-user job index, then the runs under the exports root, then the run folder around what Slurm says the job
+wrote, from scontrol or sacct). `status`, `report`, `evaluate`, `requeue`, `stop`, `attach`, `logs` and `sync` all
+take their argument through it.
 """
 
 from __future__ import annotations
@@ -19,12 +18,13 @@ from __future__ import annotations
 import getpass
 import os
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from beam_slurm.core import layout
-from beam_slurm.core.atomic_files import read_json, write_text
+from beam_slurm.core.atomic_files import read_json
 from beam_slurm.core.errors import UserError
-from beam_slurm.core.run_record import Attempt, BadNode, RunRecord, TrainJob, Wanted, read_record
+from beam_slurm.core.run_record import RunRecord, Wanted, read_record
 from beam_slurm.core.run_store import RunStore, now
 
 EXPORTS_ROOT_ENV = "BEAM_EXPORTS_ROOT"
@@ -41,14 +41,6 @@ def exports_root(given: str | None = None) -> Path:
     """The folder run names are looked up in."""
     root = given or os.environ.get(EXPORTS_ROOT_ENV) or str(Path(os.environ.get("HOME", str(Path.home()))) / "exports")
     return Path(root).expanduser()
-
-
-def remember_job(job_id: str, export_path: str | os.PathLike) -> None:
-    """Index a training job id under this user's state folder, so `RUN` may be the job id (best effort)."""
-    try:
-        write_text(layout.state_dir() / layout.JOBS_INDEX_DIRNAME / str(job_id), str(export_path) + "\n")
-    except OSError:
-        pass
 
 
 def has_record(export_path: Path) -> bool:
@@ -68,10 +60,26 @@ def run_folder(path: Path) -> Path | None:
 
 
 def _knows_job(record_file: Path, job_id: str) -> bool:
+    """The run knows the job: a training job, a submitted stage or an evaluation job of its checkpoints."""
     try:
-        return job_id in read_record(read_json(record_file), str(record_file)).job_ids()
+        if job_id in read_record(read_json(record_file), str(record_file)).job_ids():
+            return True
     except UserError:
         return False
+    store = RunStore(record_file.parent.parent)
+    return any(str(e.job_id).split("_")[0] == job_id for e in store.evaluations() if e.job_id)
+
+
+def _run_around(job_id: str) -> Path | None:
+    """The run whose folder holds what Slurm says the job wrote (its output file or working folder): a job id that
+    no index lists, e.g. one that sacct shows from another login node or an older state folder."""
+    from beam_slurm.slurm import scheduler
+
+    for where in scheduler.job_folders(job_id):
+        for folder in [Path(where), *Path(where).parents][:6]:
+            if has_record(folder) and _knows_job(layout.run_file(folder), job_id):
+                return folder
+    return None
 
 
 def resolve_run(target: str, exports_root_given: str | None = None) -> Path:
@@ -96,8 +104,11 @@ def resolve_run(target: str, exports_root_given: str | None = None) -> Path:
         for record in sorted(root.glob(f"*/{here}")):
             if _knows_job(record, target):
                 return record.parent.parent
-        raise RunNotFound(f"no run knows job {target}: looked in {index} and under {root}; pass the run's export "
-                          "path")
+        around = _run_around(target)
+        if around is not None:
+            return around
+        raise RunNotFound(f"no run knows job {target}: looked in {index}, under {root} and where Slurm says the job "
+                          "wrote; pass the run's export path")
     candidates = [root / target]
     try:
         from beam_slurm.config.load import load_config
@@ -112,91 +123,31 @@ def resolve_run(target: str, exports_root_given: str | None = None) -> Path:
                       f"{', '.join(str(c) for c in candidates)}; pass the run's export folder or a job id")
 
 
-# --- reading the training jobs --------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class RunTarget:
+    """One run a verb's argument names."""
 
-def resumable(run: RunRecord) -> TrainJob | None:
-    """The latest training job when it ended stopped or failed resumable (`submit` then resumes), else None."""
-    job = run.latest_train_job()
-    if job and job.resumable and job.outcome in ("stopped", "failed"):
-        return job
-    return None
-
-
-# --- written by the training job ----------------------------------------------------------------------------------
-
-def begin_attempt(store: RunStore, *, job_id: str, attempt: int, nodes: list[str], checkpoint: int | None,
-                  run_info: dict, partition: str, nodes_needed: int, user_exclude: list[str]) -> tuple[TrainJob, list[str]]:
-    """Record an attempt's start; (the job's entry, the job's bad nodes) as they stand now.
-
-    The run's top-level fields (name, recipe, paths) are filled in when the job was started without `submit`. An
-    earlier attempt of this job that never recorded its end (its batch host died, or it was killed at once) is
-    closed as 'lost'; it counts against progress when it left no newer checkpoint."""
-
-    def change(run: RunRecord) -> tuple[TrainJob, list[str]]:
-        for key, value in run_info.items():  # filled in when the job was started without `submit`
-            if key in run.__dataclass_fields__:
-                if not getattr(run, key):
-                    setattr(run, key, value)
-            else:
-                run.extra.setdefault(key, value)
-        job_id_ = str(job_id)
-        if job_id_ not in run.train_jobs:
-            started_by = "beam-slurm submit" if job_id_ in run.submitted_job_ids() else "sbatch"
-            run.train_jobs[job_id_] = TrainJob(job_id=job_id_, started_by=started_by, partition=partition,
-                                               nodes_needed=nodes_needed, user_exclude=list(user_exclude))
-        job = run.train_jobs[job_id_]
-        for earlier in job.attempts:
-            if earlier.end is None and earlier.attempt != attempt:
-                earlier.end, earlier.end_kind, earlier.decision = now(), "lost", "requeued by Slurm"
-                earlier.end_reason = ("ended without a word from the batch shell (its node was lost, or Slurm killed "
-                                      "it at once)")
-                earlier.counts_against_progress = checkpoint is None or checkpoint == earlier.checkpoint_at_start
-                earlier.checkpoint_at_end = checkpoint
-        job.attempts = [a for a in job.attempts if a.attempt != attempt]
-        job.attempts.append(Attempt(attempt=attempt, start=now(), start_time=time.time(), nodes=list(nodes),
-                                    checkpoint_at_start=checkpoint))
-        job.outcome = None
-        return job, run.bad_node_names(job_id_)
-
-    return store.update(change)
+    export_path: Path
+    choices: tuple[str, ...] = ()
+    """Its swept `key=value` when it came from a sweep folder."""
+    sweep_dir: Path | None = None
 
 
-def end_attempt(store: RunStore, *, job_id: str, attempt: int, end: dict, bad_nodes: list[tuple[str, str]],
-                outcome: str | None, outcome_reason: str, resumable_end: bool, wanted_handled: bool) -> None:
-    """Record how an attempt ended (`end`: Attempt fields such as end_kind, end_reason, saved_step,
-    checkpoint_at_end), the bad nodes it found ((node, reason) pairs), and the job's outcome when it ends here."""
-
-    def change(run: RunRecord) -> None:
-        job = run.train_job(job_id)
-        entry = job.attempt(attempt)
-        if entry is None:
-            entry = Attempt(attempt=attempt)
-            job.attempts.append(entry)
-        entry.end, entry.end_time = now(), time.time()
-        for key, value in end.items():
-            if key in entry.__dataclass_fields__:
-                setattr(entry, key, value)
-            else:
-                entry.extra[key] = value
-        listed = set(run.bad_node_names(job_id))
-        for node, reason in bad_nodes:
-            if node not in listed:
-                run.bad_nodes.append(BadNode(node=node, reason=reason, job_id=str(job_id), attempt=attempt,
-                                             time=now()))
-        if outcome:
-            job.outcome, job.outcome_reason, job.resumable = outcome, outcome_reason, resumable_end
-        wanted = run.wanted_for(job_id)
-        if wanted_handled and wanted is not None:
-            wanted.handled_by_attempt, wanted.handled_at = attempt, now()
-
-    store.update(change)
+def sweep_folder(path: Path) -> Path | None:
+    """The sweep folder `path` is (or whose sweep.json it is), else None."""
+    folder = path.parent if path.is_file() and path.name == layout.SWEEP_FILE else path
+    return folder if (folder / layout.SWEEP_FILE).is_file() else None
 
 
-def set_excluded(store: RunStore, job_id: str, nodes: list[str]) -> None:
-    def change(run: RunRecord) -> None:
-        run.train_job(job_id).excluded_nodes = list(nodes)
-
-    store.update(change)
+def resolve_runs(target: str, exports_root_given: str | None = None) -> list[RunTarget]:
+    """The runs `target` names: a sweep folder (or its sweep.json) stands for its runs, in the sweep's order (none
+    when every point was invalid); anything else is one run (`resolve_run`). The one resolver of every verb that
+    takes RUN or SWEEP."""
+    sweep = sweep_folder(Path(target).expanduser())
+    if sweep is not None:
+        listed = (read_json(sweep / layout.SWEEP_FILE) or {}).get("runs") or []
+        return [RunTarget(Path(r["export_path"]), tuple(r.get("choices") or []), sweep) for r in listed]
+    return [RunTarget(resolve_run(target, exports_root_given))]
 
 
 # --- written by the operator verbs --------------------------------------------------------------------------------

@@ -133,7 +133,7 @@ class PrepareData:
     script = "prepare_data.sh"
 
     def __init__(self, cfg, data_overrides: list[str], *, force: bool = False):
-        from beam_slurm.config.verb_args import override_key
+        from beam_slurm.config.overrides import override_key
 
         self.cfg = cfg
         # data.overwrite=true is the old spelling of prepare-data's --force
@@ -151,7 +151,7 @@ class PrepareData:
     def completed(self) -> str:
         """Why the outputs can be kept as they are, or '' when the job must run."""
         from beam_slurm.config.load import load_config
-        from beam_slurm.config.verb_args import override
+        from beam_slurm.config.overrides import override
         from beam_slurm.data.cli import _file_records, _is_local, _plans, _specs
         from beam_slurm.data.errors import BadDataInput
         from beam_slurm.data.manifest import MANIFEST_NAME, load_manifest, reuse_verdict
@@ -177,7 +177,7 @@ class PrepareData:
         return f"complete: the three files in {out_dir} match {MANIFEST_NAME}"
 
     def render(self, cfg_for_logs=None) -> StagePlan:
-        from beam_slurm.config.verb_args import override
+        from beam_slurm.config.overrides import override
 
         cfg = cfg_for_logs or self.cfg
         log_dir = str(cfg.paths.log_dir)
@@ -223,7 +223,7 @@ class PullContainer:
         return ""
 
     def render(self) -> StagePlan:
-        from beam_slurm.config.verb_args import override
+        from beam_slurm.config.overrides import override
 
         cfg, s = self.cfg, self.settings
         log_dir = str(cfg.paths.log_dir)
@@ -315,7 +315,7 @@ class Evaluate:
 
     def script_args(self) -> list[str]:
         """Inputs as flags, then every setting `evaluate` reads as key=value with this run's value."""
-        from beam_slurm.config.verb_args import override, value_at
+        from beam_slurm.config.overrides import override, value_at
         from beam_slurm.evaluation.cli import EVALUATE_KEYS
 
         cfg = self.cfg

@@ -19,7 +19,6 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from beam_slurm.core import layout
-from beam_slurm.core.atomic_files import read_json
 from beam_slurm.core.errors import UserError
 from beam_slurm.core.run_record import Attempt, EvaluationEntry, StageEntry
 from beam_slurm.core.run_store import RunStore
@@ -65,20 +64,20 @@ def resolve_targets(target: str | None) -> tuple[list[Path], str]:
         if not target:
             raise StatusInputError("no run given and nothing submitted from this account yet; pass a run folder, "
                                    "run name or sweep folder")
-    from beam_slurm.pipeline.runs import RunNotFound, resolve_run
+    from beam_slurm.pipeline.runs import RunNotFound, resolve_runs, sweep_folder
 
     path = Path(target).expanduser()
-    sweep_dir = path.parent if path.is_file() and path.name == layout.SWEEP_FILE else path
-    if (sweep_dir / layout.SWEEP_FILE).is_file():
-        sweep = read_json(sweep_dir / layout.SWEEP_FILE) or {}
-        return [Path(r["export_path"]) for r in sweep.get("runs", [])], f"sweep {sweep_dir}"
     try:
-        export_path = resolve_run(target)
+        found = resolve_runs(target)
     except RunNotFound as exc:
         if path.is_dir():
             raise StatusInputError(f"{path} is neither a run folder (with {layout.RUN_DIRNAME}/{layout.RUN_FILE}) nor "
                                    f"a sweep folder (with {layout.SWEEP_FILE})") from None
         raise StatusInputError(str(exc)) from None
+    sweep = sweep_folder(path)
+    if sweep is not None:
+        return [t.export_path for t in found], f"sweep {sweep}"
+    export_path = found[0].export_path
     name = (RunStore(export_path).read().run_name if not path.exists() else None) or export_path.name
     return [export_path], f"run {target if not path.exists() and not target.isdigit() else name}"
 

@@ -30,7 +30,7 @@ from pathlib import Path
 
 from beam_slurm.config.errors import ConfigError, ConfigProblem
 from beam_slurm.core import layout
-from beam_slurm.core.run_store import RunStore, now
+from beam_slurm.core.run_store import RunStore, now, remember_job
 
 STAGES = ("data", "container", "train")
 
@@ -128,14 +128,13 @@ def build_runs(overrides: list[str], multirun: bool, stages: tuple[str, ...] | l
 def resume_stopped(runs: list[RunSpec], out=None) -> None:
     """Make each run whose last training job ended resumable (stopped, or failed by the no-progress guard) resume
     from its latest checkpoint, unless the user chose a resume mode."""
-    from beam_slurm.config.verb_args import override_key
-    from beam_slurm.pipeline.runs import resumable
+    from beam_slurm.config.overrides import override_key
 
     for run in runs:
         if run.cfg is None or any(override_key(o) in ("checkpoint.resume_mode", "checkpoint.resume_path")
                                   for o in run.overrides):
             continue
-        job = resumable(RunStore(run.cfg.paths.export_path).read())
+        job = RunStore(run.cfg.paths.export_path).read().resumable_job()
         step = layout.latest_checkpoint_step(run.cfg.paths.ckpt_path)
         if job is None or step is None:
             continue
@@ -256,7 +255,6 @@ def _write_records(runs: list[RunSpec], invalid: list[RunSpec], args, data_overr
     from beam_slurm.config.load import to_yaml
     from beam_slurm.core.atomic_files import write_text
     from beam_slurm.pipeline.manifest import record_submission, remember_last
-    from beam_slurm.pipeline.runs import remember_job
 
     for run in runs:
         for plan in run.plans:
@@ -375,7 +373,7 @@ def _data_problems(data_overrides: list[str]) -> list[str]:
     if any(o.split("=", 1)[0].lstrip("+") == "data.out_dir" for o in data_overrides):
         return ["data.out_dir: the data stage writes to paths.data_dir (DATA_DIR), which training reads; set that instead"]
     from beam_slurm.config.load import load_config
-    from beam_slurm.config.verb_args import override_key
+    from beam_slurm.config.overrides import override_key
 
     try:  # the data section of the same schema; data.overwrite (old spelling of --force) is the stage's business
         cfg = load_config([o for o in data_overrides if override_key(o) != "data.overwrite"], validate=False)

@@ -14,7 +14,7 @@ there is nothing to save and, for a requeue, nothing to ask: the job is already 
 
 The attempt's facts then go to `requeue_policy.decide`, whose decision this module carries out (`scontrol requeue`,
 the excluded nodes, or the exit status). Every attempt's start and end, the bad nodes and the job's outcome go to
-the run record (`beam_slurm.pipeline.runs`). Logs: `<log_dir>/<jobid>-<attempt>/` on shared storage
+the run record (`beam_slurm.core.run_record`). Logs: `<log_dir>/<jobid>-<attempt>/` on shared storage
 (train_job.log, ray-<host>.log, failure.json, ...).
 """
 
@@ -35,7 +35,7 @@ from beam_slurm.core import layout
 from beam_slurm.core.atomic_files import write_json
 from beam_slurm.core.errors import UserError
 from beam_slurm.core.run_record import RunRecord, TrainJob, Wanted
-from beam_slurm.core.run_store import RunStore
+from beam_slurm.core.run_store import RunStore, now, remember_job
 from beam_slurm.ray_cluster import auth, records
 from beam_slurm.ray_cluster.ports import ephemeral_range
 from beam_slurm.ray_cluster.settings import SETTINGS_ENV
@@ -321,8 +321,6 @@ class Attempt:
 
     def record_start(self) -> None:
         """Write the run record's entry for this attempt (and the job, and the run when started with sbatch)."""
-        from beam_slurm.pipeline import runs
-
         self.checkpoint_at_start = self.checkpoint()
         info = dict(self.settings.run_info or {})
         if not info.get("export_path"):
@@ -343,20 +341,22 @@ class Attempt:
                 user_exclude = scheduler.expand_hostnames(",".join(user_exclude))
             except scheduler.SlurmCommandError:
                 pass
-        snapshot = self._record_call("record the attempt's start", lambda store: runs.begin_attempt(
-            store, job_id=self.alloc.job_id, attempt=self.alloc.restart_count, nodes=self.alloc.nodes[: self.nodes],
-            checkpoint=self.checkpoint_at_start, run_info=info,
-            partition=job.get("Partition", "") or self.alloc.extra.get("SLURM_JOB_PARTITION", ""),
-            nodes_needed=self.nodes, user_exclude=user_exclude))
+        def begin(run: RunRecord) -> tuple[TrainJob, list[str]]:
+            run.fill_in(info)
+            return run.begin_attempt(
+                job_id=self.alloc.job_id, attempt=self.alloc.restart_count, nodes=self.alloc.nodes[: self.nodes],
+                checkpoint=self.checkpoint_at_start, when=now(),
+                partition=job.get("Partition", "") or self.alloc.extra.get("SLURM_JOB_PARTITION", ""),
+                nodes_needed=self.nodes, user_exclude=user_exclude)
+
+        snapshot = self._record_call("record the attempt's start", lambda store: store.update(begin))
         if snapshot:
             self.job_entry, self.bad_nodes = snapshot
         if self.alloc.restart_count == 0:
-            runs.remember_job(self.alloc.job_id, info["export_path"])
+            remember_job(self.alloc.job_id, info["export_path"])
         self.job_entry.attempts = [a for a in self.job_entry.attempts if a.attempt != self.alloc.restart_count]
 
     def record_end(self, decision: Decision, facts: AttemptFacts | None) -> None:
-        from beam_slurm.pipeline import runs
-
         checkpoint = self.checkpoint()
         reason = decision.reason + (f": {decision.note}" if decision.note else "")
         saved = facts.saved_step if facts is not None else None
@@ -379,11 +379,11 @@ class Attempt:
                               else "stopped before any checkpoint, resumable")
         else:
             outcome_reason = reason
-        self._record_call("record the attempt's end", lambda store: runs.end_attempt(
-            store, job_id=self.alloc.job_id, attempt=self.alloc.restart_count, end=end, bad_nodes=bad,
+        self._record_call("record the attempt's end", lambda store: store.update(lambda run: run.end_attempt(
+            job_id=self.alloc.job_id, attempt=self.alloc.restart_count, when=now(), end=end, bad_nodes=bad,
             outcome=outcome, outcome_reason=outcome_reason,
             resumable_end=outcome in ("stopped", "failed") and checkpoint is not None,
-            wanted_handled=facts is not None and facts.wanted is not None))
+            wanted_handled=facts is not None and facts.wanted is not None)))
 
     def plan_exclusion(self, decision: Decision) -> tuple[list[str], list[str]] | None:
         """(bad nodes, the new ExcNodeList: bad nodes plus the user's own --exclude) when the partition keeps enough
@@ -414,9 +414,11 @@ class Attempt:
             self.log(f"bad nodes {','.join(bad)} not excluded: {exc}; the next attempt checks its nodes itself")
             return
         self.log(f"the next attempt avoids {','.join(bad)}: ExcNodeList={','.join(wanted)}")
-        from beam_slurm.pipeline import runs
 
-        self._record_call("record the excluded nodes", runs.set_excluded, self.alloc.job_id, wanted)
+        def note_excluded(run: RunRecord) -> None:
+            run.train_job(self.alloc.job_id).excluded_nodes = list(wanted)
+
+        self._record_call("record the excluded nodes", lambda store: store.update(note_excluded))
 
     def avoid_bad_nodes(self) -> bool:
         """The fallback when the exclusion could not be set: if this attempt landed on a recorded bad node, set the

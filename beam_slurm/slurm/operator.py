@@ -1,6 +1,6 @@
 """`beam-slurm requeue RUN` and `beam-slurm stop RUN`: end a running training attempt gracefully.
 
-Both write the wanted outcome into the run record (`beam_slurm.pipeline.runs`), signal only the job's batch shell
+Both write the wanted outcome into the run record (`beam_slurm.core.run_record`), signal only the job's batch shell
 (`scancel --batch --signal=USR2`; Ray and the trainer are not signalled), and wait up to `--timeout` seconds
 (default: the run's cluster.grace_s) for the trainer's checkpoint at the next step boundary. The batch shell then
 stops Ray and either requeues the job (`requeue`: the next attempt resumes from that checkpoint) or ends it as
@@ -85,7 +85,8 @@ def _job_of(run: RunRecord) -> str:
 
 def main_for(verb: str, argv: list[str]) -> int:
     from beam_slurm.config.errors import ConfigError
-    from beam_slurm.config.verb_args import VerbUsageError, override_key
+    from beam_slurm.config.overrides import override_key
+    from beam_slurm.config.verb_args import VerbUsageError
     from beam_slurm.pipeline import runs
 
     parser = build_parser(verb)

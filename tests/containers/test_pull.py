@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from beam_slurm.config.verb_args import override
+from beam_slurm.config.overrides import override
 
 from beam_slurm.containers.pull import image_is_current, import_command, record_matches
 from beam_slurm.containers.runtime import cached_image_path, digest_record_path

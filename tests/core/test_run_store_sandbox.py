@@ -48,3 +48,23 @@ srun {sys.executable} {work / 'writer.py'} {export} {ready} {UPDATES}
     written = sorted((b.node, b.reason) for b in RunStore(export).read().bad_nodes)
     assert written == sorted((host, str(i)) for host in hosts for i in range(UPDATES)), \
         f"{len(written)} of {2 * UPDATES} updates kept"
+
+
+def test_a_job_id_no_index_lists_is_found_where_slurm_says_it_wrote(slurm_sandbox, tmp_path, monkeypatch):
+    from beam_slurm.core.run_record import StageEntry, Submission
+    from beam_slurm.pipeline.runs import RunNotFound, resolve_run
+
+    export = slurm_sandbox.new_dir("resolve") / "export"
+    logs = export / "logs"
+    logs.mkdir(parents=True)
+    job_id = slurm_sandbox.sbatch(f"#!/bin/bash\n#SBATCH --mem=100 --time=1 --output={logs}/data-%j.out\ntrue\n")
+    store = RunStore(export)
+    store.update(lambda run: run.submissions.append(Submission(stages=[StageEntry(stage="data", job_id=job_id)])))
+    assert slurm_sandbox.wait(job_id, timeout=120) == "COMPLETED"
+    # Another login node: no job index in this HOME, and the run is not under the exports root.
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("XDG_STATE_HOME", raising=False)
+    monkeypatch.setenv("SLURM_CONF", str(slurm_sandbox.slurm_conf))
+    assert resolve_run(job_id, str(tmp_path / "no-exports")) == export
+    with pytest.raises(RunNotFound, match="where Slurm says the job wrote"):
+        resolve_run("999999", str(tmp_path / "no-exports"))

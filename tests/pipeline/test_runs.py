@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from beam_slurm.pipeline import runs
-from beam_slurm.core.run_store import RunStore
+from beam_slurm.core.run_store import RunStore, now, remember_job
 from beam_slurm.pipeline.status import StatusInputError, _attempt_row, resolve_targets
 
 
@@ -20,23 +20,26 @@ def home(tmp_path, monkeypatch):
 
 
 def started(export, job="501", attempt=0, checkpoint=None, nodes=("n1", "n2")):
-    return runs.begin_attempt(RunStore(export), job_id=job, attempt=attempt, nodes=list(nodes),
-                              checkpoint=checkpoint, run_info={"run_name": "beam_lora_16gpu", "recipe": "lora_16gpu",
-                                                               "export_path": str(export)},
-                              partition="batch", nodes_needed=2, user_exclude=["n9"])
+    def begin(run):
+        run.fill_in({"run_name": "beam_lora_16gpu", "recipe": "lora_16gpu", "export_path": str(export)})
+        return run.begin_attempt(job_id=job, attempt=attempt, nodes=list(nodes), checkpoint=checkpoint, when=now(),
+                                 partition="batch", nodes_needed=2, user_exclude=["n9"])
+
+    return RunStore(export).update(begin)
 
 
 def ended(export, job="501", attempt=0, **end):
-    runs.end_attempt(RunStore(export), job_id=job, attempt=attempt, end=end, bad_nodes=end.pop("bad", []),
-                     outcome=end.pop("outcome", None), outcome_reason=end.pop("outcome_reason", ""),
-                     resumable_end=end.pop("resumable", False), wanted_handled=end.pop("handled", False))
+    RunStore(export).update(lambda run: run.end_attempt(
+        job_id=job, attempt=attempt, when=now(), end=end, bad_nodes=end.pop("bad", []),
+        outcome=end.pop("outcome", None), outcome_reason=end.pop("outcome_reason", ""),
+        resumable_end=end.pop("resumable", False), wanted_handled=end.pop("handled", False)))
 
 
 def test_a_job_started_with_sbatch_writes_a_record_every_verb_resolves(home, tmp_path):
     export = home / "exports" / "beam_lora_16gpu"
     job, bad_nodes = started(export)
     assert job.started_by == "sbatch" and bad_nodes == []
-    runs.remember_job("501", export)
+    remember_job("501", export)
     assert runs.resolve_run(str(export)) == export
     assert runs.resolve_run(str(export / "beam_run")) == export
     assert runs.resolve_run(str(export / "beam_run" / "run.json")) == export
@@ -94,7 +97,7 @@ def test_the_wanted_outcome_is_handled_once_and_a_stopped_run_is_resumable(home)
           handled=True)
     record = RunStore(export).read()
     assert record.wanted.handled_by_attempt == 0 and record.wanted_for("501") is None
-    assert runs.resumable(record).job_id == "501"
+    assert record.resumable_job().job_id == "501"
     row = _attempt_row("r", record.train_jobs["501"].attempts[0])
     assert (row.state, row.checkpoint) == ("stopped", "3 -> 5")
     assert row.reason.startswith("saved at step 5; stopped by the operator")
