@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from beam_slurm.config.load import load_config
+from beam_slurm.core.layout import latest_checkpoint_step
 from beam_slurm.pipeline import submit as submit_mod
 from beam_slurm.pipeline.stages import (
     EVAL_TIME_LIMIT,
@@ -18,7 +19,6 @@ from beam_slurm.pipeline.stages import (
     PrepareData,
     PullContainer,
     Train,
-    latest_checkpoint_step,
 )
 from beam_slurm.pipeline.sweep import expand, rename_run, slug
 from beam_slurm.slurm.submission import SbatchRequest, submission_environment
