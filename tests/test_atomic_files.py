@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from beam_slurm.atomic_files import atomic_writer, publish, sync_directory, temporary_sibling, write_json, write_text
+from beam_slurm.core.atomic_files import atomic_writer, publish, sync_directory, temporary_sibling, write_json, write_text
 
 PACKAGE = Path(__file__).resolve().parents[1] / "beam_slurm"
 # Renames and flushes outside atomic_files.py, each with why it is not a file write through it.
@@ -45,4 +45,4 @@ def test_no_other_module_writes_files_its_own_way():
     pattern = re.compile(r"os\.replace\(|os\.fsync\(|tempfile\.mkstemp\(")
     found = {str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py")
              if p.name != "atomic_files.py" and pattern.search(p.read_text(encoding="utf-8"))}
-    assert found <= set(OWN_RENAMES), f"write through beam_slurm.atomic_files instead: {sorted(found - set(OWN_RENAMES))}"
+    assert found <= set(OWN_RENAMES), f"write through beam_slurm.core.atomic_files instead: {sorted(found - set(OWN_RENAMES))}"

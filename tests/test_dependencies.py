@@ -19,9 +19,11 @@ IMPORT_NAMES = {
 # Declared and not imported yet, on purpose (none now: submitit runs the evaluation arrays, and
 # hydra-submitit-launcher's config classes are the schema of eval.launcher).
 NOT_YET_IMPORTED: dict[str, str] = {}
-# Test-only distributions that are not imported: pytest plugins, used through the options they add.
+# Test-only distributions that are not imported: pytest plugins, used through the options they add, and tools
+# the tests run as commands (distribution -> what names it, where).
 PYTEST_PLUGINS = {"pytest-timeout": ("--timeout=", ROOT / "tools" / "run_tests.sh"),
-                  "pytest-xdist": ("--dist=loadscope", ROOT / "tools" / "run_tests.sh")}
+                  "pytest-xdist": ("--dist=loadscope", ROOT / "tools" / "run_tests.sh"),
+                  "import-linter": ("lint-imports", ROOT / "tests" / "test_layers.py")}
 
 
 def distribution(requirement: str) -> str:

@@ -7,6 +7,8 @@ import sys
 from dataclasses import dataclass
 from typing import Mapping
 
+from beam_slurm.core.errors import UserError
+
 
 @dataclass(frozen=True)
 class ConfigProblem:
@@ -39,7 +41,7 @@ class ConfigProblem:
         return f"{self.label}={self.value!r}: {self.fix}"
 
 
-class ConfigError(Exception):
+class ConfigError(UserError):
     """Raised with every problem found, so the user fixes them all in one round."""
 
     exit_code = 2

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from beam_slurm import CONF_DIR
 from beam_slurm.config.errors import ConfigError, ConfigProblem
+from beam_slurm.config.overrides import escape_values
 
 
 def compose(overrides: list[str], *, config_dir: Path = CONF_DIR):
@@ -149,11 +150,6 @@ def _schema_node():
     return OmegaConf.structured(BeamConfig)
 
 
-def env_sources(cfg) -> dict[str, str]:
-    """Keys of a loaded recipe whose value came from an environment variable: key -> variable name."""
-    return dict(getattr(cfg, "_env_sources", None) or {})
-
-
 def fill_defaults(cfg, *, environ) -> None:
     """Fill what the seed defines relative to other settings: run name and the $HOME-relative output paths."""
     home = environ.get("HOME", str(Path.home()))
@@ -177,8 +173,6 @@ def to_yaml(cfg) -> str:
     Text holding `${` is escaped, so OmegaConf reads the file back to the same values instead of resolving a
     reference (a model path may contain `${`)."""
     import dataclasses
-
-    from beam_slurm.config.verb_args import escape_values
 
     # OmegaConf.to_yaml's own dump (its dumper quotes text that would read back as a number or a bool), without
     # building an OmegaConf node first: the same text, in a third of the time (a sweep saves one per point).

@@ -32,8 +32,6 @@ class ClusterConfig:
     """Slurm QOS (`--qos`); empty = none."""
     time_limit: str = "24:00:00"
     """Wall time per attempt (`--time`, [D-]HH:MM:SS). A requeued attempt gets the same limit again (ours)."""
-    exclusive: bool = True
-    """Ask for whole nodes (`--exclusive`): the recipe uses every GPU and the node-local NVMe."""
     cpus_per_node: Optional[int] = None
     """CPUs per node for the Ray step (`--cpus-per-task` with one task per node); empty = what Slurm gives."""
     mem_per_node: Optional[str] = None
@@ -528,3 +526,9 @@ class BeamConfig:
         if self.algorithm.lr is not None:
             return self.algorithm.lr
         return 1e-5 if self.is_lora else 1e-6
+
+
+def env_sources(cfg) -> dict[str, str]:
+    """Keys of a loaded recipe whose value came from an environment variable: key -> variable name (set by
+    beam_slurm.config.load on the object it returns)."""
+    return dict(getattr(cfg, "_env_sources", None) or {})

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Collection
 
 from beam_slurm.config.errors import ConfigError, ConfigProblem
+from beam_slurm.config.schema import env_sources
 
 RECIPE_BACKENDS = ("skyrl", "rehearsal")
 PRECISIONS = ("bf16", "mxfp8")
@@ -188,8 +189,6 @@ def problems(cfg) -> list[ConfigProblem]:
     from beam_slurm.notice_budget import config_problems as budget_problems
 
     out.extend(budget_problems(cfg))
-    from beam_slurm.config.load import env_sources
-
     sources = env_sources(cfg)
     return [problem.from_env(sources) for problem in out]
 
@@ -359,8 +358,6 @@ def path_problems(cfg, *, produced: Collection[str] = ()) -> list[ConfigProblem]
                       "run `beam-slurm prepare-data` into paths.data_dir, or submit with the data stage")
     if cfg.checkpoint.resume_mode == "from_path":
         check("checkpoint.resume_path", cfg.checkpoint.resume_path, "dir", "give an existing global_step_N folder")
-    from beam_slurm.config.load import env_sources
-
     sources = env_sources(cfg)
     return [problem.from_env(sources) for problem in out]
 

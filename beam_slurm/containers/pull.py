@@ -30,7 +30,7 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from beam_slurm.atomic_files import publish, write_text
+from beam_slurm.core.atomic_files import publish, write_text
 from beam_slurm.containers.runtime import (
     cached_image_path,
     digest_record_path,
@@ -40,7 +40,7 @@ from beam_slurm.containers.runtime import (
     validate,
 )
 from beam_slurm.containers.settings import ContainerSettings
-from beam_slurm.containers.shared_lock import LockTimeout, SharedFileLock
+from beam_slurm.core.shared_lock import LockTimeout, SharedFileLock
 
 RUNTIME_EXECUTABLE = {"pyxis": "enroot", "apptainer": "apptainer"}
 

@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from beam_slurm.atomic_files import publish, sync_directory, temporary_sibling
+from beam_slurm.core.atomic_files import publish, sync_directory, temporary_sibling
 from beam_slurm.data.aime import convert_aime_files
 from beam_slurm.data.cleaning import COMPRESSION, CleaningStats, clean_dapo_files, open_parquet
 from beam_slurm.data.config import DataConfig

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from beam_slurm.core.errors import UserError
 
-class BadDataInput(Exception):
+
+class BadDataInput(UserError):
     """A setting, a source file or an output directory the stage cannot use; the message names it and the fix."""

@@ -1,4 +1,4 @@
-"""The manifest beside the cleaned files and content hashes; files are replaced atomically (beam_slurm.atomic_files).
+"""The manifest beside the cleaned files and content hashes; files are replaced atomically (beam_slurm.core.atomic_files).
 
 `prepare-data-manifest.json` holds one entry per output file: the source as given, the files read and their
 sha256, the hub revision, the settings that shape the output, row counts before and after, and the output's sha256.
@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 from typing import Optional
 
-from beam_slurm.atomic_files import write_text
+from beam_slurm.core.atomic_files import write_text
 
 MANIFEST_NAME = "prepare-data-manifest.json"
 MANIFEST_VERSION = 1

@@ -32,7 +32,7 @@ from typing import Any, Callable
 import submitit
 
 from beam_slurm.data.manifest import sha256_file
-from beam_slurm.atomic_files import write_json
+from beam_slurm.core.atomic_files import write_json
 from beam_slurm.slurm import scheduler
 from beam_slurm.evaluation import resumable
 
@@ -429,7 +429,8 @@ def wait_for(job_ids: list[str], poll_s: float = 5.0, log: Callable[[str], None]
 
 def _launcher_overrides(cfg) -> list[str]:
     """The run's eval.launcher.* and cluster keys the array reads, as keys (so a chained array gets the run's)."""
-    from beam_slurm.config.verb_args import hydra_value, keys_under, override, value_at
+    from beam_slurm.config.overrides import hydra_value, override, value_at
+    from beam_slurm.config.verb_args import keys_under
 
     rendered = []
     for key in [*keys_under("eval.launcher"), "cluster.gpus_per_node", "cluster.partition", "cluster.account",
@@ -448,11 +449,9 @@ def submit_for_checkpoint(cfg, step: int, checkpoint: str, extra_args: list[str]
     `beam-slurm evaluate --checkpoint` (one task for every dataset of the export: a one-task array, i.e. one job),
     named `<run_name>-eval-<step>` with its submitit logs in `<log_dir>/eval-step<step>-<job id>/` unless
     eval.launcher.submitit_folder is set. Returns the job id ('finished' when every task key is done already)."""
-    from types import SimpleNamespace
-
-    from beam_slurm.config.verb_args import override
+    from beam_slurm.config.overrides import override
+    from beam_slurm.core.run_store import RunStore
     from beam_slurm.evaluation.cli import build_parser
-    from beam_slurm.pipeline.manifest import RunManifest
     from beam_slurm.pipeline.stages import Evaluate
 
     argv = Evaluate(cfg, step, checkpoint, extra_args).script_args()
@@ -469,6 +468,5 @@ def submit_for_checkpoint(cfg, step: int, checkpoint: str, extra_args: list[str]
     ids = submit_plan(found, log)
     array_id = ids[0] if len(ids) == 1 else ids[0].split("_")[0] if ids else ""
     if array_id:
-        RunManifest(cfg.paths.export_path).record_evaluation(step, str(checkpoint),
-                                                             SimpleNamespace(job_id=array_id, request=None))
+        RunStore(cfg.paths.export_path).record_evaluation(step, str(checkpoint), array_id, None)
     return array_id or "finished"

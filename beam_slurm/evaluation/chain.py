@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from beam_slurm.atomic_files import write_text
+from beam_slurm.core.atomic_files import write_text
 from beam_slurm.evaluation.checkpoints import POLICY_SUBDIR, STEP_DIR, CheckpointError, check_model_dir
 
 MARKER_FILE = "latest_ckpt_global_step.txt"

@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from beam_slurm.core.errors import UserError
+
 STEP_DIR = re.compile(r"^global_step_(\d+)$")
 
 # SkyRL's HF exports and checkpoints keep the model one level below the step directory.
@@ -27,7 +29,7 @@ WEIGHT_GLOBS = ("*.safetensors", "pytorch_model*.bin")
 ADAPTER_WEIGHTS = ("adapter_model.safetensors", "adapter_model.bin")
 
 
-class CheckpointError(ValueError):
+class CheckpointError(UserError, ValueError):
     """An evaluation input that cannot be used; the message names the option and the fix."""
 
 

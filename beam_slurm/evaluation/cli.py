@@ -28,6 +28,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from beam_slurm.core.errors import UserError
 from beam_slurm.data.manifest import sha256_file
 from beam_slurm.evaluation.checkpoints import CheckpointError, EvalInput, step_of, resolve_checkpoint
 from beam_slurm.evaluation.metrics import GradingInputError
@@ -104,7 +105,7 @@ def build_parser():
     return verb
 
 
-class UsageError(ValueError):
+class UsageError(UserError, ValueError):
     """Bad command-line input; reported with exit status 2."""
 
 
@@ -266,19 +267,13 @@ def _targets(args: argparse.Namespace, target: str | None, cfg) -> list[tuple[st
 
 def _run_exports(target: str, exports_root: str | None) -> list[Path]:
     """Export paths of a sweep folder's runs, or of the one run `target` names (beam_slurm.pipeline.runs)."""
-    from beam_slurm.pipeline.manifest import SWEEP_FILE, read_json
-    from beam_slurm.pipeline.runs import RunNotFound, resolve_run
+    from beam_slurm.pipeline.runs import RunNotFound, resolve_runs
 
-    path = Path(target).expanduser()
-    if path.is_file() and path.name == SWEEP_FILE:
-        path = path.parent
-    if (path / SWEEP_FILE).is_file():
-        return [Path(r["export_path"]) for r in (read_json(path / SWEEP_FILE) or {}).get("runs", [])]
     try:
-        return [resolve_run(target, exports_root)]
+        return [run.export_path for run in resolve_runs(target, exports_root)]
     except RunNotFound as exc:
-        if path.is_dir():  # an export folder without a run record (a run trained by hand)
-            return [path]
+        if Path(target).expanduser().is_dir():  # an export folder without a run record (a run trained by hand)
+            return [Path(target).expanduser()]
         raise UsageError(str(exc)) from None
 
 

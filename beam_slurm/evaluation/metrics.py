@@ -28,6 +28,8 @@ import math
 import statistics
 from typing import Any, Iterable
 
+from beam_slurm.core.errors import UserError
+
 PASS_AT = (1, 2, 4, 8, 16, 32, 64)
 """The pass@j columns tables show (those with j <= k); metrics.json has every power of two up to k, and k."""
 MAX_K = 64
@@ -37,7 +39,7 @@ BOOTSTRAP_SEED = 20250101
 """Fixed seed of the bootstrap, so the same grades always give the same interval."""
 
 
-class GradingInputError(ValueError):
+class GradingInputError(UserError, ValueError):
     """Rows that cannot be graded or scored; the message names the row or problem and the fix."""
 
 

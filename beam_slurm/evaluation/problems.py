@@ -12,10 +12,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from beam_slurm.core.errors import UserError
+
 REQUIRED_COLUMNS = ("prompt", "reward_model", "data_source")
 
 
-class DatasetError(ValueError):
+class DatasetError(UserError, ValueError):
     """An evaluation parquet that cannot be used; the message names the file and the column."""
 
 

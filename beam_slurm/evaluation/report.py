@@ -37,7 +37,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from beam_slurm.atomic_files import atomic_writer
+from beam_slurm.core.atomic_files import atomic_writer
+from beam_slurm.core.errors import UserError
 from beam_slurm.evaluation.results import DETAILS_FILE, EVALS_DIRNAME, INFO_FILE, METRICS_FILE, write_json
 
 SKYRL_DUMPS_DIRNAME = "dumped_evals"
@@ -60,7 +61,7 @@ _DUMP_DIR = re.compile(r"^global_step_(\d+)_evals$")
 _NOT_A_SETTING = re.compile(r"^(run_name|paths\..*|data\..*|hydra\..*|eval\.launcher\.(name|submitit_folder))$")
 
 
-class ReportInputError(ValueError):
+class ReportInputError(UserError, ValueError):
     """The run cannot be found or read; the message says where the report looked."""
 
 
@@ -174,17 +175,17 @@ class Target:
 
 def resolve_targets(targets: list[str], exports_root: str | None = None) -> list[Target]:
     """Runs named by the arguments, in order, each once: a sweep folder (or its sweep.json) stands for its runs."""
-    from beam_slurm.pipeline.manifest import SWEEP_FILE, read_json
+    from beam_slurm.core.layout import SWEEP_FILE
+    from beam_slurm.pipeline.runs import resolve_runs, sweep_folder
 
     found: list[Target] = []
     for target in targets:
-        path = Path(target).expanduser()
-        sweep_dir = path.parent if path.is_file() and path.name == SWEEP_FILE else path
-        if (sweep_dir / SWEEP_FILE).is_file():
-            runs = (read_json(sweep_dir / SWEEP_FILE) or {}).get("runs") or []
+        sweep = sweep_folder(Path(target).expanduser())
+        if sweep is not None:
+            runs = resolve_runs(target, exports_root)
             if not runs:
-                raise ReportInputError(f"{sweep_dir / SWEEP_FILE} lists no runs (every point was invalid?)")
-            found += [Target(Path(r["export_path"]), list(r.get("choices") or []), sweep_dir) for r in runs]
+                raise ReportInputError(f"{sweep / SWEEP_FILE} lists no runs (every point was invalid?)")
+            found += [Target(r.export_path, list(r.choices), r.sweep_dir) for r in runs]
         else:
             found.append(Target(resolve_export_path(target, exports_root)))
     unique: dict[Path, Target] = {}
@@ -206,7 +207,7 @@ def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:
 
 def run_config(export_path: Path) -> dict[str, Any]:
     """The run's resolved recipe (beam_run/config.yaml) as flat `key: value`; {} when the run has none."""
-    from beam_slurm.pipeline.manifest import CONFIG_FILE, RUN_DIRNAME
+    from beam_slurm.core.layout import CONFIG_FILE, RUN_DIRNAME
 
     try:
         import yaml
@@ -378,11 +379,11 @@ def _collect_train(report: RunReport) -> None:
 
 def gather(export_path: Path) -> RunReport:
     """Read every evaluation and the training metrics found under a run's export path."""
-    from beam_slurm.pipeline.manifest import RunManifest
+    from beam_slurm.core.run_store import RunStore
 
     export_path = Path(export_path)
     report = RunReport(export_path=export_path)
-    report.name = RunManifest(export_path).read().get("run_name") or export_path.name
+    report.name = RunStore(export_path).read().run_name or export_path.name
     labels = dataset_labels(export_path)
     _collect_ours(report, labels)
     _collect_skyrl(report, labels)
@@ -420,13 +421,13 @@ def label_runs(reports: list[RunReport], max_keys: int = 4) -> None:
     differ, the recipe keys whose values differ (beam_run/config.yaml; not names and paths). A value a run did not
     override is its recipe's. One run alone is labelled by its swept keys, else by its name. Runs whose labels would
     be equal get their name added; rehearsal runs end in "[rehearsal]"."""
-    from beam_slurm.pipeline.manifest import RunManifest
+    from beam_slurm.core.run_store import RunStore
 
     configs = [run_config(r.export_path) for r in reports]
     given: list[dict[str, str]] = []
     for report in reports:
-        record = RunManifest(report.export_path).read()
-        given.append({**_pairs(list(record.get("overrides") or [])), **_pairs(report.choices or [])})
+        record = RunStore(report.export_path).read()
+        given.append({**_pairs(list(record.overrides)), **_pairs(report.choices or [])})
     keys: list[str] = []
     for report, pairs in zip(reports, given):
         for key in list(_pairs(report.choices or [])) + list(pairs):

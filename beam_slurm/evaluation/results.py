@@ -25,7 +25,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from beam_slurm.atomic_files import atomic_writer
+from beam_slurm.core.atomic_files import atomic_writer
 from beam_slurm.evaluation.metrics import compute_details
 
 EVALS_DIRNAME = "beam_evals"

@@ -4,7 +4,7 @@ Layout in an evaluation folder (``<export_path>/beam_evals/global_step_N/``, or 
 
     samples/<dataset>-<sampling id>/   responses-<chunk>.jsonl, one file per chunk of problems as it finished, and
                                        grades-<chunk>.jsonl once that chunk is graded. Each is written to a hidden
-                                       temporary name and renamed (beam_slurm.atomic_files), so a half-written chunk
+                                       temporary name and renamed (beam_slurm.core.atomic_files), so a half-written chunk
                                        is never read. The sampling id hashes what changes the samples (model, data
                                        file, temperature, top-p, token budget, reasoning effort) but not k: a larger
                                        k adds responses to the same store, a smaller k reads the first k.
@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from beam_slurm.atomic_files import write_text
+from beam_slurm.core.atomic_files import write_text
 from beam_slurm.evaluation.problems import Problem
 
 SAMPLES_DIRNAME = "samples"

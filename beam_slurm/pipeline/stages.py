@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from beam_slurm import REPO_ROOT
+from beam_slurm.core import layout
+from beam_slurm.core.errors import UserError
 from beam_slurm.slurm.submission import SbatchRequest, submit
 
 SBATCH_DIR = REPO_ROOT / "sbatch"
@@ -32,13 +34,12 @@ TRAIN_SCRIPTS = {
     "bf16_64gpu": "train_bf16.sh",
     "mxfp8_64gpu": "train_mxfp8.sh",
 }
-LATEST_STEP_FILE = "latest_ckpt_global_step.txt"
 EVAL_TIME_LIMIT = "04:00:00"
 """Wall time of one evaluation job (30 problems x 8 responses x 2 data sets on one vLLM replica); the recipe has no
 per-stage time limit, and the training limit (a day) would only make the scheduler place the job later."""
 
 
-class StageError(ValueError):
+class StageError(UserError, ValueError):
     """A stage cannot be rendered (missing script, bad setting); reported with exit status 2 before any submission."""
 
 
@@ -132,7 +133,7 @@ class PrepareData:
     script = "prepare_data.sh"
 
     def __init__(self, cfg, data_overrides: list[str], *, force: bool = False):
-        from beam_slurm.config.verb_args import override_key
+        from beam_slurm.config.overrides import override_key
 
         self.cfg = cfg
         # data.overwrite=true is the old spelling of prepare-data's --force
@@ -150,7 +151,7 @@ class PrepareData:
     def completed(self) -> str:
         """Why the outputs can be kept as they are, or '' when the job must run."""
         from beam_slurm.config.load import load_config
-        from beam_slurm.config.verb_args import override
+        from beam_slurm.config.overrides import override
         from beam_slurm.data.cli import _file_records, _is_local, _plans, _specs
         from beam_slurm.data.errors import BadDataInput
         from beam_slurm.data.manifest import MANIFEST_NAME, load_manifest, reuse_verdict
@@ -176,7 +177,7 @@ class PrepareData:
         return f"complete: the three files in {out_dir} match {MANIFEST_NAME}"
 
     def render(self, cfg_for_logs=None) -> StagePlan:
-        from beam_slurm.config.verb_args import override
+        from beam_slurm.config.overrides import override
 
         cfg = cfg_for_logs or self.cfg
         log_dir = str(cfg.paths.log_dir)
@@ -222,7 +223,7 @@ class PullContainer:
         return ""
 
     def render(self) -> StagePlan:
-        from beam_slurm.config.verb_args import override
+        from beam_slurm.config.overrides import override
 
         cfg, s = self.cfg, self.settings
         log_dir = str(cfg.paths.log_dir)
@@ -235,15 +236,6 @@ class PullContainer:
             export=_export(),
         )
         return StagePlan(self.stage, self.identity(), request, log_dir=log_dir)
-
-
-def latest_checkpoint_step(ckpt_path: str | os.PathLike) -> int | None:
-    """The step in <ckpt_path>/latest_ckpt_global_step.txt (written last by SkyRL after a complete save), or None."""
-    try:
-        text = (Path(ckpt_path) / LATEST_STEP_FILE).read_text().strip()
-    except OSError:
-        return None
-    return int(text) if text.isdigit() else None
 
 
 class Train:
@@ -259,9 +251,9 @@ class Train:
         return f"train:{self.cfg.paths.ckpt_path}"
 
     def completed(self) -> str:
-        step = latest_checkpoint_step(self.cfg.paths.ckpt_path)
+        step = layout.latest_checkpoint_step(self.cfg.paths.ckpt_path)
         if step is not None and step >= self.cfg.max_training_steps:
-            return f"complete: {self.cfg.paths.ckpt_path}/{LATEST_STEP_FILE} is step {step} of {self.cfg.max_training_steps}"
+            return f"complete: {self.cfg.paths.ckpt_path}/{layout.CHECKPOINT_MARKER} is step {step} of {self.cfg.max_training_steps}"
         return ""
 
     def script_args(self) -> list[str]:
@@ -323,7 +315,7 @@ class Evaluate:
 
     def script_args(self) -> list[str]:
         """Inputs as flags, then every setting `evaluate` reads as key=value with this run's value."""
-        from beam_slurm.config.verb_args import override, value_at
+        from beam_slurm.config.overrides import override, value_at
         from beam_slurm.evaluation.cli import EVALUATE_KEYS
 
         cfg = self.cfg
@@ -355,9 +347,10 @@ def submit_eval(cfg, step: int, checkpoint_dir: str | os.PathLike, *, extra_args
     the `beam-slurm evaluate` arguments (they win, e.g. `eval.limit=5`); `dependency` are job ids to wait for
     (afterok). Raises SlurmCommandError when sbatch refuses, StageError when the script is missing.
     """
-    from beam_slurm.pipeline.manifest import RunManifest
+    from beam_slurm.core.run_store import RunStore
 
     plan = Evaluate(cfg, step, checkpoint_dir, extra_args).render()
     plan.submit(list(dependency or []), "afterok")
-    RunManifest(cfg.paths.export_path).record_evaluation(step, str(checkpoint_dir), plan)
+    RunStore(cfg.paths.export_path).record_evaluation(step, str(checkpoint_dir), plan.job_id,
+                                                      plan.request.shell() if plan.request is not None else None)
     return plan.job_id

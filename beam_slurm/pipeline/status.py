@@ -18,11 +18,14 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from beam_slurm.pipeline.manifest import RUN_DIRNAME, RUN_FILE, SWEEP_FILE, RunManifest, last_target, read_json
-from beam_slurm.pipeline.runs import train_jobs
+from beam_slurm.core import layout
+from beam_slurm.core.errors import UserError
+from beam_slurm.core.run_record import Attempt, EvaluationEntry, StageEntry
+from beam_slurm.core.run_store import RunStore
+from beam_slurm.pipeline.manifest import last_target, latest_stages
 
 
-class StatusInputError(ValueError):
+class StatusInputError(UserError, ValueError):
     """The argument names no run or sweep; the message says where we looked."""
 
 
@@ -61,21 +64,21 @@ def resolve_targets(target: str | None) -> tuple[list[Path], str]:
         if not target:
             raise StatusInputError("no run given and nothing submitted from this account yet; pass a run folder, "
                                    "run name or sweep folder")
-    from beam_slurm.pipeline.runs import RunNotFound, resolve_run
+    from beam_slurm.pipeline.runs import RunNotFound, resolve_runs, sweep_folder
 
     path = Path(target).expanduser()
-    sweep_dir = path.parent if path.is_file() and path.name == SWEEP_FILE else path
-    if (sweep_dir / SWEEP_FILE).is_file():
-        sweep = read_json(sweep_dir / SWEEP_FILE) or {}
-        return [Path(r["export_path"]) for r in sweep.get("runs", [])], f"sweep {sweep_dir}"
     try:
-        export_path = resolve_run(target)
+        found = resolve_runs(target)
     except RunNotFound as exc:
         if path.is_dir():
-            raise StatusInputError(f"{path} is neither a run folder (with {RUN_DIRNAME}/{RUN_FILE}) nor a sweep "
-                                   f"folder (with {SWEEP_FILE})") from None
+            raise StatusInputError(f"{path} is neither a run folder (with {layout.RUN_DIRNAME}/{layout.RUN_FILE}) nor "
+                                   f"a sweep folder (with {layout.SWEEP_FILE})") from None
         raise StatusInputError(str(exc)) from None
-    name = (RunManifest(export_path).read().get("run_name") if not path.exists() else None) or export_path.name
+    sweep = sweep_folder(path)
+    if sweep is not None:
+        return [t.export_path for t in found], f"sweep {sweep}"
+    export_path = found[0].export_path
+    name = (RunStore(export_path).read().run_name if not path.exists() else None) or export_path.name
     return [export_path], f"run {target if not path.exists() and not target.isdigit() else name}"
 
 
@@ -116,94 +119,95 @@ def _eval_at(export_path: Path, step: int) -> str:
 
 def collect(export_paths: list[Path]) -> list[StatusRow]:
     """Rows for every run, with one squeue and one sacct call for all their jobs."""
-    from beam_slurm.pipeline.stages import latest_checkpoint_step
     from beam_slurm.slurm.submission import JobView, job_view
 
     runs = []
     ids: list[str] = []
     for export_path in export_paths:
-        manifest = RunManifest(export_path)
-        run = manifest.read()
-        stages = manifest.latest_stages()
-        shown = {str(s.get("job_id")) for s in stages if s.get("job_id")}
+        store = RunStore(export_path)
+        run = store.read()
+        stages = latest_stages(run)
+        shown = {str(s.job_id) for s in stages if s.job_id}
         # Training jobs the run record knows but no submission listed (started with sbatch, or resubmitted so).
-        extra = [{"stage": "train", "job_id": j["job_id"]} for j in train_jobs(run) if str(j.get("job_id")) not in shown]
-        stages = [s for s in stages if s.get("stage") != "train"] + extra + [s for s in stages if s.get("stage") == "train"]
-        evals = manifest.evaluations()
+        extra = [StageEntry(stage="train", job_id=j) for j in run.train_jobs if j not in shown]
+        stages = [s for s in stages if s.stage != "train"] + extra + [s for s in stages if s.stage == "train"]
+        evals = store.evaluations()
         runs.append((export_path, run, stages, evals))
-        ids += [str(s["job_id"]) for s in stages if s.get("job_id")] + [str(e["job_id"]) for e in evals if e.get("job_id")]
+        ids += [str(s.job_id) for s in stages if s.job_id] + [str(e.job_id) for e in evals if e.job_id]
     view = job_view(ids) if ids else JobView({}, {})  # one squeue and one sacct call for every run's jobs
     records = view.records
 
     rows: list[StatusRow] = []
     for export_path, run, stages, evals in runs:
-        name = run.get("run_name") or export_path.name
-        stage_of_job = {str(s["job_id"]): s["stage"] for s in stages if s.get("job_id")}
+        name = run.run_name or export_path.name
+        stage_of_job = {str(s.job_id): s.stage for s in stages if s.job_id}
         for entry in stages:
-            job_id = str(entry.get("job_id") or "")
+            job_id = str(entry.job_id or "")
             record = records.get(job_id)
             checkpoint = evaluation = ""
-            if entry["stage"] == "train":
-                step = latest_checkpoint_step(run.get("ckpt_path", ""))
-                checkpoint = f"{step}/{run.get('max_training_steps', '?')}" if step is not None else "-"
+            if entry.stage == "train":
+                step = layout.latest_checkpoint_step(run.ckpt_path)
+                steps = run.max_training_steps if run.max_training_steps is not None else "?"
+                checkpoint = f"{step}/{steps}" if step is not None else "-"
                 evaluation = _latest_eval(export_path)[1]
             if record is None:
-                rows.append(StatusRow(name, entry["stage"], "", "SKIPPED", 0, "", "", checkpoint, evaluation,
-                                      entry.get("reason") or ""))
+                rows.append(StatusRow(name, entry.stage, "", "SKIPPED", 0, "", "", checkpoint, evaluation,
+                                      entry.reason or ""))
                 continue
             state, reason = record.state, _reason(record, entry, records, stage_of_job)
-            job = (run.get("train_jobs") or {}).get(job_id) if entry["stage"] == "train" else None
+            job = run.train_jobs.get(job_id) if entry.stage == "train" else None
             if job:
-                if job.get("outcome") == "stopped" and record.final:
+                if job.outcome == "stopped" and record.final:
                     state = "STOPPED"
-                if job.get("outcome") in ("stopped", "failed", "cancelled") and record.final:
-                    reason = job.get("outcome_reason") or reason
-                if job.get("excluded_nodes"):
-                    reason += f"{'; ' if reason else ''}excluded nodes {','.join(job['excluded_nodes'])}"
+                if job.outcome in ("stopped", "failed", "cancelled") and record.final:
+                    reason = job.outcome_reason or reason
+                if job.excluded_nodes:
+                    reason += f"{'; ' if reason else ''}excluded nodes {','.join(job.excluded_nodes)}"
                 if record.final and record.state != "COMPLETED":
                     stuck = [f"{j} ({n})" for j, n in view.waiting_on.get(job_id, [])]
                     if stuck:
                         reason += f"; waiting on it and can no longer run: {', '.join(stuck)}"
-            rows.append(StatusRow(name, entry["stage"], job_id, state, record.restarts, record.elapsed,
+            rows.append(StatusRow(name, entry.stage, job_id, state, record.restarts, record.elapsed,
                                   record.nodes, checkpoint, evaluation, reason))
-            for attempt in (job or {}).get("attempts", []):
+            for attempt in job.attempts if job else []:
                 rows.append(_attempt_row(name, attempt))
-        for entry in evals:
-            job_id = str(entry.get("job_id") or "")
+        for evaluation_entry in evals:
+            job_id = str(evaluation_entry.job_id or "")
             record = records.get(job_id)
             if record is None:
                 continue
-            rows.append(StatusRow(name, f"evaluate {entry['step']}", job_id, record.state, record.restarts,
-                                  record.elapsed, record.nodes, str(entry["step"]), _eval_at(export_path, entry["step"]),
-                                  _reason(record, entry, records, stage_of_job)))
+            step = evaluation_entry.step
+            rows.append(StatusRow(name, f"evaluate {step}", job_id, record.state, record.restarts,
+                                  record.elapsed, record.nodes, str(step), _eval_at(export_path, step),
+                                  _reason(record, evaluation_entry, records, stage_of_job)))
     from beam_slurm.evaluation.report import is_rehearsal_run
 
-    rehearsal_runs = {run.get("run_name") or export_path.name for export_path, run, _, _ in runs
+    rehearsal_runs = {run.run_name or export_path.name for export_path, run, _, _ in runs
                       if is_rehearsal_run(export_path)}
     for row in rows:
         row.rehearsal = row.run in rehearsal_runs
     return rows
 
 
-def _attempt_row(name: str, attempt: dict) -> StatusRow:
+def _attempt_row(name: str, attempt: Attempt) -> StatusRow:
     """One attempt of a training job: nodes, checkpoint at start -> end, how it ended."""
-    start, end = attempt.get("checkpoint_at_start"), attempt.get("checkpoint_at_end")
-    checkpoint = f"{'-' if start is None else start} -> {'-' if end is None else end}" if attempt.get("end") else \
+    start, end = attempt.checkpoint_at_start, attempt.checkpoint_at_end
+    checkpoint = f"{'-' if start is None else start} -> {'-' if end is None else end}" if attempt.ended else \
         f"from {'-' if start is None else start}"
-    kind = attempt.get("end_kind") or ("running" if not attempt.get("end") else "")
-    reason = attempt.get("end_reason") or ""
-    if attempt.get("saved_step") is not None and kind in ("notice", "operator-requeue", "stopped"):
-        reason = f"saved at step {attempt['saved_step']}; {reason}"
-    return StatusRow(name, f"  attempt {attempt.get('attempt')}", "", kind, int(attempt.get("attempt") or 0),
-                     "", ",".join(attempt.get("nodes") or []), checkpoint, "", reason)
+    kind = attempt.end_kind or ("running" if not attempt.ended else "")
+    reason = attempt.end_reason or ""
+    if attempt.saved_step is not None and kind in ("notice", "operator-requeue", "stopped"):
+        reason = f"saved at step {attempt.saved_step}; {reason}"
+    return StatusRow(name, f"  attempt {attempt.attempt}", "", kind, attempt.attempt,
+                     "", ",".join(attempt.nodes), checkpoint, "", reason)
 
 
-def _reason(record, entry: dict, records: dict, stage_of_job: dict) -> str:
+def _reason(record, entry: StageEntry | EvaluationEntry, records: dict, stage_of_job: dict) -> str:
     """Slurm's pending reason, made specific: which upstream job failed; how an ended job ended."""
     if record.state == "PENDING":
         reason = record.reason or "waiting"
         if reason.startswith("Dependency"):
-            upstream = [str(j) for j in entry.get("depends_on") or []]
+            upstream = [str(j) for j in getattr(entry, "depends_on", None) or []]
             failed = [f"{stage_of_job.get(j, 'job')} job {j} {records[j].state}" for j in upstream
                       if j in records and records[j].final and records[j].state != "COMPLETED"]
             waiting = [f"{stage_of_job.get(j, 'job')} job {j}" for j in upstream if j in records and not records[j].final]

@@ -17,7 +17,7 @@ training job gets `checkpoint.resume_mode=latest` unless a resume mode is given.
 
 `data.<key>=<value>` arguments go to the data stage (`beam-slurm prepare-data`); its output folder is paths.data_dir.
 `--force` rebuilds the data even when its manifest matches.
-Run folder: <export_path>/beam_run/ (see beam_slurm.pipeline.manifest); sweeps: <exports>/beam_sweeps/<name>/.
+Run folder: <export_path>/beam_run/ (see beam_slurm.core.layout); sweeps: <exports>/beam_sweeps/<name>/.
 """
 
 from __future__ import annotations
@@ -29,6 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from beam_slurm.config.errors import ConfigError, ConfigProblem
+from beam_slurm.core import layout
+from beam_slurm.core.run_store import RunStore, now, remember_job
 
 STAGES = ("data", "container", "train")
 
@@ -126,35 +128,30 @@ def build_runs(overrides: list[str], multirun: bool, stages: tuple[str, ...] | l
 def resume_stopped(runs: list[RunSpec], out=None) -> None:
     """Make each run whose last training job ended resumable (stopped, or failed by the no-progress guard) resume
     from its latest checkpoint, unless the user chose a resume mode."""
-    from beam_slurm.config.verb_args import override_key
-    from beam_slurm.pipeline.manifest import RunManifest
-    from beam_slurm.pipeline.runs import resumable
-    from beam_slurm.pipeline.stages import latest_checkpoint_step
+    from beam_slurm.config.overrides import override_key
 
     for run in runs:
         if run.cfg is None or any(override_key(o) in ("checkpoint.resume_mode", "checkpoint.resume_path")
                                   for o in run.overrides):
             continue
-        job = resumable(RunManifest(run.cfg.paths.export_path).read())
-        step = latest_checkpoint_step(run.cfg.paths.ckpt_path)
+        job = RunStore(run.cfg.paths.export_path).read().resumable_job()
+        step = layout.latest_checkpoint_step(run.cfg.paths.ckpt_path)
         if job is None or step is None:
             continue
         run.overrides = [*run.overrides, "checkpoint.resume_mode=latest", "checkpoint.resume_path=null"]
         run.cfg.checkpoint.resume_mode, run.cfg.checkpoint.resume_path = "latest", None
-        print(f"run {run.cfg.run_name}: job {job['job_id']} ended {job.get('outcome')} "
-              f"({job.get('outcome_reason')}); the new training job resumes from step {step}", file=out or sys.stdout)
+        print(f"run {run.cfg.run_name}: job {job.job_id} ended {job.outcome} "
+              f"({job.outcome_reason}); the new training job resumes from step {step}", file=out or sys.stdout)
 
 
 def _earlier_jobs(runs: list[RunSpec]) -> dict[str, list[str]]:
     """identity -> job ids earlier submissions of these runs gave that stage (newest first)."""
-    from beam_slurm.pipeline.manifest import RunManifest
-
     found: dict[str, list[str]] = {}
     for run in runs:
-        for submission in reversed(RunManifest(run.cfg.paths.export_path).read().get("submissions") or []):
-            for entry in submission.get("stages", []):
-                if entry.get("job_id") and entry.get("identity"):
-                    found.setdefault(entry["identity"], []).append(str(entry["job_id"]))
+        for submission in reversed(RunStore(run.cfg.paths.export_path).read().submissions):
+            for entry in submission.stages:
+                if entry.job_id and entry.identity:
+                    found.setdefault(entry.identity, []).append(str(entry.job_id))
     return found
 
 
@@ -256,17 +253,15 @@ def _write_records(runs: list[RunSpec], invalid: list[RunSpec], args, data_overr
     import json
 
     from beam_slurm.config.load import to_yaml
-    from beam_slurm.atomic_files import write_text
-    from beam_slurm.pipeline.manifest import SWEEP_FILE, RunManifest, now, remember_last
-
-    from beam_slurm.pipeline.runs import remember_job
+    from beam_slurm.core.atomic_files import write_text
+    from beam_slurm.pipeline.manifest import record_submission, remember_last
 
     for run in runs:
         for plan in run.plans:
             if plan.stage == "train" and plan.job_id:
                 remember_job(plan.job_id, run.cfg.paths.export_path)
-        RunManifest(run.cfg.paths.export_path).record_submission(
-            run.cfg, overrides=run.overrides, data_overrides=data_overrides, plans=run.plans,
+        record_submission(
+            RunStore(run.cfg.paths.export_path), run.cfg, overrides=run.overrides, data_overrides=data_overrides, plans=run.plans,
             dependency_type=args.dependency_type, sweep_dir=str(sweep_dir) if sweep_dir else None,
             config_yaml=to_yaml(run.cfg))
     if sweep_dir is not None:
@@ -280,10 +275,10 @@ def _write_records(runs: list[RunSpec], invalid: list[RunSpec], args, data_overr
             "invalid": [{"choices": [f"{k}={v}" for k, v in r.choices], "problems": [str(p) for p in r.problems]}
                         for r in invalid],
         }
-        write_text(sweep_dir / SWEEP_FILE, json.dumps(record, indent=2) + "\n")
+        write_text(sweep_dir / layout.SWEEP_FILE, json.dumps(record, indent=2) + "\n")
         remember_last(sweep_dir)
     elif runs:
-        remember_last(Path(runs[0].cfg.paths.export_path) / "beam_run")
+        remember_last(layout.run_dir(runs[0].cfg.paths.export_path))
 
 
 def main(argv: list[str]) -> int:
@@ -343,11 +338,10 @@ def main(argv: list[str]) -> int:
                 plan.request.dependency_type = args.dependency_type
     sweep_dir = None
     if args.multirun:
-        from beam_slurm.pipeline.manifest import SWEEPS_DIRNAME
         from beam_slurm.pipeline.sweep import sweep_root
 
         base = valid[0].base_name
-        sweep_dir = sweep_root([str(r.cfg.paths.export_path) for r in valid]) / SWEEPS_DIRNAME / \
+        sweep_dir = sweep_root([str(r.cfg.paths.export_path) for r in valid]) / layout.SWEEPS_DIRNAME / \
             f"{base}-{time.strftime('%Y%m%d-%H%M%S')}"
 
     if args.dry_run:
@@ -379,7 +373,7 @@ def _data_problems(data_overrides: list[str]) -> list[str]:
     if any(o.split("=", 1)[0].lstrip("+") == "data.out_dir" for o in data_overrides):
         return ["data.out_dir: the data stage writes to paths.data_dir (DATA_DIR), which training reads; set that instead"]
     from beam_slurm.config.load import load_config
-    from beam_slurm.config.verb_args import override_key
+    from beam_slurm.config.overrides import override_key
 
     try:  # the data section of the same schema; data.overwrite (old spelling of --force) is the stage's business
         cfg = load_config([o for o in data_overrides if override_key(o) != "data.overwrite"], validate=False)

@@ -29,10 +29,10 @@ import sys
 from pathlib import Path
 from typing import Any, Mapping
 
-from beam_slurm.pipeline.manifest import RUN_DIRNAME, RunManifest, now
+from beam_slurm.core.layout import RUN_DIRNAME
+from beam_slurm.core.run_record import RunRecord, Tracking
+from beam_slurm.core.run_store import RunStore, now
 
-TRACKING_KEY = "tracking"
-"""Key of the tracking entry in run.json: {logger, wandb_run_id, chosen_by_job, chosen_at}."""
 WANDB_FOLDER = "wandb"
 """Folder under `beam_run/` with one WANDB_DIR per attempt (`<jobid>-<attempt>`)."""
 _ID_ALPHABET = string.ascii_lowercase + string.digits
@@ -46,13 +46,13 @@ def new_run_id() -> str:
 def ensure_run_id(export_path: str | os.PathLike, job_id: str) -> str:
     """The run's W&B id from the run record, chosen and recorded now when this is the run's first attempt."""
 
-    def change(run: dict) -> str:
-        entry = run.setdefault(TRACKING_KEY, {})
-        if not entry.get("wandb_run_id"):
-            entry.update(logger="wandb", wandb_run_id=new_run_id(), chosen_by_job=str(job_id), chosen_at=now())
-        return entry["wandb_run_id"]
+    def change(run: RunRecord) -> str:
+        if run.tracking is None or not run.tracking.wandb_run_id:
+            run.tracking = Tracking(logger="wandb", wandb_run_id=new_run_id(), chosen_by_job=str(job_id),
+                                    chosen_at=now())
+        return run.tracking.wandb_run_id
 
-    return RunManifest(export_path).update(change)
+    return RunStore(export_path).update(change)
 
 
 def attempt_dir(export_path: str | os.PathLike, job_id: str, attempt: int) -> Path:
@@ -90,13 +90,17 @@ def log(run: Any, metrics: dict, step: int) -> None:
 
 # --- beam-slurm sync ----------------------------------------------------------------------------------------------
 
-def offline_folders(export_path: Path, run: dict) -> list[Path]:
+def _wandb_run_id(run: RunRecord) -> str | None:
+    return run.tracking.wandb_run_id if run.tracking else None
+
+
+def offline_folders(export_path: Path, run: RunRecord) -> list[Path]:
     """Every attempt's offline run folder of the run's W&B id, in attempt order (jobs as the record lists them)."""
-    run_id = (run.get(TRACKING_KEY) or {}).get("wandb_run_id")
+    run_id = _wandb_run_id(run)
     base = export_path / RUN_DIRNAME / WANDB_FOLDER
     if not run_id or not base.is_dir():
         return []
-    job_order = {job_id: i for i, job_id in enumerate(run.get("train_jobs") or {})}
+    job_order = {job_id: i for i, job_id in enumerate(run.train_jobs)}
 
     def order(folder: Path) -> tuple:
         job_id, _, attempt = folder.name.rpartition("-")
@@ -109,9 +113,9 @@ def offline_folders(export_path: Path, run: dict) -> list[Path]:
     return found
 
 
-def sync_commands(export_path: Path, run: dict) -> list[list[str]]:
+def sync_commands(export_path: Path, run: RunRecord) -> list[list[str]]:
     """`wandb sync --id <id> <folder>` for each attempt's offline folder, in attempt order."""
-    run_id = (run.get(TRACKING_KEY) or {}).get("wandb_run_id")
+    run_id = _wandb_run_id(run)
     wandb = str(Path(sys.executable).with_name("wandb"))
     return [[wandb, "sync", "--id", run_id, str(folder)] for folder in offline_folders(export_path, run)]
 
@@ -138,8 +142,8 @@ def main(argv: list[str]) -> int:
         export_path = resolve_run(args.target, args.exports_root)
     except (VerbUsageError, RunNotFound) as exc:
         return verb.fail(exc)
-    run = RunManifest(export_path).read()
-    run_id = (run.get(TRACKING_KEY) or {}).get("wandb_run_id")
+    run = RunStore(export_path).read()
+    run_id = _wandb_run_id(run)
     if not run_id:
         return verb.fail(f"{export_path} has no W&B run id in {RUN_DIRNAME}/run.json: the run did not log with "
                          "trainer.logger=wandb")

@@ -116,7 +116,7 @@ def record(attempt_dir: Path | None, host: str, values: Mapping[str, str], missi
     """Write `<attempt dir>/env/<host>.json`: every exported name, secrets as `<set>`."""
     if attempt_dir is None:
         return
-    from beam_slurm.atomic_files import write_json
+    from beam_slurm.core.atomic_files import write_json
 
     write_json(attempt_dir / RECORD_DIR / f"{host}.json", {"exported": masked(dict(sorted(values.items()))),
                                                          "missing": sorted(missing)})

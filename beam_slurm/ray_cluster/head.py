@@ -12,7 +12,7 @@ import subprocess
 import time
 from typing import Any
 
-from beam_slurm.atomic_files import write_json
+from beam_slurm.core.atomic_files import write_json
 from beam_slurm.ray_cluster import auth
 from beam_slurm.ray_cluster.checks import GpuVisibilityCheck, check_gpu_count
 from beam_slurm.ray_cluster.network import node_ipv4

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from beam_slurm.atomic_files import write_json
+from beam_slurm.core.atomic_files import write_json
 
 EXIT_INFRA = 75
 """A node's Ray died, a node never joined or the head vanished: the allocation failed, a requeue may help."""

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from beam_slurm.atomic_files import write_json
+from beam_slurm.core.atomic_files import write_json
 
 
 def read_json(path: Path) -> dict[str, Any] | None:

@@ -16,7 +16,7 @@ from beam_slurm.ray_cluster.local_ray import LocalRay, RayStartAbandoned
 from beam_slurm.ray_cluster.log_copy import LogCopier, LogCopySettings
 from beam_slurm.ray_cluster.network import tcp_reachable
 from beam_slurm.ray_cluster.ports import RayPorts, choose_ports
-from beam_slurm.atomic_files import write_json
+from beam_slurm.core.atomic_files import write_json
 from beam_slurm.ray_cluster.records import BRINGUP_DIR, NodeFailure, record_first_failure, stopping
 from beam_slurm.ray_cluster.rendezvous import Rendezvous, read_json
 from beam_slurm.ray_cluster.settings import RaySettings

@@ -13,7 +13,7 @@ import json
 import shlex
 from dataclasses import dataclass, field
 
-from beam_slurm.config.verb_args import escape_interpolation, escape_values
+from beam_slurm.config.overrides import escape_interpolation, escape_values
 
 #: The DAPO experiment from the SkyRL checkout (examples/ is not in the wheel): it adds the overlong penalty.
 DAPO_MODULE = "examples.train.algorithms.dapo.main_dapo"

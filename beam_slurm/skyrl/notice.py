@@ -29,7 +29,7 @@ import socket
 import time
 from pathlib import Path
 
-from beam_slurm.atomic_files import write_json
+from beam_slurm.core.atomic_files import write_json
 
 PROTOCOL_DIR = ".beam"
 """Directory under the checkpoint path that holds the protocol files (hidden, so it never looks like a step)."""

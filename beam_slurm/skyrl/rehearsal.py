@@ -62,7 +62,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from beam_slurm.atomic_files import write_text
+from beam_slurm.core.atomic_files import write_text
+from beam_slurm.core.errors import UserError
 from beam_slurm.pipeline import tracking
 from beam_slurm.ray_cluster.driver_signals import hold_first_sigterm
 from beam_slurm.skyrl import notice
@@ -84,7 +85,7 @@ PG_TIMEOUT_ENV = "BEAM_REHEARSAL_PG_TIMEOUT_S"
 STEP_PREFIX = "global_step_"
 
 
-class SettingsError(ValueError):
+class SettingsError(UserError, ValueError):
     """A setting the rehearsal cannot run with; the message names the key and the fix."""
 
 

@@ -55,20 +55,20 @@ class RunJob:
 
 def find_job(target: str, exports_root: str | None = None) -> RunJob:
     """The training job RUN names: that job for a job id, else the run's latest one. RunNotFound when none."""
+    from beam_slurm.core.run_store import RunStore
     from beam_slurm.pipeline import runs
-    from beam_slurm.pipeline.manifest import RunManifest
 
     export_path = runs.resolve_run(target, exports_root)
-    run = RunManifest(export_path).read()
+    run = RunStore(export_path).read()
     if target.isdigit():
         job_id = target
     else:
-        job = runs.latest_train_job(run)
-        job_id = str(job["job_id"]) if job else ""
+        job = run.latest_train_job()
+        job_id = job.job_id if job else ""
     if not job_id:
-        raise runs.RunNotFound(f"run {run.get('run_name') or export_path} has no training job yet "
+        raise runs.RunNotFound(f"run {run.run_name or export_path} has no training job yet "
                                "(its record is written when the job starts)")
-    log_dir = Path(run.get("log_dir") or export_path / "logs")
+    log_dir = Path(run.log_dir or export_path / "logs")
     return RunJob(export_path, job_id, log_dir, run)
 
 
@@ -167,7 +167,7 @@ def container_hook_of(job: RunJob):
 
 def saved_config(export_path: Path):
     """The run's resolved recipe as a typed BeamConfig, None when the run folder has none."""
-    from beam_slurm.pipeline.manifest import CONFIG_FILE, RUN_DIRNAME
+    from beam_slurm.core.layout import CONFIG_FILE, RUN_DIRNAME
 
     path = export_path / RUN_DIRNAME / CONFIG_FILE
     if not path.is_file():

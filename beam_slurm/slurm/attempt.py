@@ -14,7 +14,7 @@ there is nothing to save and, for a requeue, nothing to ask: the job is already 
 
 The attempt's facts then go to `requeue_policy.decide`, whose decision this module carries out (`scontrol requeue`,
 the excluded nodes, or the exit status). Every attempt's start and end, the bad nodes and the job's outcome go to
-the run record (`beam_slurm.pipeline.runs`). Logs: `<log_dir>/<jobid>-<attempt>/` on shared storage
+the run record (`beam_slurm.core.run_record`). Logs: `<log_dir>/<jobid>-<attempt>/` on shared storage
 (train_job.log, ray-<host>.log, failure.json, ...).
 """
 
@@ -31,7 +31,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from beam_slurm.atomic_files import write_json
+from beam_slurm.core import layout
+from beam_slurm.core.atomic_files import write_json
+from beam_slurm.core.errors import UserError
+from beam_slurm.core.run_record import RunRecord, TrainJob, Wanted
+from beam_slurm.core.run_store import RunStore, now, remember_job
 from beam_slurm.ray_cluster import auth, records
 from beam_slurm.ray_cluster.ports import ephemeral_range
 from beam_slurm.ray_cluster.settings import SETTINGS_ENV
@@ -68,15 +72,15 @@ class Attempt:
         self._log_file = None
         self.requeued = False
         """True once this attempt asked Slurm to requeue the job (the job folder and token are then kept)."""
-        self.record = None
-        """The run record (`RunManifest`), None when the job has none (a driver run under train_job)."""
-        self.job_entry: dict = {}
+        self.record: RunStore | None = None
+        """The run record's store, None when the job has none (a driver run under train_job)."""
+        self.job_entry = TrainJob(job_id=str(allocation.job_id))
         """This job's entry in the run record as it stood at the start of the attempt."""
         self.bad_nodes: list[str] = []
         """The run's bad nodes at the start of the attempt."""
         self.checkpoint_at_start: int | None = None
         self.slurm_end: str | None = None
-        self.wanted: dict | None = None
+        self.wanted: Wanted | None = None
         self.preflight_failed_nodes: list[str] = []
 
     # --- logging -------------------------------------------------------------------------------------------------
@@ -194,9 +198,9 @@ class Attempt:
                          "signalled, so no checkpoint can be saved")
                 status = self.stop_ray_step()
                 return self.facts(notice=name, step_status=status)
-        grace_s = float(self.wanted.get("timeout_s") or self.settings.grace_s) if self.wanted else self.settings.grace_s
+        grace_s = float(self.wanted.timeout_s or self.settings.grace_s) if self.wanted else self.settings.grace_s
         relayed = (self.attempt_dir / records.TERM_RELAYED_FILE).exists()
-        why_save = (f"beam-slurm {self.wanted['action']} by {self.wanted.get('by', '?')}" if self.wanted
+        why_save = (f"beam-slurm {self.wanted.action} by {self.wanted.by or '?'}" if self.wanted
                     else "the preemption's SIGTERM to the tasks, relayed by the Ray head" if relayed and name == "SIGUSR1"
                     else f"{name} (time limit or preemption)")
         self.log(f"notice {name} received ({why_save}): asking the trainer to save a checkpoint (grace {grace_s:.0f}s)")
@@ -243,10 +247,10 @@ class Attempt:
                             failure_kind=failure.get("kind") if failure else None,
                             failure_node=failed_node(failure, nodes[0] if nodes else None), nodes=nodes,
                             preflight_failed_nodes=tuple(self.preflight_failed_nodes),
-                            wanted=wanted.get("action") if wanted else None,
+                            wanted=wanted.action if wanted else None,
                             checkpoint_at_start=self.checkpoint_at_start, checkpoint_at_end=self.checkpoint(),
                             earlier_without_progress=no_progress_streak(
-                                [a for a in self.job_entry.get("attempts", []) if a.get("end")]),
+                                [a for a in self.job_entry.attempts if a.ended]),
                             max_attempts_without_progress=self.settings.max_attempts_without_progress, **seen)
 
     def carry_out(self, decision: Decision, facts: AttemptFacts | None = None) -> int:
@@ -278,9 +282,7 @@ class Attempt:
 
     # --- Slurm's view and the run record ------------------------------------------------------------------------
     def checkpoint(self) -> int | None:
-        from beam_slurm.pipeline.stages import latest_checkpoint_step
-
-        return latest_checkpoint_step(self.settings.ckpt_path)
+        return layout.latest_checkpoint_step(self.settings.ckpt_path)
 
     def ask_slurm(self) -> str | None:
         """What Slurm is doing to the job right now (`requeue_policy.slurm_end_of`); None when it runs on or when
@@ -305,33 +307,28 @@ class Attempt:
             return None
         try:
             return call(self.record, *args, **kwargs)
-        except (OSError, ValueError) as exc:
+        except (OSError, ValueError, UserError) as exc:
             self.log(f"warning: could not {what} in {self.record.run_file}: {exc}")
             return None
 
-    def read_wanted(self) -> dict | None:
-        from beam_slurm.pipeline.runs import wanted_for
-
+    def read_wanted(self) -> Wanted | None:
         if self.record is None:
             return None
         try:
-            return wanted_for(self.record.read(), self.alloc.job_id)
-        except OSError:
+            return self.record.read().wanted_for(self.alloc.job_id)
+        except (OSError, UserError):
             return None
 
     def record_start(self) -> None:
         """Write the run record's entry for this attempt (and the job, and the run when started with sbatch)."""
-        from beam_slurm.pipeline import runs
-        from beam_slurm.pipeline.manifest import RunManifest
-
         self.checkpoint_at_start = self.checkpoint()
         info = dict(self.settings.run_info or {})
         if not info.get("export_path"):
             return
-        self.record = RunManifest(info["export_path"])
+        self.record = RunStore(info["export_path"])
         config_yaml = info.pop("config_yaml", None)
         if self.alloc.restart_count == 0 and config_yaml:
-            self._record_call("write the resolved recipe", RunManifest.write_config, config_yaml)
+            self._record_call("write the resolved recipe", RunStore.write_config, config_yaml)
         job: dict[str, str] = {}
         if self.alloc.restart_count == 0:
             try:
@@ -344,22 +341,22 @@ class Attempt:
                 user_exclude = scheduler.expand_hostnames(",".join(user_exclude))
             except scheduler.SlurmCommandError:
                 pass
-        snapshot = self._record_call("record the attempt's start", lambda manifest: runs.begin_attempt(
-            manifest, job_id=self.alloc.job_id, attempt=self.alloc.restart_count, nodes=self.alloc.nodes[: self.nodes],
-            checkpoint=self.checkpoint_at_start, run_info=info,
-            partition=job.get("Partition", "") or self.alloc.extra.get("SLURM_JOB_PARTITION", ""),
-            nodes_needed=self.nodes, user_exclude=user_exclude))
+        def begin(run: RunRecord) -> tuple[TrainJob, list[str]]:
+            run.fill_in(info)
+            return run.begin_attempt(
+                job_id=self.alloc.job_id, attempt=self.alloc.restart_count, nodes=self.alloc.nodes[: self.nodes],
+                checkpoint=self.checkpoint_at_start, when=now(),
+                partition=job.get("Partition", "") or self.alloc.extra.get("SLURM_JOB_PARTITION", ""),
+                nodes_needed=self.nodes, user_exclude=user_exclude)
+
+        snapshot = self._record_call("record the attempt's start", lambda store: store.update(begin))
         if snapshot:
-            self.job_entry = snapshot["job"]
-            self.bad_nodes = snapshot["bad_nodes"]
+            self.job_entry, self.bad_nodes = snapshot
         if self.alloc.restart_count == 0:
-            runs.remember_job(self.alloc.job_id, info["export_path"])
-        self.job_entry["attempts"] = [a for a in self.job_entry.get("attempts", [])
-                                      if a.get("attempt") != self.alloc.restart_count]
+            remember_job(self.alloc.job_id, info["export_path"])
+        self.job_entry.attempts = [a for a in self.job_entry.attempts if a.attempt != self.alloc.restart_count]
 
     def record_end(self, decision: Decision, facts: AttemptFacts | None) -> None:
-        from beam_slurm.pipeline import runs
-
         checkpoint = self.checkpoint()
         reason = decision.reason + (f": {decision.note}" if decision.note else "")
         saved = facts.saved_step if facts is not None else None
@@ -382,11 +379,11 @@ class Attempt:
                               else "stopped before any checkpoint, resumable")
         else:
             outcome_reason = reason
-        self._record_call("record the attempt's end", lambda manifest: runs.end_attempt(
-            manifest, job_id=self.alloc.job_id, attempt=self.alloc.restart_count, end=end, bad_nodes=bad,
+        self._record_call("record the attempt's end", lambda store: store.update(lambda run: run.end_attempt(
+            job_id=self.alloc.job_id, attempt=self.alloc.restart_count, when=now(), end=end, bad_nodes=bad,
             outcome=outcome, outcome_reason=outcome_reason,
             resumable_end=outcome in ("stopped", "failed") and checkpoint is not None,
-            wanted_handled=facts is not None and facts.wanted is not None))
+            wanted_handled=facts is not None and facts.wanted is not None)))
 
     def plan_exclusion(self, decision: Decision) -> tuple[list[str], list[str]] | None:
         """(bad nodes, the new ExcNodeList: bad nodes plus the user's own --exclude) when the partition keeps enough
@@ -394,13 +391,13 @@ class Attempt:
         bad = sorted(set(self.bad_nodes) | set(decision.bad_nodes))
         if not bad:
             return None
-        partition = self.job_entry.get("partition") or self.alloc.extra.get("SLURM_JOB_PARTITION", "")
+        partition = self.job_entry.partition or self.alloc.extra.get("SLURM_JOB_PARTITION", "")
         try:
             usable = scheduler.usable_partition_nodes(partition)
         except scheduler.SlurmCommandError as exc:
             self.log(f"bad nodes {','.join(bad)} not excluded: cannot list the partition's nodes ({exc})")
             return None
-        wanted, why = exclusion(bad, list(self.job_entry.get("user_exclude") or []), usable, self.nodes)
+        wanted, why = exclusion(bad, list(self.job_entry.user_exclude), usable, self.nodes)
         if wanted is None:
             self.log(f"bad nodes {','.join(bad)} not excluded: {why}; requeued as before")
             return None
@@ -417,15 +414,17 @@ class Attempt:
             self.log(f"bad nodes {','.join(bad)} not excluded: {exc}; the next attempt checks its nodes itself")
             return
         self.log(f"the next attempt avoids {','.join(bad)}: ExcNodeList={','.join(wanted)}")
-        from beam_slurm.pipeline import runs
 
-        self._record_call("record the excluded nodes", runs.set_excluded, self.alloc.job_id, wanted)
+        def note_excluded(run: RunRecord) -> None:
+            run.train_job(self.alloc.job_id).excluded_nodes = list(wanted)
+
+        self._record_call("record the excluded nodes", lambda store: store.update(note_excluded))
 
     def avoid_bad_nodes(self) -> bool:
         """The fallback when the exclusion could not be set: if this attempt landed on a recorded bad node, set the
         list now and requeue once (per job). True when the job was requeued."""
         landed = sorted(set(self.alloc.nodes[: self.nodes]) & set(self.bad_nodes))
-        if not landed or self.job_entry.get("avoided_bad_nodes"):
+        if not landed or self.job_entry.avoided_bad_nodes:
             return False
         if self.plan_exclusion(Decision(True, 0, "")) is None:
             self.log(f"this attempt runs on bad node(s) {','.join(landed)} anyway")
@@ -433,10 +432,10 @@ class Attempt:
         self.log(f"this attempt landed on bad node(s) {','.join(landed)} (the exclusion was not set): requeueing "
                  "once without them")
 
-        def mark(run: dict) -> None:
-            run["train_jobs"][str(self.alloc.job_id)]["avoided_bad_nodes"] = True
+        def mark(run: RunRecord) -> None:
+            run.train_job(self.alloc.job_id).avoided_bad_nodes = True
 
-        self._record_call("record the bad-node requeue", lambda manifest: manifest.update(mark))
+        self._record_call("record the bad-node requeue", lambda store: store.update(mark))
         decision = Decision(True, 0, f"landed on bad node(s) {','.join(landed)}", end_kind="bad-node-avoided")
         return self.carry_out(decision) == 0 and self.requeued
 

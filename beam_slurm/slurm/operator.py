@@ -1,6 +1,6 @@
 """`beam-slurm requeue RUN` and `beam-slurm stop RUN`: end a running training attempt gracefully.
 
-Both write the wanted outcome into the run record (`beam_slurm.pipeline.runs`), signal only the job's batch shell
+Both write the wanted outcome into the run record (`beam_slurm.core.run_record`), signal only the job's batch shell
 (`scancel --batch --signal=USR2`; Ray and the trainer are not signalled), and wait up to `--timeout` seconds
 (default: the run's cluster.grace_s) for the trainer's checkpoint at the next step boundary. The batch shell then
 stops Ray and either requeues the job (`requeue`: the next attempt resumes from that checkpoint) or ends it as
@@ -16,6 +16,9 @@ import sys
 import time
 from pathlib import Path
 
+from beam_slurm.core import layout
+from beam_slurm.core.run_record import Attempt, RunRecord
+from beam_slurm.core.run_store import RunStore
 from beam_slurm.slurm import scheduler
 
 OPERATOR_SIGNAL = "USR2"
@@ -60,36 +63,31 @@ def split_run(argv: list[str]) -> tuple[str | None, list[str]]:
 
 def _run_setting(export_path: Path, key: str, given: dict[str, str], cfg) -> float:
     """A cluster.* number: given on the command line, else the run's own config.yaml, else the recipe's."""
-    from beam_slurm.pipeline.manifest import CONFIG_FILE, RUN_DIRNAME
-
     if key in given:
         return float(getattr(cfg.cluster, key.split(".", 1)[1]))
     try:
         from omegaconf import OmegaConf
 
-        saved = OmegaConf.load(export_path / RUN_DIRNAME / CONFIG_FILE)
+        saved = OmegaConf.load(layout.run_dir(export_path) / layout.CONFIG_FILE)
         return float(OmegaConf.select(saved, key))
     except Exception:  # no config.yaml (yet), or an older one without the key
         return float(getattr(cfg.cluster, key.split(".", 1)[1]))
 
 
-def _job_of(run: dict) -> str:
-    from beam_slurm.pipeline.runs import latest_train_job
-
-    job = latest_train_job(run)
-    submitted = [str(e["job_id"]) for s in run.get("submissions") or [] for e in s.get("stages", [])
-                 if e.get("stage") == "train" and e.get("job_id")]
+def _job_of(run: RunRecord) -> str:
+    job = run.latest_train_job()
+    submitted = run.submitted_job_ids("train")
     # A newer submission whose job has not started yet has no train_jobs entry.
-    if submitted and (job is None or submitted[-1] not in (run.get("train_jobs") or {})):
+    if submitted and (job is None or submitted[-1] not in run.train_jobs):
         return submitted[-1]
-    return str(job["job_id"]) if job else ""
+    return job.job_id if job else ""
 
 
 def main_for(verb: str, argv: list[str]) -> int:
     from beam_slurm.config.errors import ConfigError
-    from beam_slurm.config.verb_args import VerbUsageError, override_key
+    from beam_slurm.config.overrides import override_key
+    from beam_slurm.config.verb_args import VerbUsageError
     from beam_slurm.pipeline import runs
-    from beam_slurm.pipeline.manifest import RunManifest
 
     parser = build_parser(verb)
     target, argv = split_run(argv)
@@ -112,11 +110,11 @@ def main_for(verb: str, argv: list[str]) -> int:
     given = {override_key(o): o for o in parsed.overrides}
     timeout = args.timeout if args.timeout is not None else _run_setting(export_path, "cluster.grace_s", given, cfg)
     stop_grace = _run_setting(export_path, "cluster.stop_grace_s", given, cfg)
-    manifest = RunManifest(export_path)
-    run = manifest.read()
+    store = RunStore(export_path)
+    run = store.read()
     job_id = _job_of(run)
     if not job_id:
-        return parser.fail(f"run {run.get('run_name') or export_path} has no training job yet", status=1)
+        return parser.fail(f"run {run.run_name or export_path} has no training job yet", status=1)
     try:
         state = scheduler.job_state(job_id)
     except scheduler.SlurmCommandError as exc:
@@ -126,41 +124,39 @@ def main_for(verb: str, argv: list[str]) -> int:
         if verb == "requeue":
             out(f"job {job_id} is {state.lower()}: nothing runs, nothing to requeue")
             return 0
-        return _stop_pending(manifest, job_id, run, out, parser)
+        return _stop_pending(store, job_id, run, out, parser)
     if state not in ("RUNNING", "CONFIGURING"):
-        job = (run.get("train_jobs") or {}).get(job_id) or {}
-        ended = job.get("outcome_reason") or (state.lower() if state else "no longer known to squeue")
+        job = run.train_jobs.get(job_id)
+        ended = (job.outcome_reason if job else "") or (state.lower() if state else "no longer known to squeue")
         return parser.fail(f"job {job_id} is not running ({ended}); nothing to {verb}", status=1)
-    return _signal_and_wait(verb, manifest, job_id, run, timeout, stop_grace, out, parser)
+    return _signal_and_wait(verb, store, job_id, run, timeout, stop_grace, out, parser)
 
 
-def _stop_pending(manifest, job_id: str, run: dict, out, parser) -> int:
-    from beam_slurm.pipeline.stages import latest_checkpoint_step
-
+def _stop_pending(store: RunStore, job_id: str, run: RunRecord, out, parser) -> int:
     try:
         scheduler.cancel(job_id)
     except scheduler.SlurmCommandError as exc:
         return parser.fail(exc, status=1)
-    step = latest_checkpoint_step(run.get("ckpt_path", ""))
+    step = layout.latest_checkpoint_step(run.ckpt_path)
     what = f"stopped at step {step}, resumable" if step is not None else "stopped before any checkpoint"
 
-    def change(record: dict) -> None:
-        job = record.setdefault("train_jobs", {}).setdefault(job_id, {"job_id": job_id, "attempts": []})
-        job.update(outcome="stopped", outcome_reason=f"{what} (cancelled while pending)", resumable=step is not None)
+    def change(record: RunRecord) -> None:
+        job = record.train_job(job_id)
+        job.outcome, job.outcome_reason, job.resumable = "stopped", f"{what} (cancelled while pending)", step is not None
 
-    manifest.update(change)
+    store.update(change)
     out(f"job {job_id} was pending: cancelled, nothing to save; {what}")
     return 0
 
 
-def _signal_and_wait(verb: str, manifest, job_id: str, run: dict, timeout: float, stop_grace: float, out,
-                     parser) -> int:
+def _signal_and_wait(verb: str, store: RunStore, job_id: str, run: RunRecord, timeout: float, stop_grace: float,
+                     out, parser) -> int:
     from beam_slurm.pipeline import runs
     from beam_slurm.skyrl import notice
 
-    ckpt_path = run.get("ckpt_path", "")
-    wanted = runs.set_wanted(manifest, job_id=job_id, action=verb, timeout_s=timeout)
-    asked = float(wanted["requested_time"])
+    ckpt_path = run.ckpt_path
+    wanted = runs.set_wanted(store, job_id=job_id, action=verb, timeout_s=timeout)
+    asked = float(wanted.requested_time)
     try:
         scheduler.signal_batch(job_id, OPERATOR_SIGNAL)
     except scheduler.SlurmCommandError as exc:
@@ -174,12 +170,12 @@ def _signal_and_wait(verb: str, manifest, job_id: str, run: dict, timeout: float
             saved = notice.saved_since(ckpt_path, asked)
             if saved is not None:
                 out(f"checkpoint of step {saved} saved after {time.time() - asked:.1f}s: {ckpt_path}/global_step_{saved}")
-        record = manifest.read()
-        handled = (record.get("wanted") or {}).get("handled_by_attempt")
-        job = (record.get("train_jobs") or {}).get(job_id) or {}
-        attempt = next((a for a in job.get("attempts", []) if a.get("attempt") == handled), None)
-        if handled is not None and attempt is not None:
-            return _report(verb, job_id, job, attempt, saved, out)
+        record = store.read()
+        handled = record.wanted.handled_by_attempt if record.wanted else None
+        job = record.train_jobs.get(job_id)
+        attempt = job.attempt(handled) if job is not None and handled is not None else None
+        if attempt is not None:
+            return _report(verb, job_id, attempt, saved, out)
         if time.time() > asked + timeout and saved is None and not ckpt_path:
             break
         time.sleep(_POLL_S)
@@ -187,21 +183,21 @@ def _signal_and_wait(verb: str, manifest, job_id: str, run: dict, timeout: float
     return 1
 
 
-def _report(verb: str, job_id: str, job: dict, attempt: dict, saved: int | None, out) -> int:
-    step = attempt.get("checkpoint_at_end")
-    if saved is None and attempt.get("saved_step") is not None:
-        saved = attempt["saved_step"]
+def _report(verb: str, job_id: str, attempt: Attempt, saved: int | None, out) -> int:
+    step = attempt.checkpoint_at_end
+    if saved is None and attempt.saved_step is not None:
+        saved = attempt.saved_step
     if saved is None:
-        out(f"no checkpoint saved within the grace time ({attempt.get('end_reason')}); the latest complete "
+        out(f"no checkpoint saved within the grace time ({attempt.end_reason}); the latest complete "
             f"checkpoint is {'step ' + str(step) if step is not None else 'none'}")
-    if attempt.get("end_kind") == "stopped":
+    if attempt.end_kind == "stopped":
         out(f"job {job_id} stopped at step {step}, resumable: `beam-slurm submit` with the run's settings resumes "
             "it" if step is not None else f"job {job_id} stopped before any checkpoint")
         return 0 if saved is not None else 1
-    if attempt.get("decision") in ("requeue", "requeued by Slurm"):
-        out(f"job {job_id} requeued: attempt {int(attempt['attempt']) + 1} resumes from step {step}")
+    if attempt.decision in ("requeue", "requeued by Slurm"):
+        out(f"job {job_id} requeued: attempt {attempt.attempt + 1} resumes from step {step}")
         return 0 if saved is not None else 1
-    out(f"job {job_id}: {attempt.get('end_reason')}")
+    out(f"job {job_id}: {attempt.end_reason}")
     return 1
 
 

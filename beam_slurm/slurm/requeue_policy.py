@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from beam_slurm.core.run_record import Attempt
 from beam_slurm.ray_cluster.records import EXIT_INFRA
 
 EXIT_PREFLIGHT = 3
@@ -173,12 +174,12 @@ def failed_node(failure: dict | None, head: str | None) -> str | None:
     return failure.get("node")
 
 
-def no_progress_streak(attempts: list[dict]) -> int:
+def no_progress_streak(attempts: list[Attempt]) -> int:
     """Attempts at the end of `attempts` (run-record entries, oldest first) that counted against progress, in a row;
     an attempt that progressed, or whose end does not count, ends the streak."""
     streak = 0
     for entry in reversed(attempts):
-        if not entry.get("counts_against_progress"):
+        if not entry.counts_against_progress:
             break
         streak += 1
     return streak

@@ -181,6 +181,21 @@ def sacct_rows(job_ids: Sequence[str]) -> list[dict[str, str]]:
             if len(parts) >= len(ACCOUNTING_FIELDS)]
 
 
+def job_folders(job_id: str | int) -> list[str]:
+    """Where a job wrote: its output file and working folder from scontrol while the controller still knows it,
+    else its working folder from sacct (accounting keeps it for good). [] when neither knows the job."""
+    try:
+        info = job_info(job_id)
+        return [v for v in (info.get("StdOut", ""), info.get("WorkDir", "")) if v and v != "(null)"]
+    except SlurmCommandError:
+        pass
+    try:
+        out = _run(["sacct", "--noheader", "--parsable2", "-X", f"--jobs={job_id}", "--format=WorkDir"])
+    except SlurmCommandError:
+        return []
+    return [line.strip() for line in out.splitlines() if line.strip()][:1]
+
+
 def dependents_from(rows: Sequence[Mapping[str, str]]) -> dict[str, list[tuple[str, str]]]:
     """Pending jobs of `squeue_rows` by the job ids they wait on (the dependency field, e.g.
     `afterok:123(unfulfilled)`): {'123': [('130', 'eval-step-10'), ...]}."""

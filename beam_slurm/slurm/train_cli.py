@@ -18,6 +18,7 @@ import threading
 from pathlib import Path
 
 from beam_slurm.config.errors import ConfigError
+from beam_slurm.core import layout
 
 
 class EvalChain:
@@ -59,9 +60,8 @@ class EvalChain:
     def __exit__(self, *exc) -> None:
         self.stop.set()
         self.thread.join(timeout=120)
-        from beam_slurm.pipeline.stages import latest_checkpoint_step
 
-        step = latest_checkpoint_step(self.cfg.paths.ckpt_path)
+        step = layout.latest_checkpoint_step(self.cfg.paths.ckpt_path)
         if step is not None and step >= self.cfg.max_training_steps:
             # The run is over and nothing writes exports any more: the last export, seconds old, need not settle
             # (the watcher's settle time would otherwise leave it unevaluated for good).

@@ -8,7 +8,8 @@ import dataclasses
 import pytest
 
 from beam_slurm.config.errors import ConfigError
-from beam_slurm.config.load import env_sources, load_config, load_many
+from beam_slurm.config.load import load_config, load_many
+from beam_slurm.config.schema import env_sources
 
 
 def _one(overrides):
@@ -85,7 +86,7 @@ def test_saved_recipe_text_is_what_omegaconf_writes(env):
     from omegaconf import OmegaConf
 
     from beam_slurm.config.load import to_yaml
-    from beam_slurm.config.verb_args import escape_interpolation
+    from beam_slurm.config.overrides import escape_interpolation
 
     def escaped(value):
         if isinstance(value, str):

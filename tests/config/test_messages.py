@@ -77,7 +77,7 @@ def test_unknown_recipe_is_shown_by_the_name_given():
     ("lora=3", "lora", "expected a section"),
     ("cluster.extra_sbatch_args=3", "cluster.extra_sbatch_args", "expected a list"),
     ("generation.temperature=hot", "generation.temperature", "expected a number"),
-    ("cluster.exclusive=maybe", "cluster.exclusive", "true or false"),
+    ("cluster.fabric_check=maybe", "cluster.fabric_check", "true or false"),
     ("cluster.nodez=1", "cluster.nodez", "unknown key; valid keys in cluster: nodes,"),
     ("paths.model_path=/m/${x}", "paths.model_path", "for a literal '${' write '\\${'"),
     ("paths.model_path=${paths.nope}", "paths.model_path", "reference to another setting"),

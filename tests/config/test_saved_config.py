@@ -4,7 +4,7 @@ from __future__ import annotations
 from omegaconf import OmegaConf
 
 from beam_slurm.config.load import load_config, to_yaml
-from beam_slurm.config.verb_args import override
+from beam_slurm.config.overrides import override
 
 
 def test_saved_config_reads_back_exactly_even_with_references_in_text():

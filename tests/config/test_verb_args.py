@@ -18,7 +18,8 @@ import pytest
 from beam_slurm.cli import VERBS, main as beam_slurm
 from beam_slurm.config.load import load_config
 from beam_slurm.config.schema import BeamConfig
-from beam_slurm.config.verb_args import VerbArgs, hydra_value, override, schema_keys, value_at
+from beam_slurm.config.overrides import hydra_value, override, value_at
+from beam_slurm.config.verb_args import VerbArgs, schema_keys
 
 REPO = Path(__file__).resolve().parents[2]
 BEAM_SLURM = Path(sys.executable).with_name("beam-slurm")

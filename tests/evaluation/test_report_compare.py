@@ -2,7 +2,7 @@
 by their swept settings, datasets by the file they came from (AIME 2024's math_dapo shows as aime2024), and the
 rehearsal marks (a rehearsal run; an evaluation of a rehearsal export, marked by the results writer itself).
 
-Every input is written by the product's own writers: the run record and resolved recipe (RunManifest, to_yaml), the
+Every input is written by the product's own writers: the run record and resolved recipe (record_submission, to_yaml), the
 evaluation results (resumable.write_task_results + refresh_view, as an array task writes them), the training metrics
 (train_metrics.append_step_metrics), the rehearsal's HF export (rehearsal.export_hf)."""
 
@@ -22,7 +22,8 @@ from beam_slurm.evaluation.generate import SamplingSettings
 from beam_slurm.evaluation.metrics import compute_metrics
 from beam_slurm.evaluation.problems import dataset_label, file_data_source, labels_by_source
 from beam_slurm.evaluation.results import evaluation_dir, write_results
-from beam_slurm.pipeline.manifest import RunManifest
+from beam_slurm.core.run_store import RunStore
+from beam_slurm.pipeline.manifest import record_submission
 from beam_slurm.skyrl.train_metrics import append_step_metrics
 
 TRUTHS = {"aime2025": ["70", "588", "16"], "math_dapo": ["45", "116", "540"]}
@@ -74,8 +75,8 @@ def _make_run(root: Path, name: str, overrides: list[str], data_dir: Path) -> Pa
     """A run folder as `submit` leaves it: run.json with the overrides, the resolved recipe as config.yaml."""
     cfg = load_config([*overrides, f"run_name={name}", f"paths.data_dir={data_dir}",
                        f"paths.export_path={root / name}"], validate=False)
-    RunManifest(cfg.paths.export_path).record_submission(
-        cfg, overrides=overrides, data_overrides=[], plans=[], dependency_type="afterok", sweep_dir=None,
+    record_submission(
+        RunStore(cfg.paths.export_path), cfg, overrides=overrides, data_overrides=[], plans=[], dependency_type="afterok", sweep_dir=None,
         config_yaml=to_yaml(cfg))
     return Path(cfg.paths.export_path)
 
@@ -162,7 +163,7 @@ def test_labels_from_recipe_keys_when_no_override_differs(tmp_path, data_dir):
     for temperature in ("0.6", "1.0"):
         export = _make_run(tmp_path / "exports", f"t{temperature}", [], data_dir)
         cfg = load_config([f"generation.temperature={temperature}", f"paths.data_dir={data_dir}"], validate=False)
-        RunManifest(export).write_config(to_yaml(cfg))  # same overrides, another recipe
+        RunStore(export).write_config(to_yaml(cfg))  # same overrides, another recipe
         append_step_metrics(export, 1, {"reward/avg_raw_reward": 0.0})
         runs.append(report.gather(export))
     report.label_runs(runs)

@@ -35,7 +35,7 @@ from bench_prepare_data import make_dapo  # noqa: E402  (the demonstration's DAP
 from dapo_inputs import row, write_dapo  # noqa: E402  (the data tests' inputs in the real schemas)
 from train_runs import INHERITED_SETTINGS, REPO_ROOT, wait_for  # noqa: E402
 
-from beam_slurm.config.verb_args import override  # noqa: E402
+from beam_slurm.config.overrides import override  # noqa: E402
 from beam_slurm.data.dapo_format import dapo_prompt  # noqa: E402
 
 pytestmark = [pytest.mark.sandbox, pytest.mark.vllm, pytest.mark.slow]

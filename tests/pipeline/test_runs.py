@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from beam_slurm.pipeline import runs
-from beam_slurm.pipeline.manifest import RunManifest
+from beam_slurm.core.run_store import RunStore, now, remember_job
 from beam_slurm.pipeline.status import StatusInputError, _attempt_row, resolve_targets
 
 
@@ -20,23 +20,26 @@ def home(tmp_path, monkeypatch):
 
 
 def started(export, job="501", attempt=0, checkpoint=None, nodes=("n1", "n2")):
-    return runs.begin_attempt(RunManifest(export), job_id=job, attempt=attempt, nodes=list(nodes),
-                              checkpoint=checkpoint, run_info={"run_name": "beam_lora_16gpu", "recipe": "lora_16gpu",
-                                                               "export_path": str(export)},
-                              partition="batch", nodes_needed=2, user_exclude=["n9"])
+    def begin(run):
+        run.fill_in({"run_name": "beam_lora_16gpu", "recipe": "lora_16gpu", "export_path": str(export)})
+        return run.begin_attempt(job_id=job, attempt=attempt, nodes=list(nodes), checkpoint=checkpoint, when=now(),
+                                 partition="batch", nodes_needed=2, user_exclude=["n9"])
+
+    return RunStore(export).update(begin)
 
 
 def ended(export, job="501", attempt=0, **end):
-    runs.end_attempt(RunManifest(export), job_id=job, attempt=attempt, end=end, bad_nodes=end.pop("bad", []),
-                     outcome=end.pop("outcome", None), outcome_reason=end.pop("outcome_reason", ""),
-                     resumable_end=end.pop("resumable", False), wanted_handled=end.pop("handled", False))
+    RunStore(export).update(lambda run: run.end_attempt(
+        job_id=job, attempt=attempt, when=now(), end=end, bad_nodes=end.pop("bad", []),
+        outcome=end.pop("outcome", None), outcome_reason=end.pop("outcome_reason", ""),
+        resumable_end=end.pop("resumable", False), wanted_handled=end.pop("handled", False)))
 
 
 def test_a_job_started_with_sbatch_writes_a_record_every_verb_resolves(home, tmp_path):
     export = home / "exports" / "beam_lora_16gpu"
-    snapshot = started(export)
-    assert snapshot["job"]["started_by"] == "sbatch" and snapshot["bad_nodes"] == []
-    runs.remember_job("501", export)
+    job, bad_nodes = started(export)
+    assert job.started_by == "sbatch" and bad_nodes == []
+    remember_job("501", export)
     assert runs.resolve_run(str(export)) == export
     assert runs.resolve_run(str(export / "beam_run")) == export
     assert runs.resolve_run(str(export / "beam_run" / "run.json")) == export
@@ -59,14 +62,14 @@ def test_attempts_bad_nodes_and_a_lost_attempt_are_recorded(home):
           counts_against_progress=True, bad=[("n2", "node n2: this node's Ray (raylet) died")])
     started(export, attempt=1, checkpoint=None, nodes=("n1", "n3"))
     # attempt 1's batch host dies: attempt 2 closes it as lost (no newer checkpoint: it counts)
-    snapshot = started(export, attempt=2, checkpoint=None, nodes=("n3", "n4"))
-    attempts = snapshot["job"]["attempts"]
-    assert [a["end_kind"] for a in attempts[:2]] == ["node-failure", "lost"]
-    assert attempts[1]["counts_against_progress"] is True and attempts[2]["end"] is None
-    assert snapshot["bad_nodes"] == ["n2"]
-    record = RunManifest(export).read()
-    assert record["bad_nodes"][0]["reason"].endswith("raylet) died") and record["run_name"] == "beam_lora_16gpu"
-    assert record["train_jobs"]["501"]["user_exclude"] == ["n9"]
+    job, bad_nodes = started(export, attempt=2, checkpoint=None, nodes=("n3", "n4"))
+    attempts = job.attempts
+    assert [a.end_kind for a in attempts[:2]] == ["node-failure", "lost"]
+    assert attempts[1].counts_against_progress is True and attempts[2].end is None
+    assert bad_nodes == ["n2"]
+    record = RunStore(export).read()
+    assert record.bad_nodes[0].reason.endswith("raylet) died") and record.run_name == "beam_lora_16gpu"
+    assert record.train_jobs["501"].user_exclude == ["n9"]
 
 
 def test_bad_nodes_hold_for_the_job_that_found_them_not_for_a_later_job_of_the_run(home):
@@ -74,29 +77,28 @@ def test_bad_nodes_hold_for_the_job_that_found_them_not_for_a_later_job_of_the_r
     started(export, job="601")
     ended(export, job="601", end_kind="node-failure", end_reason="infrastructure failure",
           bad=[("n2", "node n2: this node's Ray (raylet) died")])
-    assert started(export, job="601", attempt=1)["bad_nodes"] == ["n2"]
+    assert started(export, job="601", attempt=1)[1] == ["n2"]
     # A new submission of the same run (another job) starts with every node; the record still lists n2 for status.
-    assert started(export, job="602")["bad_nodes"] == []
+    assert started(export, job="602")[1] == []
     ended(export, job="602", end_kind="node-failure", end_reason="infrastructure failure",
           bad=[("n2", "node n2: never joined")])
-    assert [(b["node"], b["job_id"]) for b in RunManifest(export).read()["bad_nodes"]] == [("n2", "601"),
-                                                                                          ("n2", "602")]
-    assert runs.bad_node_names(RunManifest(export).read()) == ["n2"]
+    assert [(b.node, b.job_id) for b in RunStore(export).read().bad_nodes] == [("n2", "601"), ("n2", "602")]
+    assert RunStore(export).read().bad_node_names() == ["n2"]
 
 
 def test_the_wanted_outcome_is_handled_once_and_a_stopped_run_is_resumable(home):
     export = home / "exports" / "r"
     started(export, checkpoint=3)
-    wanted = runs.set_wanted(RunManifest(export), job_id="501", action="stop", timeout_s=30)
-    assert runs.wanted_for(RunManifest(export).read(), "501") == wanted
-    assert runs.wanted_for(RunManifest(export).read(), "502") is None
+    wanted = runs.set_wanted(RunStore(export), job_id="501", action="stop", timeout_s=30)
+    assert RunStore(export).read().wanted_for("501") == wanted
+    assert RunStore(export).read().wanted_for("502") is None
     ended(export, end_kind="stopped", end_reason="stopped by the operator at step 5", saved_step=5,
           checkpoint_at_end=5, outcome="stopped", outcome_reason="stopped at step 5, resumable", resumable=True,
           handled=True)
-    record = RunManifest(export).read()
-    assert record["wanted"]["handled_by_attempt"] == 0 and runs.wanted_for(record, "501") is None
-    assert runs.resumable(record)["job_id"] == "501"
-    row = _attempt_row("r", record["train_jobs"]["501"]["attempts"][0])
+    record = RunStore(export).read()
+    assert record.wanted.handled_by_attempt == 0 and record.wanted_for("501") is None
+    assert record.resumable_job().job_id == "501"
+    row = _attempt_row("r", record.train_jobs["501"].attempts[0])
     assert (row.state, row.checkpoint) == ("stopped", "3 -> 5")
     assert row.reason.startswith("saved at step 5; stopped by the operator")
 

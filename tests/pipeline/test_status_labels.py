@@ -14,7 +14,9 @@ from beam_slurm.evaluation.metrics import compute_metrics
 from beam_slurm.evaluation.report import REHEARSAL_RUN
 from beam_slurm.evaluation.results import evaluation_dir, write_results
 from beam_slurm.pipeline import submit as submit_mod
-from beam_slurm.pipeline.manifest import RunManifest
+from beam_slurm.core.run_record import StageEntry
+from beam_slurm.core.run_store import RunStore
+from beam_slurm.pipeline.manifest import record_submission
 from beam_slurm.pipeline.status import collect, render_table
 
 
@@ -29,11 +31,11 @@ def _run(tmp_path: Path, name: str, overrides: list[str]) -> Path:
                                           "reward_model": {"ground_truth": "1"}}]), data / "aime-2024-cleaned.parquet")
     cfg = load_config([*overrides, f"run_name={name}", f"paths.data_dir={data}",
                        f"paths.export_path={tmp_path / name}"], validate=False)
-    manifest = RunManifest(cfg.paths.export_path)
-    manifest.record_submission(cfg, overrides=overrides, data_overrides=[], plans=[], dependency_type="afterok",
-                               sweep_dir=None, config_yaml=to_yaml(cfg))
-    manifest.update(lambda run: run["submissions"][-1]["stages"].append(
-        {"stage": "train", "status": "skipped", "reason": "already at the last step"}))
+    store = RunStore(cfg.paths.export_path)
+    record_submission(store, cfg, overrides=overrides, data_overrides=[], plans=[], dependency_type="afterok",
+                      sweep_dir=None, config_yaml=to_yaml(cfg))
+    store.update(lambda run: run.submissions[-1].stages.append(
+        StageEntry(stage="train", status="skipped", reason="already at the last step")))
     grades = [{"data_source": "math_dapo", "problem_id": "0", "sample": s, "ground_truth": "1", "response": "1",
                "correct": s == 0, "pred": "1", "math_verify": s == 0} for s in range(2)]
     write_results(evaluation_dir(cfg.paths.export_path, 5), grades, compute_metrics(grades))

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from beam_slurm.config.load import load_config
+from beam_slurm.core.layout import latest_checkpoint_step
 from beam_slurm.pipeline import submit as submit_mod
 from beam_slurm.pipeline.stages import (
     EVAL_TIME_LIMIT,
@@ -18,7 +19,6 @@ from beam_slurm.pipeline.stages import (
     PrepareData,
     PullContainer,
     Train,
-    latest_checkpoint_step,
 )
 from beam_slurm.pipeline.sweep import expand, rename_run, slug
 from beam_slurm.slurm.submission import SbatchRequest, submission_environment
@@ -196,7 +196,7 @@ def test_evaluate_command(run_env):
     assert tail[tail.index("--out") + 1] == f"{cfg.paths.export_path}/beam_evals/global_step_10"
     assert tail[-2:] == ["--limit", "2"]
     # The job reads back exactly the run's settings; the extra (old-flag) arguments come last and win.
-    from beam_slurm.config.verb_args import value_at
+    from beam_slurm.config.overrides import value_at
     from beam_slurm.evaluation.cli import EVALUATE_KEYS, build_parser
 
     verb = build_parser()

@@ -27,7 +27,8 @@ def test_nothing_in_slurm_imports_the_plan_verb():
 
 def test_requeue_policy_decides_without_running_anything():
     allowed = {"__future__", "__future__.annotations", "dataclasses", "dataclasses.dataclass",
-               "beam_slurm.ray_cluster.records", "beam_slurm.ray_cluster.records.EXIT_INFRA"}
+               "beam_slurm.ray_cluster.records", "beam_slurm.ray_cluster.records.EXIT_INFRA",
+               "beam_slurm.core.run_record", "beam_slurm.core.run_record.Attempt"}
     assert imported_modules(PACKAGE / "slurm" / "requeue_policy.py") <= allowed
 
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from beam_slurm.ray_cluster.records import EXIT_INFRA
 from beam_slurm.slurm.scheduler import duration_seconds
+from beam_slurm.core.run_record import Attempt
 from beam_slurm.slurm.requeue_policy import (EXIT_CANCELLED, EXIT_NO_PROGRESS, EXIT_PREFLIGHT, EXIT_STOPPED,
                                              AttemptFacts, decide, exclusion, failed_node, no_progress_streak,
                                              slurm_end_of)
@@ -76,9 +77,9 @@ def test_a_time_limit_notice_whose_save_missed_counts_and_a_saved_one_does_not()
 
 
 def test_the_streak_counts_only_the_latest_attempts_in_a_row():
-    assert no_progress_streak([{"counts_against_progress": True}, {"counts_against_progress": False},
-                               {"counts_against_progress": True}, {"counts_against_progress": True}]) == 2
-    assert no_progress_streak([{"counts_against_progress": True}, {"end_kind": "operator-requeue"}]) == 0
+    counts = [Attempt(counts_against_progress=c) for c in (True, False, True, True)]
+    assert no_progress_streak(counts) == 2
+    assert no_progress_streak([Attempt(counts_against_progress=True), Attempt(end_kind="operator-requeue")]) == 0
 
 
 def test_preflight_on_some_nodes_names_them_bad_and_on_all_nodes_fails():

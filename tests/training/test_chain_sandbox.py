@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from beam_slurm.config.verb_args import override
+from beam_slurm.config.overrides import override
 
 from train_runs import REPO_ROOT, wait_for
 

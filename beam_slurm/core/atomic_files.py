@@ -64,3 +64,11 @@ def write_text(path: str | os.PathLike, text: str) -> None:
 def write_json(path: str | os.PathLike, payload: Any, *, indent: int | None = None) -> None:
     """Replace `path` with `payload` as JSON (sorted keys, trailing newline) atomically."""
     write_text(path, json.dumps(payload, sort_keys=True, indent=indent) + "\n")
+
+
+def read_json(path: str | os.PathLike) -> Any:
+    """Parsed JSON, or None when the file is missing or unreadable (the files written here appear whole)."""
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None

@@ -1,0 +1,29 @@
+"""The one base of every "bad input" error: what is wrong, the setting (and the environment variable it came from)
+and the fix. A verb prints it without a traceback and exits 2; anything else that escapes is a programming error
+and stays a traceback."""
+
+from __future__ import annotations
+
+
+class UserError(Exception):
+    """Bad input from the user (a setting, an argument, a file they named); exit status 2, nothing submitted."""
+
+    exit_code = 2
+
+    def __init__(self, message: str = "", *, setting: str | None = None, env: str | None = None, fix: str = ""):
+        self.message = message
+        self.setting = setting
+        """The dotted key or flag the input came through, when there is one."""
+        self.env = env
+        """The environment variable the value came from, when it did."""
+        self.fix = fix
+        """What to do about it, in one sentence."""
+        super().__init__(self.describe())
+
+    def describe(self) -> str:
+        where = ""
+        if self.setting:
+            where = f"{self.setting} (from {self.env}): " if self.env else f"{self.setting}: "
+        elif self.env:
+            where = f"{self.env}: "
+        return f"{where}{self.message}" + (f"; fix: {self.fix}" if self.fix else "")

@@ -1,0 +1,79 @@
+"""Every on-disk name beam-slurm reads or writes, in one place.
+
+A run's export path (paths.export_path):
+
+    beam_run/                   the run folder (beam_slurm.core.run_store)
+      run.json                  the run record (beam_slurm.core.run_record)
+      run.json.lock             its lock while a writer holds it (beam_slurm.core.shared_lock)
+      config.yaml               the resolved recipe of the latest job or submission
+      commands.sh               the latest submission's sbatch commands
+      evals/global_step_N.json  the evaluation job submitted for a checkpoint
+    beam_evals/global_step_N/   our evaluation of the checkpoint of step N (beam_slurm.evaluation.results)
+    global_step_N[/policy]/     SkyRL's HF export of step N
+    logs/<job>-<attempt>/       one attempt's logs (cluster.log_dir)
+
+A run's checkpoint path (paths.ckpt_path): `global_step_N/` folders and SkyRL's marker
+`latest_ckpt_global_step.txt`, written last after a complete save. A sweep folder holds `sweep.json`; sweeps live
+under `<exports root>/beam_sweeps/`.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+RUN_DIRNAME = "beam_run"
+RUN_FILE = "run.json"
+RUN_LOCK_FILE = "run.json.lock"
+CONFIG_FILE = "config.yaml"
+COMMANDS_FILE = "commands.sh"
+RUN_EVALS_DIRNAME = "evals"
+"""Under beam_run/: one file per evaluation job submitted for a checkpoint."""
+SWEEP_FILE = "sweep.json"
+SWEEPS_DIRNAME = "beam_sweeps"
+LAST_POINTER = "last"
+"""In the per-user state folder: the latest submission's run or sweep folder."""
+JOBS_INDEX_DIRNAME = "jobs"
+"""In the per-user state folder: one file per training job id naming its export path."""
+
+EVALS_DIRNAME = "beam_evals"
+"""Under the export path: our evaluations, one folder per checkpoint."""
+CHECKPOINT_MARKER = "latest_ckpt_global_step.txt"
+"""SkyRL's marker in the checkpoint path: the step of the latest complete checkpoint."""
+STEP_DIR = re.compile(r"^global_step_(\d+)$")
+POLICY_SUBDIR = "policy"
+"""SkyRL's HF exports and checkpoints keep the model one level below the step folder."""
+
+
+def step_dirname(step: int) -> str:
+    return f"global_step_{int(step)}"
+
+
+def run_dir(export_path: str | os.PathLike) -> Path:
+    return Path(export_path) / RUN_DIRNAME
+
+
+def run_file(export_path: str | os.PathLike) -> Path:
+    return run_dir(export_path) / RUN_FILE
+
+
+def evaluation_dir(export_path: str | os.PathLike, step: int) -> Path:
+    """Folder of our evaluation of the checkpoint of training step `step`."""
+    return Path(export_path) / EVALS_DIRNAME / step_dirname(step)
+
+
+def latest_checkpoint_step(ckpt_path: str | os.PathLike) -> int | None:
+    """The step in SkyRL's marker under `ckpt_path`, or None when there is none or it holds no step number."""
+    try:
+        text = (Path(ckpt_path) / CHECKPOINT_MARKER).read_text().strip()
+    except OSError:
+        return None
+    return int(text) if text.isdigit() else None
+
+
+def state_dir(environ=None) -> Path:
+    """Per-user folder remembering the latest submission and the job index ($XDG_STATE_HOME/beam-slurm)."""
+    environ = os.environ if environ is None else environ
+    base = environ.get("XDG_STATE_HOME") or os.path.join(environ.get("HOME", str(Path.home())), ".local", "state")
+    return Path(base) / "beam-slurm"
