@@ -23,6 +23,9 @@ from train_runs import REPO_ROOT, wait_for
 pytestmark = [pytest.mark.sandbox, pytest.mark.slow]
 
 QUICK = ("cluster.grace_s=30", "cluster.signal_before_s=120")
+STEPS_PAST_THE_VERB = 40
+"""Steps of a run that an operator verb must reach before its end: under load `beam-slurm requeue|stop` (its own
+start and the recipe's load) reached the job 11-20 s after it was run, when 10- and 14-step runs had finished."""
 
 
 def beam(run, *args: str, timeout: float = 240) -> subprocess.CompletedProcess:
@@ -53,7 +56,9 @@ def train_row(rows: list[dict], job_id: str) -> dict:
 
 
 def test_requeue_verb_saves_at_the_step_boundary_and_redoes_nothing(train_run):
-    run = train_run(steps=14, ckpt_interval=100)  # no periodic checkpoint: only the requeue's save can be resumed
+    # No periodic checkpoint: only the requeue's save can be resumed. 40 one-second steps: under load the verb
+    # reached the job more than 11 s after step 3 (its start, the recipe's load), when 14 steps were all done.
+    run = train_run(steps=STEPS_PAST_THE_VERB, ckpt_interval=100)
     run.submit("--time=00:10:00", overrides=QUICK)
     run.wait_for_steps(3)
     asked = time.monotonic()
@@ -65,7 +70,7 @@ def test_requeue_verb_saves_at_the_step_boundary_and_redoes_nothing(train_run):
     print(f"beam-slurm requeue -> training again: {time.monotonic() - asked:.1f}s")
     assert run.finish(timeout=300) == "COMPLETED", run.output()[-6000:]
 
-    assert len(run.metrics()) == 14, f"steps redone: {run.steps_by_attempt()}"
+    assert len(run.metrics()) == STEPS_PAST_THE_VERB, f"steps redone: {run.steps_by_attempt()}"
     assert run.resumed_from() == [saved]
     run.assert_every_step_once_after_resume()
     assert "notice SIGUSR2 received (beam-slurm requeue by" in run.attempt_log(0)
@@ -83,7 +88,7 @@ def test_requeue_verb_saves_at_the_step_boundary_and_redoes_nothing(train_run):
 
 
 def test_stop_verb_ends_the_job_stopped_and_submit_resumes_it(train_run):
-    run = train_run(steps=10, ckpt_interval=100)
+    run = train_run(steps=STEPS_PAST_THE_VERB, ckpt_interval=100)
     run.submit("--time=00:10:00", overrides=QUICK)
     dependent = run.sandbox.sbatch("#!/bin/bash\ntrue\n", f"--dependency=afterok:{run.job_id}",
                                    "--kill-on-invalid-dep=no", f"--output={run.work}/dependent-%j.out")
@@ -112,7 +117,7 @@ def test_stop_verb_ends_the_job_stopped_and_submit_resumes_it(train_run):
     output = (run.export_path / "logs" / f"train-{new_job}.out").read_text()
     assert f"[rehearsal] resumed from step {saved} (latest)" in output, output[-4000:]
     steps = [m["step"] for m in run.metrics()]
-    assert sorted(steps) == list(range(1, 11)) and len(steps) == 10, steps
+    assert sorted(steps) == list(range(1, STEPS_PAST_THE_VERB + 1)) and len(steps) == STEPS_PAST_THE_VERB, steps
 
 
 def test_raw_scontrol_requeue_is_recognised_and_resumes_from_the_last_checkpoint(train_run):

@@ -11,16 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from test_operator_sandbox import QUICK, beam
+from test_operator_sandbox import QUICK, STEPS_PAST_THE_VERB, beam
 from train_runs import wait_for
 
 pytestmark = [pytest.mark.sandbox, pytest.mark.slow]
 
 
 def test_one_wandb_run_id_across_a_requeue_and_the_sync_it_would_run(train_run):
-    # 40 one-second steps: the requeue verb (its own start and the recipe's load) reaches the job at step 2 + ~20 s
-    # under load (seen: 19 s), well before the run's end, so there is a step to save.
-    run = train_run(steps=40, ckpt_interval=100)
+    run = train_run(steps=STEPS_PAST_THE_VERB, ckpt_interval=100)  # the requeue verb arrives before the run's end
     run.submit("--time=00:10:00", overrides=(*QUICK, "trainer.logger=wandb"))
     run.wait_for_steps(2)
     requeued = beam(run, "requeue", str(run.export_path))
