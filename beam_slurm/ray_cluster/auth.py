@@ -80,10 +80,9 @@ def remove_stale_job_dir(settings: RaySettings, job_id: str | int) -> bool:
     and job ids repeat once a cluster's controller state is reset or the ids wrap). Its rendezvous files would
     otherwise send this job's workers to a head that is long gone, and its `ended` mark stop them at once. True when
     one was removed."""
-    path = job_dir(settings, job_id)
-    if not path.exists():
+    if not job_dir(settings, job_id).exists():
         return False
-    shutil.rmtree(path, ignore_errors=True)
+    remove_job_dir(settings, job_id)
     return True
 
 
