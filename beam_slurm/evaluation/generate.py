@@ -28,7 +28,11 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Callable
 
 from beam_slurm.evaluation.checkpoints import EvalInput, lora_request
+from beam_slurm.evaluation.metrics import MAX_K
 from beam_slurm.evaluation.problems import Problem
+
+# Imported inside the functions that use it, on purpose: vllm (seconds to import, and only generation needs it (not
+# --check, not --server)).
 
 
 @dataclass(frozen=True)
@@ -58,8 +62,6 @@ class SamplingSettings:
             raise ValueError(f"generation.top_p must be in (0, 1] (got {self.top_p})")
         if self.temperature < 0.0:
             raise ValueError(f"generation.temperature must be >= 0 (got {self.temperature})")
-        from beam_slurm.evaluation.metrics import MAX_K
-
         if self.n > MAX_K:
             raise ValueError(f"eval.responses_per_problem must be at most {MAX_K} (got {self.n})")
 

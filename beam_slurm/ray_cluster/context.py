@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from beam_slurm.ray_cluster.records import SIGTERM_NOTICE_ENV, NodeFailure
+from beam_slurm.slurm.scheduler import SlurmCommandError, expand_hostnames
 
 
 @dataclass
@@ -51,8 +52,6 @@ class NodeContext:
         nodelist = env.get("SLURM_STEP_NODELIST") or env.get("SLURM_JOB_NODELIST") or ""
         hosts: list[str] = []
         if nodelist:
-            from beam_slurm.slurm.scheduler import SlurmCommandError, expand_hostnames
-
             try:
                 hosts = expand_hostnames(nodelist)
             except SlurmCommandError:

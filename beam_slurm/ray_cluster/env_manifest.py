@@ -27,6 +27,9 @@ import re
 from pathlib import Path
 from typing import Mapping
 
+from beam_slurm.config.errors import ConfigProblem
+from beam_slurm.core.atomic_files import write_json
+
 MANIFEST_ENV = "BEAM_ENV_MANIFEST"
 """Environment variable carrying the manifest's description (JSON: inherit, set, secret_files) to the nodes."""
 MASK = "<set>"
@@ -56,8 +59,6 @@ def matches(name: str, patterns: list[str]) -> bool:
 
 def problems(cfg) -> list:
     """Secret values written into the recipe, bad names and unreadable secret files; each names its key."""
-    from beam_slurm.config.errors import ConfigProblem
-
     found = []
     for section, extra in (("trainer.extra_env", cfg.trainer.extra_env), ("ray.extra_env", cfg.ray.extra_env)):
         for name in extra:
@@ -116,8 +117,6 @@ def record(attempt_dir: Path | None, host: str, values: Mapping[str, str], missi
     """Write `<attempt dir>/env/<host>.json`: every exported name, secrets as `<set>`."""
     if attempt_dir is None:
         return
-    from beam_slurm.core.atomic_files import write_json
-
     write_json(attempt_dir / RECORD_DIR / f"{host}.json", {"exported": masked(dict(sorted(values.items()))),
                                                          "missing": sorted(missing)})
 

@@ -27,17 +27,29 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import fcntl
+import importlib.util
 import json
 import os
+import shutil
 import socket
 import statistics
 import struct
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from datetime import timedelta
+from pathlib import Path
 from typing import Any, Mapping
+
+from beam_slurm.ray_cluster.gpus import allocated_gpus
+from beam_slurm.ray_cluster.network import interface_ipv4 as address_of
+from beam_slurm.ray_cluster.ports import FIXED_PORTS, first_block
+from beam_slurm.slurm.scheduler import expand_hostnames
+
+# Imported inside the functions that use it, on purpose: torch (only the fabric probe's workers need it; the probe's
+# parent process never imports it).
 
 RESULT_PREFIX = "BEAM_FABRIC "
 """Start of the line each rank prints with its measurements (JSON)."""
@@ -99,8 +111,6 @@ def fabric_settings(cfg: Any) -> FabricSettings:
 def with_job_port(settings: dict[str, Any], ray_settings: Any, job_id: str) -> dict[str, Any]:
     """The settings with the rendezvous port set: the last spare fixed port of the job's Ray port block (Ray is not
     running yet, and the block is the range the site opened for this job)."""
-    from beam_slurm.ray_cluster.ports import FIXED_PORTS, first_block
-
     if settings.get("port"):
         return settings
     base = ray_settings.port_range_start + first_block(int(job_id), ray_settings) * ray_settings.ports_per_job
@@ -118,8 +128,6 @@ def interface_names() -> list[str]:
 
 def interface_ipv4(name: str) -> str | None:
     """IPv4 address of the interface, or None."""
-    from beam_slurm.ray_cluster.network import interface_ipv4 as address_of
-
     try:
         return address_of(name)
     except OSError:
@@ -270,8 +278,6 @@ def _world_all_reduce(dist: Any, torch: Any, store: Any, rank: int, world: int, 
 def _bounded(seconds: float, call: Any, *args: Any) -> dict[str, Any]:
     """call(*args) in a thread; {"error": ...} when it raised or did not return within `seconds` (the thread is
     left behind: the process ends with os._exit once it has reported)."""
-    import threading
-
     outcome: dict[str, Any] = {}
 
     def target() -> None:
@@ -293,8 +299,6 @@ def resolve_backend(backend: str, gpus: int) -> str:
     """auto -> nccl where this node has GPUs for the step and an NVIDIA driver, else gloo."""
     if backend != "auto":
         return backend
-    import shutil
-
     return "nccl" if gpus > 0 and shutil.which("nvidia-smi") else "gloo"
 
 
@@ -399,9 +403,6 @@ def run_rank(settings: FabricSettings, environ: Mapping[str, str]) -> dict[str, 
 def run_node(settings: FabricSettings, environ: Mapping[str, str] | None = None) -> dict[str, Any]:
     """This node's part inside the preflight step (one task per node): its interface problems and the records of
     its ranks (one gloo rank, or one NCCL rank per GPU of the step), each run as a process of its own."""
-    from beam_slurm.ray_cluster.gpus import allocated_gpus
-    from beam_slurm.slurm.scheduler import expand_hostnames
-
     env = dict(os.environ if environ is None else environ)
     host = env.get("SLURMD_NODENAME") or socket.gethostname()
     node_rank = int(env.get("SLURM_PROCID", "0"))
@@ -410,8 +411,6 @@ def run_node(settings: FabricSettings, environ: Mapping[str, str] | None = None)
     if nodes < 2:
         result["skipped"] = "one node: no fabric between nodes to measure"
         return result
-    import importlib.util
-
     if importlib.util.find_spec("torch") is None:
         result["skipped"] = (f"torch is not installed for {sys.executable}, so the fabric was not measured here; "
                              "install torch there or set cluster.fabric_check=false")
@@ -562,8 +561,6 @@ def summary_lines(summary: dict[str, Any]) -> list[str]:
 def report(output: str, prefix: str, settings: dict[str, Any], attempt_dir: Any, log: Any) -> dict[str, list[str]]:
     """In the batch shell: the verdict over the preflight step's output, logged line by line and written to
     `<attempt_dir>/fabric.json` (with `bad_nodes`, the names the requeue logic can exclude); problems by host."""
-    from pathlib import Path
-
     failing, summary = verdict(records_from_output(output, prefix), FabricSettings(**settings))
     for line in summary_lines(summary):
         log(line)

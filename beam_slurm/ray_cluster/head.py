@@ -17,10 +17,24 @@ from beam_slurm.ray_cluster import auth
 from beam_slurm.ray_cluster.checks import GpuVisibilityCheck, check_gpu_count
 from beam_slurm.ray_cluster.network import node_ipv4
 from beam_slurm.ray_cluster.ports import RayPorts
-from beam_slurm.ray_cluster.records import (EXIT_INFRA, EXIT_STOPPED, HEAD_FILE, READY_FILE, TERM_RELAYED_FILE,
-                                            NodeFailure, mark_stopping, record_driver_exit, shell_status)
+from beam_slurm.ray_cluster.records import (
+    EXIT_INFRA,
+    EXIT_STOPPED,
+    HEAD_FILE,
+    READY_FILE,
+    TERM_RELAYED_FILE,
+    NodeFailure,
+    mark_stopping,
+    record_driver_exit,
+    shell_status,
+)
 from beam_slurm.ray_cluster.role import NodeRole
 from beam_slurm.ray_cluster.supervision import WorkerWatch, stop_process_group
+from beam_slurm.slurm import scheduler
+from beam_slurm.slurm.requeue_policy import preempted
+
+# Imported inside the functions that use it, on purpose: ray (imported once the head's `ray start` is up, for the
+# driver-side checks only).
 
 
 class Head(NodeRole):
@@ -149,9 +163,6 @@ class Head(NodeRole):
         """A first SIGTERM is held on every node: when Slurm says the job is being preempted, tell the batch shell
         (USR1, as `--signal` would have) and let the driver run on until the batch shell has the save and stops the
         step; otherwise stop as on any SIGTERM."""
-        from beam_slurm.slurm import scheduler
-        from beam_slurm.slurm.requeue_policy import preempted
-
         try:
             preempt_time = scheduler.job_info(self.ctx.job_id).get("PreemptTime", "")
         except scheduler.SlurmCommandError as exc:

@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, Mapping
 
-from beam_slurm.core.atomic_files import atomic_writer
+from beam_slurm.core.atomic_files import atomic_writer, write_json
 
 SETTINGS_ENV = "BEAM_LOG_COPY"
 """Environment variable carrying `LogCopySettings` (JSON) from the batch shell to the nodes."""
@@ -61,6 +61,8 @@ class LogCopySettings:
         text = (os.environ if environ is None else environ).get(SETTINGS_ENV, "")
         if text:
             return cls(**json.loads(text))
+        # Deferred: only a driver started without the batch shell reads the schema, and the schema brings Hydra
+        # (~0.5 s) into every node's start.
         from beam_slurm.config.schema import ClusterConfig
 
         defaults = ClusterConfig()
@@ -134,8 +136,6 @@ def copy_logs(temp_dir: Path, dest: Path, max_bytes: int, *, reason: str, deadli
                "bytes": used, "max_bytes": max_bytes, "files_copied": copied, "files_unchanged": kept,
                "files_cut_to_their_tail": truncated, "files_left_out": len(left_out),
                "left_out": left_out[:50], "stale_removed": removed}
-    from beam_slurm.core.atomic_files import write_json
-
     write_json(dest / COPY_RECORD, summary, indent=1)
     return summary
 

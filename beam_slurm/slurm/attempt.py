@@ -36,13 +36,24 @@ from beam_slurm.core.atomic_files import write_json
 from beam_slurm.core.errors import UserError
 from beam_slurm.core.run_record import RunRecord, TrainJob, Wanted
 from beam_slurm.core.run_store import RunStore, now, remember_job
+from beam_slurm.notice_budget import STOP_FILE, term_notice
 from beam_slurm.ray_cluster import auth, records
 from beam_slurm.ray_cluster.ports import ephemeral_range
 from beam_slurm.ray_cluster.settings import SETTINGS_ENV
-from beam_slurm.slurm import preflight, scheduler
+from beam_slurm.skyrl import notice
+from beam_slurm.slurm import preflight, scheduler, storage_probe
 from beam_slurm.slurm.job_settings import TrainJobSettings
-from beam_slurm.slurm.requeue_policy import (AttemptFacts, Decision, decide, exclusion, failed_node,
-                                             no_progress_streak, slurm_end_of, stop_waiting_for_save)
+from beam_slurm.slurm.preemption import read_preemption
+from beam_slurm.slurm.requeue_policy import (
+    AttemptFacts,
+    Decision,
+    decide,
+    exclusion,
+    failed_node,
+    no_progress_streak,
+    slurm_end_of,
+    stop_waiting_for_save,
+)
 from beam_slurm.slurm.steps import StepLauncher, stop_step
 
 RAY_STEP = "ray"
@@ -134,10 +145,6 @@ class Attempt:
         """Whether the Ray step holds a preemption's first SIGTERM and the head relays it here as a notice: when
         Slurm's partition (or QOS) grace time leaves room for the step and the save at the bandwidth the preflight
         measured (`notice_budget.term_notice`)."""
-        from beam_slurm.notice_budget import term_notice
-        from beam_slurm.slurm import storage_probe
-        from beam_slurm.slurm.preemption import read_preemption
-
         info = read_preemption(os.environ.get("SLURM_JOB_PARTITION") or None)
         measured = storage_probe.slowest_recorded(self.attempt_dir)
         held, why = term_notice(info, self.settings.qos or None, self.settings.save_cost, measured)
@@ -164,8 +171,6 @@ class Attempt:
         status = stop_step(self.step, self.alloc.job_id, RAY_STEP, self.settings.stop_grace_s, self.log, label="Ray")
         seconds = round(time.time() - began, 3)  # one value for the file and the log line
         # What the notice budget counts for stopping Ray and copying logs, once the run has stopped once.
-        from beam_slurm.notice_budget import STOP_FILE
-
         write_json(self.attempt_dir / STOP_FILE, {"seconds": seconds, "time": time.time()})
         self.log(f"the Ray step stopped in {seconds:.1f}s (driver, Ray and the last log copy of every node)")
         return status
@@ -185,8 +190,6 @@ class Attempt:
             time.sleep(_POLL_S)
 
     def handle_notice(self) -> AttemptFacts:
-        from beam_slurm.skyrl import notice
-
         assert self.step is not None
         name, received = self.notices[0]
         self.wanted = self.read_wanted()
@@ -444,8 +447,6 @@ class Attempt:
         self.install_signal_handlers()
         self.attempt_dir.mkdir(parents=True, exist_ok=True)
         self._log_file = open(self.attempt_dir / "train_job.log", "a")
-        from beam_slurm.skyrl import notice
-
         try:
             self.log(f"{self.nodes} nodes ({','.join(self.alloc.nodes[: self.nodes])}), "
                      f"{self.settings.gpus_per_node} GPUs per node, logs in {self.attempt_dir}")

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from beam_slurm.config import load_config
+from beam_slurm.config.load import load_config
 from beam_slurm.config.errors import ConfigError
 from beam_slurm.ray_cluster import env_manifest
 from beam_slurm.ray_cluster.log_copy import COPY_RECORD, LogCopier, LogCopySettings, copy_logs

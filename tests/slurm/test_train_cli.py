@@ -5,7 +5,7 @@ import shlex
 
 import pytest
 
-from beam_slurm.config import load_config
+from beam_slurm.config.load import load_config
 from beam_slurm.config.schema import ClusterConfig
 from beam_slurm.sizing import node_needs
 from beam_slurm.slurm import train_job
