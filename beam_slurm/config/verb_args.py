@@ -312,13 +312,3 @@ class _Positions:
 
 def _alias_dest(flag: str) -> str:
     return "old_" + flag.lstrip("-").replace("-", "_")
-
-
-def run_guarded(verb_args: VerbArgs, body: Callable[[], int]) -> int:
-    """Run a verb's body; a VerbUsageError or ConfigError escaping it becomes the prefixed message and exit 2."""
-    try:
-        return body()
-    except VerbUsageError as error:
-        return verb_args.fail(error)
-    except ConfigError as error:
-        return verb_args.config_failed(error)

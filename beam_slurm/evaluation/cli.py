@@ -153,23 +153,6 @@ def _load_problems(files: list[str], limit: int | None) -> tuple[list[Problem], 
     return problems, described
 
 
-def _fingerprint(args: argparse.Namespace, cfg, eval_input: EvalInput | None, data: list[dict[str, Any]]) -> dict:
-    """What makes two evaluations the same: inputs and sampling (not the engine layout, which does not change them)."""
-    g = cfg.generation
-    return {
-        "checkpoint": str(Path(args.checkpoint).expanduser().resolve()) if args.checkpoint else None,
-        "model": eval_input.describe() if eval_input else None,
-        "server": {"url": args.server, "model": args.served_model} if args.server else None,
-        "data": [{"path": d["path"], "sha256": d["sha256"]} for d in data],
-        "limit": cfg.eval.limit,
-        "k": cfg.eval.responses_per_problem,
-        "max_tokens": g.max_response_tokens,
-        "temperature": g.temperature,
-        "top_p": g.top_p,
-        "reasoning_effort": g.reasoning_effort,
-    }
-
-
 def _resolve_out(args: argparse.Namespace, eval_input: EvalInput | None) -> Path:
     if args.out:
         return Path(args.out).expanduser().resolve()

@@ -10,7 +10,7 @@ allocation), on a CPU machine TP1 x PP1. Sampling follows the recipe (``generati
 the reasoning effort passed to the chat template as ``chat_template_kwargs``; every setting comes from the recipe
 schema through the ``from_config`` constructors, which is where their defaults live.
 
-vLLM spawns its engine process with multiprocessing "spawn", so any script calling :func:`generate_offline` must
+vLLM spawns its engine process with multiprocessing "spawn", so any script that starts an :class:`OfflineEngine` must
 run under an ``if __name__ == "__main__":`` guard.
 """
 
@@ -166,47 +166,6 @@ def _row(problem: Problem, sample: int, text: str, finish_reason: str | None, to
         "finish_reason": finish_reason,
         "response_tokens": tokens,
     }
-
-
-def generate_offline(
-    problems: list[Problem],
-    eval_input: EvalInput,
-    sampling: SamplingSettings,
-    engine: EngineSettings,
-    log: Callable[[str], None] = print,
-) -> list[dict[str, Any]]:
-    """Load the model into vLLM's offline engine and sample sampling.n responses per problem."""
-    from vllm import LLM, SamplingParams
-
-    started = time.monotonic()
-    llm = LLM(**engine_kwargs(eval_input, sampling, engine))
-    log(f"evaluate: engine ready in {time.monotonic() - started:.1f} s ({eval_input.label})")
-    params = SamplingParams(
-        n=sampling.n,
-        temperature=sampling.temperature,
-        top_p=sampling.top_p,
-        max_tokens=sampling.max_tokens,
-        seed=sampling.seed,
-    )
-    started = time.monotonic()
-    try:
-        outputs = llm.chat(
-            [problem.messages for problem in problems],
-            params,
-            use_tqdm=False,
-            lora_request=lora_request(eval_input),
-            chat_template_kwargs=sampling.chat_template_kwargs() or None,
-        )
-    finally:
-        # The engine holds accelerator memory and a child process; free them before grading starts its workers.
-        del llm
-        gc.collect()
-    rows = []
-    for problem, output in zip(problems, outputs, strict=True):
-        for sample, completion in enumerate(output.outputs):
-            rows.append(_row(problem, sample, completion.text, completion.finish_reason, len(completion.token_ids)))
-    log(f"evaluate: {len(rows)} responses in {time.monotonic() - started:.1f} s")
-    return rows
 
 
 Request = tuple[Problem, int, int]

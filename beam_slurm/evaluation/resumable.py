@@ -23,7 +23,6 @@ import contextlib
 import fcntl
 import hashlib
 import json
-import os
 import time
 import uuid
 from dataclasses import dataclass, field

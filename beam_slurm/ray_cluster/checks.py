@@ -68,8 +68,3 @@ class GpuVisibilityCheck:
                            "keep every GPU visible and all use GPU 0 (SkyRL issue 1577); unset it")
             if problem:
                 raise NodeFailure("setup", problem)
-
-
-def check_gpu_visibility(ray: Any, nodes: list[dict[str, Any]], node_files: dict[int, dict[str, Any]]) -> None:
-    """Run one probe per node holding all its GPUs; NodeFailure naming the first node whose view differs."""
-    GpuVisibilityCheck(ray).finish(nodes, node_files)

@@ -136,7 +136,6 @@ def ray_environment(head: dict, environ: dict[str, str], python_bin: str | None)
     if head.get("token_path"):
         env["RAY_AUTH_MODE"] = "token"
         env["RAY_AUTH_TOKEN_PATH"] = str(head["token_path"])
-    env["BEAM_ATTACHED_JOB"] = str(head.get("job_id", ""))
     if python_bin:
         env["PATH"] = python_bin + os.pathsep + env.get("PATH", "/usr/bin:/bin")
     return env

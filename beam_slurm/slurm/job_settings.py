@@ -18,8 +18,9 @@ from beam_slurm.config.errors import ConfigProblem
 from beam_slurm.config.load import load_config, to_yaml
 from beam_slurm.containers.settings import same_path_mounts
 from beam_slurm.notice_budget import SaveCost, preflight_budget
-from beam_slurm.ray_cluster import env_manifest, log_copy
+from beam_slurm.ray_cluster import env_manifest
 from beam_slurm.ray_cluster.fabric import fabric_settings
+from beam_slurm.ray_cluster.log_copy import LogCopySettings
 from beam_slurm.ray_cluster.settings import RaySettings
 from beam_slurm.sizing import node_needs
 from beam_slurm.skyrl.command import skyrl_launch
@@ -56,7 +57,7 @@ class TrainJobSettings:
     container: ContainerHook | Callable[[str], ContainerHook]
     """Container wrapping of every step: a ContainerHook, or job_id -> ContainerHook (see `steps.container_hook`)."""
     ray: RaySettings
-    """The recipe's `ray` section, passed to every node as BEAM_RAY_SETTINGS."""
+    """The recipe's `ray` section, passed to every node in the attempt's job spec."""
     python: str
     """Interpreter that runs beam_slurm on the nodes (inside a container, the container's: trainer.python)."""
     max_attempts_without_progress: int
@@ -68,6 +69,10 @@ class TrainJobSettings:
     run_info: dict | None
     """The run as its record names it (run_name, recipe, export_path, ckpt_path, log_dir, max_training_steps) and
     `config_yaml`, the resolved recipe; the job writes them to <export_path>/beam_run/ (None: no run record)."""
+    env_manifest: dict | None = None
+    """What every node exports before Ray (`ray_cluster.env_manifest.describe`); None for a driver of its own."""
+    log_copy: LogCopySettings | None = None
+    """How every node copies its Ray logs; None for a driver of its own (the schema's defaults then)."""
 
     def problems(self) -> list[ConfigProblem]:
         found = list(self.ray.problems())
@@ -152,10 +157,10 @@ def job_settings(cfg, *, preflight: bool = True, driver: list[str] | None = None
         if launch.cwd:
             # SkyRL's examples/ import from the checkout root; the driver starts there on the head node.
             driver = ["/bin/sh", "-c", 'cd "$0" && exec "$@"', launch.cwd, *driver]
-    if driver_env:
-        # Every node reads these (names and paths only, no value): what to export before Ray, how to copy its logs.
-        driver_env[env_manifest.MANIFEST_ENV] = env_manifest.describe(cfg, driver_env)
-        driver_env[log_copy.SETTINGS_ENV] = log_copy.LogCopySettings.from_config(cfg).to_env()
+    # Every node reads these in the job spec (names and paths only, no value): what to export before Ray, how to
+    # copy its logs.
+    manifest = env_manifest.describe(cfg, driver_env) if driver_env else None
+    copy_settings = LogCopySettings.from_config(cfg) if driver_env else None
     needs = node_needs(cfg)
     mounts = job_mounts(cfg)
     settings = TrainJobSettings(
@@ -187,6 +192,8 @@ def job_settings(cfg, *, preflight: bool = True, driver: list[str] | None = None
         save_cost=SaveCost.of(cfg),
         qos=cfg.cluster.qos or "",
         run_info=_run_info(cfg),
+        env_manifest=manifest,
+        log_copy=copy_settings,
     )
     return settings, driver_env
 

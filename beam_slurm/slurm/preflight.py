@@ -166,12 +166,13 @@ def collect_results(output: str, expected_hosts: list[str]) -> dict[str, list[st
 
 
 def run_step(launcher: "StepLauncher", checks: PreflightSettings, hosts: list[str], env: dict[str, str],
-             attempt_dir: Path, log: Callable[[str], None], timeout_s: float = PREFLIGHT_TIMEOUT_S) -> bool:
+             attempt_dir: Path, log: Callable[[str], None], ray: RaySettings,
+             timeout_s: float = PREFLIGHT_TIMEOUT_S) -> bool:
     """Run the preflight step on every node of the launcher (from the batch shell) and log each failing node and
     problem; True when every node passed. `hosts`: the step's node names in order, [] when srun picks them (then
     only the count of reports is checked)."""
     if checks.fabric.get("enabled") and env.get("SLURM_JOB_ID"):
-        checks = dataclasses.replace(checks, fabric=with_job_port(checks.fabric, RaySettings.from_env(env),
+        checks = dataclasses.replace(checks, fabric=with_job_port(checks.fabric, ray,
                                                                   env["SLURM_JOB_ID"]))
     argv = launcher.module_argv(["beam_slurm.slurm.preflight", checks.to_json()], kill_on_bad_exit=False,
                                 name="preflight")
