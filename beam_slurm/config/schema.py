@@ -407,8 +407,6 @@ class TrainerConfig:
     wandb_mode: str = "offline"
     """W&B mode for trainer.logger=wandb (WANDB_MODE): offline (ours: compute nodes often have no internet; upload
     afterwards with `beam-slurm sync RUN`), online, or disabled."""
-    save_on_notice: bool = True
-    """Save a checkpoint when the pre-timeout or preemption notice arrives, then requeue (no lost steps)."""
     extra_overrides: list[str] = field(default_factory=list)
     """Raw SkyRL key=value overrides appended last (they win); validated by SkyRL at launch."""
     extra_env: dict[str, str] = field(default_factory=dict)

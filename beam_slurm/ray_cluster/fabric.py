@@ -302,11 +302,13 @@ def resolve_backend(backend: str, gpus: int) -> str:
     return "nccl" if gpus > 0 and shutil.which("nvidia-smi") else "gloo"
 
 
-def run_rank(settings: FabricSettings, environ: Mapping[str, str]) -> dict[str, Any]:
-    """This rank's part (torchrun-style environment); its record. Rank 0 also gathers every rank's record."""
+def run_rank(settings: FabricSettings, environ: Mapping[str, str], host: str | None = None,
+             run_id: str = "0") -> dict[str, Any]:
+    """This rank's part (torchrun-style environment); its record. Rank 0 also gathers every rank's record. `host`:
+    the node's Slurm name (default: the host name); `run_id` keeps two checks' keys apart in a shared store."""
     rank, world = int(environ["RANK"]), int(environ["WORLD_SIZE"])
     local = int(environ.get("LOCAL_RANK", "0"))
-    host = environ.get("BEAM_FABRIC_HOST") or socket.gethostname()
+    host = host or socket.gethostname()
     record: dict[str, Any] = {"rank": rank, "local_rank": local, "host": host, "interface": settings.interface,
                               "address": interface_ipv4(settings.interface) if settings.interface else None,
                               "pairs": [], "errors": []}
@@ -339,7 +341,7 @@ def run_rank(settings: FabricSettings, environ: Mapping[str, str]) -> dict[str, 
     store = dist.TCPStore(environ["MASTER_ADDR"], int(environ["MASTER_PORT"]), None,
                           rank == 0 and not agent_store, timedelta(seconds=settings.timeout_s + _START_UP_S),
                           wait_for_workers=False)
-    store = dist.PrefixStore(f"beam-fabric-{environ.get('BEAM_FABRIC_RUN', '0')}", store)
+    store = dist.PrefixStore(f"beam-fabric-{run_id}", store)
     store.set(f"join/{rank}", json.dumps({"host": host, "local": local}))
     if rank == 0:
         join_deadline = time.monotonic() + settings.timeout_s
@@ -425,10 +427,10 @@ def run_node(settings: FabricSettings, environ: Mapping[str, str] | None = None)
     for local in range(per_node):
         worker_env = {**env, "MASTER_ADDR": socket.gethostbyname(hosts[0]), "MASTER_PORT": str(settings.port),
                       "RANK": str(node_rank * per_node + local), "WORLD_SIZE": str(nodes * per_node),
-                      "LOCAL_RANK": str(local), "LOCAL_WORLD_SIZE": str(per_node), "BEAM_FABRIC_HOST": host,
-                      "BEAM_FABRIC_RUN": run_id}
+                      "LOCAL_RANK": str(local), "LOCAL_WORLD_SIZE": str(per_node)}
         worker_env.pop("TORCHELASTIC_USE_AGENT_STORE", None)
-        workers.append(subprocess.Popen([sys.executable, "-m", __name__, "--settings", worker_settings],
+        workers.append(subprocess.Popen([sys.executable, "-m", __name__, "--settings", worker_settings, "--host", host,
+                                         "--run", run_id],
                                         env=worker_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     # Join, up to three rounds, the all_reduce and the gather each end within the timeout; the rest is start-up.
     limit = settings.timeout_s * 7 + 120
@@ -582,6 +584,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--bytes", type=int, default=None, help="bytes per transfer")
     parser.add_argument("--timeout", type=float, default=None, help="seconds to join, and for each pair")
     parser.add_argument("--interface", default=None, help="interface for the traffic (GLOO/NCCL_SOCKET_IFNAME)")
+    parser.add_argument("--host", default=None, help="this node's name in the records (default: the host name)")
+    parser.add_argument("--run", default=None, help="the preflight's check id; the preflight gives the verdict")
     args = parser.parse_args(argv)
     settings = FabricSettings(**json.loads(args.settings)) if args.settings else FabricSettings(enabled=True)
     for name, value in (("backend", args.backend), ("bytes", args.bytes), ("timeout_s", args.timeout),
@@ -593,14 +597,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"fabric: {', '.join(missing)} not set; run under torchrun or set them as torchrun does", file=sys.stderr)
         return 2
     try:
-        record = run_rank(settings, os.environ)
+        record = run_rank(settings, os.environ, args.host, args.run or "0")
     except Exception as exc:  # reported as this rank's error; the verdict names the node
         record = {"rank": int(os.environ["RANK"]), "local_rank": int(os.environ.get("LOCAL_RANK", "0")),
-                  "host": os.environ.get("BEAM_FABRIC_HOST") or socket.gethostname(), "pairs": [],
+                  "host": args.host or socket.gethostname(), "pairs": [],
                   "errors": [f"{type(exc).__name__}: {str(exc).strip()[:300]}"]}
     gathered = record.get("gathered")
     print(RESULT_PREFIX + json.dumps({k: v for k, v in record.items() if k != "gathered"}), flush=True)
-    if gathered is None or "BEAM_FABRIC_RUN" in os.environ:
+    if gathered is None or args.run is not None:
         return 0
     missing = [r for r in range(int(os.environ["WORLD_SIZE"])) if r not in {g["rank"] for g in gathered}]
     if missing:
