@@ -35,17 +35,17 @@ from rich.table import Table
 from beam_slurm.config.errors import ConfigError
 from beam_slurm.config.load import load_config
 from beam_slurm.config.overrides import hydra_value, override, value_at
-from beam_slurm.config.verb_args import VerbArgs, VerbUsageError, keys_under
+from beam_slurm.config.verb_args import VerbArgs, keys_under
 from beam_slurm.core.errors import UserError
 from beam_slurm.core.run_store import RunStore
 from beam_slurm.data.manifest import sha256_file
 from beam_slurm.evaluation import array
 from beam_slurm.evaluation.array import prepare
 from beam_slurm.evaluation.chain import ChainSettings, complete_checkpoints
-from beam_slurm.evaluation.checkpoints import CheckpointError, EvalInput, resolve_checkpoint, step_of
+from beam_slurm.evaluation.checkpoints import EvalInput, resolve_checkpoint, step_of
 from beam_slurm.evaluation.generate import ClientSettings, EngineSettings, SamplingSettings
 from beam_slurm.evaluation.grading_pool import GradingLimits
-from beam_slurm.evaluation.metrics import PASS_AT, GradingInputError
+from beam_slurm.evaluation.metrics import PASS_AT
 from beam_slurm.evaluation.problems import DatasetError, Problem, read_problems
 from beam_slurm.evaluation.results import evaluation_dir, finished_metrics
 from beam_slurm.evaluation.resumable import task_finished
@@ -357,7 +357,7 @@ def main(argv: list[str] | None = None) -> int:
                                base_model=args.base_model)
     except ConfigError as exc:
         return verb.config_failed(exc)
-    except (VerbUsageError, UsageError, CheckpointError, DatasetError, GradingInputError, ValueError) as exc:
+    except UserError as exc:  # bad input of any kind (usage, checkpoint, dataset, settings): exit 2
         return verb.fail(exc)
 
     if args.check:

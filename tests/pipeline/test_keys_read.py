@@ -12,7 +12,6 @@ import contextlib
 import dataclasses
 from pathlib import Path
 
-import pytest
 
 import ast
 
