@@ -18,14 +18,8 @@ from beam_slurm.config.errors import ConfigError
 from beam_slurm.config.load import load_config
 from beam_slurm.config.verb_args import VerbArgs, VerbUsageError, schema_keys
 from beam_slurm.notice_budget import plan_rows as notice_rows
-from beam_slurm.sizing import (
-    BF16_WEIGHTS_TB,
-    CPU_OPTIMIZER_HOST_RAM_TB_PER_NODE,
-    FULL_CHECKPOINT_TB_TOTAL,
-    checkpoints_kept,
-    full_checkpoint_tb_per_node,
-    optimizer_state_tb_per_node,
-)
+from beam_slurm.sizing import (BF16_WEIGHTS_TB, CPU_OPTIMIZER_HOST_RAM_TB_PER_NODE, FULL_CHECKPOINT_TB_TOTAL,
+                               checkpoints_kept, full_checkpoint_tb_per_node, optimizer_state_tb_per_node)
 from beam_slurm.skyrl.command import skyrl_launch
 from beam_slurm.slurm.preemption import read_preemption
 

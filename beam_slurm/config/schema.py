@@ -10,10 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from hydra_plugins.hydra_submitit_launcher.config import SlurmQueueConf
+
 from beam_slurm.containers.settings import ContainerSettings
 from beam_slurm.data.config import DataConfig
 from beam_slurm.ray_cluster.settings import RaySettings
-from hydra_plugins.hydra_submitit_launcher.config import SlurmQueueConf
 
 
 @dataclass

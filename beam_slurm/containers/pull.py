@@ -32,14 +32,8 @@ from pathlib import Path
 
 from beam_slurm.config.errors import ConfigError
 from beam_slurm.config.verb_args import VerbArgs, VerbUsageError
-from beam_slurm.containers.runtime import (
-    cached_image_path,
-    digest_record_path,
-    docker_reference,
-    enroot_reference,
-    is_local_image,
-    validate,
-)
+from beam_slurm.containers.runtime import (cached_image_path, digest_record_path, docker_reference, enroot_reference,
+                                           is_local_image, validate)
 from beam_slurm.containers.settings import ContainerSettings
 from beam_slurm.core.atomic_files import publish, write_text
 from beam_slurm.core.shared_lock import LockTimeout, SharedFileLock

@@ -39,14 +39,8 @@ from beam_slurm.core.atomic_files import write_json
 from beam_slurm.data.manifest import sha256_file
 from beam_slurm.evaluation import resumable
 from beam_slurm.evaluation.checkpoints import resolve_checkpoint
-from beam_slurm.evaluation.generate import (
-    ClientSettings,
-    EngineSettings,
-    OfflineEngine,
-    SamplingSettings,
-    ServerEngine,
-    settings_record,
-)
+from beam_slurm.evaluation.generate import (ClientSettings, EngineSettings, OfflineEngine, SamplingSettings,
+                                            ServerEngine, settings_record)
 from beam_slurm.evaluation.grading_pool import GradingLimits
 from beam_slurm.evaluation.problems import dataset_label, read_problems
 from beam_slurm.slurm import scheduler

@@ -17,17 +17,8 @@ from beam_slurm.ray_cluster import auth
 from beam_slurm.ray_cluster.checks import GpuVisibilityCheck, check_gpu_count
 from beam_slurm.ray_cluster.network import node_ipv4
 from beam_slurm.ray_cluster.ports import RayPorts
-from beam_slurm.ray_cluster.records import (
-    EXIT_INFRA,
-    EXIT_STOPPED,
-    HEAD_FILE,
-    READY_FILE,
-    TERM_RELAYED_FILE,
-    NodeFailure,
-    mark_stopping,
-    record_driver_exit,
-    shell_status,
-)
+from beam_slurm.ray_cluster.records import (EXIT_INFRA, EXIT_STOPPED, HEAD_FILE, READY_FILE, TERM_RELAYED_FILE,
+                                            NodeFailure, mark_stopping, record_driver_exit, shell_status)
 from beam_slurm.ray_cluster.role import NodeRole
 from beam_slurm.ray_cluster.supervision import WorkerWatch, stop_process_group
 from beam_slurm.slurm import scheduler

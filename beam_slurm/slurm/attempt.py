@@ -44,16 +44,8 @@ from beam_slurm.skyrl import notice
 from beam_slurm.slurm import preflight, scheduler, storage_probe
 from beam_slurm.slurm.job_settings import TrainJobSettings
 from beam_slurm.slurm.preemption import read_preemption
-from beam_slurm.slurm.requeue_policy import (
-    AttemptFacts,
-    Decision,
-    decide,
-    exclusion,
-    failed_node,
-    no_progress_streak,
-    slurm_end_of,
-    stop_waiting_for_save,
-)
+from beam_slurm.slurm.requeue_policy import (AttemptFacts, Decision, decide, exclusion, failed_node, no_progress_streak,
+                                             slurm_end_of, stop_waiting_for_save)
 from beam_slurm.slurm.steps import StepLauncher, stop_step
 
 RAY_STEP = "ray"
