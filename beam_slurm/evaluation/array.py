@@ -43,9 +43,8 @@ from beam_slurm.evaluation.generate import (ClientSettings, EngineSettings, Offl
                                             ServerEngine, settings_record)
 from beam_slurm.evaluation.grading_pool import GradingLimits
 from beam_slurm.evaluation.problems import dataset_label, read_problems
-from beam_slurm.slurm import scheduler
+from beam_slurm.slurm import scheduler, submission
 from beam_slurm.slurm.scheduler import SlurmCommandError
-from beam_slurm.slurm.submission import job_records
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SUBMITTED_FILE = "submitted.json"
@@ -322,7 +321,7 @@ def _active_job(spec: TaskSpec) -> str | None:
         job_id = json.loads(record_file.read_text())["job_id"]
     except (OSError, ValueError, KeyError):
         return None
-    record = job_records([job_id]).get(job_id)
+    record = submission.job_records([job_id]).get(job_id)
     return job_id if record is not None and record.active else None
 
 
@@ -396,7 +395,7 @@ def wait_for(job_ids: list[str], poll_s: float = 5.0, log: Callable[[str], None]
         task = bar.add_task("", total=len(job_ids))
         while True:
             try:
-                records = job_records(job_ids)
+                records = submission.job_records(job_ids)
                 unanswered_since = None
             except SlurmCommandError as exc:
                 # A controller restarting (or failing over) answers again shortly; the tasks run on regardless.

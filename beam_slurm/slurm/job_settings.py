@@ -69,9 +69,9 @@ class TrainJobSettings:
     run_info: dict | None
     """The run as its record names it (run_name, recipe, export_path, ckpt_path, log_dir, max_training_steps) and
     `config_yaml`, the resolved recipe; the job writes them to <export_path>/beam_run/ (None: no run record)."""
-    env_manifest: dict | None = None
+    env_manifest: dict | None
     """What every node exports before Ray (`ray_cluster.env_manifest.describe`); None for a driver of its own."""
-    log_copy: LogCopySettings | None = None
+    log_copy: LogCopySettings | None
     """How every node copies its Ray logs; None for a driver of its own (the schema's defaults then)."""
 
     def problems(self) -> list[ConfigProblem]:
