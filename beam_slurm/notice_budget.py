@@ -30,6 +30,9 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
+from beam_slurm.config.errors import ConfigProblem
+from beam_slurm.sizing import FULL_CHECKPOINT_TB_TOTAL, full_checkpoint_tb_per_node
+
 GB = 1e9
 """Bandwidth and sizes in decimal gigabytes, as storage vendors quote them."""
 DAY_S = 86400.0
@@ -212,8 +215,6 @@ def measured_stop_seconds(log_dir: Path) -> tuple[float, int] | None:
 
 def checkpoint_bytes_per_node(cfg) -> tuple[float, str]:
     """Bytes one training node writes per checkpoint, and where the number comes from."""
-    from beam_slurm.sizing import FULL_CHECKPOINT_TB_TOTAL, full_checkpoint_tb_per_node
-
     if cfg.checkpoint.gbytes_per_node is not None:
         return cfg.checkpoint.gbytes_per_node * GB, "checkpoint.gbytes_per_node"
     if cfg.trainer.backend == "rehearsal":
@@ -334,8 +335,6 @@ def recipe_advice(cfg) -> IntervalAdvice:
 
 def config_problems(cfg) -> list:
     """The budget's settings out of range, each naming its key and fix."""
-    from beam_slurm.config.errors import ConfigProblem
-
     out = []
     if not cfg.cluster.storage_write_gbytes_per_s > 0:
         out.append(ConfigProblem("cluster.storage_write_gbytes_per_s", cfg.cluster.storage_write_gbytes_per_s,

@@ -11,9 +11,17 @@ import json
 import os
 import sys
 
+from rich.console import Console
+from rich.table import Table
+
 from beam_slurm.config.errors import ConfigError
+from beam_slurm.config.load import load_config
+from beam_slurm.config.verb_args import VerbArgs, VerbUsageError, schema_keys
+from beam_slurm.notice_budget import plan_rows as notice_rows
 from beam_slurm.sizing import (BF16_WEIGHTS_TB, CPU_OPTIMIZER_HOST_RAM_TB_PER_NODE, FULL_CHECKPOINT_TB_TOTAL,
                                checkpoints_kept, full_checkpoint_tb_per_node, optimizer_state_tb_per_node)
+from beam_slurm.skyrl.command import skyrl_launch
+from beam_slurm.slurm.preemption import read_preemption
 
 
 def plan_rows(cfg) -> list[tuple[str, str, str]]:
@@ -52,9 +60,6 @@ def plan_rows(cfg) -> list[tuple[str, str, str]]:
          f"resume {cfg.checkpoint.resume_mode}"),
     ]
     rows += storage_rows(cfg)
-    from beam_slurm.notice_budget import plan_rows as notice_rows
-    from beam_slurm.slurm.preemption import read_preemption
-
     rows += notice_rows(cfg, read_preemption(cfg.cluster.partition))  # the notice budget and interval advice
     if cfg.rollout.routing_replay and cfg.executor_backend == "ray":
         rows.append(("notes", "SkyRL version", "R3 with a vLLM replica spanning nodes (executor ray) needs the Beam "
@@ -88,9 +93,6 @@ def storage_rows(cfg) -> list[tuple[str, str, str]]:
 
 
 def print_plan(cfg, launch) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
     table = Table(title=f"beam-slurm plan: {cfg.recipe}", show_lines=False)
     table.add_column("section", style="cyan", no_wrap=True)
     table.add_column("item", style="bold")
@@ -109,8 +111,6 @@ def print_plan(cfg, launch) -> None:
 
 def build_parser():
     """The verb's parser: --skyrl-overrides, --json, and every recipe key."""
-    from beam_slurm.config.verb_args import VerbArgs, schema_keys
-
     verb = VerbArgs("plan", "The resource plan of a recipe, validated, and the exact SkyRL command; nothing is "
                     "submitted.", keys=list(schema_keys()))
     verb.add_argument("--skyrl-overrides", action="store_true", help="print only SkyRL's key=value list")
@@ -119,8 +119,6 @@ def build_parser():
 
 
 def main(argv: list[str]) -> int:
-    from beam_slurm.config.verb_args import VerbUsageError
-
     verb = build_parser()
     try:
         parsed = verb.parse(argv)
@@ -128,9 +126,6 @@ def main(argv: list[str]) -> int:
         return verb.fail(exc)
     if parsed.args.skyrl_overrides and parsed.args.json:
         return verb.fail("--skyrl-overrides and --json: choose one")
-    from beam_slurm.config import load_config
-    from beam_slurm.skyrl.command import skyrl_launch
-
     try:
         cfg = load_config(parsed.overrides, check_paths=True)  # on this (the submit) host: model, SkyRL, data
     except ConfigError as exc:

@@ -102,7 +102,6 @@ def ours_seconds(nodes: int, env: dict[str, str], preflight: bool = True) -> dic
     light = " ".join(MEMORY_LIGHT_RAY_KEYS) if nodes > 4 else ""
     script = f"""#!/bin/bash
 #SBATCH --nodes={nodes} --ntasks-per-node=1 --gpus-per-node=8 --exclusive --time=10 --output={work}/slurm-%j.out
-export BEAM_JOB_START_TIME=$(date +%s.%N)
 export CKPT_PATH={work}/ckpt BEAM_SLURM_STATE_DIR={work}/state
 exec {PYTHON} -m beam_slurm.slurm.train_job {flag} recipe=lora_16gpu trainer.backend=rehearsal \\
     cluster.nodes={nodes} paths.model_path={work} paths.data_dir={work} paths.log_dir={work}/logs \\

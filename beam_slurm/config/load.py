@@ -5,23 +5,35 @@ Hydra's compose API is used (not `@hydra.main`) so every verb can load the same 
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import functools
 import os
 import re
+import typing
 from dataclasses import fields, is_dataclass
 from pathlib import Path
+from typing import get_origin, get_type_hints
+
+import yaml
+from hydra import compose as hydra_compose, initialize_config_dir
+from hydra._internal.config_loader_impl import ConfigLoaderImpl
+from hydra.core.config_store import ConfigStore
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.errors import ConfigCompositionException, MissingConfigException, OverrideParseException
+from omegaconf import OmegaConf
+from omegaconf._utils import get_omega_conf_dumper
+from omegaconf.errors import GrammarParseError, InterpolationResolutionError, OmegaConfBaseException
 
 from beam_slurm import CONF_DIR
 from beam_slurm.config.errors import ConfigError, ConfigProblem
 from beam_slurm.config.overrides import escape_values
+from beam_slurm.config.schema import BeamConfig
+from beam_slurm.config.validation import validate_config
 
 
 def compose(overrides: list[str], *, config_dir: Path = CONF_DIR):
     """Return the composed (untyped) DictConfig for `overrides`; a bad override -> ConfigError naming it."""
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_dir
-    from hydra.errors import ConfigCompositionException, MissingConfigException, OverrideParseException
-
     _register_schema()
     try:
         with initialize_config_dir(config_dir=str(config_dir), version_base="1.3", job_name="beam-slurm"):
@@ -41,10 +53,6 @@ def _register_schema() -> None:
     global _SCHEMA_REGISTERED
     if _SCHEMA_REGISTERED:
         return
-    from hydra.core.config_store import ConfigStore
-
-    from beam_slurm.config.schema import BeamConfig
-
     ConfigStore.instance().store(name="beam_schema", node=BeamConfig)
     _SCHEMA_REGISTERED = True
 
@@ -67,11 +75,6 @@ def load_many(override_lists: list[list[str]], *, environ=None) -> list:
     in the order given; so each distinct set of group overrides is composed once, and each point's value overrides
     are applied to a copy by Hydra's own override code. A 64-point sweep of values composes once (~0.2 s) instead
     of 64 times."""
-    import copy
-
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-    from hydra.errors import ConfigCompositionException, OverrideParseException
-
     environ = os.environ if environ is None else environ
     parser = OverridesParser.create()
     composed: dict[tuple[str, ...], object] = {}
@@ -109,18 +112,11 @@ def _is_value_override(override: str) -> bool:
 
 def _apply_overrides(parsed, cfg) -> None:
     """Hydra's own step that applies parsed value overrides to a composed config (what compose does last)."""
-    from hydra._internal.config_loader_impl import ConfigLoaderImpl
-
     ConfigLoaderImpl._apply_overrides_to_config(parsed, cfg)
 
 
 def _typed(cfg, *, validate: bool, check_paths: bool, environ):
     """A composed config typed with the schema, its environment sources recorded, derived defaults filled."""
-    from omegaconf import OmegaConf
-    from omegaconf.errors import OmegaConfBaseException
-
-    from beam_slurm.config.schema import BeamConfig
-
     raw = OmegaConf.to_container(cfg, resolve=False)
     sources = _env_sources(raw, environ)
     bad_env = _env_value_problems(sources, environ)
@@ -134,8 +130,6 @@ def _typed(cfg, *, validate: bool, check_paths: bool, environ):
     obj._env_sources = sources  # read back by env_sources(); not a dataclass field, so never part of the recipe
     fill_defaults(obj, environ=environ)
     if validate:
-        from beam_slurm.config.validation import validate_config
-
         validate_config(obj, check_paths=check_paths)
     return obj
 
@@ -143,10 +137,6 @@ def _typed(cfg, *, validate: bool, check_paths: bool, environ):
 @functools.lru_cache(maxsize=1)
 def _schema_node():
     """The schema as an OmegaConf node, built once per process (never modified: merge and update work on copies)."""
-    from omegaconf import OmegaConf
-
-    from beam_slurm.config.schema import BeamConfig
-
     return OmegaConf.structured(BeamConfig)
 
 
@@ -172,13 +162,8 @@ def to_yaml(cfg) -> str:
 
     Text holding `${` is escaped, so OmegaConf reads the file back to the same values instead of resolving a
     reference (a model path may contain `${`)."""
-    import dataclasses
-
     # OmegaConf.to_yaml's own dump (its dumper quotes text that would read back as a number or a bool), without
     # building an OmegaConf node first: the same text, in a third of the time (a sweep saves one per point).
-    import yaml
-    from omegaconf._utils import get_omega_conf_dumper
-
     return yaml.dump(escape_values(dataclasses.asdict(cfg)), default_flow_style=False, allow_unicode=True, sort_keys=False,
                      Dumper=get_omega_conf_dumper())
 
@@ -194,10 +179,6 @@ def mapping_keys() -> set[str]:
 
 
 def _walk_mapping_keys() -> set[str]:
-    from typing import get_origin, get_type_hints
-
-    from beam_slurm.config.schema import BeamConfig
-
     found: set[str] = set()
 
     def walk(node, prefix: str) -> None:
@@ -224,8 +205,6 @@ def _mapping_override(override: str) -> str:
 
 def valid_keys(section: str = "") -> list[str]:
     """Dotted keys the schema accepts under `section` ('' = top level)."""
-    from beam_slurm.config.schema import BeamConfig
-
     node = BeamConfig
     for part in filter(None, section.split(".")):
         match = [f for f in fields(node) if f.name == part]
@@ -261,11 +240,6 @@ def _env_sources(raw: dict, environ) -> dict[str, str]:
 
 def _env_value_problems(sources: dict[str, str], environ) -> list[ConfigProblem]:
     """Every value read from the environment that does not fit its setting's type, each naming its variable."""
-    from omegaconf import OmegaConf
-    from omegaconf.errors import OmegaConfBaseException
-
-    from beam_slurm.config.schema import BeamConfig
-
     if not sources:
         return []
     memo_key = tuple((key, name, environ[name]) for key, name in sources.items())
@@ -301,8 +275,6 @@ def _raw_value(raw: dict, key: str):
 
 def _value_problem(exc: Exception, raw: dict) -> ConfigProblem:
     """A value that does not fit the schema, said in our words (the underlying library's text stays out)."""
-    from omegaconf.errors import GrammarParseError, InterpolationResolutionError
-
     key = str(getattr(exc, "full_key", "") or "")
     value = _raw_value(raw, key) if key else None
     if isinstance(exc, (InterpolationResolutionError, GrammarParseError)) or (isinstance(value, str) and "${" in value):
@@ -315,10 +287,6 @@ def _value_problem(exc: Exception, raw: dict) -> ConfigProblem:
 
 def describe_type(key: str) -> str:
     """The schema type of dotted `key`, in words (`a whole number`, `true or false`, ...)."""
-    import typing
-
-    from beam_slurm.config.schema import BeamConfig
-
     node: object = BeamConfig
     for part in filter(None, re.split(r"\.|\[\d+\]", key)):
         origin = typing.get_origin(node)
@@ -336,8 +304,6 @@ def describe_type(key: str) -> str:
 
 
 def _without_none(hint) -> tuple[object, bool]:
-    import typing
-
     args = typing.get_args(hint)
     if typing.get_origin(hint) is typing.Union and type(None) in args:
         rest = [a for a in args if a is not type(None)]
@@ -346,8 +312,6 @@ def _without_none(hint) -> tuple[object, bool]:
 
 
 def _type_words(hint, key: str) -> str:
-    import typing
-
     base, optional = _without_none(hint)
     origin = typing.get_origin(base)
     if is_dataclass(base):
@@ -363,9 +327,6 @@ def _type_words(hint, key: str) -> str:
 
 def _unparsable(overrides: list[str]) -> str | None:
     """The first override Hydra's grammar cannot read, if any."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-    from hydra.errors import OverrideParseException
-
     parser = OverridesParser.create()
     for override in overrides:
         try:

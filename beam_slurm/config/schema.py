@@ -10,10 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from hydra_plugins.hydra_submitit_launcher.config import SlurmQueueConf
+
 from beam_slurm.containers.settings import ContainerSettings
 from beam_slurm.data.config import DataConfig
 from beam_slurm.ray_cluster.settings import RaySettings
-from hydra_plugins.hydra_submitit_launcher.config import SlurmQueueConf
 
 
 @dataclass
@@ -407,8 +408,6 @@ class TrainerConfig:
     wandb_mode: str = "offline"
     """W&B mode for trainer.logger=wandb (WANDB_MODE): offline (ours: compute nodes often have no internet; upload
     afterwards with `beam-slurm sync RUN`), online, or disabled."""
-    save_on_notice: bool = True
-    """Save a checkpoint when the pre-timeout or preemption notice arrives, then requeue (no lost steps)."""
     extra_overrides: list[str] = field(default_factory=list)
     """Raw SkyRL key=value overrides appended last (they win); validated by SkyRL at launch."""
     extra_env: dict[str, str] = field(default_factory=dict)

@@ -7,6 +7,7 @@ after an allocation of 64 GPUs came up.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import os
 import re
@@ -16,6 +17,10 @@ from typing import Collection
 
 from beam_slurm.config.errors import ConfigError, ConfigProblem
 from beam_slurm.config.schema import env_sources
+from beam_slurm.containers.runtime import validate as container_problems
+from beam_slurm.notice_budget import config_problems as budget_problems
+from beam_slurm.ray_cluster.env_manifest import problems as env_manifest_problems
+from beam_slurm.skyrl.command import DAPO_MODULE, reads_back
 
 RECIPE_BACKENDS = ("skyrl", "rehearsal")
 PRECISIONS = ("bf16", "mxfp8")
@@ -175,19 +180,13 @@ def problems(cfg) -> list[ConfigProblem]:
     if cfg.paths.ckpt_path and cfg.paths.export_path and cfg.paths.ckpt_path.rstrip("/") == cfg.paths.export_path.rstrip("/"):
         bad("paths.export_path", cfg.paths.export_path, "must differ from paths.ckpt_path (exports would mix with checkpoints)")
 
-    from beam_slurm.containers.runtime import validate as container_problems
-
     out.extend(container_problems(cfg.container))
     out.extend(cfg.ray.problems())
-    from beam_slurm.ray_cluster.env_manifest import problems as env_manifest_problems
-
     out.extend(env_manifest_problems(cfg))
     if cfg.cluster.log_copy_interval_s < 0 or cfg.cluster.log_copy_max_mbytes <= 0:
         bad("cluster.log_copy_interval_s/log_copy_max_mbytes", (cfg.cluster.log_copy_interval_s,
             cfg.cluster.log_copy_max_mbytes), "use an interval >= 0 seconds (0: copy at the end only) and a bound > 0 MiB")
     out.extend(skyrl_value_problems(cfg))
-    from beam_slurm.notice_budget import config_problems as budget_problems
-
     out.extend(budget_problems(cfg))
     sources = env_sources(cfg)
     return [problem.from_env(sources) for problem in out]
@@ -255,8 +254,6 @@ def layout_problems(cfg, *, sizes_ok: bool = True) -> list[ConfigProblem]:
 def scaled_layout_hint(cfg, *, up_to: int = 0) -> str:
     """Node counts (and, for a split placement, rollout node counts) near cluster.nodes whose layout passes
     `layout_problems` with every other setting unchanged: the fix to name when a scaled-out layout does not divide."""
-    import copy
-
     nodes = cfg.cluster.nodes
     up_to = up_to or max(2 * nodes, 16)
 
@@ -293,8 +290,6 @@ def _reads_back(text: str) -> bool:
     """`skyrl.command.reads_back`, remembered per text: each answer parses the text with OmegaConf (~1 ms), and the
     points of a sweep share almost every text setting."""
     if text not in _READS_BACK:
-        from beam_slurm.skyrl.command import reads_back
-
         _READS_BACK[text] = reads_back(text)
     return _READS_BACK[text]
 
@@ -320,8 +315,6 @@ def path_problems(cfg, *, produced: Collection[str] = ()) -> list[ConfigProblem]
     """
     if not cfg.cluster.check_paths_on_submit:
         return []
-    from beam_slurm.skyrl.command import DAPO_MODULE
-
     out: list[ConfigProblem] = []
     host = socket.gethostname()
     escape = ("; where login nodes do not mount the compute storage set cluster.check_paths_on_submit=false "

@@ -28,7 +28,9 @@ from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from beam_slurm.config.errors import ConfigError
+from beam_slurm.config.load import load_config
 from beam_slurm.config.overrides import BARE_VALUE, hydra_value, override, override_key
+from beam_slurm.config.schema import BeamConfig
 from beam_slurm.core.errors import UserError
 
 EXIT_USAGE = 2
@@ -74,8 +76,6 @@ def _default(f: dataclasses.Field) -> Any:
 
 def schema_keys() -> dict[str, SchemaKey]:
     """Every leaf key of the recipe schema, in schema order."""
-    from beam_slurm.config.schema import BeamConfig
-
     out: dict[str, SchemaKey] = {}
 
     def walk(cls: type, prefix: str) -> None:
@@ -274,8 +274,6 @@ class VerbArgs:
 
     def load(self, parsed: Parsed, *, validate: bool = False, environ=None):
         """Compose the recipe with the overrides (Hydra, typed by the schema); raises ConfigError."""
-        from beam_slurm.config.load import load_config
-
         return load_config(parsed.overrides, validate=validate, environ=environ)
 
     # reporting
@@ -314,13 +312,3 @@ class _Positions:
 
 def _alias_dest(flag: str) -> str:
     return "old_" + flag.lstrip("-").replace("-", "_")
-
-
-def run_guarded(verb_args: VerbArgs, body: Callable[[], int]) -> int:
-    """Run a verb's body; a VerbUsageError or ConfigError escaping it becomes the prefixed message and exit 2."""
-    try:
-        return body()
-    except VerbUsageError as error:
-        return verb_args.fail(error)
-    except ConfigError as error:
-        return verb_args.config_failed(error)

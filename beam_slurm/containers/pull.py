@@ -30,16 +30,12 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from beam_slurm.core.atomic_files import publish, write_text
-from beam_slurm.containers.runtime import (
-    cached_image_path,
-    digest_record_path,
-    docker_reference,
-    enroot_reference,
-    is_local_image,
-    validate,
-)
+from beam_slurm.config.errors import ConfigError
+from beam_slurm.config.verb_args import VerbArgs, VerbUsageError
+from beam_slurm.containers.runtime import (cached_image_path, digest_record_path, docker_reference, enroot_reference,
+                                           is_local_image, validate)
 from beam_slurm.containers.settings import ContainerSettings
+from beam_slurm.core.atomic_files import publish, write_text
 from beam_slurm.core.shared_lock import LockTimeout, SharedFileLock
 
 RUNTIME_EXECUTABLE = {"pyxis": "enroot", "apptainer": "apptainer"}
@@ -235,8 +231,6 @@ PULL_KEYS = ["container.runtime", "container.image", "container.image_cache_dir"
 
 def build_parser():
     """The verb's parser: the container.* keys (the lock's timing among them), --force, --verify."""
-    from beam_slurm.config.verb_args import VerbArgs
-
     verb = VerbArgs(
         "pull-container",
         "Import the recipe's container image once into shared storage (enroot squashfs for pyxis, SIF for\n"
@@ -258,9 +252,6 @@ def build_parser():
 
 
 def main(argv: list[str]) -> int:
-    from beam_slurm.config.errors import ConfigError
-    from beam_slurm.config.verb_args import VerbUsageError
-
     verb = build_parser()
     try:
         parsed = verb.parse(argv)

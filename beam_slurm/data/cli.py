@@ -17,6 +17,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from beam_slurm.config.errors import ConfigError
+from beam_slurm.config.verb_args import VerbArgs, VerbUsageError, keys_under
 from beam_slurm.core.atomic_files import publish, sync_directory, temporary_sibling
 from beam_slurm.data.aime import convert_aime_files
 from beam_slurm.data.cleaning import COMPRESSION, CleaningStats, clean_dapo_files, open_parquet
@@ -25,6 +30,9 @@ from beam_slurm.data.dapo_format import check_dapo_schema
 from beam_slurm.data.errors import BadDataInput
 from beam_slurm.data.manifest import load_manifest, reuse_verdict, sha256_file, write_manifest
 from beam_slurm.data.sources import ResolvedSource, default_log, resolve_source
+
+# Imported inside the functions that use it, on purpose: pyarrow (only the AIME 2025 conversion reads a parquet file
+# itself).
 
 DAPO_MATH_OUTPUT = "dapo-math-17k-cleaned.parquet"
 AIME2024_OUTPUT = "aime-2024-cleaned.parquet"
@@ -83,9 +91,6 @@ class RowProgress:
         self.done, self.next_report, self.started = 0, 0.1, time.monotonic()
         self.bar = None
         if sys.stderr.isatty():
-            from rich.console import Console
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
             self.bar = Progress(
                 TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                 console=Console(stderr=True),
@@ -238,8 +243,6 @@ def prepare(config: DataConfig, log: Log = default_log, *, force: bool = False, 
 
 def build_parser():
     """The verb's parser: `--force`, and the data.* keys (plus paths.data_dir, the default output folder)."""
-    from beam_slurm.config.verb_args import VerbArgs, keys_under
-
     verb = VerbArgs(
         "prepare-data",
         "Build dapo-math-17k-cleaned.parquet, aime-2024-cleaned.parquet, aime-2025-cleaned.parquet and\n"
@@ -254,9 +257,6 @@ def build_parser():
 
 def main(argv: list[str]) -> int:
     """Entry point of `beam-slurm prepare-data`; returns the exit status."""
-    from beam_slurm.config.errors import ConfigError
-    from beam_slurm.config.verb_args import VerbUsageError
-
     verb = build_parser()
     try:
         parsed = verb.parse(argv)

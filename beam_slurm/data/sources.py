@@ -21,6 +21,9 @@ from urllib.parse import unquote
 
 from beam_slurm.data.errors import BadDataInput
 
+# Imported inside the functions that use it, on purpose: huggingface_hub (only a hub source needs it, and it is slow
+# to import).
+
 HUB_SCHEME = "hf://"
 DATA_FILE_SUFFIXES = (".parquet", ".jsonl", ".json")
 
@@ -130,8 +133,7 @@ def _with_retries(action, what: str, setting: str, spec: str, attempts: int, log
 
 
 def _hub_failure_message(error: Exception, what: str, setting: str, spec: str, attempts: int) -> str:
-    from huggingface_hub import constants
-    from huggingface_hub import errors as hub_errors
+    from huggingface_hub import constants, errors as hub_errors
 
     if constants.HF_HUB_OFFLINE or isinstance(error, (hub_errors.LocalEntryNotFoundError, hub_errors.OfflineModeIsEnabled)):
         return (

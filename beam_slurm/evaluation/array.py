@@ -17,6 +17,7 @@ spans the nodes.
 from __future__ import annotations
 
 import contextlib
+import json
 import math
 import os
 import shutil
@@ -25,16 +26,25 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Callable
 
 import submitit
+from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from beam_slurm.data.manifest import sha256_file
+from beam_slurm.config.load import load_config
 from beam_slurm.core.atomic_files import write_json
-from beam_slurm.slurm import scheduler
+from beam_slurm.data.manifest import sha256_file
 from beam_slurm.evaluation import resumable
+from beam_slurm.evaluation.checkpoints import resolve_checkpoint
+from beam_slurm.evaluation.generate import (ClientSettings, EngineSettings, OfflineEngine, SamplingSettings,
+                                            ServerEngine, settings_record)
+from beam_slurm.evaluation.grading_pool import GradingLimits
+from beam_slurm.evaluation.problems import dataset_label, read_problems
+from beam_slurm.slurm import scheduler, submission
+from beam_slurm.slurm.scheduler import SlurmCommandError
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SUBMITTED_FILE = "submitted.json"
@@ -86,13 +96,6 @@ class Prepared:
 
 def prepare(spec: TaskSpec) -> Prepared:
     """Load the recipe, resolve the checkpoint, read the problems; raises on bad input (before any model loads)."""
-    from dataclasses import replace
-
-    from beam_slurm.config.load import load_config
-    from beam_slurm.evaluation.checkpoints import resolve_checkpoint
-    from beam_slurm.evaluation.generate import ClientSettings, EngineSettings, SamplingSettings
-    from beam_slurm.evaluation.problems import dataset_label, read_problems
-
     cfg = load_config(list(spec.overrides), validate=False)
     sampling = replace(SamplingSettings.from_config(cfg), n=max(spec.ks))
     client = engine = eval_input = None
@@ -115,11 +118,6 @@ def prepare(spec: TaskSpec) -> Prepared:
 def run_tasks(specs: list[TaskSpec], log: Callable[[str], None] = print) -> dict[str, dict]:
     """Run tasks in this process: generation for all (one engine for the lot), then grading and results for each.
     Returns {task folder: metrics}."""
-    from dataclasses import replace
-
-    from beam_slurm.evaluation.generate import OfflineEngine, ServerEngine, settings_record
-    from beam_slurm.evaluation.grading_pool import GradingLimits
-
     prepared = [prepare(spec) for spec in specs]
     engines: dict[Any, Any] = {}
 
@@ -263,8 +261,6 @@ def launcher_parameters(cfg) -> dict[str, Any]:
 
 def make_executor(params: dict[str, Any], folder: Path):
     """submitit's Slurm executor for these settings, the way Hydra's submitit launcher maps its config onto it."""
-    from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf
-
     executor = submitit.AutoExecutor(folder=str(folder), cluster="slurm",
                                      slurm_max_num_timeout=params["max_num_timeout"])
     base = {f.name for f in fields(BaseQueueConf)}
@@ -320,16 +316,12 @@ class Plan:
 
 
 def _active_job(spec: TaskSpec) -> str | None:
-    from beam_slurm.slurm.submission import job_records
-
     record_file = Path(spec.out_dir) / resumable.TASKS_DIRNAME / ".submitted" / f"{_spec_name(spec)}.json"
     try:
-        import json
-
         job_id = json.loads(record_file.read_text())["job_id"]
     except (OSError, ValueError, KeyError):
         return None
-    record = job_records([job_id]).get(job_id)
+    record = submission.job_records([job_id]).get(job_id)
     return job_id if record is not None and record.active else None
 
 
@@ -396,11 +388,6 @@ def submit_plan(found: Plan, log: Callable[[str], None] = print) -> list[str]:
 
 def wait_for(job_ids: list[str], poll_s: float = 5.0, log: Callable[[str], None] = print) -> dict[str, str]:
     """Show progress (rich) until every task ended; returns job id -> final state."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    from beam_slurm.slurm.scheduler import SlurmCommandError
-    from beam_slurm.slurm.submission import job_records
-
     states: dict[str, str] = {}
     unanswered_since: float | None = None
     with Progress(TextColumn("evaluate"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.description}"),
@@ -408,7 +395,7 @@ def wait_for(job_ids: list[str], poll_s: float = 5.0, log: Callable[[str], None]
         task = bar.add_task("", total=len(job_ids))
         while True:
             try:
-                records = job_records(job_ids)
+                records = submission.job_records(job_ids)
                 unanswered_since = None
             except SlurmCommandError as exc:
                 # A controller restarting (or failing over) answers again shortly; the tasks run on regardless.
@@ -425,48 +412,3 @@ def wait_for(job_ids: list[str], poll_s: float = 5.0, log: Callable[[str], None]
             if done == len(job_ids):
                 return states
             time.sleep(poll_s)
-
-
-def _launcher_overrides(cfg) -> list[str]:
-    """The run's eval.launcher.* and cluster keys the array reads, as keys (so a chained array gets the run's)."""
-    from beam_slurm.config.overrides import hydra_value, override, value_at
-    from beam_slurm.config.verb_args import keys_under
-
-    rendered = []
-    for key in [*keys_under("eval.launcher"), "cluster.gpus_per_node", "cluster.partition", "cluster.account",
-                "cluster.qos"]:
-        value = value_at(cfg, key)
-        if isinstance(value, dict):
-            rendered.append(f"{key}={{" + ",".join(f"{k}:{hydra_value(v)}" for k, v in value.items()) + "}")
-        else:
-            rendered.append(override(key, value))
-    return rendered
-
-
-def submit_for_checkpoint(cfg, step: int, checkpoint: str, extra_args: list[str] | None = None,
-                          log: Callable[[str], None] = print) -> str:
-    """The training job's chained evaluation of one export: the same task expansion and submitit path as
-    `beam-slurm evaluate --checkpoint` (one task for every dataset of the export: a one-task array, i.e. one job),
-    named `<run_name>-eval-<step>` with its submitit logs in `<log_dir>/eval-step<step>-<job id>/` unless
-    eval.launcher.submitit_folder is set. Returns the job id ('finished' when every task key is done already)."""
-    from beam_slurm.config.overrides import override
-    from beam_slurm.core.run_store import RunStore
-    from beam_slurm.evaluation.cli import build_parser
-    from beam_slurm.pipeline.stages import Evaluate
-
-    argv = Evaluate(cfg, step, checkpoint, extra_args).script_args()
-    chained = [override("eval.launcher.name", f"{cfg.run_name}-eval-{step}")]
-    if not cfg.eval.launcher.submitit_folder:
-        chained.append(override("eval.launcher.submitit_folder", f"{cfg.paths.log_dir}/eval-step{step}-%j"))
-    # eval.chain_extra_args come last and win over the run's own keys.
-    argv = argv[:len(argv) - len(extra_args or [])] + _launcher_overrides(cfg) + chained + list(extra_args or [])
-    verb = build_parser()
-    parsed = verb.parse(argv)
-    job_cfg = verb.load(parsed)
-    found = plan([(parsed.overrides, job_cfg)], [(checkpoint, None, Path(parsed.args.out))],
-                 lambda _cfg: list(parsed.args.data), force=False, base_model=parsed.args.base_model)
-    ids = submit_plan(found, log)
-    array_id = ids[0] if len(ids) == 1 else ids[0].split("_")[0] if ids else ""
-    if array_id:
-        RunStore(cfg.paths.export_path).record_evaluation(step, str(checkpoint), array_id, None)
-    return array_id or "finished"

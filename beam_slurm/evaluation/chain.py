@@ -2,7 +2,8 @@
 
 A watcher polls a run's checkpoint (or HF export) folder and, for every complete ``global_step_N`` it has not
 seen, claims the step with a claim file created by ``open(O_CREAT | O_EXCL)`` on shared storage, then submits
-the evaluation through the ``submit(argv) -> job_id`` function it was given (the pipeline passes its sbatch call).
+the evaluation through the ``submit(step, folder) -> job_id`` function it was given (the training job passes
+`beam_slurm.evaluation.cli.submit_for_checkpoint`).
 The exclusive create succeeds for exactly one caller across processes and nodes, so concurrent watchers, a
 watcher restarted by a requeued training job, and a one-shot pass over the same run never submit twice.
 
@@ -26,7 +27,7 @@ import os
 import socket
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -36,8 +37,8 @@ from beam_slurm.evaluation.checkpoints import POLICY_SUBDIR, STEP_DIR, Checkpoin
 MARKER_FILE = "latest_ckpt_global_step.txt"
 CLAIMS_DIRNAME = ".eval_claims"
 
-Submit = Callable[[list[str]], str]
-SubmitArray = Callable[[list[str], int], str]
+Submit = Callable[[int, Path], str]
+"""submit(step, checkpoint folder) -> job id."""
 
 
 @dataclass
@@ -46,9 +47,6 @@ class ChainSettings:
 
     run_dir: Path
     """Folder holding global_step_N: SkyRL's ckpt_path (with its marker file) or export_path (HF exports)."""
-    eval_args: list[str] = field(default_factory=list)
-    """Arguments added after --checkpoint for every evaluation: inputs (--data ..., --base-model ...) and recipe keys
-    (rollout.tensor_parallel=8 rollout.pipeline_parallel=2 ...), each one argv element (no shell involved)."""
     claims_dir: Path | None = None
     """Where claim files live (shared storage); None = <run_dir>/.eval_claims."""
     settle_s: float = 60.0
@@ -162,9 +160,8 @@ def submit_pending(settings: ChainSettings, submit: Submit, log: Callable[[str],
             continue
         if not try_claim(settings, step, now):
             continue
-        argv = ["--checkpoint", str(path), *settings.eval_args]
         try:
-            job_id = str(submit(argv))
+            job_id = str(submit(step, path))
         except Exception as exc:
             # Give the step back so the next poll retries it: a failed submission must not skip a checkpoint.
             claim_path(settings, step).unlink(missing_ok=True)
@@ -176,33 +173,6 @@ def submit_pending(settings: ChainSettings, submit: Submit, log: Callable[[str],
         log(f"eval-chain: global_step_{step} -> evaluation job {job_id}")
         submitted.append((step, job_id))
     return submitted
-
-
-def submit_existing_as_array(settings: ChainSettings, submit_array: SubmitArray,
-                             log: Callable[[str], None] = print) -> tuple[str | None, list[int]]:
-    """One-shot mode: claim every complete, unclaimed checkpoint and evaluate them all in one job array.
-
-    ``submit_array(argv, tasks)`` submits the evaluation with ``--array=0-<tasks-1>``; argv carries
-    ``--checkpoint-list FILE``, from which task i evaluates line i. Returns (array job id, steps) or (None, []).
-    """
-    claimed = [(step, path) for step, path in complete_checkpoints(settings) if try_claim(settings, step)]
-    if not claimed:
-        return None, []
-    list_file = settings.claims_dir / f"array-{uuid.uuid4().hex[:12]}.txt"
-    write_text(list_file, "".join(f"{path}\n" for _, path in claimed))
-    try:
-        job_id = str(submit_array(["--checkpoint-list", str(list_file), *settings.eval_args], len(claimed)))
-    except Exception:
-        for step, _ in claimed:
-            claim_path(settings, step).unlink(missing_ok=True)
-        raise
-    for task, (step, path) in enumerate(claimed):
-        claim = json.loads(claim_path(settings, step).read_text())
-        _write_claim(claim_path(settings, step), {**claim, "job_id": f"{job_id}_{task}", "checkpoint": str(path),
-                                                  "submitted_at": time.time()})
-    steps = [step for step, _ in claimed]
-    log(f"eval-chain: {len(steps)} checkpoint(s) -> evaluation array job {job_id} (steps {steps})")
-    return job_id, steps
 
 
 def _is_stale(settings: ChainSettings, step: int, now: float | None) -> bool:

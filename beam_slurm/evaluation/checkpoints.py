@@ -19,6 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from beam_slurm.core.errors import UserError
+from beam_slurm.evaluation.results import evaluation_dir
+
+# Imported inside the functions that use it, on purpose: vllm (only a LoRA checkpoint's request needs it; vLLM takes
+# seconds to import).
 
 STEP_DIR = re.compile(r"^global_step_(\d+)$")
 
@@ -58,8 +62,6 @@ class EvalInput:
         """``<run_root>/beam_evals/global_step_N/`` beside the checkpoint; None when the step is unknown."""
         if self.run_root is None or self.global_step is None:
             return None
-        from beam_slurm.evaluation.results import evaluation_dir
-
         return evaluation_dir(self.run_root, self.global_step)
 
     def describe(self) -> dict[str, Any]:

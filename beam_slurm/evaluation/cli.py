@@ -24,16 +24,33 @@ import argparse
 import dataclasses
 import json
 import os
+import shutil
 import sys
 from pathlib import Path
 from typing import Any
 
+from rich.console import Console
+from rich.table import Table
+
+from beam_slurm.config.errors import ConfigError
+from beam_slurm.config.load import load_config
+from beam_slurm.config.overrides import hydra_value, override, value_at
+from beam_slurm.config.verb_args import VerbArgs, keys_under
 from beam_slurm.core.errors import UserError
+from beam_slurm.core.run_store import RunStore
 from beam_slurm.data.manifest import sha256_file
-from beam_slurm.evaluation.checkpoints import CheckpointError, EvalInput, step_of, resolve_checkpoint
-from beam_slurm.evaluation.metrics import GradingInputError
+from beam_slurm.evaluation import array
+from beam_slurm.evaluation.array import prepare
+from beam_slurm.evaluation.chain import ChainSettings, complete_checkpoints
+from beam_slurm.evaluation.checkpoints import EvalInput, resolve_checkpoint, step_of
+from beam_slurm.evaluation.generate import ClientSettings, EngineSettings, SamplingSettings
+from beam_slurm.evaluation.grading_pool import GradingLimits
+from beam_slurm.evaluation.metrics import PASS_AT
 from beam_slurm.evaluation.problems import DatasetError, Problem, read_problems
 from beam_slurm.evaluation.results import evaluation_dir, finished_metrics
+from beam_slurm.evaluation.resumable import task_finished
+from beam_slurm.pipeline import sweep
+from beam_slurm.pipeline.runs import RunNotFound, resolve_runs
 
 RESPONSES_FILE = "responses.jsonl"
 RESPONSES_META_FILE = "responses.meta.json"
@@ -64,8 +81,6 @@ OLD_FLAGS = {
 
 def build_parser():
     """The verb's parser: inputs and flags; every setting is a recipe key (see --help)."""
-    from beam_slurm.config.verb_args import VerbArgs, keys_under
-
     verb = VerbArgs(
         "evaluate",
         "Evaluate checkpoints on AIME (vLLM generation, grading, metrics) as one Slurm job array. Settings "
@@ -138,23 +153,6 @@ def _load_problems(files: list[str], limit: int | None) -> tuple[list[Problem], 
     return problems, described
 
 
-def _fingerprint(args: argparse.Namespace, cfg, eval_input: EvalInput | None, data: list[dict[str, Any]]) -> dict:
-    """What makes two evaluations the same: inputs and sampling (not the engine layout, which does not change them)."""
-    g = cfg.generation
-    return {
-        "checkpoint": str(Path(args.checkpoint).expanduser().resolve()) if args.checkpoint else None,
-        "model": eval_input.describe() if eval_input else None,
-        "server": {"url": args.server, "model": args.served_model} if args.server else None,
-        "data": [{"path": d["path"], "sha256": d["sha256"]} for d in data],
-        "limit": cfg.eval.limit,
-        "k": cfg.eval.responses_per_problem,
-        "max_tokens": g.max_response_tokens,
-        "temperature": g.temperature,
-        "top_p": g.top_p,
-        "reasoning_effort": g.reasoning_effort,
-    }
-
-
 def _resolve_out(args: argparse.Namespace, eval_input: EvalInput | None) -> Path:
     if args.out:
         return Path(args.out).expanduser().resolve()
@@ -173,8 +171,6 @@ def _resolve_out(args: argparse.Namespace, eval_input: EvalInput | None) -> Path
 
 def _grading_limits(cfg):
     """The grade section as grading limits (checked now, so a bad value fails before any model is loaded)."""
-    from beam_slurm.evaluation.grading_pool import GradingLimits
-
     return GradingLimits.from_settings(cfg.grade)
 
 
@@ -204,17 +200,15 @@ def _summary_lines(metrics: dict[str, dict[str, Any]]) -> list[str]:
 
 
 def _settings(args: argparse.Namespace, cfg):
-    from beam_slurm.evaluation.generate import ClientSettings, EngineSettings, SamplingSettings
-
     sampling = SamplingSettings.from_config(cfg)
     if args.server:
         return sampling, None, ClientSettings.from_config(cfg, args.server, args.served_model)
     return sampling, EngineSettings.from_config(cfg, ray_cluster=bool(os.environ.get("RAY_ADDRESS"))), None
 
 
-def _data_files(args: argparse.Namespace, cfg) -> list[str]:
-    if args.data:
-        return list(args.data)
+def _data_files(given: list[str] | None, cfg) -> list[str]:
+    if given:
+        return list(given)
     if not cfg.paths.data_dir:
         raise UsageError("--data FILE.parquet is required, or paths.data_dir (env DATA_DIR) to read the recipe's "
                          f"paths.eval_files ({', '.join(cfg.paths.eval_files)}) from")
@@ -240,8 +234,6 @@ def _split_target(verb, argv: list[str]) -> tuple[str | None, list[str]]:
 def _targets(args: argparse.Namespace, target: str | None, cfg) -> list[tuple[str, None, Path]]:
     """(checkpoint, None, evaluation folder) of every checkpoint to evaluate: --checkpoint, or every complete HF
     export of a run, or of every run of a sweep."""
-    from beam_slurm.evaluation.chain import ChainSettings, complete_checkpoints
-
     if args.checkpoint:
         if target:
             raise UsageError(f"unexpected argument {target!r}: settings are key=value, and a run or sweep is "
@@ -267,8 +259,6 @@ def _targets(args: argparse.Namespace, target: str | None, cfg) -> list[tuple[st
 
 def _run_exports(target: str, exports_root: str | None) -> list[Path]:
     """Export paths of a sweep folder's runs, or of the one run `target` names (beam_slurm.pipeline.runs)."""
-    from beam_slurm.pipeline.runs import RunNotFound, resolve_runs
-
     try:
         return [run.export_path for run in resolve_runs(target, exports_root)]
     except RunNotFound as exc:
@@ -279,8 +269,6 @@ def _run_exports(target: str, exports_root: str | None) -> list[Path]:
 
 def _points(parsed, multirun: bool, load) -> list[tuple[list[str], object]]:
     """(overrides, recipe) of every sweep point: `-m` expands key=a,b as `submit -m` does (Hydra's grammar)."""
-    from beam_slurm.pipeline import sweep
-
     overrides = list(parsed.overrides)
     swept = sweep.has_sweep(overrides)
     if swept and not multirun:
@@ -290,11 +278,6 @@ def _points(parsed, multirun: bool, load) -> list[tuple[list[str], object]]:
 
 
 def _table(results: dict[str, dict], title: str) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    from beam_slurm.evaluation.metrics import PASS_AT
-
     console = Console()
     if not console.is_terminal:
         console = Console(width=160)
@@ -313,9 +296,6 @@ def _table(results: dict[str, dict], title: str) -> None:
 
 
 def _finished_results(specs) -> dict[str, dict]:
-    from beam_slurm.evaluation.array import prepare
-    from beam_slurm.evaluation.resumable import task_finished
-
     results = {}
     for spec in specs:
         prepared = prepare(spec)
@@ -327,10 +307,6 @@ def _finished_results(specs) -> dict[str, dict]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from beam_slurm.config.errors import ConfigError
-    from beam_slurm.config.verb_args import VerbUsageError
-    from beam_slurm.evaluation import array
-
     verb = build_parser()
     log = lambda message: print(message, flush=True)  # noqa: E731  (progress goes to the job log as it happens)
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -371,17 +347,17 @@ def main(argv: list[str] | None = None) -> int:
             specs = [array.TaskSpec(checkpoint=targets[0][0], data_file=name, out_dir=str(targets[0][2]),
                                     ks=(cfg.eval.responses_per_problem,), overrides=tuple(overrides),
                                     base_model=args.base_model, server=args.server, served_model=args.served_model)
-                     for name in _data_files(args, cfg)]
+                     for name in _data_files(args.data, cfg)]
             prepared = [array.prepare(spec) for spec in specs]
             _load_problems([p.data["path"] for p in prepared], cfg.eval.limit)  # one data_source per file
         else:
             for _, cfg in points:
-                _load_problems(_data_files(args, cfg), cfg.eval.limit)  # one data_source per file
-            found = array.plan(points, targets, lambda cfg: _data_files(args, cfg), force=args.force,
+                _load_problems(_data_files(args.data, cfg), cfg.eval.limit)  # one data_source per file
+            found = array.plan(points, targets, lambda cfg: _data_files(args.data, cfg), force=args.force,
                                base_model=args.base_model)
     except ConfigError as exc:
         return verb.config_failed(exc)
-    except (VerbUsageError, UsageError, CheckpointError, DatasetError, GradingInputError, ValueError) as exc:
+    except UserError as exc:  # bad input of any kind (usage, checkpoint, dataset, settings): exit 2
         return verb.fail(exc)
 
     if args.check:
@@ -392,14 +368,10 @@ def main(argv: list[str] | None = None) -> int:
     if here:
         # 2. In this process (inside an allocation, or with --server): resumable generation, grading, results.
         if args.force:
-            import shutil
-
             for p in prepared:
                 for key in p.keys:
                     shutil.rmtree(p.out_dir / key.task_dir, ignore_errors=True)
                 shutil.rmtree(p.store.folder, ignore_errors=True)
-        from beam_slurm.evaluation.resumable import task_finished
-
         if all(task_finished(p.out_dir, key) for p in prepared for key in p.keys):
             log(f"evaluate: {targets[0][2]} already holds this evaluation; reusing it (--force to redo)")
         else:
@@ -431,6 +403,59 @@ def main(argv: list[str] | None = None) -> int:
         return verb.fail(f"{len(failed)} task(s) did not complete: "
                          + ", ".join(f"{j} {s}" for j, s in sorted(failed.items())), status=1)
     return 0
+
+
+def _launcher_overrides(cfg) -> list[str]:
+    """The run's eval.launcher.* and cluster keys the array reads, as keys (so a chained array gets the run's)."""
+    rendered = []
+    for key in [*keys_under("eval.launcher"), "cluster.gpus_per_node", "cluster.partition", "cluster.account",
+                "cluster.qos"]:
+        value = value_at(cfg, key)
+        if isinstance(value, dict):
+            rendered.append(f"{key}={{" + ",".join(f"{k}:{hydra_value(v)}" for k, v in value.items()) + "}")
+        else:
+            rendered.append(override(key, value))
+    return rendered
+
+
+def needs_base_model(cfg, checkpoint: Path) -> bool:
+    """A LoRA run's export is an adapter unless it holds a whole HF model (merged, or a rehearsal export of the base
+    model): `evaluate` refuses --base-model for a whole model."""
+    if not cfg.is_lora:
+        return False
+    folder = checkpoint / "policy" if (checkpoint / "policy").is_dir() else checkpoint
+    return not ((folder / "config.json").is_file() and not (folder / "adapter_config.json").is_file())
+
+
+def chained_overrides(cfg, step: int, extra_args: list[str] | None = None) -> list[str]:
+    """The keys of the chained evaluation of step `step`: the run's value of every key `evaluate` reads and of the
+    array's launcher keys, the array's name `<run_name>-eval-<step>` and submitit folder
+    `<log_dir>/eval-step<step>-<job id>/` (unless eval.launcher.submitit_folder is set), then `extra_args`
+    (eval.chain_extra_args, old flags included) last, so they win."""
+    overrides = [override(key, value_at(cfg, key)) for key in EVALUATE_KEYS]
+    overrides += _launcher_overrides(cfg)
+    overrides.append(override("eval.launcher.name", f"{cfg.run_name}-eval-{step}"))
+    if not cfg.eval.launcher.submitit_folder:
+        overrides.append(override("eval.launcher.submitit_folder", f"{cfg.paths.log_dir}/eval-step{step}-%j"))
+    return overrides + build_parser().parse(list(extra_args or [])).overrides
+
+
+def submit_for_checkpoint(cfg, step: int, checkpoint: str, extra_args: list[str] | None = None,
+                          log=print) -> str:
+    """The training job's chained evaluation of one export, by the path `beam-slurm evaluate --checkpoint` takes
+    (array.plan, then array.submit_plan): one task per dataset, with the keys of `chained_overrides`. Returns the job
+    id ('finished' when every task key is done already)."""
+    overrides = chained_overrides(cfg, step, extra_args)
+    folder = Path(checkpoint)
+    base_model = str(cfg.paths.model_path) if needs_base_model(cfg, folder) else None
+    found = array.plan([(overrides, load_config(overrides, validate=False))],
+                       [(str(folder), None, evaluation_dir(cfg.paths.export_path, step))],
+                       lambda c: _data_files(None, c), force=False, base_model=base_model)
+    ids = array.submit_plan(found, log)
+    array_id = ids[0] if len(ids) == 1 else ids[0].split("_")[0] if ids else ""
+    if array_id:
+        RunStore(cfg.paths.export_path).record_evaluation(step, str(checkpoint), array_id, None)
+    return array_id or "finished"
 
 
 if __name__ == "__main__":

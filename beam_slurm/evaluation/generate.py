@@ -10,7 +10,7 @@ allocation), on a CPU machine TP1 x PP1. Sampling follows the recipe (``generati
 the reasoning effort passed to the chat template as ``chat_template_kwargs``; every setting comes from the recipe
 schema through the ``from_config`` constructors, which is where their defaults live.
 
-vLLM spawns its engine process with multiprocessing "spawn", so any script calling :func:`generate_offline` must
+vLLM spawns its engine process with multiprocessing "spawn", so any script that starts an :class:`OfflineEngine` must
 run under an ``if __name__ == "__main__":`` guard.
 """
 
@@ -27,9 +27,18 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Callable
 
+from beam_slurm.core.errors import UserError
 from beam_slurm.evaluation.checkpoints import EvalInput, lora_request
+from beam_slurm.evaluation.metrics import MAX_K
 from beam_slurm.evaluation.problems import Problem
 
+# Imported inside the functions that use it, on purpose: vllm (seconds to import, and only generation needs it (not
+# --check, not --server)).
+
+
+
+class SettingsError(UserError, ValueError):
+    """A sampling, engine or server setting out of range; reported with exit status 2 before any model loads."""
 
 @dataclass(frozen=True)
 class SamplingSettings:
@@ -51,17 +60,15 @@ class SamplingSettings:
 
     def __post_init__(self) -> None:
         if self.n < 1:
-            raise ValueError(f"eval.responses_per_problem must be at least 1 (got {self.n})")
+            raise SettingsError(f"eval.responses_per_problem must be at least 1 (got {self.n})")
         if self.max_tokens < 1:
-            raise ValueError(f"generation.max_response_tokens must be at least 1 (got {self.max_tokens})")
+            raise SettingsError(f"generation.max_response_tokens must be at least 1 (got {self.max_tokens})")
         if not 0.0 < self.top_p <= 1.0:
-            raise ValueError(f"generation.top_p must be in (0, 1] (got {self.top_p})")
+            raise SettingsError(f"generation.top_p must be in (0, 1] (got {self.top_p})")
         if self.temperature < 0.0:
-            raise ValueError(f"generation.temperature must be >= 0 (got {self.temperature})")
-        from beam_slurm.evaluation.metrics import MAX_K
-
+            raise SettingsError(f"generation.temperature must be >= 0 (got {self.temperature})")
         if self.n > MAX_K:
-            raise ValueError(f"eval.responses_per_problem must be at most {MAX_K} (got {self.n})")
+            raise SettingsError(f"eval.responses_per_problem must be at most {MAX_K} (got {self.n})")
 
     @classmethod
     def from_config(cls, cfg) -> "SamplingSettings":
@@ -106,14 +113,14 @@ class EngineSettings:
 
     def __post_init__(self) -> None:
         if self.tensor_parallel_size < 1 or self.pipeline_parallel_size < 1:
-            raise ValueError("rollout.tensor_parallel and rollout.pipeline_parallel must be at least 1")
+            raise SettingsError("rollout.tensor_parallel and rollout.pipeline_parallel must be at least 1")
         if self.distributed_executor_backend not in (None, "ray", "mp", "uni"):
-            raise ValueError(
+            raise SettingsError(
                 f"rollout.executor_backend must be one of {', '.join(EXECUTORS)} "
                 f"(got {self.distributed_executor_backend!r})"
             )
         if not 0.0 < self.gpu_memory_utilization <= 1.0:
-            raise ValueError(f"eval.gpu_memory_utilization must be in (0, 1] (got {self.gpu_memory_utilization})")
+            raise SettingsError(f"eval.gpu_memory_utilization must be in (0, 1] (got {self.gpu_memory_utilization})")
 
     @classmethod
     def from_config(cls, cfg, *, ray_cluster: bool) -> "EngineSettings":
@@ -124,7 +131,7 @@ class EngineSettings:
         if executor == "auto":
             executor = "ray" if r.tensor_parallel * r.pipeline_parallel > 1 and ray_cluster else None
         elif executor not in EXECUTORS:
-            raise ValueError(f"rollout.executor_backend must be one of {', '.join(EXECUTORS)} (got {executor!r})")
+            raise SettingsError(f"rollout.executor_backend must be one of {', '.join(EXECUTORS)} (got {executor!r})")
         e = cfg.eval
         return cls(tensor_parallel_size=r.tensor_parallel, pipeline_parallel_size=r.pipeline_parallel,
                    distributed_executor_backend=executor, max_prompt_tokens=cfg.generation.max_prompt_tokens,
@@ -164,47 +171,6 @@ def _row(problem: Problem, sample: int, text: str, finish_reason: str | None, to
         "finish_reason": finish_reason,
         "response_tokens": tokens,
     }
-
-
-def generate_offline(
-    problems: list[Problem],
-    eval_input: EvalInput,
-    sampling: SamplingSettings,
-    engine: EngineSettings,
-    log: Callable[[str], None] = print,
-) -> list[dict[str, Any]]:
-    """Load the model into vLLM's offline engine and sample sampling.n responses per problem."""
-    from vllm import LLM, SamplingParams
-
-    started = time.monotonic()
-    llm = LLM(**engine_kwargs(eval_input, sampling, engine))
-    log(f"evaluate: engine ready in {time.monotonic() - started:.1f} s ({eval_input.label})")
-    params = SamplingParams(
-        n=sampling.n,
-        temperature=sampling.temperature,
-        top_p=sampling.top_p,
-        max_tokens=sampling.max_tokens,
-        seed=sampling.seed,
-    )
-    started = time.monotonic()
-    try:
-        outputs = llm.chat(
-            [problem.messages for problem in problems],
-            params,
-            use_tqdm=False,
-            lora_request=lora_request(eval_input),
-            chat_template_kwargs=sampling.chat_template_kwargs() or None,
-        )
-    finally:
-        # The engine holds accelerator memory and a child process; free them before grading starts its workers.
-        del llm
-        gc.collect()
-    rows = []
-    for problem, output in zip(problems, outputs, strict=True):
-        for sample, completion in enumerate(output.outputs):
-            rows.append(_row(problem, sample, completion.text, completion.finish_reason, len(completion.token_ids)))
-    log(f"evaluate: {len(rows)} responses in {time.monotonic() - started:.1f} s")
-    return rows
 
 
 Request = tuple[Problem, int, int]
@@ -299,9 +265,9 @@ class ClientSettings:
 
     def __post_init__(self) -> None:
         if not self.base_url.startswith(("http://", "https://")):
-            raise ValueError(f"--server must be an http:// or https:// URL (got {self.base_url!r})")
+            raise SettingsError(f"--server must be an http:// or https:// URL (got {self.base_url!r})")
         if self.max_attempts < 1 or self.concurrency < 1 or self.request_timeout_s <= 0:
-            raise ValueError("eval.server_max_attempts, eval.server_concurrency and eval.server_request_timeout_s must be "
+            raise SettingsError("eval.server_max_attempts, eval.server_concurrency and eval.server_request_timeout_s must be "
                              "positive")
 
     @property

@@ -13,6 +13,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from rich.console import Console
+from rich.table import Table
+
+from beam_slurm.config.errors import ConfigError
+from beam_slurm.config.verb_args import VerbArgs, VerbUsageError, keys_under
 from beam_slurm.evaluation import grading
 from beam_slurm.evaluation.grading_pool import GradingLimits, GradingSetupError, grade_rows_detailed
 from beam_slurm.evaluation.metrics import PASS_AT, GradingInputError, compute_details, compute_metrics
@@ -21,8 +26,6 @@ from beam_slurm.evaluation.results import METRICS_FILE, write_results
 
 def build_parser():
     """The verb's parser: inputs, --force, --json; grading limits are the grade.* keys."""
-    from beam_slurm.config.verb_args import VerbArgs, keys_under
-
     verb = VerbArgs("grade", __doc__.split("\n\n")[0], keys=keys_under("grade"))
     verb.add_argument("--responses", required=True, type=Path, help="JSONL file of responses to grade")
     verb.add_argument("--out", required=True, type=Path, help="output folder for metrics.json, grades.jsonl, ...")
@@ -53,9 +56,6 @@ def read_responses(path: Path) -> list[dict[str, Any]]:
 
 def print_summary(metrics: dict[str, dict[str, Any]], details: dict[str, dict[str, Any]], file=None) -> None:
     """A table of the metrics per data source, with math-verify's view beside the primary rule's."""
-    from rich.console import Console
-    from rich.table import Table
-
     table = Table(title="AIME grading (primary rule = training reward; math-verify as second opinion)")
     for column in ("data source", "k", "avg@k", *(f"pass@{j}" for j in PASS_AT), "maj@k", "math-verify avg@k",
                    "agree", "no answer", "timeouts"):
@@ -81,9 +81,6 @@ def print_summary(metrics: dict[str, dict[str, Any]], details: dict[str, dict[st
 
 
 def main(argv: list[str]) -> int:
-    from beam_slurm.config.errors import ConfigError
-    from beam_slurm.config.verb_args import VerbUsageError
-
     verb = build_parser()
     try:
         parsed = verb.parse(argv)

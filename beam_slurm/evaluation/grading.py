@@ -21,8 +21,12 @@ main thread, so :func:`math_verify_item` disables them and is meant to run insid
 from __future__ import annotations
 
 import functools
+import logging
 import re
 from dataclasses import dataclass
+
+# Imported inside the functions that use it, on purpose: math_verify (it brings sympy, about a second; only the
+# grading workers need it).
 
 # The scorer looks only at this many trailing characters; besides matching the reward, it bounds the cost of the
 # rule for megabyte-long responses.
@@ -138,7 +142,5 @@ def math_verify_item(response: str, ground_truth: str) -> bool:
 
 def quiet_math_verify_logging() -> None:
     """Silence math-verify's once-per-process warning that its alarms are off (the worker pool bounds each call)."""
-    import logging
-
     for name in ("math_verify", "math_verify.parser", "math_verify.grader", "latex2sympy2_extended"):
         logging.getLogger(name).setLevel(logging.ERROR)

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import collections
 import math
+import random
 import statistics
 from typing import Any, Iterable
 
@@ -118,8 +119,6 @@ def bootstrap_interval(per_problem: list[float], *, draws: int = BOOTSTRAP_DRAWS
                        level: float = 0.95) -> tuple[float, float]:
     """Percentile bootstrap interval of the mean of `per_problem` (each problem's c/k), problems resampled with
     replacement `draws` times from a generator seeded with `seed`."""
-    import random
-
     n = len(per_problem)
     if n == 0:
         raise ValueError("bootstrap_interval needs at least one problem")

@@ -14,6 +14,9 @@ from typing import Any
 
 from beam_slurm.core.errors import UserError
 
+# Imported inside the functions that use it, on purpose: pyarrow (status and report import this module and never read
+# a parquet file).
+
 REQUIRED_COLUMNS = ("prompt", "reward_model", "data_source")
 
 

@@ -37,9 +37,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import yaml
+from rich.console import Console
+from rich.table import Table
+
+from beam_slurm.config.verb_args import VerbArgs, VerbUsageError
 from beam_slurm.core.atomic_files import atomic_writer
 from beam_slurm.core.errors import UserError
+from beam_slurm.core.layout import CONFIG_FILE, RUN_DIRNAME, SWEEP_FILE
+from beam_slurm.core.run_store import RunStore
+from beam_slurm.evaluation.problems import labels_by_source
 from beam_slurm.evaluation.results import DETAILS_FILE, EVALS_DIRNAME, INFO_FILE, METRICS_FILE, write_json
+from beam_slurm.pipeline.runs import RunNotFound, resolve_run, resolve_runs, sweep_folder
+
+# Imported inside the functions that use it, on purpose: matplotlib (only the plot needs it, and it is slow to
+# import).
 
 SKYRL_DUMPS_DIRNAME = "dumped_evals"
 TRAIN_METRICS_FILE = "train_metrics.jsonl"
@@ -130,8 +142,6 @@ def _is_export_path(path: Path) -> bool:
 
 def resolve_export_path(run: str, exports_root: str | None = None) -> Path:
     """The export path of a run given as a folder, a run name or a training job id (see the module docstring)."""
-    from beam_slurm.pipeline.runs import RunNotFound, resolve_run
-
     try:  # a run with a record (beam_run/run.json): the one resolver every verb that takes RUN uses
         return resolve_run(run, exports_root)
     except RunNotFound:
@@ -175,9 +185,6 @@ class Target:
 
 def resolve_targets(targets: list[str], exports_root: str | None = None) -> list[Target]:
     """Runs named by the arguments, in order, each once: a sweep folder (or its sweep.json) stands for its runs."""
-    from beam_slurm.core.layout import SWEEP_FILE
-    from beam_slurm.pipeline.runs import resolve_runs, sweep_folder
-
     found: list[Target] = []
     for target in targets:
         sweep = sweep_folder(Path(target).expanduser())
@@ -207,11 +214,7 @@ def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:
 
 def run_config(export_path: Path) -> dict[str, Any]:
     """The run's resolved recipe (beam_run/config.yaml) as flat `key: value`; {} when the run has none."""
-    from beam_slurm.core.layout import CONFIG_FILE, RUN_DIRNAME
-
     try:
-        import yaml
-
         # libyaml's safe loader when present: the same result, ~10x faster (status reads every run's recipe).
         loaded = yaml.load((Path(export_path) / RUN_DIRNAME / CONFIG_FILE).read_text(encoding="utf-8"),
                            Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
@@ -258,8 +261,6 @@ def _recorded_data_files(export_path: Path) -> list[str]:
 
 def dataset_labels(export_path: Path) -> dict[str, str]:
     """{data_source: label} for a run's evaluation files, e.g. {"math_dapo": "aime2024"} (files that can be read)."""
-    from beam_slurm.evaluation.problems import labels_by_source
-
     return labels_by_source(_recorded_data_files(Path(export_path)))
 
 
@@ -379,8 +380,6 @@ def _collect_train(report: RunReport) -> None:
 
 def gather(export_path: Path) -> RunReport:
     """Read every evaluation and the training metrics found under a run's export path."""
-    from beam_slurm.core.run_store import RunStore
-
     export_path = Path(export_path)
     report = RunReport(export_path=export_path)
     report.name = RunStore(export_path).read().run_name or export_path.name
@@ -421,8 +420,6 @@ def label_runs(reports: list[RunReport], max_keys: int = 4) -> None:
     differ, the recipe keys whose values differ (beam_run/config.yaml; not names and paths). A value a run did not
     override is its recipe's. One run alone is labelled by its swept keys, else by its name. Runs whose labels would
     be equal get their name added; rehearsal runs end in "[rehearsal]"."""
-    from beam_slurm.core.run_store import RunStore
-
     configs = [run_config(r.export_path) for r in reports]
     given: list[dict[str, str]] = []
     for report in reports:
@@ -477,9 +474,6 @@ def print_table(reports: RunReport | list[RunReport], file=None) -> None:
     """One table for every run: a row per run, evaluated step and dataset, ours (avg@k, its 95 % interval, pass@k,
     maj@k) beside SkyRL's in-training accuracy, and the step's training reward and mean response length (every
     step's are in the figure and the JSON)."""
-    from rich.console import Console
-    from rich.table import Table
-
     reports = [reports] if isinstance(reports, RunReport) else reports
     console = Console(file=file)
     if not console.is_terminal:
@@ -674,8 +668,6 @@ def output_paths(targets: list[Target], plot: Path | None) -> tuple[Path, Path]:
 
 def build_parser():
     """The verb's parser: the runs, where to look them up, where the figure goes, --json. It reads no recipe key."""
-    from beam_slurm.config.verb_args import VerbArgs
-
     verb = VerbArgs("report", __doc__.split("\n\n")[0].replace("`", ""), settings=False)
     verb.add_argument("runs", nargs="+", metavar="RUN_OR_SWEEP",
                       help="a run (export path or a folder holding it, run name, training job id) or a sweep folder; "
@@ -689,8 +681,6 @@ def build_parser():
 
 
 def main(argv: list[str]) -> int:
-    from beam_slurm.config.verb_args import VerbUsageError
-
     verb = build_parser()
     try:
         args = verb.parse(argv).args

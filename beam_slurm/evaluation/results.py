@@ -28,6 +28,9 @@ from typing import Any
 from beam_slurm.core.atomic_files import atomic_writer
 from beam_slurm.evaluation.metrics import compute_details
 
+# Imported inside the functions that use it, on purpose: pyarrow (status and report import this module and never write
+# a parquet file).
+
 EVALS_DIRNAME = "beam_evals"
 METRICS_FILE = "metrics.json"
 GRADES_FILE = "grades.jsonl"

@@ -23,7 +23,6 @@ import contextlib
 import fcntl
 import hashlib
 import json
-import os
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -31,7 +30,10 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from beam_slurm.core.atomic_files import write_text
+from beam_slurm.evaluation.grading_pool import GradingPool, grade_with_pool
+from beam_slurm.evaluation.metrics import compute_metrics
 from beam_slurm.evaluation.problems import Problem
+from beam_slurm.evaluation.results import GRADES_FILE, INFO_FILE, METRICS_FILE, write_results
 
 SAMPLES_DIRNAME = "samples"
 TASKS_DIRNAME = "tasks"
@@ -190,8 +192,6 @@ def grade_missing(store: SampleStore, limits, progress: Progress, log: Callable[
     pending = store.ungraded()
     if not pending:
         return
-    from beam_slurm.evaluation.grading_pool import GradingPool, grade_with_pool
-
     started = time.monotonic()
     with GradingPool(limits) as pool:
         for chunk in pending:
@@ -211,9 +211,6 @@ def first_k(grades: list[dict[str, Any]], problems: list[Problem], k: int) -> li
 
 def write_task_results(out_dir: Path, key: TaskKey, grades: list[dict[str, Any]], record: dict[str, Any]) -> dict:
     """Metrics of one task key, written to its folder (metrics.json last); returns the metrics."""
-    from beam_slurm.evaluation.metrics import compute_metrics
-    from beam_slurm.evaluation.results import write_results
-
     metrics = compute_metrics(grades)
     for entry in metrics.values():
         entry["dataset"] = key.dataset
@@ -225,8 +222,6 @@ def write_task_results(out_dir: Path, key: TaskKey, grades: list[dict[str, Any]]
 def refresh_view(out_dir: Path) -> dict[str, dict[str, Any]]:
     """Rewrite the folder's view (metrics.json, grades.jsonl, ...): per dataset the finished task with the largest k,
     the most recent on a tie. Under a lock, so tasks finishing at once do not drop each other's datasets."""
-    from beam_slurm.evaluation.results import GRADES_FILE, INFO_FILE, METRICS_FILE, write_results
-
     tasks = out_dir / TASKS_DIRNAME
     with _locked(out_dir / VIEW_LOCK):
         chosen: dict[str, tuple[int, float, Path]] = {}

@@ -21,11 +21,13 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from beam_slurm.config.load import load_config
 from beam_slurm.core import layout
 from beam_slurm.core.atomic_files import read_json
 from beam_slurm.core.errors import UserError
 from beam_slurm.core.run_record import RunRecord, Wanted, read_record
 from beam_slurm.core.run_store import RunStore, now
+from beam_slurm.slurm import scheduler
 
 EXPORTS_ROOT_ENV = "BEAM_EXPORTS_ROOT"
 """Where run names are looked up (default $HOME/exports, the seed's export root)."""
@@ -73,8 +75,6 @@ def _knows_job(record_file: Path, job_id: str) -> bool:
 def _run_around(job_id: str) -> Path | None:
     """The run whose folder holds what Slurm says the job wrote (its output file or working folder): a job id that
     no index lists, e.g. one that sacct shows from another login node or an older state folder."""
-    from beam_slurm.slurm import scheduler
-
     for where in scheduler.job_folders(job_id):
         for folder in [Path(where), *Path(where).parents][:6]:
             if has_record(folder) and _knows_job(layout.run_file(folder), job_id):
@@ -111,8 +111,6 @@ def resolve_run(target: str, exports_root_given: str | None = None) -> Path:
                           "wrote; pass the run's export path")
     candidates = [root / target]
     try:
-        from beam_slurm.config.load import load_config
-
         candidates.append(Path(load_config([f"run_name={target}"], validate=False).paths.export_path))
     except Exception:  # a broken environment must not hide the other candidates
         pass

@@ -4,8 +4,9 @@ work is already done.
     PrepareData   sbatch/prepare_data.sh   [--force] data.out_dir=<paths.data_dir> data.<key>=<value>...
     PullContainer sbatch/pull_container.sh container.runtime=R container.image=I container.image_cache_dir=D
     Train         sbatch/train_<recipe>.sh <overrides> run_name=.. paths.ckpt_path=.. paths.export_path=..
-    Evaluate      sbatch/eval_aime.sh      --checkpoint DIR --data ... --out <export_path>/beam_evals/global_step_N
-                                           <every key evaluate reads>=<the run's value>
+
+Evaluations are not a stage: `beam-slurm evaluate` and the training job's chain submit them as job arrays
+(`beam_slurm.evaluation.cli`).
 
 Settings reach every job as recipe keys (`key=value`, values written so Hydra reads them back exactly); only inputs
 and switches are flags.
@@ -17,14 +18,21 @@ put on a command line (registry and hub credentials stay in the runtimes' own fi
 
 from __future__ import annotations
 
-import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from beam_slurm import REPO_ROOT
+from beam_slurm.config.load import load_config
+from beam_slurm.config.overrides import override, override_key
+from beam_slurm.containers.pull import image_is_current
+from beam_slurm.containers.runtime import cached_image_path, is_local_image
 from beam_slurm.core import layout
 from beam_slurm.core.errors import UserError
+from beam_slurm.data.cli import _file_records, _is_local, _plans, _specs
+from beam_slurm.data.errors import BadDataInput
+from beam_slurm.data.manifest import MANIFEST_NAME, load_manifest, reuse_verdict
+from beam_slurm.data.sources import resolve_source
 from beam_slurm.slurm.submission import SbatchRequest, submit
 
 SBATCH_DIR = REPO_ROOT / "sbatch"
@@ -34,9 +42,6 @@ TRAIN_SCRIPTS = {
     "bf16_64gpu": "train_bf16.sh",
     "mxfp8_64gpu": "train_mxfp8.sh",
 }
-EVAL_TIME_LIMIT = "04:00:00"
-"""Wall time of one evaluation job (30 problems x 8 responses x 2 data sets on one vLLM replica); the recipe has no
-per-stage time limit, and the training limit (a day) would only make the scheduler place the job later."""
 
 
 class StageError(UserError, ValueError):
@@ -133,8 +138,6 @@ class PrepareData:
     script = "prepare_data.sh"
 
     def __init__(self, cfg, data_overrides: list[str], *, force: bool = False):
-        from beam_slurm.config.overrides import override_key
-
         self.cfg = cfg
         # data.overwrite=true is the old spelling of prepare-data's --force
         old = [o for o in data_overrides if override_key(o) == "data.overwrite"]
@@ -150,13 +153,6 @@ class PrepareData:
 
     def completed(self) -> str:
         """Why the outputs can be kept as they are, or '' when the job must run."""
-        from beam_slurm.config.load import load_config
-        from beam_slurm.config.overrides import override
-        from beam_slurm.data.cli import _file_records, _is_local, _plans, _specs
-        from beam_slurm.data.errors import BadDataInput
-        from beam_slurm.data.manifest import MANIFEST_NAME, load_manifest, reuse_verdict
-        from beam_slurm.data.sources import resolve_source
-
         if self.force:
             return ""
         config = load_config([*self.data_overrides, override("data.out_dir", self.out_dir)], validate=False).data
@@ -177,8 +173,6 @@ class PrepareData:
         return f"complete: the three files in {out_dir} match {MANIFEST_NAME}"
 
     def render(self, cfg_for_logs=None) -> StagePlan:
-        from beam_slurm.config.overrides import override
-
         cfg = cfg_for_logs or self.cfg
         log_dir = str(cfg.paths.log_dir)
         request = SbatchRequest(
@@ -206,9 +200,6 @@ class PullContainer:
         return f"container:{s.runtime} {s.image} {s.image_cache_dir}"
 
     def completed(self) -> str:
-        from beam_slurm.containers.pull import image_is_current
-        from beam_slurm.containers.runtime import cached_image_path, is_local_image
-
         s = self.settings
         if s.runtime == "none":
             return "not needed: container.runtime=none runs on the host"
@@ -223,8 +214,6 @@ class PullContainer:
         return ""
 
     def render(self) -> StagePlan:
-        from beam_slurm.config.overrides import override
-
         cfg, s = self.cfg, self.settings
         log_dir = str(cfg.paths.log_dir)
         request = SbatchRequest(
@@ -277,80 +266,3 @@ class Train:
         request = SbatchRequest(script=script_path(script), options=options, script_args=self.script_args(),
                                 export=_export())
         return StagePlan(self.stage, self.identity(), request, log_dir=str(cfg.paths.log_dir))
-
-
-class Evaluate:
-    """One AIME evaluation job of one checkpoint (`sbatch/eval_aime.sh`); results in beam_evals/global_step_N."""
-
-    stage = "evaluate"
-    script = "eval_aime.sh"
-
-    def __init__(self, cfg, step: int, checkpoint_dir: str | os.PathLike, extra_args: list[str] | None = None):
-        self.cfg = cfg
-        self.step = int(step)
-        self.checkpoint_dir = str(checkpoint_dir)
-        self.extra_args = list(extra_args or [])
-
-    def out_dir(self) -> str:
-        from beam_slurm.evaluation.results import evaluation_dir
-
-        return str(evaluation_dir(self.cfg.paths.export_path, self.step))
-
-    def identity(self) -> str:
-        return f"evaluate:{self.out_dir()}"
-
-    def completed(self) -> str:
-        from beam_slurm.evaluation.results import METRICS_FILE
-
-        metrics = Path(self.out_dir()) / METRICS_FILE
-        return f"complete: {metrics} exists" if metrics.is_file() else ""
-
-    def is_full_model(self) -> bool:
-        """The checkpoint exists and is a whole HF model (config.json, no LoRA adapter): `evaluate` refuses
-        --base-model for it. A LoRA run's export may be merged (or a rehearsal export of the base model)."""
-        folder = Path(self.checkpoint_dir)
-        if (folder / "policy").is_dir():
-            folder = folder / "policy"
-        return (folder / "config.json").is_file() and not (folder / "adapter_config.json").is_file()
-
-    def script_args(self) -> list[str]:
-        """Inputs as flags, then every setting `evaluate` reads as key=value with this run's value."""
-        from beam_slurm.config.overrides import override, value_at
-        from beam_slurm.evaluation.cli import EVALUATE_KEYS
-
-        cfg = self.cfg
-        args = ["--checkpoint", self.checkpoint_dir]
-        if cfg.is_lora and not self.is_full_model():
-            args += ["--base-model", str(cfg.paths.model_path)]
-        for name in cfg.paths.eval_files:
-            args += ["--data", str(Path(cfg.paths.data_dir) / name)]
-        args += ["--out", self.out_dir()]
-        args += [override(key, value_at(cfg, key)) for key in EVALUATE_KEYS if not key.startswith("paths.")]
-        return args + self.extra_args  # a key given again later wins (eval.chain_extra_args)
-
-    def render(self) -> StagePlan:
-        cfg = self.cfg
-        nodes = max(1, math.ceil(cfg.gpus_per_engine / cfg.cluster.gpus_per_node))
-        options = [f"--job-name={cfg.run_name}-eval-{self.step}",
-                   f"--output={cfg.paths.log_dir}/eval-step{self.step}-%j.out"]
-        options += gpu_job_options(cfg, nodes, EVAL_TIME_LIMIT)
-        request = SbatchRequest(script=script_path(self.script), options=options, script_args=self.script_args(),
-                                export=_export())
-        return StagePlan(self.stage, self.identity(), request, log_dir=str(cfg.paths.log_dir))
-
-
-def submit_eval(cfg, step: int, checkpoint_dir: str | os.PathLike, *, extra_args: list[str] | None = None,
-                dependency: list[str] | None = None) -> str:
-    """Submit the evaluation of one checkpoint and return its job id; record it in <export_path>/beam_run/.
-
-    Called from the training job's batch shell when a checkpoint becomes complete. `extra_args` are appended to
-    the `beam-slurm evaluate` arguments (they win, e.g. `eval.limit=5`); `dependency` are job ids to wait for
-    (afterok). Raises SlurmCommandError when sbatch refuses, StageError when the script is missing.
-    """
-    from beam_slurm.core.run_store import RunStore
-
-    plan = Evaluate(cfg, step, checkpoint_dir, extra_args).render()
-    plan.submit(list(dependency or []), "afterok")
-    RunStore(cfg.paths.export_path).record_evaluation(step, str(checkpoint_dir), plan.job_id,
-                                                      plan.request.shell() if plan.request is not None else None)
-    return plan.job_id

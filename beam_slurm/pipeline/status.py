@@ -18,11 +18,21 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+from beam_slurm.config.verb_args import VerbArgs, VerbUsageError
 from beam_slurm.core import layout
 from beam_slurm.core.errors import UserError
 from beam_slurm.core.run_record import Attempt, EvaluationEntry, StageEntry
 from beam_slurm.core.run_store import RunStore
+from beam_slurm.evaluation.report import REHEARSAL_RUN, dataset_labels, entry_label, gather, is_rehearsal_run
+from beam_slurm.evaluation.results import evaluation_dir, finished_metrics
 from beam_slurm.pipeline.manifest import last_target, latest_stages
+from beam_slurm.pipeline.runs import RunNotFound, resolve_runs, sweep_folder
+from beam_slurm.slurm.scheduler import SlurmCommandError
+from beam_slurm.slurm.submission import FINAL_STATES, JobView, job_view
 
 
 class StatusInputError(UserError, ValueError):
@@ -64,8 +74,6 @@ def resolve_targets(target: str | None) -> tuple[list[Path], str]:
         if not target:
             raise StatusInputError("no run given and nothing submitted from this account yet; pass a run folder, "
                                    "run name or sweep folder")
-    from beam_slurm.pipeline.runs import RunNotFound, resolve_runs, sweep_folder
-
     path = Path(target).expanduser()
     try:
         found = resolve_runs(target)
@@ -83,8 +91,6 @@ def resolve_targets(target: str | None) -> tuple[list[Path], str]:
 
 
 def _latest_eval(export_path: Path) -> tuple[int | None, str]:
-    from beam_slurm.evaluation.report import gather
-
     try:
         report = gather(export_path)
     except OSError:
@@ -101,16 +107,12 @@ def _latest_eval(export_path: Path) -> tuple[int | None, str]:
 
 
 def _eval_at(export_path: Path, step: int) -> str:
-    from beam_slurm.evaluation.results import evaluation_dir, finished_metrics
-
     try:
         metrics = finished_metrics(evaluation_dir(export_path, step))
     except (OSError, ValueError):
         return "unreadable metrics.json"
     if not metrics:
         return ""
-    from beam_slurm.evaluation.report import dataset_labels, entry_label
-
     entries = {source: entry for source, entry in metrics.items() if isinstance(entry, dict)}
     labels = {} if all(e.get("dataset") for e in entries.values()) else dataset_labels(export_path)
     return ", ".join(f"{entry_label(source, entry, labels)} {entry.get('avg@k', float('nan')):.3f}"
@@ -119,8 +121,6 @@ def _eval_at(export_path: Path, step: int) -> str:
 
 def collect(export_paths: list[Path]) -> list[StatusRow]:
     """Rows for every run, with one squeue and one sacct call for all their jobs."""
-    from beam_slurm.slurm.submission import JobView, job_view
-
     runs = []
     ids: list[str] = []
     for export_path in export_paths:
@@ -180,8 +180,6 @@ def collect(export_paths: list[Path]) -> list[StatusRow]:
             rows.append(StatusRow(name, f"evaluate {step}", job_id, record.state, record.restarts,
                                   record.elapsed, record.nodes, str(step), _eval_at(export_path, step),
                                   _reason(record, evaluation_entry, records, stage_of_job)))
-    from beam_slurm.evaluation.report import is_rehearsal_run
-
     rehearsal_runs = {run.run_name or export_path.name for export_path, run, _, _ in runs
                       if is_rehearsal_run(export_path)}
     for row in rows:
@@ -224,13 +222,9 @@ def _reason(record, entry: StageEntry | EvaluationEntry, records: dict, stage_of
 
 
 def render_table(rows: list[StatusRow], title: str):
-    from rich.table import Table
-
     colours = {"COMPLETED": "green", "RUNNING": "cyan", "PENDING": "yellow", "SKIPPED": "dim", "FAILED": "red",
                "STOPPED": "magenta",
                "CANCELLED": "red", "TIMEOUT": "red", "NODE_FAIL": "red", "OUT_OF_MEMORY": "red"}
-    from beam_slurm.evaluation.report import REHEARSAL_RUN
-
     rehearsals = sorted({r.run for r in rows if r.rehearsal})
     caption = f"{', '.join(rehearsals)}: {REHEARSAL_RUN}" if rehearsals else None
     table = Table(title=title, caption=caption, caption_style="red")
@@ -254,8 +248,6 @@ def render_table(rows: list[StatusRow], title: str):
 
 def build_parser():
     """The verb's parser: the target, --watch, --json. It reads no recipe key."""
-    from beam_slurm.config.verb_args import VerbArgs
-
     verb = VerbArgs("status", __doc__.split("\n\n")[0], settings=False)
     verb.add_argument("target", nargs="?", help="run folder, run name or sweep folder (default: the last submitted)")
     verb.add_argument("--watch", action="store_true", help="refresh until every job has ended (Ctrl-C to stop)")
@@ -265,8 +257,6 @@ def build_parser():
 
 
 def main(argv: list[str]) -> int:
-    from beam_slurm.config.verb_args import VerbUsageError
-
     verb = build_parser()
     try:
         args = verb.parse(argv).args
@@ -275,8 +265,6 @@ def main(argv: list[str]) -> int:
         export_paths, title = resolve_targets(args.target)
     except (VerbUsageError, StatusInputError) as exc:
         return verb.fail(exc)
-    from beam_slurm.slurm.scheduler import SlurmCommandError
-
     def snapshot() -> list[StatusRow]:
         return collect(export_paths)
 
@@ -285,16 +273,12 @@ def main(argv: list[str]) -> int:
         if args.json:
             print(json.dumps([asdict(r) for r in rows], indent=2))
             return 0
-        from rich.console import Console
-
         console = Console()
         if not console.is_terminal and "COLUMNS" not in os.environ:  # logs and pipes: no 80-column wrapping
             console = Console(width=160)
         if not args.watch:
             console.print(render_table(rows, title))
             return 0
-        from rich.live import Live
-
         with Live(render_table(rows, title), console=console, refresh_per_second=1) as live:
             # Done when every job has ended, or waits for a dependency that can never be satisfied.
             while not all(r.state in ("SKIPPED", "STOPPED") or r.state in _final_states() or r.stage.startswith(" ")
@@ -310,6 +294,4 @@ def main(argv: list[str]) -> int:
 
 
 def _final_states() -> set[str]:
-    from beam_slurm.slurm.submission import FINAL_STATES
-
     return FINAL_STATES

@@ -22,6 +22,7 @@ Run folder: <export_path>/beam_run/ (see beam_slurm.core.layout); sweeps: <expor
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import time
@@ -29,8 +30,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from beam_slurm.config.errors import ConfigError, ConfigProblem
+from beam_slurm.config.load import load_config, load_many, to_yaml
+from beam_slurm.config.overrides import override_key
+from beam_slurm.config.validation import path_problems, problems as config_problems
+from beam_slurm.config.verb_args import VerbArgs, VerbUsageError, schema_keys
 from beam_slurm.core import layout
+from beam_slurm.core.atomic_files import write_text
 from beam_slurm.core.run_store import RunStore, now, remember_job
+from beam_slurm.evaluation.report import REHEARSAL_RUN
+from beam_slurm.pipeline.manifest import record_submission, remember_last
+from beam_slurm.pipeline.stages import PrepareData, PullContainer, StageError, Train
+from beam_slurm.pipeline.sweep import expand, has_sweep, rename_run, slug, sweep_root
+from beam_slurm.slurm.scheduler import SlurmCommandError
+from beam_slurm.slurm.submission import job_records
 
 STAGES = ("data", "container", "train")
 
@@ -61,8 +73,6 @@ class RunSpec:
 
 def build_parser():
     """The verb's parser: its switches, and every recipe key (data.* go to the data stage)."""
-    from beam_slurm.config.verb_args import VerbArgs, schema_keys
-
     verb = VerbArgs("submit", __doc__.split("\n\n")[0], keys=list(schema_keys()))
     verb.add_argument("-m", "--multirun", action="store_true", help="sweep: key=a,b expands to one run per value")
     verb.add_argument("--dry-run", action="store_true", help="render and print everything, submit and write nothing")
@@ -86,11 +96,6 @@ def build_runs(overrides: list[str], multirun: bool, stages: tuple[str, ...] | l
 
     With the train stage, the paths training reads are checked on this host (not the data files when the data
     stage of the same submission writes them), unless cluster.check_paths_on_submit=false."""
-    from beam_slurm.config.load import load_many
-    from beam_slurm.config.validation import path_problems
-    from beam_slurm.config.validation import problems as config_problems
-    from beam_slurm.pipeline.sweep import expand, has_sweep, rename_run, slug
-
     if not multirun:
         swept = has_sweep(overrides)
         if swept:
@@ -128,8 +133,6 @@ def build_runs(overrides: list[str], multirun: bool, stages: tuple[str, ...] | l
 def resume_stopped(runs: list[RunSpec], out=None) -> None:
     """Make each run whose last training job ended resumable (stopped, or failed by the no-progress guard) resume
     from its latest checkpoint, unless the user chose a resume mode."""
-    from beam_slurm.config.overrides import override_key
-
     for run in runs:
         if run.cfg is None or any(override_key(o) in ("checkpoint.resume_mode", "checkpoint.resume_path")
                                   for o in run.overrides):
@@ -159,10 +162,6 @@ def plan_stages(runs: list[RunSpec], stages: list[str], data_overrides: list[str
     """Render every stage of every valid run; decide skip (complete) and reuse (an earlier job still active).
 
     Runs sharing a data folder or an image share one plan object (one job)."""
-    from beam_slurm.pipeline.stages import PrepareData, PullContainer, Train
-    from beam_slurm.slurm.scheduler import SlurmCommandError
-    from beam_slurm.slurm.submission import job_records
-
     shared: dict[str, object] = {}
     for run in runs:
         run.plans = []
@@ -227,8 +226,6 @@ def _print_runs(runs: list[RunSpec], dry_run: bool, out=None) -> None:
         cfg = run.cfg
         print(f"run {cfg.run_name}  ({cfg.paths.export_path}/beam_run)", file=out)
         if cfg.trainer.backend == "rehearsal":
-            from beam_slurm.evaluation.report import REHEARSAL_RUN
-
             print(f"  {REHEARSAL_RUN}", file=out)
         for index, plan in enumerate(run.plans):
             owner = first_run_of.setdefault(id(plan), cfg.run_name)
@@ -250,12 +247,6 @@ def _print_runs(runs: list[RunSpec], dry_run: bool, out=None) -> None:
 
 def _write_records(runs: list[RunSpec], invalid: list[RunSpec], args, data_overrides: list[str],
                    sweep_dir: Path | None) -> None:
-    import json
-
-    from beam_slurm.config.load import to_yaml
-    from beam_slurm.core.atomic_files import write_text
-    from beam_slurm.pipeline.manifest import record_submission, remember_last
-
     for run in runs:
         for plan in run.plans:
             if plan.stage == "train" and plan.job_id:
@@ -282,8 +273,6 @@ def _write_records(runs: list[RunSpec], invalid: list[RunSpec], args, data_overr
 
 
 def main(argv: list[str]) -> int:
-    from beam_slurm.config.verb_args import VerbUsageError
-
     verb = build_parser()
     try:
         parsed = verb.parse(argv)
@@ -322,9 +311,6 @@ def main(argv: list[str]) -> int:
             print(f"beam-slurm submit: nothing was submitted{hint}", file=out)
             return 2
 
-    from beam_slurm.pipeline.stages import StageError
-    from beam_slurm.slurm.scheduler import SlurmCommandError
-
     if "train" in stages:
         resume_stopped(valid)
     try:
@@ -338,8 +324,6 @@ def main(argv: list[str]) -> int:
                 plan.request.dependency_type = args.dependency_type
     sweep_dir = None
     if args.multirun:
-        from beam_slurm.pipeline.sweep import sweep_root
-
         base = valid[0].base_name
         sweep_dir = sweep_root([str(r.cfg.paths.export_path) for r in valid]) / layout.SWEEPS_DIRNAME / \
             f"{base}-{time.strftime('%Y%m%d-%H%M%S')}"
@@ -365,16 +349,11 @@ def main(argv: list[str]) -> int:
 
 def _data_problems(data_overrides: list[str]) -> list[str]:
     """Check the data stage's settings now, so a typo fails before anything is queued."""
-    from beam_slurm.pipeline.sweep import has_sweep
-
     problems = [f"{o}: data settings cannot be swept (one data folder serves every run)" for o in has_sweep(data_overrides)]
     if problems:
         return problems
     if any(o.split("=", 1)[0].lstrip("+") == "data.out_dir" for o in data_overrides):
         return ["data.out_dir: the data stage writes to paths.data_dir (DATA_DIR), which training reads; set that instead"]
-    from beam_slurm.config.load import load_config
-    from beam_slurm.config.overrides import override_key
-
     try:  # the data section of the same schema; data.overwrite (old spelling of --force) is the stage's business
         cfg = load_config([o for o in data_overrides if override_key(o) != "data.overwrite"], validate=False)
     except ConfigError as exc:

@@ -9,9 +9,13 @@ validated before anything is submitted (see `beam_slurm.pipeline.submit`).
 from __future__ import annotations
 
 import itertools
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.errors import OverrideParseException
 
 from beam_slurm.config.errors import ConfigError, ConfigProblem
 
@@ -30,9 +34,6 @@ class Combination:
 
 def parse(overrides: list[str]):
     """Hydra's parsed overrides; a syntax error becomes a ConfigError naming the override."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-    from hydra.errors import OverrideParseException
-
     parser = OverridesParser.create()
     parsed = []
     for text in overrides:
@@ -100,6 +101,4 @@ def sweep_root(export_paths: list[str]) -> Path:
     parents = {str(Path(p).parent) for p in export_paths}
     if len(parents) == 1:
         return Path(parents.pop())
-    import os
-
     return Path(os.path.commonpath(export_paths))

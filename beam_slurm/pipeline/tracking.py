@@ -1,94 +1,24 @@
-"""Experiment tracking across requeues: one W&B run for the whole run, whatever the number of attempts.
+"""`beam-slurm sync RUN [--dry-run]`: upload a run's offline W&B folders, attempt by attempt, into its one W&B run.
 
-Each requeued attempt is a new process, and W&B ignores `resume` in offline mode (compute nodes often have no
-internet), so without care every attempt would be a run of its own. Here:
-
-- the training job chooses one W&B run id at its first attempt and keeps it in the run record
-  (`<export_path>/beam_run/run.json`, key `tracking`); every later attempt reads it back (`job_env`);
-- every attempt's trainer gets WANDB_RUN_ID (that id), WANDB_RESUME=allow, WANDB_MODE (`trainer.wandb_mode`, offline
-  by default) and its own WANDB_DIR, `<export_path>/beam_run/wandb/<jobid>-<attempt>/`, so attempts never write into
-  one another's offline folder;
-- `beam-slurm sync RUN` uploads the attempts' offline folders, in attempt order, into that one run:
-  `wandb sync --id <id> <folder>` per attempt (wandb >= 0.31 syncs a folder into the existing run named by `--id`,
-  appending; folders of one run are synced one after another in order of start time). `--dry-run` prints the
-  commands only.
-
-The static part of the environment (mode, resume) comes from `beam_slurm.skyrl.command.skyrl_env`; the rehearsal
-trainer logs through `open_run`/`log` as SkyRL's own W&B logger does (wandb.init with project and name; id, resume,
-mode and folder from the environment).
+`wandb sync --id <id> <folder>` per attempt (wandb >= 0.31 syncs a folder into the existing run named by `--id`,
+appending), in attempt order; `--dry-run` prints the commands only. Why one run id for every attempt, and where the
+attempts' folders are: `beam_slurm.skyrl.tracking`.
 """
 
 from __future__ import annotations
 
-import os
-import secrets
 import shlex
-import string
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, Mapping
 
+from beam_slurm.config.verb_args import VerbArgs, VerbUsageError
 from beam_slurm.core.layout import RUN_DIRNAME
-from beam_slurm.core.run_record import RunRecord, Tracking
-from beam_slurm.core.run_store import RunStore, now
+from beam_slurm.core.run_record import RunRecord
+from beam_slurm.core.run_store import RunStore
+from beam_slurm.pipeline.runs import RunNotFound, resolve_run
+from beam_slurm.skyrl.tracking import WANDB_FOLDER
 
-WANDB_FOLDER = "wandb"
-"""Folder under `beam_run/` with one WANDB_DIR per attempt (`<jobid>-<attempt>`)."""
-_ID_ALPHABET = string.ascii_lowercase + string.digits
-
-
-def new_run_id() -> str:
-    """A W&B-style run id: 8 lowercase letters and digits."""
-    return "".join(secrets.choice(_ID_ALPHABET) for _ in range(8))
-
-
-def ensure_run_id(export_path: str | os.PathLike, job_id: str) -> str:
-    """The run's W&B id from the run record, chosen and recorded now when this is the run's first attempt."""
-
-    def change(run: RunRecord) -> str:
-        if run.tracking is None or not run.tracking.wandb_run_id:
-            run.tracking = Tracking(logger="wandb", wandb_run_id=new_run_id(), chosen_by_job=str(job_id),
-                                    chosen_at=now())
-        return run.tracking.wandb_run_id
-
-    return RunStore(export_path).update(change)
-
-
-def attempt_dir(export_path: str | os.PathLike, job_id: str, attempt: int) -> Path:
-    """WANDB_DIR of one attempt."""
-    return Path(export_path) / RUN_DIRNAME / WANDB_FOLDER / f"{job_id}-{attempt}"
-
-
-def job_env(cfg: Any, environ: Mapping[str, str]) -> dict[str, str]:
-    """The per-attempt W&B environment for the trainer (inside the allocation); {} unless trainer.logger=wandb."""
-    if cfg.trainer.logger != "wandb":
-        return {}
-    job_id = environ.get("SLURM_JOB_ID", "local")
-    attempt = int(environ.get("SLURM_RESTART_COUNT", "0") or 0)
-    folder = attempt_dir(cfg.paths.export_path, job_id, attempt)
-    folder.mkdir(parents=True, exist_ok=True)
-    return {"WANDB_RUN_ID": ensure_run_id(cfg.paths.export_path, job_id), "WANDB_RESUME": "allow",
-            "WANDB_MODE": cfg.trainer.wandb_mode, "WANDB_DIR": str(folder)}
-
-
-# --- the trainer side (the rehearsal; SkyRL's logger does the same) --------------------------------------------------
-
-def open_run(environ: Mapping[str, str], name: str, config: dict | None = None) -> Any:
-    """wandb.init as SkyRL's W&B logger calls it, when the job set WANDB_RUN_ID (trainer.logger=wandb); else None."""
-    if not environ.get("WANDB_RUN_ID"):
-        return None
-    import wandb
-
-    return wandb.init(project=environ.get("WANDB_PROJECT", "beam"), name=name, config=config or {})
-
-
-def log(run: Any, metrics: dict, step: int) -> None:
-    if run is not None:
-        run.log({k: v for k, v in metrics.items() if isinstance(v, (int, float))}, step=step)
-
-
-# --- beam-slurm sync ----------------------------------------------------------------------------------------------
 
 def _wandb_run_id(run: RunRecord) -> str | None:
     return run.tracking.wandb_run_id if run.tracking else None
@@ -122,8 +52,6 @@ def sync_commands(export_path: Path, run: RunRecord) -> list[list[str]]:
 
 def build_parser():
     """The verb's parser: RUN, --dry-run, --exports-root. It reads no recipe key."""
-    from beam_slurm.config.verb_args import VerbArgs
-
     verb = VerbArgs("sync", "Upload a run's offline W&B folders, attempt by attempt, into its one W&B run.",
                     settings=False)
     verb.add_argument("target", help="run folder, run name or training job id")
@@ -133,9 +61,6 @@ def build_parser():
 
 
 def main(argv: list[str]) -> int:
-    from beam_slurm.config.verb_args import VerbUsageError
-    from beam_slurm.pipeline.runs import RunNotFound, resolve_run
-
     verb = build_parser()
     try:
         args = verb.parse(argv).args

@@ -8,6 +8,9 @@ from typing import Any
 from beam_slurm.ray_cluster.gpus import compare_gpu_view, probe_gpu_view
 from beam_slurm.ray_cluster.records import NodeFailure
 
+# Imported inside the functions that use it, on purpose: ray (the checks run inside the driver, where Ray is already
+# imported).
+
 PROBE_TIMEOUT_S = 120
 """How long the visibility probe may take on every node together."""
 
@@ -65,8 +68,3 @@ class GpuVisibilityCheck:
                            "keep every GPU visible and all use GPU 0 (SkyRL issue 1577); unset it")
             if problem:
                 raise NodeFailure("setup", problem)
-
-
-def check_gpu_visibility(ray: Any, nodes: list[dict[str, Any]], node_files: dict[int, dict[str, Any]]) -> None:
-    """Run one probe per node holding all its GPUs; NodeFailure naming the first node whose view differs."""
-    GpuVisibilityCheck(ray).finish(nodes, node_files)

@@ -1,13 +1,15 @@
-"""What one task of the Ray step knows about itself, read from Slurm's environment."""
+"""What one task of the Ray step knows about itself: Slurm's environment and the attempt's job spec."""
 
 from __future__ import annotations
 
 import os
 import socket
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from beam_slurm.ray_cluster.records import SIGTERM_NOTICE_ENV, NodeFailure
+from beam_slurm.ray_cluster.job_spec import JobSpec, attempt_dir
+from beam_slurm.ray_cluster.records import NodeFailure
+from beam_slurm.slurm.scheduler import SlurmCommandError, expand_hostnames
 
 
 @dataclass
@@ -29,13 +31,15 @@ class NodeContext:
     step_hosts: list[str]
     """Every node of the step, in rank order (one task per node, block distribution)."""
     expected_gpus: int | None
-    """GPUs each node should have (BEAM_GPUS_PER_NODE), None when not given."""
+    """GPUs each node should have (the job spec's gpus_per_node), None when not given."""
     attempt_dir: Path | None
     """Per-attempt log folder on shared storage (BEAM_ATTEMPT_DIR)."""
     cpus: int
     """CPUs on this node for this job."""
     sigterm_notice: bool = False
-    """BEAM_SIGTERM_NOTICE=1: hold a first SIGTERM that may be a preemption's only notice (`records.SIGTERM_NOTICE_ENV`)."""
+    """Hold a first SIGTERM that may be a preemption's only notice (the job spec's sigterm_notice)."""
+    spec: JobSpec = field(default_factory=JobSpec)
+    """The attempt's job spec (`beam_slurm.ray_cluster.job_spec`): Ray settings, log copy, manifest, timings."""
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None) -> "NodeContext":
@@ -51,13 +55,15 @@ class NodeContext:
         nodelist = env.get("SLURM_STEP_NODELIST") or env.get("SLURM_JOB_NODELIST") or ""
         hosts: list[str] = []
         if nodelist:
-            from beam_slurm.slurm.scheduler import SlurmCommandError, expand_hostnames
-
             try:
                 hosts = expand_hostnames(nodelist)
             except SlurmCommandError:
                 hosts = []
-        expected = env.get("BEAM_GPUS_PER_NODE", "")
+        folder = attempt_dir(env)
+        try:
+            spec = JobSpec.read(folder)
+        except (OSError, ValueError, TypeError) as exc:
+            raise NodeFailure("setup", f"the attempt's job spec in {folder} cannot be read: {exc}") from None
         return cls(
             job_id=env["SLURM_JOB_ID"],
             attempt=int(env.get("SLURM_RESTART_COUNT") or 0),
@@ -66,10 +72,11 @@ class NodeContext:
             num_nodes=num_nodes,
             host=env.get("SLURMD_NODENAME") or socket.gethostname(),
             step_hosts=hosts,
-            expected_gpus=int(expected) if expected else None,
-            attempt_dir=Path(env["BEAM_ATTEMPT_DIR"]) if env.get("BEAM_ATTEMPT_DIR") else None,
+            expected_gpus=spec.gpus_per_node,
+            attempt_dir=folder,
             cpus=int(env.get("SLURM_CPUS_ON_NODE") or os.cpu_count() or 1),
-            sigterm_notice=env.get(SIGTERM_NOTICE_ENV) == "1",
+            sigterm_notice=spec.sigterm_notice,
+            spec=spec,
         )
 
     def host_of_rank(self, rank: int) -> str:

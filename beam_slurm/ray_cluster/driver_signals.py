@@ -4,7 +4,7 @@ Slurm's proctrack plugin signals every process of the Ray step it tracks: the no
 the driver (`beam_slurm.ray_cluster.node` holds the task's SIGTERM, see `NodeRole.hold_sigterm`). The driver must
 hold that first SIGTERM too, or it exits (Ray's own handler calls sys.exit) before the batch shell asks it to save.
 `hold_first_sigterm()` installs a handler, chained to whatever handler was there (Ray's, after ray.init), that
-holds one SIGTERM when the batch shell allowed it (BEAM_SIGTERM_NOTICE=1) and the attempt is not being stopped by
+holds one SIGTERM when the batch shell allowed it (the job spec's sigterm_notice) and the attempt is not being stopped by
 us (`records.STOPPING_FILE`); any other SIGTERM goes to the previous handler.
 """
 
@@ -16,20 +16,21 @@ import sys
 import time
 from typing import Any
 
-from beam_slurm.ray_cluster.records import SIGTERM_NOTICE_ENV, stopping
+from beam_slurm.ray_cluster.job_spec import JobSpec, attempt_dir
+from beam_slurm.ray_cluster.records import stopping
 
 _held = False
 
 
 def _may_hold() -> bool:
-    attempt_dir = os.environ.get("BEAM_ATTEMPT_DIR")
-    return not _held and bool(attempt_dir) and not stopping(attempt_dir)
+    folder = attempt_dir()
+    return not _held and folder is not None and not stopping(folder)
 
 
 def hold_first_sigterm() -> None:
     """Call in the driver after ray.init (which installs its own SIGTERM handler); a no-op unless the batch shell
-    set BEAM_SIGTERM_NOTICE=1."""
-    if os.environ.get(SIGTERM_NOTICE_ENV) != "1":
+    allowed it in the attempt's job spec (sigterm_notice)."""
+    if not JobSpec.current().sigterm_notice:
         return
     previous = signal.getsignal(signal.SIGTERM)
 

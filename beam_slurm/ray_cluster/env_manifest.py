@@ -7,8 +7,8 @@ The manifest names the variables the driver, the Ray processes and so every Ray 
 - the recipe's own variables (`beam_slurm.skyrl.command.skyrl_env`, which includes `trainer.extra_env`);
 - `trainer.env_secret_files`: NAME -> a file holding the value, read on each node.
 
-The batch shell passes the manifest's description (names, patterns, file paths: never a value) to the nodes as
-`BEAM_ENV_MANIFEST`; each node resolves it against its own environment (srun hands the batch shell's environment
+The batch shell passes the manifest's description (names, patterns, file paths: never a value) to the nodes in
+the attempt's job spec (`beam_slurm.ray_cluster.job_spec`); each node resolves it against its own environment (srun hands the batch shell's environment
 to every task) before `ray start`, so the raylet and every worker it spawns inherit it: a variable set only in the
 driver's process never reaches a worker on another node (SkyRL PR 1406), one in the raylet's environment always
 does. Each node records what it exported in `<attempt dir>/env/<node>.json`, secrets as `<set>`.
@@ -21,14 +21,14 @@ _DIR, which name files) travel only by inheritance or by file: a secret value in
 from __future__ import annotations
 
 import fnmatch
-import json
 import os
 import re
 from pathlib import Path
 from typing import Mapping
 
-MANIFEST_ENV = "BEAM_ENV_MANIFEST"
-"""Environment variable carrying the manifest's description (JSON: inherit, set, secret_files) to the nodes."""
+from beam_slurm.config.errors import ConfigProblem
+from beam_slurm.core.atomic_files import write_json
+
 MASK = "<set>"
 """What a rendered command, a log or a record shows in place of a secret value."""
 RECORD_DIR = "env"
@@ -56,8 +56,6 @@ def matches(name: str, patterns: list[str]) -> bool:
 
 def problems(cfg) -> list:
     """Secret values written into the recipe, bad names and unreadable secret files; each names its key."""
-    from beam_slurm.config.errors import ConfigProblem
-
     found = []
     for section, extra in (("trainer.extra_env", cfg.trainer.extra_env), ("ray.extra_env", cfg.ray.extra_env)):
         for name in extra:
@@ -80,25 +78,23 @@ def problems(cfg) -> list:
     return found
 
 
-def describe(cfg, recipe_env: Mapping[str, str]) -> str:
-    """The manifest's description for `BEAM_ENV_MANIFEST`: names, patterns and file paths, no value."""
-    return json.dumps({"inherit": list(cfg.trainer.env_inherit), "set": sorted(recipe_env),
-                       "secret_files": dict(cfg.trainer.env_secret_files)}, sort_keys=True)
+def describe(cfg, recipe_env: Mapping[str, str]) -> dict:
+    """The manifest's description for the job spec: names, patterns and file paths, no value."""
+    return {"inherit": list(cfg.trainer.env_inherit), "set": sorted(recipe_env),
+            "secret_files": dict(cfg.trainer.env_secret_files)}
 
 
 class ManifestError(RuntimeError):
     """A secret file named by the manifest cannot be read on this node."""
 
 
-def resolve(environ: Mapping[str, str]) -> tuple[dict[str, str], list[str]]:
+def resolve(spec: Mapping | None, environ: Mapping[str, str]) -> tuple[dict[str, str], list[str]]:
     """On a node: (the manifest's variables with their values, the explicit names it lists that are unset here).
 
     Inherited names and the recipe's own variables are taken from `environ` (the task's environment); secret files
-    are read here. Without `BEAM_ENV_MANIFEST` (a driver started without the recipe) the manifest is empty."""
-    text = environ.get(MANIFEST_ENV, "")
-    if not text:
+    are read here. Without a description (a node started without the recipe's trainer) the manifest is empty."""
+    if not spec:
         return {}, []
-    spec = json.loads(text)
     inherit = list(spec.get("inherit") or [])
     values = {name: value for name, value in environ.items() if matches(name, inherit)}
     values.update({name: environ[name] for name in spec.get("set") or [] if name in environ})
@@ -116,8 +112,6 @@ def record(attempt_dir: Path | None, host: str, values: Mapping[str, str], missi
     """Write `<attempt dir>/env/<host>.json`: every exported name, secrets as `<set>`."""
     if attempt_dir is None:
         return
-    from beam_slurm.core.atomic_files import write_json
-
     write_json(attempt_dir / RECORD_DIR / f"{host}.json", {"exported": masked(dict(sorted(values.items()))),
                                                          "missing": sorted(missing)})
 

@@ -27,17 +27,29 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import fcntl
+import importlib.util
 import json
 import os
+import shutil
 import socket
 import statistics
 import struct
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from datetime import timedelta
+from pathlib import Path
 from typing import Any, Mapping
+
+from beam_slurm.ray_cluster.gpus import allocated_gpus
+from beam_slurm.ray_cluster.network import interface_ipv4 as address_of
+from beam_slurm.ray_cluster.ports import FIXED_PORTS, first_block
+from beam_slurm.slurm.scheduler import expand_hostnames
+
+# Imported inside the functions that use it, on purpose: torch (only the fabric probe's workers need it; the probe's
+# parent process never imports it).
 
 RESULT_PREFIX = "BEAM_FABRIC "
 """Start of the line each rank prints with its measurements (JSON)."""
@@ -99,8 +111,6 @@ def fabric_settings(cfg: Any) -> FabricSettings:
 def with_job_port(settings: dict[str, Any], ray_settings: Any, job_id: str) -> dict[str, Any]:
     """The settings with the rendezvous port set: the last spare fixed port of the job's Ray port block (Ray is not
     running yet, and the block is the range the site opened for this job)."""
-    from beam_slurm.ray_cluster.ports import FIXED_PORTS, first_block
-
     if settings.get("port"):
         return settings
     base = ray_settings.port_range_start + first_block(int(job_id), ray_settings) * ray_settings.ports_per_job
@@ -118,8 +128,6 @@ def interface_names() -> list[str]:
 
 def interface_ipv4(name: str) -> str | None:
     """IPv4 address of the interface, or None."""
-    from beam_slurm.ray_cluster.network import interface_ipv4 as address_of
-
     try:
         return address_of(name)
     except OSError:
@@ -270,8 +278,6 @@ def _world_all_reduce(dist: Any, torch: Any, store: Any, rank: int, world: int, 
 def _bounded(seconds: float, call: Any, *args: Any) -> dict[str, Any]:
     """call(*args) in a thread; {"error": ...} when it raised or did not return within `seconds` (the thread is
     left behind: the process ends with os._exit once it has reported)."""
-    import threading
-
     outcome: dict[str, Any] = {}
 
     def target() -> None:
@@ -293,16 +299,16 @@ def resolve_backend(backend: str, gpus: int) -> str:
     """auto -> nccl where this node has GPUs for the step and an NVIDIA driver, else gloo."""
     if backend != "auto":
         return backend
-    import shutil
-
     return "nccl" if gpus > 0 and shutil.which("nvidia-smi") else "gloo"
 
 
-def run_rank(settings: FabricSettings, environ: Mapping[str, str]) -> dict[str, Any]:
-    """This rank's part (torchrun-style environment); its record. Rank 0 also gathers every rank's record."""
+def run_rank(settings: FabricSettings, environ: Mapping[str, str], host: str | None = None,
+             run_id: str = "0") -> dict[str, Any]:
+    """This rank's part (torchrun-style environment); its record. Rank 0 also gathers every rank's record. `host`:
+    the node's Slurm name (default: the host name); `run_id` keeps two checks' keys apart in a shared store."""
     rank, world = int(environ["RANK"]), int(environ["WORLD_SIZE"])
     local = int(environ.get("LOCAL_RANK", "0"))
-    host = environ.get("BEAM_FABRIC_HOST") or socket.gethostname()
+    host = host or socket.gethostname()
     record: dict[str, Any] = {"rank": rank, "local_rank": local, "host": host, "interface": settings.interface,
                               "address": interface_ipv4(settings.interface) if settings.interface else None,
                               "pairs": [], "errors": []}
@@ -335,7 +341,7 @@ def run_rank(settings: FabricSettings, environ: Mapping[str, str]) -> dict[str, 
     store = dist.TCPStore(environ["MASTER_ADDR"], int(environ["MASTER_PORT"]), None,
                           rank == 0 and not agent_store, timedelta(seconds=settings.timeout_s + _START_UP_S),
                           wait_for_workers=False)
-    store = dist.PrefixStore(f"beam-fabric-{environ.get('BEAM_FABRIC_RUN', '0')}", store)
+    store = dist.PrefixStore(f"beam-fabric-{run_id}", store)
     store.set(f"join/{rank}", json.dumps({"host": host, "local": local}))
     if rank == 0:
         join_deadline = time.monotonic() + settings.timeout_s
@@ -399,9 +405,6 @@ def run_rank(settings: FabricSettings, environ: Mapping[str, str]) -> dict[str, 
 def run_node(settings: FabricSettings, environ: Mapping[str, str] | None = None) -> dict[str, Any]:
     """This node's part inside the preflight step (one task per node): its interface problems and the records of
     its ranks (one gloo rank, or one NCCL rank per GPU of the step), each run as a process of its own."""
-    from beam_slurm.ray_cluster.gpus import allocated_gpus
-    from beam_slurm.slurm.scheduler import expand_hostnames
-
     env = dict(os.environ if environ is None else environ)
     host = env.get("SLURMD_NODENAME") or socket.gethostname()
     node_rank = int(env.get("SLURM_PROCID", "0"))
@@ -410,8 +413,6 @@ def run_node(settings: FabricSettings, environ: Mapping[str, str] | None = None)
     if nodes < 2:
         result["skipped"] = "one node: no fabric between nodes to measure"
         return result
-    import importlib.util
-
     if importlib.util.find_spec("torch") is None:
         result["skipped"] = (f"torch is not installed for {sys.executable}, so the fabric was not measured here; "
                              "install torch there or set cluster.fabric_check=false")
@@ -426,10 +427,10 @@ def run_node(settings: FabricSettings, environ: Mapping[str, str] | None = None)
     for local in range(per_node):
         worker_env = {**env, "MASTER_ADDR": socket.gethostbyname(hosts[0]), "MASTER_PORT": str(settings.port),
                       "RANK": str(node_rank * per_node + local), "WORLD_SIZE": str(nodes * per_node),
-                      "LOCAL_RANK": str(local), "LOCAL_WORLD_SIZE": str(per_node), "BEAM_FABRIC_HOST": host,
-                      "BEAM_FABRIC_RUN": run_id}
+                      "LOCAL_RANK": str(local), "LOCAL_WORLD_SIZE": str(per_node)}
         worker_env.pop("TORCHELASTIC_USE_AGENT_STORE", None)
-        workers.append(subprocess.Popen([sys.executable, "-m", __name__, "--settings", worker_settings],
+        workers.append(subprocess.Popen([sys.executable, "-m", __name__, "--settings", worker_settings, "--host", host,
+                                         "--run", run_id],
                                         env=worker_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     # Join, up to three rounds, the all_reduce and the gather each end within the timeout; the rest is start-up.
     limit = settings.timeout_s * 7 + 120
@@ -562,8 +563,6 @@ def summary_lines(summary: dict[str, Any]) -> list[str]:
 def report(output: str, prefix: str, settings: dict[str, Any], attempt_dir: Any, log: Any) -> dict[str, list[str]]:
     """In the batch shell: the verdict over the preflight step's output, logged line by line and written to
     `<attempt_dir>/fabric.json` (with `bad_nodes`, the names the requeue logic can exclude); problems by host."""
-    from pathlib import Path
-
     failing, summary = verdict(records_from_output(output, prefix), FabricSettings(**settings))
     for line in summary_lines(summary):
         log(line)
@@ -585,6 +584,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--bytes", type=int, default=None, help="bytes per transfer")
     parser.add_argument("--timeout", type=float, default=None, help="seconds to join, and for each pair")
     parser.add_argument("--interface", default=None, help="interface for the traffic (GLOO/NCCL_SOCKET_IFNAME)")
+    parser.add_argument("--host", default=None, help="this node's name in the records (default: the host name)")
+    parser.add_argument("--run", default=None, help="the preflight's check id; the preflight gives the verdict")
     args = parser.parse_args(argv)
     settings = FabricSettings(**json.loads(args.settings)) if args.settings else FabricSettings(enabled=True)
     for name, value in (("backend", args.backend), ("bytes", args.bytes), ("timeout_s", args.timeout),
@@ -596,14 +597,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"fabric: {', '.join(missing)} not set; run under torchrun or set them as torchrun does", file=sys.stderr)
         return 2
     try:
-        record = run_rank(settings, os.environ)
+        record = run_rank(settings, os.environ, args.host, args.run or "0")
     except Exception as exc:  # reported as this rank's error; the verdict names the node
         record = {"rank": int(os.environ["RANK"]), "local_rank": int(os.environ.get("LOCAL_RANK", "0")),
-                  "host": os.environ.get("BEAM_FABRIC_HOST") or socket.gethostname(), "pairs": [],
+                  "host": args.host or socket.gethostname(), "pairs": [],
                   "errors": [f"{type(exc).__name__}: {str(exc).strip()[:300]}"]}
     gathered = record.get("gathered")
     print(RESULT_PREFIX + json.dumps({k: v for k, v in record.items() if k != "gathered"}), flush=True)
-    if gathered is None or "BEAM_FABRIC_RUN" in os.environ:
+    if gathered is None or args.run is not None:
         return 0
     missing = [r for r in range(int(os.environ["WORLD_SIZE"])) if r not in {g["rank"] for g in gathered}]
     if missing:

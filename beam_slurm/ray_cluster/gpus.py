@@ -9,7 +9,11 @@ one-GPU task must see exactly one of them in its own CUDA_VISIBLE_DEVICES.
 from __future__ import annotations
 
 import os
+import socket
 from typing import Any, Mapping
+
+# Imported inside the functions that use it, on purpose: ray (the function runs as a Ray task; the bootstrap imports
+# Ray only where it must).
 
 # Slurm writes this when the step has no GPU devices (no --gres), see Ray PR 7014.
 _NO_DEVICES = {"", "NoDevFiles"}
@@ -35,8 +39,6 @@ def allocated_gpus(environ: Mapping[str, str] | None = None) -> tuple[list[str],
 
 def probe_gpu_view() -> dict[str, Any]:
     """Runs inside a Ray task: the GPU ids Ray assigned and the worker's CUDA_VISIBLE_DEVICES."""
-    import socket
-
     import ray
 
     return {

@@ -21,6 +21,11 @@ from beam_slurm.ray_cluster.records import (EXIT_INFRA, EXIT_STOPPED, HEAD_FILE,
                                             NodeFailure, mark_stopping, record_driver_exit, shell_status)
 from beam_slurm.ray_cluster.role import NodeRole
 from beam_slurm.ray_cluster.supervision import WorkerWatch, stop_process_group
+from beam_slurm.slurm import scheduler
+from beam_slurm.slurm.requeue_policy import preempted
+
+# Imported inside the functions that use it, on purpose: ray (imported once the head's `ray start` is up, for the
+# driver-side checks only).
 
 
 class Head(NodeRole):
@@ -56,7 +61,7 @@ class Head(NodeRole):
         self.log(f"head up at {address} (temp dir {self.ray.temp_dir})")
         registered = self.wait_for_cluster(address)
         self.log(f"all {self.ctx.num_nodes} nodes and {registered} GPUs registered")
-        timing = {"job_start": _job_start_time(), "node_start": self.started, "head_up": head_up,
+        timing = {"job_start": self.ctx.spec.job_start_time, "node_start": self.started, "head_up": head_up,
                   "registered": self.registered_at, "gpus_checked": self.checked_at or time.time(),
                   "client_released": time.time(), "nodes": self.ctx.num_nodes, "gpus": registered,
                   **self.bringup_windows()}
@@ -74,8 +79,9 @@ class Head(NodeRole):
         ray_start = {host: info.get("ray_start") for host, info in nodes.items() if info.get("ray_start")}
         node_start = {host: info.get("node_start") for host, info in nodes.items() if info.get("node_start")}
         ray_start[self.ctx.host], node_start[self.ctx.host] = self.ray_start_window, self.started
-        return {"preflight": _window("BEAM_PREFLIGHT_WINDOW"), "ray_step_launch": _float_env("BEAM_RAY_STEP_LAUNCH_TIME"),
-                "node_starts": node_start, "ray_starts": ray_start}
+        spec = self.ctx.spec
+        return {"preflight": list(spec.preflight_window) if spec.preflight_window else None,
+                "ray_step_launch": spec.ray_step_launch_time, "node_starts": node_start, "ray_starts": ray_start}
 
     # --- readiness -----------------------------------------------------------------------------------------------
     def wait_for_cluster(self, address: str) -> int:
@@ -149,9 +155,6 @@ class Head(NodeRole):
         """A first SIGTERM is held on every node: when Slurm says the job is being preempted, tell the batch shell
         (USR1, as `--signal` would have) and let the driver run on until the batch shell has the save and stops the
         step; otherwise stop as on any SIGTERM."""
-        from beam_slurm.slurm import scheduler
-        from beam_slurm.slurm.requeue_policy import preempted
-
         try:
             preempt_time = scheduler.job_info(self.ctx.job_id).get("PreemptTime", "")
         except scheduler.SlurmCommandError as exc:
@@ -221,22 +224,6 @@ class Head(NodeRole):
         record_driver_exit(self.ctx.attempt_dir, status)
         write_json(self.rendezvous.ended_file, {"status": status, "time": time.time()})
         return status
-
-
-def _job_start_time() -> float | None:
-    value = os.environ.get("BEAM_JOB_START_TIME", "")
-    return float(value) if value else None
-
-
-def _float_env(name: str) -> float | None:
-    value = os.environ.get(name, "")
-    return float(value) if value else None
-
-
-def _window(name: str) -> list[float] | None:
-    """`began,ended` (seconds since the epoch) from the batch shell, or None."""
-    parts = os.environ.get(name, "").split(",")
-    return [float(parts[0]), float(parts[1])] if len(parts) == 2 and all(parts) else None
 
 
 def bringup_poll_s(configured_s: float, nodes: int) -> float:

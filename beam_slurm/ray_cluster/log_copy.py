@@ -19,18 +19,15 @@ lost power) skips the last copy; the node's folder then holds the previous perio
 
 from __future__ import annotations
 
-import json
 import os
 import threading
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Mapping
+from typing import Callable
 
-from beam_slurm.core.atomic_files import atomic_writer
+from beam_slurm.core.atomic_files import atomic_writer, write_json
 
-SETTINGS_ENV = "BEAM_LOG_COPY"
-"""Environment variable carrying `LogCopySettings` (JSON) from the batch shell to the nodes."""
 COPY_RECORD = "COPY.json"
 """The node folder's record of the last copy."""
 RAY_LOGS_DIR = "ray"
@@ -52,15 +49,11 @@ class LogCopySettings:
         return cls(interval_s=float(c.log_copy_interval_s), max_bytes=int(c.log_copy_max_mbytes * 1024 * 1024),
                    final_s=float(c.log_copy_s))
 
-    def to_env(self) -> str:
-        return json.dumps(asdict(self), sort_keys=True)
-
     @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None) -> "LogCopySettings":
-        """The batch shell's settings, or the schema's defaults for a driver started without the recipe."""
-        text = (os.environ if environ is None else environ).get(SETTINGS_ENV, "")
-        if text:
-            return cls(**json.loads(text))
+    def schema_defaults(cls) -> "LogCopySettings":
+        """The schema's settings, for a node started without the batch shell's job spec."""
+        # Deferred: only a node started without the batch shell reads the schema, and the schema brings Hydra
+        # (~0.5 s) into every node's start.
         from beam_slurm.config.schema import ClusterConfig
 
         defaults = ClusterConfig()
@@ -134,8 +127,6 @@ def copy_logs(temp_dir: Path, dest: Path, max_bytes: int, *, reason: str, deadli
                "bytes": used, "max_bytes": max_bytes, "files_copied": copied, "files_unchanged": kept,
                "files_cut_to_their_tail": truncated, "files_left_out": len(left_out),
                "left_out": left_out[:50], "stale_removed": removed}
-    from beam_slurm.core.atomic_files import write_json
-
     write_json(dest / COPY_RECORD, summary, indent=1)
     return summary
 

@@ -1,14 +1,14 @@
 """One Ray node of a job: `python -m beam_slurm.ray_cluster.node -- DRIVER ARGV...`, run by ONE srun step over all
 nodes with one task per node. Rank 0 (SLURM_PROCID) is the head (`head.Head`: bring-up, readiness, GPU check, the
 driver), every other rank a worker (`worker.Worker`: join, supervise). SIGTERM (the step being stopped) stops the
-driver and this job's Ray on the node, nothing else; USR1/USR2 are the batch shell's and are ignored here. With
-BEAM_SIGTERM_NOTICE=1 a first SIGTERM that is not the batch shell's stop is held: a preemption without a user
+driver and this job's Ray on the node, nothing else; USR1/USR2 are the batch shell's and are ignored here. When
+the job spec says so (sigterm_notice) a first SIGTERM that is not the batch shell's stop is held: a preemption without a user
 signal reaches only the tasks, and the head relays it to the batch shell as a notice (`NodeRole.hold_sigterm`).
 
 Inputs (environment): SLURM_JOB_ID, SLURM_PROCID, SLURM_STEP_ID, SLURM_STEP_NUM_NODES, SLURM_STEP_NODELIST,
-SLURM_RESTART_COUNT, SLURM_CPUS_ON_NODE, the step's CUDA_VISIBLE_DEVICES; BEAM_RAY_SETTINGS (RaySettings as JSON),
-BEAM_GPUS_PER_NODE (expected GPUs per node, optional), BEAM_ATTEMPT_DIR (per-attempt log folder, optional),
-BEAM_ENV_MANIFEST (`beam_slurm.ray_cluster.env_manifest`), BEAM_LOG_COPY (`beam_slurm.ray_cluster.log_copy`).
+SLURM_RESTART_COUNT, SLURM_CPUS_ON_NODE, the step's CUDA_VISIBLE_DEVICES; BEAM_ATTEMPT_DIR (per-attempt log folder,
+optional) and the job spec in it (`beam_slurm.ray_cluster.job_spec`: Ray settings, expected GPUs per node, the
+environment manifest, log copy settings, whether to hold a first SIGTERM, bring-up timings).
 Outputs in BEAM_ATTEMPT_DIR: see `beam_slurm.ray_cluster.records`; the node's Ray logs in ray/<node>/ and its
 exported environment in env/<node>.json.
 """
@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
         argv = argv[argv.index("--") + 1:]
     try:
         ctx = NodeContext.from_env()
-        settings = RaySettings.from_env().validate()
+        settings = ctx.spec.ray.validate()
     except Exception as exc:  # printed for the user; the batch shell sees the status
         print(f"ray-node: {exc}", file=sys.stderr)
         return EXIT_SETUP

@@ -33,13 +33,10 @@ DRIVER_EXIT_FILE = "driver_exit.json"
 """The driver's exit status, in BEAM_ATTEMPT_DIR: {status, time}."""
 STOPPING_FILE = "ray_step_stopping"
 """Written by the batch shell, in BEAM_ATTEMPT_DIR, before it stops the Ray step: a SIGTERM then is a stop, never
-one to hold as a preemption's notice (`SIGTERM_NOTICE_ENV`)."""
+one to hold as a preemption's notice (the job spec's sigterm_notice)."""
 TERM_RELAYED_FILE = "sigterm_relayed.json"
 """Written by the head, in BEAM_ATTEMPT_DIR, before it relays a preemption's SIGTERM to the batch shell as USR1:
 {time, node, preempt_time}, so the batch shell can say where its notice came from."""
-SIGTERM_NOTICE_ENV = "BEAM_SIGTERM_NOTICE"
-"""'1' in the Ray step's environment when the batch shell judged that a preemption's first SIGTERM, which reaches
-only the tasks, leaves time for a save (`beam_slurm.notice_budget.term_notice`): the nodes then hold it."""
 
 
 class NodeFailure(Exception):

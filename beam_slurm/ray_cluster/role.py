@@ -9,14 +9,14 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from beam_slurm.core.atomic_files import write_json
 from beam_slurm.ray_cluster import auth, env_manifest, scale
 from beam_slurm.ray_cluster.context import NodeContext
 from beam_slurm.ray_cluster.gpus import allocated_gpus
 from beam_slurm.ray_cluster.local_ray import LocalRay, RayStartAbandoned
-from beam_slurm.ray_cluster.log_copy import LogCopier, LogCopySettings
+from beam_slurm.ray_cluster.log_copy import LogCopier
 from beam_slurm.ray_cluster.network import tcp_reachable
 from beam_slurm.ray_cluster.ports import RayPorts, choose_ports
-from beam_slurm.core.atomic_files import write_json
 from beam_slurm.ray_cluster.records import BRINGUP_DIR, NodeFailure, record_first_failure, stopping
 from beam_slurm.ray_cluster.rendezvous import Rendezvous, read_json
 from beam_slurm.ray_cluster.settings import RaySettings
@@ -50,7 +50,7 @@ class NodeRole:
         log_dir = ctx.attempt_dir if ctx.attempt_dir else temp_dir
         self.ray = LocalRay(temp_dir, log_dir / f"ray-{ctx.host}.log")
         self.gpus, self.gpu_source = allocated_gpus()
-        self.log_copier = LogCopier(temp_dir, ctx.attempt_dir, ctx.host, LogCopySettings.from_env(), self.log)
+        self.log_copier = LogCopier(temp_dir, ctx.attempt_dir, ctx.host, ctx.spec.log_copy_settings(), self.log)
         """Copies this node's Ray session logs to the attempt's log folder (periodically, and once at the end)."""
         self.ray_start_window: tuple[float, float] | None = None
         """(began, returned) of this node's `ray start`, failed tries included: Ray's own start-up time, for the bring-up
@@ -61,7 +61,7 @@ class NodeRole:
     def hold_sigterm(self) -> bool:
         """On SIGTERM: True when it is held rather than obeyed. Without preempt_send_user_signal a preemption's first
         SIGTERM reaches only the tasks of the job's steps, not the batch shell, GraceTime before the kill. When the
-        batch shell judged that a save fits in that time (`records.SIGTERM_NOTICE_ENV`), the first SIGTERM is held:
+        batch shell judged that a save fits in that time (the job spec's sigterm_notice), the first SIGTERM is held:
         the head asks Slurm whether it is a preemption and relays it to the batch shell as a notice, or stops. The
         batch shell marks its own stops (`records.STOPPING_FILE`), and a second SIGTERM always stops."""
         if not self.ctx.sigterm_notice or self.ctx.attempt_dir is None or self.sigterm_held_at is not None:
@@ -78,7 +78,7 @@ class NodeRole:
     def export_manifest(self) -> None:
         """Resolve the environment manifest on this node (secret files read here) and record it, secrets masked."""
         try:
-            self.manifest_env, missing = env_manifest.resolve(os.environ)
+            self.manifest_env, missing = env_manifest.resolve(self.ctx.spec.env_manifest, os.environ)
         except env_manifest.ManifestError as exc:
             raise NodeFailure("setup", f"node {self.ctx.host}: {exc}") from None
         env_manifest.record(self.ctx.attempt_dir, self.ctx.host, self.manifest_env, missing)

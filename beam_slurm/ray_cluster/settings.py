@@ -1,22 +1,18 @@
 """Settings of the Ray cluster that one Slurm job starts across its allocation.
 
-The batch shell (`beam-slurm train`) hands these to every node of the Ray step as JSON in the environment variable
-`BEAM_RAY_SETTINGS` (`to_env` / `from_env`); they hold no secret, the auth token lives in a file.
+The batch shell (`beam-slurm train`) hands these to every node of the Ray step in the attempt's job spec
+(`beam_slurm.ray_cluster.job_spec`); they hold no secret, the auth token lives in a file.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from beam_slurm.config.errors import ConfigError, ConfigProblem
 from beam_slurm.ray_cluster.ports import PORT_NAMES
-
-SETTINGS_ENV = "BEAM_RAY_SETTINGS"
-"""Environment variable carrying the JSON form of `RaySettings` from the batch shell to the nodes."""
 
 # Ray's unix socket paths live under <temp dir>/session_<date>_<pid>/sockets/; Linux caps them at 107 bytes.
 _SESSION_SUFFIX_LEN = len("/session_2026-11-29_23-56-32_369213_1234567/sockets/plasma_store")
@@ -194,10 +190,6 @@ class RaySettings:
         chosen = self.state_dir or os.environ.get("BEAM_SLURM_STATE_DIR", "") or "~/.beam-slurm"
         return os.path.abspath(os.path.expanduser(chosen))
 
-    def to_env(self) -> str:
-        """JSON form for `BEAM_RAY_SETTINGS`."""
-        return json.dumps(dataclasses.asdict(self), sort_keys=True)
-
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any]) -> "RaySettings":
         """Build from a mapping (config node or JSON); unknown keys are rejected by name."""
@@ -207,12 +199,3 @@ class RaySettings:
             raise ConfigError([ConfigProblem(f"ray.{key}", values[key], f"remove it; known keys: {', '.join(sorted(known))}")
                                for key in unknown])
         return cls(**{key: (dict(value) if isinstance(value, Mapping) else value) for key, value in values.items()})
-
-    @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None) -> "RaySettings":
-        """Read `BEAM_RAY_SETTINGS`; defaults when it is unset."""
-        environ = os.environ if environ is None else environ
-        text = environ.get(SETTINGS_ENV, "")
-        if not text:
-            return cls()
-        return cls.from_mapping(json.loads(text))

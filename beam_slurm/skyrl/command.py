@@ -13,7 +13,11 @@ import json
 import shlex
 from dataclasses import dataclass, field
 
+from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
 from beam_slurm.config.overrides import escape_interpolation, escape_values
+from beam_slurm.ray_cluster.env_manifest import masked
 
 #: The DAPO experiment from the SkyRL checkout (examples/ is not in the wheel): it adds the overlong penalty.
 DAPO_MODULE = "examples.train.algorithms.dapo.main_dapo"
@@ -44,8 +48,6 @@ class SkyRLLaunch:
     def shell(self, python: str = "python") -> str:
         """One shell line (for display and rendered scripts), every value quoted; a secret's value shows as `<set>`
         (`beam_slurm.ray_cluster.env_manifest.is_secret`)."""
-        from beam_slurm.ray_cluster.env_manifest import masked
-
         env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(masked(self.env).items()))
         cd = f"cd {shlex.quote(self.cwd)} && " if self.cwd else ""
         return f"{cd}{env + ' ' if env else ''}{shlex.join(self.argv(python))}"
@@ -67,9 +69,6 @@ def render_value(value) -> str:
 
 def _parses_to(rendered: str, value) -> bool:
     """True when OmegaConf's CLI parser, resolving references as SkyRL does, reads `rendered` back as `value`."""
-    from omegaconf import OmegaConf
-    from omegaconf.errors import OmegaConfBaseException
-
     try:
         return OmegaConf.to_container(OmegaConf.from_cli([f"k={rendered}"]), resolve=True)["k"] == value
     except (OmegaConfBaseException, ValueError, TypeError):
@@ -217,7 +216,7 @@ def skyrl_env(cfg) -> dict[str, str]:
     if cfg.rollout.attention == "fa2":
         env["VLLM_FLASH_ATTN_VERSION"] = "2"
     if cfg.trainer.logger == "wandb":
-        # Offline runs ignore resume; the job adds WANDB_RUN_ID and WANDB_DIR per attempt (beam_slurm.pipeline.tracking).
+        # Offline runs ignore resume; the job adds WANDB_RUN_ID and WANDB_DIR per attempt (beam_slurm.skyrl.tracking).
         env.update({"WANDB_MODE": cfg.trainer.wandb_mode, "WANDB_RESUME": "allow"})
     env.update({k: str(v) for k, v in cfg.trainer.extra_env.items()})
     return env

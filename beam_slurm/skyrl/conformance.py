@@ -16,6 +16,10 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import dataclass, field, make_dataclass
+
+# Imported inside the functions that use it, on purpose: skyrl (it lives in SkyRL's own Python 3.12 environment, not
+# in the submit side's).
 
 DAPO_FIELDS = {"overlong_buffer_len": (int, 512), "overlong_buffer_penalty_factor": (float, 1.0)}
 """DAPOAlgorithmConfig's extra fields in skyrl-v0.3.0 examples/train/algorithms/dapo/main_dapo.py: name -> (type, default)."""
@@ -30,8 +34,6 @@ def dapo_config_class():
         return DAPOConfig, "examples.train.algorithms.dapo.main_dapo"
     except Exception:  # not a checkout root, or the example needs the GPU stack to import
         pass
-    from dataclasses import dataclass, field, make_dataclass
-
     from skyrl.train.config import AlgorithmConfig, make_config
 
     algorithm_cls = make_dataclass(

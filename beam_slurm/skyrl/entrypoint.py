@@ -34,10 +34,15 @@ from __future__ import annotations
 
 import os
 import sys
+from importlib import import_module
 from pathlib import Path
 
+from beam_slurm.ray_cluster.driver_signals import hold_first_sigterm
 from beam_slurm.skyrl import notice
 from beam_slurm.skyrl.train_metrics import TRAIN_METRICS_FILE, append_step_metrics
+
+# Imported inside the functions that use it, on purpose: ray, skyrl (the trainer's environment only; the module itself
+# is read by the submit side).
 
 DAPO_MODULE = "examples.train.algorithms.dapo.main_dapo"
 """SkyRL's DAPO experiment; lives in the checkout's examples/, not in the wheel."""
@@ -144,8 +149,6 @@ def _experiment_classes(kind: str):
         print(f"{EXPERIMENT_ENV}={kind!r} is not known; use 'dapo' (default) or 'base'", file=sys.stderr)
         raise SystemExit(2)
     try:
-        from importlib import import_module
-
         dapo = import_module(DAPO_MODULE)
     except ModuleNotFoundError as exc:
         print(
@@ -189,8 +192,6 @@ def main(argv: list[str] | None = None) -> int:
     cfg = config_cls.from_cli_overrides(args)
     validate_cfg(cfg)
     initialize_ray(cfg)
-    from beam_slurm.ray_cluster.driver_signals import hold_first_sigterm
-
     hold_first_sigterm()  # a preemption's SIGTERM to the tasks may be a notice (after ray.init's own handler)
     # Imported by module name (also under `python -m`) so Ray ships a reference, not a pickled copy of __main__.
     from beam_slurm.skyrl.entrypoint import _run_experiment

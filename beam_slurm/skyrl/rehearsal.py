@@ -56,18 +56,24 @@ import math
 import os
 import random
 import shutil
+import socket
 import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from omegaconf import OmegaConf
+
 from beam_slurm.core.atomic_files import write_text
 from beam_slurm.core.errors import UserError
-from beam_slurm.pipeline import tracking
 from beam_slurm.ray_cluster.driver_signals import hold_first_sigterm
-from beam_slurm.skyrl import notice
+from beam_slurm.skyrl import notice, tracking
+from beam_slurm.skyrl.conformance import dapo_config_class
 from beam_slurm.skyrl.train_metrics import append_step_metrics
+
+# Imported inside the functions that use it, on purpose: ray, pyarrow (the rehearsal's run only; the submit side reads
+# its settings).
 
 STEP_SECONDS_ENV = "BEAM_REHEARSAL_STEP_SECONDS"
 """Seconds one rehearsal step takes (float; trainer.rehearsal_step_s)."""
@@ -174,8 +180,6 @@ def parse_settings(argv: list[str]) -> RehearsalSettings:
     """Read the overrides with SkyRL's config classes when importable, else with OmegaConf."""
     settings = RehearsalSettings()
     try:
-        from beam_slurm.skyrl.conformance import dapo_config_class
-
         config_cls, _ = dapo_config_class()
         reader = "SkyRL config classes"
     except ImportError:
@@ -188,8 +192,6 @@ def parse_settings(argv: list[str]) -> RehearsalSettings:
         for name, key in _KEYS.items():
             setattr(settings, name, _lookup(cfg, key))
     else:
-        from omegaconf import OmegaConf
-
         bad = [a for a in argv if "=" not in a or a.startswith("+")]
         if bad:
             raise SettingsError(f"not key=value overrides: {bad}; pass SkyRL overrides like trainer.ckpt_interval=10")
@@ -210,6 +212,8 @@ def parse_settings(argv: list[str]) -> RehearsalSettings:
 
 def read_costs(settings: RehearsalSettings, environ) -> None:
     """The step, save and model-load costs from the environment; unset ones take the schema's defaults."""
+    # Deferred: the batch shell sets every cost; the schema (and Hydra with it) loads only for a rehearsal started
+    # by hand.
     from beam_slurm.config.schema import TrainerConfig
 
     defaults = TrainerConfig()
@@ -462,8 +466,6 @@ def place_actors(s: RehearsalSettings):
     @ray.remote(num_cpus=0, num_gpus=1)
     class GpuSlot:
         def where(self) -> dict:
-            import socket
-
             ctx = ray.get_runtime_context()
             return {"hostname": socket.gethostname(), "node_ip": ray.util.get_node_ip_address(),
                     "node_id": ctx.get_node_id(), "gpu_ids": [str(g) for g in ray.get_gpu_ids()],

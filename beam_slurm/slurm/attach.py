@@ -21,7 +21,17 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from omegaconf import OmegaConf
+
+from beam_slurm.config.schema import BeamConfig
+from beam_slurm.config.verb_args import VerbArgs, VerbUsageError
+from beam_slurm.core.layout import CONFIG_FILE, RUN_DIRNAME
+from beam_slurm.core.run_store import RunStore
+from beam_slurm.pipeline import runs
+from beam_slurm.ray_cluster.records import HEAD_FILE
 from beam_slurm.slurm import scheduler
+from beam_slurm.slurm.job_settings import job_mounts
+from beam_slurm.slurm.steps import ContainerHook, container_hook
 
 ATTACH_STEP = "attach"
 """Job name of the attach step (as `squeue --steps` shows it)."""
@@ -55,9 +65,6 @@ class RunJob:
 
 def find_job(target: str, exports_root: str | None = None) -> RunJob:
     """The training job RUN names: that job for a job id, else the run's latest one. RunNotFound when none."""
-    from beam_slurm.core.run_store import RunStore
-    from beam_slurm.pipeline import runs
-
     export_path = runs.resolve_run(target, exports_root)
     run = RunStore(export_path).read()
     if target.isdigit():
@@ -80,8 +87,6 @@ def head_record(attempt_dir: Path) -> dict | None:
 
 
 def _head_file() -> str:
-    from beam_slurm.ray_cluster.records import HEAD_FILE
-
     return HEAD_FILE
 
 
@@ -131,7 +136,6 @@ def ray_environment(head: dict, environ: dict[str, str], python_bin: str | None)
     if head.get("token_path"):
         env["RAY_AUTH_MODE"] = "token"
         env["RAY_AUTH_TOKEN_PATH"] = str(head["token_path"])
-    env["BEAM_ATTACHED_JOB"] = str(head.get("job_id", ""))
     if python_bin:
         env["PATH"] = python_bin + os.pathsep + env.get("PATH", "/usr/bin:/bin")
     return env
@@ -150,8 +154,6 @@ def attach_argv(target: Target, command: list[str], hook, *, shell: str) -> list
 
 def container_hook_of(job: RunJob):
     """The job's container hook, from the run's resolved recipe (beam_run/config.yaml); none without a container."""
-    from beam_slurm.slurm.steps import ContainerHook, container_hook
-
     try:
         cfg = saved_config(job.export_path)
     except Exception as exc:  # a record this version cannot read: say so, attach outside any container
@@ -160,29 +162,19 @@ def container_hook_of(job: RunJob):
         cfg = None
     if cfg is None or cfg.container.runtime == "none":
         return ContainerHook(), cfg
-    from beam_slurm.slurm.job_settings import job_mounts
-
     return container_hook(cfg.container, job_mounts(cfg), job.job_id), cfg
 
 
 def saved_config(export_path: Path):
     """The run's resolved recipe as a typed BeamConfig, None when the run folder has none."""
-    from beam_slurm.core.layout import CONFIG_FILE, RUN_DIRNAME
-
     path = export_path / RUN_DIRNAME / CONFIG_FILE
     if not path.is_file():
         return None
-    from omegaconf import OmegaConf
-
-    from beam_slurm.config.schema import BeamConfig
-
     merged = OmegaConf.merge(OmegaConf.structured(BeamConfig), OmegaConf.load(path))
     return OmegaConf.to_object(merged)
 
 
 def build_parser():
-    from beam_slurm.config.verb_args import VerbArgs
-
     args = VerbArgs("attach", "beam-slurm attach RUN [--node NAME] [-- CMD ...]: a shell (or CMD) on a node of a running "
                     "training job, inside its allocation and container, with its Ray address and token set (`ray "
                     "status` works).\n\nRUN: the run folder (its export path), its run name, or the training job's "
@@ -195,9 +187,6 @@ def build_parser():
 
 def main(argv: list[str], *, execute=None) -> int:
     """Parse, resolve, then replace this process with the srun step (`execute(argv, env)`; tests pass their own)."""
-    from beam_slurm.config.verb_args import VerbUsageError
-    from beam_slurm.pipeline import runs
-
     argv = list(argv)
     command = argv[argv.index("--") + 1:] if "--" in argv else []
     argv = argv[: argv.index("--")] if "--" in argv else argv

@@ -36,13 +36,16 @@ from beam_slurm.core.atomic_files import write_json
 from beam_slurm.core.errors import UserError
 from beam_slurm.core.run_record import RunRecord, TrainJob, Wanted
 from beam_slurm.core.run_store import RunStore, now, remember_job
+from beam_slurm.notice_budget import STOP_FILE, term_notice
 from beam_slurm.ray_cluster import auth, records
+from beam_slurm.ray_cluster.job_spec import ATTEMPT_DIR_ENV, JobSpec
 from beam_slurm.ray_cluster.ports import ephemeral_range
-from beam_slurm.ray_cluster.settings import SETTINGS_ENV
-from beam_slurm.slurm import preflight, scheduler
+from beam_slurm.skyrl import notice
+from beam_slurm.slurm import preflight, scheduler, storage_probe
 from beam_slurm.slurm.job_settings import TrainJobSettings
-from beam_slurm.slurm.requeue_policy import (AttemptFacts, Decision, decide, exclusion, failed_node,
-                                             no_progress_streak, slurm_end_of, stop_waiting_for_save)
+from beam_slurm.slurm.preemption import read_preemption
+from beam_slurm.slurm.requeue_policy import (AttemptFacts, Decision, decide, exclusion, failed_node, no_progress_streak,
+                                             slurm_end_of, stop_waiting_for_save)
 from beam_slurm.slurm.steps import StepLauncher, stop_step
 
 RAY_STEP = "ray"
@@ -55,6 +58,17 @@ _SLURM_ENDS_EVERYTHING = ("requeued", "cancelled", "time limit")
 """What Slurm may be doing when a SIGTERM arrives that signals every step at once: no save can be made."""
 
 
+def process_start_time() -> float:
+    """When this process started (Linux: its start in clock ticks since boot), so the bring-up timing counts the
+    interpreter's start and the recipe's loading; now, where /proc does not tell."""
+    try:
+        ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
+        uptime = float(Path("/proc/uptime").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return time.time()
+    return time.time() - uptime + ticks / os.sysconf("SC_CLK_TCK")
+
+
 class Attempt:
     """One attempt of the training job, run in the batch shell."""
 
@@ -62,6 +76,8 @@ class Attempt:
         self.settings = settings
         self.alloc = allocation
         self.attempt_dir = Path(settings.log_dir) / f"{allocation.job_id}-{allocation.restart_count}"
+        self.started_at = process_start_time()
+        """When the batch shell's process started (the bring-up timing's job_start)."""
         self.notices: list[tuple[str, float]] = []
         self.step: subprocess.Popen | None = None
         self.nodes = settings.nodes
@@ -96,10 +112,7 @@ class Attempt:
     def step_env(self) -> dict[str, str]:
         env = dict(os.environ)
         env.update(self.launcher.hook.env)
-        env[SETTINGS_ENV] = self.settings.ray.to_env()
-        env["BEAM_ATTEMPT_DIR"] = str(self.attempt_dir)
-        env["BEAM_GPUS_PER_NODE"] = str(self.settings.gpus_per_node)
-        env.setdefault("BEAM_JOB_START_TIME", str(time.time()))
+        env[ATTEMPT_DIR_ENV] = str(self.attempt_dir)  # where every node and the driver find the job spec
         if self.alloc.restart_count > 0:
             # A requeued attempt continues from the last complete checkpoint.
             env["RESUME_MODE"] = "latest"
@@ -128,16 +141,12 @@ class Attempt:
                 self.preflight_failed_nodes.append(failed.group(1))
             self.log(message)
 
-        return preflight.run_step(self.launcher, checks, hosts, env, self.attempt_dir, log)
+        return preflight.run_step(self.launcher, checks, hosts, env, self.attempt_dir, log, self.settings.ray)
 
     def sigterm_is_notice(self) -> bool:
         """Whether the Ray step holds a preemption's first SIGTERM and the head relays it here as a notice: when
         Slurm's partition (or QOS) grace time leaves room for the step and the save at the bandwidth the preflight
         measured (`notice_budget.term_notice`)."""
-        from beam_slurm.notice_budget import term_notice
-        from beam_slurm.slurm import storage_probe
-        from beam_slurm.slurm.preemption import read_preemption
-
         info = read_preemption(os.environ.get("SLURM_JOB_PARTITION") or None)
         measured = storage_probe.slowest_recorded(self.attempt_dir)
         held, why = term_notice(info, self.settings.qos or None, self.settings.save_cost, measured)
@@ -145,14 +154,20 @@ class Attempt:
                  f"{why}")
         return held
 
+    def write_job_spec(self, sigterm_notice: bool, preflight_window: tuple[float, float] | None) -> None:
+        """What the nodes and the driver of this attempt need, in the attempt's folder (`ray_cluster.job_spec`)."""
+        s = self.settings
+        JobSpec(ray=s.ray, gpus_per_node=s.gpus_per_node, log_copy=s.log_copy, env_manifest=s.env_manifest,
+                sigterm_notice=sigterm_notice, job_start_time=self.started_at, preflight_window=preflight_window,
+                ray_step_launch_time=time.time()).write(self.attempt_dir)
+
     def start_ray_step(self, env: dict[str, str]) -> None:
         argv = self.launcher.module_argv(["beam_slurm.ray_cluster.node", "--", *self.settings.driver],
                                          kill_on_bad_exit=True, name=RAY_STEP)
         self.log(f"starting the Ray step on {self.nodes} nodes: "
                  f"{shlex.join(argv[: argv.index(self.settings.python)])} ...")
         # Own process group: a SIGINT typed at an interactive salloc shell must reach us, not srun directly.
-        self.step = subprocess.Popen(argv, env={**env, "BEAM_RAY_STEP_LAUNCH_TIME": f"{time.time():.3f}"},
-                                     start_new_session=True)
+        self.step = subprocess.Popen(argv, env=env, start_new_session=True)
 
     def stop_ray_step(self) -> int:
         assert self.step is not None
@@ -164,8 +179,6 @@ class Attempt:
         status = stop_step(self.step, self.alloc.job_id, RAY_STEP, self.settings.stop_grace_s, self.log, label="Ray")
         seconds = round(time.time() - began, 3)  # one value for the file and the log line
         # What the notice budget counts for stopping Ray and copying logs, once the run has stopped once.
-        from beam_slurm.notice_budget import STOP_FILE
-
         write_json(self.attempt_dir / STOP_FILE, {"seconds": seconds, "time": time.time()})
         self.log(f"the Ray step stopped in {seconds:.1f}s (driver, Ray and the last log copy of every node)")
         return status
@@ -185,8 +198,6 @@ class Attempt:
             time.sleep(_POLL_S)
 
     def handle_notice(self) -> AttemptFacts:
-        from beam_slurm.skyrl import notice
-
         assert self.step is not None
         name, received = self.notices[0]
         self.wanted = self.read_wanted()
@@ -444,8 +455,6 @@ class Attempt:
         self.install_signal_handlers()
         self.attempt_dir.mkdir(parents=True, exist_ok=True)
         self._log_file = open(self.attempt_dir / "train_job.log", "a")
-        from beam_slurm.skyrl import notice
-
         try:
             self.log(f"{self.nodes} nodes ({','.join(self.alloc.nodes[: self.nodes])}), "
                      f"{self.settings.gpus_per_node} GPUs per node, logs in {self.attempt_dir}")
@@ -463,11 +472,10 @@ class Attempt:
             began = time.time()
             if self.settings.preflight and not self.run_preflight(env):
                 return self.end(self.facts(preflight_failed=True, ray_started=False))
-            if self.settings.preflight:  # for the bring-up timing in ray_ready.json
-                env["BEAM_PREFLIGHT_WINDOW"] = f"{began:.3f},{time.time():.3f}"
+            window = (began, time.time()) if self.settings.preflight else None  # bring-up timing in ray_ready.json
             if self.notices:
                 return self.end(self.facts(notice=self.notices[0][0], ray_started=False))
-            env[records.SIGTERM_NOTICE_ENV] = "1" if self.sigterm_is_notice() else "0"
+            self.write_job_spec(self.sigterm_is_notice(), window)
             self.start_ray_step(env)
             return self.end(self.wait_step())
         finally:

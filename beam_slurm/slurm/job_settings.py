@@ -15,8 +15,16 @@ from pathlib import Path
 from typing import Callable, Mapping
 
 from beam_slurm.config.errors import ConfigProblem
-from beam_slurm.notice_budget import SaveCost
+from beam_slurm.config.load import load_config, to_yaml
+from beam_slurm.containers.settings import same_path_mounts
+from beam_slurm.notice_budget import SaveCost, preflight_budget
+from beam_slurm.ray_cluster import env_manifest
+from beam_slurm.ray_cluster.fabric import fabric_settings
+from beam_slurm.ray_cluster.log_copy import LogCopySettings
 from beam_slurm.ray_cluster.settings import RaySettings
+from beam_slurm.sizing import node_needs
+from beam_slurm.skyrl.command import skyrl_launch
+from beam_slurm.skyrl.tracking import job_env
 from beam_slurm.slurm.preflight import PreflightSettings
 from beam_slurm.slurm.steps import ContainerHook, container_hook
 
@@ -49,7 +57,7 @@ class TrainJobSettings:
     container: ContainerHook | Callable[[str], ContainerHook]
     """Container wrapping of every step: a ContainerHook, or job_id -> ContainerHook (see `steps.container_hook`)."""
     ray: RaySettings
-    """The recipe's `ray` section, passed to every node as BEAM_RAY_SETTINGS."""
+    """The recipe's `ray` section, passed to every node in the attempt's job spec."""
     python: str
     """Interpreter that runs beam_slurm on the nodes (inside a container, the container's: trainer.python)."""
     max_attempts_without_progress: int
@@ -61,6 +69,10 @@ class TrainJobSettings:
     run_info: dict | None
     """The run as its record names it (run_name, recipe, export_path, ckpt_path, log_dir, max_training_steps) and
     `config_yaml`, the resolved recipe; the job writes them to <export_path>/beam_run/ (None: no run record)."""
+    env_manifest: dict | None
+    """What every node exports before Ray (`ray_cluster.env_manifest.describe`); None for a driver of its own."""
+    log_copy: LogCopySettings | None
+    """How every node copies its Ray logs; None for a driver of its own (the schema's defaults then)."""
 
     def problems(self) -> list[ConfigProblem]:
         found = list(self.ray.problems())
@@ -111,8 +123,6 @@ def resume_overrides(cfg_ckpt_path: str, environ: Mapping[str, str]) -> list[str
 
 def load_job_config(overrides: list[str], environ: Mapping[str, str]):
     """The recipe as this attempt of the job runs it (allocation and resume applied); ConfigError when invalid."""
-    from beam_slurm.config import load_config
-
     overrides = list(overrides) + allocation_overrides(overrides, environ)
     cfg = load_config(overrides)
     resume = resume_overrides(cfg.paths.ckpt_path, environ)
@@ -122,8 +132,6 @@ def load_job_config(overrides: list[str], environ: Mapping[str, str]):
 
 def job_mounts(cfg):
     """Same-path mounts for every directory the job touches, so paths mean the same inside a container."""
-    from beam_slurm.containers.settings import same_path_mounts
-
     p = cfg.paths
     read_only = [x for x in (p.model_path, p.data_dir, p.skyrl_dir, os.environ.get("BEAM_SLURM_HOME")) if x]
     # The Ray state dir holds the job's token and rendezvous files; it must be visible inside the container too.
@@ -138,31 +146,21 @@ def job_settings(cfg, *, preflight: bool = True, driver: list[str] | None = None
     `driver` replaces the recipe's trainer (SkyRL or the rehearsal) with another Ray driver under the same job
     settings (`python -m beam_slurm.slurm.train_job [overrides] -- DRIVER...`); it then gets no trainer environment.
     """
-    from beam_slurm.notice_budget import preflight_budget
-    from beam_slurm.ray_cluster.fabric import fabric_settings
-    from beam_slurm.sizing import node_needs
-
     in_container = cfg.container.runtime != "none"
     python = cfg.trainer.python if in_container else sys.executable
     driver_env: dict[str, str] = {}
     runs_skyrl = driver is None and cfg.trainer.backend == "skyrl"
     if driver is None:
-        from beam_slurm.skyrl.command import skyrl_launch
-
-        from beam_slurm.pipeline.tracking import job_env
-
         launch = skyrl_launch(cfg)
         driver = launch.argv(python)
         driver_env = {**launch.env, **job_env(cfg, os.environ)}  # one W&B run id across the attempts
         if launch.cwd:
             # SkyRL's examples/ import from the checkout root; the driver starts there on the head node.
             driver = ["/bin/sh", "-c", 'cd "$0" && exec "$@"', launch.cwd, *driver]
-    if driver_env:
-        from beam_slurm.ray_cluster import env_manifest, log_copy
-
-        # Every node reads these (names and paths only, no value): what to export before Ray, how to copy its logs.
-        driver_env[env_manifest.MANIFEST_ENV] = env_manifest.describe(cfg, driver_env)
-        driver_env[log_copy.SETTINGS_ENV] = log_copy.LogCopySettings.from_config(cfg).to_env()
+    # Every node reads these in the job spec (names and paths only, no value): what to export before Ray, how to
+    # copy its logs.
+    manifest = env_manifest.describe(cfg, driver_env) if driver_env else None
+    copy_settings = LogCopySettings.from_config(cfg) if driver_env else None
     needs = node_needs(cfg)
     mounts = job_mounts(cfg)
     settings = TrainJobSettings(
@@ -194,13 +192,13 @@ def job_settings(cfg, *, preflight: bool = True, driver: list[str] | None = None
         save_cost=SaveCost.of(cfg),
         qos=cfg.cluster.qos or "",
         run_info=_run_info(cfg),
+        env_manifest=manifest,
+        log_copy=copy_settings,
     )
     return settings, driver_env
 
 
 def _run_info(cfg) -> dict:
-    from beam_slurm.config.load import to_yaml
-
     return {"run_name": cfg.run_name, "recipe": cfg.recipe, "export_path": str(cfg.paths.export_path),
             "ckpt_path": str(cfg.paths.ckpt_path), "log_dir": str(cfg.paths.log_dir),
             "max_training_steps": cfg.max_training_steps, "config_yaml": to_yaml(cfg)}

@@ -21,7 +21,11 @@ import time
 from pathlib import Path
 from typing import Callable, TextIO
 
+from beam_slurm.config.verb_args import VerbArgs, VerbUsageError
+from beam_slurm.pipeline import runs
+from beam_slurm.ray_cluster.log_copy import COPY_RECORD, RAY_LOGS_DIR
 from beam_slurm.slurm import scheduler
+from beam_slurm.slurm.attach import find_job
 
 _ACTIVE = ("RUNNING", "PENDING", "CONFIGURING", "COMPLETING", "REQUEUED", "REQUEUE_FED", "REQUEUE_HOLD",
            "RESIZING", "SUSPENDED", "SIGNALING", "STAGE_OUT")
@@ -74,15 +78,11 @@ def tail(path: Path, lines: int) -> str:
 
 def node_sections(attempt_dir: Path) -> dict[str, Path]:
     """node -> its copied Ray log folder."""
-    from beam_slurm.ray_cluster.log_copy import RAY_LOGS_DIR
-
     base = attempt_dir / RAY_LOGS_DIR
     return {p.name: p for p in sorted(base.iterdir()) if p.is_dir()} if base.is_dir() else {}
 
 
 def describe_copy(folder: Path) -> str:
-    from beam_slurm.ray_cluster.log_copy import COPY_RECORD
-
     try:
         copy = json.loads((folder / COPY_RECORD).read_text())
     except (OSError, ValueError):
@@ -97,8 +97,6 @@ def describe_copy(folder: Path) -> str:
 
 
 def ray_log_files(folder: Path) -> list[Path]:
-    from beam_slurm.ray_cluster.log_copy import COPY_RECORD
-
     return sorted(p for p in folder.rglob("*") if p.is_file() and p.name != COPY_RECORD and not p.name.startswith("."))
 
 
@@ -167,8 +165,6 @@ def follow(job, path: Path, out: TextIO, *, poll_s: float = 1.0, state: Callable
 
 
 def build_parser():
-    from beam_slurm.config.verb_args import VerbArgs
-
     args = VerbArgs("logs", "beam-slurm logs RUN [--attempt N] [--node NAME] [--follow]: the batch log, the attempt's "
                     "logs and each node's Ray logs of a training job.\n\nRUN: the run folder (its export path), its "
                     "run name, or the training job's id.", settings=False)
@@ -183,10 +179,6 @@ def build_parser():
 
 
 def main(argv: list[str]) -> int:
-    from beam_slurm.config.verb_args import VerbUsageError
-    from beam_slurm.pipeline import runs
-    from beam_slurm.slurm.attach import find_job
-
     parser = build_parser()
     try:
         args = parser.parse(argv).args

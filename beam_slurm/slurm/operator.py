@@ -16,9 +16,16 @@ import sys
 import time
 from pathlib import Path
 
+from omegaconf import OmegaConf
+
+from beam_slurm.config.errors import ConfigError
+from beam_slurm.config.overrides import override_key
+from beam_slurm.config.verb_args import VerbArgs, VerbUsageError
 from beam_slurm.core import layout
 from beam_slurm.core.run_record import Attempt, RunRecord
 from beam_slurm.core.run_store import RunStore
+from beam_slurm.pipeline import runs
+from beam_slurm.skyrl import notice
 from beam_slurm.slurm import scheduler
 
 OPERATOR_SIGNAL = "USR2"
@@ -31,8 +38,6 @@ _RECORD_MARGIN_S = 30.0
 def build_parser(verb: str = "requeue"):
     """The parser of `requeue` or `stop` (the same flags and keys): --timeout, --exports-root; RUN is taken out of
     argv first (`split_run`); the keys it reads: cluster.grace_s, cluster.stop_grace_s."""
-    from beam_slurm.config.verb_args import VerbArgs
-
     what = {"requeue": "save at the next step boundary, then requeue the job (the next attempt resumes from it)",
             "stop": "save at the next step boundary, then end the job as stopped (resumable with `beam-slurm submit`)"}
     args = VerbArgs(verb, f"beam-slurm {verb} RUN [key=value ...]: {what[verb]}.\n\nRUN: the run folder (its "
@@ -66,8 +71,6 @@ def _run_setting(export_path: Path, key: str, given: dict[str, str], cfg) -> flo
     if key in given:
         return float(getattr(cfg.cluster, key.split(".", 1)[1]))
     try:
-        from omegaconf import OmegaConf
-
         saved = OmegaConf.load(layout.run_dir(export_path) / layout.CONFIG_FILE)
         return float(OmegaConf.select(saved, key))
     except Exception:  # no config.yaml (yet), or an older one without the key
@@ -84,11 +87,6 @@ def _job_of(run: RunRecord) -> str:
 
 
 def main_for(verb: str, argv: list[str]) -> int:
-    from beam_slurm.config.errors import ConfigError
-    from beam_slurm.config.overrides import override_key
-    from beam_slurm.config.verb_args import VerbUsageError
-    from beam_slurm.pipeline import runs
-
     parser = build_parser(verb)
     target, argv = split_run(argv)
     try:
@@ -151,9 +149,6 @@ def _stop_pending(store: RunStore, job_id: str, run: RunRecord, out, parser) -> 
 
 def _signal_and_wait(verb: str, store: RunStore, job_id: str, run: RunRecord, timeout: float, stop_grace: float,
                      out, parser) -> int:
-    from beam_slurm.pipeline import runs
-    from beam_slurm.skyrl import notice
-
     ckpt_path = run.ckpt_path
     wanted = runs.set_wanted(store, job_id=job_id, action=verb, timeout_s=timeout)
     asked = float(wanted.requested_time)

@@ -20,7 +20,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
+from beam_slurm.ray_cluster import fabric
+from beam_slurm.ray_cluster.fabric import with_job_port
 from beam_slurm.ray_cluster.gpus import allocated_gpus
+from beam_slurm.ray_cluster.settings import RaySettings
+from beam_slurm.slurm import storage_probe
+from beam_slurm.slurm.storage_probe import probe_record
 
 if TYPE_CHECKING:
     from beam_slurm.slurm.steps import StepLauncher
@@ -140,8 +145,6 @@ def check_node(settings: PreflightSettings, environ: dict[str, str] | None = Non
             problems.append(f"step sees {len(gpus)} GPUs ({source or 'no CUDA_VISIBLE_DEVICES/SLURM_STEP_GPUS'}), "
                             f"expected {settings.gpus_per_node}; request --gpus-per-node={settings.gpus_per_node}")
         elif shutil.which("nvidia-smi"):
-            import subprocess
-
             listed = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=60)
             count = sum(1 for line in listed.stdout.splitlines() if line.startswith("GPU "))
             if listed.returncode != 0 or count < settings.gpus_per_node:
@@ -163,15 +166,13 @@ def collect_results(output: str, expected_hosts: list[str]) -> dict[str, list[st
 
 
 def run_step(launcher: "StepLauncher", checks: PreflightSettings, hosts: list[str], env: dict[str, str],
-             attempt_dir: Path, log: Callable[[str], None], timeout_s: float = PREFLIGHT_TIMEOUT_S) -> bool:
+             attempt_dir: Path, log: Callable[[str], None], ray: RaySettings,
+             timeout_s: float = PREFLIGHT_TIMEOUT_S) -> bool:
     """Run the preflight step on every node of the launcher (from the batch shell) and log each failing node and
     problem; True when every node passed. `hosts`: the step's node names in order, [] when srun picks them (then
     only the count of reports is checked)."""
     if checks.fabric.get("enabled") and env.get("SLURM_JOB_ID"):
-        from beam_slurm.ray_cluster.fabric import with_job_port
-        from beam_slurm.ray_cluster.settings import RaySettings
-
-        checks = dataclasses.replace(checks, fabric=with_job_port(checks.fabric, RaySettings.from_env(env),
+        checks = dataclasses.replace(checks, fabric=with_job_port(checks.fabric, ray,
                                                                   env["SLURM_JOB_ID"]))
     argv = launcher.module_argv(["beam_slurm.slurm.preflight", checks.to_json()], kill_on_bad_exit=False,
                                 name="preflight")
@@ -190,14 +191,10 @@ def run_step(launcher: "StepLauncher", checks: PreflightSettings, hosts: list[st
     if stderr.strip():
         (attempt_dir / "preflight.stderr").write_text(stderr)
     if checks.fabric.get("enabled"):
-        from beam_slurm.ray_cluster import fabric
-
         fabric_failures = fabric.report(stdout, RESULT_PREFIX, checks.fabric, attempt_dir, log)
         for host, problems in fabric_failures.items():
             failures.setdefault(host, []).extend(problems)
     if checks.ckpt_dir:
-        from beam_slurm.slurm import storage_probe
-
         rates = storage_probe.gather(storage_probe.records_from_output(stdout, RESULT_PREFIX), attempt_dir)
         storage_probe.check_budget(rates, checks.save_bytes_per_node, checks.save_window_s, log)
     if failures:
@@ -219,15 +216,11 @@ def main(argv: list[str] | None = None) -> int:
         problems = [f"preflight crashed: {exc!r}"]
     record = {"host": host, "problems": problems}
     if settings.fabric.get("enabled"):  # every node takes part, whatever it found: the others pair with it
-        from beam_slurm.ray_cluster import fabric
-
         try:
             record["fabric"] = fabric.run_node(fabric.FabricSettings(**settings.fabric))
         except Exception as exc:
             record["fabric"] = {"host": host, "problems": [f"fabric check crashed: {exc!r}"], "ranks": []}
     if settings.ckpt_dir and settings.storage_probe_s > 0 and not problems:  # all nodes write at once
-        from beam_slurm.slurm.storage_probe import probe_record
-
         record.update(probe_record(settings.ckpt_dir, settings.storage_probe_s))
     print(RESULT_PREFIX + json.dumps(record), flush=True)
     return 1 if problems else 0

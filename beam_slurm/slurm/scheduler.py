@@ -88,17 +88,6 @@ def job_state(job_id: str | int) -> str:
     return out.strip().splitlines()[0].strip() if out.strip() else ""
 
 
-def accounting_states(job_id: str | int) -> dict[str, str]:
-    """`sacct` state of the job and each of its steps: {'123': 'COMPLETED', '123.batch': ..., '123.0': ...}."""
-    out = _run(["sacct", "--noheader", "--parsable2", "--format=JobID,State", f"--jobs={job_id}"])
-    states: dict[str, str] = {}
-    for line in out.splitlines():
-        if "|" in line:
-            step, state = line.split("|", 1)
-            states[step] = state.split()[0] if state else ""
-    return states
-
-
 def step_ids(job_id: str | int, step_name: str) -> list[str]:
     """Ids ('123.1') of the job's running steps named `step_name` (squeue --steps)."""
     out = _run(["squeue", "--steps", "--noheader", "--format=%i %j", f"--jobs={job_id}"])
@@ -155,7 +144,7 @@ def squeue_rows() -> list[dict[str, str]]:
 
     Not `--jobs=<ids>`: with two or more ids squeue loads every job from the controller anyway and filters on the
     client (the same work for slurmctld), while with exactly one id a job the controller has forgotten makes the
-    whole call fail; and the pending jobs that wait on a given job (`pending_dependents`) are in the same answer."""
+    whole call fail; and the pending jobs that wait on a given job (`dependents_from`) are in the same answer."""
     fmt = ",".join(f"{name}:|" for name in QUEUE_FIELDS)
     out = _run(["squeue", "--noheader", "--states=all", "-O", fmt])
     rows = []
@@ -208,11 +197,6 @@ def dependents_from(rows: Sequence[Mapping[str, str]]) -> dict[str, list[tuple[s
             if upstream.isdigit():
                 found.setdefault(upstream, []).append((row["JobID"], row.get("Name", "")))
     return found
-
-
-def pending_dependents() -> dict[str, list[tuple[str, str]]]:
-    """Pending jobs by the job ids they wait on (one squeue call; see `dependents_from`)."""
-    return dependents_from(squeue_rows())
 
 
 @dataclass

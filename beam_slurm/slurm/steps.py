@@ -8,6 +8,7 @@ import subprocess
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from beam_slurm.containers import runtime
 from beam_slurm.slurm import scheduler
 
 STOP_AFTER_SRUN_TERM_S = 30.0
@@ -30,8 +31,6 @@ def container_hook(container_settings: Any, mounts: list[Any], job_id: str) -> C
     """The hook for a `beam_slurm.containers.settings.ContainerSettings` (runtime none/pyxis/apptainer)."""
     if container_settings is None or getattr(container_settings, "runtime", "none") == "none":
         return ContainerHook()
-    from beam_slurm.containers import runtime
-
     return ContainerHook(
         srun_args=runtime.srun_container_args(container_settings, mounts,
                                               container_name=runtime.default_container_name(job_id)),

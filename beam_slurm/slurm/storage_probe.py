@@ -15,6 +15,8 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from beam_slurm.notice_budget import GB, save_seconds
+
 PROBE_BYTES = 1024**3
 """Stop after this many bytes are written and fsynced (1 GiB)."""
 _CHUNK = 64 * 1024 * 1024
@@ -83,8 +85,6 @@ def check_budget(rates: dict[str, float], save_bytes_per_node: int, save_window_
         f"{max(rates.values()):.2f} at the fastest, all {len(rates)} nodes writing at once")
     if save_bytes_per_node <= 0:
         return True
-    from beam_slurm.notice_budget import GB, save_seconds
-
     save_s = save_seconds(save_bytes_per_node, slowest)
     if save_s <= save_window_s:
         return True

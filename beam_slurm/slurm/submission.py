@@ -9,9 +9,11 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import subprocess
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping
 
+from beam_slurm.slurm import scheduler
 from beam_slurm.slurm.scheduler import SlurmCommandError
 
 DEPENDENCY_TYPES = ("afterok", "afterany")
@@ -92,8 +94,6 @@ def submit(request: SbatchRequest, environ: Mapping[str, str] | None = None, tim
     bad = request.problems()
     if bad:
         raise SlurmCommandError("; ".join(bad))
-    import subprocess
-
     try:
         done = subprocess.run(request.argv(), capture_output=True, text=True, timeout=timeout_s, check=False,
                               env=submission_environment(environ))
@@ -176,8 +176,6 @@ class JobView:
 def job_view(job_ids: Iterable[str]) -> JobView:
     """State of many jobs with one squeue and one sacct call; squeue wins for jobs it still lists (it knows the
     pending reason and the restart count), sacct fills in jobs the controller has forgotten."""
-    from beam_slurm.slurm import scheduler
-
     ids = sorted({str(j) for j in job_ids if j}, key=lambda j: (len(j), j))
     if not ids:
         return JobView({}, {})

@@ -12,21 +12,23 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import re
 import sys
 import threading
 from pathlib import Path
 
 from beam_slurm.config.errors import ConfigError
+from beam_slurm.config.verb_args import VerbArgs, VerbUsageError, schema_keys
 from beam_slurm.core import layout
+from beam_slurm.evaluation.chain import ChainSettings, submit_pending, watch
+from beam_slurm.evaluation.cli import submit_for_checkpoint
+from beam_slurm.slurm import train_job
+from beam_slurm.slurm.job_settings import job_settings, load_job_config
 
 
 class EvalChain:
     """Submits one evaluation per complete HF export while training runs, then makes a last pass."""
 
     def __init__(self, cfg, log):
-        from beam_slurm.evaluation.chain import ChainSettings
-
         self.cfg = cfg
         self.log = log
         self.settings = ChainSettings(run_dir=Path(cfg.paths.export_path), poll_interval_s=cfg.eval.chain_poll_s,
@@ -34,20 +36,11 @@ class EvalChain:
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._run, name="eval-chain", daemon=True)
 
-    def submit(self, argv: list[str]) -> str:
+    def submit(self, step: int, checkpoint: Path) -> str:
         # The same path as `beam-slurm evaluate --checkpoint`: a submitit job array, one task per dataset.
-        from beam_slurm.evaluation.array import submit_for_checkpoint
-
-        checkpoint = argv[argv.index("--checkpoint") + 1]
-        match = re.search(r"global_step_(\d+)", checkpoint)
-        if not match:
-            raise ValueError(f"not a global_step_N export: {checkpoint}")
-        return submit_for_checkpoint(self.cfg, int(match.group(1)), checkpoint,
-                                     list(self.cfg.eval.chain_extra_args), self.log)
+        return submit_for_checkpoint(self.cfg, step, str(checkpoint), list(self.cfg.eval.chain_extra_args), self.log)
 
     def _run(self) -> None:
-        from beam_slurm.evaluation.chain import watch
-
         try:
             watch(self.settings, self.submit, self.stop.is_set, log=self.log, sleep=self.stop.wait)
         except Exception as exc:  # the chain must never take the training job down
@@ -65,8 +58,6 @@ class EvalChain:
         if step is not None and step >= self.cfg.max_training_steps:
             # The run is over and nothing writes exports any more: the last export, seconds old, need not settle
             # (the watcher's settle time would otherwise leave it unevaluated for good).
-            from beam_slurm.evaluation.chain import submit_pending
-
             try:
                 submit_pending(dataclasses.replace(self.settings, settle_s=0.0), self.submit, self.log)
             except Exception as exc:  # the chain must never take the training job down
@@ -75,8 +66,6 @@ class EvalChain:
 
 def build_parser():
     """The verb's parser: --no-preflight, and every recipe key."""
-    from beam_slurm.config.verb_args import VerbArgs, schema_keys
-
     verb = VerbArgs("train", "Run inside the allocation of sbatch/train_*.sh: preflight, Ray across the nodes, the "
                     "driver, notices and requeue.", keys=list(schema_keys()))
     verb.add_argument("--no-preflight", action="store_true", help="skip the per-node preflight checks")
@@ -84,11 +73,6 @@ def build_parser():
 
 
 def main(argv: list[str]) -> int:
-    from beam_slurm.slurm import train_job
-    from beam_slurm.slurm.job_settings import job_settings, load_job_config
-
-    from beam_slurm.config.verb_args import VerbUsageError
-
     verb = build_parser()
     try:
         parsed = verb.parse(argv)

@@ -9,7 +9,7 @@ import math
 import pytest
 
 from beam_slurm import notice_budget as nb
-from beam_slurm.config import load_config
+from beam_slurm.config.load import load_config
 from beam_slurm.config.errors import ConfigError
 from beam_slurm.slurm.preemption import PreemptionInfo
 

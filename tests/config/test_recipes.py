@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from beam_slurm.config import load_config
+from beam_slurm.config.load import load_config
 from beam_slurm.plan import checkpoints_kept
 from beam_slurm.skyrl.command import skyrl_launch, skyrl_overrides
 

@@ -6,7 +6,8 @@ import sys
 
 import pytest
 
-from beam_slurm.config import ConfigError, load_config
+from beam_slurm.config.errors import ConfigError
+from beam_slurm.config.load import load_config
 from beam_slurm.config.validation import path_problems
 from job_inputs import DAPO_MODULE_FILE, DATA_FILES, make_job_inputs, path_overrides
 

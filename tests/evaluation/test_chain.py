@@ -46,10 +46,10 @@ def make_export(run: Path, step: int, age_s: float = 0.0) -> Path:
 
 
 def recording_submit(log_file: Path):
-    def submit(argv: list[str]) -> str:
+    def submit(step: int, checkpoint: Path) -> str:
         with open(log_file, "a") as handle:  # O_APPEND: whole lines even from racing processes
-            handle.write(json.dumps({"pid": os.getpid(), "argv": argv}) + "\n")
-        return f"job-{os.getpid()}-{argv[1].rsplit('_', 1)[-1]}"
+            handle.write(json.dumps({"pid": os.getpid(), "step": step, "checkpoint": str(checkpoint)}) + "\n")
+        return f"job-{os.getpid()}-{step}"
     return submit
 
 
@@ -63,8 +63,8 @@ def test_marker_decides_which_checkpoints_are_complete(tmp_path):
     calls = tmp_path / "calls.jsonl"
     submitted = submit_pending(settings, recording_submit(calls), log=lambda m: None)
     assert [step for step, _ in submitted] == [10, 20]
-    first = [json.loads(line)["argv"] for line in calls.read_text().splitlines()]
-    assert first[0][:2] == ["--checkpoint", str(run / "global_step_10")]
+    first = [json.loads(line) for line in calls.read_text().splitlines()]
+    assert (first[0]["step"], first[0]["checkpoint"]) == (10, str(run / "global_step_10"))
     # Next poll: nothing new until the marker moves on; then only step 30.
     assert submit_pending(settings, recording_submit(calls), log=lambda m: None) == []
     set_marker(run, 30)
@@ -105,7 +105,7 @@ def test_racing_watchers_submit_each_checkpoint_exactly_once(tmp_path):
     for proc in procs:
         proc.join(60)
         assert proc.exitcode == 0
-    steps = [int(json.loads(line)["argv"][1].rsplit("_", 1)[-1]) for line in calls.read_text().splitlines()]
+    steps = [json.loads(line)["step"] for line in calls.read_text().splitlines()]
     assert sorted(steps) == list(range(1, 21))  # none twice, none skipped
     jobs = submitted_jobs(ChainSettings(run_dir=run, claims_dir=tmp_path / "claims"))
     assert sorted(jobs) == list(range(1, 21)) and all(jobs.values())
@@ -118,7 +118,7 @@ def test_failed_submission_is_retried_and_dead_claims_are_taken_over(tmp_path):
     set_marker(run, 20)
     settings = ChainSettings(run_dir=run, stale_claim_s=600)
 
-    def failing_submit(argv):
+    def failing_submit(step, checkpoint):
         raise RuntimeError("sbatch: Socket timed out")
 
     messages = []
@@ -156,30 +156,15 @@ def test_watch_runs_until_stopped_with_a_last_pass(tmp_path):
     assert [step for step, _ in submitted] == [5, 10]
 
 
-def test_one_shot_array_covers_unclaimed_checkpoints_and_tasks_pick_their_line(tmp_path, monkeypatch):
-    from beam_slurm.evaluation.chain import submit_existing_as_array
-    from beam_slurm.evaluation.cli import build_parser, _checkpoint_from_list
+def test_each_array_task_of_a_checkpoint_list_picks_its_line(tmp_path, monkeypatch):
+    from beam_slurm.evaluation.cli import UsageError, build_parser, _checkpoint_from_list
 
-    run = tmp_path / "ckpts"
-    for step in (10, 20, 30):
-        make_ckpt(run, step)
-    set_marker(run, 30)
-    settings = ChainSettings(run_dir=run, eval_args=["--data", "aime.parquet"])
-    assert try_claim(settings, 20)  # a watcher already has step 20
-    arrays = []
-
-    def submit_array(argv, tasks):
-        arrays.append((argv, tasks))
-        return "777"
-
-    job_id, steps = submit_existing_as_array(settings, submit_array, log=lambda m: None)
-    assert (job_id, steps) == ("777", [10, 30])
-    (argv, tasks), = arrays
-    assert tasks == 2 and argv[0] == "--checkpoint-list" and argv[2:] == ["--data", "aime.parquet"]
-    assert submitted_jobs(settings)[30] == "777_1"
+    listed = tmp_path / "checkpoints.txt"
+    listed.write_text("/runs/a/global_step_10\n\n/runs/a/global_step_30\n")
+    args = build_parser().parse(["--checkpoint-list", str(listed), "--data", "x"]).args
     for task, step in enumerate((10, 30)):
-        args = build_parser().parse(["--checkpoint-list", argv[1], "--data", "x"]).args
         monkeypatch.setenv("SLURM_ARRAY_TASK_ID", str(task))
-        assert _checkpoint_from_list(args) == str(run / f"global_step_{step}")
-    # Nothing left to evaluate: a second one-shot submits nothing.
-    assert submit_existing_as_array(settings, submit_array, log=lambda m: None) == (None, [])
+        assert _checkpoint_from_list(args) == f"/runs/a/global_step_{step}"
+    monkeypatch.setenv("SLURM_ARRAY_TASK_ID", "2")
+    with pytest.raises(UsageError, match="between 0 and 1"):
+        _checkpoint_from_list(args)

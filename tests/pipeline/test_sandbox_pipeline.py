@@ -166,25 +166,3 @@ def test_two_by_two_sweep_refused_then_submitted_without_the_invalid_point(slurm
     table = subprocess.run([sys.executable, "-m", "beam_slurm.cli", "status", sweep_dir],
                            capture_output=True, text=True, timeout=60, env={**os.environ, "COLUMNS": "200"})
     assert table.returncode == 0 and all(t in table.stdout for t in trains), table.stderr
-
-
-def test_submit_eval_queues_one_job_recorded_in_the_run_and_shown_by_status(slurm_sandbox, sandbox_run, capsys):
-    from beam_slurm.config.load import load_config
-    from beam_slurm.pipeline.stages import submit_eval
-
-    root, data, submitted = sandbox_run
-    cfg = load_config(["recipe=lora_16gpu", "trainer.backend=rehearsal"])
-    code, out, err = run_submit(["--stages", "data", "recipe=lora_16gpu", "trainer.backend=rehearsal", *data], capsys)
-    assert code == 0, err
-    submitted += job_ids(out).values()
-    checkpoint = Path(cfg.paths.ckpt_path) / "global_step_2" / "policy"
-    job = submit_eval(cfg, 2, checkpoint, extra_args=["--limit", "1"])
-    submitted.append(job)
-    subprocess.run(["scontrol", "hold", job], env=slurm_sandbox.env(), capture_output=True, timeout=60)
-    info = slurm_sandbox.scontrol_job(job)
-    assert info.get("JobName") == "beam_lora_16gpu-eval-2" and info.get("NumNodes", "").startswith("2")
-    record = json.loads((Path(cfg.paths.export_path) / "beam_run" / "evals" / "global_step_2.json").read_text())
-    assert record["job_id"] == job and record["checkpoint"] == str(checkpoint)
-    assert f"--checkpoint {checkpoint}" in record["command"] and record["command"].endswith("--limit 1")
-    rows = status_rows(cfg.paths.export_path, capsys)
-    assert [r["job_id"] for r in rows if r["stage"] == "evaluate 2"] == [job]

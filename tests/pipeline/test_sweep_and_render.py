@@ -14,8 +14,6 @@ from beam_slurm.config.load import load_config
 from beam_slurm.core.layout import latest_checkpoint_step
 from beam_slurm.pipeline import submit as submit_mod
 from beam_slurm.pipeline.stages import (
-    EVAL_TIME_LIMIT,
-    Evaluate,
     PrepareData,
     PullContainer,
     Train,
@@ -185,34 +183,28 @@ def test_submission_environment_drops_the_enclosing_jobs_slurm_variables():
     assert submission_environment({"SLURM_MEM_PER_NODE": "1"}) == {"SLURM_MEM_PER_NODE": "1"}  # not inside a job
 
 
-def test_evaluate_command(run_env):
-    cfg = load_config(["recipe=lora_16gpu", "eval.responses_per_problem=4"])
-    plan = Evaluate(cfg, 10, "/ck/global_step_10/policy", ["--limit", "2"]).render()
-    argv = plan.request.argv()
-    assert "--nodes=2" in argv and f"--time={EVAL_TIME_LIMIT}" in argv and "--job-name=beam_lora_16gpu-eval-10" in argv
-    tail = argv[argv.index(str(Path(plan.request.script))) + 1:]
-    assert tail[:4] == ["--checkpoint", "/ck/global_step_10/policy", "--base-model", cfg.paths.model_path]
-    assert "eval.responses_per_problem=4" in tail and not any(word in tail for word in ("--k", "--tp", "--max-tokens"))
-    assert tail[tail.index("--out") + 1] == f"{cfg.paths.export_path}/beam_evals/global_step_10"
-    assert tail[-2:] == ["--limit", "2"]
-    # The job reads back exactly the run's settings; the extra (old-flag) arguments come last and win.
+def test_a_chained_evaluation_reads_back_the_runs_settings_and_its_extras_win(run_env):
     from beam_slurm.config.overrides import value_at
-    from beam_slurm.evaluation.cli import EVALUATE_KEYS, build_parser
+    from beam_slurm.evaluation.array import launcher_parameters
+    from beam_slurm.evaluation.cli import EVALUATE_KEYS, chained_overrides, needs_base_model
 
-    verb = build_parser()
-    job = verb.load(verb.parse(tail))
+    cfg = load_config(["recipe=lora_16gpu", "eval.responses_per_problem=4"])
+    job = load_config(chained_overrides(cfg, 10, ["--limit", "2"]))
+    params = launcher_parameters(job)
+    assert params["nodes"] == 2 and params["name"] == "beam_lora_16gpu-eval-10"
+    assert params["submitit_folder"] == f"{cfg.paths.log_dir}/eval-step10-%j"
+    assert needs_base_model(cfg, Path("/ck/global_step_10/policy"))
+    # The job reads back exactly the run's settings; the extra (old-flag) arguments come last and win.
     for key in EVALUATE_KEYS:
-        if not key.startswith("paths.") and key != "eval.limit":
+        if key != "eval.limit":
             assert value_at(job, key) == value_at(cfg, key), key
     assert job.eval.limit == 2 and job.rollout.tensor_parallel == 8 and job.rollout.pipeline_parallel == 2
     odd = load_config(["recipe=lora_16gpu", "generation.reasoning_effort='a b,c'", "eval.dtype=${oc.env:NOPE,x}"])
     assert odd.eval.dtype == "x"
     odd.eval.dtype = "${literal}"
-    keyed = Evaluate(odd, 10, "/ck/global_step_10", ["eval.limit=3"]).script_args()
-    job = verb.load(verb.parse(keyed))
+    job = load_config(chained_overrides(odd, 10, ["eval.limit=3"]))
     assert (job.generation.reasoning_effort, job.eval.dtype, job.eval.limit) == ("a b,c", "${literal}", 3)
-    full = load_config(["recipe=bf16_64gpu"])
-    assert "--base-model" not in Evaluate(full, 25, "/x/global_step_25").script_args()
+    assert not needs_base_model(load_config(["recipe=bf16_64gpu"]), Path("/x/global_step_25"))
 
 
 # --- skip logic ---------------------------------------------------------------------------------------------------

@@ -6,10 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from beam_slurm.config import load_config
+from beam_slurm.config.load import load_config
 from beam_slurm.config.errors import ConfigError
 from beam_slurm.core.run_store import RunStore
-from beam_slurm.pipeline import tracking
+from beam_slurm.pipeline import tracking as sync
+from beam_slurm.skyrl import tracking
 from beam_slurm.skyrl.command import skyrl_env
 
 REQUIRED = ["recipe=lora_16gpu", "trainer.backend=rehearsal", "paths.model_path=/m", "paths.data_dir=/d"]
@@ -49,12 +50,12 @@ def test_sync_takes_the_attempts_in_order_and_only_this_runs_folders(tmp_path, c
     for folder in ("1000-0", "900-1", "900-0", "900-10"):
         (base / folder / "wandb" / f"offline-run-2026_{folder}-abcd1234").mkdir(parents=True)
     (base / "900-0" / "wandb" / "offline-run-2026-zzzz9999").mkdir()  # another run's folder: not ours
-    commands = tracking.sync_commands(export, RunStore(export).read())
+    commands = sync.sync_commands(export, RunStore(export).read())
     assert [Path(c[-1]).parent.parent.name for c in commands] == ["900-0", "900-1", "900-10", "1000-0"]
     assert all(c[1:4] == ["sync", "--id", "abcd1234"] and c[0].endswith("/wandb") for c in commands)
 
     (export / "beam_run" / "run.json").write_text(json.dumps({"train_jobs": {}}))
-    assert tracking.main([str(export), "--dry-run"]) == 2
+    assert sync.main([str(export), "--dry-run"]) == 2
     assert "no W&B run id" in capsys.readouterr().err
 
 

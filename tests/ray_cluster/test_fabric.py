@@ -103,7 +103,7 @@ def test_a_configured_interface_that_does_not_exist_is_named_with_its_setting():
 
 
 def test_the_recipe_keys_resolve_the_interface_and_what_to_check():
-    from beam_slurm.config import load_config
+    from beam_slurm.config.load import load_config
 
     cfg = load_config([*REQUIRED, "+trainer.extra_env.NCCL_SOCKET_IFNAME='=ib0'", "ray.network_interface=eth0",
                        "cluster.fabric_check_timeout_s=7"])
@@ -116,7 +116,7 @@ def test_the_recipe_keys_resolve_the_interface_and_what_to_check():
 
 
 def test_a_bad_timeout_is_refused_by_name():
-    from beam_slurm.config import load_config
+    from beam_slurm.config.load import load_config
     from beam_slurm.config.errors import ConfigError
 
     with pytest.raises(ConfigError, match="cluster.fabric_check_timeout_s"):

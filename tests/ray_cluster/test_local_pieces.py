@@ -80,11 +80,18 @@ def test_settings_reject_bad_values_by_name():
         RaySettings.from_mapping({"bogus": 1})
 
 
-def test_settings_round_trip_through_the_environment():
+def test_the_job_spec_round_trips_through_the_attempt_folder(tmp_path):
+    from beam_slurm.ray_cluster.job_spec import JobSpec
+    from beam_slurm.ray_cluster.log_copy import LogCopySettings
+
     settings = RaySettings(network_interface="ib0", extra_env={"NCCL_SOCKET_IFNAME": "ib0"}, port_overrides={"gcs": 6380})
-    again = RaySettings.from_env({"BEAM_RAY_SETTINGS": settings.to_env()})
-    assert again == settings
-    assert RaySettings.from_env({}) == RaySettings()
+    spec = JobSpec(ray=settings, gpus_per_node=8, log_copy=LogCopySettings(5.0, 1024, 7.0),
+                   env_manifest={"inherit": ["HF_*"], "set": ["CKPT_PATH"], "secret_files": {}}, sigterm_notice=True,
+                   job_start_time=1.5, preflight_window=(2.0, 3.0), ray_step_launch_time=4.0)
+    spec.write(tmp_path)
+    assert JobSpec.read(tmp_path) == spec and JobSpec.current({"BEAM_ATTEMPT_DIR": str(tmp_path)}) == spec
+    assert JobSpec.read(tmp_path / "none") == JobSpec() == JobSpec.current({})
+    assert JobSpec().ray == RaySettings() and JobSpec().log_copy_settings() == LogCopySettings.schema_defaults()
 
 
 def test_token_file_is_private_unique_and_reused(tmp_path):
@@ -129,9 +136,16 @@ def _env(**extra):
     return base
 
 
-def test_rank_zero_is_the_head_and_attempt_comes_from_restart_count():
-    ctx = NodeContext.from_env(_env(SLURM_RESTART_COUNT="2", BEAM_GPUS_PER_NODE="8"))
+def test_rank_zero_is_the_head_and_attempt_comes_from_restart_count(tmp_path):
+    from beam_slurm.ray_cluster.job_spec import JobSpec
+
+    JobSpec(gpus_per_node=8, sigterm_notice=True).write(tmp_path)
+    ctx = NodeContext.from_env(_env(SLURM_RESTART_COUNT="2", BEAM_ATTEMPT_DIR=str(tmp_path)))
     assert ctx.rank == 0 and ctx.attempt == 2 and ctx.num_nodes == 2 and ctx.expected_gpus == 8 and ctx.cpus == 8
+    assert ctx.attempt_dir == tmp_path and ctx.sigterm_notice and ctx.spec.gpus_per_node == 8
+    (tmp_path / "job_spec.json").write_text("{not json")
+    with pytest.raises(NodeFailure, match="job spec"):
+        NodeContext.from_env(_env(BEAM_ATTEMPT_DIR=str(tmp_path)))
     assert NodeContext.from_env(_env(SLURM_PROCID="1")).rank == 1
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from beam_slurm.config import load_config
+from beam_slurm.config.load import load_config
 from beam_slurm.config.errors import ConfigError
 from beam_slurm.ray_cluster import env_manifest
 from beam_slurm.ray_cluster.log_copy import COPY_RECORD, LogCopier, LogCopySettings, copy_logs
@@ -92,9 +92,7 @@ def test_log_copy_settings_come_from_the_recipe():
                       validate=False)
     settings = LogCopySettings.from_config(cfg)
     assert (settings.interval_s, settings.max_bytes, settings.final_s) == (5.0, 2 * 1024 * 1024, 7.0)
-    assert LogCopySettings.from_env({"BEAM_LOG_COPY": settings.to_env()}) == settings
-    default = LogCopySettings.from_env({})
-    assert default == LogCopySettings.from_config(load_config(BASE, validate=False))
+    assert LogCopySettings.schema_defaults() == LogCopySettings.from_config(load_config(BASE, validate=False))
 
 
 @pytest.mark.parametrize("name, secret", [("HF_TOKEN", True), ("WANDB_API_KEY", True), ("AWS_SECRET_ACCESS_KEY", True),
@@ -111,10 +109,10 @@ def test_nodes_resolve_patterns_recipe_variables_and_secret_files(tmp_path):
     secret_file.chmod(0o600)
     cfg = load_config(BASE + [f"+trainer.env_secret_files.WANDB_API_KEY={secret_file}"], validate=False)
     spec = env_manifest.describe(cfg, {"CKPT_PATH": "/c", "MAX_TRAINING_STEPS": "3"})
-    assert "planted" not in spec
-    environ = {env_manifest.MANIFEST_ENV: spec, "HF_HUB_OFFLINE": "1", "WANDB_PROJECT": "p", "NCCL_DEBUG": "INFO",
+    assert "planted" not in json.dumps(spec)
+    environ = {"HF_HUB_OFFLINE": "1", "WANDB_PROJECT": "p", "NCCL_DEBUG": "INFO",
                "HF_TOKEN": "planted-token", "CKPT_PATH": "/c", "UNRELATED": "x"}
-    values, missing = env_manifest.resolve(environ)
+    values, missing = env_manifest.resolve(spec, environ)
     assert values == {"HF_HUB_OFFLINE": "1", "WANDB_PROJECT": "p", "NCCL_DEBUG": "INFO", "HF_TOKEN": "planted-token",
                       "CKPT_PATH": "/c", "WANDB_API_KEY": "planted-key-value"}
     assert missing == ["MAX_TRAINING_STEPS"]
@@ -124,8 +122,8 @@ def test_nodes_resolve_patterns_recipe_variables_and_secret_files(tmp_path):
     assert "planted" not in env_manifest.summary(values) and "HF_HUB_OFFLINE=1" in env_manifest.summary(values)
     secret_file.unlink()
     with pytest.raises(env_manifest.ManifestError, match="trainer.env_secret_files.WANDB_API_KEY"):
-        env_manifest.resolve(environ)
-    assert env_manifest.resolve({}) == ({}, [])
+        env_manifest.resolve(spec, environ)
+    assert env_manifest.resolve(None, environ) == ({}, [])
 
 
 def test_a_secret_in_the_recipe_is_refused_without_printing_it():

@@ -22,10 +22,12 @@ WHOLE_NODES = "--nodes=2 --ntasks-per-node=1 --gpus-per-node=8 --exclusive --req
 
 
 def job_keys(work: Path) -> str:
-    """Recipe keys every job here sets: the paths preflight reads and the log folder. The recipe's trainer is
-    replaced by the driver double, so the rehearsal backend stands for it (no SkyRL checkout needed)."""
+    """Recipe keys every job here sets: the paths preflight reads, the log folder and the export path (the run
+    record, with the run's bad nodes, is the test's own: the default, ~/exports/<run name>, would be every test's and
+    outlive the sandbox). The recipe's trainer is replaced by the driver double, so the rehearsal backend stands for
+    it (no SkyRL checkout needed)."""
     return (f"recipe=lora_16gpu trainer.backend=rehearsal paths.model_path={work} paths.data_dir={work} "
-            f"paths.log_dir={work}/logs")
+            f"paths.log_dir={work}/logs paths.export_path={work}/export")
 
 
 def train_script(work: Path, sbatch_options: str, driver_args: str, train_options: str = "") -> str:

@@ -33,7 +33,7 @@ def two_nodes(slurm_sandbox) -> list[str]:
 
 def fabric_job(slurm_sandbox, work: Path, hosts: list[str]) -> str:
     keys = (f"recipe=lora_16gpu trainer.backend=rehearsal paths.model_path={work} paths.data_dir={work} "
-            f"paths.log_dir={work}/logs cluster.fabric_interface=fab0 cluster.fabric_check_timeout_s=5 "
+            f"paths.log_dir={work}/logs paths.export_path={work}/export cluster.fabric_interface=fab0 cluster.fabric_check_timeout_s=5 "
             "cluster.max_requeues=0")
     return slurm_sandbox.sbatch(f"""#!/bin/bash
 #SBATCH --nodes=2 --nodelist={','.join(hosts)} --ntasks-per-node=1 --gpus-per-node=8 --exclusive --time=5

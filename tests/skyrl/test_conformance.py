@@ -146,7 +146,7 @@ print(json.dumps({"model": cfg.trainer.policy.model.path, "train": list(cfg.data
 @pytest.mark.parametrize("path", TRICKY_PATHS)
 def test_paths_with_references_read_back_exactly_through_skyrls_parser(path, monkeypatch):
     """SkyRL resolves `${...}` in its overrides; every path we hand it must come back as the text we meant."""
-    from beam_slurm.config import load_config
+    from beam_slurm.config.load import load_config
     from beam_slurm.skyrl.command import skyrl_overrides
     from skyrl_venv import run_in_skyrl_venv
 

@@ -11,7 +11,7 @@ import time
 
 from test_rehearsal import ray_head, rehearsal  # noqa: F401  (the module's private Ray head)
 
-from beam_slurm.config import load_config
+from beam_slurm.config.load import load_config
 from beam_slurm.skyrl.command import skyrl_launch
 from beam_slurm.skyrl.rehearsal import PAYLOAD_FILE, RehearsalSettings, resume_step
 

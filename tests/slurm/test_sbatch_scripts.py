@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from beam_slurm import REPO_ROOT
-from beam_slurm.config import load_config
+from beam_slurm.config.load import load_config
 
 SCRIPTS = {"train_lora_16gpu.sh": "lora_16gpu", "train_lora_32gpu.sh": "lora_32gpu",
            "train_bf16.sh": "bf16_64gpu", "train_mxfp8.sh": "mxfp8_64gpu"}

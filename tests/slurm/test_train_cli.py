@@ -5,7 +5,7 @@ import shlex
 
 import pytest
 
-from beam_slurm.config import load_config
+from beam_slurm.config.load import load_config
 from beam_slurm.config.schema import ClusterConfig
 from beam_slurm.sizing import node_needs
 from beam_slurm.slurm import train_job
@@ -133,7 +133,8 @@ def test_eval_chain_submits_each_export_once_and_the_fresh_last_one_at_the_end(t
                        "eval.chain_settle_s=3600", "max_training_steps=20", f"paths.ckpt_path={tmp_path}/ck",
                        f"paths.export_path={tmp_path}/ex"])
     submitted = []
-    monkeypatch.setattr(EvalChain, "submit", lambda self, argv: submitted.append(argv[1]) or f"job{len(submitted)}")
+    monkeypatch.setattr(EvalChain, "submit",
+                        lambda self, step, checkpoint: submitted.append(str(checkpoint)) or f"job{len(submitted)}")
     (tmp_path / "ck").mkdir()
     _export(tmp_path / "ex", 10)
     _export(tmp_path / "ex", 20)

@@ -1,0 +1,95 @@
+"""What the batch shell tells the nodes and the driver of one attempt: one typed file in the attempt's folder.
+
+The training job writes ``<attempt dir>/job_spec.json`` once per attempt, just before it starts the Ray step; every
+node (`beam_slurm.ray_cluster.node`) and the driver read it there. The one variable that crosses srun is
+``BEAM_ATTEMPT_DIR``, the folder itself (on shared storage, also inside a container: it is mounted at the same
+path). What users set stays in the environment: the seed's names (MODEL_PATH, CKPT_PATH, ...), BEAM_SLURM_HOME,
+BEAM_PYTHON, BEAM_CONTAINER_*, BEAM_REHEARSAL_*, and what SkyRL's Beam branch reads (BEAM_LORA_*).
+
+Without an attempt folder or its file (a node started by an evaluation task, or by hand) every field takes its
+default: the schema's Ray settings, no GPU count to check, no notice held, the schema's log copy settings.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from beam_slurm.core.atomic_files import write_json
+from beam_slurm.ray_cluster.log_copy import LogCopySettings
+from beam_slurm.ray_cluster.settings import RaySettings
+
+ATTEMPT_DIR_ENV = "BEAM_ATTEMPT_DIR"
+"""The attempt's log folder on shared storage; it holds the job spec."""
+SPEC_FILE = "job_spec.json"
+SCHEMA_VERSION = 1
+
+
+@dataclass
+class JobSpec:
+    """The settings of one attempt that the nodes and the driver need (no secret: the auth token is a file)."""
+
+    ray: RaySettings = field(default_factory=RaySettings)
+    """The recipe's `ray` section."""
+    gpus_per_node: int | None = None
+    """GPUs every node must show (cluster.gpus_per_node); None: not checked."""
+    log_copy: LogCopySettings | None = None
+    """How each node copies its Ray logs; None: the schema's defaults."""
+    env_manifest: dict[str, Any] | None = None
+    """What each node exports before Ray (`ray_cluster.env_manifest.describe`: names, patterns, file paths)."""
+    sigterm_notice: bool = False
+    """Hold a first SIGTERM that may be a preemption's only notice (the batch shell judged a save fits)."""
+    job_start_time: float | None = None
+    """When the batch shell's process started (bring-up timing in ray_ready.json)."""
+    preflight_window: tuple[float, float] | None = None
+    """(began, ended) of the preflight step."""
+    ray_step_launch_time: float | None = None
+    """When the batch shell launched the Ray step."""
+    schema_version: int = SCHEMA_VERSION
+
+    def write(self, attempt_dir: str | os.PathLike) -> Path:
+        path = Path(attempt_dir) / SPEC_FILE
+        write_json(path, dataclasses.asdict(self))
+        return path
+
+    @classmethod
+    def from_mapping(cls, values: Mapping[str, Any]) -> "JobSpec":
+        known = {f.name for f in dataclasses.fields(cls)}
+        given = {key: value for key, value in values.items() if key in known}
+        if given.get("schema_version", SCHEMA_VERSION) != SCHEMA_VERSION:
+            raise ValueError(f"{SPEC_FILE}: schema_version {given['schema_version']} is not {SCHEMA_VERSION}; the "
+                             "nodes run another beam-slurm than the batch shell (set BEAM_SLURM_HOME to one checkout)")
+        given["ray"] = RaySettings.from_mapping(given.get("ray") or {})
+        if given.get("log_copy") is not None:
+            given["log_copy"] = LogCopySettings(**given["log_copy"])
+        if given.get("preflight_window") is not None:
+            given["preflight_window"] = tuple(given["preflight_window"])
+        return cls(**given)
+
+    @classmethod
+    def read(cls, attempt_dir: str | os.PathLike | None) -> "JobSpec":
+        """The attempt's spec; the defaults when there is no folder or no file in it."""
+        if not attempt_dir:
+            return cls()
+        try:
+            text = (Path(attempt_dir) / SPEC_FILE).read_text()
+        except FileNotFoundError:
+            return cls()
+        return cls.from_mapping(json.loads(text))
+
+    @classmethod
+    def current(cls, environ: Mapping[str, str] | None = None) -> "JobSpec":
+        """The spec of the attempt this process belongs to (`BEAM_ATTEMPT_DIR`)."""
+        return cls.read(attempt_dir(environ))
+
+    def log_copy_settings(self) -> LogCopySettings:
+        return self.log_copy if self.log_copy is not None else LogCopySettings.schema_defaults()
+
+
+def attempt_dir(environ: Mapping[str, str] | None = None) -> Path | None:
+    value = (os.environ if environ is None else environ).get(ATTEMPT_DIR_ENV, "")
+    return Path(value) if value else None
