@@ -22,6 +22,7 @@ from beam_slurm.sizing import (BF16_WEIGHTS_TB, CPU_OPTIMIZER_HOST_RAM_TB_PER_NO
                                checkpoints_kept, full_checkpoint_tb_per_node, optimizer_state_tb_per_node)
 from beam_slurm.skyrl.command import skyrl_launch
 from beam_slurm.slurm.preemption import read_preemption
+from beam_slurm.slurm.values import describe_seconds, time_limit_seconds
 
 
 def plan_rows(cfg) -> list[tuple[str, str, str]]:
@@ -38,7 +39,8 @@ def plan_rows(cfg) -> list[tuple[str, str, str]]:
         ("resources", "nodes x GPUs", f"{cfg.cluster.nodes} x {cfg.cluster.gpus_per_node} = {cfg.total_gpus} GPUs"),
         ("resources", "placement", "colocated (training and vLLM share every GPU)" if cfg.trainer.placement_colocated
          else f"split: {cfg.training_nodes} training nodes, {cfg.trainer.rollout_nodes} rollout nodes"),
-        ("resources", "time limit / notice", f"{cfg.cluster.time_limit}, USR1 {cfg.cluster.signal_before_s} s before, "
+        ("resources", "time limit / notice", f"{cfg.cluster.time_limit} = "
+         f"{describe_seconds(time_limit_seconds(cfg.cluster.time_limit))}, USR1 {cfg.cluster.signal_before_s} s before, "
          f"save grace {cfg.cluster.grace_s} s, max requeues {cfg.cluster.max_requeues}"),
         ("parallelism", "Megatron", f"TP{m.tensor_parallel} PP{m.pipeline_parallel} CP{m.context_parallel} "
          f"EP{m.expert_parallel} ETP{m.expert_tensor_parallel} on {cfg.training_gpus} GPUs"),

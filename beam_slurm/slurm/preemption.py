@@ -24,7 +24,7 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass, field
 
-from beam_slurm.slurm import scheduler
+from beam_slurm.slurm import scheduler, values
 
 QUERY_TIMEOUT_S = 10.0
 """Seconds each Slurm query may take; `plan` must not hang on a controller that does not answer."""
@@ -139,7 +139,7 @@ def parse_qos(text: str) -> tuple[QosPreemption, ...]:
 
 def _seconds(text: str) -> int:
     """GraceTime and KillWait as seconds; '' or garbage -> 0."""
-    return scheduler.duration_seconds(text) or 0
+    return values.reported_seconds(text) or 0
 
 
 def from_outputs(config: str, partitions: str, qos: str, partition: str | None) -> PreemptionInfo:

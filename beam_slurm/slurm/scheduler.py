@@ -52,25 +52,6 @@ def requeue(job_id: str | int) -> None:
     _run(["scontrol", "requeue", str(job_id)], survive_sigterm=True)
 
 
-def duration_seconds(text: str | None) -> int | None:
-    """A duration as scontrol prints it ('20' seconds, '00:01:12', '1-00:00:00') in seconds; None for '',
-    'UNLIMITED' and anything else it cannot read."""
-    text = (text or "").strip()
-    if text.isdigit():
-        return int(text)
-    days, _, clock = text.rpartition("-")
-    try:
-        parts = [int(p) for p in clock.split(":")]
-    except ValueError:
-        return None
-    if not 1 <= len(parts) <= 3 or (days and not days.isdigit()):
-        return None
-    while len(parts) < 3:
-        parts.insert(0, 0)
-    hours, minutes, seconds = parts
-    return (int(days) if days else 0) * 86400 + hours * 3600 + minutes * 60 + seconds
-
-
 def job_info(job_id: str | int) -> dict[str, str]:
     """`scontrol show job -o <id>` as a dict (JobState, RunTime, TimeLimit, NodeList, Restarts, ...)."""
     text = _run(["scontrol", "show", "job", "-o", str(job_id)]).strip()
