@@ -29,7 +29,7 @@ from omegaconf.errors import GrammarParseError, InterpolationResolutionError, Om
 from beam_slurm import CONF_DIR
 from beam_slurm.config.errors import ConfigError, ConfigProblem
 from beam_slurm.config.overrides import escape_values
-from beam_slurm.config.schema import BeamConfig
+from beam_slurm.config.schema import BeamConfig, ClusterConfig
 from beam_slurm.config.validation import validate_config
 
 
@@ -215,6 +215,8 @@ def fill_defaults(cfg, *, environ) -> None:
         cfg.checkpoint.hf_save_interval = cfg.checkpoint.interval  # chained evaluations read HF exports
     if cfg.precision == "mxfp8" and cfg.rollout.quantization is None:
         cfg.rollout.quantization = "mxfp8"
+    if cfg.cluster.time_limit is None:  # conf/ reads SBATCH_TIMELIMIT, null when unset: the schema's default then
+        cfg.cluster.time_limit = ClusterConfig.__dataclass_fields__["time_limit"].default
 
 
 def to_yaml(cfg) -> str:

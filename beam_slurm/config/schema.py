@@ -26,13 +26,15 @@ class ClusterConfig:
     gpus_per_node: int = 8
     """GPUs per node; the seed's nodes are 8 x B200."""
     partition: Optional[str] = None
-    """Slurm partition (`--partition`); empty = the cluster's default."""
+    """Slurm partition (`--partition`), or a comma-separated list (env SBATCH_PARTITION); empty = the cluster's
+    default."""
     account: Optional[str] = None
-    """Slurm account (`--account`); empty = the user's default."""
+    """Slurm account (`--account`, env SBATCH_ACCOUNT); empty = the user's default."""
     qos: Optional[str] = None
-    """Slurm QOS (`--qos`); empty = none."""
-    time_limit: str = "24:00:00"
-    """Wall time per attempt (`--time`, [D-]HH:MM:SS). A requeued attempt gets the same limit again (ours)."""
+    """Slurm QOS (`--qos`, env SBATCH_QOS); empty = none."""
+    time_limit: Optional[str] = "24:00:00"
+    """Wall time per attempt (`--time`: minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM:SS or UNLIMITED; env SBATCH_TIMELIMIT,
+    as sbatch reads it). A requeued attempt gets the same limit again (ours)."""
     cpus_per_node: Optional[int] = None
     """CPUs per node for the Ray step (`--cpus-per-task` with one task per node); empty = what Slurm gives."""
     mem_per_node: Optional[str] = None

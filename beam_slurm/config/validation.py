@@ -31,6 +31,17 @@ RESUME_MODES = ("none", "latest", "from_path")
 _RUN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
 
+FIRST_CLASS_SBATCH_OPTIONS = {
+    "--time": "cluster.time_limit", "-t": "cluster.time_limit", "--nodes": "cluster.nodes", "-N": "cluster.nodes",
+    "--partition": "cluster.partition", "-p": "cluster.partition", "--account": "cluster.account",
+    "-A": "cluster.account", "--qos": "cluster.qos", "-q": "cluster.qos", "--signal": "cluster.signal_before_s",
+    "--mem": "cluster.mem_per_node", "--gpus-per-node": "cluster.gpus_per_node",
+    "--cpus-per-task": "cluster.cpus_per_node", "-c": "cluster.cpus_per_node", "--job-name": "run_name",
+    "-J": "run_name", "--output": "paths.log_dir", "-o": "paths.log_dir",
+}
+"""sbatch options that a recipe key renders: `cluster.extra_sbatch_args` may not set them a second time."""
+
+
 def problems(cfg) -> list[ConfigProblem]:
     """All problems of a typed, default-filled BeamConfig (empty list = valid)."""
     out: list[ConfigProblem] = []
@@ -131,6 +142,14 @@ def problems(cfg) -> list[ConfigProblem]:
             values.memory_megabytes(cfg.cluster.mem_per_node)
         except values.SlurmValueError as exc:
             bad("cluster.mem_per_node", cfg.cluster.mem_per_node, str(exc).split("; ", 1)[1])
+    for arg in cfg.cluster.extra_sbatch_args:
+        option = str(arg).split("=", 1)[0]
+        owner = FIRST_CLASS_SBATCH_OPTIONS.get(option) or next(
+            (key for flag, key in FIRST_CLASS_SBATCH_OPTIONS.items() if len(flag) == 2 and option.startswith(flag)
+             and option != flag and not option.startswith("--")), None)
+        if owner:
+            bad("cluster.extra_sbatch_args", arg, f"{option} is set by {owner}: set that key instead (the job would "
+                "get both values, and the plan would check only one)")
     if cfg.cluster.partition:
         try:
             values.partition_names(cfg.cluster.partition)

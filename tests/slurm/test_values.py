@@ -104,3 +104,32 @@ def test_memory_and_partition_keys_are_read_as_slurm_reads_them():
     assert load_config([*BASE, "cluster.partition='batch,low'"]).cluster.partition == "batch,low"
     with pytest.raises(ConfigError, match="cluster.partition"):
         load_config([*BASE, "cluster.partition='a b'"])
+
+
+def test_sbatch_variables_are_read_as_sbatch_reads_them_and_a_key_still_wins(monkeypatch):
+    from beam_slurm.config.schema import env_sources
+
+    monkeypatch.setenv("SBATCH_TIMELIMIT", "30:00")
+    monkeypatch.setenv("SBATCH_PARTITION", "low")
+    cfg = load_config(BASE)
+    assert (cfg.cluster.time_limit, cfg.cluster.partition) == ("30:00", "low")
+    assert env_sources(cfg)["cluster.time_limit"] == "SBATCH_TIMELIMIT"
+    given = load_config([*BASE, "cluster.time_limit=2:00:00", "cluster.partition=batch"])
+    assert (given.cluster.time_limit, given.cluster.partition) == ("2:00:00", "batch")
+    monkeypatch.setenv("SBATCH_TIMELIMIT", "30h")
+    with pytest.raises(ConfigError) as refused:
+        load_config(BASE)
+    assert "SBATCH_TIMELIMIT" in str(refused.value)  # the setting's variable is named
+    monkeypatch.delenv("SBATCH_TIMELIMIT")
+    assert load_config(BASE).cluster.time_limit == "24:00:00"
+
+
+def test_extra_sbatch_args_may_not_set_what_a_key_sets():
+    with pytest.raises(ConfigError) as refused:
+        load_config([*BASE, "cluster.extra_sbatch_args=['--time=1:00:00','--nodes=4','--constraint=b200']"])
+    text = str(refused.value)
+    assert "--time is set by cluster.time_limit" in text and "--nodes is set by cluster.nodes" in text
+    assert "constraint" not in text
+    with pytest.raises(ConfigError, match="cluster.nodes"):
+        load_config([*BASE, "cluster.extra_sbatch_args=['-N4']"])
+    assert load_config([*BASE, "cluster.extra_sbatch_args=['--exclusive','--hold']"]).cluster.extra_sbatch_args
