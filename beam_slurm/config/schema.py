@@ -55,6 +55,9 @@ class ClusterConfig:
     from; attempts ended by preemption or by the operator do not count. 0 turns the guard off (ours: 2)."""
     extra_sbatch_args: list[str] = field(default_factory=list)
     """Extra `sbatch` options passed through verbatim as separate arguments (e.g. `--constraint=b200`)."""
+    allow_no_checkpoint: bool = False
+    """`submit` refuses a run whose attempts cannot reach a checkpoint within cluster.time_limit (`plan`'s "one
+    attempt" row says why); true submits it anyway."""
     check_paths_on_submit: bool = True
     """`plan` and `submit` check on the submit host that the paths the job will read exist (model, SkyRL checkout,
     data files); set false where login nodes do not mount the compute storage (the job's preflight still checks
@@ -432,6 +435,12 @@ class TrainerConfig:
     expected_step_s: float = 600.0
     """Seconds one training step (generation + training) takes, for the notice budget and interval advice until the
     run has steps of its own in train_metrics.jsonl, which `plan` then measures (ours: an estimate per recipe)."""
+    expected_bringup_s: float = 180.0
+    """Seconds from the attempt's start to a Ray cluster ready for the driver (preflight, Ray on every node), for
+    `plan`'s "one attempt" row until the goodput ledger measures it (ours: an estimate)."""
+    expected_model_load_s: float = 600.0
+    """Seconds the trainer takes to load the model and start its engines before the first step, for the same row
+    (ours: an estimate for the seed's ~1 TB model)."""
     rehearsal_step_s: float = 2.0
     """Rehearsal trainer only (env BEAM_REHEARSAL_STEP_SECONDS): seconds one rehearsal step takes."""
     rehearsal_save_s: float = 0.0

@@ -38,6 +38,7 @@ from beam_slurm.core import layout
 from beam_slurm.core.atomic_files import write_text
 from beam_slurm.core.run_store import RunStore, now, remember_job
 from beam_slurm.evaluation.report import REHEARSAL_RUN
+from beam_slurm.notice_budget import attempt_progress
 from beam_slurm.pipeline.manifest import record_submission, remember_last
 from beam_slurm.pipeline.stages import PrepareData, PullContainer, StageError, Train
 from beam_slurm.pipeline.sweep import expand, has_sweep, rename_run, slug, sweep_root
@@ -118,6 +119,7 @@ def build_runs(overrides: list[str], multirun: bool, stages: tuple[str, ...] | l
         run.problems = config_problems(run.cfg)
         if "train" in stages:
             run.problems += path_problems(run.cfg, produced=[s for s in stages if s != "train"])
+            run.problems += stalled_attempt_problems(run.cfg)
         runs.append(run)
     seen: dict[str, RunSpec] = {}
     for run in runs:
@@ -128,6 +130,19 @@ def build_runs(overrides: list[str], multirun: bool, stages: tuple[str, ...] | l
                                               "remove the repeated value"))
         seen.setdefault(run.cfg.run_name, run)
     return runs
+
+
+def stalled_attempt_problems(cfg) -> list[ConfigProblem]:
+    """An attempt that can reach no checkpoint (`notice_budget.attempt_progress`) burns its GPUs and its requeues:
+    refused unless cluster.allow_no_checkpoint=true."""
+    progress = attempt_progress(cfg)
+    if not progress.stalls or cfg.cluster.allow_no_checkpoint:
+        return []
+    return [ConfigProblem("cluster.time_limit", cfg.cluster.time_limit,
+                          f"an attempt cannot reach a checkpoint ({progress.steps} step(s) of {progress.step_s:,.0f} s "
+                          f"before the notice, the first checkpoint at step {progress.interval}, no save on notice "
+                          f"fits): {'; or '.join(progress.fixes())}; or cluster.allow_no_checkpoint=true to submit "
+                          "it anyway")]
 
 
 def resume_stopped(runs: list[RunSpec], out=None) -> None:
