@@ -187,6 +187,9 @@ def plan_stages(runs: list[RunSpec], stages: list[str], data_overrides: list[str
             if identity in shared:
                 run.plans.append(shared[identity])
                 continue
+            blocked = stage.blocked() if isinstance(stage, PrepareData) else ""
+            if blocked:
+                raise StageError(f"data stage of {run.cfg.run_name}: {blocked}")
             reason = stage.completed()
             plan = stage.render()
             if reason:
