@@ -55,6 +55,9 @@ class ClusterConfig:
     from; attempts ended by preemption or by the operator do not count. 0 turns the guard off (ours: 2)."""
     extra_sbatch_args: list[str] = field(default_factory=list)
     """Extra `sbatch` options passed through verbatim as separate arguments (e.g. `--constraint=b200`)."""
+    ask_slurm_on_submit: bool = True
+    """`submit` (its dry run too) asks Slurm with `sbatch --test-only` whether it would take each job, and refuses
+    what Slurm refuses; false where the submit host cannot reach the controller."""
     allow_no_checkpoint: bool = False
     """`submit` refuses a run whose attempts cannot reach a checkpoint within cluster.time_limit (`plan`'s "one
     attempt" row says why); true submits it anyway."""

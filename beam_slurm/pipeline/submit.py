@@ -42,8 +42,9 @@ from beam_slurm.notice_budget import attempt_progress
 from beam_slurm.pipeline.manifest import record_submission, remember_last
 from beam_slurm.pipeline.stages import PrepareData, PullContainer, StageError, Train
 from beam_slurm.pipeline.sweep import expand, has_sweep, rename_run, slug, sweep_root
+from beam_slurm.slurm import scheduler
 from beam_slurm.slurm.scheduler import SlurmCommandError
-from beam_slurm.slurm.submission import job_records
+from beam_slurm.slurm.submission import job_records, refusal_setting, sbatch_test_only
 
 STAGES = ("data", "container", "train")
 
@@ -130,6 +131,44 @@ def build_runs(overrides: list[str], multirun: bool, stages: tuple[str, ...] | l
                                               "remove the repeated value"))
         seen.setdefault(run.cfg.run_name, run)
     return runs
+
+
+def ask_slurm(runs: list[RunSpec], out=None) -> list[str]:
+    """`sbatch --test-only` for every stage job the submission would queue (once per job shape): Slurm's refusals,
+    each with the setting that changes it. A node configuration Slurm cannot give while some of the partition's
+    nodes are down or drained is a warning (they may come back), and a Slurm that cannot be asked is said once."""
+    out = out or sys.stderr
+    refused, asked = [], set()
+    for run in runs:
+        for plan in run.plans:
+            # One question per job shape: a sweep's points differ in their names and settings, not in what Slurm checks.
+            shape = None if plan.request is None else (plan.request.script, tuple(
+                o for o in plan.request.options if not o.startswith(("--job-name=", "--output=", "--error="))))
+            if shape is None or shape in asked:
+                continue
+            asked.add(shape)
+            answer = sbatch_test_only(plan.request)
+            if answer.accepted is None:
+                print(f"beam-slurm submit: Slurm could not be asked ({answer.text}); the jobs were not tested "
+                      "(cluster.ask_slurm_on_submit=false skips this)", file=out)
+                return refused
+            if answer.accepted:
+                continue
+            what = f"the {plan.stage} job of {run.cfg.run_name}"
+            if "node configuration is not available" in answer.text and _some_nodes_unusable(run.cfg.cluster.partition):
+                print(f"beam-slurm submit: warning: Slurm cannot give {what} its nodes now ({answer.text}) while some "
+                      "of the partition's nodes are down or drained; it waits for them", file=out)
+                continue
+            refused.append(f"Slurm refuses {what}: {answer.text}; change {refusal_setting(answer.text)}")
+    return refused
+
+
+def _some_nodes_unusable(partition: str | None) -> bool:
+    try:
+        return len(scheduler.partition_node_states(partition or "")) > len(
+            scheduler.usable_partition_nodes(partition or ""))
+    except SlurmCommandError:
+        return False
 
 
 def stalled_attempt_problems(cfg) -> list[ConfigProblem]:
@@ -340,6 +379,10 @@ def main(argv: list[str]) -> int:
         for plan in run.plans:
             if plan.request is not None:
                 plan.request.dependency_type = args.dependency_type
+    if valid and valid[0].cfg.cluster.ask_slurm_on_submit:
+        refused = ask_slurm(valid)
+        if refused:
+            return _fail(refused)
     sweep_dir = None
     if args.multirun:
         base = valid[0].base_name

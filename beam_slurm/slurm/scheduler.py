@@ -103,16 +103,16 @@ def update_excluded_nodes(job_id: str | int, nodes: Sequence[str]) -> None:
     _run(["scontrol", "update", f"JobId={job_id}", f"ExcNodeList={','.join(nodes)}"], survive_sigterm=True)
 
 
+def partition_node_states(partition: str = "") -> dict[str, str]:
+    """Every node of `partition` (the default partition when empty) -> its state as sinfo prints it."""
+    argv = ["sinfo", "--noheader", "--Node", "--format=%N %t"] + ([f"--partition={partition}"] if partition else [])
+    return {parts[0]: parts[1] for parts in (line.split() for line in _run(argv).splitlines()) if len(parts) == 2}
+
+
 def usable_partition_nodes(partition: str = "") -> list[str]:
     """Nodes of `partition` (the default partition when empty) that are not down, drained or failing (sinfo)."""
-    argv = ["sinfo", "--noheader", "--Node", "--format=%N %t"] + ([f"--partition={partition}"] if partition else [])
-    nodes: list[str] = []
-    for line in _run(argv).splitlines():
-        parts = line.split()
-        if len(parts) == 2 and not parts[1].rstrip("*~#!%$@^-").startswith(("down", "drain", "fail", "maint")) \
-                and parts[0] not in nodes:
-            nodes.append(parts[0])
-    return nodes
+    return [node for node, state in partition_node_states(partition).items()
+            if not state.rstrip("*~#!%$@^-").startswith(("down", "drain", "fail", "maint"))]
 
 
 QUEUE_FIELDS = ("JobID", "State", "Reason", "TimeUsed", "NodeList", "RestartCnt", "Name", "Dependency")
