@@ -21,7 +21,9 @@ from beam_slurm.notice_budget import plan_rows as notice_rows
 from beam_slurm.sizing import (BF16_WEIGHTS_TB, CPU_OPTIMIZER_HOST_RAM_TB_PER_NODE, FULL_CHECKPOINT_TB_TOTAL,
                                checkpoints_kept, full_checkpoint_tb_per_node, optimizer_state_tb_per_node)
 from beam_slurm.skyrl.command import skyrl_launch
+from beam_slurm.pipeline.stages import StageError, Train
 from beam_slurm.slurm.preemption import read_preemption
+from beam_slurm.slurm.submission import refusal_setting, sbatch_test_only
 from beam_slurm.slurm.values import describe_seconds, time_limit_seconds
 
 
@@ -94,13 +96,13 @@ def storage_rows(cfg) -> list[tuple[str, str, str]]:
     return rows
 
 
-def print_plan(cfg, launch) -> None:
+def print_plan(cfg, launch, extra_rows: list[tuple[str, str, str]] = ()) -> None:
     table = Table(title=f"beam-slurm plan: {cfg.recipe}", show_lines=False)
     table.add_column("section", style="cyan", no_wrap=True)
     table.add_column("item", style="bold")
     table.add_column("value")
     previous = None
-    for section, item, value in plan_rows(cfg):
+    for section, item, value in [*plan_rows(cfg), *extra_rows]:
         table.add_row(section if section != previous else "", item, value)
         previous = section
     console = Console()
@@ -133,11 +135,28 @@ def main(argv: list[str]) -> int:
     except ConfigError as exc:
         return verb.config_failed(exc, what="; nothing was submitted")
     launch = skyrl_launch(cfg)
+    asked = slurm_rows(cfg, parsed.overrides) if not parsed.args.skyrl_overrides else []
     if parsed.args.skyrl_overrides:
         sys.stdout.write("".join(o + "\n" for o in launch.overrides))
     elif parsed.args.json:
-        print(json.dumps({"rows": plan_rows(cfg), "module": launch.module, "overrides": launch.overrides,
+        print(json.dumps({"rows": plan_rows(cfg) + asked, "module": launch.module, "overrides": launch.overrides,
                           "env": launch.env, "cwd": launch.cwd}, indent=2))
     else:
-        print_plan(cfg, launch)
-    return 0
+        print_plan(cfg, launch, asked)
+    return 2 if any(value.startswith("REFUSED") for _, _, value in asked) else 0
+
+
+def slurm_rows(cfg, overrides: list[str]) -> list[tuple[str, str, str]]:
+    """What Slurm says of the training job (`sbatch --test-only`), unless cluster.ask_slurm_on_submit=false."""
+    if not cfg.cluster.ask_slurm_on_submit:
+        return [("slurm", "sbatch --test-only", "not asked (cluster.ask_slurm_on_submit=false)")]
+    try:
+        request = Train(cfg, overrides).render().request
+    except StageError as exc:
+        return [("slurm", "sbatch --test-only", f"not asked: {exc}")]
+    answer = sbatch_test_only(request)
+    if answer.accepted is None:
+        return [("slurm", "sbatch --test-only", f"not asked: Slurm could not be reached ({answer.text})")]
+    if answer.accepted:
+        return [("slurm", "sbatch --test-only", f"accepted: {answer.text}")]
+    return [("slurm", "sbatch --test-only", f"REFUSED: {answer.text}; change {refusal_setting(answer.text)}")]

@@ -182,3 +182,10 @@ def test_slurm_is_asked_before_anything_is_queued(slurm_sandbox, sandbox_run, ca
     assert code == 0 and "dry run: nothing submitted" in out, err
     code, out, err = run_submit([*base, "cluster.partition=gpux", "cluster.ask_slurm_on_submit=false"], capsys)
     assert code == 0, err
+    from beam_slurm.plan import main as plan_main
+
+    assert plan_main(["recipe=lora_16gpu", "trainer.backend=rehearsal", "cluster.partition=gpux", *data]) == 2
+    out = capsys.readouterr().out
+    assert "sbatch --test-only" in out and "REFUSED" in out and "cluster.partition" in out, out
+    assert plan_main(["recipe=lora_16gpu", "trainer.backend=rehearsal", "--json", *data]) == 0
+    assert '"accepted: ' in capsys.readouterr().out
