@@ -16,6 +16,7 @@ from rich.table import Table
 
 from beam_slurm.config.errors import ConfigError
 from beam_slurm.config.load import load_config
+from beam_slurm.config.schema import env_sources
 from beam_slurm.config.verb_args import VerbArgs, VerbUsageError, schema_keys
 from beam_slurm.notice_budget import plan_rows as notice_rows
 from beam_slurm.sizing import (BF16_WEIGHTS_TB, CPU_OPTIMIZER_HOST_RAM_TB_PER_NODE, FULL_CHECKPOINT_TB_TOTAL,
@@ -25,6 +26,12 @@ from beam_slurm.pipeline.stages import StageError, Train
 from beam_slurm.slurm.preemption import read_preemption
 from beam_slurm.slurm.submission import refusal_setting, sbatch_test_only
 from beam_slurm.slurm.values import describe_seconds, time_limit_seconds
+
+
+def _source(cfg, key: str) -> str:
+    """Where a value the job gets from sbatch's side came from, when not the recipe: ' (from SBATCH_PARTITION)'."""
+    variable = env_sources(cfg).get(key)
+    return f" (from {variable})" if variable else ""
 
 
 def plan_rows(cfg) -> list[tuple[str, str, str]]:
@@ -41,7 +48,10 @@ def plan_rows(cfg) -> list[tuple[str, str, str]]:
         ("resources", "nodes x GPUs", f"{cfg.cluster.nodes} x {cfg.cluster.gpus_per_node} = {cfg.total_gpus} GPUs"),
         ("resources", "placement", "colocated (training and vLLM share every GPU)" if cfg.trainer.placement_colocated
          else f"split: {cfg.training_nodes} training nodes, {cfg.trainer.rollout_nodes} rollout nodes"),
-        ("resources", "time limit / notice", f"{cfg.cluster.time_limit} = "
+        ("resources", "partition / account / qos", " / ".join(
+            f"{getattr(cfg.cluster, key) or '(default)'}{_source(cfg, 'cluster.' + key)}"
+            for key in ("partition", "account", "qos"))),
+        ("resources", "time limit / notice", f"{cfg.cluster.time_limit}{_source(cfg, 'cluster.time_limit')} = "
          f"{describe_seconds(time_limit_seconds(cfg.cluster.time_limit))}, USR1 {cfg.cluster.signal_before_s} s before, "
          f"save grace {cfg.cluster.grace_s} s, max requeues {cfg.cluster.max_requeues}"),
         ("parallelism", "Megatron", f"TP{m.tensor_parallel} PP{m.pipeline_parallel} CP{m.context_parallel} "
