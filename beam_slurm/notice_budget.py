@@ -508,6 +508,8 @@ def _verdict_rows(item: str, head: str, budget: Budget, size: float, interval: i
 def _preemption_line(cfg, info, interval: int) -> tuple[str, Budget | None]:
     """The preemption line, and the budget to check when a preemption comes with a notice (else None)."""
     if not info.reachable:
+        if info.why.startswith("Slurm has no partition"):  # Slurm answered: the setting is wrong, not the network
+            return f"{info.why}: how a preemption reaches the job is not checked", None
         return f"Slurm not reachable here ({info.why}): how a preemption reaches the job is not checked", None
     qos = cfg.cluster.qos
     where = f"partition {info.partition}" + (f", QOS {qos or 'normal'}" if info.by_qos else "")

@@ -146,6 +146,8 @@ def from_outputs(config: str, partitions: str, qos: str, partition: str | None) 
     """Build the picture from the three commands' outputs (pure; tests feed it recorded text)."""
     conf = parse_config(config)
     rows = parse_partitions(partitions)
+    if partition and "," in partition:  # a list: the job runs in the first that can start it; read that one
+        partition = values.partition_names(partition)[0]
     if partition:
         row = next((r for r in rows if r.get("PartitionName") == partition), None)
         if row is None:
