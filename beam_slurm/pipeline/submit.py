@@ -174,8 +174,10 @@ def _some_nodes_unusable(partition: str | None) -> bool:
 def stalled_attempt_problems(cfg) -> list[ConfigProblem]:
     """An attempt that can reach no checkpoint (`notice_budget.attempt_progress`) burns its GPUs and its requeues:
     refused unless cluster.allow_no_checkpoint=true."""
+    if cfg.cluster.allow_no_checkpoint:
+        return []
     progress = attempt_progress(cfg)
-    if not progress.stalls or cfg.cluster.allow_no_checkpoint:
+    if not progress.stalls:
         return []
     return [ConfigProblem("cluster.time_limit", cfg.cluster.time_limit,
                           f"an attempt cannot reach a checkpoint ({progress.steps} step(s) of {progress.step_s:,.0f} s "
