@@ -417,8 +417,10 @@ def attempt_progress(cfg) -> AttemptProgress:
     """How far one attempt of this recipe gets (see AttemptProgress)."""
     c, t = cfg.cluster, cfg.trainer
     limit = time_limit_seconds(c.time_limit)
+    # The rehearsal loads no model: its own load time stands in (as its step time does in step_seconds).
+    load_s = t.rehearsal_model_load_s if t.backend == "rehearsal" else t.expected_model_load_s
     return AttemptProgress(limit_s=None if limit is None else float(limit),
-                           start_s=float(t.expected_bringup_s + t.expected_model_load_s), step_s=step_seconds(cfg)[0],
+                           start_s=float(t.expected_bringup_s + load_s), step_s=step_seconds(cfg)[0],
                            save_s=recipe_save_seconds(cfg), lead_s=float(c.signal_before_s),
                            interval=int(cfg.checkpoint.interval), max_steps=int(cfg.max_training_steps),
                            notice_save_fits=recipe_budget(cfg).fits)

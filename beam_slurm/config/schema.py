@@ -438,12 +438,12 @@ class TrainerConfig:
     expected_step_s: float = 600.0
     """Seconds one training step (generation + training) takes, for the notice budget and interval advice until the
     run has steps of its own in train_metrics.jsonl, which `plan` then measures (ours: an estimate per recipe)."""
-    expected_bringup_s: float = 180.0
+    expected_bringup_s: float = 120.0
     """Seconds from the attempt's start to a Ray cluster ready for the driver (preflight, Ray on every node), for
     `plan`'s "one attempt" row until the goodput ledger measures it (ours: an estimate)."""
     expected_model_load_s: float = 600.0
     """Seconds the trainer takes to load the model and start its engines before the first step, for the same row
-    (ours: an estimate for the seed's ~1 TB model)."""
+    (ours: an estimate for the seed's ~1 TB model; the rehearsal's is trainer.rehearsal_model_load_s)."""
     rehearsal_step_s: float = 2.0
     """Rehearsal trainer only (env BEAM_REHEARSAL_STEP_SECONDS): seconds one rehearsal step takes."""
     rehearsal_save_s: float = 0.0
