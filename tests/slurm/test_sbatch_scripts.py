@@ -63,7 +63,9 @@ def test_a_script_refuses_a_bad_recipe_before_starting_ray(slurm_sandbox, tmp_pa
     """A bad override fails in the batch shell with the key named, exit 2, and no Ray step is started."""
     out_dir = slurm_sandbox.new_dir("bad-recipe")
     submitted = subprocess.run(
-        ["sbatch", "--parsable", "--time=00:05:00", f"--output={out_dir}/%j.out",
+        # 10 minutes: with the script's --signal=B:USR1@300, a 5-minute job gets its notice at Slurm's first time check
+        # after the start, which can kill the batch shell before it has printed the refusal.
+        ["sbatch", "--parsable", "--time=00:10:00", f"--output={out_dir}/%j.out",
          str(REPO_ROOT / "sbatch" / "train_lora_16gpu.sh"), "megatron.tensor_parallel=3", "trainer.backend=rehearsal",
          f"paths.model_path={out_dir}", f"paths.data_dir={out_dir}", f"paths.ckpt_path={out_dir}/ck",
          f"paths.export_path={out_dir}/ex"],
