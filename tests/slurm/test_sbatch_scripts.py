@@ -158,7 +158,8 @@ def test_a_spooled_copy_needs_beam_slurm_home(slurm_sandbox):
     args = [str(copy), *PATHS, "megatron.tensor_parallel=3", "trainer.backend=rehearsal"]
     logs = {}
     for label, extra in (("without", {}), ("with", {"BEAM_SLURM_HOME": str(REPO_ROOT)})):
-        submitted = subprocess.run(["sbatch", "--parsable", "--time=00:05:00", f"--output={job_dir}/{label}-%j.out",
+        # 10 minutes, as above: a 5-minute job can get its USR1 notice before the shell has printed anything.
+        submitted = subprocess.run(["sbatch", "--parsable", "--time=00:10:00", f"--output={job_dir}/{label}-%j.out",
                                     *args], capture_output=True, text=True, env={**env, **extra}, cwd=job_dir,
                                    timeout=60)
         assert submitted.returncode == 0, submitted.stderr
