@@ -12,18 +12,26 @@ _HYDRA_WORDS = {"null", "true", "false", "nan", "inf", "-inf", "+inf"}
 _NUMBER = re.compile(r"^[+-]?(\d[\d_]*)?(\.\d*)?([eE][+-]?\d+)?$")
 
 
-def hydra_value(value: Any) -> str:
-    """`value` written so that Hydra's override parser reads back exactly `value` (None, bool, number, str, list).
-
-    Strings that are not plain words are single-quoted, with backslashes, quotes and `${` escaped, so commas,
-    spaces, brackets, `=` and `${...}` stay literal text.
-    """
+def scalar_text(value: Any) -> str | None:
+    """None, a bool or a number as both Hydra's and OmegaConf's CLI grammars read it back; None for anything else."""
     if value is None:
         return "null"
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, (int, float)):
         return repr(value)
+    return None
+
+
+def hydra_value(value: Any) -> str:
+    """`value` written so that Hydra's override parser reads back exactly `value` (None, bool, number, str, list).
+
+    Strings that are not plain words are single-quoted, with backslashes, quotes and `${` escaped, so commas,
+    spaces, brackets, `=` and `${...}` stay literal text.
+    """
+    scalar = scalar_text(value)
+    if scalar is not None:
+        return scalar
     if isinstance(value, (list, tuple)):
         return "[" + ",".join(hydra_value(v) for v in value) + "]"
     text = str(value)

@@ -30,16 +30,22 @@ class NodeContext:
     """This node's name."""
     step_hosts: list[str]
     """Every node of the step, in rank order (one task per node, block distribution)."""
-    expected_gpus: int | None
-    """GPUs each node should have (the job spec's gpus_per_node), None when not given."""
     attempt_dir: Path | None
     """Per-attempt log folder on shared storage (BEAM_ATTEMPT_DIR)."""
     cpus: int
     """CPUs on this node for this job."""
-    sigterm_notice: bool = False
-    """Hold a first SIGTERM that may be a preemption's only notice (the job spec's sigterm_notice)."""
     spec: JobSpec = field(default_factory=JobSpec)
     """The attempt's job spec (`beam_slurm.ray_cluster.job_spec`): Ray settings, log copy, manifest, timings."""
+
+    @property
+    def expected_gpus(self) -> int | None:
+        """GPUs each node should have (the job spec's gpus_per_node), None when not given."""
+        return self.spec.gpus_per_node
+
+    @property
+    def sigterm_notice(self) -> bool:
+        """Hold a first SIGTERM that may be a preemption's only notice (the job spec's sigterm_notice)."""
+        return self.spec.sigterm_notice
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None) -> "NodeContext":
@@ -72,10 +78,8 @@ class NodeContext:
             num_nodes=num_nodes,
             host=env.get("SLURMD_NODENAME") or socket.gethostname(),
             step_hosts=hosts,
-            expected_gpus=spec.gpus_per_node,
             attempt_dir=folder,
             cpus=int(env.get("SLURM_CPUS_ON_NODE") or os.cpu_count() or 1),
-            sigterm_notice=spec.sigterm_notice,
             spec=spec,
         )
 

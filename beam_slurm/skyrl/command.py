@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from beam_slurm.config.overrides import escape_interpolation, escape_values
+from beam_slurm.config.overrides import escape_interpolation, escape_values, scalar_text
 from beam_slurm.ray_cluster.env_manifest import masked
 
 #: The DAPO experiment from the SkyRL checkout (examples/ is not in the wheel): it adds the overlong penalty.
@@ -55,12 +55,9 @@ class SkyRLLaunch:
 
 def render_value(value) -> str:
     """Render a Python value so OmegaConf.from_cli (SkyRL's parser) reads it back to the same value."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (int, float)):
-        return repr(value)
+    scalar = scalar_text(value)
+    if scalar is not None:
+        return scalar
     if isinstance(value, (list, tuple, dict)):
         return json.dumps(escape_values(value), separators=(",", ":"))
     text = escape_interpolation(str(value))
