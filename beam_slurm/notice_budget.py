@@ -32,6 +32,7 @@ from pathlib import Path
 
 from beam_slurm.config.errors import ConfigProblem
 from beam_slurm.sizing import FULL_CHECKPOINT_TB_TOTAL, full_checkpoint_tb_per_node
+from beam_slurm.slurm.values import describe_seconds, time_limit_seconds
 
 GB = 1e9
 """Bandwidth and sizes in decimal gigabytes, as storage vendors quote them."""
@@ -102,14 +103,19 @@ class Budget:
         parts += [f"logs {self.log_copy_s:,.0f} s"] if self.log_copy_s else []
         return f"{' + '.join(parts)} = {_s(self.needed_s)} {sign} lead {self.lead_s:,.0f} s"
 
-    def fixes(self, *, bytes_per_node: float, interval_steps: int, lead_key: str = "cluster.signal_before_s") -> list[str]:
-        """What makes the save fit, each naming its setting; [] when it fits."""
+    def fixes(self, *, bytes_per_node: float, interval_steps: int, lead_key: str = "cluster.signal_before_s",
+              limit_s: float | None = None) -> list[str]:
+        """What makes the save fit, each naming its setting; [] when it fits. `limit_s`: the job's time limit, which
+        a time-limit notice's lead must stay inside."""
         if self.fits:
             return []
         out = []
         if not self.fits_lead:
             lead = math.ceil(self.needed_s)
-            if lead_key == "cluster.signal_before_s":
+            if lead_key == "cluster.signal_before_s" and limit_s is not None and lead >= limit_s:
+                out.append(f"no lead fits: the save needs {_s(lead)}, the time limit is {_s(limit_s)}; raise "
+                           "cluster.time_limit first")
+            elif lead_key == "cluster.signal_before_s":
                 out.append(f"a larger lead: cluster.signal_before_s={lead} with #SBATCH --signal=B:USR1@{lead} and "
                            f"cluster.grace_s={math.ceil(self.step_s + self.save_s)}")
             else:
@@ -333,6 +339,93 @@ def recipe_advice(cfg) -> IntervalAdvice:
                            configured_steps=cfg.checkpoint.interval, max_steps=cfg.max_training_steps)
 
 
+@dataclass(frozen=True)
+class AttemptProgress:
+    """How far one attempt gets inside its time limit: bring-up and model load first, then steps until the
+    time-limit notice (signal_before_s before the limit), a periodic save every checkpoint.interval steps."""
+
+    limit_s: float | None
+    """The attempt's time limit (None: no limit)."""
+    start_s: float
+    """Bring-up and model load before the first step (trainer.expected_bringup_s + trainer.expected_model_load_s)."""
+    step_s: float
+    save_s: float
+    lead_s: float
+    """The time-limit notice's lead (cluster.signal_before_s)."""
+    interval: int
+    max_steps: int
+    notice_save_fits: bool
+
+    @property
+    def train_s(self) -> float:
+        """Seconds of training before the notice."""
+        return math.inf if self.limit_s is None else self.limit_s - self.lead_s - self.start_s
+
+    @property
+    def steps(self) -> int | float:
+        """Steps one attempt trains before its notice (saves included); inf without a limit."""
+        if self.limit_s is None:
+            return math.inf
+        if self.train_s <= 0 or self.step_s <= 0:
+            return 0
+        cycle = self.interval * self.step_s + self.save_s
+        whole, rest = divmod(self.train_s, cycle)
+        return int(whole) * self.interval + min(self.interval, int(rest // self.step_s))
+
+    @property
+    def finishes_in_one(self) -> bool:
+        return self.steps >= self.max_steps
+
+    @property
+    def reaches_checkpoint(self) -> bool:
+        return self.steps >= self.interval and self.train_s >= self.interval * self.step_s + self.save_s
+
+    @property
+    def stalls(self) -> bool:
+        """No attempt can make progress: it neither finishes, nor reaches a checkpoint, nor saves on its notice."""
+        return not (self.finishes_in_one or self.reaches_checkpoint or (self.notice_save_fits and self.steps >= 1))
+
+    def fixes(self) -> list[str]:
+        needed = self.start_s + self.interval * self.step_s + self.save_s + self.lead_s
+        out = [f"a longer limit: cluster.time_limit >= {math.ceil(needed / 60)} (minutes; {describe_seconds(needed)}) "
+               f"reaches the first checkpoint"]
+        if self.steps >= 1:
+            out.append(f"a smaller interval: checkpoint.interval={int(self.steps)} (the steps one attempt trains)")
+        if self.limit_s is not None and self.step_s + self.save_s < self.limit_s - self.start_s:
+            out.append("a notice lead that fits inside the limit, for a save on notice: cluster.signal_before_s >= "
+                       f"{math.ceil(self.step_s + self.save_s)} (see the time-limit notice row)")
+        return out
+
+    def rows(self) -> list[tuple[str, str, str]]:
+        if self.limit_s is None:
+            return [("notice", "one attempt", "no time limit: an attempt trains until the run ends")]
+        head = (f"{describe_seconds(self.limit_s)} limit - {_s(self.start_s)} bring-up and model load - "
+                f"{self.lead_s:,.0f} s notice lead = {_s(max(self.train_s, 0))} of steps of {self.step_s:,.0f} s: ")
+        if self.finishes_in_one:
+            return [("notice", "one attempt", head + f"all {self.max_steps} steps fit in one attempt")]
+        if not self.stalls:
+            got = (f"{self.steps} steps, {int(self.steps // self.interval)} periodic checkpoint(s)" if self.reaches_checkpoint
+                   else f"{self.steps} step(s), then a save on the notice")
+            return [("notice", "one attempt", head + got)]
+        return [("notice", "one attempt", head + f"AN ATTEMPT CANNOT REACH A CHECKPOINT: {self.steps} step(s) before "
+                 f"the notice, the first checkpoint is at step {self.interval} and the save on notice does not fit; "
+                 "every attempt would redo the same steps"),
+                ("notice", "  fix", "; or ".join(self.fixes()))]
+
+
+def attempt_progress(cfg) -> AttemptProgress:
+    """How far one attempt of this recipe gets (see AttemptProgress)."""
+    c, t = cfg.cluster, cfg.trainer
+    limit = time_limit_seconds(c.time_limit)
+    # The rehearsal loads no model: its own load time stands in (as its step time does in step_seconds).
+    load_s = t.rehearsal_model_load_s if t.backend == "rehearsal" else t.expected_model_load_s
+    return AttemptProgress(limit_s=None if limit is None else float(limit),
+                           start_s=float(t.expected_bringup_s + load_s), step_s=step_seconds(cfg)[0],
+                           save_s=recipe_save_seconds(cfg), lead_s=float(c.signal_before_s),
+                           interval=int(cfg.checkpoint.interval), max_steps=int(cfg.max_training_steps),
+                           notice_save_fits=recipe_budget(cfg).fits)
+
+
 def config_problems(cfg) -> list:
     """The budget's settings out of range, each naming its key and fix."""
     out = []
@@ -380,7 +473,9 @@ def plan_rows(cfg, preemption=None) -> list[tuple[str, str, str]]:
     rows.append(("notice", "stop", f"stop Ray {stop_s:,.0f} s" + (f" + copy logs {log_copy_s:,.0f} s" if log_copy_s
                                                                   else "") + f" ({stop_from})"))
     budget = recipe_budget(cfg)
-    rows += _verdict_rows("time-limit notice", "", budget, size, interval, "cluster.signal_before_s")
+    progress = attempt_progress(cfg)
+    rows += _verdict_rows("time-limit notice", "", budget, size, interval, "cluster.signal_before_s", progress.limit_s)
+    rows += progress.rows()
     if preemption is not None:
         line, budget = _preemption_line(cfg, preemption, interval)
         lead_key = f"GraceTime of partition {preemption.partition}"
@@ -400,12 +495,13 @@ def plan_rows(cfg, preemption=None) -> list[tuple[str, str, str]]:
     return rows
 
 
-def _verdict_rows(item: str, head: str, budget: Budget, size: float, interval: int, lead_key: str) -> list:
+def _verdict_rows(item: str, head: str, budget: Budget, size: float, interval: int, lead_key: str,
+                  limit_s: float | None = None) -> list:
     if budget.fits:
         return [("notice", item, f"{head}{budget.summary()}: fits")]
     why = budget.summary() if not budget.fits_lead else (
         f"step {budget.step_s:,.0f} s + save {_s(budget.save_s)} > cluster.grace_s {budget.grace_s:,.0f} s")
-    fixes = budget.fixes(bytes_per_node=size, interval_steps=interval, lead_key=lead_key)
+    fixes = budget.fixes(bytes_per_node=size, interval_steps=interval, lead_key=lead_key, limit_s=limit_s)
     return [("notice", item, f"{head}DOES NOT FIT: {why}; the save is cut off and the next attempt resumes from "
              f"the last complete checkpoint (up to {interval} steps redone)"),
             ("notice", "  fix", "; or ".join(fixes))]
@@ -414,6 +510,8 @@ def _verdict_rows(item: str, head: str, budget: Budget, size: float, interval: i
 def _preemption_line(cfg, info, interval: int) -> tuple[str, Budget | None]:
     """The preemption line, and the budget to check when a preemption comes with a notice (else None)."""
     if not info.reachable:
+        if info.why.startswith("Slurm has no partition"):  # Slurm answered: the setting is wrong, not the network
+            return f"{info.why}: how a preemption reaches the job is not checked", None
         return f"Slurm not reachable here ({info.why}): how a preemption reaches the job is not checked", None
     qos = cfg.cluster.qos
     where = f"partition {info.partition}" + (f", QOS {qos or 'normal'}" if info.by_qos else "")

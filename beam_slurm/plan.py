@@ -16,12 +16,22 @@ from rich.table import Table
 
 from beam_slurm.config.errors import ConfigError
 from beam_slurm.config.load import load_config
+from beam_slurm.config.schema import env_sources
 from beam_slurm.config.verb_args import VerbArgs, VerbUsageError, schema_keys
 from beam_slurm.notice_budget import plan_rows as notice_rows
 from beam_slurm.sizing import (BF16_WEIGHTS_TB, CPU_OPTIMIZER_HOST_RAM_TB_PER_NODE, FULL_CHECKPOINT_TB_TOTAL,
                                checkpoints_kept, full_checkpoint_tb_per_node, optimizer_state_tb_per_node)
 from beam_slurm.skyrl.command import skyrl_launch
+from beam_slurm.pipeline.stages import StageError, Train
 from beam_slurm.slurm.preemption import read_preemption
+from beam_slurm.slurm.submission import refusal_setting, sbatch_test_only
+from beam_slurm.slurm.values import describe_seconds, time_limit_seconds
+
+
+def _source(cfg, key: str) -> str:
+    """Where a value the job gets from sbatch's side came from, when not the recipe: ' (from SBATCH_PARTITION)'."""
+    variable = env_sources(cfg).get(key)
+    return f" (from {variable})" if variable else ""
 
 
 def plan_rows(cfg) -> list[tuple[str, str, str]]:
@@ -38,7 +48,11 @@ def plan_rows(cfg) -> list[tuple[str, str, str]]:
         ("resources", "nodes x GPUs", f"{cfg.cluster.nodes} x {cfg.cluster.gpus_per_node} = {cfg.total_gpus} GPUs"),
         ("resources", "placement", "colocated (training and vLLM share every GPU)" if cfg.trainer.placement_colocated
          else f"split: {cfg.training_nodes} training nodes, {cfg.trainer.rollout_nodes} rollout nodes"),
-        ("resources", "time limit / notice", f"{cfg.cluster.time_limit}, USR1 {cfg.cluster.signal_before_s} s before, "
+        ("resources", "partition / account / qos", " / ".join(
+            f"{getattr(cfg.cluster, key) or '(default)'}{_source(cfg, 'cluster.' + key)}"
+            for key in ("partition", "account", "qos"))),
+        ("resources", "time limit / notice", f"{cfg.cluster.time_limit}{_source(cfg, 'cluster.time_limit')} = "
+         f"{describe_seconds(time_limit_seconds(cfg.cluster.time_limit))}, USR1 {cfg.cluster.signal_before_s} s before, "
          f"save grace {cfg.cluster.grace_s} s, max requeues {cfg.cluster.max_requeues}"),
         ("parallelism", "Megatron", f"TP{m.tensor_parallel} PP{m.pipeline_parallel} CP{m.context_parallel} "
          f"EP{m.expert_parallel} ETP{m.expert_tensor_parallel} on {cfg.training_gpus} GPUs"),
@@ -92,13 +106,13 @@ def storage_rows(cfg) -> list[tuple[str, str, str]]:
     return rows
 
 
-def print_plan(cfg, launch) -> None:
+def print_plan(cfg, launch, extra_rows: list[tuple[str, str, str]] = ()) -> None:
     table = Table(title=f"beam-slurm plan: {cfg.recipe}", show_lines=False)
     table.add_column("section", style="cyan", no_wrap=True)
     table.add_column("item", style="bold")
     table.add_column("value")
     previous = None
-    for section, item, value in plan_rows(cfg):
+    for section, item, value in [*plan_rows(cfg), *extra_rows]:
         table.add_row(section if section != previous else "", item, value)
         previous = section
     console = Console()
@@ -131,11 +145,28 @@ def main(argv: list[str]) -> int:
     except ConfigError as exc:
         return verb.config_failed(exc, what="; nothing was submitted")
     launch = skyrl_launch(cfg)
+    asked = slurm_rows(cfg, parsed.overrides) if not parsed.args.skyrl_overrides else []
     if parsed.args.skyrl_overrides:
         sys.stdout.write("".join(o + "\n" for o in launch.overrides))
     elif parsed.args.json:
-        print(json.dumps({"rows": plan_rows(cfg), "module": launch.module, "overrides": launch.overrides,
+        print(json.dumps({"rows": plan_rows(cfg) + asked, "module": launch.module, "overrides": launch.overrides,
                           "env": launch.env, "cwd": launch.cwd}, indent=2))
     else:
-        print_plan(cfg, launch)
-    return 0
+        print_plan(cfg, launch, asked)
+    return 2 if any(value.startswith("REFUSED") for _, _, value in asked) else 0
+
+
+def slurm_rows(cfg, overrides: list[str]) -> list[tuple[str, str, str]]:
+    """What Slurm says of the training job (`sbatch --test-only`), unless cluster.ask_slurm_on_submit=false."""
+    if not cfg.cluster.ask_slurm_on_submit:
+        return [("slurm", "sbatch --test-only", "not asked (cluster.ask_slurm_on_submit=false)")]
+    try:
+        request = Train(cfg, overrides).render().request
+    except StageError as exc:
+        return [("slurm", "sbatch --test-only", f"not asked: {exc}")]
+    answer = sbatch_test_only(request)
+    if answer.accepted is None:
+        return [("slurm", "sbatch --test-only", f"not asked: Slurm could not be reached ({answer.text})")]
+    if answer.accepted:
+        return [("slurm", "sbatch --test-only", f"accepted: {answer.text}")]
+    return [("slurm", "sbatch --test-only", f"REFUSED: {answer.text}; change {refusal_setting(answer.text)}")]

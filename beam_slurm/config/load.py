@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import difflib
 import functools
 import os
 import re
@@ -28,7 +29,7 @@ from omegaconf.errors import GrammarParseError, InterpolationResolutionError, Om
 from beam_slurm import CONF_DIR
 from beam_slurm.config.errors import ConfigError, ConfigProblem
 from beam_slurm.config.overrides import escape_values
-from beam_slurm.config.schema import BeamConfig
+from beam_slurm.config.schema import BeamConfig, ClusterConfig
 from beam_slurm.config.validation import validate_config
 
 
@@ -64,6 +65,9 @@ def load_config(overrides: list[str] | None = None, *, validate: bool = True, ch
     `plan` and `submit` do on the submit host, unless cluster.check_paths_on_submit=false.
     """
     environ = os.environ if environ is None else environ
+    unknown = key_problems(list(overrides or []))
+    if unknown:
+        raise ConfigError(unknown)
     return _typed(compose(list(overrides or [])), validate=validate, check_paths=check_paths, environ=environ)
 
 
@@ -82,6 +86,9 @@ def load_many(override_lists: list[list[str]], *, environ=None) -> list:
     for overrides in override_lists:
         overrides = list(overrides)
         try:
+            unknown = key_problems(overrides)
+            if unknown:
+                raise ConfigError(unknown)
             groups = tuple(o for o in overrides if not _is_value_override(o))
             if groups not in composed:
                 try:
@@ -101,6 +108,59 @@ def load_many(override_lists: list[list[str]], *, environ=None) -> list:
         except ConfigError as exc:
             out.append(exc)
     return out
+
+
+@functools.lru_cache(maxsize=1)
+def _schema_names() -> tuple[tuple[str, ...], frozenset[str], frozenset[str]]:
+    """(every leaf key in schema order, every section, every mapping whose entries are free: `trainer.extra_env.NAME`
+    ...)."""
+    leaves, sections, mappings = [], set(), set()
+
+    def walk(cls: type, prefix: str) -> None:
+        for f in fields(cls):
+            default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+            if is_dataclass(default):
+                sections.add(prefix + f.name)
+                walk(type(default), f"{prefix}{f.name}.")
+            else:
+                leaves.append(prefix + f.name)
+                if isinstance(default, dict) or get_origin(get_type_hints(cls).get(f.name)) is dict:
+                    mappings.add(prefix + f.name)
+
+    walk(BeamConfig, "")
+    return tuple(leaves), frozenset(sections), frozenset(mappings)
+
+
+def key_problems(overrides: list[str]) -> list[ConfigProblem]:
+    """Each override of a key the schema does not have, with the nearest known name; `+key=` adds only entries of
+    the mappings the schema leaves open (trainer.extra_env.NAME, ray.extra_env.NAME, ...)."""
+    leaves, sections, mappings = _schema_names()
+    found = []
+    for text in overrides:
+        if not _is_value_override(text):
+            continue
+        key = text.split("=", 1)[0].lstrip("+~").strip()
+        if "/" in key or key in leaves or key in sections or any(key.startswith(m + ".") for m in mappings):
+            continue
+        parent = key.rpartition(".")[0]
+        if parent and parent not in sections and not any(parent == m or parent.startswith(m + ".") for m in mappings):
+            first_unknown = next(p for p in _prefixes(key) if p not in sections)
+            near = difflib.get_close_matches(first_unknown, sorted(sections), n=1, cutoff=0.6)
+            fix = (f"{first_unknown!r} is not a section; did you mean {near[0]!r}?" if near else
+                   f"{first_unknown!r} is not a section; the sections are {', '.join(sorted(s for s in sections if '.' not in s))}")
+        else:
+            near = difflib.get_close_matches(key, sorted(leaves), n=1, cutoff=0.6)
+            siblings = [k.rpartition(".")[2] for k in leaves if k.rpartition(".")[0] == parent]
+            fix = (f"unknown key; valid keys in {parent}: {', '.join(siblings)}" if parent
+                   else "unknown key (`beam-slurm plan --help` lists them)")
+            fix += f"; did you mean {near[0]!r}?" if near else ""
+        found.append(ConfigProblem(key, text.split("=", 1)[1] if "=" in text else None, fix))
+    return found
+
+
+def _prefixes(key: str) -> list[str]:
+    parts = key.split(".")
+    return [".".join(parts[:i]) for i in range(1, len(parts))]
 
 
 def _is_value_override(override: str) -> bool:
@@ -155,6 +215,8 @@ def fill_defaults(cfg, *, environ) -> None:
         cfg.checkpoint.hf_save_interval = cfg.checkpoint.interval  # chained evaluations read HF exports
     if cfg.precision == "mxfp8" and cfg.rollout.quantization is None:
         cfg.rollout.quantization = "mxfp8"
+    if cfg.cluster.time_limit is None:  # conf/ reads SBATCH_TIMELIMIT, null when unset: the schema's default then
+        cfg.cluster.time_limit = ClusterConfig.__dataclass_fields__["time_limit"].default
 
 
 def to_yaml(cfg) -> str:

@@ -26,13 +26,15 @@ class ClusterConfig:
     gpus_per_node: int = 8
     """GPUs per node; the seed's nodes are 8 x B200."""
     partition: Optional[str] = None
-    """Slurm partition (`--partition`); empty = the cluster's default."""
+    """Slurm partition (`--partition`), or a comma-separated list (env SBATCH_PARTITION); empty = the cluster's
+    default."""
     account: Optional[str] = None
-    """Slurm account (`--account`); empty = the user's default."""
+    """Slurm account (`--account`, env SBATCH_ACCOUNT); empty = the user's default."""
     qos: Optional[str] = None
-    """Slurm QOS (`--qos`); empty = none."""
-    time_limit: str = "24:00:00"
-    """Wall time per attempt (`--time`, [D-]HH:MM:SS). A requeued attempt gets the same limit again (ours)."""
+    """Slurm QOS (`--qos`, env SBATCH_QOS); empty = none."""
+    time_limit: Optional[str] = "24:00:00"
+    """Wall time per attempt (`--time`: minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM:SS or UNLIMITED; env SBATCH_TIMELIMIT,
+    as sbatch reads it). A requeued attempt gets the same limit again (ours)."""
     cpus_per_node: Optional[int] = None
     """CPUs per node for the Ray step (`--cpus-per-task` with one task per node); empty = what Slurm gives."""
     mem_per_node: Optional[str] = None
@@ -53,6 +55,12 @@ class ClusterConfig:
     from; attempts ended by preemption or by the operator do not count. 0 turns the guard off (ours: 2)."""
     extra_sbatch_args: list[str] = field(default_factory=list)
     """Extra `sbatch` options passed through verbatim as separate arguments (e.g. `--constraint=b200`)."""
+    ask_slurm_on_submit: bool = True
+    """`submit` (its dry run too) asks Slurm with `sbatch --test-only` whether it would take each job, and refuses
+    what Slurm refuses; false where the submit host cannot reach the controller."""
+    allow_no_checkpoint: bool = False
+    """`submit` refuses a run whose attempts cannot reach a checkpoint within cluster.time_limit (`plan`'s "one
+    attempt" row says why); true submits it anyway."""
     check_paths_on_submit: bool = True
     """`plan` and `submit` check on the submit host that the paths the job will read exist (model, SkyRL checkout,
     data files); set false where login nodes do not mount the compute storage (the job's preflight still checks
@@ -430,6 +438,12 @@ class TrainerConfig:
     expected_step_s: float = 600.0
     """Seconds one training step (generation + training) takes, for the notice budget and interval advice until the
     run has steps of its own in train_metrics.jsonl, which `plan` then measures (ours: an estimate per recipe)."""
+    expected_bringup_s: float = 120.0
+    """Seconds from the attempt's start to a Ray cluster ready for the driver (preflight, Ray on every node), for
+    `plan`'s "one attempt" row until the goodput ledger measures it (ours: an estimate)."""
+    expected_model_load_s: float = 600.0
+    """Seconds the trainer takes to load the model and start its engines before the first step, for the same row
+    (ours: an estimate for the seed's ~1 TB model; the rehearsal's is trainer.rehearsal_model_load_s)."""
     rehearsal_step_s: float = 2.0
     """Rehearsal trainer only (env BEAM_REHEARSAL_STEP_SECONDS): seconds one rehearsal step takes."""
     rehearsal_save_s: float = 0.0

@@ -21,6 +21,7 @@ from beam_slurm.containers.runtime import validate as container_problems
 from beam_slurm.notice_budget import config_problems as budget_problems
 from beam_slurm.ray_cluster.env_manifest import problems as env_manifest_problems
 from beam_slurm.skyrl.command import DAPO_MODULE, reads_back
+from beam_slurm.slurm import values
 
 RECIPE_BACKENDS = ("skyrl", "rehearsal")
 PRECISIONS = ("bf16", "mxfp8")
@@ -28,16 +29,17 @@ KV_CACHE_DTYPES = ("auto", "bf16", "fp8", "fp8_e4m3", "fp8_e5m2")
 ATTENTION = ("fa4", "fa2")
 RESUME_MODES = ("none", "latest", "from_path")
 _RUN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
-_TIME = re.compile(r"^(?:(\d+)-)?(\d{1,3}):(\d{2})(?::(\d{2}))?$")
 
 
-def time_limit_seconds(text: str) -> int | None:
-    """Parse Slurm's [D-]HH:MM[:SS] (the forms we accept); None when it does not parse."""
-    m = _TIME.match(text.strip())
-    if not m:
-        return None
-    days, hours, minutes, seconds = (int(g) if g else 0 for g in m.groups())
-    return ((days * 24 + hours) * 60 + minutes) * 60 + seconds
+FIRST_CLASS_SBATCH_OPTIONS = {
+    "--time": "cluster.time_limit", "-t": "cluster.time_limit", "--nodes": "cluster.nodes", "-N": "cluster.nodes",
+    "--partition": "cluster.partition", "-p": "cluster.partition", "--account": "cluster.account",
+    "-A": "cluster.account", "--qos": "cluster.qos", "-q": "cluster.qos", "--signal": "cluster.signal_before_s",
+    "--mem": "cluster.mem_per_node", "--gpus-per-node": "cluster.gpus_per_node",
+    "--cpus-per-task": "cluster.cpus_per_node", "-c": "cluster.cpus_per_node", "--job-name": "run_name",
+    "-J": "run_name", "--output": "paths.log_dir", "-o": "paths.log_dir",
+}
+"""sbatch options that a recipe key renders: `cluster.extra_sbatch_args` may not set them a second time."""
 
 
 def problems(cfg) -> list[ConfigProblem]:
@@ -126,12 +128,33 @@ def problems(cfg) -> list[ConfigProblem]:
             "use 0 (no guard) or a number of attempts")
 
     # --- time limit and the notice window ----------------------------------------------------------------------
-    limit = time_limit_seconds(cfg.cluster.time_limit)
-    if limit is None or limit <= 0:
-        bad("cluster.time_limit", cfg.cluster.time_limit, "use Slurm's [D-]HH:MM:SS, e.g. 24:00:00 or 2-00:00:00")
-    elif cfg.cluster.signal_before_s >= limit:
-        bad("cluster.signal_before_s", cfg.cluster.signal_before_s,
-            f"the notice must come before the time limit ({limit} s): lower it or raise cluster.time_limit")
+    try:
+        limit = values.time_limit_seconds(cfg.cluster.time_limit)
+    except values.SlurmValueError:
+        bad("cluster.time_limit", cfg.cluster.time_limit, f"use what sbatch --time takes: {values.TIME_FORMS}")
+    else:
+        if limit is not None and cfg.cluster.signal_before_s >= limit:
+            bad("cluster.signal_before_s", cfg.cluster.signal_before_s,
+                f"the notice must come before the time limit ({cfg.cluster.time_limit} = "
+                f"{values.describe_seconds(limit)}): lower it or raise cluster.time_limit")
+    if cfg.cluster.mem_per_node not in (None, ""):
+        try:
+            values.memory_megabytes(cfg.cluster.mem_per_node)
+        except values.SlurmValueError as exc:
+            bad("cluster.mem_per_node", cfg.cluster.mem_per_node, str(exc).split("; ", 1)[1])
+    for arg in cfg.cluster.extra_sbatch_args:
+        option = str(arg).split("=", 1)[0]
+        owner = FIRST_CLASS_SBATCH_OPTIONS.get(option) or next(
+            (key for flag, key in FIRST_CLASS_SBATCH_OPTIONS.items() if len(flag) == 2 and option.startswith(flag)
+             and option != flag and not option.startswith("--")), None)
+        if owner:
+            bad("cluster.extra_sbatch_args", arg, f"{option} is set by {owner}: set that key instead (the job would "
+                "get both values, and the plan would check only one)")
+    if cfg.cluster.partition:
+        try:
+            values.partition_names(cfg.cluster.partition)
+        except values.SlurmValueError:
+            bad("cluster.partition", cfg.cluster.partition, "use a partition name or a comma-separated list of them")
     if cfg.cluster.stop_grace_s < 1:
         bad("cluster.stop_grace_s", cfg.cluster.stop_grace_s, "give Ray at least 1 s to stop")
     elif not 0 < cfg.cluster.grace_s < cfg.cluster.signal_before_s - cfg.cluster.stop_grace_s:

@@ -164,10 +164,28 @@ def _build(plan: OutputPlan, sources: list[ResolvedSource], config: DataConfig, 
         progress.close()
 
 
-def prepare(config: DataConfig, log: Log = default_log, *, force: bool = False, data_dir: str | None = None) -> dict:
+def _adopted_entry(plan: OutputPlan, output: Path, request: dict, log: Log) -> dict:
+    """The manifest entry of a cleaned file found in place, once its schema and rows check out."""
+    where = f"{output} (--adopt)"
+    parquet = open_parquet(output, where)
+    if plan.file_name != AIME2025_OUTPUT:
+        check_dapo_schema(parquet.schema_arrow, where)
+    rows = parquet.metadata.num_rows
+    if rows < 1 or (plan.file_name != DAPO_MATH_OUTPUT and rows != 30):
+        raise BadDataInput(f"{where}: {rows} rows; {'an AIME year has 30' if rows else 'it is empty'}: rebuild it "
+                           "with --force")
+    log(f"{plan.file_name}: adopted ({rows} rows, schema checked; recorded in the manifest)")
+    return {**request, "adopted": True, "rows_out": rows, "sha256": sha256_file(output),
+            "written_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+
+
+def prepare(config: DataConfig, log: Log = default_log, *, force: bool = False, data_dir: str | None = None,
+            adopt: bool = False) -> dict:
     """Write the outputs that are missing or stale into out_dir and return the manifest entries.
 
-    `force` rebuilds outputs that are up to date; `data_dir` is where they go when data.out_dir is empty.
+    `force` rebuilds outputs that are up to date; `data_dir` is where they go when data.out_dir is empty; `adopt`
+    records cleaned files that are there without a manifest entry (written by hand or by an older version) once
+    their schema and rows check out, instead of refusing them.
     Every source is resolved and schema-checked before any output is built; outputs are built into temporary
     files and renamed into place only when all succeeded, so a failure leaves out_dir as it was.
     """
@@ -178,6 +196,7 @@ def prepare(config: DataConfig, log: Log = default_log, *, force: bool = False, 
     with _exclusive(out_dir):
         manifest = load_manifest(out_dir)
         to_build: list[OutputPlan] = []
+        adopted: dict[str, dict] = {}
         for plan in _plans(config):
             output = out_dir / plan.file_name
             if not output.exists() or force:
@@ -188,6 +207,9 @@ def prepare(config: DataConfig, log: Log = default_log, *, force: bool = False, 
                 local = [resolve_source(spec, plan.setting) for spec in _specs(plan)]
                 request["source_files"] = _file_records(local)
             reason = reuse_verdict(output, manifest.get(plan.file_name), request)
+            if reason is not None and adopt and manifest.get(plan.file_name) is None:
+                adopted[plan.file_name] = _adopted_entry(plan, output, request, log)
+                continue
             if reason is not None:
                 raise BadDataInput(
                     f"{output} already exists and {reason}; pass --force to replace it "
@@ -233,6 +255,7 @@ def prepare(config: DataConfig, log: Log = default_log, *, force: bool = False, 
             for plan in to_build:
                 publish(temporaries[plan.file_name], out_dir / plan.file_name)
             manifest.update(entries)
+            manifest.update(adopted)
             write_manifest(out_dir, manifest)
             sync_directory(out_dir)
         finally:
@@ -251,6 +274,8 @@ def build_parser():
         keys=[*keys_under("data"), "paths.data_dir"],
     )
     verb.add_argument("--force", action="store_true", help="rebuild outputs even when they are up to date")
+    verb.add_argument("--adopt", action="store_true", help="record cleaned files already in data.out_dir without a "
+                      "manifest entry (schema and rows checked) instead of refusing them")
     verb.renamed_flag("data.overwrite", "--force")
     return verb
 
@@ -261,7 +286,7 @@ def main(argv: list[str]) -> int:
     try:
         parsed = verb.parse(argv)
         cfg = verb.load(parsed)
-        prepare(cfg.data, force=parsed.args.force, data_dir=cfg.paths.data_dir)
+        prepare(cfg.data, force=parsed.args.force, data_dir=cfg.paths.data_dir, adopt=parsed.args.adopt)
     except ConfigError as error:
         return verb.config_failed(error)
     except (VerbUsageError, BadDataInput) as error:

@@ -131,6 +131,9 @@ def _export() -> dict[str, str]:
     return {"BEAM_SLURM_HOME": checkout_home()}
 
 
+_MISSING = "is missing"
+
+
 class PrepareData:
     """Builds the cleaned parquet files into paths.data_dir; done when every output matches its manifest entry."""
 
@@ -151,26 +154,47 @@ class PrepareData:
     def identity(self) -> str:
         return "data:" + self.out_dir + " " + " ".join(sorted(self.data_overrides)) + (" --force" if self.force else "")
 
-    def completed(self) -> str:
-        """Why the outputs can be kept as they are, or '' when the job must run."""
-        if self.force:
-            return ""
+    def _verdicts(self) -> dict[str, str | None] | None:
+        """Each output's reuse verdict (None: it can be kept; _MISSING: not there yet); None when a source moved."""
         config = load_config([*self.data_overrides, override("data.out_dir", self.out_dir)], validate=False).data
         out_dir = Path(self.out_dir)
         manifest = load_manifest(out_dir)
+        found: dict[str, str | None] = {}
         for plan in _plans(config):
             output = out_dir / plan.file_name
             if not output.is_file():
-                return ""
+                found[plan.file_name] = _MISSING
+                continue
             request: dict = {"source": plan.source, "settings": plan.settings}
             try:
                 if all(_is_local(spec) for spec in _specs(plan)):
                     request["source_files"] = _file_records([resolve_source(spec, plan.setting) for spec in _specs(plan)])
             except BadDataInput:
-                return ""  # a source moved: let the job say so
-            if reuse_verdict(output, manifest.get(plan.file_name), request) is not None:
-                return ""
-        return f"complete: the three files in {out_dir} match {MANIFEST_NAME}"
+                return None  # a source moved: let the job say so
+            found[plan.file_name] = reuse_verdict(output, manifest.get(plan.file_name), request)
+        return found
+
+    def completed(self) -> str:
+        """Why the outputs can be kept as they are, or '' when the job must run."""
+        if self.force:
+            return ""
+        verdicts = self._verdicts()
+        if not verdicts or any(v is not None for v in verdicts.values()):
+            return ""
+        return f"complete: the three files in {self.out_dir} match {MANIFEST_NAME}"
+
+    def blocked(self) -> str:
+        """Why the data job would refuse to run (cleaned files it did not write, or that changed), or ''; the
+        submission is refused before anything is queued, so no training job waits on it forever."""
+        if self.force:
+            return ""
+        refused = {name: why for name, why in (self._verdicts() or {}).items() if why not in (None, _MISSING)}
+        if not refused:
+            return ""
+        listed = "; ".join(f"{Path(self.out_dir) / name} {why}" for name, why in sorted(refused.items()))
+        return (f"the data job would refuse to overwrite: {listed}. Choose: adopt them (beam-slurm prepare-data "
+                f"--adopt data.out_dir={self.out_dir} checks their schema and rows and records them), skip the data "
+                "stage (--stages container,train), or rebuild them (submit --force)")
 
     def render(self, cfg_for_logs=None) -> StagePlan:
         cfg = cfg_for_logs or self.cfg

@@ -38,11 +38,13 @@ from beam_slurm.core import layout
 from beam_slurm.core.atomic_files import write_text
 from beam_slurm.core.run_store import RunStore, now, remember_job
 from beam_slurm.evaluation.report import REHEARSAL_RUN
+from beam_slurm.notice_budget import attempt_progress
 from beam_slurm.pipeline.manifest import record_submission, remember_last
 from beam_slurm.pipeline.stages import PrepareData, PullContainer, StageError, Train
 from beam_slurm.pipeline.sweep import expand, has_sweep, rename_run, slug, sweep_root
+from beam_slurm.slurm import scheduler
 from beam_slurm.slurm.scheduler import SlurmCommandError
-from beam_slurm.slurm.submission import job_records
+from beam_slurm.slurm.submission import job_records, refusal_setting, sbatch_test_only
 
 STAGES = ("data", "container", "train")
 
@@ -118,6 +120,7 @@ def build_runs(overrides: list[str], multirun: bool, stages: tuple[str, ...] | l
         run.problems = config_problems(run.cfg)
         if "train" in stages:
             run.problems += path_problems(run.cfg, produced=[s for s in stages if s != "train"])
+            run.problems += stalled_attempt_problems(run.cfg)
         runs.append(run)
     seen: dict[str, RunSpec] = {}
     for run in runs:
@@ -128,6 +131,59 @@ def build_runs(overrides: list[str], multirun: bool, stages: tuple[str, ...] | l
                                               "remove the repeated value"))
         seen.setdefault(run.cfg.run_name, run)
     return runs
+
+
+def ask_slurm(runs: list[RunSpec], out=None) -> list[str]:
+    """`sbatch --test-only` for every stage job the submission would queue (once per job shape): Slurm's refusals,
+    each with the setting that changes it. A node configuration Slurm cannot give while some of the partition's
+    nodes are down or drained is a warning (they may come back), and a Slurm that cannot be asked is said once."""
+    out = out or sys.stderr
+    refused, asked = [], set()
+    for run in runs:
+        for plan in run.plans:
+            # One question per job shape: a sweep's points differ in their names and settings, not in what Slurm checks.
+            shape = None if plan.request is None else (plan.request.script, tuple(
+                o for o in plan.request.options if not o.startswith(("--job-name=", "--output=", "--error="))))
+            if shape is None or shape in asked:
+                continue
+            asked.add(shape)
+            answer = sbatch_test_only(plan.request)
+            if answer.accepted is None:
+                print(f"beam-slurm submit: Slurm could not be asked ({answer.text}); the jobs were not tested "
+                      "(cluster.ask_slurm_on_submit=false skips this)", file=out)
+                return refused
+            if answer.accepted:
+                continue
+            what = f"the {plan.stage} job of {run.cfg.run_name}"
+            if "node configuration is not available" in answer.text and _some_nodes_unusable(run.cfg.cluster.partition):
+                print(f"beam-slurm submit: warning: Slurm cannot give {what} its nodes now ({answer.text}) while some "
+                      "of the partition's nodes are down or drained; it waits for them", file=out)
+                continue
+            refused.append(f"Slurm refuses {what}: {answer.text}; change {refusal_setting(answer.text)}")
+    return refused
+
+
+def _some_nodes_unusable(partition: str | None) -> bool:
+    try:
+        return len(scheduler.partition_node_states(partition or "")) > len(
+            scheduler.usable_partition_nodes(partition or ""))
+    except SlurmCommandError:
+        return False
+
+
+def stalled_attempt_problems(cfg) -> list[ConfigProblem]:
+    """An attempt that can reach no checkpoint (`notice_budget.attempt_progress`) burns its GPUs and its requeues:
+    refused unless cluster.allow_no_checkpoint=true."""
+    if cfg.cluster.allow_no_checkpoint:
+        return []
+    progress = attempt_progress(cfg)
+    if not progress.stalls:
+        return []
+    return [ConfigProblem("cluster.time_limit", cfg.cluster.time_limit,
+                          f"an attempt cannot reach a checkpoint ({progress.steps} step(s) of {progress.step_s:,.0f} s "
+                          f"before the notice, the first checkpoint at step {progress.interval}, no save on notice "
+                          f"fits): {'; or '.join(progress.fixes())}; or cluster.allow_no_checkpoint=true to submit "
+                          "it anyway")]
 
 
 def resume_stopped(runs: list[RunSpec], out=None) -> None:
@@ -172,6 +228,9 @@ def plan_stages(runs: list[RunSpec], stages: list[str], data_overrides: list[str
             if identity in shared:
                 run.plans.append(shared[identity])
                 continue
+            blocked = stage.blocked() if isinstance(stage, PrepareData) else ""
+            if blocked:
+                raise StageError(f"data stage of {run.cfg.run_name}: {blocked}")
             reason = stage.completed()
             plan = stage.render()
             if reason:
@@ -322,6 +381,10 @@ def main(argv: list[str]) -> int:
         for plan in run.plans:
             if plan.request is not None:
                 plan.request.dependency_type = args.dependency_type
+    if valid and valid[0].cfg.cluster.ask_slurm_on_submit:
+        refused = ask_slurm(valid)
+        if refused:
+            return _fail(refused)
     sweep_dir = None
     if args.multirun:
         base = valid[0].base_name

@@ -41,7 +41,7 @@ from beam_slurm.ray_cluster import auth, records
 from beam_slurm.ray_cluster.job_spec import ATTEMPT_DIR_ENV, JobSpec
 from beam_slurm.ray_cluster.ports import ephemeral_range
 from beam_slurm.skyrl import notice
-from beam_slurm.slurm import preflight, scheduler, storage_probe
+from beam_slurm.slurm import preflight, scheduler, storage_probe, values
 from beam_slurm.slurm.job_settings import TrainJobSettings
 from beam_slurm.slurm.preemption import read_preemption
 from beam_slurm.slurm.requeue_policy import (AttemptFacts, Decision, decide, exclusion, failed_node, no_progress_streak,
@@ -305,7 +305,7 @@ class Attempt:
             return None
         # Time left from the limit and the run time: EndTime is set to the moment of a scancel as well (seen on
         # Slurm 22.05: COMPLETING, Reason=None, EndTime=now), so it cannot tell a cancel from the time limit.
-        limit, run = scheduler.duration_seconds(info.get("TimeLimit")), scheduler.duration_seconds(info.get("RunTime"))
+        limit, run = values.reported_seconds(info.get("TimeLimit")), values.reported_seconds(info.get("RunTime"))
         left = float(limit - run) if limit is not None and run is not None else None
         restarts = info.get("Restarts", "0")
         return slurm_end_of(job_state=info.get("JobState", ""), restarts=int(restarts) if restarts.isdigit() else 0,

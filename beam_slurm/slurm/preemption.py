@@ -24,7 +24,7 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass, field
 
-from beam_slurm.slurm import scheduler
+from beam_slurm.slurm import scheduler, values
 
 QUERY_TIMEOUT_S = 10.0
 """Seconds each Slurm query may take; `plan` must not hang on a controller that does not answer."""
@@ -139,13 +139,15 @@ def parse_qos(text: str) -> tuple[QosPreemption, ...]:
 
 def _seconds(text: str) -> int:
     """GraceTime and KillWait as seconds; '' or garbage -> 0."""
-    return scheduler.duration_seconds(text) or 0
+    return values.reported_seconds(text) or 0
 
 
 def from_outputs(config: str, partitions: str, qos: str, partition: str | None) -> PreemptionInfo:
     """Build the picture from the three commands' outputs (pure; tests feed it recorded text)."""
     conf = parse_config(config)
     rows = parse_partitions(partitions)
+    if partition and "," in partition:  # a list: the job runs in the first that can start it; read that one
+        partition = values.partition_names(partition)[0]
     if partition:
         row = next((r for r in rows if r.get("PartitionName") == partition), None)
         if row is None:

@@ -52,25 +52,6 @@ def requeue(job_id: str | int) -> None:
     _run(["scontrol", "requeue", str(job_id)], survive_sigterm=True)
 
 
-def duration_seconds(text: str | None) -> int | None:
-    """A duration as scontrol prints it ('20' seconds, '00:01:12', '1-00:00:00') in seconds; None for '',
-    'UNLIMITED' and anything else it cannot read."""
-    text = (text or "").strip()
-    if text.isdigit():
-        return int(text)
-    days, _, clock = text.rpartition("-")
-    try:
-        parts = [int(p) for p in clock.split(":")]
-    except ValueError:
-        return None
-    if not 1 <= len(parts) <= 3 or (days and not days.isdigit()):
-        return None
-    while len(parts) < 3:
-        parts.insert(0, 0)
-    hours, minutes, seconds = parts
-    return (int(days) if days else 0) * 86400 + hours * 3600 + minutes * 60 + seconds
-
-
 def job_info(job_id: str | int) -> dict[str, str]:
     """`scontrol show job -o <id>` as a dict (JobState, RunTime, TimeLimit, NodeList, Restarts, ...)."""
     text = _run(["scontrol", "show", "job", "-o", str(job_id)]).strip()
@@ -122,16 +103,16 @@ def update_excluded_nodes(job_id: str | int, nodes: Sequence[str]) -> None:
     _run(["scontrol", "update", f"JobId={job_id}", f"ExcNodeList={','.join(nodes)}"], survive_sigterm=True)
 
 
+def partition_node_states(partition: str = "") -> dict[str, str]:
+    """Every node of `partition` (the default partition when empty) -> its state as sinfo prints it."""
+    argv = ["sinfo", "--noheader", "--Node", "--format=%N %t"] + ([f"--partition={partition}"] if partition else [])
+    return {parts[0]: parts[1] for parts in (line.split() for line in _run(argv).splitlines()) if len(parts) == 2}
+
+
 def usable_partition_nodes(partition: str = "") -> list[str]:
     """Nodes of `partition` (the default partition when empty) that are not down, drained or failing (sinfo)."""
-    argv = ["sinfo", "--noheader", "--Node", "--format=%N %t"] + ([f"--partition={partition}"] if partition else [])
-    nodes: list[str] = []
-    for line in _run(argv).splitlines():
-        parts = line.split()
-        if len(parts) == 2 and not parts[1].rstrip("*~#!%$@^-").startswith(("down", "drain", "fail", "maint")) \
-                and parts[0] not in nodes:
-            nodes.append(parts[0])
-    return nodes
+    return [node for node, state in partition_node_states(partition).items()
+            if not state.rstrip("*~#!%$@^-").startswith(("down", "drain", "fail", "maint"))]
 
 
 QUEUE_FIELDS = ("JobID", "State", "Reason", "TimeUsed", "NodeList", "RestartCnt", "Name", "Dependency")

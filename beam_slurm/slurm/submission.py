@@ -110,6 +110,54 @@ def submit(request: SbatchRequest, environ: Mapping[str, str] | None = None, tim
     return job_id
 
 
+@dataclass(frozen=True)
+class SlurmAnswer:
+    """What `sbatch --test-only` said of a request: accepted (with the start Slurm expects), refused (with its
+    reason), or None when Slurm could not be asked."""
+
+    accepted: bool | None
+    text: str
+
+
+_UNREACHABLE = ("Unable to contact slurm controller", "Socket timed out", "Zero Bytes were transmitted",
+                "Connection refused", "Unable to establish", "configuration file", "ClusterName", "s_p_parse_file")
+"""Answers that say Slurm could not be asked (no controller, no configuration here), not that it refused."""
+# What a refusal names -> the setting that changes it.
+REFUSAL_SETTINGS = (("partition", "cluster.partition"), ("account", "cluster.account"), ("qos", "cluster.qos"),
+                    ("time limit", "cluster.time_limit"), ("memory", "cluster.mem_per_node"),
+                    ("node configuration", "cluster.nodes or cluster.gpus_per_node"),
+                    ("node count", "cluster.nodes"), ("gres", "cluster.gpus_per_node"))
+
+
+def sbatch_test_only(request: SbatchRequest, environ: Mapping[str, str] | None = None, timeout_s: float = 30.0) -> SlurmAnswer:
+    """`sbatch --test-only` of the request, without its dependency (test-only ignores dependencies): the submit-time
+    checks Slurm itself would make, and when the job would start. Nothing is queued."""
+    alone = SbatchRequest(script=request.script, options=list(request.options), script_args=list(request.script_args),
+                          export=dict(request.export), array=request.array)
+    argv = alone.argv()
+    argv[1:2] = ["--test-only"]  # instead of --parsable
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, check=False,
+                              env=submission_environment(environ))
+    except FileNotFoundError:
+        return SlurmAnswer(None, "sbatch not found on PATH")
+    except subprocess.TimeoutExpired:
+        return SlurmAnswer(None, f"sbatch --test-only did not answer within {timeout_s:.0f} s")
+    text = " ".join((done.stderr.strip() or done.stdout.strip()).split())
+    text = text.replace("sbatch: error: ", "").replace("sbatch: ", "")
+    if done.returncode == 0:
+        return SlurmAnswer(True, text)
+    if any(marker in text for marker in _UNREACHABLE):
+        return SlurmAnswer(None, text)
+    return SlurmAnswer(False, text)
+
+
+def refusal_setting(text: str) -> str:
+    """The setting that changes what Slurm refused (from the words of its answer)."""
+    lowered = text.lower()
+    return next((key for word, key in REFUSAL_SETTINGS if word in lowered), "the cluster.* keys")
+
+
 @dataclass
 class JobRecord:
     """What Slurm says about one job, merged from squeue (while it is known there) and sacct (history)."""

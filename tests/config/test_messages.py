@@ -123,3 +123,25 @@ def test_one_problem_type_for_the_whole_package():
     (problem,) = validate(ContainerSettings(runtime="pyxis", image=""))
     assert type(problem) is ConfigProblem
     assert str(problem).startswith("container.image: runtime 'pyxis' needs an image; fix: set container.image=")
+
+
+@pytest.mark.parametrize("override, key, words", [
+    ("+lora.rnak=32", "lora.rnak", "did you mean 'lora.rank'?"),
+    ("lora.rnak=32", "lora.rnak", "did you mean 'lora.rank'?"),
+    ("clster.nodes=4", "clster.nodes", "'clster' is not a section; did you mean 'cluster'?"),
+    ("+foo=1", "foo", "unknown key"),
+    ("+cluster.nodes_x=2", "cluster.nodes_x", "valid keys in cluster: nodes,"),
+])
+def test_an_unknown_key_is_refused_with_the_nearest_known_name(override, key, words):
+    (problem,) = problems_of(["recipe=lora_16gpu", *PATHS, override])
+    assert problem.key == key and words in str(problem), str(problem)
+
+
+def test_plus_adds_only_entries_of_the_open_mappings_and_a_sweep_point_is_checked_too():
+    from beam_slurm.config.load import load_many
+
+    cfg = load_config(["recipe=lora_16gpu", *PATHS, "+trainer.extra_env.MY_FLAG=1", "+ray.extra_env.RAY_X=2"])
+    assert cfg.trainer.extra_env["MY_FLAG"] == "1" and cfg.ray.extra_env["RAY_X"] == "2"
+    good, bad = load_many([["recipe=lora_16gpu", *PATHS], ["recipe=lora_16gpu", *PATHS, "clster.nodes=2"]])
+    assert not isinstance(good, ConfigError) and isinstance(bad, ConfigError)
+    assert "did you mean 'cluster'?" in str(bad)

@@ -144,7 +144,7 @@ def test_recipe_sizes_and_step_estimates():
 def test_plan_lines_for_each_recipe_with_the_defaults(recipe):
     cfg = load(recipe)
     rows = {item: value for section, item, value in nb.plan_rows(cfg) if section == "notice"}
-    assert set(rows) == {"save", "step", "stop", "time-limit notice", "  fix", "interval advice"}
+    assert set(rows) == {"save", "step", "stop", "time-limit notice", "  fix", "one attempt", "interval advice"}
     assert rows["stop"] == ("stop Ray 45 s + copy logs 30 s (allowances: cluster.stop_grace_s + cluster.log_copy_s, "
                             "until the run has stopped once)"), rows["stop"]
     budget = nb.recipe_budget(cfg)

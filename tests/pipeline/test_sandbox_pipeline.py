@@ -166,3 +166,27 @@ def test_two_by_two_sweep_refused_then_submitted_without_the_invalid_point(slurm
     table = subprocess.run([sys.executable, "-m", "beam_slurm.cli", "status", sweep_dir],
                            capture_output=True, text=True, timeout=60, env={**os.environ, "COLUMNS": "200"})
     assert table.returncode == 0 and all(t in table.stdout for t in trains), table.stderr
+
+
+def test_slurm_is_asked_before_anything_is_queued(slurm_sandbox, sandbox_run, capsys):
+    """sbatch --test-only for each job of the dry run: a partition that does not exist and more nodes than the
+    partition has are refused with Slurm's own answer and the setting to change; a job Slurm takes passes."""
+    root, data, submitted = sandbox_run
+    base = ["--dry-run", "recipe=lora_16gpu", "trainer.backend=rehearsal", *data]
+    code, out, err = run_submit([*base, "cluster.partition=gpux"], capsys)
+    assert code == 2 and "Slurm refuses the train job" in err and "change cluster.partition" in err, err
+    assert "partition" in err.lower()
+    code, out, err = run_submit([*base, "cluster.nodes=64"], capsys)
+    assert code == 2 and "Slurm refuses the train job" in err and "cluster.nodes" in err, err
+    code, out, err = run_submit([*base, "cluster.nodes=2"], capsys)
+    assert code == 0 and "dry run: nothing submitted" in out, err
+    code, out, err = run_submit([*base, "cluster.partition=gpux", "cluster.ask_slurm_on_submit=false"], capsys)
+    assert code == 0, err
+    from beam_slurm.plan import main as plan_main
+
+    keys = ["recipe=lora_16gpu", "trainer.backend=rehearsal", "cluster.check_paths_on_submit=false", *data]
+    assert plan_main([*keys, "cluster.partition=gpux"]) == 2
+    out = capsys.readouterr().out
+    assert "sbatch --test-only" in out and "REFUSED" in out and "cluster.partition" in out, out
+    assert plan_main([*keys, "--json"]) == 0
+    assert '"accepted: ' in capsys.readouterr().out

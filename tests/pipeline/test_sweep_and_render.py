@@ -274,3 +274,24 @@ def test_everything_complete_submits_nothing_and_needs_no_scheduler(run_env, mon
     run = json.loads((Path(cfg.paths.export_path) / "beam_run" / "run.json").read_text())
     assert [s["status"] for s in run["submissions"][-1]["stages"]] == ["skipped"] * 3
     assert (Path(cfg.paths.export_path) / "beam_run" / "config.yaml").read_text().startswith("recipe: lora_16gpu")
+
+
+def test_cleaned_files_without_a_manifest_are_named_before_anything_is_queued_and_can_be_adopted(run_env, capsys):
+    from beam_slurm.data.cli import main as prepare_main
+    from beam_slurm.data.manifest import MANIFEST_NAME
+    from beam_slurm.pipeline.submit import main as submit_main
+
+    root, data = run_env
+    cfg = load_config(["recipe=lora_16gpu"])
+    assert prepare_main([*data, f"data.out_dir={cfg.paths.data_dir}"]) == 0
+    manifest = Path(cfg.paths.data_dir) / MANIFEST_NAME
+    manifest.unlink()  # the files are there, written by hand or by an older version
+    stage = PrepareData(cfg, data)
+    blocked = stage.blocked()
+    assert "aime-2025-cleaned.parquet is not recorded in the manifest" in blocked and "--adopt" in blocked
+    assert stage.completed() == "" and PrepareData(cfg, data, force=True).blocked() == ""
+    assert submit_main(["--dry-run", "recipe=lora_16gpu", "trainer.backend=rehearsal", *data]) == 2
+    assert "the data job would refuse to overwrite" in capsys.readouterr().err
+    assert prepare_main([*data, f"data.out_dir={cfg.paths.data_dir}", "--adopt"]) == 0
+    assert stage.blocked() == "" and stage.completed().startswith("complete:")
+    assert all(entry.get("adopted") for entry in json.loads(manifest.read_text())["outputs"].values())

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from beam_slurm.ray_cluster.records import EXIT_INFRA
-from beam_slurm.slurm.scheduler import duration_seconds
+from beam_slurm.slurm.values import reported_seconds as duration_seconds
 from beam_slurm.core.run_record import Attempt
 from beam_slurm.slurm.requeue_policy import (EXIT_CANCELLED, EXIT_NO_PROGRESS, EXIT_PREFLIGHT, EXIT_STOPPED,
                                              AttemptFacts, decide, exclusion, failed_node, no_progress_streak,

@@ -20,7 +20,7 @@ import pytest
 from ray_processes import one_raylet
 from train_runs import wait_for
 
-from beam_slurm.slurm.scheduler import duration_seconds
+from beam_slurm.slurm.values import reported_seconds as duration_seconds
 
 pytestmark = [pytest.mark.sandbox, pytest.mark.slow]
 
