@@ -23,6 +23,7 @@ from beam_slurm.sizing import (BF16_WEIGHTS_TB, CPU_OPTIMIZER_HOST_RAM_TB_PER_NO
                                checkpoints_kept, full_checkpoint_tb_per_node, optimizer_state_tb_per_node)
 from beam_slurm.skyrl.command import skyrl_launch
 from beam_slurm.pipeline.stages import StageError, Train
+from beam_slurm.slurm import limits
 from beam_slurm.slurm.preemption import read_preemption
 from beam_slurm.slurm.submission import refusal_setting, sbatch_test_only
 from beam_slurm.slurm.values import describe_seconds, time_limit_seconds
@@ -153,7 +154,7 @@ def main(argv: list[str]) -> int:
                           "env": launch.env, "cwd": launch.cwd}, indent=2))
     else:
         print_plan(cfg, launch, asked)
-    return 2 if any(value.startswith("REFUSED") for _, _, value in asked) else 0
+    return 2 if any(value.startswith(("REFUSED", "NEVER STARTS")) for _, _, value in asked) else 0
 
 
 def slurm_rows(cfg, overrides: list[str]) -> list[tuple[str, str, str]]:
@@ -167,6 +168,15 @@ def slurm_rows(cfg, overrides: list[str]) -> list[tuple[str, str, str]]:
     answer = sbatch_test_only(request)
     if answer.accepted is None:
         return [("slurm", "sbatch --test-only", f"not asked: Slurm could not be reached ({answer.text})")]
-    if answer.accepted:
-        return [("slurm", "sbatch --test-only", f"accepted: {answer.text}")]
-    return [("slurm", "sbatch --test-only", f"REFUSED: {answer.text}; change {refusal_setting(answer.text)}")]
+    if not answer.accepted:
+        return [("slurm", "sbatch --test-only", f"REFUSED: {answer.text}; change {refusal_setting(answer.text)}")]
+    rows = [("slurm", "sbatch --test-only", f"accepted: {answer.text}")]
+    found = limits.check_job(limits.job_shape(request))
+    rows += [("slurm", f"partition {p.name}", p.describe()) for p in found.partitions]
+    rows += [("slurm", "limits", f"not read: {text}") for text in found.unread]
+    rows += [("slurm", "limits", f"NEVER STARTS: {breach}") for breach in found.breaches]
+    if not found.breaches and not found.unread:
+        rows.append(("slurm", "limits", "within the partition's limits" + (
+            " and the QOS's and association's" if found.accounting_enforced else
+            " (QOS and association limits are not enforced here)")))
+    return rows

@@ -14,6 +14,8 @@
 #SBATCH --signal=B:USR1@300
 #SBATCH --open-mode=append
 #SBATCH --output=%x-%j.out
+# USR1 (the notice) would end this shell before Python listens; Python takes a lost one from the time left.
+trap '' USR1
 set -euo pipefail
 # Slurm runs a spool copy of this script: sbatch/lib/locate_checkout.sh says how the checkout is found.
 given=$(scontrol show job "${SLURM_JOB_ID:-none}" 2>/dev/null | sed -n 's/^ *Command=\([^ ]*\).*/\1/p' | grep .) || given=$0

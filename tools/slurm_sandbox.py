@@ -406,13 +406,23 @@ AccountingStoragePort={SLURMDBD_PORT}
 # For slurmdbd connections Slurm takes the munge socket from here, not from AuthInfo.
 AccountingStoragePass={layout.munge_socket}
 AccountingStorageTRES=gres/gpu
+# QOS and association limits apply (a job over them waits for ever); without DenyOnLimit, sbatch still takes it.
+AccountingStorageEnforce=limits
 JobCompType=jobcomp/none
 # Lanes: sbatch/salloc with BEAM_SANDBOX_LANE=<k> default to partition lane<k>-batch (cli_filter.lua beside this).
 CliFilterPlugins=cli_filter/lua
 {node_lines}
 {partition_lines(node_list, "")}
 {lane_lines}
+{LIMITED_PARTITION.format(nodes=node_range(nodes[:2]))}
 """
+
+LIMITED_PARTITION = ("PartitionName=short Nodes={nodes} MaxTime=00:20:00 DefaultTime=00:10:00 MaxNodes=2 State=UP "
+                     "PriorityTier=1 PreemptMode=OFF")
+"""A partition with limits that EnforcePartLimits=NO (the default) leaves to the scheduler: sbatch takes a job over
+them, which then waits for ever (PartitionTimeLimit, PartitionNodeLimit). No test job runs in it."""
+LIMITED_QOS = ("brief", "MaxWall=00:15:00", "MaxTRESPerJob=node=2")
+"""A QOS with per-job limits (AccountingStorageEnforce=limits applies them; a job over them waits for ever)."""
 
 
 def partition_lines(node_list: str, prefix: str) -> str:
@@ -785,6 +795,10 @@ def start_slurmdbd(layout: Layout) -> None:
     clusters = run_command(["sacctmgr", "-n", "-P", "list", "cluster", "format=cluster"], env=env).stdout.split()
     if CLUSTER_NAME not in clusters:
         run_command(["sacctmgr", "-i", "add", "cluster", CLUSTER_NAME], env=env)
+    name, *limits = LIMITED_QOS
+    if name not in run_command(["sacctmgr", "-n", "-P", "show", "qos", "format=name"], env=env).stdout.split():
+        run_command(["sacctmgr", "-i", "add", "qos", name, *limits], env=env)
+        run_command(["sacctmgr", "-i", "modify", "user", "root", "set", f"qos+={name}"], env=env)
 
 
 def in_namespaces_command(hostname: str, tmp_dir: Path | None, hosts: Path, program: list[str]) -> list[str]:

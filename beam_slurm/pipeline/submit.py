@@ -42,7 +42,7 @@ from beam_slurm.notice_budget import attempt_progress
 from beam_slurm.pipeline.manifest import record_submission, remember_last
 from beam_slurm.pipeline.stages import PrepareData, PullContainer, StageError, Train
 from beam_slurm.pipeline.sweep import expand, has_sweep, rename_run, slug, sweep_root
-from beam_slurm.slurm import scheduler
+from beam_slurm.slurm import limits, scheduler
 from beam_slurm.slurm.scheduler import SlurmCommandError
 from beam_slurm.slurm.submission import job_records, refusal_setting, sbatch_test_only
 
@@ -135,7 +135,8 @@ def build_runs(overrides: list[str], multirun: bool, stages: tuple[str, ...] | l
 
 def ask_slurm(runs: list[RunSpec], out=None) -> list[str]:
     """`sbatch --test-only` for every stage job the submission would queue (once per job shape): Slurm's refusals,
-    each with the setting that changes it. A node configuration Slurm cannot give while some of the partition's
+    and the partition, QOS and association limits the job would wait on for ever, each with the setting that
+    changes it. A node configuration Slurm cannot give while some of the partition's
     nodes are down or drained is a warning (they may come back), and a Slurm that cannot be asked is said once."""
     out = out or sys.stderr
     refused, asked = [], set()
@@ -152,9 +153,12 @@ def ask_slurm(runs: list[RunSpec], out=None) -> list[str]:
                 print(f"beam-slurm submit: Slurm could not be asked ({answer.text}); the jobs were not tested "
                       "(cluster.ask_slurm_on_submit=false skips this)", file=out)
                 return refused
-            if answer.accepted:
-                continue
             what = f"the {plan.stage} job of {run.cfg.run_name}"
+            if answer.accepted:
+                # test-only passes what only waits for ever (limits it does not check at submit): read them too.
+                found = limits.check_job(limits.job_shape(plan.request))
+                refused += [f"Slurm would never start {what}: {breach}" for breach in found.breaches]
+                continue
             if "node configuration is not available" in answer.text and _some_nodes_unusable(run.cfg.cluster.partition):
                 print(f"beam-slurm submit: warning: Slurm cannot give {what} its nodes now ({answer.text}) while some "
                       "of the partition's nodes are down or drained; it waits for them", file=out)

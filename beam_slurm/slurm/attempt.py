@@ -125,6 +125,21 @@ class Attempt:
         for sig in (signal.SIGUSR1, signal.SIGUSR2, signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, on_notice)
 
+    def notice_before_listening(self) -> None:
+        """The batch scripts ignore USR1 until this process listens (`trap '' USR1`: its default action would end
+        the shell), so a notice Slurm sent before then is lost. Slurm sends it `signal_before_s` (up to 60 s more)
+        before the time limit: an attempt that starts with less time left than that takes it as a notice."""
+        try:
+            info = scheduler.job_info(self.alloc.job_id)
+        except scheduler.SlurmCommandError:
+            return
+        limit, run = values.reported_seconds(info.get("TimeLimit")), values.reported_seconds(info.get("RunTime"))
+        if limit is not None and run is not None and limit - run <= self.settings.signal_before_s + 60:
+            self.log(f"{limit - run} s left of the time limit at the start, inside the notice lead "
+                     f"({self.settings.signal_before_s:.0f} s): the notice Slurm sent before this process listened "
+                     "is taken now")
+            self.notices.append(("SIGUSR1", time.time()))
+
     # --- phases --------------------------------------------------------------------------------------------------
     def run_preflight(self, env: dict[str, str]) -> bool:
         canary = self.attempt_dir / "shared-storage-canary"
@@ -460,6 +475,7 @@ class Attempt:
                      f"{self.settings.gpus_per_node} GPUs per node, logs in {self.attempt_dir}")
             self.warn_port_range()
             self.record_start()
+            self.notice_before_listening()
             if self.avoid_bad_nodes():
                 return 0
             notice.clear(self.settings.ckpt_path)

@@ -45,6 +45,9 @@ class TrainJobSettings:
     """cluster.gpus_per_node: GPUs every node must show (preflight and Ray's registration). 0 for CPU-only runs."""
     max_requeues: int
     """cluster.max_requeues: requeues allowed (notices and infrastructure failures), against SLURM_RESTART_COUNT."""
+    signal_before_s: float
+    """cluster.signal_before_s: the notice lead; an attempt that starts with less time left than this takes it as a
+    notice (the USR1 came before anything listened)."""
     grace_s: float
     """cluster.grace_s: after a notice, how long to wait for the trainer's checkpoint before stopping anyway."""
     stop_grace_s: float
@@ -191,6 +194,7 @@ def job_settings(cfg, *, preflight: bool = True, driver: list[str] | None = None
         max_attempts_without_progress=cfg.cluster.max_attempts_without_progress,
         save_cost=SaveCost.of(cfg),
         qos=cfg.cluster.qos or "",
+        signal_before_s=cfg.cluster.signal_before_s,
         run_info=_run_info(cfg),
         env_manifest=manifest,
         log_copy=copy_settings,

@@ -1,4 +1,5 @@
-"""Every call this package makes to the Slurm commands (scontrol, srun, squeue, sacct) goes through this module.
+"""Every call this package makes to the Slurm commands (scontrol, srun, squeue, sacct, sacctmgr) goes through this
+module.
 
 Many jobs are read at once: `squeue_rows` and `sacct_rows` answer for any number of jobs with one call each (a
 64-run sweep's status is one squeue and one sacct, however often `status --watch` refreshes).
@@ -113,6 +114,32 @@ def usable_partition_nodes(partition: str = "") -> list[str]:
     """Nodes of `partition` (the default partition when empty) that are not down, drained or failing (sinfo)."""
     return [node for node, state in partition_node_states(partition).items()
             if not state.rstrip("*~#!%$@^-").startswith(("down", "drain", "fail", "maint"))]
+
+
+def partition_info(partition: str = "") -> dict[str, str]:
+    """`scontrol show partition -o` of `partition` (the cluster's default partition when empty) as a dict
+    (MaxTime, DefaultTime, MaxNodes, TotalNodes, State, QoS, ...). Raises SlurmCommandError for an unknown name."""
+    text = _run(["scontrol", "show", "partition", "-o", *([partition] if partition else [])])
+    for line in text.splitlines():
+        fields = dict(part.split("=", 1) for part in line.split() if "=" in part)
+        if partition or fields.get("Default") == "YES":
+            return fields
+    raise SlurmCommandError("scontrol show partition: the cluster has no default partition; set cluster.partition")
+
+
+def config_value(name: str) -> str:
+    """One value of the controller's running configuration (`scontrol show config`); '' when it has none."""
+    for line in _run(["scontrol", "show", "config"]).splitlines():
+        key, sep, value = line.partition("=")
+        if sep and key.strip() == name:
+            return value.strip()
+    return ""
+
+
+def accounting_rows(entity: str, fields: Sequence[str], where: Sequence[str] = ()) -> list[dict[str, str]]:
+    """`sacctmgr show <entity> [where ...] format=<fields>` as rows of {field: value} (parsable, no header)."""
+    out = _run(["sacctmgr", "--noheader", "--parsable2", "show", entity, *where, "format=" + ",".join(fields)])
+    return [dict(zip(fields, line.split("|"))) for line in out.splitlines() if line.count("|") >= len(fields) - 1]
 
 
 QUEUE_FIELDS = ("JobID", "State", "Reason", "TimeUsed", "NodeList", "RestartCnt", "Name", "Dependency")

@@ -77,6 +77,55 @@ class SbatchRequest:
         return out
 
 
+SBATCH_ENVIRONMENT = {"time": "SBATCH_TIMELIMIT", "partition": "SBATCH_PARTITION", "account": "SBATCH_ACCOUNT",
+                      "qos": "SBATCH_QOS", "gpus-per-node": "SBATCH_GPUS_PER_NODE"}
+"""The sbatch input variables of the options `effective_options` reads (a variable beats the script's header)."""
+_SHORT_OPTIONS = {"-t": "time", "-p": "partition", "-A": "account", "-q": "qos", "-N": "nodes", "-G": "gpus"}
+
+
+def _option_pairs(words: list[str]) -> list[tuple[str, str]]:
+    """(long name, value) of sbatch options written `--name=value`, `--name value`, `-x value` or `-xvalue`."""
+    pairs, index = [], 0
+    while index < len(words):
+        word = words[index]
+        nxt = words[index + 1] if index + 1 < len(words) else ""
+        if word.startswith("--"):
+            name, sep, value = word[2:].partition("=")
+            if not sep and nxt and not nxt.startswith("-"):
+                value, index = nxt, index + 1
+            pairs.append((name, value))
+        elif word[:2] in _SHORT_OPTIONS:
+            value = word[2:] or nxt
+            index += 0 if word[2:] else 1
+            pairs.append((_SHORT_OPTIONS[word[:2]], value))
+        index += 1
+    return pairs
+
+
+def effective_options(request: SbatchRequest, environ: Mapping[str, str] | None = None) -> dict[str, tuple[str, str]]:
+    """Each sbatch option of the request -> (value, where it came from), as sbatch decides it: the command line, then
+    the SBATCH_* variables, then the script's `#SBATCH` header (read up to its first command, as sbatch does)."""
+    environ = os.environ if environ is None else environ
+    found: dict[str, tuple[str, str]] = {}
+    try:
+        lines = open(request.script, encoding="utf-8", errors="replace").read().splitlines()
+    except OSError:
+        lines = []
+    for line in lines[1:] if lines and lines[0].startswith("#!") else lines:
+        stripped = line.strip()
+        if stripped and not stripped.startswith("#"):
+            break
+        if stripped.startswith("#SBATCH"):
+            for name, value in _option_pairs(shlex.split(stripped[len("#SBATCH"):], comments=True)):
+                found[name] = (value, "the script's #SBATCH header")
+    for name, variable in SBATCH_ENVIRONMENT.items():
+        if environ.get(variable):
+            found[name] = (environ[variable], variable)
+    for name, value in _option_pairs(list(request.options)):
+        found[name] = (value, "the command line")
+    return found
+
+
 def submission_environment(environ: Mapping[str, str] | None = None) -> dict[str, str]:
     """The environment for sbatch: the caller's, minus the SLURM_* of an enclosing job.
 

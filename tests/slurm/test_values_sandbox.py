@@ -22,3 +22,55 @@ def test_time_limits_read_as_slurm_reads_them(slurm_sandbox):
     ours = {form: time_limit_seconds(form) for form in FORMS}
     slurms = {form: reported_seconds(text) for form, text in reported.items()}
     assert ours == slurms, {form: (ours[form], reported[form]) for form in FORMS if ours[form] != slurms[form]}
+
+
+def wait_reason(slurm_sandbox, job: str, timeout_s: float = 60) -> str:
+    """The pending job's Reason once the scheduler has looked at it (None and Priority are not reasons yet)."""
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    reason = ""
+    while time.monotonic() < deadline:
+        reason = slurm_sandbox.scontrol_job(job).get("Reason", "")
+        if reason not in ("None", "Priority", ""):
+            return reason
+        time.sleep(1)
+    return reason
+
+
+def test_limits_that_sbatch_takes_but_never_starts_are_refused_before_queueing(slurm_sandbox, capsys, tmp_path):
+    """The sandbox's `short` partition (MaxTime 20 min, EnforcePartLimits=NO) and `brief` QOS (MaxWall 15 min,
+    AccountingStorageEnforce=limits, no DenyOnLimit): sbatch --test-only takes a job over them, Slurm then keeps it
+    pending for ever (checked with real jobs), and plan and submit's dry run say so first, naming the setting."""
+    from beam_slurm.pipeline import submit as submit_mod
+    from beam_slurm.plan import main as plan_main
+
+    script = "#!/bin/bash\ntrue\n"
+    over_partition = slurm_sandbox.sbatch(script, "--partition=short", "--time=1:00:00", "--nodes=1")
+    over_qos = slurm_sandbox.sbatch(script, "--qos=brief", "--time=30:00", "--nodes=1")
+    try:
+        assert wait_reason(slurm_sandbox, over_partition) == "PartitionTimeLimit"
+        assert wait_reason(slurm_sandbox, over_qos) == "QOSMaxWallDurationPerJobLimit"
+    finally:
+        slurm_sandbox.cancel(over_partition)
+        slurm_sandbox.cancel(over_qos)
+
+    keys = ["recipe=lora_16gpu", "trainer.backend=rehearsal", "cluster.check_paths_on_submit=false",
+            "cluster.allow_no_checkpoint=true", f"paths.data_dir={tmp_path}"]
+    assert plan_main([*keys, "cluster.partition=short", "cluster.time_limit=1:00:00"]) == 2
+    out = " ".join(capsys.readouterr().out.split())
+    assert "NEVER STARTS" in out and "MaxTime 20 min" in out and "PartitionTimeLimit" in out, out
+    assert "cluster.time_limit to at most 20 min" in out and "DefaultTime 10 min" in out, out
+    assert plan_main([*keys, "cluster.partition=short", "cluster.time_limit=20:00", "--json"]) == 0
+    assert "within the partition's limits and the QOS's and association's" in capsys.readouterr().out
+    # A list of partitions: the job starts in the first that can take it, so it is not refused.
+    assert plan_main([*keys, "cluster.partition='short,batch'", "cluster.time_limit=1:00:00", "--json"]) == 0
+    capsys.readouterr()
+
+    code = submit_mod.main(["--dry-run", "--stages", "train", *keys, "cluster.qos=brief", "cluster.time_limit=30:00"])
+    err = " ".join(capsys.readouterr().err.split())
+    assert code == 2 and "Slurm would never start the train job" in err, err
+    assert "QOS brief's MaxWall 15 min" in err and "QOSMaxWallDurationPerJobLimit" in err, err
+    assert "cluster.time_limit to at most 15 min, or cluster.qos" in err, err
+    code = submit_mod.main(["--dry-run", "--stages", "train", *keys, "cluster.qos=brief", "cluster.time_limit=15:00"])
+    assert code == 0, capsys.readouterr().err

@@ -1,0 +1,247 @@
+"""What the cluster's own limits say of a job before it is queued: its partition's (`scontrol show partition`) and its
+QOS's and association's (`sacctmgr`).
+
+`sbatch --test-only` repeats only the submit-time checks: a partition's MaxTime and MaxNodes are refused there only
+with EnforcePartLimits, QOS and association limits only with AccountingStorageEnforce=limits and DenyOnLimit.
+Elsewhere Slurm accepts a job that then waits for ever (Reason PartitionTimeLimit, PartitionNodeLimit,
+QOSMaxWallDurationPerJobLimit, AssocMaxNodesPerJobLimit, ...). This module reads the limits itself and says which
+one a job breaks and which setting changes it. QOS and association limits count only where the controller enforces
+them (AccountingStorageEnforce has `limits` or `safe`). Only the user's own association is read, not those of its
+parent accounts.
+"""
+
+from __future__ import annotations
+
+import getpass
+import os
+from dataclasses import dataclass
+
+from beam_slurm.slurm import scheduler
+from beam_slurm.slurm.scheduler import SlurmCommandError
+from beam_slurm.slurm.submission import SbatchRequest, effective_options
+from beam_slurm.slurm.values import SlurmValueError, describe_seconds, partition_names, reported_seconds, \
+    time_limit_seconds
+
+
+@dataclass(frozen=True)
+class JobShape:
+    """What a job asks of Slurm, as sbatch reads it (`effective_options`)."""
+
+    nodes: int
+    gpus_per_node: int
+    time_limit_s: int | None
+    """None: no limit (UNLIMITED)."""
+    time_limit_text: str
+    time_limit_given: bool
+    """False: the job names no time limit, so it gets the partition's DefaultTime (else its MaxTime)."""
+    time_setting: str
+    """What changes the time limit: cluster.time_limit on the command line, else the variable or the header."""
+    partitions: tuple[str, ...]
+    """() = the cluster's default partition."""
+    qos: str
+    account: str
+
+
+def job_shape(request: SbatchRequest, environ=None) -> JobShape:
+    """The shape of a rendered request: its command line, the SBATCH_* variables, then its script's header."""
+    options = effective_options(request, environ)
+
+    def number(name: str, default: int) -> int:
+        value = options.get(name, ("", ""))[0]
+        try:
+            return int(value.split("-")[0]) if value else default
+        except ValueError:
+            return default
+
+    time_text, time_source = options.get("time", ("", ""))
+    time_setting = {"the command line": "cluster.time_limit", "": "cluster.time_limit"}.get(
+        time_source, f"SBATCH_TIMELIMIT (the time limit comes from {time_source})")
+    try:
+        seconds = time_limit_seconds(time_text) if time_text else None
+    except SlurmValueError:
+        seconds = None
+    try:
+        partitions = tuple(partition_names(options["partition"][0])) if options.get("partition", ("", ""))[0] else ()
+    except SlurmValueError:
+        partitions = ()
+    return JobShape(nodes=number("nodes", 1), gpus_per_node=number("gpus-per-node", 0), time_limit_s=seconds,
+                    time_limit_text=time_text, time_limit_given=bool(time_text),
+                    time_setting=time_setting, partitions=partitions,
+                    qos=options.get("qos", ("", ""))[0], account=options.get("account", ("", ""))[0])
+
+
+@dataclass(frozen=True)
+class PartitionLimits:
+    """One partition's limits as scontrol prints them; None where it has none."""
+
+    name: str
+    max_time_s: int | None
+    default_time_s: int | None
+    max_nodes: int | None
+    total_nodes: int
+    state: str
+
+    @classmethod
+    def read(cls, partition: str = "") -> "PartitionLimits":
+        info = scheduler.partition_info(partition)
+        max_nodes = info.get("MaxNodes", "UNLIMITED")
+        return cls(name=info.get("PartitionName", partition), max_time_s=reported_seconds(info.get("MaxTime")),
+                   default_time_s=reported_seconds(info.get("DefaultTime")),
+                   max_nodes=int(max_nodes) if max_nodes.isdigit() else None,
+                   total_nodes=int(info.get("TotalNodes", "0") or 0), state=info.get("State", ""))
+
+    def describe(self) -> str:
+        nodes = f"MaxNodes {self.max_nodes}" if self.max_nodes is not None else "no MaxNodes"
+        return (f"MaxTime {describe_seconds(self.max_time_s)}, DefaultTime "
+                f"{describe_seconds(self.default_time_s) if self.default_time_s else 'none'}, {nodes}, "
+                f"{self.total_nodes} nodes, {self.state}")
+
+
+@dataclass(frozen=True)
+class LimitBreach:
+    """One limit a job breaks: what Slurm would say while it waits, and the setting that changes it."""
+
+    text: str
+    setting: str
+
+    def __str__(self) -> str:
+        return f"{self.text}; change {self.setting}"
+
+
+def partition_breaches(shape: JobShape, limits: PartitionLimits) -> list[LimitBreach]:
+    """Why the job would never start in this partition (empty: it fits)."""
+    out = []
+    where = f"partition {limits.name}"
+    # A job that names no limit gets the partition's DefaultTime, else its MaxTime: never over it.
+    if shape.time_limit_given and limits.max_time_s is not None and (
+            shape.time_limit_s is None or shape.time_limit_s > limits.max_time_s):
+        out.append(LimitBreach(f"a time limit of {shape.time_limit_text} ({describe_seconds(shape.time_limit_s)}) "
+                               f"is over {where}'s MaxTime "
+                               f"{describe_seconds(limits.max_time_s)}: Slurm keeps the job pending for ever "
+                               "(PartitionTimeLimit)",
+                               f"{shape.time_setting} to at most {describe_seconds(limits.max_time_s)}, or "
+                               "cluster.partition"))
+    if limits.max_nodes is not None and shape.nodes > limits.max_nodes:
+        out.append(LimitBreach(f"{shape.nodes} nodes are over {where}'s MaxNodes {limits.max_nodes} "
+                               "(PartitionNodeLimit)", "cluster.nodes, or cluster.partition"))
+    elif limits.total_nodes and shape.nodes > limits.total_nodes:
+        out.append(LimitBreach(f"{shape.nodes} nodes are more than {where} has ({limits.total_nodes})",
+                               "cluster.nodes, or cluster.partition"))
+    return out
+
+
+def _tres(text: str) -> dict[str, int]:
+    """'node=2,gres/gpu=16' -> {'node': 2, 'gres/gpu': 16} (values that are not whole numbers are left out)."""
+    out = {}
+    for part in (text or "").split(","):
+        name, sep, value = part.partition("=")
+        if sep and value.isdigit():
+            out[name.strip()] = int(value)
+    return out
+
+
+@dataclass(frozen=True)
+class AccountingLimits:
+    """Per-job limits of a QOS or an association (sacctmgr MaxWall and MaxTRES); None/{} where it has none."""
+
+    owner: str
+    """'QOS normal', 'association root/root', ..."""
+    max_wall_s: int | None
+    max_tres: dict[str, int]
+
+    def breaches(self, shape: JobShape, reason_prefix: str, setting: str) -> list[LimitBreach]:
+        out = []
+        if shape.time_limit_given and self.max_wall_s is not None and (
+                shape.time_limit_s is None or shape.time_limit_s > self.max_wall_s):
+            out.append(LimitBreach(f"a time limit of {describe_seconds(shape.time_limit_s)} is over {self.owner}'s "
+                                   f"MaxWall {describe_seconds(self.max_wall_s)} ({reason_prefix}MaxWallDurationPerJob"
+                                   "Limit)", f"{shape.time_setting} to at most {describe_seconds(self.max_wall_s)}, or "
+                                   f"{setting}"))
+        asked = {"node": shape.nodes, "gres/gpu": shape.nodes * shape.gpus_per_node}
+        for name, value in asked.items():
+            limit = self.max_tres.get(name)
+            if limit is not None and value > limit:
+                what = "nodes" if name == "node" else "GPUs"
+                out.append(LimitBreach(f"{value} {what} are over {self.owner}'s MaxTRES {name}={limit} "
+                                       f"({reason_prefix}MaxTRESPerJob)", f"cluster.nodes, or {setting}"))
+        return out
+
+
+def limits_enforced() -> bool:
+    """Whether the controller applies QOS and association limits (AccountingStorageEnforce has limits or safe)."""
+    enforce = scheduler.config_value("AccountingStorageEnforce").lower()
+    return "limits" in enforce or "safe" in enforce
+
+
+def association_limits(shape: JobShape, partition: str, user: str | None = None) -> tuple[AccountingLimits | None, str]:
+    """The user's association for the job's account (the user's default account when it names none) and partition
+    (a partition's own association first), and the QOS the job runs under (its --qos, else the association's
+    default QOS, else 'normal')."""
+    user = user or os.environ.get("USER") or getpass.getuser()
+    fields = ("Account", "User", "Partition", "MaxWall", "MaxTRES", "DefaultQOS")
+    rows = [r for r in scheduler.accounting_rows("assoc", fields, [f"where", f"user={user}"]) if r["User"] == user]
+    account = shape.account
+    if not account:
+        users = scheduler.accounting_rows("user", ("User", "DefaultAccount"), ["where", f"name={user}"])
+        account = users[0]["DefaultAccount"] if users else ""
+    rows = [r for r in rows if not account or r["Account"] == account]
+    row = next((r for r in rows if r["Partition"] == partition), None) or next(
+        (r for r in rows if not r["Partition"]), None)
+    if row is None:
+        return None, shape.qos or "normal"
+    limits = AccountingLimits(f"association {row['Account']}/{user}", reported_seconds(row["MaxWall"]),
+                              _tres(row["MaxTRES"]))
+    return limits, shape.qos or row["DefaultQOS"] or "normal"
+
+
+def qos_limits(name: str) -> AccountingLimits | None:
+    rows = scheduler.accounting_rows("qos", ("Name", "MaxWall", "MaxTRES"), ["where", f"name={name}"])
+    row = next((r for r in rows if r["Name"] == name), None)
+    if row is None:
+        return None
+    return AccountingLimits(f"QOS {name}", reported_seconds(row["MaxWall"]), _tres(row["MaxTRES"]))
+
+
+@dataclass
+class LimitsAnswer:
+    """What the limits say of one job: breaches (it would never start), the partitions read, and why a part could
+    not be read (Slurm not reachable, no accounting); never an exception."""
+
+    breaches: list[LimitBreach]
+    partitions: list[PartitionLimits]
+    unread: list[str]
+    accounting_enforced: bool = False
+
+
+def check_job(shape: JobShape) -> LimitsAnswer:
+    """Every limit the job breaks. With a list of partitions the job breaks a partition's limits only when it breaks
+    them in each (Slurm starts it in the first that can)."""
+    breaches: list[LimitBreach] = []
+    partitions: list[PartitionLimits] = []
+    unread: list[str] = []
+    per_partition: list[list[LimitBreach]] = []
+    for name in shape.partitions or ("",):
+        try:
+            limits = PartitionLimits.read(name)
+        except SlurmCommandError as exc:
+            unread.append(f"partition {name or '(default)'}: {exc}")
+            continue
+        partitions.append(limits)
+        per_partition.append(partition_breaches(shape, limits))
+    if per_partition and all(per_partition):
+        breaches += per_partition[0] if len(per_partition) == 1 else [
+            LimitBreach(" and ".join(b.text for found in per_partition for b in found), per_partition[0][0].setting)]
+    enforced = False
+    try:
+        enforced = limits_enforced()
+        if enforced:
+            partition = partitions[0].name if partitions else ""
+            association, qos = association_limits(shape, partition)
+            if association is not None:
+                breaches += association.breaches(shape, "Assoc", "cluster.account")
+            qos_found = qos_limits(qos)
+            if qos_found is not None:
+                breaches += qos_found.breaches(shape, "QOS", "cluster.qos")
+    except SlurmCommandError as exc:
+        unread.append(f"QOS and association limits: {exc}")
+    return LimitsAnswer(breaches, partitions, unread, enforced)
