@@ -63,3 +63,33 @@ def ray_left_running(job_id: str, settle_s: float = 15) -> list[str]:
     while ray_processes(job_id) and time.monotonic() < deadline:
         time.sleep(0.5)
     return ray_processes(job_id)
+
+
+
+def _processes():
+    """(pid, environ entries, command line with spaces, state letter) of every process still readable."""
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            environ = Path(f"/proc/{entry}/environ").read_bytes().split(b"\0")
+            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ")
+            state = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        yield int(entry), environ, cmdline, state
+
+
+def job_processes(job_id: str) -> list[str]:
+    """Processes (not zombies) on any node whose environment names this job (SLURM_JOB_ID): the batch shell, every
+    step's tasks, Ray's daemons and workers (a worker's command line is its title, 'ray::...', without a temp dir)."""
+    wanted = f"SLURM_JOB_ID={job_id}".encode()
+    return [f"{pid} ({state}): {cmdline[:120].decode(errors='replace')}" for pid, environ, cmdline, state
+            in _processes() if wanted in environ and state != "Z" and pid != os.getpid()]
+
+
+def actor_pids(job_id: str, title: str, node: str | None = None) -> list[int]:
+    """Ray worker processes of this job whose title starts with `title` ('ray::GpuSlot'), on `node` when given."""
+    return sorted(pid for pid, environ, cmdline, _ in _processes()
+                  if cmdline.startswith(title.encode()) and f"SLURM_JOB_ID={job_id}".encode() in environ
+                  and (node is None or f"SLURMD_NODENAME={node}".encode() in environ))

@@ -20,6 +20,8 @@ IMPORT_NAMES = {
 # Declared and not imported yet, on purpose (none now: submitit runs the evaluation arrays, and
 # hydra-submitit-launcher's config classes are the schema of eval.launcher).
 NOT_YET_IMPORTED: dict[str, str] = {}
+# Product distributions that are run as programs, not imported (distribution -> the program, the module running it).
+PROGRAMS = {"py-spy": ("py-spy", ROOT / "beam_slurm" / "ray_cluster" / "hang_dump.py")}
 # Test-only distributions that are not imported: pytest plugins, used through the options they add, and tools
 # the tests run as commands (distribution -> what names it, where).
 PYTEST_PLUGINS = {"pytest-timeout": ("--timeout=", ROOT / "tools" / "run_tests.sh"),
@@ -50,6 +52,10 @@ def product_requirements() -> dict[str, str]:
 def test_every_product_dependency_is_imported_by_the_package():
     unused = []
     for dist, where in product_requirements().items():
+        if dist in PROGRAMS:
+            program, runner = PROGRAMS[dist]
+            assert f'"{program}"' in runner.read_text(), f"{dist}: {runner} no longer runs {program}"
+            continue
         assert dist in IMPORT_NAMES, f"{dist} ({where}): add its import name to IMPORT_NAMES"
         if not imported_in(ROOT / "beam_slurm", IMPORT_NAMES[dist]) and dist not in NOT_YET_IMPORTED:
             unused.append(f"{dist} ({where})")

@@ -49,6 +49,13 @@ class ClusterConfig:
     """Seconds the Ray step gets to stop (driver, then each node's Ray) after SIGTERM before it is killed."""
     max_requeues: int = 10
     """Stop requeuing after this many restarts (SLURM_RESTART_COUNT) so a crash loop cannot burn the allocation."""
+    hang_timeout_s: Optional[float] = None
+    """Hang watchdog: the longest a phase of training (a step, a save, an evaluation) may go without a heartbeat
+    before the attempt is ended as a hang (stack dumps of every node in `<attempt>/hang/`, then the requeue
+    policy). Unset: 5 x the median step time measured, at least 600 s (trainer.expected_step_s until a step is
+    measured); 0: off. Bring-up with the model load and the first step, a save and an evaluation get allowances on
+    top (`plan` shows them). SkyRL's NCCL timeout (SKYRL_WORKER_NCCL_TIMEOUT_IN_S) is set above it, so the
+    watchdog fires first."""
     max_attempts_without_progress: int = 2
     """Stop requeuing (the job ends FAILED, `status` says why) after this many attempts in a row ended by a failure
     (node, driver, time limit, a notice whose save missed) without a checkpoint newer than the attempt started
@@ -453,6 +460,10 @@ class TrainerConfig:
     counts (0 = a few small files)."""
     rehearsal_model_load_s: float = 0.0
     """Rehearsal trainer only: seconds spent "loading the model" before the first step of each attempt."""
+    rehearsal_hang_at_step: int = 0
+    """Rehearsal trainer only: in the job's first attempt, the GPU actor on the last node blocks for good in this
+    step, as a rank stuck in a collective would (every process alive, no progress): the hang watchdog's test.
+    0 never (ours)."""
 
 
 @dataclass

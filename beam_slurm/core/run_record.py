@@ -76,6 +76,8 @@ class Attempt:
     decision: str = ""
     """requeue, requeued by Slurm, or end (<exit status>)."""
     exit_status: int | None = None
+    hang_dumps: str | None = None
+    """The attempt's hang/ folder (stack dumps of every node) when it ended as a hang."""
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property

@@ -196,6 +196,8 @@ def _attempt_row(name: str, attempt: Attempt) -> StatusRow:
     reason = attempt.end_reason or ""
     if attempt.saved_step is not None and kind in ("notice", "operator-requeue", "stopped"):
         reason = f"saved at step {attempt.saved_step}; {reason}"
+    if attempt.hang_dumps:
+        reason = f"{reason}; stack dumps in {attempt.hang_dumps}"
     return StatusRow(name, f"  attempt {attempt.attempt}", "", kind, attempt.attempt,
                      "", ",".join(attempt.nodes), checkpoint, "", reason)
 

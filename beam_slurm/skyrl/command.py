@@ -225,7 +225,8 @@ def skyrl_launch(cfg) -> SkyRLLaunch:
         t = cfg.trainer  # the rehearsal's costs travel as environment (SkyRL's parser would refuse unknown keys)
         costs = {"BEAM_REHEARSAL_STEP_SECONDS": t.rehearsal_step_s, "BEAM_REHEARSAL_SAVE_SECONDS": t.rehearsal_save_s,
                  "BEAM_REHEARSAL_SAVE_BYTES": t.rehearsal_save_bytes,
-                 "BEAM_REHEARSAL_MODEL_LOAD_SECONDS": t.rehearsal_model_load_s}
+                 "BEAM_REHEARSAL_MODEL_LOAD_SECONDS": t.rehearsal_model_load_s,
+                 "BEAM_REHEARSAL_HANG_AT_STEP": t.rehearsal_hang_at_step}
         env = {**skyrl_env(cfg), **{name: str(value) for name, value in costs.items()}}
         return SkyRLLaunch(REHEARSAL_MODULE, skyrl_overrides(cfg), env, cwd=None)
     return SkyRLLaunch(ENTRYPOINT_MODULE, skyrl_overrides(cfg), skyrl_env(cfg), cwd=cfg.paths.skyrl_dir)

@@ -22,6 +22,8 @@ loop (the Ray task started below), so everything here happens once per step, not
   When SkyRL writes a scheduled HF export in that step (after ``on_save``), the acknowledgement waits for ``on_log``,
   which fires after the export, so the job never stops Ray in the middle of writing it and the export stays complete
   for chained evaluation. The requeued attempt resumes from the marker with ``resume_mode=latest``.
+* every event also writes the progress heartbeat (:mod:`beam_slurm.skyrl.progress`): step start and end, ``on_save``,
+  evaluation start and end, the end of training. The job's hang watchdog reads it.
 * ``on_log`` (fires with the dict SkyRL is about to send to its tracker, once per step and once for the eval before
   training): append ``{"step": global_step, **logs}`` as one line to ``{export_path}/train_metrics.jsonl``
   (:mod:`beam_slurm.skyrl.train_metrics`), the file ``beam-slurm report`` plots. A failed write is logged and training
@@ -39,6 +41,7 @@ from pathlib import Path
 
 from beam_slurm.ray_cluster.driver_signals import hold_first_sigterm
 from beam_slurm.skyrl import notice
+from beam_slurm.skyrl.progress import ProgressRecorder
 from beam_slurm.skyrl.train_metrics import TRAIN_METRICS_FILE, append_step_metrics
 
 # Imported inside the functions that use it, on purpose: ray, skyrl (the trainer's environment only; the module itself
@@ -85,6 +88,17 @@ class SaveOnNoticeCallback(_CallbackBase):
         self.ack_after_export: int | None = None
         """Step saved on notice whose scheduled HF export SkyRL writes after on_save: acknowledged in on_log, once the
         export is complete, so the job does not stop Ray in the middle of writing it."""
+        self.progress = ProgressRecorder(ckpt_path)
+        """The heartbeat the job's hang watchdog reads."""
+
+    def on_step_start(self, trainer, callback_input, control) -> None:
+        self.progress.step_start(callback_input.global_step)
+
+    def on_eval_start(self, trainer, callback_input, control) -> None:
+        self.progress.eval_start(callback_input.global_step)
+
+    def on_eval_end(self, trainer, callback_input, control) -> None:
+        self.progress.eval_end(callback_input.global_step)
 
     def on_train_start(self, trainer, callback_input, control) -> None:
         request = notice.pending_request(self.ckpt_path)
@@ -92,6 +106,7 @@ class SaveOnNoticeCallback(_CallbackBase):
             _log(f"a save request is already pending ({request.get('reason')}); saving after the first step")
 
     def on_step_end(self, trainer, callback_input, control) -> None:
+        self.progress.step_end(callback_input.global_step)
         if self.stopped_at_step is not None:
             return
         request = notice.pending_request(self.ckpt_path)
@@ -100,6 +115,7 @@ class SaveOnNoticeCallback(_CallbackBase):
             control.should_save = True
 
     def on_save(self, trainer, callback_input, control) -> None:
+        self.progress.saved(callback_input.global_step)
         if self.stopped_at_step is not None or notice.pending_request(self.ckpt_path) is None:
             return
         step = _step_of_checkpoint(callback_input.ckpt_path, callback_input.global_step)
@@ -124,6 +140,7 @@ class SaveOnNoticeCallback(_CallbackBase):
             _log(f"HF export of step {step} written; stopping after this step (resume with resume_mode=latest)")
 
     def on_train_end(self, trainer, callback_input, control) -> None:
+        self.progress.finished(callback_input.global_step)
         self._acknowledge_deferred()  # a safety net: on_log normally comes first
 
     def on_log(self, trainer, callback_input, control) -> None:

@@ -30,6 +30,10 @@ What it does, like SkyRL 0.3.0 where it matters to the job around it:
   ``latest`` reads the marker (missing -> fresh start; a step directory more than ``ckpt_interval`` ahead of the
   marker is an inconsistent folder, as SkyRL says), ``from_path`` needs ``resume_path`` naming a ``global_step_N``
   directory; logs ``resumed from step N``; never redoes a step at or before the checkpoint it resumed from;
+* the progress heartbeat (:mod:`beam_slurm.skyrl.progress`) at each step's start and end, after each save, around
+  each eval dump and at the end, as our SkyRL callback writes it;
+* ``trainer.rehearsal_hang_at_step=N``: in the job's first attempt the GPU actor of the last bundle (on the last
+  node) blocks for good in step N, as a rank stuck in a collective: the trainer waits on it like on any actor;
 * save-on-notice (:mod:`beam_slurm.skyrl.notice`): at each step end a pending request makes it save that step (and
   write the step's HF export if one is scheduled, as SkyRL does), acknowledge, log ``stopped on notice after saving
   step N`` and exit 0.
@@ -40,9 +44,10 @@ values: ``{"step": int, "reward/avg_raw_reward": float in [-1, 1], "generate/avg
 "trainer/global_step": int, "time": epoch seconds, "attempt": SLURM_RESTART_COUNT or 0, "rehearsal": true}``.
 Actor placement of each attempt goes to ``{export_path}/rehearsal/placement_attempt_<A>.json``.
 
-The four costs come from the recipe (`trainer.rehearsal_*`, defaults in the schema) through the environment:
+The four costs and the hang come from the recipe (`trainer.rehearsal_*`, defaults in the schema) through the environment:
 ``BEAM_REHEARSAL_STEP_SECONDS``, ``BEAM_REHEARSAL_SAVE_SECONDS``, ``BEAM_REHEARSAL_SAVE_BYTES``,
-``BEAM_REHEARSAL_MODEL_LOAD_SECONDS`` (`beam_slurm.skyrl.command` sets them for the driver).
+``BEAM_REHEARSAL_MODEL_LOAD_SECONDS``, ``BEAM_REHEARSAL_HANG_AT_STEP`` (`beam_slurm.skyrl.command` sets them for the
+driver).
 
 Settings are read with SkyRL's own config classes when skyrl is importable (strict: unknown keys are rejected);
 otherwise with a small OmegaConf reader of the keys above (SkyRL's defaults; other keys are accepted unchecked).
@@ -70,6 +75,7 @@ from beam_slurm.core.errors import UserError
 from beam_slurm.ray_cluster.driver_signals import hold_first_sigterm
 from beam_slurm.skyrl import notice, tracking
 from beam_slurm.skyrl.conformance import dapo_config_class
+from beam_slurm.skyrl.progress import ProgressRecorder
 from beam_slurm.skyrl.train_metrics import append_step_metrics
 
 # Imported inside the functions that use it, on purpose: ray, pyarrow (the rehearsal's run only; the submit side reads
@@ -82,6 +88,7 @@ COST_ENV = {
     "save_s": ("BEAM_REHEARSAL_SAVE_SECONDS", "trainer.rehearsal_save_s", float),
     "save_bytes": ("BEAM_REHEARSAL_SAVE_BYTES", "trainer.rehearsal_save_bytes", int),
     "model_load_s": ("BEAM_REHEARSAL_MODEL_LOAD_SECONDS", "trainer.rehearsal_model_load_s", float),
+    "hang_at_step": ("BEAM_REHEARSAL_HANG_AT_STEP", "trainer.rehearsal_hang_at_step", int),
 }
 """RehearsalSettings field -> (environment variable, recipe key, type) of the rehearsal's costs."""
 PAYLOAD_FILE = "rehearsal_weights.bin"
@@ -145,6 +152,8 @@ class RehearsalSettings:
     """Bytes each save writes and fsyncs (trainer.rehearsal_save_bytes)."""
     model_load_s: float = 0.0
     """Seconds before the first step of an attempt (trainer.rehearsal_model_load_s)."""
+    hang_at_step: int = 0
+    """In the first attempt, the last GPU actor blocks for good in this step (trainer.rehearsal_hang_at_step)."""
 
 
 _KEYS = {
@@ -465,13 +474,19 @@ def place_actors(s: RehearsalSettings):
 
     @ray.remote(num_cpus=0, num_gpus=1)
     class GpuSlot:
+        def __init__(self, hang_at_step: int = 0):
+            self.hang_at_step = hang_at_step
+
         def where(self) -> dict:
             ctx = ray.get_runtime_context()
             return {"hostname": socket.gethostname(), "node_ip": ray.util.get_node_ip_address(),
                     "node_id": ctx.get_node_id(), "gpu_ids": [str(g) for g in ray.get_gpu_ids()],
                     "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")}
 
-        def step(self, seconds: float) -> float:
+        def step(self, seconds: float, step: int = 0) -> float:
+            if self.hang_at_step and step == self.hang_at_step:
+                while True:  # stuck for good, alive and silent
+                    time.sleep(3600)
             time.sleep(seconds)
             return seconds
 
@@ -485,9 +500,11 @@ def place_actors(s: RehearsalSettings):
             f"placement group of {world} GPU bundles ({s.policy_num_nodes} nodes x {s.policy_num_gpus_per_node}) "
             f"not ready after {timeout:.0f} s; the Ray cluster has {total:g} GPUs"
         )
+    first_attempt = int(os.environ.get("SLURM_RESTART_COUNT", "0") or 0) == 0
     actors = [
         GpuSlot.options(scheduling_strategy=PlacementGroupSchedulingStrategy(
-            placement_group=group, placement_group_bundle_index=i)).remote()
+            placement_group=group, placement_group_bundle_index=i)).remote(
+                s.hang_at_step if first_attempt and i == world - 1 else 0)
         for i in range(world)
     ]
     report = ray.get([a.where.remote() for a in actors])
@@ -521,14 +538,19 @@ def run(s: RehearsalSettings) -> int:
         if s.model_load_s > 0:
             _log(f"loading the model ({s.model_load_s:g} s)")
             time.sleep(s.model_load_s)
+        heartbeat = ProgressRecorder(s.ckpt_path)
         rng = random.Random(f"{s.run_name}:{start}")
         tracker = tracking.open_run(os.environ, s.run_name)  # as SkyRL's W&B logger, when trainer.logger=wandb
         if s.eval_interval > 0 and s.eval_before_train:
+            heartbeat.eval_start(start)
             dump_eval(s, start, rng)
+            heartbeat.eval_end(start)
         total = s.max_training_steps
         saved_at = hf_at = None
         for step in range(start + 1, total + 1):
-            ray.get([a.step.remote(step_seconds) for a in actors])
+            heartbeat.step_start(step)
+            ray.get([a.step.remote(step_seconds, step) for a in actors])
+            heartbeat.step_end(step)
             progress = step / total
             reward = max(-1.0, min(1.0, math.tanh(3 * progress - 1) + rng.uniform(-0.05, 0.05)))
             metrics = {"reward/avg_raw_reward": round(reward, 4),
@@ -540,6 +562,7 @@ def run(s: RehearsalSettings) -> int:
             if (s.ckpt_interval > 0 and step % s.ckpt_interval == 0) or request is not None:
                 save_checkpoint(s, step, attempt)
                 saved_at = step
+                heartbeat.saved(step)
             # As in SkyRL, a step's scheduled HF export is written even when the step was saved on notice.
             if s.hf_save_interval > 0 and step % s.hf_save_interval == 0:
                 export_hf(s, step)
@@ -550,13 +573,16 @@ def run(s: RehearsalSettings) -> int:
                      "trainer.resume_mode=latest")
                 return 0
             if s.eval_interval > 0 and (step % s.eval_interval == 0 or step == total):
+                heartbeat.eval_start(step)
                 dump_eval(s, step, rng)
+                heartbeat.eval_end(step)
             _log(f"step {step}/{total} done")
         if start < total:
             if saved_at != total:
                 save_checkpoint(s, total, attempt)
             if s.hf_save_interval > 0 and hf_at != total:
                 export_hf(s, total)
+        heartbeat.finished(total)
         _log(f"training done: {total} steps")
         return 0
     finally:

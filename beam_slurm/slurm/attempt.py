@@ -32,16 +32,18 @@ from pathlib import Path
 from typing import Any
 
 from beam_slurm.core import layout
-from beam_slurm.core.atomic_files import write_json
+from beam_slurm.core.atomic_files import read_json, write_json
 from beam_slurm.core.errors import UserError
 from beam_slurm.core.run_record import RunRecord, TrainJob, Wanted
 from beam_slurm.core.run_store import RunStore, now, remember_job
 from beam_slurm.notice_budget import STOP_FILE, term_notice
 from beam_slurm.ray_cluster import auth, records
+from beam_slurm.ray_cluster.hang_dump import EXIT_SURVIVORS
 from beam_slurm.ray_cluster.job_spec import ATTEMPT_DIR_ENV, JobSpec
 from beam_slurm.ray_cluster.ports import ephemeral_range
 from beam_slurm.skyrl import notice
-from beam_slurm.slurm import preflight, scheduler, storage_probe, values
+from beam_slurm.skyrl.progress import read_progress
+from beam_slurm.slurm import hang_watch, preflight, scheduler, storage_probe, values
 from beam_slurm.slurm.job_settings import TrainJobSettings
 from beam_slurm.slurm.preemption import read_preemption
 from beam_slurm.slurm.requeue_policy import (AttemptFacts, Decision, decide, exclusion, failed_node, no_progress_streak,
@@ -51,6 +53,12 @@ from beam_slurm.slurm.steps import StepLauncher, stop_step
 RAY_STEP = "ray"
 """Job name of the Ray step (how `scontrol` finds it to signal it)."""
 _POLL_S = 0.2
+HANG_POLL_S = 2.0
+"""How often the watchdog reads the trainer's heartbeat."""
+HANG_FOLDER = "hang"
+"""Under the attempt's log folder: one folder per node with the hang's dumps (`ray_cluster.hang_dump`)."""
+DUMP_STEP = "hang-dump"
+DUMP_STEP_TIMEOUT_S = 120.0
 _SAVE_POLL_S = 0.5
 OPERATOR_SIGNAL = "USR2"
 """What `beam-slurm requeue|stop` send to the batch shell (`scancel --batch`) after writing the wanted outcome."""
@@ -98,6 +106,8 @@ class Attempt:
         self.slurm_end: str | None = None
         self.wanted: Wanted | None = None
         self.preflight_failed_nodes: list[str] = []
+        self.ray_step_started: float | None = None
+        self.hang_dumps: str | None = None
 
     # --- logging -------------------------------------------------------------------------------------------------
     def log(self, message: str) -> None:
@@ -113,6 +123,13 @@ class Attempt:
         env = dict(os.environ)
         env.update(self.launcher.hook.env)
         env[ATTEMPT_DIR_ENV] = str(self.attempt_dir)  # where every node and the driver find the job spec
+        nccl_timeout = hang_watch.nccl_timeout_s(self.settings.hang)
+        if nccl_timeout is not None:
+            # NCCL's own timeout stays behind the watchdog's; its flight recorder dumps into the hang folder.
+            env.setdefault(hang_watch.NCCL_TIMEOUT_ENV, str(nccl_timeout))
+            env.setdefault("TORCH_NCCL_TRACE_BUFFER_SIZE", "2000")
+            env.setdefault("TORCH_NCCL_DUMP_ON_TIMEOUT", "1")
+            env.setdefault("TORCH_NCCL_DEBUG_INFO_TEMP_FILE", str(self.attempt_dir / HANG_FOLDER / "nccl_trace_rank_"))
         if self.alloc.restart_count > 0:
             # A requeued attempt continues from the last complete checkpoint.
             env["RESUME_MODE"] = "latest"
@@ -183,6 +200,7 @@ class Attempt:
                  f"{shlex.join(argv[: argv.index(self.settings.python)])} ...")
         # Own process group: a SIGINT typed at an interactive salloc shell must reach us, not srun directly.
         self.step = subprocess.Popen(argv, env=env, start_new_session=True)
+        self.ray_step_started = time.time()
 
     def stop_ray_step(self) -> int:
         assert self.step is not None
@@ -201,6 +219,7 @@ class Attempt:
     def wait_step(self) -> AttemptFacts:
         """Wait for the Ray step, handling a notice; what happened."""
         assert self.step is not None
+        next_look = 0.0
         while True:
             if self.notices:
                 return self.handle_notice()
@@ -210,7 +229,63 @@ class Attempt:
                     self.slurm_end = self.ask_slurm()
                 self.log_step_end(status)
                 return self.facts(step_status=status)
+            if time.monotonic() >= next_look:
+                next_look = time.monotonic() + HANG_POLL_S
+                hang = hang_watch.check(self.settings.hang, read_progress(self.settings.ckpt_path),
+                                        watching_since=self.ray_step_started or 0.0, now=time.time())
+                if hang is not None:
+                    return self.handle_hang(hang)
             time.sleep(_POLL_S)
+
+    def handle_hang(self, hang: hang_watch.Hang) -> AttemptFacts:
+        """Stacks of every process of the Ray step on every node, then the step stopped and whatever is left of it
+        ended for certain (SIGCONT, SIGTERM, SIGKILL); the nodes the dumps point at, or where a process survived
+        SIGKILL, are bad."""
+        folder = self.attempt_dir / HANG_FOLDER
+        self.log(f"{hang.describe()}: {hang.details()}; saving the stacks of the Ray step's processes on every node "
+                 f"in {folder}")
+        try:
+            step_id = next(iter(scheduler.step_ids(self.alloc.job_id, RAY_STEP)), "")
+        except scheduler.SlurmCommandError as exc:
+            self.log(f"could not find the Ray step ({exc}); no dumps")
+            step_id = ""
+        step_id = step_id.split(".", 1)[1] if "." in step_id else ""
+        began = time.time()
+        processes = self.run_dump_step(folder, step_id, end=False) if step_id else []
+        suspects, why = hang_watch.suspects(processes)
+        self.log(f"dumped {sum(1 for p in processes if p.frame)} of {len(processes)} processes in "
+                 f"{time.time() - began:.1f}s; {why}")
+        status = self.stop_ray_step()
+        survivors = self.run_dump_step(folder, step_id, end=True) if step_id else []
+        for row in survivors:
+            self.log(f"pid {row['pid']} ({row['role']}) on {row['node']} survived SIGKILL (state {row['state']})")
+        nodes = tuple(sorted(set(suspects) | {row["node"] for row in survivors}))
+        self.hang_dumps = str(folder)
+        return self.facts(hang=hang.describe(), hang_nodes=nodes, step_status=status)
+
+    def run_dump_step(self, folder: Path, step_id: str, *, end: bool) -> list:
+        """One `hang_dump` task per node beside the Ray step (`--overlap`); what each node wrote."""
+        argv = scheduler.srun_per_node(
+            self.nodes, [*self.launcher.hook.command_prefix, self.settings.python, "-m",
+                         "beam_slurm.ray_cluster.hang_dump", "--dir", str(folder), "--job", str(self.alloc.job_id),
+                         "--step", step_id, *(["--end"] if end else [])],
+            # --overlap shares the Ray step's CPUs; --mem=0 its memory (else: "Memory required by task is not
+            # available" while the Ray step holds all of it).
+            kill_on_bad_exit=False, job_name=DUMP_STEP,
+            extra_args=["--overlap", "--mem=0", *self.launcher.hook.srun_args])
+        try:
+            done = subprocess.run(argv, capture_output=True, text=True, timeout=DUMP_STEP_TIMEOUT_S, check=False)
+            if done.returncode not in (0, EXIT_SURVIVORS):
+                self.log(f"the {DUMP_STEP} step ended with status {done.returncode}: "
+                         f"{' '.join((done.stderr or done.stdout).split())[-600:]}")
+        except subprocess.TimeoutExpired:
+            self.log(f"the {DUMP_STEP} step did not end within {DUMP_STEP_TIMEOUT_S:.0f}s")
+        if end:
+            return [{**row, "node": node.name} for node in sorted(folder.glob("*/"))
+                    for row in (read_json(node / "ended.json") or {}).get("survivors", [])]
+        return [hang_watch.DumpedProcess(node=row["node"], pid=row["pid"], role=row["role"], state=row["state"],
+                                         frame=row.get("frame", ""))
+                for node in sorted(folder.glob("*/")) for row in read_json(node / "processes.json") or []]
 
     def handle_notice(self) -> AttemptFacts:
         assert self.step is not None
@@ -390,7 +465,7 @@ class Attempt:
                "checkpoint_at_end": checkpoint, "counts_against_progress": decision.counts_against_progress,
                "decision": ("requeued by Slurm" if decision.already_requeued else
                             "requeue" if decision.requeue else f"end ({decision.exit_status})"),
-               "exit_status": None if decision.requeue else decision.exit_status}
+               "exit_status": None if decision.requeue else decision.exit_status, "hang_dumps": self.hang_dumps}
         failure_reason = {}
         if facts is not None and facts.failure_node:
             failure = records.read_failure(self.attempt_dir) or {}

@@ -25,6 +25,7 @@ from beam_slurm.ray_cluster.settings import RaySettings
 from beam_slurm.sizing import node_needs
 from beam_slurm.skyrl.command import skyrl_launch
 from beam_slurm.skyrl.tracking import job_env
+from beam_slurm.slurm.hang_watch import HangLimits
 from beam_slurm.slurm.preflight import PreflightSettings
 from beam_slurm.slurm.steps import ContainerHook, container_hook
 
@@ -45,6 +46,8 @@ class TrainJobSettings:
     """cluster.gpus_per_node: GPUs every node must show (preflight and Ray's registration). 0 for CPU-only runs."""
     max_requeues: int
     """cluster.max_requeues: requeues allowed (notices and infrastructure failures), against SLURM_RESTART_COUNT."""
+    hang: HangLimits
+    """cluster.hang_timeout_s and the phase allowances of the hang watchdog (off for a driver of its own)."""
     signal_before_s: float
     """cluster.signal_before_s: the notice lead; an attempt that starts with less time left than this takes it as a
     notice (the USR1 came before anything listened)."""
@@ -153,6 +156,7 @@ def job_settings(cfg, *, preflight: bool = True, driver: list[str] | None = None
     python = cfg.trainer.python if in_container else sys.executable
     driver_env: dict[str, str] = {}
     runs_skyrl = driver is None and cfg.trainer.backend == "skyrl"
+    writes_heartbeats = driver is None  # SkyRL with our callback, or the rehearsal
     if driver is None:
         launch = skyrl_launch(cfg)
         driver = launch.argv(python)
@@ -195,6 +199,7 @@ def job_settings(cfg, *, preflight: bool = True, driver: list[str] | None = None
         save_cost=SaveCost.of(cfg),
         qos=cfg.cluster.qos or "",
         signal_before_s=cfg.cluster.signal_before_s,
+        hang=HangLimits.of(cfg) if writes_heartbeats else HangLimits.disabled(),
         run_info=_run_info(cfg),
         env_manifest=manifest,
         log_copy=copy_settings,

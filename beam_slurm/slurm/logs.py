@@ -113,6 +113,12 @@ def show(job, attempt: int, node: str | None, lines: int, out: TextIO) -> int:
         print(f"\n== attempt {attempt} of job {job.job_id}: {attempt_dir} ==", file=out)
         for path in sorted(p for p in attempt_dir.iterdir() if p.is_file()):
             print(f"  {path.name:<32} {path.stat().st_size:>12,} bytes", file=out)
+        hang = attempt_dir / "hang"
+        if hang.is_dir():
+            dumps = sorted(d for d in hang.glob("*/*.txt") if d.name != "nvidia-smi.txt")
+            print(f"\n== a hang ended this attempt: stack dumps of {len(dumps)} processes on "
+                  f"{len({d.parent.name for d in dumps})} nodes in {hang} (one folder per node, processes.json lists "
+                  "each process's state and innermost frame) ==", file=out)
         if (attempt_dir / "train_job.log").is_file():
             print(f"\n== train_job.log (last {lines} lines) ==", file=out)
             print(tail(attempt_dir / "train_job.log", lines), file=out)

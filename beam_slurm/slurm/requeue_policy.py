@@ -18,6 +18,8 @@ End kinds (`Decision.end_kind`, shown by `beam-slurm status` for every attempt):
     cancelled         `scancel`: every step signalled, no save, not requeued
     time-limit        the time limit came without a notice (or the save missed it)
     node-failure      a node's Ray died or never joined (that node goes on the run's bad-node list)
+    hang              the hang watchdog found a phase without progress for longer than its limit: dumps saved,
+                      processes ended, requeued (the node the dumps point at goes on the bad-node list)
     preflight         preflight failed (on some nodes: they go on the bad-node list; on all: the setup is wrong)
     driver-error      the driver (trainer) failed: the same error would come back
     setup-error       bring-up found a configuration fault (GPU visibility, task layout)
@@ -53,6 +55,8 @@ ADVICE = {
                     "cluster.extra_sbatch_args=[--exclude=...]",
     "preflight": "fix what preflight named on those nodes, or exclude them",
     "driver-error": "read the driver's log in the attempt folder",
+    "hang": "read the stack dumps in the attempt's hang/ folder; raise cluster.hang_timeout_s if the phase is only "
+            "slow",
 }
 
 
@@ -97,6 +101,10 @@ class AttemptFacts:
     """Attempts right before this one that ended by a failure without a newer checkpoint (`no_progress_streak`)."""
     max_attempts_without_progress: int = 2
     """cluster.max_attempts_without_progress."""
+    hang: str | None = None
+    """The hang watchdog's finding ('hang at step 6: no progress for 31 s (limit 20 s)'), None when none."""
+    hang_nodes: tuple[str, ...] = ()
+    """The nodes the hang's dumps point at, and those where a process survived SIGKILL."""
 
     @property
     def progressed(self) -> bool:
@@ -237,6 +245,11 @@ def _decide(facts: AttemptFacts) -> Decision:
     if facts.slurm_end == "cancelled" and facts.wanted is None:
         return Decision(False, EXIT_CANCELLED, "the job was cancelled (scancel)", "not requeueing",
                         end_kind="cancelled", outcome="cancelled")
+
+    if facts.hang is not None:
+        where = f" on {','.join(facts.hang_nodes)}" if facts.hang_nodes else ""
+        return _requeue_within_cap(facts, facts.hang + where, EXIT_NOT_REQUEUED, end_kind="hang",
+                                   bad_nodes=facts.hang_nodes, counts=True, where=where)
 
     if facts.slurm_end == "time limit" and facts.wanted is None and facts.saved_step is None:
         # Slurm is ending the job at its limit (every step signalled): requeue while it still can be.

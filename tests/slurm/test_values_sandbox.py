@@ -24,16 +24,16 @@ def test_time_limits_read_as_slurm_reads_them(slurm_sandbox):
     assert ours == slurms, {form: (ours[form], reported[form]) for form in FORMS if ours[form] != slurms[form]}
 
 
-def wait_reason(slurm_sandbox, job: str, timeout_s: float = 60) -> str:
-    """The pending job's Reason once the scheduler has looked at it (None and Priority are not reasons yet)."""
+def wait_reason(slurm_sandbox, job: str, expected: str, timeout_s: float = 60) -> str:
+    """The pending job's Reason once it is `expected` (the first pass may say PartitionConfig), or the last seen."""
     import time
 
     deadline = time.monotonic() + timeout_s
     reason = ""
     while time.monotonic() < deadline:
         reason = slurm_sandbox.scontrol_job(job).get("Reason", "")
-        if reason not in ("None", "Priority", ""):
-            return reason
+        if reason == expected:
+            break
         time.sleep(1)
     return reason
 
@@ -49,14 +49,14 @@ def test_limits_that_sbatch_takes_but_never_starts_are_refused_before_queueing(s
     over_partition = slurm_sandbox.sbatch(script, "--partition=short", "--time=1:00:00", "--nodes=1")
     over_qos = slurm_sandbox.sbatch(script, "--qos=brief", "--time=30:00", "--nodes=1")
     try:
-        assert wait_reason(slurm_sandbox, over_partition) == "PartitionTimeLimit"
-        assert wait_reason(slurm_sandbox, over_qos) == "QOSMaxWallDurationPerJobLimit"
+        assert wait_reason(slurm_sandbox, over_partition, "PartitionTimeLimit") == "PartitionTimeLimit"
+        assert wait_reason(slurm_sandbox, over_qos, "QOSMaxWallDurationPerJobLimit") == "QOSMaxWallDurationPerJobLimit"
     finally:
         slurm_sandbox.cancel(over_partition)
         slurm_sandbox.cancel(over_qos)
 
     keys = ["recipe=lora_16gpu", "trainer.backend=rehearsal", "cluster.check_paths_on_submit=false",
-            "cluster.allow_no_checkpoint=true", f"paths.data_dir={tmp_path}"]
+            "cluster.allow_no_checkpoint=true", f"paths.data_dir={tmp_path}", f"paths.model_path={tmp_path}"]
     assert plan_main([*keys, "cluster.partition=short", "cluster.time_limit=1:00:00"]) == 2
     out = " ".join(capsys.readouterr().out.split())
     assert "NEVER STARTS" in out and "MaxTime 20 min" in out and "PartitionTimeLimit" in out, out

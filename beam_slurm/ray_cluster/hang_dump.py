@@ -1,0 +1,214 @@
+"""On a hang: what each node can say about this job's processes, then ending them for certain. One task per node
+(`srun --overlap`, beside the Ray step), started by the batch shell's hang watchdog (`attempt.Attempt.handle_hang`).
+
+    python -m beam_slurm.ray_cluster.hang_dump --dir <attempt>/hang --job <id> --step <ray step id> [--end]
+
+The job's processes on a node are those whose environment names this job and the Ray step (SLURM_JOB_ID,
+SLURM_STEP_ID: Ray's daemons and workers inherit them from the step) and this node (SLURMD_NODENAME, where nodes
+share a process table), as `ray stack` would take every Ray process it can see. Without `--end`, into `<dir>/<node>/`:
+
+- `<pid>-<name>.txt` for every Python process: `py-spy dump --nonblocking` under a timeout (the default mode stops
+  the process while reading it and can hang on a process that is itself stuck); a process py-spy may not read
+  (ptrace rights, a container it cannot enter) is recorded with py-spy's words;
+- `nvidia-smi.txt` where the node has nvidia-smi (the GPUs' state and the processes holding them);
+- `processes.json`: every process of the step with its state letter (D: uninterruptible, T: stopped), its role and
+  its innermost Python frame, which the watchdog compares across nodes (`hang_watch.suspects`).
+
+NCCL calls are asynchronous, so a rank stuck in a collective shows its next sync point in Python. The flight recorder
+of PyTorch's NCCL backend records the collectives themselves: the training environment sets
+TORCH_NCCL_TRACE_BUFFER_SIZE and points TORCH_NCCL_DEBUG_INFO_TEMP_FILE into this folder, so its dump lands here
+when NCCL's own timeout fires (which the job keeps behind the watchdog's, `hang_watch.nccl_timeout_s`).
+
+With `--end`: SIGCONT (a stopped process cannot act on anything else), SIGTERM, then SIGKILL after `--grace` seconds
+to every process of the step still there; `ended.json` lists what was signalled and what survived SIGKILL (in
+uninterruptible sleep: the watchdog marks that node bad). Exit status 0, or 3 when something survived.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from beam_slurm.core.atomic_files import write_json, write_text
+from beam_slurm.slurm.hang_watch import innermost_frame
+
+PY_SPY_TIMEOUT_S = 20.0
+"""py-spy's longest read of one process (--nonblocking reads memory without stopping it: seconds at most)."""
+EXIT_SURVIVORS = 3
+
+
+def _read(path: str) -> bytes:
+    try:
+        with open(path, "rb") as handle:
+            return handle.read()
+    except OSError:
+        return b""
+
+
+def _environ(pid: int) -> dict[str, str]:
+    out = {}
+    for item in _read(f"/proc/{pid}/environ").split(b"\0"):
+        key, sep, value = item.partition(b"=")
+        if sep:
+            out[key.decode(errors="replace")] = value.decode(errors="replace")
+    return out
+
+
+def process_state(pid: int) -> str:
+    """The /proc state letter (R, S, D, T, Z, ...), '' when the process is gone."""
+    stat = _read(f"/proc/{pid}/stat").decode(errors="replace")
+    return stat.rsplit(")", 1)[1].split()[0] if ")" in stat else ""
+
+
+def role_of(pid: int) -> str:
+    """What the process is: its title when it set one (Ray workers: 'ray::GpuSlot.step'), else its program and
+    module (`python -m beam_slurm.ray_cluster.node` -> 'python -m beam_slurm.ray_cluster.node')."""
+    words = [w.decode(errors="replace") for w in _read(f"/proc/{pid}/cmdline").split(b"\0") if w]
+    if not words:
+        return _read(f"/proc/{pid}/comm").decode(errors="replace").strip()
+    program = os.path.basename(words[0].split()[0])
+    if program.startswith("ray::") or not program.startswith("python"):
+        return " ".join(words[0].split()[:1]) if program.startswith("ray::") else program
+    rest = words[1:]
+    while rest and rest[0].startswith("-") and rest[0] != "-m":
+        rest = rest[1:]  # interpreter options (-u, -X ...)
+    if len(rest) > 1 and rest[0] == "-m":
+        return f"python -m {rest[1]}"
+    return f"python {os.path.basename(rest[0])}" if rest else program
+
+
+def is_python(pid: int) -> bool:
+    try:
+        return os.path.basename(os.readlink(f"/proc/{pid}/exe")).startswith("python")
+    except OSError:
+        return False
+
+
+def step_processes(job_id: str, step_id: str) -> list[int]:
+    """Pids on this node whose environment names this job's step (never this process or its parents)."""
+    mine, pid = set(), os.getpid()
+    while pid > 1:  # this task and the slurmstepd above it
+        mine.add(pid)
+        stat = _read(f"/proc/{pid}/stat").decode(errors="replace")
+        pid = int(stat.rsplit(")", 1)[1].split()[1]) if ")" in stat else 0
+    # Where nodes share one process table (containers of one host, the sandbox's namespaces), a process is this
+    # node's when the task that started it ran here (SLURMD_NODENAME).
+    node = os.environ.get("SLURMD_NODENAME")
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) in mine:
+            continue
+        env = _environ(int(entry))
+        if (env.get("SLURM_JOB_ID") == job_id and env.get("SLURM_STEP_ID") == step_id
+                and (node is None or env.get("SLURMD_NODENAME", node) == node)):
+            found.append(int(entry))
+    return sorted(found)
+
+
+def py_spy() -> str | None:
+    """py-spy beside this interpreter (installed with beam-slurm), else on PATH."""
+    beside = Path(sys.executable).parent / "py-spy"
+    return str(beside) if beside.exists() else shutil.which("py-spy")
+
+
+def dump_process(pid: int, spy: str | None) -> tuple[str, str]:
+    """(py-spy's dump, '' ) or ('', why there is none)."""
+    if spy is None:
+        return "", "py-spy is not installed where beam_slurm runs on this node"
+    try:
+        done = subprocess.run([spy, "dump", "--pid", str(pid), "--nonblocking"], capture_output=True, text=True,
+                              timeout=PY_SPY_TIMEOUT_S, check=False)
+    except subprocess.TimeoutExpired:
+        return "", f"py-spy did not answer within {PY_SPY_TIMEOUT_S:.0f} s"
+    if done.returncode != 0:
+        words = " ".join((done.stderr.strip() or done.stdout.strip()).split())
+        if "ermission" in words or "ptrace" in words.lower():
+            words += " (py-spy may not read this process: ptrace rights, e.g. kernel.yama.ptrace_scope or a container)"
+        return "", words or f"py-spy exited with {done.returncode}"
+    return done.stdout, ""
+
+
+def dump_node(folder: Path, job_id: str, step_id: str) -> list[dict]:
+    node = socket.gethostname()
+    out = folder / node
+    out.mkdir(parents=True, exist_ok=True)
+    spy, rows = py_spy(), []
+    for pid in step_processes(job_id, step_id):
+        role, state = role_of(pid), process_state(pid)
+        row = {"node": node, "pid": pid, "role": role, "state": state, "python": is_python(pid), "frame": ""}
+        if row["python"]:
+            began = time.monotonic()
+            text, error = dump_process(pid, spy)
+            name = f"{pid}-{role.replace('/', '_').replace(' ', '_')[:60]}.txt"
+            write_text(out / name, f"# pid {pid} on {node}: {role}, state {state}\n"
+                       + (text if text else f"# no stack: {error}\n"))
+            row.update(dump=name, error=error, frame=innermost_frame(text), dump_s=round(time.monotonic() - began, 3))
+        rows.append(row)
+    if shutil.which("nvidia-smi"):
+        parts = []
+        for argv in (["nvidia-smi"], ["nvidia-smi", "--query-compute-apps=pid,process_name,used_memory",
+                                      "--format=csv"]):
+            try:
+                done = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False)
+                parts.append(f"$ {' '.join(argv)}\n{done.stdout}{done.stderr}")
+            except subprocess.TimeoutExpired:
+                parts.append(f"$ {' '.join(argv)}\n(no answer within 30 s: the driver itself may be stuck)\n")
+        write_text(out / "nvidia-smi.txt", "\n".join(parts))
+    write_json(out / "processes.json", rows)
+    return rows
+
+
+def end_node(folder: Path, job_id: str, step_id: str, grace_s: float) -> list[dict]:
+    """SIGCONT, SIGTERM, then SIGKILL to what is left of the step here; what survived SIGKILL."""
+    node = socket.gethostname()
+    pids = step_processes(job_id, step_id)
+    for sig in (signal.SIGCONT, signal.SIGTERM):
+        for pid in pids:
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline and any(process_state(p) not in ("", "Z") for p in pids):
+        time.sleep(0.2)
+    killed = [p for p in pids if process_state(p) not in ("", "Z")]
+    for pid in killed:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    time.sleep(2.0 if killed else 0)
+    survivors = [{"pid": p, "role": role_of(p), "state": process_state(p)} for p in killed
+                 if process_state(p) not in ("", "Z")]
+    (folder / node).mkdir(parents=True, exist_ok=True)
+    write_json(folder / node / "ended.json", {"node": node, "signalled": pids, "killed": killed,
+                                              "survivors": survivors})
+    return survivors
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m beam_slurm.ray_cluster.hang_dump", description=__doc__.split("\n")[0])
+    parser.add_argument("--dir", required=True, type=Path, help="the attempt's hang/ folder")
+    parser.add_argument("--job", required=True, help="SLURM_JOB_ID of the job")
+    parser.add_argument("--step", required=True, help="SLURM_STEP_ID of the Ray step")
+    parser.add_argument("--end", action="store_true", help="end the step's processes instead of dumping them")
+    parser.add_argument("--grace", type=float, default=10.0, help="seconds between SIGTERM and SIGKILL")
+    args = parser.parse_args(argv)
+    if args.end:
+        return EXIT_SURVIVORS if end_node(args.dir, args.job, args.step, args.grace) else 0
+    rows = dump_node(args.dir, args.job, args.step)
+    print(json.dumps({"node": socket.gethostname(), "processes": len(rows),
+                      "dumped": sum(1 for r in rows if r.get("dump") and not r.get("error"))}), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,110 @@
+"""Progress heartbeats: the trainer says where it is (step, phase, since when), the job's hang watchdog reads it.
+
+The trainer's callbacks fire in the one process that runs the training loop, a Ray task that may sit on any node,
+so the heartbeat is a file on the storage both sides share: ``<ckpt_path>/.beam/progress.json``, beside the
+save-on-notice files (:mod:`beam_slurm.skyrl.notice`), replaced atomically at each phase change. JSON::
+
+    {"step": 12, "phase": "step", "since": 1796150788.1, "attempt": 0, "host": "n2", "pid": 4242,
+     "step_seconds": [301.2, 298.7, ...]}
+
+Phases: ``step`` (from a step's start to its end), ``saving`` (from a step's end to ``on_save``, or to the next
+step's start when it saves nothing), ``after-save`` (from ``on_save`` to the next step: the HF export, the log),
+``eval`` (an evaluation), ``after-eval``, ``finished``. Before the first heartbeat of an attempt, the watchdog counts bring-up and
+model load. ``step_seconds`` holds the last durations of whole steps (start to start), from which the watchdog
+derives its timeout. Standard library only (the job runs Python 3.11, the training container 3.12).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from beam_slurm.core.atomic_files import write_json
+
+PROGRESS_FILE = "progress.json"
+PHASES = ("step", "saving", "after-save", "eval", "after-eval", "finished")
+KEPT_STEP_TIMES = 32
+"""Step durations the heartbeat keeps (the watchdog takes their median)."""
+
+
+def progress_path(ckpt_path: str | os.PathLike[str]) -> Path:
+    return Path(ckpt_path) / ".beam" / PROGRESS_FILE
+
+
+@dataclass(frozen=True)
+class Progress:
+    """One heartbeat as the watchdog reads it."""
+
+    step: int
+    phase: str
+    since: float
+    """When this phase began (epoch seconds)."""
+    attempt: int
+    host: str
+    step_seconds: tuple[float, ...] = ()
+
+    @property
+    def median_step_s(self) -> float | None:
+        times = sorted(self.step_seconds)
+        if not times:
+            return None
+        middle = len(times) // 2
+        return times[middle] if len(times) % 2 else (times[middle - 1] + times[middle]) / 2
+
+
+def read_progress(ckpt_path: str | os.PathLike[str]) -> Progress | None:
+    """The newest heartbeat, or None when there is none (or it cannot be read: a half-visible file on a slow
+    shared file system is read again at the next poll)."""
+    try:
+        data = json.loads(progress_path(ckpt_path).read_text())
+        return Progress(step=int(data["step"]), phase=str(data["phase"]), since=float(data["since"]),
+                        attempt=int(data.get("attempt", 0)), host=str(data.get("host", "")),
+                        step_seconds=tuple(float(s) for s in data.get("step_seconds", ())))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+@dataclass
+class ProgressRecorder:
+    """Writes the heartbeat at each phase change of the training loop (the SkyRL callback and the rehearsal)."""
+
+    ckpt_path: str
+    attempt: int = field(default_factory=lambda: int(os.environ.get("SLURM_RESTART_COUNT", "0") or 0))
+    step_seconds: list[float] = field(default_factory=list)
+    _step_started: float | None = None
+    _step: int = 0
+
+    def _write(self, phase: str, step: int) -> None:
+        self._step = step
+        try:
+            write_json(progress_path(self.ckpt_path), {
+                "step": step, "phase": phase, "since": time.time(), "attempt": self.attempt,
+                "host": socket.gethostname(), "pid": os.getpid(), "step_seconds": self.step_seconds})
+        except OSError as exc:  # a heartbeat is never worth a training run; the watchdog sees the silence
+            print(f"[beam progress] could not write {progress_path(self.ckpt_path)}: {exc}", flush=True)
+
+    def step_start(self, step: int) -> None:
+        now = time.time()
+        if self._step_started is not None:
+            self.step_seconds = (self.step_seconds + [round(now - self._step_started, 3)])[-KEPT_STEP_TIMES:]
+        self._step_started = now
+        self._write("step", step)
+
+    def step_end(self, step: int) -> None:
+        self._write("saving", step)
+
+    def saved(self, step: int) -> None:
+        self._write("after-save", step)
+
+    def eval_start(self, step: int | None = None) -> None:
+        self._write("eval", self._step if step is None else step)
+
+    def eval_end(self, step: int | None = None) -> None:
+        self._write("after-eval", self._step if step is None else step)
+
+    def finished(self, step: int) -> None:
+        self._write("finished", step)
