@@ -82,6 +82,8 @@ def role_of(pid: int) -> str:
         rest = rest[1:]  # interpreter options (-u, -X ...)
     if len(rest) > 1 and rest[0] == "-m":
         return f"python -m {rest[1]}"
+    if rest and rest[0] == "-c":
+        return "python -c"
     return f"python {os.path.basename(rest[0])}" if rest else program
 
 
@@ -166,10 +168,9 @@ def dump_node(folder: Path, job_id: str, step_id: str) -> list[dict]:
     return rows
 
 
-def end_node(folder: Path, job_id: str, step_id: str, grace_s: float) -> list[dict]:
-    """SIGCONT, SIGTERM, then SIGKILL to what is left of the step here; what survived SIGKILL."""
-    node = socket.gethostname()
-    pids = step_processes(job_id, step_id)
+def end_processes(pids: list[int], grace_s: float) -> tuple[list[int], list[dict]]:
+    """SIGCONT (a stopped process acts on nothing else), SIGTERM, then SIGKILL after grace_s to those still there;
+    (the pids that needed SIGKILL, what survived it: uninterruptible sleep)."""
     for sig in (signal.SIGCONT, signal.SIGTERM):
         for pid in pids:
             try:
@@ -186,8 +187,15 @@ def end_node(folder: Path, job_id: str, step_id: str, grace_s: float) -> list[di
         except ProcessLookupError:
             pass
     time.sleep(2.0 if killed else 0)
-    survivors = [{"pid": p, "role": role_of(p), "state": process_state(p)} for p in killed
-                 if process_state(p) not in ("", "Z")]
+    return killed, [{"pid": p, "role": role_of(p), "state": process_state(p)} for p in killed
+                    if process_state(p) not in ("", "Z")]
+
+
+def end_node(folder: Path, job_id: str, step_id: str, grace_s: float) -> list[dict]:
+    """End what is left of the step on this node; what survived SIGKILL."""
+    node = socket.gethostname()
+    pids = step_processes(job_id, step_id)
+    killed, survivors = end_processes(pids, grace_s)
     (folder / node).mkdir(parents=True, exist_ok=True)
     write_json(folder / node / "ended.json", {"node": node, "signalled": pids, "killed": killed,
                                               "survivors": survivors})
