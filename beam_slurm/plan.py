@@ -23,6 +23,7 @@ from beam_slurm.sizing import (BF16_WEIGHTS_TB, CPU_OPTIMIZER_HOST_RAM_TB_PER_NO
                                checkpoints_kept, full_checkpoint_tb_per_node, optimizer_state_tb_per_node)
 from beam_slurm.skyrl.command import skyrl_launch
 from beam_slurm.pipeline.stages import StageError, Train
+from beam_slurm.evaluation import hang_guard
 from beam_slurm.slurm import hang_watch, limits
 from beam_slurm.slurm.preemption import read_preemption
 from beam_slurm.slurm.submission import refusal_setting, sbatch_test_only
@@ -77,6 +78,8 @@ def plan_rows(cfg) -> list[tuple[str, str, str]]:
     rows += storage_rows(cfg)
     rows += notice_rows(cfg, read_preemption(cfg.cluster.partition))  # the notice budget and interval advice
     rows += hang_watch.plan_rows(hang_watch.HangLimits.of(cfg), cfg.trainer.extra_env)
+    rows.append(("hang watchdog", "evaluation tasks", hang_guard.describe(
+        cfg.eval.hang_timeout_s, float(cfg.trainer.expected_model_load_s))))
     if cfg.rollout.routing_replay and cfg.executor_backend == "ray":
         rows.append(("notes", "SkyRL version", "R3 with a vLLM replica spanning nodes (executor ray) needs the Beam "
                      "branch of SkyRL; stock 0.3.0 accepts R3 only with replicas inside one node (mp)"))

@@ -366,6 +366,11 @@ class EvalConfig:
     chunk_problems: int = 5
     """Standalone evaluation: problems generated per chunk; each chunk's responses are saved as it finishes, so a
     preempted or requeued task generates only what is missing (ours: 5, six chunks for AIME's 30 problems)."""
+    hang_timeout_s: Optional[float] = None
+    """Standalone evaluation: the longest one chunk of generation may take before the task is taken for hung (an
+    engine that stopped producing tokens): its stacks go to `<store>/hang/`, the saved chunks are kept and the task
+    is requeued (at most eval.launcher.max_num_timeout times). Unset: 5 x the median chunk time, at least 600 s,
+    plus trainer.expected_model_load_s before the first chunk; 0: off."""
     launcher: EvalLauncherConfig = field(default_factory=EvalLauncherConfig)
     """The evaluation job array's Slurm settings (Hydra submitit launcher keys)."""
 

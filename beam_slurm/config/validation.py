@@ -155,9 +155,10 @@ def problems(cfg) -> list[ConfigProblem]:
             values.partition_names(cfg.cluster.partition)
         except values.SlurmValueError:
             bad("cluster.partition", cfg.cluster.partition, "use a partition name or a comma-separated list of them")
-    if cfg.cluster.hang_timeout_s is not None and cfg.cluster.hang_timeout_s < 0:
-        bad("cluster.hang_timeout_s", cfg.cluster.hang_timeout_s,
-            "use seconds > 0, 0 to turn the hang watchdog off, or leave it unset to derive it from the step time")
+    for key, value in (("cluster.hang_timeout_s", cfg.cluster.hang_timeout_s),
+                       ("eval.hang_timeout_s", cfg.eval.hang_timeout_s)):
+        if value is not None and value < 0:
+            bad(key, value, "use seconds > 0, 0 to turn the hang watchdog off, or leave it unset to derive it")
     if cfg.cluster.stop_grace_s < 1:
         bad("cluster.stop_grace_s", cfg.cluster.stop_grace_s, "give Ray at least 1 s to stop")
     elif not 0 < cfg.cluster.grace_s < cfg.cluster.signal_before_s - cfg.cluster.stop_grace_s:

@@ -17,6 +17,7 @@ spans the nodes.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import math
 import os
@@ -37,7 +38,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from beam_slurm.config.load import load_config
 from beam_slurm.core.atomic_files import write_json
 from beam_slurm.data.manifest import sha256_file
-from beam_slurm.evaluation import resumable
+from beam_slurm.evaluation import hang_guard, resumable
 from beam_slurm.evaluation.checkpoints import resolve_checkpoint
 from beam_slurm.evaluation.generate import (ClientSettings, EngineSettings, OfflineEngine, SamplingSettings,
                                             ServerEngine, settings_record)
@@ -143,8 +144,11 @@ def run_tasks(specs: list[TaskSpec], log: Callable[[str], None] = print) -> dict
             lock = resumable._locked(store.folder / resumable.STORE_LOCK)
             lock.__enter__()
             stores.append(lock)
-            resumable.generate_missing(store, p.problems, max(p.spec.ks), factory(p), p.cfg.eval.chunk_problems,
-                                       progress[index], log)
+            requeue = functools.partial(hang_guard.requeue_this_task, p.cfg.eval.launcher.max_num_timeout, log)
+            with hang_guard.GenerationWatchdog(p.cfg.eval.hang_timeout_s, float(p.cfg.trainer.expected_model_load_s),
+                                               store.folder, log, on_hang=requeue) as watchdog:
+                resumable.generate_missing(store, p.problems, max(p.spec.ks), factory(p), p.cfg.eval.chunk_problems,
+                                           progress[index], log, chunk_saved=watchdog.chunk_saved)
     finally:
         for engine in engines.values():
             engine.close()

@@ -164,8 +164,10 @@ def missing_requests(problems: list[Problem], counts: dict[str, int], k: int) ->
 
 
 def generate_missing(store: SampleStore, problems: list[Problem], k: int, engine_factory: Callable[[], Any],
-                     chunk_problems: int, progress: Progress, log: Callable[[str], None] = print) -> None:
-    """Generate what k responses per problem still lack, one saved chunk of `chunk_problems` problems at a time."""
+                     chunk_problems: int, progress: Progress, log: Callable[[str], None] = print,
+                     chunk_saved: Callable[[], None] = lambda: None) -> None:
+    """Generate what k responses per problem still lack, one saved chunk of `chunk_problems` problems at a time;
+    `chunk_saved` is called after each (the hang watchdog's heartbeat)."""
     counts = store.counts()
     progress.reused += sum(min(counts.get(p.problem_id, 0), k) for p in problems)
     todo = missing_requests(problems, counts, k)
@@ -181,6 +183,7 @@ def generate_missing(store: SampleStore, problems: list[Problem], k: int, engine
             rows = engine.generate(chunk)
             store.add_chunk(rows)
             progress.generated += len(rows)
+            chunk_saved()
             log(f"evaluate: saved chunk {first // chunk_problems + 1}/{-(-len(todo) // chunk_problems)} "
                 f"({len(rows)} responses)")
     finally:

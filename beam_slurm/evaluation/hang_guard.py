@@ -1,0 +1,137 @@
+"""The hang watchdog of an evaluation task: generation that stops producing chunks ends the task, its chunks kept.
+
+An engine that stops producing tokens leaves the task alive and the array waiting until its time limit. The task
+saves its responses one chunk at a time (`resumable.generate_missing`), so a chunk is its unit of progress: a
+thread of the task's own process checks that a chunk is saved at least every `eval.hang_timeout_s` seconds (unset:
+`hang_watch.DERIVED_MULTIPLE` x the median chunk time, at least `hang_watch.DERIVED_FLOOR_S`; before the first chunk
+the engine's start and the model load, `trainer.expected_model_load_s`, come on top; 0: off). On a hang it writes
+every thread's stack of this process (faulthandler) and py-spy's of its child processes (vLLM's engine) into
+`<store>/hang/<job>-<attempt>/`, then requeues the task (`scontrol requeue`: Slurm ends every process of it, and
+the next attempt generates only what the saved chunks lack), at most eval.launcher.max_num_timeout times; after that
+it ends the task as failed.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import os
+import statistics
+import threading
+import time
+from pathlib import Path
+from typing import Callable
+
+from beam_slurm.core.atomic_files import write_text
+from beam_slurm.ray_cluster.hang_dump import dump_process, py_spy, role_of
+from beam_slurm.slurm import scheduler
+from beam_slurm.slurm.hang_watch import DERIVED_FLOOR_S, DERIVED_MULTIPLE
+
+POLL_S = 2.0
+
+
+def chunk_limit_s(timeout_s: float | None, chunk_seconds: list[float], start_allowance_s: float) -> float:
+    """Seconds the current chunk may take (`start_allowance_s` added before the first chunk is saved)."""
+    if timeout_s:
+        base = float(timeout_s)
+    else:
+        base = max(DERIVED_FLOOR_S, DERIVED_MULTIPLE * statistics.median(chunk_seconds)) if chunk_seconds \
+            else DERIVED_FLOOR_S
+    return base if chunk_seconds else base + start_allowance_s
+
+
+def describe(timeout_s: float | None, start_allowance_s: float) -> str:
+    """`plan`'s row for evaluation tasks."""
+    if timeout_s == 0:
+        return "off (eval.hang_timeout_s=0)"
+    head = (f"{timeout_s:.0f} s a chunk (eval.hang_timeout_s)" if timeout_s else
+            f"{DERIVED_MULTIPLE:g} x the median chunk time, at least {DERIVED_FLOOR_S:.0f} s (eval.hang_timeout_s unset)")
+    return f"{head}; +{start_allowance_s:.0f} s before the first chunk (engine start and model load)"
+
+
+def child_pids(pid: int) -> list[int]:
+    """Every descendant of `pid` (procfs: each process's parent)."""
+    parents: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            parents.setdefault(int(stat.rsplit(")", 1)[1].split()[1]), []).append(int(entry))
+    found, todo = [], list(parents.get(pid, []))
+    while todo:
+        child = todo.pop()
+        found.append(child)
+        todo += parents.get(child, [])
+    return sorted(found)
+
+
+def requeue_this_task(max_requeues: int, log: Callable[[str], None]) -> None:
+    """`scontrol requeue` of this array task (its own job id), unless it was requeued max_requeues times already;
+    then the process ends with status 1 (the task fails)."""
+    job = os.environ.get("SLURM_JOB_ID")
+    restarts = int(os.environ.get("SLURM_RESTART_COUNT", "0") or 0)
+    if job and restarts < max_requeues:
+        log(f"evaluate: requeueing task {job} (attempt {restarts + 1} of at most {max_requeues + 1}); its saved "
+            "chunks are kept")
+        try:
+            scheduler.requeue(job)
+            time.sleep(120)  # Slurm ends this process as it requeues the job
+        except scheduler.SlurmCommandError as exc:
+            log(f"evaluate: requeue failed: {exc}")
+    else:
+        log(f"evaluate: not requeueing ({restarts} requeues, eval.launcher.max_num_timeout={max_requeues})")
+    os._exit(1)
+
+
+class GenerationWatchdog:
+    """A thread that takes the task for hung when no chunk is saved within `chunk_limit_s`; `chunk_saved` is its
+    heartbeat. `on_hang` (default: requeue this task) runs after the dumps."""
+
+    def __init__(self, timeout_s: float | None, start_allowance_s: float, folder: Path,
+                 log: Callable[[str], None], on_hang: Callable[[], None]):
+        self.timeout_s, self.start_allowance_s, self.folder, self.log = timeout_s, start_allowance_s, folder, log
+        self.on_hang = on_hang
+        self.chunk_seconds: list[float] = []
+        self.last = time.monotonic()
+        self.hung = False
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="eval-hang-watchdog", daemon=True)
+
+    def __enter__(self) -> "GenerationWatchdog":
+        if self.timeout_s != 0:
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+
+    def chunk_saved(self) -> None:
+        now = time.monotonic()
+        self.chunk_seconds.append(now - self.last)
+        self.last = now
+
+    def _watch(self) -> None:
+        while not self._stop.wait(POLL_S):
+            limit = chunk_limit_s(self.timeout_s, self.chunk_seconds, self.start_allowance_s)
+            silent = time.monotonic() - self.last
+            if silent > limit:
+                self.hung = True
+                self.log(f"evaluate: hang: no chunk saved for {silent:.0f} s (limit {limit:.0f} s, "
+                         f"{len(self.chunk_seconds)} chunks saved by this attempt); stacks in {self.dump()}")
+                self.on_hang()
+                return
+
+    def dump(self) -> Path:
+        """This process's threads (faulthandler) and its children's stacks (py-spy --nonblocking)."""
+        attempt = f"{os.environ.get('SLURM_JOB_ID', 'local')}-{os.environ.get('SLURM_RESTART_COUNT', '0')}"
+        folder = self.folder / "hang" / attempt
+        folder.mkdir(parents=True, exist_ok=True)
+        with open(folder / f"{os.getpid()}-task.txt", "w") as handle:
+            faulthandler.dump_traceback(file=handle, all_threads=True)
+        spy = py_spy()
+        for pid in child_pids(os.getpid()):
+            text, error = dump_process(pid, spy)
+            write_text(folder / f"{pid}-{role_of(pid).replace('/', '_').replace(' ', '_')[:60]}.txt",
+                       text or f"# no stack: {error}\n")
+        return folder
