@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Callable
 
 from beam_slurm.core.atomic_files import write_text
-from beam_slurm.evaluation.checkpoints import POLICY_SUBDIR, STEP_DIR, CheckpointError, check_model_dir
+from beam_slurm.evaluation.checkpoints import STEP_DIR, CheckpointError, check_model_dir, model_dir
 
 MARKER_FILE = "latest_ckpt_global_step.txt"
 CLAIMS_DIRNAME = ".eval_claims"
@@ -91,12 +91,12 @@ def complete_checkpoints(settings: ChainSettings, now: float | None = None) -> l
     now = time.time() if now is None else now
     complete = []
     for step, path in steps:
-        model_dir = path / POLICY_SUBDIR if (path / POLICY_SUBDIR).is_dir() else path
+        folder = model_dir(path)
         try:
-            check_model_dir(model_dir, "export")
+            check_model_dir(folder, "export")
         except CheckpointError:
             continue
-        if now - _newest_mtime(model_dir) >= settings.settle_s:
+        if now - _newest_mtime(folder) >= settings.settle_s:
             complete.append((step, path))
     return complete
 
@@ -182,22 +182,6 @@ def _is_stale(settings: ChainSettings, step: int, now: float | None) -> bool:
         return False
     now = time.time() if now is None else now
     return not claim.get("job_id") and now - float(claim.get("claimed_at", now)) >= settings.stale_claim_s
-
-
-def submitted_jobs(settings: ChainSettings) -> dict[int, str | None]:
-    """step -> evaluation job id (None while a claim has no job yet), from the claim files."""
-    jobs: dict[int, str | None] = {}
-    if not settings.claims_dir.is_dir():
-        return jobs
-    for path in settings.claims_dir.glob("global_step_*.json"):
-        match = STEP_DIR.match(path.stem)
-        if not match:
-            continue
-        try:
-            jobs[int(match.group(1))] = json.loads(path.read_text()).get("job_id")
-        except (OSError, ValueError):
-            jobs[int(match.group(1))] = None
-    return dict(sorted(jobs.items()))
 
 
 def watch(settings: ChainSettings, submit: Submit, should_stop: Callable[[], bool],
