@@ -127,16 +127,25 @@ def _adapter_rank(adapter_dir: Path) -> tuple[int, str | None]:
     return rank, config.get("base_model_name_or_path")
 
 
+def model_dir(checkpoint: str | Path) -> Path:
+    """The folder that holds the model: global_step_N/policy when there is one, else the checkpoint itself."""
+    path = Path(checkpoint).expanduser().resolve()
+    return path / POLICY_SUBDIR if (path / POLICY_SUBDIR).is_dir() and STEP_DIR.match(path.name) else path
+
+
+def is_adapter(checkpoint: str | Path) -> bool:
+    """The checkpoint is a LoRA adapter (it needs a base model), not a whole model."""
+    return (model_dir(checkpoint) / "adapter_config.json").is_file()
+
+
 def resolve_checkpoint(checkpoint: str | Path, base_model: str | Path | None = None) -> EvalInput:
     """Turn ``--checkpoint`` (and ``--base-model``) into an EvalInput, or raise CheckpointError saying why not."""
-    path = Path(checkpoint).expanduser().resolve()
+    path = model_dir(checkpoint)
     if not path.is_dir():
         raise CheckpointError(f"--checkpoint: {path} is not a directory")
-    if (path / POLICY_SUBDIR).is_dir() and STEP_DIR.match(path.name):
-        path = path / POLICY_SUBDIR
     step, run_root = step_of(path)
 
-    if (path / "adapter_config.json").is_file():
+    if is_adapter(path):
         rank, recorded_base = _adapter_rank(path)
         if base_model is None:
             if recorded_base and Path(recorded_base).is_dir():

@@ -42,7 +42,7 @@ from beam_slurm.data.manifest import sha256_file
 from beam_slurm.evaluation import array
 from beam_slurm.evaluation.array import prepare
 from beam_slurm.evaluation.chain import ChainSettings, complete_checkpoints
-from beam_slurm.evaluation.checkpoints import EvalInput, resolve_checkpoint, step_of
+from beam_slurm.evaluation.checkpoints import EvalInput, is_adapter, resolve_checkpoint, step_of
 from beam_slurm.evaluation.generate import ClientSettings, EngineSettings, SamplingSettings
 from beam_slurm.evaluation.grading_pool import GradingLimits
 from beam_slurm.evaluation.metrics import PASS_AT
@@ -418,15 +418,6 @@ def _launcher_overrides(cfg) -> list[str]:
     return rendered
 
 
-def needs_base_model(cfg, checkpoint: Path) -> bool:
-    """A LoRA run's export is an adapter unless it holds a whole HF model (merged, or a rehearsal export of the base
-    model): `evaluate` refuses --base-model for a whole model."""
-    if not cfg.is_lora:
-        return False
-    folder = checkpoint / "policy" if (checkpoint / "policy").is_dir() else checkpoint
-    return not ((folder / "config.json").is_file() and not (folder / "adapter_config.json").is_file())
-
-
 def chained_overrides(cfg, step: int, extra_args: list[str] | None = None) -> list[str]:
     """The keys of the chained evaluation of step `step`: the run's value of every key `evaluate` reads and of the
     array's launcher keys, the array's name `<run_name>-eval-<step>` and submitit folder
@@ -447,7 +438,7 @@ def submit_for_checkpoint(cfg, step: int, checkpoint: str, extra_args: list[str]
     id ('finished' when every task key is done already)."""
     overrides = chained_overrides(cfg, step, extra_args)
     folder = Path(checkpoint)
-    base_model = str(cfg.paths.model_path) if needs_base_model(cfg, folder) else None
+    base_model = str(cfg.paths.model_path) if cfg.is_lora and is_adapter(folder) else None
     found = array.plan([(overrides, load_config(overrides, validate=False))],
                        [(str(folder), None, evaluation_dir(cfg.paths.export_path, step))],
                        lambda c: _data_files(None, c), force=False, base_model=base_model)
