@@ -282,6 +282,10 @@ class VerbArgs:
         print(f"{self.prefix}{message}", file=sys.stderr)
         return status
 
+    def report(self, error: UserError, *, what: str = "") -> int:
+        """Print a bad-input error after the verb's prefix (each problem of a ConfigError); returns 2."""
+        return self.config_failed(error, what=what) if isinstance(error, ConfigError) else self.fail(error)
+
     def config_failed(self, error: ConfigError, *, what: str = "") -> int:
         """Print every problem of a ConfigError after the verb's prefix; returns 2."""
         n = len(error.problems)

@@ -256,10 +256,8 @@ def main(argv: list[str]) -> int:
     try:
         parsed = verb.parse(argv)
         cfg = verb.load(parsed)
-    except ConfigError as err:
-        return verb.config_failed(err)
-    except VerbUsageError as err:
-        return verb.fail(err)
+    except (ConfigError, VerbUsageError) as err:
+        return verb.report(err)
     args, settings = parsed.args, cfg.container
     name = RUNTIME_EXECUTABLE.get(settings.runtime)
     executable = shutil.which(name) if name else None

@@ -287,8 +287,6 @@ def main(argv: list[str]) -> int:
         parsed = verb.parse(argv)
         cfg = verb.load(parsed)
         prepare(cfg.data, force=parsed.args.force, data_dir=cfg.paths.data_dir, adopt=parsed.args.adopt)
-    except ConfigError as error:
-        return verb.config_failed(error)
-    except (VerbUsageError, BadDataInput) as error:
-        return verb.fail(error)
+    except (ConfigError, VerbUsageError, BadDataInput) as error:
+        return verb.report(error)
     return 0

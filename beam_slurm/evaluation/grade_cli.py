@@ -93,10 +93,8 @@ def main(argv: list[str]) -> int:
         rows = read_responses(args.responses)
         padded = grading.zero_padded_ground_truths([str(r.get("ground_truth", "")) for r in rows if isinstance(r, dict)])
         outcome = grade_rows_detailed(rows, limits)
-    except ConfigError as error:
-        return verb.config_failed(error)
-    except (VerbUsageError, GradingInputError, GradingSetupError) as error:
-        return verb.fail(error)
+    except (ConfigError, VerbUsageError, GradingInputError, GradingSetupError) as error:
+        return verb.report(error)
     if padded:
         print(
             f"{verb.prefix}warning: zero-padded ground truth(s) {', '.join(padded[:5])}: the training reward "

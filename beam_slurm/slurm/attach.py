@@ -196,11 +196,7 @@ def main(argv: list[str], *, execute=None) -> int:
         job = find_job(args.run, args.exports_root)
         target = running_target(job, args.node)
         hook, cfg = container_hook_of(job)
-    except VerbUsageError as exc:
-        return parser.fail(exc)
-    except (runs.RunNotFound, AttachRefused) as exc:
-        return parser.fail(exc)
-    except scheduler.SlurmCommandError as exc:
+    except (VerbUsageError, runs.RunNotFound, AttachRefused, scheduler.SlurmCommandError) as exc:
         return parser.fail(exc)
     in_container = bool(hook.srun_args or hook.command_prefix)
     env = ray_environment(target.head, dict(os.environ), None if in_container else str(Path(sys.executable).parent))

@@ -99,12 +99,8 @@ def main_for(verb: str, argv: list[str]) -> int:
             raise VerbUsageError(f"--timeout {args.timeout:g}: use a positive number of seconds")
         cfg = parser.load(parsed)
         export_path = runs.resolve_run(args.run, args.exports_root)
-    except VerbUsageError as exc:
-        return parser.fail(exc)
-    except ConfigError as exc:
-        return parser.config_failed(exc)
-    except runs.RunNotFound as exc:
-        return parser.fail(exc)
+    except (VerbUsageError, ConfigError, runs.RunNotFound) as exc:
+        return parser.report(exc)
     given = {override_key(o): o for o in parsed.overrides}
     timeout = args.timeout if args.timeout is not None else _run_setting(export_path, "cluster.grace_s", given, cfg)
     stop_grace = _run_setting(export_path, "cluster.stop_grace_s", given, cfg)

@@ -77,10 +77,8 @@ def main(argv: list[str]) -> int:
     try:
         parsed = verb.parse(argv)
         cfg = load_job_config(parsed.overrides, os.environ)
-    except VerbUsageError as exc:
-        return verb.fail(exc)
-    except ConfigError as exc:
-        return verb.config_failed(exc, what="; nothing was submitted")
+    except (VerbUsageError, ConfigError) as exc:
+        return verb.report(exc, what="; nothing was submitted")
     preflight = not parsed.args.no_preflight
     settings, driver_env = job_settings(cfg, preflight=preflight)
     os.environ.update(driver_env)  # reaches the Ray step and so the driver on the head node
