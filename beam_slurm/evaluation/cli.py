@@ -1,28 +1,16 @@
 """`beam-slurm evaluate RUN | SWEEP | --checkpoint DIR [-m] [--wait] [key=value ...]`: AIME evaluations of checkpoints.
 
-Without --here it expands to one task per (checkpoint x dataset x sweep point), skips the tasks already finished
-with the same settings, and submits the rest as one Slurm job array through submitit
-(`beam_slurm.evaluation.array`, Slurm settings under `eval.launcher.*`), then returns, or with --wait shows progress
-and prints the merged table. RUN is a run folder, name or training job id (every complete global_step_N export is
-evaluated), SWEEP a sweep folder (every run of it); `-m` expands `key=a,b` as `submit -m` does.
-
-With --here (what each array task, `sbatch/eval_aime.sh` and a machine without Slurm run), with --server or
---checkpoint-list, it evaluates one checkpoint in this process. Results go to ``<export_path>/beam_evals/
-global_step_N/`` beside the checkpoint (or --out): see `beam_slurm.evaluation.resumable` for the layout (saved
-response chunks, one folder per task key, and the folder's merged view: ``metrics.json``, ``grades.jsonl``,
-``details.json``, ``info.json``).
-
-Settings are recipe keys (``eval.*``, ``generation.*``, ``rollout.tensor_parallel`` ...; ``--help`` lists them with
-their defaults from the schema); inputs are flags. A task key (checkpoint, dataset, k, every sampling setting)
-already finished is reused; a larger k reuses the responses saved for a smaller one (`--force` redoes them). Every
-input is checked before a model is loaded or a job submitted; bad input exits with status 2.
+Without --here: one task per (checkpoint x dataset x sweep point), the finished ones skipped, the rest submitted as
+one Slurm job array (`beam_slurm.evaluation.array`); --wait shows progress and prints the merged table. With
+--here, --server or --checkpoint-list: one checkpoint in this process, results in
+``<export_path>/beam_evals/global_step_N/`` or --out (layout: `beam_slurm.evaluation.resumable`). Every input is
+checked before a model is loaded or a job submitted; bad input exits 2.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import os
 import shutil
 import sys
@@ -32,7 +20,6 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from beam_slurm.config.errors import ConfigError
 from beam_slurm.config.load import load_config
 from beam_slurm.config.overrides import hydra_value, override, value_at
 from beam_slurm.config.verb_args import VerbArgs, keys_under
@@ -51,10 +38,6 @@ from beam_slurm.evaluation.results import evaluation_dir, finished_metrics
 from beam_slurm.evaluation.resumable import task_finished
 from beam_slurm.pipeline import sweep
 from beam_slurm.pipeline.runs import RunNotFound, resolve_runs
-
-RESPONSES_FILE = "responses.jsonl"
-RESPONSES_META_FILE = "responses.meta.json"
-
 
 EVALUATE_KEYS = [
     "eval.responses_per_problem", "generation.max_response_tokens", "generation.max_prompt_tokens",
@@ -80,7 +63,6 @@ OLD_FLAGS = {
 
 
 def build_parser():
-    """The verb's parser: inputs and flags; every setting is a recipe key (see --help)."""
     verb = VerbArgs(
         "evaluate",
         "Evaluate checkpoints on AIME (vLLM generation, grading, metrics) as one Slurm job array. Settings "
@@ -124,17 +106,6 @@ class UsageError(UserError, ValueError):
     """Bad command-line input; reported with exit status 2."""
 
 
-def _jsonl(rows: list[dict[str, Any]]) -> str:
-    return "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
-
-
-def _read_json(path: Path) -> dict[str, Any] | None:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-
-
 def _load_problems(files: list[str], limit: int | None) -> tuple[list[Problem], list[dict[str, Any]]]:
     problems: list[Problem] = []
     described = []
@@ -167,11 +138,6 @@ def _resolve_out(args: argparse.Namespace, eval_input: EvalInput | None) -> Path
             "default <export_path>/beam_evals/global_step_N/"
         )
     return default
-
-
-def _grading_limits(cfg):
-    """The grade section as grading limits (checked now, so a bad value fails before any model is loaded)."""
-    return GradingLimits.from_settings(cfg.grade)
 
 
 def _checkpoint_from_list(args: argparse.Namespace) -> str:
@@ -232,8 +198,7 @@ def _split_target(verb, argv: list[str]) -> tuple[str | None, list[str]]:
 
 
 def _targets(args: argparse.Namespace, target: str | None, cfg) -> list[tuple[str, None, Path]]:
-    """(checkpoint, None, evaluation folder) of every checkpoint to evaluate: --checkpoint, or every complete HF
-    export of a run, or of every run of a sweep."""
+    """(checkpoint, None, evaluation folder) of --checkpoint, or of every complete HF export of a run or sweep."""
     if args.checkpoint:
         if target:
             raise UsageError(f"unexpected argument {target!r}: settings are key=value, and a run or sweep is "
@@ -324,7 +289,7 @@ def main(argv: list[str] | None = None) -> int:
         for _, cfg in points:
             if cfg.eval.limit is not None and cfg.eval.limit < 1:
                 raise UsageError(f"eval.limit must be at least 1 (got {cfg.eval.limit})")
-            _grading_limits(cfg)
+            GradingLimits.from_settings(cfg.grade)
             _settings(args, cfg)  # sampling, engine and server settings checked here
         if here:
             if target or args.multirun or args.wait:
@@ -355,10 +320,8 @@ def main(argv: list[str] | None = None) -> int:
                 _load_problems(_data_files(args.data, cfg), cfg.eval.limit)  # one data_source per file
             found = array.plan(points, targets, lambda cfg: _data_files(args.data, cfg), force=args.force,
                                base_model=args.base_model)
-    except ConfigError as exc:
-        return verb.config_failed(exc)
     except UserError as exc:  # bad input of any kind (usage, checkpoint, dataset, settings): exit 2
-        return verb.fail(exc)
+        return verb.report(exc)
 
     if args.check:
         what = args.server or targets[0][0]
@@ -406,7 +369,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _launcher_overrides(cfg) -> list[str]:
-    """The run's eval.launcher.* and cluster keys the array reads, as keys (so a chained array gets the run's)."""
+    """The run's eval.launcher.* and cluster keys the array reads, so a chained array gets the run's."""
     rendered = []
     for key in [*keys_under("eval.launcher"), "cluster.gpus_per_node", "cluster.partition", "cluster.account",
                 "cluster.qos"]:
@@ -419,10 +382,8 @@ def _launcher_overrides(cfg) -> list[str]:
 
 
 def chained_overrides(cfg, step: int, extra_args: list[str] | None = None) -> list[str]:
-    """The keys of the chained evaluation of step `step`: the run's value of every key `evaluate` reads and of the
-    array's launcher keys, the array's name `<run_name>-eval-<step>` and submitit folder
-    `<log_dir>/eval-step<step>-<job id>/` (unless eval.launcher.submitit_folder is set), then `extra_args`
-    (eval.chain_extra_args, old flags included) last, so they win."""
+    """The keys of step `step`'s chained evaluation: the run's values of the keys `evaluate` and the array read, its
+    name and submitit folder, then `extra_args` (eval.chain_extra_args) last, so they win."""
     overrides = [override(key, value_at(cfg, key)) for key in EVALUATE_KEYS]
     overrides += _launcher_overrides(cfg)
     overrides.append(override("eval.launcher.name", f"{cfg.run_name}-eval-{step}"))
@@ -433,9 +394,8 @@ def chained_overrides(cfg, step: int, extra_args: list[str] | None = None) -> li
 
 def submit_for_checkpoint(cfg, step: int, checkpoint: str, extra_args: list[str] | None = None,
                           log=print) -> str:
-    """The training job's chained evaluation of one export, by the path `beam-slurm evaluate --checkpoint` takes
-    (array.plan, then array.submit_plan): one task per dataset, with the keys of `chained_overrides`. Returns the job
-    id ('finished' when every task key is done already)."""
+    """The training job's chained evaluation of one export, by `evaluate --checkpoint`'s path (array.plan, then
+    submit_plan). Returns the job id ('finished' when every task key is done already)."""
     overrides = chained_overrides(cfg, step, extra_args)
     folder = Path(checkpoint)
     base_model = str(cfg.paths.model_path) if cfg.is_lora and is_adapter(folder) else None
