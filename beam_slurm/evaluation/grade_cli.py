@@ -1,9 +1,7 @@
 """`beam-slurm grade --responses FILE.jsonl --out DIR`: grade pre-generated responses with the evaluation's code.
 
 Input: one JSON object per line with "data_source", "problem_id", "sample", "response", "ground_truth" (other
-fields are carried through; "finish_reason" and "response_tokens" feed the length and finish-reason stats).
-Output: ``DIR/metrics.json``, ``DIR/grades.jsonl`` and the other files described in
-:mod:`beam_slurm.evaluation.results`. Exit status 0 on success, 2 on bad input (nothing is written then).
+fields are carried through). Output: the files of :mod:`beam_slurm.evaluation.results`; nothing on bad input.
 """
 
 from __future__ import annotations
@@ -25,7 +23,6 @@ from beam_slurm.evaluation.results import METRICS_FILE, write_results
 
 
 def build_parser():
-    """The verb's parser: inputs, --force, --json; grading limits are the grade.* keys."""
     verb = VerbArgs("grade", __doc__.split("\n\n")[0], keys=keys_under("grade"))
     verb.add_argument("--responses", required=True, type=Path, help="JSONL file of responses to grade")
     verb.add_argument("--out", required=True, type=Path, help="output folder for metrics.json, grades.jsonl, ...")

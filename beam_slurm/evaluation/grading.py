@@ -25,16 +25,10 @@ import logging
 import re
 from dataclasses import dataclass
 
-# Imported inside the functions that use it, on purpose: math_verify (it brings sympy, about a second; only the
-# grading workers need it).
+# math_verify is imported inside the functions that use it: it brings sympy (a second) and only the workers need it.
 
-# The scorer looks only at this many trailing characters; besides matching the reward, it bounds the cost of the
-# rule for megabyte-long responses.
-PRIMARY_TAIL_CHARS = 300
-
-# math-verify sees this many trailing characters: the final answer sits at the end, and a full 8k-token response
-# (or a runaway megabyte one) would cost regex time and inter-process traffic for nothing.
-MATH_VERIFY_TAIL_CHARS = 4000
+PRIMARY_TAIL_CHARS = 300  # the reward's; also bounds the rule's cost on megabyte-long responses
+MATH_VERIFY_TAIL_CHARS = 4000  # the answer sits at the end: the rest costs regex time and pipe traffic for nothing
 
 _ANSWER_LINE = re.compile(r"(?i)Answer\s*:\s*([^\n<]+)")
 
@@ -108,9 +102,7 @@ class PrimaryVerdict:
     """The training reward's verdict on one response."""
 
     correct: bool
-    """True when the extracted answer equals the normalised ground truth."""
-    pred: str | None
-    """The extracted, normalised answer; None when the response has no ``Answer:`` line in its tail."""
+    pred: str | None  # the extracted, normalised answer; None without an ``Answer:`` line in the tail
 
 
 def grade_primary(response: str, ground_truth: str) -> PrimaryVerdict:
