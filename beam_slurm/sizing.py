@@ -41,12 +41,9 @@ def optimizer_state_tb_per_node(cfg) -> float:
 class NodeNeeds:
     """Bytes each node must have free before training starts (0: not checked)."""
 
-    scratch_bytes: int
-    """Node-local NVMe for the optimizer state (paths.optimizer_state_disk_dir)."""
-    host_ram_bytes: int
-    """Host RAM for the CPU optimizer (no NVMe folder set)."""
-    ckpt_bytes: int
-    """Shared checkpoint storage for every kept checkpoint, as one node sees the shared folder."""
+    scratch_bytes: int  # Node-local NVMe for the optimizer state (paths.optimizer_state_disk_dir)
+    host_ram_bytes: int  # Host RAM for the CPU optimizer (no NVMe folder set)
+    ckpt_bytes: int  # Shared checkpoint storage for every kept checkpoint, as one node sees the shared folder
 
 
 def node_needs(cfg) -> NodeNeeds:

@@ -14,14 +14,11 @@ from beam_slurm.core.errors import UserError
 class ConfigProblem:
     """One bad setting: `key=value: fix`, or `key: problem; fix: fix` when the value alone does not say what is wrong."""
 
-    key: str
-    """Dotted key, e.g. `megatron.tensor_parallel` or `container.mounts[1]`."""
+    key: str  # Dotted key, e.g. `megatron.tensor_parallel` or `container.mounts[1]`
     value: object = None
     """The value that was given (or derived); as the user typed it when it never became a typed value."""
-    fix: str = ""
-    """What to do about it, in one sentence."""
-    problem: str | None = None
-    """What is wrong, quoting the offending value, when that needs more than the value itself."""
+    fix: str = ""  # What to do about it, in one sentence
+    problem: str | None = None  # What is wrong, quoting the offending value, when that needs more than the value itself
     env: str | None = None
     """The environment variable the value came from (e.g. CKPT_INTERVAL for checkpoint.interval), if it did."""
 

@@ -43,12 +43,9 @@ EXIT_USAGE = 2
 class SchemaKey:
     """One leaf setting of the recipe."""
 
-    key: str
-    """Dotted key, e.g. `generation.temperature`."""
-    default: Any
-    """The schema's default."""
-    doc: str
-    """The docstring under the field in its dataclass."""
+    key: str  # Dotted key, e.g. `generation.temperature`
+    default: Any  # The schema's default
+    doc: str  # The docstring under the field in its dataclass
 
 
 def field_docs(cls: type) -> dict[str, str]:
@@ -121,12 +118,9 @@ class VerbUsageError(UserError):
 class KeyFlag:
     """An old flag that carried a setting; kept one release as an alias of its key."""
 
-    flag: str
-    """The old option, e.g. `--k`."""
-    key: str
-    """The key it sets, e.g. `eval.responses_per_problem`."""
-    switch: bool = False
-    """The flag took no value and meant `key=true`."""
+    flag: str  # The old option, e.g. `--k`
+    key: str  # The key it sets, e.g. `eval.responses_per_problem`
+    switch: bool = False  # The flag took no value and meant `key=true`
     convert: Callable[[str], Any] | None = None
     """Turns the flag's text into the key's value (default: the text as Hydra reads it)."""
 
@@ -135,10 +129,8 @@ class KeyFlag:
 class RenamedFlag:
     """An old spelling of a verb flag (e.g. `--overwrite` for `--force`), or an old key that is now a flag."""
 
-    old: str
-    """`--overwrite`, or a key such as `data.overwrite` (then `data.overwrite=true` means the flag)."""
-    flag: str
-    """The flag to use instead, e.g. `--force`."""
+    old: str  # `--overwrite`, or a key such as `data.overwrite` (then `data.overwrite=true` means the flag)
+    flag: str  # The flag to use instead, e.g. `--force`
 
 
 class _Parser(argparse.ArgumentParser):
@@ -161,12 +153,10 @@ class _Parser(argparse.ArgumentParser):
 class Parsed:
     """A verb's command line, split."""
 
-    args: argparse.Namespace
-    """The verb's flags and inputs."""
+    args: argparse.Namespace  # The verb's flags and inputs
     overrides: list[str]
     """key=value overrides for Hydra (old flags' included), in the order typed: for a key given twice the later wins."""
-    notes: list[str]
-    """One line per old spelling used, naming what to use instead (already printed to stderr)."""
+    notes: list[str]  # One line per old spelling used, naming what to use instead (already printed to stderr)
 
 
 class VerbArgs:

@@ -117,8 +117,7 @@ def _write_record(settings: ContainerSettings, image_path: Path, sha256: str) ->
 class PullResult:
     """What a pull did."""
 
-    image_path: Path
-    """The image file in the cache directory."""
+    image_path: Path  # The image file in the cache directory
     action: str
     """`skipped` (already complete), `imported` (by this process) or `imported-by-other` (another process
     finished the import while this one waited for the lock)."""

@@ -27,19 +27,13 @@ SCHEMA_VERSION = 2
 class StageEntry:
     """One stage of one submission, as `beam-slurm submit` planned it."""
 
-    stage: str = ""
-    """data, container or train."""
-    status: str = ""
-    """submitted, or why not (skipped, reused, ...)."""
+    stage: str = ""  # data, container or train
+    status: str = ""  # submitted, or why not (skipped, reused, ...)
     job_id: str | None = None
-    reason: str | None = None
-    """Why a stage was skipped."""
-    identity: str | None = None
-    """What the stage's output is (the reuse check compares it)."""
-    depends_on: list[str] = field(default_factory=list)
-    """Job ids it waits for."""
-    command: str | None = None
-    """The rendered sbatch command, shell-quoted."""
+    reason: str | None = None  # Why a stage was skipped
+    identity: str | None = None  # What the stage's output is (the reuse check compares it)
+    depends_on: list[str] = field(default_factory=list)  # Job ids it waits for
+    command: str | None = None  # The rendered sbatch command, shell-quoted
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -57,24 +51,19 @@ class Submission:
 class Attempt:
     """One attempt (one start of the batch shell) of a training job."""
 
-    attempt: int = 0
-    """SLURM_RESTART_COUNT of the attempt."""
+    attempt: int = 0  # SLURM_RESTART_COUNT of the attempt
     start: str | None = None
     start_time: float | None = None
     nodes: list[str] = field(default_factory=list)
     checkpoint_at_start: int | None = None
-    end: str | None = None
-    """When it ended (None while it runs)."""
+    end: str | None = None  # When it ended (None while it runs)
     end_time: float | None = None
-    end_kind: str = ""
-    """How it ended (beam_slurm.slurm.requeue_policy's end kinds, or `lost`)."""
+    end_kind: str = ""  # How it ended (beam_slurm.slurm.requeue_policy's end kinds, or `lost`)
     end_reason: str = ""
-    saved_step: int | None = None
-    """The step saved on the notice that ended it."""
+    saved_step: int | None = None  # The step saved on the notice that ended it
     checkpoint_at_end: int | None = None
     counts_against_progress: bool = False
-    decision: str = ""
-    """requeue, requeued by Slurm, or end (<exit status>)."""
+    decision: str = ""  # requeue, requeued by Slurm, or end (<exit status>)
     exit_status: int | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -88,21 +77,17 @@ class TrainJob:
     """One Slurm job of the run's training stage and its attempts."""
 
     job_id: str = ""
-    started_by: str = ""
-    """beam-slurm submit, or sbatch."""
+    started_by: str = ""  # beam-slurm submit, or sbatch
     partition: str = ""
     nodes_needed: int = 0
-    user_exclude: list[str] = field(default_factory=list)
-    """The user's own --exclude."""
-    excluded_nodes: list[str] = field(default_factory=list)
-    """The ExcNodeList the job set after finding bad nodes."""
+    user_exclude: list[str] = field(default_factory=list)  # The user's own --exclude
+    excluded_nodes: list[str] = field(default_factory=list)  # The ExcNodeList the job set after finding bad nodes
     attempts: list[Attempt] = field(default_factory=list)
     outcome: str | None = None
     """completed, stopped, failed or cancelled once the job ended; None while it runs or requeues."""
     outcome_reason: str = ""
     resumable: bool = False
-    avoided_bad_nodes: bool = False
-    """The one requeue of an attempt that landed on a recorded bad node was spent."""
+    avoided_bad_nodes: bool = False  # The one requeue of an attempt that landed on a recorded bad node was spent
     extra: dict[str, Any] = field(default_factory=dict)
 
     def attempt(self, number: int) -> Attempt | None:
@@ -142,8 +127,7 @@ class Tracking:
 
     logger: str = ""
     wandb_run_id: str | None = None
-    chosen_by_job: str = ""
-    """The training job whose first attempt chose the id."""
+    chosen_by_job: str = ""  # The training job whose first attempt chose the id
     chosen_at: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -163,8 +147,7 @@ class RunRecord:
     data_overrides: list[str] = field(default_factory=list)
     sweep_dir: str | None = None
     submissions: list[Submission] = field(default_factory=list)
-    train_jobs: dict[str, TrainJob] = field(default_factory=dict)
-    """By job id, in the order the jobs first wrote."""
+    train_jobs: dict[str, TrainJob] = field(default_factory=dict)  # By job id, in the order the jobs first wrote
     wanted: Wanted | None = None
     bad_nodes: list[BadNode] = field(default_factory=list)
     tracking: Tracking | None = None
@@ -273,8 +256,7 @@ class EvaluationEntry:
     job_id: str | None = None
     submitted_at: str = ""
     command: str | None = None
-    earlier_job_ids: list[str] = field(default_factory=list)
-    """The jobs of earlier submissions for the same checkpoint."""
+    earlier_job_ids: list[str] = field(default_factory=list)  # The jobs of earlier submissions for the same checkpoint
     extra: dict[str, Any] = field(default_factory=dict)
 
 

@@ -37,14 +37,11 @@ class LockTimeout(TimeoutError):
 class LockHolder:
     """Who holds a lock, as written into the lock file."""
 
-    host: str
-    """Hostname of the holder."""
-    pid: int
-    """Process id of the holder on that host."""
+    host: str  # Hostname of the holder
+    pid: int  # Process id of the holder on that host
     pid_start: str
     """Start time of that process (/proc/<pid>/stat field 22) so a reused pid is not mistaken for the holder."""
-    token: str
-    """Random id of this acquisition."""
+    token: str  # Random id of this acquisition
     acquired_at: float
     """Wall-clock time the lock was taken (for messages only; staleness never compares clocks across hosts)."""
 

@@ -47,16 +47,11 @@ COMPRESSION = "zstd"
 class CleaningStats:
     """Row counts of one cleaned file, for the manifest and the log."""
 
-    rows_in: int
-    """Rows read from the source file(s)."""
-    rows_distinct: int
-    """Rows left after dropping exact duplicates on the key columns."""
-    rows_out: int
-    """Rows written: distinct rows whose prompt has a single reward_model."""
-    prompts_conflicting: int
-    """Distinct prompts dropped because they carry more than one distinct reward_model."""
-    answers_canonicalised: int
-    """Ground truths rewritten to canonical integer form before cleaning (AIME only)."""
+    rows_in: int  # Rows read from the source file(s)
+    rows_distinct: int  # Rows left after dropping exact duplicates on the key columns
+    rows_out: int  # Rows written: distinct rows whose prompt has a single reward_model
+    prompts_conflicting: int  # Distinct prompts dropped because they carry more than one distinct reward_model
+    answers_canonicalised: int  # Ground truths rewritten to canonical integer form before cleaning (AIME only)
 
 
 def _large(text: str) -> pa.Scalar:

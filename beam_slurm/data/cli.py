@@ -46,14 +46,10 @@ Log = Callable[[str], None]
 class OutputPlan:
     """One output file: where its rows come from and the settings that shape it."""
 
-    file_name: str
-    """Output file inside out_dir."""
-    setting: str
-    """The source setting, e.g. data.dapo_math."""
-    source: Any
-    """The source value(s) as given."""
-    settings: dict
-    """Other settings that change this output's bytes (recorded in the manifest)."""
+    file_name: str  # Output file inside out_dir
+    setting: str  # The source setting, e.g. data.dapo_math
+    source: Any  # The source value(s) as given
+    settings: dict  # Other settings that change this output's bytes (recorded in the manifest)
 
 
 def _plans(config: DataConfig) -> list[OutputPlan]:

@@ -32,26 +32,19 @@ DATA_FILE_SUFFIXES = (".parquet", ".jsonl", ".json")
 class HubAddress:
     """A parsed `hf://datasets/...` address."""
 
-    repo_id: str
-    """`<owner>/<name>` of the dataset repository."""
-    revision: Optional[str]
-    """Branch, tag or commit; None = the default branch."""
-    path_in_repo: Optional[str]
-    """File inside the repository; None = every data file."""
+    repo_id: str  # `<owner>/<name>` of the dataset repository
+    revision: Optional[str]  # Branch, tag or commit; None = the default branch
+    path_in_repo: Optional[str]  # File inside the repository; None = every data file
 
 
 @dataclass
 class ResolvedSource:
     """Local files for one configured source, and where they came from (for the manifest)."""
 
-    setting: str
-    """The setting that named the source, e.g. `data.dapo_math`."""
-    spec: str
-    """The value as the user gave it."""
-    files: list[Path] = field(default_factory=list)
-    """Local files to read, in order."""
-    revision: Optional[str] = None
-    """Commit the hub files were resolved to; None for local files."""
+    setting: str  # The setting that named the source, e.g. `data.dapo_math`
+    spec: str  # The value as the user gave it
+    files: list[Path] = field(default_factory=list)  # Local files to read, in order
+    revision: Optional[str] = None  # Commit the hub files were resolved to; None for local files
 
 
 def parse_hub_address(spec: str, setting: str) -> HubAddress:

@@ -45,16 +45,12 @@ Submit = Callable[[int, Path], str]
 class ChainSettings:
     """Which run to watch and how its evaluations are submitted."""
 
-    run_dir: Path
-    """Folder holding global_step_N: SkyRL's ckpt_path (with its marker file) or export_path (HF exports)."""
-    claims_dir: Path | None = None
-    """Where claim files live (shared storage); None = <run_dir>/.eval_claims."""
-    settle_s: float = 60.0
-    """An HF export counts as complete once none of its files changed for this long."""
+    run_dir: Path  # Folder holding global_step_N: SkyRL's ckpt_path (with its marker file) or export_path (HF exports)
+    claims_dir: Path | None = None  # Where claim files live (shared storage); None = <run_dir>/.eval_claims
+    settle_s: float = 60.0  # An HF export counts as complete once none of its files changed for this long
     stale_claim_s: float = 600.0
     """A claim without a job id older than this belonged to a watcher that died; it may be taken over."""
-    poll_interval_s: float = 30.0
-    """Seconds between two looks at run_dir in watch()."""
+    poll_interval_s: float = 30.0  # Seconds between two looks at run_dir in watch()
 
     def __post_init__(self) -> None:
         self.run_dir = Path(self.run_dir)

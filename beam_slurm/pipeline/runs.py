@@ -126,8 +126,7 @@ class RunTarget:
     """One run a verb's argument names."""
 
     export_path: Path
-    choices: tuple[str, ...] = ()
-    """Its swept `key=value` when it came from a sweep folder."""
+    choices: tuple[str, ...] = ()  # Its swept `key=value` when it came from a sweep folder
     sweep_dir: Path | None = None
 
 

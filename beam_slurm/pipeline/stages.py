@@ -85,22 +85,16 @@ def gpu_job_options(cfg, nodes: int, time_limit: str) -> list[str]:
 class StagePlan:
     """One stage of one run, rendered: what would be submitted, or why nothing needs to be."""
 
-    stage: str
-    """data, container, train or evaluate."""
+    stage: str  # data, container, train or evaluate
     identity: str
     """What the stage produces; runs of a sweep with the same identity share one job (e.g. one data directory)."""
-    request: SbatchRequest | None
-    """The sbatch call; None when the stage is skipped."""
+    request: SbatchRequest | None  # The sbatch call; None when the stage is skipped
     skip_reason: str = ""
     """Why nothing is submitted (complete, not needed, already queued); empty when it will be submitted."""
-    reused_job_id: str = ""
-    """An earlier submission's job that is still queued or running and produces the same thing."""
-    job_id: str = ""
-    """Filled once submitted (or with reused_job_id)."""
-    depends_on: list[str] = field(default_factory=list)
-    """Job ids this stage waited for when it was submitted."""
-    log_dir: str = ""
-    """Where the job's output goes; created just before submission."""
+    reused_job_id: str = ""  # An earlier submission's job that is still queued or running and produces the same thing
+    job_id: str = ""  # Filled once submitted (or with reused_job_id)
+    depends_on: list[str] = field(default_factory=list)  # Job ids this stage waited for when it was submitted
+    log_dir: str = ""  # Where the job's output goes; created just before submission
 
     @property
     def status(self) -> str:

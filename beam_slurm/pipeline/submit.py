@@ -53,18 +53,13 @@ STAGES = ("data", "container", "train")
 class RunSpec:
     """One run of the submission (the only one, or one sweep point)."""
 
-    overrides: list[str]
-    """Its Hydra overrides."""
+    overrides: list[str]  # Its Hydra overrides
     choices: list[tuple[str, str]] = field(default_factory=list)
     """Swept (key, value) pairs of this point; empty outside a sweep."""
-    cfg: object = None
-    """The loaded config (run name and paths already per point); None when it did not compose."""
-    problems: list[ConfigProblem] = field(default_factory=list)
-    """Why this run is invalid (empty = valid)."""
-    base_name: str = ""
-    """The run name before a sweep point's suffix was added."""
-    plans: list = field(default_factory=list)
-    """Its stage plans, in chain order."""
+    cfg: object = None  # The loaded config (run name and paths already per point); None when it did not compose
+    problems: list[ConfigProblem] = field(default_factory=list)  # Why this run is invalid (empty = valid)
+    base_name: str = ""  # The run name before a sweep point's suffix was added
+    plans: list = field(default_factory=list)  # Its stage plans, in chain order
 
     @property
     def label(self) -> str:

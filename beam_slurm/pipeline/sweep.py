@@ -28,8 +28,7 @@ class Combination:
 
     overrides: list[str]
     """Every override of this point, in the order given (fixed ones and the chosen value of each swept one)."""
-    choices: list[tuple[str, str]] = field(default_factory=list)
-    """(key, value) of each swept override at this point."""
+    choices: list[tuple[str, str]] = field(default_factory=list)  # (key, value) of each swept override at this point
 
 
 def parse(overrides: list[str]):

@@ -35,12 +35,9 @@ class TrainJobSettings:
 
     driver: list[str]
     """The driver's argv, run on the Ray head once every node and GPU registered (e.g. the SkyRL command line)."""
-    ckpt_path: str
-    """paths.ckpt_path on shared storage; the save-on-notice files live in <ckpt_path>/.beam/."""
-    log_dir: str
-    """paths.log_dir: per-attempt logs in <log_dir>/<jobid>-<attempt>/."""
-    nodes: int
-    """cluster.nodes: nodes of the Ray step (following the allocation)."""
+    ckpt_path: str  # paths.ckpt_path on shared storage; the save-on-notice files live in <ckpt_path>/.beam/
+    log_dir: str  # paths.log_dir: per-attempt logs in <log_dir>/<jobid>-<attempt>/
+    nodes: int  # cluster.nodes: nodes of the Ray step (following the allocation)
     gpus_per_node: int
     """cluster.gpus_per_node: GPUs every node must show (preflight and Ray's registration). 0 for CPU-only runs."""
     max_requeues: int
@@ -53,22 +50,16 @@ class TrainJobSettings:
     stop_grace_s: float
     """After SIGTERM to the Ray step, how long before srun is ended: cluster.stop_grace_s for the driver and Ray,
     plus cluster.log_copy_s for each node's last copy of its Ray logs (the notice budget counts both)."""
-    preflight: bool
-    """Run the preflight step on every node before Ray starts (`--no-preflight` turns it off)."""
+    preflight: bool  # Run the preflight step on every node before Ray starts (`--no-preflight` turns it off)
     preflight_checks: PreflightSettings
     """What preflight checks; gpus_per_node and the shared-storage canary are filled in by the attempt."""
     container: ContainerHook | Callable[[str], ContainerHook]
     """Container wrapping of every step: a ContainerHook, or job_id -> ContainerHook (see `steps.container_hook`)."""
-    ray: RaySettings
-    """The recipe's `ray` section, passed to every node in the attempt's job spec."""
-    python: str
-    """Interpreter that runs beam_slurm on the nodes (inside a container, the container's: trainer.python)."""
-    max_attempts_without_progress: int
-    """cluster.max_attempts_without_progress (0 = no guard)."""
-    save_cost: SaveCost
-    """What a save on notice costs: whether a preemption's SIGTERM to the tasks leaves time for one."""
-    qos: str
-    """cluster.qos (preemption by QOS reads that QOS's GraceTime)."""
+    ray: RaySettings  # The recipe's `ray` section, passed to every node in the attempt's job spec
+    python: str  # Interpreter that runs beam_slurm on the nodes (inside a container, the container's: trainer.python)
+    max_attempts_without_progress: int  # cluster.max_attempts_without_progress (0 = no guard)
+    save_cost: SaveCost  # What a save on notice costs: whether a preemption's SIGTERM to the tasks leaves time for one
+    qos: str  # cluster.qos (preemption by QOS reads that QOS's GraceTime)
     run_info: dict | None
     """The run as its record names it (run_name, recipe, export_path, ckpt_path, log_dir, max_training_steps) and
     `config_yaml`, the resolved recipe; the job writes them to <export_path>/beam_run/ (None: no run record)."""

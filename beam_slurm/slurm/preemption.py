@@ -36,8 +36,7 @@ class QosPreemption:
     """One QOS's preemption settings (sacctmgr show qos)."""
 
     name: str
-    preempts: tuple[str, ...]
-    """QOS names this one may preempt."""
+    preempts: tuple[str, ...]  # QOS names this one may preempt
     mode: str
     grace_s: int
 
@@ -48,10 +47,8 @@ class PreemptionInfo:
 
     reachable: bool
     why: str = ""
-    preempt_type: str = ""
-    """preempt/none, preempt/partition_prio or preempt/qos."""
-    cluster_mode: str = ""
-    """PreemptMode of slurm.conf (OFF, CANCEL, REQUEUE, SUSPEND, with GANG)."""
+    preempt_type: str = ""  # preempt/none, preempt/partition_prio or preempt/qos
+    cluster_mode: str = ""  # PreemptMode of slurm.conf (OFF, CANCEL, REQUEUE, SUSPEND, with GANG)
     user_signal: bool = False
     """SlurmctldParameters has preempt_send_user_signal: the job's --signal is sent at preemption."""
     kill_wait_s: int = 0

@@ -43,31 +43,26 @@ class PreflightSettings:
 
     readable_paths: list[str] = field(default_factory=list)
     """Files or folders every node must read at the same path: the model, the data files (MODEL_PATH, DATA_DIR)."""
-    skyrl_dir: str = ""
-    """SkyRL checkout that the driver runs from (must hold pyproject.toml and the examples/ folder)."""
+    skyrl_dir: str = ""  # SkyRL checkout that the driver runs from (must hold pyproject.toml and the examples/ folder)
     scratch_dir: str = ""
     """Node-local folder for offloaded optimizer state (OPTIMIZER_STATE_DISK_DIR); created if missing."""
     scratch_need_bytes: int = 0
     """Free space needed in scratch_dir on each node (about 0.6-0.7 TB per node for full fine-tuning)."""
     host_ram_need_bytes: int = 0
     """Host memory needed on each node when the optimizer runs on CPU instead (about 1.7 TB)."""
-    ckpt_dir: str = ""
-    """Checkpoint folder on shared storage (CKPT_PATH); created if missing."""
+    ckpt_dir: str = ""  # Checkpoint folder on shared storage (CKPT_PATH); created if missing
     ckpt_need_bytes: int = 0
     """Free space needed under ckpt_dir for the checkpoints kept (about 0.9 TB per node per checkpoint)."""
     shared_canary: str = ""
     """A file the batch shell wrote on shared storage just before the step; every node must read it (proves the
     log/checkpoint storage is shared and consistent)."""
-    gpus_per_node: int = 0
-    """GPUs the step must see on each node (CUDA_VISIBLE_DEVICES / SLURM_STEP_GPUS)."""
+    gpus_per_node: int = 0  # GPUs the step must see on each node (CUDA_VISIBLE_DEVICES / SLURM_STEP_GPUS)
     save_bytes_per_node: int = 0
     """Bytes one node writes per checkpoint. With ckpt_dir set every node measures the write bandwidth there
     (`storage_probe`, recorded in storage_write.json); a save at the slowest node's speed longer than save_window_s
     is logged as a warning (0: recorded only)."""
-    save_window_s: float = 0.0
-    """Seconds a notice leaves for the save (`beam_slurm.notice_budget`)."""
-    storage_probe_s: float = 0.0
-    """Seconds the write probe runs at most (cluster.storage_probe_s); 0 skips it."""
+    save_window_s: float = 0.0  # Seconds a notice leaves for the save (`beam_slurm.notice_budget`)
+    storage_probe_s: float = 0.0  # Seconds the write probe runs at most (cluster.storage_probe_s); 0 skips it
     fabric: dict = field(default_factory=dict)
     """`beam_slurm.ray_cluster.fabric.FabricSettings` as a dict: the check of the network between the nodes
     (torch.distributed point-to-point and all_reduce, interfaces); empty or enabled=false skips it."""
