@@ -2,18 +2,11 @@
 
     beam-slurm <verb> [--flags] [INPUT ...] [key=value ...]
 
-- Settings are recipe keys (`generation.temperature=0.6`), composed through Hydra with the rest of the recipe
-  (`beam_slurm.config.load`); their defaults and docstrings live in `beam_slurm/config/schema.py` only.
-- `--flags` are for what is not a setting (`--dry-run`, `--json`, `--watch`, `--force`) and for the verb's inputs
-  (`--checkpoint`, `--data`, `--responses`, `--out`, a positional RUN).
-- `--help` prints the verb's flags and every key it reads, with the schema's default and docstring.
-- Every message starts with `beam-slurm <verb>: `; bad input exits 2 before anything runs.
-- Flags that used to carry a setting still work for one release: each becomes its key=value override and
-  prints the key to use instead.
-
-A verb whose entry in `beam_slurm.cli.VERBS` is `<prefix>main` builds its parser with `<prefix>build_parser()` (or,
-where one module serves several verbs, `build_parser(verb)`), returning a `VerbArgs`; tests/config/test_verb_args.py
-builds every verb's parser that way.
+Settings are recipe keys, composed through Hydra (defaults and docstrings live in `beam_slurm/config/schema.py`
+only); `--flags` are for what is not a setting and for the verb's inputs; `--help` lists every key the verb reads.
+Every message starts with `beam-slurm <verb>: `; bad input exits 2 before anything runs. Old flags that carried a
+setting still work for one release, each printing the key to use instead. A verb `<prefix>main` builds its parser
+with `<prefix>build_parser()` (or `build_parser(verb)`), as tests/config/test_verb_args.py does for every verb.
 """
 
 from __future__ import annotations
@@ -34,7 +27,6 @@ from beam_slurm.config.schema import BeamConfig
 from beam_slurm.core.errors import UserError
 
 EXIT_USAGE = 2
-
 
 
 # --- the schema's keys, defaults and docstrings -------------------------------------------------------------------

@@ -3,17 +3,10 @@
 pyxis:     enroot import -o <cache>/<name>.sqsh docker://<registry#path:tag>
 Apptainer: apptainer pull <cache>/<name>.sif docker://<registry/path:tag>
 
-Every node and every later job then runs the file instead of pulling from the registry N times. Several jobs may
-race for the same image: one takes the lock on shared storage (`shared_lock.SharedFileLock`, taken over when its
-holder dies), imports to a temporary name in the cache directory and renames it into place; the others wait and find
-the finished file. A digest record beside the file (`<file>.digest.json`: reference, size, sha256 of the file, the
-registry digest when the reference pins one) is written last, so "record present and matching" means "complete";
-such an image is skipped unless `--force`. Settings are the recipe's container.* keys (`--help` lists them).
-
-Registry credentials reach the runtime only through its own mechanisms, which it reads from its environment: enroot's
-credentials file ($ENROOT_CONFIG_PATH/.credentials, default ~/.config/enroot/.credentials, netrc format), Apptainer's
-`apptainer registry login` or APPTAINER_DOCKER_USERNAME/APPTAINER_DOCKER_PASSWORD. Nothing here reads, prints or
-passes them.
+Every node and later job then runs the file instead of pulling N times. Racing jobs: one takes the lock on shared
+storage (taken over when its holder dies), imports to a temporary name and renames it into place; the others wait.
+The digest record beside the file is written last, so "record present and matching" means complete.
+Registry credentials reach the runtime only through its own files and environment; nothing here reads them.
 """
 
 from __future__ import annotations

@@ -1,14 +1,10 @@
 """Command rendering for the container runtimes: pyxis/enroot (`srun --container-*`), Apptainer (`apptainer exec`)
 and `none` (the host).
 
-Everything here returns argv lists: each value is one element, never spliced into a shell string. Code that writes
-these into a batch script joins them with `shlex.join`, which quotes every element.
-
-Apptainer runs without `--cleanenv`: srun puts per-task variables (SLURM_PROCID, SLURM_LOCALID, CUDA_VISIBLE_DEVICES,
-the job's RAY_* settings) into each task's environment, and Ray, the GPU check and the trainer need them inside the
-container. A clean environment would drop them, and they cannot be re-added by value without a per-task shim or
-putting values on the command line. Host variables never override what the image sets unless listed in
-`env_passthrough`; the home directory is not mounted unless asked, so ~/.local cannot shadow the image's packages.
+Everything returns argv lists, each value one element, never spliced into a shell string. Apptainer runs without
+`--cleanenv`: srun's per-task variables (SLURM_PROCID, CUDA_VISIBLE_DEVICES, RAY_*) must reach the container and
+cannot be re-added by value without a per-task shim. Host variables never override the image's unless listed in
+`env_passthrough`, and home is not mounted unless asked, so ~/.local cannot shadow the image's packages.
 """
 
 from __future__ import annotations

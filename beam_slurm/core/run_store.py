@@ -1,13 +1,9 @@
 """The one reader and writer of a run's record (`<export_path>/beam_run/run.json`) and its evaluation entries.
 
-Every change is a read-modify-write under `run.json.lock`, a `beam_slurm.core.shared_lock.SharedFileLock`: created
-with `link()` and broken by `rename()`, so it holds across nodes on file systems where flock does not (Lustre
-mounted with localflock, BeeGFS without global locks), and it is taken over at once when its holder on the same
-host died, after `stale_after` seconds without a heartbeat otherwise. The record is written under the lock by
-atomic rename, so a reader never sees half a file and needs no lock. A writer whose lock was taken over while it
-worked (it stalled past `stale_after`) starts over from a fresh read instead of writing what it read before.
-
-The record is written from the login node (`submit`, `requeue`, `stop`) and from the batch host of every attempt.
+Every change is a read-modify-write under `run.json.lock` (`beam_slurm.core.shared_lock`: it holds across nodes
+where flock does not), written by atomic rename so readers need no lock. A writer whose lock was taken over while
+it stalled starts over from a fresh read. Writers: the login node (`submit`, `requeue`, `stop`) and every
+attempt's batch host.
 """
 
 from __future__ import annotations

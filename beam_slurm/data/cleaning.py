@@ -6,16 +6,11 @@ The rule (SkyRL examples/algorithms/dapo/data_preprocess_dapo_aime.py, written t
 SkyRL keeps an arbitrary row of each duplicate group in arbitrary order; we keep the first occurrence, in input
 order, so the output is deterministic (the same rows as polars `unique(keep="first", maintain_order=True)`).
 
-How it streams (two passes, one batch in memory at a time):
-  pass 1 reads the key columns only. Every string in them gets a small id per column: Arrow looks each batch's
-  strings up among those seen before (index_in), so only new strings reach Python; past 64 MB of distinct text a
-  column remembers further strings by a 128-bit BLAKE2b digest (a collision is ~1e-26 likely at this size, far
-  below hardware error rates). A row's key becomes a short code built from those ids that is equal for two rows
-  exactly when their keys are equal (nested lists, structs and nulls included). First occurrences of each code go
-  to a small candidates file with their row number and a prompt id; the distinct reward_model codes per prompt
-  are tracked in memory.
-  pass 2 reads the other columns (extra_info), takes the kept rows by row number and writes them in input order.
-Memory: one batch plus a few words per distinct string and per distinct key.
+Two passes, one batch in memory at a time: pass 1 reads the key columns only and gives every string a small id
+per column (Arrow's index_in finds known ones, so only new strings reach Python; past 64 MB a column remembers
+strings by a 128-bit BLAKE2b digest, a collision ~1e-26 likely), so each row's key becomes a short code equal
+exactly when the keys are; first occurrences go to a small candidates file. Pass 2 takes the kept rows by row
+number and writes them in input order.
 """
 
 from __future__ import annotations

@@ -1,13 +1,9 @@
 """Source files: a local path, or a file (or every data file) of a Hugging Face dataset repository.
 
-Hub address syntax (the same form huggingface_hub's own `hf://` file system uses):
+    hf://datasets/<owner>/<name>[@<revision>][/<path-in-repo>]   (huggingface_hub's own `hf://` form)
 
-    hf://datasets/<owner>/<name>[@<revision>][/<path-in-repo>]
-
-`<revision>` is a branch, tag or commit (URL-encode a slash: `refs%2Fpr%2F3`). Without `<path-in-repo>` every
-parquet file of the repository is taken (or, when there is none, every jsonl file), in name order. Downloads go
-through huggingface_hub's cache (HF_HOME), resume partial files, are retried on network errors, honour
-HF_HUB_OFFLINE=1 (cache only) and use HF_TOKEN when set. The token is never printed.
+Without `<path-in-repo>` every parquet file is taken (else every jsonl), in name order. Downloads go through
+huggingface_hub's cache, resume, retry, honour HF_HUB_OFFLINE=1 and use HF_TOKEN, which is never printed.
 """
 
 from __future__ import annotations

@@ -1,23 +1,13 @@
 """Chained evaluation: exactly one evaluation job per complete checkpoint of a run.
 
-A watcher polls a run's checkpoint (or HF export) folder and, for every complete ``global_step_N`` it has not
-seen, claims the step with a claim file created by ``open(O_CREAT | O_EXCL)`` on shared storage, then submits
-the evaluation through the ``submit(step, folder) -> job_id`` function it was given (the training job passes
-`beam_slurm.evaluation.cli.submit_for_checkpoint`).
-The exclusive create succeeds for exactly one caller across processes and nodes, so concurrent watchers, a
-watcher restarted by a requeued training job, and a one-shot pass over the same run never submit twice.
+A watcher polls the run's export folder and claims each new complete ``global_step_N`` with a claim file created
+by ``open(O_CREAT | O_EXCL)`` on shared storage, then submits through the ``submit(step, folder)`` it was given.
+The exclusive create succeeds for exactly one caller across processes and nodes, so racing watchers, a watcher
+restarted by a requeue and a one-shot pass never submit twice. Complete: up to SkyRL's marker step, or (an HF
+export, written in place without a marker) a whole model no file of which changed for ``settle_s`` seconds.
 
-Complete means:
-
-- a SkyRL checkpoint folder (``latest_ckpt_global_step.txt`` present, written by SkyRL after the step's files):
-  every ``global_step_N`` with N <= the marker's step;
-- an HF export folder (no marker): ``global_step_N[/policy]`` passes :func:`checkpoints.check_model_dir` and no
-  file in it changed for ``settle_s`` seconds (exports are written in place, without a marker).
-
-A failed submission releases its claim so the next poll tries again (no checkpoint is skipped); a claim whose
-owner died between claiming and submitting (no job id after ``stale_claim_s``) is taken over by an atomic rename,
-which again only one watcher can win. The watcher never touches the training job: an evaluation that fails is
-the evaluation job's own business.
+A failed submission releases its claim so the next poll retries; a claim whose owner died before submitting is
+taken over by an atomic rename, which only one watcher can win. The watcher never touches the training job.
 """
 
 from __future__ import annotations

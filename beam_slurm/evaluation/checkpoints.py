@@ -1,13 +1,8 @@
 """Resolve what an evaluation loads: a full Hugging Face model directory, or a base model plus a LoRA adapter.
 
-Accepted forms of ``--checkpoint``:
-
-- a SkyRL HF export, ``<export_path>/global_step_N/`` or ``<export_path>/global_step_N/policy/``;
-- any Hugging Face model directory (``config.json`` + weights), e.g. the base model for a step-0 evaluation;
-- a LoRA adapter directory in PEFT layout (``adapter_config.json`` + ``adapter_model.safetensors``), with the base
-  model from ``--base-model`` or, when it is a local directory, from the adapter's ``base_model_name_or_path``.
-
-Everything here only reads files, so a bad path fails with a clear message before any model is loaded.
+``--checkpoint`` is a SkyRL HF export (``global_step_N[/policy]``), any HF model directory, or a PEFT adapter
+with its base model from ``--base-model`` or the adapter's ``base_model_name_or_path`` when that is a local
+directory. Everything here only reads files, so a bad path fails before any model is loaded.
 """
 
 from __future__ import annotations

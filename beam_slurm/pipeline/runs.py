@@ -1,16 +1,10 @@
 """Runs: the one resolver from what a user types to runs, and the operator's wanted outcome.
 
-Every run has a record (`beam_slurm.core.run_record`, stored by `beam_slurm.core.run_store`), however it was
-started: `beam-slurm submit` writes it with the submission, and the training job itself writes (or adds to) it at
-every attempt, so a job started with plain `sbatch sbatch/train_*.sh` is a run too.
-
-`resolve_runs` turns a sweep folder (or its sweep.json) into its runs and anything else into one run through
-`resolve_run`: a run folder (the export path, its `beam_run/` or `run.json`), a run name (looked up under the
-exports root: `--exports-root`, else $BEAM_EXPORTS_ROOT, else $HOME/exports, then the export path the current
-environment gives that name) or a job id of the run (a training job, a submitted stage or an evaluation job: the
-per-user job index, then the runs under the exports root, then the run folder around what Slurm says the job
-wrote, from scontrol or sacct). `status`, `report`, `evaluate`, `requeue`, `stop`, `attach`, `logs` and `sync` all
-take their argument through it.
+Every run has a record, however it was started: `submit` writes it, and the training job writes (or adds to) it
+at every attempt, so a job started with plain `sbatch` is a run too. `resolve_runs` turns a sweep folder into its
+runs and anything else into one through `resolve_run`: a run folder, a run name (under the exports root:
+`--exports-root`, $BEAM_EXPORTS_ROOT, else $HOME/exports) or a job id of the run (the per-user job index, the runs
+under the exports root, then what Slurm says the job wrote). Every verb that takes RUN goes through it.
 """
 
 from __future__ import annotations

@@ -1,15 +1,9 @@
 """`beam-slurm attach RUN [--node NAME] [-- CMD ...]`: a shell (or CMD) inside a running training job.
 
-The shell runs as one more step of the job's allocation (`srun --overlap --jobid=<job> --nodelist=<node>`, with
-`--pty` for the interactive shell), inside the job's container when it uses one (the same container hook as the
-job's own steps, `beam_slurm.slurm.steps.container_hook`), on the Ray head or on the named node. It starts with the
-job's Ray address and token set (RAY_ADDRESS, RAY_AUTH_MODE=token, RAY_AUTH_TOKEN_PATH: the token stays in its
-file, mode 0600), so `ray status`, `ray list actors` or a `ray.init()` script reach the job's cluster.
-
-Where the head is comes from the attempt's own record, `<log_dir>/<jobid>-<attempt>/ray_head.json`, written by the
-head as soon as its GCS listens (`beam_slurm.ray_cluster.records.HEAD_FILE`). RUN is resolved like every verb's
-(`beam_slurm.pipeline.runs.resolve_run`: run folder, run name or training job id). A job that is not running, or
-whose Ray is not up yet, is refused with exit status 2.
+The shell is one more step of the job's allocation (`srun --overlap --jobid=<job> --nodelist=<node>`), inside the
+job's container when it uses one, with the job's Ray address and token file set, so `ray status` or a
+`ray.init()` script reach the job's cluster. The head is found from the attempt's `ray_head.json`; a job that is
+not running, or whose Ray is not up yet, is refused with exit status 2.
 """
 
 from __future__ import annotations

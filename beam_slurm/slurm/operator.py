@@ -1,13 +1,9 @@
 """`beam-slurm requeue RUN` and `beam-slurm stop RUN`: end a running training attempt gracefully.
 
-Both write the wanted outcome into the run record (`beam_slurm.core.run_record`), signal only the job's batch shell
-(`scancel --batch --signal=USR2`; Ray and the trainer are not signalled), and wait up to `--timeout` seconds
-(default: the run's cluster.grace_s) for the trainer's checkpoint at the next step boundary. The batch shell then
-stops Ray and either requeues the job (`requeue`: the next attempt resumes from that checkpoint) or ends it as
-stopped (`stop`: exit status 79, so the job is not COMPLETED and `afterok` dependents do not run; `status` shows
-"stopped at step N, resumable" and `beam-slurm submit` again resumes it). Both print what was saved.
-
-A pending job has nothing to save: `stop` cancels it, `requeue` says there is nothing to do.
+Both write the wanted outcome into the run record, signal only the job's batch shell (`scancel --batch
+--signal=USR2`), and wait up to `--timeout` seconds (default cluster.grace_s) for the checkpoint at the next step.
+The batch shell then requeues the job, or ends it as stopped with exit status 79, so `afterok` dependents do not
+run and `submit` resumes it later. A pending job has nothing to save: `stop` cancels it.
 """
 
 from __future__ import annotations
