@@ -31,8 +31,7 @@ from beam_slurm.data.errors import BadDataInput
 from beam_slurm.data.manifest import load_manifest, reuse_verdict, sha256_file, write_manifest
 from beam_slurm.data.sources import ResolvedSource, default_log, resolve_source
 
-# Imported inside the functions that use it, on purpose: pyarrow (only the AIME 2025 conversion reads a parquet file
-# itself).
+# pyarrow.parquet is imported inside _build: only the AIME 2025 conversion writes a parquet file itself.
 
 DAPO_MATH_OUTPUT = "dapo-math-17k-cleaned.parquet"
 AIME2024_OUTPUT = "aime-2024-cleaned.parquet"
@@ -77,6 +76,14 @@ def _is_local(spec: str) -> bool:
 
 def _file_records(sources: list[ResolvedSource]) -> list[dict]:
     return [{"path": str(path.resolve()), "sha256": sha256_file(path)} for s in sources for path in s.files]
+
+
+def reuse_request(plan: OutputPlan) -> dict:
+    """What an output's manifest entry must match for it to be kept; BadDataInput when a local source moved."""
+    request: dict = {"source": plan.source, "settings": plan.settings}
+    if all(_is_local(spec) for spec in _specs(plan)):
+        request["source_files"] = _file_records([resolve_source(spec, plan.setting) for spec in _specs(plan)])
+    return request
 
 
 class RowProgress:
@@ -179,12 +186,8 @@ def prepare(config: DataConfig, log: Log = default_log, *, force: bool = False, 
             adopt: bool = False) -> dict:
     """Write the outputs that are missing or stale into out_dir and return the manifest entries.
 
-    `force` rebuilds outputs that are up to date; `data_dir` is where they go when data.out_dir is empty; `adopt`
-    records cleaned files that are there without a manifest entry (written by hand or by an older version) once
-    their schema and rows check out, instead of refusing them.
-    Every source is resolved and schema-checked before any output is built; outputs are built into temporary
-    files and renamed into place only when all succeeded, so a failure leaves out_dir as it was.
-    """
+    `adopt` records cleaned files found without a manifest entry once their schema and rows check out. Sources are
+    all checked before any output is built, and outputs renamed into place only when all succeeded."""
     problems = config.problems()
     if problems:
         raise BadDataInput("; ".join(problems))
@@ -198,10 +201,7 @@ def prepare(config: DataConfig, log: Log = default_log, *, force: bool = False, 
             if not output.exists() or force:
                 to_build.append(plan)
                 continue
-            request: dict = {"source": plan.source, "settings": plan.settings}
-            if all(_is_local(spec) for spec in _specs(plan)):
-                local = [resolve_source(spec, plan.setting) for spec in _specs(plan)]
-                request["source_files"] = _file_records(local)
+            request = reuse_request(plan)
             reason = reuse_verdict(output, manifest.get(plan.file_name), request)
             if reason is not None and adopt and manifest.get(plan.file_name) is None:
                 adopted[plan.file_name] = _adopted_entry(plan, output, request, log)
@@ -261,7 +261,6 @@ def prepare(config: DataConfig, log: Log = default_log, *, force: bool = False, 
 
 
 def build_parser():
-    """The verb's parser: `--force`, and the data.* keys (plus paths.data_dir, the default output folder)."""
     verb = VerbArgs(
         "prepare-data",
         "Build dapo-math-17k-cleaned.parquet, aime-2024-cleaned.parquet, aime-2025-cleaned.parquet and\n"
@@ -277,7 +276,6 @@ def build_parser():
 
 
 def main(argv: list[str]) -> int:
-    """Entry point of `beam-slurm prepare-data`; returns the exit status."""
     verb = build_parser()
     try:
         parsed = verb.parse(argv)

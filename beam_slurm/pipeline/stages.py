@@ -23,10 +23,9 @@ from beam_slurm.containers.pull import image_is_current
 from beam_slurm.containers.runtime import cached_image_path, is_local_image
 from beam_slurm.core import layout
 from beam_slurm.core.errors import UserError
-from beam_slurm.data.cli import _file_records, _is_local, _plans, _specs
+from beam_slurm.data.cli import _plans, reuse_request
 from beam_slurm.data.errors import BadDataInput
 from beam_slurm.data.manifest import MANIFEST_NAME, load_manifest, reuse_verdict
-from beam_slurm.data.sources import resolve_source
 from beam_slurm.slurm.submission import SbatchRequest, submit
 
 TRAIN_SCRIPTS = {
@@ -150,10 +149,8 @@ class PrepareData:
             if not output.is_file():
                 found[plan.file_name] = _MISSING
                 continue
-            request: dict = {"source": plan.source, "settings": plan.settings}
             try:
-                if all(_is_local(spec) for spec in _specs(plan)):
-                    request["source_files"] = _file_records([resolve_source(spec, plan.setting) for spec in _specs(plan)])
+                request = reuse_request(plan)
             except BadDataInput:
                 return None  # a source moved: let the job say so
             found[plan.file_name] = reuse_verdict(output, manifest.get(plan.file_name), request)
