@@ -11,7 +11,6 @@ Registry credentials reach the runtime only through its own files and environmen
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shlex
 import shutil
@@ -30,6 +29,7 @@ from beam_slurm.containers.runtime import (cached_image_path, digest_record_path
 from beam_slurm.containers.settings import ContainerSettings
 from beam_slurm.core.atomic_files import publish, write_text
 from beam_slurm.core.shared_lock import LockTimeout, SharedFileLock
+from beam_slurm.data.manifest import sha256_file
 
 RUNTIME_EXECUTABLE = {"pyxis": "enroot", "apptainer": "apptainer"}
 
@@ -54,14 +54,6 @@ def pinned_digest(image: str) -> str | None:
     return digest if sep and digest.startswith("sha256:") else None
 
 
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        while chunk := handle.read(8 << 20):
-            digest.update(chunk)
-    return "sha256:" + digest.hexdigest()
-
-
 def read_record(image_path: Path) -> dict | None:
     try:
         return json.loads(digest_record_path(image_path).read_text())
@@ -81,7 +73,7 @@ def record_matches(settings: ContainerSettings, image_path: Path, *, verify: boo
         return False
     if record.get("registry_digest") != pinned_digest(settings.image):
         return False
-    return not verify or record.get("sha256") == file_sha256(image_path)
+    return not verify or record.get("sha256") == "sha256:" + sha256_file(image_path)
 
 
 def image_is_current(settings: ContainerSettings) -> bool:
@@ -111,9 +103,7 @@ class PullResult:
     """What a pull did."""
 
     image_path: Path  # The image file in the cache directory
-    action: str
-    """`skipped` (already complete), `imported` (by this process) or `imported-by-other` (another process
-    finished the import while this one waited for the lock)."""
+    action: str  # skipped (already complete), imported, or imported-by-other (while this one waited for the lock)
 
 
 class PullError(RuntimeError):
@@ -143,13 +133,8 @@ def _run_import(command: list[str], lock: SharedFileLock) -> int | None:
                     return None
 
 
-def pull_image(
-    settings: ContainerSettings,
-    *,
-    force: bool = False,
-    verify: bool = False,
-    executable: str | None = None,
-) -> PullResult:
+def pull_image(settings: ContainerSettings, *, force: bool = False, verify: bool = False,
+               executable: str | None = None) -> PullResult:
     """Import settings.image into settings.image_cache_dir unless a complete import is already there; the import
     lock's timing is settings.lock_stale_after_s / lock_timeout_s."""
     stale_after, lock_timeout = settings.lock_stale_after_s, settings.lock_timeout_s
@@ -189,7 +174,7 @@ def pull_image(
                     f"`{shlex.join(command[:2])}` {what}; see its output above (registry credentials: "
                     "see `beam-slurm pull-container --help`)"
                 )
-            sha256 = file_sha256(scratch)
+            sha256 = "sha256:" + sha256_file(scratch)
             digest_record_path(target).unlink(missing_ok=True)  # never a record describing another file
             publish(scratch, target)
             _write_record(settings, target, sha256)
@@ -218,11 +203,9 @@ def _settings_problems(settings: ContainerSettings, executable: str | None) -> l
 
 PULL_KEYS = ["container.runtime", "container.image", "container.image_cache_dir", "container.lock_stale_after_s",
              "container.lock_timeout_s"]
-"""The recipe keys `pull-container` reads."""
 
 
 def build_parser():
-    """The verb's parser: the container.* keys (the lock's timing among them), --force, --verify."""
     verb = VerbArgs(
         "pull-container",
         "Import the recipe's container image once into shared storage (enroot squashfs for pyxis, SIF for\n"
@@ -259,12 +242,7 @@ def main(argv: list[str]) -> int:
             verb.fail(message)
         return 2
     try:
-        result = pull_image(
-            settings,
-            force=args.force,
-            verify=args.verify,
-            executable=executable,
-        )
+        result = pull_image(settings, force=args.force, verify=args.verify, executable=executable)
     except PullError as err:
         return verb.fail(err, status=1)
     print(result.image_path, flush=True)

@@ -51,7 +51,6 @@ def sync_commands(export_path: Path, run: RunRecord) -> list[list[str]]:
 
 
 def build_parser():
-    """The verb's parser: RUN, --dry-run, --exports-root. It reads no recipe key."""
     verb = VerbArgs("sync", "Upload a run's offline W&B folders, attempt by attempt, into its one W&B run.",
                     settings=False)
     verb.add_argument("target", help="run folder, run name or training job id")

@@ -65,7 +65,6 @@ class EvalChain:
 
 
 def build_parser():
-    """The verb's parser: --no-preflight, and every recipe key."""
     verb = VerbArgs("train", "Run inside the allocation of sbatch/train_*.sh: preflight, Ray across the nodes, the "
                     "driver, notices and requeue.", keys=list(schema_keys()))
     verb.add_argument("--no-preflight", action="store_true", help="skip the per-node preflight checks")
