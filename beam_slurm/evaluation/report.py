@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,7 +31,8 @@ from beam_slurm.core.layout import CONFIG_FILE, RUN_DIRNAME, SWEEP_FILE
 from beam_slurm.core.run_store import RunStore
 from beam_slurm.evaluation.problems import labels_by_source
 from beam_slurm.evaluation.results import DETAILS_FILE, EVALS_DIRNAME, INFO_FILE, METRICS_FILE, write_json
-from beam_slurm.pipeline.runs import RunNotFound, resolve_run, resolve_runs, sweep_folder
+from beam_slurm.pipeline.runs import (RunNotFound, RunTarget, exports_root as default_exports_root, resolve_run,
+                                     resolve_runs, sweep_folder)
 
 # matplotlib is imported inside write_plot: only the plot needs it, and it is slow to import.
 
@@ -111,8 +111,7 @@ def resolve_export_path(run: str, exports_root: str | None = None) -> Path:
     if given.is_dir():
         candidates.append(given)
     else:
-        root = exports_root or os.environ.get("BEAM_EXPORTS_ROOT") or str(Path.home() / "exports")
-        candidates.append(Path(root).expanduser() / run)
+        candidates.append(default_exports_root(exports_root) / run)
     for base in candidates:
         if not base.is_dir():
             continue
@@ -133,28 +132,19 @@ def resolve_export_path(run: str, exports_root: str | None = None) -> Path:
     )
 
 
-@dataclass
-class Target:
-    """One run to report, as the arguments named it."""
-
-    export_path: Path
-    choices: list[str] | None = None
-    sweep_dir: Path | None = None
-
-
-def resolve_targets(targets: list[str], exports_root: str | None = None) -> list[Target]:
+def resolve_targets(targets: list[str], exports_root: str | None = None) -> list[RunTarget]:
     """Runs named by the arguments, in order, each once: a sweep folder (or its sweep.json) stands for its runs."""
-    found: list[Target] = []
+    found: list[RunTarget] = []
     for target in targets:
         sweep = sweep_folder(Path(target).expanduser())
         if sweep is not None:
             runs = resolve_runs(target, exports_root)
             if not runs:
                 raise ReportInputError(f"{sweep / SWEEP_FILE} lists no runs (every point was invalid?)")
-            found += [Target(r.export_path, list(r.choices), r.sweep_dir) for r in runs]
+            found += runs
         else:
-            found.append(Target(resolve_export_path(target, exports_root)))
-    unique: dict[Path, Target] = {}
+            found.append(RunTarget(resolve_export_path(target, exports_root)))
+    unique: dict[Path, RunTarget] = {}
     for item in found:
         unique.setdefault(item.export_path.resolve(), item)
     return list(unique.values())
@@ -599,7 +589,7 @@ def summary(report: RunReport) -> dict[str, Any]:
     }
 
 
-def output_paths(targets: list[Target], plot: Path | None) -> tuple[Path, Path]:
+def output_paths(targets: list[RunTarget], plot: Path | None) -> tuple[Path, Path]:
     """(PNG, report.json): --plot; else one run's beam_evals/, one sweep's folder, or compare.* beside the first run's."""
     if plot is not None:
         return plot, plot.with_suffix(".json")
@@ -637,7 +627,7 @@ def main(argv: list[str]) -> int:
     reports = []
     for target in targets:
         report = gather(target.export_path)
-        report.choices = target.choices
+        report.choices = list(target.choices)
         reports.append(report)
     if not any(r.evals or r.train for r in reports):
         where = ", ".join(str(t.export_path) for t in targets)
