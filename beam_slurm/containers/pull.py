@@ -27,7 +27,7 @@ from beam_slurm.config.verb_args import VerbArgs, VerbUsageError
 from beam_slurm.containers.runtime import (cached_image_path, digest_record_path, docker_reference, enroot_reference,
                                            is_local_image, validate)
 from beam_slurm.containers.settings import ContainerSettings
-from beam_slurm.core.atomic_files import publish, write_text
+from beam_slurm.core.atomic_files import publish, read_json, write_text
 from beam_slurm.core.shared_lock import LockTimeout, SharedFileLock
 from beam_slurm.data.manifest import sha256_file
 
@@ -54,17 +54,10 @@ def pinned_digest(image: str) -> str | None:
     return digest if sep and digest.startswith("sha256:") else None
 
 
-def read_record(image_path: Path) -> dict | None:
-    try:
-        return json.loads(digest_record_path(image_path).read_text())
-    except (FileNotFoundError, ValueError):
-        return None
-
-
 def record_matches(settings: ContainerSettings, image_path: Path, *, verify: bool = False) -> bool:
     """True when `image_path` is a complete import of settings.image: the record names the same reference and
     runtime, the file has the recorded size, a pinned registry digest matches, and (verify) its sha256 matches."""
-    record = read_record(image_path)
+    record = read_json(digest_record_path(image_path))
     if record is None or not image_path.is_file():
         return False
     if record.get("image") != docker_reference(settings.image) or record.get("runtime") != settings.runtime:
@@ -154,7 +147,7 @@ def pull_image(settings: ContainerSettings, *, force: bool = False, verify: bool
             raise PullError(str(err)) from err
         try:
             # Finished by another job while we waited: counts even with --force when it finished after we started.
-            record = read_record(target) or {}
+            record = read_json(digest_record_path(target)) or {}
             finished_meanwhile = record.get("imported_at", 0) >= started and record_matches(settings, target)
             if finished_meanwhile or (not force and record_matches(settings, target, verify=verify)):
                 log(f"{target} was imported by another job while this one waited; skipping")

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from beam_slurm.core.atomic_files import read_json
 from beam_slurm.notice_budget import GB, save_seconds
 
 PROBE_BYTES = 1024**3
@@ -65,10 +66,7 @@ def gather(records: dict[str, dict], attempt_dir: Path) -> dict[str, float]:
 
 def slowest_recorded(attempt_dir: Path) -> float | None:
     """The slowest node's GB/s in the attempt's storage_write.json, or None when nothing was measured."""
-    try:
-        records = json.loads((Path(attempt_dir) / RESULT_FILE).read_text())
-    except (OSError, ValueError):
-        return None
+    records = read_json(Path(attempt_dir) / RESULT_FILE) or {}
     rates = [r["write"]["gbytes_per_s"] for r in records.values() if isinstance(r, dict) and "write" in r]
     return min(rates) if rates else None
 
