@@ -10,14 +10,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-BF16_WEIGHTS_TB = 1.0
-"""The model's weights in BF16, read by every node from shared storage."""
-OPTIMIZER_STATE_TB_TOTAL = 5.2
-"""Optimizer state of full fine-tuning over all training nodes (~0.6-0.7 TB per node x 8 nodes on NVMe)."""
-FULL_CHECKPOINT_TB_TOTAL = 7.0
-"""One full checkpoint over all training nodes (~0.9 TB per node x 8 nodes)."""
-CPU_OPTIMIZER_HOST_RAM_TB_PER_NODE = 1.7
-"""Host RAM per node the CPU optimizer needs when no node-local NVMe folder is set."""
+BF16_WEIGHTS_TB = 1.0  # read by every node from shared storage
+OPTIMIZER_STATE_TB_TOTAL = 5.2  # full fine-tuning, all training nodes
+FULL_CHECKPOINT_TB_TOTAL = 7.0  # one full checkpoint, all training nodes
+CPU_OPTIMIZER_HOST_RAM_TB_PER_NODE = 1.7  # without a node-local NVMe folder
 _TB = 1000**4
 
 

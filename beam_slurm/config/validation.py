@@ -31,6 +31,7 @@ RESUME_MODES = ("none", "latest", "from_path")
 _RUN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
 
+# sbatch options that a recipe key renders: `cluster.extra_sbatch_args` may not set them a second time
 FIRST_CLASS_SBATCH_OPTIONS = {
     "--time": "cluster.time_limit", "-t": "cluster.time_limit", "--nodes": "cluster.nodes", "-N": "cluster.nodes",
     "--partition": "cluster.partition", "-p": "cluster.partition", "--account": "cluster.account",
@@ -39,7 +40,6 @@ FIRST_CLASS_SBATCH_OPTIONS = {
     "--cpus-per-task": "cluster.cpus_per_node", "-c": "cluster.cpus_per_node", "--job-name": "run_name",
     "-J": "run_name", "--output": "paths.log_dir", "-o": "paths.log_dir",
 }
-"""sbatch options that a recipe key renders: `cluster.extra_sbatch_args` may not set them a second time."""
 
 
 def problems(cfg) -> list[ConfigProblem]:

@@ -28,22 +28,16 @@ RUN_FILE = "run.json"
 RUN_LOCK_FILE = "run.json.lock"
 CONFIG_FILE = "config.yaml"
 COMMANDS_FILE = "commands.sh"
-RUN_EVALS_DIRNAME = "evals"
-"""Under beam_run/: one file per evaluation job submitted for a checkpoint."""
+RUN_EVALS_DIRNAME = "evals"  # one file per checkpoint's evaluation job
 SWEEP_FILE = "sweep.json"
 SWEEPS_DIRNAME = "beam_sweeps"
-LAST_POINTER = "last"
-"""In the per-user state folder: the latest submission's run or sweep folder."""
-JOBS_INDEX_DIRNAME = "jobs"
-"""In the per-user state folder: one file per training job id naming its export path."""
+LAST_POINTER = "last"  # the latest submission's run or sweep folder
+JOBS_INDEX_DIRNAME = "jobs"  # training job id -> export path
 
-EVALS_DIRNAME = "beam_evals"
-"""Under the export path: our evaluations, one folder per checkpoint."""
-CHECKPOINT_MARKER = "latest_ckpt_global_step.txt"
-"""SkyRL's marker in the checkpoint path: the step of the latest complete checkpoint."""
+EVALS_DIRNAME = "beam_evals"  # one folder per evaluated checkpoint
+CHECKPOINT_MARKER = "latest_ckpt_global_step.txt"  # the latest complete step
 STEP_DIR = re.compile(r"^global_step_(\d+)$")
-POLICY_SUBDIR = "policy"
-"""SkyRL's HF exports and checkpoints keep the model one level below the step folder."""
+POLICY_SUBDIR = "policy"  # the model sits one level below the step folder
 
 
 def step_dirname(step: int) -> str:

@@ -19,8 +19,7 @@ from typing import Any, TypeVar
 
 from beam_slurm.core.errors import UserError
 
-SCHEMA_VERSION = 2
-"""2: `schema_version` written; 1 (no field): the same keys, written before the record was typed."""
+SCHEMA_VERSION = 2  # 1: the same keys, before schema_version was written
 
 
 @dataclass
@@ -83,8 +82,7 @@ class TrainJob:
     user_exclude: list[str] = field(default_factory=list)  # The user's own --exclude
     excluded_nodes: list[str] = field(default_factory=list)  # The ExcNodeList the job set after finding bad nodes
     attempts: list[Attempt] = field(default_factory=list)
-    outcome: str | None = None
-    """completed, stopped, failed or cancelled once the job ended; None while it runs or requeues."""
+    outcome: str | None = None  # completed, stopped, failed or cancelled; None while it runs
     outcome_reason: str = ""
     resumable: bool = False
     avoided_bad_nodes: bool = False  # The one requeue of an attempt that landed on a recorded bad node was spent

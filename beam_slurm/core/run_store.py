@@ -21,10 +21,8 @@ from beam_slurm.core.shared_lock import SharedFileLock
 
 T = TypeVar("T")
 
-LOCK_STALE_AFTER_S = 20.0
-"""A holder that has not touched the lock for this long (its node died, it was SIGSTOPped) loses it."""
-LOCK_TIMEOUT_S = 120.0
-"""How long a writer waits for a live holder before it gives up (an update takes milliseconds)."""
+LOCK_STALE_AFTER_S = 20.0  # a holder silent this long (dead node, SIGSTOP) loses it
+LOCK_TIMEOUT_S = 120.0  # an update takes milliseconds
 _UPDATE_TRIES = 3
 
 

@@ -39,11 +39,9 @@ class LockHolder:
 
     host: str  # Hostname of the holder
     pid: int  # Process id of the holder on that host
-    pid_start: str
-    """Start time of that process (/proc/<pid>/stat field 22) so a reused pid is not mistaken for the holder."""
+    pid_start: str  # so a reused pid is not taken for the holder
     token: str  # Random id of this acquisition
-    acquired_at: float
-    """Wall-clock time the lock was taken (for messages only; staleness never compares clocks across hosts)."""
+    acquired_at: float  # for messages only: clocks are never compared
 
 
 def process_start_time(pid: int) -> str | None:

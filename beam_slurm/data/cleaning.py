@@ -30,8 +30,7 @@ import pyarrow.parquet as pq
 from beam_slurm.data.dapo_format import KEY_COLUMNS, check_dapo_schema
 from beam_slurm.data.errors import BadDataInput
 
-Progress = Callable[[int], None]
-"""Called with the number of rows just processed."""
+Progress = Callable[[int], None]  # called with the rows just processed
 
 PROMPT_ID_COLUMN = "__prompt_id"
 ROW_COLUMN = "__row"

@@ -27,8 +27,7 @@ from beam_slurm.evaluation.checkpoints import STEP_DIR, CheckpointError, check_m
 MARKER_FILE = "latest_ckpt_global_step.txt"
 CLAIMS_DIRNAME = ".eval_claims"
 
-Submit = Callable[[int, Path], str]
-"""submit(step, checkpoint folder) -> job id."""
+Submit = Callable[[int, Path], str]  # submit(step, checkpoint folder) -> job id
 
 
 @dataclass
@@ -38,8 +37,7 @@ class ChainSettings:
     run_dir: Path  # Folder holding global_step_N: SkyRL's ckpt_path (with its marker file) or export_path (HF exports)
     claims_dir: Path | None = None  # Where claim files live (shared storage); None = <run_dir>/.eval_claims
     settle_s: float = 60.0  # An HF export counts as complete once none of its files changed for this long
-    stale_claim_s: float = 600.0
-    """A claim without a job id older than this belonged to a watcher that died; it may be taken over."""
+    stale_claim_s: float = 600.0  # a claim older than this without a job id is a dead watcher's
     poll_interval_s: float = 30.0  # Seconds between two looks at run_dir in watch()
 
     def __post_init__(self) -> None:

@@ -39,10 +39,8 @@ class EvalInput:
     model_path: Path  # Hugging Face model directory vLLM loads (the full model, or the LoRA's base model)
     lora_path: Path | None = None  # PEFT adapter directory applied on top of model_path; None for a full model
     lora_rank: int | None = None  # The adapter's rank (vLLM must reserve slots at least this large)
-    global_step: int | None = None
-    """Training step parsed from a global_step_N directory; None for a model outside a run (e.g. the base model)."""
-    run_root: Path | None = None
-    """The directory holding global_step_N (a run's export_path or ckpt_path); None outside a run."""
+    global_step: int | None = None  # from global_step_N; None outside a run (e.g. the base model)
+    run_root: Path | None = None  # the folder holding global_step_N; None outside a run
 
     @property
     def label(self) -> str:

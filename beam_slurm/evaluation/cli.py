@@ -39,6 +39,7 @@ from beam_slurm.evaluation.resumable import task_finished
 from beam_slurm.pipeline import sweep
 from beam_slurm.pipeline.runs import RunNotFound, resolve_runs
 
+# the recipe keys `evaluate` reads (the pipeline renders these for evaluation jobs)
 EVALUATE_KEYS = [
     "eval.responses_per_problem", "generation.max_response_tokens", "generation.max_prompt_tokens",
     "generation.temperature", "generation.top_p", "generation.reasoning_effort",
@@ -48,7 +49,6 @@ EVALUATE_KEYS = [
     "grade.timeout_s", "grade.memory_mb", "grade.workers", "eval.chunk_problems", "paths.data_dir",
     "paths.eval_files",
 ]
-"""The recipe keys `evaluate` reads (the pipeline renders these for evaluation jobs)."""
 
 # Old flags that carried a setting -> its key (accepted for one release).
 OLD_FLAGS = {

@@ -138,8 +138,7 @@ def _row(problem: Problem, sample: int, text: str, finish_reason: str | None, to
             "ground_truth": problem.ground_truth, "finish_reason": finish_reason, "response_tokens": tokens}
 
 
-Request = tuple[Problem, int, int]
-"""(problem, responses wanted, index of the first one): what a resumed evaluation still needs of a problem."""
+Request = tuple[Problem, int, int]  # (problem, responses wanted, index of the first)
 
 
 class OfflineEngine:

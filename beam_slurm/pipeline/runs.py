@@ -23,8 +23,7 @@ from beam_slurm.core.run_record import RunRecord, Wanted, read_record
 from beam_slurm.core.run_store import RunStore, now
 from beam_slurm.slurm import scheduler
 
-EXPORTS_ROOT_ENV = "BEAM_EXPORTS_ROOT"
-"""Where run names are looked up (default $HOME/exports, the seed's export root)."""
+EXPORTS_ROOT_ENV = "BEAM_EXPORTS_ROOT"  # where run names are looked up
 
 
 class RunNotFound(UserError, ValueError):

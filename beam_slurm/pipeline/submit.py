@@ -45,8 +45,7 @@ class RunSpec:
     """One run of the submission (the only one, or one sweep point)."""
 
     overrides: list[str]  # Its Hydra overrides
-    choices: list[tuple[str, str]] = field(default_factory=list)
-    """Swept (key, value) pairs of this point; empty outside a sweep."""
+    choices: list[tuple[str, str]] = field(default_factory=list)  # swept (key, value) pairs
     cfg: object = None  # The loaded config (run name and paths already per point); None when it did not compose
     problems: list[ConfigProblem] = field(default_factory=list)  # Why this run is invalid (empty = valid)
     base_name: str = ""  # The run name before a sweep point's suffix was added

@@ -26,8 +26,7 @@ _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 class Combination:
     """One point of a sweep."""
 
-    overrides: list[str]
-    """Every override of this point, in the order given (fixed ones and the chosen value of each swept one)."""
+    overrides: list[str]  # fixed ones and each swept one's chosen value
     choices: list[tuple[str, str]] = field(default_factory=list)  # (key, value) of each swept override at this point
 
 

@@ -27,8 +27,7 @@ from beam_slurm.slurm import scheduler
 from beam_slurm.slurm.job_settings import job_mounts
 from beam_slurm.slurm.steps import ContainerHook, container_hook
 
-ATTACH_STEP = "attach"
-"""Job name of the attach step (as `squeue --steps` shows it)."""
+ATTACH_STEP = "attach"  # the step's name in `squeue --steps`
 
 
 class AttachRefused(Exception):

@@ -24,11 +24,9 @@ from beam_slurm.pipeline import runs
 from beam_slurm.skyrl import notice
 from beam_slurm.slurm import scheduler
 
-OPERATOR_SIGNAL = "USR2"
-"""The signal the batch shell gets (it handles every notice signal the same way and reads the wanted outcome)."""
+OPERATOR_SIGNAL = "USR2"  # the batch shell then reads the wanted outcome
 _POLL_S = 0.5
-_RECORD_MARGIN_S = 30.0
-"""After the save, how long past the run's cluster.stop_grace_s to wait for the batch shell to record its end."""
+_RECORD_MARGIN_S = 30.0  # for the batch shell to record its end
 
 
 def build_parser(verb: str = "requeue"):

@@ -26,8 +26,7 @@ from dataclasses import dataclass, field
 
 from beam_slurm.slurm import scheduler, values
 
-QUERY_TIMEOUT_S = 10.0
-"""Seconds each Slurm query may take; `plan` must not hang on a controller that does not answer."""
+QUERY_TIMEOUT_S = 10.0  # `plan` must not hang on a silent controller
 USER_SIGNAL_PARAMETER = "preempt_send_user_signal"
 
 
@@ -49,8 +48,7 @@ class PreemptionInfo:
     why: str = ""
     preempt_type: str = ""  # preempt/none, preempt/partition_prio or preempt/qos
     cluster_mode: str = ""  # PreemptMode of slurm.conf (OFF, CANCEL, REQUEUE, SUSPEND, with GANG)
-    user_signal: bool = False
-    """SlurmctldParameters has preempt_send_user_signal: the job's --signal is sent at preemption."""
+    user_signal: bool = False  # preempt_send_user_signal: the job's --signal is sent
     kill_wait_s: int = 0
     proctrack: str = ""
     """ProctrackType: which processes a signal to a step reaches (proctrack/cgroup: every one of the step, Ray's

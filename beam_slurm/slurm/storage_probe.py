@@ -18,11 +18,9 @@ from typing import Callable
 from beam_slurm.core.atomic_files import read_json
 from beam_slurm.notice_budget import GB, save_seconds
 
-PROBE_BYTES = 1024**3
-"""Stop after this many bytes are written and fsynced (1 GiB)."""
+PROBE_BYTES = 1024**3  # written and fsynced, then stop
 _CHUNK = 64 * 1024 * 1024
-RESULT_FILE = "storage_write.json"
-"""In the attempt's log folder: one measure per node."""
+RESULT_FILE = "storage_write.json"  # in the attempt's log folder
 
 
 def measure_write(folder: Path, max_seconds: float, max_bytes: int = PROBE_BYTES) -> dict:
