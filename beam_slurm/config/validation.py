@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 import os
 import re
 import socket
@@ -216,9 +217,8 @@ def problems(cfg) -> list[ConfigProblem]:
 
 
 def layout_problems(cfg, *, sizes_ok: bool = True) -> list[ConfigProblem]:
-    """Placement, Megatron/vLLM parallelism and SkyRL's batch arithmetic for this layout (cluster.nodes x
-    gpus_per_node, the split): what changes when a recipe is scaled out. `sizes_ok`: the sizes are positive (the
-    divisibility rules are only checked then)."""
+    """Placement, parallelism and SkyRL's batch arithmetic: what changes when a recipe is scaled out. The
+    divisibility rules are checked only when `sizes_ok` (the sizes are positive)."""
     out: list[ConfigProblem] = []
 
     def bad(key: str, value, fix: str) -> None:
@@ -306,15 +306,8 @@ def skyrl_value_problems(cfg) -> list[ConfigProblem]:
                           "use a plain value") for key, value in _text_settings(cfg) if not _reads_back(value)]
 
 
-_READS_BACK: dict[str, bool] = {}
-
-
-def _reads_back(text: str) -> bool:
-    """`skyrl.command.reads_back`, remembered per text: each answer parses the text with OmegaConf (~1 ms), and the
-    points of a sweep share almost every text setting."""
-    if text not in _READS_BACK:
-        _READS_BACK[text] = reads_back(text)
-    return _READS_BACK[text]
+# Remembered per text: each answer parses it with OmegaConf (~1 ms), and a sweep's points share almost every text.
+_reads_back = functools.lru_cache(maxsize=None)(reads_back)
 
 
 def _text_settings(node, prefix: str = ""):
@@ -330,12 +323,8 @@ def _text_settings(node, prefix: str = ""):
 
 
 def path_problems(cfg, *, produced: Collection[str] = ()) -> list[ConfigProblem]:
-    """Paths the job will read that are missing or unreadable on this host (the submit host for `plan`/`submit`).
-
-    The model, the SkyRL checkout (skyrl backend), the training and evaluation parquet files (unless `produced`
-    holds "data": an earlier stage of the same submission writes them) and a from_path resume checkpoint.
-    Nothing when cluster.check_paths_on_submit is false.
-    """
+    """Paths the job will read that are missing or unreadable on this host (the submit host for `plan`/`submit`);
+    not the data files when `produced` holds "data" (an earlier stage writes them)."""
     if not cfg.cluster.check_paths_on_submit:
         return []
     out: list[ConfigProblem] = []

@@ -62,11 +62,7 @@ _INLINE_LIMIT = 32
 
 
 class StringInterner:
-    """Gives every distinct string of one column a small id, so keys can be compared as short codes.
-
-    Known strings are found by Arrow's `index_in` against the strings seen so far (no Python per row); only new
-    strings reach Python. Past _LOOKUP_BYTES of distinct strings, new ones are remembered by BLAKE2b digest.
-    """
+    """Gives every distinct string of one column a small id, so keys can be compared as short codes."""
 
     def __init__(self) -> None:
         self.known = pa.array([], pa.large_string())
@@ -178,10 +174,7 @@ def _check_ground_truth(reward_model: pa.Array, first_row: int, where: str) -> N
 
 
 def read_ahead(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """Decode the next batch in a background thread while the caller works on this one (Arrow releases the GIL).
-
-    Errors of the reader are raised in the caller, at the batch where they happened.
-    """
+    """Decode the next batch in a thread while the caller works on this one; reader errors reach the caller."""
     slots: queue.Queue = queue.Queue(maxsize=1)
     finished = object()
     stop = threading.Event()
@@ -250,11 +243,8 @@ def clean_dapo_files(
     canonical_answers: bool = False,
     progress: Optional[Progress] = None,
 ) -> CleaningStats:
-    """Apply the rule to the rows of `files` (read in order) and write the result to `destination`.
-
-    `destination` is written in place; callers pass a temporary path and rename it. Raises BadDataInput on a wrong
-    schema, a corrupt or truncated file, or an empty ground truth.
-    """
+    """Apply the rule to the rows of `files` and write `destination` in place (callers pass a temporary path).
+    Raises BadDataInput on a wrong schema, a corrupt or truncated file, or an empty ground truth."""
     readers = []
     for path in files:
         reader = open_parquet(path, f"{where} ({path})")

@@ -44,10 +44,7 @@ def write_manifest(out_dir: Path, outputs: dict) -> None:
 
 
 def reuse_verdict(output: Path, entry: Optional[dict], request: dict) -> Optional[str]:
-    """None when `output` can be kept for `request`; otherwise why not (for the error message).
-
-    `request` holds "source", "settings" and, for local sources, "source_files" [{path, sha256}].
-    """
+    """None when `output` can be kept for `request` (source, settings, local source_files); else why not."""
     if entry is None:
         return "is not recorded in the manifest (it was not written by prepare-data, or the manifest is gone)"
     if entry.get("source") != request["source"]:

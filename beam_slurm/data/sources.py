@@ -17,8 +17,7 @@ from urllib.parse import unquote
 
 from beam_slurm.data.errors import BadDataInput
 
-# Imported inside the functions that use it, on purpose: huggingface_hub (only a hub source needs it, and it is slow
-# to import).
+# huggingface_hub is imported inside the functions that use it: only a hub source needs it, and it is slow to import.
 
 HUB_SCHEME = "hf://"
 DATA_FILE_SUFFIXES = (".parquet", ".jsonl", ".json")

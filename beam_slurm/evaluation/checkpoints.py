@@ -16,8 +16,7 @@ from typing import Any
 from beam_slurm.core.errors import UserError
 from beam_slurm.evaluation.results import evaluation_dir
 
-# Imported inside the functions that use it, on purpose: vllm (only a LoRA checkpoint's request needs it; vLLM takes
-# seconds to import).
+# vllm is imported inside lora_request: only a LoRA checkpoint needs it, and it takes seconds to import.
 
 STEP_DIR = re.compile(r"^global_step_(\d+)$")
 

@@ -130,9 +130,8 @@ def sweep_folder(path: Path) -> Path | None:
 
 
 def resolve_runs(target: str, exports_root_given: str | None = None) -> list[RunTarget]:
-    """The runs `target` names: a sweep folder (or its sweep.json) stands for its runs, in the sweep's order (none
-    when every point was invalid); anything else is one run (`resolve_run`). The one resolver of every verb that
-    takes RUN or SWEEP."""
+    """The runs `target` names: a sweep folder (or its sweep.json) stands for its runs, in order; anything else is
+    one run (`resolve_run`)."""
     sweep = sweep_folder(Path(target).expanduser())
     if sweep is not None:
         listed = (read_json(sweep / layout.SWEEP_FILE) or {}).get("runs") or []

@@ -78,11 +78,8 @@ def slug(choices: list[tuple[str, str]]) -> str:
 
 
 def rename_run(cfg, run_slug: str, *, home: str) -> None:
-    """Give a loaded (default-filled) config its own run name and paths for a sweep point.
-
-    Paths the seed derives from the run name ($HOME/ckpts/<run>, $HOME/exports/<run>, <export>/logs) are derived
-    again from the new name; paths the user set (CKPT_PATH, paths.export_path=...) get a per-run subfolder.
-    """
+    """Give a loaded config its own run name and paths for a sweep point: paths derived from the run name are
+    derived again, paths the user set get a per-run subfolder."""
     old = cfg.run_name
     new = f"{old}-{run_slug}" if run_slug else old
     p = cfg.paths

@@ -121,11 +121,8 @@ def job_mounts(cfg):
 
 
 def job_settings(cfg, *, preflight: bool = True, driver: list[str] | None = None) -> tuple[TrainJobSettings, dict[str, str]]:
-    """The recipe as `TrainJobSettings`, and the environment its driver needs.
-
-    `driver` replaces the recipe's trainer (SkyRL or the rehearsal) with another Ray driver under the same job
-    settings (`python -m beam_slurm.slurm.train_job [overrides] -- DRIVER...`); it then gets no trainer environment.
-    """
+    """The recipe as `TrainJobSettings`, and the environment its driver needs; `driver` replaces the recipe's
+    trainer with another Ray driver under the same job settings (then without the trainer's environment)."""
     in_container = cfg.container.runtime != "none"
     python = cfg.trainer.python if in_container else sys.executable
     driver_env: dict[str, str] = {}

@@ -149,9 +149,8 @@ def collect_results(output: str, expected_hosts: list[str]) -> dict[str, list[st
 def run_step(launcher: "StepLauncher", checks: PreflightSettings, hosts: list[str], env: dict[str, str],
              attempt_dir: Path, log: Callable[[str], None], ray: RaySettings,
              timeout_s: float = PREFLIGHT_TIMEOUT_S) -> bool:
-    """Run the preflight step on every node of the launcher (from the batch shell) and log each failing node and
-    problem; True when every node passed. `hosts`: the step's node names in order, [] when srun picks them (then
-    only the count of reports is checked)."""
+    """Run the preflight step on every node and log each failing node and problem; True when all passed. `hosts`:
+    the step's nodes in order, [] when srun picks them (then only the count of reports is checked)."""
     if checks.fabric.get("enabled") and env.get("SLURM_JOB_ID"):
         checks = dataclasses.replace(checks, fabric=with_job_port(checks.fabric, ray,
                                                                   env["SLURM_JOB_ID"]))
