@@ -8,7 +8,6 @@ not running, or whose Ray is not up yet, is refused with exit status 2.
 
 from __future__ import annotations
 
-import json
 import os
 import shlex
 import sys
@@ -19,6 +18,7 @@ from omegaconf import OmegaConf
 
 from beam_slurm.config.schema import BeamConfig
 from beam_slurm.config.verb_args import VerbArgs, VerbUsageError
+from beam_slurm.core.atomic_files import read_json
 from beam_slurm.core.layout import CONFIG_FILE, RUN_DIRNAME
 from beam_slurm.core.run_store import RunStore
 from beam_slurm.pipeline import runs
@@ -72,17 +72,6 @@ def find_job(target: str, exports_root: str | None = None) -> RunJob:
     return RunJob(export_path, job_id, log_dir, run)
 
 
-def head_record(attempt_dir: Path) -> dict | None:
-    try:
-        return json.loads((attempt_dir / _head_file()).read_text())
-    except (OSError, ValueError):
-        return None
-
-
-def _head_file() -> str:
-    return HEAD_FILE
-
-
 @dataclass
 class Target:
     """Where and with what the attach step runs."""
@@ -109,10 +98,10 @@ def running_target(job: RunJob, node: str | None) -> Target:
                             f"(`beam-slurm status {job.export_path}`, `beam-slurm logs {job.job_id}`)")
     restarts = info.get("Restarts", "0")
     attempt = int(restarts) if restarts.isdigit() else 0
-    head = head_record(job.attempt_dir(attempt))
+    head = read_json(job.attempt_dir(attempt) / HEAD_FILE)
     if head is None or str(head.get("job_id")) != job.job_id:
         raise AttachRefused(f"job {job.job_id} runs, but the Ray head of attempt {attempt} has not started yet (no "
-                            f"{job.attempt_dir(attempt) / _head_file()}); try again once `beam-slurm logs "
+                            f"{job.attempt_dir(attempt) / HEAD_FILE}); try again once `beam-slurm logs "
                             f"{job.job_id}` shows the head up")
     nodes = scheduler.expand_hostnames(info.get("NodeList", "")) if info.get("NodeList") else list(head.get("nodes") or [])
     chosen = node or str(head["host"])
