@@ -78,16 +78,9 @@ def image_is_current(settings: ContainerSettings) -> bool:
 
 
 def _write_record(settings: ContainerSettings, image_path: Path, sha256: str) -> None:
-    record = {
-        "image": docker_reference(settings.image),
-        "runtime": settings.runtime,
-        "file": image_path.name,
-        "size": image_path.stat().st_size,
-        "sha256": sha256,
-        "registry_digest": pinned_digest(settings.image),
-        "imported_at": time.time(),
-        "imported_on": socket.gethostname(),
-    }
+    record = {"image": docker_reference(settings.image), "runtime": settings.runtime, "file": image_path.name,
+              "size": image_path.stat().st_size, "sha256": sha256, "registry_digest": pinned_digest(settings.image),
+              "imported_at": time.time(), "imported_on": socket.gethostname()}
     write_text(digest_record_path(image_path), json.dumps(record, indent=2) + "\n")
 
 

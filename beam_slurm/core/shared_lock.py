@@ -65,15 +65,8 @@ def _read_holder(path: Path) -> LockHolder | None:
 class SharedFileLock:
     """Exclusive lock at `path` (a file on shared storage). Use as a context manager or acquire()/release()."""
 
-    def __init__(
-        self,
-        path: str | os.PathLike[str],
-        *,
-        stale_after: float = 120.0,
-        heartbeat: float | None = None,
-        poll_interval: float | None = None,
-        log: Callable[[str], None] = lambda message: None,
-    ) -> None:
+    def __init__(self, path: str | os.PathLike[str], *, stale_after: float = 120.0, heartbeat: float | None = None,
+                 poll_interval: float | None = None, log: Callable[[str], None] = lambda message: None) -> None:
         self.path = Path(path)
         self.stale_after = stale_after
         self.heartbeat = heartbeat if heartbeat is not None else max(0.2, stale_after / 6)
@@ -87,13 +80,8 @@ class SharedFileLock:
     # -- acquiring -------------------------------------------------------------------------------------------------
     def _new_holder(self) -> LockHolder:
         pid = os.getpid()
-        return LockHolder(
-            host=socket.gethostname(),
-            pid=pid,
-            pid_start=process_start_time(pid) or "",
-            token=uuid.uuid4().hex,
-            acquired_at=time.time(),
-        )
+        return LockHolder(host=socket.gethostname(), pid=pid, pid_start=process_start_time(pid) or "",
+                          token=uuid.uuid4().hex, acquired_at=time.time())
 
     def _try_create(self) -> bool:
         holder = self._new_holder()

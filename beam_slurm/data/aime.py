@@ -87,12 +87,8 @@ def convert_aime_files(files: list[Path], where: str, data_source: str) -> pa.Ta
                 raise BadDataInput(f"{at}: empty or non-text {problem_column!r}")
             answer = canonical_answer(record.get(answer_column), at)
             rows.append(
-                {
-                    "data_source": data_source,
-                    "prompt": dapo_prompt(problem.strip()),
-                    "ability": ABILITY,
-                    "reward_model": {"ground_truth": answer, "style": REWARD_STYLE},
-                    "extra_info": {"index": str(len(rows))},
-                }
+                {"data_source": data_source, "prompt": dapo_prompt(problem.strip()), "ability": ABILITY,
+                 "reward_model": {"ground_truth": answer, "style": REWARD_STYLE},
+                 "extra_info": {"index": str(len(rows))}}
             )
     return pa.Table.from_pylist(rows, schema=DAPO_SCHEMA)

@@ -234,15 +234,8 @@ def _kept_rows(
             )
 
 
-def clean_dapo_files(
-    files: list[Path],
-    destination: Path,
-    *,
-    where: str,
-    batch_rows: int = 32768,
-    canonical_answers: bool = False,
-    progress: Optional[Progress] = None,
-) -> CleaningStats:
+def clean_dapo_files(files: list[Path], destination: Path, *, where: str, batch_rows: int = 32768,
+                     canonical_answers: bool = False, progress: Optional[Progress] = None) -> CleaningStats:
     """Apply the rule to the rows of `files` and write `destination` in place (callers pass a temporary path).
     Raises BadDataInput on a wrong schema, a corrupt or truncated file, or an empty ground truth."""
     readers = []
@@ -333,13 +326,9 @@ def clean_dapo_files(
         rows_out = _write_kept(readers, where, candidates_path, destination, schema, key_schema, prompt_reward, batch_rows)
     finally:
         candidates_path.unlink(missing_ok=True)
-    return CleaningStats(
-        rows_in=rows_in,
-        rows_distinct=rows_distinct,
-        rows_out=rows_out,
-        prompts_conflicting=sum(1 for reward in prompt_reward if reward is None),
-        answers_canonicalised=rewritten_total,
-    )
+    return CleaningStats(rows_in=rows_in, rows_distinct=rows_distinct, rows_out=rows_out,
+                         prompts_conflicting=sum(1 for reward in prompt_reward if reward is None),
+                         answers_canonicalised=rewritten_total)
 
 
 @contextmanager
@@ -352,16 +341,8 @@ def _read_errors(where: str, path: Path, rows_read: Callable[[], int]) -> Iterat
         ) from None
 
 
-def _write_kept(
-    readers: list,
-    where: str,
-    candidates_path: Path,
-    destination: Path,
-    schema: pa.Schema,
-    key_schema: pa.Schema,
-    prompt_reward: list,
-    batch_rows: int,
-) -> int:
+def _write_kept(readers: list, where: str, candidates_path: Path, destination: Path, schema: pa.Schema,
+                key_schema: pa.Schema, prompt_reward: list, batch_rows: int) -> int:
     other_columns = [name for name in schema.names if name not in KEY_COLUMNS]
     kept = _kept_rows(candidates_path, prompt_reward, key_schema, batch_rows)
     rows_out = 0

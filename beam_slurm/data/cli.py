@@ -57,12 +57,8 @@ def _plans(config: DataConfig) -> list[OutputPlan]:
         OutputPlan(
             AIME2024_OUTPUT, "data.aime2024", config.aime2024, {"canonical_aime_answers": config.canonical_aime_answers}
         ),
-        OutputPlan(
-            AIME2025_OUTPUT,
-            "data.aime2025",
-            config.aime2025_sources(),
-            {"aime2025_data_source": config.aime2025_data_source},
-        ),
+        OutputPlan(AIME2025_OUTPUT, "data.aime2025", config.aime2025_sources(),
+                   {"aime2025_data_source": config.aime2025_data_source}),
     ]
 
 
@@ -94,10 +90,8 @@ class RowProgress:
         self.done, self.next_report, self.started = 0, 0.1, time.monotonic()
         self.bar = None
         if sys.stderr.isatty():
-            self.bar = Progress(
-                TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                console=Console(stderr=True),
-            )
+            self.bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                TimeElapsedColumn(), console=Console(stderr=True))
             self.task = self.bar.add_task(label, total=total)
             self.bar.start()
 
@@ -155,14 +149,9 @@ def _build(plan: OutputPlan, sources: list[ResolvedSource], config: DataConfig, 
             converted.unlink(missing_ok=True)
     progress = RowProgress(plan.file_name, _total_rows(sources), log)
     try:
-        return clean_dapo_files(
-            files,
-            temporary,
-            where=plan.setting,
-            batch_rows=config.batch_rows,
-            canonical_answers=plan.file_name == AIME2024_OUTPUT and config.canonical_aime_answers,
-            progress=progress,
-        )
+        return clean_dapo_files(files, temporary, where=plan.setting, batch_rows=config.batch_rows,
+                                canonical_answers=plan.file_name == AIME2024_OUTPUT and config.canonical_aime_answers,
+                                progress=progress)
     finally:
         progress.close()
 
@@ -239,15 +228,11 @@ def prepare(config: DataConfig, log: Log = default_log, *, force: bool = False, 
                 )
                 if plan.file_name != DAPO_MATH_OUTPUT and stats.rows_out != 30:
                     log(f"warning: {plan.file_name} has {stats.rows_out} problems; an AIME year has 30")
-                entries[plan.file_name] = {
-                    "source": plan.source,
-                    "settings": plan.settings,
-                    "source_files": _file_records(sources),
-                    "revisions": [s.revision for s in sources],
-                    **asdict(stats),
-                    "sha256": sha256_file(temporaries[plan.file_name]),
-                    "written_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-                }
+                entries[plan.file_name] = {"source": plan.source, "settings": plan.settings,
+                                           "source_files": _file_records(sources),
+                                           "revisions": [s.revision for s in sources], **asdict(stats),
+                                           "sha256": sha256_file(temporaries[plan.file_name]),
+                                           "written_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
             for plan in to_build:
                 publish(temporaries[plan.file_name], out_dir / plan.file_name)
             manifest.update(entries)

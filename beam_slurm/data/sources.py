@@ -51,9 +51,7 @@ def parse_hub_address(spec: str, setting: str) -> HubAddress:
         raise BadDataInput(f"{setting}={spec}: only dataset repositories are supported (hf://datasets/...)")
     parts = rest.split("/", 2)
     if len(parts) < 2 or not parts[0] or not parts[1]:
-        raise BadDataInput(
-            f"{setting}={spec}: expected hf://datasets/<owner>/<name>[@<revision>][/<path-in-repo>]"
-        )
+        raise BadDataInput(f"{setting}={spec}: expected hf://datasets/<owner>/<name>[@<revision>][/<path-in-repo>]")
     owner, name_and_revision = parts[0], parts[1]
     name, _, revision = name_and_revision.partition("@")
     path_in_repo = parts[2].strip("/") if len(parts) == 3 and parts[2].strip("/") else None
@@ -89,14 +87,8 @@ def _commit_of_cached_path(path: Path) -> Optional[str]:
 def _is_permanent_hub_error(error: Exception) -> bool:
     from huggingface_hub import errors as hub_errors
 
-    permanent = (
-        hub_errors.RepositoryNotFoundError,
-        hub_errors.RevisionNotFoundError,
-        hub_errors.EntryNotFoundError,
-        hub_errors.GatedRepoError,
-        hub_errors.LocalEntryNotFoundError,
-        hub_errors.OfflineModeIsEnabled,
-    )
+    permanent = (hub_errors.RepositoryNotFoundError, hub_errors.RevisionNotFoundError, hub_errors.EntryNotFoundError,
+                 hub_errors.GatedRepoError, hub_errors.LocalEntryNotFoundError, hub_errors.OfflineModeIsEnabled)
     if isinstance(error, permanent):
         return True
     response = getattr(error, "response", None)
@@ -160,12 +152,8 @@ def _resolve_hub(spec: str, setting: str, attempts: int, log=None) -> ResolvedSo
         return ResolvedSource(setting, spec, [path], _commit_of_cached_path(path) or address.revision)
     snapshot = Path(
         _with_retries(
-            lambda: snapshot_download(
-                address.repo_id,
-                repo_type="dataset",
-                revision=address.revision,
-                allow_patterns=["*.parquet", "*.jsonl"],
-            ),
+            lambda: snapshot_download(address.repo_id, repo_type="dataset", revision=address.revision,
+                                      allow_patterns=["*.parquet", "*.jsonl"]),
             "download",
             setting,
             spec,

@@ -55,12 +55,8 @@ class EvalInput:
 
     def describe(self) -> dict[str, Any]:
         """JSON-ready summary kept with the results."""
-        return {
-            "model_path": str(self.model_path),
-            "lora_path": str(self.lora_path) if self.lora_path else None,
-            "lora_rank": self.lora_rank,
-            "global_step": self.global_step,
-        }
+        return {"model_path": str(self.model_path), "lora_path": str(self.lora_path) if self.lora_path else None,
+                "lora_rank": self.lora_rank, "global_step": self.global_step}
 
 
 def step_of(directory: Path) -> tuple[int | None, Path | None]:

@@ -40,15 +40,12 @@ from beam_slurm.pipeline import sweep
 from beam_slurm.pipeline.runs import RunNotFound, resolve_runs
 
 # the recipe keys `evaluate` reads (the pipeline renders these for evaluation jobs)
-EVALUATE_KEYS = [
-    "eval.responses_per_problem", "generation.max_response_tokens", "generation.max_prompt_tokens",
-    "generation.temperature", "generation.top_p", "generation.reasoning_effort",
-    "rollout.tensor_parallel", "rollout.pipeline_parallel", "rollout.executor_backend",
-    "eval.limit", "eval.dtype", "eval.gpu_memory_utilization", "eval.enforce_eager",
-    "eval.server_request_timeout_s", "eval.server_max_attempts", "eval.server_concurrency",
-    "grade.timeout_s", "grade.memory_mb", "grade.workers", "eval.chunk_problems", "paths.data_dir",
-    "paths.eval_files",
-]
+EVALUATE_KEYS = ["eval.responses_per_problem", "generation.max_response_tokens", "generation.max_prompt_tokens",
+                 "generation.temperature", "generation.top_p", "generation.reasoning_effort",
+                 "rollout.tensor_parallel", "rollout.pipeline_parallel", "rollout.executor_backend", "eval.limit",
+                 "eval.dtype", "eval.gpu_memory_utilization", "eval.enforce_eager", "eval.server_request_timeout_s",
+                 "eval.server_max_attempts", "eval.server_concurrency", "grade.timeout_s", "grade.memory_mb",
+                 "grade.workers", "eval.chunk_problems", "paths.data_dir", "paths.eval_files"]
 
 # Old flags that carried a setting -> its key (accepted for one release).
 OLD_FLAGS = {

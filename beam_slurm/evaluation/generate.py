@@ -112,17 +112,12 @@ class EngineSettings:
 
 def engine_kwargs(eval_input: EvalInput, sampling: SamplingSettings, engine: EngineSettings) -> dict[str, Any]:
     """Keyword arguments for vllm.LLM (kept separate so the layout can be checked without loading a model)."""
-    kwargs: dict[str, Any] = {
-        "model": str(eval_input.model_path),
-        "tokenizer": str(eval_input.model_path),
-        "tensor_parallel_size": engine.tensor_parallel_size,
-        "pipeline_parallel_size": engine.pipeline_parallel_size,
-        "max_model_len": engine.max_model_len or engine.max_prompt_tokens + sampling.max_tokens,
-        "dtype": engine.dtype,
-        "gpu_memory_utilization": engine.gpu_memory_utilization,
-        "enforce_eager": engine.enforce_eager,
-        "seed": engine.seed,
-    }
+    kwargs: dict[str, Any] = {"model": str(eval_input.model_path), "tokenizer": str(eval_input.model_path),
+                              "tensor_parallel_size": engine.tensor_parallel_size,
+                              "pipeline_parallel_size": engine.pipeline_parallel_size,
+                              "max_model_len": engine.max_model_len or engine.max_prompt_tokens + sampling.max_tokens,
+                              "dtype": engine.dtype, "gpu_memory_utilization": engine.gpu_memory_utilization,
+                              "enforce_eager": engine.enforce_eager, "seed": engine.seed}
     if engine.distributed_executor_backend:
         kwargs["distributed_executor_backend"] = engine.distributed_executor_backend
     if eval_input.lora_path is not None:
@@ -307,9 +302,5 @@ def generate_with_server(problems: list[Problem], client: ClientSettings, sampli
 
 def settings_record(sampling: SamplingSettings, engine: EngineSettings | None, client: ClientSettings | None) -> dict:
     """JSON-ready record of the settings, kept with the results (no secrets: only the key's variable name)."""
-    return {
-        "sampling": asdict(sampling),
-        "engine": asdict(engine) if engine else None,
-        "server": asdict(client) if client else None,
-        "python": sys.version.split()[0],
-    }
+    return {"sampling": asdict(sampling), "engine": asdict(engine) if engine else None,
+            "server": asdict(client) if client else None, "python": sys.version.split()[0]}

@@ -60,17 +60,12 @@ def print_summary(metrics: dict[str, dict[str, Any]], details: dict[str, dict[st
     for source, entry in metrics.items():
         extra = details.get(source, {})
         agreement = extra.get("agreement")
-        table.add_row(
-            source,
-            str(entry["k"]),
-            f"{entry['avg@k']:.4f}",
-            *(f"{entry[f'pass@{j}']:.4f}" if f"pass@{j}" in entry else "-" for j in PASS_AT),
-            f"{entry['maj@k']:.4f}",
-            f"{extra['math_verify_avg@k']:.4f}" if "math_verify_avg@k" in extra else "-",
-            f"{agreement:.3f}" if agreement is not None else "-",
-            str(extra.get("no_answer", "-")),
-            str(entry["timeouts"]),
-        )
+        table.add_row(source, str(entry["k"]), f"{entry['avg@k']:.4f}",
+                      *(f"{entry[f'pass@{j}']:.4f}" if f"pass@{j}" in entry else "-" for j in PASS_AT),
+                      f"{entry['maj@k']:.4f}",
+                      f"{extra['math_verify_avg@k']:.4f}" if "math_verify_avg@k" in extra else "-",
+                      f"{agreement:.3f}" if agreement is not None else "-", str(extra.get("no_answer", "-")),
+                      str(entry["timeouts"]))
     console = Console(file=file)
     if not console.is_terminal:
         console = Console(file=file, width=160)  # logs and pipes: do not squeeze the columns to 80

@@ -47,13 +47,11 @@ _SUBSTITUTIONS: tuple[tuple[str, str], ...] = (
 )
 
 # Units, filler words and TeX spacing dropped from answers, in this order.
-_REMOVED: tuple[str, ...] = (
-    "square", "ways", "integers", "dollars", "mph", "inches", "hours", "km", "units", "\\ldots", "sue",
-    "points", "feet", "minutes", "digits", "cents", "degrees", "cm", "gm", "pounds", "meters", "meals",
-    "edges", "students", "childrentickets", "multiples", "\\text{s}", "\\text{.}", "\\text{\ns}",
-    "\\text{}^2", "\\text{}^3", "\\text{\n}", "\\text{}", "\\mathrm{th}", "^\\circ", "^{\\circ}", "\\;",
-    ",\\!", "{,}", '"', "\\dots",
-)
+_REMOVED: tuple[str, ...] = ("square", "ways", "integers", "dollars", "mph", "inches", "hours", "km", "units",
+                             "\\ldots", "sue", "points", "feet", "minutes", "digits", "cents", "degrees", "cm", "gm",
+                             "pounds", "meters", "meals", "edges", "students", "childrentickets", "multiples",
+                             "\\text{s}", "\\text{.}", "\\text{\ns}", "\\text{}^2", "\\text{}^3", "\\text{\n}",
+                             "\\text{}", "\\mathrm{th}", "^\\circ", "^{\\circ}", "\\;", ",\\!", "{,}", '"', "\\dots")
 
 # With two or more "$" on a line, only the text between the first two survives.
 _FIRST_DOLLAR_PAIR = re.compile(r".*?\$(.*?)\$.*")

@@ -180,12 +180,9 @@ class _Worker:
     def __init__(self, context, limits: GradingLimits):
         self.progress = context.RawArray("d", 2)
         self.conn, child_conn = context.Pipe()
-        self.process = context.Process(
-            target=_worker_main,
-            args=(child_conn, self.progress, limits.memory_mb, limits.timeout_s),
-            daemon=True,
-            name="beam-grading-worker",
-        )
+        self.process = context.Process(target=_worker_main,
+                                       args=(child_conn, self.progress, limits.memory_mb, limits.timeout_s),
+                                       daemon=True, name="beam-grading-worker")
         self.process.start()
         child_conn.close()
         self.task: _Task | None = None

@@ -166,13 +166,9 @@ def compute_metrics(grades: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
 
 def _length_stats(values: list[int]) -> dict[str, float]:
     ordered = sorted(values)
-    return {
-        "mean": statistics.fmean(ordered),
-        "median": statistics.median(ordered),
-        "p90": ordered[min(len(ordered) - 1, math.ceil(0.9 * len(ordered)) - 1)],
-        "min": ordered[0],
-        "max": ordered[-1],
-    }
+    return {"mean": statistics.fmean(ordered), "median": statistics.median(ordered),
+            "p90": ordered[min(len(ordered) - 1, math.ceil(0.9 * len(ordered)) - 1)], "min": ordered[0],
+            "max": ordered[-1]}
 
 
 def compute_details(grades: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -187,18 +183,12 @@ def compute_details(grades: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
             samples = problems[problem_id]
             answer, votes, majority_correct = majority_answer(samples)
             table.append(
-                {
-                    "problem_id": samples[0]["problem_id"],
-                    "ground_truth": samples[0]["ground_truth"],
-                    "k": k,
-                    "correct": sum(1 for g in samples if g["correct"]),
-                    "math_verify_correct": sum(1 for g in samples if g["math_verify"]),
-                    "majority": answer,
-                    "majority_votes": votes,
-                    "majority_correct": majority_correct,
-                    "no_answer": sum(1 for g in samples if g["pred"] is None),
-                    "mean_chars": statistics.fmean(len(g["response"]) for g in samples),
-                }
+                {"problem_id": samples[0]["problem_id"], "ground_truth": samples[0]["ground_truth"], "k": k,
+                 "correct": sum(1 for g in samples if g["correct"]),
+                 "math_verify_correct": sum(1 for g in samples if g["math_verify"]), "majority": answer,
+                 "majority_votes": votes, "majority_correct": majority_correct,
+                 "no_answer": sum(1 for g in samples if g["pred"] is None),
+                 "mean_chars": statistics.fmean(len(g["response"]) for g in samples)}
             )
         entry: dict[str, Any] = {
             "problems_count": len(problems),

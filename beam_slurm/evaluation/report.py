@@ -492,11 +492,9 @@ def series(report: RunReport) -> dict[str, Any]:
         else:
             lines["skyrl"].append({"step": point.step, "accuracy": point.accuracy, "rehearsal": point.rehearsal})
     steps = sorted(report.train)
-    return {
-        "accuracy": {name: accuracy[name] for name in sorted(accuracy, key=_dataset_order)},
-        "reward": [[s, report.train[s][REWARD_KEY]] for s in steps if REWARD_KEY in report.train[s]],
-        "response_length": [[s, report.train[s][LENGTH_KEY]] for s in steps if LENGTH_KEY in report.train[s]],
-    }
+    return {"accuracy": {name: accuracy[name] for name in sorted(accuracy, key=_dataset_order)},
+            "reward": [[s, report.train[s][REWARD_KEY]] for s in steps if REWARD_KEY in report.train[s]],
+            "response_length": [[s, report.train[s][LENGTH_KEY]] for s in steps if LENGTH_KEY in report.train[s]]}
 
 
 def write_plot(reports: RunReport | list[RunReport], path: Path) -> tuple[Path, Path]:

@@ -41,16 +41,9 @@ def write_json(path: Path, payload: Any) -> None:
 def _grades_table(grades: list[dict[str, Any]]):
     import pyarrow as pa
 
-    known = {
-        "data_source": (pa.string(), str),
-        "problem_id": (pa.string(), str),
-        "sample": (pa.int64(), int),
-        "response": (pa.large_string(), str),
-        "ground_truth": (pa.string(), str),
-        "correct": (pa.bool_(), bool),
-        "pred": (pa.string(), None),
-        "math_verify": (pa.bool_(), None),
-    }
+    known = {"data_source": (pa.string(), str), "problem_id": (pa.string(), str), "sample": (pa.int64(), int),
+             "response": (pa.large_string(), str), "ground_truth": (pa.string(), str), "correct": (pa.bool_(), bool),
+             "pred": (pa.string(), None), "math_verify": (pa.bool_(), None)}
     columns: dict[str, Any] = {}
     for name, (arrow_type, convert) in known.items():
         values = [g.get(name) for g in grades]

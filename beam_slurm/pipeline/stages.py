@@ -28,12 +28,8 @@ from beam_slurm.data.errors import BadDataInput
 from beam_slurm.data.manifest import MANIFEST_NAME, load_manifest, reuse_verdict
 from beam_slurm.slurm.submission import SbatchRequest, submit
 
-TRAIN_SCRIPTS = {
-    "lora_16gpu": "train_lora_16gpu.sh",
-    "lora_32gpu": "train_lora_32gpu.sh",
-    "bf16_64gpu": "train_bf16.sh",
-    "mxfp8_64gpu": "train_mxfp8.sh",
-}
+TRAIN_SCRIPTS = {"lora_16gpu": "train_lora_16gpu.sh", "lora_32gpu": "train_lora_32gpu.sh",
+                 "bf16_64gpu": "train_bf16.sh", "mxfp8_64gpu": "train_mxfp8.sh"}
 
 
 class StageError(UserError, ValueError):
