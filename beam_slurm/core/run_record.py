@@ -1,11 +1,9 @@
-"""The run record (`<export_path>/beam_run/run.json`), typed: the run, its submissions and their stages, its
-training jobs and their attempts, the operator's wanted outcome, the bad nodes, and the evaluations submitted for
-its checkpoints (one file each under `beam_run/evals/`, so the training job never rewrites run.json for them).
+"""The run record (`<export_path>/beam_run/run.json`), typed: the run, its submissions and stages, its training jobs
+and attempts, the operator's wanted outcome, the bad nodes, and one file per checkpoint's evaluation under
+`beam_run/evals/` (so the training job never rewrites run.json for them).
 
-The JSON keys are the dataclasses' field names. A record without `schema_version` is the first layout (version 1,
-the same keys): it reads as is and is written back as the current version. Keys this version does not know (from a
-newer beam-slurm, or added by hand) are kept in each object's `extra` and written back unchanged. Reading and
-writing the file is `beam_slurm.core.run_store`'s alone.
+The JSON keys are the field names. A record without `schema_version` (version 1, the same keys) reads as is; keys
+this version does not know are kept in each object's `extra` and written back unchanged.
 """
 
 from __future__ import annotations

@@ -112,9 +112,8 @@ def encode_rows(array: pa.Array, interners: dict[str, StringInterner], path: str
     if pa.types.is_string(type_) or pa.types.is_large_string(type_):
         return interners.setdefault(path, StringInterner()).codes(array)
     if pa.types.is_struct(type_):
-        parts = [
-            encode_rows(child, interners, f"{path}.{field.name}") for child, field in zip(array.flatten(), array.type)
-        ]
+        parts = [encode_rows(child, interners, f"{path}.{field.name}") for child,
+                 field in zip(array.flatten(), array.type)]
         encoded = pc.binary_join_element_wise(_large("T"), *parts, _EMPTY)
         if array.null_count:
             encoded = pc.if_else(array.is_valid(), encoded, _NULL)
@@ -229,9 +228,8 @@ def _kept_rows(
         ids = batch.column(PROMPT_ID_COLUMN).to_pylist()
         kept = batch.filter(pa.array([prompt_reward[i] is not None for i in ids], pa.bool_()))
         if len(kept):
-            yield kept.column(ROW_COLUMN), pa.RecordBatch.from_arrays(
-                [kept.column(name) for name in key_schema.names], schema=key_schema
-            )
+            yield kept.column(ROW_COLUMN), pa.RecordBatch.from_arrays([kept.column(name) for name in key_schema.names],
+                                                                      schema=key_schema)
 
 
 def clean_dapo_files(files: list[Path], destination: Path, *, where: str, batch_rows: int = 32768,
@@ -314,9 +312,8 @@ def clean_dapo_files(files: list[Path], destination: Path, *, where: str, batch_
                             picked = batch.take(positions)
                             global_rows = pc.add(positions.cast(pa.int64()), pa.scalar(rows_in, pa.int64()))
                             candidates.write_batch(
-                                pa.RecordBatch.from_arrays(
-                                    [*picked.columns, global_rows, pa.array(ids, pa.int64())], schema=candidate_schema
-                                )
+                                pa.RecordBatch.from_arrays([*picked.columns, global_rows, pa.array(ids, pa.int64())],
+                                                           schema=candidate_schema)
                             )
                         rows_in += len(batch)
                         if progress:

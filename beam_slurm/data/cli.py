@@ -54,9 +54,8 @@ class OutputPlan:
 def _plans(config: DataConfig) -> list[OutputPlan]:
     return [
         OutputPlan(DAPO_MATH_OUTPUT, "data.dapo_math", config.dapo_math, {}),
-        OutputPlan(
-            AIME2024_OUTPUT, "data.aime2024", config.aime2024, {"canonical_aime_answers": config.canonical_aime_answers}
-        ),
+        OutputPlan(AIME2024_OUTPUT, "data.aime2024", config.aime2024,
+                   {"canonical_aime_answers": config.canonical_aime_answers}),
         OutputPlan(AIME2025_OUTPUT, "data.aime2025", config.aime2025_sources(),
                    {"aime2025_data_source": config.aime2025_data_source}),
     ]

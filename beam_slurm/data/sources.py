@@ -139,9 +139,8 @@ def _resolve_hub(spec: str, setting: str, attempts: int, log=None) -> ResolvedSo
     address = parse_hub_address(spec, setting)
     if address.path_in_repo:
         local = _with_retries(
-            lambda: hf_hub_download(
-                address.repo_id, address.path_in_repo, repo_type="dataset", revision=address.revision
-            ),
+            lambda: hf_hub_download(address.repo_id, address.path_in_repo, repo_type="dataset",
+                                    revision=address.revision),
             "download",
             setting,
             spec,

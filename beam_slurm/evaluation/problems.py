@@ -37,8 +37,7 @@ def _messages(value: Any, where: str) -> list[dict[str, str]]:
     messages = []
     for message in value:
         if not isinstance(message, dict) or not isinstance(message.get("role"), str) or not isinstance(
-            message.get("content"), str
-        ):
+            message.get("content"), str):
             raise DatasetError(f"{where}: every prompt message needs string 'role' and 'content'")
         messages.append({"role": message["role"], "content": message["content"]})
     return messages

@@ -1,6 +1,5 @@
-"""What `beam-slurm submit` keeps in the run folder (`<export_path>/beam_run/`, see beam_slurm.core.layout): each
-submission and its stages in the run record, the resolved recipe (config.yaml) and the sbatch commands
-(commands.sh); and the per-user pointer to the latest submission, so `beam-slurm status` needs no argument.
+"""What `beam-slurm submit` keeps in the run folder: each submission and its stages in the run record, the resolved
+recipe and the sbatch commands; and the per-user pointer to the latest submission, for `status` without argument.
 """
 
 from __future__ import annotations

@@ -1,9 +1,6 @@
-"""Multirun sweeps: expand `key=a,b` overrides with Hydra's own override parser, name each combination's run,
-and give it its own run name, checkpoint, export and log paths.
-
-Expansion follows Hydra's basic sweeper (the cartesian product in the order the overrides were given) and accepts
-what its grammar accepts: `a,b`, `choice(a,b)`, `range(0,4)`, quoted values. Every combination is loaded and
-validated before anything is submitted (see `beam_slurm.pipeline.submit`).
+"""Multirun sweeps: expand `key=a,b` overrides with Hydra's own override parser (the cartesian product in the
+order given, its grammar: `a,b`, `choice(a,b)`, `range(0,4)`, quoted values), and give each combination its own
+run name, checkpoint, export and log paths.
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
 """The checkpoint storage's write bandwidth, measured by the preflight on every node at once.
 
 Each node writes and fsyncs a probe file in `<ckpt_dir>/.beam/` until 1 GiB is durable or cluster.storage_probe_s
-seconds have passed, whichever comes first, then removes it. All nodes write at the same time, as they do when a checkpoint is saved,
-so the figure is each node's share of the storage under that load. The batch shell gathers the figures into
-`storage_write.json` in the attempt's log folder and checks them against the notice budget
-(`beam_slurm.notice_budget`).
+has passed. All nodes write together, as when a checkpoint is saved, so the figure is each node's share under that
+load; the batch shell checks the slowest against the notice budget.
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
 """`beam-slurm train [overrides]`: the recipe, inside the allocation that `sbatch/train_*.sh` got.
 
-It loads and validates the recipe (the allocation's node and GPU counts win over the recipe's defaults unless given
-explicitly), turns it into the driver command (SkyRL, or the rehearsal trainer), the Ray settings, the container
-wrapping and the preflight checks (`beam_slurm.slurm.job_settings`), and hands them to `beam_slurm.slurm.train_job`
-(preflight, Ray across the nodes, notices, save-on-notice, requeue). With `eval.chain=true` a watcher in this batch
-shell submits one evaluation job per HF export as it appears; claim files on shared storage make that exactly once
-across requeues.
+The recipe (the allocation's node and GPU counts win unless given) becomes the job settings
+(`beam_slurm.slurm.job_settings`) that `beam_slurm.slurm.train_job` runs. With `eval.chain=true` a watcher in this
+batch shell submits one evaluation per HF export, exactly once across requeues (claim files on shared storage).
 """
 
 from __future__ import annotations
