@@ -1,8 +1,6 @@
-"""Checkpoint and storage arithmetic that `plan` shows and the training job's preflight checks.
-
-It sits below both (`beam_slurm.plan` and `beam_slurm.slurm`) so the job never imports the `plan` verb. Numbers are
-the seed's for the 501B-A23B model and its full-parameter state on 8 nodes, scaled by the training nodes; LoRA
-checkpoints hold adapters and their optimizer only and are not sized here.
+"""Checkpoint and storage arithmetic that `plan` shows and the training job's preflight checks; it sits below both
+so the job never imports the `plan` verb. The seed's numbers for the 501B-A23B model on 8 nodes, scaled by the
+training nodes (LoRA checkpoints are not sized here).
 """
 
 from __future__ import annotations

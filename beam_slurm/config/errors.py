@@ -47,11 +47,10 @@ class ConfigError(UserError):
         self.problems = list(problems)
         super().__init__("\n".join(str(p) for p in self.problems))
 
-    def report(self, stream=None, verb: str | None = None) -> None:
-        """Print every problem; `verb` names the command in the prefix (`beam-slurm plan: ...`)."""
+    def report(self, stream=None, *, prefix: str = "beam-slurm: ", what: str = "; nothing was submitted") -> None:
+        """Print every problem, after `prefix` (a verb's: `beam-slurm plan: `)."""
         stream = stream or sys.stderr
         n = len(self.problems)
-        prefix = f"beam-slurm {verb}" if verb else "beam-slurm"
-        print(f"{prefix}: invalid configuration ({n} problem{'s' if n != 1 else ''}); nothing was submitted", file=stream)
+        print(f"{prefix}invalid configuration ({n} problem{'s' if n != 1 else ''}){what}", file=stream)
         for p in self.problems:
             print(f"  - {p}", file=stream)

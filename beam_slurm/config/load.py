@@ -49,8 +49,7 @@ _SCHEMA_REGISTERED = False
 
 
 def _register_schema() -> None:
-    """Make the schema the base of conf/config.yaml, so Hydra knows every key and its type at compose time (once
-    per process: storing it converts the whole schema, ~0.1 s, and a sweep loads many points)."""
+    """Make the schema the base of conf/config.yaml, once per process (storing it takes ~0.1 s)."""
     global _SCHEMA_REGISTERED
     if _SCHEMA_REGISTERED:
         return
@@ -59,9 +58,7 @@ def _register_schema() -> None:
 
 
 def load_config(overrides: list[str] | None = None, *, validate: bool = True, check_paths: bool = False, environ=None):
-    """Compose, type-check and (by default) validate the recipe. Raises ConfigError listing every problem.
-
-    `check_paths=True` also checks, on this host, the paths the job will read (`validation.path_problems`)."""
+    """Compose, type-check and (by default) validate the recipe. Raises ConfigError listing every problem."""
     environ = os.environ if environ is None else environ
     unknown = key_problems(list(overrides or []))
     if unknown:
@@ -71,9 +68,7 @@ def load_config(overrides: list[str] | None = None, *, validate: bool = True, ch
 
 def load_many(override_lists: list[list[str]], *, environ=None) -> list:
     """`load_config(overrides, validate=False)` for each list (a sweep's points): a config or its ConfigError.
-
-    Each distinct set of group overrides is composed once and each point's value overrides applied to a copy, as
-    Hydra itself applies them after the defaults: a 64-point sweep of values composes once instead of 64 times."""
+    Each distinct set of group overrides is composed once; value overrides go onto a copy, as Hydra applies them."""
     environ = os.environ if environ is None else environ
     parser = OverridesParser.create()
     composed: dict[tuple[str, ...], object] = {}
@@ -126,8 +121,7 @@ def _schema_names() -> tuple[tuple[str, ...], frozenset[str], frozenset[str]]:
 
 
 def key_problems(overrides: list[str]) -> list[ConfigProblem]:
-    """Each override of a key the schema does not have, with the nearest known name; `+key=` adds only entries of
-    the mappings the schema leaves open (trainer.extra_env.NAME, ray.extra_env.NAME, ...)."""
+    """Each override of a key the schema does not have, with the nearest known name (`+key=` only in open mappings)."""
     leaves, sections, mappings = _schema_names()
     found = []
     for text in overrides:
@@ -217,8 +211,7 @@ def to_yaml(cfg) -> str:
 
 
 def _mapping_override(override: str) -> str:
-    """`trainer.extra_env={A: x}` sets the whole mapping. Composed configs are in struct mode, where Hydra refuses
-    names the mapping does not have yet; `++` (set, adding if needed) is what the user meant."""
+    """`trainer.extra_env={A: x}` becomes `++...`: struct mode refuses names a mapping does not have yet."""
     key = override.split("=", 1)[0]
     if "=" in override and not key.startswith(("+", "~")) and key in _schema_names()[2]:
         return "++" + override

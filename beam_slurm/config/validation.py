@@ -275,8 +275,7 @@ def layout_problems(cfg, *, sizes_ok: bool = True) -> list[ConfigProblem]:
 
 
 def scaled_layout_hint(cfg, *, up_to: int = 0) -> str:
-    """Node counts (and, for a split placement, rollout node counts) near cluster.nodes whose layout passes
-    `layout_problems` with every other setting unchanged: the fix to name when a scaled-out layout does not divide."""
+    """Node (and rollout node) counts near cluster.nodes whose layout passes with every other setting unchanged."""
     nodes = cfg.cluster.nodes
     up_to = up_to or max(2 * nodes, 16)
 

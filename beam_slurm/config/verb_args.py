@@ -270,10 +270,7 @@ class VerbArgs:
 
     def config_failed(self, error: ConfigError, *, what: str = "") -> int:
         """Print every problem of a ConfigError after the verb's prefix; returns 2."""
-        n = len(error.problems)
-        print(f"{self.prefix}invalid configuration ({n} problem{'s' if n != 1 else ''}){what}", file=sys.stderr)
-        for problem in error.problems:
-            print(f"  - {problem}", file=sys.stderr)
+        error.report(prefix=self.prefix, what=what)
         return EXIT_USAGE
 
 

@@ -55,8 +55,7 @@ def pinned_digest(image: str) -> str | None:
 
 
 def record_matches(settings: ContainerSettings, image_path: Path, *, verify: bool = False) -> bool:
-    """True when `image_path` is a complete import of settings.image: the record names the same reference and
-    runtime, the file has the recorded size, a pinned registry digest matches, and (verify) its sha256 matches."""
+    """`image_path` is a complete import of settings.image, as its record says (with `verify`, re-hashed too)."""
     record = read_json(digest_record_path(image_path))
     if record is None or not image_path.is_file():
         return False
@@ -121,8 +120,7 @@ def _run_import(command: list[str], lock: SharedFileLock) -> int | None:
 
 def pull_image(settings: ContainerSettings, *, force: bool = False, verify: bool = False,
                executable: str | None = None) -> PullResult:
-    """Import settings.image into settings.image_cache_dir unless a complete import is already there; the import
-    lock's timing is settings.lock_stale_after_s / lock_timeout_s."""
+    """Import settings.image into settings.image_cache_dir unless a complete import is already there."""
     stale_after, lock_timeout = settings.lock_stale_after_s, settings.lock_timeout_s
     target = cached_image_path(settings)
     if target is None:

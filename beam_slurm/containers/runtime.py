@@ -203,9 +203,8 @@ def pyxis_available() -> bool:
 
 def validate(settings: ContainerSettings, mounts: Sequence[Mount] = (), *, on_cluster: bool = False
              ) -> list[ConfigProblem]:
-    """Every problem with the settings (and the job's mounts), each naming the key and the fix. [] when valid.
-
-    `on_cluster=True` also checks what exists only where the job runs: the runtime, and a local image file."""
+    """Every problem with the settings (and the job's mounts), each naming the key and the fix; `on_cluster` also
+    checks what exists only where the job runs (the runtime, a local image file)."""
     if settings.runtime not in RUNTIMES:
         return [ConfigProblem("container.runtime", problem=f"unknown runtime {settings.runtime!r}",
                               fix=f"use one of {', '.join(RUNTIMES)}")]

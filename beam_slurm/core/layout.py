@@ -2,19 +2,14 @@
 
 A run's export path (paths.export_path):
 
-    beam_run/                   the run folder (beam_slurm.core.run_store)
-      run.json                  the run record (beam_slurm.core.run_record)
-      run.json.lock             its lock while a writer holds it (beam_slurm.core.shared_lock)
-      config.yaml               the resolved recipe of the latest job or submission
-      commands.sh               the latest submission's sbatch commands
-      evals/global_step_N.json  the evaluation job submitted for a checkpoint
+    beam_run/                   the run folder: run.json (and its lock), config.yaml, commands.sh,
+                                evals/global_step_N.json (the evaluation job of a checkpoint)
     beam_evals/global_step_N/   our evaluation of the checkpoint of step N (beam_slurm.evaluation.results)
     global_step_N[/policy]/     SkyRL's HF export of step N
-    logs/<job>-<attempt>/       one attempt's logs (cluster.log_dir)
+    logs/<job>-<attempt>/       one attempt's logs
 
-A run's checkpoint path (paths.ckpt_path): `global_step_N/` folders and SkyRL's marker
-`latest_ckpt_global_step.txt`, written last after a complete save. A sweep folder holds `sweep.json`; sweeps live
-under `<exports root>/beam_sweeps/`.
+A run's checkpoint path holds `global_step_N/` folders and SkyRL's marker `latest_ckpt_global_step.txt`, written
+last after a complete save. Sweeps live under `<exports root>/beam_sweeps/<name>/` with their `sweep.json`.
 """
 
 from __future__ import annotations

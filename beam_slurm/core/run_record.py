@@ -193,10 +193,8 @@ class RunRecord:
 
     def begin_attempt(self, *, job_id: str, attempt: int, nodes: list[str], checkpoint: int | None, when: str,
                       partition: str, nodes_needed: int, user_exclude: list[str]) -> tuple[TrainJob, list[str]]:
-        """Record an attempt's start; (the job's entry, the job's bad nodes) as they stand now.
-
-        An earlier attempt of this job that never recorded its end (its batch host died, or it was killed at once) is
-        closed as 'lost'; it counts against progress when it left no newer checkpoint."""
+        """Record an attempt's start; (the job's entry, its bad nodes). An earlier attempt that never recorded its
+        end is closed as 'lost', counting against progress when it left no newer checkpoint."""
         job_id = str(job_id)
         if job_id not in self.train_jobs:
             started_by = "beam-slurm submit" if job_id in self.submitted_job_ids() else "sbatch"
@@ -219,8 +217,7 @@ class RunRecord:
     def end_attempt(self, *, job_id: str, attempt: int, when: str, end: dict[str, Any],
                     bad_nodes: list[tuple[str, str]], outcome: str | None, outcome_reason: str, resumable_end: bool,
                     wanted_handled: bool) -> None:
-        """Record how an attempt ended (`end`: Attempt fields such as end_kind, end_reason, saved_step,
-        checkpoint_at_end), the bad nodes it found ((node, reason) pairs), and the job's outcome when it ends here."""
+        """Record how an attempt ended (`end`: Attempt fields), the bad nodes it found, and the job's outcome."""
         job = self.train_job(job_id)
         entry = job.attempt(attempt)
         if entry is None:

@@ -104,8 +104,7 @@ class RunStore:
         return self.dir / layout.RUN_EVALS_DIRNAME / f"{layout.step_dirname(step)}.json"
 
     def record_evaluation(self, step: int, checkpoint_dir: str, job_id: str | None, command: str | None) -> Path:
-        """evals/global_step_N.json for an evaluation job (a resubmission keeps the earlier job ids). One writer per
-        checkpoint (the chain's claim), so no lock."""
+        """evals/global_step_N.json for an evaluation job; one writer per checkpoint (the chain's claim): no lock."""
         path = self._evaluation_file(step)
         earlier = self.evaluation(step)
         entry = EvaluationEntry(step=int(step), checkpoint=checkpoint_dir, job_id=job_id, submitted_at=now(),

@@ -1,19 +1,12 @@
 """A lock file on shared storage that the next process can take over when its holder dies.
 
 Why not flock/fcntl alone: on Lustre mounted with `localflock` and on BeeGFS without global file locks, a lock taken
-on one node is invisible on another, so two nodes would import the same image at once. This lock relies only on
-operations that are atomic on NFS, Lustre, GPFS and BeeGFS alike: `link()` to create it (fails if it exists) and
-`rename()` to break it.
-
-- The lock file holds the holder's host, pid, process start time and a random token.
-- The holder touches the file every `heartbeat` seconds (a daemon thread).
-- A waiter takes over when the holder is on the same host and its process is gone (pid missing, or reused: start
-  time differs) - immediately; or when the file's mtime has not changed for `stale_after` seconds of the waiter's
-  own monotonic clock - so clock skew between nodes does not matter (a dead node, a SIGSTOPped holder).
-- Taking over renames the stale file to a unique name (only one waiter's rename succeeds), then checks that the
-  renamed file is the one it judged stale; if a fresh lock slipped in between, it is put back with `link()`.
-- A holder whose heartbeat finds the file gone or carrying another token sets `lost`; the caller stops its work.
-  Work done under the lock must still publish by atomic rename, so even that rare case never leaves a torn file.
+on one node is invisible on another. This lock uses only operations atomic on NFS, Lustre, GPFS and BeeGFS alike:
+`link()` to create it and `rename()` to break it. The holder writes its host, pid, process start time and a token,
+and touches the file every `heartbeat`. A waiter takes over at once when the holder is on its host and gone (a
+reused pid has another start time), or when the mtime did not change for `stale_after` seconds of the waiter's own
+clock (so skew between nodes does not matter); a fresh lock renamed away by mistake is put back. A holder whose
+heartbeat finds the file gone or another token sets `lost`; its work must still publish by atomic rename.
 """
 
 from __future__ import annotations

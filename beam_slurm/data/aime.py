@@ -1,8 +1,5 @@
-"""AIME problem sets with plain problem/answer columns, converted into the DAPO row format.
-
-Column layouts found by name: the problem in `problem` (yentinglin/aime_2025, MathArena/aime_2025) or `question`
-(opencompass/AIME2025), the answer in `answer` as an integer (MathArena) or a string (the others). Answers become
-canonical integer strings ("025" -> "25") because the DAPO reward compares strings.
+"""AIME problem sets with plain problem/answer columns (`problem` or `question`, `answer`), converted into the DAPO
+row format; answers become canonical integer strings ("025" -> "25") because the DAPO reward compares strings.
 """
 
 from __future__ import annotations

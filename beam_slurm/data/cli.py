@@ -172,10 +172,8 @@ def _adopted_entry(plan: OutputPlan, output: Path, request: dict, log: Log) -> d
 
 def prepare(config: DataConfig, log: Log = default_log, *, force: bool = False, data_dir: str | None = None,
             adopt: bool = False) -> dict:
-    """Write the outputs that are missing or stale into out_dir and return the manifest entries.
-
-    `adopt` records cleaned files found without a manifest entry once their schema and rows check out. Sources are
-    all checked before any output is built, and outputs renamed into place only when all succeeded."""
+    """Write the outputs that are missing or stale into out_dir (renamed into place only when all succeeded) and
+    return the manifest entries; `adopt` records cleaned files found without an entry once they check out."""
     problems = config.problems()
     if problems:
         raise BadDataInput("; ".join(problems))

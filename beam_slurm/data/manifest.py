@@ -1,8 +1,6 @@
-"""The manifest beside the cleaned files and content hashes; files are replaced atomically (beam_slurm.core.atomic_files).
-
-`prepare-data-manifest.json` holds one entry per output file: the source as given, the files read and their
-sha256, the hub revision, the settings that shape the output, row counts before and after, and the output's sha256.
-An existing output is reused only when its entry matches the request and its bytes still hash to the recorded value.
+"""The manifest beside the cleaned files (`prepare-data-manifest.json`: per output its sources, their hashes and
+revision, its settings, row counts and hash); an output is reused only when its entry matches and its bytes still
+hash to the recorded value.
 """
 
 from __future__ import annotations

@@ -165,10 +165,9 @@ def run_tasks(specs: list[TaskSpec], log: Callable[[str], None] = print) -> dict
 
 @contextlib.contextmanager
 def notice_for_this_process_only() -> Any:
-    """Keep submitit's notice (USR2) from the processes this task starts, and let it reach this one.
-
-    Slurm signals every process of the step, and vLLM's engine and the grading workers would die of USR2 before this
-    process requeues. Children inherit the blocked mask; a thread started before the block keeps it deliverable."""
+    """Keep submitit's notice (USR2) from the processes this task starts, and let it reach this one: vLLM's engine
+    and the grading workers would die of it before this process requeues. Children inherit the blocked mask; a
+    thread started before the block keeps it deliverable."""
     notice = submitit.slurm.slurm.SlurmJobEnvironment.USR_SIG
     if isinstance(notice, str):
         notice = getattr(signal, notice if notice.startswith("SIG") else f"SIG{notice}")
@@ -304,9 +303,7 @@ def _active_job(spec: TaskSpec) -> str | None:
 
 def plan(points: list[tuple[list[str], Any]], targets: list[tuple[str, str | None, Path]], data_files: Callable,
          *, force: bool, base_model: str | None = None) -> Plan:
-    """Expand (sweep point x checkpoint x dataset) into task specs; skip finished keys and queued tasks.
-
-    points: (overrides, cfg); targets: (checkpoint, None, evaluation folder); data_files(cfg) -> a point's files."""
+    """Expand (sweep point x checkpoint x dataset) into task specs; skip finished keys and queued tasks."""
     groups: dict[tuple, dict] = {}
     result = Plan()
     for overrides, cfg in points:

@@ -379,8 +379,7 @@ def _launcher_overrides(cfg) -> list[str]:
 
 
 def chained_overrides(cfg, step: int, extra_args: list[str] | None = None) -> list[str]:
-    """The keys of step `step`'s chained evaluation: the run's values of the keys `evaluate` and the array read, its
-    name and submitit folder, then `extra_args` (eval.chain_extra_args) last, so they win."""
+    """The keys of step `step`'s chained evaluation: the run's own values, then `extra_args` last, so they win."""
     overrides = [override(key, value_at(cfg, key)) for key in EVALUATE_KEYS]
     overrides += _launcher_overrides(cfg)
     overrides.append(override("eval.launcher.name", f"{cfg.run_name}-eval-{step}"))
@@ -391,8 +390,7 @@ def chained_overrides(cfg, step: int, extra_args: list[str] | None = None) -> li
 
 def submit_for_checkpoint(cfg, step: int, checkpoint: str, extra_args: list[str] | None = None,
                           log=print) -> str:
-    """The training job's chained evaluation of one export, by `evaluate --checkpoint`'s path (array.plan, then
-    submit_plan). Returns the job id ('finished' when every task key is done already)."""
+    """The chained evaluation of one export, by `evaluate --checkpoint`'s path; the job id, or 'finished'."""
     overrides = chained_overrides(cfg, step, extra_args)
     folder = Path(checkpoint)
     base_model = str(cfg.paths.model_path) if cfg.is_lora and is_adapter(folder) else None

@@ -96,8 +96,7 @@ class EngineSettings:
 
     @classmethod
     def from_config(cls, cfg, *, ray_cluster: bool) -> "EngineSettings":
-        """The recipe's engine. rollout.executor_backend=auto: ray when TP x PP > 1 and a Ray cluster is there
-        (`ray_cluster`, RAY_ADDRESS set), else vLLM's own choice."""
+        """The recipe's engine; executor `auto` is ray when TP x PP > 1 on a Ray cluster, else vLLM's choice."""
         r = cfg.rollout
         executor = r.executor_backend
         if executor == "auto":

@@ -8,14 +8,10 @@ skyrl-gym's AIME scorer (itself verl's ``math_dapo`` rule), re-implemented here 
 3. normalise the match and the ground truth with :func:`normalize_final_answer`;
 4. correct when the two strings are equal.
 
-Consequences worth knowing: a bare ``\\boxed{42}`` without an ``Answer:`` line is wrong, and the comparison is on
-strings, so a zero-padded ground truth ("025") never matches "25" (the data stage writes integers unpadded;
-:func:`zero_padded_ground_truths` lets callers warn about such files).
-
-Second opinion: math-verify's ``parse`` + ``verify`` on the tail of the response. It uses sympy and can run for
-minutes (or exhaust memory) on inputs such as ``9^{9^{9^9}}``; its own ``signal.alarm`` timeouts only work on a
-main thread, so :func:`math_verify_item` disables them and is meant to run inside the worker processes of
-:mod:`beam_slurm.evaluation.grading_pool`, which bound every item in time and memory.
+A bare ``\\boxed{42}`` without an ``Answer:`` line is wrong, and a zero-padded ground truth ("025") never matches
+"25" (:func:`zero_padded_ground_truths` lets callers warn). Second opinion: math-verify on the response's tail; it
+can run for minutes on ``9^{9^{9^9}}`` and its alarms work only on a main thread, so :func:`math_verify_item` runs
+inside :mod:`beam_slurm.evaluation.grading_pool`'s workers, which bound every item.
 """
 
 from __future__ import annotations

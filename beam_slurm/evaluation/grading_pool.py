@@ -132,8 +132,7 @@ _ITEM_FUNCTIONS = {PRIMARY: _grade_primary_item, MATH_VERIFY: _grade_math_verify
 
 def _worker_main(conn, progress, memory_mb: int, timeout_s: float) -> None:
     """Grade each (kind, items) message under the alarm; send back (values, worst seconds), None for a bounded item.
-
-    ``progress`` is shared with the parent: [index of the current item, its start time, 0 when idle]."""
+    ``progress``, shared with the parent: [index of the current item, its start time, 0 when idle]."""
     limit = memory_mb * 1024 * 1024
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     grading.quiet_math_verify_logging()
@@ -297,9 +296,7 @@ class GradingPool:
 
 
 def grade_rows_detailed(rows: Iterable[dict[str, Any]], limits: GradingLimits) -> GradingOutcome:
-    """Grade rows with the primary rule and math-verify, each item bounded; also report what it cost.
-
-    Raises GradingInputError on malformed rows and GradingSetupError when math-verify is missing."""
+    """Grade rows with the primary rule and math-verify, each item bounded; also report what it cost."""
     rows = list(rows)
     validate_rows(rows)
     outcome = GradingOutcome(grades=[])

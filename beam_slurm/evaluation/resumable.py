@@ -207,8 +207,7 @@ def write_task_results(out_dir: Path, key: TaskKey, grades: list[dict[str, Any]]
 
 
 def refresh_view(out_dir: Path) -> dict[str, dict[str, Any]]:
-    """Rewrite the folder's view: per dataset the finished task with the largest k (the newest on a tie). Under a
-    lock, so tasks finishing at once do not drop each other's datasets."""
+    """Rewrite the folder's view (per dataset the finished task with the largest k) under a lock, for racing tasks."""
     tasks = out_dir / TASKS_DIRNAME
     with _locked(out_dir / VIEW_LOCK):
         chosen: dict[str, tuple[int, float, Path]] = {}

@@ -37,8 +37,7 @@ def record_submission(store: RunStore, cfg, *, overrides: list[str], data_overri
 
 
 def latest_stages(run: RunRecord) -> list[StageEntry]:
-    """For each stage, its entry in the newest submission that included it (a `--stages train` resubmission keeps
-    showing the earlier data and container jobs), in chain order."""
+    """For each stage, in chain order, its entry in the newest submission that included it."""
     newest: dict[str, StageEntry] = {}
     for submission in run.submissions:
         for entry in submission.stages:

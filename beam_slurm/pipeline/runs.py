@@ -66,8 +66,7 @@ def _knows_job(record_file: Path, job_id: str) -> bool:
 
 
 def _run_around(job_id: str) -> Path | None:
-    """The run whose folder holds what Slurm says the job wrote (its output file or working folder): a job id that
-    no index lists, e.g. one that sacct shows from another login node or an older state folder."""
+    """The run whose folder holds what Slurm says the job wrote: for a job id that no index lists."""
     for where in scheduler.job_folders(job_id):
         for folder in [Path(where), *Path(where).parents][:6]:
             if has_record(folder) and _knows_job(layout.run_file(folder), job_id):
@@ -130,8 +129,7 @@ def sweep_folder(path: Path) -> Path | None:
 
 
 def resolve_runs(target: str, exports_root_given: str | None = None) -> list[RunTarget]:
-    """The runs `target` names: a sweep folder (or its sweep.json) stands for its runs, in order; anything else is
-    one run (`resolve_run`)."""
+    """The runs `target` names: a sweep folder (or its sweep.json) stands for its runs; else one (`resolve_run`)."""
     sweep = sweep_folder(Path(target).expanduser())
     if sweep is not None:
         listed = (read_json(sweep / layout.SWEEP_FILE) or {}).get("runs") or []

@@ -162,8 +162,7 @@ class PrepareData:
         return f"complete: the three files in {self.out_dir} match {MANIFEST_NAME}"
 
     def blocked(self) -> str:
-        """Why the data job would refuse to run (cleaned files it did not write, or that changed), or '': refused
-        before anything is queued, no training job waits on it forever."""
+        """Why the data job would refuse to run, or '': refused now, no training job waits on it for ever."""
         if self.force:
             return ""
         refused = {name: why for name, why in (self._verdicts() or {}).items() if why not in (None, _MISSING)}

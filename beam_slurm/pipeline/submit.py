@@ -78,9 +78,7 @@ def _fail(problems: list[str]) -> int:
 
 
 def build_runs(overrides: list[str], multirun: bool, stages: tuple[str, ...] | list[str] = STAGES) -> list[RunSpec]:
-    """Load and validate every run (every sweep point); raises ConfigError for a bad override outside a sweep.
-
-    With the train stage, the paths training reads are checked on this host (not data this submission writes)."""
+    """Load and validate every run (every sweep point); raises ConfigError for a bad override outside a sweep."""
     if not multirun:
         swept = has_sweep(overrides)
         if swept:
@@ -117,9 +115,8 @@ def build_runs(overrides: list[str], multirun: bool, stages: tuple[str, ...] | l
 
 
 def ask_slurm(runs: list[RunSpec], out=None) -> list[str]:
-    """`sbatch --test-only` for each job shape the submission would queue: Slurm's refusals and the limits the job
-    would wait on for ever, each with the setting that changes it. Nodes Slurm cannot give while some are down or
-    drained is only a warning (they may come back)."""
+    """`sbatch --test-only` for each job shape to queue: Slurm's refusals and the limits the job would wait on for
+    ever, each with the setting that changes it (nodes down or drained only warn: they may come back)."""
     out = out or sys.stderr
     refused, asked = [], set()
     for run in runs:
@@ -158,8 +155,7 @@ def _some_nodes_unusable(partition: str | None) -> bool:
 
 
 def stalled_attempt_problems(cfg) -> list[ConfigProblem]:
-    """An attempt that can reach no checkpoint (`notice_budget.attempt_progress`) burns its GPUs and its requeues:
-    refused unless cluster.allow_no_checkpoint=true."""
+    """An attempt that can reach no checkpoint burns its GPUs and requeues: refused unless allow_no_checkpoint."""
     if cfg.cluster.allow_no_checkpoint:
         return []
     progress = attempt_progress(cfg)

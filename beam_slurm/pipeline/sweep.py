@@ -75,8 +75,7 @@ def slug(choices: list[tuple[str, str]]) -> str:
 
 
 def rename_run(cfg, run_slug: str, *, home: str) -> None:
-    """Give a loaded config its own run name and paths for a sweep point: paths derived from the run name are
-    derived again, paths the user set get a per-run subfolder."""
+    """Give a sweep point its own run name and paths (derived again, or a per-run subfolder of paths the user set)."""
     old = cfg.run_name
     new = f"{old}-{run_slug}" if run_slug else old
     p = cfg.paths

@@ -84,8 +84,7 @@ class Target:
 
 
 def running_target(job: RunJob, node: str | None) -> Target:
-    """The running attempt, its head and the node to attach to; AttachRefused when the job is not running, its Ray
-    is not up, or `node` is not one of its nodes."""
+    """The running attempt, its head and the node to attach to, or AttachRefused saying why not."""
     try:
         info = scheduler.job_info(job.job_id)
     except scheduler.SlurmCommandError as exc:
@@ -111,8 +110,7 @@ def running_target(job: RunJob, node: str | None) -> Target:
 
 
 def ray_environment(head: dict, environ: dict[str, str], python_bin: str | None) -> dict[str, str]:
-    """The caller's environment for the attach step: the job's Ray address and token file, Slurm's variables of any
-    enclosing job removed (srun --jobid decides), the job's Python first on PATH outside a container."""
+    """The attach step's environment: the job's Ray address and token file, no enclosing job's SLURM_* variables."""
     env = {k: v for k, v in environ.items() if not k.startswith("SLURM_") or k == "SLURM_CONF"}
     env["RAY_ADDRESS"] = str(head["address"])
     if head.get("token_path"):

@@ -121,8 +121,7 @@ def job_mounts(cfg):
 
 
 def job_settings(cfg, *, preflight: bool = True, driver: list[str] | None = None) -> tuple[TrainJobSettings, dict[str, str]]:
-    """The recipe as `TrainJobSettings`, and the environment its driver needs; `driver` replaces the recipe's
-    trainer with another Ray driver under the same job settings (then without the trainer's environment)."""
+    """The recipe as `TrainJobSettings` and its driver's environment; `driver` replaces the recipe's trainer."""
     in_container = cfg.container.runtime != "none"
     python = cfg.trainer.python if in_container else sys.executable
     driver_env: dict[str, str] = {}

@@ -30,8 +30,7 @@ _RECORD_MARGIN_S = 30.0  # for the batch shell to record its end
 
 
 def build_parser(verb: str = "requeue"):
-    """The parser of `requeue` or `stop` (the same flags and keys): --timeout, --exports-root; RUN is taken out of
-    argv first (`split_run`); the keys it reads: cluster.grace_s, cluster.stop_grace_s."""
+    """The parser of `requeue` or `stop`; RUN is taken out of argv first (`split_run`)."""
     what = {"requeue": "save at the next step boundary, then requeue the job (the next attempt resumes from it)",
             "stop": "save at the next step boundary, then end the job as stopped (resumable with `beam-slurm submit`)"}
     args = VerbArgs(verb, f"beam-slurm {verb} RUN [key=value ...]: {what[verb]}.\n\nRUN: the run folder (its "

@@ -54,9 +54,7 @@ class StepLauncher:
 
 def stop_step(step: subprocess.Popen, job_id: str, name: str, grace_s: float, log: Callable[[str], None],
               label: str = "") -> int:
-    """SIGTERM every task of the step named `name` (the Ray step: each node then stops its driver and its Ray),
-    wait `grace_s`, then make srun end the step (Slurm's SIGTERM/SIGKILL); srun's status. `label` names the step
-    in the log (default: its name)."""
+    """SIGTERM every task of the step `name`, wait `grace_s`, then make srun end the step; srun's status."""
     if step.poll() is not None:
         return step.returncode
     label = label or name

@@ -69,8 +69,7 @@ def slowest_recorded(attempt_dir: Path) -> float | None:
 
 def check_budget(rates: dict[str, float], save_bytes_per_node: int, save_window_s: float,
                  log: Callable[[str], None]) -> bool:
-    """Log the slowest node's bandwidth and, when a save at that speed breaks the notice budget, a warning naming
-    the fix; True when it fits (or there is nothing to check)."""
+    """Log the slowest node's bandwidth, warning when a save at that speed breaks the notice budget; True if it fits."""
     if not rates:
         return True
     host = min(rates, key=rates.get)
