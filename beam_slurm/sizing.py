@@ -1,8 +1,6 @@
-"""Checkpoint and storage arithmetic that `plan` shows and the training job's preflight checks.
-
-It sits below both (`beam_slurm.plan` and `beam_slurm.slurm`) so the job never imports the `plan` verb. Numbers are
-the seed's for the 501B-A23B model and its full-parameter state on 8 nodes, scaled by the training nodes; LoRA
-checkpoints hold adapters and their optimizer only and are not sized here.
+"""Checkpoint and storage arithmetic that `plan` shows and the training job's preflight checks; it sits below both
+so the job never imports the `plan` verb. The seed's numbers for the 501B-A23B model on 8 nodes, scaled by the
+training nodes (LoRA checkpoints are not sized here).
 """
 
 from __future__ import annotations
@@ -10,14 +8,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-BF16_WEIGHTS_TB = 1.0
-"""The model's weights in BF16, read by every node from shared storage."""
-OPTIMIZER_STATE_TB_TOTAL = 5.2
-"""Optimizer state of full fine-tuning over all training nodes (~0.6-0.7 TB per node x 8 nodes on NVMe)."""
-FULL_CHECKPOINT_TB_TOTAL = 7.0
-"""One full checkpoint over all training nodes (~0.9 TB per node x 8 nodes)."""
-CPU_OPTIMIZER_HOST_RAM_TB_PER_NODE = 1.7
-"""Host RAM per node the CPU optimizer needs when no node-local NVMe folder is set."""
+BF16_WEIGHTS_TB = 1.0  # read by every node from shared storage
+OPTIMIZER_STATE_TB_TOTAL = 5.2  # full fine-tuning, all training nodes
+FULL_CHECKPOINT_TB_TOTAL = 7.0  # one full checkpoint, all training nodes
+CPU_OPTIMIZER_HOST_RAM_TB_PER_NODE = 1.7  # without a node-local NVMe folder
 _TB = 1000**4
 
 
@@ -41,12 +35,9 @@ def optimizer_state_tb_per_node(cfg) -> float:
 class NodeNeeds:
     """Bytes each node must have free before training starts (0: not checked)."""
 
-    scratch_bytes: int
-    """Node-local NVMe for the optimizer state (paths.optimizer_state_disk_dir)."""
-    host_ram_bytes: int
-    """Host RAM for the CPU optimizer (no NVMe folder set)."""
-    ckpt_bytes: int
-    """Shared checkpoint storage for every kept checkpoint, as one node sees the shared folder."""
+    scratch_bytes: int  # Node-local NVMe for the optimizer state (paths.optimizer_state_disk_dir)
+    host_ram_bytes: int  # Host RAM for the CPU optimizer (no NVMe folder set)
+    ckpt_bytes: int  # Shared checkpoint storage for every kept checkpoint, as one node sees the shared folder
 
 
 def node_needs(cfg) -> NodeNeeds:
@@ -54,8 +45,6 @@ def node_needs(cfg) -> NodeNeeds:
     if cfg.trainer.backend == "rehearsal" or cfg.is_lora:
         return NodeNeeds(0, 0, 0)
     on_nvme = bool(cfg.paths.optimizer_state_disk_dir)
-    return NodeNeeds(
-        scratch_bytes=int(optimizer_state_tb_per_node(cfg) * _TB) if on_nvme else 0,
-        host_ram_bytes=0 if on_nvme else int(CPU_OPTIMIZER_HOST_RAM_TB_PER_NODE * _TB),
-        ckpt_bytes=int(FULL_CHECKPOINT_TB_TOTAL * checkpoints_kept(cfg) * _TB),
-    )
+    return NodeNeeds(scratch_bytes=int(optimizer_state_tb_per_node(cfg) * _TB) if on_nvme else 0,
+                     host_ram_bytes=0 if on_nvme else int(CPU_OPTIMIZER_HOST_RAM_TB_PER_NODE * _TB),
+                     ckpt_bytes=int(FULL_CHECKPOINT_TB_TOTAL * checkpoints_kept(cfg) * _TB))

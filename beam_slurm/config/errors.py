@@ -14,14 +14,11 @@ from beam_slurm.core.errors import UserError
 class ConfigProblem:
     """One bad setting: `key=value: fix`, or `key: problem; fix: fix` when the value alone does not say what is wrong."""
 
-    key: str
-    """Dotted key, e.g. `megatron.tensor_parallel` or `container.mounts[1]`."""
+    key: str  # Dotted key, e.g. `megatron.tensor_parallel` or `container.mounts[1]`
     value: object = None
     """The value that was given (or derived); as the user typed it when it never became a typed value."""
-    fix: str = ""
-    """What to do about it, in one sentence."""
-    problem: str | None = None
-    """What is wrong, quoting the offending value, when that needs more than the value itself."""
+    fix: str = ""  # What to do about it, in one sentence
+    problem: str | None = None  # What is wrong, quoting the offending value, when that needs more than the value itself
     env: str | None = None
     """The environment variable the value came from (e.g. CKPT_INTERVAL for checkpoint.interval), if it did."""
 
@@ -50,11 +47,10 @@ class ConfigError(UserError):
         self.problems = list(problems)
         super().__init__("\n".join(str(p) for p in self.problems))
 
-    def report(self, stream=None, verb: str | None = None) -> None:
-        """Print every problem; `verb` names the command in the prefix (`beam-slurm plan: ...`)."""
+    def report(self, stream=None, *, prefix: str = "beam-slurm: ", what: str = "; nothing was submitted") -> None:
+        """Print every problem, after `prefix` (a verb's: `beam-slurm plan: `)."""
         stream = stream or sys.stderr
         n = len(self.problems)
-        prefix = f"beam-slurm {verb}" if verb else "beam-slurm"
-        print(f"{prefix}: invalid configuration ({n} problem{'s' if n != 1 else ''}); nothing was submitted", file=stream)
+        print(f"{prefix}invalid configuration ({n} problem{'s' if n != 1 else ''}){what}", file=stream)
         for p in self.problems:
             print(f"  - {p}", file=stream)

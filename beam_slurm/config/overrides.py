@@ -24,11 +24,8 @@ def scalar_text(value: Any) -> str | None:
 
 
 def hydra_value(value: Any) -> str:
-    """`value` written so that Hydra's override parser reads back exactly `value` (None, bool, number, str, list).
-
-    Strings that are not plain words are single-quoted, with backslashes, quotes and `${` escaped, so commas,
-    spaces, brackets, `=` and `${...}` stay literal text.
-    """
+    """`value` written so that Hydra's override parser reads back exactly `value` (None, bool, number, str, list);
+    other strings than plain words are single-quoted and escaped, so `,`, spaces, `=` and `${...}` stay literal."""
     scalar = scalar_text(value)
     if scalar is not None:
         return scalar

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 import os
 import re
 import socket
@@ -31,6 +32,7 @@ RESUME_MODES = ("none", "latest", "from_path")
 _RUN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
 
+# sbatch options that a recipe key renders: `cluster.extra_sbatch_args` may not set them a second time
 FIRST_CLASS_SBATCH_OPTIONS = {
     "--time": "cluster.time_limit", "-t": "cluster.time_limit", "--nodes": "cluster.nodes", "-N": "cluster.nodes",
     "--partition": "cluster.partition", "-p": "cluster.partition", "--account": "cluster.account",
@@ -39,7 +41,6 @@ FIRST_CLASS_SBATCH_OPTIONS = {
     "--cpus-per-task": "cluster.cpus_per_node", "-c": "cluster.cpus_per_node", "--job-name": "run_name",
     "-J": "run_name", "--output": "paths.log_dir", "-o": "paths.log_dir",
 }
-"""sbatch options that a recipe key renders: `cluster.extra_sbatch_args` may not set them a second time."""
 
 
 def problems(cfg) -> list[ConfigProblem]:
@@ -220,9 +221,8 @@ def problems(cfg) -> list[ConfigProblem]:
 
 
 def layout_problems(cfg, *, sizes_ok: bool = True) -> list[ConfigProblem]:
-    """Placement, Megatron/vLLM parallelism and SkyRL's batch arithmetic for this layout (cluster.nodes x
-    gpus_per_node, the split): what changes when a recipe is scaled out. `sizes_ok`: the sizes are positive (the
-    divisibility rules are only checked then)."""
+    """Placement, parallelism and SkyRL's batch arithmetic: what changes when a recipe is scaled out. The
+    divisibility rules are checked only when `sizes_ok` (the sizes are positive)."""
     out: list[ConfigProblem] = []
 
     def bad(key: str, value, fix: str) -> None:
@@ -279,8 +279,7 @@ def layout_problems(cfg, *, sizes_ok: bool = True) -> list[ConfigProblem]:
 
 
 def scaled_layout_hint(cfg, *, up_to: int = 0) -> str:
-    """Node counts (and, for a split placement, rollout node counts) near cluster.nodes whose layout passes
-    `layout_problems` with every other setting unchanged: the fix to name when a scaled-out layout does not divide."""
+    """Node (and rollout node) counts near cluster.nodes whose layout passes with every other setting unchanged."""
     nodes = cfg.cluster.nodes
     up_to = up_to or max(2 * nodes, 16)
 
@@ -310,15 +309,8 @@ def skyrl_value_problems(cfg) -> list[ConfigProblem]:
                           "use a plain value") for key, value in _text_settings(cfg) if not _reads_back(value)]
 
 
-_READS_BACK: dict[str, bool] = {}
-
-
-def _reads_back(text: str) -> bool:
-    """`skyrl.command.reads_back`, remembered per text: each answer parses the text with OmegaConf (~1 ms), and the
-    points of a sweep share almost every text setting."""
-    if text not in _READS_BACK:
-        _READS_BACK[text] = reads_back(text)
-    return _READS_BACK[text]
+# Remembered per text: each answer parses it with OmegaConf (~1 ms), and a sweep's points share almost every text.
+_reads_back = functools.lru_cache(maxsize=None)(reads_back)
 
 
 def _text_settings(node, prefix: str = ""):
@@ -334,12 +326,8 @@ def _text_settings(node, prefix: str = ""):
 
 
 def path_problems(cfg, *, produced: Collection[str] = ()) -> list[ConfigProblem]:
-    """Paths the job will read that are missing or unreadable on this host (the submit host for `plan`/`submit`).
-
-    The model, the SkyRL checkout (skyrl backend), the training and evaluation parquet files (unless `produced`
-    holds "data": an earlier stage of the same submission writes them) and a from_path resume checkpoint.
-    Nothing when cluster.check_paths_on_submit is false.
-    """
+    """Paths the job will read that are missing or unreadable on this host (the submit host for `plan`/`submit`);
+    not the data files when `produced` holds "data" (an earlier stage writes them)."""
     if not cfg.cluster.check_paths_on_submit:
         return []
     out: list[ConfigProblem] = []

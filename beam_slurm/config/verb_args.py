@@ -2,18 +2,11 @@
 
     beam-slurm <verb> [--flags] [INPUT ...] [key=value ...]
 
-- Settings are recipe keys (`generation.temperature=0.6`), composed through Hydra with the rest of the recipe
-  (`beam_slurm.config.load`); their defaults and docstrings live in `beam_slurm/config/schema.py` only.
-- `--flags` are for what is not a setting (`--dry-run`, `--json`, `--watch`, `--force`) and for the verb's inputs
-  (`--checkpoint`, `--data`, `--responses`, `--out`, a positional RUN).
-- `--help` prints the verb's flags and every key it reads, with the schema's default and docstring.
-- Every message starts with `beam-slurm <verb>: `; bad input exits 2 before anything runs.
-- Flags that used to carry a setting still work for one release: each becomes its key=value override and
-  prints the key to use instead.
-
-A verb whose entry in `beam_slurm.cli.VERBS` is `<prefix>main` builds its parser with `<prefix>build_parser()` (or,
-where one module serves several verbs, `build_parser(verb)`), returning a `VerbArgs`; tests/config/test_verb_args.py
-builds every verb's parser that way.
+Settings are recipe keys, composed through Hydra (defaults and docstrings live in `beam_slurm/config/schema.py`
+only); `--flags` are for what is not a setting and for the verb's inputs; `--help` lists every key the verb reads.
+Every message starts with `beam-slurm <verb>: `; bad input exits 2 before anything runs. Old flags that carried a
+setting still work for one release, each printing the key to use instead. A verb `<prefix>main` builds its parser
+with `<prefix>build_parser()` (or `build_parser(verb)`), as tests/config/test_verb_args.py does for every verb.
 """
 
 from __future__ import annotations
@@ -36,19 +29,15 @@ from beam_slurm.core.errors import UserError
 EXIT_USAGE = 2
 
 
-
 # --- the schema's keys, defaults and docstrings -------------------------------------------------------------------
 
 @dataclass(frozen=True)
 class SchemaKey:
     """One leaf setting of the recipe."""
 
-    key: str
-    """Dotted key, e.g. `generation.temperature`."""
-    default: Any
-    """The schema's default."""
-    doc: str
-    """The docstring under the field in its dataclass."""
+    key: str  # Dotted key, e.g. `generation.temperature`
+    default: Any  # The schema's default
+    doc: str  # The docstring under the field in its dataclass
 
 
 def field_docs(cls: type) -> dict[str, str]:
@@ -121,12 +110,9 @@ class VerbUsageError(UserError):
 class KeyFlag:
     """An old flag that carried a setting; kept one release as an alias of its key."""
 
-    flag: str
-    """The old option, e.g. `--k`."""
-    key: str
-    """The key it sets, e.g. `eval.responses_per_problem`."""
-    switch: bool = False
-    """The flag took no value and meant `key=true`."""
+    flag: str  # The old option, e.g. `--k`
+    key: str  # The key it sets, e.g. `eval.responses_per_problem`
+    switch: bool = False  # The flag took no value and meant `key=true`
     convert: Callable[[str], Any] | None = None
     """Turns the flag's text into the key's value (default: the text as Hydra reads it)."""
 
@@ -135,10 +121,8 @@ class KeyFlag:
 class RenamedFlag:
     """An old spelling of a verb flag (e.g. `--overwrite` for `--force`), or an old key that is now a flag."""
 
-    old: str
-    """`--overwrite`, or a key such as `data.overwrite` (then `data.overwrite=true` means the flag)."""
-    flag: str
-    """The flag to use instead, e.g. `--force`."""
+    old: str  # `--overwrite`, or a key such as `data.overwrite` (then `data.overwrite=true` means the flag)
+    flag: str  # The flag to use instead, e.g. `--force`
 
 
 class _Parser(argparse.ArgumentParser):
@@ -161,12 +145,10 @@ class _Parser(argparse.ArgumentParser):
 class Parsed:
     """A verb's command line, split."""
 
-    args: argparse.Namespace
-    """The verb's flags and inputs."""
+    args: argparse.Namespace  # The verb's flags and inputs
     overrides: list[str]
     """key=value overrides for Hydra (old flags' included), in the order typed: for a key given twice the later wins."""
-    notes: list[str]
-    """One line per old spelling used, naming what to use instead (already printed to stderr)."""
+    notes: list[str]  # One line per old spelling used, naming what to use instead (already printed to stderr)
 
 
 class VerbArgs:
@@ -282,12 +264,13 @@ class VerbArgs:
         print(f"{self.prefix}{message}", file=sys.stderr)
         return status
 
+    def report(self, error: UserError, *, what: str = "") -> int:
+        """Print a bad-input error after the verb's prefix (each problem of a ConfigError); returns 2."""
+        return self.config_failed(error, what=what) if isinstance(error, ConfigError) else self.fail(error)
+
     def config_failed(self, error: ConfigError, *, what: str = "") -> int:
         """Print every problem of a ConfigError after the verb's prefix; returns 2."""
-        n = len(error.problems)
-        print(f"{self.prefix}invalid configuration ({n} problem{'s' if n != 1 else ''}){what}", file=sys.stderr)
-        for problem in error.problems:
-            print(f"  - {problem}", file=sys.stderr)
+        error.report(prefix=self.prefix, what=what)
         return EXIT_USAGE
 
 

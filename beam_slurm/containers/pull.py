@@ -3,22 +3,14 @@
 pyxis:     enroot import -o <cache>/<name>.sqsh docker://<registry#path:tag>
 Apptainer: apptainer pull <cache>/<name>.sif docker://<registry/path:tag>
 
-Every node and every later job then runs the file instead of pulling from the registry N times. Several jobs may
-race for the same image: one takes the lock on shared storage (`shared_lock.SharedFileLock`, taken over when its
-holder dies), imports to a temporary name in the cache directory and renames it into place; the others wait and find
-the finished file. A digest record beside the file (`<file>.digest.json`: reference, size, sha256 of the file, the
-registry digest when the reference pins one) is written last, so "record present and matching" means "complete";
-such an image is skipped unless `--force`. Settings are the recipe's container.* keys (`--help` lists them).
-
-Registry credentials reach the runtime only through its own mechanisms, which it reads from its environment: enroot's
-credentials file ($ENROOT_CONFIG_PATH/.credentials, default ~/.config/enroot/.credentials, netrc format), Apptainer's
-`apptainer registry login` or APPTAINER_DOCKER_USERNAME/APPTAINER_DOCKER_PASSWORD. Nothing here reads, prints or
-passes them.
+Every node and later job then runs the file instead of pulling N times. Racing jobs: one takes the lock on shared
+storage (taken over when its holder dies), imports to a temporary name and renames it into place; the others wait.
+The digest record beside the file is written last, so "record present and matching" means complete.
+Registry credentials reach the runtime only through its own files and environment; nothing here reads them.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shlex
 import shutil
@@ -35,8 +27,9 @@ from beam_slurm.config.verb_args import VerbArgs, VerbUsageError
 from beam_slurm.containers.runtime import (cached_image_path, digest_record_path, docker_reference, enroot_reference,
                                            is_local_image, validate)
 from beam_slurm.containers.settings import ContainerSettings
-from beam_slurm.core.atomic_files import publish, write_text
+from beam_slurm.core.atomic_files import publish, read_json, write_text
 from beam_slurm.core.shared_lock import LockTimeout, SharedFileLock
+from beam_slurm.data.manifest import sha256_file
 
 RUNTIME_EXECUTABLE = {"pyxis": "enroot", "apptainer": "apptainer"}
 
@@ -61,25 +54,9 @@ def pinned_digest(image: str) -> str | None:
     return digest if sep and digest.startswith("sha256:") else None
 
 
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        while chunk := handle.read(8 << 20):
-            digest.update(chunk)
-    return "sha256:" + digest.hexdigest()
-
-
-def read_record(image_path: Path) -> dict | None:
-    try:
-        return json.loads(digest_record_path(image_path).read_text())
-    except (FileNotFoundError, ValueError):
-        return None
-
-
 def record_matches(settings: ContainerSettings, image_path: Path, *, verify: bool = False) -> bool:
-    """True when `image_path` is a complete import of settings.image: the record names the same reference and
-    runtime, the file has the recorded size, a pinned registry digest matches, and (verify) its sha256 matches."""
-    record = read_record(image_path)
+    """`image_path` is a complete import of settings.image, as its record says (with `verify`, re-hashed too)."""
+    record = read_json(digest_record_path(image_path))
     if record is None or not image_path.is_file():
         return False
     if record.get("image") != docker_reference(settings.image) or record.get("runtime") != settings.runtime:
@@ -88,7 +65,7 @@ def record_matches(settings: ContainerSettings, image_path: Path, *, verify: boo
         return False
     if record.get("registry_digest") != pinned_digest(settings.image):
         return False
-    return not verify or record.get("sha256") == file_sha256(image_path)
+    return not verify or record.get("sha256") == "sha256:" + sha256_file(image_path)
 
 
 def image_is_current(settings: ContainerSettings) -> bool:
@@ -100,16 +77,9 @@ def image_is_current(settings: ContainerSettings) -> bool:
 
 
 def _write_record(settings: ContainerSettings, image_path: Path, sha256: str) -> None:
-    record = {
-        "image": docker_reference(settings.image),
-        "runtime": settings.runtime,
-        "file": image_path.name,
-        "size": image_path.stat().st_size,
-        "sha256": sha256,
-        "registry_digest": pinned_digest(settings.image),
-        "imported_at": time.time(),
-        "imported_on": socket.gethostname(),
-    }
+    record = {"image": docker_reference(settings.image), "runtime": settings.runtime, "file": image_path.name,
+              "size": image_path.stat().st_size, "sha256": sha256, "registry_digest": pinned_digest(settings.image),
+              "imported_at": time.time(), "imported_on": socket.gethostname()}
     write_text(digest_record_path(image_path), json.dumps(record, indent=2) + "\n")
 
 
@@ -117,11 +87,8 @@ def _write_record(settings: ContainerSettings, image_path: Path, sha256: str) ->
 class PullResult:
     """What a pull did."""
 
-    image_path: Path
-    """The image file in the cache directory."""
-    action: str
-    """`skipped` (already complete), `imported` (by this process) or `imported-by-other` (another process
-    finished the import while this one waited for the lock)."""
+    image_path: Path  # The image file in the cache directory
+    action: str  # skipped (already complete), imported, or imported-by-other (while this one waited for the lock)
 
 
 class PullError(RuntimeError):
@@ -151,15 +118,9 @@ def _run_import(command: list[str], lock: SharedFileLock) -> int | None:
                     return None
 
 
-def pull_image(
-    settings: ContainerSettings,
-    *,
-    force: bool = False,
-    verify: bool = False,
-    executable: str | None = None,
-) -> PullResult:
-    """Import settings.image into settings.image_cache_dir unless a complete import is already there; the import
-    lock's timing is settings.lock_stale_after_s / lock_timeout_s."""
+def pull_image(settings: ContainerSettings, *, force: bool = False, verify: bool = False,
+               executable: str | None = None) -> PullResult:
+    """Import settings.image into settings.image_cache_dir unless a complete import is already there."""
     stale_after, lock_timeout = settings.lock_stale_after_s, settings.lock_timeout_s
     target = cached_image_path(settings)
     if target is None:
@@ -177,7 +138,7 @@ def pull_image(
             raise PullError(str(err)) from err
         try:
             # Finished by another job while we waited: counts even with --force when it finished after we started.
-            record = read_record(target) or {}
+            record = read_json(digest_record_path(target)) or {}
             finished_meanwhile = record.get("imported_at", 0) >= started and record_matches(settings, target)
             if finished_meanwhile or (not force and record_matches(settings, target, verify=verify)):
                 log(f"{target} was imported by another job while this one waited; skipping")
@@ -197,7 +158,7 @@ def pull_image(
                     f"`{shlex.join(command[:2])}` {what}; see its output above (registry credentials: "
                     "see `beam-slurm pull-container --help`)"
                 )
-            sha256 = file_sha256(scratch)
+            sha256 = "sha256:" + sha256_file(scratch)
             digest_record_path(target).unlink(missing_ok=True)  # never a record describing another file
             publish(scratch, target)
             _write_record(settings, target, sha256)
@@ -226,11 +187,9 @@ def _settings_problems(settings: ContainerSettings, executable: str | None) -> l
 
 PULL_KEYS = ["container.runtime", "container.image", "container.image_cache_dir", "container.lock_stale_after_s",
              "container.lock_timeout_s"]
-"""The recipe keys `pull-container` reads."""
 
 
 def build_parser():
-    """The verb's parser: the container.* keys (the lock's timing among them), --force, --verify."""
     verb = VerbArgs(
         "pull-container",
         "Import the recipe's container image once into shared storage (enroot squashfs for pyxis, SIF for\n"
@@ -256,10 +215,8 @@ def main(argv: list[str]) -> int:
     try:
         parsed = verb.parse(argv)
         cfg = verb.load(parsed)
-    except ConfigError as err:
-        return verb.config_failed(err)
-    except VerbUsageError as err:
-        return verb.fail(err)
+    except (ConfigError, VerbUsageError) as err:
+        return verb.report(err)
     args, settings = parsed.args, cfg.container
     name = RUNTIME_EXECUTABLE.get(settings.runtime)
     executable = shutil.which(name) if name else None
@@ -269,12 +226,7 @@ def main(argv: list[str]) -> int:
             verb.fail(message)
         return 2
     try:
-        result = pull_image(
-            settings,
-            force=args.force,
-            verify=args.verify,
-            executable=executable,
-        )
+        result = pull_image(settings, force=args.force, verify=args.verify, executable=executable)
     except PullError as err:
         return verb.fail(err, status=1)
     print(result.image_path, flush=True)

@@ -1,14 +1,10 @@
 """Command rendering for the container runtimes: pyxis/enroot (`srun --container-*`), Apptainer (`apptainer exec`)
 and `none` (the host).
 
-Everything here returns argv lists: each value is one element, never spliced into a shell string. Code that writes
-these into a batch script joins them with `shlex.join`, which quotes every element.
-
-Apptainer runs without `--cleanenv`: srun puts per-task variables (SLURM_PROCID, SLURM_LOCALID, CUDA_VISIBLE_DEVICES,
-the job's RAY_* settings) into each task's environment, and Ray, the GPU check and the trainer need them inside the
-container. A clean environment would drop them, and they cannot be re-added by value without a per-task shim or
-putting values on the command line. Host variables never override what the image sets unless listed in
-`env_passthrough`; the home directory is not mounted unless asked, so ~/.local cannot shadow the image's packages.
+Everything returns argv lists, each value one element, never spliced into a shell string. Apptainer runs without
+`--cleanenv`: srun's per-task variables (SLURM_PROCID, CUDA_VISIBLE_DEVICES, RAY_*) must reach the container and
+cannot be re-added by value without a per-task shim. Host variables never override the image's unless listed in
+`env_passthrough`, and home is not mounted unless asked, so ~/.local cannot shadow the image's packages.
 """
 
 from __future__ import annotations
@@ -21,13 +17,7 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from beam_slurm.config.errors import ConfigProblem
-from beam_slurm.containers.settings import (
-    ROOT_FILESYSTEM_MODES,
-    RUNTIMES,
-    ContainerSettings,
-    Mount,
-    parse_mount,
-)
+from beam_slurm.containers.settings import ROOT_FILESYSTEM_MODES, RUNTIMES, ContainerSettings, Mount, parse_mount
 
 IMAGE_SUFFIX = {"pyxis": ".sqsh", "apptainer": ".sif"}
 LOCAL_IMAGE_SUFFIXES = {"pyxis": (".sqsh", ".squashfs"), "apptainer": (".sif", ".sqsh", ".squashfs", ".img")}
@@ -41,9 +31,7 @@ _CONTAINER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
 
 def is_local_image(image: str) -> bool:
     """True when `image` names a file (path or image-file suffix) rather than a registry reference."""
-    return image.startswith(("/", "./", "../", "~")) or image.endswith(
-        (".sqsh", ".squashfs", ".sif", ".img")
-    )
+    return image.startswith(("/", "./", "../", "~")) or image.endswith((".sqsh", ".squashfs", ".sif", ".img"))
 
 
 def docker_reference(image: str) -> str:
@@ -53,10 +41,7 @@ def docker_reference(image: str) -> str:
 
 
 def enroot_reference(image: str) -> str:
-    """The registry reference in enroot's form: the registry host separated by `#` (`nvcr.io#nvidia/pytorch:24.01`).
-
-    Docker Hub references (no registry host) are unchanged.
-    """
+    """The reference in enroot's form, registry host separated by `#` (`nvcr.io#nvidia/pytorch:24.01`)."""
     ref = docker_reference(image)
     first, sep, rest = ref.partition("/")
     if sep and ("." in first or ":" in first or first == "localhost"):
@@ -65,10 +50,7 @@ def enroot_reference(image: str) -> str:
 
 
 def image_file_name(image: str, runtime: str) -> str:
-    """File name the pull stage gives the imported image: the reference with path separators made safe.
-
-    `ghcr.io/org/skyrl:beam-release` -> `ghcr.io+org+skyrl+beam-release.sqsh` (pyxis) or `.sif` (Apptainer).
-    """
+    """The imported image's file name: `ghcr.io/org/skyrl:beam-release` -> `ghcr.io+org+skyrl+beam-release.sqsh`."""
     ref = docker_reference(image)
     safe = re.sub(r"[^A-Za-z0-9._\-]+", "+", ref).strip("+.")
     return safe + IMAGE_SUFFIX[runtime]
@@ -89,9 +71,8 @@ def digest_record_path(image_path: Path) -> Path:
 
 
 def resolved_image(settings: ContainerSettings) -> str:
-    """The image argument the runtime gets: a local file as given; a registry reference replaced by the pulled file
-    in image_cache_dir when that file is complete (its digest record exists); otherwise the reference itself in the
-    runtime's form (pyxis: enroot's `registry#path`, Apptainer: `docker://...`)."""
+    """The image the runtime gets: a local file as given, else the pulled file once complete (its digest record
+    exists), else the reference in the runtime's form."""
     if is_local_image(settings.image):
         return settings.image
     cached = cached_image_path(settings)
@@ -118,13 +99,8 @@ def _all_mounts(settings: ContainerSettings, mounts: Sequence[Mount]) -> list[Mo
     return merged
 
 
-def srun_container_args(
-    settings: ContainerSettings, mounts: Sequence[Mount], *, container_name: str = ""
-) -> list[str]:
-    """Options to add to every `srun` of the job (pyxis); [] for `none` and `apptainer`.
-
-    `container_name` (see `default_container_name`) lets the steps of one job reuse the unpacked container.
-    """
+def srun_container_args(settings: ContainerSettings, mounts: Sequence[Mount], *, container_name: str = "") -> list[str]:
+    """Options to add to every `srun` of the job (pyxis; [] otherwise); `container_name` shares one unpacked container."""
     if settings.runtime != "pyxis":
         return []
     args = [f"--container-image={resolved_image(settings)}"]
@@ -165,11 +141,8 @@ def command_prefix(settings: ContainerSettings, mounts: Sequence[Mount]) -> list
 
 
 def container_environment(settings: ContainerSettings, environ: Mapping[str, str]) -> dict[str, str]:
-    """Variables to add to the environment of the process that launches the steps (never to argv).
-
-    Apptainer: `APPTAINERENV_<NAME>` for each name in env_passthrough that is set, which makes the host value win
-    over the image's. pyxis forwards the names with `--container-env`; `none` needs nothing.
-    """
+    """Variables for the process that launches the steps (never argv): Apptainer's `APPTAINERENV_<NAME>` make the
+    host value of each env_passthrough name win over the image's (pyxis forwards names with `--container-env`)."""
     if settings.runtime != "apptainer":
         return {}
     return {f"APPTAINERENV_{name}": environ[name] for name in settings.env_passthrough if name in environ}
@@ -178,15 +151,14 @@ def container_environment(settings: ContainerSettings, environ: Mapping[str, str
 def _path_problems(key: str, path: str, what: str) -> list[ConfigProblem]:
     problems = []
     if not path.startswith("/"):
-        problems.append(ConfigProblem(key, problem=f"{what} {path!r} is not an absolute path", fix="give the full path, starting with /"))
+        problems.append(ConfigProblem(key, problem=f"{what} {path!r} is not an absolute path",
+                                      fix="give the full path, starting with /"))
     if "," in path:
-        problems.append(
-            ConfigProblem(key, problem=f"{what} {path!r} contains ',', which the runtimes use to separate mounts", fix="use a path without commas (a symlink works)")
-        )
+        problems.append(ConfigProblem(key, problem=f"{what} {path!r} contains ',', which the runtimes use to separate "
+                                      "mounts", fix="use a path without commas (a symlink works)"))
     if ":" in path:
-        problems.append(
-            ConfigProblem(key, problem=f"{what} {path!r} contains ':', which separates host, container path and options", fix="use a path without colons (a symlink works)")
-        )
+        problems.append(ConfigProblem(key, problem=f"{what} {path!r} contains ':', which separates host, container path "
+                                      "and options", fix="use a path without colons (a symlink works)"))
     if any(c in path for c in "\n\r\0"):
         problems.append(ConfigProblem(key, problem=f"{what} {path!r} contains a control character", fix="use a plain path"))
     return problems
@@ -194,44 +166,26 @@ def _path_problems(key: str, path: str, what: str) -> list[ConfigProblem]:
 
 def _image_problems(settings: ContainerSettings) -> list[ConfigProblem]:
     image, runtime = settings.image, settings.runtime
+    files = " or ".join(LOCAL_IMAGE_SUFFIXES[runtime])
     if not image:
-        return [
-            ConfigProblem(
-                "container.image",
-                problem=f"runtime {runtime!r} needs an image",
-                fix="set container.image=<registry reference> (then run `beam-slurm pull-container`) or the path of a "
-                f"{' or '.join(LOCAL_IMAGE_SUFFIXES[runtime])} file, or container.runtime=none",
-            )
-        ]
+        return [ConfigProblem("container.image", problem=f"runtime {runtime!r} needs an image",
+                              fix="set container.image=<registry reference> (then run `beam-slurm pull-container`) or "
+                              f"the path of a {files} file, or container.runtime=none")]
     if is_local_image(image):
         problems = _path_problems("container.image", image, "image file")
         if not image.endswith(LOCAL_IMAGE_SUFFIXES[runtime]):
-            problems.append(
-                ConfigProblem(
-                    "container.image",
-                    problem=f"{image!r} is not an image file {runtime} can run",
-                    fix=f"give a {' or '.join(LOCAL_IMAGE_SUFFIXES[runtime])} file, or a registry reference",
-                )
-            )
+            problems.append(ConfigProblem("container.image", problem=f"{image!r} is not an image file {runtime} can run",
+                                          fix=f"give a {files} file, or a registry reference"))
         return problems
     user_part = image.removeprefix("docker://").split("/", 1)[0]
     if "@" in user_part and not user_part.startswith("sha256:"):
-        return [
-            ConfigProblem(
-                "container.image",
-                problem="the image reference carries credentials (user@ or user:password@)",
-                fix="remove them; put registry credentials in ~/.config/enroot/.credentials (enroot) or use "
-                "`apptainer registry login` (Apptainer)",
-            )
-        ]
+        return [ConfigProblem("container.image", problem="the image reference carries credentials (user@ or "
+                              "user:password@)", fix="remove them; put registry credentials in "
+                              "~/.config/enroot/.credentials (enroot) or use `apptainer registry login` (Apptainer)")]
     if not _IMAGE_REF.match(image.removeprefix("docker://")):
-        return [
-            ConfigProblem(
-                "container.image",
-                problem=f"{image!r} is not a registry reference (registry/path:tag or ...@sha256:<64 hex>)",
-                fix="give e.g. ghcr.io/org/skyrl:beam-release, or an absolute path to a local image file",
-            )
-        ]
+        return [ConfigProblem("container.image", problem=f"{image!r} is not a registry reference (registry/path:tag or "
+                              "...@sha256:<64 hex>)", fix="give e.g. ghcr.io/org/skyrl:beam-release, or an absolute "
+                              "path to a local image file")]
     return []
 
 
@@ -247,73 +201,58 @@ def pyxis_available() -> bool:
     return "--container-image" in out.stdout + out.stderr
 
 
-def validate(
-    settings: ContainerSettings, mounts: Sequence[Mount] = (), *, on_cluster: bool = False
-) -> list[ConfigProblem]:
-    """Every problem with the settings (and the job's mounts), each naming the key and the fix. [] when valid.
-
-    `on_cluster=True` also checks what exists only where the job runs: the runtime on PATH (pyxis loaded into
-    srun) and a local image file present.
-    """
-    problems: list[ConfigProblem] = []
+def validate(settings: ContainerSettings, mounts: Sequence[Mount] = (), *, on_cluster: bool = False
+             ) -> list[ConfigProblem]:
+    """Every problem with the settings (and the job's mounts), each naming the key and the fix; `on_cluster` also
+    checks what exists only where the job runs (the runtime, a local image file)."""
     if settings.runtime not in RUNTIMES:
-        return [
-            ConfigProblem("container.runtime", problem=f"unknown runtime {settings.runtime!r}", fix=f"use one of {', '.join(RUNTIMES)}")
-        ]
+        return [ConfigProblem("container.runtime", problem=f"unknown runtime {settings.runtime!r}",
+                              fix=f"use one of {', '.join(RUNTIMES)}")]
+    problems: list[ConfigProblem] = []
     if settings.root_filesystem not in ROOT_FILESYSTEM_MODES:
-        problems.append(
-            ConfigProblem(
-                "container.root_filesystem",
-                problem=f"unknown mode {settings.root_filesystem!r}",
-                fix=f"use one of {', '.join(ROOT_FILESYSTEM_MODES)}",
-            )
-        )
+        problems.append(ConfigProblem("container.root_filesystem", problem=f"unknown mode {settings.root_filesystem!r}",
+                                      fix=f"use one of {', '.join(ROOT_FILESYSTEM_MODES)}"))
+
+    def both_ends(key: str, mount: Mount) -> list[ConfigProblem]:
+        return _path_problems(key, mount.host_path, "host path") + _path_problems(key, mount.container_path,
+                                                                                  "container path")
+
     for i, spec in enumerate(settings.mounts):
-        key = f"container.mounts[{i}]"
         try:
-            mount = parse_mount(spec)
+            problems += both_ends(f"container.mounts[{i}]", parse_mount(spec))
         except ValueError as err:
-            problems.append(ConfigProblem(key, problem=str(err), fix="write host_path:container_path or host_path:container_path:ro"))
-            continue
-        problems += _path_problems(key, mount.host_path, "host path")
-        problems += _path_problems(key, mount.container_path, "container path")
+            problems.append(ConfigProblem(f"container.mounts[{i}]", problem=str(err),
+                                          fix="write host_path:container_path or host_path:container_path:ro"))
     for mount in mounts:
-        key = f"job mount {mount.host_path!r}"
-        problems += _path_problems(key, mount.host_path, "host path")
-        problems += _path_problems(key, mount.container_path, "container path")
+        problems += both_ends(f"job mount {mount.host_path!r}", mount)
     for i, name in enumerate(settings.env_passthrough):
         if not _ENV_NAME.match(name):
-            problems.append(
-                ConfigProblem(
-                    f"container.env_passthrough[{i}]",
-                    problem=f"{name!r} is not an environment variable name",
-                    fix="list names only (letters, digits, _), never NAME=value",
-                )
-            )
+            problems.append(ConfigProblem(f"container.env_passthrough[{i}]", problem=f"{name!r} is not an environment "
+                                          "variable name", fix="list names only (letters, digits, _), never NAME=value"))
     if settings.workdir:
         problems += _path_problems("container.workdir", settings.workdir, "workdir")
     if settings.image_cache_dir:
         problems += _path_problems("container.image_cache_dir", settings.image_cache_dir, "cache directory")
     if settings.overlay:
         if settings.runtime != "apptainer":
-            problems.append(
-                ConfigProblem("container.overlay", problem=f"overlays are an Apptainer feature, runtime is {settings.runtime!r}", fix="clear container.overlay or use container.runtime=apptainer")
-            )
+            problems.append(ConfigProblem("container.overlay", problem="overlays are an Apptainer feature, runtime is "
+                                          f"{settings.runtime!r}", fix="clear container.overlay or use "
+                                          "container.runtime=apptainer"))
         problems += _path_problems("container.overlay", settings.overlay, "overlay")
     if settings.runtime == "none":
         return problems
     problems += _image_problems(settings)
     if on_cluster:
         if settings.runtime == "pyxis" and not pyxis_available():
-            problems.append(
-                ConfigProblem("container.runtime", problem="srun on this host has no pyxis plugin (no --container-image in `srun --help`)", fix="run where pyxis is installed, or use container.runtime=apptainer or none")
-            )
+            problems.append(ConfigProblem("container.runtime", problem="srun on this host has no pyxis plugin (no "
+                                          "--container-image in `srun --help`)", fix="run where pyxis is installed, or "
+                                          "use container.runtime=apptainer or none"))
         if settings.runtime == "apptainer" and shutil.which("apptainer") is None:
-            problems.append(
-                ConfigProblem("container.runtime", problem="`apptainer` is not on PATH", fix="load the Apptainer module (e.g. `module load apptainer`) or use container.runtime=pyxis or none")
-            )
+            problems.append(ConfigProblem("container.runtime", problem="`apptainer` is not on PATH", fix="load the "
+                                          "Apptainer module (e.g. `module load apptainer`) or use container.runtime=pyxis "
+                                          "or none"))
         if settings.image and is_local_image(settings.image) and not os.path.isfile(settings.image):
-            problems.append(
-                ConfigProblem("container.image", problem=f"image file {settings.image!r} does not exist on this node", fix="check the path is on shared storage, or run `beam-slurm pull-container`")
-            )
+            problems.append(ConfigProblem("container.image", problem=f"image file {settings.image!r} does not exist on "
+                                          "this node", fix="check the path is on shared storage, or run `beam-slurm "
+                                          "pull-container`"))
     return problems

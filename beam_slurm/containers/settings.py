@@ -1,13 +1,8 @@
-"""Container settings: which runtime runs the Ray processes and the driver, from which image, with which mounts.
-
-The `container:` node of the config maps onto `ContainerSettings` field by field (`settings_from_mapping`).
-"""
+"""Container settings: which runtime runs the Ray processes and the driver, from which image, with which mounts."""
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Mapping
 
 RUNTIMES = ("none", "pyxis", "apptainer")
 ROOT_FILESYSTEM_MODES = ("default", "writable", "readonly")
@@ -123,13 +118,3 @@ def same_path_mounts(read_only: list[str] | tuple[str, ...] = (), writable: list
         mounts.append(Mount(path, path, read_only=path not in writable_set))
     return mounts
 
-
-def settings_from_mapping(values: Mapping[str, Any]) -> ContainerSettings:
-    """Build settings from the `container:` config node; an unknown key is rejected by name."""
-    known = {f.name for f in dataclasses.fields(ContainerSettings)}
-    unknown = sorted(set(values) - known)
-    if unknown:
-        raise ValueError(
-            f"unknown key(s) under container: {', '.join(unknown)}; valid keys: {', '.join(sorted(known))}"
-        )
-    return ContainerSettings(**dict(values))

@@ -2,19 +2,14 @@
 
 A run's export path (paths.export_path):
 
-    beam_run/                   the run folder (beam_slurm.core.run_store)
-      run.json                  the run record (beam_slurm.core.run_record)
-      run.json.lock             its lock while a writer holds it (beam_slurm.core.shared_lock)
-      config.yaml               the resolved recipe of the latest job or submission
-      commands.sh               the latest submission's sbatch commands
-      evals/global_step_N.json  the evaluation job submitted for a checkpoint
+    beam_run/                   the run folder: run.json (and its lock), config.yaml, commands.sh,
+                                evals/global_step_N.json (the evaluation job of a checkpoint)
     beam_evals/global_step_N/   our evaluation of the checkpoint of step N (beam_slurm.evaluation.results)
     global_step_N[/policy]/     SkyRL's HF export of step N
-    logs/<job>-<attempt>/       one attempt's logs (cluster.log_dir)
+    logs/<job>-<attempt>/       one attempt's logs
 
-A run's checkpoint path (paths.ckpt_path): `global_step_N/` folders and SkyRL's marker
-`latest_ckpt_global_step.txt`, written last after a complete save. A sweep folder holds `sweep.json`; sweeps live
-under `<exports root>/beam_sweeps/`.
+A run's checkpoint path holds `global_step_N/` folders and SkyRL's marker `latest_ckpt_global_step.txt`, written
+last after a complete save. Sweeps live under `<exports root>/beam_sweeps/<name>/` with their `sweep.json`.
 """
 
 from __future__ import annotations
@@ -28,22 +23,16 @@ RUN_FILE = "run.json"
 RUN_LOCK_FILE = "run.json.lock"
 CONFIG_FILE = "config.yaml"
 COMMANDS_FILE = "commands.sh"
-RUN_EVALS_DIRNAME = "evals"
-"""Under beam_run/: one file per evaluation job submitted for a checkpoint."""
+RUN_EVALS_DIRNAME = "evals"  # one file per checkpoint's evaluation job
 SWEEP_FILE = "sweep.json"
 SWEEPS_DIRNAME = "beam_sweeps"
-LAST_POINTER = "last"
-"""In the per-user state folder: the latest submission's run or sweep folder."""
-JOBS_INDEX_DIRNAME = "jobs"
-"""In the per-user state folder: one file per training job id naming its export path."""
+LAST_POINTER = "last"  # the latest submission's run or sweep folder
+JOBS_INDEX_DIRNAME = "jobs"  # training job id -> export path
 
-EVALS_DIRNAME = "beam_evals"
-"""Under the export path: our evaluations, one folder per checkpoint."""
-CHECKPOINT_MARKER = "latest_ckpt_global_step.txt"
-"""SkyRL's marker in the checkpoint path: the step of the latest complete checkpoint."""
+EVALS_DIRNAME = "beam_evals"  # one folder per evaluated checkpoint
+CHECKPOINT_MARKER = "latest_ckpt_global_step.txt"  # the latest complete step
 STEP_DIR = re.compile(r"^global_step_(\d+)$")
-POLICY_SUBDIR = "policy"
-"""SkyRL's HF exports and checkpoints keep the model one level below the step folder."""
+POLICY_SUBDIR = "policy"  # the model sits one level below the step folder
 
 
 def step_dirname(step: int) -> str:

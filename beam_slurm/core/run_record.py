@@ -1,11 +1,9 @@
-"""The run record (`<export_path>/beam_run/run.json`), typed: the run, its submissions and their stages, its
-training jobs and their attempts, the operator's wanted outcome, the bad nodes, and the evaluations submitted for
-its checkpoints (one file each under `beam_run/evals/`, so the training job never rewrites run.json for them).
+"""The run record (`<export_path>/beam_run/run.json`), typed: the run, its submissions and stages, its training jobs
+and attempts, the operator's wanted outcome, the bad nodes, and one file per checkpoint's evaluation under
+`beam_run/evals/` (so the training job never rewrites run.json for them).
 
-The JSON keys are the dataclasses' field names. A record without `schema_version` is the first layout (version 1,
-the same keys): it reads as is and is written back as the current version. Keys this version does not know (from a
-newer beam-slurm, or added by hand) are kept in each object's `extra` and written back unchanged. Reading and
-writing the file is `beam_slurm.core.run_store`'s alone.
+The JSON keys are the field names. A record without `schema_version` (version 1, the same keys) reads as is; keys
+this version does not know are kept in each object's `extra` and written back unchanged.
 """
 
 from __future__ import annotations
@@ -19,27 +17,20 @@ from typing import Any, TypeVar
 
 from beam_slurm.core.errors import UserError
 
-SCHEMA_VERSION = 2
-"""2: `schema_version` written; 1 (no field): the same keys, written before the record was typed."""
+SCHEMA_VERSION = 2  # 1: the same keys, before schema_version was written
 
 
 @dataclass
 class StageEntry:
     """One stage of one submission, as `beam-slurm submit` planned it."""
 
-    stage: str = ""
-    """data, container or train."""
-    status: str = ""
-    """submitted, or why not (skipped, reused, ...)."""
+    stage: str = ""  # data, container or train
+    status: str = ""  # submitted, or why not (skipped, reused, ...)
     job_id: str | None = None
-    reason: str | None = None
-    """Why a stage was skipped."""
-    identity: str | None = None
-    """What the stage's output is (the reuse check compares it)."""
-    depends_on: list[str] = field(default_factory=list)
-    """Job ids it waits for."""
-    command: str | None = None
-    """The rendered sbatch command, shell-quoted."""
+    reason: str | None = None  # Why a stage was skipped
+    identity: str | None = None  # What the stage's output is (the reuse check compares it)
+    depends_on: list[str] = field(default_factory=list)  # Job ids it waits for
+    command: str | None = None  # The rendered sbatch command, shell-quoted
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -57,24 +48,19 @@ class Submission:
 class Attempt:
     """One attempt (one start of the batch shell) of a training job."""
 
-    attempt: int = 0
-    """SLURM_RESTART_COUNT of the attempt."""
+    attempt: int = 0  # SLURM_RESTART_COUNT of the attempt
     start: str | None = None
     start_time: float | None = None
     nodes: list[str] = field(default_factory=list)
     checkpoint_at_start: int | None = None
-    end: str | None = None
-    """When it ended (None while it runs)."""
+    end: str | None = None  # When it ended (None while it runs)
     end_time: float | None = None
-    end_kind: str = ""
-    """How it ended (beam_slurm.slurm.requeue_policy's end kinds, or `lost`)."""
+    end_kind: str = ""  # How it ended (beam_slurm.slurm.requeue_policy's end kinds, or `lost`)
     end_reason: str = ""
-    saved_step: int | None = None
-    """The step saved on the notice that ended it."""
+    saved_step: int | None = None  # The step saved on the notice that ended it
     checkpoint_at_end: int | None = None
     counts_against_progress: bool = False
-    decision: str = ""
-    """requeue, requeued by Slurm, or end (<exit status>)."""
+    decision: str = ""  # requeue, requeued by Slurm, or end (<exit status>)
     exit_status: int | None = None
     hang_dumps: str | None = None
     """The attempt's hang/ folder (stack dumps of every node) when it ended as a hang."""
@@ -90,21 +76,16 @@ class TrainJob:
     """One Slurm job of the run's training stage and its attempts."""
 
     job_id: str = ""
-    started_by: str = ""
-    """beam-slurm submit, or sbatch."""
+    started_by: str = ""  # beam-slurm submit, or sbatch
     partition: str = ""
     nodes_needed: int = 0
-    user_exclude: list[str] = field(default_factory=list)
-    """The user's own --exclude."""
-    excluded_nodes: list[str] = field(default_factory=list)
-    """The ExcNodeList the job set after finding bad nodes."""
+    user_exclude: list[str] = field(default_factory=list)  # The user's own --exclude
+    excluded_nodes: list[str] = field(default_factory=list)  # The ExcNodeList the job set after finding bad nodes
     attempts: list[Attempt] = field(default_factory=list)
-    outcome: str | None = None
-    """completed, stopped, failed or cancelled once the job ended; None while it runs or requeues."""
+    outcome: str | None = None  # completed, stopped, failed or cancelled; None while it runs
     outcome_reason: str = ""
     resumable: bool = False
-    avoided_bad_nodes: bool = False
-    """The one requeue of an attempt that landed on a recorded bad node was spent."""
+    avoided_bad_nodes: bool = False  # The one requeue of an attempt that landed on a recorded bad node was spent
     extra: dict[str, Any] = field(default_factory=dict)
 
     def attempt(self, number: int) -> Attempt | None:
@@ -144,8 +125,7 @@ class Tracking:
 
     logger: str = ""
     wandb_run_id: str | None = None
-    chosen_by_job: str = ""
-    """The training job whose first attempt chose the id."""
+    chosen_by_job: str = ""  # The training job whose first attempt chose the id
     chosen_at: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -165,8 +145,7 @@ class RunRecord:
     data_overrides: list[str] = field(default_factory=list)
     sweep_dir: str | None = None
     submissions: list[Submission] = field(default_factory=list)
-    train_jobs: dict[str, TrainJob] = field(default_factory=dict)
-    """By job id, in the order the jobs first wrote."""
+    train_jobs: dict[str, TrainJob] = field(default_factory=dict)  # By job id, in the order the jobs first wrote
     wanted: Wanted | None = None
     bad_nodes: list[BadNode] = field(default_factory=list)
     tracking: Tracking | None = None
@@ -216,10 +195,8 @@ class RunRecord:
 
     def begin_attempt(self, *, job_id: str, attempt: int, nodes: list[str], checkpoint: int | None, when: str,
                       partition: str, nodes_needed: int, user_exclude: list[str]) -> tuple[TrainJob, list[str]]:
-        """Record an attempt's start; (the job's entry, the job's bad nodes) as they stand now.
-
-        An earlier attempt of this job that never recorded its end (its batch host died, or it was killed at once) is
-        closed as 'lost'; it counts against progress when it left no newer checkpoint."""
+        """Record an attempt's start; (the job's entry, its bad nodes). An earlier attempt that never recorded its
+        end is closed as 'lost', counting against progress when it left no newer checkpoint."""
         job_id = str(job_id)
         if job_id not in self.train_jobs:
             started_by = "beam-slurm submit" if job_id in self.submitted_job_ids() else "sbatch"
@@ -242,8 +219,7 @@ class RunRecord:
     def end_attempt(self, *, job_id: str, attempt: int, when: str, end: dict[str, Any],
                     bad_nodes: list[tuple[str, str]], outcome: str | None, outcome_reason: str, resumable_end: bool,
                     wanted_handled: bool) -> None:
-        """Record how an attempt ended (`end`: Attempt fields such as end_kind, end_reason, saved_step,
-        checkpoint_at_end), the bad nodes it found ((node, reason) pairs), and the job's outcome when it ends here."""
+        """Record how an attempt ended (`end`: Attempt fields), the bad nodes it found, and the job's outcome."""
         job = self.train_job(job_id)
         entry = job.attempt(attempt)
         if entry is None:
@@ -275,8 +251,7 @@ class EvaluationEntry:
     job_id: str | None = None
     submitted_at: str = ""
     command: str | None = None
-    earlier_job_ids: list[str] = field(default_factory=list)
-    """The jobs of earlier submissions for the same checkpoint."""
+    earlier_job_ids: list[str] = field(default_factory=list)  # The jobs of earlier submissions for the same checkpoint
     extra: dict[str, Any] = field(default_factory=dict)
 
 

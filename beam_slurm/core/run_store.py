@@ -1,13 +1,9 @@
 """The one reader and writer of a run's record (`<export_path>/beam_run/run.json`) and its evaluation entries.
 
-Every change is a read-modify-write under `run.json.lock`, a `beam_slurm.core.shared_lock.SharedFileLock`: created
-with `link()` and broken by `rename()`, so it holds across nodes on file systems where flock does not (Lustre
-mounted with localflock, BeeGFS without global locks), and it is taken over at once when its holder on the same
-host died, after `stale_after` seconds without a heartbeat otherwise. The record is written under the lock by
-atomic rename, so a reader never sees half a file and needs no lock. A writer whose lock was taken over while it
-worked (it stalled past `stale_after`) starts over from a fresh read instead of writing what it read before.
-
-The record is written from the login node (`submit`, `requeue`, `stop`) and from the batch host of every attempt.
+Every change is a read-modify-write under `run.json.lock` (`beam_slurm.core.shared_lock`: it holds across nodes
+where flock does not), written by atomic rename so readers need no lock. A writer whose lock was taken over while
+it stalled starts over from a fresh read. Writers: the login node (`submit`, `requeue`, `stop`) and every
+attempt's batch host.
 """
 
 from __future__ import annotations
@@ -25,10 +21,8 @@ from beam_slurm.core.shared_lock import SharedFileLock
 
 T = TypeVar("T")
 
-LOCK_STALE_AFTER_S = 20.0
-"""A holder that has not touched the lock for this long (its node died, it was SIGSTOPped) loses it."""
-LOCK_TIMEOUT_S = 120.0
-"""How long a writer waits for a live holder before it gives up (an update takes milliseconds)."""
+LOCK_STALE_AFTER_S = 20.0  # a holder silent this long (dead node, SIGSTOP) loses it
+LOCK_TIMEOUT_S = 120.0  # an update takes milliseconds
 _UPDATE_TRIES = 3
 
 
@@ -110,8 +104,7 @@ class RunStore:
         return self.dir / layout.RUN_EVALS_DIRNAME / f"{layout.step_dirname(step)}.json"
 
     def record_evaluation(self, step: int, checkpoint_dir: str, job_id: str | None, command: str | None) -> Path:
-        """evals/global_step_N.json for an evaluation job (a resubmission keeps the earlier job ids). One writer per
-        checkpoint (the chain's claim), so no lock."""
+        """evals/global_step_N.json for an evaluation job; one writer per checkpoint (the chain's claim): no lock."""
         path = self._evaluation_file(step)
         earlier = self.evaluation(step)
         entry = EvaluationEntry(step=int(step), checkpoint=checkpoint_dir, job_id=job_id, submitted_at=now(),

@@ -1,19 +1,12 @@
 """A lock file on shared storage that the next process can take over when its holder dies.
 
 Why not flock/fcntl alone: on Lustre mounted with `localflock` and on BeeGFS without global file locks, a lock taken
-on one node is invisible on another, so two nodes would import the same image at once. This lock relies only on
-operations that are atomic on NFS, Lustre, GPFS and BeeGFS alike: `link()` to create it (fails if it exists) and
-`rename()` to break it.
-
-- The lock file holds the holder's host, pid, process start time and a random token.
-- The holder touches the file every `heartbeat` seconds (a daemon thread).
-- A waiter takes over when the holder is on the same host and its process is gone (pid missing, or reused: start
-  time differs) - immediately; or when the file's mtime has not changed for `stale_after` seconds of the waiter's
-  own monotonic clock - so clock skew between nodes does not matter (a dead node, a SIGSTOPped holder).
-- Taking over renames the stale file to a unique name (only one waiter's rename succeeds), then checks that the
-  renamed file is the one it judged stale; if a fresh lock slipped in between, it is put back with `link()`.
-- A holder whose heartbeat finds the file gone or carrying another token sets `lost`; the caller stops its work.
-  Work done under the lock must still publish by atomic rename, so even that rare case never leaves a torn file.
+on one node is invisible on another. This lock uses only operations atomic on NFS, Lustre, GPFS and BeeGFS alike:
+`link()` to create it and `rename()` to break it. The holder writes its host, pid, process start time and a token,
+and touches the file every `heartbeat`. A waiter takes over at once when the holder is on its host and gone (a
+reused pid has another start time), or when the mtime did not change for `stale_after` seconds of the waiter's own
+clock (so skew between nodes does not matter); a fresh lock renamed away by mistake is put back. A holder whose
+heartbeat finds the file gone or another token sets `lost`; its work must still publish by atomic rename.
 """
 
 from __future__ import annotations
@@ -37,16 +30,11 @@ class LockTimeout(TimeoutError):
 class LockHolder:
     """Who holds a lock, as written into the lock file."""
 
-    host: str
-    """Hostname of the holder."""
-    pid: int
-    """Process id of the holder on that host."""
-    pid_start: str
-    """Start time of that process (/proc/<pid>/stat field 22) so a reused pid is not mistaken for the holder."""
-    token: str
-    """Random id of this acquisition."""
-    acquired_at: float
-    """Wall-clock time the lock was taken (for messages only; staleness never compares clocks across hosts)."""
+    host: str  # Hostname of the holder
+    pid: int  # Process id of the holder on that host
+    pid_start: str  # so a reused pid is not taken for the holder
+    token: str  # Random id of this acquisition
+    acquired_at: float  # for messages only: clocks are never compared
 
 
 def process_start_time(pid: int) -> str | None:
@@ -70,15 +58,8 @@ def _read_holder(path: Path) -> LockHolder | None:
 class SharedFileLock:
     """Exclusive lock at `path` (a file on shared storage). Use as a context manager or acquire()/release()."""
 
-    def __init__(
-        self,
-        path: str | os.PathLike[str],
-        *,
-        stale_after: float = 120.0,
-        heartbeat: float | None = None,
-        poll_interval: float | None = None,
-        log: Callable[[str], None] = lambda message: None,
-    ) -> None:
+    def __init__(self, path: str | os.PathLike[str], *, stale_after: float = 120.0, heartbeat: float | None = None,
+                 poll_interval: float | None = None, log: Callable[[str], None] = lambda message: None) -> None:
         self.path = Path(path)
         self.stale_after = stale_after
         self.heartbeat = heartbeat if heartbeat is not None else max(0.2, stale_after / 6)
@@ -92,13 +73,8 @@ class SharedFileLock:
     # -- acquiring -------------------------------------------------------------------------------------------------
     def _new_holder(self) -> LockHolder:
         pid = os.getpid()
-        return LockHolder(
-            host=socket.gethostname(),
-            pid=pid,
-            pid_start=process_start_time(pid) or "",
-            token=uuid.uuid4().hex,
-            acquired_at=time.time(),
-        )
+        return LockHolder(host=socket.gethostname(), pid=pid, pid_start=process_start_time(pid) or "",
+                          token=uuid.uuid4().hex, acquired_at=time.time())
 
     def _try_create(self) -> bool:
         holder = self._new_holder()

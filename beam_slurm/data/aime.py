@@ -1,8 +1,5 @@
-"""AIME problem sets with plain problem/answer columns, converted into the DAPO row format.
-
-Column layouts found by name: the problem in `problem` (yentinglin/aime_2025, MathArena/aime_2025) or `question`
-(opencompass/AIME2025), the answer in `answer` as an integer (MathArena) or a string (the others). Answers become
-canonical integer strings ("025" -> "25") because the DAPO reward compares strings.
+"""AIME problem sets with plain problem/answer columns (`problem` or `question`, `answer`), converted into the DAPO
+row format; answers become canonical integer strings ("025" -> "25") because the DAPO reward compares strings.
 """
 
 from __future__ import annotations
@@ -87,12 +84,8 @@ def convert_aime_files(files: list[Path], where: str, data_source: str) -> pa.Ta
                 raise BadDataInput(f"{at}: empty or non-text {problem_column!r}")
             answer = canonical_answer(record.get(answer_column), at)
             rows.append(
-                {
-                    "data_source": data_source,
-                    "prompt": dapo_prompt(problem.strip()),
-                    "ability": ABILITY,
-                    "reward_model": {"ground_truth": answer, "style": REWARD_STYLE},
-                    "extra_info": {"index": str(len(rows))},
-                }
+                {"data_source": data_source, "prompt": dapo_prompt(problem.strip()), "ability": ABILITY,
+                 "reward_model": {"ground_truth": answer, "style": REWARD_STYLE},
+                 "extra_info": {"index": str(len(rows))}}
             )
     return pa.Table.from_pylist(rows, schema=DAPO_SCHEMA)

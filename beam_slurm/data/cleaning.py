@@ -6,16 +6,11 @@ The rule (SkyRL examples/algorithms/dapo/data_preprocess_dapo_aime.py, written t
 SkyRL keeps an arbitrary row of each duplicate group in arbitrary order; we keep the first occurrence, in input
 order, so the output is deterministic (the same rows as polars `unique(keep="first", maintain_order=True)`).
 
-How it streams (two passes, one batch in memory at a time):
-  pass 1 reads the key columns only. Every string in them gets a small id per column: Arrow looks each batch's
-  strings up among those seen before (index_in), so only new strings reach Python; past 64 MB of distinct text a
-  column remembers further strings by a 128-bit BLAKE2b digest (a collision is ~1e-26 likely at this size, far
-  below hardware error rates). A row's key becomes a short code built from those ids that is equal for two rows
-  exactly when their keys are equal (nested lists, structs and nulls included). First occurrences of each code go
-  to a small candidates file with their row number and a prompt id; the distinct reward_model codes per prompt
-  are tracked in memory.
-  pass 2 reads the other columns (extra_info), takes the kept rows by row number and writes them in input order.
-Memory: one batch plus a few words per distinct string and per distinct key.
+Two passes, one batch in memory at a time: pass 1 reads the key columns only and gives every string a small id
+per column (Arrow's index_in finds known ones, so only new strings reach Python; past 64 MB a column remembers
+strings by a 128-bit BLAKE2b digest, a collision ~1e-26 likely), so each row's key becomes a short code equal
+exactly when the keys are; first occurrences go to a small candidates file. Pass 2 takes the kept rows by row
+number and writes them in input order.
 """
 
 from __future__ import annotations
@@ -35,8 +30,7 @@ import pyarrow.parquet as pq
 from beam_slurm.data.dapo_format import KEY_COLUMNS, check_dapo_schema
 from beam_slurm.data.errors import BadDataInput
 
-Progress = Callable[[int], None]
-"""Called with the number of rows just processed."""
+Progress = Callable[[int], None]  # called with the rows just processed
 
 PROMPT_ID_COLUMN = "__prompt_id"
 ROW_COLUMN = "__row"
@@ -47,16 +41,11 @@ COMPRESSION = "zstd"
 class CleaningStats:
     """Row counts of one cleaned file, for the manifest and the log."""
 
-    rows_in: int
-    """Rows read from the source file(s)."""
-    rows_distinct: int
-    """Rows left after dropping exact duplicates on the key columns."""
-    rows_out: int
-    """Rows written: distinct rows whose prompt has a single reward_model."""
-    prompts_conflicting: int
-    """Distinct prompts dropped because they carry more than one distinct reward_model."""
-    answers_canonicalised: int
-    """Ground truths rewritten to canonical integer form before cleaning (AIME only)."""
+    rows_in: int  # Rows read from the source file(s)
+    rows_distinct: int  # Rows left after dropping exact duplicates on the key columns
+    rows_out: int  # Rows written: distinct rows whose prompt has a single reward_model
+    prompts_conflicting: int  # Distinct prompts dropped because they carry more than one distinct reward_model
+    answers_canonicalised: int  # Ground truths rewritten to canonical integer form before cleaning (AIME only)
 
 
 def _large(text: str) -> pa.Scalar:
@@ -73,11 +62,7 @@ _INLINE_LIMIT = 32
 
 
 class StringInterner:
-    """Gives every distinct string of one column a small id, so keys can be compared as short codes.
-
-    Known strings are found by Arrow's `index_in` against the strings seen so far (no Python per row); only new
-    strings reach Python. Past _LOOKUP_BYTES of distinct strings, new ones are remembered by BLAKE2b digest.
-    """
+    """Gives every distinct string of one column a small id, so keys can be compared as short codes."""
 
     def __init__(self) -> None:
         self.known = pa.array([], pa.large_string())
@@ -127,9 +112,8 @@ def encode_rows(array: pa.Array, interners: dict[str, StringInterner], path: str
     if pa.types.is_string(type_) or pa.types.is_large_string(type_):
         return interners.setdefault(path, StringInterner()).codes(array)
     if pa.types.is_struct(type_):
-        parts = [
-            encode_rows(child, interners, f"{path}.{field.name}") for child, field in zip(array.flatten(), array.type)
-        ]
+        parts = [encode_rows(child, interners, f"{path}.{field.name}") for child,
+                 field in zip(array.flatten(), array.type)]
         encoded = pc.binary_join_element_wise(_large("T"), *parts, _EMPTY)
         if array.null_count:
             encoded = pc.if_else(array.is_valid(), encoded, _NULL)
@@ -189,10 +173,7 @@ def _check_ground_truth(reward_model: pa.Array, first_row: int, where: str) -> N
 
 
 def read_ahead(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """Decode the next batch in a background thread while the caller works on this one (Arrow releases the GIL).
-
-    Errors of the reader are raised in the caller, at the batch where they happened.
-    """
+    """Decode the next batch in a thread while the caller works on this one; reader errors reach the caller."""
     slots: queue.Queue = queue.Queue(maxsize=1)
     finished = object()
     stop = threading.Event()
@@ -247,25 +228,14 @@ def _kept_rows(
         ids = batch.column(PROMPT_ID_COLUMN).to_pylist()
         kept = batch.filter(pa.array([prompt_reward[i] is not None for i in ids], pa.bool_()))
         if len(kept):
-            yield kept.column(ROW_COLUMN), pa.RecordBatch.from_arrays(
-                [kept.column(name) for name in key_schema.names], schema=key_schema
-            )
+            yield kept.column(ROW_COLUMN), pa.RecordBatch.from_arrays([kept.column(name) for name in key_schema.names],
+                                                                      schema=key_schema)
 
 
-def clean_dapo_files(
-    files: list[Path],
-    destination: Path,
-    *,
-    where: str,
-    batch_rows: int = 32768,
-    canonical_answers: bool = False,
-    progress: Optional[Progress] = None,
-) -> CleaningStats:
-    """Apply the rule to the rows of `files` (read in order) and write the result to `destination`.
-
-    `destination` is written in place; callers pass a temporary path and rename it. Raises BadDataInput on a wrong
-    schema, a corrupt or truncated file, or an empty ground truth.
-    """
+def clean_dapo_files(files: list[Path], destination: Path, *, where: str, batch_rows: int = 32768,
+                     canonical_answers: bool = False, progress: Optional[Progress] = None) -> CleaningStats:
+    """Apply the rule to the rows of `files` and write `destination` in place (callers pass a temporary path).
+    Raises BadDataInput on a wrong schema, a corrupt or truncated file, or an empty ground truth."""
     readers = []
     for path in files:
         reader = open_parquet(path, f"{where} ({path})")
@@ -342,9 +312,8 @@ def clean_dapo_files(
                             picked = batch.take(positions)
                             global_rows = pc.add(positions.cast(pa.int64()), pa.scalar(rows_in, pa.int64()))
                             candidates.write_batch(
-                                pa.RecordBatch.from_arrays(
-                                    [*picked.columns, global_rows, pa.array(ids, pa.int64())], schema=candidate_schema
-                                )
+                                pa.RecordBatch.from_arrays([*picked.columns, global_rows, pa.array(ids, pa.int64())],
+                                                           schema=candidate_schema)
                             )
                         rows_in += len(batch)
                         if progress:
@@ -354,13 +323,9 @@ def clean_dapo_files(
         rows_out = _write_kept(readers, where, candidates_path, destination, schema, key_schema, prompt_reward, batch_rows)
     finally:
         candidates_path.unlink(missing_ok=True)
-    return CleaningStats(
-        rows_in=rows_in,
-        rows_distinct=rows_distinct,
-        rows_out=rows_out,
-        prompts_conflicting=sum(1 for reward in prompt_reward if reward is None),
-        answers_canonicalised=rewritten_total,
-    )
+    return CleaningStats(rows_in=rows_in, rows_distinct=rows_distinct, rows_out=rows_out,
+                         prompts_conflicting=sum(1 for reward in prompt_reward if reward is None),
+                         answers_canonicalised=rewritten_total)
 
 
 @contextmanager
@@ -373,16 +338,8 @@ def _read_errors(where: str, path: Path, rows_read: Callable[[], int]) -> Iterat
         ) from None
 
 
-def _write_kept(
-    readers: list,
-    where: str,
-    candidates_path: Path,
-    destination: Path,
-    schema: pa.Schema,
-    key_schema: pa.Schema,
-    prompt_reward: list,
-    batch_rows: int,
-) -> int:
+def _write_kept(readers: list, where: str, candidates_path: Path, destination: Path, schema: pa.Schema,
+                key_schema: pa.Schema, prompt_reward: list, batch_rows: int) -> int:
     other_columns = [name for name in schema.names if name not in KEY_COLUMNS]
     kept = _kept_rows(candidates_path, prompt_reward, key_schema, batch_rows)
     rows_out = 0

@@ -31,8 +31,7 @@ from beam_slurm.data.errors import BadDataInput
 from beam_slurm.data.manifest import load_manifest, reuse_verdict, sha256_file, write_manifest
 from beam_slurm.data.sources import ResolvedSource, default_log, resolve_source
 
-# Imported inside the functions that use it, on purpose: pyarrow (only the AIME 2025 conversion reads a parquet file
-# itself).
+# pyarrow.parquet is imported inside _build: only the AIME 2025 conversion writes a parquet file itself.
 
 DAPO_MATH_OUTPUT = "dapo-math-17k-cleaned.parquet"
 AIME2024_OUTPUT = "aime-2024-cleaned.parquet"
@@ -46,28 +45,19 @@ Log = Callable[[str], None]
 class OutputPlan:
     """One output file: where its rows come from and the settings that shape it."""
 
-    file_name: str
-    """Output file inside out_dir."""
-    setting: str
-    """The source setting, e.g. data.dapo_math."""
-    source: Any
-    """The source value(s) as given."""
-    settings: dict
-    """Other settings that change this output's bytes (recorded in the manifest)."""
+    file_name: str  # Output file inside out_dir
+    setting: str  # The source setting, e.g. data.dapo_math
+    source: Any  # The source value(s) as given
+    settings: dict  # Other settings that change this output's bytes (recorded in the manifest)
 
 
 def _plans(config: DataConfig) -> list[OutputPlan]:
     return [
         OutputPlan(DAPO_MATH_OUTPUT, "data.dapo_math", config.dapo_math, {}),
-        OutputPlan(
-            AIME2024_OUTPUT, "data.aime2024", config.aime2024, {"canonical_aime_answers": config.canonical_aime_answers}
-        ),
-        OutputPlan(
-            AIME2025_OUTPUT,
-            "data.aime2025",
-            config.aime2025_sources(),
-            {"aime2025_data_source": config.aime2025_data_source},
-        ),
+        OutputPlan(AIME2024_OUTPUT, "data.aime2024", config.aime2024,
+                   {"canonical_aime_answers": config.canonical_aime_answers}),
+        OutputPlan(AIME2025_OUTPUT, "data.aime2025", config.aime2025_sources(),
+                   {"aime2025_data_source": config.aime2025_data_source}),
     ]
 
 
@@ -83,6 +73,14 @@ def _file_records(sources: list[ResolvedSource]) -> list[dict]:
     return [{"path": str(path.resolve()), "sha256": sha256_file(path)} for s in sources for path in s.files]
 
 
+def reuse_request(plan: OutputPlan) -> dict:
+    """What an output's manifest entry must match for it to be kept; BadDataInput when a local source moved."""
+    request: dict = {"source": plan.source, "settings": plan.settings}
+    if all(_is_local(spec) for spec in _specs(plan)):
+        request["source_files"] = _file_records([resolve_source(spec, plan.setting) for spec in _specs(plan)])
+    return request
+
+
 class RowProgress:
     """A rich progress bar on an interactive stderr; a log line every 10 % otherwise (Slurm logs)."""
 
@@ -91,10 +89,8 @@ class RowProgress:
         self.done, self.next_report, self.started = 0, 0.1, time.monotonic()
         self.bar = None
         if sys.stderr.isatty():
-            self.bar = Progress(
-                TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                console=Console(stderr=True),
-            )
+            self.bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                TimeElapsedColumn(), console=Console(stderr=True))
             self.task = self.bar.add_task(label, total=total)
             self.bar.start()
 
@@ -152,14 +148,9 @@ def _build(plan: OutputPlan, sources: list[ResolvedSource], config: DataConfig, 
             converted.unlink(missing_ok=True)
     progress = RowProgress(plan.file_name, _total_rows(sources), log)
     try:
-        return clean_dapo_files(
-            files,
-            temporary,
-            where=plan.setting,
-            batch_rows=config.batch_rows,
-            canonical_answers=plan.file_name == AIME2024_OUTPUT and config.canonical_aime_answers,
-            progress=progress,
-        )
+        return clean_dapo_files(files, temporary, where=plan.setting, batch_rows=config.batch_rows,
+                                canonical_answers=plan.file_name == AIME2024_OUTPUT and config.canonical_aime_answers,
+                                progress=progress)
     finally:
         progress.close()
 
@@ -181,14 +172,8 @@ def _adopted_entry(plan: OutputPlan, output: Path, request: dict, log: Log) -> d
 
 def prepare(config: DataConfig, log: Log = default_log, *, force: bool = False, data_dir: str | None = None,
             adopt: bool = False) -> dict:
-    """Write the outputs that are missing or stale into out_dir and return the manifest entries.
-
-    `force` rebuilds outputs that are up to date; `data_dir` is where they go when data.out_dir is empty; `adopt`
-    records cleaned files that are there without a manifest entry (written by hand or by an older version) once
-    their schema and rows check out, instead of refusing them.
-    Every source is resolved and schema-checked before any output is built; outputs are built into temporary
-    files and renamed into place only when all succeeded, so a failure leaves out_dir as it was.
-    """
+    """Write the outputs that are missing or stale into out_dir (renamed into place only when all succeeded) and
+    return the manifest entries; `adopt` records cleaned files found without an entry once they check out."""
     problems = config.problems()
     if problems:
         raise BadDataInput("; ".join(problems))
@@ -202,10 +187,7 @@ def prepare(config: DataConfig, log: Log = default_log, *, force: bool = False, 
             if not output.exists() or force:
                 to_build.append(plan)
                 continue
-            request: dict = {"source": plan.source, "settings": plan.settings}
-            if all(_is_local(spec) for spec in _specs(plan)):
-                local = [resolve_source(spec, plan.setting) for spec in _specs(plan)]
-                request["source_files"] = _file_records(local)
+            request = reuse_request(plan)
             reason = reuse_verdict(output, manifest.get(plan.file_name), request)
             if reason is not None and adopt and manifest.get(plan.file_name) is None:
                 adopted[plan.file_name] = _adopted_entry(plan, output, request, log)
@@ -243,15 +225,11 @@ def prepare(config: DataConfig, log: Log = default_log, *, force: bool = False, 
                 )
                 if plan.file_name != DAPO_MATH_OUTPUT and stats.rows_out != 30:
                     log(f"warning: {plan.file_name} has {stats.rows_out} problems; an AIME year has 30")
-                entries[plan.file_name] = {
-                    "source": plan.source,
-                    "settings": plan.settings,
-                    "source_files": _file_records(sources),
-                    "revisions": [s.revision for s in sources],
-                    **asdict(stats),
-                    "sha256": sha256_file(temporaries[plan.file_name]),
-                    "written_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-                }
+                entries[plan.file_name] = {"source": plan.source, "settings": plan.settings,
+                                           "source_files": _file_records(sources),
+                                           "revisions": [s.revision for s in sources], **asdict(stats),
+                                           "sha256": sha256_file(temporaries[plan.file_name]),
+                                           "written_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
             for plan in to_build:
                 publish(temporaries[plan.file_name], out_dir / plan.file_name)
             manifest.update(entries)
@@ -265,7 +243,6 @@ def prepare(config: DataConfig, log: Log = default_log, *, force: bool = False, 
 
 
 def build_parser():
-    """The verb's parser: `--force`, and the data.* keys (plus paths.data_dir, the default output folder)."""
     verb = VerbArgs(
         "prepare-data",
         "Build dapo-math-17k-cleaned.parquet, aime-2024-cleaned.parquet, aime-2025-cleaned.parquet and\n"
@@ -281,14 +258,11 @@ def build_parser():
 
 
 def main(argv: list[str]) -> int:
-    """Entry point of `beam-slurm prepare-data`; returns the exit status."""
     verb = build_parser()
     try:
         parsed = verb.parse(argv)
         cfg = verb.load(parsed)
         prepare(cfg.data, force=parsed.args.force, data_dir=cfg.paths.data_dir, adopt=parsed.args.adopt)
-    except ConfigError as error:
-        return verb.config_failed(error)
-    except (VerbUsageError, BadDataInput) as error:
-        return verb.fail(error)
+    except (ConfigError, VerbUsageError, BadDataInput) as error:
+        return verb.report(error)
     return 0

@@ -25,13 +25,10 @@ REWARD_STYLE = "rule-lighteval/MATH_v2"
 
 # Field order as in the published DAPO files, so the three outputs have one schema.
 DAPO_SCHEMA = pa.schema(
-    [
-        ("data_source", pa.string()),
-        ("prompt", pa.list_(pa.struct([("content", pa.string()), ("role", pa.string())]))),
-        ("ability", pa.string()),
-        ("reward_model", pa.struct([("ground_truth", pa.string()), ("style", pa.string())])),
-        ("extra_info", pa.struct([("index", pa.string())])),
-    ]
+    [("data_source", pa.string()),
+     ("prompt", pa.list_(pa.struct([("content", pa.string()), ("role", pa.string())]))), ("ability", pa.string()),
+     ("reward_model", pa.struct([("ground_truth", pa.string()), ("style", pa.string())])),
+     ("extra_info", pa.struct([("index", pa.string())]))]
 )
 
 _INTEGER = re.compile(r"^\s*[+-]?\d+\s*$")

@@ -1,8 +1,6 @@
-"""The manifest beside the cleaned files and content hashes; files are replaced atomically (beam_slurm.core.atomic_files).
-
-`prepare-data-manifest.json` holds one entry per output file: the source as given, the files read and their
-sha256, the hub revision, the settings that shape the output, row counts before and after, and the output's sha256.
-An existing output is reused only when its entry matches the request and its bytes still hash to the recorded value.
+"""The manifest beside the cleaned files (`prepare-data-manifest.json`: per output its sources, their hashes and
+revision, its settings, row counts and hash); an output is reused only when its entry matches and its bytes still
+hash to the recorded value.
 """
 
 from __future__ import annotations
@@ -44,10 +42,7 @@ def write_manifest(out_dir: Path, outputs: dict) -> None:
 
 
 def reuse_verdict(output: Path, entry: Optional[dict], request: dict) -> Optional[str]:
-    """None when `output` can be kept for `request`; otherwise why not (for the error message).
-
-    `request` holds "source", "settings" and, for local sources, "source_files" [{path, sha256}].
-    """
+    """None when `output` can be kept for `request` (source, settings, local source_files); else why not."""
     if entry is None:
         return "is not recorded in the manifest (it was not written by prepare-data, or the manifest is gone)"
     if entry.get("source") != request["source"]:

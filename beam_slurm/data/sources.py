@@ -1,13 +1,9 @@
 """Source files: a local path, or a file (or every data file) of a Hugging Face dataset repository.
 
-Hub address syntax (the same form huggingface_hub's own `hf://` file system uses):
+    hf://datasets/<owner>/<name>[@<revision>][/<path-in-repo>]   (huggingface_hub's own `hf://` form)
 
-    hf://datasets/<owner>/<name>[@<revision>][/<path-in-repo>]
-
-`<revision>` is a branch, tag or commit (URL-encode a slash: `refs%2Fpr%2F3`). Without `<path-in-repo>` every
-parquet file of the repository is taken (or, when there is none, every jsonl file), in name order. Downloads go
-through huggingface_hub's cache (HF_HOME), resume partial files, are retried on network errors, honour
-HF_HUB_OFFLINE=1 (cache only) and use HF_TOKEN when set. The token is never printed.
+Without `<path-in-repo>` every parquet file is taken (else every jsonl), in name order. Downloads go through
+huggingface_hub's cache, resume, retry, honour HF_HUB_OFFLINE=1 and use HF_TOKEN, which is never printed.
 """
 
 from __future__ import annotations
@@ -21,8 +17,7 @@ from urllib.parse import unquote
 
 from beam_slurm.data.errors import BadDataInput
 
-# Imported inside the functions that use it, on purpose: huggingface_hub (only a hub source needs it, and it is slow
-# to import).
+# huggingface_hub is imported inside the functions that use it: only a hub source needs it, and it is slow to import.
 
 HUB_SCHEME = "hf://"
 DATA_FILE_SUFFIXES = (".parquet", ".jsonl", ".json")
@@ -32,26 +27,19 @@ DATA_FILE_SUFFIXES = (".parquet", ".jsonl", ".json")
 class HubAddress:
     """A parsed `hf://datasets/...` address."""
 
-    repo_id: str
-    """`<owner>/<name>` of the dataset repository."""
-    revision: Optional[str]
-    """Branch, tag or commit; None = the default branch."""
-    path_in_repo: Optional[str]
-    """File inside the repository; None = every data file."""
+    repo_id: str  # `<owner>/<name>` of the dataset repository
+    revision: Optional[str]  # Branch, tag or commit; None = the default branch
+    path_in_repo: Optional[str]  # File inside the repository; None = every data file
 
 
 @dataclass
 class ResolvedSource:
     """Local files for one configured source, and where they came from (for the manifest)."""
 
-    setting: str
-    """The setting that named the source, e.g. `data.dapo_math`."""
-    spec: str
-    """The value as the user gave it."""
-    files: list[Path] = field(default_factory=list)
-    """Local files to read, in order."""
-    revision: Optional[str] = None
-    """Commit the hub files were resolved to; None for local files."""
+    setting: str  # The setting that named the source, e.g. `data.dapo_math`
+    spec: str  # The value as the user gave it
+    files: list[Path] = field(default_factory=list)  # Local files to read, in order
+    revision: Optional[str] = None  # Commit the hub files were resolved to; None for local files
 
 
 def parse_hub_address(spec: str, setting: str) -> HubAddress:
@@ -63,9 +51,7 @@ def parse_hub_address(spec: str, setting: str) -> HubAddress:
         raise BadDataInput(f"{setting}={spec}: only dataset repositories are supported (hf://datasets/...)")
     parts = rest.split("/", 2)
     if len(parts) < 2 or not parts[0] or not parts[1]:
-        raise BadDataInput(
-            f"{setting}={spec}: expected hf://datasets/<owner>/<name>[@<revision>][/<path-in-repo>]"
-        )
+        raise BadDataInput(f"{setting}={spec}: expected hf://datasets/<owner>/<name>[@<revision>][/<path-in-repo>]")
     owner, name_and_revision = parts[0], parts[1]
     name, _, revision = name_and_revision.partition("@")
     path_in_repo = parts[2].strip("/") if len(parts) == 3 and parts[2].strip("/") else None
@@ -101,14 +87,8 @@ def _commit_of_cached_path(path: Path) -> Optional[str]:
 def _is_permanent_hub_error(error: Exception) -> bool:
     from huggingface_hub import errors as hub_errors
 
-    permanent = (
-        hub_errors.RepositoryNotFoundError,
-        hub_errors.RevisionNotFoundError,
-        hub_errors.EntryNotFoundError,
-        hub_errors.GatedRepoError,
-        hub_errors.LocalEntryNotFoundError,
-        hub_errors.OfflineModeIsEnabled,
-    )
+    permanent = (hub_errors.RepositoryNotFoundError, hub_errors.RevisionNotFoundError, hub_errors.EntryNotFoundError,
+                 hub_errors.GatedRepoError, hub_errors.LocalEntryNotFoundError, hub_errors.OfflineModeIsEnabled)
     if isinstance(error, permanent):
         return True
     response = getattr(error, "response", None)
@@ -159,9 +139,8 @@ def _resolve_hub(spec: str, setting: str, attempts: int, log=None) -> ResolvedSo
     address = parse_hub_address(spec, setting)
     if address.path_in_repo:
         local = _with_retries(
-            lambda: hf_hub_download(
-                address.repo_id, address.path_in_repo, repo_type="dataset", revision=address.revision
-            ),
+            lambda: hf_hub_download(address.repo_id, address.path_in_repo, repo_type="dataset",
+                                    revision=address.revision),
             "download",
             setting,
             spec,
@@ -172,12 +151,8 @@ def _resolve_hub(spec: str, setting: str, attempts: int, log=None) -> ResolvedSo
         return ResolvedSource(setting, spec, [path], _commit_of_cached_path(path) or address.revision)
     snapshot = Path(
         _with_retries(
-            lambda: snapshot_download(
-                address.repo_id,
-                repo_type="dataset",
-                revision=address.revision,
-                allow_patterns=["*.parquet", "*.jsonl"],
-            ),
+            lambda: snapshot_download(address.repo_id, repo_type="dataset", revision=address.revision,
+                                      allow_patterns=["*.parquet", "*.jsonl"]),
             "download",
             setting,
             spec,

@@ -1,17 +1,10 @@
 """Evaluations as Slurm job arrays through submitit: expand, skip what is finished, submit the rest, run one task.
 
-`beam-slurm evaluate RUN | SWEEP | --checkpoint DIR` expands to one task per (checkpoint x dataset) and sweep point,
-skips the task keys already finished (`beam_slurm.evaluation.resumable.TaskKey`: checkpoint, dataset, k, every
-sampling setting), merges the keys that share samples (same checkpoint, dataset and sampling, several k: one task
-generates for the largest k and writes every k's results), and submits the rest as ONE job array per resource shape
-through submitit's executor, with the Slurm settings of the recipe's `eval.launcher` section (the keys and config
-class of Hydra's submitit launcher). A task is a submitit checkpointable callable: on preemption or a time-out
-submitit's signal handler (USR2, sent to the task's srun step) pickles it again and requeues the job, and the
-requeued task resumes from the chunks it saved.
-
-Multi-node tasks (rollout TP x PP larger than one node): every node runs the task; each starts its part of a Ray
-cluster (`beam_slurm.ray_cluster.node`) and rank 0 runs the evaluation as the Ray driver, so vLLM's Ray executor
-spans the nodes.
+One task per (checkpoint x dataset) and sweep point; task keys already finished are skipped and keys that share
+samples (several k) merged; the rest is ONE job array per resource shape through submitit, with the recipe's
+`eval.launcher` settings (Hydra's submitit launcher's keys). A task is checkpointable: on preemption or time-out
+submitit requeues it and it resumes from the chunks it saved. A task wider than one node starts a Ray cluster on
+its nodes (`beam_slurm.ray_cluster.node`) and rank 0 runs the evaluation as the driver.
 """
 
 from __future__ import annotations
@@ -48,25 +41,18 @@ from beam_slurm.slurm import scheduler, submission
 from beam_slurm.slurm.scheduler import SlurmCommandError
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-SUBMITTED_FILE = "submitted.json"
-SLURM_SILENCE_LIMIT_S = 600.0
-"""`--wait` gives up when squeue/sacct have not answered for this long (a controller restart takes seconds)."""
+SLURM_SILENCE_LIMIT_S = 600.0  # `--wait` gives up when squeue/sacct stay silent this long
 
 
 @dataclass(frozen=True)
 class TaskSpec:
     """What one array task evaluates (pickled by submitit; the task loads the recipe itself from `overrides`)."""
 
-    checkpoint: str | None
-    """Checkpoint folder (global_step_N[/policy], an HF model, or a LoRA adapter with base_model); None with server."""
+    checkpoint: str | None  # None with server
     data_file: str
-    """The dataset's cleaned parquet."""
     out_dir: str
-    """The evaluation folder (beam_evals/global_step_N or --out)."""
-    ks: tuple[int, ...]
-    """Every k to write results for; responses are generated for the largest."""
+    ks: tuple[int, ...]  # every k to write results for; responses are generated for the largest
     overrides: tuple[str, ...] = ()
-    """Recipe keys (eval.*, generation.*, rollout.*, grade.* ...) with which the task loads its settings."""
     base_model: str | None = None
     server: str | None = None
     served_model: str | None = None
@@ -117,8 +103,7 @@ def prepare(spec: TaskSpec) -> Prepared:
 
 
 def run_tasks(specs: list[TaskSpec], log: Callable[[str], None] = print) -> dict[str, dict]:
-    """Run tasks in this process: generation for all (one engine for the lot), then grading and results for each.
-    Returns {task folder: metrics}."""
+    """Run tasks in this process: generation for all (one engine per model), then grading; {task folder: metrics}."""
     prepared = [prepare(spec) for spec in specs]
     engines: dict[Any, Any] = {}
 
@@ -184,12 +169,9 @@ def run_tasks(specs: list[TaskSpec], log: Callable[[str], None] = print) -> dict
 
 @contextlib.contextmanager
 def notice_for_this_process_only() -> Any:
-    """Keep submitit's notice (USR2) from the processes this task starts, and let it reach this one.
-
-    Slurm sends a step's signal to every process of the step: vLLM's engine process and the grading workers would
-    die of a USR2 (its default action) before this process checkpoints and requeues. Children inherit the blocked
-    signal mask (across exec too), so the signal is blocked in this thread while the task runs; a thread started
-    before the block keeps it deliverable, and Python runs submitit's handler in the main thread as usual."""
+    """Keep submitit's notice (USR2) from the processes this task starts, and let it reach this one: vLLM's engine
+    and the grading workers would die of it before this process requeues. Children inherit the blocked mask; a
+    thread started before the block keeps it deliverable."""
     notice = submitit.slurm.slurm.SlurmJobEnvironment.USR_SIG
     if isinstance(notice, str):
         notice = getattr(signal, notice if notice.startswith("SIG") else f"SIG{notice}")
@@ -205,8 +187,7 @@ def notice_for_this_process_only() -> Any:
 
 
 class EvalTask(submitit.helpers.Checkpointable):
-    """One array task: one checkpoint on each of its datasets (one model load for all of them). submitit calls
-    `checkpoint` on preemption or time-out and requeues the same task, which resumes from the chunks on disk."""
+    """One array task: one checkpoint on each of its datasets (one model load); requeued, it resumes from disk."""
 
     def __init__(self, specs: tuple[TaskSpec, ...] | TaskSpec):
         self.specs = (specs,) if isinstance(specs, TaskSpec) else tuple(specs)
@@ -280,8 +261,7 @@ def make_executor(params: dict[str, Any], folder: Path):
 
 
 def submit_array(tasks: list[tuple[TaskSpec, ...]], params: dict[str, Any], folder: Path) -> list[str]:
-    """Submit tasks as one job array (one task alone: a plain job); returns the task job ids (`<array>_<i>`, or
-    the job id), recorded beside each task's results so a second submission sees it queued."""
+    """Submit tasks as one job array; returns the task job ids, recorded beside each task's results."""
     # Held until submitit has made each task's log folder (it can only name them once Slurm gave the job id): a
     # task that an idle cluster starts at once otherwise dies opening its log ("Could not open stdout file").
     held = {**params, "additional_parameters": {**(params.get("additional_parameters") or {}), "hold": True}}
@@ -298,31 +278,27 @@ def submit_array(tasks: list[tuple[TaskSpec, ...]], params: dict[str, Any], fold
                            f"cancelled: {exc}") from exc
     for specs, job_id in zip(tasks, ids):
         for spec in specs:
-            write_json(Path(spec.out_dir) / resumable.TASKS_DIRNAME / ".submitted" / f"{_spec_name(spec)}.json",
-                       {"job_id": job_id, "submitted_at": time.time(), "spec": asdict(spec)})
+            write_json(_submitted_file(spec), {"job_id": job_id, "submitted_at": time.time(), "spec": asdict(spec)})
     return ids
 
 
-def _spec_name(spec: TaskSpec) -> str:
-    return f"{Path(spec.data_file).stem}-{'-'.join(str(k) for k in spec.ks)}"
+def _submitted_file(spec: TaskSpec) -> Path:
+    name = f"{Path(spec.data_file).stem}-{'-'.join(str(k) for k in spec.ks)}"
+    return Path(spec.out_dir) / resumable.TASKS_DIRNAME / ".submitted" / f"{name}.json"
 
 
 @dataclass
 class Plan:
     """What an `evaluate` submission will do."""
 
-    to_submit: list[tuple[tuple[TaskSpec, ...], dict]] = field(default_factory=list)
-    """(specs, launcher parameters) of each array task: the datasets of one checkpoint and sweep point."""
-    finished: list[str] = field(default_factory=list)
-    """Task folders already finished with the same key (skipped)."""
-    active: list[str] = field(default_factory=list)
-    """Tasks already queued or running (skipped)."""
+    to_submit: list[tuple[tuple[TaskSpec, ...], dict]] = field(default_factory=list)  # (specs, launcher params)
+    finished: list[str] = field(default_factory=list)  # task folders finished with the same key
+    active: list[str] = field(default_factory=list)  # tasks already queued or running
 
 
 def _active_job(spec: TaskSpec) -> str | None:
-    record_file = Path(spec.out_dir) / resumable.TASKS_DIRNAME / ".submitted" / f"{_spec_name(spec)}.json"
     try:
-        job_id = json.loads(record_file.read_text())["job_id"]
+        job_id = json.loads(_submitted_file(spec).read_text())["job_id"]
     except (OSError, ValueError, KeyError):
         return None
     record = submission.job_records([job_id]).get(job_id)
@@ -331,10 +307,7 @@ def _active_job(spec: TaskSpec) -> str | None:
 
 def plan(points: list[tuple[list[str], Any]], targets: list[tuple[str, str | None, Path]], data_files: Callable,
          *, force: bool, base_model: str | None = None) -> Plan:
-    """Expand (sweep point x checkpoint x dataset) into task specs; skip finished keys and queued tasks.
-
-    points: (overrides, loaded cfg) per sweep point; targets: (checkpoint, None, evaluation folder);
-    data_files(cfg) -> the dataset files of a point. Keys sharing samples are merged into one spec (several k)."""
+    """Expand (sweep point x checkpoint x dataset) into task specs; skip finished keys and queued tasks."""
     groups: dict[tuple, dict] = {}
     result = Plan()
     for overrides, cfg in points:

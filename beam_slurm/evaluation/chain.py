@@ -1,23 +1,13 @@
 """Chained evaluation: exactly one evaluation job per complete checkpoint of a run.
 
-A watcher polls a run's checkpoint (or HF export) folder and, for every complete ``global_step_N`` it has not
-seen, claims the step with a claim file created by ``open(O_CREAT | O_EXCL)`` on shared storage, then submits
-the evaluation through the ``submit(step, folder) -> job_id`` function it was given (the training job passes
-`beam_slurm.evaluation.cli.submit_for_checkpoint`).
-The exclusive create succeeds for exactly one caller across processes and nodes, so concurrent watchers, a
-watcher restarted by a requeued training job, and a one-shot pass over the same run never submit twice.
+A watcher polls the run's export folder and claims each new complete ``global_step_N`` with a claim file created
+by ``open(O_CREAT | O_EXCL)`` on shared storage, then submits through the ``submit(step, folder)`` it was given.
+The exclusive create succeeds for exactly one caller across processes and nodes, so racing watchers, a watcher
+restarted by a requeue and a one-shot pass never submit twice. Complete: up to SkyRL's marker step, or (an HF
+export, written in place without a marker) a whole model no file of which changed for ``settle_s`` seconds.
 
-Complete means:
-
-- a SkyRL checkpoint folder (``latest_ckpt_global_step.txt`` present, written by SkyRL after the step's files):
-  every ``global_step_N`` with N <= the marker's step;
-- an HF export folder (no marker): ``global_step_N[/policy]`` passes :func:`checkpoints.check_model_dir` and no
-  file in it changed for ``settle_s`` seconds (exports are written in place, without a marker).
-
-A failed submission releases its claim so the next poll tries again (no checkpoint is skipped); a claim whose
-owner died between claiming and submitting (no job id after ``stale_claim_s``) is taken over by an atomic rename,
-which again only one watcher can win. The watcher never touches the training job: an evaluation that fails is
-the evaluation job's own business.
+A failed submission releases its claim so the next poll retries; a claim whose owner died before submitting is
+taken over by an atomic rename, which only one watcher can win. The watcher never touches the training job.
 """
 
 from __future__ import annotations
@@ -32,29 +22,23 @@ from pathlib import Path
 from typing import Callable
 
 from beam_slurm.core.atomic_files import write_text
-from beam_slurm.evaluation.checkpoints import POLICY_SUBDIR, STEP_DIR, CheckpointError, check_model_dir
+from beam_slurm.evaluation.checkpoints import STEP_DIR, CheckpointError, check_model_dir, model_dir
 
 MARKER_FILE = "latest_ckpt_global_step.txt"
 CLAIMS_DIRNAME = ".eval_claims"
 
-Submit = Callable[[int, Path], str]
-"""submit(step, checkpoint folder) -> job id."""
+Submit = Callable[[int, Path], str]  # submit(step, checkpoint folder) -> job id
 
 
 @dataclass
 class ChainSettings:
     """Which run to watch and how its evaluations are submitted."""
 
-    run_dir: Path
-    """Folder holding global_step_N: SkyRL's ckpt_path (with its marker file) or export_path (HF exports)."""
-    claims_dir: Path | None = None
-    """Where claim files live (shared storage); None = <run_dir>/.eval_claims."""
-    settle_s: float = 60.0
-    """An HF export counts as complete once none of its files changed for this long."""
-    stale_claim_s: float = 600.0
-    """A claim without a job id older than this belonged to a watcher that died; it may be taken over."""
-    poll_interval_s: float = 30.0
-    """Seconds between two looks at run_dir in watch()."""
+    run_dir: Path  # Folder holding global_step_N: SkyRL's ckpt_path (with its marker file) or export_path (HF exports)
+    claims_dir: Path | None = None  # Where claim files live (shared storage); None = <run_dir>/.eval_claims
+    settle_s: float = 60.0  # An HF export counts as complete once none of its files changed for this long
+    stale_claim_s: float = 600.0  # a claim older than this without a job id is a dead watcher's
+    poll_interval_s: float = 30.0  # Seconds between two looks at run_dir in watch()
 
     def __post_init__(self) -> None:
         self.run_dir = Path(self.run_dir)
@@ -91,12 +75,12 @@ def complete_checkpoints(settings: ChainSettings, now: float | None = None) -> l
     now = time.time() if now is None else now
     complete = []
     for step, path in steps:
-        model_dir = path / POLICY_SUBDIR if (path / POLICY_SUBDIR).is_dir() else path
+        folder = model_dir(path)
         try:
-            check_model_dir(model_dir, "export")
+            check_model_dir(folder, "export")
         except CheckpointError:
             continue
-        if now - _newest_mtime(model_dir) >= settings.settle_s:
+        if now - _newest_mtime(folder) >= settings.settle_s:
             complete.append((step, path))
     return complete
 
@@ -182,22 +166,6 @@ def _is_stale(settings: ChainSettings, step: int, now: float | None) -> bool:
         return False
     now = time.time() if now is None else now
     return not claim.get("job_id") and now - float(claim.get("claimed_at", now)) >= settings.stale_claim_s
-
-
-def submitted_jobs(settings: ChainSettings) -> dict[int, str | None]:
-    """step -> evaluation job id (None while a claim has no job yet), from the claim files."""
-    jobs: dict[int, str | None] = {}
-    if not settings.claims_dir.is_dir():
-        return jobs
-    for path in settings.claims_dir.glob("global_step_*.json"):
-        match = STEP_DIR.match(path.stem)
-        if not match:
-            continue
-        try:
-            jobs[int(match.group(1))] = json.loads(path.read_text()).get("job_id")
-        except (OSError, ValueError):
-            jobs[int(match.group(1))] = None
-    return dict(sorted(jobs.items()))
 
 
 def watch(settings: ChainSettings, submit: Submit, should_stop: Callable[[], bool],

@@ -1,13 +1,8 @@
 """Resolve what an evaluation loads: a full Hugging Face model directory, or a base model plus a LoRA adapter.
 
-Accepted forms of ``--checkpoint``:
-
-- a SkyRL HF export, ``<export_path>/global_step_N/`` or ``<export_path>/global_step_N/policy/``;
-- any Hugging Face model directory (``config.json`` + weights), e.g. the base model for a step-0 evaluation;
-- a LoRA adapter directory in PEFT layout (``adapter_config.json`` + ``adapter_model.safetensors``), with the base
-  model from ``--base-model`` or, when it is a local directory, from the adapter's ``base_model_name_or_path``.
-
-Everything here only reads files, so a bad path fails with a clear message before any model is loaded.
+``--checkpoint`` is a SkyRL HF export (``global_step_N[/policy]``), any HF model directory, or a PEFT adapter
+with its base model from ``--base-model`` or the adapter's ``base_model_name_or_path`` when that is a local
+directory. Everything here only reads files, so a bad path fails before any model is loaded.
 """
 
 from __future__ import annotations
@@ -21,8 +16,7 @@ from typing import Any
 from beam_slurm.core.errors import UserError
 from beam_slurm.evaluation.results import evaluation_dir
 
-# Imported inside the functions that use it, on purpose: vllm (only a LoRA checkpoint's request needs it; vLLM takes
-# seconds to import).
+# vllm is imported inside lora_request: only a LoRA checkpoint needs it, and it takes seconds to import.
 
 STEP_DIR = re.compile(r"^global_step_(\d+)$")
 
@@ -41,16 +35,11 @@ class CheckpointError(UserError, ValueError):
 class EvalInput:
     """What the generation engine loads, and where the checkpoint sits in its run."""
 
-    model_path: Path
-    """Hugging Face model directory vLLM loads (the full model, or the LoRA's base model)."""
-    lora_path: Path | None = None
-    """PEFT adapter directory applied on top of model_path; None for a full model."""
-    lora_rank: int | None = None
-    """The adapter's rank (vLLM must reserve slots at least this large)."""
-    global_step: int | None = None
-    """Training step parsed from a global_step_N directory; None for a model outside a run (e.g. the base model)."""
-    run_root: Path | None = None
-    """The directory holding global_step_N (a run's export_path or ckpt_path); None outside a run."""
+    model_path: Path  # Hugging Face model directory vLLM loads (the full model, or the LoRA's base model)
+    lora_path: Path | None = None  # PEFT adapter directory applied on top of model_path; None for a full model
+    lora_rank: int | None = None  # The adapter's rank (vLLM must reserve slots at least this large)
+    global_step: int | None = None  # from global_step_N; None outside a run (e.g. the base model)
+    run_root: Path | None = None  # the folder holding global_step_N; None outside a run
 
     @property
     def label(self) -> str:
@@ -66,12 +55,8 @@ class EvalInput:
 
     def describe(self) -> dict[str, Any]:
         """JSON-ready summary kept with the results."""
-        return {
-            "model_path": str(self.model_path),
-            "lora_path": str(self.lora_path) if self.lora_path else None,
-            "lora_rank": self.lora_rank,
-            "global_step": self.global_step,
-        }
+        return {"model_path": str(self.model_path), "lora_path": str(self.lora_path) if self.lora_path else None,
+                "lora_rank": self.lora_rank, "global_step": self.global_step}
 
 
 def step_of(directory: Path) -> tuple[int | None, Path | None]:
@@ -127,16 +112,25 @@ def _adapter_rank(adapter_dir: Path) -> tuple[int, str | None]:
     return rank, config.get("base_model_name_or_path")
 
 
+def model_dir(checkpoint: str | Path) -> Path:
+    """The folder that holds the model: global_step_N/policy when there is one, else the checkpoint itself."""
+    path = Path(checkpoint).expanduser().resolve()
+    return path / POLICY_SUBDIR if (path / POLICY_SUBDIR).is_dir() and STEP_DIR.match(path.name) else path
+
+
+def is_adapter(checkpoint: str | Path) -> bool:
+    """The checkpoint is a LoRA adapter (it needs a base model), not a whole model."""
+    return (model_dir(checkpoint) / "adapter_config.json").is_file()
+
+
 def resolve_checkpoint(checkpoint: str | Path, base_model: str | Path | None = None) -> EvalInput:
     """Turn ``--checkpoint`` (and ``--base-model``) into an EvalInput, or raise CheckpointError saying why not."""
-    path = Path(checkpoint).expanduser().resolve()
+    path = model_dir(checkpoint)
     if not path.is_dir():
         raise CheckpointError(f"--checkpoint: {path} is not a directory")
-    if (path / POLICY_SUBDIR).is_dir() and STEP_DIR.match(path.name):
-        path = path / POLICY_SUBDIR
     step, run_root = step_of(path)
 
-    if (path / "adapter_config.json").is_file():
+    if is_adapter(path):
         rank, recorded_base = _adapter_rank(path)
         if base_model is None:
             if recorded_base and Path(recorded_base).is_dir():

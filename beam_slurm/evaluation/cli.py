@@ -1,28 +1,16 @@
 """`beam-slurm evaluate RUN | SWEEP | --checkpoint DIR [-m] [--wait] [key=value ...]`: AIME evaluations of checkpoints.
 
-Without --here it expands to one task per (checkpoint x dataset x sweep point), skips the tasks already finished
-with the same settings, and submits the rest as one Slurm job array through submitit
-(`beam_slurm.evaluation.array`, Slurm settings under `eval.launcher.*`), then returns, or with --wait shows progress
-and prints the merged table. RUN is a run folder, name or training job id (every complete global_step_N export is
-evaluated), SWEEP a sweep folder (every run of it); `-m` expands `key=a,b` as `submit -m` does.
-
-With --here (what each array task, `sbatch/eval_aime.sh` and a machine without Slurm run), with --server or
---checkpoint-list, it evaluates one checkpoint in this process. Results go to ``<export_path>/beam_evals/
-global_step_N/`` beside the checkpoint (or --out): see `beam_slurm.evaluation.resumable` for the layout (saved
-response chunks, one folder per task key, and the folder's merged view: ``metrics.json``, ``grades.jsonl``,
-``details.json``, ``info.json``).
-
-Settings are recipe keys (``eval.*``, ``generation.*``, ``rollout.tensor_parallel`` ...; ``--help`` lists them with
-their defaults from the schema); inputs are flags. A task key (checkpoint, dataset, k, every sampling setting)
-already finished is reused; a larger k reuses the responses saved for a smaller one (`--force` redoes them). Every
-input is checked before a model is loaded or a job submitted; bad input exits with status 2.
+Without --here: one task per (checkpoint x dataset x sweep point), the finished ones skipped, the rest submitted as
+one Slurm job array (`beam_slurm.evaluation.array`); --wait shows progress and prints the merged table. With
+--here, --server or --checkpoint-list: one checkpoint in this process, results in
+``<export_path>/beam_evals/global_step_N/`` or --out (layout: `beam_slurm.evaluation.resumable`). Every input is
+checked before a model is loaded or a job submitted; bad input exits 2.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import os
 import shutil
 import sys
@@ -32,7 +20,6 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from beam_slurm.config.errors import ConfigError
 from beam_slurm.config.load import load_config
 from beam_slurm.config.overrides import hydra_value, override, value_at
 from beam_slurm.config.verb_args import VerbArgs, keys_under
@@ -42,7 +29,7 @@ from beam_slurm.data.manifest import sha256_file
 from beam_slurm.evaluation import array
 from beam_slurm.evaluation.array import prepare
 from beam_slurm.evaluation.chain import ChainSettings, complete_checkpoints
-from beam_slurm.evaluation.checkpoints import EvalInput, resolve_checkpoint, step_of
+from beam_slurm.evaluation.checkpoints import EvalInput, is_adapter, resolve_checkpoint, step_of
 from beam_slurm.evaluation.generate import ClientSettings, EngineSettings, SamplingSettings
 from beam_slurm.evaluation.grading_pool import GradingLimits
 from beam_slurm.evaluation.metrics import PASS_AT
@@ -52,20 +39,13 @@ from beam_slurm.evaluation.resumable import task_finished
 from beam_slurm.pipeline import sweep
 from beam_slurm.pipeline.runs import RunNotFound, resolve_runs
 
-RESPONSES_FILE = "responses.jsonl"
-RESPONSES_META_FILE = "responses.meta.json"
-
-
-EVALUATE_KEYS = [
-    "eval.responses_per_problem", "generation.max_response_tokens", "generation.max_prompt_tokens",
-    "generation.temperature", "generation.top_p", "generation.reasoning_effort",
-    "rollout.tensor_parallel", "rollout.pipeline_parallel", "rollout.executor_backend",
-    "eval.limit", "eval.dtype", "eval.gpu_memory_utilization", "eval.enforce_eager",
-    "eval.server_request_timeout_s", "eval.server_max_attempts", "eval.server_concurrency",
-    "grade.timeout_s", "grade.memory_mb", "grade.workers", "eval.chunk_problems", "paths.data_dir",
-    "paths.eval_files",
-]
-"""The recipe keys `evaluate` reads (the pipeline renders these for evaluation jobs)."""
+# the recipe keys `evaluate` reads (the pipeline renders these for evaluation jobs)
+EVALUATE_KEYS = ["eval.responses_per_problem", "generation.max_response_tokens", "generation.max_prompt_tokens",
+                 "generation.temperature", "generation.top_p", "generation.reasoning_effort",
+                 "rollout.tensor_parallel", "rollout.pipeline_parallel", "rollout.executor_backend", "eval.limit",
+                 "eval.dtype", "eval.gpu_memory_utilization", "eval.enforce_eager", "eval.server_request_timeout_s",
+                 "eval.server_max_attempts", "eval.server_concurrency", "grade.timeout_s", "grade.memory_mb",
+                 "grade.workers", "eval.chunk_problems", "paths.data_dir", "paths.eval_files"]
 
 # Old flags that carried a setting -> its key (accepted for one release).
 OLD_FLAGS = {
@@ -80,7 +60,6 @@ OLD_FLAGS = {
 
 
 def build_parser():
-    """The verb's parser: inputs and flags; every setting is a recipe key (see --help)."""
     verb = VerbArgs(
         "evaluate",
         "Evaluate checkpoints on AIME (vLLM generation, grading, metrics) as one Slurm job array. Settings "
@@ -124,17 +103,6 @@ class UsageError(UserError, ValueError):
     """Bad command-line input; reported with exit status 2."""
 
 
-def _jsonl(rows: list[dict[str, Any]]) -> str:
-    return "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
-
-
-def _read_json(path: Path) -> dict[str, Any] | None:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-
-
 def _load_problems(files: list[str], limit: int | None) -> tuple[list[Problem], list[dict[str, Any]]]:
     problems: list[Problem] = []
     described = []
@@ -167,11 +135,6 @@ def _resolve_out(args: argparse.Namespace, eval_input: EvalInput | None) -> Path
             "default <export_path>/beam_evals/global_step_N/"
         )
     return default
-
-
-def _grading_limits(cfg):
-    """The grade section as grading limits (checked now, so a bad value fails before any model is loaded)."""
-    return GradingLimits.from_settings(cfg.grade)
 
 
 def _checkpoint_from_list(args: argparse.Namespace) -> str:
@@ -232,8 +195,7 @@ def _split_target(verb, argv: list[str]) -> tuple[str | None, list[str]]:
 
 
 def _targets(args: argparse.Namespace, target: str | None, cfg) -> list[tuple[str, None, Path]]:
-    """(checkpoint, None, evaluation folder) of every checkpoint to evaluate: --checkpoint, or every complete HF
-    export of a run, or of every run of a sweep."""
+    """(checkpoint, None, evaluation folder) of --checkpoint, or of every complete HF export of a run or sweep."""
     if args.checkpoint:
         if target:
             raise UsageError(f"unexpected argument {target!r}: settings are key=value, and a run or sweep is "
@@ -324,7 +286,7 @@ def main(argv: list[str] | None = None) -> int:
         for _, cfg in points:
             if cfg.eval.limit is not None and cfg.eval.limit < 1:
                 raise UsageError(f"eval.limit must be at least 1 (got {cfg.eval.limit})")
-            _grading_limits(cfg)
+            GradingLimits.from_settings(cfg.grade)
             _settings(args, cfg)  # sampling, engine and server settings checked here
         if here:
             if target or args.multirun or args.wait:
@@ -355,10 +317,8 @@ def main(argv: list[str] | None = None) -> int:
                 _load_problems(_data_files(args.data, cfg), cfg.eval.limit)  # one data_source per file
             found = array.plan(points, targets, lambda cfg: _data_files(args.data, cfg), force=args.force,
                                base_model=args.base_model)
-    except ConfigError as exc:
-        return verb.config_failed(exc)
     except UserError as exc:  # bad input of any kind (usage, checkpoint, dataset, settings): exit 2
-        return verb.fail(exc)
+        return verb.report(exc)
 
     if args.check:
         what = args.server or targets[0][0]
@@ -406,7 +366,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _launcher_overrides(cfg) -> list[str]:
-    """The run's eval.launcher.* and cluster keys the array reads, as keys (so a chained array gets the run's)."""
+    """The run's eval.launcher.* and cluster keys the array reads, so a chained array gets the run's."""
     rendered = []
     for key in [*keys_under("eval.launcher"), "cluster.gpus_per_node", "cluster.partition", "cluster.account",
                 "cluster.qos"]:
@@ -418,20 +378,8 @@ def _launcher_overrides(cfg) -> list[str]:
     return rendered
 
 
-def needs_base_model(cfg, checkpoint: Path) -> bool:
-    """A LoRA run's export is an adapter unless it holds a whole HF model (merged, or a rehearsal export of the base
-    model): `evaluate` refuses --base-model for a whole model."""
-    if not cfg.is_lora:
-        return False
-    folder = checkpoint / "policy" if (checkpoint / "policy").is_dir() else checkpoint
-    return not ((folder / "config.json").is_file() and not (folder / "adapter_config.json").is_file())
-
-
 def chained_overrides(cfg, step: int, extra_args: list[str] | None = None) -> list[str]:
-    """The keys of the chained evaluation of step `step`: the run's value of every key `evaluate` reads and of the
-    array's launcher keys, the array's name `<run_name>-eval-<step>` and submitit folder
-    `<log_dir>/eval-step<step>-<job id>/` (unless eval.launcher.submitit_folder is set), then `extra_args`
-    (eval.chain_extra_args, old flags included) last, so they win."""
+    """The keys of step `step`'s chained evaluation: the run's own values, then `extra_args` last, so they win."""
     overrides = [override(key, value_at(cfg, key)) for key in EVALUATE_KEYS]
     overrides += _launcher_overrides(cfg)
     overrides.append(override("eval.launcher.name", f"{cfg.run_name}-eval-{step}"))
@@ -442,12 +390,10 @@ def chained_overrides(cfg, step: int, extra_args: list[str] | None = None) -> li
 
 def submit_for_checkpoint(cfg, step: int, checkpoint: str, extra_args: list[str] | None = None,
                           log=print) -> str:
-    """The training job's chained evaluation of one export, by the path `beam-slurm evaluate --checkpoint` takes
-    (array.plan, then array.submit_plan): one task per dataset, with the keys of `chained_overrides`. Returns the job
-    id ('finished' when every task key is done already)."""
+    """The chained evaluation of one export, by `evaluate --checkpoint`'s path; the job id, or 'finished'."""
     overrides = chained_overrides(cfg, step, extra_args)
     folder = Path(checkpoint)
-    base_model = str(cfg.paths.model_path) if needs_base_model(cfg, folder) else None
+    base_model = str(cfg.paths.model_path) if cfg.is_lora and is_adapter(folder) else None
     found = array.plan([(overrides, load_config(overrides, validate=False))],
                        [(str(folder), None, evaluation_dir(cfg.paths.export_path, step))],
                        lambda c: _data_files(None, c), force=False, base_model=base_model)

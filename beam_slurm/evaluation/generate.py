@@ -1,17 +1,8 @@
 """Generate k responses per problem: vLLM's offline engine, or an already running OpenAI-compatible server.
 
-Both paths return the same rows, one per response:
-``{"data_source", "problem_id", "sample", "response", "ground_truth", "finish_reason", "response_tokens"}``
-(the first five are what grading reads; the last two feed the length and finish-reason statistics).
-
-Offline engine: one vLLM ``LLM`` per evaluation with tensor x pipeline parallelism. For Beam that is TP8 x PP2 over
-two nodes through Ray (``distributed_executor_backend="ray"``; vLLM joins the Ray cluster already started in the
-allocation), on a CPU machine TP1 x PP1. Sampling follows the recipe (``generation.*``, n = eval.responses_per_problem),
-the reasoning effort passed to the chat template as ``chat_template_kwargs``; every setting comes from the recipe
-schema through the ``from_config`` constructors, which is where their defaults live.
-
-vLLM spawns its engine process with multiprocessing "spawn", so any script that starts an :class:`OfflineEngine` must
-run under an ``if __name__ == "__main__":`` guard.
+Both return one row per response: ``data_source, problem_id, sample, response, ground_truth`` (what grading reads),
+``finish_reason, response_tokens`` (statistics). Every setting comes from the recipe through ``from_config``.
+vLLM spawns its engine process, so a script that starts an :class:`OfflineEngine` needs an ``if __name__`` guard.
 """
 
 from __future__ import annotations
@@ -32,31 +23,23 @@ from beam_slurm.evaluation.checkpoints import EvalInput, lora_request
 from beam_slurm.evaluation.metrics import MAX_K
 from beam_slurm.evaluation.problems import Problem
 
-# Imported inside the functions that use it, on purpose: vllm (seconds to import, and only generation needs it (not
-# --check, not --server)).
-
+# vllm is imported inside the functions that use it: seconds to import, and --check and --server never need it.
 
 
 class SettingsError(UserError, ValueError):
     """A sampling, engine or server setting out of range; reported with exit status 2 before any model loads."""
 
+
 @dataclass(frozen=True)
 class SamplingSettings:
     """How responses are sampled; `from_config` reads them from the recipe (eval.*, generation.*)."""
 
-    n: int
-    """Responses per problem (k, eval.responses_per_problem); avg@k and pass@j for j <= k are computed from them."""
+    n: int  # k: eval.responses_per_problem
     temperature: float
-    """Sampling temperature (generation.temperature)."""
     top_p: float
-    """Nucleus sampling threshold (generation.top_p)."""
-    max_tokens: int
-    """Response token budget (generation.max_response_tokens); longer responses stop with finish_reason "length"."""
-    reasoning_effort: str | None
-    """Passed to the chat template as reasoning_effort (generation.reasoning_effort); None leaves the template's
-    default."""
-    seed: int | None = None
-    """Per-request seed; leave None on vLLM's CPU build, which rejects per-request seeds."""
+    max_tokens: int  # generation.max_response_tokens
+    reasoning_effort: str | None  # None leaves the chat template's default
+    seed: int | None = None  # per request; None on vLLM's CPU build, which rejects per-request seeds
 
     def __post_init__(self) -> None:
         if self.n < 1:
@@ -79,7 +62,6 @@ class SamplingSettings:
                    max_tokens=g.max_response_tokens, reasoning_effort=effort)
 
     def chat_template_kwargs(self) -> dict[str, Any]:
-        """Extra variables for the chat template."""
         return {} if self.reasoning_effort is None else {"reasoning_effort": self.reasoning_effort}
 
 
@@ -91,25 +73,15 @@ class EngineSettings:
     """How the offline vLLM engine is laid out and sized; `from_config` reads it from the recipe."""
 
     tensor_parallel_size: int
-    """GPUs one model layer is split over (rollout.tensor_parallel; Beam: 8, one node)."""
     pipeline_parallel_size: int
-    """Pipeline stages (rollout.pipeline_parallel; Beam: 2, one per node)."""
-    distributed_executor_backend: str | None
-    """"ray" to place workers on a running Ray cluster (needed across nodes), "mp" for one node, None = vLLM picks."""
+    distributed_executor_backend: str | None  # "ray" across nodes, "mp" for one node, None = vLLM picks
     max_prompt_tokens: int
-    """Prompt token budget (generation.max_prompt_tokens); max_model_len = this + the response budget unless set."""
     dtype: str
-    """Weight dtype (eval.dtype; "auto" = the checkpoint's)."""
     gpu_memory_utilization: float
-    """Fraction of accelerator memory vLLM takes (eval.gpu_memory_utilization)."""
     enforce_eager: bool
-    """Skip graph capture (eval.enforce_eager): faster start, slower decode; useful for small tests."""
-    max_model_len: int | None = None
-    """Context length the engine reserves; None = max_prompt_tokens + SamplingSettings.max_tokens."""
+    max_model_len: int | None = None  # None = max_prompt_tokens + SamplingSettings.max_tokens
     seed: int = 0
-    """Engine-level random seed."""
-    extra_engine_kwargs: dict[str, Any] = field(default_factory=dict)
-    """Passed to vllm.LLM unchanged (e.g. kv_cache_dtype, quantization, max_num_seqs)."""
+    extra_engine_kwargs: dict[str, Any] = field(default_factory=dict)  # passed to vllm.LLM unchanged
 
     def __post_init__(self) -> None:
         if self.tensor_parallel_size < 1 or self.pipeline_parallel_size < 1:
@@ -124,8 +96,7 @@ class EngineSettings:
 
     @classmethod
     def from_config(cls, cfg, *, ray_cluster: bool) -> "EngineSettings":
-        """The recipe's engine. rollout.executor_backend=auto: ray when TP x PP > 1 and a Ray cluster is there
-        (`ray_cluster`, RAY_ADDRESS set), else vLLM's own choice."""
+        """The recipe's engine; executor `auto` is ray when TP x PP > 1 on a Ray cluster, else vLLM's choice."""
         r = cfg.rollout
         executor = r.executor_backend
         if executor == "auto":
@@ -140,17 +111,12 @@ class EngineSettings:
 
 def engine_kwargs(eval_input: EvalInput, sampling: SamplingSettings, engine: EngineSettings) -> dict[str, Any]:
     """Keyword arguments for vllm.LLM (kept separate so the layout can be checked without loading a model)."""
-    kwargs: dict[str, Any] = {
-        "model": str(eval_input.model_path),
-        "tokenizer": str(eval_input.model_path),
-        "tensor_parallel_size": engine.tensor_parallel_size,
-        "pipeline_parallel_size": engine.pipeline_parallel_size,
-        "max_model_len": engine.max_model_len or engine.max_prompt_tokens + sampling.max_tokens,
-        "dtype": engine.dtype,
-        "gpu_memory_utilization": engine.gpu_memory_utilization,
-        "enforce_eager": engine.enforce_eager,
-        "seed": engine.seed,
-    }
+    kwargs: dict[str, Any] = {"model": str(eval_input.model_path), "tokenizer": str(eval_input.model_path),
+                              "tensor_parallel_size": engine.tensor_parallel_size,
+                              "pipeline_parallel_size": engine.pipeline_parallel_size,
+                              "max_model_len": engine.max_model_len or engine.max_prompt_tokens + sampling.max_tokens,
+                              "dtype": engine.dtype, "gpu_memory_utilization": engine.gpu_memory_utilization,
+                              "enforce_eager": engine.enforce_eager, "seed": engine.seed}
     if engine.distributed_executor_backend:
         kwargs["distributed_executor_backend"] = engine.distributed_executor_backend
     if eval_input.lora_path is not None:
@@ -162,19 +128,11 @@ def engine_kwargs(eval_input: EvalInput, sampling: SamplingSettings, engine: Eng
 
 
 def _row(problem: Problem, sample: int, text: str, finish_reason: str | None, tokens: int | None) -> dict[str, Any]:
-    return {
-        "data_source": problem.data_source,
-        "problem_id": problem.problem_id,
-        "sample": sample,
-        "response": text,
-        "ground_truth": problem.ground_truth,
-        "finish_reason": finish_reason,
-        "response_tokens": tokens,
-    }
+    return {"data_source": problem.data_source, "problem_id": problem.problem_id, "sample": sample, "response": text,
+            "ground_truth": problem.ground_truth, "finish_reason": finish_reason, "response_tokens": tokens}
 
 
-Request = tuple[Problem, int, int]
-"""(problem, responses wanted, index of the first one): what a resumed evaluation still needs of a problem."""
+Request = tuple[Problem, int, int]  # (problem, responses wanted, index of the first)
 
 
 class OfflineEngine:
@@ -186,8 +144,7 @@ class OfflineEngine:
         self._llm = None
 
     def generate(self, requests: list[Request]) -> list[dict[str, Any]]:
-        """Sample each request's count of responses (one vLLM call for the whole chunk); rows numbered from its
-        first index."""
+        """Sample each request's responses in one vLLM call; rows numbered from the request's first index."""
         from vllm import SamplingParams
 
         if self._llm is None:
@@ -238,27 +195,17 @@ class ServerEngine:
 class ClientSettings:
     """An OpenAI-compatible server that is already running (e.g. `vllm serve` on the cluster)."""
 
-    base_url: str
-    """Server root, e.g. http://node1:8000 (the /v1 suffix is optional)."""
-    model: str | None
-    """Model name as the server knows it (a LoRA's served name included); None = the first of GET /v1/models."""
+    base_url: str  # e.g. http://node1:8000 (the /v1 suffix is optional)
+    model: str | None  # as the server knows it; None = the first of GET /v1/models
     request_timeout_s: float
-    """Time limit for one request, k responses of up to max_tokens each (eval.server_request_timeout_s)."""
-    max_attempts: int
-    """Tries per request (eval.server_max_attempts); connection errors, time-outs, 429 and 5xx are retried, other
-    errors are not."""
+    max_attempts: int  # connection errors, time-outs, 429 and 5xx are retried, other errors are not
     concurrency: int
-    """Requests in flight at once (eval.server_concurrency)."""
-    api_key_env: str = "OPENAI_API_KEY"
-    """Environment variable holding the bearer token, if the server needs one (never written to logs)."""
-    backoff_s: float = 2.0
-    """Wait before the 2nd try; doubles for each further try, up to max_backoff_s."""
+    api_key_env: str = "OPENAI_API_KEY"  # the variable's name only: the token never reaches a log or record
+    backoff_s: float = 2.0  # before the 2nd try; doubles for each further try
     max_backoff_s: float = 10.0
-    """Longest wait between two tries."""
 
     @classmethod
     def from_config(cls, cfg, base_url: str, model: str | None) -> "ClientSettings":
-        """The recipe's client settings for the server at `base_url`."""
         e = cfg.eval
         return cls(base_url=base_url, model=model, request_timeout_s=e.server_request_timeout_s,
                    max_attempts=e.server_max_attempts, concurrency=e.server_concurrency)
@@ -272,7 +219,6 @@ class ClientSettings:
 
     @property
     def api_root(self) -> str:
-        """The URL that /chat/completions and /models hang off."""
         root = self.base_url.rstrip("/")
         return root if root.endswith("/v1") else root + "/v1"
 
@@ -319,25 +265,16 @@ def served_model(client: ClientSettings) -> str:
     return models[0]["id"]
 
 
-def generate_with_server(
-    problems: list[Problem],
-    client: ClientSettings,
-    sampling: SamplingSettings,
-    log: Callable[[str], None] = print,
-) -> list[dict[str, Any]]:
+def generate_with_server(problems: list[Problem], client: ClientSettings, sampling: SamplingSettings,
+                         log: Callable[[str], None] = print) -> list[dict[str, Any]]:
     """Sample sampling.n responses per problem from an OpenAI-compatible chat completions endpoint."""
     model = served_model(client)
     started = time.monotonic()
 
     def one(problem: Problem) -> list[dict[str, Any]]:
-        body: dict[str, Any] = {
-            "model": model,
-            "messages": problem.messages,
-            "n": sampling.n,
-            "temperature": sampling.temperature,
-            "top_p": sampling.top_p,
-            "max_tokens": sampling.max_tokens,
-        }
+        body: dict[str, Any] = {"model": model, "messages": problem.messages, "n": sampling.n,
+                                "temperature": sampling.temperature, "top_p": sampling.top_p,
+                                "max_tokens": sampling.max_tokens}
         if sampling.chat_template_kwargs():
             # vLLM's server reads this extension field; other servers ignore unknown fields.
             body["chat_template_kwargs"] = sampling.chat_template_kwargs()
@@ -364,9 +301,5 @@ def generate_with_server(
 
 def settings_record(sampling: SamplingSettings, engine: EngineSettings | None, client: ClientSettings | None) -> dict:
     """JSON-ready record of the settings, kept with the results (no secrets: only the key's variable name)."""
-    return {
-        "sampling": asdict(sampling),
-        "engine": asdict(engine) if engine else None,
-        "server": asdict(client) if client else None,
-        "python": sys.version.split()[0],
-    }
+    return {"sampling": asdict(sampling), "engine": asdict(engine) if engine else None,
+            "server": asdict(client) if client else None, "python": sys.version.split()[0]}

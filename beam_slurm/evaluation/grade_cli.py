@@ -1,9 +1,7 @@
 """`beam-slurm grade --responses FILE.jsonl --out DIR`: grade pre-generated responses with the evaluation's code.
 
 Input: one JSON object per line with "data_source", "problem_id", "sample", "response", "ground_truth" (other
-fields are carried through; "finish_reason" and "response_tokens" feed the length and finish-reason stats).
-Output: ``DIR/metrics.json``, ``DIR/grades.jsonl`` and the other files described in
-:mod:`beam_slurm.evaluation.results`. Exit status 0 on success, 2 on bad input (nothing is written then).
+fields are carried through). Output: the files of :mod:`beam_slurm.evaluation.results`; nothing on bad input.
 """
 
 from __future__ import annotations
@@ -25,7 +23,6 @@ from beam_slurm.evaluation.results import METRICS_FILE, write_results
 
 
 def build_parser():
-    """The verb's parser: inputs, --force, --json; grading limits are the grade.* keys."""
     verb = VerbArgs("grade", __doc__.split("\n\n")[0], keys=keys_under("grade"))
     verb.add_argument("--responses", required=True, type=Path, help="JSONL file of responses to grade")
     verb.add_argument("--out", required=True, type=Path, help="output folder for metrics.json, grades.jsonl, ...")
@@ -63,17 +60,12 @@ def print_summary(metrics: dict[str, dict[str, Any]], details: dict[str, dict[st
     for source, entry in metrics.items():
         extra = details.get(source, {})
         agreement = extra.get("agreement")
-        table.add_row(
-            source,
-            str(entry["k"]),
-            f"{entry['avg@k']:.4f}",
-            *(f"{entry[f'pass@{j}']:.4f}" if f"pass@{j}" in entry else "-" for j in PASS_AT),
-            f"{entry['maj@k']:.4f}",
-            f"{extra['math_verify_avg@k']:.4f}" if "math_verify_avg@k" in extra else "-",
-            f"{agreement:.3f}" if agreement is not None else "-",
-            str(extra.get("no_answer", "-")),
-            str(entry["timeouts"]),
-        )
+        table.add_row(source, str(entry["k"]), f"{entry['avg@k']:.4f}",
+                      *(f"{entry[f'pass@{j}']:.4f}" if f"pass@{j}" in entry else "-" for j in PASS_AT),
+                      f"{entry['maj@k']:.4f}",
+                      f"{extra['math_verify_avg@k']:.4f}" if "math_verify_avg@k" in extra else "-",
+                      f"{agreement:.3f}" if agreement is not None else "-", str(extra.get("no_answer", "-")),
+                      str(entry["timeouts"]))
     console = Console(file=file)
     if not console.is_terminal:
         console = Console(file=file, width=160)  # logs and pipes: do not squeeze the columns to 80
@@ -93,10 +85,8 @@ def main(argv: list[str]) -> int:
         rows = read_responses(args.responses)
         padded = grading.zero_padded_ground_truths([str(r.get("ground_truth", "")) for r in rows if isinstance(r, dict)])
         outcome = grade_rows_detailed(rows, limits)
-    except ConfigError as error:
-        return verb.config_failed(error)
-    except (VerbUsageError, GradingInputError, GradingSetupError) as error:
-        return verb.fail(error)
+    except (ConfigError, VerbUsageError, GradingInputError, GradingSetupError) as error:
+        return verb.report(error)
     if padded:
         print(
             f"{verb.prefix}warning: zero-padded ground truth(s) {', '.join(padded[:5])}: the training reward "

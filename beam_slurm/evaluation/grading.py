@@ -8,14 +8,10 @@ skyrl-gym's AIME scorer (itself verl's ``math_dapo`` rule), re-implemented here 
 3. normalise the match and the ground truth with :func:`normalize_final_answer`;
 4. correct when the two strings are equal.
 
-Consequences worth knowing: a bare ``\\boxed{42}`` without an ``Answer:`` line is wrong, and the comparison is on
-strings, so a zero-padded ground truth ("025") never matches "25" (the data stage writes integers unpadded;
-:func:`zero_padded_ground_truths` lets callers warn about such files).
-
-Second opinion: math-verify's ``parse`` + ``verify`` on the tail of the response. It uses sympy and can run for
-minutes (or exhaust memory) on inputs such as ``9^{9^{9^9}}``; its own ``signal.alarm`` timeouts only work on a
-main thread, so :func:`math_verify_item` disables them and is meant to run inside the worker processes of
-:mod:`beam_slurm.evaluation.grading_pool`, which bound every item in time and memory.
+A bare ``\\boxed{42}`` without an ``Answer:`` line is wrong, and a zero-padded ground truth ("025") never matches
+"25" (:func:`zero_padded_ground_truths` lets callers warn). Second opinion: math-verify on the response's tail; it
+can run for minutes on ``9^{9^{9^9}}`` and its alarms work only on a main thread, so :func:`math_verify_item` runs
+inside :mod:`beam_slurm.evaluation.grading_pool`'s workers, which bound every item.
 """
 
 from __future__ import annotations
@@ -25,16 +21,10 @@ import logging
 import re
 from dataclasses import dataclass
 
-# Imported inside the functions that use it, on purpose: math_verify (it brings sympy, about a second; only the
-# grading workers need it).
+# math_verify is imported inside the functions that use it: it brings sympy (a second) and only the workers need it.
 
-# The scorer looks only at this many trailing characters; besides matching the reward, it bounds the cost of the
-# rule for megabyte-long responses.
-PRIMARY_TAIL_CHARS = 300
-
-# math-verify sees this many trailing characters: the final answer sits at the end, and a full 8k-token response
-# (or a runaway megabyte one) would cost regex time and inter-process traffic for nothing.
-MATH_VERIFY_TAIL_CHARS = 4000
+PRIMARY_TAIL_CHARS = 300  # the reward's; also bounds the rule's cost on megabyte-long responses
+MATH_VERIFY_TAIL_CHARS = 4000  # the answer sits at the end: the rest costs regex time and pipe traffic for nothing
 
 _ANSWER_LINE = re.compile(r"(?i)Answer\s*:\s*([^\n<]+)")
 
@@ -53,13 +43,11 @@ _SUBSTITUTIONS: tuple[tuple[str, str], ...] = (
 )
 
 # Units, filler words and TeX spacing dropped from answers, in this order.
-_REMOVED: tuple[str, ...] = (
-    "square", "ways", "integers", "dollars", "mph", "inches", "hours", "km", "units", "\\ldots", "sue",
-    "points", "feet", "minutes", "digits", "cents", "degrees", "cm", "gm", "pounds", "meters", "meals",
-    "edges", "students", "childrentickets", "multiples", "\\text{s}", "\\text{.}", "\\text{\ns}",
-    "\\text{}^2", "\\text{}^3", "\\text{\n}", "\\text{}", "\\mathrm{th}", "^\\circ", "^{\\circ}", "\\;",
-    ",\\!", "{,}", '"', "\\dots",
-)
+_REMOVED: tuple[str, ...] = ("square", "ways", "integers", "dollars", "mph", "inches", "hours", "km", "units",
+                             "\\ldots", "sue", "points", "feet", "minutes", "digits", "cents", "degrees", "cm", "gm",
+                             "pounds", "meters", "meals", "edges", "students", "childrentickets", "multiples",
+                             "\\text{s}", "\\text{.}", "\\text{\ns}", "\\text{}^2", "\\text{}^3", "\\text{\n}",
+                             "\\text{}", "\\mathrm{th}", "^\\circ", "^{\\circ}", "\\;", ",\\!", "{,}", '"', "\\dots")
 
 # With two or more "$" on a line, only the text between the first two survives.
 _FIRST_DOLLAR_PAIR = re.compile(r".*?\$(.*?)\$.*")
@@ -108,9 +96,7 @@ class PrimaryVerdict:
     """The training reward's verdict on one response."""
 
     correct: bool
-    """True when the extracted answer equals the normalised ground truth."""
-    pred: str | None
-    """The extracted, normalised answer; None when the response has no ``Answer:`` line in its tail."""
+    pred: str | None  # the extracted, normalised answer; None without an ``Answer:`` line in the tail
 
 
 def grade_primary(response: str, ground_truth: str) -> PrimaryVerdict:

@@ -1,22 +1,14 @@
-"""Grading in worker processes, every item bounded in time and memory; the entry point is :func:`grade_rows`.
+"""Grading in worker processes, every item bounded in time and memory.
 
 Why processes: math-verify (sympy) can run for minutes or exhaust memory on a tower of exponents, and its own
-``signal.alarm`` timeouts work only on a main thread. Each worker here:
+``signal.alarm`` works only on a main thread. Each worker caps its address space (a runaway item raises
+MemoryError), arms a per-item alarm on its own main thread, and publishes in shared memory which item it is on,
+so the parent SIGKILLs it when a C-level computation ignores the alarm; the rest of its batch goes to a fresh
+worker. An item that hits a bound is graded wrong (``math_verify`` null, counted as a timeout).
 
-- caps its address space (``RLIMIT_AS``, ``memory_mb``) so a runaway item raises MemoryError instead of
-  taking the node's memory;
-- arms a soft per-item alarm (``timeout_s``) on its own main thread, which interrupts Python-level loops;
-- publishes which item it is on and since when in shared memory, so the parent kills it (SIGKILL) when an item
-  passes ``timeout_s + kill_grace_s`` - the case of a C-level computation (a huge integer power) that ignores
-  signals. The rest of its batch goes to a fresh worker.
-
-An item that hits any bound is graded wrong: ``math_verify`` is null and it counts in the metrics' "timeouts".
-The primary rule runs in the same pool (it reads at most 300 characters, so it never comes near its bound).
-
-Workers come from a ``forkserver`` that has imported math-verify once, so a replacement worker starts in
-milliseconds and the pool is safe to use from a process that runs threads (Ray, vLLM). As with any
-non-fork start method, a script that grades at import time must do so under ``if __name__ == "__main__":``
-(the workers import the main module); the `beam-slurm` verbs and the stage entries already do.
+Workers come from a ``forkserver`` that imported math-verify once: a replacement starts in milliseconds and the
+pool is safe in a process that runs threads (Ray, vLLM). A script that grades at import time must do so under
+``if __name__ == "__main__":``.
 """
 
 from __future__ import annotations
@@ -52,22 +44,14 @@ class GradingSetupError(RuntimeError):
 class GradingLimits:
     """Bounds on every grading call."""
 
-    timeout_s: float
-    """Per-item time bound: the worker's own alarm interrupts the item after this many seconds (grade.timeout_s)."""
-    memory_mb: int
-    """Address-space cap of each worker process (MiB); an item that needs more is graded wrong and counted
-    (grade.memory_mb)."""
-    workers: int
-    """Worker processes; 0 = the CPUs this process may use (Slurm's allocation, not the node's size)
-    (grade.workers)."""
+    timeout_s: float  # grade.timeout_s
+    memory_mb: int  # grade.memory_mb
+    workers: int  # grade.workers; 0 = the CPUs this process may use
     kill_grace_s: float = 1.0
-    """Extra seconds after ``timeout_s`` before the parent kills a worker that did not honour its alarm (not a
-    setting: how long a process may take to die)."""
+    """Seconds after ``timeout_s`` before the parent kills a worker that ignored its alarm (not a setting)."""
 
     @classmethod
     def from_settings(cls, grade) -> "GradingLimits":
-        """The limits of the recipe's `grade` section (beam_slurm.config.schema.GradeConfig): its defaults are the
-        only ones."""
         return cls(timeout_s=grade.timeout_s, memory_mb=grade.memory_mb, workers=grade.workers)
 
     def __post_init__(self) -> None:
@@ -82,7 +66,6 @@ class GradingLimits:
 
     @property
     def worker_count(self) -> int:
-        """Worker processes actually started."""
         return self.workers or len(os.sched_getaffinity(0))
 
     @property
@@ -96,19 +79,13 @@ class PhaseStats:
     """What one pass over the items (primary rule or math-verify) cost."""
 
     items: int = 0
-    """Items graded in this pass."""
-    wall_s: float = 0.0
-    """Wall time of the pass, pool start excluded."""
-    worst_item_s: float = 0.0
-    """Longest single item, measured in the worker (or by the parent up to the kill)."""
-    timeouts: int = 0
-    """Items that hit the time or memory bound."""
-    killed_workers: int = 0
-    """Workers killed (hard timeout) or found dead, each replaced."""
+    wall_s: float = 0.0  # pool start excluded
+    worst_item_s: float = 0.0  # measured in the worker, or by the parent up to the kill
+    timeouts: int = 0  # items that hit the time or memory bound
+    killed_workers: int = 0  # killed (hard timeout) or found dead, each replaced
 
     @property
     def per_second(self) -> float:
-        """Items per second over the pass."""
         return self.items / self.wall_s if self.wall_s > 0 else float("inf")
 
 
@@ -116,12 +93,9 @@ class PhaseStats:
 class GradingOutcome:
     """Graded rows and the cost of grading them."""
 
-    grades: list[dict[str, Any]]
-    """Input rows plus "correct", "pred" and "math_verify", in input order."""
-    phases: dict[str, PhaseStats] = field(default_factory=dict)
-    """Cost per pass: "primary" and "math_verify"."""
+    grades: list[dict[str, Any]]  # input rows plus "correct", "pred" and "math_verify", in input order
+    phases: dict[str, PhaseStats] = field(default_factory=dict)  # "primary" and "math_verify"
     pool_start_s: float = 0.0
-    """Seconds to start the worker pool (forkserver with math-verify imported)."""
 
     @property
     def timeouts(self) -> int:
@@ -157,11 +131,8 @@ _ITEM_FUNCTIONS = {PRIMARY: _grade_primary_item, MATH_VERIFY: _grade_math_verify
 
 
 def _worker_main(conn, progress, memory_mb: int, timeout_s: float) -> None:
-    """Worker loop: receive (kind, items), grade each item under the alarm, send back (values, worst seconds).
-
-    ``progress`` is shared with the parent: [index of the current item, its start time (monotonic), 0 when idle].
-    A value of None means the item hit a bound.
-    """
+    """Grade each (kind, items) message under the alarm; send back (values, worst seconds), None for a bounded item.
+    ``progress``, shared with the parent: [index of the current item, its start time, 0 when idle]."""
     limit = memory_mb * 1024 * 1024
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     grading.quiet_math_verify_logging()
@@ -200,8 +171,7 @@ def _worker_main(conn, progress, memory_mb: int, timeout_s: float) -> None:
 @dataclass
 class _Task:
     kind: str
-    offset: int
-    """Index of the task's first item in the pass's item list."""
+    offset: int  # index of the task's first item in the pass's item list
     items: list[tuple[str, str]]
 
 
@@ -209,12 +179,9 @@ class _Worker:
     def __init__(self, context, limits: GradingLimits):
         self.progress = context.RawArray("d", 2)
         self.conn, child_conn = context.Pipe()
-        self.process = context.Process(
-            target=_worker_main,
-            args=(child_conn, self.progress, limits.memory_mb, limits.timeout_s),
-            daemon=True,
-            name="beam-grading-worker",
-        )
+        self.process = context.Process(target=_worker_main,
+                                       args=(child_conn, self.progress, limits.memory_mb, limits.timeout_s),
+                                       daemon=True, name="beam-grading-worker")
         self.process.start()
         child_conn.close()
         self.task: _Task | None = None
@@ -253,10 +220,7 @@ def _forkserver_context():
 
 
 class GradingPool:
-    """A fixed number of grading workers; a worker that overruns its bound is killed and replaced.
-
-    Use as a context manager; :meth:`run` grades one pass of items and may be called repeatedly.
-    """
+    """A fixed number of grading workers (a context manager); one that overruns its bound is killed and replaced."""
 
     def __init__(self, limits: GradingLimits):
         if importlib.util.find_spec("math_verify") is None:
@@ -345,8 +309,7 @@ def grade_rows_detailed(rows: Iterable[dict[str, Any]], limits: GradingLimits) -
 
 def grade_with_pool(pool: GradingPool, rows: list[dict[str, Any]], outcome: GradingOutcome | None = None
                     ) -> list[dict[str, Any]]:
-    """Grade `rows` (validated already, or one saved chunk of a validated whole) in an open pool; returns the graded
-    rows, also appended to `outcome.grades` when given."""
+    """Grade validated `rows` in an open pool; returns the graded rows, also appended to `outcome.grades`."""
     outcome = outcome if outcome is not None else GradingOutcome(grades=[])
     first = len(outcome.grades)
     gts = [str(row["ground_truth"]) for row in rows]
@@ -365,13 +328,3 @@ def grade_with_pool(pool: GradingPool, rows: list[dict[str, Any]], outcome: Grad
         outcome.grades.append(grade)
     return outcome.grades[first:]
 
-
-def grade_rows(rows: Iterable[dict[str, Any]], limits: GradingLimits) -> list[dict[str, Any]]:
-    """Grade rows ``{"data_source", "problem_id", "sample", "response", "ground_truth", ...}``.
-
-    Returns the rows in input order, each with "correct" (the training reward's rule), "pred" (its extracted
-    answer, None without an ``Answer:`` line) and "math_verify" (True/False; None when the item hit its time or
-    memory bound). Raises :class:`GradingInputError` on malformed rows and :class:`GradingSetupError` when
-    math-verify is missing.
-    """
-    return grade_rows_detailed(rows, limits).grades

@@ -6,19 +6,12 @@ problem does not). With c correct samples out of k for a problem:
 - avg@k   = mean over problems of c / k (the seed's "average accuracy over k responses"; equals unbiased pass@1);
 - pass@j  = mean over problems of 1 - C(k - c, j) / C(k, j), the unbiased estimator of Chen et al. (2021),
             for j = 1, 2, 4, ... (powers of two) up to k, and j = k itself;
-- maj@k   = fraction of problems whose majority answer is correct. The vote is over the primary rule's
-            extracted answers; responses without an answer line do not vote (all silent: wrong). Tie rule:
-            among the answers with the most votes, the one that appears first in sample order wins
-            (deterministic, and what a reader scanning the samples in order would pick).
-
-- avg@k_ci95 = [low, high], the 95 % bootstrap interval of avg@k: the problems (AIME's unit of variation) are
-            resampled with replacement BOOTSTRAP_DRAWS times with a fixed seed, percentile method.
+- maj@k   = fraction of problems whose majority answer (primary rule's extracted answers; no answer, no vote) is
+            correct; on a tie the answer first in sample order wins, so the result is deterministic;
+- avg@k_ci95 = 95 % percentile bootstrap interval of avg@k, problems (AIME's unit of variation) resampled with a
+            fixed seed.
 
 "timeouts" counts responses whose grading hit its time or memory bound (``math_verify`` is null).
-
-Optional input fields used when present (the evaluate stage writes them): ``finish_reason`` (vLLM's "stop" /
-"length") and ``response_tokens`` (int, generated tokens). Without them, finish reasons show as "unknown" and
-lengths are in characters only.
 """
 
 from __future__ import annotations
@@ -31,13 +24,10 @@ from typing import Any, Iterable
 
 from beam_slurm.core.errors import UserError
 
-PASS_AT = (1, 2, 4, 8, 16, 32, 64)
-"""The pass@j columns tables show (those with j <= k); metrics.json has every power of two up to k, and k."""
-MAX_K = 64
-"""Largest k the metrics and tables are built for (eval.responses_per_problem is checked against it)."""
+PASS_AT = (1, 2, 4, 8, 16, 32, 64)  # the pass@j columns tables show
+MAX_K = 64  # eval.responses_per_problem is checked against it
 BOOTSTRAP_DRAWS = 10_000
-BOOTSTRAP_SEED = 20250101
-"""Fixed seed of the bootstrap, so the same grades always give the same interval."""
+BOOTSTRAP_SEED = 20250101  # fixed: the same grades always give the same interval
 
 
 class GradingInputError(UserError, ValueError):
@@ -117,15 +107,13 @@ def pass_at_levels(k: int) -> list[int]:
 
 def bootstrap_interval(per_problem: list[float], *, draws: int = BOOTSTRAP_DRAWS, seed: int = BOOTSTRAP_SEED,
                        level: float = 0.95) -> tuple[float, float]:
-    """Percentile bootstrap interval of the mean of `per_problem` (each problem's c/k), problems resampled with
-    replacement `draws` times from a generator seeded with `seed`."""
+    """Percentile bootstrap interval of the mean of `per_problem` (each problem's c/k)."""
     n = len(per_problem)
     if n == 0:
         raise ValueError("bootstrap_interval needs at least one problem")
     generator = random.Random(seed)
     means = sorted(sum(per_problem[generator.randrange(n)] for _ in range(n)) / n for _ in range(draws))
     tail = (1.0 - level) / 2.0
-    # Percentile method: the draws at the tail quantiles (nearest rank).
     low = means[max(0, math.ceil(tail * draws) - 1)]
     high = means[min(draws - 1, math.ceil((1.0 - tail) * draws) - 1)]
     return low, high
@@ -178,13 +166,9 @@ def compute_metrics(grades: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
 
 def _length_stats(values: list[int]) -> dict[str, float]:
     ordered = sorted(values)
-    return {
-        "mean": statistics.fmean(ordered),
-        "median": statistics.median(ordered),
-        "p90": ordered[min(len(ordered) - 1, math.ceil(0.9 * len(ordered)) - 1)],
-        "min": ordered[0],
-        "max": ordered[-1],
-    }
+    return {"mean": statistics.fmean(ordered), "median": statistics.median(ordered),
+            "p90": ordered[min(len(ordered) - 1, math.ceil(0.9 * len(ordered)) - 1)], "min": ordered[0],
+            "max": ordered[-1]}
 
 
 def compute_details(grades: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -199,18 +183,12 @@ def compute_details(grades: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
             samples = problems[problem_id]
             answer, votes, majority_correct = majority_answer(samples)
             table.append(
-                {
-                    "problem_id": samples[0]["problem_id"],
-                    "ground_truth": samples[0]["ground_truth"],
-                    "k": k,
-                    "correct": sum(1 for g in samples if g["correct"]),
-                    "math_verify_correct": sum(1 for g in samples if g["math_verify"]),
-                    "majority": answer,
-                    "majority_votes": votes,
-                    "majority_correct": majority_correct,
-                    "no_answer": sum(1 for g in samples if g["pred"] is None),
-                    "mean_chars": statistics.fmean(len(g["response"]) for g in samples),
-                }
+                {"problem_id": samples[0]["problem_id"], "ground_truth": samples[0]["ground_truth"], "k": k,
+                 "correct": sum(1 for g in samples if g["correct"]),
+                 "math_verify_correct": sum(1 for g in samples if g["math_verify"]), "majority": answer,
+                 "majority_votes": votes, "majority_correct": majority_correct,
+                 "no_answer": sum(1 for g in samples if g["pred"] is None),
+                 "mean_chars": statistics.fmean(len(g["response"]) for g in samples)}
             )
         entry: dict[str, Any] = {
             "problems_count": len(problems),

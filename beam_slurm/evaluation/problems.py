@@ -1,8 +1,6 @@
 """Read evaluation problems from the cleaned AIME parquet files (DAPO format).
 
-Columns used: ``prompt`` (list of ``{role, content}``), ``reward_model.ground_truth``, ``data_source`` and, when
-present, ``extra_info.index`` as the problem id (otherwise the row number). Any problem with the file is reported
-with the file's name and the column, before a model is loaded.
+Any problem with a file is reported with its name and the column, before a model is loaded.
 """
 
 from __future__ import annotations
@@ -14,8 +12,7 @@ from typing import Any
 
 from beam_slurm.core.errors import UserError
 
-# Imported inside the functions that use it, on purpose: pyarrow (status and report import this module and never read
-# a parquet file).
+# pyarrow is imported inside the functions that use it: status and report import this module and never read parquet.
 
 REQUIRED_COLUMNS = ("prompt", "reward_model", "data_source")
 
@@ -28,14 +25,10 @@ class DatasetError(UserError, ValueError):
 class Problem:
     """One evaluation problem, as read from the cleaned parquet."""
 
-    data_source: str
-    """Benchmark name from the parquet (e.g. aime2025); metrics are grouped by it."""
-    problem_id: str
-    """Stable id of the problem within its data source."""
+    data_source: str  # metrics are grouped by it
+    problem_id: str  # extra_info.index, else the row number
     messages: list[dict[str, str]]
-    """Chat messages ({role, content}) rendered with the model's chat template."""
     ground_truth: str
-    """Reference answer the grader compares against."""
 
 
 def _messages(value: Any, where: str) -> list[dict[str, str]]:
@@ -44,8 +37,7 @@ def _messages(value: Any, where: str) -> list[dict[str, str]]:
     messages = []
     for message in value:
         if not isinstance(message, dict) or not isinstance(message.get("role"), str) or not isinstance(
-            message.get("content"), str
-        ):
+            message.get("content"), str):
             raise DatasetError(f"{where}: every prompt message needs string 'role' and 'content'")
         messages.append({"role": message["role"], "content": message["content"]})
     return messages
@@ -96,9 +88,8 @@ _AIME_FILE = re.compile(r"aime[-_ ]?(\d{4})", re.IGNORECASE)
 
 
 def dataset_label(data_file: str | Path | None, data_source: str) -> str:
-    """What a benchmark is called in tables: by the file it came from (`aime-2024-cleaned.parquet` -> aime2024), since
-    the prepared data keep their source's data_source (AIME 2024's is `math_dapo`, which SkyRL's metric keys use);
-    the data_source itself for any other file."""
+    """What a benchmark is called in tables: by its file (`aime-2024-cleaned.parquet` -> aime2024), since AIME 2024
+    keeps its source's data_source `math_dapo` (SkyRL's metric keys use it); else the data_source."""
     match = _AIME_FILE.search(Path(data_file).name) if data_file else None
     return f"aime{match.group(1)}" if match else data_source
 
@@ -115,8 +106,7 @@ def file_data_source(data_file: str | Path) -> str | None:
 
 
 def labels_by_source(data_files) -> dict[str, str]:
-    """{data_source: label} for the evaluation files given (those that can be read), e.g. {"math_dapo": "aime2024"}:
-    how `report` and `status` name what SkyRL's dumps and metric keys call by the source's data_source."""
+    """{data_source: label} for the evaluation files that can be read, e.g. {"math_dapo": "aime2024"}."""
     labels: dict[str, str] = {}
     for data_file in data_files:
         source = file_data_source(data_file) if data_file else None

@@ -1,37 +1,20 @@
 """`beam-slurm report RUN_OR_SWEEP [RUN ...]`: the evaluations and training curves of one run, or of several runs side
 by side, in one table and one figure (PNG and SVG).
 
-Sources, all under each run's export path (SkyRL's ``trainer.export_path``):
+Sources under each run's export path: our evaluations (``beam_evals/global_step_<N>/metrics.json``, see
+:mod:`beam_slurm.evaluation.results`); SkyRL's eval dumps (``dumped_evals/global_step_<N>_evals/*.jsonl``: accuracy =
+share of positively scored responses, else ``(avg_score + 1) / 2`` from ``aggregated_results.jsonl``); and
+``train_metrics.jsonl`` (a later line for a step replaces an earlier one, as a requeued job redoes it).
 
-- our evaluations: ``beam_evals/global_step_<N>/metrics.json`` (+ ``details.json``, ``info.json``), see
-  :mod:`beam_slurm.evaluation.results`: avg@k with its 95 % bootstrap interval, pass@j, maj@k;
-- SkyRL's own eval dumps: ``dumped_evals/global_step_<N>_evals/<data_source>.jsonl``, one line per response with
-  "score" (the AIME env's +1 / -1, or per-token rewards whose sum is the response's reward) and "data_source";
-  accuracy = share of responses with a positive score. When a data source has no per-response file, its
-  ``eval/<data_source>/avg_score`` in ``aggregated_results.jsonl`` gives accuracy = (avg_score + 1) / 2;
-- training metrics: ``train_metrics.jsonl``, one JSON object per logged step, as the trainer's logging callback
-  writes it: ``{"step": N, "reward/avg_raw_reward": .., "generate/avg_num_tokens": .., ...}`` (SkyRL's own
-  metric names; "global_step" is accepted for "step"; a later line for the same step replaces an earlier one,
-  which is what a requeued job that redoes a step produces). The report plots reward and mean response length.
-
-Datasets are named by the file they came from (`beam_slurm.evaluation.problems.dataset_label`): the prepared AIME 2024
-file keeps its source's data_source, ``math_dapo`` (SkyRL's metric keys use it), and shows as ``aime2024``. The files
-are the run's ``paths.eval_files`` (from ``beam_run/config.yaml``) and those its evaluations record in ``info.json``.
-
-Each argument is a run as `beam_slurm.pipeline.runs.resolve_run` finds it (its folder, name or training job id), a
-sweep folder (with ``sweep.json``: every run of the sweep), or a folder (the export path itself, or a folder that holds
-it at most two levels down) or a run name looked up as ``<exports root>/<name>`` with the exports root from
-``--exports-root``, else ``$BEAM_EXPORTS_ROOT``, else ``$HOME/exports``. Runs are labelled by the settings that differ
-between them (a sweep's swept keys, e.g. ``precision=mxfp8 lora.rank=0``; else the differing overrides or recipe
-keys), one line and one colour per run. Numbers made by the rehearsal trainer, and evaluations of its exports (the base
-weights, unchanged), are marked as rehearsal wherever they appear.
+Datasets are named by the file they came from (`beam_slurm.evaluation.problems.dataset_label`), so AIME 2024's
+``math_dapo`` shows as ``aime2024``. Runs are labelled by the settings that differ between them; numbers made by the
+rehearsal trainer are marked wherever they appear.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,24 +31,20 @@ from beam_slurm.core.layout import CONFIG_FILE, RUN_DIRNAME, SWEEP_FILE
 from beam_slurm.core.run_store import RunStore
 from beam_slurm.evaluation.problems import labels_by_source
 from beam_slurm.evaluation.results import DETAILS_FILE, EVALS_DIRNAME, INFO_FILE, METRICS_FILE, write_json
-from beam_slurm.pipeline.runs import RunNotFound, resolve_run, resolve_runs, sweep_folder
+from beam_slurm.pipeline.runs import (RunNotFound, RunTarget, exports_root as default_exports_root, resolve_run,
+                                     resolve_runs, sweep_folder)
 
-# Imported inside the functions that use it, on purpose: matplotlib (only the plot needs it, and it is slow to
-# import).
+# matplotlib is imported inside write_plot: only the plot needs it, and it is slow to import.
 
 SKYRL_DUMPS_DIRNAME = "dumped_evals"
 TRAIN_METRICS_FILE = "train_metrics.jsonl"
 REWARD_KEY = "reward/avg_raw_reward"
 LENGTH_KEY = "generate/avg_num_tokens"
 PLOT_FILE = "report.png"
-SVG_FILE = "report.svg"
 SUMMARY_FILE = "report.json"
-COMPARE_STEM = "compare"
-"""File stem of a comparison of runs given one by one (written beside the first run's evaluations)."""
-REHEARSAL_RUN = "rehearsal: checks the plumbing, does not train"
-"""How a run of the rehearsal trainer is labelled (here, in `status` and in `submit`'s output)."""
-FIRST_DATASETS = ("aime2025", "aime2024")
-"""Accuracy panels come in this order; any other dataset follows."""
+COMPARE_STEM = "compare"  # runs given one by one: compare.* beside the first run's evaluations
+REHEARSAL_RUN = "rehearsal: checks the plumbing, does not train"  # also in `status` and `submit`
+FIRST_DATASETS = ("aime2025", "aime2024")  # accuracy panels first, in this order
 
 _STEP_DIR = re.compile(r"^global_step_(\d+)$")
 _DUMP_DIR = re.compile(r"^global_step_(\d+)_evals$")
@@ -82,27 +61,17 @@ class EvalPoint:
     """Accuracy of one data source at one training step, from one origin."""
 
     step: int
-    """Training step of the evaluated checkpoint."""
-    data_source: str
-    """Data source as the evaluation keys it (the prepared file's data_source, e.g. aime2025 or math_dapo)."""
-    origin: str
-    """"beam" for our standalone evaluation, "skyrl" for the trainer's in-training evaluation dump."""
-    accuracy: float
-    """avg@k for ours; share of positively scored responses for SkyRL's dump."""
-    responses: int | None = None
-    """Responses behind the number (SkyRL dumps), or None."""
-    metrics: dict[str, Any] = field(default_factory=dict)
-    """Our full metrics entry (pass@j, maj@k, k, timeouts, avg@k_ci95); empty for SkyRL."""
+    data_source: str  # as the evaluation keys it (e.g. aime2025 or math_dapo)
+    origin: str  # "beam" for our evaluation, "skyrl" for the trainer's in-training dump
+    accuracy: float  # avg@k for ours; share of positively scored responses for SkyRL's
+    responses: int | None = None  # behind SkyRL's number
+    metrics: dict[str, Any] = field(default_factory=dict)  # our full metrics entry; empty for SkyRL
     mean_tokens: float | None = None
-    """Mean response length in tokens where known."""
-    dataset: str = ""
-    """What the benchmark is (aime2024 for AIME 2024's math_dapo): the name tables and plots show."""
-    rehearsal: bool = False
-    """Made by the rehearsal (its made-up dump, or our evaluation of its unchanged base-weight export)."""
+    dataset: str = ""  # the name tables and plots show (aime2024 for AIME 2024's math_dapo)
+    rehearsal: bool = False  # made by the rehearsal, or our evaluation of its unchanged base-weight export
 
     @property
     def ci95(self) -> tuple[float, float] | None:
-        """avg@k's 95 % bootstrap interval (ours, when computed)."""
         interval = self.metrics.get("avg@k_ci95")
         return (float(interval[0]), float(interval[1])) if isinstance(interval, (list, tuple)) and len(interval) == 2 \
             else None
@@ -113,23 +82,14 @@ class RunReport:
     """Everything the report found for one run."""
 
     export_path: Path
-    """The run's export path."""
     evals: list[EvalPoint] = field(default_factory=list)
-    """Evaluation points, ours and SkyRL's."""
-    train: dict[int, dict[str, float]] = field(default_factory=dict)
-    """Training metrics by step (from train_metrics.jsonl)."""
-    problems: list[str] = field(default_factory=list)
-    """Files that could not be read, with the reason (reported, not fatal)."""
-    rehearsal: bool = False
-    """Some numbers come from the rehearsal trainer (marked "rehearsal": true): made up, it does not train."""
+    train: dict[int, dict[str, float]] = field(default_factory=dict)  # step -> train_metrics.jsonl's numbers
+    problems: list[str] = field(default_factory=list)  # files that could not be read, and why (not fatal)
+    rehearsal: bool = False  # some numbers come from the rehearsal trainer: made up
     name: str = ""
-    """Run name (from its record; else the export folder's name)."""
-    label: str = ""
-    """Line label in a comparison: the settings that tell this run from the others (see label_runs)."""
-    settings: dict[str, str] = field(default_factory=dict)
-    """The settings in the label, key -> value."""
-    choices: list[str] | None = None
-    """Swept `key=value` of this run when it came from a sweep folder's sweep.json."""
+    label: str = ""  # the settings that tell this run from the others (label_runs)
+    settings: dict[str, str] = field(default_factory=dict)  # those settings, key -> value
+    choices: list[str] | None = None  # swept `key=value` when it came from a sweep folder
 
     @property
     def rehearsal_note(self) -> str:
@@ -141,7 +101,7 @@ def _is_export_path(path: Path) -> bool:
 
 
 def resolve_export_path(run: str, exports_root: str | None = None) -> Path:
-    """The export path of a run given as a folder, a run name or a training job id (see the module docstring)."""
+    """The export path of a run given as a folder (or one holding it two levels down), a run name or a job id."""
     try:  # a run with a record (beam_run/run.json): the one resolver every verb that takes RUN uses
         return resolve_run(run, exports_root)
     except RunNotFound:
@@ -151,8 +111,7 @@ def resolve_export_path(run: str, exports_root: str | None = None) -> Path:
     if given.is_dir():
         candidates.append(given)
     else:
-        root = exports_root or os.environ.get("BEAM_EXPORTS_ROOT") or str(Path.home() / "exports")
-        candidates.append(Path(root).expanduser() / run)
+        candidates.append(default_exports_root(exports_root) / run)
     for base in candidates:
         if not base.is_dir():
             continue
@@ -173,29 +132,19 @@ def resolve_export_path(run: str, exports_root: str | None = None) -> Path:
     )
 
 
-@dataclass
-class Target:
-    """One run to report, as the arguments named it."""
-
-    export_path: Path
-    choices: list[str] | None = None
-    """Its swept `key=value` when it came from a sweep folder."""
-    sweep_dir: Path | None = None
-
-
-def resolve_targets(targets: list[str], exports_root: str | None = None) -> list[Target]:
+def resolve_targets(targets: list[str], exports_root: str | None = None) -> list[RunTarget]:
     """Runs named by the arguments, in order, each once: a sweep folder (or its sweep.json) stands for its runs."""
-    found: list[Target] = []
+    found: list[RunTarget] = []
     for target in targets:
         sweep = sweep_folder(Path(target).expanduser())
         if sweep is not None:
             runs = resolve_runs(target, exports_root)
             if not runs:
                 raise ReportInputError(f"{sweep / SWEEP_FILE} lists no runs (every point was invalid?)")
-            found += [Target(r.export_path, list(r.choices), r.sweep_dir) for r in runs]
+            found += runs
         else:
-            found.append(Target(resolve_export_path(target, exports_root)))
-    unique: dict[Path, Target] = {}
+            found.append(RunTarget(resolve_export_path(target, exports_root)))
+    unique: dict[Path, RunTarget] = {}
     for item in found:
         unique.setdefault(item.export_path.resolve(), item)
     return list(unique.values())
@@ -226,8 +175,7 @@ def run_config(export_path: Path) -> dict[str, Any]:
 
 
 def is_rehearsal_run(export_path: Path, config: dict[str, Any] | None = None) -> bool:
-    """True when the run's recipe uses the rehearsal trainer (trainer.backend=rehearsal); for a run without a saved
-    recipe (started with plain sbatch), when its first training-metrics line is the rehearsal's ("rehearsal": true)."""
+    """trainer.backend=rehearsal; without a saved recipe (plain sbatch), the first training-metrics line says so."""
     config = run_config(export_path) if config is None else config
     if "trainer.backend" in config:
         return config["trainer.backend"] == "rehearsal"
@@ -414,12 +362,8 @@ def _pairs(texts: list[str]) -> dict[str, str]:
 
 
 def label_runs(reports: list[RunReport], max_keys: int = 4) -> None:
-    """Set each report's label: the settings that differ between the runs, `key=value` joined by spaces.
-
-    Keys, in order: a sweep's swept keys (sweep.json), then the runs' overrides (run.json), then, when none of those
-    differ, the recipe keys whose values differ (beam_run/config.yaml; not names and paths). A value a run did not
-    override is its recipe's. One run alone is labelled by its swept keys, else by its name. Runs whose labels would
-    be equal get their name added; rehearsal runs end in "[rehearsal]"."""
+    """Label each run by the settings that differ between the runs: swept keys, then overrides, then (when none
+    differ) recipe keys other than names and paths. One run alone: its swept keys, else its name."""
     configs = [run_config(r.export_path) for r in reports]
     given: list[dict[str, str]] = []
     for report in reports:
@@ -471,9 +415,7 @@ def _dataset_order(name: str) -> tuple[int, str]:
 
 
 def print_table(reports: RunReport | list[RunReport], file=None) -> None:
-    """One table for every run: a row per run, evaluated step and dataset, ours (avg@k, its 95 % interval, pass@k,
-    maj@k) beside SkyRL's in-training accuracy, and the step's training reward and mean response length (every
-    step's are in the figure and the JSON)."""
+    """One table for every run: a row per evaluated step and dataset, ours beside SkyRL's, with that step's reward."""
     reports = [reports] if isinstance(reports, RunReport) else reports
     console = Console(file=file)
     if not console.is_terminal:
@@ -539,8 +481,7 @@ def print_table(reports: RunReport | list[RunReport], file=None) -> None:
 # --- figure -----------------------------------------------------------------------------------------------------------
 
 def series(report: RunReport) -> dict[str, Any]:
-    """A run's curves, as plotted: accuracy per dataset (ours: avg@k with its interval; SkyRL's in-training accuracy),
-    training reward and mean response length, each sorted by step."""
+    """A run's curves, as plotted: accuracy per dataset (ours and SkyRL's), reward and response length, by step."""
     accuracy: dict[str, dict[str, list[dict[str, Any]]]] = {}
     for point in sorted(report.evals, key=lambda p: p.step):
         lines = accuracy.setdefault(point.dataset, {"beam": [], "skyrl": []})
@@ -551,17 +492,13 @@ def series(report: RunReport) -> dict[str, Any]:
         else:
             lines["skyrl"].append({"step": point.step, "accuracy": point.accuracy, "rehearsal": point.rehearsal})
     steps = sorted(report.train)
-    return {
-        "accuracy": {name: accuracy[name] for name in sorted(accuracy, key=_dataset_order)},
-        "reward": [[s, report.train[s][REWARD_KEY]] for s in steps if REWARD_KEY in report.train[s]],
-        "response_length": [[s, report.train[s][LENGTH_KEY]] for s in steps if LENGTH_KEY in report.train[s]],
-    }
+    return {"accuracy": {name: accuracy[name] for name in sorted(accuracy, key=_dataset_order)},
+            "reward": [[s, report.train[s][REWARD_KEY]] for s in steps if REWARD_KEY in report.train[s]],
+            "response_length": [[s, report.train[s][LENGTH_KEY]] for s in steps if LENGTH_KEY in report.train[s]]}
 
 
 def write_plot(reports: RunReport | list[RunReport], path: Path) -> tuple[Path, Path]:
-    """The figure, as PNG at `path` and SVG beside it: one panel per dataset (accuracy vs step: avg@k solid with its
-    95 % band, SkyRL's in-training accuracy dashed), training reward vs step, mean response length vs step; one colour
-    per run. Returns (png, svg)."""
+    """The figure as PNG at `path` and SVG beside it, one colour per run; returns (png, svg)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -650,9 +587,8 @@ def summary(report: RunReport) -> dict[str, Any]:
     }
 
 
-def output_paths(targets: list[Target], plot: Path | None) -> tuple[Path, Path]:
-    """(PNG, report.json) paths: --plot (the JSON beside it); one run: its beam_evals/; one sweep: its folder; runs
-    given one by one: beside the first's evaluations, named compare.*."""
+def output_paths(targets: list[RunTarget], plot: Path | None) -> tuple[Path, Path]:
+    """(PNG, report.json): --plot; else one run's beam_evals/, one sweep's folder, or compare.* beside the first run's."""
     if plot is not None:
         return plot, plot.with_suffix(".json")
     sweeps = {t.sweep_dir for t in targets}
@@ -667,7 +603,6 @@ def output_paths(targets: list[Target], plot: Path | None) -> tuple[Path, Path]:
 
 
 def build_parser():
-    """The verb's parser: the runs, where to look them up, where the figure goes, --json. It reads no recipe key."""
     verb = VerbArgs("report", __doc__.split("\n\n")[0].replace("`", ""), settings=False)
     verb.add_argument("runs", nargs="+", metavar="RUN_OR_SWEEP",
                       help="a run (export path or a folder holding it, run name, training job id) or a sweep folder; "
@@ -690,7 +625,7 @@ def main(argv: list[str]) -> int:
     reports = []
     for target in targets:
         report = gather(target.export_path)
-        report.choices = target.choices
+        report.choices = list(target.choices)
         reports.append(report)
     if not any(r.evals or r.train for r in reports):
         where = ", ".join(str(t.export_path) for t in targets)

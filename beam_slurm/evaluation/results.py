@@ -1,21 +1,9 @@
 """On-disk layout of an evaluation's results, shared by `beam-slurm grade`, the evaluate stage and the report.
 
-One evaluation of a checkpoint lives in ``<export_path>/beam_evals/global_step_<N>/`` (see :func:`evaluation_dir`;
-an evaluation of something that is not a training step, such as the base model, uses another folder name under
-``beam_evals/``). Its files:
-
-- ``grades.jsonl``    one graded response per line: the input fields plus "correct", "pred", "math_verify";
-- ``grades.parquet``  the same rows, columnar;
-- ``details.json``    per data source: math-verify's avg@k and agreement, lengths, finish reasons, per-problem table;
-- ``info.json``       what the caller passed as ``extra`` (checkpoint, sampling settings, timings), when given;
-- ``metrics.json``    ``{data_source: {"avg@k", "pass@1".., "maj@k", "k", "timeouts"}}``.
-
-An evaluation of a rehearsal export (its model folder holds ``rehearsal.json``, written by the rehearsal trainer:
-the base weights, unchanged) carries ``"rehearsal": true`` in ``info.json`` and in every ``metrics.json`` entry, so
-`status` and `report` show it as a rehearsal, not as that step's result.
-
-Every file is written to a temporary name and renamed, and ``metrics.json`` is written last: its presence marks
-a finished evaluation (:func:`finished_metrics`), which lets a re-run skip the checkpoint.
+One evaluation lives in ``<export_path>/beam_evals/global_step_<N>/``: grades.jsonl (and .parquet), details.json,
+info.json (the caller's ``extra``) and metrics.json, written last so its presence marks a finished evaluation.
+An evaluation of a rehearsal export (its model folder holds ``rehearsal.json``: the base weights, unchanged) is
+marked ``"rehearsal": true`` in info.json and every metrics entry, so it never passes for that step's result.
 """
 
 from __future__ import annotations
@@ -28,8 +16,7 @@ from typing import Any
 from beam_slurm.core.atomic_files import atomic_writer
 from beam_slurm.evaluation.metrics import compute_details
 
-# Imported inside the functions that use it, on purpose: pyarrow (status and report import this module and never write
-# a parquet file).
+# pyarrow is imported inside the functions that use it: status and report import this module and never write parquet.
 
 EVALS_DIRNAME = "beam_evals"
 METRICS_FILE = "metrics.json"
@@ -37,8 +24,7 @@ GRADES_FILE = "grades.jsonl"
 GRADES_PARQUET = "grades.parquet"
 DETAILS_FILE = "details.json"
 INFO_FILE = "info.json"
-REHEARSAL_MARKER = "rehearsal.json"
-"""Written by the rehearsal trainer into each HF export (beam_slurm.skyrl.rehearsal.export_hf)."""
+REHEARSAL_MARKER = "rehearsal.json"  # written by the rehearsal trainer into each HF export
 
 
 def evaluation_dir(export_path: str | os.PathLike, step: int) -> Path:
@@ -55,16 +41,9 @@ def write_json(path: Path, payload: Any) -> None:
 def _grades_table(grades: list[dict[str, Any]]):
     import pyarrow as pa
 
-    known = {
-        "data_source": (pa.string(), str),
-        "problem_id": (pa.string(), str),
-        "sample": (pa.int64(), int),
-        "response": (pa.large_string(), str),
-        "ground_truth": (pa.string(), str),
-        "correct": (pa.bool_(), bool),
-        "pred": (pa.string(), None),
-        "math_verify": (pa.bool_(), None),
-    }
+    known = {"data_source": (pa.string(), str), "problem_id": (pa.string(), str), "sample": (pa.int64(), int),
+             "response": (pa.large_string(), str), "ground_truth": (pa.string(), str), "correct": (pa.bool_(), bool),
+             "pred": (pa.string(), None), "math_verify": (pa.bool_(), None)}
     columns: dict[str, Any] = {}
     for name, (arrow_type, convert) in known.items():
         values = [g.get(name) for g in grades]
@@ -83,8 +62,7 @@ def _grades_table(grades: list[dict[str, Any]]):
 
 
 def rehearsal_export(extra: dict[str, Any] | None) -> str | None:
-    """The rehearsal marker of the model an evaluation loaded, from what the evaluation records (its checkpoint, the
-    model and adapter it resolved), or None for a real checkpoint."""
+    """The rehearsal marker of the model an evaluation loaded (from what it records), or None for a real checkpoint."""
     if not extra:
         return None
     candidates = [extra.get("checkpoint")]
@@ -101,12 +79,8 @@ def rehearsal_export(extra: dict[str, Any] | None) -> str | None:
     return None
 
 
-def write_results(
-    out_dir: str | os.PathLike,
-    grades: list[dict[str, Any]],
-    metrics: dict[str, dict[str, Any]],
-    extra: dict[str, Any] | None = None,
-) -> Path:
+def write_results(out_dir: str | os.PathLike, grades: list[dict[str, Any]], metrics: dict[str, dict[str, Any]],
+                  extra: dict[str, Any] | None = None) -> Path:
     """Write one evaluation's files into ``out_dir`` (atomically, ``metrics.json`` last) and return the folder."""
     import pyarrow.parquet as pq
 

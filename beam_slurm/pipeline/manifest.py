@@ -1,6 +1,5 @@
-"""What `beam-slurm submit` keeps in the run folder (`<export_path>/beam_run/`, see beam_slurm.core.layout): each
-submission and its stages in the run record, the resolved recipe (config.yaml) and the sbatch commands
-(commands.sh); and the per-user pointer to the latest submission, so `beam-slurm status` needs no argument.
+"""What `beam-slurm submit` keeps in the run folder: each submission and its stages in the run record, the resolved
+recipe and the sbatch commands; and the per-user pointer to the latest submission, for `status` without argument.
 """
 
 from __future__ import annotations
@@ -38,8 +37,7 @@ def record_submission(store: RunStore, cfg, *, overrides: list[str], data_overri
 
 
 def latest_stages(run: RunRecord) -> list[StageEntry]:
-    """For each stage, its entry in the newest submission that included it (a `--stages train` resubmission keeps
-    showing the earlier data and container jobs), in chain order."""
+    """For each stage, in chain order, its entry in the newest submission that included it."""
     newest: dict[str, StageEntry] = {}
     for submission in run.submissions:
         for entry in submission.stages:

@@ -1,16 +1,10 @@
 """Runs: the one resolver from what a user types to runs, and the operator's wanted outcome.
 
-Every run has a record (`beam_slurm.core.run_record`, stored by `beam_slurm.core.run_store`), however it was
-started: `beam-slurm submit` writes it with the submission, and the training job itself writes (or adds to) it at
-every attempt, so a job started with plain `sbatch sbatch/train_*.sh` is a run too.
-
-`resolve_runs` turns a sweep folder (or its sweep.json) into its runs and anything else into one run through
-`resolve_run`: a run folder (the export path, its `beam_run/` or `run.json`), a run name (looked up under the
-exports root: `--exports-root`, else $BEAM_EXPORTS_ROOT, else $HOME/exports, then the export path the current
-environment gives that name) or a job id of the run (a training job, a submitted stage or an evaluation job: the
-per-user job index, then the runs under the exports root, then the run folder around what Slurm says the job
-wrote, from scontrol or sacct). `status`, `report`, `evaluate`, `requeue`, `stop`, `attach`, `logs` and `sync` all
-take their argument through it.
+Every run has a record, however it was started: `submit` writes it, and the training job writes (or adds to) it
+at every attempt, so a job started with plain `sbatch` is a run too. `resolve_runs` turns a sweep folder into its
+runs and anything else into one through `resolve_run`: a run folder, a run name (under the exports root:
+`--exports-root`, $BEAM_EXPORTS_ROOT, else $HOME/exports) or a job id of the run (the per-user job index, the runs
+under the exports root, then what Slurm says the job wrote). Every verb that takes RUN goes through it.
 """
 
 from __future__ import annotations
@@ -29,8 +23,7 @@ from beam_slurm.core.run_record import RunRecord, Wanted, read_record
 from beam_slurm.core.run_store import RunStore, now
 from beam_slurm.slurm import scheduler
 
-EXPORTS_ROOT_ENV = "BEAM_EXPORTS_ROOT"
-"""Where run names are looked up (default $HOME/exports, the seed's export root)."""
+EXPORTS_ROOT_ENV = "BEAM_EXPORTS_ROOT"  # where run names are looked up
 
 
 class RunNotFound(UserError, ValueError):
@@ -73,8 +66,7 @@ def _knows_job(record_file: Path, job_id: str) -> bool:
 
 
 def _run_around(job_id: str) -> Path | None:
-    """The run whose folder holds what Slurm says the job wrote (its output file or working folder): a job id that
-    no index lists, e.g. one that sacct shows from another login node or an older state folder."""
+    """The run whose folder holds what Slurm says the job wrote: for a job id that no index lists."""
     for where in scheduler.job_folders(job_id):
         for folder in [Path(where), *Path(where).parents][:6]:
             if has_record(folder) and _knows_job(layout.run_file(folder), job_id):
@@ -126,8 +118,7 @@ class RunTarget:
     """One run a verb's argument names."""
 
     export_path: Path
-    choices: tuple[str, ...] = ()
-    """Its swept `key=value` when it came from a sweep folder."""
+    choices: tuple[str, ...] = ()  # Its swept `key=value` when it came from a sweep folder
     sweep_dir: Path | None = None
 
 
@@ -138,9 +129,7 @@ def sweep_folder(path: Path) -> Path | None:
 
 
 def resolve_runs(target: str, exports_root_given: str | None = None) -> list[RunTarget]:
-    """The runs `target` names: a sweep folder (or its sweep.json) stands for its runs, in the sweep's order (none
-    when every point was invalid); anything else is one run (`resolve_run`). The one resolver of every verb that
-    takes RUN or SWEEP."""
+    """The runs `target` names: a sweep folder (or its sweep.json) stands for its runs; else one (`resolve_run`)."""
     sweep = sweep_folder(Path(target).expanduser())
     if sweep is not None:
         listed = (read_json(sweep / layout.SWEEP_FILE) or {}).get("runs") or []

@@ -5,15 +5,9 @@ work is already done.
     PullContainer sbatch/pull_container.sh container.runtime=R container.image=I container.image_cache_dir=D
     Train         sbatch/train_<recipe>.sh <overrides> run_name=.. paths.ckpt_path=.. paths.export_path=..
 
-Evaluations are not a stage: `beam-slurm evaluate` and the training job's chain submit them as job arrays
-(`beam_slurm.evaluation.cli`).
-
-Settings reach every job as recipe keys (`key=value`, values written so Hydra reads them back exactly); only inputs
-and switches are flags.
-
-Slurm options come from `cfg.cluster` (nodes, partition, account, qos, time, signal, extra args) and override the
-scripts' #SBATCH headers. The job gets BEAM_SLURM_HOME (this checkout) through `--export`; nothing secret is ever
-put on a command line (registry and hub credentials stay in the runtimes' own files and the user's environment).
+Evaluations are not a stage: `beam-slurm evaluate` and the training job's chain submit them as job arrays.
+Slurm options come from `cfg.cluster` and override the scripts' #SBATCH headers; settings reach every job as
+recipe keys, and nothing secret is ever put on a command line.
 """
 
 from __future__ import annotations
@@ -29,19 +23,13 @@ from beam_slurm.containers.pull import image_is_current
 from beam_slurm.containers.runtime import cached_image_path, is_local_image
 from beam_slurm.core import layout
 from beam_slurm.core.errors import UserError
-from beam_slurm.data.cli import _file_records, _is_local, _plans, _specs
+from beam_slurm.data.cli import _plans, reuse_request
 from beam_slurm.data.errors import BadDataInput
 from beam_slurm.data.manifest import MANIFEST_NAME, load_manifest, reuse_verdict
-from beam_slurm.data.sources import resolve_source
 from beam_slurm.slurm.submission import SbatchRequest, submit
 
-SBATCH_DIR = REPO_ROOT / "sbatch"
-TRAIN_SCRIPTS = {
-    "lora_16gpu": "train_lora_16gpu.sh",
-    "lora_32gpu": "train_lora_32gpu.sh",
-    "bf16_64gpu": "train_bf16.sh",
-    "mxfp8_64gpu": "train_mxfp8.sh",
-}
+TRAIN_SCRIPTS = {"lora_16gpu": "train_lora_16gpu.sh", "lora_32gpu": "train_lora_32gpu.sh",
+                 "bf16_64gpu": "train_bf16.sh", "mxfp8_64gpu": "train_mxfp8.sh"}
 
 
 class StageError(UserError, ValueError):
@@ -85,22 +73,14 @@ def gpu_job_options(cfg, nodes: int, time_limit: str) -> list[str]:
 class StagePlan:
     """One stage of one run, rendered: what would be submitted, or why nothing needs to be."""
 
-    stage: str
-    """data, container, train or evaluate."""
-    identity: str
-    """What the stage produces; runs of a sweep with the same identity share one job (e.g. one data directory)."""
-    request: SbatchRequest | None
-    """The sbatch call; None when the stage is skipped."""
-    skip_reason: str = ""
-    """Why nothing is submitted (complete, not needed, already queued); empty when it will be submitted."""
-    reused_job_id: str = ""
-    """An earlier submission's job that is still queued or running and produces the same thing."""
-    job_id: str = ""
-    """Filled once submitted (or with reused_job_id)."""
-    depends_on: list[str] = field(default_factory=list)
-    """Job ids this stage waited for when it was submitted."""
-    log_dir: str = ""
-    """Where the job's output goes; created just before submission."""
+    stage: str  # data, container, train or evaluate
+    identity: str  # what the stage produces: runs of a sweep with the same identity share one job
+    request: SbatchRequest | None  # The sbatch call; None when the stage is skipped
+    skip_reason: str = ""  # why nothing is submitted (complete, not needed, already queued)
+    reused_job_id: str = ""  # An earlier submission's job that is still queued or running and produces the same thing
+    job_id: str = ""  # Filled once submitted (or with reused_job_id)
+    depends_on: list[str] = field(default_factory=list)  # Job ids this stage waited for when it was submitted
+    log_dir: str = ""  # Where the job's output goes; created just before submission
 
     @property
     def status(self) -> str:
@@ -165,10 +145,8 @@ class PrepareData:
             if not output.is_file():
                 found[plan.file_name] = _MISSING
                 continue
-            request: dict = {"source": plan.source, "settings": plan.settings}
             try:
-                if all(_is_local(spec) for spec in _specs(plan)):
-                    request["source_files"] = _file_records([resolve_source(spec, plan.setting) for spec in _specs(plan)])
+                request = reuse_request(plan)
             except BadDataInput:
                 return None  # a source moved: let the job say so
             found[plan.file_name] = reuse_verdict(output, manifest.get(plan.file_name), request)
@@ -184,8 +162,7 @@ class PrepareData:
         return f"complete: the three files in {self.out_dir} match {MANIFEST_NAME}"
 
     def blocked(self) -> str:
-        """Why the data job would refuse to run (cleaned files it did not write, or that changed), or ''; the
-        submission is refused before anything is queued, so no training job waits on it forever."""
+        """Why the data job would refuse to run, or '': refused now, no training job waits on it for ever."""
         if self.force:
             return ""
         refused = {name: why for name, why in (self._verdicts() or {}).items() if why not in (None, _MISSING)}
@@ -196,8 +173,8 @@ class PrepareData:
                 f"--adopt data.out_dir={self.out_dir} checks their schema and rows and records them), skip the data "
                 "stage (--stages container,train), or rebuild them (submit --force)")
 
-    def render(self, cfg_for_logs=None) -> StagePlan:
-        cfg = cfg_for_logs or self.cfg
+    def render(self) -> StagePlan:
+        cfg = self.cfg
         log_dir = str(cfg.paths.log_dir)
         request = SbatchRequest(
             script=script_path(self.script),

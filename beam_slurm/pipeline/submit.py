@@ -4,20 +4,11 @@ point of a `-m` sweep, returning as soon as everything is queued.
     beam-slurm submit [-m] [--dry-run] [--force] [--stages data,container,train] [--dependency-type afterok|afterany]
                       [--skip-invalid] [key=value ...] [data.key=value ...]
 
-Each stage is its own job, chained with `--dependency` (afterok by default: a failed stage's dependents stay
-pending with Reason=DependencyNeverSatisfied, nothing is cancelled). Stages already complete for this configuration
-are skipped (data files matching their manifest, the image imported with its digest record, training at its last
-step); a stage whose earlier job is still queued or running is not submitted twice (its job id is reused as the
-dependency). A sweep shares the data and container jobs between its runs. Every sweep point is validated before
-anything is submitted; invalid points are listed with the reason and the sweep is refused (exit 2) unless
-`--skip-invalid`. `--dry-run` prints every command and submits and writes nothing.
-
-A run whose last training job was stopped (`beam-slurm stop`) or ended by the no-progress guard resumes: its
-training job gets `checkpoint.resume_mode=latest` unless a resume mode is given.
-
-`data.<key>=<value>` arguments go to the data stage (`beam-slurm prepare-data`); its output folder is paths.data_dir.
-`--force` rebuilds the data even when its manifest matches.
-Run folder: <export_path>/beam_run/ (see beam_slurm.core.layout); sweeps: <exports>/beam_sweeps/<name>/.
+Each stage is its own job, chained with `--dependency` (afterok: a failed stage's dependents stay pending, nothing
+is cancelled). Stages already complete are skipped and a stage whose earlier job is still active is not submitted
+twice; a sweep shares the data and container jobs, and is refused (exit 2) when a point is invalid unless
+`--skip-invalid`. A run whose last training job was stopped or ended by the no-progress guard resumes.
+`data.<key>=<value>` arguments go to the data stage. Run folder: <export_path>/beam_run/ (beam_slurm.core.layout).
 """
 
 from __future__ import annotations
@@ -53,18 +44,12 @@ STAGES = ("data", "container", "train")
 class RunSpec:
     """One run of the submission (the only one, or one sweep point)."""
 
-    overrides: list[str]
-    """Its Hydra overrides."""
-    choices: list[tuple[str, str]] = field(default_factory=list)
-    """Swept (key, value) pairs of this point; empty outside a sweep."""
-    cfg: object = None
-    """The loaded config (run name and paths already per point); None when it did not compose."""
-    problems: list[ConfigProblem] = field(default_factory=list)
-    """Why this run is invalid (empty = valid)."""
-    base_name: str = ""
-    """The run name before a sweep point's suffix was added."""
-    plans: list = field(default_factory=list)
-    """Its stage plans, in chain order."""
+    overrides: list[str]  # Its Hydra overrides
+    choices: list[tuple[str, str]] = field(default_factory=list)  # swept (key, value) pairs
+    cfg: object = None  # The loaded config (run name and paths already per point); None when it did not compose
+    problems: list[ConfigProblem] = field(default_factory=list)  # Why this run is invalid (empty = valid)
+    base_name: str = ""  # The run name before a sweep point's suffix was added
+    plans: list = field(default_factory=list)  # Its stage plans, in chain order
 
     @property
     def label(self) -> str:
@@ -74,7 +59,6 @@ class RunSpec:
 
 
 def build_parser():
-    """The verb's parser: its switches, and every recipe key (data.* go to the data stage)."""
     verb = VerbArgs("submit", __doc__.split("\n\n")[0], keys=list(schema_keys()))
     verb.add_argument("-m", "--multirun", action="store_true", help="sweep: key=a,b expands to one run per value")
     verb.add_argument("--dry-run", action="store_true", help="render and print everything, submit and write nothing")
@@ -94,10 +78,7 @@ def _fail(problems: list[str]) -> int:
 
 
 def build_runs(overrides: list[str], multirun: bool, stages: tuple[str, ...] | list[str] = STAGES) -> list[RunSpec]:
-    """Load and validate every run (every sweep point); raises ConfigError for a bad override outside a sweep.
-
-    With the train stage, the paths training reads are checked on this host (not the data files when the data
-    stage of the same submission writes them), unless cluster.check_paths_on_submit=false."""
+    """Load and validate every run (every sweep point); raises ConfigError for a bad override outside a sweep."""
     if not multirun:
         swept = has_sweep(overrides)
         if swept:
@@ -134,10 +115,8 @@ def build_runs(overrides: list[str], multirun: bool, stages: tuple[str, ...] | l
 
 
 def ask_slurm(runs: list[RunSpec], out=None) -> list[str]:
-    """`sbatch --test-only` for every stage job the submission would queue (once per job shape): Slurm's refusals,
-    and the partition, QOS and association limits the job would wait on for ever, each with the setting that
-    changes it. A node configuration Slurm cannot give while some of the partition's
-    nodes are down or drained is a warning (they may come back), and a Slurm that cannot be asked is said once."""
+    """`sbatch --test-only` for each job shape to queue: Slurm's refusals and the limits the job would wait on for
+    ever, each with the setting that changes it (nodes down or drained only warn: they may come back)."""
     out = out or sys.stderr
     refused, asked = [], set()
     for run in runs:
@@ -176,8 +155,7 @@ def _some_nodes_unusable(partition: str | None) -> bool:
 
 
 def stalled_attempt_problems(cfg) -> list[ConfigProblem]:
-    """An attempt that can reach no checkpoint (`notice_budget.attempt_progress`) burns its GPUs and its requeues:
-    refused unless cluster.allow_no_checkpoint=true."""
+    """An attempt that can reach no checkpoint burns its GPUs and requeues: refused unless allow_no_checkpoint."""
     if cfg.cluster.allow_no_checkpoint:
         return []
     progress = attempt_progress(cfg)
@@ -191,8 +169,7 @@ def stalled_attempt_problems(cfg) -> list[ConfigProblem]:
 
 
 def resume_stopped(runs: list[RunSpec], out=None) -> None:
-    """Make each run whose last training job ended resumable (stopped, or failed by the no-progress guard) resume
-    from its latest checkpoint, unless the user chose a resume mode."""
+    """Resume each run whose last training job ended resumable from its latest checkpoint, unless a mode was chosen."""
     for run in runs:
         if run.cfg is None or any(override_key(o) in ("checkpoint.resume_mode", "checkpoint.resume_path")
                                   for o in run.overrides):
@@ -220,7 +197,6 @@ def _earlier_jobs(runs: list[RunSpec]) -> dict[str, list[str]]:
 
 def plan_stages(runs: list[RunSpec], stages: list[str], data_overrides: list[str], force: bool = False) -> None:
     """Render every stage of every valid run; decide skip (complete) and reuse (an earlier job still active).
-
     Runs sharing a data folder or an image share one plan object (one job)."""
     shared: dict[str, object] = {}
     for run in runs:

@@ -1,9 +1,6 @@
-"""Multirun sweeps: expand `key=a,b` overrides with Hydra's own override parser, name each combination's run,
-and give it its own run name, checkpoint, export and log paths.
-
-Expansion follows Hydra's basic sweeper (the cartesian product in the order the overrides were given) and accepts
-what its grammar accepts: `a,b`, `choice(a,b)`, `range(0,4)`, quoted values. Every combination is loaded and
-validated before anything is submitted (see `beam_slurm.pipeline.submit`).
+"""Multirun sweeps: expand `key=a,b` overrides with Hydra's own override parser (the cartesian product in the
+order given, its grammar: `a,b`, `choice(a,b)`, `range(0,4)`, quoted values), and give each combination its own
+run name, checkpoint, export and log paths.
 """
 
 from __future__ import annotations
@@ -26,10 +23,8 @@ _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 class Combination:
     """One point of a sweep."""
 
-    overrides: list[str]
-    """Every override of this point, in the order given (fixed ones and the chosen value of each swept one)."""
-    choices: list[tuple[str, str]] = field(default_factory=list)
-    """(key, value) of each swept override at this point."""
+    overrides: list[str]  # fixed ones and each swept one's chosen value
+    choices: list[tuple[str, str]] = field(default_factory=list)  # (key, value) of each swept override at this point
 
 
 def parse(overrides: list[str]):
@@ -80,11 +75,7 @@ def slug(choices: list[tuple[str, str]]) -> str:
 
 
 def rename_run(cfg, run_slug: str, *, home: str) -> None:
-    """Give a loaded (default-filled) config its own run name and paths for a sweep point.
-
-    Paths the seed derives from the run name ($HOME/ckpts/<run>, $HOME/exports/<run>, <export>/logs) are derived
-    again from the new name; paths the user set (CKPT_PATH, paths.export_path=...) get a per-run subfolder.
-    """
+    """Give a sweep point its own run name and paths (derived again, or a per-run subfolder of paths the user set)."""
     old = cfg.run_name
     new = f"{old}-{run_slug}" if run_slug else old
     p = cfg.paths

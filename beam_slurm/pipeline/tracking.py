@@ -1,8 +1,7 @@
 """`beam-slurm sync RUN [--dry-run]`: upload a run's offline W&B folders, attempt by attempt, into its one W&B run.
 
-`wandb sync --id <id> <folder>` per attempt (wandb >= 0.31 syncs a folder into the existing run named by `--id`,
-appending), in attempt order; `--dry-run` prints the commands only. Why one run id for every attempt, and where the
-attempts' folders are: `beam_slurm.skyrl.tracking`.
+`wandb sync --id <id> <folder>` per attempt, in order (wandb >= 0.31 appends to the run `--id` names); why one run
+id for every attempt: `beam_slurm.skyrl.tracking`.
 """
 
 from __future__ import annotations
@@ -51,7 +50,6 @@ def sync_commands(export_path: Path, run: RunRecord) -> list[list[str]]:
 
 
 def build_parser():
-    """The verb's parser: RUN, --dry-run, --exports-root. It reads no recipe key."""
     verb = VerbArgs("sync", "Upload a run's offline W&B folders, attempt by attempt, into its one W&B run.",
                     settings=False)
     verb.add_argument("target", help="run folder, run name or training job id")

@@ -1,20 +1,13 @@
 """`beam-slurm attach RUN [--node NAME] [-- CMD ...]`: a shell (or CMD) inside a running training job.
 
-The shell runs as one more step of the job's allocation (`srun --overlap --jobid=<job> --nodelist=<node>`, with
-`--pty` for the interactive shell), inside the job's container when it uses one (the same container hook as the
-job's own steps, `beam_slurm.slurm.steps.container_hook`), on the Ray head or on the named node. It starts with the
-job's Ray address and token set (RAY_ADDRESS, RAY_AUTH_MODE=token, RAY_AUTH_TOKEN_PATH: the token stays in its
-file, mode 0600), so `ray status`, `ray list actors` or a `ray.init()` script reach the job's cluster.
-
-Where the head is comes from the attempt's own record, `<log_dir>/<jobid>-<attempt>/ray_head.json`, written by the
-head as soon as its GCS listens (`beam_slurm.ray_cluster.records.HEAD_FILE`). RUN is resolved like every verb's
-(`beam_slurm.pipeline.runs.resolve_run`: run folder, run name or training job id). A job that is not running, or
-whose Ray is not up yet, is refused with exit status 2.
+The shell is one more step of the job's allocation (`srun --overlap --jobid=<job> --nodelist=<node>`), inside the
+job's container when it uses one, with the job's Ray address and token file set, so `ray status` or a
+`ray.init()` script reach the job's cluster. The head is found from the attempt's `ray_head.json`; a job that is
+not running, or whose Ray is not up yet, is refused with exit status 2.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import shlex
 import sys
@@ -25,6 +18,7 @@ from omegaconf import OmegaConf
 
 from beam_slurm.config.schema import BeamConfig
 from beam_slurm.config.verb_args import VerbArgs, VerbUsageError
+from beam_slurm.core.atomic_files import read_json
 from beam_slurm.core.layout import CONFIG_FILE, RUN_DIRNAME
 from beam_slurm.core.run_store import RunStore
 from beam_slurm.pipeline import runs
@@ -33,8 +27,7 @@ from beam_slurm.slurm import scheduler
 from beam_slurm.slurm.job_settings import job_mounts
 from beam_slurm.slurm.steps import ContainerHook, container_hook
 
-ATTACH_STEP = "attach"
-"""Job name of the attach step (as `squeue --steps` shows it)."""
+ATTACH_STEP = "attach"  # the step's name in `squeue --steps`
 
 
 class AttachRefused(Exception):
@@ -79,17 +72,6 @@ def find_job(target: str, exports_root: str | None = None) -> RunJob:
     return RunJob(export_path, job_id, log_dir, run)
 
 
-def head_record(attempt_dir: Path) -> dict | None:
-    try:
-        return json.loads((attempt_dir / _head_file()).read_text())
-    except (OSError, ValueError):
-        return None
-
-
-def _head_file() -> str:
-    return HEAD_FILE
-
-
 @dataclass
 class Target:
     """Where and with what the attach step runs."""
@@ -102,8 +84,7 @@ class Target:
 
 
 def running_target(job: RunJob, node: str | None) -> Target:
-    """The running attempt, its head and the node to attach to; AttachRefused when the job is not running, its Ray
-    is not up, or `node` is not one of its nodes."""
+    """The running attempt, its head and the node to attach to, or AttachRefused saying why not."""
     try:
         info = scheduler.job_info(job.job_id)
     except scheduler.SlurmCommandError as exc:
@@ -116,10 +97,10 @@ def running_target(job: RunJob, node: str | None) -> Target:
                             f"(`beam-slurm status {job.export_path}`, `beam-slurm logs {job.job_id}`)")
     restarts = info.get("Restarts", "0")
     attempt = int(restarts) if restarts.isdigit() else 0
-    head = head_record(job.attempt_dir(attempt))
+    head = read_json(job.attempt_dir(attempt) / HEAD_FILE)
     if head is None or str(head.get("job_id")) != job.job_id:
         raise AttachRefused(f"job {job.job_id} runs, but the Ray head of attempt {attempt} has not started yet (no "
-                            f"{job.attempt_dir(attempt) / _head_file()}); try again once `beam-slurm logs "
+                            f"{job.attempt_dir(attempt) / HEAD_FILE}); try again once `beam-slurm logs "
                             f"{job.job_id}` shows the head up")
     nodes = scheduler.expand_hostnames(info.get("NodeList", "")) if info.get("NodeList") else list(head.get("nodes") or [])
     chosen = node or str(head["host"])
@@ -129,8 +110,7 @@ def running_target(job: RunJob, node: str | None) -> Target:
 
 
 def ray_environment(head: dict, environ: dict[str, str], python_bin: str | None) -> dict[str, str]:
-    """The caller's environment for the attach step: the job's Ray address and token file, Slurm's variables of any
-    enclosing job removed (srun --jobid decides), the job's Python first on PATH outside a container."""
+    """The attach step's environment: the job's Ray address and token file, no enclosing job's SLURM_* variables."""
     env = {k: v for k, v in environ.items() if not k.startswith("SLURM_") or k == "SLURM_CONF"}
     env["RAY_ADDRESS"] = str(head["address"])
     if head.get("token_path"):
@@ -196,11 +176,7 @@ def main(argv: list[str], *, execute=None) -> int:
         job = find_job(args.run, args.exports_root)
         target = running_target(job, args.node)
         hook, cfg = container_hook_of(job)
-    except VerbUsageError as exc:
-        return parser.fail(exc)
-    except (runs.RunNotFound, AttachRefused) as exc:
-        return parser.fail(exc)
-    except scheduler.SlurmCommandError as exc:
+    except (VerbUsageError, runs.RunNotFound, AttachRefused, scheduler.SlurmCommandError) as exc:
         return parser.fail(exc)
     in_container = bool(hook.srun_args or hook.command_prefix)
     env = ray_environment(target.head, dict(os.environ), None if in_container else str(Path(sys.executable).parent))

@@ -34,51 +34,27 @@ from beam_slurm.slurm.steps import ContainerHook, container_hook
 class TrainJobSettings:
     """Everything the training job needs besides Slurm's own environment; built by `job_settings`."""
 
-    driver: list[str]
-    """The driver's argv, run on the Ray head once every node and GPU registered (e.g. the SkyRL command line)."""
-    ckpt_path: str
-    """paths.ckpt_path on shared storage; the save-on-notice files live in <ckpt_path>/.beam/."""
-    log_dir: str
-    """paths.log_dir: per-attempt logs in <log_dir>/<jobid>-<attempt>/."""
-    nodes: int
-    """cluster.nodes: nodes of the Ray step (following the allocation)."""
-    gpus_per_node: int
-    """cluster.gpus_per_node: GPUs every node must show (preflight and Ray's registration). 0 for CPU-only runs."""
-    max_requeues: int
-    """cluster.max_requeues: requeues allowed (notices and infrastructure failures), against SLURM_RESTART_COUNT."""
-    hang: HangLimits
-    """cluster.hang_timeout_s and the phase allowances of the hang watchdog (off for a driver of its own)."""
-    signal_before_s: float
-    """cluster.signal_before_s: the notice lead; an attempt that starts with less time left than this takes it as a
-    notice (the USR1 came before anything listened)."""
-    grace_s: float
-    """cluster.grace_s: after a notice, how long to wait for the trainer's checkpoint before stopping anyway."""
-    stop_grace_s: float
-    """After SIGTERM to the Ray step, how long before srun is ended: cluster.stop_grace_s for the driver and Ray,
-    plus cluster.log_copy_s for each node's last copy of its Ray logs (the notice budget counts both)."""
-    preflight: bool
-    """Run the preflight step on every node before Ray starts (`--no-preflight` turns it off)."""
-    preflight_checks: PreflightSettings
-    """What preflight checks; gpus_per_node and the shared-storage canary are filled in by the attempt."""
-    container: ContainerHook | Callable[[str], ContainerHook]
-    """Container wrapping of every step: a ContainerHook, or job_id -> ContainerHook (see `steps.container_hook`)."""
-    ray: RaySettings
-    """The recipe's `ray` section, passed to every node in the attempt's job spec."""
-    python: str
-    """Interpreter that runs beam_slurm on the nodes (inside a container, the container's: trainer.python)."""
-    max_attempts_without_progress: int
-    """cluster.max_attempts_without_progress (0 = no guard)."""
-    save_cost: SaveCost
-    """What a save on notice costs: whether a preemption's SIGTERM to the tasks leaves time for one."""
-    qos: str
-    """cluster.qos (preemption by QOS reads that QOS's GraceTime)."""
-    run_info: dict | None
-    """The run as its record names it (run_name, recipe, export_path, ckpt_path, log_dir, max_training_steps) and
-    `config_yaml`, the resolved recipe; the job writes them to <export_path>/beam_run/ (None: no run record)."""
-    env_manifest: dict | None
-    """What every node exports before Ray (`ray_cluster.env_manifest.describe`); None for a driver of its own."""
-    log_copy: LogCopySettings | None
-    """How every node copies its Ray logs; None for a driver of its own (the schema's defaults then)."""
+    driver: list[str]  # argv run on the Ray head once every node registered
+    ckpt_path: str  # paths.ckpt_path on shared storage; the save-on-notice files live in <ckpt_path>/.beam/
+    log_dir: str  # paths.log_dir: per-attempt logs in <log_dir>/<jobid>-<attempt>/
+    nodes: int  # cluster.nodes: nodes of the Ray step (following the allocation)
+    gpus_per_node: int  # 0 for CPU-only runs
+    max_requeues: int  # counted against SLURM_RESTART_COUNT
+    hang: HangLimits  # cluster.hang_timeout_s and the phase allowances (off for a driver of its own)
+    signal_before_s: float  # an attempt starting with less time left takes it as a notice
+    grace_s: float  # after a notice, the wait for the trainer's checkpoint
+    stop_grace_s: float  # SIGTERM to srun's end: cluster.stop_grace_s + log_copy_s
+    preflight: bool  # Run the preflight step on every node before Ray starts (`--no-preflight` turns it off)
+    preflight_checks: PreflightSettings  # the attempt fills in the GPUs and the canary
+    container: ContainerHook | Callable[[str], ContainerHook]  # or job_id -> hook
+    ray: RaySettings  # The recipe's `ray` section, passed to every node in the attempt's job spec
+    python: str  # Interpreter that runs beam_slurm on the nodes (inside a container, the container's: trainer.python)
+    max_attempts_without_progress: int  # cluster.max_attempts_without_progress (0 = no guard)
+    save_cost: SaveCost  # What a save on notice costs: whether a preemption's SIGTERM to the tasks leaves time for one
+    qos: str  # cluster.qos (preemption by QOS reads that QOS's GraceTime)
+    run_info: dict | None  # the run's record fields and config_yaml; None: no run record
+    env_manifest: dict | None  # what every node exports before Ray; None for a driver of its own
+    log_copy: LogCopySettings | None  # None for a driver of its own
 
     def problems(self) -> list[ConfigProblem]:
         found = list(self.ray.problems())
@@ -147,11 +123,7 @@ def job_mounts(cfg):
 
 
 def job_settings(cfg, *, preflight: bool = True, driver: list[str] | None = None) -> tuple[TrainJobSettings, dict[str, str]]:
-    """The recipe as `TrainJobSettings`, and the environment its driver needs.
-
-    `driver` replaces the recipe's trainer (SkyRL or the rehearsal) with another Ray driver under the same job
-    settings (`python -m beam_slurm.slurm.train_job [overrides] -- DRIVER...`); it then gets no trainer environment.
-    """
+    """The recipe as `TrainJobSettings` and its driver's environment; `driver` replaces the recipe's trainer."""
     in_container = cfg.container.runtime != "none"
     python = cfg.trainer.python if in_container else sys.executable
     driver_env: dict[str, str] = {}

@@ -1,13 +1,9 @@
 """`beam-slurm requeue RUN` and `beam-slurm stop RUN`: end a running training attempt gracefully.
 
-Both write the wanted outcome into the run record (`beam_slurm.core.run_record`), signal only the job's batch shell
-(`scancel --batch --signal=USR2`; Ray and the trainer are not signalled), and wait up to `--timeout` seconds
-(default: the run's cluster.grace_s) for the trainer's checkpoint at the next step boundary. The batch shell then
-stops Ray and either requeues the job (`requeue`: the next attempt resumes from that checkpoint) or ends it as
-stopped (`stop`: exit status 79, so the job is not COMPLETED and `afterok` dependents do not run; `status` shows
-"stopped at step N, resumable" and `beam-slurm submit` again resumes it). Both print what was saved.
-
-A pending job has nothing to save: `stop` cancels it, `requeue` says there is nothing to do.
+Both write the wanted outcome into the run record, signal only the job's batch shell (`scancel --batch
+--signal=USR2`), and wait up to `--timeout` seconds (default cluster.grace_s) for the checkpoint at the next step.
+The batch shell then requeues the job, or ends it as stopped with exit status 79, so `afterok` dependents do not
+run and `submit` resumes it later. A pending job has nothing to save: `stop` cancels it.
 """
 
 from __future__ import annotations
@@ -28,16 +24,13 @@ from beam_slurm.pipeline import runs
 from beam_slurm.skyrl import notice
 from beam_slurm.slurm import scheduler
 
-OPERATOR_SIGNAL = "USR2"
-"""The signal the batch shell gets (it handles every notice signal the same way and reads the wanted outcome)."""
+OPERATOR_SIGNAL = "USR2"  # the batch shell then reads the wanted outcome
 _POLL_S = 0.5
-_RECORD_MARGIN_S = 30.0
-"""After the save, how long past the run's cluster.stop_grace_s to wait for the batch shell to record its end."""
+_RECORD_MARGIN_S = 30.0  # for the batch shell to record its end
 
 
 def build_parser(verb: str = "requeue"):
-    """The parser of `requeue` or `stop` (the same flags and keys): --timeout, --exports-root; RUN is taken out of
-    argv first (`split_run`); the keys it reads: cluster.grace_s, cluster.stop_grace_s."""
+    """The parser of `requeue` or `stop`; RUN is taken out of argv first (`split_run`)."""
     what = {"requeue": "save at the next step boundary, then requeue the job (the next attempt resumes from it)",
             "stop": "save at the next step boundary, then end the job as stopped (resumable with `beam-slurm submit`)"}
     args = VerbArgs(verb, f"beam-slurm {verb} RUN [key=value ...]: {what[verb]}.\n\nRUN: the run folder (its "
@@ -99,12 +92,8 @@ def main_for(verb: str, argv: list[str]) -> int:
             raise VerbUsageError(f"--timeout {args.timeout:g}: use a positive number of seconds")
         cfg = parser.load(parsed)
         export_path = runs.resolve_run(args.run, args.exports_root)
-    except VerbUsageError as exc:
-        return parser.fail(exc)
-    except ConfigError as exc:
-        return parser.config_failed(exc)
-    except runs.RunNotFound as exc:
-        return parser.fail(exc)
+    except (VerbUsageError, ConfigError, runs.RunNotFound) as exc:
+        return parser.report(exc)
     given = {override_key(o): o for o in parsed.overrides}
     timeout = args.timeout if args.timeout is not None else _run_setting(export_path, "cluster.grace_s", given, cfg)
     stop_grace = _run_setting(export_path, "cluster.stop_grace_s", given, cfg)

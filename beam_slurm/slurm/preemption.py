@@ -1,22 +1,15 @@
-"""How a preemption reaches a job on this cluster, read from Slurm itself (what `plan` reports in its notice lines).
-
-Three reads, each one command with a timeout: `scontrol show config` (PreemptType, PreemptMode, KillWait and
-whether SlurmctldParameters has preempt_send_user_signal), `scontrol show partition -o` (the partition's GraceTime
-and PreemptMode) and `sacctmgr show qos` (Preempt, PreemptMode, GraceTime of each QOS, for preempt/qos).
+"""How a preemption reaches a job on this cluster, read from Slurm itself (what `plan` reports in its notice lines):
+`scontrol show config`, `scontrol show partition -o` and `sacctmgr show qos`, each one command with a timeout.
 
 What a preemption sends, as seen on the sandbox (Slurm 22.05, partition GraceTime 20 s, KillWait 10 s):
 
-* with preempt_send_user_signal and the job's `--signal=B:USR1@N`: the batch shell gets USR1 (and SIGCONT) at once,
-  the job's tasks get nothing; at the end of the grace time the batch shell and the tasks get SIGTERM, SIGKILL
-  KillWait later. USR1 is our notice, so the save has the grace time.
-* without it (or a job without `--signal`): the first SIGTERM (with SIGCONT) reaches only the job's tasks, that is
-  our Ray step on every node (the node tasks and the driver, their descendant; with proctrack/linuxproc not Ray's
-  daemons, which left the process tree), not the batch shell, which hears nothing until the end of the grace time.
-  When the save fits in the grace time the Ray step holds that SIGTERM and the head relays it to the batch shell as
-  a notice (`beam_slurm.notice_budget.term_notice`); otherwise the run ends without a save.
+* with preempt_send_user_signal and the job's `--signal=B:USR1@N`: the batch shell gets USR1 at once (our notice,
+  so the save has the grace time); at its end the batch shell and the tasks get SIGTERM, SIGKILL KillWait later.
+* without it: the first SIGTERM reaches only the job's tasks, our Ray step on every node (with proctrack/linuxproc
+  not Ray's daemons, which left the process tree), not the batch shell. When the save fits in the grace time the
+  Ray step holds that SIGTERM and the head relays it as a notice (`beam_slurm.notice_budget.term_notice`).
 
-The grace time seen was 30 s for GraceTime=20: slurmctld checks the new end time on its own period, so the real
-window is at least GraceTime.
+The grace time seen was 30 s for GraceTime=20: slurmctld checks the new end time on its own period.
 """
 
 from __future__ import annotations
@@ -26,8 +19,7 @@ from dataclasses import dataclass, field
 
 from beam_slurm.slurm import scheduler, values
 
-QUERY_TIMEOUT_S = 10.0
-"""Seconds each Slurm query may take; `plan` must not hang on a controller that does not answer."""
+QUERY_TIMEOUT_S = 10.0  # `plan` must not hang on a silent controller
 USER_SIGNAL_PARAMETER = "preempt_send_user_signal"
 
 
@@ -36,8 +28,7 @@ class QosPreemption:
     """One QOS's preemption settings (sacctmgr show qos)."""
 
     name: str
-    preempts: tuple[str, ...]
-    """QOS names this one may preempt."""
+    preempts: tuple[str, ...]  # QOS names this one may preempt
     mode: str
     grace_s: int
 
@@ -48,12 +39,9 @@ class PreemptionInfo:
 
     reachable: bool
     why: str = ""
-    preempt_type: str = ""
-    """preempt/none, preempt/partition_prio or preempt/qos."""
-    cluster_mode: str = ""
-    """PreemptMode of slurm.conf (OFF, CANCEL, REQUEUE, SUSPEND, with GANG)."""
-    user_signal: bool = False
-    """SlurmctldParameters has preempt_send_user_signal: the job's --signal is sent at preemption."""
+    preempt_type: str = ""  # preempt/none, preempt/partition_prio or preempt/qos
+    cluster_mode: str = ""  # PreemptMode of slurm.conf (OFF, CANCEL, REQUEUE, SUSPEND, with GANG)
+    user_signal: bool = False  # preempt_send_user_signal: the job's --signal is sent
     kill_wait_s: int = 0
     proctrack: str = ""
     """ProctrackType: which processes a signal to a step reaches (proctrack/cgroup: every one of the step, Ray's

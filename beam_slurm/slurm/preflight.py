@@ -30,10 +30,8 @@ from beam_slurm.slurm.storage_probe import probe_record
 if TYPE_CHECKING:
     from beam_slurm.slurm.steps import StepLauncher
 
-RESULT_PREFIX = "BEAM_PREFLIGHT "
-"""Start of the one result line each node prints."""
-PREFLIGHT_TIMEOUT_S = 300.0
-"""Deadline of the preflight step; nodes that have not reported by then fail it (a hung mount, a stuck node)."""
+RESULT_PREFIX = "BEAM_PREFLIGHT "  # starts each node's one result line
+PREFLIGHT_TIMEOUT_S = 300.0  # nodes silent by then fail (a hung mount)
 GB = 1024**3
 
 
@@ -41,36 +39,19 @@ GB = 1024**3
 class PreflightSettings:
     """What the preflight step checks on every node. An empty or zero field skips its check."""
 
-    readable_paths: list[str] = field(default_factory=list)
-    """Files or folders every node must read at the same path: the model, the data files (MODEL_PATH, DATA_DIR)."""
-    skyrl_dir: str = ""
-    """SkyRL checkout that the driver runs from (must hold pyproject.toml and the examples/ folder)."""
-    scratch_dir: str = ""
-    """Node-local folder for offloaded optimizer state (OPTIMIZER_STATE_DISK_DIR); created if missing."""
-    scratch_need_bytes: int = 0
-    """Free space needed in scratch_dir on each node (about 0.6-0.7 TB per node for full fine-tuning)."""
-    host_ram_need_bytes: int = 0
-    """Host memory needed on each node when the optimizer runs on CPU instead (about 1.7 TB)."""
-    ckpt_dir: str = ""
-    """Checkpoint folder on shared storage (CKPT_PATH); created if missing."""
-    ckpt_need_bytes: int = 0
-    """Free space needed under ckpt_dir for the checkpoints kept (about 0.9 TB per node per checkpoint)."""
-    shared_canary: str = ""
-    """A file the batch shell wrote on shared storage just before the step; every node must read it (proves the
-    log/checkpoint storage is shared and consistent)."""
-    gpus_per_node: int = 0
-    """GPUs the step must see on each node (CUDA_VISIBLE_DEVICES / SLURM_STEP_GPUS)."""
-    save_bytes_per_node: int = 0
-    """Bytes one node writes per checkpoint. With ckpt_dir set every node measures the write bandwidth there
-    (`storage_probe`, recorded in storage_write.json); a save at the slowest node's speed longer than save_window_s
-    is logged as a warning (0: recorded only)."""
-    save_window_s: float = 0.0
-    """Seconds a notice leaves for the save (`beam_slurm.notice_budget`)."""
-    storage_probe_s: float = 0.0
-    """Seconds the write probe runs at most (cluster.storage_probe_s); 0 skips it."""
-    fabric: dict = field(default_factory=dict)
-    """`beam_slurm.ray_cluster.fabric.FabricSettings` as a dict: the check of the network between the nodes
-    (torch.distributed point-to-point and all_reduce, interfaces); empty or enabled=false skips it."""
+    readable_paths: list[str] = field(default_factory=list)  # the model, the data files
+    skyrl_dir: str = ""  # SkyRL checkout that the driver runs from (must hold pyproject.toml and the examples/ folder)
+    scratch_dir: str = ""  # node-local, for offloaded optimizer state; created
+    scratch_need_bytes: int = 0  # ~0.6-0.7 TB per node for full fine-tuning
+    host_ram_need_bytes: int = 0  # when the optimizer runs on CPU (~1.7 TB)
+    ckpt_dir: str = ""  # Checkpoint folder on shared storage (CKPT_PATH); created if missing
+    ckpt_need_bytes: int = 0  # ~0.9 TB per node per kept checkpoint
+    shared_canary: str = ""  # written just before the step: proves the storage is shared
+    gpus_per_node: int = 0  # GPUs the step must see on each node (CUDA_VISIBLE_DEVICES / SLURM_STEP_GPUS)
+    save_bytes_per_node: int = 0  # a save slower than save_window_s warns
+    save_window_s: float = 0.0  # Seconds a notice leaves for the save (`beam_slurm.notice_budget`)
+    storage_probe_s: float = 0.0  # Seconds the write probe runs at most (cluster.storage_probe_s); 0 skips it
+    fabric: dict = field(default_factory=dict)  # FabricSettings as a dict; empty skips
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), sort_keys=True)
@@ -168,9 +149,8 @@ def collect_results(output: str, expected_hosts: list[str]) -> dict[str, list[st
 def run_step(launcher: "StepLauncher", checks: PreflightSettings, hosts: list[str], env: dict[str, str],
              attempt_dir: Path, log: Callable[[str], None], ray: RaySettings,
              timeout_s: float = PREFLIGHT_TIMEOUT_S) -> bool:
-    """Run the preflight step on every node of the launcher (from the batch shell) and log each failing node and
-    problem; True when every node passed. `hosts`: the step's node names in order, [] when srun picks them (then
-    only the count of reports is checked)."""
+    """Run the preflight step on every node and log each failing node and problem; True when all passed. `hosts`:
+    the step's nodes in order, [] when srun picks them (then only the count of reports is checked)."""
     if checks.fabric.get("enabled") and env.get("SLURM_JOB_ID"):
         checks = dataclasses.replace(checks, fabric=with_job_port(checks.fabric, ray,
                                                                   env["SLURM_JOB_ID"]))

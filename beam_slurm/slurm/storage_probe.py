@@ -1,10 +1,8 @@
 """The checkpoint storage's write bandwidth, measured by the preflight on every node at once.
 
 Each node writes and fsyncs a probe file in `<ckpt_dir>/.beam/` until 1 GiB is durable or cluster.storage_probe_s
-seconds have passed, whichever comes first, then removes it. All nodes write at the same time, as they do when a checkpoint is saved,
-so the figure is each node's share of the storage under that load. The batch shell gathers the figures into
-`storage_write.json` in the attempt's log folder and checks them against the notice budget
-(`beam_slurm.notice_budget`).
+has passed. All nodes write together, as when a checkpoint is saved, so the figure is each node's share under that
+load; the batch shell checks the slowest against the notice budget.
 """
 
 from __future__ import annotations
@@ -15,13 +13,12 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from beam_slurm.core.atomic_files import read_json
 from beam_slurm.notice_budget import GB, save_seconds
 
-PROBE_BYTES = 1024**3
-"""Stop after this many bytes are written and fsynced (1 GiB)."""
+PROBE_BYTES = 1024**3  # written and fsynced, then stop
 _CHUNK = 64 * 1024 * 1024
-RESULT_FILE = "storage_write.json"
-"""In the attempt's log folder: one measure per node."""
+RESULT_FILE = "storage_write.json"  # in the attempt's log folder
 
 
 def measure_write(folder: Path, max_seconds: float, max_bytes: int = PROBE_BYTES) -> dict:
@@ -65,18 +62,14 @@ def gather(records: dict[str, dict], attempt_dir: Path) -> dict[str, float]:
 
 def slowest_recorded(attempt_dir: Path) -> float | None:
     """The slowest node's GB/s in the attempt's storage_write.json, or None when nothing was measured."""
-    try:
-        records = json.loads((Path(attempt_dir) / RESULT_FILE).read_text())
-    except (OSError, ValueError):
-        return None
+    records = read_json(Path(attempt_dir) / RESULT_FILE) or {}
     rates = [r["write"]["gbytes_per_s"] for r in records.values() if isinstance(r, dict) and "write" in r]
     return min(rates) if rates else None
 
 
 def check_budget(rates: dict[str, float], save_bytes_per_node: int, save_window_s: float,
                  log: Callable[[str], None]) -> bool:
-    """Log the slowest node's bandwidth and, when a save at that speed breaks the notice budget, a warning naming
-    the fix; True when it fits (or there is nothing to check)."""
+    """Log the slowest node's bandwidth, warning when a save at that speed breaks the notice budget; True if it fits."""
     if not rates:
         return True
     host = min(rates, key=rates.get)

@@ -1,11 +1,8 @@
 """`beam-slurm train [overrides]`: the recipe, inside the allocation that `sbatch/train_*.sh` got.
 
-It loads and validates the recipe (the allocation's node and GPU counts win over the recipe's defaults unless given
-explicitly), turns it into the driver command (SkyRL, or the rehearsal trainer), the Ray settings, the container
-wrapping and the preflight checks (`beam_slurm.slurm.job_settings`), and hands them to `beam_slurm.slurm.train_job`
-(preflight, Ray across the nodes, notices, save-on-notice, requeue). With `eval.chain=true` a watcher in this batch
-shell submits one evaluation job per HF export as it appears; claim files on shared storage make that exactly once
-across requeues.
+The recipe (the allocation's node and GPU counts win unless given) becomes the job settings
+(`beam_slurm.slurm.job_settings`) that `beam_slurm.slurm.train_job` runs. With `eval.chain=true` a watcher in this
+batch shell submits one evaluation per HF export, exactly once across requeues (claim files on shared storage).
 """
 
 from __future__ import annotations
@@ -65,7 +62,6 @@ class EvalChain:
 
 
 def build_parser():
-    """The verb's parser: --no-preflight, and every recipe key."""
     verb = VerbArgs("train", "Run inside the allocation of sbatch/train_*.sh: preflight, Ray across the nodes, the "
                     "driver, notices and requeue.", keys=list(schema_keys()))
     verb.add_argument("--no-preflight", action="store_true", help="skip the per-node preflight checks")
@@ -77,10 +73,8 @@ def main(argv: list[str]) -> int:
     try:
         parsed = verb.parse(argv)
         cfg = load_job_config(parsed.overrides, os.environ)
-    except VerbUsageError as exc:
-        return verb.fail(exc)
-    except ConfigError as exc:
-        return verb.config_failed(exc, what="; nothing was submitted")
+    except (VerbUsageError, ConfigError) as exc:
+        return verb.report(exc, what="; nothing was submitted")
     preflight = not parsed.args.no_preflight
     settings, driver_env = job_settings(cfg, preflight=preflight)
     os.environ.update(driver_env)  # reaches the Ray step and so the driver on the head node

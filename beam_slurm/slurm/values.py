@@ -1,16 +1,9 @@
 """Slurm's value grammars, read as Slurm reads them: durations, memory sizes, partition lists.
 
-Input and output are two grammars, kept apart as Slurm keeps them:
-
-- what a user gives `sbatch --time` (and our `cluster.time_limit`): "minutes", "minutes:seconds",
-  "hours:minutes:seconds", "days-hours", "days-hours:minutes", "days-hours:minutes:seconds"; 0, -1, UNLIMITED and
-  INFINITE mean no limit. A bare number is minutes: `30:00` is 30 minutes, not 30 hours. Slurm rounds seconds up to
-  the next minute.
-- what scontrol and sacct print (TimeLimit, RunTime, MaxTime, DefaultTime, GraceTime): [D-]HH:MM:SS or MM:SS, a bare
-  number of seconds (GraceTime=20), and words for "none": UNLIMITED, Partition_Limit, NONE, INVALID.
-
-`--mem` sizes are a number with an optional K, M, G or T suffix (M when none); 0 asks for all of a node's memory.
-`--partition` takes a comma-separated list of names (the job runs in the first that can start it).
+Input and output are two grammars, kept apart as Slurm keeps them: what a user gives `sbatch --time` (a bare
+number is minutes: `30:00` is 30 minutes; seconds round up to the minute; 0, -1, UNLIMITED and INFINITE mean no
+limit), and what scontrol and sacct print ([D-]HH:MM:SS, a bare number of seconds for GraceTime, and words such as
+UNLIMITED or Partition_Limit for none).
 """
 
 from __future__ import annotations

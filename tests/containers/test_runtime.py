@@ -23,7 +23,9 @@ from beam_slurm.containers.runtime import (
     srun_container_args,
     validate,
 )
-from beam_slurm.containers.settings import ContainerSettings, Mount, parse_mount, settings_from_mapping
+from beam_slurm.config.errors import ConfigError
+from beam_slurm.config.load import load_config
+from beam_slurm.containers.settings import ContainerSettings, Mount, parse_mount
 from golden_commands import (
     RENDERERS,
     TRICKY_COMMAND,
@@ -189,7 +191,8 @@ def test_on_cluster_check_finds_no_pyxis_in_this_hosts_srun():
 
 
 def test_settings_from_config_mapping_rejects_unknown_keys():
-    settings = settings_from_mapping({"runtime": "apptainer", "image": "/x.sif", "mounts": ["/a:/b"]})
+    settings = load_config(["container.runtime=apptainer", "container.image=/x.sif", "container.mounts=[/a:/b]"],
+                           validate=False).container
     assert settings.runtime == "apptainer" and parse_mount(settings.mounts[0]) == Mount("/a", "/b")
-    with pytest.raises(ValueError, match="imgae"):
-        settings_from_mapping({"imgae": "x"})
+    with pytest.raises(ConfigError, match="imgae"):
+        load_config(["container.imgae=x"], validate=False)

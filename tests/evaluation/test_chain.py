@@ -19,10 +19,22 @@ from beam_slurm.evaluation.chain import (
     claim_path,
     complete_checkpoints,
     submit_pending,
-    submitted_jobs,
     try_claim,
     watch,
 )
+from beam_slurm.evaluation.checkpoints import STEP_DIR
+
+
+def submitted_jobs(settings: ChainSettings) -> dict[int, str | None]:
+    """step -> evaluation job id (None while a claim has no job yet), from the claim files."""
+    jobs: dict[int, str | None] = {}
+    for path in settings.claims_dir.glob("global_step_*.json"):
+        match = STEP_DIR.match(path.stem)
+        try:
+            jobs[int(match.group(1))] = json.loads(path.read_text()).get("job_id")
+        except (OSError, ValueError):
+            jobs[int(match.group(1))] = None
+    return dict(sorted(jobs.items()))
 
 
 def make_ckpt(run: Path, step: int) -> Path:

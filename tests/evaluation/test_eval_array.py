@@ -73,7 +73,7 @@ def test_finished_task_keys_are_skipped_and_a_queued_task_is_not_submitted_twice
     # A task recorded as submitted and still live in Slurm is left alone.
     (other,), = [s for s, _ in array.plan(points("eval.responses_per_problem=8"), targets, lambda cfg: data,
                                           force=False).to_submit]
-    record = out / resumable.TASKS_DIRNAME / ".submitted" / f"{array._spec_name(other)}.json"
+    record = array._submitted_file(other)
     record.parent.mkdir(parents=True, exist_ok=True)
     record.write_text(json.dumps({"job_id": "77_0"}))
     from beam_slurm.slurm import submission

@@ -23,7 +23,6 @@ from beam_slurm.evaluation.grading_pool import (
     MATH_VERIFY,
     GradingLimits,
     GradingPool,
-    grade_rows,
     grade_rows_detailed,
 )
 from beam_slurm.evaluation.metrics import GradingInputError, compute_metrics
@@ -191,7 +190,7 @@ def test_grade_rows_keeps_input_fields_and_order():
     rows = _rows(["Answer: 42", "Answer: 7", "nothing"])
     for row in rows:
         row["finish_reason"] = "stop"
-    grades = grade_rows(rows, recipe_limits(timeout_s=2.0))
+    grades = grade_rows_detailed(rows, recipe_limits(timeout_s=2.0)).grades
     assert [g["problem_id"] for g in grades] == [0, 1, 2]
     assert all(g["finish_reason"] == "stop" for g in grades)
     assert [(g["correct"], g["pred"], g["math_verify"]) for g in grades] == [
@@ -212,7 +211,7 @@ def test_bad_rows_are_rejected_before_any_worker_starts(mutate, message):
     rows = _rows(["Answer: 42", "Answer: 1", "Answer: 2"])
     mutate(rows)
     with pytest.raises(GradingInputError, match=message.replace("(", r"\(").replace(")", r"\)")):
-        grade_rows(rows, recipe_limits())
+        grade_rows_detailed(rows, recipe_limits())
 
 
 def test_unequal_k_names_the_problem():
@@ -222,7 +221,7 @@ def test_unequal_k_names_the_problem():
         for s in range(8 if p != 2 else 7)
     ]
     with pytest.raises(GradingInputError, match=r"problem '2' has 7 samples but most problems have 8"):
-        grade_rows(rows, recipe_limits())
+        grade_rows_detailed(rows, recipe_limits())
 
 
 def test_bad_limits_are_rejected():

@@ -183,17 +183,22 @@ def test_submission_environment_drops_the_enclosing_jobs_slurm_variables():
     assert submission_environment({"SLURM_MEM_PER_NODE": "1"}) == {"SLURM_MEM_PER_NODE": "1"}  # not inside a job
 
 
-def test_a_chained_evaluation_reads_back_the_runs_settings_and_its_extras_win(run_env):
+def test_a_chained_evaluation_reads_back_the_runs_settings_and_its_extras_win(run_env, tmp_path):
     from beam_slurm.config.overrides import value_at
     from beam_slurm.evaluation.array import launcher_parameters
-    from beam_slurm.evaluation.cli import EVALUATE_KEYS, chained_overrides, needs_base_model
+    from beam_slurm.evaluation.checkpoints import is_adapter
+    from beam_slurm.evaluation.cli import EVALUATE_KEYS, chained_overrides
 
     cfg = load_config(["recipe=lora_16gpu", "eval.responses_per_problem=4"])
     job = load_config(chained_overrides(cfg, 10, ["--limit", "2"]))
     params = launcher_parameters(job)
     assert params["nodes"] == 2 and params["name"] == "beam_lora_16gpu-eval-10"
     assert params["submitit_folder"] == f"{cfg.paths.log_dir}/eval-step10-%j"
-    assert needs_base_model(cfg, Path("/ck/global_step_10/policy"))
+    adapter, whole = tmp_path / "global_step_10" / "policy", tmp_path / "global_step_20" / "policy"
+    for folder, name in ((adapter, "adapter_config.json"), (whole, "config.json")):
+        folder.mkdir(parents=True)
+        (folder / name).write_text("{}")
+    assert cfg.is_lora and is_adapter(adapter.parent) and is_adapter(adapter) and not is_adapter(whole.parent)
     # The job reads back exactly the run's settings; the extra (old-flag) arguments come last and win.
     for key in EVALUATE_KEYS:
         if key != "eval.limit":
@@ -204,7 +209,7 @@ def test_a_chained_evaluation_reads_back_the_runs_settings_and_its_extras_win(ru
     odd.eval.dtype = "${literal}"
     job = load_config(chained_overrides(odd, 10, ["eval.limit=3"]))
     assert (job.generation.reasoning_effort, job.eval.dtype, job.eval.limit) == ("a b,c", "${literal}", 3)
-    assert not needs_base_model(load_config(["recipe=bf16_64gpu"]), Path("/x/global_step_25"))
+    assert not load_config(["recipe=bf16_64gpu"]).is_lora
 
 
 # --- skip logic ---------------------------------------------------------------------------------------------------
