@@ -179,7 +179,7 @@ def association_limits(shape: JobShape, partition: str, user: str | None = None)
     default QOS, else 'normal')."""
     user = user or os.environ.get("USER") or getpass.getuser()
     fields = ("Account", "User", "Partition", "MaxWall", "MaxTRES", "DefaultQOS")
-    rows = [r for r in scheduler.accounting_rows("assoc", fields, [f"where", f"user={user}"]) if r["User"] == user]
+    rows = [r for r in scheduler.accounting_rows("assoc", fields, ["where", f"user={user}"]) if r["User"] == user]
     account = shape.account
     if not account:
         users = scheduler.accounting_rows("user", ("User", "DefaultAccount"), ["where", f"name={user}"])
