@@ -24,19 +24,15 @@ from beam_slurm.ray_cluster.supervision import WorkerWatch, stop_process_group
 from beam_slurm.slurm import scheduler
 from beam_slurm.slurm.requeue_policy import preempted
 
-# Imported inside the functions that use it, on purpose: ray (imported once the head's `ray start` is up, for the
-# driver-side checks only).
+# ray is imported inside wait_for_cluster, on purpose: once `ray start` is up, and only for the checks.
 
 
 class Head(NodeRole):
     """Bring-up of the cluster, then the driver."""
 
-    registered_at: float | None = None
-    """When every node and GPU had registered with the GCS (before the GPU visibility check)."""
-    checked_at: float | None = None
-    """When the GPU visibility check had passed (before the head's own Ray client disconnects)."""
-    driver_running: bool = False
-    """The driver was started (a held SIGTERM can lead to a save only then)."""
+    registered_at: float | None = None  # every node and GPU in the GCS, before the GPU visibility check
+    checked_at: float | None = None  # the visibility check passed, before the head's Ray client disconnects
+    driver_running: bool = False  # a held SIGTERM can lead to a save only then
 
     def run(self, driver: list[str]) -> int:
         ip = node_ipv4(self.settings.network_interface)
@@ -73,8 +69,8 @@ class Head(NodeRole):
         return self.run_driver(driver, address)
 
     def bringup_windows(self) -> dict[str, Any]:
-        """Where the bring-up time went, for ray_ready.json: the batch shell's preflight step and its launch of the
-        Ray step, and each node's process start and its own `ray start` (began, returned)."""
+        """Where the bring-up time went, for ray_ready.json: preflight, the Ray step's launch, each node's start and its
+        `ray start`."""
         nodes = {info.get("host", str(rank)): info for rank, info in self.rendezvous.nodes().items()}
         ray_start = {host: info.get("ray_start") for host, info in nodes.items() if info.get("ray_start")}
         node_start = {host: info.get("node_start") for host, info in nodes.items() if info.get("node_start")}
@@ -83,7 +79,6 @@ class Head(NodeRole):
         return {"preflight": list(spec.preflight_window) if spec.preflight_window else None,
                 "ray_step_launch": spec.ray_step_launch_time, "node_starts": node_start, "ray_starts": ray_start}
 
-    # --- readiness -----------------------------------------------------------------------------------------------
     def wait_for_cluster(self, address: str) -> int:
         """Poll the GCS until every node and GPU registered, then check GPU visibility; returns the GPU count."""
         # Ray reads the auth settings when it is first imported, so they must be in the environment before.
@@ -144,7 +139,6 @@ class Head(NodeRole):
         return (f"Ray cluster not complete after ray.readiness_timeout_s={self.settings.readiness_timeout_s:.0f}s: "
                 + "; ".join(problems))
 
-    # --- the driver ----------------------------------------------------------------------------------------------
     def can_hold_sigterm(self) -> bool:
         return self.driver_running  # before the driver runs there is nothing to save
 
@@ -227,7 +221,6 @@ class Head(NodeRole):
 
 
 def bringup_poll_s(configured_s: float, nodes: int) -> float:
-    """How often the head asks the GCS for the node list while nodes join: 0.1 s on a small cluster (a registration
-    is seen 0.1 s after it happens, not up to ray.poll_interval_s later), growing with the node count (1 s per 200
-    nodes) up to ray.poll_interval_s, so a large cluster's GCS is not asked for a long list many times a second."""
+    """How often the head asks the GCS for the node list while nodes join: 0.1 s on a small cluster, 1 s per 200
+    nodes up to ray.poll_interval_s, so a large cluster's GCS is not asked for a long list many times a second."""
     return min(configured_s, max(0.1, nodes / 200))
