@@ -77,7 +77,6 @@ def tail(path: Path, lines: int) -> str:
 
 
 def node_sections(attempt_dir: Path) -> dict[str, Path]:
-    """node -> its copied Ray log folder."""
     base = attempt_dir / RAY_LOGS_DIR
     return {p.name: p for p in sorted(base.iterdir()) if p.is_dir()} if base.is_dir() else {}
 
@@ -189,9 +188,7 @@ def main(argv: list[str]) -> int:
     try:
         args = parser.parse(argv).args
         job = find_job(args.run, args.exports_root)
-    except VerbUsageError as exc:
-        return parser.fail(exc)
-    except runs.RunNotFound as exc:
+    except (VerbUsageError, runs.RunNotFound) as exc:
         return parser.fail(exc)
     attempts = job.attempts()
     if not attempts:

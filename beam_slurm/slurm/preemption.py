@@ -26,8 +26,7 @@ from dataclasses import dataclass, field
 
 from beam_slurm.slurm import scheduler, values
 
-QUERY_TIMEOUT_S = 10.0
-"""Seconds each Slurm query may take; `plan` must not hang on a controller that does not answer."""
+QUERY_TIMEOUT_S = 10.0  # `plan` must not hang on a controller that does not answer
 USER_SIGNAL_PARAMETER = "preempt_send_user_signal"
 
 
@@ -36,8 +35,7 @@ class QosPreemption:
     """One QOS's preemption settings (sacctmgr show qos)."""
 
     name: str
-    preempts: tuple[str, ...]
-    """QOS names this one may preempt."""
+    preempts: tuple[str, ...]  # QOS names this one may preempt
     mode: str
     grace_s: int
 
@@ -48,16 +46,12 @@ class PreemptionInfo:
 
     reachable: bool
     why: str = ""
-    preempt_type: str = ""
-    """preempt/none, preempt/partition_prio or preempt/qos."""
-    cluster_mode: str = ""
-    """PreemptMode of slurm.conf (OFF, CANCEL, REQUEUE, SUSPEND, with GANG)."""
-    user_signal: bool = False
-    """SlurmctldParameters has preempt_send_user_signal: the job's --signal is sent at preemption."""
+    preempt_type: str = ""  # preempt/none, preempt/partition_prio or preempt/qos
+    cluster_mode: str = ""  # slurm.conf's PreemptMode
+    user_signal: bool = False  # preempt_send_user_signal: the job's --signal is sent at preemption
     kill_wait_s: int = 0
+    # What a signal to a step reaches: proctrack/cgroup every process, Ray's daemons too; linuxproc the tree they left.
     proctrack: str = ""
-    """ProctrackType: which processes a signal to a step reaches (proctrack/cgroup: every one of the step, Ray's
-    own daemons too; proctrack/linuxproc: the tasks' process tree, which Ray's daemons leave)."""
     partition: str = ""
     partition_mode: str = ""
     partition_grace_s: int = 0
@@ -138,7 +132,6 @@ def parse_qos(text: str) -> tuple[QosPreemption, ...]:
 
 
 def _seconds(text: str) -> int:
-    """GraceTime and KillWait as seconds; '' or garbage -> 0."""
     return values.reported_seconds(text) or 0
 
 
@@ -157,8 +150,8 @@ def from_outputs(config: str, partitions: str, qos: str, partition: str | None) 
     params = [p.strip() for p in conf.get("SlurmctldParameters", "").split(",")]
     return PreemptionInfo(
         reachable=True, preempt_type=conf.get("PreemptType", ""), cluster_mode=conf.get("PreemptMode", ""),
-        user_signal=USER_SIGNAL_PARAMETER in params, proctrack=conf.get("ProctrackType", ""), kill_wait_s=_seconds(conf.get("KillWait", "").split()[0]
-                                                                          if conf.get("KillWait") else ""),
+        user_signal=USER_SIGNAL_PARAMETER in params, proctrack=conf.get("ProctrackType", ""),
+        kill_wait_s=_seconds(conf.get("KillWait", "").split()[0] if conf.get("KillWait") else ""),
         partition=row.get("PartitionName", ""), partition_mode=row.get("PreemptMode", ""),
         partition_grace_s=_seconds(row.get("GraceTime", "")), qos=parse_qos(qos))
 

@@ -11,20 +11,16 @@ from typing import Any, Callable
 from beam_slurm.containers import runtime
 from beam_slurm.slurm import scheduler
 
-STOP_AFTER_SRUN_TERM_S = 30.0
-"""After srun itself got SIGTERM (the step did not stop in stop_grace_s), how long before it is killed."""
+STOP_AFTER_SRUN_TERM_S = 30.0  # after srun itself got SIGTERM, how long before it is killed
 
 
 @dataclass
 class ContainerHook:
     """How each srun step is containerised: options for srun and a prefix for the task's command."""
 
-    srun_args: list[str] = field(default_factory=list)
-    """Added to every srun (pyxis: --container-image, --container-mounts, ...)."""
-    command_prefix: list[str] = field(default_factory=list)
-    """Put before the task's command (Apptainer: apptainer exec --nv ... IMAGE)."""
-    env: dict[str, str] = field(default_factory=dict)
-    """Added to the environment srun starts with (Apptainer: APPTAINERENV_*)."""
+    srun_args: list[str] = field(default_factory=list)  # pyxis: --container-image, --container-mounts, ...
+    command_prefix: list[str] = field(default_factory=list)  # Apptainer: apptainer exec --nv ... IMAGE
+    env: dict[str, str] = field(default_factory=dict)  # Apptainer: APPTAINERENV_*
 
 
 def container_hook(container_settings: Any, mounts: list[Any], job_id: str) -> ContainerHook:
@@ -58,9 +54,8 @@ class StepLauncher:
 
 def stop_step(step: subprocess.Popen, job_id: str, name: str, grace_s: float, log: Callable[[str], None],
               label: str = "") -> int:
-    """SIGTERM every task of the step named `name` (the Ray step: each node then stops its driver and its Ray),
-    wait `grace_s`, then make srun end the step (Slurm's SIGTERM/SIGKILL); srun's status. `label` names the step
-    in the log (default: its name)."""
+    """SIGTERM every task of the step `name` (each node then stops its driver and its Ray), wait `grace_s`, then make
+    srun end the step; srun's status."""
     if step.poll() is not None:
         return step.returncode
     label = label or name
