@@ -24,14 +24,13 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Callable
 
 from beam_slurm.core.atomic_files import atomic_writer, write_json
 
-COPY_RECORD = "COPY.json"
-"""The node folder's record of the last copy."""
-RAY_LOGS_DIR = "ray"
-"""Folder in the attempt's log folder holding one folder per node."""
+COPY_RECORD = "COPY.json"  # the node folder's record of the last copy
+RAY_LOGS_DIR = "ray"  # in the attempt's log folder, one folder per node
 _CHUNK = 1 << 20
 
 
@@ -56,9 +55,7 @@ class LogCopySettings:
         # (~0.5 s) into every node's start.
         from beam_slurm.config.schema import ClusterConfig
 
-        defaults = ClusterConfig()
-        return cls(interval_s=float(defaults.log_copy_interval_s),
-                   max_bytes=int(defaults.log_copy_max_mbytes * 1024 * 1024), final_s=float(defaults.log_copy_s))
+        return cls.from_config(SimpleNamespace(cluster=ClusterConfig()))
 
 
 def node_log_dir(attempt_dir: Path, host: str) -> Path:
