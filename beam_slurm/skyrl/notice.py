@@ -31,14 +31,10 @@ from pathlib import Path
 
 from beam_slurm.core.atomic_files import write_json
 
-PROTOCOL_DIR = ".beam"
-"""Directory under the checkpoint path that holds the protocol files (hidden, so it never looks like a step)."""
+PROTOCOL_DIR = ".beam"  # hidden, so it never looks like a step
 REQUEST_FILE = "save_request"
-"""Name of the request file written by the job."""
 ACK_FILE = "saved_on_notice"
-"""Name of the acknowledgement written by the trainer after the checkpoint is complete."""
-MARKER_FILE = "latest_ckpt_global_step.txt"
-"""SkyRL's marker of the last complete checkpoint; written last by its save routine."""
+MARKER_FILE = "latest_ckpt_global_step.txt"  # SkyRL's, written last by its save routine
 
 
 def _protocol_dir(ckpt_path: str | os.PathLike[str]) -> Path:
@@ -73,10 +69,8 @@ def read_marker(ckpt_path: str | os.PathLike[str]) -> int | None:
     try:
         return int(text)
     except ValueError as exc:
-        raise ValueError(
-            f"{Path(ckpt_path) / MARKER_FILE} holds {text!r}, not a step number; "
-            "remove or repair it before resuming"
-        ) from exc
+        raise ValueError(f"{Path(ckpt_path) / MARKER_FILE} holds {text!r}, not a step number; "
+                         "remove or repair it before resuming") from exc
 
 
 def request_save(ckpt_path: str | os.PathLike[str], reason: str) -> None:
@@ -109,26 +103,16 @@ def pending_request(ckpt_path: str | os.PathLike[str]) -> dict | None:
 
 
 def acknowledge(ckpt_path: str | os.PathLike[str], global_step: int) -> None:
-    """Record that the checkpoint of ``global_step`` was saved because of the pending request.
-
-    Refuses (ValueError) unless SkyRL's marker already names ``global_step``: an acknowledgement must never point
-    at a checkpoint that a restart could not resume from.
-    """
+    """Record that ``global_step`` was saved for the pending request; ValueError unless SkyRL's marker names it, so
+    an acknowledgement never points at a checkpoint a restart could not resume from."""
     marker = read_marker(ckpt_path)
     if marker != int(global_step):
-        raise ValueError(
-            f"cannot acknowledge a save of step {global_step}: {Path(ckpt_path) / MARKER_FILE} names "
-            f"{marker if marker is not None else 'nothing'}; acknowledge only after the checkpoint is complete"
-        )
+        raise ValueError(f"cannot acknowledge a save of step {global_step}: {Path(ckpt_path) / MARKER_FILE} names "
+                         f"{marker if marker is not None else 'nothing'}; acknowledge only after the checkpoint is "
+                         "complete")
     request = _read_json(_protocol_dir(ckpt_path) / REQUEST_FILE) or {}
-    payload = {
-        "global_step": int(global_step),
-        "time": time.time(),
-        "request_time": float(request.get("time", -1.0)),
-        "reason": request.get("reason", ""),
-        "host": socket.gethostname(),
-        "pid": os.getpid(),
-    }
+    payload = {"global_step": int(global_step), "time": time.time(), "request_time": float(request.get("time", -1.0)),
+               "reason": request.get("reason", ""), "host": socket.gethostname(), "pid": os.getpid()}
     write_json(_protocol_dir(ckpt_path) / ACK_FILE, payload)
 
 
