@@ -36,7 +36,7 @@ class Head(NodeRole):
 
     def run(self, driver: list[str]) -> int:
         ip = node_ipv4(self.settings.network_interface)
-        check_gpu_count(self.ctx.host, self.gpus, self.gpu_source, self.ctx.expected_gpus)
+        check_gpu_count(self.ctx.host, self.gpus, self.gpu_source, self.ctx.spec.gpus_per_node)
         self.rendezvous.publish_node(0, {"host": self.ctx.host, "ip": ip, "gpus": self.gpus})
 
         def publish(ports: RayPorts) -> None:
@@ -100,8 +100,8 @@ class Head(NodeRole):
                 nodes = [n for n in ray.nodes() if n.get("Alive")]
                 node_files = self.rendezvous.nodes()
                 expected_gpus = sum(len(info.get("gpus", [])) for info in node_files.values())
-                if len(node_files) < self.ctx.num_nodes and self.ctx.expected_gpus is not None:
-                    expected_gpus = self.ctx.expected_gpus * self.ctx.num_nodes
+                if len(node_files) < self.ctx.num_nodes and self.ctx.spec.gpus_per_node is not None:
+                    expected_gpus = self.ctx.spec.gpus_per_node * self.ctx.num_nodes
                 gpus = int(sum(n.get("Resources", {}).get("GPU", 0) for n in nodes))
                 if len(nodes) >= self.ctx.num_nodes and len(node_files) == self.ctx.num_nodes and gpus >= expected_gpus:
                     self.registered_at = time.time()
@@ -191,7 +191,7 @@ class Head(NodeRole):
                     self.relay_held_sigterm()
                 if self.stop_requested:
                     self.log("stop requested: stopping the driver")
-                    if self.ctx.attempt_dir is not None and self.ctx.sigterm_notice:
+                    if self.ctx.attempt_dir is not None and self.ctx.spec.sigterm_notice:
                         # The driver holds a first SIGTERM unless the attempt is marked as stopping.
                         mark_stopping(self.ctx.attempt_dir)
                     status = stop_process_group(proc, self.settings.driver_stop_grace_s)

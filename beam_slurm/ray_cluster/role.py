@@ -54,7 +54,7 @@ class NodeRole:
         SIGTERM reaches only the steps' tasks, GraceTime before the kill; when a save fits (the spec's sigterm_notice)
         the head asks Slurm whether it is a preemption and relays it to the batch shell as a notice, or stops. The
         batch shell marks its own stops (`records.STOPPING_FILE`); a second SIGTERM always stops."""
-        if not self.ctx.sigterm_notice or self.ctx.attempt_dir is None or self.sigterm_held_at is not None:
+        if not self.ctx.spec.sigterm_notice or self.ctx.attempt_dir is None or self.sigterm_held_at is not None:
             return False
         if not self.can_hold_sigterm() or stopping(self.ctx.attempt_dir):
             return False

@@ -20,7 +20,7 @@ class Worker(NodeRole):
     followed_head: dict[str, Any] | None = None  # the head's record once followed to another port block
 
     def run(self) -> int:
-        check_gpu_count(self.ctx.host, self.gpus, self.gpu_source, self.ctx.expected_gpus)
+        check_gpu_count(self.ctx.host, self.gpus, self.gpu_source, self.ctx.spec.gpus_per_node)
         ip = None
         try:
             ip = node_ipv4(self.settings.network_interface)

@@ -141,8 +141,8 @@ def test_rank_zero_is_the_head_and_attempt_comes_from_restart_count(tmp_path):
 
     JobSpec(gpus_per_node=8, sigterm_notice=True).write(tmp_path)
     ctx = NodeContext.from_env(_env(SLURM_RESTART_COUNT="2", BEAM_ATTEMPT_DIR=str(tmp_path)))
-    assert ctx.rank == 0 and ctx.attempt == 2 and ctx.num_nodes == 2 and ctx.expected_gpus == 8 and ctx.cpus == 8
-    assert ctx.attempt_dir == tmp_path and ctx.sigterm_notice and ctx.spec.gpus_per_node == 8
+    assert ctx.rank == 0 and ctx.attempt == 2 and ctx.num_nodes == 2 and ctx.spec.gpus_per_node == 8 and ctx.cpus == 8
+    assert ctx.attempt_dir == tmp_path and ctx.spec.sigterm_notice
     (tmp_path / "job_spec.json").write_text("{not json")
     with pytest.raises(NodeFailure, match="job spec"):
         NodeContext.from_env(_env(BEAM_ATTEMPT_DIR=str(tmp_path)))
