@@ -150,11 +150,8 @@ def _experiment_classes(kind: str):
     try:
         dapo = import_module(DAPO_MODULE)
     except ModuleNotFoundError as exc:
-        print(
-            f"cannot import {DAPO_MODULE} ({exc}); run this entrypoint from the root of a SkyRL checkout "
-            f"matching the installed skyrl version (cwd is {os.getcwd()}), or set {EXPERIMENT_ENV}=base",
-            file=sys.stderr,
-        )
+        print(f"cannot import {DAPO_MODULE} ({exc}); run this entrypoint from the root of a SkyRL checkout matching "
+              f"the installed skyrl version (cwd is {os.getcwd()}), or set {EXPERIMENT_ENV}=base", file=sys.stderr)
         raise SystemExit(2) from exc
     return dapo.DAPOConfig, dapo.DAPOExp
 

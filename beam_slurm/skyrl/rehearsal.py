@@ -106,24 +106,13 @@ class RehearsalSettings:
     hang_at_step: int = 0
 
 
-_KEYS = {
-    "policy_num_nodes": "trainer.placement.policy_num_nodes",
-    "policy_num_gpus_per_node": "trainer.placement.policy_num_gpus_per_node",
-    "max_training_steps": "trainer.max_training_steps",
-    "ckpt_interval": "trainer.ckpt_interval",
-    "hf_save_interval": "trainer.hf_save_interval",
-    "eval_interval": "trainer.eval_interval",
-    "eval_before_train": "trainer.eval_before_train",
-    "ckpt_path": "trainer.ckpt_path",
-    "export_path": "trainer.export_path",
-    "resume_mode": "trainer.resume_mode",
-    "resume_path": "trainer.resume_path",
-    "max_ckpts_to_keep": "trainer.max_ckpts_to_keep",
-    "val_data": "data.val_data",
-    "eval_n_samples_per_prompt": "generator.eval_n_samples_per_prompt",
-    "run_name": "trainer.run_name",
-    "policy_model_path": "trainer.policy.model.path",
-}
+# RehearsalSettings field -> SkyRL key; the field is the key's last part, but for policy_model_path.
+_KEYS = {key.rsplit(".", 1)[1]: key for key in (
+    "trainer.placement.policy_num_nodes", "trainer.placement.policy_num_gpus_per_node", "trainer.max_training_steps",
+    "trainer.ckpt_interval", "trainer.hf_save_interval", "trainer.eval_interval", "trainer.eval_before_train",
+    "trainer.ckpt_path", "trainer.export_path", "trainer.resume_mode", "trainer.resume_path",
+    "trainer.max_ckpts_to_keep", "data.val_data", "generator.eval_n_samples_per_prompt", "trainer.run_name")}
+_KEYS["policy_model_path"] = "trainer.policy.model.path"
 
 
 def _lookup(cfg, dotted: str):
