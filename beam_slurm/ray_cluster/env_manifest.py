@@ -87,10 +87,8 @@ class ManifestError(RuntimeError):
 
 
 def resolve(spec: Mapping | None, environ: Mapping[str, str]) -> tuple[dict[str, str], list[str]]:
-    """On a node: (the manifest's variables with their values, the explicit names it lists that are unset here).
-
-    Inherited names and the recipe's own variables are taken from `environ` (the task's environment); secret files
-    are read here. Without a description (a node started without the recipe's trainer) the manifest is empty."""
+    """On a node: (the manifest's variables with their values from `environ` and the secret files, the names it
+    lists that are unset here). Without a description (no recipe's trainer) the manifest is empty."""
     if not spec:
         return {}, []
     inherit = list(spec.get("inherit") or [])

@@ -108,11 +108,8 @@ def ephemeral_range() -> tuple[int, int] | None:
 
 def choose_ports(settings: PortRange, job_id: int, head: bool, start_block: int | None = None,
                  is_free: Callable[[int], bool] = port_is_free) -> RayPorts:
-    """The first block, from `start_block` (default: the job's own), whose ports are all free on this node.
-
-    Overridden ports are not probed past the first candidate: the user asked for them, a clash then surfaces as
-    Ray's own bind error. Raises RuntimeError when no block of the range is free.
-    """
+    """The first block from `start_block` (default: the job's own) whose ports are all free here; RuntimeError when
+    none is. Overridden ports are not probed: the user asked for them, a clash surfaces as Ray's bind error."""
     count = block_count(settings)
     start = first_block(job_id, settings) if start_block is None else start_block % count
     if len(settings.port_overrides) == len(PORT_NAMES):

@@ -31,16 +31,14 @@ class RaySettings:
     """First port of the range the per-job ports are carved from. Each job takes one block of `ports_per_job`
     ports chosen by `SLURM_JOB_ID` (see `beam_slurm.ray_cluster.ports`), so two jobs sharing a node never meet."""
     port_range_end: int = 32000
-    """End (exclusive) of that range. Keep it below the kernel's ephemeral range
-    (`/proc/sys/net/ipv4/ip_local_port_range`, usually 32768-60999): outgoing connections take ephemeral ports at
-    random and would race Ray's listeners."""
+    """End (exclusive) of that range. Keep it below the kernel's ephemeral range (usually 32768-60999): outgoing
+    connections take ephemeral ports at random and would race Ray's listeners."""
     ports_per_job: int = 400
     """Size of one job's block: 16 fixed ports (GCS, client server, dashboard, node manager, object manager,
     agents, metrics) and the rest for Ray's worker processes (one port each, so this bounds workers per node)."""
     port_overrides: dict[str, int] = field(default_factory=dict)
-    """Fixed ports to use instead of the derived ones, by name: gcs, client_server, dashboard, node_manager,
-    object_manager, dashboard_agent_listen, dashboard_agent_grpc, runtime_env_agent, metrics_export, min_worker,
-    max_worker. Use it where a firewall opens only some ports; two jobs on one node then need different values."""
+    """Fixed ports instead of the derived ones, by name (`ports.PORT_NAMES`: gcs, client_server, ..., max_worker),
+    where a firewall opens only some ports; two jobs on one node then need different values."""
     readiness_timeout_s: float = 300.0
     """Deadline for every node and every GPU to register with the head, counted from the head's start. On expiry
     the job fails with the names of the nodes that did not join."""
@@ -59,9 +57,8 @@ class RaySettings:
     """Token authentication (Ray >= 2.52, `RAY_AUTH_MODE=token`): a random per-job token in a file readable only by
     the user, required by every node and client. Turn off only for a Ray older than 2.52."""
     state_dir: str = ""
-    """Per-user directory on shared storage (same path on every node) that holds one private folder per job: the
-    auth token and the rendezvous files (head address, node registrations). Empty: `$BEAM_SLURM_STATE_DIR`, else
-    `~/.beam-slurm`."""
+    """Per-user directory on shared storage (same path on every node) with one private folder per job: the auth
+    token and the rendezvous files. Empty: `$BEAM_SLURM_STATE_DIR`, else `~/.beam-slurm`."""
     temp_dir_root: str = "/tmp"
     """Node-local directory under which each job's Ray temp dir (`ray-<jobid>-<attempt>`) is created. Must be
     short: Ray's unix sockets live below it and Linux limits their paths to 107 bytes."""
@@ -91,20 +88,17 @@ class RaySettings:
     """Large clusters: at least this many GCS RPC threads (RAY_gcs_server_rpc_server_thread_num; Ray's default, a
     quarter of the head's cores, is 1-2 in a small step) for the registrations arriving at once at bring-up."""
     gcs_reconnect_timeout_s: int = 300
-    """Large clusters: how long a raylet or worker keeps retrying an unresponsive GCS before it exits
-    (RAY_gcs_rpc_server_reconnect_timeout_s, Ray's default 60 s): a GCS busy registering hundreds of nodes at once
-    may not answer for longer, and a raylet that gives up takes its node out of the job."""
+    """Large clusters: how long a raylet or worker retries an unresponsive GCS (RAY_gcs_rpc_server_reconnect_timeout_s,
+    Ray's 60 s): a GCS registering hundreds of nodes may not answer sooner; a raylet giving up loses its node."""
     health_check_failure_threshold: int = 10
     """Large clusters: missed GCS health checks before a node is dead (RAY_health_check_failure_threshold, Ray's 5
     at a 3 s period): a busy GCS or raylet misses some at bring-up; ray.head_lost_after_s still catches a real loss."""
     worker_register_timeout_s: int = 300
-    """Large clusters: how long a starting Ray worker process may take to register with its raylet
-    (RAY_worker_register_timeout_seconds, Ray's default 60 s): thousands of workers importing Python from shared
-    storage at the same moment start slowly."""
+    """Large clusters: how long a starting Ray worker may take to register with its raylet
+    (RAY_worker_register_timeout_seconds, Ray's 60 s): thousands importing from shared storage start slowly."""
     worker_start_concurrency: int = 16
-    """Large clusters: at most this many Ray worker processes start at once per node
-    (RAY_maximum_startup_concurrency, Ray's default: the node's CPUs): fewer simultaneous imports from shared
-    storage per node, so the whole cluster does not stampede the file system's metadata servers."""
+    """Large clusters: at most this many Ray workers start at once per node (RAY_maximum_startup_concurrency, Ray's
+    default: the node's CPUs), so the cluster does not stampede the file system's metadata servers."""
 
     def problems(self) -> list[ConfigProblem]:
         """Every invalid field, each with the fix."""
