@@ -269,14 +269,12 @@ class SaveCost:
     @classmethod
     def of(cls, cfg) -> "SaveCost":
         return cls(step_s=step_seconds(cfg)[0], bytes_per_node=checkpoint_bytes_per_node(cfg)[0],
-                   min_save_s=min_save_seconds(cfg),
-                   write_gbytes_per_s=float(cfg.cluster.storage_write_gbytes_per_s),
+                   min_save_s=min_save_seconds(cfg), write_gbytes_per_s=float(cfg.cluster.storage_write_gbytes_per_s),
                    job_grace_s=float(cfg.cluster.grace_s))
 
     def preemption_budget(self, grace_s: float, measured_gbytes_per_s: float | None = None) -> Budget:
-        """A preemption's budget: once the checkpoint is complete, the kill at the end of the grace time loses nothing
-        and Slurm requeues the job itself, so only the step and the save must fit (stopping Ray and copying logs may
-        be cut short)."""
+        """A preemption's budget: once the checkpoint is complete the kill loses nothing and Slurm requeues the job,
+        so only the step and the save must fit (stopping Ray and copying logs may be cut short)."""
         rate = self.write_gbytes_per_s if measured_gbytes_per_s is None else measured_gbytes_per_s
         save = max(save_seconds(self.bytes_per_node, rate), self.min_save_s)
         return Budget(lead_s=float(grace_s), step_s=self.step_s, save_s=save, stop_s=0.0, log_copy_s=0.0,
@@ -284,9 +282,8 @@ class SaveCost:
 
 
 def term_notice(info, qos: str | None, cost: SaveCost, measured_gbytes_per_s: float | None = None) -> tuple[bool, str]:
-    """Whether the first SIGTERM of a preemption, which reaches only the job's tasks, is taken as a notice (the Ray
-    step holds it and the job saves as on USR1), and why. Only when the step and the save fit in the GraceTime:
-    otherwise the Ray step stops at once, as it always did. `info`: `beam_slurm.slurm.preemption.PreemptionInfo`."""
+    """Whether a preemption's first SIGTERM, which reaches only the job's tasks, is taken as a notice (the Ray step
+    holds it, the job saves as on USR1), and why: only when the step and the save fit in the GraceTime."""
     if not info.reachable:
         return False, f"Slurm did not say how a preemption comes ({info.why})"
     if not info.preemptable(qos):

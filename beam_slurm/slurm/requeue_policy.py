@@ -170,7 +170,6 @@ def exclusion(bad_nodes: list[str], user_exclude: list[str], partition_nodes: li
 
 
 def decide(facts: AttemptFacts) -> Decision:
-    """The end of one attempt, from its facts."""
     decision = _decide(facts)
     if decision.requeue and decision.counts_against_progress and not facts.progressed:
         in_a_row = facts.earlier_without_progress + 1
@@ -253,10 +252,7 @@ def _decide(facts: AttemptFacts) -> Decision:
                                    end_kind="node-failure", bad_nodes=bad, counts=True, where=where)
 
     # The driver failed (or bring-up found a configuration fault): the same error would come back.
-    if facts.driver_status not in (None, 0):
-        status = facts.driver_status
-    else:
-        status = facts.step_status or 1
+    status = facts.driver_status if facts.driver_status not in (None, 0) else facts.step_status or 1
     kind = "setup-error" if facts.failure_kind == "setup" else "driver-error"
     return Decision(False, status, "the driver failed" if facts.driver_status else "the Ray step failed",
                     end_kind=kind, counts_against_progress=not facts.progressed, outcome="failed")
