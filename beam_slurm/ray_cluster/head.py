@@ -142,8 +142,9 @@ class Head(NodeRole):
     def can_hold_sigterm(self) -> bool:
         return self.driver_running  # before the driver runs there is nothing to save
 
-    def stop_after_held_sigterm(self) -> None:
-        self.stop_requested = True  # obey the SIGTERM after all
+    def obey_held_sigterm(self, why: str) -> None:
+        self.log(why)
+        self.stop_requested = True
 
     def relay_held_sigterm(self) -> None:
         """A first SIGTERM is held on every node: when Slurm says the job is being preempted, tell the batch shell
@@ -152,13 +153,9 @@ class Head(NodeRole):
         try:
             preempt_time = scheduler.job_info(self.ctx.job_id).get("PreemptTime", "")
         except scheduler.SlurmCommandError as exc:
-            self.log(f"SIGTERM: Slurm did not say whether the job is preempted ({exc}); stopping")
-            self.stop_after_held_sigterm()
-            return
+            return self.obey_held_sigterm(f"SIGTERM: Slurm did not say whether the job is preempted ({exc}); stopping")
         if not preempted(preempt_time):
-            self.log("SIGTERM: the job is not being preempted (no PreemptTime); stopping")
-            self.stop_after_held_sigterm()
-            return
+            return self.obey_held_sigterm("SIGTERM: the job is not being preempted (no PreemptTime); stopping")
         if self.ctx.attempt_dir is not None:
             write_json(self.ctx.attempt_dir / TERM_RELAYED_FILE,
                        {"time": time.time(), "held_at": self.sigterm_held_at, "node": self.ctx.host,
@@ -166,9 +163,8 @@ class Head(NodeRole):
         try:
             scheduler.signal_batch(self.ctx.job_id, "USR1")
         except scheduler.SlurmCommandError as exc:
-            self.log(f"SIGTERM of a preemption: could not relay it to the batch shell ({exc}); stopping")
-            self.stop_after_held_sigterm()
-            return
+            return self.obey_held_sigterm(f"SIGTERM of a preemption: could not relay it to the batch shell ({exc}); "
+                                          "stopping")
         self.log(f"SIGTERM of a preemption (PreemptTime={preempt_time}) without a user signal: relayed to the batch "
                  "shell as a notice; the driver runs on until the batch shell has its checkpoint")
 
@@ -200,8 +196,8 @@ class Head(NodeRole):
                 lost = "" if self.ray.alive(("/raylet/raylet", "gcs_server")) else \
                     f"node {self.ctx.host}: the head's Ray died while the driver ran"
                 if lost and self.sigterm_held_at is not None:
-                    self.log("the head's Ray ended after the SIGTERM: it reached Ray too, so no save can follow")
-                    self.stop_after_held_sigterm()
+                    self.obey_held_sigterm("the head's Ray ended after the SIGTERM: it reached Ray too, so no save can "
+                                           "follow")
                     continue
                 lost = lost or watch.lost_node()
                 if lost:
