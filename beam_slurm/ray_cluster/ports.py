@@ -124,7 +124,6 @@ def choose_ports(settings: PortRange, job_id: int, head: bool, start_block: int 
         if not busy:
             return ports
         busy_seen.append(f"block {block}: port {busy[0]} in use")
-    raise RuntimeError(
-        f"no free block of {settings.ports_per_job} ports in {settings.port_range_start}-{settings.port_range_end} "
-        f"on {socket.gethostname()} ({'; '.join(busy_seen[:3])}...); widen ray.port_range_start/port_range_end"
-    )
+    raise RuntimeError(f"no free block of {settings.ports_per_job} ports in {settings.port_range_start}-"
+                       f"{settings.port_range_end} on {socket.gethostname()} ({'; '.join(busy_seen[:3])}...); widen "
+                       "ray.port_range_start/port_range_end")

@@ -205,7 +205,7 @@ def skyrl_env(cfg) -> dict[str, str]:
     }
     if not cfg.is_lora:
         env["OPTIMIZER_STATE_DISK_DIR"] = cfg.paths.optimizer_state_disk_dir or ""
-    if cfg.is_lora:
+    else:
         # The seed's LoRA extras have no SkyRL 0.3.0 key; the Beam branch of SkyRL reads them from its launch scripts'
         # environment. They are passed the same way so the settings stay visible and overridable here.
         env["BEAM_LORA_PER_EXPERT_SLOTS"] = "1" if cfg.lora.per_expert_slots else "0"

@@ -11,14 +11,12 @@ Both sides share the checkpoint directory, so the protocol lives there, under ``
     "request_time", "reason", "host", "pid"}``.
 
 Order of events: the job calls :func:`request_save`; the trainer sees :func:`pending_request` at the end of a step,
-saves, calls :func:`acknowledge` and stops; the job waits for :func:`saved_since` to return a step, stops Ray and
-requeues; the next attempt resumes from the marker and calls :func:`clear` before training. A request that has
-been acknowledged is no longer pending, so a stale request left by a crash cannot make a new attempt stop at once.
+saves, calls :func:`acknowledge` and stops; the job waits for :func:`saved_since`, stops Ray and requeues; the next
+attempt resumes from the marker and calls :func:`clear`. An acknowledged request is no longer pending, so a stale one
+left by a crash cannot make a new attempt stop at once.
 
-Every write is atomic (temporary file in the same directory, then ``os.replace``), so a reader on another node
-never sees half a file. Standard library only: this module is imported by the job (Python 3.11) and inside the
-training container (Python 3.12). Paths must be on a POSIX file system shared by the batch host and the trainer
-(not an object store).
+Every write is atomic, so a reader on another node never sees half a file. Imported by the job (Python 3.11) and in
+the training container (3.12). Paths must be on a POSIX file system the batch host and the trainer share.
 """
 
 from __future__ import annotations
@@ -127,7 +125,4 @@ def saved_since(ckpt_path: str | os.PathLike[str], request_time: float) -> int |
 def clear(ckpt_path: str | os.PathLike[str]) -> None:
     """Remove the request and the acknowledgement (start of a new attempt). Checkpoints are never touched."""
     for name in (REQUEST_FILE, ACK_FILE):
-        try:
-            (_protocol_dir(ckpt_path) / name).unlink()
-        except FileNotFoundError:
-            pass
+        (_protocol_dir(ckpt_path) / name).unlink(missing_ok=True)

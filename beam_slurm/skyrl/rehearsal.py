@@ -179,10 +179,8 @@ def read_costs(settings: RehearsalSettings, environ) -> None:
 
 def _check(s: RehearsalSettings) -> None:
     if not isinstance(s.max_training_steps, int) or s.max_training_steps <= 0:
-        raise SettingsError(
-            f"trainer.max_training_steps={s.max_training_steps!r}: the rehearsal needs a positive step count; "
-            "pass trainer.max_training_steps=50 (or MAX_TRAINING_STEPS)"
-        )
+        raise SettingsError(f"trainer.max_training_steps={s.max_training_steps!r}: the rehearsal needs a positive step "
+                            "count; pass trainer.max_training_steps=50 (or MAX_TRAINING_STEPS)")
     for name in ("policy_num_nodes", "policy_num_gpus_per_node"):
         value = getattr(s, name)
         if not isinstance(value, int) or value < 1:
@@ -193,9 +191,8 @@ def _check(s: RehearsalSettings) -> None:
         if not s.resume_path:
             raise SettingsError("trainer.resume_mode=from_path needs trainer.resume_path=<ckpt_path>/global_step_N")
         if not Path(s.resume_path).name.startswith(STEP_PREFIX):
-            raise SettingsError(
-                f"trainer.resume_path={s.resume_path!r}: must name a {STEP_PREFIX}N directory (as SkyRL requires)"
-            )
+            raise SettingsError(f"trainer.resume_path={s.resume_path!r}: must name a {STEP_PREFIX}N directory (as "
+                                "SkyRL requires)")
     if s.max_ckpts_to_keep == 0:
         raise SettingsError("trainer.max_ckpts_to_keep=0: use -1 to keep all checkpoints or N > 0 to keep the last N")
 
@@ -218,10 +215,9 @@ def resume_step(s: RehearsalSettings) -> int:
     if s.resume_mode == "none":
         marker = notice.read_marker(root)
         if marker is not None:
-            raise SettingsError(
-                f"trainer.resume_mode=none but {root} already holds checkpoints (latest step {marker}); they would be "
-                "overwritten. Use trainer.resume_mode=latest, or a new trainer.ckpt_path"
-            )
+            raise SettingsError(f"trainer.resume_mode=none but {root} already holds checkpoints (latest step "
+                                f"{marker}); they would be overwritten. Use trainer.resume_mode=latest, or a new "
+                                "trainer.ckpt_path")
         return 0
     if s.resume_mode == "latest":
         marker = notice.read_marker(root)
@@ -229,11 +225,9 @@ def resume_step(s: RehearsalSettings) -> int:
             return 0
         dirs = _step_dirs(root)
         if dirs and max(dirs) - marker > max(s.ckpt_interval, 0):
-            raise SettingsError(
-                f"inconsistent checkpoint folder {root}: latest_ckpt_global_step.txt names {marker} but "
-                f"{dirs[max(dirs)]} is more than ckpt_interval={s.ckpt_interval} steps ahead; move the checkpoints of "
-                "the older run away (as SkyRL requires)"
-            )
+            raise SettingsError(f"inconsistent checkpoint folder {root}: latest_ckpt_global_step.txt names {marker} "
+                                f"but {dirs[max(dirs)]} is more than ckpt_interval={s.ckpt_interval} steps ahead; move "
+                                "the checkpoints of the older run away (as SkyRL requires)")
         path = root / f"{STEP_PREFIX}{marker}"
     else:
         path = Path(s.resume_path)
@@ -427,10 +421,9 @@ def place_actors(s: RehearsalSettings):
     ready, _ = ray.wait([group.ready()], timeout=timeout)
     if not ready:
         total = ray.cluster_resources().get("GPU", 0)
-        raise RuntimeError(
-            f"placement group of {world} GPU bundles ({s.policy_num_nodes} nodes x {s.policy_num_gpus_per_node}) "
-            f"not ready after {timeout:.0f} s; the Ray cluster has {total:g} GPUs"
-        )
+        raise RuntimeError(f"placement group of {world} GPU bundles ({s.policy_num_nodes} nodes x "
+                           f"{s.policy_num_gpus_per_node}) not ready after {timeout:.0f} s; the Ray cluster has "
+                           f"{total:g} GPUs")
     first_attempt = int(os.environ.get("SLURM_RESTART_COUNT", "0") or 0) == 0
     actors = [
         GpuSlot.options(scheduling_strategy=PlacementGroupSchedulingStrategy(
