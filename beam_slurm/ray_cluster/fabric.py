@@ -260,7 +260,6 @@ def _bounded(seconds: float, call: Any, *args: Any) -> dict[str, Any]:
 
 
 def resolve_backend(backend: str, gpus: int) -> str:
-    """auto -> nccl where this node has GPUs for the step and an NVIDIA driver, else gloo."""
     if backend != "auto":
         return backend
     return "nccl" if gpus > 0 and shutil.which("nvidia-smi") else "gloo"
@@ -561,8 +560,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"fabric FAILED: ranks {missing} did not report within {settings.timeout_s:.0f}s", flush=True)
     by_host: dict[str, dict[str, Any]] = {}
     for rank_record in gathered:
-        by_host.setdefault(rank_record["host"], {"host": rank_record["host"], "problems": [], "ranks": []})
-        by_host[rank_record["host"]]["ranks"].append(rank_record)
+        host = rank_record["host"]
+        by_host.setdefault(host, {"host": host, "problems": [], "ranks": []})["ranks"].append(rank_record)
     failing, summary = verdict(list(by_host.values()), settings)
     for line in summary_lines(summary):
         print(line, flush=True)

@@ -12,9 +12,8 @@ internet), so without care every attempt would be a run of its own. Here:
   in order of start time: `wandb sync --id <id> <folder>` per attempt (wandb >= 0.31 appends a folder to the run
   named by `--id`). `--dry-run` prints the commands only.
 
-The static part of the environment (mode, resume) comes from `beam_slurm.skyrl.command.skyrl_env`; the rehearsal
-trainer logs through `open_run`/`log` as SkyRL's own W&B logger does (wandb.init with project and name; id, resume,
-mode and folder from the environment).
+The static part (mode, resume) comes from `beam_slurm.skyrl.command.skyrl_env`; the rehearsal trainer logs through
+`open_run`/`log` as SkyRL's own W&B logger does.
 """
 
 from __future__ import annotations

@@ -1,8 +1,7 @@
 """How a preemption reaches a job on this cluster, read from Slurm itself (what `plan` reports in its notice lines).
 
-Three reads, each one command with a timeout: `scontrol show config` (PreemptType, PreemptMode, KillWait and
-whether SlurmctldParameters has preempt_send_user_signal), `scontrol show partition -o` (the partition's GraceTime
-and PreemptMode) and `sacctmgr show qos` (Preempt, PreemptMode, GraceTime of each QOS, for preempt/qos).
+Three reads with a timeout: `scontrol show config` (PreemptType, PreemptMode, KillWait, preempt_send_user_signal),
+`scontrol show partition -o` (GraceTime, PreemptMode) and, for preempt/qos, `sacctmgr show qos`.
 
 What a preemption sends, as seen on the sandbox (Slurm 22.05, partition GraceTime 20 s, KillWait 10 s):
 

@@ -1,11 +1,7 @@
 """How an attempt of the training job ends: requeue, finish, stop or fail. Pure decisions over what the attempt
 recorded (no Slurm, no files, no clock), so each rule reads top to bottom and is tested in milliseconds.
-
-`attempt.Attempt` gathers the facts (signals received and what Slurm said about them, the operator's wanted outcome
-from the run record, the checkpoint saved on notice, the Ray step's and the driver's statuses, the first failure a
-node recorded, the checkpoint at the attempt's start and end, the earlier attempts without progress), asks
-`decide`, and carries the decision out (`scontrol requeue`, the excluded nodes, the exit status). While a notice is
-being handled it asks `stop_waiting_for_save` when to stop waiting.
+`attempt.Attempt` gathers the facts (`AttemptFacts`), asks `decide` and carries the decision out (`scontrol
+requeue`, the excluded nodes, the exit status); while a notice is handled it asks `stop_waiting_for_save`.
 
 End kinds (`Decision.end_kind`, shown by `beam-slurm status` for every attempt):
 
