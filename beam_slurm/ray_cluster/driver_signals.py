@@ -30,7 +30,7 @@ def _may_hold() -> bool:
 def hold_first_sigterm() -> None:
     """Call in the driver after ray.init (which installs its own SIGTERM handler); a no-op unless the batch shell
     allowed it in the attempt's job spec (sigterm_notice)."""
-    if not JobSpec.current().sigterm_notice:
+    if not JobSpec.read(attempt_dir()).sigterm_notice:
         return
     previous = signal.getsignal(signal.SIGTERM)
 

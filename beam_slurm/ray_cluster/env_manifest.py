@@ -48,10 +48,6 @@ def masked(env: Mapping[str, str]) -> dict[str, str]:
     return {name: (MASK if is_secret(name) else value) for name, value in env.items()}
 
 
-def matches(name: str, patterns: list[str]) -> bool:
-    return any(fnmatch.fnmatchcase(name, pattern) for pattern in patterns)
-
-
 def problems(cfg) -> list:
     """Secret values written into the recipe, bad names and unreadable secret files; each names its key."""
     found = []
@@ -92,7 +88,7 @@ def resolve(spec: Mapping | None, environ: Mapping[str, str]) -> tuple[dict[str,
     if not spec:
         return {}, []
     inherit = list(spec.get("inherit") or [])
-    values = {name: value for name, value in environ.items() if matches(name, inherit)}
+    values = {name: value for name, value in environ.items() if any(fnmatch.fnmatchcase(name, p) for p in inherit)}
     values.update({name: environ[name] for name in spec.get("set") or [] if name in environ})
     for name, path in sorted((spec.get("secret_files") or {}).items()):
         try:

@@ -73,11 +73,6 @@ class JobSpec:
             return cls()
         return cls.from_mapping(json.loads(text))
 
-    @classmethod
-    def current(cls, environ: Mapping[str, str] | None = None) -> "JobSpec":
-        """The spec of the attempt this process belongs to (`BEAM_ATTEMPT_DIR`)."""
-        return cls.read(attempt_dir(environ))
-
     def log_copy_settings(self) -> LogCopySettings:
         return self.log_copy if self.log_copy is not None else LogCopySettings.schema_defaults()
 

@@ -77,10 +77,6 @@ def request_save(ckpt_path: str | os.PathLike[str], reason: str) -> None:
     write_json(_protocol_dir(ckpt_path) / REQUEST_FILE, payload)
 
 
-def _acknowledgement(ckpt_path: str | os.PathLike[str]) -> dict | None:
-    return _read_json(_protocol_dir(ckpt_path) / ACK_FILE)
-
-
 def _answers(ack: dict | None, request_time: float) -> bool:
     if not ack or "global_step" not in ack:
         return False
@@ -95,7 +91,7 @@ def pending_request(ckpt_path: str | os.PathLike[str]) -> dict | None:
         return None
     request_time = float(request.get("time", 0.0))
     request["time"] = request_time
-    if _answers(_acknowledgement(ckpt_path), request_time):
+    if _answers(_read_json(_protocol_dir(ckpt_path) / ACK_FILE), request_time):
         return None
     return request
 
@@ -116,7 +112,7 @@ def acknowledge(ckpt_path: str | os.PathLike[str], global_step: int) -> None:
 
 def saved_since(ckpt_path: str | os.PathLike[str], request_time: float) -> int | None:
     """The step saved in answer to a request made at ``request_time`` (epoch seconds), or None if not yet."""
-    ack = _acknowledgement(ckpt_path)
+    ack = _read_json(_protocol_dir(ckpt_path) / ACK_FILE)
     if _answers(ack, float(request_time)):
         return int(ack["global_step"])
     return None

@@ -50,7 +50,7 @@ def batch_log(job_id: str) -> tuple[Path | None, str]:
             continue
         given = re.search(r"(?:--output[= ]|-o ?)(\S+)", submit)
         if given:
-            path = Path(_expand(given.group(1), job_id, name))
+            path = Path(given.group(1).replace("%j", job_id).replace("%A", job_id).replace("%x", name))
             path = path if path.is_absolute() else Path(workdir) / path
             if path.is_file():
                 return path, "sacct SubmitLine"
@@ -60,10 +60,6 @@ def batch_log(job_id: str) -> tuple[Path | None, str]:
                 return hits[0], f"sacct WorkDir {workdir}"
         return None, f"no output file of job {job_id} in its working folder {workdir}"
     return None, "sacct does not know the job"
-
-
-def _expand(pattern: str, job_id: str, name: str) -> str:
-    return pattern.replace("%j", job_id).replace("%A", job_id).replace("%x", name)
 
 
 def tail(path: Path, lines: int) -> str:

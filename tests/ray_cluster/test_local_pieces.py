@@ -81,7 +81,7 @@ def test_settings_reject_bad_values_by_name():
 
 
 def test_the_job_spec_round_trips_through_the_attempt_folder(tmp_path):
-    from beam_slurm.ray_cluster.job_spec import JobSpec
+    from beam_slurm.ray_cluster.job_spec import JobSpec, attempt_dir
     from beam_slurm.ray_cluster.log_copy import LogCopySettings
 
     settings = RaySettings(network_interface="ib0", extra_env={"NCCL_SOCKET_IFNAME": "ib0"}, port_overrides={"gcs": 6380})
@@ -89,8 +89,8 @@ def test_the_job_spec_round_trips_through_the_attempt_folder(tmp_path):
                    env_manifest={"inherit": ["HF_*"], "set": ["CKPT_PATH"], "secret_files": {}}, sigterm_notice=True,
                    job_start_time=1.5, preflight_window=(2.0, 3.0), ray_step_launch_time=4.0)
     spec.write(tmp_path)
-    assert JobSpec.read(tmp_path) == spec and JobSpec.current({"BEAM_ATTEMPT_DIR": str(tmp_path)}) == spec
-    assert JobSpec.read(tmp_path / "none") == JobSpec() == JobSpec.current({})
+    assert JobSpec.read(tmp_path) == spec and JobSpec.read(attempt_dir({"BEAM_ATTEMPT_DIR": str(tmp_path)})) == spec
+    assert JobSpec.read(tmp_path / "none") == JobSpec() == JobSpec.read(attempt_dir({}))
     assert JobSpec().ray == RaySettings() and JobSpec().log_copy_settings() == LogCopySettings.schema_defaults()
 
 
