@@ -403,12 +403,10 @@ def config_problems(cfg) -> list:
     if not cfg.cluster.storage_write_gbytes_per_s > 0:
         out.append(ConfigProblem("cluster.storage_write_gbytes_per_s", cfg.cluster.storage_write_gbytes_per_s,
                                  "use the storage's write bandwidth per node in GB/s (> 0), e.g. the preflight's"))
-    for key, value in (("cluster.interruptions_per_day", cfg.cluster.interruptions_per_day),
-                       ("cluster.log_copy_s", cfg.cluster.log_copy_s),
-                       ("trainer.rehearsal_save_s", cfg.trainer.rehearsal_save_s),
-                       ("trainer.rehearsal_save_bytes", cfg.trainer.rehearsal_save_bytes),
-                       ("trainer.rehearsal_model_load_s", cfg.trainer.rehearsal_model_load_s),
-                       ("trainer.rehearsal_step_s", cfg.trainer.rehearsal_step_s)):
+    for key in ("cluster.interruptions_per_day", "cluster.log_copy_s", "trainer.rehearsal_save_s",
+                "trainer.rehearsal_save_bytes", "trainer.rehearsal_model_load_s", "trainer.rehearsal_step_s"):
+        section, name = key.split(".")
+        value = getattr(getattr(cfg, section), name)
         if value < 0:
             out.append(ConfigProblem(key, value, "use 0 or more"))
     if not cfg.trainer.expected_step_s > 0:

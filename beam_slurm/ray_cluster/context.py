@@ -39,12 +39,10 @@ class NodeContext:
             raise NodeFailure("setup", f"the Ray step has {num_tasks} tasks on {num_nodes} nodes; run it with "
                                        "--ntasks-per-node=1 (one Ray node per host)")
         nodelist = env.get("SLURM_STEP_NODELIST") or env.get("SLURM_JOB_NODELIST") or ""
-        hosts: list[str] = []
-        if nodelist:
-            try:
-                hosts = expand_hostnames(nodelist)
-            except SlurmCommandError:
-                hosts = []
+        try:
+            hosts = expand_hostnames(nodelist) if nodelist else []
+        except SlurmCommandError:
+            hosts = []
         folder = attempt_dir(env)
         try:
             spec = JobSpec.read(folder)

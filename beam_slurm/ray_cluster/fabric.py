@@ -276,8 +276,7 @@ def run_rank(settings: FabricSettings, environ: Mapping[str, str], host: str | N
                               "address": interface_ipv4(settings.interface) if settings.interface else None,
                               "pairs": [], "errors": []}
     started = time.monotonic()
-    phases: dict[str, float] = {}
-    record["phases"] = phases
+    phases: dict[str, float] = record.setdefault("phases", {})
     import torch
     import torch.distributed as dist
 
@@ -481,18 +480,13 @@ def verdict(node_records: list[dict[str, Any]], settings: FabricSettings) -> tup
         "backend": next((r.get("backend") for r in ranks), None),
         "interface": settings.interface or "(the hostname's network)",
         "addresses": {r["host"]: r.get("address") for r in ranks if r["local_rank"] == 0},
-        "socket_ifname": next((r.get("socket_ifname") for r in ranks), {}),
-        "ranks": len(ranks),
+        "socket_ifname": next((r.get("socket_ifname") for r in ranks), {}), "ranks": len(ranks),
         "seconds": max((r.get("seconds", 0.0) for r in ranks), default=0.0),
         "pairs": [{"hosts": list(e["hosts"]), "local_rank": e["local"],
                    **{k: e[k] for k in ("gbytes_per_s", "seconds", "error") if k in e}}
                   for _, e in sorted(edges.items())],
-        "node_gbytes_per_s": scores,
-        "median_gbytes_per_s": median,
-        "all_reduce": all_reduce,
-        "bad_nodes": sorted(failing),
-        "skipped": skipped,
-    }
+        "node_gbytes_per_s": scores, "median_gbytes_per_s": median, "all_reduce": all_reduce,
+        "bad_nodes": sorted(failing), "skipped": skipped}
     return failing, summary
 
 

@@ -78,8 +78,7 @@ def copy_logs(temp_dir: Path, dest: Path, max_bytes: int, *, reason: str, deadli
     `deadline` (a `clock()` time) is given, only until then. Returns (and writes to COPY.json) what was done."""
     dest.mkdir(parents=True, exist_ok=True)
     started = time.time()
-    used = 0
-    copied = kept = truncated = 0
+    used = copied = kept = truncated = 0
     left_out: list[str] = []
     wanted: set[Path] = set()
     finished = True

@@ -93,8 +93,8 @@ class NodeRole:
         return env
 
     def record_bringup(self) -> None:
-        """This node's process start and `ray start` window in <attempt dir>/bringup/<host>.json (kept after the
-        job, unlike the rendezvous files: a worker's `ray start` may return after the head wrote ray_ready.json)."""
+        """This node's start and `ray start` window in bringup/<host>.json: kept, unlike the rendezvous files, and a
+        worker's `ray start` may return after the head wrote ray_ready.json."""
         if self.ctx.attempt_dir is not None:
             write_json(self.ctx.attempt_dir / BRINGUP_DIR / f"{self.ctx.host}.json",
                        {"host": self.ctx.host, "rank": self.ctx.rank, "node_start": self.started,

@@ -24,9 +24,8 @@ class RaySettings:
     """How `beam_slurm.ray_cluster.node` starts, checks and stops Ray on the nodes of one job."""
 
     network_interface: str = ""
-    """Network interface whose IPv4 address each node gives Ray (e.g. `ib0`, `eth0`); set it where nodes have
-    several networks so Ray and NCCL use the fast one. Empty: the address the node's hostname resolves to, or, on a
-    worker when that is a loopback address, the local address of the route to the head."""
+    """Interface whose IPv4 address each node gives Ray (e.g. `ib0`), where nodes have several networks, so Ray and
+    NCCL use the fast one. Empty: the hostname's address, else (loopback) the source of the route to the head."""
     port_range_start: int = 12000
     """First port of the range the per-job ports are carved from. Each job takes one block of `ports_per_job`
     ports chosen by `SLURM_JOB_ID` (see `beam_slurm.ray_cluster.ports`), so two jobs sharing a node never meet."""
@@ -40,8 +39,8 @@ class RaySettings:
     """Fixed ports instead of the derived ones, by name (`ports.PORT_NAMES`: gcs, client_server, ..., max_worker),
     where a firewall opens only some ports; two jobs on one node then need different values."""
     readiness_timeout_s: float = 300.0
-    """Deadline for every node and every GPU to register with the head, counted from the head's start. On expiry
-    the job fails with the names of the nodes that did not join."""
+    """Deadline for every node and GPU to register with the head, from the head's start; the failure names the nodes
+    that did not join."""
     poll_interval_s: float = 0.5
     """How often the head asks the GCS for registered nodes during bring-up, and how often each node checks that
     its own Ray processes are alive afterwards."""

@@ -45,7 +45,6 @@ class Worker(NodeRole):
             if again is None or again["address"] == head["address"]:
                 raise
             head = self.followed_head = again
-            head_ip, gcs_port = head["address"].rsplit(":", 1)
             ports = self.start_ray(head=False, ip=ip, start_block=int(head["block"]), head_address=head["address"])
         head = self.followed_head or head  # where this node joined: the head may have moved during its start
         head_ip, gcs_port = head["address"].rsplit(":", 1)

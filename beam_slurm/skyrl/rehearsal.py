@@ -446,11 +446,7 @@ def run(s: RehearsalSettings) -> int:
 
     attempt = int(os.environ.get("SLURM_RESTART_COUNT", "0") or 0)
     start = resume_step(s)
-    if start:
-        _log(f"resumed from step {start} ({s.resume_mode})")
-    else:
-        _log("starting from step 0")
-    step_seconds = s.step_s
+    _log(f"resumed from step {start} ({s.resume_mode})" if start else "starting from step 0")
     ray.init(address=os.environ.get("RAY_ADDRESS", "auto"), log_to_driver=False)
     hold_first_sigterm()  # a preemption's SIGTERM to the tasks may be a notice (after ray.init's own handler)
     try:
@@ -473,7 +469,7 @@ def run(s: RehearsalSettings) -> int:
         saved_at = hf_at = None
         for step in range(start + 1, total + 1):
             heartbeat.step_start(step)
-            ray.get([a.step.remote(step_seconds, step) for a in actors])
+            ray.get([a.step.remote(s.step_s, step) for a in actors])
             heartbeat.step_end(step)
             progress = step / total
             reward = max(-1.0, min(1.0, math.tanh(3 * progress - 1) + rng.uniform(-0.05, 0.05)))

@@ -106,14 +106,8 @@ def parse_partitions(text: str) -> list[dict[str, str]]:
     """`scontrol show partition -o` (one partition per line, Key=Value tokens) as dicts."""
     rows = []
     for line in text.splitlines():
-        if not line.strip():
-            continue
-        row = {}
-        for token in shlex.split(line):
-            key, sep, value = token.partition("=")
-            if sep:
-                row[key] = value
-        rows.append(row)
+        if line.strip():
+            rows.append({key: value for key, sep, value in (t.partition("=") for t in shlex.split(line)) if sep})
     return rows
 
 
