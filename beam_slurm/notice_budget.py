@@ -34,17 +34,14 @@ from beam_slurm.config.errors import ConfigProblem
 from beam_slurm.sizing import FULL_CHECKPOINT_TB_TOTAL, full_checkpoint_tb_per_node
 from beam_slurm.slurm.values import describe_seconds, time_limit_seconds
 
-GB = 1e9
-"""Bandwidth and sizes in decimal gigabytes, as storage vendors quote them."""
+GB = 1e9  # decimal, as storage vendors quote bandwidth
 DAY_S = 86400.0
 LORA_TRAINABLE_SHARE_PER_RANK = 2 / 7168
-"""Share of the base's parameters that LoRA adds per unit of rank on all linear layers: rank x (in + out) over
-in x out with in ~ out ~ 7,168 (an assumption: the seed gives no layer sizes); rank 64 -> ~1.8%. The LoRA
-checkpoint (adapters and their optimizer state) is that share of the seed's full 7 TB checkpoint."""
+"""LoRA's share of the base's parameters per unit of rank: rank x (in + out) / (in x out) with in ~ out ~ 7,168 (the
+seed gives no layer sizes); rank 64 -> ~1.8% of the seed's full 7 TB checkpoint."""
 
 
 def save_seconds(bytes_per_node: float, write_gbytes_per_s: float) -> float:
-    """Seconds one node needs to write its share of a checkpoint at the given bandwidth (GB/s)."""
     if bytes_per_node <= 0:
         return 0.0
     if write_gbytes_per_s <= 0:
@@ -56,18 +53,12 @@ def save_seconds(bytes_per_node: float, write_gbytes_per_s: float) -> float:
 class Budget:
     """One notice's budget: what must happen between the notice and the kill, in seconds."""
 
-    lead_s: float
-    """Notice to kill: cluster.signal_before_s for the time limit, the partition's GraceTime for a preemption."""
-    step_s: float
-    """One training step (the trainer saves at the next step boundary)."""
+    lead_s: float  # notice to kill: cluster.signal_before_s, or a preemption's GraceTime
+    step_s: float  # the trainer saves at the next step boundary
     save_s: float
-    """One checkpoint save."""
-    stop_s: float
-    """Stopping Ray on every node (cluster.stop_grace_s)."""
-    log_copy_s: float
-    """Copying each node's logs to shared storage (cluster.log_copy_s)."""
-    grace_s: float = math.inf
-    """How long the job waits for the save after the notice (cluster.grace_s); inf = not bounded."""
+    stop_s: float  # stopping Ray on every node (cluster.stop_grace_s)
+    log_copy_s: float  # cluster.log_copy_s
+    grace_s: float = math.inf  # how long the job waits for the save (cluster.grace_s)
 
     @property
     def needed_s(self) -> float:
@@ -75,7 +66,6 @@ class Budget:
 
     @property
     def save_window_s(self) -> float:
-        """Seconds the lead leaves for the save itself."""
         return self.lead_s - self.step_s - self.stop_s - self.log_copy_s
 
     @property
@@ -160,11 +150,9 @@ class IntervalAdvice:
 
     advised_steps: int
     configured_steps: int
-    advised_waste: float
-    """Share of GPU time lost to saving and redone steps at the advised interval."""
+    advised_waste: float  # share of GPU time lost to saves and redone steps
     configured_waste: float
-    optimum_s: float
-    """Young/Daly's continuous optimum in seconds of training (inf: no interruptions without notice expected)."""
+    optimum_s: float  # Young/Daly's continuous optimum (inf: no interruptions without notice expected)
 
 
 def advise_interval(*, save_s: float, step_s: float, interruptions_per_day: float, configured_steps: int,
@@ -200,9 +188,7 @@ def measured_step_seconds(metrics_file: Path) -> float | None:
     return statistics.median(gaps) if gaps else None
 
 
-STOP_FILE = "ray_stop.json"
-"""In each attempt's log folder (<log_dir>/<jobid>-<attempt>/), written by the job when it stopped the Ray step:
-{"seconds": stop signal -> step ended (driver, every node's Ray and its last log copy), "time"}."""
+STOP_FILE = "ray_stop.json"  # per attempt folder: {"seconds": stop signal -> Ray step ended, "time"}
 
 
 def measured_stop_seconds(log_dir: Path) -> tuple[float, int] | None:
@@ -214,9 +200,6 @@ def measured_stop_seconds(log_dir: Path) -> tuple[float, int] | None:
         except (OSError, ValueError, KeyError, TypeError):
             continue
     return (statistics.median(seconds), len(seconds)) if seconds else None
-
-
-# ------------------------------------------------------------------------------------------- from a loaded recipe
 
 
 def checkpoint_bytes_per_node(cfg) -> tuple[float, str]:
@@ -254,7 +237,6 @@ def stop_seconds(cfg) -> tuple[float, float, str]:
 
 
 def recipe_save_seconds(cfg, write_gbytes_per_s: float | None = None) -> float:
-    """One save of this recipe at the configured (or the given, e.g. measured) bandwidth."""
     bandwidth = cfg.cluster.storage_write_gbytes_per_s if write_gbytes_per_s is None else write_gbytes_per_s
     return max(save_seconds(checkpoint_bytes_per_node(cfg)[0], bandwidth), min_save_seconds(cfg))
 
@@ -281,23 +263,18 @@ class SaveCost:
     step_s: float
     bytes_per_node: float
     min_save_s: float
-    """The rehearsal's save lasts at least trainer.rehearsal_save_s; 0 for real trainers."""
-    write_gbytes_per_s: float
-    """cluster.storage_write_gbytes_per_s, used where nothing was measured."""
+    write_gbytes_per_s: float  # used where nothing was measured
     job_grace_s: float
-    """cluster.grace_s: how long the job waits for the save."""
 
     @classmethod
     def of(cls, cfg) -> "SaveCost":
         return cls(step_s=step_seconds(cfg)[0], bytes_per_node=checkpoint_bytes_per_node(cfg)[0],
-                   min_save_s=min_save_seconds(cfg),
-                   write_gbytes_per_s=float(cfg.cluster.storage_write_gbytes_per_s),
+                   min_save_s=min_save_seconds(cfg), write_gbytes_per_s=float(cfg.cluster.storage_write_gbytes_per_s),
                    job_grace_s=float(cfg.cluster.grace_s))
 
     def preemption_budget(self, grace_s: float, measured_gbytes_per_s: float | None = None) -> Budget:
-        """A preemption's budget: once the checkpoint is complete, the kill at the end of the grace time loses nothing
-        and Slurm requeues the job itself, so only the step and the save must fit (stopping Ray and copying logs may
-        be cut short)."""
+        """A preemption's budget: once the checkpoint is complete the kill loses nothing and Slurm requeues the job,
+        so only the step and the save must fit (stopping Ray and copying logs may be cut short)."""
         rate = self.write_gbytes_per_s if measured_gbytes_per_s is None else measured_gbytes_per_s
         save = max(save_seconds(self.bytes_per_node, rate), self.min_save_s)
         return Budget(lead_s=float(grace_s), step_s=self.step_s, save_s=save, stop_s=0.0, log_copy_s=0.0,
@@ -305,9 +282,8 @@ class SaveCost:
 
 
 def term_notice(info, qos: str | None, cost: SaveCost, measured_gbytes_per_s: float | None = None) -> tuple[bool, str]:
-    """Whether the first SIGTERM of a preemption, which reaches only the job's tasks, is taken as a notice (the Ray
-    step holds it and the job saves as on USR1), and why. Only when the step and the save fit in the GraceTime:
-    otherwise the Ray step stops at once, as it always did. `info`: `beam_slurm.slurm.preemption.PreemptionInfo`."""
+    """Whether a preemption's first SIGTERM, which reaches only the job's tasks, is taken as a notice (the Ray step
+    holds it, the job saves as on USR1), and why: only when the step and the save fit in the GraceTime."""
     if not info.reachable:
         return False, f"Slurm did not say how a preemption comes ({info.why})"
     if not info.preemptable(qos):
@@ -345,20 +321,16 @@ class AttemptProgress:
     time-limit notice (signal_before_s before the limit), a periodic save every checkpoint.interval steps."""
 
     limit_s: float | None
-    """The attempt's time limit (None: no limit)."""
-    start_s: float
-    """Bring-up and model load before the first step (trainer.expected_bringup_s + trainer.expected_model_load_s)."""
+    start_s: float  # bring-up and model load before the first step
     step_s: float
     save_s: float
     lead_s: float
-    """The time-limit notice's lead (cluster.signal_before_s)."""
     interval: int
     max_steps: int
     notice_save_fits: bool
 
     @property
     def train_s(self) -> float:
-        """Seconds of training before the notice."""
         return math.inf if self.limit_s is None else self.limit_s - self.lead_s - self.start_s
 
     @property
@@ -414,7 +386,6 @@ class AttemptProgress:
 
 
 def attempt_progress(cfg) -> AttemptProgress:
-    """How far one attempt of this recipe gets (see AttemptProgress)."""
     c, t = cfg.cluster, cfg.trainer
     limit = time_limit_seconds(c.time_limit)
     # The rehearsal loads no model: its own load time stands in (as its step time does in step_seconds).
@@ -432,12 +403,10 @@ def config_problems(cfg) -> list:
     if not cfg.cluster.storage_write_gbytes_per_s > 0:
         out.append(ConfigProblem("cluster.storage_write_gbytes_per_s", cfg.cluster.storage_write_gbytes_per_s,
                                  "use the storage's write bandwidth per node in GB/s (> 0), e.g. the preflight's"))
-    for key, value in (("cluster.interruptions_per_day", cfg.cluster.interruptions_per_day),
-                       ("cluster.log_copy_s", cfg.cluster.log_copy_s),
-                       ("trainer.rehearsal_save_s", cfg.trainer.rehearsal_save_s),
-                       ("trainer.rehearsal_save_bytes", cfg.trainer.rehearsal_save_bytes),
-                       ("trainer.rehearsal_model_load_s", cfg.trainer.rehearsal_model_load_s),
-                       ("trainer.rehearsal_step_s", cfg.trainer.rehearsal_step_s)):
+    for key in ("cluster.interruptions_per_day", "cluster.log_copy_s", "trainer.rehearsal_save_s",
+                "trainer.rehearsal_save_bytes", "trainer.rehearsal_model_load_s", "trainer.rehearsal_step_s"):
+        section, name = key.split(".")
+        value = getattr(getattr(cfg, section), name)
         if value < 0:
             out.append(ConfigProblem(key, value, "use 0 or more"))
     if not cfg.trainer.expected_step_s > 0:
@@ -450,9 +419,6 @@ def config_problems(cfg) -> list:
 
 def _s(seconds: float) -> str:
     return "never (no bandwidth)" if not math.isfinite(seconds) else f"{seconds:,.0f} s"
-
-
-# ------------------------------------------------------------------------------------------- plan's lines
 
 
 def plan_rows(cfg, preemption=None) -> list[tuple[str, str, str]]:

@@ -44,27 +44,16 @@ class StatusRow:
     """One line of the table."""
 
     run: str
-    """Run name."""
-    stage: str
-    """data, container, train, or evaluate step N."""
-    job_id: str
-    """Slurm job id ('' when the stage was skipped)."""
-    state: str
-    """Slurm state, or SKIPPED."""
+    stage: str  # data, container, train, or evaluate N
+    job_id: str  # '' when the stage was skipped
+    state: str  # Slurm's, or SKIPPED
     restarts: int
-    """Requeues of the job so far."""
-    elapsed: str
-    """Run time of the current attempt."""
+    elapsed: str  # of the current attempt
     nodes: str
-    """Node list."""
-    checkpoint: str
-    """Latest complete checkpoint step / max steps (train rows)."""
-    evaluation: str
-    """Latest evaluation result (train rows: latest of the run; evaluate rows: that step's)."""
-    reason: str
-    """Why it waits, why it was skipped, or how it ended."""
-    rehearsal: bool = False
-    """The run uses the rehearsal trainer (trainer.backend=rehearsal): it checks the plumbing, it does not train."""
+    checkpoint: str  # train rows: latest complete step / max steps
+    evaluation: str  # train rows: the run's latest result; evaluate rows: that step's
+    reason: str  # why it waits, why it was skipped, or how it ended
+    rehearsal: bool = False  # trainer.backend=rehearsal: it checks the plumbing, it does not train
 
 
 def resolve_targets(target: str | None) -> tuple[list[Path], str]:
@@ -225,8 +214,7 @@ def _reason(record, entry: StageEntry | EvaluationEntry, records: dict, stage_of
 
 def render_table(rows: list[StatusRow], title: str):
     colours = {"COMPLETED": "green", "RUNNING": "cyan", "PENDING": "yellow", "SKIPPED": "dim", "FAILED": "red",
-               "STOPPED": "magenta",
-               "CANCELLED": "red", "TIMEOUT": "red", "NODE_FAIL": "red", "OUT_OF_MEMORY": "red"}
+               "STOPPED": "magenta", "CANCELLED": "red", "TIMEOUT": "red", "NODE_FAIL": "red", "OUT_OF_MEMORY": "red"}
     rehearsals = sorted({r.run for r in rows if r.rehearsal})
     caption = f"{', '.join(rehearsals)}: {REHEARSAL_RUN}" if rehearsals else None
     table = Table(title=title, caption=caption, caption_style="red")
@@ -249,7 +237,6 @@ def render_table(rows: list[StatusRow], title: str):
 
 
 def build_parser():
-    """The verb's parser: the target, --watch, --json. It reads no recipe key."""
     verb = VerbArgs("status", __doc__.split("\n\n")[0], settings=False)
     verb.add_argument("target", nargs="?", help="run folder, run name or sweep folder (default: the last submitted)")
     verb.add_argument("--watch", action="store_true", help="refresh until every job has ended (Ctrl-C to stop)")
@@ -267,11 +254,8 @@ def main(argv: list[str]) -> int:
         export_paths, title = resolve_targets(args.target)
     except (VerbUsageError, StatusInputError) as exc:
         return verb.fail(exc)
-    def snapshot() -> list[StatusRow]:
-        return collect(export_paths)
-
     try:
-        rows = snapshot()
+        rows = collect(export_paths)
         if args.json:
             print(json.dumps([asdict(r) for r in rows], indent=2))
             return 0
@@ -283,17 +267,13 @@ def main(argv: list[str]) -> int:
             return 0
         with Live(render_table(rows, title), console=console, refresh_per_second=1) as live:
             # Done when every job has ended, or waits for a dependency that can never be satisfied.
-            while not all(r.state in ("SKIPPED", "STOPPED") or r.state in _final_states() or r.stage.startswith(" ")
+            while not all(r.state in ("SKIPPED", "STOPPED") or r.state in FINAL_STATES or r.stage.startswith(" ")
                           or r.reason.startswith("DependencyNeverSatisfied") for r in rows):
                 time.sleep(args.interval)
-                rows = snapshot()
+                rows = collect(export_paths)
                 live.update(render_table(rows, f"{title}  ({time.strftime('%H:%M:%S')})"))
     except SlurmCommandError as exc:
         return verb.fail(exc, status=1)
     except KeyboardInterrupt:
         return 0
     return 0
-
-
-def _final_states() -> set[str]:
-    return FINAL_STATES

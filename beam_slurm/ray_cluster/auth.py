@@ -16,7 +16,6 @@ from pathlib import Path
 from beam_slurm.ray_cluster.settings import RaySettings
 
 TOKEN_FILE = "ray_auth_token"
-"""Name of the token file in the job folder."""
 
 
 def job_dir(settings: RaySettings, job_id: str | int) -> Path:
@@ -76,10 +75,8 @@ def auth_env(settings: RaySettings, token_path: Path | None) -> dict[str, str]:
 
 
 def remove_stale_job_dir(settings: RaySettings, job_id: str | int) -> bool:
-    """At a job's first attempt: delete a folder an earlier job with the same id left (killed before it cleaned up,
-    and job ids repeat once a cluster's controller state is reset or the ids wrap). Its rendezvous files would
-    otherwise send this job's workers to a head that is long gone, and its `ended` mark stop them at once. True when
-    one was removed."""
+    """At a job's first attempt: delete the folder an earlier job of the same id left (job ids repeat), whose
+    rendezvous files would send this job's workers to a long-gone head. True when one was removed."""
     if not job_dir(settings, job_id).exists():
         return False
     remove_job_dir(settings, job_id)

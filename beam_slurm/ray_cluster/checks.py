@@ -8,11 +8,9 @@ from typing import Any
 from beam_slurm.ray_cluster.gpus import compare_gpu_view, probe_gpu_view
 from beam_slurm.ray_cluster.records import NodeFailure
 
-# Imported inside the functions that use it, on purpose: ray (the checks run inside the driver, where Ray is already
-# imported).
+# ray is imported inside the functions, on purpose: the checks run where Ray is already imported.
 
-PROBE_TIMEOUT_S = 120
-"""How long the visibility probe may take on every node together."""
+PROBE_TIMEOUT_S = 120  # for the visibility probe on every node together
 
 
 def check_gpu_count(host: str, gpus: list[str], source: str, expected: int | None) -> None:

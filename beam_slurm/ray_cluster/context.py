@@ -17,35 +17,15 @@ class NodeContext:
     """One task of the Ray step (one per node): its job, attempt, rank and the step's nodes."""
 
     job_id: str
-    """SLURM_JOB_ID."""
-    attempt: int
-    """SLURM_RESTART_COUNT."""
-    step: str
-    """SLURM_STEP_ID (separates two Ray steps of one attempt)."""
-    rank: int
-    """SLURM_PROCID; 0 is the head."""
+    attempt: int  # SLURM_RESTART_COUNT
+    step: str  # SLURM_STEP_ID: separates two Ray steps of one attempt
+    rank: int  # SLURM_PROCID; 0 is the head
     num_nodes: int
-    """Nodes in the step."""
     host: str
-    """This node's name."""
-    step_hosts: list[str]
-    """Every node of the step, in rank order (one task per node, block distribution)."""
-    attempt_dir: Path | None
-    """Per-attempt log folder on shared storage (BEAM_ATTEMPT_DIR)."""
-    cpus: int
-    """CPUs on this node for this job."""
+    step_hosts: list[str]  # in rank order (one task per node, block distribution)
+    attempt_dir: Path | None  # BEAM_ATTEMPT_DIR
+    cpus: int  # on this node for this job
     spec: JobSpec = field(default_factory=JobSpec)
-    """The attempt's job spec (`beam_slurm.ray_cluster.job_spec`): Ray settings, log copy, manifest, timings."""
-
-    @property
-    def expected_gpus(self) -> int | None:
-        """GPUs each node should have (the job spec's gpus_per_node), None when not given."""
-        return self.spec.gpus_per_node
-
-    @property
-    def sigterm_notice(self) -> bool:
-        """Hold a first SIGTERM that may be a preemption's only notice (the job spec's sigterm_notice)."""
-        return self.spec.sigterm_notice
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None) -> "NodeContext":
@@ -59,29 +39,19 @@ class NodeContext:
             raise NodeFailure("setup", f"the Ray step has {num_tasks} tasks on {num_nodes} nodes; run it with "
                                        "--ntasks-per-node=1 (one Ray node per host)")
         nodelist = env.get("SLURM_STEP_NODELIST") or env.get("SLURM_JOB_NODELIST") or ""
-        hosts: list[str] = []
-        if nodelist:
-            try:
-                hosts = expand_hostnames(nodelist)
-            except SlurmCommandError:
-                hosts = []
+        try:
+            hosts = expand_hostnames(nodelist) if nodelist else []
+        except SlurmCommandError:
+            hosts = []
         folder = attempt_dir(env)
         try:
             spec = JobSpec.read(folder)
         except (OSError, ValueError, TypeError) as exc:
             raise NodeFailure("setup", f"the attempt's job spec in {folder} cannot be read: {exc}") from None
-        return cls(
-            job_id=env["SLURM_JOB_ID"],
-            attempt=int(env.get("SLURM_RESTART_COUNT") or 0),
-            step=env.get("SLURM_STEP_ID", "0"),
-            rank=int(env["SLURM_PROCID"]),
-            num_nodes=num_nodes,
-            host=env.get("SLURMD_NODENAME") or socket.gethostname(),
-            step_hosts=hosts,
-            attempt_dir=folder,
-            cpus=int(env.get("SLURM_CPUS_ON_NODE") or os.cpu_count() or 1),
-            spec=spec,
-        )
+        return cls(job_id=env["SLURM_JOB_ID"], attempt=int(env.get("SLURM_RESTART_COUNT") or 0),
+                   step=env.get("SLURM_STEP_ID", "0"), rank=int(env["SLURM_PROCID"]), num_nodes=num_nodes,
+                   host=env.get("SLURMD_NODENAME") or socket.gethostname(), step_hosts=hosts, attempt_dir=folder,
+                   cpus=int(env.get("SLURM_CPUS_ON_NODE") or os.cpu_count() or 1), spec=spec)
 
     def host_of_rank(self, rank: int) -> str:
         return self.step_hosts[rank] if rank < len(self.step_hosts) else f"rank {rank}"

@@ -4,8 +4,8 @@ Slurm's proctrack plugin signals every process of the Ray step it tracks: the no
 the driver (`beam_slurm.ray_cluster.node` holds the task's SIGTERM, see `NodeRole.hold_sigterm`). The driver must
 hold that first SIGTERM too, or it exits (Ray's own handler calls sys.exit) before the batch shell asks it to save.
 `hold_first_sigterm()` installs a handler, chained to whatever handler was there (Ray's, after ray.init), that
-holds one SIGTERM when the batch shell allowed it (the job spec's sigterm_notice) and the attempt is not being stopped by
-us (`records.STOPPING_FILE`); any other SIGTERM goes to the previous handler.
+holds one SIGTERM when the job spec's sigterm_notice allows it and the attempt is not being stopped by us
+(`records.STOPPING_FILE`); any other SIGTERM goes to the previous handler.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ def _may_hold() -> bool:
 def hold_first_sigterm() -> None:
     """Call in the driver after ray.init (which installs its own SIGTERM handler); a no-op unless the batch shell
     allowed it in the attempt's job spec (sigterm_notice)."""
-    if not JobSpec.current().sigterm_notice:
+    if not JobSpec.read(attempt_dir()).sigterm_notice:
         return
     previous = signal.getsignal(signal.SIGTERM)
 

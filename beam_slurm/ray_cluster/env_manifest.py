@@ -7,11 +7,11 @@ The manifest names the variables the driver, the Ray processes and so every Ray 
 - the recipe's own variables (`beam_slurm.skyrl.command.skyrl_env`, which includes `trainer.extra_env`);
 - `trainer.env_secret_files`: NAME -> a file holding the value, read on each node.
 
-The batch shell passes the manifest's description (names, patterns, file paths: never a value) to the nodes in
-the attempt's job spec (`beam_slurm.ray_cluster.job_spec`); each node resolves it against its own environment (srun hands the batch shell's environment
-to every task) before `ray start`, so the raylet and every worker it spawns inherit it: a variable set only in the
-driver's process never reaches a worker on another node (SkyRL PR 1406), one in the raylet's environment always
-does. Each node records what it exported in `<attempt dir>/env/<node>.json`, secrets as `<set>`.
+The batch shell passes the manifest's description (names, patterns, file paths: never a value) to the nodes in the
+job spec; each node resolves it against its own environment (srun hands every task the batch shell's) before `ray
+start`, so the raylet and every worker it spawns inherit it: a variable set only in the driver's process never
+reaches a worker on another node (SkyRL PR 1406), one in the raylet's environment always does. Each node records
+what it exported in `<attempt dir>/env/<node>.json`, secrets as `<set>`.
 
 Secrets (names containing TOKEN, KEY, SECRET, PASSWORD, PASSWD, CREDENTIAL; not those ending in _PATH, _FILE or
 _DIR, which name files) travel only by inheritance or by file: a secret value in `trainer.extra_env` or
@@ -29,10 +29,8 @@ from typing import Mapping
 from beam_slurm.config.errors import ConfigProblem
 from beam_slurm.core.atomic_files import write_json
 
-MASK = "<set>"
-"""What a rendered command, a log or a record shows in place of a secret value."""
-RECORD_DIR = "env"
-"""Per-node records in the attempt's log folder: env/<node>.json."""
+MASK = "<set>"  # shown in place of a secret value
+RECORD_DIR = "env"  # per-node records in the attempt's log folder: env/<node>.json
 
 _SECRET_WORDS = re.compile(r"TOKEN|KEY|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
 _FILE_SUFFIXES = ("_PATH", "_FILE", "_DIR")
@@ -48,10 +46,6 @@ def is_secret(name: str) -> bool:
 def masked(env: Mapping[str, str]) -> dict[str, str]:
     """`env` with every secret value replaced by `<set>` (for display)."""
     return {name: (MASK if is_secret(name) else value) for name, value in env.items()}
-
-
-def matches(name: str, patterns: list[str]) -> bool:
-    return any(fnmatch.fnmatchcase(name, pattern) for pattern in patterns)
 
 
 def problems(cfg) -> list:
@@ -89,14 +83,12 @@ class ManifestError(RuntimeError):
 
 
 def resolve(spec: Mapping | None, environ: Mapping[str, str]) -> tuple[dict[str, str], list[str]]:
-    """On a node: (the manifest's variables with their values, the explicit names it lists that are unset here).
-
-    Inherited names and the recipe's own variables are taken from `environ` (the task's environment); secret files
-    are read here. Without a description (a node started without the recipe's trainer) the manifest is empty."""
+    """On a node: (the manifest's variables with their values from `environ` and the secret files, the names it
+    lists that are unset here). Without a description (no recipe's trainer) the manifest is empty."""
     if not spec:
         return {}, []
     inherit = list(spec.get("inherit") or [])
-    values = {name: value for name, value in environ.items() if matches(name, inherit)}
+    values = {name: value for name, value in environ.items() if any(fnmatch.fnmatchcase(name, p) for p in inherit)}
     values.update({name: environ[name] for name in spec.get("set") or [] if name in environ})
     for name, path in sorted((spec.get("secret_files") or {}).items()):
         try:

@@ -1,25 +1,19 @@
-"""Fabric check: before Ray starts, move data between the nodes of the allocation over the network NCCL will use, so
-a wrong interface, a dead link or a slow node fails the preflight by name instead of an hour later, after the model
-has loaded (NCCL picking the wrong interface is the most common multi-node failure).
+"""Fabric check: before Ray starts, move data between the allocation's nodes over the network NCCL will use, so a
+wrong interface, a dead link or a slow node fails the preflight by name, not an hour later after the model loaded.
 
-Every node joins a rendezvous on the head's Slurm network address (a TCPStore, not the fabric, so a broken fabric
-link does not hide who answered). Then ranks exchange `bytes` with their ring neighbours, one pair at a time per rank
-(two or three rounds), over torch.distributed: gloo on CPU-only nodes, NCCL with one process per GPU on GPU nodes
-(GPU k of a node pairs with GPU k of the next node, so every rail is measured). When every pair worked, one
-all_reduce over all ranks times the collective. A node is named when
+Every node joins a rendezvous (a TCPStore on the head's Slurm address, not the fabric, so a broken link does not hide
+who answered). Ranks then exchange `bytes` with their ring neighbours, one pair per rank per round (two or three
+rounds), over torch.distributed: gloo on CPU nodes, NCCL with one process per GPU (GPU k pairs with GPU k of the next
+node, so every rail is measured); when every pair worked, one all_reduce times the collective. A node is named when
 
 - its fabric interface is missing, down or has no IPv4 address, or a configured interface name
   (`ray.network_interface`, NCCL_SOCKET_IFNAME, GLOO_SOCKET_IFNAME) matches no interface on it;
-- it did not join within `timeout_s`, or every pair it was in got no answer within `timeout_s`;
-- its bandwidth (its best pair, per GPU rail; the worst rail counts) is below `min_bandwidth_ratio` x the median.
+- it did not join, or every pair it was in got no answer, within `timeout_s`;
+- its bandwidth (best pair per GPU rail; the worst rail counts) is below `min_bandwidth_ratio` x the median.
 
-Two ways to run it:
-
-- inside the job: `beam_slurm.slurm.preflight` calls `run_node` on every node (one task per node) and the batch
-  shell turns the records into a verdict with `verdict` (logged, and `fabric.json` in the attempt's log folder);
-- standalone, torchrun-style (MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE, LOCAL_RANK):
-  `torchrun --standalone --nproc-per-node=2 -m beam_slurm.ray_cluster.fabric --backend nccl`; rank 0 prints the
-  verdict of all ranks.
+Inside the job `beam_slurm.slurm.preflight` calls `run_node` on every node and the batch shell logs the `verdict` and
+writes `fabric.json` in the attempt's log folder. Standalone, torchrun-style (rank 0 prints the verdict):
+`torchrun --standalone --nproc-per-node=2 -m beam_slurm.ray_cluster.fabric --backend nccl`.
 """
 
 from __future__ import annotations
@@ -48,16 +42,12 @@ from beam_slurm.ray_cluster.network import interface_ipv4 as address_of
 from beam_slurm.ray_cluster.ports import FIXED_PORTS, first_block
 from beam_slurm.slurm.scheduler import expand_hostnames
 
-# Imported inside the functions that use it, on purpose: torch (only the fabric probe's workers need it; the probe's
-# parent process never imports it).
+# torch is imported inside run_rank, on purpose: only the probe's worker processes need it.
 
-RESULT_PREFIX = "BEAM_FABRIC "
-"""Start of the line each rank prints with its measurements (JSON)."""
+RESULT_PREFIX = "BEAM_FABRIC "  # starts the JSON line each rank prints
 INTERFACE_VARIABLES = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME")
-"""Environment variables naming the interfaces NCCL and gloo use; checked against the interfaces of every node."""
 _ITERATIONS = 3
-_START_UP_S = 60.0
-"""Extra seconds a rank waits for the rendezvous while the other nodes' processes start (srun skew, imports)."""
+_START_UP_S = 60.0  # extra rendezvous wait while the other nodes' processes start (srun skew, imports)
 _SIOCGIFFLAGS = 0x8913
 _IFF_UP, _IFF_RUNNING = 0x1, 0x40
 
@@ -66,31 +56,21 @@ _IFF_UP, _IFF_RUNNING = 0x1, 0x40
 class FabricSettings:
     """What the fabric check does; built by the job from the `cluster.fabric_*` keys."""
 
-    enabled: bool = False
-    """Run the check in the preflight (cluster.fabric_check)."""
-    timeout_s: float = 30.0
-    """Seconds for every node to join, and for each pair to answer (cluster.fabric_check_timeout_s)."""
-    bytes: int = 64 * 1024**2
-    """Bytes each pair sends each way per iteration (cluster.fabric_check_bytes)."""
-    interface: str = ""
-    """Interface the check's traffic uses (GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME of the check); empty: the
-    hostname's network."""
-    interface_settings: dict[str, str] = field(default_factory=dict)
-    """Setting name -> interface spec to check on every node (e.g. {"ray.network_interface": "ib0"})."""
-    backend: str = "auto"
-    """gloo, nccl or auto (NCCL where the node has GPUs and a driver, else gloo)."""
-    port: int = 0
-    """TCP port of the rendezvous on the first node (the spare port of the job's Ray port block)."""
+    enabled: bool = False  # cluster.fabric_check
+    timeout_s: float = 30.0  # to join, and for each pair to answer (cluster.fabric_check_timeout_s)
+    bytes: int = 64 * 1024**2  # each way per pair and iteration (cluster.fabric_check_bytes)
+    interface: str = ""  # the check's GLOO/NCCL_SOCKET_IFNAME; empty: the hostname's network
+    interface_settings: dict[str, str] = field(default_factory=dict)  # setting -> interface spec to check per node
+    backend: str = "auto"  # gloo, nccl, or auto (NCCL where the node has GPUs and a driver)
+    port: int = 0  # rendezvous port on the first node (the spare port of the job's Ray port block)
     min_bandwidth_ratio: float = 0.5
-    """A node below this fraction of the median bandwidth is named."""
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
 
 def fabric_settings(cfg: Any) -> FabricSettings:
-    """The recipe's `cluster.fabric_*` keys, with the interface resolved and every configured interface name to
-    check on the nodes. The port is filled in inside the job (`with_job_port`)."""
+    """The recipe's `cluster.fabric_*` keys and every configured interface name; the job fills in the port."""
     cluster, ray, trainer = cfg.cluster, cfg.ray, cfg.trainer
     named: dict[str, str] = {}
     if cluster.fabric_interface:
@@ -109,25 +89,18 @@ def fabric_settings(cfg: Any) -> FabricSettings:
 
 
 def with_job_port(settings: dict[str, Any], ray_settings: Any, job_id: str) -> dict[str, Any]:
-    """The settings with the rendezvous port set: the last spare fixed port of the job's Ray port block (Ray is not
-    running yet, and the block is the range the site opened for this job)."""
+    """The last spare fixed port of the job's Ray port block: Ray is not up yet, and the site opened that range."""
     if settings.get("port"):
         return settings
     base = ray_settings.port_range_start + first_block(int(job_id), ray_settings) * ray_settings.ports_per_job
     return {**settings, "port": base + FIXED_PORTS - 1}
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# Interfaces
-
-
 def interface_names() -> list[str]:
-    """Network interfaces of this host (its network namespace)."""
     return [name for _, name in socket.if_nameindex()]
 
 
 def interface_ipv4(name: str) -> str | None:
-    """IPv4 address of the interface, or None."""
     try:
         return address_of(name)
     except OSError:
@@ -135,7 +108,7 @@ def interface_ipv4(name: str) -> str | None:
 
 
 def interface_running(name: str) -> bool:
-    """True when the interface is up and has a carrier (IFF_UP and IFF_RUNNING)."""
+    """Up and with a carrier (IFF_UP and IFF_RUNNING)."""
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
         try:
             packed = fcntl.ioctl(probe.fileno(), _SIOCGIFFLAGS, struct.pack("256s", name.encode()[:15]))
@@ -180,13 +153,9 @@ def interface_problems(settings: FabricSettings, environ: Mapping[str, str]) -> 
     return problems
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# The plan: ring neighbours, two or three rounds in which every rank is in at most one pair
-
-
 def ring_rounds(hosts_by_rank: Mapping[int, str], local_by_rank: Mapping[int, int]) -> list[list[tuple[int, int]]]:
-    """Rounds of rank pairs. Ranks with the same local rank form a ring over the hosts (in first-rank order), so
-    each pair crosses the fabric; with one host the ring is over all ranks (the standalone check on one machine)."""
+    """Rounds of rank pairs: ranks of one local rank form a ring over the hosts, so each pair crosses the fabric;
+    with one host the ring is over all ranks (the standalone check on one machine)."""
     host_order = list(dict.fromkeys(hosts_by_rank[r] for r in sorted(hosts_by_rank)))
     rings: list[list[int]] = []
     if len(host_order) == 1:
@@ -205,10 +174,6 @@ def ring_rounds(hosts_by_rank: Mapping[int, str], local_by_rank: Mapping[int, in
         for i, edge in enumerate(edges):
             rounds[2 if (n % 2 and i == n - 1 and n > 2) else i % 2].append(edge)
     return [r for r in rounds if r]
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# One rank
 
 
 def _barrier(store: Any, key: str, count: int, deadline: float) -> None:
@@ -276,8 +241,7 @@ def _world_all_reduce(dist: Any, torch: Any, store: Any, rank: int, world: int, 
 
 
 def _bounded(seconds: float, call: Any, *args: Any) -> dict[str, Any]:
-    """call(*args) in a thread; {"error": ...} when it raised or did not return within `seconds` (the thread is
-    left behind: the process ends with os._exit once it has reported)."""
+    """call(*args) in a thread, {"error": ...} on an exception or timeout (the thread is left to os._exit)."""
     outcome: dict[str, Any] = {}
 
     def target() -> None:
@@ -296,7 +260,6 @@ def _bounded(seconds: float, call: Any, *args: Any) -> dict[str, Any]:
 
 
 def resolve_backend(backend: str, gpus: int) -> str:
-    """auto -> nccl where this node has GPUs for the step and an NVIDIA driver, else gloo."""
     if backend != "auto":
         return backend
     return "nccl" if gpus > 0 and shutil.which("nvidia-smi") else "gloo"
@@ -304,8 +267,8 @@ def resolve_backend(backend: str, gpus: int) -> str:
 
 def run_rank(settings: FabricSettings, environ: Mapping[str, str], host: str | None = None,
              run_id: str = "0") -> dict[str, Any]:
-    """This rank's part (torchrun-style environment); its record. Rank 0 also gathers every rank's record. `host`:
-    the node's Slurm name (default: the host name); `run_id` keeps two checks' keys apart in a shared store."""
+    """This rank's record (torchrun-style environment); rank 0 also gathers every rank's. `run_id` keeps two checks'
+    keys apart in a shared store."""
     rank, world = int(environ["RANK"]), int(environ["WORLD_SIZE"])
     local = int(environ.get("LOCAL_RANK", "0"))
     host = host or socket.gethostname()
@@ -313,8 +276,7 @@ def run_rank(settings: FabricSettings, environ: Mapping[str, str], host: str | N
                               "address": interface_ipv4(settings.interface) if settings.interface else None,
                               "pairs": [], "errors": []}
     started = time.monotonic()
-    phases: dict[str, float] = {}
-    record["phases"] = phases
+    phases: dict[str, float] = record.setdefault("phases", {})
     import torch
     import torch.distributed as dist
 
@@ -398,13 +360,9 @@ def run_rank(settings: FabricSettings, environ: Mapping[str, str], host: str | N
     return record
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# One node of the job (inside the preflight step): its interface checks and one worker process per rank
-
-
 def run_node(settings: FabricSettings, environ: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """This node's part inside the preflight step (one task per node): its interface problems and the records of
-    its ranks (one gloo rank, or one NCCL rank per GPU of the step), each run as a process of its own."""
+    """In the preflight step (one task per node): its interface problems and the records of its ranks (one gloo
+    rank, or one NCCL rank per GPU), each a process of its own."""
     env = dict(os.environ if environ is None else environ)
     host = env.get("SLURMD_NODENAME") or socket.gethostname()
     node_rank = int(env.get("SLURM_PROCID", "0"))
@@ -430,8 +388,8 @@ def run_node(settings: FabricSettings, environ: Mapping[str, str] | None = None)
                       "LOCAL_RANK": str(local), "LOCAL_WORLD_SIZE": str(per_node)}
         worker_env.pop("TORCHELASTIC_USE_AGENT_STORE", None)
         workers.append(subprocess.Popen([sys.executable, "-m", __name__, "--settings", worker_settings, "--host", host,
-                                         "--run", run_id],
-                                        env=worker_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+                                         "--run", run_id], env=worker_env, stdout=subprocess.PIPE,
+                                        stderr=subprocess.PIPE, text=True))
     # Join, up to three rounds, the all_reduce and the gather each end within the timeout; the rest is start-up.
     limit = settings.timeout_s * 7 + 120
     for local, worker in enumerate(workers):
@@ -451,12 +409,7 @@ def run_node(settings: FabricSettings, environ: Mapping[str, str] | None = None)
     return result
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# The verdict over all nodes
-
-
 def records_from_output(output: str, prefix: str) -> list[dict[str, Any]]:
-    """The `fabric` part of every node's preflight record in the step's output."""
     found = []
     for line in output.splitlines():
         if line.startswith(prefix):
@@ -527,23 +480,17 @@ def verdict(node_records: list[dict[str, Any]], settings: FabricSettings) -> tup
         "backend": next((r.get("backend") for r in ranks), None),
         "interface": settings.interface or "(the hostname's network)",
         "addresses": {r["host"]: r.get("address") for r in ranks if r["local_rank"] == 0},
-        "socket_ifname": next((r.get("socket_ifname") for r in ranks), {}),
-        "ranks": len(ranks),
+        "socket_ifname": next((r.get("socket_ifname") for r in ranks), {}), "ranks": len(ranks),
         "seconds": max((r.get("seconds", 0.0) for r in ranks), default=0.0),
         "pairs": [{"hosts": list(e["hosts"]), "local_rank": e["local"],
                    **{k: e[k] for k in ("gbytes_per_s", "seconds", "error") if k in e}}
                   for _, e in sorted(edges.items())],
-        "node_gbytes_per_s": scores,
-        "median_gbytes_per_s": median,
-        "all_reduce": all_reduce,
-        "bad_nodes": sorted(failing),
-        "skipped": skipped,
-    }
+        "node_gbytes_per_s": scores, "median_gbytes_per_s": median, "all_reduce": all_reduce,
+        "bad_nodes": sorted(failing), "skipped": skipped}
     return failing, summary
 
 
 def summary_lines(summary: dict[str, Any]) -> list[str]:
-    """The summary as log lines: time, backend and interface, each pair's bandwidth, the all_reduce."""
     lines = [f"fabric check skipped on {host}: {why}" for host, why in sorted(summary.get("skipped", {}).items())]
     if not summary["ranks"]:
         return lines
@@ -561,17 +508,13 @@ def summary_lines(summary: dict[str, Any]) -> list[str]:
 
 
 def report(output: str, prefix: str, settings: dict[str, Any], attempt_dir: Any, log: Any) -> dict[str, list[str]]:
-    """In the batch shell: the verdict over the preflight step's output, logged line by line and written to
-    `<attempt_dir>/fabric.json` (with `bad_nodes`, the names the requeue logic can exclude); problems by host."""
+    """In the batch shell: the verdict over the preflight's output, logged and written to fabric.json (its
+    `bad_nodes` are what the requeue logic can exclude); problems by host."""
     failing, summary = verdict(records_from_output(output, prefix), FabricSettings(**settings))
     for line in summary_lines(summary):
         log(line)
     (Path(attempt_dir) / "fabric.json").write_text(json.dumps(summary, indent=1, sort_keys=True) + "\n")
     return failing
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# Entry: one rank, torchrun-style
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -611,8 +554,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"fabric FAILED: ranks {missing} did not report within {settings.timeout_s:.0f}s", flush=True)
     by_host: dict[str, dict[str, Any]] = {}
     for rank_record in gathered:
-        by_host.setdefault(rank_record["host"], {"host": rank_record["host"], "problems": [], "ranks": []})
-        by_host[rank_record["host"]]["ranks"].append(rank_record)
+        host = rank_record["host"]
+        by_host.setdefault(host, {"host": host, "problems": [], "ranks": []})["ranks"].append(rank_record)
     failing, summary = verdict(list(by_host.values()), settings)
     for line in summary_lines(summary):
         print(line, flush=True)

@@ -12,8 +12,7 @@ import os
 import socket
 from typing import Any, Mapping
 
-# Imported inside the functions that use it, on purpose: ray (the function runs as a Ray task; the bootstrap imports
-# Ray only where it must).
+# ray is imported inside probe_gpu_view, on purpose: it runs as a Ray task; the bootstrap imports Ray where it must.
 
 # Slurm writes this when the step has no GPU devices (no --gres), see Ray PR 7014.
 _NO_DEVICES = {"", "NoDevFiles"}
@@ -24,11 +23,8 @@ def _split_ids(text: str) -> list[str]:
 
 
 def allocated_gpus(environ: Mapping[str, str] | None = None) -> tuple[list[str], str]:
-    """The GPU ids of this step on this node and the variable they came from.
-
-    CUDA_VISIBLE_DEVICES (what Slurm sets for the step's processes, and what Ray numbers by) wins; SLURM_STEP_GPUS
-    and SLURM_JOB_GPUS are the fallbacks where a site's prolog does not set it. ([], '') when none is set.
-    """
+    """The GPU ids of this step on this node and the variable they came from (([], '') when none is set).
+    CUDA_VISIBLE_DEVICES, what Ray numbers by, wins; SLURM_STEP/JOB_GPUS serve where a site's prolog does not set it."""
     environ = os.environ if environ is None else environ
     for name in ("CUDA_VISIBLE_DEVICES", "SLURM_STEP_GPUS", "SLURM_JOB_GPUS"):
         value = environ.get(name)
@@ -41,12 +37,9 @@ def probe_gpu_view() -> dict[str, Any]:
     """Runs inside a Ray task: the GPU ids Ray assigned and the worker's CUDA_VISIBLE_DEVICES."""
     import ray
 
-    return {
-        "host": socket.gethostname(),
-        "ray_gpu_ids": [str(i) for i in ray.get_gpu_ids()],
-        "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
-        "noset": os.environ.get("RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES", ""),
-    }
+    return {"host": socket.gethostname(), "ray_gpu_ids": [str(i) for i in ray.get_gpu_ids()],
+            "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+            "noset": os.environ.get("RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES", "")}
 
 
 def compare_gpu_view(host: str, allocated: list[str], all_gpus_view: Mapping[str, Any],

@@ -24,23 +24,19 @@ from beam_slurm.ray_cluster.supervision import WorkerWatch, stop_process_group
 from beam_slurm.slurm import scheduler
 from beam_slurm.slurm.requeue_policy import preempted
 
-# Imported inside the functions that use it, on purpose: ray (imported once the head's `ray start` is up, for the
-# driver-side checks only).
+# ray is imported inside wait_for_cluster, on purpose: once `ray start` is up, and only for the checks.
 
 
 class Head(NodeRole):
     """Bring-up of the cluster, then the driver."""
 
-    registered_at: float | None = None
-    """When every node and GPU had registered with the GCS (before the GPU visibility check)."""
-    checked_at: float | None = None
-    """When the GPU visibility check had passed (before the head's own Ray client disconnects)."""
-    driver_running: bool = False
-    """The driver was started (a held SIGTERM can lead to a save only then)."""
+    registered_at: float | None = None  # every node and GPU in the GCS, before the GPU visibility check
+    checked_at: float | None = None  # the visibility check passed, before the head's Ray client disconnects
+    driver_running: bool = False  # a held SIGTERM can lead to a save only then
 
     def run(self, driver: list[str]) -> int:
         ip = node_ipv4(self.settings.network_interface)
-        check_gpu_count(self.ctx.host, self.gpus, self.gpu_source, self.ctx.expected_gpus)
+        check_gpu_count(self.ctx.host, self.gpus, self.gpu_source, self.ctx.spec.gpus_per_node)
         self.rendezvous.publish_node(0, {"host": self.ctx.host, "ip": ip, "gpus": self.gpus})
 
         def publish(ports: RayPorts) -> None:
@@ -73,8 +69,8 @@ class Head(NodeRole):
         return self.run_driver(driver, address)
 
     def bringup_windows(self) -> dict[str, Any]:
-        """Where the bring-up time went, for ray_ready.json: the batch shell's preflight step and its launch of the
-        Ray step, and each node's process start and its own `ray start` (began, returned)."""
+        """Where the bring-up time went, for ray_ready.json: preflight, the Ray step's launch, each node's start and its
+        `ray start`."""
         nodes = {info.get("host", str(rank)): info for rank, info in self.rendezvous.nodes().items()}
         ray_start = {host: info.get("ray_start") for host, info in nodes.items() if info.get("ray_start")}
         node_start = {host: info.get("node_start") for host, info in nodes.items() if info.get("node_start")}
@@ -83,7 +79,6 @@ class Head(NodeRole):
         return {"preflight": list(spec.preflight_window) if spec.preflight_window else None,
                 "ray_step_launch": spec.ray_step_launch_time, "node_starts": node_start, "ray_starts": ray_start}
 
-    # --- readiness -----------------------------------------------------------------------------------------------
     def wait_for_cluster(self, address: str) -> int:
         """Poll the GCS until every node and GPU registered, then check GPU visibility; returns the GPU count."""
         # Ray reads the auth settings when it is first imported, so they must be in the environment before.
@@ -105,8 +100,8 @@ class Head(NodeRole):
                 nodes = [n for n in ray.nodes() if n.get("Alive")]
                 node_files = self.rendezvous.nodes()
                 expected_gpus = sum(len(info.get("gpus", [])) for info in node_files.values())
-                if len(node_files) < self.ctx.num_nodes and self.ctx.expected_gpus is not None:
-                    expected_gpus = self.ctx.expected_gpus * self.ctx.num_nodes
+                if len(node_files) < self.ctx.num_nodes and self.ctx.spec.gpus_per_node is not None:
+                    expected_gpus = self.ctx.spec.gpus_per_node * self.ctx.num_nodes
                 gpus = int(sum(n.get("Resources", {}).get("GPU", 0) for n in nodes))
                 if len(nodes) >= self.ctx.num_nodes and len(node_files) == self.ctx.num_nodes and gpus >= expected_gpus:
                     self.registered_at = time.time()
@@ -144,12 +139,12 @@ class Head(NodeRole):
         return (f"Ray cluster not complete after ray.readiness_timeout_s={self.settings.readiness_timeout_s:.0f}s: "
                 + "; ".join(problems))
 
-    # --- the driver ----------------------------------------------------------------------------------------------
     def can_hold_sigterm(self) -> bool:
         return self.driver_running  # before the driver runs there is nothing to save
 
-    def stop_after_held_sigterm(self) -> None:
-        self.stop_requested = True  # obey the SIGTERM after all
+    def obey_held_sigterm(self, why: str) -> None:
+        self.log(why)
+        self.stop_requested = True
 
     def relay_held_sigterm(self) -> None:
         """A first SIGTERM is held on every node: when Slurm says the job is being preempted, tell the batch shell
@@ -158,13 +153,9 @@ class Head(NodeRole):
         try:
             preempt_time = scheduler.job_info(self.ctx.job_id).get("PreemptTime", "")
         except scheduler.SlurmCommandError as exc:
-            self.log(f"SIGTERM: Slurm did not say whether the job is preempted ({exc}); stopping")
-            self.stop_after_held_sigterm()
-            return
+            return self.obey_held_sigterm(f"SIGTERM: Slurm did not say whether the job is preempted ({exc}); stopping")
         if not preempted(preempt_time):
-            self.log("SIGTERM: the job is not being preempted (no PreemptTime); stopping")
-            self.stop_after_held_sigterm()
-            return
+            return self.obey_held_sigterm("SIGTERM: the job is not being preempted (no PreemptTime); stopping")
         if self.ctx.attempt_dir is not None:
             write_json(self.ctx.attempt_dir / TERM_RELAYED_FILE,
                        {"time": time.time(), "held_at": self.sigterm_held_at, "node": self.ctx.host,
@@ -172,9 +163,8 @@ class Head(NodeRole):
         try:
             scheduler.signal_batch(self.ctx.job_id, "USR1")
         except scheduler.SlurmCommandError as exc:
-            self.log(f"SIGTERM of a preemption: could not relay it to the batch shell ({exc}); stopping")
-            self.stop_after_held_sigterm()
-            return
+            return self.obey_held_sigterm(f"SIGTERM of a preemption: could not relay it to the batch shell ({exc}); "
+                                          "stopping")
         self.log(f"SIGTERM of a preemption (PreemptTime={preempt_time}) without a user signal: relayed to the batch "
                  "shell as a notice; the driver runs on until the batch shell has its checkpoint")
 
@@ -197,7 +187,7 @@ class Head(NodeRole):
                     self.relay_held_sigterm()
                 if self.stop_requested:
                     self.log("stop requested: stopping the driver")
-                    if self.ctx.attempt_dir is not None and self.ctx.sigterm_notice:
+                    if self.ctx.attempt_dir is not None and self.ctx.spec.sigterm_notice:
                         # The driver holds a first SIGTERM unless the attempt is marked as stopping.
                         mark_stopping(self.ctx.attempt_dir)
                     status = stop_process_group(proc, self.settings.driver_stop_grace_s)
@@ -206,8 +196,8 @@ class Head(NodeRole):
                 lost = "" if self.ray.alive(("/raylet/raylet", "gcs_server")) else \
                     f"node {self.ctx.host}: the head's Ray died while the driver ran"
                 if lost and self.sigterm_held_at is not None:
-                    self.log("the head's Ray ended after the SIGTERM: it reached Ray too, so no save can follow")
-                    self.stop_after_held_sigterm()
+                    self.obey_held_sigterm("the head's Ray ended after the SIGTERM: it reached Ray too, so no save can "
+                                           "follow")
                     continue
                 lost = lost or watch.lost_node()
                 if lost:
@@ -227,7 +217,6 @@ class Head(NodeRole):
 
 
 def bringup_poll_s(configured_s: float, nodes: int) -> float:
-    """How often the head asks the GCS for the node list while nodes join: 0.1 s on a small cluster (a registration
-    is seen 0.1 s after it happens, not up to ray.poll_interval_s later), growing with the node count (1 s per 200
-    nodes) up to ray.poll_interval_s, so a large cluster's GCS is not asked for a long list many times a second."""
+    """How often the head asks the GCS for the node list while nodes join: 0.1 s on a small cluster, 1 s per 200
+    nodes up to ray.poll_interval_s, so a large cluster's GCS is not asked for a long list many times a second."""
     return min(configured_s, max(0.1, nodes / 200))

@@ -24,7 +24,6 @@ from beam_slurm.ray_cluster.log_copy import LogCopySettings
 from beam_slurm.ray_cluster.settings import RaySettings
 
 ATTEMPT_DIR_ENV = "BEAM_ATTEMPT_DIR"
-"""The attempt's log folder on shared storage; it holds the job spec."""
 SPEC_FILE = "job_spec.json"
 SCHEMA_VERSION = 1
 
@@ -34,21 +33,14 @@ class JobSpec:
     """The settings of one attempt that the nodes and the driver need (no secret: the auth token is a file)."""
 
     ray: RaySettings = field(default_factory=RaySettings)
-    """The recipe's `ray` section."""
-    gpus_per_node: int | None = None
-    """GPUs every node must show (cluster.gpus_per_node); None: not checked."""
-    log_copy: LogCopySettings | None = None
-    """How each node copies its Ray logs; None: the schema's defaults."""
-    env_manifest: dict[str, Any] | None = None
-    """What each node exports before Ray (`ray_cluster.env_manifest.describe`: names, patterns, file paths)."""
-    sigterm_notice: bool = False
-    """Hold a first SIGTERM that may be a preemption's only notice (the batch shell judged a save fits)."""
+    gpus_per_node: int | None = None  # GPUs every node must show; None: not checked
+    log_copy: LogCopySettings | None = None  # None: the schema's defaults
+    env_manifest: dict[str, Any] | None = None  # `env_manifest.describe`: names, patterns, file paths
+    sigterm_notice: bool = False  # hold a first SIGTERM that may be a preemption's only notice (a save fits)
+    # Bring-up timing for ray_ready.json: the batch shell's start, the preflight, the Ray step's launch.
     job_start_time: float | None = None
-    """When the batch shell's process started (bring-up timing in ray_ready.json)."""
     preflight_window: tuple[float, float] | None = None
-    """(began, ended) of the preflight step."""
     ray_step_launch_time: float | None = None
-    """When the batch shell launched the Ray step."""
     schema_version: int = SCHEMA_VERSION
 
     def write(self, attempt_dir: str | os.PathLike) -> Path:
@@ -80,11 +72,6 @@ class JobSpec:
         except FileNotFoundError:
             return cls()
         return cls.from_mapping(json.loads(text))
-
-    @classmethod
-    def current(cls, environ: Mapping[str, str] | None = None) -> "JobSpec":
-        """The spec of the attempt this process belongs to (`BEAM_ATTEMPT_DIR`)."""
-        return cls.read(attempt_dir(environ))
 
     def log_copy_settings(self) -> LogCopySettings:
         return self.log_copy if self.log_copy is not None else LogCopySettings.schema_defaults()

@@ -48,10 +48,8 @@ class LocalRay:
     """This job's Ray processes on this node."""
 
     def __init__(self, temp_dir: Path, log_path: Path):
-        self.temp_dir = temp_dir
-        """Per-job temp dir (`--temp-dir`); also where the process-group id is recorded."""
-        self.log_path = log_path
-        """File receiving the output of `ray start`."""
+        self.temp_dir = temp_dir  # `--temp-dir`, also holding the process-group id
+        self.log_path = log_path  # receives `ray start`'s output
         self.pgid: int | None = None
         self._started_here = False
 
@@ -62,11 +60,8 @@ class LocalRay:
     def start(self, ray_start_args: Sequence[str], env: Mapping[str, str], ray_executable: str,
               while_starting: Callable[[], bool | None] | None = None) -> None:
         """Run `ray start ...` (not --block) in a new session and wait for it; RuntimeError with the log tail.
-
-        `while_starting` is called every 50 ms until `ray start` returns (the head uses it to publish its address as
-        soon as the GCS listens, so workers start while the head's dashboard and raylet are still coming up). When it
-        returns True the start is given up: its processes are stopped and RayStartAbandoned is raised.
-        """
+        `while_starting` runs every 50 ms meanwhile (the head publishes its address once the GCS listens); True from
+        it gives the start up: its processes are stopped and RayStartAbandoned is raised."""
         self.temp_dir.mkdir(parents=True, exist_ok=True)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as log:

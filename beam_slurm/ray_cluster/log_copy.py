@@ -1,20 +1,15 @@
 """Copy this node's Ray session logs to shared storage: `<log_dir>/<jobid>-<attempt>/ray/<node>/`.
 
-Ray writes its logs (raylet, GCS, every worker) under the node-local temp dir, which is private to the node and
-removed with it (Ray issues 40628, 28876). Each node copies them while the attempt runs and once more when it ends:
+Ray writes its logs (raylet, GCS, every worker) under the node-local temp dir, private to the node and lost with it
+(Ray issues 40628, 28876). Each node copies them once Ray is up, every `cluster.log_copy_interval_s` from a thread, and
+once more after its Ray stopped (driver finished, notice, failure), that last copy bounded by `cluster.log_copy_s`
+(the notice budget's share).
 
-- every `cluster.log_copy_interval_s` seconds, from a thread of the node's bootstrap, and once as soon as Ray is up;
-- at the end of the attempt, after this node's Ray stopped: the driver finished, a notice stopped the Ray step, or a
-  failure (a raylet that died, a lost head) ended it. This last copy stops after `cluster.log_copy_s` seconds, the
-  time the notice budget sets aside for it (`beam_slurm.notice_budget`).
-
-A copy takes the newest files first and stops at `cluster.log_copy_max_mbytes` per node: the file that crosses the
-bound is copied as its last bytes (where the errors are), older ones are left out and counted. Unchanged files are
-not copied again. `COPY.json` in the node's folder says when, why, what was left out and whether the copy finished.
-
-What a copy cannot survive: a SIGKILL of the node's bootstrap (Slurm's KillWait expired, the OOM killer, a node that
-lost power) skips the last copy; the node's folder then holds the previous periodic copy, up to
-`log_copy_interval_s` old, and its COPY.json says `"reason": "periodic"`.
+A copy takes the newest files first up to `cluster.log_copy_max_mbytes` per node: the file crossing the bound is
+copied as its last bytes (where the errors are), older ones are left out and counted; unchanged files are not copied
+again. `COPY.json` in the node's folder says when, why, what was left out and whether the copy finished. A SIGKILL of
+the bootstrap (KillWait, the OOM killer, power) skips the last copy: the folder keeps the last periodic one
+(`"reason": "periodic"`).
 """
 
 from __future__ import annotations
@@ -24,14 +19,13 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Callable
 
 from beam_slurm.core.atomic_files import atomic_writer, write_json
 
-COPY_RECORD = "COPY.json"
-"""The node folder's record of the last copy."""
-RAY_LOGS_DIR = "ray"
-"""Folder in the attempt's log folder holding one folder per node."""
+COPY_RECORD = "COPY.json"  # the node folder's record of the last copy
+RAY_LOGS_DIR = "ray"  # in the attempt's log folder, one folder per node
 _CHUNK = 1 << 20
 
 
@@ -56,9 +50,7 @@ class LogCopySettings:
         # (~0.5 s) into every node's start.
         from beam_slurm.config.schema import ClusterConfig
 
-        defaults = ClusterConfig()
-        return cls(interval_s=float(defaults.log_copy_interval_s),
-                   max_bytes=int(defaults.log_copy_max_mbytes * 1024 * 1024), final_s=float(defaults.log_copy_s))
+        return cls.from_config(SimpleNamespace(cluster=ClusterConfig()))
 
 
 def node_log_dir(attempt_dir: Path, host: str) -> Path:
@@ -86,8 +78,7 @@ def copy_logs(temp_dir: Path, dest: Path, max_bytes: int, *, reason: str, deadli
     `deadline` (a `clock()` time) is given, only until then. Returns (and writes to COPY.json) what was done."""
     dest.mkdir(parents=True, exist_ok=True)
     started = time.time()
-    used = 0
-    copied = kept = truncated = 0
+    used = copied = kept = truncated = 0
     left_out: list[str] = []
     wanted: set[Path] = set()
     finished = True

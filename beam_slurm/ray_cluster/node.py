@@ -2,8 +2,8 @@
 nodes with one task per node. Rank 0 (SLURM_PROCID) is the head (`head.Head`: bring-up, readiness, GPU check, the
 driver), every other rank a worker (`worker.Worker`: join, supervise). SIGTERM (the step being stopped) stops the
 driver and this job's Ray on the node, nothing else; USR1/USR2 are the batch shell's and are ignored here. When
-the job spec says so (sigterm_notice) a first SIGTERM that is not the batch shell's stop is held: a preemption without a user
-signal reaches only the tasks, and the head relays it to the batch shell as a notice (`NodeRole.hold_sigterm`).
+the job spec says so (sigterm_notice) a first SIGTERM that is not the batch shell's stop is held: a preemption
+without a user signal reaches only the tasks, and the head relays it to the batch shell as a notice.
 
 Inputs (environment): SLURM_JOB_ID, SLURM_PROCID, SLURM_STEP_ID, SLURM_STEP_NUM_NODES, SLURM_STEP_NODELIST,
 SLURM_RESTART_COUNT, SLURM_CPUS_ON_NODE, the step's CUDA_VISIBLE_DEVICES; BEAM_ATTEMPT_DIR (per-attempt log folder,

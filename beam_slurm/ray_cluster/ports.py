@@ -23,51 +23,29 @@ class PortRange(Protocol):
     port_overrides: Mapping[str, int]
 
 # Offsets of the fixed ports inside a block; the worker ports take the rest of the block from FIXED_PORTS on.
-_FIXED_OFFSETS = {
-    "gcs": 0,
-    "client_server": 1,
-    "dashboard": 2,
-    "node_manager": 3,
-    "object_manager": 4,
-    "dashboard_agent_listen": 5,
-    "dashboard_agent_grpc": 6,
-    "runtime_env_agent": 7,
-    "metrics_export": 8,
-}
-FIXED_PORTS = 16
-"""Ports reserved at the start of each block for the fixed listeners (9 used, the rest spare)."""
-PORT_NAMES = tuple(_FIXED_OFFSETS) + ("min_worker", "max_worker")
-"""Names accepted by `RaySettings.port_overrides`."""
+_FIXED_OFFSETS = {name: offset for offset, name in enumerate((
+    "gcs", "client_server", "dashboard", "node_manager", "object_manager", "dashboard_agent_listen",
+    "dashboard_agent_grpc", "runtime_env_agent", "metrics_export"))}
+FIXED_PORTS = 16  # reserved at the start of each block (9 used, the rest spare)
+PORT_NAMES = tuple(_FIXED_OFFSETS) + ("min_worker", "max_worker")  # what `RaySettings.port_overrides` accepts
 
 
 @dataclass(frozen=True)
 class RayPorts:
     """Every port one node's Ray listens on."""
 
-    block: int
-    """Index of the block in the range these ports were derived from (-1 when every port was overridden)."""
-    gcs: int
-    """GCS server (`ray start --port`); the address clients and workers connect to. Head only."""
+    block: int  # in the range (-1 when every port was overridden)
+    gcs: int  # head only, as are client_server (`ray://`) and dashboard
     client_server: int
-    """Ray client server (`ray://`), head only."""
     dashboard: int
-    """Dashboard HTTP, head only."""
     node_manager: int
-    """Raylet."""
     object_manager: int
-    """Object manager (object transfer between nodes)."""
     dashboard_agent_listen: int
-    """Per-node dashboard agent HTTP."""
     dashboard_agent_grpc: int
-    """Per-node dashboard agent gRPC."""
     runtime_env_agent: int
-    """Per-node runtime-env agent."""
     metrics_export: int
-    """Per-node Prometheus metrics."""
-    min_worker: int
-    """First port of the worker range (one per Ray worker process)."""
+    min_worker: int  # one port per Ray worker process, up to max_worker inclusive
     max_worker: int
-    """Last port of the worker range, inclusive."""
 
     def all_ports(self, head: bool) -> list[int]:
         """Every port this node will listen on (the head-only ones only on the head)."""
@@ -78,17 +56,11 @@ class RayPorts:
         return fixed + list(range(self.min_worker, self.max_worker + 1))
 
     def ray_start_args(self, head: bool) -> list[str]:
-        """The `ray start` options that pin these ports."""
-        args = [
-            f"--node-manager-port={self.node_manager}",
-            f"--object-manager-port={self.object_manager}",
-            f"--dashboard-agent-listen-port={self.dashboard_agent_listen}",
-            f"--dashboard-agent-grpc-port={self.dashboard_agent_grpc}",
-            f"--runtime-env-agent-port={self.runtime_env_agent}",
-            f"--metrics-export-port={self.metrics_export}",
-            f"--min-worker-port={self.min_worker}",
-            f"--max-worker-port={self.max_worker}",
-        ]
+        args = [f"--node-manager-port={self.node_manager}", f"--object-manager-port={self.object_manager}",
+                f"--dashboard-agent-listen-port={self.dashboard_agent_listen}",
+                f"--dashboard-agent-grpc-port={self.dashboard_agent_grpc}",
+                f"--runtime-env-agent-port={self.runtime_env_agent}", f"--metrics-export-port={self.metrics_export}",
+                f"--min-worker-port={self.min_worker}", f"--max-worker-port={self.max_worker}"]
         if head:
             args = [f"--port={self.gcs}", f"--ray-client-server-port={self.client_server}",
                     f"--dashboard-port={self.dashboard}"] + args
@@ -96,12 +68,10 @@ class RayPorts:
 
 
 def block_count(settings: PortRange) -> int:
-    """How many job blocks fit in the configured range."""
     return (settings.port_range_end - settings.port_range_start) // settings.ports_per_job
 
 
 def first_block(job_id: int, settings: PortRange) -> int:
-    """The block job `job_id` tries first."""
     return int(job_id) % block_count(settings)
 
 
@@ -138,11 +108,8 @@ def ephemeral_range() -> tuple[int, int] | None:
 
 def choose_ports(settings: PortRange, job_id: int, head: bool, start_block: int | None = None,
                  is_free: Callable[[int], bool] = port_is_free) -> RayPorts:
-    """The first block, from `start_block` (default: the job's own), whose ports are all free on this node.
-
-    Overridden ports are not probed past the first candidate: the user asked for them, a clash then surfaces as
-    Ray's own bind error. Raises RuntimeError when no block of the range is free.
-    """
+    """The first block from `start_block` (default: the job's own) whose ports are all free here; RuntimeError when
+    none is. Overridden ports are not probed: the user asked for them, a clash surfaces as Ray's bind error."""
     count = block_count(settings)
     start = first_block(job_id, settings) if start_block is None else start_block % count
     if len(settings.port_overrides) == len(PORT_NAMES):
@@ -157,7 +124,6 @@ def choose_ports(settings: PortRange, job_id: int, head: bool, start_block: int 
         if not busy:
             return ports
         busy_seen.append(f"block {block}: port {busy[0]} in use")
-    raise RuntimeError(
-        f"no free block of {settings.ports_per_job} ports in {settings.port_range_start}-{settings.port_range_end} "
-        f"on {socket.gethostname()} ({'; '.join(busy_seen[:3])}...); widen ray.port_range_start/port_range_end"
-    )
+    raise RuntimeError(f"no free block of {settings.ports_per_job} ports in {settings.port_range_start}-"
+                       f"{settings.port_range_end} on {socket.gethostname()} ({'; '.join(busy_seen[:3])}...); widen "
+                       "ray.port_range_start/port_range_end")

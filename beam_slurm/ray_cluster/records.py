@@ -13,29 +13,24 @@ from typing import Any
 
 from beam_slurm.core.atomic_files import write_json
 
-EXIT_INFRA = 75
-"""A node's Ray died, a node never joined or the head vanished: the allocation failed, a requeue may help."""
-EXIT_SETUP = 78
-"""Bring-up found a configuration fault (GPU visibility, interface, task layout): a requeue will not help."""
-EXIT_STOPPED = 143
-"""The step was stopped (SIGTERM) before the driver finished."""
-FAILURE_FILE = "failure.json"
-"""First failure of the attempt, in BEAM_ATTEMPT_DIR: {kind: infra|setup, node, rank, reason, time}."""
+EXIT_INFRA = 75  # a node's Ray died, a node never joined or the head vanished: a requeue may help
+EXIT_SETUP = 78  # bring-up found a configuration fault (GPU visibility, interface, task layout): it will not
+EXIT_STOPPED = 143  # stopped (SIGTERM) before the driver finished
+# The files, all in BEAM_ATTEMPT_DIR.
+FAILURE_FILE = "failure.json"  # the first failure: {kind: infra|setup, node, rank, reason, time}
 READY_FILE = "ray_ready.json"
-"""Bring-up times, in BEAM_ATTEMPT_DIR: job_start, node_start, head_up, registered, gpus_checked, client_released
+"""Bring-up times: job_start, node_start, head_up, registered, gpus_checked, client_released
 (epoch seconds), the preflight and each node's `ray start` window (`Head.bringup_windows`)."""
-BRINGUP_DIR = "bringup"
-"""Per node, in BEAM_ATTEMPT_DIR: bringup/<host>.json with {host, rank, node_start, ray_start: [began, returned]}."""
+BRINGUP_DIR = "bringup"  # bringup/<host>.json: {host, rank, node_start, ray_start: [began, returned]}
 HEAD_FILE = "ray_head.json"
-"""Where the attempt's Ray head is, in BEAM_ATTEMPT_DIR, written once its GCS listens: {host, ip, address, block,
+"""Where the attempt's Ray head is, written once its GCS listens: {host, ip, address, block,
 token_path (a path; the token stays in its file), temp_dir, job_id, attempt, time}. `beam-slurm attach` reads it."""
-DRIVER_EXIT_FILE = "driver_exit.json"
-"""The driver's exit status, in BEAM_ATTEMPT_DIR: {status, time}."""
+DRIVER_EXIT_FILE = "driver_exit.json"  # {status, time}
 STOPPING_FILE = "ray_step_stopping"
-"""Written by the batch shell, in BEAM_ATTEMPT_DIR, before it stops the Ray step: a SIGTERM then is a stop, never
+"""Written by the batch shell before it stops the Ray step: a SIGTERM then is a stop, never
 one to hold as a preemption's notice (the job spec's sigterm_notice)."""
 TERM_RELAYED_FILE = "sigterm_relayed.json"
-"""Written by the head, in BEAM_ATTEMPT_DIR, before it relays a preemption's SIGTERM to the batch shell as USR1:
+"""Written by the head before it relays a preemption's SIGTERM to the batch shell as USR1:
 {time, node, preempt_time}, so the batch shell can say where its notice came from."""
 
 

@@ -31,18 +31,13 @@ class NodeRole:
                  sleep: Callable[[float], None] = time.sleep):
         self.ctx = ctx
         self.settings = settings
-        self.clock = clock
-        """Monotonic seconds for deadlines and the liveness watches (injected by tests)."""
+        self.clock = clock  # monotonic, for deadlines and liveness watches
         self.sleep = sleep
         self.started = time.time()
-        self.started_clock = clock()
-        """`clock()` when this node started: readiness deadlines count from here."""
-        self.stop_requested = False
-        """Set by the SIGTERM/SIGINT handler (`beam_slurm.ray_cluster.node`): the step is being stopped."""
-        self.sigterm_held_at: float | None = None
-        """When a first SIGTERM was held as a preemption's possible notice (`hold_sigterm`), else None."""
-        self.restore_signal_handlers: Callable[[], None] = lambda: None
-        """Re-installs the node's handlers (ray.init replaces the SIGTERM handler in this process)."""
+        self.started_clock = clock()  # readiness deadlines count from here
+        self.stop_requested = False  # set by the SIGTERM/SIGINT handler (`beam_slurm.ray_cluster.node`)
+        self.sigterm_held_at: float | None = None  # a first SIGTERM held as a preemption's possible notice
+        self.restore_signal_handlers: Callable[[], None] = lambda: None  # ray.init replaces the SIGTERM handler
         job_folder = auth.ensure_job_dir(settings, ctx.job_id)
         self.rendezvous = Rendezvous(job_folder, ctx.attempt, ctx.step)
         self.token_path = auth.ensure_token(settings, ctx.job_id) if settings.auth else None
@@ -51,20 +46,15 @@ class NodeRole:
         self.ray = LocalRay(temp_dir, log_dir / f"ray-{ctx.host}.log")
         self.gpus, self.gpu_source = allocated_gpus()
         self.log_copier = LogCopier(temp_dir, ctx.attempt_dir, ctx.host, ctx.spec.log_copy_settings(), self.log)
-        """Copies this node's Ray session logs to the attempt's log folder (periodically, and once at the end)."""
-        self.ray_start_window: tuple[float, float] | None = None
-        """(began, returned) of this node's `ray start`, failed tries included: Ray's own start-up time, for the bring-up
-        timing."""
-        self.manifest_env: dict[str, str] = {}
-        """The environment manifest's variables on this node (`export_manifest`), exported to Ray and the driver."""
+        self.ray_start_window: tuple[float, float] | None = None  # (began, returned) of `ray start`, retries included
+        self.manifest_env: dict[str, str] = {}  # `export_manifest`'s variables, exported to Ray and the driver
 
     def hold_sigterm(self) -> bool:
         """On SIGTERM: True when it is held rather than obeyed. Without preempt_send_user_signal a preemption's first
-        SIGTERM reaches only the tasks of the job's steps, not the batch shell, GraceTime before the kill. When the
-        batch shell judged that a save fits in that time (the job spec's sigterm_notice), the first SIGTERM is held:
+        SIGTERM reaches only the steps' tasks, GraceTime before the kill; when a save fits (the spec's sigterm_notice)
         the head asks Slurm whether it is a preemption and relays it to the batch shell as a notice, or stops. The
-        batch shell marks its own stops (`records.STOPPING_FILE`), and a second SIGTERM always stops."""
-        if not self.ctx.sigterm_notice or self.ctx.attempt_dir is None or self.sigterm_held_at is not None:
+        batch shell marks its own stops (`records.STOPPING_FILE`); a second SIGTERM always stops."""
+        if not self.ctx.spec.sigterm_notice or self.ctx.attempt_dir is None or self.sigterm_held_at is not None:
             return False
         if not self.can_hold_sigterm() or stopping(self.ctx.attempt_dir):
             return False
@@ -103,8 +93,8 @@ class NodeRole:
         return env
 
     def record_bringup(self) -> None:
-        """This node's process start and `ray start` window in <attempt dir>/bringup/<host>.json (kept after the
-        job, unlike the rendezvous files: a worker's `ray start` may return after the head wrote ray_ready.json)."""
+        """This node's start and `ray start` window in bringup/<host>.json: kept, unlike the rendezvous files, and a
+        worker's `ray start` may return after the head wrote ray_ready.json."""
         if self.ctx.attempt_dir is not None:
             write_json(self.ctx.attempt_dir / BRINGUP_DIR / f"{self.ctx.host}.json",
                        {"host": self.ctx.host, "rank": self.ctx.rank, "node_start": self.started,
@@ -118,9 +108,9 @@ class NodeRole:
     def start_ray(self, head: bool, ip: str, start_block: int | None, head_address: str = "",
                   on_gcs_up: Callable[[RayPorts], None] | None = None,
                   follow_head: Callable[[str], tuple[str, int] | None] | None = None) -> RayPorts:
-        """`ray start` with this job's ports; on a bind race, the next free block (up to 3 tries). A worker's
-        `follow_head(address)` says, after a failed try, where the head is now ((address, block), or None when it
-        has not moved), so a head that restarted on another block is joined there, not at its old address."""
+        """`ray start` with this job's ports; on a bind race, the next block (up to 3 tries). A worker's
+        `follow_head(address)` says after a failed try where the head is now ((address, block) or None), so a head
+        that restarted on another block is joined there."""
         block = start_block
         last_error: Exception | None = None
         _, after = scale.raise_open_files_limit(self.settings.open_files_limit)  # inherited by every Ray process
@@ -172,9 +162,8 @@ class NodeRole:
         raise NodeFailure("infra", f"node {self.ctx.host}: Ray did not start: {last_error}")
 
     def head_republished_elsewhere(self, address: str) -> Callable[[], bool]:
-        """For a worker's `ray start`: True once the head's published address is no longer `address` (its own start
-        failed and it restarted on another block), read at most twice a second. Without it the worker's start waits
-        minutes on the gone GCS (seen under load: 160 s) before it can follow."""
+        """For a worker's `ray start`: True once the head published another address (it restarted on another
+        block), read at most twice a second; else the start waits minutes on the gone GCS (seen: 160 s)."""
         next_read = 0.0
 
         def moved() -> bool:

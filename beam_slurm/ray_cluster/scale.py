@@ -32,8 +32,7 @@ def large_cluster_env(settings: RaySettings, nodes: int, cpus: int = 0) -> dict[
 
 def apply_to(env: dict[str, str], settings: RaySettings, nodes: int, cpus: int = 0,
              chosen: Mapping[str, str] | None = None) -> dict[str, str]:
-    """Add the large-cluster variables to `env` unless the user chose them (`chosen`: ray.extra_env); returns what
-    was added."""
+    """Add the large-cluster variables the user did not choose (ray.extra_env) to `env`; what was added."""
     chosen = settings.extra_env if chosen is None else chosen
     added = {k: v for k, v in large_cluster_env(settings, nodes, cpus).items() if k not in chosen}
     env.update(added)

@@ -24,117 +24,80 @@ class RaySettings:
     """How `beam_slurm.ray_cluster.node` starts, checks and stops Ray on the nodes of one job."""
 
     network_interface: str = ""
-    """Network interface whose IPv4 address each node gives Ray (e.g. `ib0`, `eth0`); set it where nodes have
-    several networks so Ray and NCCL use the fast one. Empty: the address the node's hostname resolves to, or, on a
-    worker when that is a loopback address, the local address of the route to the head."""
-
+    """Interface whose IPv4 address each node gives Ray (e.g. `ib0`), where nodes have several networks, so Ray and
+    NCCL use the fast one. Empty: the hostname's address, else (loopback) the source of the route to the head."""
     port_range_start: int = 12000
     """First port of the range the per-job ports are carved from. Each job takes one block of `ports_per_job`
     ports chosen by `SLURM_JOB_ID` (see `beam_slurm.ray_cluster.ports`), so two jobs sharing a node never meet."""
-
     port_range_end: int = 32000
-    """End (exclusive) of that range. Keep it below the kernel's ephemeral range
-    (`/proc/sys/net/ipv4/ip_local_port_range`, usually 32768-60999): outgoing connections take ephemeral ports at
-    random and would race Ray's listeners."""
-
+    """End (exclusive) of that range. Keep it below the kernel's ephemeral range (usually 32768-60999): outgoing
+    connections take ephemeral ports at random and would race Ray's listeners."""
     ports_per_job: int = 400
     """Size of one job's block: 16 fixed ports (GCS, client server, dashboard, node manager, object manager,
     agents, metrics) and the rest for Ray's worker processes (one port each, so this bounds workers per node)."""
-
     port_overrides: dict[str, int] = field(default_factory=dict)
-    """Fixed ports to use instead of the derived ones, by name: gcs, client_server, dashboard, node_manager,
-    object_manager, dashboard_agent_listen, dashboard_agent_grpc, runtime_env_agent, metrics_export, min_worker,
-    max_worker. Use it where a firewall opens only some ports; two jobs on one node then need different values."""
-
+    """Fixed ports instead of the derived ones, by name (`ports.PORT_NAMES`: gcs, client_server, ..., max_worker),
+    where a firewall opens only some ports; two jobs on one node then need different values."""
     readiness_timeout_s: float = 300.0
-    """Deadline for every node and every GPU to register with the head, counted from the head's start. On expiry
-    the job fails with the names of the nodes that did not join."""
-
+    """Deadline for every node and GPU to register with the head, from the head's start; the failure names the nodes
+    that did not join."""
     poll_interval_s: float = 0.5
     """How often the head asks the GCS for registered nodes during bring-up, and how often each node checks that
     its own Ray processes are alive afterwards."""
-
     head_lost_after_s: float = 15.0
     """A worker whose head's GCS port stays unreachable this long (without the head saying it ended) stops its
     Ray and fails, so a lost head ends the step instead of leaving workers waiting."""
-
     dashboard_host: str = "127.0.0.1"
     """Address the dashboard binds to on the head. Loopback by default: the dashboard and job API run arbitrary
     code for whoever reaches them; reach it with an SSH tunnel. `0.0.0.0` exposes it to the cluster network."""
-
     include_dashboard: bool = True
     """Start the dashboard on the head (needed for `ray job` and the state API, not for training)."""
-
     auth: bool = True
     """Token authentication (Ray >= 2.52, `RAY_AUTH_MODE=token`): a random per-job token in a file readable only by
     the user, required by every node and client. Turn off only for a Ray older than 2.52."""
-
     state_dir: str = ""
-    """Per-user directory on shared storage (same path on every node) that holds one private folder per job: the
-    auth token and the rendezvous files (head address, node registrations). Empty: `$BEAM_SLURM_STATE_DIR`, else
-    `~/.beam-slurm`."""
-
+    """Per-user directory on shared storage (same path on every node) with one private folder per job: the auth
+    token and the rendezvous files. Empty: `$BEAM_SLURM_STATE_DIR`, else `~/.beam-slurm`."""
     temp_dir_root: str = "/tmp"
     """Node-local directory under which each job's Ray temp dir (`ray-<jobid>-<attempt>`) is created. Must be
     short: Ray's unix sockets live below it and Linux limits their paths to 107 bytes."""
-
     object_store_memory_bytes: int = 0
     """Object store size per node in bytes. 0: Ray's default (30% of the node's memory, capped by /dev/shm)."""
-
     num_cpus: int = 0
     """CPUs each node offers to Ray. 0: the CPUs Slurm gave this job on the node (`SLURM_CPUS_ON_NODE`)."""
-
     check_gpus: bool = True
     """After bring-up, run one task per node that reports the GPU ids Ray hands out and the CUDA_VISIBLE_DEVICES a
     Ray worker sees, and fail unless they are exactly the GPUs Slurm allocated to the step (SkyRL issue 1577)."""
-
     driver_stop_grace_s: float = 10.0
     """When the step is stopped, time the driver gets after SIGTERM before it is killed."""
-
     extra_env: dict[str, str] = field(default_factory=dict)
     """Environment for the Ray processes on every node and for the driver (e.g. NCCL_SOCKET_IFNAME,
     RAY_worker_register_timeout_seconds). Passed through the environment, never on a command line."""
-
     open_files_limit: int = 65536
-    """Soft open-file limit (RLIMIT_NOFILE) the bootstrap sets before `ray start` on every node, capped by the hard
-    limit. The GCS keeps a connection per raylet, worker and driver, and each raylet one per worker: a 1024 soft
-    limit runs out at a few hundred nodes ("Too many open files" in the GCS). 0 keeps the inherited limit."""
-
+    """Soft RLIMIT_NOFILE set before `ray start` on every node, capped by the hard limit: the GCS keeps a connection
+    per raylet, worker and driver, so 1024 runs out at a few hundred nodes. 0 keeps the inherited limit."""
     node_start_concurrency: int = 0
-    """At most this many worker nodes run `ray start` at once; the others wait for lower ranks to join (0: all at
-    once). `ray start` on a worker gives up when its raylet has not registered with the GCS within Ray's fixed 30 s,
-    so where the GCS answers slowly (many nodes joining at once, a small or busy head) staggering the joins is what
-    lets them finish: on the 2-core sandbox every `ray start` of 16 nodes joining at once timed out, and 4 at a time
-    joined. Costs at most one node's `ray start` per wave."""
-
+    """At most this many worker nodes run `ray start` at once, the others waiting for lower ranks (0: all at once). A
+    worker's `ray start` gives up when its raylet is not in the GCS within Ray's fixed 30 s: where the GCS answers
+    slowly, staggering is what lets them join (on the 2-core sandbox, 16 at once timed out, 4 at a time joined)."""
     large_cluster_nodes: int = 32
     """From this many nodes in the job on, the bootstrap also sets the large-cluster settings below (Ray system
     settings as RAY_* variables; a variable set in ray.extra_env wins). Below it Ray's defaults apply. 0: never."""
-
     gcs_server_threads: int = 8
-    """Large clusters: at least this many GCS RPC server threads (RAY_gcs_server_rpc_server_thread_num; Ray's default
-    is a quarter of the head's cores, which a Slurm step with few CPUs or a small head leaves at 1-2): node and
-    worker registrations arrive all at once at bring-up."""
-
+    """Large clusters: at least this many GCS RPC threads (RAY_gcs_server_rpc_server_thread_num; Ray's default, a
+    quarter of the head's cores, is 1-2 in a small step) for the registrations arriving at once at bring-up."""
     gcs_reconnect_timeout_s: int = 300
-    """Large clusters: how long a raylet or worker keeps retrying an unresponsive GCS before it exits
-    (RAY_gcs_rpc_server_reconnect_timeout_s, Ray's default 60 s): a GCS busy registering hundreds of nodes at once
-    may not answer for longer, and a raylet that gives up takes its node out of the job."""
-
+    """Large clusters: how long a raylet or worker retries an unresponsive GCS (RAY_gcs_rpc_server_reconnect_timeout_s,
+    Ray's 60 s): a GCS registering hundreds of nodes may not answer sooner; a raylet giving up loses its node."""
     health_check_failure_threshold: int = 10
-    """Large clusters: missed GCS health checks before a node is declared dead (RAY_health_check_failure_threshold,
-    Ray's default 5 at a 3 s period): an overloaded GCS or raylet misses checks during bring-up without being dead.
-    Our own supervision still ends the step within ray.head_lost_after_s of a node really vanishing."""
-
+    """Large clusters: missed GCS health checks before a node is dead (RAY_health_check_failure_threshold, Ray's 5
+    at a 3 s period): a busy GCS or raylet misses some at bring-up; ray.head_lost_after_s still catches a real loss."""
     worker_register_timeout_s: int = 300
-    """Large clusters: how long a starting Ray worker process may take to register with its raylet
-    (RAY_worker_register_timeout_seconds, Ray's default 60 s): thousands of workers importing Python from shared
-    storage at the same moment start slowly."""
-
+    """Large clusters: how long a starting Ray worker may take to register with its raylet
+    (RAY_worker_register_timeout_seconds, Ray's 60 s): thousands importing from shared storage start slowly."""
     worker_start_concurrency: int = 16
-    """Large clusters: at most this many Ray worker processes start at once per node
-    (RAY_maximum_startup_concurrency, Ray's default: the node's CPUs): fewer simultaneous imports from shared
-    storage per node, so the whole cluster does not stampede the file system's metadata servers."""
+    """Large clusters: at most this many Ray workers start at once per node (RAY_maximum_startup_concurrency, Ray's
+    default: the node's CPUs), so the cluster does not stampede the file system's metadata servers."""
 
     def problems(self) -> list[ConfigProblem]:
         """Every invalid field, each with the fix."""

@@ -17,11 +17,10 @@ from beam_slurm.ray_cluster.supervision import HeadWatch
 class Worker(NodeRole):
     """Join the head's cluster, then supervise this node's Ray."""
 
-    followed_head: dict[str, Any] | None = None
-    """The head's record once this node followed it to another port block during its start."""
+    followed_head: dict[str, Any] | None = None  # the head's record once followed to another port block
 
     def run(self) -> int:
-        check_gpu_count(self.ctx.host, self.gpus, self.gpu_source, self.ctx.expected_gpus)
+        check_gpu_count(self.ctx.host, self.gpus, self.gpu_source, self.ctx.spec.gpus_per_node)
         ip = None
         try:
             ip = node_ipv4(self.settings.network_interface)
@@ -46,7 +45,6 @@ class Worker(NodeRole):
             if again is None or again["address"] == head["address"]:
                 raise
             head = self.followed_head = again
-            head_ip, gcs_port = head["address"].rsplit(":", 1)
             ports = self.start_ray(head=False, ip=ip, start_block=int(head["block"]), head_address=head["address"])
         head = self.followed_head or head  # where this node joined: the head may have moved during its start
         head_ip, gcs_port = head["address"].rsplit(":", 1)
@@ -60,10 +58,9 @@ class Worker(NodeRole):
         return self.supervise(HeadWatch(head_ip, int(gcs_port), self.settings.head_lost_after_s, clock=self.clock))
 
     def head_moved(self, address: str) -> tuple[str, int] | None:
-        """After a failed `ray start` of this node: None when the head's GCS still answers at `address` (the failure
-        was this node's own: next port block), else the head's new (address, block) once it has republished and its
-        GCS answers (a head whose own `ray start` failed under load restarts on the next block). Waits up to the
-        readiness deadline; None then (the next try names the failure)."""
+        """After this node's failed `ray start`: None when the head still answers at `address` (the failure was ours:
+        next port block), else its new (address, block) once republished and answering; None at the readiness
+        deadline (the next try names the failure)."""
         deadline = self.started_clock + self.settings.readiness_timeout_s
         while not self.stop_requested and self.clock() < deadline:
             head = read_json(self.rendezvous.head_file)
@@ -80,9 +77,8 @@ class Worker(NodeRole):
         return None
 
     def wait_for_turn_to_start(self) -> bool:
-        """With ray.node_start_concurrency = C, worker rank r starts `ray start` once r - C workers have joined (ranks
-        1..C at once, then one more as each joins); False when stopped meanwhile. Past the readiness deadline it
-        starts anyway: the head's own timeout then names what is missing."""
+        """With ray.node_start_concurrency = C, rank r starts once r - C workers joined; False when stopped meanwhile.
+        Past the readiness deadline it starts anyway: the head's timeout then names what is missing."""
         limit = self.settings.node_start_concurrency
         if limit <= 0 or self.ctx.rank <= limit:
             return True

@@ -19,35 +19,36 @@ from omegaconf.errors import OmegaConfBaseException
 from beam_slurm.config.overrides import escape_interpolation, escape_values, scalar_text
 from beam_slurm.ray_cluster.env_manifest import masked
 
-#: The DAPO experiment from the SkyRL checkout (examples/ is not in the wheel): it adds the overlong penalty.
-DAPO_MODULE = "examples.train.algorithms.dapo.main_dapo"
-#: Our entrypoint wraps the DAPO experiment and adds the save-on-notice callback.
+DAPO_MODULE = "examples.train.algorithms.dapo.main_dapo"  # in the SkyRL checkout (examples/ is not in the wheel)
 ENTRYPOINT_MODULE = "beam_slurm.skyrl.entrypoint"
-#: The rehearsal trainer (no GPUs): same overrides, checks the plumbing.
 REHEARSAL_MODULE = "beam_slurm.skyrl.rehearsal"
-#: Keys that only the DAPO config subclass accepts.
 DAPO_ONLY_KEYS = ("trainer.algorithm.overlong_buffer_len", "trainer.algorithm.overlong_buffer_penalty_factor")
+
+# The rehearsal's costs travel as environment (SkyRL's parser would refuse unknown keys):
+# RehearsalSettings field -> (environment variable, recipe key, type).
+COST_ENV = {
+    "step_s": ("BEAM_REHEARSAL_STEP_SECONDS", "trainer.rehearsal_step_s", float),
+    "save_s": ("BEAM_REHEARSAL_SAVE_SECONDS", "trainer.rehearsal_save_s", float),
+    "save_bytes": ("BEAM_REHEARSAL_SAVE_BYTES", "trainer.rehearsal_save_bytes", int),
+    "model_load_s": ("BEAM_REHEARSAL_MODEL_LOAD_SECONDS", "trainer.rehearsal_model_load_s", float),
+    "hang_at_step": ("BEAM_REHEARSAL_HANG_AT_STEP", "trainer.rehearsal_hang_at_step", int),
+}
 
 
 @dataclass
 class SkyRLLaunch:
     """What the driver runs on the head node."""
 
-    module: str
-    """Python module run with `python -m` from `cwd`."""
-    overrides: list[str]
-    """`key=value` arguments, in order (later ones win)."""
-    env: dict[str, str] = field(default_factory=dict)
-    """Environment for the driver and the Ray workers (no secrets: tokens travel as files)."""
-    cwd: str | None = None
-    """Working directory: the SkyRL checkout, so `examples.*` imports resolve."""
+    module: str  # run with `python -m` from `cwd`
+    overrides: list[str]  # `key=value`, later ones win
+    env: dict[str, str] = field(default_factory=dict)  # no secrets: tokens travel as files
+    cwd: str | None = None  # the SkyRL checkout, so `examples.*` imports resolve
 
     def argv(self, python: str = "python") -> list[str]:
         return [python, "-m", self.module, *self.overrides]
 
     def shell(self, python: str = "python") -> str:
-        """One shell line (for display and rendered scripts), every value quoted; a secret's value shows as `<set>`
-        (`beam_slurm.ray_cluster.env_manifest.is_secret`)."""
+        """One shell line for display, every value quoted; a secret's value shows as `<set>`."""
         env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(masked(self.env).items()))
         cd = f"cd {shlex.quote(self.cwd)} && " if self.cwd else ""
         return f"{cd}{env + ' ' if env else ''}{shlex.join(self.argv(python))}"
@@ -204,7 +205,7 @@ def skyrl_env(cfg) -> dict[str, str]:
     }
     if not cfg.is_lora:
         env["OPTIMIZER_STATE_DISK_DIR"] = cfg.paths.optimizer_state_disk_dir or ""
-    if cfg.is_lora:
+    else:
         # The seed's LoRA extras have no SkyRL 0.3.0 key; the Beam branch of SkyRL reads them from its launch scripts'
         # environment. They are passed the same way so the settings stay visible and overridable here.
         env["BEAM_LORA_PER_EXPERT_SLOTS"] = "1" if cfg.lora.per_expert_slots else "0"
@@ -222,11 +223,7 @@ def skyrl_env(cfg) -> dict[str, str]:
 def skyrl_launch(cfg) -> SkyRLLaunch:
     """The driver command for the configured trainer backend."""
     if cfg.trainer.backend == "rehearsal":
-        t = cfg.trainer  # the rehearsal's costs travel as environment (SkyRL's parser would refuse unknown keys)
-        costs = {"BEAM_REHEARSAL_STEP_SECONDS": t.rehearsal_step_s, "BEAM_REHEARSAL_SAVE_SECONDS": t.rehearsal_save_s,
-                 "BEAM_REHEARSAL_SAVE_BYTES": t.rehearsal_save_bytes,
-                 "BEAM_REHEARSAL_MODEL_LOAD_SECONDS": t.rehearsal_model_load_s,
-                 "BEAM_REHEARSAL_HANG_AT_STEP": t.rehearsal_hang_at_step}
-        env = {**skyrl_env(cfg), **{name: str(value) for name, value in costs.items()}}
+        costs = {env: str(getattr(cfg.trainer, key.split(".")[1])) for env, key, _ in COST_ENV.values()}
+        env = {**skyrl_env(cfg), **costs}
         return SkyRLLaunch(REHEARSAL_MODULE, skyrl_overrides(cfg), env, cwd=None)
     return SkyRLLaunch(ENTRYPOINT_MODULE, skyrl_overrides(cfg), skyrl_env(cfg), cwd=cfg.paths.skyrl_dir)

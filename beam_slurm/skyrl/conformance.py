@@ -18,11 +18,10 @@ import json
 import sys
 from dataclasses import dataclass, field, make_dataclass
 
-# Imported inside the functions that use it, on purpose: skyrl (it lives in SkyRL's own Python 3.12 environment, not
-# in the submit side's).
+# skyrl is imported inside the functions, on purpose: it lives in SkyRL's Python 3.12 environment only.
 
+# DAPOAlgorithmConfig's extra fields in skyrl-v0.3.0's examples/train/algorithms/dapo/main_dapo.py: (type, default).
 DAPO_FIELDS = {"overlong_buffer_len": (int, 512), "overlong_buffer_penalty_factor": (float, 1.0)}
-"""DAPOAlgorithmConfig's extra fields in skyrl-v0.3.0 examples/train/algorithms/dapo/main_dapo.py: name -> (type, default)."""
 DAPO_KEY_PREFIX = "trainer.algorithm."
 
 
@@ -36,11 +35,9 @@ def dapo_config_class():
         pass
     from skyrl.train.config import AlgorithmConfig, make_config
 
-    algorithm_cls = make_dataclass(
-        "DAPOAlgorithmConfig",
-        [(name, type_, field(default=default)) for name, (type_, default) in DAPO_FIELDS.items()],
-        bases=(AlgorithmConfig,),
-    )
+    algorithm_cls = make_dataclass("DAPOAlgorithmConfig", [(name, type_, field(default=default))
+                                                           for name, (type_, default) in DAPO_FIELDS.items()],
+                                   bases=(AlgorithmConfig,))
     return make_config(algorithm_cls=dataclass(algorithm_cls)), "make_config + field list read from skyrl-v0.3.0"
 
 

@@ -1,33 +1,25 @@
 """Our SkyRL entrypoint: SkyRL's DAPO experiment plus save-on-notice and a training-metrics file.
 
-Run inside the training container (Python 3.12, skyrl 0.3.0) from the root of a SkyRL checkout whose tag matches the
-installed wheel, so that ``examples.train.algorithms.dapo.main_dapo`` imports::
+Run in the training container from the root of a SkyRL checkout whose tag matches the installed wheel, so that
+``examples.train.algorithms.dapo.main_dapo`` imports: ``cd $SKYRL_CHECKOUT && python -m beam_slurm.skyrl.entrypoint
+key=value ...``. It takes SkyRL's DAPO overrides and behaves the same, plus a :class:`SaveOnNoticeCallback` on the
+trainer. Callbacks fire only in the process running SkyRL's training loop (the Ray task below): once per step, not per
+GPU worker. What SkyRL 0.3.0 does around them, which the callback relies on:
 
-    cd $SKYRL_CHECKOUT && python -m beam_slurm.skyrl.entrypoint key=value ...
-
-It takes exactly the overrides SkyRL's DAPO entrypoint takes and behaves the same, with one addition, a
-:class:`SaveOnNoticeCallback` registered on the trainer. Callbacks fire only in the process that runs SkyRL's training
-loop (the Ray task started below), so everything here happens once per step, not once per GPU worker:
-
-* ``on_step_end``: if the Slurm job has asked for a save (:func:`beam_slurm.skyrl.notice.pending_request`), set
-  ``control.should_save``. SkyRL 0.3.0 reads that flag right after ``on_step_end`` and saves at the end of the same
-  step (trainer.py, step 8), writing ``latest_ckpt_global_step.txt`` last.
-* ``on_save`` (fires after the checkpoint and its marker are written): acknowledge the request
-  (:func:`beam_slurm.skyrl.notice.acknowledge`) and make the run stop. SkyRL has no ``should_stop`` flag; its loop ends
-  when ``global_step > cfg.trainer.max_training_steps``, checked after every step against the live config object.
-  So the callback sets ``trainer.cfg.trainer.max_training_steps = global_step``: the loop breaks after this step's
-  logging, the final "safety net" save is skipped (this step already saved), and ``on_train_end`` runs as in any
-  normal finish. It also turns off the rest of this step's work that would only spend the grace period: the eval
-  of this step (``eval_interval = -1``; it is read after the save) and the final HF export (``hf_save_interval = -1``).
-  When SkyRL writes a scheduled HF export in that step (after ``on_save``), the acknowledgement waits for ``on_log``,
-  which fires after the export, so the job never stops Ray in the middle of writing it and the export stays complete
-  for chained evaluation. The requeued attempt resumes from the marker with ``resume_mode=latest``.
-* every event also writes the progress heartbeat (:mod:`beam_slurm.skyrl.progress`): step start and end, ``on_save``,
-  evaluation start and end, the end of training. The job's hang watchdog reads it.
-* ``on_log`` (fires with the dict SkyRL is about to send to its tracker, once per step and once for the eval before
-  training): append ``{"step": global_step, **logs}`` as one line to ``{export_path}/train_metrics.jsonl``
-  (:mod:`beam_slurm.skyrl.train_metrics`), the file ``beam-slurm report`` plots. A failed write is logged and training
-  goes on; the metrics also reach SkyRL's own tracker.
+* ``on_step_end``: with a pending save request (:func:`beam_slurm.skyrl.notice.pending_request`) it sets
+  ``control.should_save``; SkyRL reads it right after and saves at the end of the same step, the marker
+  ``latest_ckpt_global_step.txt`` last.
+* ``on_save`` fires after the checkpoint and its marker: it acknowledges (:func:`beam_slurm.skyrl.notice.acknowledge`)
+  and stops the run. SkyRL has no ``should_stop``; its loop ends when ``global_step > trainer.max_training_steps``,
+  checked after every step against the live config, so the callback sets ``max_training_steps = global_step``: the
+  loop breaks after this step's logging, the final save is skipped (this step saved) and ``on_train_end`` runs as
+  usual. It also sets ``eval_interval = -1`` (read after the save) and ``hf_save_interval = -1`` so nothing else
+  spends the grace period. A scheduled HF export of that step is written after ``on_save``: the acknowledgement then
+  waits for ``on_log``, which fires after the export, so the job never stops Ray mid-export.
+* every event writes the progress heartbeat (:mod:`beam_slurm.skyrl.progress`) the job's hang watchdog reads.
+* ``on_log`` (the dict SkyRL sends its tracker, once per step and once for the eval before training) appends
+  ``{"step": global_step, **logs}`` to ``{export_path}/train_metrics.jsonl`` (:mod:`beam_slurm.skyrl.train_metrics`);
+  a failed write is logged and training goes on.
 
 ``BEAM_SKYRL_EXPERIMENT=base`` runs SkyRL's plain ``BasePPOExp`` (no overlong penalty, no DAPO-only keys) instead.
 """
@@ -44,13 +36,10 @@ from beam_slurm.skyrl import notice
 from beam_slurm.skyrl.progress import ProgressRecorder
 from beam_slurm.skyrl.train_metrics import TRAIN_METRICS_FILE, append_step_metrics
 
-# Imported inside the functions that use it, on purpose: ray, skyrl (the trainer's environment only; the module itself
-# is read by the submit side).
+# ray and skyrl are imported inside the functions, on purpose: only the trainer's environment has them.
 
-DAPO_MODULE = "examples.train.algorithms.dapo.main_dapo"
-"""SkyRL's DAPO experiment; lives in the checkout's examples/, not in the wheel."""
-EXPERIMENT_ENV = "BEAM_SKYRL_EXPERIMENT"
-"""Environment variable choosing the experiment: ``dapo`` (default) or ``base``."""
+DAPO_MODULE = "examples.train.algorithms.dapo.main_dapo"  # in the checkout's examples/, not in the wheel
+EXPERIMENT_ENV = "BEAM_SKYRL_EXPERIMENT"  # dapo (default) or base
 
 try:  # The callback base class exists only where SkyRL is installed (the 3.12 training environment).
     from skyrl.train.utils.callbacks import TrainingCallback as _CallbackBase
@@ -77,19 +66,12 @@ class SaveOnNoticeCallback(_CallbackBase):
     logged step's metrics to ``{export_path}/train_metrics.jsonl``."""
 
     def __init__(self, ckpt_path: str, export_path: str | None = None):
-        self.ckpt_path = ckpt_path
-        """Root checkpoint directory (``trainer.ckpt_path``): where the request and acknowledgement files live."""
-        self.export_path = export_path
-        """Run export directory (``trainer.export_path``) receiving train_metrics.jsonl; None writes no metrics."""
+        self.ckpt_path = ckpt_path  # where the request and acknowledgement files live
+        self.export_path = export_path  # receives train_metrics.jsonl; None writes no metrics
         self.metrics_write_failures = 0
-        """Logged steps whose metrics line could not be written (each one logged; training went on)."""
-        self.stopped_at_step: int | None = None
-        """Step saved on notice, once the run has been told to stop (None while training normally)."""
-        self.ack_after_export: int | None = None
-        """Step saved on notice whose scheduled HF export SkyRL writes after on_save: acknowledged in on_log, once the
-        export is complete, so the job does not stop Ray in the middle of writing it."""
+        self.stopped_at_step: int | None = None  # the step saved on notice, once the run was told to stop
+        self.ack_after_export: int | None = None  # saved on notice, acknowledged in on_log after its HF export
         self.progress = ProgressRecorder(ckpt_path)
-        """The heartbeat the job's hang watchdog reads."""
 
     def on_step_start(self, trainer, callback_input, control) -> None:
         self.progress.step_start(callback_input.global_step)
@@ -168,11 +150,8 @@ def _experiment_classes(kind: str):
     try:
         dapo = import_module(DAPO_MODULE)
     except ModuleNotFoundError as exc:
-        print(
-            f"cannot import {DAPO_MODULE} ({exc}); run this entrypoint from the root of a SkyRL checkout "
-            f"matching the installed skyrl version (cwd is {os.getcwd()}), or set {EXPERIMENT_ENV}=base",
-            file=sys.stderr,
-        )
+        print(f"cannot import {DAPO_MODULE} ({exc}); run this entrypoint from the root of a SkyRL checkout matching "
+              f"the installed skyrl version (cwd is {os.getcwd()}), or set {EXPERIMENT_ENV}=base", file=sys.stderr)
         raise SystemExit(2) from exc
     return dapo.DAPOConfig, dapo.DAPOExp
 

@@ -11,14 +11,12 @@ Both sides share the checkpoint directory, so the protocol lives there, under ``
     "request_time", "reason", "host", "pid"}``.
 
 Order of events: the job calls :func:`request_save`; the trainer sees :func:`pending_request` at the end of a step,
-saves, calls :func:`acknowledge` and stops; the job waits for :func:`saved_since` to return a step, stops Ray and
-requeues; the next attempt resumes from the marker and calls :func:`clear` before training. A request that has
-been acknowledged is no longer pending, so a stale request left by a crash cannot make a new attempt stop at once.
+saves, calls :func:`acknowledge` and stops; the job waits for :func:`saved_since`, stops Ray and requeues; the next
+attempt resumes from the marker and calls :func:`clear`. An acknowledged request is no longer pending, so a stale one
+left by a crash cannot make a new attempt stop at once.
 
-Every write is atomic (temporary file in the same directory, then ``os.replace``), so a reader on another node
-never sees half a file. Standard library only: this module is imported by the job (Python 3.11) and inside the
-training container (Python 3.12). Paths must be on a POSIX file system shared by the batch host and the trainer
-(not an object store).
+Every write is atomic, so a reader on another node never sees half a file. Imported by the job (Python 3.11) and in
+the training container (3.12). Paths must be on a POSIX file system the batch host and the trainer share.
 """
 
 from __future__ import annotations
@@ -31,14 +29,10 @@ from pathlib import Path
 
 from beam_slurm.core.atomic_files import write_json
 
-PROTOCOL_DIR = ".beam"
-"""Directory under the checkpoint path that holds the protocol files (hidden, so it never looks like a step)."""
+PROTOCOL_DIR = ".beam"  # hidden, so it never looks like a step
 REQUEST_FILE = "save_request"
-"""Name of the request file written by the job."""
 ACK_FILE = "saved_on_notice"
-"""Name of the acknowledgement written by the trainer after the checkpoint is complete."""
-MARKER_FILE = "latest_ckpt_global_step.txt"
-"""SkyRL's marker of the last complete checkpoint; written last by its save routine."""
+MARKER_FILE = "latest_ckpt_global_step.txt"  # SkyRL's, written last by its save routine
 
 
 def _protocol_dir(ckpt_path: str | os.PathLike[str]) -> Path:
@@ -73,20 +67,14 @@ def read_marker(ckpt_path: str | os.PathLike[str]) -> int | None:
     try:
         return int(text)
     except ValueError as exc:
-        raise ValueError(
-            f"{Path(ckpt_path) / MARKER_FILE} holds {text!r}, not a step number; "
-            "remove or repair it before resuming"
-        ) from exc
+        raise ValueError(f"{Path(ckpt_path) / MARKER_FILE} holds {text!r}, not a step number; "
+                         "remove or repair it before resuming") from exc
 
 
 def request_save(ckpt_path: str | os.PathLike[str], reason: str) -> None:
     """Ask the trainer to save a checkpoint at the next step boundary and stop. Called by the job on a notice."""
     payload = {"time": time.time(), "reason": str(reason), "host": socket.gethostname(), "pid": os.getpid()}
     write_json(_protocol_dir(ckpt_path) / REQUEST_FILE, payload)
-
-
-def _acknowledgement(ckpt_path: str | os.PathLike[str]) -> dict | None:
-    return _read_json(_protocol_dir(ckpt_path) / ACK_FILE)
 
 
 def _answers(ack: dict | None, request_time: float) -> bool:
@@ -103,38 +91,28 @@ def pending_request(ckpt_path: str | os.PathLike[str]) -> dict | None:
         return None
     request_time = float(request.get("time", 0.0))
     request["time"] = request_time
-    if _answers(_acknowledgement(ckpt_path), request_time):
+    if _answers(_read_json(_protocol_dir(ckpt_path) / ACK_FILE), request_time):
         return None
     return request
 
 
 def acknowledge(ckpt_path: str | os.PathLike[str], global_step: int) -> None:
-    """Record that the checkpoint of ``global_step`` was saved because of the pending request.
-
-    Refuses (ValueError) unless SkyRL's marker already names ``global_step``: an acknowledgement must never point
-    at a checkpoint that a restart could not resume from.
-    """
+    """Record that ``global_step`` was saved for the pending request; ValueError unless SkyRL's marker names it, so
+    an acknowledgement never points at a checkpoint a restart could not resume from."""
     marker = read_marker(ckpt_path)
     if marker != int(global_step):
-        raise ValueError(
-            f"cannot acknowledge a save of step {global_step}: {Path(ckpt_path) / MARKER_FILE} names "
-            f"{marker if marker is not None else 'nothing'}; acknowledge only after the checkpoint is complete"
-        )
+        raise ValueError(f"cannot acknowledge a save of step {global_step}: {Path(ckpt_path) / MARKER_FILE} names "
+                         f"{marker if marker is not None else 'nothing'}; acknowledge only after the checkpoint is "
+                         "complete")
     request = _read_json(_protocol_dir(ckpt_path) / REQUEST_FILE) or {}
-    payload = {
-        "global_step": int(global_step),
-        "time": time.time(),
-        "request_time": float(request.get("time", -1.0)),
-        "reason": request.get("reason", ""),
-        "host": socket.gethostname(),
-        "pid": os.getpid(),
-    }
+    payload = {"global_step": int(global_step), "time": time.time(), "request_time": float(request.get("time", -1.0)),
+               "reason": request.get("reason", ""), "host": socket.gethostname(), "pid": os.getpid()}
     write_json(_protocol_dir(ckpt_path) / ACK_FILE, payload)
 
 
 def saved_since(ckpt_path: str | os.PathLike[str], request_time: float) -> int | None:
     """The step saved in answer to a request made at ``request_time`` (epoch seconds), or None if not yet."""
-    ack = _acknowledgement(ckpt_path)
+    ack = _read_json(_protocol_dir(ckpt_path) / ACK_FILE)
     if _answers(ack, float(request_time)):
         return int(ack["global_step"])
     return None
@@ -143,7 +121,4 @@ def saved_since(ckpt_path: str | os.PathLike[str], request_time: float) -> int |
 def clear(ckpt_path: str | os.PathLike[str]) -> None:
     """Remove the request and the acknowledgement (start of a new attempt). Checkpoints are never touched."""
     for name in (REQUEST_FILE, ACK_FILE):
-        try:
-            (_protocol_dir(ckpt_path) / name).unlink()
-        except FileNotFoundError:
-            pass
+        (_protocol_dir(ckpt_path) / name).unlink(missing_ok=True)

@@ -2,56 +2,42 @@
 
     python -m beam_slurm.skyrl.rehearsal key=value ...      (the same overrides as SkyRL)
 
-What it does, like SkyRL 0.3.0 where it matters to the job around it:
+Like SkyRL 0.3.0 where it matters to the job around it, it:
 
-* joins the running Ray cluster (``ray.init(address="auto")``), reserves one placement group with one ``{"GPU": 1}``
-  bundle per policy GPU (``trainer.placement.policy_num_nodes x policy_num_gpus_per_node``, PACK strategy, as SkyRL's
-  colocated group) and starts one actor per bundle; each reports its node and the GPU ids Ray assigned, and two actors
-  on one node holding the same GPU is an error (SkyRL issue #1577);
-* spends ``trainer.rehearsal_model_load_s`` "loading the model" before its first step, then runs
-  ``trainer.max_training_steps`` steps of ``trainer.rehearsal_step_s`` each, spread over the actors;
-* checkpoints in SkyRL's layout every ``ckpt_interval`` and at the end: ``{ckpt_path}/global_step_N/{policy/,
-  trainer_state.pt, data.pt}`` (small JSON files marked as rehearsal, not torch pickles), then
-  ``{ckpt_path}/latest_ckpt_global_step.txt`` last and atomically; ``max_ckpts_to_keep`` as in SkyRL (-1 keeps all).
-  A save costs what a real one does when asked: ``trainer.rehearsal_save_bytes`` written and fsynced into
-  ``policy/rehearsal_weights.bin``, paced over ``trainer.rehearsal_save_s``, before ``trainer_state.pt`` and the marker,
-  so a save cut off by a kill leaves a step folder without ``trainer_state.pt`` that resume never picks;
-* HF export dirs ``{export_path}/global_step_N/policy/`` every ``hf_save_interval`` (if > 0) and at the end. When
-  ``trainer.policy.model.path`` is a local Hugging Face model directory (it has ``config.json``), the export holds that
-  model's files (hard links on the same file system, else copies; built in a hidden temp dir and renamed into place,
-  so a half-written export is never seen) plus ``rehearsal.json`` saying they are the base weights, unchanged: such an
-  export loads in ``beam-slurm evaluate`` like a real one. Otherwise (e.g. a hub model id) the export is a JSON
-  stand-in, ``policy/rehearsal_model.json``, which no model loader accepts;
-* eval dumps every ``eval_interval`` (and before training if ``eval_before_train``, and at the last step) in
-  SkyRL's layout ``{export_path}/dumped_evals/global_step_N_evals/{data_source}.jsonl`` + ``aggregated_results.jsonl``,
-  one data source per ``data.val_data`` file (its stem), ``eval_n_samples_per_prompt`` made-up responses each,
-  every record carrying ``"rehearsal": true``;
-* resume like SkyRL: ``resume_mode=none`` starts at 0 (and refuses to overwrite existing checkpoints),
-  ``latest`` reads the marker (missing -> fresh start; a step directory more than ``ckpt_interval`` ahead of the
-  marker is an inconsistent folder, as SkyRL says), ``from_path`` needs ``resume_path`` naming a ``global_step_N``
-  directory; logs ``resumed from step N``; never redoes a step at or before the checkpoint it resumed from;
-* the progress heartbeat (:mod:`beam_slurm.skyrl.progress`) at each step's start and end, after each save, around
-  each eval dump and at the end, as our SkyRL callback writes it;
-* ``trainer.rehearsal_hang_at_step=N``: in the job's first attempt the GPU actor of the last bundle (on the last
-  node) blocks for good in step N, as a rank stuck in a collective: the trainer waits on it like on any actor;
-* save-on-notice (:mod:`beam_slurm.skyrl.notice`): at each step end a pending request makes it save that step (and
-  write the step's HF export if one is scheduled, as SkyRL does), acknowledge, log ``stopped on notice after saving
-  step N`` and exit 0.
+* joins the running Ray cluster, reserves one PACK placement group with one ``{"GPU": 1}`` bundle per policy GPU
+  (``trainer.placement.policy_num_nodes x policy_num_gpus_per_node``) and starts one actor per bundle; two actors on
+  one node given the same GPU id is an error (SkyRL issue #1577);
+* spends ``trainer.rehearsal_model_load_s`` "loading the model", then runs ``trainer.max_training_steps`` steps of
+  ``trainer.rehearsal_step_s`` each over the actors;
+* checkpoints every ``ckpt_interval`` and at the end in SkyRL's layout, ``{ckpt_path}/global_step_N/{policy/,
+  trainer_state.pt, data.pt}`` (small JSON files, not torch pickles), writing ``latest_ckpt_global_step.txt`` last and
+  atomically; ``max_ckpts_to_keep`` as in SkyRL. A save writes and fsyncs ``trainer.rehearsal_save_bytes`` into
+  ``policy/rehearsal_weights.bin`` over at least ``trainer.rehearsal_save_s`` before ``trainer_state.pt``, so a save
+  cut off by a kill leaves a step folder that resume never picks;
+* writes HF exports ``{export_path}/global_step_N/policy/`` every ``hf_save_interval`` (> 0) and at the end: when
+  ``trainer.policy.model.path`` is a local Hugging Face directory (has ``config.json``) its files (hard links, else
+  copies; renamed into place whole) plus ``rehearsal.json`` saying they are the unchanged base weights, so
+  ``beam-slurm evaluate`` loads it; otherwise a JSON stand-in, ``policy/rehearsal_model.json``, that no loader takes;
+* writes eval dumps every ``eval_interval`` (before training with ``eval_before_train``, and at the last step) as
+  ``{export_path}/dumped_evals/global_step_N_evals/{data_source}.jsonl`` + ``aggregated_results.jsonl``, one data source
+  per ``data.val_data`` file, ``eval_n_samples_per_prompt`` made-up responses each, marked ``"rehearsal": true``;
+* resumes like SkyRL: ``resume_mode=none`` starts at 0 (refusing to overwrite checkpoints), ``latest`` reads the marker
+  (missing: fresh start; a step folder more than ``ckpt_interval`` ahead of it is an inconsistent folder),
+  ``from_path`` needs ``resume_path`` naming a ``global_step_N`` folder; logs ``resumed from step N``;
+* writes the progress heartbeat (:mod:`beam_slurm.skyrl.progress`) as our SkyRL callback does;
+* with ``trainer.rehearsal_hang_at_step=N``, in the job's first attempt, blocks the last bundle's actor for good in
+  step N, as a rank stuck in a collective;
+* saves on notice (:mod:`beam_slurm.skyrl.notice`): a request pending at a step's end saves that step (and its
+  scheduled HF export), acknowledges, logs ``stopped on notice after saving step N`` and exits 0.
 
-Metrics: one line appended per finished step to ``{export_path}/train_metrics.jsonl``
-(:mod:`beam_slurm.skyrl.train_metrics`, the file ``beam-slurm report`` plots), with SkyRL's metric names and made-up
-values: ``{"step": int, "reward/avg_raw_reward": float in [-1, 1], "generate/avg_num_tokens": float,
-"trainer/global_step": int, "time": epoch seconds, "attempt": SLURM_RESTART_COUNT or 0, "rehearsal": true}``.
-Actor placement of each attempt goes to ``{export_path}/rehearsal/placement_attempt_<A>.json``.
+Each finished step appends SkyRL-named made-up metrics to ``{export_path}/train_metrics.jsonl``
+(:mod:`beam_slurm.skyrl.train_metrics`, what ``beam-slurm report`` plots): ``step``, ``reward/avg_raw_reward`` in
+[-1, 1], ``generate/avg_num_tokens``, ``trainer/global_step``, ``time``, ``attempt`` (SLURM_RESTART_COUNT) and
+``"rehearsal": true``. Each attempt's actor placement goes to ``{export_path}/rehearsal/placement_attempt_<A>.json``.
+The costs and the hang (`trainer.rehearsal_*`) arrive as the environment variables in ``COST_ENV``.
 
-The four costs and the hang come from the recipe (`trainer.rehearsal_*`, defaults in the schema) through the environment:
-``BEAM_REHEARSAL_STEP_SECONDS``, ``BEAM_REHEARSAL_SAVE_SECONDS``, ``BEAM_REHEARSAL_SAVE_BYTES``,
-``BEAM_REHEARSAL_MODEL_LOAD_SECONDS``, ``BEAM_REHEARSAL_HANG_AT_STEP`` (`beam_slurm.skyrl.command` sets them for the
-driver).
-
-Settings are read with SkyRL's own config classes when skyrl is importable (strict: unknown keys are rejected);
-otherwise with a small OmegaConf reader of the keys above (SkyRL's defaults; other keys are accepted unchecked).
-Exit status: 0 finished or stopped on notice, 2 bad settings (before Ray is touched), 1 anything else.
+Settings are read with SkyRL's config classes when skyrl is importable (unknown keys rejected), else with OmegaConf
+(SkyRL's defaults, other keys unchecked). Exit status: 0 finished or stopped on notice, 2 bad settings, 1 otherwise.
 """
 
 from __future__ import annotations
@@ -74,27 +60,16 @@ from beam_slurm.core.atomic_files import write_text
 from beam_slurm.core.errors import UserError
 from beam_slurm.ray_cluster.driver_signals import hold_first_sigterm
 from beam_slurm.skyrl import notice, tracking
+from beam_slurm.skyrl.command import COST_ENV
 from beam_slurm.skyrl.conformance import dapo_config_class
 from beam_slurm.skyrl.progress import ProgressRecorder
 from beam_slurm.skyrl.train_metrics import append_step_metrics
 
-# Imported inside the functions that use it, on purpose: ray, pyarrow (the rehearsal's run only; the submit side reads
-# its settings).
+# ray and pyarrow are imported inside the functions, on purpose: only the run needs them, not the settings.
 
-STEP_SECONDS_ENV = "BEAM_REHEARSAL_STEP_SECONDS"
-"""Seconds one rehearsal step takes (float; trainer.rehearsal_step_s)."""
-COST_ENV = {
-    "step_s": (STEP_SECONDS_ENV, "trainer.rehearsal_step_s", float),
-    "save_s": ("BEAM_REHEARSAL_SAVE_SECONDS", "trainer.rehearsal_save_s", float),
-    "save_bytes": ("BEAM_REHEARSAL_SAVE_BYTES", "trainer.rehearsal_save_bytes", int),
-    "model_load_s": ("BEAM_REHEARSAL_MODEL_LOAD_SECONDS", "trainer.rehearsal_model_load_s", float),
-    "hang_at_step": ("BEAM_REHEARSAL_HANG_AT_STEP", "trainer.rehearsal_hang_at_step", int),
-}
-"""RehearsalSettings field -> (environment variable, recipe key, type) of the rehearsal's costs."""
 PAYLOAD_FILE = "rehearsal_weights.bin"
 _CHUNK = 4 * 1024 * 1024
-PG_TIMEOUT_ENV = "BEAM_REHEARSAL_PG_TIMEOUT_S"
-"""Seconds to wait for the placement group before failing (default 120)."""
+PG_TIMEOUT_ENV = "BEAM_REHEARSAL_PG_TIMEOUT_S"  # seconds to wait for the placement group (default 120)
 STEP_PREFIX = "global_step_"
 
 
@@ -107,75 +82,37 @@ class RehearsalSettings:
     """The SkyRL settings the rehearsal honours (names as in SkyRL's config, defaults as SkyRL 0.3.0's)."""
 
     policy_num_nodes: int = 1
-    """trainer.placement.policy_num_nodes."""
     policy_num_gpus_per_node: int = 1
-    """trainer.placement.policy_num_gpus_per_node."""
-    max_training_steps: int | None = None
-    """trainer.max_training_steps; required (SkyRL would derive it from the dataset, the rehearsal reads no data)."""
-    ckpt_interval: int = 10
-    """trainer.ckpt_interval; <= 0 saves only at the end."""
+    max_training_steps: int | None = None  # required: the rehearsal reads no data to derive it from
+    ckpt_interval: int = 10  # <= 0 saves only at the end
     hf_save_interval: int = -1
-    """trainer.hf_save_interval; -1 disables HF export dirs."""
     eval_interval: int = 5
-    """trainer.eval_interval; -1 disables eval dumps."""
     eval_before_train: bool = True
-    """trainer.eval_before_train."""
     ckpt_path: str = field(default_factory=lambda: os.path.expanduser("~/ckpts/"))
-    """trainer.ckpt_path."""
     export_path: str = field(default_factory=lambda: os.path.expanduser("~/exports/"))
-    """trainer.export_path."""
     resume_mode: str = "latest"
-    """trainer.resume_mode: none | latest | from_path."""
     resume_path: str | None = None
-    """trainer.resume_path (from_path only)."""
     max_ckpts_to_keep: int = -1
-    """trainer.max_ckpts_to_keep; -1 keeps all."""
     val_data: list[str] = field(default_factory=list)
-    """data.val_data: one eval data source per file."""
     eval_n_samples_per_prompt: int = 1
-    """generator.eval_n_samples_per_prompt."""
-    n_samples_per_prompt: int = 5
-    """generator.n_samples_per_prompt (sizes the made-up reward)."""
-    train_batch_size: int = 1024
-    """trainer.train_batch_size."""
     run_name: str = "test_run"
-    """trainer.run_name."""
     policy_model_path: str | None = None
-    """trainer.policy.model.path; a local Hugging Face model directory is copied into every HF export."""
-    parsed_by: str = ""
-    """Which reader parsed the overrides (SkyRL's config classes or the fallback)."""
+    parsed_by: str = ""  # SkyRL's config classes or the fallback
+    # The costs (COST_ENV), filled from the environment by `parse_settings`.
     step_s: float = 0.0
-    """Seconds per step (trainer.rehearsal_step_s); filled from the environment by `parse_settings`."""
     save_s: float = 0.0
-    """A save lasts at least this long (trainer.rehearsal_save_s)."""
     save_bytes: int = 0
-    """Bytes each save writes and fsyncs (trainer.rehearsal_save_bytes)."""
     model_load_s: float = 0.0
-    """Seconds before the first step of an attempt (trainer.rehearsal_model_load_s)."""
     hang_at_step: int = 0
-    """In the first attempt, the last GPU actor blocks for good in this step (trainer.rehearsal_hang_at_step)."""
 
 
-_KEYS = {
-    "policy_num_nodes": "trainer.placement.policy_num_nodes",
-    "policy_num_gpus_per_node": "trainer.placement.policy_num_gpus_per_node",
-    "max_training_steps": "trainer.max_training_steps",
-    "ckpt_interval": "trainer.ckpt_interval",
-    "hf_save_interval": "trainer.hf_save_interval",
-    "eval_interval": "trainer.eval_interval",
-    "eval_before_train": "trainer.eval_before_train",
-    "ckpt_path": "trainer.ckpt_path",
-    "export_path": "trainer.export_path",
-    "resume_mode": "trainer.resume_mode",
-    "resume_path": "trainer.resume_path",
-    "max_ckpts_to_keep": "trainer.max_ckpts_to_keep",
-    "val_data": "data.val_data",
-    "eval_n_samples_per_prompt": "generator.eval_n_samples_per_prompt",
-    "n_samples_per_prompt": "generator.n_samples_per_prompt",
-    "train_batch_size": "trainer.train_batch_size",
-    "run_name": "trainer.run_name",
-    "policy_model_path": "trainer.policy.model.path",
-}
+# RehearsalSettings field -> SkyRL key; the field is the key's last part, but for policy_model_path.
+_KEYS = {key.rsplit(".", 1)[1]: key for key in (
+    "trainer.placement.policy_num_nodes", "trainer.placement.policy_num_gpus_per_node", "trainer.max_training_steps",
+    "trainer.ckpt_interval", "trainer.hf_save_interval", "trainer.eval_interval", "trainer.eval_before_train",
+    "trainer.ckpt_path", "trainer.export_path", "trainer.resume_mode", "trainer.resume_path",
+    "trainer.max_ckpts_to_keep", "data.val_data", "generator.eval_n_samples_per_prompt", "trainer.run_name")}
+_KEYS["policy_model_path"] = "trainer.policy.model.path"
 
 
 def _lookup(cfg, dotted: str):
@@ -242,10 +179,8 @@ def read_costs(settings: RehearsalSettings, environ) -> None:
 
 def _check(s: RehearsalSettings) -> None:
     if not isinstance(s.max_training_steps, int) or s.max_training_steps <= 0:
-        raise SettingsError(
-            f"trainer.max_training_steps={s.max_training_steps!r}: the rehearsal needs a positive step count; "
-            "pass trainer.max_training_steps=50 (or MAX_TRAINING_STEPS)"
-        )
+        raise SettingsError(f"trainer.max_training_steps={s.max_training_steps!r}: the rehearsal needs a positive step "
+                            "count; pass trainer.max_training_steps=50 (or MAX_TRAINING_STEPS)")
     for name in ("policy_num_nodes", "policy_num_gpus_per_node"):
         value = getattr(s, name)
         if not isinstance(value, int) or value < 1:
@@ -256,14 +191,10 @@ def _check(s: RehearsalSettings) -> None:
         if not s.resume_path:
             raise SettingsError("trainer.resume_mode=from_path needs trainer.resume_path=<ckpt_path>/global_step_N")
         if not Path(s.resume_path).name.startswith(STEP_PREFIX):
-            raise SettingsError(
-                f"trainer.resume_path={s.resume_path!r}: must name a {STEP_PREFIX}N directory (as SkyRL requires)"
-            )
+            raise SettingsError(f"trainer.resume_path={s.resume_path!r}: must name a {STEP_PREFIX}N directory (as "
+                                "SkyRL requires)")
     if s.max_ckpts_to_keep == 0:
         raise SettingsError("trainer.max_ckpts_to_keep=0: use -1 to keep all checkpoints or N > 0 to keep the last N")
-
-
-# ---------------------------------------------------------------------------------------------- files on disk
 
 
 def _step_dirs(root: Path) -> dict[int, Path]:
@@ -284,10 +215,9 @@ def resume_step(s: RehearsalSettings) -> int:
     if s.resume_mode == "none":
         marker = notice.read_marker(root)
         if marker is not None:
-            raise SettingsError(
-                f"trainer.resume_mode=none but {root} already holds checkpoints (latest step {marker}); they would be "
-                "overwritten. Use trainer.resume_mode=latest, or a new trainer.ckpt_path"
-            )
+            raise SettingsError(f"trainer.resume_mode=none but {root} already holds checkpoints (latest step "
+                                f"{marker}); they would be overwritten. Use trainer.resume_mode=latest, or a new "
+                                "trainer.ckpt_path")
         return 0
     if s.resume_mode == "latest":
         marker = notice.read_marker(root)
@@ -295,11 +225,9 @@ def resume_step(s: RehearsalSettings) -> int:
             return 0
         dirs = _step_dirs(root)
         if dirs and max(dirs) - marker > max(s.ckpt_interval, 0):
-            raise SettingsError(
-                f"inconsistent checkpoint folder {root}: latest_ckpt_global_step.txt names {marker} but "
-                f"{dirs[max(dirs)]} is more than ckpt_interval={s.ckpt_interval} steps ahead; move the checkpoints of "
-                "the older run away (as SkyRL requires)"
-            )
+            raise SettingsError(f"inconsistent checkpoint folder {root}: latest_ckpt_global_step.txt names {marker} "
+                                f"but {dirs[max(dirs)]} is more than ckpt_interval={s.ckpt_interval} steps ahead; move "
+                                "the checkpoints of the older run away (as SkyRL requires)")
         path = root / f"{STEP_PREFIX}{marker}"
     else:
         path = Path(s.resume_path)
@@ -459,9 +387,6 @@ def dump_eval(s: RehearsalSettings, step: int, rng: random.Random) -> dict:
     return metrics
 
 
-# ---------------------------------------------------------------------------------------------- Ray
-
-
 def _log(message: str) -> None:
     print(f"[rehearsal] {message}", flush=True)
 
@@ -496,10 +421,9 @@ def place_actors(s: RehearsalSettings):
     ready, _ = ray.wait([group.ready()], timeout=timeout)
     if not ready:
         total = ray.cluster_resources().get("GPU", 0)
-        raise RuntimeError(
-            f"placement group of {world} GPU bundles ({s.policy_num_nodes} nodes x {s.policy_num_gpus_per_node}) "
-            f"not ready after {timeout:.0f} s; the Ray cluster has {total:g} GPUs"
-        )
+        raise RuntimeError(f"placement group of {world} GPU bundles ({s.policy_num_nodes} nodes x "
+                           f"{s.policy_num_gpus_per_node}) not ready after {timeout:.0f} s; the Ray cluster has "
+                           f"{total:g} GPUs")
     first_attempt = int(os.environ.get("SLURM_RESTART_COUNT", "0") or 0) == 0
     actors = [
         GpuSlot.options(scheduling_strategy=PlacementGroupSchedulingStrategy(
@@ -522,11 +446,7 @@ def run(s: RehearsalSettings) -> int:
 
     attempt = int(os.environ.get("SLURM_RESTART_COUNT", "0") or 0)
     start = resume_step(s)
-    if start:
-        _log(f"resumed from step {start} ({s.resume_mode})")
-    else:
-        _log("starting from step 0")
-    step_seconds = s.step_s
+    _log(f"resumed from step {start} ({s.resume_mode})" if start else "starting from step 0")
     ray.init(address=os.environ.get("RAY_ADDRESS", "auto"), log_to_driver=False)
     hold_first_sigterm()  # a preemption's SIGTERM to the tasks may be a notice (after ray.init's own handler)
     try:
@@ -549,7 +469,7 @@ def run(s: RehearsalSettings) -> int:
         saved_at = hf_at = None
         for step in range(start + 1, total + 1):
             heartbeat.step_start(step)
-            ray.get([a.step.remote(step_seconds, step) for a in actors])
+            ray.get([a.step.remote(s.step_s, step) for a in actors])
             heartbeat.step_end(step)
             progress = step / total
             reward = max(-1.0, min(1.0, math.tanh(3 * progress - 1) + rng.uniform(-0.05, 0.05)))

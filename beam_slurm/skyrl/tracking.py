@@ -8,14 +8,12 @@ internet), so without care every attempt would be a run of its own. Here:
 - every attempt's trainer gets WANDB_RUN_ID (that id), WANDB_RESUME=allow, WANDB_MODE (`trainer.wandb_mode`, offline
   by default) and its own WANDB_DIR, `<export_path>/beam_run/wandb/<jobid>-<attempt>/`, so attempts never write into
   one another's offline folder;
-- `beam-slurm sync RUN` (`beam_slurm.pipeline.tracking`) uploads the attempts' offline folders, in attempt order, into that one run:
-  `wandb sync --id <id> <folder>` per attempt (wandb >= 0.31 syncs a folder into the existing run named by `--id`,
-  appending; folders of one run are synced one after another in order of start time). `--dry-run` prints the
-  commands only.
+- `beam-slurm sync RUN` (`beam_slurm.pipeline.tracking`) uploads the attempts' offline folders into that one run,
+  in order of start time: `wandb sync --id <id> <folder>` per attempt (wandb >= 0.31 appends a folder to the run
+  named by `--id`). `--dry-run` prints the commands only.
 
-The static part of the environment (mode, resume) comes from `beam_slurm.skyrl.command.skyrl_env`; the rehearsal
-trainer logs through `open_run`/`log` as SkyRL's own W&B logger does (wandb.init with project and name; id, resume,
-mode and folder from the environment).
+The static part (mode, resume) comes from `beam_slurm.skyrl.command.skyrl_env`; the rehearsal trainer logs through
+`open_run`/`log` as SkyRL's own W&B logger does.
 """
 
 from __future__ import annotations
@@ -32,8 +30,7 @@ from beam_slurm.core.run_store import RunStore, now
 
 # Imported inside the functions that use it, on purpose: wandb (only a run with trainer.logger=wandb opens a W&B run).
 
-WANDB_FOLDER = "wandb"
-"""Folder under `beam_run/` with one WANDB_DIR per attempt (`<jobid>-<attempt>`)."""
+WANDB_FOLDER = "wandb"  # under `beam_run/`, one WANDB_DIR per attempt (`<jobid>-<attempt>`)
 _ID_ALPHABET = string.ascii_lowercase + string.digits
 
 
@@ -55,7 +52,6 @@ def ensure_run_id(export_path: str | os.PathLike, job_id: str) -> str:
 
 
 def attempt_dir(export_path: str | os.PathLike, job_id: str, attempt: int) -> Path:
-    """WANDB_DIR of one attempt."""
     return Path(export_path) / RUN_DIRNAME / WANDB_FOLDER / f"{job_id}-{attempt}"
 
 

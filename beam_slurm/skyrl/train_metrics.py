@@ -13,8 +13,7 @@ import os
 from pathlib import Path
 from typing import Any, Mapping
 
-TRAIN_METRICS_FILE = "train_metrics.jsonl"
-"""File name under the run's export path (the report looks for exactly this name)."""
+TRAIN_METRICS_FILE = "train_metrics.jsonl"  # the report looks for exactly this name
 
 
 def _plain(value: Any) -> Any:
@@ -29,11 +28,8 @@ def _plain(value: Any) -> Any:
 
 
 def append_step_metrics(export_path: str | os.PathLike, step: int, metrics: Mapping[str, Any]) -> Path:
-    """Append one line ``{"step": step, **metrics}`` to ``<export_path>/train_metrics.jsonl``; returns the file.
-
-    The line goes out in a single ``write`` on an ``O_APPEND`` descriptor, so concurrent or interrupted writers
-    never interleave half lines on a local file system. Raises OSError when the file cannot be written.
-    """
+    """Append ``{"step": step, **metrics}`` as one line, in a single ``write`` on an ``O_APPEND`` descriptor so
+    concurrent or interrupted writers never interleave half lines; the file. OSError when it cannot be written."""
     record = {"step": int(step), **{k: v for k, v in metrics.items() if k != "step"}}
     data = (json.dumps(record, default=_plain) + "\n").encode()
     path = Path(export_path) / TRAIN_METRICS_FILE

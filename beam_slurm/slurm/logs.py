@@ -50,7 +50,7 @@ def batch_log(job_id: str) -> tuple[Path | None, str]:
             continue
         given = re.search(r"(?:--output[= ]|-o ?)(\S+)", submit)
         if given:
-            path = Path(_expand(given.group(1), job_id, name))
+            path = Path(given.group(1).replace("%j", job_id).replace("%A", job_id).replace("%x", name))
             path = path if path.is_absolute() else Path(workdir) / path
             if path.is_file():
                 return path, "sacct SubmitLine"
@@ -60,10 +60,6 @@ def batch_log(job_id: str) -> tuple[Path | None, str]:
                 return hits[0], f"sacct WorkDir {workdir}"
         return None, f"no output file of job {job_id} in its working folder {workdir}"
     return None, "sacct does not know the job"
-
-
-def _expand(pattern: str, job_id: str, name: str) -> str:
-    return pattern.replace("%j", job_id).replace("%A", job_id).replace("%x", name)
 
 
 def tail(path: Path, lines: int) -> str:
@@ -77,7 +73,6 @@ def tail(path: Path, lines: int) -> str:
 
 
 def node_sections(attempt_dir: Path) -> dict[str, Path]:
-    """node -> its copied Ray log folder."""
     base = attempt_dir / RAY_LOGS_DIR
     return {p.name: p for p in sorted(base.iterdir()) if p.is_dir()} if base.is_dir() else {}
 
@@ -189,9 +184,7 @@ def main(argv: list[str]) -> int:
     try:
         args = parser.parse(argv).args
         job = find_job(args.run, args.exports_root)
-    except VerbUsageError as exc:
-        return parser.fail(exc)
-    except runs.RunNotFound as exc:
+    except (VerbUsageError, runs.RunNotFound) as exc:
         return parser.fail(exc)
     attempts = job.attempts()
     if not attempts:

@@ -43,9 +43,8 @@ class PreemptionInfo:
     cluster_mode: str = ""  # PreemptMode of slurm.conf (OFF, CANCEL, REQUEUE, SUSPEND, with GANG)
     user_signal: bool = False  # preempt_send_user_signal: the job's --signal is sent
     kill_wait_s: int = 0
+    # What a signal to a step reaches: proctrack/cgroup every process, Ray's daemons too; linuxproc the tree they left.
     proctrack: str = ""
-    """ProctrackType: which processes a signal to a step reaches (proctrack/cgroup: every one of the step, Ray's
-    own daemons too; proctrack/linuxproc: the tasks' process tree, which Ray's daemons leave)."""
     partition: str = ""
     partition_mode: str = ""
     partition_grace_s: int = 0
@@ -101,14 +100,8 @@ def parse_partitions(text: str) -> list[dict[str, str]]:
     """`scontrol show partition -o` (one partition per line, Key=Value tokens) as dicts."""
     rows = []
     for line in text.splitlines():
-        if not line.strip():
-            continue
-        row = {}
-        for token in shlex.split(line):
-            key, sep, value = token.partition("=")
-            if sep:
-                row[key] = value
-        rows.append(row)
+        if line.strip():
+            rows.append({key: value for key, sep, value in (t.partition("=") for t in shlex.split(line)) if sep})
     return rows
 
 
@@ -126,7 +119,6 @@ def parse_qos(text: str) -> tuple[QosPreemption, ...]:
 
 
 def _seconds(text: str) -> int:
-    """GraceTime and KillWait as seconds; '' or garbage -> 0."""
     return values.reported_seconds(text) or 0
 
 
@@ -145,8 +137,8 @@ def from_outputs(config: str, partitions: str, qos: str, partition: str | None) 
     params = [p.strip() for p in conf.get("SlurmctldParameters", "").split(",")]
     return PreemptionInfo(
         reachable=True, preempt_type=conf.get("PreemptType", ""), cluster_mode=conf.get("PreemptMode", ""),
-        user_signal=USER_SIGNAL_PARAMETER in params, proctrack=conf.get("ProctrackType", ""), kill_wait_s=_seconds(conf.get("KillWait", "").split()[0]
-                                                                          if conf.get("KillWait") else ""),
+        user_signal=USER_SIGNAL_PARAMETER in params, proctrack=conf.get("ProctrackType", ""),
+        kill_wait_s=_seconds(conf.get("KillWait", "").split()[0] if conf.get("KillWait") else ""),
         partition=row.get("PartitionName", ""), partition_mode=row.get("PreemptMode", ""),
         partition_grace_s=_seconds(row.get("GraceTime", "")), qos=parse_qos(qos))
 

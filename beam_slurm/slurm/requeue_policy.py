@@ -1,11 +1,7 @@
 """How an attempt of the training job ends: requeue, finish, stop or fail. Pure decisions over what the attempt
 recorded (no Slurm, no files, no clock), so each rule reads top to bottom and is tested in milliseconds.
-
-`attempt.Attempt` gathers the facts (signals received and what Slurm said about them, the operator's wanted outcome
-from the run record, the checkpoint saved on notice, the Ray step's and the driver's statuses, the first failure a
-node recorded, the checkpoint at the attempt's start and end, the earlier attempts without progress), asks
-`decide`, and carries the decision out (`scontrol requeue`, the excluded nodes, the exit status). While a notice is
-being handled it asks `stop_waiting_for_save` when to stop waiting.
+`attempt.Attempt` gathers the facts (`AttemptFacts`), asks `decide` and carries the decision out (`scontrol
+requeue`, the excluded nodes, the exit status); while a notice is handled it asks `stop_waiting_for_save`.
 
 End kinds (`Decision.end_kind`, shown by `beam-slurm status` for every attempt):
 
@@ -32,21 +28,12 @@ from dataclasses import dataclass
 from beam_slurm.core.run_record import Attempt
 from beam_slurm.ray_cluster.records import EXIT_INFRA
 
-EXIT_PREFLIGHT = 3
-"""Preflight found a problem on every node; nothing was started."""
-EXIT_NOT_REQUEUED = 75
-"""Stopped on a notice or by an infrastructure failure, and not requeued (cap reached or requeue failed)."""
-EXIT_STOPPED = 79
-"""Stopped by `beam-slurm stop` after saving: the job ends FAILED with this code (not COMPLETED, so `afterok`
-dependents do not start); the run record says "stopped, resumable"."""
-EXIT_NO_PROGRESS = 76
-"""Not requeued: cluster.max_attempts_without_progress attempts in a row ended by a failure without a newer
-checkpoint."""
-EXIT_CANCELLED = 143
-"""`scancel` (SIGTERM to every step): ended as Slurm says, never requeued by the job itself."""
+EXIT_PREFLIGHT = 3  # preflight found a problem on every node; nothing was started
+EXIT_NOT_REQUEUED = 75  # stopped on a notice or an infrastructure failure, and not requeued
+EXIT_STOPPED = 79  # `beam-slurm stop` after saving: FAILED, not COMPLETED, so `afterok` dependents do not start
+EXIT_NO_PROGRESS = 76  # cluster.max_attempts_without_progress failures in a row without a newer checkpoint
+EXIT_CANCELLED = 143  # `scancel`: ended as Slurm says, never requeued by the job itself
 
-# End kinds whose attempts never count against progress: the operator or the scheduler took the time away.
-NOT_COUNTED = ("notice", "operator-requeue", "stopped", "slurm-requeue", "preempted", "cancelled", "finished")
 # What to change, per kind of failure, when the no-progress guard ends the run.
 ADVICE = {
     "time-limit": "raise cluster.time_limit, or lower checkpoint.interval so a checkpoint lands within one attempt",
@@ -64,47 +51,26 @@ ADVICE = {
 class AttemptFacts:
     """What one attempt recorded by the time it ended."""
 
-    restart_count: int
-    """SLURM_RESTART_COUNT of this attempt (0 on the first)."""
+    restart_count: int  # SLURM_RESTART_COUNT (0 on the first attempt)
     max_requeues: int
-    """cluster.max_requeues."""
-    preflight_failed: bool = False
-    """Preflight named a problem on some node; Ray never started."""
-    preflight_failed_nodes: tuple[str, ...] = ()
-    """The nodes preflight named (empty = not known)."""
-    nodes: tuple[str, ...] = ()
-    """This attempt's nodes (the Ray step's), in Slurm's order: the head is the first."""
-    notice: str | None = None
-    """The first notice signal (SIGUSR1, SIGTERM, ...), None when none came."""
-    slurm_end: str | None = None
-    """What Slurm itself was doing to the job when the signal came or the step died (`slurm_end_of`): 'requeued',
-    'cancelled', 'preempted', 'time limit', or None (running normally)."""
-    wanted: str | None = None
-    """The operator's wanted outcome from the run record (`beam-slurm requeue|stop`): 'requeue', 'stop' or None."""
-    ray_started: bool = True
-    """The Ray step was started (a notice can arrive before)."""
-    saved_step: int | None = None
-    """The step whose checkpoint the trainer saved on the notice, None when it did not save."""
-    step_status: int | None = None
-    """The Ray step's exit status (srun's), None when it never ran."""
-    driver_status: int | None = None
-    """The driver's exit status as the head recorded it, None when the driver never ended."""
-    failure_kind: str | None = None
-    """The first failure a node recorded: 'infra' (a requeue may help), 'setup' (it will not), None."""
-    failure_node: str | None = None
-    """The node that first failure is about (`failed_node`), None when not one node."""
-    checkpoint_at_start: int | None = None
-    """The newest complete checkpoint when the attempt started."""
+    preflight_failed: bool = False  # Ray never started
+    preflight_failed_nodes: tuple[str, ...] = ()  # empty = not known
+    nodes: tuple[str, ...] = ()  # the Ray step's, in Slurm's order: the head is the first
+    notice: str | None = None  # the first notice signal (SIGUSR1, SIGTERM, ...)
+    slurm_end: str | None = None  # what Slurm was doing to the job when the signal came (`slurm_end_of`)
+    wanted: str | None = None  # the operator's wish from the run record (`beam-slurm requeue|stop`)
+    ray_started: bool = True  # a notice can arrive before
+    saved_step: int | None = None  # the step the trainer saved on the notice
+    step_status: int | None = None  # srun's, None when the Ray step never ran
+    driver_status: int | None = None  # as the head recorded it, None when the driver never ended
+    failure_kind: str | None = None  # the first failure a node recorded: 'infra' (a requeue may help) or 'setup'
+    failure_node: str | None = None  # the node that failure is about (`failed_node`)
+    checkpoint_at_start: int | None = None  # the newest complete checkpoint
     checkpoint_at_end: int | None = None
-    """The newest complete checkpoint when it ended."""
-    earlier_without_progress: int = 0
-    """Attempts right before this one that ended by a failure without a newer checkpoint (`no_progress_streak`)."""
+    earlier_without_progress: int = 0  # `no_progress_streak` of the attempts before
     max_attempts_without_progress: int = 2
-    """cluster.max_attempts_without_progress."""
-    hang: str | None = None
-    """The hang watchdog's finding ('hang at step 6: no progress for 31 s (limit 20 s)'), None when none."""
-    hang_nodes: tuple[str, ...] = ()
-    """The nodes the hang's dumps point at, and those where a process survived SIGKILL."""
+    hang: str | None = None  # the hang watchdog's finding ('hang at step 6: no progress for 31 s (limit 20 s)')
+    hang_nodes: tuple[str, ...] = ()  # where the dumps point, and where a process survived SIGKILL
 
     @property
     def progressed(self) -> bool:
@@ -118,24 +84,15 @@ class AttemptFacts:
 class Decision:
     """What to do at the end of the attempt."""
 
-    requeue: bool
-    """Ask Slurm to requeue the job (the next attempt resumes from the latest checkpoint)."""
-    exit_status: int
-    """The job's exit status when not requeued: the final one, or, with requeue, the one to use if it fails."""
-    reason: str
-    """Why, as the log says it: 'notice SIGUSR1', 'infrastructure failure', 'the driver failed', ..."""
+    requeue: bool  # the next attempt resumes from the latest checkpoint
+    exit_status: int  # the final one, or, with requeue, the one to use if the requeue fails
+    reason: str  # as the log says it: 'notice SIGUSR1', 'infrastructure failure', ...
     note: str = ""
-    """More for the log (e.g. why a requeue was not asked for)."""
-    end_kind: str = ""
-    """The attempt's end kind (see the module docstring)."""
-    already_requeued: bool = False
-    """Slurm has requeued the job itself: nothing to ask, the next attempt comes anyway."""
-    bad_nodes: tuple[str, ...] = ()
-    """Nodes this attempt found bad: they go on the run's bad-node list and are excluded from later attempts."""
-    counts_against_progress: bool = False
-    """A failure without a newer checkpoint: one more attempt towards cluster.max_attempts_without_progress."""
-    outcome: str = ""
-    """The job's outcome when it ends here: 'completed', 'stopped', 'failed', 'cancelled'; '' when requeued."""
+    end_kind: str = ""  # see the module docstring
+    already_requeued: bool = False  # Slurm requeued the job itself: nothing to ask
+    bad_nodes: tuple[str, ...] = ()  # go on the run's bad-node list, excluded from later attempts
+    counts_against_progress: bool = False  # towards cluster.max_attempts_without_progress
+    outcome: str = ""  # 'completed', 'stopped', 'failed', 'cancelled'; '' when requeued
 
 
 def preempted(preempt_time: str | None) -> bool:
@@ -209,7 +166,6 @@ def exclusion(bad_nodes: list[str], user_exclude: list[str], partition_nodes: li
 
 
 def decide(facts: AttemptFacts) -> Decision:
-    """The end of one attempt, from its facts."""
     decision = _decide(facts)
     if decision.requeue and decision.counts_against_progress and not facts.progressed:
         in_a_row = facts.earlier_without_progress + 1
@@ -292,10 +248,7 @@ def _decide(facts: AttemptFacts) -> Decision:
                                    end_kind="node-failure", bad_nodes=bad, counts=True, where=where)
 
     # The driver failed (or bring-up found a configuration fault): the same error would come back.
-    if facts.driver_status not in (None, 0):
-        status = facts.driver_status
-    else:
-        status = facts.step_status or 1
+    status = facts.driver_status if facts.driver_status not in (None, 0) else facts.step_status or 1
     kind = "setup-error" if facts.failure_kind == "setup" else "driver-error"
     return Decision(False, status, "the driver failed" if facts.driver_status else "the Ray step failed",
                     end_kind=kind, counts_against_progress=not facts.progressed, outcome="failed")

@@ -27,12 +27,10 @@ def container_hook(container_settings: Any, mounts: list[Any], job_id: str) -> C
     """The hook for a `beam_slurm.containers.settings.ContainerSettings` (runtime none/pyxis/apptainer)."""
     if container_settings is None or getattr(container_settings, "runtime", "none") == "none":
         return ContainerHook()
-    return ContainerHook(
-        srun_args=runtime.srun_container_args(container_settings, mounts,
-                                              container_name=runtime.default_container_name(job_id)),
-        command_prefix=runtime.command_prefix(container_settings, mounts),
-        env=runtime.container_environment(container_settings, os.environ),
-    )
+    return ContainerHook(srun_args=runtime.srun_container_args(container_settings, mounts,
+                                                               container_name=runtime.default_container_name(job_id)),
+                         command_prefix=runtime.command_prefix(container_settings, mounts),
+                         env=runtime.container_environment(container_settings, os.environ))
 
 
 @dataclass

@@ -81,7 +81,7 @@ def test_settings_reject_bad_values_by_name():
 
 
 def test_the_job_spec_round_trips_through_the_attempt_folder(tmp_path):
-    from beam_slurm.ray_cluster.job_spec import JobSpec
+    from beam_slurm.ray_cluster.job_spec import JobSpec, attempt_dir
     from beam_slurm.ray_cluster.log_copy import LogCopySettings
 
     settings = RaySettings(network_interface="ib0", extra_env={"NCCL_SOCKET_IFNAME": "ib0"}, port_overrides={"gcs": 6380})
@@ -89,8 +89,8 @@ def test_the_job_spec_round_trips_through_the_attempt_folder(tmp_path):
                    env_manifest={"inherit": ["HF_*"], "set": ["CKPT_PATH"], "secret_files": {}}, sigterm_notice=True,
                    job_start_time=1.5, preflight_window=(2.0, 3.0), ray_step_launch_time=4.0)
     spec.write(tmp_path)
-    assert JobSpec.read(tmp_path) == spec and JobSpec.current({"BEAM_ATTEMPT_DIR": str(tmp_path)}) == spec
-    assert JobSpec.read(tmp_path / "none") == JobSpec() == JobSpec.current({})
+    assert JobSpec.read(tmp_path) == spec and JobSpec.read(attempt_dir({"BEAM_ATTEMPT_DIR": str(tmp_path)})) == spec
+    assert JobSpec.read(tmp_path / "none") == JobSpec() == JobSpec.read(attempt_dir({}))
     assert JobSpec().ray == RaySettings() and JobSpec().log_copy_settings() == LogCopySettings.schema_defaults()
 
 
@@ -141,8 +141,8 @@ def test_rank_zero_is_the_head_and_attempt_comes_from_restart_count(tmp_path):
 
     JobSpec(gpus_per_node=8, sigterm_notice=True).write(tmp_path)
     ctx = NodeContext.from_env(_env(SLURM_RESTART_COUNT="2", BEAM_ATTEMPT_DIR=str(tmp_path)))
-    assert ctx.rank == 0 and ctx.attempt == 2 and ctx.num_nodes == 2 and ctx.expected_gpus == 8 and ctx.cpus == 8
-    assert ctx.attempt_dir == tmp_path and ctx.sigterm_notice and ctx.spec.gpus_per_node == 8
+    assert ctx.rank == 0 and ctx.attempt == 2 and ctx.num_nodes == 2 and ctx.spec.gpus_per_node == 8 and ctx.cpus == 8
+    assert ctx.attempt_dir == tmp_path and ctx.spec.sigterm_notice
     (tmp_path / "job_spec.json").write_text("{not json")
     with pytest.raises(NodeFailure, match="job spec"):
         NodeContext.from_env(_env(BEAM_ATTEMPT_DIR=str(tmp_path)))
