@@ -16,6 +16,7 @@
 #SBATCH --output=%x-%j.out
 # USR1 (the notice) would end this shell before Python listens; Python takes a lost one from the time left.
 trap '' USR1
+export BEAM_NOTICE_IGNORED_AT_START=1
 set -euo pipefail
 # Slurm runs a spool copy of this script: sbatch/lib/locate_checkout.sh says how the checkout is found.
 given=$(scontrol show job "${SLURM_JOB_ID:-none}" 2>/dev/null | sed -n 's/^ *Command=\([^ ]*\).*/\1/p' | grep .) || given=$0

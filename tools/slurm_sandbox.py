@@ -414,13 +414,14 @@ CliFilterPlugins=cli_filter/lua
 {node_lines}
 {partition_lines(node_list, "")}
 {lane_lines}
-{LIMITED_PARTITION.format(nodes=node_range(nodes[:2]))}
+{LIMITED_PARTITION.format(nodes=node_list)}
 """
 
 LIMITED_PARTITION = ("PartitionName=short Nodes={nodes} MaxTime=00:20:00 DefaultTime=00:10:00 MaxNodes=2 State=UP "
                      "PriorityTier=1 PreemptMode=OFF")
 """A partition with limits that EnforcePartLimits=NO (the default) leaves to the scheduler: sbatch takes a job over
-them, which then waits for ever (PartitionTimeLimit, PartitionNodeLimit). No test job runs in it."""
+them, which then waits for ever (PartitionTimeLimit, PartitionNodeLimit). Over every node, so a lane's DOWN node never
+changes what it says; no test job runs in it."""
 LIMITED_QOS = ("brief", "MaxWall=00:15:00", "MaxTRESPerJob=node=2")
 """A QOS with per-job limits (AccountingStorageEnforce=limits applies them; a job over them waits for ever)."""
 

@@ -57,6 +57,8 @@ HANG_POLL_S = 2.0
 """How often the watchdog reads the trainer's heartbeat."""
 HANG_FOLDER = "hang"
 """Under the attempt's log folder: one folder per node with the hang's dumps (`ray_cluster.hang_dump`)."""
+NOTICE_IGNORED_ENV = "BEAM_NOTICE_IGNORED_AT_START"
+"""Set by the training scripts beside `trap '' USR1`: a notice before this process listened may have been lost."""
 DUMP_STEP = "hang-dump"
 DUMP_STEP_TIMEOUT_S = 120.0
 _SAVE_POLL_S = 0.5
@@ -145,7 +147,11 @@ class Attempt:
     def notice_before_listening(self) -> None:
         """The batch scripts ignore USR1 until this process listens (`trap '' USR1`: its default action would end
         the shell), so a notice Slurm sent before then is lost. Slurm sends it `signal_before_s` (up to 60 s more)
-        before the time limit: an attempt that starts with less time left than that takes it as a notice."""
+        before the time limit: an attempt that starts with less time left than that takes it as a notice. Only where
+        the batch script ignored it (BEAM_NOTICE_IGNORED_AT_START): elsewhere an early USR1 ends the process, and a
+        job submitted without --signal gets no notice to miss."""
+        if not os.environ.get(NOTICE_IGNORED_ENV):
+            return
         try:
             info = scheduler.job_info(self.alloc.job_id)
         except scheduler.SlurmCommandError:

@@ -2,6 +2,8 @@
 for them (Slurm rounds seconds up to the minute). Nothing runs: the jobs are held, then cancelled."""
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from beam_slurm.slurm.values import reported_seconds, time_limit_seconds
@@ -57,15 +59,21 @@ def test_limits_that_sbatch_takes_but_never_starts_are_refused_before_queueing(s
 
     keys = ["recipe=lora_16gpu", "trainer.backend=rehearsal", "cluster.check_paths_on_submit=false",
             "cluster.allow_no_checkpoint=true", f"paths.data_dir={tmp_path}", f"paths.model_path={tmp_path}"]
-    assert plan_main([*keys, "cluster.partition=short", "cluster.time_limit=1:00:00"]) == 2
-    out = " ".join(capsys.readouterr().out.split())
-    assert "NEVER STARTS" in out and "MaxTime 20 min" in out and "PartitionTimeLimit" in out, out
-    assert "cluster.time_limit to at most 20 min" in out and "DefaultTime 10 min" in out, out
-    assert plan_main([*keys, "cluster.partition=short", "cluster.time_limit=20:00", "--json"]) == 0
-    assert "within the partition's limits and the QOS's and association's" in capsys.readouterr().out
+    def slurm_rows(*given: str) -> tuple[int, dict[str, str]]:
+        code = plan_main([*keys, *given, "--json"])
+        rows = json.loads(capsys.readouterr().out)["rows"]
+        return code, {item: value for section, item, value in rows if section == "slurm"}
+
+    code, rows = slurm_rows("cluster.partition=short", "cluster.time_limit=1:00:00")
+    limit = rows["limits"]
+    assert code == 2 and limit.startswith("NEVER STARTS") and "MaxTime 20 min" in limit, rows
+    assert "PartitionTimeLimit" in limit and "cluster.time_limit to at most 20 min" in limit, rows
+    assert "DefaultTime 10 min" in rows["partition short"], rows
+    code, rows = slurm_rows("cluster.partition=short", "cluster.time_limit=20:00")
+    assert code == 0 and rows["limits"] == "within the partition's limits and the QOS's and association's", rows
     # A list of partitions: the job starts in the first that can take it, so it is not refused.
-    assert plan_main([*keys, "cluster.partition='short,batch'", "cluster.time_limit=1:00:00", "--json"]) == 0
-    capsys.readouterr()
+    code, rows = slurm_rows("cluster.partition='short,batch'", "cluster.time_limit=1:00:00")
+    assert code == 0, rows
 
     code = submit_mod.main(["--dry-run", "--stages", "train", *keys, "cluster.qos=brief", "cluster.time_limit=30:00"])
     err = " ".join(capsys.readouterr().err.split())
