@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Callable
 
 from beam_slurm.core.atomic_files import write_text
-from beam_slurm.ray_cluster.hang_dump import dump_process, py_spy, role_of
+from beam_slurm.ray_cluster.hang_dump import dump_process, parent_pid, py_spy, role_of
 from beam_slurm.slurm import scheduler
 from beam_slurm.slurm.hang_watch import DERIVED_FLOOR_S, DERIVED_MULTIPLE
 
@@ -53,11 +53,7 @@ def child_pids(pid: int) -> list[int]:
     parents: dict[int, list[int]] = {}
     for entry in os.listdir("/proc"):
         if entry.isdigit():
-            try:
-                stat = Path(f"/proc/{entry}/stat").read_text()
-            except OSError:
-                continue
-            parents.setdefault(int(stat.rsplit(")", 1)[1].split()[1]), []).append(int(entry))
+            parents.setdefault(parent_pid(int(entry)), []).append(int(entry))
     found, todo = [], list(parents.get(pid, []))
     while todo:
         child = todo.pop()

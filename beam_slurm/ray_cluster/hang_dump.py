@@ -62,10 +62,22 @@ def _environ(pid: int) -> dict[str, str]:
     return out
 
 
+def _stat_fields(pid: int) -> list[str]:
+    """/proc/<pid>/stat after the command name (which may hold spaces and parentheses); [] when the process is gone."""
+    stat = _read(f"/proc/{pid}/stat").decode(errors="replace")
+    return stat.rsplit(")", 1)[1].split() if ")" in stat else []
+
+
 def process_state(pid: int) -> str:
     """The /proc state letter (R, S, D, T, Z, ...), '' when the process is gone."""
-    stat = _read(f"/proc/{pid}/stat").decode(errors="replace")
-    return stat.rsplit(")", 1)[1].split()[0] if ")" in stat else ""
+    fields = _stat_fields(pid)
+    return fields[0] if fields else ""
+
+
+def parent_pid(pid: int) -> int:
+    """The parent's pid, 0 when the process is gone."""
+    fields = _stat_fields(pid)
+    return int(fields[1]) if len(fields) > 1 else 0
 
 
 def role_of(pid: int) -> str:
@@ -99,8 +111,7 @@ def step_processes(job_id: str, step_id: str) -> list[int]:
     mine, pid = set(), os.getpid()
     while pid > 1:  # this task and the slurmstepd above it
         mine.add(pid)
-        stat = _read(f"/proc/{pid}/stat").decode(errors="replace")
-        pid = int(stat.rsplit(")", 1)[1].split()[1]) if ")" in stat else 0
+        pid = parent_pid(pid)
     # Where nodes share one process table (containers of one host, the sandbox's namespaces), a process is this
     # node's when the task that started it ran here (SLURMD_NODENAME).
     node = os.environ.get("SLURMD_NODENAME")

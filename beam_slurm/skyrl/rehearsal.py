@@ -391,7 +391,7 @@ def _log(message: str) -> None:
     print(f"[rehearsal] {message}", flush=True)
 
 
-def place_actors(s: RehearsalSettings):
+def place_actors(s: RehearsalSettings, attempt: int):
     """One placement group, one bundle and one actor per GPU; returns (actors, placement report)."""
     import ray
     from ray.util.placement_group import placement_group
@@ -424,11 +424,10 @@ def place_actors(s: RehearsalSettings):
         raise RuntimeError(f"placement group of {world} GPU bundles ({s.policy_num_nodes} nodes x "
                            f"{s.policy_num_gpus_per_node}) not ready after {timeout:.0f} s; the Ray cluster has "
                            f"{total:g} GPUs")
-    first_attempt = int(os.environ.get("SLURM_RESTART_COUNT", "0") or 0) == 0
     actors = [
         GpuSlot.options(scheduling_strategy=PlacementGroupSchedulingStrategy(
             placement_group=group, placement_group_bundle_index=i)).remote(
-                s.hang_at_step if first_attempt and i == world - 1 else 0)
+                s.hang_at_step if attempt == 0 and i == world - 1 else 0)
         for i in range(world)
     ]
     report = ray.get([a.where.remote() for a in actors])
@@ -450,7 +449,7 @@ def run(s: RehearsalSettings) -> int:
     ray.init(address=os.environ.get("RAY_ADDRESS", "auto"), log_to_driver=False)
     hold_first_sigterm()  # a preemption's SIGTERM to the tasks may be a notice (after ray.init's own handler)
     try:
-        actors, report = place_actors(s)
+        actors, report = place_actors(s, attempt)
         nodes = sorted({slot["hostname"] for slot in report})
         _log(f"{len(actors)} GPU actors on {len(nodes)} nodes: {', '.join(nodes)}")
         out = Path(s.export_path) / "rehearsal"

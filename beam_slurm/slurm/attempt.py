@@ -68,6 +68,14 @@ _SLURM_ENDS_EVERYTHING = ("requeued", "cancelled", "time limit")
 """What Slurm may be doing when a SIGTERM arrives that signals every step at once: no save can be made."""
 
 
+def time_left_s(info: dict[str, str]) -> float | None:
+    """Seconds left of the job's time limit from `scontrol show job` (TimeLimit - RunTime); None when unlimited.
+    Not from EndTime: Slurm sets it to the moment of a scancel as well (seen on 22.05: COMPLETING, Reason=None,
+    EndTime=now), so it cannot tell a cancel from the time limit."""
+    limit, run = values.reported_seconds(info.get("TimeLimit")), values.reported_seconds(info.get("RunTime"))
+    return float(limit - run) if limit is not None and run is not None else None
+
+
 def process_start_time() -> float:
     """When this process started (Linux: its start in clock ticks since boot), so the bring-up timing counts the
     interpreter's start and the recipe's loading; now, where /proc does not tell."""
@@ -156,9 +164,9 @@ class Attempt:
             info = scheduler.job_info(self.alloc.job_id)
         except scheduler.SlurmCommandError:
             return
-        limit, run = values.reported_seconds(info.get("TimeLimit")), values.reported_seconds(info.get("RunTime"))
-        if limit is not None and run is not None and limit - run <= self.settings.signal_before_s + 60:
-            self.log(f"{limit - run} s left of the time limit at the start, inside the notice lead "
+        left = time_left_s(info)
+        if left is not None and left <= self.settings.signal_before_s + 60:
+            self.log(f"{left:.0f} s left of the time limit at the start, inside the notice lead "
                      f"({self.settings.signal_before_s:.0f} s): the notice Slurm sent before this process listened "
                      "is taken now")
             self.notices.append(("SIGUSR1", time.time()))
@@ -399,10 +407,7 @@ class Attempt:
         except scheduler.SlurmCommandError as exc:
             self.log(f"could not ask Slurm about the job: {exc}")
             return None
-        # Time left from the limit and the run time: EndTime is set to the moment of a scancel as well (seen on
-        # Slurm 22.05: COMPLETING, Reason=None, EndTime=now), so it cannot tell a cancel from the time limit.
-        limit, run = values.reported_seconds(info.get("TimeLimit")), values.reported_seconds(info.get("RunTime"))
-        left = float(limit - run) if limit is not None and run is not None else None
+        left = time_left_s(info)
         restarts = info.get("Restarts", "0")
         return slurm_end_of(job_state=info.get("JobState", ""), restarts=int(restarts) if restarts.isdigit() else 0,
                             restart_count=self.alloc.restart_count, preempt_time=info.get("PreemptTime", ""),

@@ -14,10 +14,10 @@ The grace time seen was 30 s for GraceTime=20: slurmctld checks the new end time
 
 from __future__ import annotations
 
-import shlex
 from dataclasses import dataclass, field
 
 from beam_slurm.slurm import scheduler, values
+from beam_slurm.slurm.scheduler import parse_config, parse_partitions
 
 QUERY_TIMEOUT_S = 10.0  # `plan` must not hang on a silent controller
 USER_SIGNAL_PARAMETER = "preempt_send_user_signal"
@@ -84,25 +84,6 @@ class PreemptionInfo:
         if self.by_qos and not self.preemptors(qos_name):
             return False
         return not self.mode(qos_name).startswith("OFF")
-
-
-def parse_config(text: str) -> dict[str, str]:
-    """`scontrol show config` ('Key = Value' lines) as a dict."""
-    out = {}
-    for line in text.splitlines():
-        key, sep, value = line.partition("=")
-        if sep and key.strip() and " " not in key.strip():
-            out[key.strip()] = value.strip()
-    return out
-
-
-def parse_partitions(text: str) -> list[dict[str, str]]:
-    """`scontrol show partition -o` (one partition per line, Key=Value tokens) as dicts."""
-    rows = []
-    for line in text.splitlines():
-        if line.strip():
-            rows.append({key: value for key, sep, value in (t.partition("=") for t in shlex.split(line)) if sep})
-    return rows
 
 
 def parse_qos(text: str) -> tuple[QosPreemption, ...]:

@@ -116,24 +116,38 @@ def usable_partition_nodes(partition: str = "") -> list[str]:
             if not state.rstrip("*~#!%$@^-").startswith(("down", "drain", "fail", "maint"))]
 
 
+def parse_config(text: str) -> dict[str, str]:
+    """`scontrol show config` ('Key = Value' lines) as a dict."""
+    out = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        if sep and key.strip() and " " not in key.strip():
+            out[key.strip()] = value.strip()
+    return out
+
+
+def parse_partitions(text: str) -> list[dict[str, str]]:
+    """`scontrol show partition -o` (one partition per line, Key=Value tokens) as dicts."""
+    rows = []
+    for line in text.splitlines():
+        if line.strip():
+            rows.append({key: value for key, sep, value in (t.partition("=") for t in shlex.split(line)) if sep})
+    return rows
+
+
 def partition_info(partition: str = "") -> dict[str, str]:
     """`scontrol show partition -o` of `partition` (the cluster's default partition when empty) as a dict
     (MaxTime, DefaultTime, MaxNodes, TotalNodes, State, QoS, ...). Raises SlurmCommandError for an unknown name."""
-    text = _run(["scontrol", "show", "partition", "-o", *([partition] if partition else [])])
-    for line in text.splitlines():
-        fields = dict(part.split("=", 1) for part in line.split() if "=" in part)
-        if partition or fields.get("Default") == "YES":
-            return fields
-    raise SlurmCommandError("scontrol show partition: the cluster has no default partition; set cluster.partition")
+    rows = parse_partitions(_run(["scontrol", "show", "partition", "-o", *([partition] if partition else [])]))
+    row = rows[0] if partition and rows else next((r for r in rows if r.get("Default") == "YES"), None)
+    if row is None:
+        raise SlurmCommandError("scontrol show partition: the cluster has no default partition; set cluster.partition")
+    return row
 
 
 def config_value(name: str) -> str:
     """One value of the controller's running configuration (`scontrol show config`); '' when it has none."""
-    for line in _run(["scontrol", "show", "config"]).splitlines():
-        key, sep, value = line.partition("=")
-        if sep and key.strip() == name:
-            return value.strip()
-    return ""
+    return parse_config(_run(["scontrol", "show", "config"])).get(name, "")
 
 
 def accounting_rows(entity: str, fields: Sequence[str], where: Sequence[str] = ()) -> list[dict[str, str]]:
