@@ -261,7 +261,10 @@ def no_slurm_outside_the_sandbox(request, monkeypatch, tmp_path_factory):
 
 
 def current_lane() -> int | None:
-    """The lane of this pytest process: xdist worker gwN of a run with BEAM_TEST_LANES set is lane N+1."""
+    """The lane of this pytest process: xdist worker gwN of a run with BEAM_TEST_LANES set is lane N+1; a single
+    pytest pinned with BEAM_TEST_LANE=K (side by side with others on one sandbox) is lane K."""
+    if os.environ.get("BEAM_TEST_LANE", "").isdigit():
+        return int(os.environ["BEAM_TEST_LANE"])
     worker = os.environ.get("PYTEST_XDIST_WORKER", "")
     if not os.environ.get("BEAM_TEST_LANES") or not worker.startswith("gw"):
         return None
