@@ -124,6 +124,9 @@ def problems(cfg) -> list[ConfigProblem]:
             "use a positive poll interval and a settle time >= 0 (seconds)")
     if cfg.cluster.max_requeues < 0:
         bad("cluster.max_requeues", cfg.cluster.max_requeues, "use 0 (never requeue) or more")
+    for key in ("spare_nodes", "max_in_job_attempts"):
+        if getattr(cfg.cluster, key) < 0:
+            bad(f"cluster.{key}", getattr(cfg.cluster, key), "use 0 (none) or more")
     if cfg.cluster.max_attempts_without_progress < 0:
         bad("cluster.max_attempts_without_progress", cfg.cluster.max_attempts_without_progress,
             "use 0 (no guard) or a number of attempts")

@@ -187,7 +187,10 @@ def _attempt_row(name: str, attempt: Attempt) -> StatusRow:
         reason = f"saved at step {attempt.saved_step}; {reason}"
     if attempt.hang_dumps:
         reason = f"{reason}; stack dumps in {attempt.hang_dumps}"
-    return StatusRow(name, f"  attempt {attempt.attempt}", "", kind, attempt.attempt,
+    if attempt.in_job:
+        replaced = f", replaced {', '.join(attempt.replaced)}" if attempt.replaced else ", same nodes"
+        reason = f"in-job restart{replaced}" + (f"; {reason}" if reason else "")
+    return StatusRow(name, f"  attempt {attempt.label}", "", kind, attempt.attempt,
                      "", ",".join(attempt.nodes), checkpoint, "", reason)
 
 
