@@ -6,6 +6,7 @@ Each verb lives in the module that owns it and is imported only when used, so
 
 from __future__ import annotations
 
+import errno
 import importlib
 import os
 import sys
@@ -64,6 +65,12 @@ def main(argv: list[str] | None = None) -> int:
             sys.stdout.flush()  # here, not at exit: a reader gone by now is a closed pipe too
     except BrokenPipeError:
         return _closed_pipe()
+    except OSError as error:  # a path typed as an input (settings are checked by name before this)
+        if error.errno != errno.ENAMETOOLONG:
+            raise
+        print(f"beam-slurm {verb}: {error.filename}: a folder or file name in it is longer than the file system takes "
+              f"({error.strerror}); shorten it", file=sys.stderr)
+        return 2
     except SystemExit as stop:  # rich's Console exits 1 on a closed pipe, from inside its `except BrokenPipeError`
         if isinstance(stop.__context__, BrokenPipeError):
             return _closed_pipe()

@@ -127,7 +127,9 @@ def test_plan_into_a_closed_pipe_ends_quietly_with_141(how, recipe_paths):
     assert (done.returncode, done.stderr) == (141, "")
 
 
-def test_logs_into_a_closed_pipe_ends_quietly_with_141(tmp_path):
+@pytest.fixture
+def started_run(tmp_path) -> Path:
+    """A run whose training job (never in Slurm) has written its record and one node's log."""
     export = tmp_path / "exports" / "beam_lora_16gpu"
     RunStore(export).update(lambda run: (
         run.fill_in({"run_name": "beam_lora_16gpu", "recipe": "lora_16gpu", "export_path": str(export)}),
@@ -136,9 +138,22 @@ def test_logs_into_a_closed_pipe_ends_quietly_with_141(tmp_path):
     attempt = export / "logs" / "990001-0"
     attempt.mkdir(parents=True)
     (attempt / "ray-n1.log").write_text("".join(f"line {i}\n" for i in range(200_000)))
-    assert cli("logs", str(export), "--node", "n1", "--lines", "3").stdout.endswith("line 199999\n")
-    done = into_closed_pipe("logs", str(export), "--node", "n1", "--lines", "100000")
+    return export
+
+
+def test_logs_into_a_closed_pipe_ends_quietly_with_141(started_run):
+    assert cli("logs", str(started_run), "--node", "n1", "--lines", "3").stdout.endswith("line 199999\n")
+    done = into_closed_pipe("logs", str(started_run), "--node", "n1", "--lines", "100000")
     assert (done.returncode, done.stderr) == (141, "")
+
+
+@pytest.mark.parametrize("argv", [["status", "{long}"], ["report", "{long}"], ["logs", "{long}"], ["sync", "{long}"],
+                                  ["grade", "--responses", "{long}/r.jsonl", "--out", "{tmp}/graded"]])
+def test_an_input_path_longer_than_the_file_system_takes_is_exit_2(argv, tmp_path):
+    long = f"{tmp_path}/{LONG_NAME}"
+    done = cli(*(word.format(long=long, tmp=tmp_path) for word in argv))
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert done.stderr.startswith(f"beam-slurm {argv[0]}: {long}") and "(File name too long); shorten it" in done.stderr
 
 
 # --- paths and names the file system would refuse ------------------------------------------------------------------
