@@ -64,7 +64,8 @@ def test_version_prints_the_package_version():
 
 
 @pytest.mark.parametrize("verb", sorted(VERBS))
-def test_help_fits_a_screen_and_names_the_sections_read(verb, capsys):
+def test_help_fits_a_screen_and_names_the_sections_read(verb, capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "80")  # argparse wraps to the terminal's width
     with pytest.raises(SystemExit) as stop:
         beam_slurm([verb, "--help"])
     out = capsys.readouterr().out
