@@ -241,7 +241,7 @@ def render_table(rows: list[StatusRow], title: str):
 
 def build_parser():
     verb = VerbArgs("status", __doc__.split("\n\n")[0], settings=False)
-    verb.add_argument("target", nargs="?", help="run folder, run name or sweep folder (default: the last submitted)")
+    verb.add_argument("target", nargs="?", metavar="RUN_OR_SWEEP", help="run folder, run name or sweep folder (default: the last submitted)")
     verb.add_argument("--watch", action="store_true", help="refresh until every job has ended (Ctrl-C to stop)")
     verb.add_argument("--interval", type=float, default=10.0, help="seconds between refreshes with --watch")
     verb.add_argument("--json", action="store_true", help="print the rows as JSON instead of a table")
