@@ -221,7 +221,7 @@ def render_table(rows: list[StatusRow], title: str, width: int = 160, notes_belo
     columns = (["run"] if show_run else []) + ["stage", "job", "state", "restarts", "elapsed", "nodes",
                                                "checkpoint"] + ([] if notes_below else ["evaluation", "reason"])
     for column in columns:
-        table.add_column(column, no_wrap=column in ("stage", "job", "state", "restarts", "elapsed"), overflow="fold")
+        table.add_column(column, overflow="fold", no_wrap=column in ("stage", "job", "state", "restarts", "elapsed"))
     previous = None
     for r in rows:
         state = f"[{colours.get(r.state, 'white')}]{r.state}[/]"
@@ -232,11 +232,13 @@ def render_table(rows: list[StatusRow], title: str, width: int = 160, notes_belo
             cells = [r.run if r.run != previous else ""] + cells
             previous = r.run
         table.add_row(*cells)
-    if fit_columns(table, width) or notes_below:
-        return table if not notes_below else Group(table, *(
-            Text(" ".join(part for part in (r.run if show_run else "", r.stage.strip(), r.job_id) if part) + f": {text}")
-            for r in rows for text in (r.evaluation, r.reason) if text))
-    return render_table(rows, title, width, notes_below=True)
+    if not fit_columns(table, width) and not notes_below:
+        return render_table(rows, title, width, notes_below=True)
+    if not notes_below:
+        return table
+    labels = [" ".join(part for part in (r.run if show_run else "", r.stage.strip(), r.job_id) if part) for r in rows]
+    return Group(table, *(Text(f"{label}: {text}") for label, r in zip(labels, rows) for text in (r.evaluation, r.reason)
+                          if text))
 
 
 def build_parser():
