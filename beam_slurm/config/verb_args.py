@@ -284,7 +284,8 @@ def table_console(file=None, *, pipe_width: int = 160) -> Console:
     """Where a verb prints its tables: the terminal's width, or COLUMNS where set (rich reads it); a log or a pipe
     without COLUMNS gets `pipe_width` columns (rich's 80 would squeeze them)."""
     console = Console(file=file)
-    return console if console.is_terminal or os.environ.get("COLUMNS", "").isdigit() else Console(file=file, width=pipe_width)
+    wide = not console.is_terminal and not os.environ.get("COLUMNS", "").isdigit()
+    return Console(file=file, width=pipe_width) if wide else console
 
 
 def verb_table(title: str, **options) -> Table:
