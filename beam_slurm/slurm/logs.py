@@ -32,6 +32,7 @@ from beam_slurm.pipeline import runs
 from beam_slurm.ray_cluster.log_copy import COPY_RECORD, RAY_LOGS_DIR
 from beam_slurm.slurm import scheduler
 from beam_slurm.slurm.attach import find_job
+from beam_slurm.slurm.submission import option_pairs
 
 _ACTIVE = ("RUNNING", "PENDING", "CONFIGURING", "COMPLETING", "REQUEUED", "REQUEUE_FED", "REQUEUE_HOLD",
            "RESIZING", "SUSPENDED", "SIGNALING", "STAGE_OUT")
@@ -69,20 +70,12 @@ def pattern_fields(job_id: str, facts: Mapping[str, str], job_name: str = "") ->
     return {**fields, **({"N": facts["BatchHost"]} if facts.get("BatchHost") else {})}
 
 
-def sbatch_option(command: str, long: str, short: str) -> str | None:
-    """The value of one sbatch option (`--output=X`, `--output X`, `-o X`, `-oX`) in a command line, else None."""
+def sbatch_options(command: str) -> dict[str, str]:
+    """The sbatch options of a command line by long name (`-o X` as `output`); the last one wins, as in sbatch."""
     try:
-        words = shlex.split(command)
-    except ValueError:
-        words = command.split()
-    for index, word in enumerate(words):
-        if word.startswith(f"--{long}="):
-            return word.split("=", 1)[1]
-        if word in (f"--{long}", short) and index + 1 < len(words):
-            return words[index + 1]
-        if word.startswith(short) and len(word) > 2:
-            return word[2:]
-    return None
+        return dict(option_pairs(shlex.split(command)))
+    except ValueError:  # unbalanced quotes: not a command line of ours
+        return {}
 
 
 def submitted_command(job) -> str:
@@ -103,14 +96,13 @@ def batch_log_candidates(job, facts: Mapping[str, str]) -> list[tuple[Path, str]
     """Where the job's batch log is, best first, each with who said so: Slurm's StdOut (scontrol; sacct where the
     accounting keeps it), the one the job recorded at its start, the --output of the submit line (sacct) or of the
     run's own sbatch command, then the names sbatch uses in the working folder."""
-    command = submitted_command(job)
-    name = facts.get("JobName") or sbatch_option(command, "job-name", "-J") or job.run.run_name
+    command, submitted = sbatch_options(submitted_command(job)), sbatch_options(facts.get("SubmitLine", ""))
+    name = facts.get("JobName") or command.get("job-name") or job.run.run_name
     fields = pattern_fields(job.job_id, facts, name)
     recorded = job.run.train_jobs.get(job.job_id)
     workdir = "" if facts.get("WorkDir") in (None, "(null)") else facts["WorkDir"]
     given = [(facts.get("StdOut"), f"{facts.get('source')} StdOut"), (recorded and recorded.stdout, "the run record"),
-             (sbatch_option(facts.get("SubmitLine", ""), "output", "-o"), "sacct SubmitLine"),
-             (sbatch_option(command, "output", "-o"), "the run's sbatch command")]
+             (submitted.get("output"), "sacct SubmitLine"), (command.get("output"), "the run's sbatch command")]
     if not any(pattern for pattern, _ in given) and workdir:
         given.append(("slurm-%A_%a.out" if "_" in facts.get("JobID", "") else "slurm-%j.out", "sbatch's default"))
     found: list[tuple[Path, str]] = []

@@ -35,12 +35,11 @@ def test_pattern_fields_from_scontrol_and_from_sacct():
 def test_the_output_option_is_read_word_by_word():
     command = ("sbatch --parsable --dependency=afterok:1 --kill-on-invalid-dep=no --job-name=r "
                "'--output=/shared/my exports/logs/train-%j.out' /repo/sbatch/train_lora_16gpu.sh run_name=r")
-    assert logs.sbatch_option(command, "output", "-o") == "/shared/my exports/logs/train-%j.out"
-    assert logs.sbatch_option(command, "job-name", "-J") == "r"
-    assert logs.sbatch_option("sbatch -o out-%j.txt x.sh", "output", "-o") == "out-%j.txt"
-    assert logs.sbatch_option("sbatch -oout.txt x.sh", "output", "-o") == "out.txt"
-    assert logs.sbatch_option("sbatch --output out.txt x.sh", "output", "-o") == "out.txt"
-    assert logs.sbatch_option("sbatch --nodes=2 x.sh", "output", "-o") is None
+    assert logs.sbatch_options(command)["output"] == "/shared/my exports/logs/train-%j.out"
+    assert logs.sbatch_options(command)["job-name"] == "r"
+    for written in ("-o out.txt", "-oout.txt", "--output out.txt", "--output=out.txt", "-J x -o out.txt"):
+        assert logs.sbatch_options(f"sbatch {written} x.sh")["output"] == "out.txt", written
+    assert "output" not in logs.sbatch_options("sbatch --nodes=2 x.sh") and logs.sbatch_options("sbatch 'x") == {}
 
 
 def _run(tmp_path, *, started_by: str = "submit", stdout: str = ""):
