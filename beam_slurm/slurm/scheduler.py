@@ -198,12 +198,15 @@ OUTPUT_FIELDS = ("JobID", "JobName", "User", "WorkDir", "StdOut", "SubmitLine")
 
 def output_facts(job_id: str | int) -> dict[str, str]:
     """What names a job's batch log, `source` saying who answered: `scontrol show job` while the controller knows the
-    job (StdOut, WorkDir, JobName, UserId, ArrayJobId, ArrayTaskId, BatchHost), else sacct over OUTPUT_FIELDS
-    (accounting keeps them for good); {} when neither knows the job."""
+    job (StdOut, WorkDir, JobName, UserId, ArrayJobId, ArrayTaskId, BatchHost), else `accounted_output`."""
     try:
         return {**job_info(job_id), "source": "scontrol"}
     except SlurmCommandError:
-        pass
+        return accounted_output(job_id)
+
+
+def accounted_output(job_id: str | int) -> dict[str, str]:
+    """sacct's OUTPUT_FIELDS of a job (accounting keeps them for good); {} when it does not know the job."""
     for fields in (OUTPUT_FIELDS, tuple(f for f in OUTPUT_FIELDS if f != "StdOut")):
         try:
             out = _run(["sacct", "--noheader", "--parsable2", "-X", f"--jobs={job_id}", "--format=" + ",".join(fields)])
