@@ -34,6 +34,17 @@ def _source(cfg, key: str) -> str:
     return f" (from {variable})" if variable else ""
 
 
+def _spare_rows(cfg) -> list[tuple[str, str, str]]:
+    """What the hot spares hold (cluster.spare_nodes) and what a plain sbatch needs for them."""
+    spares = cfg.cluster.spare_nodes
+    if not spares:
+        return []
+    total = cfg.cluster.nodes + spares
+    return [("resources", "spare nodes", f"{spares} (idle until a node fails: {spares * cfg.cluster.gpus_per_node * 24} "
+             f"GPU-hours per day); allocation {total} nodes: `submit` asks for --nodes={total}, with plain sbatch "
+             f"pass --nodes={total}")]
+
+
 def plan_rows(cfg) -> list[tuple[str, str, str]]:
     """(section, item, value) rows: the numbers `plan` shows, computed from the config alone."""
     m, b, g = cfg.megatron, cfg.batch, cfg.generation
@@ -46,6 +57,7 @@ def plan_rows(cfg) -> list[tuple[str, str, str]]:
         ("run", "training", f"LoRA rank {cfg.lora.rank} alpha {cfg.lora.alpha} ({cfg.lora.target_modules}), lr {cfg.learning_rate:g}"
          if cfg.is_lora else f"full-parameter, lr {cfg.learning_rate:g}"),
         ("resources", "nodes x GPUs", f"{cfg.cluster.nodes} x {cfg.cluster.gpus_per_node} = {cfg.total_gpus} GPUs"),
+        *_spare_rows(cfg),
         ("resources", "placement", "colocated (training and vLLM share every GPU)" if cfg.trainer.placement_colocated
          else f"split: {cfg.training_nodes} training nodes, {cfg.trainer.rollout_nodes} rollout nodes"),
         ("resources", "partition / account / qos", " / ".join(
