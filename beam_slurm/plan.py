@@ -125,7 +125,7 @@ def print_plan(cfg, launch, extra_rows: list[tuple[str, str, str]] = ()) -> None
     table = Table(title=f"beam-slurm plan: {cfg.recipe}", show_lines=False)
     table.add_column("section", style="cyan", no_wrap=True)
     table.add_column("item", style="bold")
-    table.add_column("value")
+    table.add_column("value", overflow="fold")  # a long key wraps onto the next line rather than being cut
     previous = None
     for section, item, value in [*plan_rows(cfg), *extra_rows]:
         table.add_row(section if section != previous else "", item, value)
