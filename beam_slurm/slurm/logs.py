@@ -271,12 +271,12 @@ def main(argv: list[str]) -> int:
     parser = build_parser()
     try:
         args = parser.parse(argv).args
+        if args.lines < 0:
+            raise VerbUsageError(f"--lines {args.lines}: give how many lines of each log to show, 0 or more (0 lists "
+                                 "the logs without their lines)")
         job = find_job(args.run, args.exports_root)
     except (VerbUsageError, runs.RunNotFound) as exc:
         return parser.fail(exc)
-    if args.lines < 0:
-        return parser.fail(f"--lines {args.lines}: give how many lines of each log to show, 0 or more (0 lists the "
-                           "logs without their lines)")
     attempts = job.attempts()
     if not attempts:
         return parser.fail(f"job {job.job_id} has no log folder under {job.log_dir} yet (it has not started)")
