@@ -8,16 +8,14 @@ Starts fast: Hydra, OmegaConf and rich only (no Ray, torch or vLLM).
 from __future__ import annotations
 
 import json
-import os
 import sys
 
-from rich.console import Console
 from rich.table import Table
 
 from beam_slurm.config.errors import ConfigError
 from beam_slurm.config.load import load_config
 from beam_slurm.config.schema import env_sources
-from beam_slurm.config.verb_args import VerbArgs, VerbUsageError, schema_keys
+from beam_slurm.config.verb_args import VerbArgs, VerbUsageError, schema_keys, table_console
 from beam_slurm.notice_budget import plan_rows as notice_rows
 from beam_slurm.sizing import (BF16_WEIGHTS_TB, CPU_OPTIMIZER_HOST_RAM_TB_PER_NODE, FULL_CHECKPOINT_TB_TOTAL,
                                checkpoints_kept, full_checkpoint_tb_per_node, optimizer_state_tb_per_node)
@@ -127,14 +125,12 @@ def print_plan(cfg, launch, extra_rows: list[tuple[str, str, str]] = ()) -> None
     table = Table(title=f"beam-slurm plan: {cfg.recipe}", show_lines=False)
     table.add_column("section", style="cyan", no_wrap=True)
     table.add_column("item", style="bold")
-    table.add_column("value")
+    table.add_column("value", overflow="fold")  # a long key wraps onto the next line rather than being cut
     previous = None
     for section, item, value in [*plan_rows(cfg), *extra_rows]:
         table.add_row(section if section != previous else "", item, value)
         previous = section
-    console = Console()
-    if not console.is_terminal and "COLUMNS" not in os.environ:  # logs and pipes: no 80-column wrapping
-        console = Console(width=160)
+    console = table_console()
     console.print(table)
     console.print("[bold]SkyRL command[/bold] (run on the head node inside the allocation):", highlight=False)
     console.print(launch.shell(cfg.trainer.python), highlight=False, soft_wrap=True, markup=False)
