@@ -172,7 +172,7 @@ def shown_files(files: list[Path], every: bool) -> tuple[list[Path], str]:
     return kept, f"; {left} empty files not listed (--all lists them)" if left else ""
 
 
-def show(job, attempt: int, node: str | None, lines: int, out: TextIO, every: bool = False) -> int:
+def show(job, attempt: str, node: str | None, lines: int, out: TextIO, every: bool = False) -> int:
     attempt_dir = job.attempt_dir(attempt)
     nodes = node_sections(attempt_dir)
     raw = out.isatty()  # colour codes reach a terminal as colours, anything else gets plain text
@@ -257,7 +257,7 @@ def build_parser():
                     "log, the attempt's logs and each node's Ray logs of a training job.\n\nRUN: the run folder (its "
                     "export path), its run name, or the training job's id.", settings=False)
     args.add_argument("run", metavar="RUN", help="run folder, run name or training job id")
-    args.add_argument("--attempt", type=int, help="attempt number (default: the latest with logs)")
+    args.add_argument("--attempt", help="attempt: 2, or 2.1 for an in-job restart (default: the latest with logs)")
     args.add_argument("--node", help="one node: its ray-<node>.log and the tail of each of its Ray logs")
     args.add_argument("--follow", action="store_true",
                       help="keep printing the batch log (with --node: the node's ray-<node>.log) until the job ends")
