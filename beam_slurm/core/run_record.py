@@ -115,6 +115,7 @@ class Wanted:
     by: str = ""
     timeout_s: float = 0.0
     handled_by_attempt: int | None = None
+    handled_in_job: int = 0  # with handled_by_attempt: the in-job attempt of that allocation that handled it
     handled_at: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -253,7 +254,7 @@ class RunRecord:
             job.outcome, job.outcome_reason, job.resumable = outcome, outcome_reason, resumable_end
         wanted = self.wanted_for(job_id)
         if wanted_handled and wanted is not None:
-            wanted.handled_by_attempt, wanted.handled_at = attempt, when
+            wanted.handled_by_attempt, wanted.handled_in_job, wanted.handled_at = attempt, in_job, when
 
 
 @dataclass

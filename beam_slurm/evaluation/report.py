@@ -25,10 +25,11 @@ import yaml
 from beam_slurm.config.verb_args import VerbArgs, VerbUsageError, fit_columns, table_console, verb_table
 from beam_slurm.core.atomic_files import atomic_writer
 from beam_slurm.core.errors import UserError
-from beam_slurm.core.layout import CONFIG_FILE, RUN_DIRNAME, SWEEP_FILE
+from beam_slurm.core.layout import CONFIG_FILE, RUN_DIRNAME, SWEEP_FILE, run_file
 from beam_slurm.core.run_store import RunStore
 from beam_slurm.evaluation.problems import labels_by_source
 from beam_slurm.evaluation.results import DETAILS_FILE, EVALS_DIRNAME, INFO_FILE, METRICS_FILE, write_json
+from beam_slurm.pipeline.goodput import PHASES, Ledger, run_ledger
 from beam_slurm.pipeline.runs import (RunNotFound, RunTarget, exports_root as default_exports_root, resolve_run,
                                      resolve_runs, sweep_folder)
 
@@ -88,6 +89,8 @@ class RunReport:
     label: str = ""  # the settings that tell this run from the others (label_runs)
     settings: dict[str, str] = field(default_factory=dict)  # those settings, key -> value
     choices: list[str] | None = None  # swept `key=value` when it came from a sweep folder
+    goodput: Ledger | None = None  # where the run's GPU-hours went (`beam_slurm.pipeline.goodput`)
+    gpus_per_node: int = 1
 
     @property
     def rehearsal_note(self) -> str:
@@ -334,6 +337,9 @@ def gather(export_path: Path) -> RunReport:
     _collect_skyrl(report, labels)
     _collect_train(report)
     report.rehearsal |= is_rehearsal_run(export_path) or any(p.rehearsal for p in report.evals)
+    if run_file(export_path).is_file():
+        report.goodput = run_ledger(export_path)
+        report.gpus_per_node = int(run_config(export_path).get("cluster.gpus_per_node") or 1)
     report.evals.sort(key=lambda p: (p.step, p.dataset.lower(), p.origin))
     return report
 
@@ -460,6 +466,7 @@ def print_table(reports: RunReport | list[RunReport], file=None) -> None:
             table.add_section()
     fit_columns(table, console.width)
     console.print(table)
+    print_ledger(reports, console)
     for report in reports:
         where = f"{report.label}: " if several else ""
         if report.train:
@@ -473,6 +480,74 @@ def print_table(reports: RunReport | list[RunReport], file=None) -> None:
                           "weights")
         for problem in report.problems:
             console.print(f"{where}[yellow]skipped[/yellow] {problem}")
+
+
+def print_ledger(reports: list[RunReport], console) -> None:
+    """One row per run: allocated node-seconds and GPU-hours, the goodput ratio, each phase's share; a sweep's sum."""
+    measured = [r for r in reports if r.goodput is not None and r.goodput.allocated_node_seconds]
+    if not measured:
+        return
+    table = verb_table("Where the GPU-hours went (node-seconds; % of allocated)")
+    for column in ["run", "allocated", "GPU-h", "goodput", *PHASES]:
+        table.add_column(column, justify="left" if column == "run" else "right", overflow="fold")
+    total = {"allocated": 0.0, "gpu_hours": 0.0, "productive": 0.0, **dict.fromkeys(PHASES, 0.0)}
+    for report in measured:
+        ledger = report.goodput
+        hours = ledger.allocated_node_seconds * report.gpus_per_node / 3600
+        table.add_row(report.label or report.name, f"{ledger.allocated_node_seconds:.0f}", f"{hours:.2f}",
+                      f"{100 * (ledger.ratio or 0):.1f} %",
+                      *(f"{100 * ledger.phases[p] / ledger.allocated_node_seconds:.1f}" for p in PHASES))
+        total["allocated"] += ledger.allocated_node_seconds
+        total["gpu_hours"] += hours
+        for phase in PHASES:
+            total[phase] += ledger.phases[phase]
+    if len(measured) > 1:
+        table.add_section()
+        table.add_row("all runs", f"{total['allocated']:.0f}", f"{total['gpu_hours']:.2f}",
+                      f"{100 * total['productive'] / total['allocated']:.1f} %",
+                      *(f"{100 * total[p] / total['allocated']:.1f}" for p in PHASES))
+    fit_columns(table, console.width)
+    console.print(table)
+
+
+PHASE_COLOURS = {"bring_up": "#9e9e9e", "model_load": "#bcaaa4", "productive": "#43a047", "lost": "#e53935",
+                 "checkpoint": "#1e88e5", "evaluation": "#8e24aa", "hang": "#fb8c00", "stopping": "#616161",
+                 "spare": "#e0e0e0", "unaccounted": "#ffffff"}
+
+
+def write_timeline(reports: list[RunReport], path: Path) -> Path | None:
+    """One row per attempt, coloured by phase (spares not drawn: they sit beside the Ray step), the end kind and the
+    step reached written at its end; None when no run has a ledger."""
+    lines = [(r, line) for r in reports if r.goodput for line in r.goodput.timeline]
+    if not lines:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    start = min(line.segments[0].start if line.segments else line.start for _, line in lines)
+    fig, ax = plt.subplots(figsize=(11, 0.45 * len(lines) + 1.6))
+    for row, (report, line) in enumerate(reversed(lines)):
+        for segment in line.segments:
+            if segment.phase != "spare":
+                ax.barh(row, segment.end - segment.start, left=segment.start - start, height=0.6,
+                        color=PHASE_COLOURS[segment.phase], edgecolor="none")
+        step = "-" if line.step_at_end is None else line.step_at_end
+        ax.text(line.end - start, row, f"  {line.end_kind}, step {step}", va="center", fontsize=8)
+    ax.set_yticks(range(len(lines)))
+    ax.set_yticklabels([f"{(r.label or r.name) + ' ' if len(reports) > 1 else ''}job {line.job_id} attempt "
+                        f"{line.attempt}" for r, line in reversed(lines)], fontsize=8)
+    ax.set_xlabel("seconds since the first allocation started")
+    handles = [plt.Rectangle((0, 0), 1, 1, color=PHASE_COLOURS[p]) for p in PHASES if p not in ("spare", "unaccounted")]
+    ax.legend(handles, [p for p in PHASES if p not in ("spare", "unaccounted")], ncol=4, fontsize=7, loc="upper left",
+              bbox_to_anchor=(0, -0.35 if len(lines) < 4 else -0.15))
+    ax.set_title("Attempts by phase (goodput ledger)")
+    fig.tight_layout()
+    with atomic_writer(path, "wb") as handle:
+        fig.savefig(handle, format="png", dpi=110)
+    plt.close(fig)
+    return path
 
 
 # --- figure -----------------------------------------------------------------------------------------------------------
@@ -580,6 +655,7 @@ def summary(report: RunReport) -> dict[str, Any]:
             for p in report.evals
         ],
         "train": {str(step): values for step, values in sorted(report.train.items())},
+        "goodput": report.goodput.to_json() if report.goodput else None,
         "skipped": report.problems,
     }
 
@@ -630,11 +706,13 @@ def main(argv: list[str]) -> int:
     label_runs(reports)
     plot, summary_file = output_paths(targets, args.plot)
     png, svg = write_plot(reports, plot)
-    payload = {"runs": [summary(r) for r in reports], "plot": str(png), "svg": str(svg)}
+    timeline = write_timeline(reports, png.with_name(png.stem + "-timeline.png"))
+    payload = {"runs": [summary(r) for r in reports], "plot": str(png), "svg": str(svg),
+               "timeline": str(timeline) if timeline else None}
     write_json(summary_file, payload)
     if args.json:
         print(json.dumps(payload, indent=2))
         return 0
     print_table(reports)
-    print(f"figure: {png} (and {svg.name}); data: {summary_file}")
+    print(f"figure: {png} (and {svg.name}){f'; timeline: {timeline}' if timeline else ''}; data: {summary_file}")
     return 0

@@ -26,8 +26,10 @@ from beam_slurm.core import layout
 from beam_slurm.core.errors import UserError
 from beam_slurm.core.run_record import Attempt, EvaluationEntry, StageEntry
 from beam_slurm.core.run_store import RunStore
-from beam_slurm.evaluation.report import REHEARSAL_RUN, dataset_labels, entry_label, gather, is_rehearsal_run
+from beam_slurm.evaluation.report import (REHEARSAL_RUN, dataset_labels, entry_label, gather, is_rehearsal_run,
+                                         run_config)
 from beam_slurm.evaluation.results import evaluation_dir, finished_metrics
+from beam_slurm.pipeline.goodput import run_ledger
 from beam_slurm.pipeline.manifest import last_target, latest_stages
 from beam_slurm.pipeline.runs import RunNotFound, resolve_runs, sweep_folder
 from beam_slurm.slurm.scheduler import SlurmCommandError
@@ -270,6 +272,9 @@ def main(argv: list[str]) -> int:
         console = table_console()
         if not args.watch:
             console.print(render_table(rows, title, console.width))
+            if len(export_paths) == 1:
+                gpus = run_config(export_paths[0]).get("cluster.gpus_per_node") or 1
+                console.print(run_ledger(export_paths[0]).summary(int(gpus)))
             return 0
         with Live(render_table(rows, title, console.width), console=console, refresh_per_second=1) as live:
             # Done when every job has ended, or waits for a dependency that can never be satisfied.

@@ -137,6 +137,7 @@ class Attempt:
         self.preflight_failed_nodes: list[str] = []
         self.ray_step_started: float | None = None
         self.hang_dumps: str | None = None
+        self.hang_detected_at: float | None = None
 
     # --- logging -------------------------------------------------------------------------------------------------
     def log(self, message: str) -> None:
@@ -275,6 +276,7 @@ class Attempt:
         ended for certain (SIGCONT, SIGTERM, SIGKILL); the nodes the dumps point at, or where a process survived
         SIGKILL, are bad."""
         folder = self.attempt_dir / HANG_FOLDER
+        self.hang_detected_at = time.time()
         self.log(f"{hang.describe()}: {hang.details()}; saving the stacks of the Ray step's processes on every node "
                  f"in {folder}")
         try:
@@ -539,7 +541,8 @@ class Attempt:
                             if decision.restart_in_job else "requeue" if decision.requeue
                             else f"end ({decision.exit_status})"),
                "exit_status": None if decision.requeue or decision.restart_in_job else decision.exit_status,
-               "hang_dumps": self.hang_dumps}
+               "hang_dumps": self.hang_dumps, **({"hang_detected_at": self.hang_detected_at}
+                                                 if self.hang_detected_at else {})}
         failure_reason = {}
         if facts is not None and facts.failure_node:
             failure = records.read_failure(self.attempt_dir) or {}

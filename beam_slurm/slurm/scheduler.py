@@ -217,6 +217,20 @@ def accounted_output(job_id: str | int) -> dict[str, str]:
     return {}
 
 
+ALLOCATION_FIELDS = ("JobID", "State", "ElapsedRaw", "NNodes", "Submit", "Start", "End")
+
+
+def allocation_records(job_ids: Sequence[str]) -> list[dict[str, str]]:
+    """Every allocation record of the jobs (`sacct -D -X`: each requeued instance, and the part of a job before
+    Slurm resized it, whose state is RESIZING), oldest first, as {field: value} over ALLOCATION_FIELDS."""
+    if not job_ids:
+        return []
+    out = _run(["sacct", "--noheader", "--parsable2", "-X", "-D", f"--jobs={','.join(job_ids)}",
+                "--format=" + ",".join(ALLOCATION_FIELDS)])
+    return [dict(zip(ALLOCATION_FIELDS, parts)) for parts in (line.split("|") for line in out.splitlines())
+            if len(parts) >= len(ALLOCATION_FIELDS)]
+
+
 def job_folders(job_id: str | int) -> list[str]:
     """Where a job wrote: its output file and working folder (`output_facts`). [] when Slurm does not know the job."""
     facts = output_facts(job_id)

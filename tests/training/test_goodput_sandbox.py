@@ -1,0 +1,80 @@
+"""The goodput ledger of a rehearsal run through four kinds of fault on the Slurm sandbox: a hang (restarted in the
+job), a killed raylet (restarted in the job), `beam-slurm requeue` (saved, requeued) and a raw `scontrol requeue`
+(nothing saved). Known costs: 1 s steps, a 2 s model load; the ledger must explain Slurm's own accounting."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from ray_processes import one_raylet
+from train_runs import wait_for
+
+pytestmark = [pytest.mark.sandbox, pytest.mark.slow]
+
+STEPS, INTERVAL, STEP_S, NODES = 16, 4, 1.0, 2
+KEYS = ("cluster.grace_s=30", "cluster.signal_before_s=120", "cluster.hang_timeout_s=10",
+        "trainer.rehearsal_model_load_s=2", "trainer.rehearsal_hang_at_step=3")
+
+
+def beam(run, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "beam_slurm.cli", *args], env=run.env(), capture_output=True,
+                          text=True, timeout=180)
+
+
+def attempt_steps(run, attempt: int, in_job: int) -> list[int]:
+    return [int(m["step"]) for m in run.metrics() if (m["attempt"], m.get("in_job", 0)) == (attempt, in_job)]
+
+
+def right_after_a_step(run, attempt: int, in_job: int, step: int) -> None:
+    """Wait for `step` of that attempt to be logged: a fault then lands early in the next step."""
+    wait_for(lambda: step in attempt_steps(run, attempt, in_job), 240, f"step {step} of attempt {attempt}.{in_job}")
+
+
+def test_the_ledger_explains_every_allocated_node_second_across_hangs_restarts_and_requeues(train_run):
+    run = train_run(steps=STEPS, ckpt_interval=INTERVAL, step_seconds=STEP_S)
+    run.submit("--time=00:10:00", overrides=KEYS)
+    # 1. the hang in step 3 (attempt 0) -> restarted in the job, from no checkpoint
+    right_after_a_step(run, 0, 1, 7)  # 2. attempt 0.1 reaches step 7 (checkpoint at 4): kill a worker raylet
+    worker = re.search(r"\[ray-node (n\d+) rank 1 ", run.output()).group(1)
+    os.kill(wait_for(lambda: one_raylet(run.job_id, attempt="0.1", node=worker), 10, "the raylet"), 9)
+    right_after_a_step(run, 0, 2, 9)  # 3. attempt 0.2: the operator's requeue, saved at the step boundary
+    assert beam(run, "requeue", str(run.export_path)).returncode == 0
+    right_after_a_step(run, 1, 0, 15)  # 4. attempt 1 (checkpoint at 12): a raw scontrol requeue, nothing saved
+    subprocess.run(["scontrol", "requeue", run.job_id], env=run.env(), check=True, timeout=30)
+    assert run.finish(timeout=240) == "COMPLETED", run.output()[-6000:]
+
+    report = beam(run, "report", str(run.export_path), "--json")
+    assert report.returncode == 0, report.stderr
+    ledger = json.loads(report.stdout)["runs"][0]["goodput"]
+    phases, allocated = ledger["phases"], ledger["allocated_node_seconds"]
+    story = json.dumps({k: v for k, v in ledger.items() if k != "timeline"}, indent=1)
+    sacct = subprocess.run(["sacct", "-D", "-X", "-n", "-P", "-j", run.job_id, "-o", "ElapsedRaw,NNodes"],
+                           env=run.env(), capture_output=True, text=True, check=True).stdout.split()
+    slurm_node_seconds = sum(int(e) * int(n) for e, n in (line.split("|") for line in sacct))
+    assert abs(allocated - slurm_node_seconds) <= 0.02 * slurm_node_seconds, (slurm_node_seconds, story)
+    assert set(phases) == {"bring_up", "model_load", "productive", "lost", "checkpoint", "evaluation", "hang",
+                           "stopping", "spare", "unaccounted"}
+    assert abs(sum(phases.values()) - allocated) <= 0.02 * allocated, story
+    assert phases["unaccounted"] <= 0.02 * allocated, story
+    assert ledger["ratio"] == pytest.approx(ledger["productive_node_seconds"] / allocated)
+    # productive: every step once; lost: the steps trained twice (the metrics log each training of a step)
+    steps = [int(m["step"]) for m in run.metrics()]
+    redone = len(steps) - len(set(steps))
+    assert sorted(set(steps)) == list(range(1, STEPS + 1))
+    assert redone >= 4, steps
+    expected_lost = redone * STEP_S * NODES
+    assert abs(phases["lost"] - expected_lost) <= 0.2 * expected_lost + 2 * STEP_S * NODES, (expected_lost, story)
+    assert phases["productive"] >= STEPS * STEP_S * NODES, story
+    assert phases["hang"] >= 10 * NODES and phases["model_load"] >= 5 * 2 * NODES, story
+    labels = [line["attempt"] for line in ledger["timeline"]]
+    assert labels == ["0", "0.1", "0.2", "1", "2"], labels
+    kinds = [line["end_kind"] for line in ledger["timeline"]]
+    assert kinds == ["hang", "node-failure", "operator-requeue", "slurm-requeue", "finished"], kinds
+    status = beam(run, "status", str(run.export_path))
+    assert re.search(r"goodput \d+\.\d % of [\d.]+ GPU-h allocated; largest losses: \w+", status.stdout), status.stdout
