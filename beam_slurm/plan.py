@@ -16,7 +16,11 @@ from beam_slurm.config.errors import ConfigError
 from beam_slurm.config.load import load_config
 from beam_slurm.config.schema import env_sources
 from beam_slurm.config.verb_args import VerbArgs, VerbUsageError, schema_keys, table_console
+from beam_slurm.core.layout import run_file
+from beam_slurm.notice_budget import advise_interval, recipe_save_seconds, step_seconds
 from beam_slurm.notice_budget import plan_rows as notice_rows
+from beam_slurm.pipeline.goodput import measured, run_ledger
+from beam_slurm.pipeline.runs import RunNotFound, resolve_run
 from beam_slurm.sizing import (BF16_WEIGHTS_TB, CPU_OPTIMIZER_HOST_RAM_TB_PER_NODE, FULL_CHECKPOINT_TB_TOTAL,
                                checkpoints_kept, full_checkpoint_tb_per_node, optimizer_state_tb_per_node)
 from beam_slurm.skyrl.command import skyrl_launch
@@ -142,6 +146,8 @@ def build_parser():
                     "submitted.", keys=list(schema_keys()))
     verb.add_argument("--skyrl-overrides", action="store_true", help="print only SkyRL's key=value list")
     verb.add_argument("--json", action="store_true", help="print the plan, the SkyRL command and its env as JSON")
+    verb.add_argument("--from", dest="history", metavar="RUN",
+                      help="advise from this run's measurements (default: the run of this run name, if it has run)")
     return verb
 
 
@@ -159,6 +165,10 @@ def main(argv: list[str]) -> int:
         return verb.config_failed(exc, what="; nothing was submitted")
     launch = skyrl_launch(cfg)
     asked = slurm_rows(cfg, parsed.overrides) if not parsed.args.skyrl_overrides else []
+    try:
+        asked += history_rows(cfg, parsed.args.history) if not parsed.args.skyrl_overrides else []
+    except RunNotFound as exc:
+        return verb.fail(f"--from {parsed.args.history}: {exc}")
     if parsed.args.skyrl_overrides:
         sys.stdout.write("".join(o + "\n" for o in launch.overrides))
     elif parsed.args.json:
@@ -167,6 +177,41 @@ def main(argv: list[str]) -> int:
     else:
         print_plan(cfg, launch, asked)
     return 2 if any(value.startswith(("REFUSED", "NEVER STARTS")) for _, _, value in asked) else 0
+
+
+def history_rows(cfg, history: str | None) -> list[tuple[str, str, str]]:
+    """What the run's own attempts measured (`--from RUN`, else this run name's run when it has one), each row
+    saying which numbers are measured and which are the recipe's, and the checkpoint interval advised from them."""
+    export_path = resolve_run(history) if history else cfg.paths.export_path
+    if not export_path or not run_file(export_path).is_file():
+        return []
+    m = measured(run_ledger(export_path))
+    if not m.attempts:
+        return []
+    t, c = cfg.trainer, cfg.cluster
+
+    def source(value: float | None, default: float, key: str) -> tuple[float, str]:
+        return (value, "measured") if value is not None else (float(default), f"default {key}")
+
+    step, step_from = source(m.step_s, step_seconds(cfg)[0], "(recipe's step time)")
+    save, save_from = source(m.save_s, recipe_save_seconds(cfg), "(recipe's save estimate)")
+    bring_up, bring_from = source(m.bring_up_s, t.expected_bringup_s, "trainer.expected_bringup_s")
+    load, load_from = source(m.model_load_s, t.expected_model_load_s, "trainer.expected_model_load_s")
+    per_day, day_from = source(m.interruptions_per_day, c.interruptions_per_day, "cluster.interruptions_per_day")
+    advice = advise_interval(save_s=save, step_s=step, interruptions_per_day=per_day,
+                             configured_steps=cfg.checkpoint.interval, max_steps=cfg.max_training_steps)
+    limit = time_limit_seconds(c.time_limit)
+    reach = (f"; one attempt of {c.time_limit} reaches about {max(int((limit - bring_up - load) // step), 0)} "
+             "steps") if limit and step > 0 else ""
+    return [("history", "measured in", f"{export_path}: {m.attempts} attempts, {m.allocated_hours:.2f} h of "
+             f"allocation, {m.faults} ended without a notice"),
+            ("history", "bring-up / model load", f"{bring_up:,.0f} s ({bring_from}) / {load:,.0f} s ({load_from})"
+             + reach),
+            ("history", "step / save", f"{step:,.1f} s ({step_from}) / {save:,.1f} s ({save_from})"),
+            ("history", "interruptions", f"{per_day:.1f} per day of allocation ({day_from})"),
+            ("history", "interval advice", f"every {advice.advised_steps} steps: {advice.advised_waste:.1%} of GPU "
+             f"time to saves and redone steps; configured every {advice.configured_steps}: "
+             f"{advice.configured_waste:.1%} (from the numbers above)")]
 
 
 def slurm_rows(cfg, overrides: list[str]) -> list[tuple[str, str, str]]:

@@ -238,3 +238,55 @@ def run_ledger(export_path, now: float | None = None) -> Ledger:
     except scheduler.SlurmCommandError:
         records = []  # no accounting here: the run record's own spans stand in (`accounting` says so)
     return ledger(run, read_events(run.ckpt_path) if run.ckpt_path else [], records, now)
+
+
+FAULT_KINDS = ("node-failure", "hang", "preempted", "slurm-requeue", "lost", "driver-error", "setup-error")
+"""Attempt ends that came without a notice: the interruptions the checkpoint interval has to pay for."""
+
+
+@dataclass(frozen=True)
+class Measured:
+    """A run's own numbers, for `plan`: medians per attempt (seconds), None where the run has none."""
+
+    attempts: int
+    allocated_hours: float
+    bring_up_s: float | None
+    model_load_s: float | None
+    step_s: float | None
+    save_s: float | None
+    faults: int
+    interruptions_per_day: float | None
+
+
+def _median(values: list[float]) -> float | None:
+    values = sorted(values)
+    if not values:
+        return None
+    middle = len(values) // 2
+    return values[middle] if len(values) % 2 else (values[middle - 1] + values[middle]) / 2
+
+
+def measured(result: Ledger) -> Measured:
+    bring_up, load, steps, saves = [], [], {}, []
+    for index, line in enumerate(result.timeline):
+        phase_s = {}
+        for segment in line.segments:
+            phase_s[segment.phase] = phase_s.get(segment.phase, 0.0) + segment.end - segment.start
+            if segment.phase == "productive":
+                steps[(index, segment.step)] = steps.get((index, segment.step), 0.0) + segment.end - segment.start
+        bring_up.append(phase_s.get("bring_up", 0.0))
+        if "model_load" in phase_s:
+            load.append(phase_s["model_load"])
+        runs, current = [], 0.0
+        for segment in line.segments:  # consecutive checkpoint segments are one save
+            if segment.phase == "checkpoint":
+                current += segment.end - segment.start
+            elif current:
+                runs.append(current)
+                current = 0.0
+        saves += runs + ([current] if current else [])
+    hours = sum(line.end - line.start for line in result.timeline) / 3600
+    faults = sum(1 for line in result.timeline if line.end_kind in FAULT_KINDS)
+    return Measured(attempts=len(result.timeline), allocated_hours=hours, bring_up_s=_median(bring_up),
+                    model_load_s=_median(load), step_s=_median(list(steps.values())), save_s=_median(saves),
+                    faults=faults, interruptions_per_day=faults / (hours / 24) if hours > 0 else None)

@@ -7,7 +7,7 @@ from datetime import datetime
 import pytest
 
 from beam_slurm.core.run_record import Attempt, RunRecord, TrainJob
-from beam_slurm.pipeline.goodput import PHASES, ledger
+from beam_slurm.pipeline.goodput import PHASES, ledger, measured
 
 T0 = datetime(2026, 12, 1, 10, 0, 0).timestamp()
 
@@ -66,3 +66,19 @@ def test_without_accounting_the_run_records_spans_stand_in():
     result = ledger(run, steps("0", 1, 3, 5) + [finished], [], now=T0 + 200)
     assert result.accounting == "run record" and result.allocated_node_seconds == pytest.approx(100)
     assert result.phases["productive"] == pytest.approx(30) and result.phases["stopping"] == pytest.approx(45)
+
+
+def test_plan_advice_reads_the_runs_own_medians_and_interruptions():
+    first = Attempt(attempt=0, start_time=T0 + 1, end_time=T0 + 150, nodes=["n1", "n2"], end_kind="node-failure")
+    second = Attempt(attempt=1, start_time=T0 + 161, end_time=T0 + 299, nodes=["n1", "n2"], end_kind="finished")
+    run = RunRecord(train_jobs={"5": TrainJob(job_id="5", attempts=[first, second])})
+    events = steps("0", 1, 6, 10, saves=(4,)) + steps("1", 5, 12, 170, saves=(12,))
+    records = [{"JobID": "5", "State": "REQUEUED", "ElapsedRaw": "150", "NNodes": "2", "Submit": at(0),
+                "Start": at(0), "End": at(150)},
+               {"JobID": "5", "State": "COMPLETED", "ElapsedRaw": "140", "NNodes": "2", "Submit": at(150),
+                "Start": at(160), "End": at(300)}]
+    m = measured(ledger(run, events, records, now=T0 + 400))
+    assert (m.attempts, m.faults) == (2, 1)
+    assert m.step_s == pytest.approx(10) and m.save_s == pytest.approx(2) and m.model_load_s == pytest.approx(20)
+    assert m.bring_up_s == pytest.approx(10)
+    assert m.interruptions_per_day == pytest.approx(1 / ((149 + 138) / 86400), rel=0.01)
