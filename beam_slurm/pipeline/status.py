@@ -159,7 +159,7 @@ def collect(export_paths: list[Path]) -> list[StatusRow]:
             rows.append(StatusRow(name, entry.stage, job_id, state, record.restarts, record.elapsed,
                                   record.nodes, checkpoint, evaluation, reason))
             for attempt in job.attempts if job else []:
-                rows.append(_attempt_row(name, attempt))
+                rows.append(_attempt_row(name, attempt, ended_by_slurm=record.final))
         for evaluation_entry in evals:
             job_id = str(evaluation_entry.job_id or "")
             record = records.get(job_id)
@@ -176,13 +176,16 @@ def collect(export_paths: list[Path]) -> list[StatusRow]:
     return rows
 
 
-def _attempt_row(name: str, attempt: Attempt) -> StatusRow:
+def _attempt_row(name: str, attempt: Attempt, ended_by_slurm: bool = False) -> StatusRow:
     """One attempt of a training job: nodes, checkpoint at start -> end, how it ended."""
     start, end = attempt.checkpoint_at_start, attempt.checkpoint_at_end
     checkpoint = f"{'-' if start is None else start} -> {'-' if end is None else end}" if attempt.ended else \
         f"from {'-' if start is None else start}"
     kind = attempt.end_kind or ("running" if not attempt.ended else "")
     reason = attempt.end_reason or ""
+    if not attempt.ended and ended_by_slurm:
+        # The job is over and this attempt never said how it ended: its batch shell died (the batch host failed).
+        kind, reason = "lost", "ended without a word from the batch shell (its node failed, or Slurm killed it)"
     if attempt.saved_step is not None and kind in ("notice", "operator-requeue", "stopped"):
         reason = f"saved at step {attempt.saved_step}; {reason}"
     if attempt.hang_dumps:

@@ -124,3 +124,30 @@ def test_checkpoint_storage_that_fills_up_during_a_save_fails_the_job_at_once(tr
     assert marker.stdout.strip() == "2", marker
     assert "trainer_state.pt" in listing, listing
     assert run.sacct_attempts()[-1]["State"] == "FAILED"
+
+
+def test_when_the_batch_host_fails_the_job_ends_node_fail_without_a_requeue(train_run, slurm_sandbox):
+    # --no-kill treats the batch host like any other node: its failure takes the batch shell, and the job, with it.
+    run = train_run(steps=40, ckpt_interval=2)
+    run.submit("--time=00:10:00", overrides=QUICK)
+    batch_host = job_nodes(slurm_sandbox, run.job_id)[0]
+    run.wait_for_steps(3)
+    env = slurm_sandbox.env()
+    subprocess.run(["scontrol", "update", f"nodename={batch_host}", "state=down", "reason=batch host test"],
+                   env=env, check=True, timeout=30)
+    try:
+        state = run.finish(timeout=120)
+    finally:
+        subprocess.run(["scontrol", "update", f"nodename={batch_host}", "state=resume"], env=env, timeout=30)
+    # Slurm removes the batch host (a RESIZING record), the batch shell dies with it and the job ends without a
+    # requeue: FAILED on the sandbox (NODE_FAIL where the node's daemon is gone for good).
+    states = [row["State"] for row in run.sacct_attempts()]
+    assert state in ("FAILED", "NODE_FAIL") and "REQUEUED" not in states, (state, states)
+    assert run.restarts() in (0, -1), states  # -1: Slurm has already forgotten the job
+    assert "[beam-slurm train" not in run.attempt_log(0).split("starting the Ray step")[-1], run.attempt_log(0)
+
+    def status():  # once squeue no longer lists the job COMPLETING
+        return subprocess.run([sys.executable, "-m", "beam_slurm.cli", "status", str(run.export_path), "--json"],
+                              capture_output=True, text=True, env=run.env(), timeout=120).stdout
+
+    wait_for(lambda: "ended without a word from the batch shell" in status(), 60, "status to show the lost attempt")
