@@ -7,7 +7,9 @@ Starts fast: Hydra, OmegaConf and rich only (no Ray, torch or vLLM).
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import math
 import os
 import sys
 
@@ -18,11 +20,13 @@ from beam_slurm.config.errors import ConfigError
 from beam_slurm.config.load import load_config
 from beam_slurm.config.schema import env_sources
 from beam_slurm.config.verb_args import VerbArgs, VerbUsageError, schema_keys
-from beam_slurm.notice_budget import plan_rows as notice_rows
+from beam_slurm.config.overrides import override_key
+from beam_slurm.notice_budget import (SaveCost, attempt_progress, checkpoint_bytes_per_node, plan_rows as notice_rows,
+                                      recipe_advice, recipe_budget, step_seconds, stop_seconds)
 from beam_slurm.sizing import (BF16_WEIGHTS_TB, CPU_OPTIMIZER_HOST_RAM_TB_PER_NODE, FULL_CHECKPOINT_TB_TOTAL,
                                checkpoints_kept, full_checkpoint_tb_per_node, optimizer_state_tb_per_node)
 from beam_slurm.skyrl.command import skyrl_launch
-from beam_slurm.pipeline.stages import StageError, Train
+from beam_slurm.pipeline.stages import PrepareData, PullContainer, StageError, Train
 from beam_slurm.evaluation import hang_guard
 from beam_slurm.slurm import hang_watch, limits
 from beam_slurm.slurm.preemption import read_preemption
@@ -36,7 +40,7 @@ def _source(cfg, key: str) -> str:
     return f" (from {variable})" if variable else ""
 
 
-def plan_rows(cfg) -> list[tuple[str, str, str]]:
+def plan_rows(cfg, preemption=None) -> list[tuple[str, str, str]]:
     """(section, item, value) rows: the numbers `plan` shows, computed from the config alone."""
     m, b, g = cfg.megatron, cfg.batch, cfg.generation
     responses = b.prompts_per_step * b.responses_per_prompt
@@ -76,7 +80,7 @@ def plan_rows(cfg) -> list[tuple[str, str, str]]:
          f"resume {cfg.checkpoint.resume_mode}"),
     ]
     rows += storage_rows(cfg)
-    rows += notice_rows(cfg, read_preemption(cfg.cluster.partition))  # the notice budget and interval advice
+    rows += notice_rows(cfg, preemption)  # the notice budget and interval advice
     rows += hang_watch.plan_rows(hang_watch.HangLimits.of(cfg), cfg.trainer.extra_env)
     rows.append(("hang watchdog", "evaluation tasks", hang_guard.describe(
         cfg.eval.hang_timeout_s, float(cfg.trainer.expected_model_load_s))))
@@ -111,13 +115,13 @@ def storage_rows(cfg) -> list[tuple[str, str, str]]:
     return rows
 
 
-def print_plan(cfg, launch, extra_rows: list[tuple[str, str, str]] = ()) -> None:
+def print_plan(cfg, launch, extra_rows: list[tuple[str, str, str]] = (), preemption=None) -> None:
     table = Table(title=f"beam-slurm plan: {cfg.recipe}", show_lines=False)
     table.add_column("section", style="cyan", no_wrap=True)
     table.add_column("item", style="bold")
     table.add_column("value")
     previous = None
-    for section, item, value in [*plan_rows(cfg), *extra_rows]:
+    for section, item, value in [*plan_rows(cfg, preemption), *extra_rows]:
         table.add_row(section if section != previous else "", item, value)
         previous = section
     console = Console()
@@ -150,37 +154,153 @@ def main(argv: list[str]) -> int:
     except ConfigError as exc:
         return verb.config_failed(exc, what="; nothing was submitted")
     launch = skyrl_launch(cfg)
-    asked = slurm_rows(cfg, parsed.overrides) if not parsed.args.skyrl_overrides else []
     if parsed.args.skyrl_overrides:
         sys.stdout.write("".join(o + "\n" for o in launch.overrides))
-    elif parsed.args.json:
-        print(json.dumps({"rows": plan_rows(cfg) + asked, "module": launch.module, "overrides": launch.overrides,
-                          "env": launch.env, "cwd": launch.cwd}, indent=2))
+        return 0
+    preemption = read_preemption(cfg.cluster.partition)
+    slurm = slurm_check(cfg, parsed.overrides)
+    asked = slurm_rows(slurm)
+    if parsed.args.json:
+        print(json.dumps(plan_json(cfg, launch, preemption, slurm, parsed.overrides), indent=2, default=str))
     else:
-        print_plan(cfg, launch, asked)
-    return 2 if any(value.startswith(("REFUSED", "NEVER STARTS")) for _, _, value in asked) else 0
+        print_plan(cfg, launch, asked, preemption)
+    return 2 if slurm["accepted"] is False or slurm["never_starts"] else 0
 
 
-def slurm_rows(cfg, overrides: list[str]) -> list[tuple[str, str, str]]:
-    """What Slurm says of the training job (`sbatch --test-only`), unless cluster.ask_slurm_on_submit=false."""
+def slurm_check(cfg, overrides: list[str]) -> dict:
+    """What Slurm says of the training job (`sbatch --test-only`, then the limits it would wait on for ever), unless
+    cluster.ask_slurm_on_submit=false."""
+    out = {"asked": False, "accepted": None, "answer": "", "fix": None, "partitions": [], "limits_unread": [],
+           "never_starts": [], "accounting_enforced": None}
     if not cfg.cluster.ask_slurm_on_submit:
-        return [("slurm", "sbatch --test-only", "not asked (cluster.ask_slurm_on_submit=false)")]
+        return {**out, "answer": "not asked (cluster.ask_slurm_on_submit=false)"}
     try:
         request = Train(cfg, overrides).render().request
     except StageError as exc:
-        return [("slurm", "sbatch --test-only", f"not asked: {exc}")]
+        return {**out, "answer": f"not asked: {exc}"}
     answer = sbatch_test_only(request)
     if answer.accepted is None:
-        return [("slurm", "sbatch --test-only", f"not asked: Slurm could not be reached ({answer.text})")]
+        return {**out, "answer": f"not asked: Slurm could not be reached ({answer.text})"}
+    out.update(asked=True, accepted=answer.accepted, answer=answer.text)
     if not answer.accepted:
-        return [("slurm", "sbatch --test-only", f"REFUSED: {answer.text}; change {refusal_setting(answer.text)}")]
-    rows = [("slurm", "sbatch --test-only", f"accepted: {answer.text}")]
+        return {**out, "fix": f"change {refusal_setting(answer.text)}"}
     found = limits.check_job(limits.job_shape(request))
-    rows += [("slurm", f"partition {p.name}", p.describe()) for p in found.partitions]
-    rows += [("slurm", "limits", f"not read: {text}") for text in found.unread]
-    rows += [("slurm", "limits", f"NEVER STARTS: {breach}") for breach in found.breaches]
-    if not found.breaches and not found.unread:
+    out.update(partitions=[{**dataclasses.asdict(p), "text": p.describe()} for p in found.partitions],
+               limits_unread=list(found.unread), accounting_enforced=found.accounting_enforced,
+               never_starts=[{"text": b.text, "fix": f"change {b.setting}"} for b in found.breaches])
+    return out
+
+
+def slurm_rows(check: dict) -> list[tuple[str, str, str]]:
+    """`plan`'s slurm rows of a `slurm_check`."""
+    item = "sbatch --test-only"
+    if not check["asked"]:
+        return [("slurm", item, check["answer"])]
+    if not check["accepted"]:
+        return [("slurm", item, f"REFUSED: {check['answer']}; {check['fix']}")]
+    rows = [("slurm", item, f"accepted: {check['answer']}")]
+    rows += [("slurm", f"partition {p['name']}", p["text"]) for p in check["partitions"]]
+    rows += [("slurm", "limits", f"not read: {text}") for text in check["limits_unread"]]
+    rows += [("slurm", "limits", f"NEVER STARTS: {b['text']}; {b['fix']}") for b in check["never_starts"]]
+    if not check["never_starts"] and not check["limits_unread"]:
         rows.append(("slurm", "limits", "within the partition's limits" + (
-            " and the QOS's and association's" if found.accounting_enforced else
+            " and the QOS's and association's" if check["accounting_enforced"] else
             " (QOS and association limits are not enforced here)")))
     return rows
+
+
+def _number(value: float) -> float | None:
+    """JSON has no infinity: an unbounded number is null."""
+    return value if math.isfinite(value) else None
+
+
+def _row_objects(rows: list[tuple[str, str, str]]) -> list[dict]:
+    """The table's rows as objects; a fix row becomes the `fix` list of the row above it."""
+    out: list[dict] = []
+    for section, item, text in rows:
+        if item.strip() == "fix" and out:
+            out[-1]["fix"] = text.split("; or ")
+        else:
+            out.append({"section": section, "item": item, "text": text})
+    return out
+
+
+def stage_commands(cfg, overrides: list[str]) -> list[dict]:
+    """The sbatch command of each stage `submit` would queue (the container stage only where an image is pulled)."""
+    data = [o for o in overrides if override_key(o).startswith("data.")]
+    out = []
+    for stage in (PrepareData(cfg, data), PullContainer(cfg), Train(cfg, [o for o in overrides if o not in data])):
+        not_needed = stage.completed() if isinstance(stage, PullContainer) else ""
+        try:
+            command = stage.render().request.shell()
+        except StageError as exc:
+            command, not_needed = None, str(exc)
+        out.append({"stage": stage.stage, "command": command,
+                    "not_needed": not_needed if not_needed.startswith(("not needed", "recipe=")) else None})
+    return out
+
+
+def plan_json(cfg, launch, preemption, slurm: dict, overrides: list[str]) -> dict:
+    """`plan --json`: the resolved numbers, the notice budget's verdicts, Slurm's answer, the sbatch and SkyRL
+    commands, the table's rows and the resolved config (schema in the README's "JSON output")."""
+    c, m, b, g, r = cfg.cluster, cfg.megatron, cfg.batch, cfg.generation, cfg.rollout
+    responses = b.prompts_per_step * b.responses_per_prompt
+    size, size_from = checkpoint_bytes_per_node(cfg)
+    step, step_from = step_seconds(cfg)
+    stop_s, log_copy_s, stop_from = stop_seconds(cfg)
+    budget, progress, advice = recipe_budget(cfg), attempt_progress(cfg), recipe_advice(cfg)
+    preempt = {"asked": preemption.reachable, "why_not": preemption.why or None, "partition": preemption.partition,
+               "preemptable": None, "mode": None, "grace_s": None, "user_signal": None, "save_fits": None}
+    if preemption.reachable:
+        qos = c.qos
+        preempt.update(preemptable=preemption.preemptable(qos), mode=preemption.mode(qos) or None,
+                       grace_s=preemption.grace_s(qos), user_signal=preemption.user_signal)
+        if preempt["preemptable"] and preempt["grace_s"] > 0 and not (preempt["mode"] or "").startswith("SUSPEND"):
+            preempt["save_fits"] = SaveCost.of(cfg).preemption_budget(preempt["grace_s"]).fits
+    rows = _row_objects([*plan_rows(cfg, preemption), *slurm_rows(slurm)])
+    return {
+        "recipe": cfg.recipe, "run_name": cfg.run_name, "trainer_backend": cfg.trainer.backend,
+        "rehearsal": cfg.trainer.backend == "rehearsal", "precision": cfg.precision, "lora": cfg.is_lora,
+        "resources": {"nodes": c.nodes, "gpus_per_node": c.gpus_per_node, "total_gpus": cfg.total_gpus,
+                      "training_nodes": cfg.training_nodes, "rollout_nodes": cfg.trainer.rollout_nodes,
+                      "colocated": cfg.trainer.placement_colocated, "partition": c.partition, "account": c.account,
+                      "qos": c.qos, "time_limit": c.time_limit, "time_limit_s": time_limit_seconds(c.time_limit),
+                      "signal_before_s": c.signal_before_s, "grace_s": c.grace_s, "max_requeues": c.max_requeues,
+                      "from_env": env_sources(cfg)},
+        "parallelism": {"tensor_parallel": m.tensor_parallel, "pipeline_parallel": m.pipeline_parallel,
+                        "context_parallel": m.context_parallel, "expert_parallel": m.expert_parallel,
+                        "expert_tensor_parallel": m.expert_tensor_parallel, "training_gpus": cfg.training_gpus,
+                        "data_parallel": cfg.data_parallel, "vllm_replicas": cfg.num_engines,
+                        "vllm_tensor_parallel": r.tensor_parallel, "vllm_pipeline_parallel": r.pipeline_parallel,
+                        "vllm_gpus": cfg.num_engines * cfg.gpus_per_engine, "executor_backend": cfg.executor_backend},
+        "batch": {"prompts_per_step": b.prompts_per_step, "responses_per_prompt": b.responses_per_prompt,
+                  "responses_per_step": responses, "mini_batches": b.mini_batches,
+                  "mini_batch_prompts": cfg.mini_batch_prompts, "max_training_steps": cfg.max_training_steps,
+                  "optimizer_updates": b.mini_batches * cfg.max_training_steps},
+        "tokens": {"max_prompt_tokens": g.max_prompt_tokens, "max_response_tokens": g.max_response_tokens,
+                   "max_tokens_per_step": responses * (g.max_prompt_tokens + g.max_response_tokens)},
+        "checkpoints": {"interval": cfg.checkpoint.interval, "kept": checkpoints_kept(cfg),
+                        "resume_mode": cfg.checkpoint.resume_mode, "bytes_per_node": size, "bytes_from": size_from},
+        "notice": {"lead_s": budget.lead_s, "step_s": step, "step_from": step_from, "save_s": _number(budget.save_s),
+                   "write_gbytes_per_s": c.storage_write_gbytes_per_s, "stop_ray_s": stop_s,
+                   "log_copy_s": log_copy_s, "stop_from": stop_from, "needed_s": _number(budget.needed_s),
+                   "save_fits": budget.fits, "fits_lead": budget.fits_lead, "fits_grace": budget.fits_grace,
+                   "fix": budget.fixes(bytes_per_node=size, interval_steps=cfg.checkpoint.interval,
+                                       limit_s=progress.limit_s)},
+        "attempt": {"time_limit_s": progress.limit_s, "start_s": progress.start_s, "train_s": _number(progress.train_s),
+                    "steps": _number(progress.steps), "finishes_in_one": progress.finishes_in_one,
+                    "reaches_checkpoint": progress.reaches_checkpoint, "stalls": progress.stalls,
+                    "fix": progress.fixes() if progress.stalls else []},
+        "preemption": preempt,
+        "interval_advice": {"advised_steps": advice.advised_steps, "configured_steps": advice.configured_steps,
+                            "advised_waste": _number(advice.advised_waste),
+                            "configured_waste": _number(advice.configured_waste),
+                            "interruptions_per_day": c.interruptions_per_day},
+        "slurm": slurm,
+        "sbatch": stage_commands(cfg, overrides),
+        "skyrl": {"module": launch.module, "overrides": launch.overrides, "env": launch.env, "cwd": launch.cwd,
+                  "command": launch.shell(cfg.trainer.python)},
+        "findings": [row for row in rows if "fix" in row or row["text"].startswith(("REFUSED", "NEVER STARTS"))],
+        "rows": rows,
+        "config": dataclasses.asdict(cfg),
+    }
