@@ -187,7 +187,7 @@ def _report(verb: str, job_id: str, attempt: Attempt, saved: int | None, out) ->
     return 1
 
 
-def build_cancel_parser():
+def cancel_build_parser():
     verb = VerbArgs("cancel", "beam-slurm cancel RUN|SWEEP [--yes]: cancel the run's (or every point of the sweep's) "
                     "queued and running jobs, asking first; nothing is saved (`stop` saves first).", settings=False)
     verb.add_argument("target", metavar="RUN|SWEEP", help="run folder, run name, job id, or sweep folder")
@@ -197,7 +197,7 @@ def build_cancel_parser():
 
 
 def cancel_main(argv: list[str]) -> int:
-    verb = build_cancel_parser()
+    verb = cancel_build_parser()
     try:
         args = verb.parse(argv).args
         targets = runs.resolve_runs(args.target, args.exports_root)
