@@ -1,10 +1,12 @@
 """`beam-slurm cancel SWEEP` on the sandbox: a two-point sweep queued for real (held back by --begin, so nothing
-starts), refused without --yes where there is no terminal, then cancelled as one: squeue forgets the jobs, sacct
+starts), refused without --yes where there is no terminal, declined on one, then cancelled as one: squeue forgets the jobs, sacct
 says CANCELLED, each run's record notes the cancel, and the sweep's points shared one W&B group."""
 
 from __future__ import annotations
 
 import json
+import os
+import pty
 import subprocess
 import sys
 from pathlib import Path
@@ -49,6 +51,16 @@ def test_a_sweep_is_cancelled_with_one_command(slurm_sandbox, run_env):
 
     refused = beam("cancel", answer["sweep_dir"])
     assert refused.returncode == 2 and "pass --yes" in refused.stderr, refused.stderr
+    assert all(slurm_sandbox.scontrol_job(t).get("JobState") == "PENDING" for t in trains)
+
+    # On a terminal it asks; anything but yes cancels nothing.
+    terminal, typist = pty.openpty()
+    os.write(typist, b"n\n")
+    declined = subprocess.run([sys.executable, "-m", "beam_slurm.cli", "cancel", answer["sweep_dir"]], cwd=REPO_ROOT,
+                              env=env, stdin=terminal, capture_output=True, text=True, timeout=120)
+    os.close(terminal), os.close(typist)
+    assert declined.returncode == 1 and "cancel these 2 job(s)? [y/N]" in declined.stdout, declined
+    assert "nothing cancelled" in declined.stdout and all(t in declined.stdout for t in trains), declined.stdout
     assert all(slurm_sandbox.scontrol_job(t).get("JobState") == "PENDING" for t in trains)
 
     done = beam("cancel", answer["sweep_dir"], "--yes")
