@@ -6,8 +6,12 @@ Each verb lives in the module that owns it and is imported only when used, so
 
 from __future__ import annotations
 
+import errno
 import importlib
+import os
 import sys
+
+from beam_slurm import __version__
 
 # verb -> (module, function, one-line help). The function takes argv (list[str]) and returns an exit code.
 VERBS: dict[str, tuple[str, str, str]] = {
@@ -29,16 +33,25 @@ VERBS: dict[str, tuple[str, str, str]] = {
 }
 
 
+CLOSED_PIPE = 141  # 128 + SIGPIPE: what a shell reports for a writer whose reader went away (`| head`)
+
+
 def _usage() -> str:
-    lines = ["usage: beam-slurm <verb> [args...]", "", "verbs:"]
+    lines = ["usage: beam-slurm [--version] <verb> [--help] [args...]", "", "verbs:"]
     lines += [f"  {verb:<15} {help_}" for verb, (_, _, help_) in VERBS.items()]
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv or argv[0] in ("-h", "--help", "help"):
+    if not argv:
+        print(_usage(), file=sys.stderr)
+        return 2
+    if argv[0] in ("-h", "--help", "help"):
         print(_usage())
+        return 0
+    if argv[0] == "--version":
+        print(f"beam-slurm {__version__}")
         return 0
     verb, rest = argv[0], argv[1:]
     if verb not in VERBS:
@@ -46,7 +59,31 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     module_name, func_name, _ = VERBS[verb]
     func = getattr(importlib.import_module(module_name), func_name)
-    return int(func(rest) or 0)
+    try:
+        try:
+            return int(func(rest) or 0)
+        finally:
+            sys.stdout.flush()  # here, not at exit: a reader gone by now is a closed pipe too
+    except BrokenPipeError:
+        return _closed_pipe()
+    except OSError as error:  # a path typed as an input (settings are checked by name before this)
+        if error.errno != errno.ENAMETOOLONG:
+            raise
+        print(f"beam-slurm {verb}: {error.filename}: a folder or file name in it is longer than the file system takes "
+              f"({error.strerror}); shorten it", file=sys.stderr)
+        return 2
+    except SystemExit as stop:  # rich's Console exits 1 on a closed pipe, from inside its `except BrokenPipeError`
+        if isinstance(stop.__context__, BrokenPipeError):
+            return _closed_pipe()
+        raise
+
+
+def _closed_pipe() -> int:
+    """End quietly: stdout points at /dev/null so the interpreter's last flush cannot raise again."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return CLOSED_PIPE
 
 
 if __name__ == "__main__":

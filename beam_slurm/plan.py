@@ -40,6 +40,17 @@ def _source(cfg, key: str) -> str:
     return f" (from {variable})" if variable else ""
 
 
+def _spare_rows(cfg) -> list[tuple[str, str, str]]:
+    """What the hot spares hold (cluster.spare_nodes) and what a plain sbatch needs for them."""
+    spares = cfg.cluster.spare_nodes
+    if not spares:
+        return []
+    total = cfg.cluster.nodes + spares
+    return [("resources", "spare nodes", f"{spares} (idle until a node fails: {spares * cfg.cluster.gpus_per_node * 24} "
+             f"GPU-hours per day); allocation {total} nodes: `submit` asks for --nodes={total}, with plain sbatch "
+             f"pass --nodes={total}")]
+
+
 def plan_rows(cfg, preemption=None) -> list[tuple[str, str, str]]:
     """(section, item, value) rows: the numbers `plan` shows, computed from the config alone."""
     m, b, g = cfg.megatron, cfg.batch, cfg.generation
@@ -52,6 +63,7 @@ def plan_rows(cfg, preemption=None) -> list[tuple[str, str, str]]:
         ("run", "training", f"LoRA rank {cfg.lora.rank} alpha {cfg.lora.alpha} ({cfg.lora.target_modules}), lr {cfg.learning_rate:g}"
          if cfg.is_lora else f"full-parameter, lr {cfg.learning_rate:g}"),
         ("resources", "nodes x GPUs", f"{cfg.cluster.nodes} x {cfg.cluster.gpus_per_node} = {cfg.total_gpus} GPUs"),
+        *_spare_rows(cfg),
         ("resources", "placement", "colocated (training and vLLM share every GPU)" if cfg.trainer.placement_colocated
          else f"split: {cfg.training_nodes} training nodes, {cfg.trainer.rollout_nodes} rollout nodes"),
         ("resources", "partition / account / qos", " / ".join(
@@ -261,8 +273,9 @@ def plan_json(cfg, launch, preemption, slurm: dict, overrides: list[str]) -> dic
     return {
         "recipe": cfg.recipe, "run_name": cfg.run_name, "trainer_backend": cfg.trainer.backend,
         "rehearsal": cfg.trainer.backend == "rehearsal", "precision": cfg.precision, "lora": cfg.is_lora,
-        "resources": {"nodes": c.nodes, "gpus_per_node": c.gpus_per_node, "total_gpus": cfg.total_gpus,
-                      "training_nodes": cfg.training_nodes, "rollout_nodes": cfg.trainer.rollout_nodes,
+        "resources": {"nodes": c.nodes, "spare_nodes": c.spare_nodes, "gpus_per_node": c.gpus_per_node,
+                      "total_gpus": cfg.total_gpus, "training_nodes": cfg.training_nodes,
+                      "rollout_nodes": cfg.trainer.rollout_nodes,
                       "colocated": cfg.trainer.placement_colocated, "partition": c.partition, "account": c.account,
                       "qos": c.qos, "time_limit": c.time_limit, "time_limit_s": time_limit_seconds(c.time_limit),
                       "signal_before_s": c.signal_before_s, "grace_s": c.grace_s, "max_requeues": c.max_requeues,

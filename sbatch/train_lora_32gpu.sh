@@ -11,6 +11,8 @@
 #SBATCH --exclusive
 #SBATCH --time=24:00:00
 #SBATCH --requeue
+# A failed node leaves the job instead of ending it: the batch shell restarts Ray on the others and the spares.
+#SBATCH --no-kill
 #SBATCH --signal=B:USR1@300
 #SBATCH --open-mode=append
 #SBATCH --output=%x-%j.out

@@ -212,7 +212,9 @@ class SlurmSandbox:
         deadline = time.monotonic() + timeout
         interval = 0.2
         while True:
-            states = [row["State"].split()[0] for row in self.sacct(job_id, allocations_only=True)]
+            # A job Slurm resized (--no-kill, a node removed) keeps a RESIZING record of its part before.
+            states = [row["State"].split()[0] for row in self.sacct(job_id, allocations_only=True)
+                      if row["State"] != "RESIZING"]
             if states and all(state in FINAL_JOB_STATES for state in states):
                 return next((state for state in states if state != "COMPLETED"), "COMPLETED")
             if time.monotonic() > deadline:

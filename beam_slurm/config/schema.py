@@ -22,7 +22,12 @@ class ClusterConfig:
     """Slurm resources of the training job."""
 
     nodes: int = 4
-    """Nodes in the training allocation (seed: 2 for LoRA-16, 4 for LoRA-32, 8 for BF16/MXFP8)."""
+    """Nodes that train: the Ray step's (seed: 2 for LoRA-16, 4 for LoRA-32, 8 for BF16/MXFP8). The allocation is
+    these plus cluster.spare_nodes."""
+    spare_nodes: int = 0
+    """Hot spares: the allocation holds cluster.nodes + this many nodes (`submit` renders `--nodes` so; with plain
+    sbatch pass `--nodes=` the sum). Spares take no part in the Ray step; a node that fails is replaced by one in
+    the next in-job attempt, without a requeue. They cost their GPU-hours all the time (`plan` says how many)."""
     gpus_per_node: int = 8
     """GPUs per node; the seed's nodes are 8 x B200."""
     partition: Optional[str] = None
@@ -56,6 +61,11 @@ class ClusterConfig:
     measured); 0: off. Bring-up with the model load and the first step, a save and an evaluation get allowances on
     top (`plan` shows them). SkyRL's NCCL timeout (SKYRL_WORKER_NCCL_TIMEOUT_IN_S) is set above it, so the
     watchdog fires first."""
+    max_in_job_attempts: int = 2
+    """In-job restarts per allocation: after a node, hang or infrastructure failure the batch shell starts a new Ray
+    step in the same allocation (on the healthy nodes and spares, from the latest checkpoint) instead of requeueing,
+    up to this many times; then it requeues. 0: every failure requeues. Ours: 2 (a restart costs about a minute;
+    a third fault in one allocation points at the allocation, and the no-progress guard counts these too)."""
     max_attempts_without_progress: int = 2
     """Stop requeuing (the job ends FAILED, `status` says why) after this many attempts in a row ended by a failure
     (node, driver, time limit, a notice whose save missed) without a checkpoint newer than the attempt started

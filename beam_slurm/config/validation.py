@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Collection
 
 from beam_slurm.config.errors import ConfigError, ConfigProblem
+from beam_slurm.config.overrides import value_at
 from beam_slurm.config.schema import env_sources
 from beam_slurm.containers.runtime import validate as container_problems
 from beam_slurm.notice_budget import config_problems as budget_problems
@@ -29,7 +30,16 @@ PRECISIONS = ("bf16", "mxfp8")
 KV_CACHE_DTYPES = ("auto", "bf16", "fp8", "fp8_e4m3", "fp8_e5m2")
 ATTENTION = ("fa4", "fa2")
 RESUME_MODES = ("none", "latest", "from_path")
-_RUN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+_RUN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+# Settings that name files or folders (a list or a mapping: each value), and names that end up in paths and job names
+PATH_KEYS = ("paths.model_path", "paths.data_dir", "paths.ckpt_path", "paths.export_path", "paths.skyrl_dir",
+             "paths.log_dir", "paths.optimizer_state_disk_dir", "paths.train_file", "paths.eval_files",
+             "checkpoint.resume_path", "data.out_dir", "container.image_cache_dir", "ray.state_dir",
+             "ray.temp_dir_root", "trainer.env_secret_files")
+NAME_KEYS = ("run_name", "eval.launcher.name")
+NAME_MAX, PATH_MAX = 255, 4095  # bytes per folder or file name and per path on Linux file systems (ENAMETOOLONG)
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_CONTROL_NAMES = {"\t": "a tab", "\n": "a newline", "\r": "a carriage return"}
 
 
 # sbatch options that a recipe key renders: `cluster.extra_sbatch_args` may not set them a second time
@@ -45,6 +55,9 @@ FIRST_CLASS_SBATCH_OPTIONS = {
 
 def problems(cfg) -> list[ConfigProblem]:
     """All problems of a typed, default-filled BeamConfig (empty list = valid)."""
+    unusable = unusable_text_problems(cfg)
+    if unusable:  # the checks below read these paths and parse these texts: report them alone
+        return unusable
     out: list[ConfigProblem] = []
 
     def bad(key: str, value, fix: str) -> None:
@@ -55,7 +68,7 @@ def problems(cfg) -> list[ConfigProblem]:
         bad("precision", cfg.precision, f"use one of {', '.join(PRECISIONS)}")
     if cfg.trainer.backend not in RECIPE_BACKENDS:
         bad("trainer.backend", cfg.trainer.backend, f"use one of {', '.join(RECIPE_BACKENDS)}")
-    if not _RUN_NAME.match(cfg.run_name or ""):
+    if not _RUN_NAME.fullmatch(cfg.run_name or ""):
         bad("run_name", cfg.run_name, "use letters, digits, '.', '_' or '-' (it names folders and the Slurm job)")
     if cfg.rollout.kv_cache_dtype not in KV_CACHE_DTYPES:
         bad("rollout.kv_cache_dtype", cfg.rollout.kv_cache_dtype, f"use one of {', '.join(KV_CACHE_DTYPES)} (env KV_CACHE_DTYPE)")
@@ -124,6 +137,9 @@ def problems(cfg) -> list[ConfigProblem]:
             "use a positive poll interval and a settle time >= 0 (seconds)")
     if cfg.cluster.max_requeues < 0:
         bad("cluster.max_requeues", cfg.cluster.max_requeues, "use 0 (never requeue) or more")
+    for key in ("spare_nodes", "max_in_job_attempts"):
+        if getattr(cfg.cluster, key) < 0:
+            bad(f"cluster.{key}", getattr(cfg.cluster, key), "use 0 (none) or more")
     if cfg.cluster.max_attempts_without_progress < 0:
         bad("cluster.max_attempts_without_progress", cfg.cluster.max_attempts_without_progress,
             "use 0 (no guard) or a number of attempts")
@@ -223,6 +239,34 @@ def problems(cfg) -> list[ConfigProblem]:
             cfg.cluster.log_copy_max_mbytes), "use an interval >= 0 seconds (0: copy at the end only) and a bound > 0 MiB")
     out.extend(skyrl_value_problems(cfg))
     out.extend(budget_problems(cfg))
+    sources = env_sources(cfg)
+    return [problem.from_env(sources) for problem in out]
+
+
+def unusable_text_problems(cfg) -> list[ConfigProblem]:
+    """Paths and names the file system or the batch scripts would refuse: control characters (a tab, a newline),
+    a folder or file name over NAME_MAX bytes, a path over PATH_MAX bytes."""
+    out: list[ConfigProblem] = []
+    too_long: set[str] = set()  # a name reported once, not again in the paths derived from it (log_dir, ...)
+    for key in PATH_KEYS + NAME_KEYS:
+        value = value_at(cfg, key)
+        texts = value.values() if isinstance(value, dict) else value if isinstance(value, list) else [value]
+        for text in (t for t in texts if isinstance(t, str)):
+            control = _CONTROL.search(text)
+            if control:
+                what = _CONTROL_NAMES.get(control.group(), f"the control character {control.group()!r}")
+                out.append(ConfigProblem(key, problem=f"{text!r} holds {what}", fix="remove it: a tab or newline "
+                                         "in a path or name breaks the batch scripts and the saved config"))
+            elif key in PATH_KEYS and len(text.encode()) > PATH_MAX:
+                out.append(ConfigProblem(key, problem=f"the path is {len(text.encode())} bytes long, over the "
+                                         f"{PATH_MAX} the file system takes (ENAMETOOLONG)", fix="use a shorter path"))
+            elif key in PATH_KEYS:
+                long = next((part for part in text.split("/") if len(part.encode()) > NAME_MAX), None)
+                if long is not None and long not in too_long:
+                    too_long.add(long)
+                    out.append(ConfigProblem(key, problem=f"the name {long[:40]!r}... is {len(long.encode())} "
+                                             f"bytes long, over the {NAME_MAX} a file system takes (ENAMETOOLONG)",
+                                             fix="shorten that folder or file name"))
     sources = env_sources(cfg)
     return [problem.from_env(sources) for problem in out]
 
@@ -335,8 +379,8 @@ def _text_settings(node, prefix: str = ""):
 def path_problems(cfg, *, produced: Collection[str] = ()) -> list[ConfigProblem]:
     """Paths the job will read that are missing or unreadable on this host (the submit host for `plan`/`submit`);
     not the data files when `produced` holds "data" (an earlier stage writes them)."""
-    if not cfg.cluster.check_paths_on_submit:
-        return []
+    if not cfg.cluster.check_paths_on_submit or unusable_text_problems(cfg):
+        return []  # problems() reports the unusable paths; the file system would refuse to look them up
     out: list[ConfigProblem] = []
     host = socket.gethostname()
     escape = ("; where login nodes do not mount the compute storage set cluster.check_paths_on_submit=false "

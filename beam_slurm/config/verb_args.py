@@ -3,7 +3,8 @@
     beam-slurm <verb> [--flags] [INPUT ...] [key=value ...]
 
 Settings are recipe keys, composed through Hydra (defaults and docstrings live in `beam_slurm/config/schema.py`
-only); `--flags` are for what is not a setting and for the verb's inputs; `--help` lists every key the verb reads.
+only); `--flags` are for what is not a setting and for the verb's inputs; `--help` names the sections the verb reads
+and `--help-keys [SECTION]` lists their keys with the values of the recipe given.
 Every message starts with `beam-slurm <verb>: `; bad input exits 2 before anything runs. Old flags that carried a
 setting still work for one release, each printing the key to use instead. A verb `<prefix>main` builds its parser
 with `<prefix>build_parser()` (or `build_parser(verb)`), as tests/config/test_verb_args.py does for every verb.
@@ -17,13 +18,15 @@ import dataclasses
 import inspect
 import sys
 import textwrap
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from beam_slurm.config.errors import ConfigError
 from beam_slurm.config.load import load_config
-from beam_slurm.config.overrides import BARE_VALUE, hydra_value, override, override_key
+from beam_slurm.config.overrides import BARE_VALUE, hydra_value, override, override_key, value_at
 from beam_slurm.config.schema import BeamConfig
+from beam_slurm.config.validation import unusable_text_problems
 from beam_slurm.core.errors import UserError
 
 EXIT_USAGE = 2
@@ -89,14 +92,41 @@ def _show_default(value: Any) -> str:
     return hydra_value(value) if value != "" else "''"
 
 
-def keys_help(keys: Sequence[str], width: int = 100) -> str:
-    """The help block listing `keys` with their schema defaults and docstrings."""
+def keys_help(keys: Sequence[str], cfg, width: int = 100) -> str:
+    """The block listing `keys` with their values in the recipe `cfg` and docstrings; a value that differs from
+    the schema's default names that default."""
     known = schema_keys()
-    lines = ["settings (key=value; defaults and meanings from beam_slurm/config/schema.py):"]
+    lines = ["settings (key=value; values of the recipe given, defaults and meanings from beam_slurm/config/schema.py):"]
     for key in keys:
         entry = known[key]
-        lines.append(f"  {key}={_show_default(entry.default)}")
-        lines += textwrap.wrap(entry.doc, width, initial_indent=" " * 6, subsequent_indent=" " * 6)
+        value = value_at(cfg, key)
+        lines.append(f"  {key}={_show_default(value)}")
+        doc = entry.doc if value == entry.default else f"{entry.doc} (schema default: {_show_default(entry.default)})"
+        lines += textwrap.wrap(doc, width, initial_indent=" " * 6, subsequent_indent=" " * 6)
+    return "\n".join(lines)
+
+
+def section_of(key: str) -> str:
+    """`cluster.nodes` -> `cluster`; a top-level key is its own section."""
+    return key.split(".", 1)[0]
+
+
+def sections_help(verb: str, keys: Sequence[str], width: int = 100) -> str:
+    """The short form of `keys_help`: each section the verb reads, with its key count and what it holds."""
+    total, read = Counter(map(section_of, schema_keys())), Counter(map(section_of, keys))
+    docs = {f.name: " ".join((inspect.getdoc(type(_default(f))) or "").split()).split(". ")[0].rstrip(".")
+            for f in dataclasses.fields(BeamConfig) if dataclasses.is_dataclass(_default(f))}
+    example = next((name for name in read if name in docs), "all")
+    lines = textwrap.wrap(f"settings (key=value), by section: `--help-keys SECTION` lists a section's keys with their "
+                          "values in the recipe given (recipe=NAME and the other settings typed), `--help-keys` alone "
+                          f"every key; e.g. `beam-slurm {verb} --help-keys {example}`.", width, break_on_hyphens=False)
+    single = [name for name in read if name not in docs]
+    if single:
+        lines += textwrap.wrap(", ".join(single), width, initial_indent="  ", subsequent_indent="  ")
+    for name in (name for name in read if name in docs):
+        count = f"{read[name]}" if read[name] == total[name] else f"{read[name]} of {total[name]}"
+        lines += textwrap.wrap(f"{name:<11} {count:>8} keys  {docs[name]}", width, initial_indent="  ",
+                               subsequent_indent=" " * 29)
     return "\n".join(lines)
 
 
@@ -135,9 +165,14 @@ class _Parser(argparse.ArgumentParser):
         raise VerbUsageError(message)
 
     def format_help(self) -> str:
-        text = super().format_help()
-        if self._verb_args.keys:
-            text += "\n" + keys_help(self._verb_args.keys) + "\n"
+        text, verb = super().format_help(), self._verb_args
+        old = [f"{kf.flag} ({kf.key}{'=true' if kf.switch else ''})" for kf in verb.key_flags]
+        old += [f"{rn.old} ({rn.flag})" for rn in verb.renamed if rn.old.startswith("-")]
+        if old:  # one paragraph, not an entry each: they are on their way out
+            text += "\n" + textwrap.fill("old flags, accepted for one release (each names what to use): " +
+                                         ", ".join(old), 100, break_on_hyphens=False) + "\n"
+        if verb.keys:
+            text += "\n" + sections_help(verb.verb, verb.keys) + "\n"
         return text
 
 
@@ -155,22 +190,30 @@ class VerbArgs:
     """The parser of one verb: its flags and inputs, the keys it reads, the old flags kept as aliases."""
 
     def __init__(self, verb: str, description: str, *, keys: Sequence[str] = (), settings: bool = True,
-                 epilog: str | None = None):
-        """`keys`: the schema keys the verb reads (listed by --help); `settings`: it takes key=value overrides."""
+                 epilog: str | None = None, inputs: str = ""):
+        """`keys`: the schema keys the verb reads (--help names their sections, --help-keys lists them); `settings`:
+        it takes key=value overrides; `inputs`: its positional inputs as the usage line names them (`RUN`)."""
         self.verb = verb
         self.prefix = f"beam-slurm {verb}: "
         self.keys = list(keys)
         self.settings = settings
         self.key_flags: list[KeyFlag] = []
         self.renamed: list[RenamedFlag] = []
-        usage = "%(prog)s [-h] [--flags and inputs, below] [key=value ...]" if settings else None
+        usage = None  # argparse's own, naming every flag and input
+        if settings or inputs:
+            usage = " ".join(part for part in ("%(prog)s [-h]", "[--help-keys [SECTION]]" if self.keys else "",
+                                               "[--flag ...]", inputs, "[key=value ...]" if settings else "") if part)
         self.parser = _Parser(prog=f"beam-slurm {verb}", description=description, epilog=epilog, usage=usage,
                               formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False,
                               verb_args=self)
         self._aliases = None
         if settings:
             self.parser.add_argument("overrides", nargs="*", metavar="key=value",
-                                     help="recipe settings (Hydra overrides); the keys this verb reads are below")
+                                     help="recipe settings (Hydra overrides); the sections this verb reads are below")
+        if self.keys:
+            self.parser.add_argument("--help-keys", nargs="?", const="all", metavar="SECTION",
+                                     help="list the keys of SECTION (a section, a key, or all: the default) with "
+                                          "the values of the recipe given, and exit")
 
     # building
     def add_argument(self, *names, **kwargs):
@@ -179,7 +222,7 @@ class VerbArgs:
     def add_argument_group(self, *args, **kwargs):
         return self.parser.add_argument_group(*args, **kwargs)
 
-    def _alias_group(self):
+    def _alias_group(self):  # its flags are listed in one paragraph by format_help
         if self._aliases is None:
             self._aliases = self.parser.add_argument_group("old flags (still accepted for one release)")
         return self._aliases
@@ -188,9 +231,9 @@ class VerbArgs:
                  metavar: str | None = None) -> None:
         """Keep `flag` as an alias of `key` (default SUPPRESS: the value comes from the schema unless given)."""
         self.key_flags.append(KeyFlag(flag, key, switch, convert))
-        kwargs: dict[str, Any] = {"dest": _alias_dest(flag), "default": argparse.SUPPRESS, "help": f"use {key}=..."}
+        kwargs: dict[str, Any] = {"dest": _alias_dest(flag), "default": argparse.SUPPRESS, "help": argparse.SUPPRESS}
         if switch:
-            kwargs.update(action="store_const", const=True, help=f"use {key}=true")
+            kwargs.update(action="store_const", const=True)
         else:
             kwargs["metavar"] = metavar or "VALUE"
         self._alias_group().add_argument(flag, **kwargs)
@@ -200,17 +243,25 @@ class VerbArgs:
         self.renamed.append(RenamedFlag(old, flag))
         if old.startswith("-"):
             self._alias_group().add_argument(old, dest=_alias_dest(old), action="store_const", const=True,
-                                             default=argparse.SUPPRESS, help=f"use {flag}")
+                                             default=argparse.SUPPRESS, help=argparse.SUPPRESS)
 
     # parsing
     def parse(self, argv: Sequence[str]) -> Parsed:
-        """Split argv into flags and overrides. Raises VerbUsageError (report it with `fail`: exit 2); `--help` exits 0."""
+        """Split argv into flags and overrides. Raises VerbUsageError (report it with `fail`: exit 2); `--help` and
+        `--help-keys` exit 0."""
+        if any(word.split("=", 1)[0] == "--help-keys" for word in argv):  # as --help: no input is required
+            for action in self.parser._actions:
+                action.required = False
         if self.settings:
             args = self.parser.parse_intermixed_args(list(argv))
             given = list(args.overrides)
             del args.overrides
         else:
             args, given = self.parser.parse_args(list(argv)), []
+        help_keys = getattr(args, "help_keys", None)
+        if help_keys and "=" in help_keys:  # `--help-keys recipe=X`: a setting, not a section
+            given.append(help_keys)
+            help_keys = "all"
         notes: list[str] = []
         placed: list[tuple[int, str]] = []  # (position in argv, override): a later one wins, as with flags before
         position = _Positions(argv)
@@ -252,11 +303,31 @@ class VerbArgs:
         overrides = [text for _, text in sorted(placed, key=lambda item: item[0])]
         for note in notes:
             print(self.prefix + note, file=sys.stderr)
+        if help_keys is not None:
+            self._print_keys(help_keys, overrides)
         return Parsed(args, overrides, notes)
 
+    def _print_keys(self, section: str, overrides: list[str]) -> None:
+        """`--help-keys SECTION`: the keys the verb reads in SECTION, valued by the recipe the overrides give; exits."""
+        keys = self.keys if section == "all" else [k for k in self.keys if k == section or k.startswith(section + ".")]
+        if not keys:
+            sections = ", ".join(dict.fromkeys(section_of(k) for k in self.keys))
+            self.parser.error(f"--help-keys {section}: not a section this verb reads; use one of {sections}, or all")
+        try:
+            cfg = load_config(overrides, validate=False)
+        except ConfigError as error:
+            sys.exit(self.config_failed(error))
+        print(keys_help(keys, cfg))
+        sys.exit(0)
+
     def load(self, parsed: Parsed, *, validate: bool = False, environ=None):
-        """Compose the recipe with the overrides (Hydra, typed by the schema); raises ConfigError."""
-        return load_config(parsed.overrides, validate=validate, environ=environ)
+        """Compose the recipe with the overrides (Hydra, typed by the schema); raises ConfigError, also (unvalidated)
+        for a path or name the verb reads that the file system or the batch scripts would refuse."""
+        cfg = load_config(parsed.overrides, validate=validate, environ=environ)
+        unusable = [] if validate else [p for p in unusable_text_problems(cfg) if p.key in self.keys]
+        if unusable:
+            raise ConfigError(unusable)
+        return cfg
 
     # reporting
     def fail(self, message: object, status: int = EXIT_USAGE) -> int:

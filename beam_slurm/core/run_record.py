@@ -49,6 +49,8 @@ class Attempt:
     """One attempt (one start of the batch shell) of a training job."""
 
     attempt: int = 0  # SLURM_RESTART_COUNT of the attempt
+    in_job: int = 0  # 0: the allocation's first Ray step; 1, 2, ...: restarted in the same allocation
+    replaced: list[str] = field(default_factory=list)  # `old -> new` for each node an in-job restart replaced
     start: str | None = None
     start_time: float | None = None
     nodes: list[str] = field(default_factory=list)
@@ -70,6 +72,15 @@ class Attempt:
     def ended(self) -> bool:
         return bool(self.end)
 
+    @property
+    def label(self) -> str:
+        """`2`, or `2.1` for the first in-job restart of the allocation of attempt 2."""
+        return f"{self.attempt}.{self.in_job}" if self.in_job else str(self.attempt)
+
+    @property
+    def kind(self) -> str:
+        return "in-job" if self.in_job else "requeue" if self.attempt else "first"
+
 
 @dataclass
 class TrainJob:
@@ -88,8 +99,8 @@ class TrainJob:
     avoided_bad_nodes: bool = False  # The one requeue of an attempt that landed on a recorded bad node was spent
     extra: dict[str, Any] = field(default_factory=dict)
 
-    def attempt(self, number: int) -> Attempt | None:
-        return next((a for a in self.attempts if a.attempt == number), None)
+    def attempt(self, number: int, in_job: int = 0) -> Attempt | None:
+        return next((a for a in self.attempts if (a.attempt, a.in_job) == (number, in_job)), None)
 
 
 @dataclass
@@ -215,7 +226,8 @@ class RunRecord:
                 self.extra.setdefault(key, value)
 
     def begin_attempt(self, *, job_id: str, attempt: int, nodes: list[str], checkpoint: int | None, when: str,
-                      partition: str, nodes_needed: int, user_exclude: list[str]) -> tuple[TrainJob, list[str]]:
+                      partition: str, nodes_needed: int, user_exclude: list[str], in_job: int = 0,
+                      replaced: list[str] | None = None) -> tuple[TrainJob, list[str]]:
         """Record an attempt's start; (the job's entry, its bad nodes). An earlier attempt that never recorded its
         end is closed as 'lost', counting against progress when it left no newer checkpoint."""
         job_id = str(job_id)
@@ -225,26 +237,26 @@ class RunRecord:
                                                nodes_needed=nodes_needed, user_exclude=list(user_exclude))
         job = self.train_jobs[job_id]
         for earlier in job.attempts:
-            if earlier.end is None and earlier.attempt != attempt:
+            if earlier.end is None and (earlier.attempt, earlier.in_job) != (attempt, in_job):
                 earlier.end, earlier.end_kind, earlier.decision = when, "lost", "requeued by Slurm"
                 earlier.end_reason = ("ended without a word from the batch shell (its node was lost, or Slurm killed "
                                       "it at once)")
                 earlier.counts_against_progress = checkpoint is None or checkpoint == earlier.checkpoint_at_start
                 earlier.checkpoint_at_end = checkpoint
-        job.attempts = [a for a in job.attempts if a.attempt != attempt]
-        job.attempts.append(Attempt(attempt=attempt, start=when, start_time=time.time(), nodes=list(nodes),
-                                    checkpoint_at_start=checkpoint))
+        job.attempts = [a for a in job.attempts if (a.attempt, a.in_job) != (attempt, in_job)]
+        job.attempts.append(Attempt(attempt=attempt, in_job=in_job, replaced=list(replaced or []), start=when,
+                                    start_time=time.time(), nodes=list(nodes), checkpoint_at_start=checkpoint))
         job.outcome = None
         return job, self.bad_node_names(job_id)
 
     def end_attempt(self, *, job_id: str, attempt: int, when: str, end: dict[str, Any],
                     bad_nodes: list[tuple[str, str]], outcome: str | None, outcome_reason: str, resumable_end: bool,
-                    wanted_handled: bool) -> None:
+                    wanted_handled: bool, in_job: int = 0) -> None:
         """Record how an attempt ended (`end`: Attempt fields), the bad nodes it found, and the job's outcome."""
         job = self.train_job(job_id)
-        entry = job.attempt(attempt)
+        entry = job.attempt(attempt, in_job)
         if entry is None:
-            entry = Attempt(attempt=attempt)
+            entry = Attempt(attempt=attempt, in_job=in_job)
             job.attempts.append(entry)
         entry.end, entry.end_time = when, time.time()
         for key, value in end.items():

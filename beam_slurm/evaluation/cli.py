@@ -67,6 +67,7 @@ def build_parser():
         "  beam-slurm evaluate -m SWEEP_DIR eval.responses_per_problem=8,32 --wait",
         keys=[*EVALUATE_KEYS, "eval.chain_settle_s", *keys_under("eval.launcher"), "cluster.gpus_per_node",
               "cluster.partition", "cluster.account", "cluster.qos"],
+        inputs="[RUN | SWEEP]",
     )
     source = verb.add_argument_group("what to evaluate (or a positional RUN | SWEEP: a run folder, name or job id, "
                                      "or a sweep folder)")

@@ -23,7 +23,8 @@ from beam_slurm.evaluation.results import METRICS_FILE, write_results
 
 
 def build_parser():
-    verb = VerbArgs("grade", __doc__.split("\n\n")[0], keys=keys_under("grade"))
+    verb = VerbArgs("grade", __doc__.split("\n\n")[0], keys=keys_under("grade"),
+                    inputs="--responses FILE.jsonl --out DIR")
     verb.add_argument("--responses", required=True, type=Path, help="JSONL file of responses to grade")
     verb.add_argument("--out", required=True, type=Path, help="output folder for metrics.json, grades.jsonl, ...")
     verb.add_argument("--force", action="store_true", help="replace the results already in --out")

@@ -263,7 +263,7 @@ class Train:
         c = cfg.cluster
         options = [f"--job-name={cfg.run_name}", f"--output={cfg.paths.log_dir}/train-%j.out",
                    f"--signal=B:USR1@{c.signal_before_s}"]
-        options += gpu_job_options(cfg, c.nodes, c.time_limit)
+        options += gpu_job_options(cfg, c.nodes + c.spare_nodes, c.time_limit)  # spares are in the allocation
         request = SbatchRequest(script=script_path(script), options=options, script_args=self.script_args(),
                                 export=_export())
         return StagePlan(self.stage, self.identity(), request, log_dir=str(cfg.paths.log_dir))

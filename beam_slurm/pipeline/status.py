@@ -212,7 +212,10 @@ def _attempt_row(name: str, attempt: Attempt) -> StatusRow:
         reason = f"saved at step {attempt.saved_step}; {reason}"
     if attempt.hang_dumps:
         reason = f"{reason}; stack dumps in {attempt.hang_dumps}"
-    return StatusRow(name, f"  attempt {attempt.attempt}", "", kind, attempt.attempt,
+    if attempt.in_job:
+        replaced = f", replaced {', '.join(attempt.replaced)}" if attempt.replaced else ", same nodes"
+        reason = f"in-job restart{replaced}" + (f"; {reason}" if reason else "")
+    return StatusRow(name, f"  attempt {attempt.label}", "", kind, attempt.attempt,
                      "", ",".join(attempt.nodes), checkpoint, "", reason)
 
 
@@ -294,7 +297,7 @@ def render_table(rows: list[StatusRow], title: str):
 
 def build_parser():
     verb = VerbArgs("status", __doc__.split("\n\n")[0], settings=False)
-    verb.add_argument("target", nargs="?", help="run folder, run name or sweep folder (default: the last submitted)")
+    verb.add_argument("target", nargs="?", metavar="RUN_OR_SWEEP", help="run folder, run name or sweep folder (default: the last submitted)")
     verb.add_argument("--watch", action="store_true", help="refresh until every job has ended (Ctrl-C to stop)")
     verb.add_argument("--interval", type=float, default=10.0, help="seconds between refreshes with --watch")
     verb.add_argument("--json", action="store_true", help="print the rows as JSON instead of a table")

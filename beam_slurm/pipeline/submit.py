@@ -24,7 +24,7 @@ from pathlib import Path
 from beam_slurm.config.errors import ConfigError, ConfigProblem
 from beam_slurm.config.load import load_config, load_many, to_yaml
 from beam_slurm.config.overrides import override_key
-from beam_slurm.config.validation import path_problems, problems as config_problems
+from beam_slurm.config.validation import path_problems, problems as config_problems, unusable_text_problems
 from beam_slurm.config.verb_args import VerbArgs, VerbUsageError, schema_keys
 from beam_slurm.core import layout
 from beam_slurm.core.atomic_files import write_text
@@ -123,7 +123,8 @@ def build_runs(overrides: list[str], multirun: bool, stages: tuple[str, ...] | l
         run.problems = config_problems(run.cfg)
         if "train" in stages:
             run.problems += path_problems(run.cfg, produced=[s for s in stages if s != "train"])
-            run.problems += stalled_attempt_problems(run.cfg)
+            if not unusable_text_problems(run.cfg):  # it reads the run's folders
+                run.problems += stalled_attempt_problems(run.cfg)
         runs.append(run)
     seen: dict[str, RunSpec] = {}
     for run in runs:

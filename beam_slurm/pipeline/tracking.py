@@ -52,7 +52,7 @@ def sync_commands(export_path: Path, run: RunRecord) -> list[list[str]]:
 def build_parser():
     verb = VerbArgs("sync", "Upload a run's offline W&B folders, attempt by attempt, into its one W&B run.",
                     settings=False)
-    verb.add_argument("target", help="run folder, run name or training job id")
+    verb.add_argument("target", metavar="RUN", help="run folder, run name or training job id")
     verb.add_argument("--dry-run", action="store_true", help="print the wandb sync commands, run nothing")
     verb.add_argument("--exports-root", default=None, help="where run names are looked up")
     return verb

@@ -6,18 +6,22 @@ The nodes write them (`beam_slurm.ray_cluster.head` / `worker`), the batch shell
 
 from __future__ import annotations
 
+import errno
 import json
+import os
+import socket
 import time
 from pathlib import Path
 from typing import Any
 
 from beam_slurm.core.atomic_files import write_json
+from beam_slurm.ray_cluster.job_spec import attempt_dir as attempt_dir_of
 
 EXIT_INFRA = 75  # a node's Ray died, a node never joined or the head vanished: a requeue may help
 EXIT_SETUP = 78  # bring-up found a configuration fault (GPU visibility, interface, task layout): it will not
 EXIT_STOPPED = 143  # stopped (SIGTERM) before the driver finished
 # The files, all in BEAM_ATTEMPT_DIR.
-FAILURE_FILE = "failure.json"  # the first failure: {kind: infra|setup, node, rank, reason, time}
+FAILURE_FILE = "failure.json"  # the first failure: {kind: infra|setup|storage, node, rank, reason, time}
 READY_FILE = "ray_ready.json"
 """Bring-up times: job_start, node_start, head_up, registered, gpus_checked, client_released
 (epoch seconds), the preflight and each node's `ray start` window (`Head.bringup_windows`)."""
@@ -65,6 +69,43 @@ def record_first_failure(attempt_dir: Path | None, kind: str, host: str, rank: i
     path = attempt_dir / FAILURE_FILE
     if not path.exists():
         write_json(path, {"kind": kind, "node": host, "rank": rank, "reason": reason, "time": time.time()})
+
+
+_FULL = (errno.ENOSPC, errno.EDQUOT)
+_FULL_TEXT = ("[Errno 28]", "No space left on device", "[Errno 122]", "Disk quota exceeded")
+_INFRA_ERRORS = ("RayActorError", "ActorDiedError", "ActorUnavailableError", "NodeDiedError", "RaySystemError",
+                 "ObjectLostError", "OwnerDiedError", "ObjectReconstructionFailedError", "WorkerCrashedError",
+                 "DistBackendError")
+_INFRA_TEXT = ("NCCL error", "ncclSystemError", "ncclInternalError", "ncclRemoteError", "uncorrectable ECC",
+               "Watchdog caught collective operation timeout", "The actor died unexpectedly")
+
+
+def classify_driver_error(exc: BaseException) -> tuple[str, str] | None:
+    """(kind, reason) of a driver's exception that says what another attempt would meet: 'storage' (the
+    checkpoint storage is full: every attempt would fail the same save), 'infra' (a Ray worker, node or NCCL
+    peer died: another Ray step may succeed); None for the rest (a bug or a bad setting: not retried)."""
+    chain, seen = [], exc
+    while seen is not None and len(chain) < 10:  # Ray wraps a task's error (RayTaskError(cause)); follow it
+        chain.append(seen)
+        seen = getattr(seen, "cause", None) or seen.__cause__ or seen.__context__
+    for error in chain:
+        if isinstance(error, OSError) and error.errno in _FULL:
+            return "storage", f"{error.strerror} writing {error.filename or 'a checkpoint'}"
+    text = "\n".join(f"{type(e).__name__}: {e}" for e in chain)
+    if any(marker in text for marker in _FULL_TEXT):
+        return "storage", next(line for line in text.splitlines() if any(m in line for m in _FULL_TEXT))[:300]
+    if any(type(e).__name__ in _INFRA_ERRORS for e in chain) or any(marker in text for marker in _INFRA_TEXT):
+        return "infra", f"driver: {text.splitlines()[0][:300]}"
+    return None
+
+
+def note_driver_error(exc: BaseException) -> None:
+    """Record a classified driver error as the attempt's failure (the batch shell's requeue policy reads it)."""
+    found = classify_driver_error(exc)
+    if found is not None:
+        # infra: no node to blame (a Ray actor's node is not the driver's); storage: the driver's node saw it.
+        host = os.environ.get("SLURMD_NODENAME") or socket.gethostname() if found[0] == "storage" else ""
+        record_first_failure(attempt_dir_of(), found[0], host, 0, found[1])
 
 
 def record_driver_exit(attempt_dir: Path | None, status: int) -> None:

@@ -41,7 +41,7 @@ class NodeRole:
         job_folder = auth.ensure_job_dir(settings, ctx.job_id)
         self.rendezvous = Rendezvous(job_folder, ctx.attempt, ctx.step)
         self.token_path = auth.ensure_token(settings, ctx.job_id) if settings.auth else None
-        temp_dir = Path(settings.temp_dir_root) / f"ray-{ctx.job_id}-{ctx.attempt}"
+        temp_dir = Path(settings.temp_dir_root) / f"ray-{ctx.job_id}-{ctx.attempt_label}"
         log_dir = ctx.attempt_dir if ctx.attempt_dir else temp_dir
         self.ray = LocalRay(temp_dir, log_dir / f"ray-{ctx.host}.log")
         self.gpus, self.gpu_source = allocated_gpus()

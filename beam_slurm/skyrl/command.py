@@ -13,6 +13,7 @@ import json
 import shlex
 from dataclasses import dataclass, field
 
+import yaml
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
@@ -69,7 +70,7 @@ def _parses_to(rendered: str, value) -> bool:
     """True when OmegaConf's CLI parser, resolving references as SkyRL does, reads `rendered` back as `value`."""
     try:
         return OmegaConf.to_container(OmegaConf.from_cli([f"k={rendered}"]), resolve=True)["k"] == value
-    except (OmegaConfBaseException, ValueError, TypeError):
+    except (OmegaConfBaseException, yaml.YAMLError, ValueError, TypeError):  # YAML refuses a tab, for one
         return False
 
 

@@ -32,6 +32,7 @@ from importlib import import_module
 from pathlib import Path
 
 from beam_slurm.ray_cluster.driver_signals import hold_first_sigterm
+from beam_slurm.ray_cluster.records import note_driver_error
 from beam_slurm.skyrl import notice
 from beam_slurm.skyrl.progress import ProgressRecorder
 from beam_slurm.skyrl.train_metrics import TRAIN_METRICS_FILE, append_step_metrics
@@ -194,7 +195,11 @@ def main(argv: list[str] | None = None) -> int:
 
     # Same placement as SkyRL's own entrypoint: one CPU, wherever Ray puts it.
     task = ray.remote(num_cpus=1)(_run_experiment)
-    stopped_at = ray.get(task.remote(cfg, kind))
+    try:
+        stopped_at = ray.get(task.remote(cfg, kind))
+    except Exception as exc:
+        note_driver_error(exc)  # a full checkpoint storage or a dead Ray worker: the requeue policy reads it
+        raise
     if stopped_at is not None:
         print(f"stopped on notice after saving step {stopped_at}; the next attempt resumes from it", flush=True)
     else:

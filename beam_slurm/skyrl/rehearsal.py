@@ -25,7 +25,7 @@ Like SkyRL 0.3.0 where it matters to the job around it, it:
   (missing: fresh start; a step folder more than ``ckpt_interval`` ahead of it is an inconsistent folder),
   ``from_path`` needs ``resume_path`` naming a ``global_step_N`` folder; logs ``resumed from step N``;
 * writes the progress heartbeat (:mod:`beam_slurm.skyrl.progress`) as our SkyRL callback does;
-* with ``trainer.rehearsal_hang_at_step=N``, in the job's first attempt, blocks the last bundle's actor for good in
+* with ``trainer.rehearsal_hang_at_step=N``, in the job's first attempt (not an in-job restart of it), blocks the last bundle's actor for good in
   step N, as a rank stuck in a collective;
 * saves on notice (:mod:`beam_slurm.skyrl.notice`): a request pending at a step's end saves that step (and its
   scheduled HF export), acknowledges, logs ``stopped on notice after saving step N`` and exits 0.
@@ -59,6 +59,8 @@ from omegaconf import OmegaConf
 from beam_slurm.core.atomic_files import write_text
 from beam_slurm.core.errors import UserError
 from beam_slurm.ray_cluster.driver_signals import hold_first_sigterm
+from beam_slurm.ray_cluster.job_spec import attempt_label
+from beam_slurm.ray_cluster.records import note_driver_error
 from beam_slurm.skyrl import notice, tracking
 from beam_slurm.skyrl.command import COST_ENV
 from beam_slurm.skyrl.conformance import dapo_config_class
@@ -263,13 +265,13 @@ def write_payload(path: Path, size: int, seconds: float) -> float:
     return time.monotonic() - started
 
 
-def save_checkpoint(s: RehearsalSettings, step: int, attempt: int) -> Path:
+def save_checkpoint(s: RehearsalSettings, step: int, attempt: int, in_job: int = 0) -> Path:
     """Write a checkpoint in SkyRL's layout: the policy (and its payload, when the save has a cost) first,
     trainer_state.pt after it, the marker last, atomically."""
     root = Path(s.ckpt_path)
     step_dir = root / f"{STEP_PREFIX}{step}"
     stamp = {"rehearsal": True, "note": "written by the rehearsal trainer, not SkyRL; not a torch file",
-             "global_step": step, "attempt": attempt, "time": time.time()}
+             "global_step": step, "attempt": attempt, "in_job": in_job, "time": time.time()}
     (step_dir / "trainer_state.pt").unlink(missing_ok=True)  # redoing a step: never complete before the payload
     write_text(step_dir / "policy" / "rehearsal_policy.json", json.dumps({**stamp, "what": "policy"}) + "\n")
     if s.save_bytes > 0 or s.save_s > 0:
@@ -444,16 +446,18 @@ def run(s: RehearsalSettings) -> int:
     import ray
 
     attempt = int(os.environ.get("SLURM_RESTART_COUNT", "0") or 0)
+    label = attempt_label(os.environ)  # `1.2` for an in-job restart: only the job's very first attempt hangs
+    in_job = int(label.partition(".")[2] or 0)
     start = resume_step(s)
     _log(f"resumed from step {start} ({s.resume_mode})" if start else "starting from step 0")
     ray.init(address=os.environ.get("RAY_ADDRESS", "auto"), log_to_driver=False)
     hold_first_sigterm()  # a preemption's SIGTERM to the tasks may be a notice (after ray.init's own handler)
     try:
-        actors, report = place_actors(s, attempt)
+        actors, report = place_actors(s, 0 if label == "0" else 1)
         nodes = sorted({slot["hostname"] for slot in report})
         _log(f"{len(actors)} GPU actors on {len(nodes)} nodes: {', '.join(nodes)}")
         out = Path(s.export_path) / "rehearsal"
-        write_text(out / f"placement_attempt_{attempt}.json", json.dumps(report, indent=1) + "\n")
+        write_text(out / f"placement_attempt_{label}.json", json.dumps(report, indent=1) + "\n")
         if s.model_load_s > 0:
             _log(f"loading the model ({s.model_load_s:g} s)")
             time.sleep(s.model_load_s)
@@ -474,12 +478,13 @@ def run(s: RehearsalSettings) -> int:
             reward = max(-1.0, min(1.0, math.tanh(3 * progress - 1) + rng.uniform(-0.05, 0.05)))
             metrics = {"reward/avg_raw_reward": round(reward, 4),
                        "generate/avg_num_tokens": round(950 + 450 * progress + rng.uniform(-20, 20), 1),
-                       "trainer/global_step": step, "time": time.time(), "attempt": attempt, "rehearsal": True}
+                       "trainer/global_step": step, "time": time.time(), "attempt": attempt,
+                       "in_job": in_job, "rehearsal": True}
             append_step_metrics(s.export_path, step, metrics)
             tracking.log(tracker, metrics, step)
             request = notice.pending_request(s.ckpt_path)
             if (s.ckpt_interval > 0 and step % s.ckpt_interval == 0) or request is not None:
-                save_checkpoint(s, step, attempt)
+                save_checkpoint(s, step, attempt, in_job)
                 saved_at = step
                 heartbeat.saved(step)
             # As in SkyRL, a step's scheduled HF export is written even when the step was saved on notice.
@@ -498,7 +503,7 @@ def run(s: RehearsalSettings) -> int:
             _log(f"step {step}/{total} done")
         if start < total:
             if saved_at != total:
-                save_checkpoint(s, total, attempt)
+                save_checkpoint(s, total, attempt, in_job)
             if s.hf_save_interval > 0 and hf_at != total:
                 export_hf(s, total)
         heartbeat.finished(total)
@@ -517,6 +522,9 @@ def main(argv: list[str] | None = None) -> int:
     except SettingsError as exc:
         print(f"rehearsal: {exc}", file=sys.stderr)
         return 2
+    except Exception as exc:
+        note_driver_error(exc)  # a full checkpoint storage or a dead Ray worker: the requeue policy reads it
+        raise
 
 
 if __name__ == "__main__":

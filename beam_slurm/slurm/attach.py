@@ -158,7 +158,7 @@ def build_parser():
     args = VerbArgs("attach", "beam-slurm attach RUN [--node NAME] [-- CMD ...]: a shell (or CMD) on a node of a running "
                     "training job, inside its allocation and container, with its Ray address and token set (`ray "
                     "status` works).\n\nRUN: the run folder (its export path), its run name, or the training job's "
-                    "id.", settings=False)
+                    "id.", settings=False, inputs="RUN [-- CMD ...]")
     args.add_argument("run", metavar="RUN", help="run folder, run name or training job id")
     args.add_argument("--node", help="node to attach to (default: the Ray head's node)")
     args.add_argument("--exports-root", help="where run names are looked up (default $BEAM_EXPORTS_ROOT or ~/exports)")

@@ -24,6 +24,7 @@ import dataclasses
 import os
 import re
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -39,7 +40,7 @@ from beam_slurm.core.run_store import RunStore, now, remember_job
 from beam_slurm.notice_budget import STOP_FILE, term_notice
 from beam_slurm.ray_cluster import auth, records
 from beam_slurm.ray_cluster.hang_dump import EXIT_SURVIVORS
-from beam_slurm.ray_cluster.job_spec import ATTEMPT_DIR_ENV, JobSpec
+from beam_slurm.ray_cluster.job_spec import ATTEMPT_DIR_ENV, IN_JOB_ATTEMPT_ENV, JobSpec
 from beam_slurm.ray_cluster.ports import ephemeral_range
 from beam_slurm.skyrl import notice
 from beam_slurm.skyrl.progress import read_progress
@@ -59,6 +60,8 @@ HANG_FOLDER = "hang"
 """Under the attempt's log folder: one folder per node with the hang's dumps (`ray_cluster.hang_dump`)."""
 NOTICE_IGNORED_ENV = "BEAM_NOTICE_IGNORED_AT_START"
 """Set by the training scripts beside `trap '' USR1`: a notice before this process listened may have been lost."""
+RESTART_BRING_UP_S = 120.0
+"""Beyond the notice lead, the least time left that an in-job restart needs (a bring-up and a step)."""
 DUMP_STEP = "hang-dump"
 DUMP_STEP_TIMEOUT_S = 120.0
 _SAVE_POLL_S = 0.5
@@ -90,19 +93,35 @@ def process_start_time() -> float:
 class Attempt:
     """One attempt of the training job, run in the batch shell."""
 
-    def __init__(self, settings: TrainJobSettings, allocation: scheduler.AllocationInfo):
+    def __init__(self, settings: TrainJobSettings, allocation: scheduler.AllocationInfo, in_job: int = 0,
+                 step_nodes: list[str] | None = None, allocation_bad: tuple[str, ...] = (),
+                 replaced: list[str] | None = None, notices: list[tuple[str, float]] | None = None):
         self.settings = settings
         self.alloc = allocation
-        self.attempt_dir = Path(settings.log_dir) / f"{allocation.job_id}-{allocation.restart_count}"
+        self.in_job = in_job
+        """0 for the allocation's first Ray step, then 1, 2, ... for each restart in the same allocation."""
+        self.label = f"{allocation.restart_count}" + (f".{in_job}" if in_job else "")
+        self.attempt_dir = Path(settings.log_dir) / f"{allocation.job_id}-{self.label}"
+        self.step_nodes = list(step_nodes or allocation.nodes[: settings.nodes])
+        """The Ray step's nodes in allocation order (the first is the head); spares and failed nodes left out."""
+        self.allocation_bad = tuple(allocation_bad)
+        """Nodes of this allocation that failed a preflight in an earlier in-job attempt: never used again."""
+        self.replaced = list(replaced or [])
+        """`old -> new` for each node an in-job restart replaced."""
+        self.restart: Decision | None = None
+        """Set when this attempt ends in a restart in the job: the caller starts the next attempt."""
         self.started_at = process_start_time()
         """When the batch shell's process started (the bring-up timing's job_start)."""
-        self.notices: list[tuple[str, float]] = []
+        self.notices: list[tuple[str, float]] = [] if notices is None else notices
+        """Shared with the next in-job attempt: a notice between two Ray steps is not lost."""
         self.step: subprocess.Popen | None = None
-        self.nodes = settings.nodes
+        self.nodes = len(self.step_nodes)
         hook = settings.container
         hook = hook(allocation.job_id) if callable(hook) else hook
+        pinned = self.step_nodes if in_job or len(self.step_nodes) < len(allocation.nodes) else []
         self.launcher = StepLauncher(hook=hook, python=settings.python, nodes=self.nodes,
-                                     gpus_per_node=settings.gpus_per_node, cpus_per_task=allocation.cpus_on_node)
+                                     gpus_per_node=settings.gpus_per_node, cpus_per_task=allocation.cpus_on_node,
+                                     nodelist=pinned)
         self._log_file = None
         self.requeued = False
         """True once this attempt asked Slurm to requeue the job (the job folder and token are then kept)."""
@@ -122,7 +141,7 @@ class Attempt:
     # --- logging -------------------------------------------------------------------------------------------------
     def log(self, message: str) -> None:
         line = (f"[beam-slurm train {time.strftime('%H:%M:%S')} job {self.alloc.job_id} "
-                f"attempt {self.alloc.restart_count}] {message}")
+                f"attempt {self.label}] {message}")
         print(line, file=sys.stderr, flush=True)
         if self._log_file is not None:
             self._log_file.write(line + "\n")
@@ -133,6 +152,7 @@ class Attempt:
         env = dict(os.environ)
         env.update(self.launcher.hook.env)
         env[ATTEMPT_DIR_ENV] = str(self.attempt_dir)  # where every node and the driver find the job spec
+        env[IN_JOB_ATTEMPT_ENV] = str(self.in_job)
         nccl_timeout = hang_watch.nccl_timeout_s(self.settings.hang)
         if nccl_timeout is not None:
             # NCCL's own timeout stays behind the watchdog's; its flight recorder dumps into the hang folder.
@@ -140,8 +160,8 @@ class Attempt:
             env.setdefault("TORCH_NCCL_TRACE_BUFFER_SIZE", "2000")
             env.setdefault("TORCH_NCCL_DUMP_ON_TIMEOUT", "1")
             env.setdefault("TORCH_NCCL_DEBUG_INFO_TEMP_FILE", str(self.attempt_dir / HANG_FOLDER / "nccl_trace_rank_"))
-        if self.alloc.restart_count > 0:
-            # A requeued attempt continues from the last complete checkpoint.
+        if self.alloc.restart_count > 0 or self.in_job > 0:
+            # A requeued or restarted attempt continues from the last complete checkpoint.
             env["RESUME_MODE"] = "latest"
         return env
 
@@ -177,8 +197,7 @@ class Attempt:
         canary.write_text(f"{self.alloc.job_id}\n")
         checks = dataclasses.replace(self.settings.preflight_checks, gpus_per_node=self.settings.gpus_per_node,
                                      shared_canary=str(canary))
-        # srun places a step on fewer nodes than the allocation as it likes: then only the count can be checked.
-        hosts = self.alloc.nodes if self.nodes == len(self.alloc.nodes) else []
+        hosts = self.step_nodes  # the step is pinned to them when the allocation has more
 
         def log(message: str) -> None:
             # preflight logs one line per failing node ("preflight FAILED on <host>: <problem>"): the bad nodes
@@ -286,7 +305,7 @@ class Attempt:
             # --overlap shares the Ray step's CPUs; --mem=0 its memory (else: "Memory required by task is not
             # available" while the Ray step holds all of it).
             kill_on_bad_exit=False, job_name=DUMP_STEP,
-            extra_args=["--overlap", "--mem=0", *self.launcher.hook.srun_args])
+            extra_args=["--overlap", "--mem=0", *self.launcher.placement_args()])
         try:
             done = subprocess.run(argv, capture_output=True, text=True, timeout=DUMP_STEP_TIMEOUT_S, check=False)
             if done.returncode not in (0, EXIT_SURVIVORS):
@@ -354,13 +373,21 @@ class Attempt:
     def facts(self, **seen: Any) -> AttemptFacts:
         """This attempt's facts: what the caller saw plus what the nodes and the run record say."""
         failure = records.read_failure(self.attempt_dir)
-        nodes = tuple(self.alloc.nodes[: self.nodes])
+        nodes = tuple(self.step_nodes)
         wanted = self.wanted if self.wanted is not None else (self.read_wanted() if self.notices else None)
         seen.setdefault("slurm_end", self.slurm_end)
+        now_nodes, left = self.allocation_now()
+        unusable = set(self.allocation_bad) | set(self.preflight_failed_nodes)
         return AttemptFacts(restart_count=self.alloc.restart_count, max_requeues=self.settings.max_requeues,
                             driver_status=records.read_driver_status(self.attempt_dir),
                             failure_kind=failure.get("kind") if failure else None,
+                            failure_reason=self.failure_reason(failure),
                             failure_node=failed_node(failure, nodes[0] if nodes else None), nodes=nodes,
+                            lost_nodes=tuple(n for n in nodes if n not in now_nodes),
+                            in_job_attempt=self.in_job, max_in_job_attempts=self.settings.max_in_job_attempts,
+                            usable_nodes=tuple(n for n in now_nodes if n not in unusable),
+                            nodes_needed=self.settings.nodes, time_left_s=left,
+                            restart_needs_s=self.settings.signal_before_s + RESTART_BRING_UP_S,
                             preflight_failed_nodes=tuple(self.preflight_failed_nodes),
                             wanted=wanted.action if wanted else None,
                             checkpoint_at_start=self.checkpoint_at_start, checkpoint_at_end=self.checkpoint(),
@@ -368,9 +395,39 @@ class Attempt:
                                 [a for a in self.job_entry.attempts if a.ended]),
                             max_attempts_without_progress=self.settings.max_attempts_without_progress, **seen)
 
+    def failure_reason(self, failure: dict | None) -> str:
+        """The recorded failure's reason; for full storage with what the checkpoint folder has left."""
+        if not failure:
+            return ""
+        reason = str(failure.get("reason", ""))
+        if failure.get("kind") == "storage":
+            try:
+                usage = shutil.disk_usage(self.settings.ckpt_path)
+                reason += (f"; checkpoint storage {self.settings.ckpt_path}: {usage.free / 2**20:.1f} MiB free of "
+                           f"{usage.total / 2**20:.1f} MiB")
+            except OSError:
+                reason += f"; checkpoint storage {self.settings.ckpt_path}"
+        return reason
+
+    def allocation_now(self) -> tuple[list[str], float | None]:
+        """The job's nodes as Slurm has them now (fewer after it removed a failed node: --no-kill) and the time
+        left; the allocation as it started when scontrol does not answer."""
+        try:
+            info = scheduler.job_info(self.alloc.job_id)
+            nodes = scheduler.expand_hostnames(info.get("NodeList", "")) if info.get("NodeList") else []
+        except scheduler.SlurmCommandError:
+            return list(self.alloc.nodes), None
+        return nodes or list(self.alloc.nodes), time_left_s(info)
+
     def carry_out(self, decision: Decision, facts: AttemptFacts | None = None) -> int:
-        """Requeue or end as decided, and say so in the run record; the batch shell's exit status."""
+        """Requeue, restart in the job or end as decided, and say so in the run record; the batch shell's exit
+        status."""
         self.record_end(decision, facts)
+        if decision.restart_in_job:
+            self.restart = decision
+            self.log(f"{decision.reason}: {decision.note} (attempt {self.alloc.restart_count}.{self.in_job + 1}, "
+                     "from the latest checkpoint; no requeue)")
+            return 0
         # Slurm signals this shell (and its children) once the job is requeued: ask sinfo before that.
         exclude = self.plan_exclusion(decision) if decision.requeue or decision.already_requeued else None
         if decision.already_requeued:
@@ -439,10 +496,11 @@ class Attempt:
             return
         self.record = RunStore(info["export_path"])
         config_yaml = info.pop("config_yaml", None)
-        if self.alloc.restart_count == 0 and config_yaml:
+        first = self.alloc.restart_count == 0 and self.in_job == 0
+        if first and config_yaml:
             self._record_call("write the resolved recipe", RunStore.write_config, config_yaml)
         job: dict[str, str] = {}
-        if self.alloc.restart_count == 0:
+        if first:
             try:
                 job = scheduler.job_info(self.alloc.job_id)
             except scheduler.SlurmCommandError:
@@ -456,7 +514,8 @@ class Attempt:
         def begin(run: RunRecord) -> tuple[TrainJob, list[str]]:
             run.fill_in(info)
             return run.begin_attempt(
-                job_id=self.alloc.job_id, attempt=self.alloc.restart_count, nodes=self.alloc.nodes[: self.nodes],
+                job_id=self.alloc.job_id, attempt=self.alloc.restart_count, in_job=self.in_job,
+                replaced=self.replaced, nodes=self.step_nodes,
                 checkpoint=self.checkpoint_at_start, when=now(),
                 partition=job.get("Partition", "") or self.alloc.extra.get("SLURM_JOB_PARTITION", ""),
                 nodes_needed=self.nodes, user_exclude=user_exclude)
@@ -464,9 +523,10 @@ class Attempt:
         snapshot = self._record_call("record the attempt's start", lambda store: store.update(begin))
         if snapshot:
             self.job_entry, self.bad_nodes = snapshot
-        if self.alloc.restart_count == 0:
+        if first:
             remember_job(self.alloc.job_id, info["export_path"])
-        self.job_entry.attempts = [a for a in self.job_entry.attempts if a.attempt != self.alloc.restart_count]
+        self.job_entry.attempts = [a for a in self.job_entry.attempts
+                                   if (a.attempt, a.in_job) != (self.alloc.restart_count, self.in_job)]
 
     def record_end(self, decision: Decision, facts: AttemptFacts | None) -> None:
         checkpoint = self.checkpoint()
@@ -474,9 +534,11 @@ class Attempt:
         saved = facts.saved_step if facts is not None else None
         end = {"end_kind": decision.end_kind, "end_reason": reason, "saved_step": saved,
                "checkpoint_at_end": checkpoint, "counts_against_progress": decision.counts_against_progress,
-               "decision": ("requeued by Slurm" if decision.already_requeued else
-                            "requeue" if decision.requeue else f"end ({decision.exit_status})"),
-               "exit_status": None if decision.requeue else decision.exit_status, "hang_dumps": self.hang_dumps}
+               "decision": ("requeued by Slurm" if decision.already_requeued else "restart in job"
+                            if decision.restart_in_job else "requeue" if decision.requeue
+                            else f"end ({decision.exit_status})"),
+               "exit_status": None if decision.requeue or decision.restart_in_job else decision.exit_status,
+               "hang_dumps": self.hang_dumps}
         failure_reason = {}
         if facts is not None and facts.failure_node:
             failure = records.read_failure(self.attempt_dir) or {}
@@ -492,7 +554,8 @@ class Attempt:
         else:
             outcome_reason = reason
         self._record_call("record the attempt's end", lambda store: store.update(lambda run: run.end_attempt(
-            job_id=self.alloc.job_id, attempt=self.alloc.restart_count, when=now(), end=end, bad_nodes=bad,
+            job_id=self.alloc.job_id, attempt=self.alloc.restart_count, in_job=self.in_job, when=now(), end=end,
+            bad_nodes=bad,
             outcome=outcome, outcome_reason=outcome_reason,
             resumable_end=outcome in ("stopped", "failed") and checkpoint is not None,
             wanted_handled=facts is not None and facts.wanted is not None)))
@@ -535,8 +598,8 @@ class Attempt:
     def avoid_bad_nodes(self) -> bool:
         """The fallback when the exclusion could not be set: if this attempt landed on a recorded bad node, set the
         list now and requeue once (per job). True when the job was requeued."""
-        landed = sorted(set(self.alloc.nodes[: self.nodes]) & set(self.bad_nodes))
-        if not landed or self.job_entry.avoided_bad_nodes:
+        landed = sorted(set(self.step_nodes) & set(self.bad_nodes))
+        if not landed or self.job_entry.avoided_bad_nodes or self.in_job:
             return False
         if self.plan_exclusion(Decision(True, 0, "")) is None:
             self.log(f"this attempt runs on bad node(s) {','.join(landed)} anyway")
@@ -557,7 +620,7 @@ class Attempt:
         self.attempt_dir.mkdir(parents=True, exist_ok=True)
         self._log_file = open(self.attempt_dir / "train_job.log", "a")
         try:
-            self.log(f"{self.nodes} nodes ({','.join(self.alloc.nodes[: self.nodes])}), "
+            self.log(f"{self.nodes} nodes ({','.join(self.step_nodes)}), "
                      f"{self.settings.gpus_per_node} GPUs per node, logs in {self.attempt_dir}")
             self.warn_port_range()
             self.record_start()
@@ -565,7 +628,7 @@ class Attempt:
             if self.avoid_bad_nodes():
                 return 0
             notice.clear(self.settings.ckpt_path)
-            if self.alloc.restart_count == 0 and auth.remove_stale_job_dir(self.settings.ray, self.alloc.job_id):
+            if self.alloc.restart_count == 0 and self.in_job == 0 and auth.remove_stale_job_dir(self.settings.ray, self.alloc.job_id):
                 self.log(f"removed {auth.job_dir(self.settings.ray, self.alloc.job_id)}, left by an earlier job "
                          "with the same id")
             if self.settings.ray.auth:
@@ -583,7 +646,7 @@ class Attempt:
         finally:
             if self.step is not None and self.step.poll() is None:
                 self.stop_ray_step()
-            if not self.requeued:
+            if not self.requeued and self.restart is None:
                 auth.remove_job_dir(self.settings.ray, self.alloc.job_id)
             self._log_file.close()
 

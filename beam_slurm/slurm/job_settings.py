@@ -20,6 +20,7 @@ from beam_slurm.containers.settings import same_path_mounts
 from beam_slurm.notice_budget import SaveCost, preflight_budget
 from beam_slurm.ray_cluster import env_manifest
 from beam_slurm.ray_cluster.fabric import fabric_settings
+from beam_slurm.ray_cluster.job_spec import IN_JOB_ATTEMPT_ENV
 from beam_slurm.ray_cluster.log_copy import LogCopySettings
 from beam_slurm.ray_cluster.settings import RaySettings
 from beam_slurm.sizing import node_needs
@@ -38,6 +39,8 @@ class TrainJobSettings:
     ckpt_path: str  # paths.ckpt_path on shared storage; the save-on-notice files live in <ckpt_path>/.beam/
     log_dir: str  # paths.log_dir: per-attempt logs in <log_dir>/<jobid>-<attempt>/
     nodes: int  # cluster.nodes: nodes of the Ray step (following the allocation)
+    spare_nodes: int  # cluster.spare_nodes: the allocation holds nodes + spare_nodes
+    max_in_job_attempts: int  # cluster.max_in_job_attempts: new Ray steps in one allocation before a requeue
     gpus_per_node: int  # 0 for CPU-only runs
     max_requeues: int  # counted against SLURM_RESTART_COUNT
     hang: HangLimits  # cluster.hang_timeout_s and the phase allowances (off for a driver of its own)
@@ -94,9 +97,14 @@ def allocation_overrides(overrides: list[str], environ: Mapping[str, str]) -> li
     return extra
 
 
+def in_job_attempt(environ: Mapping[str, str]) -> int:
+    value = environ.get(IN_JOB_ATTEMPT_ENV, "0")
+    return int(value) if value.isdigit() else 0
+
+
 def resume_overrides(cfg_ckpt_path: str, environ: Mapping[str, str]) -> list[str]:
-    """A requeued attempt resumes from the newest complete checkpoint of this run, when there is one."""
-    if int(environ.get("SLURM_RESTART_COUNT", "0") or 0) == 0:
+    """A requeued or restarted attempt resumes from the newest complete checkpoint of this run, when there is one."""
+    if int(environ.get("SLURM_RESTART_COUNT", "0") or 0) == 0 and in_job_attempt(environ) == 0:
         return []
     if not (Path(cfg_ckpt_path) / "latest_ckpt_global_step.txt").is_file():
         return []  # nothing saved yet: keep the original mode (a from_path start stays from_path)
@@ -105,11 +113,13 @@ def resume_overrides(cfg_ckpt_path: str, environ: Mapping[str, str]) -> list[str
 
 def load_job_config(overrides: list[str], environ: Mapping[str, str]):
     """The recipe as this attempt of the job runs it (allocation and resume applied); ConfigError when invalid."""
-    overrides = list(overrides) + allocation_overrides(overrides, environ)
-    cfg = load_config(overrides)
-    resume = resume_overrides(cfg.paths.ckpt_path, environ)
-    # Loaded again only when a requeued attempt resumes: each load is ~0.4 s of the job's bring-up.
-    return load_config(overrides + resume) if resume else cfg
+    following = allocation_overrides(overrides, environ)
+    cfg = load_config(list(overrides) + following, validate=False)
+    if cfg.cluster.spare_nodes > 0:
+        # With spares the allocation is nodes + spares: the recipe's node count trains (train_job checks the sum).
+        following = [o for o in following if not o.startswith("cluster.nodes=")]
+    # Loaded twice (~0.4 s each of the job's bring-up): the resume and the spares depend on the first load.
+    return load_config(list(overrides) + following + resume_overrides(cfg.paths.ckpt_path, environ))
 
 
 def job_mounts(cfg):
@@ -149,6 +159,8 @@ def job_settings(cfg, *, preflight: bool = True, driver: list[str] | None = None
         nodes=cfg.cluster.nodes,
         gpus_per_node=cfg.cluster.gpus_per_node,
         max_requeues=cfg.cluster.max_requeues,
+        spare_nodes=cfg.cluster.spare_nodes,
+        max_in_job_attempts=cfg.cluster.max_in_job_attempts,
         grace_s=float(cfg.cluster.grace_s),
         stop_grace_s=float(cfg.cluster.stop_grace_s) + float(cfg.cluster.log_copy_s),
         preflight=preflight,

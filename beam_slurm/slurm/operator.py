@@ -37,14 +37,14 @@ def build_parser(verb: str = "requeue"):
             "stop": "save at the next step boundary, then end the job as stopped (resumable with `beam-slurm submit`)"}
     args = VerbArgs(verb, f"beam-slurm {verb} RUN [key=value ...]: {what[verb]}.\n\nRUN: the run folder (its "
                     "export path), its run name, or the training job's id.",
-                    keys=["cluster.grace_s", "cluster.stop_grace_s"])
+                    keys=["cluster.grace_s", "cluster.stop_grace_s"], inputs="RUN")
     args.add_argument("--timeout", type=float, default=None,
                       help="seconds to wait for the save (default: the run's cluster.grace_s)")
     args.add_argument("--exports-root", help="where run names are looked up (default $BEAM_EXPORTS_ROOT or ~/exports)")
     return args
 
 
-_VALUED_FLAGS = ("--timeout", "--exports-root")
+_VALUED_FLAGS = ("--timeout", "--exports-root", "--help-keys")
 
 
 def split_run(argv: list[str]) -> tuple[str | None, list[str]]:

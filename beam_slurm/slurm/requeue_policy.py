@@ -17,12 +17,19 @@ End kinds (`Decision.end_kind`, shown by `beam-slurm status` for every attempt):
     hang              the hang watchdog found a phase without progress for longer than its limit: dumps saved,
                       processes ended, requeued (the node the dumps point at goes on the bad-node list)
     preflight         preflight failed (on some nodes: they go on the bad-node list; on all: the setup is wrong)
+    storage-full      a save found the checkpoint storage full (ENOSPC, EDQUOT): ended at once, never requeued
     driver-error      the driver (trainer) failed: the same error would come back
     setup-error       bring-up found a configuration fault (GPU visibility, task layout)
+
+A node failure, a hang or a preflight failure on some nodes restarts in the job (`Decision.restart_in_job`: a new
+Ray step in the same allocation, from the latest checkpoint) while the allocation keeps enough usable nodes (spares
+first, then the suspect nodes themselves: the next preflight checks them), time is left and the attempt is within
+cluster.max_in_job_attempts; otherwise it requeues as above.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from beam_slurm.core.run_record import Attempt
@@ -33,6 +40,9 @@ EXIT_NOT_REQUEUED = 75  # stopped on a notice or an infrastructure failure, and 
 EXIT_STOPPED = 79  # `beam-slurm stop` after saving: FAILED, not COMPLETED, so `afterok` dependents do not start
 EXIT_NO_PROGRESS = 76  # cluster.max_attempts_without_progress failures in a row without a newer checkpoint
 EXIT_CANCELLED = 143  # `scancel`: ended as Slurm says, never requeued by the job itself
+EXIT_STORAGE_FULL = 77  # a save found the checkpoint storage full: every attempt would fail the same way
+IN_JOB_KINDS = ("node-failure", "hang", "preflight")
+"""End kinds that restart in the allocation while it can go on."""
 
 # What to change, per kind of failure, when the no-progress guard ends the run.
 ADVICE = {
@@ -42,6 +52,7 @@ ADVICE = {
                     "cluster.extra_sbatch_args=[--exclude=...]",
     "preflight": "fix what preflight named on those nodes, or exclude them",
     "driver-error": "read the driver's log in the attempt folder",
+    "storage-full": "free space on the checkpoint storage, raise its quota, or lower checkpoint.max_ckpts_to_keep",
     "hang": "read the stack dumps in the attempt's hang/ folder; raise cluster.hang_timeout_s if the phase is only "
             "slow",
 }
@@ -71,6 +82,14 @@ class AttemptFacts:
     max_attempts_without_progress: int = 2
     hang: str | None = None  # the hang watchdog's finding ('hang at step 6: no progress for 31 s (limit 20 s)')
     hang_nodes: tuple[str, ...] = ()  # where the dumps point, and where a process survived SIGKILL
+    failure_reason: str = ""  # the recorded failure's reason
+    lost_nodes: tuple[str, ...] = ()  # nodes Slurm removed from the job during the attempt (--no-kill)
+    in_job_attempt: int = 0  # 0 for the allocation's first Ray step
+    max_in_job_attempts: int = 0
+    usable_nodes: tuple[str, ...] = ()  # the allocation's nodes now, less those that failed preflight in it
+    nodes_needed: int = 0  # the Ray step's node count
+    time_left_s: float | None = None  # of the job's time limit; None: unlimited or unknown
+    restart_needs_s: float = 0.0  # the least time left worth a restart (a notice lead and a bring-up)
 
     @property
     def progressed(self) -> bool:
@@ -93,6 +112,9 @@ class Decision:
     bad_nodes: tuple[str, ...] = ()  # go on the run's bad-node list, excluded from later attempts
     counts_against_progress: bool = False  # towards cluster.max_attempts_without_progress
     outcome: str = ""  # 'completed', 'stopped', 'failed', 'cancelled'; '' when requeued
+    retryable: bool = False  # another attempt may succeed (requeued, or not only for the requeue cap)
+    restart_in_job: bool = False  # a new Ray step in this allocation instead of the requeue
+    next_nodes: tuple[str, ...] = ()  # with restart_in_job: the nodes of the next Ray step, in allocation order
 
 
 def preempted(preempt_time: str | None) -> bool:
@@ -165,9 +187,37 @@ def exclusion(bad_nodes: list[str], user_exclude: list[str], partition_nodes: li
     return wanted, ""
 
 
+def next_nodes(facts: AttemptFacts, bad: tuple[str, ...]) -> tuple[tuple[str, ...] | None, str]:
+    """The next in-job Ray step's nodes (healthy ones first, then spares, then the suspects), or None and why not."""
+    usable = [n for n in facts.usable_nodes if n not in facts.lost_nodes]
+    preferred = [n for n in usable if n not in bad] + [n for n in usable if n in bad]
+    if len(preferred) < facts.nodes_needed:
+        return None, f"the allocation keeps {len(preferred)} usable nodes, the Ray step needs {facts.nodes_needed}"
+    chosen = set(preferred[: facts.nodes_needed])
+    return tuple(n for n in usable if n in chosen), ""
+
+
+def in_job(facts: AttemptFacts, decision: Decision) -> Decision:
+    """The decision turned into a restart in this allocation, when one may go on; else as it was."""
+    if not decision.retryable or decision.end_kind not in IN_JOB_KINDS:
+        return decision
+    why = ""
+    if facts.in_job_attempt >= facts.max_in_job_attempts:
+        why = f"cluster.max_in_job_attempts={facts.max_in_job_attempts} restarts in this allocation used"
+    elif facts.time_left_s is not None and facts.time_left_s < facts.restart_needs_s:
+        why = f"{facts.time_left_s:.0f} s left of the time limit, a restart needs {facts.restart_needs_s:.0f} s"
+    nodes, no_nodes = next_nodes(facts, decision.bad_nodes) if not why else (None, "")
+    if nodes is None:
+        note = why or no_nodes
+        return dataclasses.replace(decision, note="; ".join(x for x in (decision.note, f"no in-job restart: {note}") if x))
+    replaced = sorted(set(facts.nodes) - set(nodes))
+    note = (f"restarting in the job on {','.join(nodes)}" + (f" ({','.join(replaced)} left out)" if replaced else ""))
+    return dataclasses.replace(decision, requeue=False, restart_in_job=True, next_nodes=nodes, note=note, outcome="")
+
+
 def decide(facts: AttemptFacts) -> Decision:
-    decision = _decide(facts)
-    if decision.requeue and decision.counts_against_progress and not facts.progressed:
+    decision = in_job(facts, _decide(facts))
+    if (decision.requeue or decision.restart_in_job) and decision.counts_against_progress and not facts.progressed:
         in_a_row = facts.earlier_without_progress + 1
         limit = facts.max_attempts_without_progress
         if limit > 0 and in_a_row >= limit:
@@ -201,6 +251,12 @@ def _decide(facts: AttemptFacts) -> Decision:
     if facts.slurm_end == "cancelled" and facts.wanted is None:
         return Decision(False, EXIT_CANCELLED, "the job was cancelled (scancel)", "not requeueing",
                         end_kind="cancelled", outcome="cancelled")
+
+    if facts.failure_kind == "storage":
+        # The same save fails on any node after any requeue: say what is full instead of burning attempts.
+        return Decision(False, EXIT_STORAGE_FULL, "checkpoint storage full", f"{facts.failure_reason}; not "
+                        f"requeueing; {ADVICE['storage-full']}; the last complete checkpoint is kept (step "
+                        f"{facts.checkpoint_at_end})", end_kind="storage-full", outcome="failed")
 
     if facts.hang is not None:
         where = f" on {','.join(facts.hang_nodes)}" if facts.hang_nodes else ""
@@ -240,6 +296,13 @@ def _decide(facts: AttemptFacts) -> Decision:
         # The steps were signalled without a notice to this shell: requeue before the grace time ends.
         return _requeue_within_cap(facts, "preemption (no notice)", EXIT_NOT_REQUEUED, end_kind="preempted")
 
+    if facts.lost_nodes:
+        # Slurm removed failed nodes from the job (--no-kill) and SIGKILLed the step: nothing was saved.
+        lost = ",".join(facts.lost_nodes)
+        return _requeue_within_cap(facts, f"node failure: Slurm removed {lost} from the job", facts.step_status
+                                   or EXIT_INFRA, end_kind="node-failure", bad_nodes=facts.lost_nodes, counts=True,
+                                   where=f" on {lost}")
+
     if facts.failure_kind == "infra":
         # A node's Ray died or never joined: another allocation may well succeed (without that node).
         bad = (facts.failure_node,) if facts.failure_node else ()
@@ -261,9 +324,10 @@ def _requeue_within_cap(facts: AttemptFacts, reason: str, status_if_not: int, *,
         return Decision(False, status_if_not, reason,
                         f"{where.strip() + ': ' if where else ''}not requeueing, SLURM_RESTART_COUNT="
                         f"{facts.restart_count} reached max_requeues={facts.max_requeues}",
-                        end_kind=end_kind, bad_nodes=bad_nodes, counts_against_progress=counts, outcome="failed")
+                        end_kind=end_kind, bad_nodes=bad_nodes, counts_against_progress=counts, outcome="failed",
+                        retryable=True)
     return Decision(True, status_if_not, reason, end_kind=end_kind, bad_nodes=bad_nodes,
-                    counts_against_progress=counts)
+                    counts_against_progress=counts, retryable=True)
 
 
 def stop_waiting_for_save(*, now: float, received: float, grace_s: float, saved_step: int | None,

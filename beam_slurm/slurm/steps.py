@@ -42,12 +42,17 @@ class StepLauncher:
     nodes: int
     gpus_per_node: int
     cpus_per_task: int
+    nodelist: list[str] = field(default_factory=list)  # where the allocation holds more nodes (spares, failed)
+
+    def placement_args(self) -> list[str]:
+        """srun options every step of the attempt shares: its nodes (when pinned) and the container's."""
+        return ([f"--nodelist={','.join(self.nodelist)}"] if self.nodelist else []) + list(self.hook.srun_args)
 
     def module_argv(self, module_argv: list[str], *, kill_on_bad_exit: bool, name: str) -> list[str]:
         command = [*self.hook.command_prefix, self.python, "-m", *module_argv]
         return scheduler.srun_per_node(self.nodes, command, cpus_per_task=self.cpus_per_task,
                                        gpus_per_node=self.gpus_per_node, kill_on_bad_exit=kill_on_bad_exit,
-                                       job_name=name, extra_args=self.hook.srun_args)
+                                       job_name=name, extra_args=self.placement_args())
 
 
 def stop_step(step: subprocess.Popen, job_id: str, name: str, grace_s: float, log: Callable[[str], None],

@@ -81,11 +81,14 @@ def main(argv: list[str]) -> int:
     os.environ.setdefault("BEAM_SLURM_HOME", str(Path(__file__).resolve().parents[2]))
     pythonpath = os.environ.get("PYTHONPATH", "")
     os.environ["PYTHONPATH"] = os.environ["BEAM_SLURM_HOME"] + (os.pathsep + pythonpath if pythonpath else "")
+    def rebuild():  # for a restart in the allocation: the driver resumes from the latest checkpoint
+        return job_settings(load_job_config(parsed.overrides, os.environ), preflight=preflight)[0]
+
     if not cfg.eval.chain:
-        return train_job.run(settings)
+        return train_job.run(settings, rebuild)
 
     def log(message: str) -> None:
         print(f"[beam-slurm train] {message}", file=sys.stderr, flush=True)
 
     with EvalChain(cfg, log):
-        return train_job.run(settings)
+        return train_job.run(settings, rebuild)

@@ -9,15 +9,19 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import Callable
 
 from beam_slurm.config.errors import ConfigError, ConfigProblem
+from beam_slurm.ray_cluster.job_spec import IN_JOB_ATTEMPT_ENV
 from beam_slurm.slurm import scheduler
 from beam_slurm.slurm.attempt import Attempt
 from beam_slurm.slurm.job_settings import TrainJobSettings, job_settings, load_job_config
 
 
-def run(settings: TrainJobSettings) -> int:
-    """Validate, then run this attempt inside the current allocation; the job's exit status."""
+def run(settings: TrainJobSettings, rebuild: Callable[[], TrainJobSettings] | None = None) -> int:
+    """Validate, then run attempts inside the current allocation: the first, and a restart in the same allocation
+    each time the requeue policy says so (`rebuild` makes the settings again, so the driver resumes); the job's
+    exit status."""
     problems = settings.problems()
     if problems:
         ConfigError(problems).report()
@@ -27,11 +31,27 @@ def run(settings: TrainJobSettings) -> int:
     except scheduler.SlurmCommandError as exc:
         print(f"beam-slurm train: {exc}", file=sys.stderr)
         return 2
-    if settings.nodes > len(allocation.nodes):
-        ConfigError([ConfigProblem("cluster.nodes", settings.nodes, f"the allocation has {len(allocation.nodes)} "
-                                   f"nodes; submit with --nodes={settings.nodes}")]).report()
+    need = settings.nodes + settings.spare_nodes
+    if need > len(allocation.nodes):
+        spares = f" + cluster.spare_nodes={settings.spare_nodes}" if settings.spare_nodes else ""
+        key = "cluster.spare_nodes" if settings.spare_nodes else "cluster.nodes"
+        ConfigError([ConfigProblem(key, getattr(settings, key.split(".")[1]), f"the allocation has "
+                                   f"{len(allocation.nodes)} nodes; cluster.nodes={settings.nodes}{spares} need "
+                                   f"{need}: submit with --nodes={need}")]).report()
         return 2
-    return Attempt(settings, allocation).run()
+    attempt = Attempt(settings, allocation)
+    while True:
+        status = attempt.run()
+        decision = attempt.restart
+        if decision is None:
+            return status
+        before, after = attempt.step_nodes, list(decision.next_nodes)
+        replaced = [f"{old} -> {new}" for old, new in zip([n for n in before if n not in after],
+                                                           [n for n in after if n not in before])]
+        os.environ[IN_JOB_ATTEMPT_ENV] = str(attempt.in_job + 1)  # the driver's resume and the nodes' labels
+        settings = rebuild() if rebuild is not None else settings
+        attempt = Attempt(settings, allocation, attempt.in_job + 1, after,
+                          attempt.allocation_bad + tuple(attempt.preflight_failed_nodes), replaced, attempt.notices)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -50,7 +70,8 @@ def main(argv: list[str] | None = None) -> int:
         exc.report()
         return exc.exit_code
     settings, _ = job_settings(cfg, preflight=preflight, driver=driver)
-    return run(settings)
+    return run(settings, lambda: job_settings(load_job_config(overrides, os.environ), preflight=preflight,
+                                              driver=driver)[0])
 
 
 if __name__ == "__main__":

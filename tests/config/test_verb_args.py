@@ -22,7 +22,6 @@ from beam_slurm.config.overrides import hydra_value, override, value_at
 from beam_slurm.config.verb_args import VerbArgs, schema_keys
 
 REPO = Path(__file__).resolve().parents[2]
-BEAM_SLURM = Path(sys.executable).with_name("beam-slurm")
 
 
 def verb_parser(verb: str) -> VerbArgs:
@@ -82,26 +81,40 @@ def test_every_schema_key_has_a_docstring():
 
 
 @pytest.mark.parametrize("verb", sorted(VERBS))
-def test_help_lists_the_verbs_keys_with_schema_defaults(verb, capsys):
+def test_help_keys_lists_the_verbs_keys_with_schema_defaults(verb, capsys):
+    keys = verb_parser(verb).keys
     with pytest.raises(SystemExit) as stop:
         beam_slurm([verb, "--help"])
     assert stop.value.code == 0
     out = capsys.readouterr().out
     assert out.startswith(f"usage: beam-slurm {verb}")
-    known = schema_keys()
-    for key in verb_parser(verb).keys:
-        default = known[key].default
-        shown = "''" if default == "" else hydra_value(default)
+    if not keys:
+        return
+    assert not any(f"  {key}=" in out for key in keys)  # --help names sections; --help-keys lists the keys
+    with pytest.raises(SystemExit) as stop:
+        beam_slurm([verb, "--help-keys"])
+    assert stop.value.code == 0
+    out = capsys.readouterr().out
+    known, recipe = schema_keys(), load_config([], validate=False)  # the defaults, derived ones filled in
+    for key in keys:
+        value = value_at(recipe, key)
+        shown = "''" if value == "" else hydra_value(value)
         assert f"  {key}={shown}\n" in out, key
         first_words = " ".join(known[key].doc.split()[:3])
         assert first_words in " ".join(out.split()), key
 
 
 def test_train_help_prints_help_not_a_configuration_error():
-    result = subprocess.run([str(BEAM_SLURM), "train", "--help"], capture_output=True, text=True, timeout=60)
+    def run(*argv):
+        return subprocess.run([sys.executable, "-m", "beam_slurm.cli", "train", *argv], capture_output=True, text=True,
+                              timeout=60, cwd=REPO)
+
+    result = run("--help")
     assert result.returncode == 0, result.stderr
-    assert "--no-preflight" in result.stdout and "  cluster.grace_s=180\n" in result.stdout
-    assert "  cluster.max_requeues=10\n" in result.stdout and "invalid configuration" not in result.stderr
+    assert "--no-preflight" in result.stdout and "invalid configuration" not in result.stderr
+    result = run("--help-keys", "cluster")
+    assert result.returncode == 0, result.stderr
+    assert "  cluster.grace_s=180\n" in result.stdout and "  cluster.max_requeues=10\n" in result.stdout
 
 
 @pytest.mark.parametrize("verb, argv", [

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -175,3 +178,14 @@ def test_rehearsal_numbers_are_marked(tmp_path, capsys):
     assert marked.rehearsal and "REHEARSAL" in marked.rehearsal_note and report.summary(marked)["rehearsal"]
     (export / "train_metrics.jsonl").write_text('{"step": 1, "reward/avg_raw_reward": 0.5}\n')
     assert not report.gather(export).rehearsal
+
+
+def test_report_into_a_closed_pipe_ends_quietly_with_141(run_export):
+    read, write = os.pipe()
+    os.close(read)  # `beam-slurm report RUN | head`, head gone
+    try:
+        done = subprocess.run([sys.executable, "-m", "beam_slurm.cli", "report", str(run_export)], stdout=write,
+                              stderr=subprocess.PIPE, text=True, timeout=120, cwd=Path(__file__).resolve().parents[2])
+    finally:
+        os.close(write)
+    assert (done.returncode, done.stderr) == (141, "")

@@ -260,7 +260,7 @@ def test_a_worker_follows_a_head_that_restarted_on_another_block_not_its_old_add
 
     settings = RaySettings(state_dir=str(tmp_path / "state"), temp_dir_root=str(tmp_path / "tmp"), auth=False,
                            readiness_timeout_s=20, poll_interval_s=0.05)
-    ctx = NodeContext(job_id="7", attempt=0, step="0", rank=1, num_nodes=2, host="n2", step_hosts=["n1", "n2"],
+    ctx = NodeContext(job_id="7", attempt=0, attempt_label="0", step="0", rank=1, num_nodes=2, host="n2", step_hosts=["n1", "n2"],
                       attempt_dir=None, cpus=1)
     worker = Worker(ctx, settings)
     worker.log = lambda message: None
@@ -297,7 +297,7 @@ def test_a_worker_gives_up_its_ray_start_once_the_head_republishes_elsewhere(tmp
     from beam_slurm.ray_cluster.worker import Worker
 
     settings = RaySettings(state_dir=str(tmp_path / "state"), temp_dir_root=str(tmp_path / "tmp"), auth=False)
-    ctx = NodeContext(job_id="7", attempt=0, step="0", rank=1, num_nodes=2, host="n2", step_hosts=["n1", "n2"],
+    ctx = NodeContext(job_id="7", attempt=0, attempt_label="0", step="0", rank=1, num_nodes=2, host="n2", step_hosts=["n1", "n2"],
                       attempt_dir=None, cpus=1)
     worker = Worker(ctx, settings)
     said: list[str] = []

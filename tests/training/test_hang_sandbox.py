@@ -39,7 +39,7 @@ def attempts_of(run) -> list[dict]:
 
 def test_an_actor_that_stops_making_progress_is_dumped_ended_and_the_run_resumes(train_run):
     run = train_run(steps=10, ckpt_interval=3, step_seconds=1.0)
-    run.submit("--time=00:10:00", overrides=(*QUICK, "trainer.rehearsal_hang_at_step=6"))
+    run.submit("--time=00:10:00", overrides=(*QUICK, "trainer.rehearsal_hang_at_step=6", "cluster.max_in_job_attempts=0"))
     state = run.finish(timeout=230)
     assert state == "COMPLETED", run.output()[-6000:]
     first = run.attempt_log(0)
@@ -73,7 +73,7 @@ def test_an_actor_that_stops_making_progress_is_dumped_ended_and_the_run_resumes
 
 def test_a_process_frozen_with_sigstop_is_found_continued_and_ended(train_run):
     run = train_run(steps=10, ckpt_interval=3, step_seconds=1.0)
-    run.submit("--time=00:10:00", overrides=QUICK)
+    run.submit("--time=00:10:00", overrides=QUICK)  # restarted in the job (cluster.max_in_job_attempts)
     run.wait_for_steps(3)
     worker = re.search(r"\[ray-node (n\d+) rank 1 ", run.output()).group(1)
     pid = wait_for(lambda: next(iter(actor_pids(run.job_id, "ray::GpuSlot", worker)), None), 20,
@@ -87,6 +87,8 @@ def test_a_process_frozen_with_sigstop_is_found_continued_and_ended(train_run):
     assert f"(pid {pid}) on {worker} is stopped" in first, first[-3000:]
     assert not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] == "Z"
     assert run.resumed_from() and run.resumed_from()[0] == max(
-        s for s, st in run.checkpoints().items() if st["attempt"] == 0)
+        s for s, st in run.checkpoints().items() if (st["attempt"], st.get("in_job", 0)) == (0, 0))
     run.assert_every_step_once_after_resume()
     assert not job_processes(run.job_id), job_processes(run.job_id)
+    # Recovered inside the allocation: the node is healthy once the process is gone, so the same two nodes go on.
+    assert "restarting in the job on" in first and run.restarts() == 0, first[-3000:]

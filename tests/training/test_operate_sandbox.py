@@ -59,7 +59,7 @@ def test_attach_logs_and_one_environment_on_every_node(train_run):
     key_file.write_text(key + "\n")
     key_file.chmod(0o600)
     run.submit("--time=00:10:00", overrides=(
-        "cluster.log_copy_interval_s=5", "cluster.max_requeues=0", f"+trainer.env_secret_files.WANDB_API_KEY={key_file}",
+        "cluster.log_copy_interval_s=5", "cluster.max_requeues=0", "cluster.max_in_job_attempts=0", f"+trainer.env_secret_files.WANDB_API_KEY={key_file}",
         "+trainer.extra_env.BEAM_MANIFEST_MARK=from-the-recipe"))
     # The user's shell later on: no manifest variable in it, so an actor can only see them through its node.
     user_env = {k: v for k, v in run.env().items() if k not in (*PLANTED, "HF_HUB_OFFLINE", "WANDB_PROJECT")}

@@ -134,7 +134,7 @@ def test_raw_scontrol_requeue_is_recognised_and_resumes_from_the_last_checkpoint
 
 def test_a_failure_in_every_attempt_stops_at_the_no_progress_limit(train_run):
     run = train_run(steps=40, ckpt_interval=100)  # no checkpoint before the faults
-    run.submit("--time=00:10:00", overrides=(*QUICK, "cluster.max_requeues=5"))
+    run.submit("--time=00:10:00", overrides=(*QUICK, "cluster.max_requeues=5", "cluster.max_in_job_attempts=0"))
     record = run.export_path / "beam_run" / "run.json"
     for attempt in (0, 1):
         def nodes_of_attempt():

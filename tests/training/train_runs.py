@@ -116,7 +116,7 @@ class TrainRun:
         files = list(self.work.glob(f"*-{self.job_id}.out"))
         return files[0].read_text(errors="replace") if files else ""
 
-    def attempt_log(self, attempt: int) -> str:
+    def attempt_log(self, attempt: int | str) -> str:
         """train_job.log of one attempt (<export_path>/logs/<job>-<attempt>/)."""
         path = self.export_path / "logs" / f"{self.job_id}-{attempt}" / "train_job.log"
         return path.read_text(errors="replace") if path.exists() else ""
@@ -128,10 +128,12 @@ class TrainRun:
             return []
         return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
-    def steps_by_attempt(self) -> dict[int, list[int]]:
-        by_attempt: dict[int, list[int]] = {}
+    def steps_by_attempt(self, in_job: bool = False) -> dict:
+        """Requeue count (or, with in_job, (requeue count, in-job restart)) -> the steps that attempt logged."""
+        by_attempt: dict = {}
         for record in self.metrics():
-            by_attempt.setdefault(int(record["attempt"]), []).append(int(record["step"]))
+            key = (int(record["attempt"]), int(record.get("in_job", 0))) if in_job else int(record["attempt"])
+            by_attempt.setdefault(key, []).append(int(record["step"]))
         return by_attempt
 
     def checkpoints(self) -> dict[int, dict]:
@@ -179,7 +181,7 @@ class TrainRun:
     def assert_every_step_once_after_resume(self) -> None:
         """Exactly steps 1..N in the end; an attempt starts right after the checkpoint it resumed from, and that
         checkpoint is the last one the earlier attempts saved (so no saved step is ever redone)."""
-        by_attempt = self.steps_by_attempt()
+        by_attempt = self.steps_by_attempt(in_job=True)
         final: dict[int, int] = {}
         for attempt in sorted(by_attempt):
             for step in by_attempt[attempt]:
@@ -192,4 +194,5 @@ class TrainRun:
             assert steps[0] == saved_before + 1, (
                 f"attempt {attempt} started at step {steps[0]}, but the last checkpoint before it was step "
                 f"{saved_before}: {by_attempt}")
-            saved_before = max(s for s, state in self.checkpoints().items() if state["attempt"] <= attempt)
+            saved_before = max(s for s, state in self.checkpoints().items()
+                               if (state["attempt"], state.get("in_job", 0)) <= attempt)

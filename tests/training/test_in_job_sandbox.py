@@ -1,0 +1,126 @@
+"""Recovery inside the allocation on the Slurm sandbox: a new Ray step on the healthy nodes and the spares instead of
+a requeue, and a failure that would repeat (checkpoint storage full) ending the job at once.
+
+The real batch script (`#SBATCH --no-kill`), train CLI, train job, Ray across the nodes and the rehearsal trainer;
+the faults are real: a raylet SIGKILLed, a node set DOWN in Slurm, a small file system under the checkpoints.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ray_processes import one_raylet
+from train_runs import wait_for
+
+pytestmark = [pytest.mark.sandbox, pytest.mark.slow]
+
+QUICK = ("cluster.grace_s=30", "cluster.signal_before_s=120")
+SANDBOX_TOOL = Path(__file__).resolve().parents[2] / "tools" / "slurm_sandbox.py"
+
+
+def job_nodes(sandbox, job_id: str) -> list[str]:
+    listed = wait_for(lambda: (sandbox.scontrol_job(job_id).get("NodeList") or "").replace("(null)", ""), 240,
+                      "the allocation", 0.2)
+    return subprocess.run(["scontrol", "show", "hostnames", listed], capture_output=True, text=True,
+                          env=sandbox.env(), check=True).stdout.split()
+
+
+def record_attempts(run) -> list[dict]:
+    record = json.loads((run.export_path / "beam_run" / "run.json").read_text())
+    return record["train_jobs"][run.job_id]["attempts"]
+
+
+def assert_never_requeued(run) -> None:
+    assert run.restarts() == 0, run.output()[-4000:]
+    states = [row["State"] for row in run.sacct_attempts()]
+    assert not {"REQUEUED", "NODE_FAIL", "PREEMPTED"} & set(states), states
+
+
+def on_node(sandbox, node: str, *command: str) -> subprocess.CompletedProcess:
+    """A command inside one sandbox node's namespaces (its mounts: a node-local file system)."""
+    return subprocess.run([sys.executable, str(SANDBOX_TOOL), "--state-dir", str(sandbox.state_dir), "run",
+                           "--node", node, "--", *command], capture_output=True, text=True, timeout=60)
+
+
+def test_a_killed_worker_raylet_is_replaced_by_the_spare_without_a_requeue(train_run, slurm_sandbox):
+    run = train_run(steps=8, ckpt_interval=2)
+    run.submit("--time=00:10:00", "--nodes=3", overrides=(*QUICK, "cluster.spare_nodes=1"))
+    nodes = job_nodes(slurm_sandbox, run.job_id)
+    assert len(nodes) == 3, nodes
+    run.wait_for_steps(3)
+    first_log = run.attempt_log(0)
+    assert f"2 nodes ({nodes[0]},{nodes[1]})" in first_log, first_log  # the spare takes no part
+    worker = re.search(r"\[ray-node (n\d+) rank 1 ", run.output()).group(1)
+    assert worker == nodes[1]
+    os.kill(wait_for(lambda: one_raylet(run.job_id, attempt=0, node=worker), 10, f"the raylet on {worker}"), 9)
+
+    assert run.finish(timeout=200) == "COMPLETED", run.output()[-6000:]
+    assert_never_requeued(run)
+    first = run.attempt_log(0)
+    assert f"restarting in the job on {nodes[0]},{nodes[2]} ({worker} left out)" in first, first
+    second = run.attempt_log("0.1")
+    assert f"2 nodes ({nodes[0]},{nodes[2]})" in second, second
+    run.assert_every_step_once_after_resume()
+    assert run.marker() == 8
+    attempts = record_attempts(run)
+    assert [(a["attempt"], a["in_job"], a["end_kind"]) for a in attempts] == [(0, 0, "node-failure"),
+                                                                               (0, 1, "finished")], attempts
+    assert attempts[0]["decision"] == "restart in job" and attempts[1]["replaced"] == [f"{worker} -> {nodes[2]}"]
+    status = subprocess.run([sys.executable, "-m", "beam_slurm.cli", "status", str(run.export_path), "--json"],
+                            capture_output=True, text=True, env=run.env(), timeout=120)
+    assert f"in-job restart, replaced {worker} -> {nodes[2]}" in status.stdout, status.stdout + status.stderr
+
+
+def test_a_node_set_down_in_slurm_leaves_the_job_which_goes_on_without_it(train_run, slurm_sandbox):
+    run = train_run(steps=8, ckpt_interval=2)
+    run.submit("--time=00:10:00", "--nodes=3", overrides=(*QUICK, "cluster.spare_nodes=1"))
+    nodes = job_nodes(slurm_sandbox, run.job_id)
+    run.wait_for_steps(3)
+    down = nodes[1]  # a worker, not the batch host
+    env = slurm_sandbox.env()
+    subprocess.run(["scontrol", "update", f"nodename={down}", "state=down", "reason=in-job test"], env=env,
+                   check=True, timeout=30)
+    try:
+        assert run.finish(timeout=200) == "COMPLETED", run.output()[-6000:]
+    finally:
+        subprocess.run(["scontrol", "update", f"nodename={down}", "state=resume"], env=env, timeout=30)
+    assert_never_requeued(run)
+    first = run.attempt_log(0)
+    assert f"Slurm removed {down} from the job" in first, first
+    assert f"restarting in the job on {nodes[0]},{nodes[2]}" in first, first
+    run.assert_every_step_once_after_resume()
+    assert run.marker() == 8
+
+
+def test_checkpoint_storage_that_fills_up_during_a_save_fails_the_job_at_once(train_run, slurm_sandbox):
+    # A 2 MiB file system under the checkpoints on every node; each save writes 1.2 MiB: the second save fills it.
+    run = train_run(steps=12, ckpt_interval=2)
+    run.ckpt_path.mkdir(parents=True)
+    nodes = slurm_sandbox.nodes
+    mounted = [n for n in nodes if on_node(slurm_sandbox, n, "mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs",
+                                           str(run.ckpt_path)).returncode == 0]
+    assert mounted == list(nodes)
+    try:
+        run.submit("--time=00:10:00", overrides=(*QUICK, f"trainer.rehearsal_save_bytes={int(1.2 * 2**20)}"))
+        assert run.finish(timeout=200) == "FAILED", run.output()[-6000:]
+        head = job_nodes(slurm_sandbox, run.job_id)[0]
+        marker = on_node(slurm_sandbox, head, "cat", str(run.ckpt_path / "latest_ckpt_global_step.txt"))
+        listing = on_node(slurm_sandbox, head, "ls", str(run.ckpt_path / "global_step_2")).stdout.split()
+    finally:
+        for node in mounted:
+            on_node(slurm_sandbox, node, "umount", "-l", str(run.ckpt_path))
+    assert_never_requeued(run)
+    first = run.attempt_log(0)
+    assert "checkpoint storage full" in first and str(run.ckpt_path) in first, first
+    assert "No space left on device" in first and "not requeueing" in first, first
+    assert "the last complete checkpoint is kept (step 2)" in first, first
+    assert marker.stdout.strip() == "2", marker
+    assert "trainer_state.pt" in listing, listing
+    assert run.sacct_attempts()[-1]["State"] == "FAILED"
