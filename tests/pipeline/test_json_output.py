@@ -90,6 +90,7 @@ def test_status_json_nests_attempts_with_iso_times():
     assert job["elapsed_s"] == 93784 and job["checkpoint"] == 12 and job["job_id"] == "41"
     first, second = job["attempts"]
     assert (first["attempt"], first["state"], first["saved_step"], first["checkpoint_at_end"]) == (0, "notice", 12, 12)
+    assert first["in_job"] == 0 and first["replaced"] == []
     assert second["state"] == "running" and second["ended_at"] is None and second["checkpoint_at_start"] == 12
     assert first["nodes"] == ["n1", "n2"] and datetime.fromisoformat(first["started_at"]).tzinfo is not None
     assert datetime.fromisoformat(first["ended_at"]) <= datetime.fromisoformat(second["started_at"])
