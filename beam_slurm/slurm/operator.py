@@ -196,6 +196,13 @@ def cancel_build_parser():
     return verb
 
 
+def _answer(question: str) -> str:
+    try:
+        return input(question).strip().lower()
+    except EOFError:  # Ctrl-D: no
+        return ""
+
+
 def cancel_main(argv: list[str]) -> int:
     verb = cancel_build_parser()
     try:
@@ -221,7 +228,7 @@ def cancel_main(argv: list[str]) -> int:
     for job_id, state in live.items():
         names = ", ".join(sorted({s.read().run_name or s.export_path.name for s in owners[job_id]}))
         print(f"  job {job_id:<8} {state:<10} {names}")
-    if not args.yes and input(f"cancel these {len(live)} job(s)? [y/N] ").strip().lower() not in ("y", "yes"):
+    if not args.yes and _answer(f"cancel these {len(live)} job(s)? [y/N] ") not in ("y", "yes"):
         print(f"{verb.prefix}nothing cancelled")
         return 1
     try:
