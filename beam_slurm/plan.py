@@ -10,16 +10,14 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import os
 import sys
 
-from rich.console import Console
 from rich.table import Table
 
 from beam_slurm.config.errors import ConfigError
 from beam_slurm.config.load import load_config
 from beam_slurm.config.schema import env_sources
-from beam_slurm.config.verb_args import VerbArgs, VerbUsageError, schema_keys
+from beam_slurm.config.verb_args import VerbArgs, VerbUsageError, schema_keys, table_console
 from beam_slurm.config.overrides import override_key
 from beam_slurm.notice_budget import (SaveCost, attempt_progress, checkpoint_bytes_per_node, plan_rows as notice_rows,
                                       recipe_advice, recipe_budget, step_seconds, stop_seconds)
@@ -131,14 +129,12 @@ def print_plan(cfg, launch, extra_rows: list[tuple[str, str, str]] = (), preempt
     table = Table(title=f"beam-slurm plan: {cfg.recipe}", show_lines=False)
     table.add_column("section", style="cyan", no_wrap=True)
     table.add_column("item", style="bold")
-    table.add_column("value")
+    table.add_column("value", overflow="fold")  # a long key wraps onto the next line rather than being cut
     previous = None
     for section, item, value in [*plan_rows(cfg, preemption), *extra_rows]:
         table.add_row(section if section != previous else "", item, value)
         previous = section
-    console = Console()
-    if not console.is_terminal and "COLUMNS" not in os.environ:  # logs and pipes: no 80-column wrapping
-        console = Console(width=160)
+    console = table_console()
     console.print(table)
     console.print("[bold]SkyRL command[/bold] (run on the head node inside the allocation):", highlight=False)
     console.print(launch.shell(cfg.trainer.python), highlight=False, soft_wrap=True, markup=False)

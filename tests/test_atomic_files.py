@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 from pathlib import Path
 
 import pytest
 
 from beam_slurm.core.atomic_files import atomic_writer, publish, sync_directory, temporary_sibling, write_json, write_text
+from beam_slurm.core.run_store import RunStore
+from beam_slurm.ray_cluster import auth
+from beam_slurm.ray_cluster.settings import RaySettings
 
 PACKAGE = Path(__file__).resolve().parents[1] / "beam_slurm"
 # Renames and flushes outside atomic_files.py, each with why it is not a file write through it.
@@ -46,3 +51,19 @@ def test_no_other_module_writes_files_its_own_way():
     found = {str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py")
              if p.name != "atomic_files.py" and pattern.search(p.read_text(encoding="utf-8"))}
     assert found <= set(OWN_RENAMES), f"write through beam_slurm.core.atomic_files instead: {sorted(found - set(OWN_RENAMES))}"
+
+
+@pytest.mark.parametrize("umask, expected", [(0o002, 0o664), (0o022, 0o644), (0o027, 0o640), (0o077, 0o600)])
+def test_files_on_shared_storage_follow_the_umask_and_the_token_stays_private(tmp_path, umask, expected):
+    old = os.umask(umask)
+    try:
+        write_json(tmp_path / "report.json", {"a": 1})
+        with atomic_writer(tmp_path / "plot.png", "wb") as handle:
+            handle.write(b"png")
+        RunStore(tmp_path / "run").write_commands(["sbatch x.sh"])
+        token = auth.ensure_token(RaySettings(state_dir=str(tmp_path / "state")), "7")
+    finally:
+        os.umask(old)
+    for path in (tmp_path / "report.json", tmp_path / "plot.png", tmp_path / "run" / "beam_run" / "commands.sh"):
+        assert stat.S_IMODE(path.stat().st_mode) == expected, path
+    assert stat.S_IMODE(token.stat().st_mode) == 0o600 and stat.S_IMODE(token.parent.stat().st_mode) == 0o700

@@ -16,11 +16,17 @@ import argparse
 import ast
 import dataclasses
 import inspect
+import os
 import sys
 import textwrap
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
+
+from rich import box
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
 
 from beam_slurm.config.errors import ConfigError
 from beam_slurm.config.load import load_config
@@ -343,6 +349,53 @@ class VerbArgs:
         """Print every problem of a ConfigError after the verb's prefix; returns 2."""
         error.report(prefix=self.prefix, what=what)
         return EXIT_USAGE
+
+
+def table_console(file=None, *, pipe_width: int = 160) -> Console:
+    """Where a verb prints its tables: the terminal's width, or COLUMNS where set (rich reads it); a log or a pipe
+    without COLUMNS gets `pipe_width` columns (rich's 80 would squeeze them)."""
+    console = Console(file=file)
+    wide = not console.is_terminal and not os.environ.get("COLUMNS", "").isdigit()
+    return Console(file=file, width=pipe_width) if wide else console
+
+
+def verb_table(title: str, **options) -> Table:
+    """A table in the verbs' one style: a rule under the header, one space and no border between columns."""
+    return Table(title=title, box=box.SIMPLE_HEAD, show_edge=False, padding=(0, 1, 0, 0), **options)
+
+
+def _plain(cell) -> str:
+    try:
+        return Text.from_markup(str(cell)).plain
+    except Exception:  # text that only looks like markup
+        return str(cell)
+
+
+def fit_columns(table: Table, width: int) -> bool:
+    """Fix the widths of a `verb_table` wider than `width`: each column at least its longest word (no_wrap columns
+    their longest cell), the room left to the columns with the longest text, so text wraps at spaces instead of
+    splitting "COMPLETED". False when no widths keep every word whole (then rich folds them as it likes)."""
+    lines = [[line for cell in (column.header, *column.cells) for line in _plain(cell).split("\n")]
+             for column in table.columns]
+    natural = [max(map(len, cells)) for cells in lines]
+    least = [n if c.no_wrap else max(len(w) for line in cells for w in line.split() or [""])
+             for c, n, cells in zip(table.columns, natural, lines)]
+    room = width - 2 * len(natural) + 1  # one space of padding and one divider between columns
+    if sum(natural) <= room:
+        return True
+    if sum(least) > room:
+        if sum(least) > room + len(natural):
+            return False
+        table.padding, room = (0, 0, 0, 0), room + len(natural)  # the divider alone keeps the words whole
+    spare, widths = room - sum(least), list(least)
+    wanting = sorted(range(len(widths)), key=lambda i: natural[i] - least[i])
+    for place, index in enumerate(wanting):  # the smallest wants are met whole, the longest text takes the rest
+        given = min(natural[index] - least[index], spare // (len(wanting) - place))
+        widths[index] += given
+        spare -= given
+    for column, chosen in zip(table.columns, widths):
+        column.width = chosen
+    return True
 
 
 class _Positions:

@@ -3,7 +3,9 @@
 Readers on any node of a shared filesystem see the old file or the new one, never half of one, and a crash leaves
 at most a hidden `.<name>.*.tmp` behind. Standard library only: the trainer side imports this on Python 3.11 and 3.12.
 The one place the package writes files this way: `atomic_writer` for a file written in one go, `temporary_sibling` +
-`publish` for files written elsewhere first (a streamed parquet, several outputs committed together).
+`publish` for files written elsewhere first (a streamed parquet, several outputs committed together). Files come out
+with the user's umask (a team reads the reports on shared storage), like any `open()`; secrets are written elsewhere
+(`beam_slurm.ray_cluster.auth`, 0600).
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import tempfile
+import secrets
 from pathlib import Path
 from typing import IO, Any, Iterator
 
@@ -21,7 +23,9 @@ def atomic_writer(path: str | os.PathLike, mode: str = "w") -> Iterator[IO[Any]]
     """Open a temporary sibling of `path` for writing; on a clean exit it replaces `path`, on an error it vanishes."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    # Not mkstemp: its 0600 would hide the file from the group whatever the umask says.
+    tmp = path.parent / f".{path.name}.{secrets.token_hex(6)}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
         with os.fdopen(fd, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as handle:
             yield handle
@@ -29,7 +33,7 @@ def atomic_writer(path: str | os.PathLike, mode: str = "w") -> Iterator[IO[Any]]
             os.fsync(handle.fileno())
         os.replace(tmp, path)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
         raise
 
 

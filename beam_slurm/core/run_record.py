@@ -88,6 +88,7 @@ class TrainJob:
 
     job_id: str = ""
     started_by: str = ""  # beam-slurm submit, or sbatch
+    stdout: str = ""  # The batch log, as Slurm named it at the first attempt (`logs` finds it once Slurm forgot)
     partition: str = ""
     nodes_needed: int = 0
     user_exclude: list[str] = field(default_factory=list)  # The user's own --exclude
@@ -227,7 +228,7 @@ class RunRecord:
 
     def begin_attempt(self, *, job_id: str, attempt: int, nodes: list[str], checkpoint: int | None, when: str,
                       partition: str, nodes_needed: int, user_exclude: list[str], in_job: int = 0,
-                      replaced: list[str] | None = None) -> tuple[TrainJob, list[str]]:
+                      replaced: list[str] | None = None, stdout: str = "") -> tuple[TrainJob, list[str]]:
         """Record an attempt's start; (the job's entry, its bad nodes). An earlier attempt that never recorded its
         end is closed as 'lost', counting against progress when it left no newer checkpoint."""
         job_id = str(job_id)
@@ -236,6 +237,7 @@ class RunRecord:
             self.train_jobs[job_id] = TrainJob(job_id=job_id, started_by=started_by, partition=partition,
                                                nodes_needed=nodes_needed, user_exclude=list(user_exclude))
         job = self.train_jobs[job_id]
+        job.stdout = stdout or job.stdout
         for earlier in job.attempts:
             if earlier.end is None and (earlier.attempt, earlier.in_job) != (attempt, in_job):
                 earlier.end, earlier.end_kind, earlier.decision = when, "lost", "requeued by Slurm"

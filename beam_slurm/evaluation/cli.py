@@ -17,12 +17,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console
 from rich.table import Table
 
 from beam_slurm.config.load import load_config
 from beam_slurm.config.overrides import hydra_value, override, value_at
-from beam_slurm.config.verb_args import VerbArgs, keys_under
+from beam_slurm.config.verb_args import VerbArgs, keys_under, table_console
 from beam_slurm.core.errors import UserError
 from beam_slurm.core.run_store import RunStore
 from beam_slurm.data.manifest import sha256_file
@@ -241,9 +240,7 @@ def _points(parsed, multirun: bool, load) -> list[tuple[list[str], object]]:
 
 
 def _table(results: dict[str, dict], title: str) -> None:
-    console = Console()
-    if not console.is_terminal:
-        console = Console(width=160)
+    console = table_console()
     table = Table(title=title)
     entries = [(folder, entry) for folder, metrics in sorted(results.items()) for entry in metrics.values()]
     levels = [j for j in PASS_AT if any(f"pass@{j}" in e for _, e in entries)]

@@ -11,11 +11,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console
 from rich.table import Table
 
 from beam_slurm.config.errors import ConfigError
-from beam_slurm.config.verb_args import VerbArgs, VerbUsageError, keys_under
+from beam_slurm.config.verb_args import VerbArgs, VerbUsageError, keys_under, table_console
 from beam_slurm.evaluation import grading
 from beam_slurm.evaluation.grading_pool import GradingLimits, GradingSetupError, grade_rows_detailed
 from beam_slurm.evaluation.metrics import PASS_AT, GradingInputError, compute_details, compute_metrics
@@ -67,9 +66,7 @@ def print_summary(metrics: dict[str, dict[str, Any]], details: dict[str, dict[st
                       f"{extra['math_verify_avg@k']:.4f}" if "math_verify_avg@k" in extra else "-",
                       f"{agreement:.3f}" if agreement is not None else "-", str(extra.get("no_answer", "-")),
                       str(entry["timeouts"]))
-    console = Console(file=file)
-    if not console.is_terminal:
-        console = Console(file=file, width=160)  # logs and pipes: do not squeeze the columns to 80
+    console = table_console(file)
     console.print(table)
 
 

@@ -21,10 +21,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from rich.console import Console
-from rich.table import Table
 
-from beam_slurm.config.verb_args import VerbArgs, VerbUsageError
+from beam_slurm.config.verb_args import VerbArgs, VerbUsageError, fit_columns, table_console, verb_table
 from beam_slurm.core.atomic_files import atomic_writer
 from beam_slurm.core.errors import UserError
 from beam_slurm.core.layout import CONFIG_FILE, RUN_DIRNAME, SWEEP_FILE
@@ -417,13 +415,11 @@ def _dataset_order(name: str) -> tuple[int, str]:
 def print_table(reports: RunReport | list[RunReport], file=None) -> None:
     """One table for every run: a row per evaluated step and dataset, ours beside SkyRL's, with that step's reward."""
     reports = [reports] if isinstance(reports, RunReport) else reports
-    console = Console(file=file)
-    if not console.is_terminal:
-        console = Console(file=file, width=180)
+    console = table_console(file, pipe_width=180)
     several = len(reports) > 1
     title = (f"Evaluations of {len(reports)} runs" if several
              else f"Evaluations of {reports[0].export_path}{reports[0].rehearsal_note}")
-    table = Table(title=title)
+    table = verb_table(title)
     columns = (["run"] if several else []) + ["step", "dataset", "avg@k", "95% CI", "pass@k", "maj@k", "k", "timeouts",
                                               "SkyRL acc", "reward", "mean tokens"]
     for column in columns:
@@ -462,6 +458,7 @@ def print_table(reports: RunReport | list[RunReport], file=None) -> None:
             table.add_row(*cells)
         if several and report is not reports[-1]:
             table.add_section()
+    fit_columns(table, console.width)
     console.print(table)
     for report in reports:
         where = f"{report.label}: " if several else ""

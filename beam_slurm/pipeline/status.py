@@ -14,17 +14,16 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import time
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from rich.console import Console
+from rich.console import Group
 from rich.live import Live
-from rich.table import Table
+from rich.text import Text
 
-from beam_slurm.config.verb_args import VerbArgs, VerbUsageError
+from beam_slurm.config.verb_args import VerbArgs, VerbUsageError, fit_columns, table_console, verb_table
 from beam_slurm.core import layout
 from beam_slurm.core.errors import UserError
 from beam_slurm.core.run_record import Attempt, EvaluationEntry, StageEntry
@@ -83,8 +82,7 @@ def resolve_targets(target: str | None) -> tuple[list[Path], str]:
     if sweep is not None:
         return [t.export_path for t in found], f"sweep {sweep}"
     export_path = found[0].export_path
-    name = (RunStore(export_path).read().run_name if not path.exists() else None) or export_path.name
-    return [export_path], f"run {target if not path.exists() and not target.isdigit() else name}"
+    return [export_path], f"run {RunStore(export_path).read().run_name or export_path.name}"
 
 
 def _results(step: int, origin: str, scores: list[tuple[str, float, bool]]) -> dict:
@@ -272,28 +270,35 @@ def _reason(record, entry: StageEntry | EvaluationEntry, records: dict, stage_of
     return "" if record.reason in ("None", "") else record.reason
 
 
-def render_table(rows: list[StatusRow], title: str):
+def render_table(rows: list[StatusRow], title: str, width: int = 160, notes_below: bool = False):
+    """The table `width` columns wide; where even that splits words, the evaluation and reason go below it."""
     colours = {"COMPLETED": "green", "RUNNING": "cyan", "PENDING": "yellow", "SKIPPED": "dim", "FAILED": "red",
                "STOPPED": "magenta", "CANCELLED": "red", "TIMEOUT": "red", "NODE_FAIL": "red", "OUT_OF_MEMORY": "red"}
     rehearsals = sorted({r.run for r in rows if r.rehearsal})
     caption = f"{', '.join(rehearsals)}: {REHEARSAL_RUN}" if rehearsals else None
-    table = Table(title=title, caption=caption, caption_style="red")
+    table = verb_table(title, caption=caption, caption_style="red")
     show_run = len({r.run for r in rows}) > 1
     columns = (["run"] if show_run else []) + ["stage", "job", "state", "restarts", "elapsed", "nodes",
-                                               "checkpoint", "evaluation", "reason"]
+                                               "checkpoint"] + ([] if notes_below else ["evaluation", "reason"])
     for column in columns:
-        table.add_column(column, overflow="fold")
+        table.add_column(column, overflow="fold", no_wrap=column in ("stage", "job", "state", "restarts", "elapsed"))
     previous = None
     for r in rows:
         state = f"[{colours.get(r.state, 'white')}]{r.state}[/]"
         stage = f"{r.stage} [red](rehearsal)[/red]" if r.rehearsal and r.stage == "train" else r.stage
         cells = [stage, r.job_id or "-", state, str(r.restarts), r.elapsed or "-", r.nodes or "-",
-                 r.checkpoint, r.evaluation, r.reason]
+                 r.checkpoint, r.evaluation, r.reason][:len(columns) - show_run]
         if show_run:
             cells = [r.run if r.run != previous else ""] + cells
             previous = r.run
         table.add_row(*cells)
-    return table
+    if not fit_columns(table, width) and not notes_below:
+        return render_table(rows, title, width, notes_below=True)
+    if not notes_below:
+        return table
+    labels = [" ".join(part for part in (r.run if show_run else "", r.stage.strip(), r.job_id) if part) for r in rows]
+    return Group(table, *(Text(f"{label}: {text}") for label, r in zip(labels, rows) for text in (r.evaluation, r.reason)
+                          if text))
 
 
 def build_parser():
@@ -319,19 +324,17 @@ def main(argv: list[str]) -> int:
         if args.json:
             print(json.dumps(status_json(rows, title), indent=2))
             return 0
-        console = Console()
-        if not console.is_terminal and "COLUMNS" not in os.environ:  # logs and pipes: no 80-column wrapping
-            console = Console(width=160)
+        console = table_console()
         if not args.watch:
-            console.print(render_table(rows, title))
+            console.print(render_table(rows, title, console.width))
             return 0
-        with Live(render_table(rows, title), console=console, refresh_per_second=1) as live:
+        with Live(render_table(rows, title, console.width), console=console, refresh_per_second=1) as live:
             # Done when every job has ended, or waits for a dependency that can never be satisfied.
             while not all(r.state in ("SKIPPED", "STOPPED") or r.state in FINAL_STATES or r.stage.startswith(" ")
                           or r.reason.startswith("DependencyNeverSatisfied") for r in rows):
                 time.sleep(args.interval)
                 rows = collect(export_paths)
-                live.update(render_table(rows, f"{title}  ({time.strftime('%H:%M:%S')})"))
+                live.update(render_table(rows, f"{title}  ({time.strftime('%H:%M:%S')})", console.width))
     except SlurmCommandError as exc:
         return verb.fail(exc, status=1)
     except KeyboardInterrupt:

@@ -73,6 +73,7 @@ class SaveOnNoticeCallback(_CallbackBase):
         self.stopped_at_step: int | None = None  # the step saved on notice, once the run was told to stop
         self.ack_after_export: int | None = None  # saved on notice, acknowledged in on_log after its HF export
         self.progress = ProgressRecorder(ckpt_path)
+        self.progress.loading()  # built with the trainer, before its models load: the ledger's model_load begins
 
     def on_step_start(self, trainer, callback_input, control) -> None:
         self.progress.step_start(callback_input.global_step)

@@ -7,11 +7,14 @@ save-on-notice files (:mod:`beam_slurm.skyrl.notice`), replaced atomically at ea
     {"step": 12, "phase": "step", "since": 1796150788.1, "attempt": 0, "host": "n2", "pid": 4242,
      "step_seconds": [301.2, 298.7, ...]}
 
-Phases: ``step`` (from a step's start to its end), ``saving`` (from a step's end to ``on_save``, or to the next
+Phases: ``load`` (the model load, where the trainer says so), ``step`` (from a step's start to its end), ``saving`` (from a step's end to ``on_save``, or to the next
 step's start when it saves nothing), ``after-save`` (from ``on_save`` to the next step: the HF export, the log),
 ``eval`` (an evaluation), ``after-eval``, ``finished``. Before the first heartbeat of an attempt, the watchdog counts bring-up and
 model load. ``step_seconds`` holds the last durations of whole steps (start to start), from which the watchdog
-derives its timeout. Standard library only (the job runs Python 3.11, the training container 3.12).
+derives its timeout. Every phase change is also appended to ``<ckpt_path>/.beam/progress_events.jsonl``
+(``{"t", "phase", "step", "attempt"}``, the attempt as status names it: ``2`` or ``2.1``): the goodput ledger
+(:mod:`beam_slurm.pipeline.goodput`) splits each attempt's node-seconds by them. Standard library only (the job runs
+Python 3.11, the training container 3.12).
 """
 
 from __future__ import annotations
@@ -26,13 +29,29 @@ from pathlib import Path
 from beam_slurm.core.atomic_files import write_json
 
 PROGRESS_FILE = "progress.json"
-PHASES = ("step", "saving", "after-save", "eval", "after-eval", "finished")
+EVENTS_FILE = "progress_events.jsonl"
+PHASES = ("load", "step", "saving", "after-save", "eval", "after-eval", "finished")
 KEPT_STEP_TIMES = 32
 """Step durations the heartbeat keeps (the watchdog takes their median)."""
 
 
 def progress_path(ckpt_path: str | os.PathLike[str]) -> Path:
     return Path(ckpt_path) / ".beam" / PROGRESS_FILE
+
+
+def read_events(ckpt_path: str | os.PathLike[str]) -> list[dict]:
+    """Every phase change the trainer appended, oldest first; a torn last line is skipped."""
+    try:
+        lines = (Path(ckpt_path) / ".beam" / EVENTS_FILE).read_text().splitlines()
+    except OSError:
+        return []
+    events = []
+    for line in lines:
+        try:
+            events.append(json.loads(line))
+        except ValueError:
+            continue
+    return events
 
 
 @dataclass(frozen=True)
@@ -80,12 +99,24 @@ class ProgressRecorder:
 
     def _write(self, phase: str, step: int) -> None:
         self._step = step
+        now = time.time()
         try:
             write_json(progress_path(self.ckpt_path), {
-                "step": step, "phase": phase, "since": time.time(), "attempt": self.attempt,
+                "step": step, "phase": phase, "since": now, "attempt": self.attempt,
                 "host": socket.gethostname(), "pid": os.getpid(), "step_seconds": self.step_seconds})
+            with open(progress_path(self.ckpt_path).with_name(EVENTS_FILE), "a") as events:
+                events.write(json.dumps({"t": round(now, 3), "phase": phase, "step": step,
+                                         "attempt": self.label}) + "\n")
         except OSError as exc:  # a heartbeat is never worth a training run; the watchdog sees the silence
             print(f"[beam progress] could not write {progress_path(self.ckpt_path)}: {exc}", flush=True)
+
+    @property
+    def label(self) -> str:
+        in_job = os.environ.get("BEAM_IN_JOB_ATTEMPT", "0")  # ray_cluster.job_spec.IN_JOB_ATTEMPT_ENV
+        return f"{self.attempt}.{in_job}" if in_job not in ("", "0") else str(self.attempt)
+
+    def loading(self, step: int = 0) -> None:
+        self._write("load", step)
 
     def step_start(self, step: int) -> None:
         now = time.time()

@@ -458,10 +458,11 @@ def run(s: RehearsalSettings) -> int:
         _log(f"{len(actors)} GPU actors on {len(nodes)} nodes: {', '.join(nodes)}")
         out = Path(s.export_path) / "rehearsal"
         write_text(out / f"placement_attempt_{label}.json", json.dumps(report, indent=1) + "\n")
+        heartbeat = ProgressRecorder(s.ckpt_path)
+        heartbeat.loading(start)
         if s.model_load_s > 0:
             _log(f"loading the model ({s.model_load_s:g} s)")
             time.sleep(s.model_load_s)
-        heartbeat = ProgressRecorder(s.ckpt_path)
         rng = random.Random(f"{s.run_name}:{start}")
         tracker = tracking.open_run(os.environ, s.run_name)  # as SkyRL's W&B logger, when trainer.logger=wandb
         if s.eval_interval > 0 and s.eval_before_train:

@@ -43,17 +43,17 @@ class RunJob:
     log_dir: Path
     run: dict = field(default_factory=dict)
 
-    def attempt_dir(self, attempt: int) -> Path:
+    def attempt_dir(self, attempt: int | str) -> Path:
         return self.log_dir / f"{self.job_id}-{attempt}"
 
-    def attempts(self) -> list[int]:
-        """Attempts with a log folder, oldest first."""
+    def attempts(self) -> list[str]:
+        """Attempts with a log folder (`2`, or `2.1` for an in-job restart), oldest first."""
         found = []
         for folder in self.log_dir.glob(f"{self.job_id}-*"):
             tail = folder.name.rsplit("-", 1)[-1]
-            if folder.is_dir() and tail.isdigit():
-                found.append(int(tail))
-        return sorted(found)
+            if folder.is_dir() and tail.replace(".", "", 1).isdigit():
+                found.append(tail)
+        return sorted(found, key=lambda label: tuple(int(part) for part in label.split(".")))
 
 
 def find_job(target: str, exports_root: str | None = None) -> RunJob:
@@ -77,7 +77,7 @@ class Target:
     """Where and with what the attach step runs."""
 
     job_id: str
-    attempt: int
+    attempt: str
     node: str
     nodes: list[str]
     head: dict
@@ -96,7 +96,9 @@ def running_target(job: RunJob, node: str | None) -> Target:
         raise AttachRefused(f"job {job.job_id} is {state.lower() or 'unknown'}{why}: attach needs a running job "
                             f"(`beam-slurm status {job.export_path}`, `beam-slurm logs {job.job_id}`)")
     restarts = info.get("Restarts", "0")
-    attempt = int(restarts) if restarts.isdigit() else 0
+    restarts = restarts if restarts.isdigit() else "0"
+    # The allocation's latest Ray step: an in-job restart (`2.1`) runs in the folder of its label.
+    attempt = ([a for a in job.attempts() if a.split(".")[0] == restarts] or [restarts])[-1]
     head = read_json(job.attempt_dir(attempt) / HEAD_FILE)
     if head is None or str(head.get("job_id")) != job.job_id:
         raise AttachRefused(f"job {job.job_id} runs, but the Ray head of attempt {attempt} has not started yet (no "

@@ -518,7 +518,8 @@ class Attempt:
                 replaced=self.replaced, nodes=self.step_nodes,
                 checkpoint=self.checkpoint_at_start, when=now(),
                 partition=job.get("Partition", "") or self.alloc.extra.get("SLURM_JOB_PARTITION", ""),
-                nodes_needed=self.nodes, user_exclude=user_exclude)
+                nodes_needed=self.nodes, user_exclude=user_exclude,
+                stdout="" if job.get("StdOut") in (None, "(null)") else job["StdOut"])
 
         snapshot = self._record_call("record the attempt's start", lambda store: store.update(begin))
         if snapshot:

@@ -73,7 +73,7 @@ class HangLimits:
 
     def phase_limit_s(self, progress: Progress | None) -> tuple[float, str]:
         """(seconds the phase may go without a heartbeat, the phase as the log says it)."""
-        if progress is None:
+        if progress is None or progress.phase == "load":
             return self.base_s(None) + self.start_s, "bring-up and model load"
         base = self.base_s(progress.median_step_s)
         if progress.phase == "step" and not progress.step_seconds:

@@ -1,75 +1,145 @@
-"""`beam-slurm logs RUN [--attempt N] [--node NAME] [--follow | --json]`: every log a training job leaves, in one place.
+"""`beam-slurm logs RUN [--attempt N] [--node NAME] [--follow | --json] [--lines N] [--all]`: every log a training
+job leaves, in one place.
 
-- the batch log (the job's `--output` file: where Slurm says it is, or, once Slurm forgot the job, its working
-  folder read from `sacct`);
+- the batch log (the job's `--output` file), found where Slurm names it (scontrol's StdOut while the controller knows
+  the job, sacct's where the accounting keeps it), where the job recorded it at its start, from the `--output` of its
+  submit line (sacct) or of the run's own sbatch command (run record, commands.sh), with Slurm's %j %x %u %A %a
+  expanded; else sbatch's names in its working folder;
 - the attempt's own logs in `<log_dir>/<jobid>-<attempt>/` (train_job.log, ray-<node>.log, failure.json, ...);
 - each node's Ray session logs, copied by the node to `<log_dir>/<jobid>-<attempt>/ray/<node>/`
   (`beam_slurm.ray_cluster.log_copy`), with when and why the last copy was made.
 
-Without `--node`: the tail of the batch log and of train_job.log, then per node the list of its Ray logs. With
-`--node NAME`: that node's ray-<node>.log and the tail of each of its Ray logs. `--follow` keeps printing the batch
-log (or, with `--node`, the node's ray-<node>.log) as it grows until the job ends.
+Without `--node`: the tail of the batch log and of train_job.log, then per node the list of its Ray logs (empty files
+only with `--all`). With `--node NAME`: that node's ray-<node>.log and the tail of each of its Ray logs. `--follow`
+keeps printing the batch log (or, with `--node`, the node's ray-<node>.log) as it grows until the job ends. Colour
+codes are removed unless the output is a terminal.
 """
 
 from __future__ import annotations
 
+import getpass
 import json
 import re
-import subprocess
+import shlex
 import sys
 import time
 from pathlib import Path
-from typing import Callable, TextIO
+from typing import Callable, Mapping, TextIO
 
 from beam_slurm.config.verb_args import VerbArgs, VerbUsageError
+from beam_slurm.core.layout import COMMANDS_FILE, RUN_DIRNAME
 from beam_slurm.pipeline import runs
 from beam_slurm.ray_cluster.log_copy import COPY_RECORD, RAY_LOGS_DIR
 from beam_slurm.slurm import scheduler
 from beam_slurm.slurm.attach import find_job
+from beam_slurm.slurm.submission import option_pairs
 
 _ACTIVE = ("RUNNING", "PENDING", "CONFIGURING", "COMPLETING", "REQUEUED", "REQUEUE_FED", "REQUEUE_HOLD",
            "RESIZING", "SUSPENDED", "SIGNALING", "STAGE_OUT")
 
 
-def batch_log(job_id: str) -> tuple[Path | None, str]:
-    """(the job's output file, how it was found); None when it cannot be found."""
-    try:
-        out = scheduler.job_info(job_id).get("StdOut", "")
-        if out and Path(out).is_file():
-            return Path(out), "scontrol"
-    except scheduler.SlurmCommandError:
-        pass
-    try:
-        done = subprocess.run(["sacct", "-X", "-n", "-P", "-j", str(job_id), "-o", "WorkDir,JobName,SubmitLine"],
-                              capture_output=True, text=True, timeout=30, check=True)
-    except (OSError, subprocess.SubprocessError):
-        return None, "neither scontrol nor sacct knows the job"
-    for line in done.stdout.splitlines():
-        workdir, name, submit = (line.split("|", 2) + ["", ""])[:3]
-        if not workdir:
-            continue
-        given = re.search(r"(?:--output[= ]|-o ?)(\S+)", submit)
-        if given:
-            path = Path(given.group(1).replace("%j", job_id).replace("%A", job_id).replace("%x", name))
-            path = path if path.is_absolute() else Path(workdir) / path
-            if path.is_file():
-                return path, "sacct SubmitLine"
-        for pattern in (f"*-{job_id}.out", f"slurm-{job_id}.out", f"*{job_id}*.out"):
-            hits = sorted(Path(workdir).glob(pattern))
-            if hits:
-                return hits[0], f"sacct WorkDir {workdir}"
-        return None, f"no output file of job {job_id} in its working folder {workdir}"
-    return None, "sacct does not know the job"
+NO_ARRAY_TASK = "4294967294"  # what Slurm writes for %a of a job that is not an array task (its NO_VAL)
+_PATTERN = re.compile(r"%(\d*)([%AajNux])")
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)")
 
 
-def tail(path: Path, lines: int) -> str:
-    """The last `lines` lines of a text file (read from its end, so a big log costs little)."""
+def expand_output(pattern: str, fields: Mapping[str, str]) -> str:
+    """A `--output` filename pattern as Slurm expands it for the batch step: %j job id, %A array job id, %a array task
+    id, %x job name, %u user, %N batch host, %% a percent sign, a number after % pads with zeros (%4j); a backslash
+    anywhere turns expansion off. A symbol without a value in `fields` stays as written."""
+    if "\\" in pattern:
+        return pattern.replace("\\", "")
+
+    def one(match: re.Match) -> str:
+        width, symbol = match.groups()
+        value = "%" if symbol == "%" else fields.get(symbol)
+        if value is None:
+            return match.group(0)
+        return value.zfill(int(width)) if width and value.isdigit() else value
+
+    return _PATTERN.sub(one, pattern)
+
+
+def pattern_fields(job_id: str, facts: Mapping[str, str], job_name: str = "") -> dict[str, str]:
+    """The values of the pattern symbols for a job from `scheduler.output_facts` (scontrol's or sacct's names)."""
+    array_job, _, task = facts.get("JobID", "").partition("_")
+    user = (facts.get("User") or facts.get("UserId", "")).split("(")[0] or getpass.getuser()
+    fields = {"j": job_id, "A": facts.get("ArrayJobId") or array_job or job_id, "u": user,
+              "a": facts.get("ArrayTaskId") or (task if task.isdigit() else NO_ARRAY_TASK),
+              "x": facts.get("JobName") or job_name}
+    return {**fields, **({"N": facts["BatchHost"]} if facts.get("BatchHost") else {})}
+
+
+def sbatch_options(command: str) -> dict[str, str]:
+    """The sbatch options of a command line by long name (`-o X` as `output`); the last one wins, as in sbatch."""
+    try:
+        return dict(option_pairs(shlex.split(command)))
+    except ValueError:  # unbalanced quotes: not a command line of ours
+        return {}
+
+
+def submitted_command(job) -> str:
+    """The sbatch command `submit` ran for the job: its stage entry in the run record, else the run's commands.sh."""
+    for submission in reversed(job.run.submissions):
+        for stage in submission.stages:
+            if stage.job_id == job.job_id and stage.command:
+                return stage.command
+    try:
+        text = (job.export_path / RUN_DIRNAME / COMMANDS_FILE).read_text(errors="replace")
+    except OSError:
+        return ""
+    found = re.search(rf"^# \w+: job {re.escape(job.job_id)}\n(.+)$", text, re.M)
+    return found.group(1) if found else ""
+
+
+def batch_log_candidates(job, facts: Mapping[str, str]) -> list[tuple[Path, str]]:
+    """Where the job's batch log is, best first, each with who said so: Slurm's StdOut (scontrol; sacct where the
+    accounting keeps it), the one the job recorded at its start, the --output of the submit line (sacct) or of the
+    run's own sbatch command, then the names sbatch uses in the working folder."""
+    command, submitted = sbatch_options(submitted_command(job)), sbatch_options(facts.get("SubmitLine", ""))
+    name = facts.get("JobName") or command.get("job-name") or job.run.run_name
+    fields = pattern_fields(job.job_id, facts, name)
+    recorded = job.run.train_jobs.get(job.job_id)
+    workdir = "" if facts.get("WorkDir") in (None, "(null)") else facts["WorkDir"]
+    given = [(facts.get("StdOut"), f"{facts.get('source')} StdOut"), (recorded and recorded.stdout, "the run record"),
+             (submitted.get("output"), "sacct SubmitLine"), (command.get("output"), "the run's sbatch command")]
+    if not any(pattern for pattern, _ in given) and workdir:
+        given.append(("slurm-%A_%a.out" if "_" in facts.get("JobID", "") else "slurm-%j.out", "sbatch's default"))
+    found: list[tuple[Path, str]] = []
+    for pattern, how in given:
+        if pattern and pattern != "(null)":
+            path = Path(expand_output(pattern, fields))
+            if path.is_absolute() or workdir:
+                found.append((path if path.is_absolute() else Path(workdir) / path, how))
+    for pattern in (f"*-{job.job_id}.out", f"*{job.job_id}*.out") if workdir else ():
+        found += [(hit, f"sacct WorkDir {workdir}") for hit in sorted(Path(workdir).glob(pattern))[:1]]
+    unique: dict[Path, str] = {}
+    for path, how in found:
+        unique.setdefault(path, how)
+    return list(unique.items())
+
+
+def batch_log(job) -> tuple[Path | None, str]:
+    """(the job's batch log, who named it); when none is written yet, (where it will be or None, what was tried)."""
+    candidates = batch_log_candidates(job, scheduler.output_facts(job.job_id))
+    for path, how in candidates:
+        if path.is_file():
+            return path, how
+    tried = "; ".join(f"{path} ({how})" for path, how in candidates) or "neither Slurm nor the run record names it"
+    return (candidates[0][0] if candidates else None), f"not written: {tried}"
+
+
+def tail(path: Path, lines: int, raw: bool = False) -> str:
+    """The last `lines` lines of a text file (read from its end, so a big log costs little); colour codes removed
+    unless `raw`."""
+    if lines <= 0:
+        return ""
     with open(path, "rb") as handle:
         handle.seek(0, 2)
         size = handle.tell()
-        handle.seek(max(size - max(lines, 1) * 400, 0))
+        handle.seek(max(size - lines * 400, 0))
         text = handle.read().decode(errors="replace")
-    return "\n".join(text.splitlines()[-lines:])
+    return "\n".join((text if raw else _ANSI.sub("", text)).splitlines()[-lines:])
 
 
 def node_sections(attempt_dir: Path) -> dict[str, Path]:
@@ -95,18 +165,32 @@ def ray_log_files(folder: Path) -> list[Path]:
     return sorted(p for p in folder.rglob("*") if p.is_file() and p.name != COPY_RECORD and not p.name.startswith("."))
 
 
-def show(job, attempt: int, node: str | None, lines: int, out: TextIO) -> int:
+def shown_files(files: list[Path], every: bool) -> tuple[list[Path], str]:
+    """The files to list (the empty ones only with --all) and a note of how many were left out."""
+    kept = files if every else [p for p in files if p.stat().st_size > 0]
+    left = len(files) - len(kept)
+    return kept, f"; {left} empty files not listed (--all lists them)" if left else ""
+
+
+def show(job, attempt: str, node: str | None, lines: int, out: TextIO, every: bool = False) -> int:
     attempt_dir = job.attempt_dir(attempt)
     nodes = node_sections(attempt_dir)
+    raw = out.isatty()  # colour codes reach a terminal as colours, anything else gets plain text
+
+    def print_tail(title: str, path: Path) -> None:
+        print(f"{title}{f' (last {lines} lines)' if lines else ''} ==", file=out)
+        if lines:
+            print(tail(path, lines, raw), file=out)
+
     if node is None:
-        path, how = batch_log(job.job_id)
-        if path is None:
-            print(f"== batch log of job {job.job_id}: not found ({how}) ==", file=out)
+        path, how = batch_log(job)
+        if path is None or not path.is_file():
+            print(f"== batch log of job {job.job_id}: {how} ==", file=out)
         else:
-            print(f"== batch log of job {job.job_id}: {path} (last {lines} lines) ==", file=out)
-            print(tail(path, lines), file=out)
-        print(f"\n== attempt {attempt} of job {job.job_id}: {attempt_dir} ==", file=out)
-        for path in sorted(p for p in attempt_dir.iterdir() if p.is_file()):
+            print_tail(f"== batch log of job {job.job_id}: {path} (from {how})", path)
+        files, hidden = shown_files(sorted(p for p in attempt_dir.iterdir() if p.is_file()), every)
+        print(f"\n== attempt {attempt} of job {job.job_id}: {attempt_dir}{hidden} ==", file=out)
+        for path in files:
             print(f"  {path.name:<32} {path.stat().st_size:>12,} bytes", file=out)
         hang = attempt_dir / "hang"
         if hang.is_dir():
@@ -115,13 +199,13 @@ def show(job, attempt: int, node: str | None, lines: int, out: TextIO) -> int:
                   f"{len({d.parent.name for d in dumps})} nodes in {hang} (one folder per node, processes.json lists "
                   "each process's state and innermost frame) ==", file=out)
         if (attempt_dir / "train_job.log").is_file():
-            print(f"\n== train_job.log (last {lines} lines) ==", file=out)
-            print(tail(attempt_dir / "train_job.log", lines), file=out)
+            print_tail("\n== train_job.log", attempt_dir / "train_job.log")
         if not nodes:
             print("\n== Ray logs: no node has copied its Ray logs for this attempt ==", file=out)
         for name, folder in nodes.items():
-            files = ray_log_files(folder)
-            print(f"\n== Ray logs of {name}: {folder} ({len(files)} files; {describe_copy(folder)}) ==", file=out)
+            files, hidden = shown_files(ray_log_files(folder), every)
+            print(f"\n== Ray logs of {name}: {folder} ({len(files)} files{hidden}; {describe_copy(folder)}) ==",
+                  file=out)
             for path in files:
                 print(f"  {str(path.relative_to(folder)):<60} {path.stat().st_size:>12,} bytes", file=out)
         return 0
@@ -132,21 +216,20 @@ def show(job, attempt: int, node: str | None, lines: int, out: TextIO) -> int:
         return 2
     own = attempt_dir / f"ray-{node}.log"
     if own.is_file():
-        print(f"== {own} (last {lines} lines) ==", file=out)
-        print(tail(own, lines), file=out)
+        print_tail(f"== {own}", own)
     if node in nodes:
         folder = nodes[node]
-        print(f"\n== Ray logs of {node}: {folder} ({describe_copy(folder)}) ==", file=out)
-        for path in ray_log_files(folder):
-            print(f"\n== {node}: {path.relative_to(folder)} (last {lines} lines) ==", file=out)
-            print(tail(path, lines), file=out)
+        files, hidden = shown_files(ray_log_files(folder), every)
+        print(f"\n== Ray logs of {node}: {folder} ({describe_copy(folder)}{hidden}) ==", file=out)
+        for path in files:
+            print_tail(f"\n== {node}: {path.relative_to(folder)}", path)
     return 0
 
 
-def listing(job, attempt: int, node: str | None = None) -> dict:
+def listing(job, attempt: str, node: str | None = None) -> dict:
     """`logs --json`: where each log of the attempt is and its size, without contents (schema: README)."""
     attempt_dir = job.attempt_dir(attempt)
-    path, how = batch_log(job.job_id)
+    path, how = batch_log(job)
 
     def sized(paths, base: Path | None = None) -> list[dict]:
         return [{"path": str(p.relative_to(base) if base else p), "bytes": p.stat().st_size} for p in paths]
@@ -167,22 +250,26 @@ def listing(job, attempt: int, node: str | None = None) -> dict:
             "hang_dumps": str(hang) if hang.is_dir() else None, "ray_logs": nodes}
 
 
+def _alive(job_id: str, state: Callable[[str], str] | None = None) -> bool:
+    try:
+        return (state or scheduler.job_state)(job_id) in _ACTIVE
+    except scheduler.SlurmCommandError:
+        return False
+
+
 def follow(job, path: Path, out: TextIO, *, poll_s: float = 1.0, state: Callable[[str], str] | None = None) -> int:
     """Print `path` as it grows until the job is no longer queued or running."""
-    state = state or scheduler.job_state
     position = 0
     while True:
-        try:
-            alive = state(job.job_id) in _ACTIVE
-        except scheduler.SlurmCommandError:
-            alive = False
+        alive = _alive(job.job_id, state)
         if path.is_file():
             with open(path, "rb") as handle:
                 handle.seek(position)
                 chunk = handle.read()
                 position = handle.tell()
             if chunk:
-                out.write(chunk.decode(errors="replace"))
+                text = chunk.decode(errors="replace")
+                out.write(text if out.isatty() else _ANSI.sub("", text))
                 out.flush()
         if not alive:
             return 0
@@ -190,15 +277,16 @@ def follow(job, path: Path, out: TextIO, *, poll_s: float = 1.0, state: Callable
 
 
 def build_parser():
-    args = VerbArgs("logs", "beam-slurm logs RUN [--attempt N] [--node NAME] [--follow]: the batch log, the attempt's "
-                    "logs and each node's Ray logs of a training job.\n\nRUN: the run folder (its export path), its "
-                    "run name, or the training job's id.", settings=False)
+    args = VerbArgs("logs", "beam-slurm logs RUN [--attempt N] [--node NAME] [--follow | --json] [--lines N] [--all]: the batch "
+                    "log, the attempt's logs and each node's Ray logs of a training job.\n\nRUN: the run folder (its "
+                    "export path), its run name, or the training job's id.", settings=False)
     args.add_argument("run", metavar="RUN", help="run folder, run name or training job id")
-    args.add_argument("--attempt", type=int, help="attempt number (default: the latest with logs)")
+    args.add_argument("--attempt", help="attempt: 2, or 2.1 for an in-job restart (default: the latest with logs)")
     args.add_argument("--node", help="one node: its ray-<node>.log and the tail of each of its Ray logs")
     args.add_argument("--follow", action="store_true",
                       help="keep printing the batch log (with --node: the node's ray-<node>.log) until the job ends")
-    args.add_argument("--lines", type=int, default=40, help="lines shown from the end of each log")
+    args.add_argument("--lines", type=int, default=40, help="lines from the end of each log (0: list the logs only)")
+    args.add_argument("--all", action="store_true", help="list empty files too")
     args.add_argument("--json", action="store_true", help="list the logs (paths, sizes, copy records) as JSON")
     args.add_argument("--exports-root", help="where run names are looked up (default $BEAM_EXPORTS_ROOT or ~/exports)")
     return args
@@ -208,6 +296,9 @@ def main(argv: list[str]) -> int:
     parser = build_parser()
     try:
         args = parser.parse(argv).args
+        if args.lines < 0:
+            raise VerbUsageError(f"--lines {args.lines}: give how many lines of each log to show, 0 or more (0 lists "
+                                 "the logs without their lines)")
         job = find_job(args.run, args.exports_root)
     except (VerbUsageError, runs.RunNotFound) as exc:
         return parser.fail(exc)
@@ -227,11 +318,11 @@ def main(argv: list[str]) -> int:
         if args.node:
             path: Path | None = job.attempt_dir(attempt) / f"ray-{args.node}.log"
         else:
-            path, how = batch_log(job.job_id)
-            if path is None:
+            path, how = batch_log(job)
+            if path is None or not (path.is_file() or _alive(job.job_id)):
                 return parser.fail(f"cannot follow the batch log of job {job.job_id}: {how}")
         return follow(job, path, sys.stdout)
-    return show(job, attempt, args.node, args.lines, sys.stdout)
+    return show(job, attempt, args.node, args.lines, sys.stdout, every=args.all)
 
 
 if __name__ == "__main__":

@@ -199,8 +199,8 @@ def next_nodes(facts: AttemptFacts, bad: tuple[str, ...]) -> tuple[tuple[str, ..
 
 def in_job(facts: AttemptFacts, decision: Decision) -> Decision:
     """The decision turned into a restart in this allocation, when one may go on; else as it was."""
-    if not decision.retryable or decision.end_kind not in IN_JOB_KINDS:
-        return decision
+    if not decision.retryable or decision.end_kind not in IN_JOB_KINDS or facts.max_in_job_attempts == 0:
+        return decision  # (0: in-job restarts are off, nothing to say)
     why = ""
     if facts.in_job_attempt >= facts.max_in_job_attempts:
         why = f"cluster.max_in_job_attempts={facts.max_in_job_attempts} restarts in this allocation used"

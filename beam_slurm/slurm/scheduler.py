@@ -192,19 +192,35 @@ def sacct_rows(job_ids: Sequence[str]) -> list[dict[str, str]]:
             if len(parts) >= len(ACCOUNTING_FIELDS)]
 
 
+OUTPUT_FIELDS = ("JobID", "JobName", "User", "WorkDir", "StdOut", "SubmitLine")
+"""What `output_facts` asks sacct for (StdOut only where the accounting keeps it: Slurm 23.02 and later)."""
+
+
+def output_facts(job_id: str | int) -> dict[str, str]:
+    """What names a job's batch log, `source` saying who answered: `scontrol show job` while the controller knows the
+    job (StdOut, WorkDir, JobName, UserId, ArrayJobId, ArrayTaskId, BatchHost), else `accounted_output`."""
+    try:
+        return {**job_info(job_id), "source": "scontrol"}
+    except SlurmCommandError:
+        return accounted_output(job_id)
+
+
+def accounted_output(job_id: str | int) -> dict[str, str]:
+    """sacct's OUTPUT_FIELDS of a job (accounting keeps them for good); {} when it does not know the job."""
+    for fields in (OUTPUT_FIELDS, tuple(f for f in OUTPUT_FIELDS if f != "StdOut")):
+        try:
+            out = _run(["sacct", "--noheader", "--parsable2", "-X", f"--jobs={job_id}", "--format=" + ",".join(fields)])
+        except SlurmCommandError:
+            continue  # an older sacct refuses the StdOut field: ask again without it
+        rows = [line.split("|", len(fields) - 1) for line in out.splitlines()]  # SubmitLine last: it may hold '|'
+        return next(({**dict(zip(fields, row)), "source": "sacct"} for row in rows if len(row) == len(fields)), {})
+    return {}
+
+
 def job_folders(job_id: str | int) -> list[str]:
-    """Where a job wrote: its output file and working folder from scontrol while the controller still knows it,
-    else its working folder from sacct (accounting keeps it for good). [] when neither knows the job."""
-    try:
-        info = job_info(job_id)
-        return [v for v in (info.get("StdOut", ""), info.get("WorkDir", "")) if v and v != "(null)"]
-    except SlurmCommandError:
-        pass
-    try:
-        out = _run(["sacct", "--noheader", "--parsable2", "-X", f"--jobs={job_id}", "--format=WorkDir"])
-    except SlurmCommandError:
-        return []
-    return [line.strip() for line in out.splitlines() if line.strip()][:1]
+    """Where a job wrote: its output file and working folder (`output_facts`). [] when Slurm does not know the job."""
+    facts = output_facts(job_id)
+    return [v for v in (facts.get("StdOut", ""), facts.get("WorkDir", "")) if v and v != "(null)"]
 
 
 def dependents_from(rows: Sequence[Mapping[str, str]]) -> dict[str, list[tuple[str, str]]]:

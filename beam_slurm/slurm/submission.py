@@ -80,10 +80,11 @@ class SbatchRequest:
 SBATCH_ENVIRONMENT = {"time": "SBATCH_TIMELIMIT", "partition": "SBATCH_PARTITION", "account": "SBATCH_ACCOUNT",
                       "qos": "SBATCH_QOS", "gpus-per-node": "SBATCH_GPUS_PER_NODE"}
 """The sbatch input variables of the options `effective_options` reads (a variable beats the script's header)."""
-_SHORT_OPTIONS = {"-t": "time", "-p": "partition", "-A": "account", "-q": "qos", "-N": "nodes", "-G": "gpus"}
+_SHORT_OPTIONS = {"-t": "time", "-p": "partition", "-A": "account", "-q": "qos", "-N": "nodes", "-G": "gpus",
+                  "-o": "output", "-J": "job-name"}
 
 
-def _option_pairs(words: list[str]) -> list[tuple[str, str]]:
+def option_pairs(words: list[str]) -> list[tuple[str, str]]:
     """(long name, value) of sbatch options written `--name=value`, `--name value`, `-x value` or `-xvalue`."""
     pairs, index = [], 0
     while index < len(words):
@@ -116,12 +117,12 @@ def effective_options(request: SbatchRequest, environ: Mapping[str, str] | None 
         if stripped and not stripped.startswith("#"):
             break
         if stripped.startswith("#SBATCH"):
-            for name, value in _option_pairs(shlex.split(stripped[len("#SBATCH"):], comments=True)):
+            for name, value in option_pairs(shlex.split(stripped[len("#SBATCH"):], comments=True)):
                 found[name] = (value, "the script's #SBATCH header")
     for name, variable in SBATCH_ENVIRONMENT.items():
         if environ.get(variable):
             found[name] = (environ[variable], variable)
-    for name, value in _option_pairs(list(request.options)):
+    for name, value in option_pairs(list(request.options)):
         found[name] = (value, "the command line")
     return found
 

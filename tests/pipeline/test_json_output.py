@@ -114,7 +114,7 @@ def test_logs_json_lists_the_files(tmp_path, capsys):
     (attempt / "ray" / "n1" / "logs" / "raylet.out").write_text("raylet\n" * 3)
     (attempt / "ray" / "n1" / "COPY.json").write_text(json.dumps({"reason": "end", "time": 1.0, "bytes": 21}))
     listing = read_json(["logs", str(export), "--json"], capsys)
-    assert listing["job_id"] == "77" and listing["attempt"] == 0 and listing["attempts"] == [0]
+    assert listing["job_id"] == "77" and listing["attempt"] == "0" and listing["attempts"] == ["0"]
     assert listing["files"] == [{"path": str(attempt / "train_job.log"), "bytes": 8}]
     assert listing["batch_log"]["path"] is None and listing["batch_log"]["not_found"]  # no Slurm to ask here
     (node,) = listing["ray_logs"]

@@ -43,12 +43,16 @@ def test_a_node_that_failed_preflight_or_left_the_job_is_never_chosen_again():
 
 @pytest.mark.parametrize("change, why", [
     ({"in_job_attempt": 2}, "cluster.max_in_job_attempts=2 restarts in this allocation used"),
-    ({"max_in_job_attempts": 0}, "cluster.max_in_job_attempts=0 restarts in this allocation used"),
     ({"time_left_s": 300.0}, "300 s left of the time limit, a restart needs 420 s"),
 ])
 def test_the_allocation_requeues_when_it_cannot_go_on(change, why):
     decision = decide(AttemptFacts(**{**TWO_PLUS_SPARE, **change}, **WORKER_DIED))
     assert decision.requeue and not decision.restart_in_job and why in decision.note
+
+
+def test_with_in_job_restarts_off_every_failure_requeues_as_before():
+    decision = decide(AttemptFacts(**{**TWO_PLUS_SPARE, "max_in_job_attempts": 0}, **WORKER_DIED))
+    assert decision.requeue and not decision.restart_in_job and decision.note == ""
 
 
 def test_a_hang_and_a_preflight_failure_on_some_nodes_restart_in_the_job():

@@ -126,7 +126,7 @@ def test_attach_logs_and_one_environment_on_every_node(train_run):
     listed = beam(user_env, "logs", target, "--json")
     assert listed.returncode == 0, listed.stderr
     listing = json.loads(listed.stdout)
-    assert listing["job_id"] == run.job_id and listing["attempt"] == 0 and listing["attempts"] == [0], listing
+    assert listing["job_id"] == run.job_id and listing["attempt"] == "0" and listing["attempts"] == ["0"], listing
     assert {f["path"].rsplit("/", 1)[-1]: f["bytes"] for f in listing["files"]}["train_job.log"] > 0, listing
     ray = {entry["node"]: entry for entry in listing["ray_logs"]}
     assert sorted(ray) == sorted(nodes) and ray[worker]["copy"]["reason"] == "failure", listing
