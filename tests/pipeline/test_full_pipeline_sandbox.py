@@ -108,6 +108,7 @@ class Story:
         self.env = {k: v for k, v in sandbox.env().items() if k not in CONFIG_ENV}
         self.env.update({
             "HOME": str(root / "home"),  # status/submit remember the last run there, not in the real home
+            "PYTHONPATH": str(REPO_ROOT),  # this checkout's code, whichever one the venv's beam-slurm has installed
             "BEAM_REHEARSAL_STEP_SECONDS": str(STEP_SECONDS),
             # prepare_data.sh asks for a real cluster's 8 GB; sandbox nodes have 8000 MB. sbatch's input
             # variable overrides the #SBATCH header, as a site would do for its own small nodes.
