@@ -26,6 +26,7 @@ VERBS: dict[str, tuple[str, str, str]] = {
     "sync": ("beam_slurm.pipeline.tracking", "main", "upload a run's offline W&B folders into its one W&B run"),
     "requeue": ("beam_slurm.slurm.operator", "requeue_main", "save at the next step, then requeue a running job"),
     "stop": ("beam_slurm.slurm.operator", "stop_main", "save at the next step, then stop a running job (resumable)"),
+    "cancel": ("beam_slurm.slurm.operator", "cancel_main", "cancel a run's or a sweep's queued and running jobs"),
     "attach": ("beam_slurm.slurm.attach", "main", "a shell (or -- CMD) on a node of a running job, with its Ray address"),
     "logs": ("beam_slurm.slurm.logs", "main", "a job's batch log, attempt logs and every node's Ray logs"),
     "pull-container": ("beam_slurm.containers.pull", "main", "import the recipe's image once to shared storage"),

@@ -438,6 +438,12 @@ class TrainerConfig:
     wandb_mode: str = "offline"
     """W&B mode for trainer.logger=wandb (WANDB_MODE): offline (ours: compute nodes often have no internet; upload
     afterwards with `beam-slurm sync RUN`), online, or disabled."""
+    project_name: str = "beam"
+    """The tracker's project (SkyRL's trainer.project_name; WANDB_PROJECT for the rehearsal)."""
+    wandb_group: str = ""
+    """W&B run group (WANDB_RUN_GROUP in the job); empty = none, or for a sweep's points the sweep's name."""
+    tags: list[str] = field(default_factory=list)
+    """Tags of the W&B run (SkyRL's trainer.tags; WANDB_TAGS for the rehearsal), at most 64 characters each."""
     extra_overrides: list[str] = field(default_factory=list)
     """Raw SkyRL key=value overrides appended last (they win); validated by SkyRL at launch."""
     extra_env: dict[str, str] = field(default_factory=dict)

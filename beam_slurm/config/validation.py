@@ -184,6 +184,13 @@ def problems(cfg) -> list[ConfigProblem]:
             f"cluster.stop_grace_s ({cfg.cluster.stop_grace_s}), so the job requeues before its time limit")
     if cfg.trainer.wandb_mode not in ("offline", "online", "disabled"):
         bad("trainer.wandb_mode", cfg.trainer.wandb_mode, "use offline, online or disabled")
+    if not cfg.trainer.project_name.strip() or len(cfg.trainer.project_name) > 128:
+        bad("trainer.project_name", cfg.trainer.project_name, "use a project name of 1 to 128 characters")
+    if len(cfg.trainer.wandb_group) > 128:
+        bad("trainer.wandb_group", cfg.trainer.wandb_group, "use a group name of at most 128 characters")
+    for tag in cfg.trainer.tags:  # W&B's limit; WANDB_TAGS is comma-separated
+        if not tag.strip() or len(tag) > 64 or "," in tag:
+            bad("trainer.tags", list(cfg.trainer.tags), f"tag {tag!r}: use 1 to 64 characters without a comma")
     if cfg.cluster.fabric_check_timeout_s <= 0:
         bad("cluster.fabric_check_timeout_s", cfg.cluster.fabric_check_timeout_s, "use a positive number of seconds")
     if cfg.cluster.fabric_check_bytes < 4:

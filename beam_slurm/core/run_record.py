@@ -121,6 +121,17 @@ class Wanted:
 
 
 @dataclass
+class Cancel:
+    """One `beam-slurm cancel` of the run: the jobs it ended while they were queued or running."""
+
+    requested_at: str = ""
+    by: str = ""
+    job_ids: list[str] = field(default_factory=list)
+    states: dict[str, str] = field(default_factory=dict)  # Job id -> its state when cancelled
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
 class BadNode:
     """A node an attempt failed on; later attempts of the same job exclude it."""
 
@@ -162,6 +173,7 @@ class RunRecord:
     wanted: Wanted | None = None
     bad_nodes: list[BadNode] = field(default_factory=list)
     tracking: Tracking | None = None
+    cancels: list[Cancel] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)
 
     def train_job(self, job_id: str) -> TrainJob:
@@ -197,6 +209,15 @@ class RunRecord:
         return job if job and job.resumable and job.outcome in ("stopped", "failed") else None
 
     # --- changes, made by the store's update (beam_slurm.core.run_store) ----------------------------------------
+    def record_cancel(self, cancel: Cancel) -> None:
+        """Note a cancel; the training jobs it ended are over for good (`submit` starts afresh, resuming nothing)."""
+        self.cancels.append(cancel)
+        trains = set(self.train_jobs) | set(self.submitted_job_ids("train"))
+        for job_id in (j for j in cancel.job_ids if j in trains):
+            job = self.train_job(job_id)  # one cancelled while pending has no entry yet
+            job.outcome, job.resumable = "cancelled", False
+            job.outcome_reason = f"cancelled by {cancel.by} with beam-slurm cancel at {cancel.requested_at}"
+
     def fill_in(self, run_info: dict[str, Any]) -> None:
         """The run's own fields (name, recipe, paths) where still empty: a job started without `submit`."""
         for key, value in run_info.items():

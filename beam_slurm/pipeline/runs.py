@@ -139,13 +139,16 @@ def resolve_runs(target: str, exports_root_given: str | None = None) -> list[Run
 
 # --- written by the operator verbs --------------------------------------------------------------------------------
 
+def user_name() -> str:
+    try:
+        return getpass.getuser()
+    except Exception:  # no passwd entry in some containers
+        return str(os.getuid())
+
+
 def set_wanted(store: RunStore, *, job_id: str, action: str, timeout_s: float) -> Wanted:
     """Write the operator's wanted outcome for the job (it replaces an earlier unhandled one)."""
-    try:
-        user = getpass.getuser()
-    except Exception:  # no passwd entry in some containers
-        user = str(os.getuid())
-    wanted = Wanted(action=action, job_id=str(job_id), requested_at=now(), requested_time=time.time(), by=user,
+    wanted = Wanted(action=action, job_id=str(job_id), requested_at=now(), requested_time=time.time(), by=user_name(),
                     timeout_s=float(timeout_s))
 
     def change(run: RunRecord) -> Wanted:

@@ -13,8 +13,10 @@ it that can no longer run, and the nodes its later attempts excluded.
 from __future__ import annotations
 
 import json
+import math
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 
 from rich.console import Group
@@ -34,6 +36,7 @@ from beam_slurm.pipeline.manifest import last_target, latest_stages
 from beam_slurm.pipeline.runs import RunNotFound, resolve_runs, sweep_folder
 from beam_slurm.slurm.scheduler import SlurmCommandError
 from beam_slurm.slurm.submission import FINAL_STATES, JobView, job_view
+from beam_slurm.slurm.values import reported_seconds
 
 
 class StatusInputError(UserError, ValueError):
@@ -55,6 +58,11 @@ class StatusRow:
     evaluation: str  # train rows: the run's latest result; evaluate rows: that step's
     reason: str  # why it waits, why it was skipped, or how it ended
     rehearsal: bool = False  # trainer.backend=rehearsal: it checks the plumbing, it does not train
+    # The same, typed, for --json:
+    step: int | None = None  # train: the latest complete checkpoint; evaluate: the checkpoint evaluated
+    max_steps: int | None = None
+    results: dict | None = None  # the evaluation shown: step, origin, rehearsal, accuracy by dataset
+    attempts: list[Attempt] = field(default_factory=list)  # train rows: the job's attempts
 
 
 def resolve_targets(target: str | None) -> tuple[list[Path], str]:
@@ -79,33 +87,44 @@ def resolve_targets(target: str | None) -> tuple[list[Path], str]:
     return [export_path], f"run {RunStore(export_path).read().run_name or export_path.name}"
 
 
-def _latest_eval(export_path: Path) -> tuple[int | None, str]:
+def _results(step: int, origin: str, scores: list[tuple[str, float, bool]]) -> dict:
+    """An evaluation as --json shows it; (dataset, accuracy, made up by a rehearsal) each."""
+    return {"step": step, "origin": origin, "rehearsal": any(r for _, _, r in scores),
+            "accuracy": {name: value if math.isfinite(value) else None for name, value, _ in scores}}
+
+
+def _results_text(scores: list[tuple[str, float, bool]]) -> str:
+    return ", ".join(f"{name} {value:.3f}{' (rehearsal)' if rehearsal else ''}" for name, value, rehearsal in scores)
+
+
+def _latest_eval(export_path: Path) -> tuple[str, dict | None]:
     try:
         report = gather(export_path)
     except OSError:
-        return None, ""
+        return "", None
     if not report.evals:
-        return None, ""
+        return "", None
     step = max(p.step for p in report.evals)
     points = [p for p in report.evals if p.step == step]
     ours = [p for p in points if p.origin == "beam"] or points
     # Datasets by what they are (aime2024, not its source's math_dapo); a rehearsal's numbers say so.
-    text = ", ".join(f"{p.dataset or p.data_source} {p.accuracy:.3f}{' (rehearsal)' if p.rehearsal else ''}"
-                     for p in ours)
-    return step, f"step {step}: {text}" + ("" if ours is not points or ours[0].origin == "beam" else " (SkyRL)")
+    scores = [(p.dataset or p.data_source, p.accuracy, p.rehearsal) for p in ours]
+    text = f"step {step}: {_results_text(scores)}" + ("" if ours[0].origin == "beam" else " (SkyRL)")
+    return text, _results(step, ours[0].origin, scores)
 
 
-def _eval_at(export_path: Path, step: int) -> str:
+def _eval_at(export_path: Path, step: int) -> tuple[str, dict | None]:
     try:
         metrics = finished_metrics(evaluation_dir(export_path, step))
     except (OSError, ValueError):
-        return "unreadable metrics.json"
+        return "unreadable metrics.json", None
     if not metrics:
-        return ""
+        return "", None
     entries = {source: entry for source, entry in metrics.items() if isinstance(entry, dict)}
     labels = {} if all(e.get("dataset") for e in entries.values()) else dataset_labels(export_path)
-    return ", ".join(f"{entry_label(source, entry, labels)} {entry.get('avg@k', float('nan')):.3f}"
-                     f"{' (rehearsal)' if entry.get('rehearsal') is True else ''}" for source, entry in entries.items())
+    scores = [(entry_label(source, entry, labels), float(entry.get("avg@k", math.nan)), entry.get("rehearsal") is True)
+              for source, entry in entries.items()]
+    return _results_text(scores), _results(step, "beam", scores)
 
 
 def collect(export_paths: list[Path]) -> list[StatusRow]:
@@ -134,14 +153,17 @@ def collect(export_paths: list[Path]) -> list[StatusRow]:
             job_id = str(entry.job_id or "")
             record = records.get(job_id)
             checkpoint = evaluation = ""
+            step = results = None
             if entry.stage == "train":
                 step = layout.latest_checkpoint_step(run.ckpt_path)
                 steps = run.max_training_steps if run.max_training_steps is not None else "?"
                 checkpoint = f"{step}/{steps}" if step is not None else "-"
-                evaluation = _latest_eval(export_path)[1]
+                evaluation, results = _latest_eval(export_path)
+            typed = {"step": step, "max_steps": run.max_training_steps if entry.stage == "train" else None,
+                     "results": results}
             if record is None:
                 rows.append(StatusRow(name, entry.stage, "", "SKIPPED", 0, "", "", checkpoint, evaluation,
-                                      entry.reason or ""))
+                                      entry.reason or "", **typed))
                 continue
             state, reason = record.state, _reason(record, entry, records, stage_of_job)
             job = run.train_jobs.get(job_id) if entry.stage == "train" else None
@@ -157,7 +179,8 @@ def collect(export_paths: list[Path]) -> list[StatusRow]:
                     if stuck:
                         reason += f"; waiting on it and can no longer run: {', '.join(stuck)}"
             rows.append(StatusRow(name, entry.stage, job_id, state, record.restarts, record.elapsed,
-                                  record.nodes, checkpoint, evaluation, reason))
+                                  record.nodes, checkpoint, evaluation, reason, **typed,
+                                  attempts=list(job.attempts) if job else []))
             for attempt in job.attempts if job else []:
                 rows.append(_attempt_row(name, attempt, ended_by_slurm=record.final))
         for evaluation_entry in evals:
@@ -166,14 +189,19 @@ def collect(export_paths: list[Path]) -> list[StatusRow]:
             if record is None:
                 continue
             step = evaluation_entry.step
+            text, results = _eval_at(export_path, step)
             rows.append(StatusRow(name, f"evaluate {step}", job_id, record.state, record.restarts,
-                                  record.elapsed, record.nodes, str(step), _eval_at(export_path, step),
-                                  _reason(record, evaluation_entry, records, stage_of_job)))
+                                  record.elapsed, record.nodes, str(step), text,
+                                  _reason(record, evaluation_entry, records, stage_of_job), step=step,
+                                  results=results))
     rehearsal_runs = {run.run_name or export_path.name for export_path, run, _, _ in runs
                       if is_rehearsal_run(export_path)}
     for row in rows:
         row.rehearsal = row.run in rehearsal_runs
     return rows
+
+
+LOST_REASON = "ended without a word from the batch shell (its node failed, or Slurm killed it)"
 
 
 def _attempt_row(name: str, attempt: Attempt, ended_by_slurm: bool = False) -> StatusRow:
@@ -185,7 +213,7 @@ def _attempt_row(name: str, attempt: Attempt, ended_by_slurm: bool = False) -> S
     reason = attempt.end_reason or ""
     if not attempt.ended and ended_by_slurm:
         # The job is over and this attempt never said how it ended: its batch shell died (the batch host failed).
-        kind, reason = "lost", "ended without a word from the batch shell (its node failed, or Slurm killed it)"
+        kind, reason = "lost", LOST_REASON
     if attempt.saved_step is not None and kind in ("notice", "operator-requeue", "stopped"):
         reason = f"saved at step {attempt.saved_step}; {reason}"
     if attempt.hang_dumps:
@@ -195,6 +223,40 @@ def _attempt_row(name: str, attempt: Attempt, ended_by_slurm: bool = False) -> S
         reason = f"in-job restart{replaced}" + (f"; {reason}" if reason else "")
     return StatusRow(name, f"  attempt {attempt.label}", "", kind, attempt.attempt,
                      "", ",".join(attempt.nodes), checkpoint, "", reason)
+
+
+def _iso(stamp: float | None, text: str | None) -> str | None:
+    """ISO 8601 with a colon in the offset (what datetime.fromisoformat and JavaScript read)."""
+    if stamp:
+        return datetime.fromtimestamp(stamp).astimezone().isoformat(timespec="seconds")
+    try:
+        return datetime.strptime(text, "%Y-%m-%dT%H:%M:%S%z").isoformat() if text else None
+    except ValueError:
+        return text
+
+
+def status_json(rows: list[StatusRow], title: str) -> dict:
+    """`status --json`: one object per job (schema in the README's "JSON output"); attempts nested in their job."""
+    jobs = []
+    for r in rows:
+        if r.stage.startswith(" "):
+            continue
+        stage, _, _ = r.stage.partition(" ")
+        jobs.append({
+            "run": r.run, "stage": stage, "job_id": r.job_id or None, "state": r.state, "restarts": r.restarts,
+            "elapsed_s": reported_seconds(r.elapsed), "nodes": r.nodes or None,
+            "checkpoint": r.step, "max_training_steps": r.max_steps, "evaluation": r.results, "reason": r.reason,
+            "rehearsal": r.rehearsal,
+            "attempts": [{"attempt": a.attempt, "in_job": a.in_job, "label": a.label, "replaced": list(a.replaced),
+                          "state": a.end_kind or ("lost" if r.state in FINAL_STATES else "running"
+                                                  if not a.ended else "ended"),
+                          "started_at": _iso(a.start_time, a.start), "ended_at": _iso(a.end_time, a.end),
+                          "nodes": list(a.nodes), "checkpoint_at_start": a.checkpoint_at_start,
+                          "checkpoint_at_end": a.checkpoint_at_end, "saved_step": a.saved_step,
+                          "decision": a.decision or None, "exit_status": a.exit_status,
+                          "reason": a.end_reason or (LOST_REASON if not a.ended and r.state in FINAL_STATES else ""),
+                          "hang_dumps": a.hang_dumps} for a in r.attempts]})
+    return {"title": title, "jobs": jobs}
 
 
 def _reason(record, entry: StageEntry | EvaluationEntry, records: dict, stage_of_job: dict) -> str:
@@ -270,7 +332,11 @@ def main(argv: list[str]) -> int:
     try:
         rows = collect(export_paths)
         if args.json:
-            print(json.dumps([asdict(r) for r in rows], indent=2))
+            ledgers = {RunStore(p).read().run_name or p.name: run_ledger(p).to_json() for p in export_paths}
+            for ledger in ledgers.values():
+                ledger.pop("timeline")  # report.json has it
+            goodput = next(iter(ledgers.values())) if len(ledgers) == 1 else ledgers
+            print(json.dumps({**status_json(rows, title), "goodput": goodput}, indent=2))
             return 0
         console = table_console()
         if not args.watch:

@@ -2,7 +2,7 @@
 point of a `-m` sweep, returning as soon as everything is queued.
 
     beam-slurm submit [-m] [--dry-run] [--force] [--stages data,container,train] [--dependency-type afterok|afterany]
-                      [--skip-invalid] [key=value ...] [data.key=value ...]
+                      [--skip-invalid] [--json] [key=value ...] [data.key=value ...]
 
 Each stage is its own job, chained with `--dependency` (afterok: a failed stage's dependents stay pending, nothing
 is cancelled). Stages already complete are skipped and a stage whose earlier job is still active is not submitted
@@ -13,6 +13,7 @@ twice; a sweep shares the data and container jobs, and is refused (exit 2) when 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sys
@@ -32,7 +33,7 @@ from beam_slurm.evaluation.report import REHEARSAL_RUN
 from beam_slurm.notice_budget import attempt_progress
 from beam_slurm.pipeline.manifest import record_submission, remember_last
 from beam_slurm.pipeline.stages import PrepareData, PullContainer, StageError, Train
-from beam_slurm.pipeline.sweep import expand, has_sweep, rename_run, slug, sweep_root
+from beam_slurm.pipeline.sweep import expand, has_sweep, rename_run, share_group, slug, sweep_root
 from beam_slurm.slurm import limits, scheduler
 from beam_slurm.slurm.scheduler import SlurmCommandError
 from beam_slurm.slurm.submission import job_records, refusal_setting, sbatch_test_only
@@ -67,7 +68,28 @@ def build_parser():
                       help="how a stage waits for the one before it (default afterok)")
     verb.add_argument("--skip-invalid", action="store_true", help="submit a sweep's valid points, list the others")
     verb.add_argument("--force", action="store_true", help="rebuild the data even when it is up to date")
+    verb.add_argument("--json", action="store_true", help="print what was queued (job ids, sbatch commands) as JSON")
     return verb
+
+
+def submission_json(runs: list[RunSpec], invalid: list[RunSpec], dry_run: bool, sweep_dir: Path | None) -> dict:
+    """`submit --json`: per run, each stage's job id (as `sbatch --parsable` gives it) and sbatch command; a stage
+    shared by a sweep's points names the run that owns it."""
+    owner: dict[int, str] = {}
+    out = []
+    for run in runs:
+        stages = []
+        for plan in run.plans:
+            first = owner.setdefault(id(plan), run.cfg.run_name)
+            stages.append({**plan.to_json(), "dependency_type": plan.request.dependency_type if plan.request else None,
+                           "shared_with": first if first != run.cfg.run_name else None})
+        out.append({"run_name": run.cfg.run_name, "export_path": str(run.cfg.paths.export_path),
+                    "run_dir": str(layout.run_dir(run.cfg.paths.export_path)),
+                    "rehearsal": run.cfg.trainer.backend == "rehearsal", "choices": [f"{k}={v}" for k, v in run.choices],
+                    "wandb_group": run.cfg.trainer.wandb_group or None, "stages": stages})
+    return {"dry_run": dry_run, "sweep_dir": str(sweep_dir) if sweep_dir else None, "runs": out,
+            "invalid": [{"choices": [f"{k}={v}" for k, v in r.choices], "label": r.label,
+                         "problems": [dataclasses.asdict(p) for p in r.problems]} for r in invalid]}
 
 
 def _fail(problems: list[str]) -> int:
@@ -352,7 +374,13 @@ def main(argv: list[str]) -> int:
             return 2
 
     if "train" in stages:
-        resume_stopped(valid)
+        resume_stopped(valid, out=sys.stderr if args.json else None)
+    sweep_dir = None
+    if args.multirun:
+        sweep_dir = sweep_root([str(r.cfg.paths.export_path) for r in valid]) / layout.SWEEPS_DIRNAME / \
+            f"{valid[0].base_name}-{time.strftime('%Y%m%d-%H%M%S')}"
+        for run in valid:
+            run.overrides = share_group(run.cfg, run.overrides, sweep_dir.name)
     try:
         plan_stages(valid, stages, data_overrides, args.force)
     except StageError as exc:
@@ -366,13 +394,11 @@ def main(argv: list[str]) -> int:
         refused = ask_slurm(valid)
         if refused:
             return _fail(refused)
-    sweep_dir = None
-    if args.multirun:
-        base = valid[0].base_name
-        sweep_dir = sweep_root([str(r.cfg.paths.export_path) for r in valid]) / layout.SWEEPS_DIRNAME / \
-            f"{base}-{time.strftime('%Y%m%d-%H%M%S')}"
 
     if args.dry_run:
+        if args.json:
+            print(json.dumps(submission_json(valid, invalid, True, sweep_dir), indent=2, default=str))
+            return 0
         _print_runs(valid, dry_run=True)
         print(f"dry run: nothing submitted or written{f' (sweep folder would be {sweep_dir})' if sweep_dir else ''}")
         return 0
@@ -385,6 +411,9 @@ def main(argv: list[str]) -> int:
         print("beam-slurm submit: jobs already queued are kept (see below); nothing was cancelled", file=sys.stderr)
         status = 1
     _write_records(valid, invalid, args, data_overrides, sweep_dir)
+    if args.json:
+        print(json.dumps(submission_json(valid, invalid, False, sweep_dir), indent=2, default=str))
+        return status
     _print_runs(valid, dry_run=False)
     if sweep_dir is not None:
         print(f"sweep {sweep_dir}  ({len(valid)} runs{f', {len(invalid)} invalid skipped' if invalid else ''})")

@@ -15,6 +15,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import OverrideParseException
 
 from beam_slurm.config.errors import ConfigError, ConfigProblem
+from beam_slurm.config.overrides import override
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
@@ -93,3 +94,12 @@ def sweep_root(export_paths: list[str]) -> Path:
     if len(parents) == 1:
         return Path(parents.pop())
     return Path(os.path.commonpath(export_paths))
+
+
+def share_group(cfg, overrides: list[str], sweep_name: str) -> list[str]:
+    """A sweep point joins the W&B group named after its sweep, unless trainer.wandb_group was set: its overrides
+    then carry the group to the training job."""
+    if cfg.trainer.wandb_group:
+        return overrides
+    cfg.trainer.wandb_group = sweep_name
+    return [*overrides, override("trainer.wandb_group", sweep_name)]

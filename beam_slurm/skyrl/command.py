@@ -161,11 +161,14 @@ def skyrl_settings(cfg) -> list[tuple[str, object]]:
     ]
     if cfg.checkpoint.resume_mode == "from_path":
         kv.append(("trainer.resume_path", cfg.checkpoint.resume_path))
+    if cfg.trainer.tags:
+        kv.append(("trainer.tags", list(cfg.trainer.tags)))
     kv += [
         ("trainer.ckpt_path", p.ckpt_path),
         ("trainer.export_path", p.export_path),
         ("trainer.run_name", cfg.run_name),
         ("trainer.logger", cfg.trainer.logger),
+        ("trainer.project_name", cfg.trainer.project_name),
         ("trainer.log_path", f"{p.log_dir}/skyrl"),
         # generation
         ("generator.n_samples_per_prompt", b.responses_per_prompt),
@@ -216,7 +219,11 @@ def skyrl_env(cfg) -> dict[str, str]:
         env["VLLM_FLASH_ATTN_VERSION"] = "2"
     if cfg.trainer.logger == "wandb":
         # Offline runs ignore resume; the job adds WANDB_RUN_ID and WANDB_DIR per attempt (beam_slurm.skyrl.tracking).
-        env.update({"WANDB_MODE": cfg.trainer.wandb_mode, "WANDB_RESUME": "allow"})
+        env.update({"WANDB_MODE": cfg.trainer.wandb_mode, "WANDB_RESUME": "allow",
+                    "WANDB_PROJECT": cfg.trainer.project_name})
+        # SkyRL 0.3.0 has no group key: wandb.init reads the group from the environment.
+        env.update({"WANDB_RUN_GROUP": cfg.trainer.wandb_group} if cfg.trainer.wandb_group else {})
+        env.update({"WANDB_TAGS": ",".join(cfg.trainer.tags)} if cfg.trainer.tags else {})
     env.update({k: str(v) for k, v in cfg.trainer.extra_env.items()})
     return env
 

@@ -1,5 +1,5 @@
-"""`beam-slurm logs RUN [--attempt N] [--node NAME] [--follow] [--lines N] [--all]`: every log a training job
-leaves, in one place.
+"""`beam-slurm logs RUN [--attempt N] [--node NAME] [--follow | --json] [--lines N] [--all]`: every log a training
+job leaves, in one place.
 
 - the batch log (the job's `--output` file), found where Slurm names it (scontrol's StdOut while the controller knows
   the job, sacct's where the accounting keeps it), where the job recorded it at its start, from the `--output` of its
@@ -226,6 +226,30 @@ def show(job, attempt: str, node: str | None, lines: int, out: TextIO, every: bo
     return 0
 
 
+def listing(job, attempt: str, node: str | None = None) -> dict:
+    """`logs --json`: where each log of the attempt is and its size, without contents (schema: README)."""
+    attempt_dir = job.attempt_dir(attempt)
+    path, how = batch_log(job)
+
+    def sized(paths, base: Path | None = None) -> list[dict]:
+        return [{"path": str(p.relative_to(base) if base else p), "bytes": p.stat().st_size} for p in paths]
+
+    nodes = []
+    for name, folder in node_sections(attempt_dir).items():
+        if node is None or name == node:
+            try:
+                copy = json.loads((folder / COPY_RECORD).read_text())
+            except (OSError, ValueError):
+                copy = None
+            nodes.append({"node": name, "folder": str(folder), "copy": copy, "files": sized(ray_log_files(folder), folder)})
+    hang = attempt_dir / "hang"
+    return {"job_id": job.job_id, "attempt": attempt, "attempts": job.attempts(), "attempt_dir": str(attempt_dir),
+            "batch_log": {"path": str(path) if path else None, "found_by": how if path else None,
+                          "not_found": None if path else how},
+            "files": sized(sorted(p for p in attempt_dir.iterdir() if p.is_file())),
+            "hang_dumps": str(hang) if hang.is_dir() else None, "ray_logs": nodes}
+
+
 def _alive(job_id: str, state: Callable[[str], str] | None = None) -> bool:
     try:
         return (state or scheduler.job_state)(job_id) in _ACTIVE
@@ -253,7 +277,7 @@ def follow(job, path: Path, out: TextIO, *, poll_s: float = 1.0, state: Callable
 
 
 def build_parser():
-    args = VerbArgs("logs", "beam-slurm logs RUN [--attempt N] [--node NAME] [--follow] [--lines N] [--all]: the batch "
+    args = VerbArgs("logs", "beam-slurm logs RUN [--attempt N] [--node NAME] [--follow | --json] [--lines N] [--all]: the batch "
                     "log, the attempt's logs and each node's Ray logs of a training job.\n\nRUN: the run folder (its "
                     "export path), its run name, or the training job's id.", settings=False)
     args.add_argument("run", metavar="RUN", help="run folder, run name or training job id")
@@ -263,6 +287,7 @@ def build_parser():
                       help="keep printing the batch log (with --node: the node's ray-<node>.log) until the job ends")
     args.add_argument("--lines", type=int, default=40, help="lines from the end of each log (0: list the logs only)")
     args.add_argument("--all", action="store_true", help="list empty files too")
+    args.add_argument("--json", action="store_true", help="list the logs (paths, sizes, copy records) as JSON")
     args.add_argument("--exports-root", help="where run names are looked up (default $BEAM_EXPORTS_ROOT or ~/exports)")
     return args
 
@@ -284,6 +309,11 @@ def main(argv: list[str]) -> int:
     if attempt not in attempts:
         return parser.fail(f"--attempt {attempt}: job {job.job_id} has logs of attempts "
                            f"{', '.join(map(str, attempts))}")
+    if args.json:
+        if args.follow:
+            return parser.fail("--json and --follow: choose one")
+        print(json.dumps(listing(job, attempt, args.node), indent=2))
+        return 0
     if args.follow:
         if args.node:
             path: Path | None = job.attempt_dir(attempt) / f"ray-{args.node}.log"

@@ -92,9 +92,9 @@ def release(job_id: str | int) -> None:
     _run(["scontrol", "release", str(job_id)])
 
 
-def cancel(job_id: str | int) -> None:
-    """`scancel <job>`: end a job (a pending one never starts)."""
-    _run(["scancel", str(job_id)])
+def cancel(*job_ids: str | int) -> None:
+    """`scancel <job> ...`: end jobs (a pending one never starts)."""
+    _run(["scancel", *map(str, job_ids)])
 
 
 def update_excluded_nodes(job_id: str | int, nodes: Sequence[str]) -> None:

@@ -248,10 +248,17 @@ def test_plan_prints_the_budget_and_says_when_slurm_is_out_of_reach(tmp_path):
                            "cluster.check_paths_on_submit=false", "--json"], capture_output=True, text=True, env=env,
                           timeout=120)
     assert proc.returncode == 0, proc.stderr
-    rows = {item: value for section, item, value in json.loads(proc.stdout)["rows"] if section == "notice"}
-    assert rows["preemption"].startswith("Slurm not reachable here (scontrol not found on PATH")
-    assert rows["time-limit notice"].startswith("DOES NOT FIT: step 900 s + save 875 s")
-    assert rows["interval advice"].startswith("every 13 steps")
+    plan = json.loads(proc.stdout)
+    rows = {row["item"]: row for row in plan["rows"] if row["section"] == "notice"}
+    assert rows["preemption"]["text"].startswith("Slurm not reachable here (scontrol not found on PATH")
+    assert rows["time-limit notice"]["text"].startswith("DOES NOT FIT: step 900 s + save 875 s")
+    assert rows["time-limit notice"] in plan["findings"] and "fix" not in {row["item"] for row in plan["rows"]}
+    assert any(fix.startswith("a larger lead: cluster.signal_before_s=") for fix in rows["time-limit notice"]["fix"])
+    assert rows["interval advice"]["text"].startswith("every 13 steps")
+    notice = plan["notice"]
+    assert notice["save_fits"] is False and notice["fits_lead"] is False and notice["step_s"] == 900
+    assert round(notice["save_s"]) == 875 and notice["fix"] == rows["time-limit notice"]["fix"]
+    assert plan["interval_advice"]["advised_steps"] == 13 and plan["preemption"]["asked"] is False
 
 
 def test_plan_warns_that_proctrack_cgroup_may_carry_the_sigterm_to_ray_itself():

@@ -234,8 +234,9 @@ def test_evaluation_of_a_rehearsal_export_is_marked_in_its_metrics(tmp_path, dat
 
     gathered = report.gather(export)
     assert {p.step for p in gathered.evals if p.rehearsal} == {5} and gathered.rehearsal
-    assert "aime2024 0.583 (rehearsal)" in _eval_at(export, 5) and "(rehearsal)" not in _eval_at(export, 10)
-    assert "(rehearsal)" not in _latest_eval(export)[1]  # step 10 is a real export's result
+    assert "aime2024 0.583 (rehearsal)" in _eval_at(export, 5)[0] and "(rehearsal)" not in _eval_at(export, 10)[0]
+    assert "(rehearsal)" not in _latest_eval(export)[0]  # step 10 is a real export's result
+    assert _eval_at(export, 5)[1]["rehearsal"] is True and _latest_eval(export)[1]["rehearsal"] is False
     assert beam_slurm(["report", str(export), "--json"]) == 0
     run = json.loads(capsys.readouterr().out)["runs"][0]
     assert [p["rehearsal"] for p in run["series"]["accuracy"]["aime2024"]["beam"]] == [True, False]

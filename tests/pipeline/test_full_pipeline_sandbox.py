@@ -108,6 +108,7 @@ class Story:
         self.env = {k: v for k, v in sandbox.env().items() if k not in CONFIG_ENV}
         self.env.update({
             "HOME": str(root / "home"),  # status/submit remember the last run there, not in the real home
+            "PYTHONPATH": str(REPO_ROOT),  # this checkout's code, whichever one the venv's beam-slurm has installed
             "BEAM_REHEARSAL_STEP_SECONDS": str(STEP_SECONDS),
             # prepare_data.sh asks for a real cluster's 8 GB; sandbox nodes have 8000 MB. sbatch's input
             # variable overrides the #SBATCH header, as a site would do for its own small nodes.
@@ -119,10 +120,11 @@ class Story:
                               timeout=timeout)
 
     def status(self) -> dict[str, dict]:
-        """stage -> row of `beam-slurm status <export path> --json`."""
+        """stage ("evaluate N" for the evaluation of step N) -> job of `beam-slurm status <export path> --json`."""
         proc = self.cli("status", str(self.export_path), "--json", timeout=60)
         assert proc.returncode == 0, proc.stderr
-        rows = {r["stage"]: r for r in json.loads(proc.stdout)}
+        rows = {r["stage"] + (f" {r['checkpoint']}" if r["stage"] == "evaluate" else ""): r
+                for r in json.loads(proc.stdout)["jobs"]}
         self.snapshots.append((time.monotonic() - self.started, rows))
         failed = [f"{r['stage']} {r['state']}" for r in rows.values() if r["state"] in ENDED_BADLY]
         assert not failed, f"{', '.join(failed)}\n{self.story()}\n{self.logs()}"
@@ -163,9 +165,9 @@ class Story:
 
 
 def checkpoint_step(row: dict) -> int | None:
-    """The latest checkpoint step of a train row ("12/30"), None for "-"."""
-    head = row["checkpoint"].split("/")[0]
-    return int(head) if head.isdigit() else None
+    """The latest checkpoint step of a train row, None before the first."""
+    assert row["checkpoint"] is None or isinstance(row["checkpoint"], int), row
+    return row["checkpoint"]
 
 
 def eval_rows(rows: dict[str, dict]) -> dict[int, dict]:
@@ -234,7 +236,7 @@ def test_submit_runs_data_train_requeue_and_one_evaluation_per_export(slurm_sand
         if rows["data"]["state"] != "COMPLETED":
             assert rows["train"]["state"] == "PENDING" and rows["train"]["restarts"] == 0, story.story()
             assert rows["train"]["reason"] == f"Dependency: waits for data job {data_job}", story.story()
-            assert rows["train"]["checkpoint"] == "-" and not eval_rows(rows), story.story()
+            assert rows["train"]["checkpoint"] is None and not eval_rows(rows), story.story()
         return rows["data"]["state"] == "COMPLETED"
 
     rows = story.status()
@@ -312,24 +314,25 @@ def test_submit_runs_data_train_requeue_and_one_evaluation_per_export(slurm_sand
     # --- status at the end tells the whole story ------------------------------------------------------------------
     exports = sorted(int(p.name.removeprefix("global_step_")) for p in export_path.glob("global_step_*"))
     assert exports == EXPORT_STEPS
-    assert [s for s in rows if not s.startswith(" ")] == ["data", "container", "train",
-                                                          *[f"evaluate {s}" for s in EXPORT_STEPS]], story.story()
-    # Under the training row, its two attempts: the first ended on the notice, the second finished.
-    attempts = [rows[s] for s in rows if s.startswith("  attempt")]
+    assert list(rows) == ["data", "container", "train", *[f"evaluate {s}" for s in EXPORT_STEPS]], story.story()
+    # In the training job, its two attempts: the first ended on the notice, the second finished.
+    attempts = rows["train"]["attempts"]
     assert [a["state"] for a in attempts] == ["notice", "finished"], story.story()
+    assert isinstance(attempts[0]["saved_step"], int) and attempts[0]["saved_step"] == attempts[1]["checkpoint_at_start"]
+    assert attempts[1]["checkpoint_at_end"] == STEPS and attempts[0]["ended_at"] <= attempts[1]["started_at"]
     assert rows["data"]["state"] == "COMPLETED" and rows["data"]["restarts"] == 0, story.story()
     assert rows["train"]["state"] == "COMPLETED" and rows["train"]["restarts"] == 1, story.story(1)
-    assert rows["train"]["checkpoint"] == f"{STEPS}/{STEPS}"
+    assert rows["train"]["checkpoint"] == rows["train"]["max_training_steps"] == STEPS
     metrics = {}
     for step in EXPORT_STEPS:
         folder = export_path / "beam_evals" / f"global_step_{step}"
         metrics[step] = json.loads((folder / "metrics.json").read_text())
         assert set(metrics[step]) == set(EVALUATED_TRUTHS) and all(m["k"] == 2 for m in metrics[step].values())
         assert {source: m["dataset"] for source, m in metrics[step].items()} == SHOWN_AS, metrics[step]
-        shown = [f"{SHOWN_AS[source]} {m['avg@k']:.3f}" for source, m in metrics[step].items()]
+        shown = {SHOWN_AS[source]: m["avg@k"] for source, m in metrics[step].items()}
         row_of_step = rows[f"evaluate {step}"]
-        assert row_of_step["state"] == "COMPLETED" and row_of_step["checkpoint"] == str(step), story.story(1)
-        assert all(text in row_of_step["evaluation"] for text in shown), story.story(1)
+        assert row_of_step["state"] == "COMPLETED" and row_of_step["checkpoint"] == step, story.story(1)
+        assert row_of_step["evaluation"]["accuracy"] == pytest.approx(shown), story.story(1)
         # The taught model read the data stage's prompts: it says 42, so a problem whose truth is 7 is never right
         # and one whose truth is 42 is right at least once in two samples.
         grades = [json.loads(line) for line in (folder / "grades.jsonl").read_text().splitlines() if line.strip()]
@@ -342,8 +345,8 @@ def test_submit_runs_data_train_requeue_and_one_evaluation_per_export(slurm_sand
                 assert g["ground_truth"] == "42" or not g["correct"], g
             assert all(right[g["problem_id"]] >= 1 for g in graded if g["ground_truth"] == "42"), graded
     latest = rows["train"]["evaluation"]
-    assert latest.startswith(f"step {STEPS}: ") and all(
-        f"{SHOWN_AS[source]} {m['avg@k']:.3f}" in latest for source, m in metrics[STEPS].items()), latest
+    assert latest["step"] == STEPS and latest["origin"] == "beam" and latest["accuracy"] == pytest.approx(
+        {SHOWN_AS[source]: m["avg@k"] for source, m in metrics[STEPS].items()}), latest
 
     # --- sacct: the dependency, the requeue, one evaluation job per export --------------------------------------
     (data_record,) = story.sacct("-j", data_job)

@@ -86,7 +86,7 @@ def _exercise(cfg, overrides: list[str], tmp_path: Path, monkeypatch) -> None:
     from beam_slurm.containers.pull import pull_image
     from beam_slurm.data.cli import _plans, _prepare_out_dir
     from beam_slurm.pipeline.submit import stalled_attempt_problems
-    from beam_slurm.plan import slurm_rows
+    from beam_slurm.plan import slurm_check
     from beam_slurm.slurm import train_cli
     from beam_slurm.evaluation.array import launcher_parameters
     from beam_slurm.evaluation.cli import chained_overrides
@@ -117,7 +117,7 @@ def _exercise(cfg, overrides: list[str], tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setattr(train_cli, "submit_for_checkpoint", lambda *args: "1")
     chain.submit(1, tmp_path)
     stalled_attempt_problems(cfg)
-    slurm_rows(cfg, overrides)
+    slurm_check(cfg, overrides)
     if cfg.container.runtime == "pyxis":
         pull_image(cfg.container, executable=str(fake_runtime_bin(tmp_path / "bin") / "enroot"))
 

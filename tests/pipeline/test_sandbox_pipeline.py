@@ -65,7 +65,7 @@ def job_ids(out: str) -> dict[str, str]:
 
 def status_rows(target: str, capsys) -> list[dict]:
     assert status_mod.main([target, "--json"]) == 0
-    return json.loads(capsys.readouterr().out)
+    return json.loads(capsys.readouterr().out)["jobs"]
 
 
 CHAIN = ["recipe=lora_16gpu", "trainer.backend=rehearsal", "max_training_steps=4", "checkpoint.interval=2",
@@ -161,7 +161,7 @@ def test_two_by_two_sweep_refused_then_submitted_without_the_invalid_point(slurm
     assert all(r["state"] in ("PENDING", "RUNNING", "COMPLETED", "FAILED") for r in rows)
     # Without an argument, status shows the sweep submitted last.
     assert status_mod.main(["--json"]) == 0
-    last = json.loads(capsys.readouterr().out)
+    last = json.loads(capsys.readouterr().out)["jobs"]
     assert [(r["run"], r["stage"], r["job_id"]) for r in last] == [(r["run"], r["stage"], r["job_id"]) for r in rows]
     table = subprocess.run([sys.executable, "-m", "beam_slurm.cli", "status", sweep_dir],
                            capture_output=True, text=True, timeout=60, env={**os.environ, "COLUMNS": "200"})
@@ -189,4 +189,5 @@ def test_slurm_is_asked_before_anything_is_queued(slurm_sandbox, sandbox_run, ca
     out = capsys.readouterr().out
     assert "sbatch --test-only" in out and "REFUSED" in out and "cluster.partition" in out, out
     assert plan_main([*keys, "--json"]) == 0
-    assert '"accepted: ' in capsys.readouterr().out
+    slurm = json.loads(capsys.readouterr().out)["slurm"]
+    assert slurm["asked"] is True and slurm["accepted"] is True and slurm["never_starts"] == [], slurm

@@ -17,7 +17,7 @@ from beam_slurm.pipeline import submit as submit_mod
 from beam_slurm.core.run_record import StageEntry
 from beam_slurm.core.run_store import RunStore
 from beam_slurm.pipeline.manifest import record_submission
-from beam_slurm.pipeline.status import collect, render_table
+from beam_slurm.pipeline.status import collect, render_table, status_json
 
 
 def _run(tmp_path: Path, name: str, overrides: list[str]) -> Path:
@@ -71,7 +71,8 @@ def test_submit_output_labels_a_rehearsal_run(run_env, capsys):
 
 
 def test_status_json_rows_carry_the_mark(tmp_path):
-    from dataclasses import asdict
-
     rows = collect([_run(tmp_path, "rehearsed", ["trainer.backend=rehearsal"])])
-    assert all(json.loads(json.dumps(asdict(r)))["rehearsal"] is True for r in rows)
+    jobs = json.loads(json.dumps(status_json(rows, "run rehearsed")))["jobs"]
+    assert jobs and all(job["rehearsal"] is True for job in jobs)
+    train = next(job for job in jobs if job["stage"] == "train")
+    assert train["evaluation"] == {"step": 5, "origin": "beam", "rehearsal": False, "accuracy": {"aime2024": 0.5}}

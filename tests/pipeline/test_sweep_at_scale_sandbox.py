@@ -48,7 +48,7 @@ class CountingScheduler:
 def _status(target: str, capsys, counter: CountingScheduler) -> list[dict]:
     before = dict(counter.calls)
     assert status_mod.main([target, "--json"]) == 0
-    rows = json.loads(capsys.readouterr().out)
+    rows = json.loads(capsys.readouterr().out)["jobs"]
     assert {k: counter.calls[k] - before[k] for k in before} == {"squeue": 1, "sacct": 1}
     return rows
 
@@ -88,5 +88,6 @@ def test_64_point_sweep_submitted_with_status_in_one_squeue_and_one_sacct(slurm_
 
     rows = _status(str(sweep_dir), capsys, counter)
     train_rows = {r["job_id"]: r for r in rows if r["stage"] == "train"}
-    assert all(train_rows[j]["state"] == "COMPLETED" and train_rows[j]["checkpoint"] == "1/1" for j in first), rows
+    assert all(train_rows[j]["state"] == "COMPLETED" and train_rows[j]["checkpoint"] == 1 and
+               train_rows[j]["max_training_steps"] == 1 for j in first), rows
     assert all(train_rows[j]["state"] == "CANCELLED" for j in trains[4:]), rows

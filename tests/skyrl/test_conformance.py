@@ -21,12 +21,12 @@ RECIPES = ("lora_16gpu", "lora_32gpu", "bf16_64gpu", "mxfp8_64gpu")
 PLAN_ENV = {"MODEL_PATH": "/shared/models/beam", "DATA_DIR": "/shared/data", "SKYRL_DIR": "/shared/SkyRL"}
 
 
-def plan_overrides(recipe: str) -> list[str]:
-    env = {**os.environ, **PLAN_ENV}
+def plan_overrides(recipe: str, *given: str) -> list[str]:
+    env = {**os.environ, **PLAN_ENV, "PYTHONPATH": str(ROOT)}  # this checkout's code, whichever one is installed
     proc = subprocess.run(
         # The paths are placeholders: the submit-host path check is not what this test is about.
         [str(ROOT / ".venv" / "bin" / "beam-slurm"), "plan", f"recipe={recipe}", "--skyrl-overrides",
-         "cluster.check_paths_on_submit=false"],
+         "cluster.check_paths_on_submit=false", *given],
         capture_output=True, text=True, env=env, timeout=60,
     )
     assert proc.returncode == 0, proc.stderr
@@ -162,3 +162,13 @@ def test_paths_with_references_read_back_exactly_through_skyrls_parser(path, mon
     got = run_in_skyrl_venv(_readback_program(), *overrides)
     assert got == {"model": path, "train": [path + "/data/dapo-math-17k-cleaned.parquet"], "ckpt": path + "/ck",
                    "export": path + "/ex"}
+
+
+
+def test_tracking_keys_parse_with_skyrl_config():
+    """trainer.project_name and trainer.tags as we render them are SkyRL 0.3.0's own fields."""
+    overrides = plan_overrides("lora_16gpu", "trainer.project_name=beam-math", "trainer.tags=[lora,aime]")
+    assert "trainer.project_name=beam-math" in overrides and 'trainer.tags=["lora","aime"]' in overrides
+    result = check_in_skyrl(overrides)
+    assert result["ok"], "\n".join(result["errors"])
+    assert not check_in_skyrl([*overrides, "trainer.no_such_tracking_key=1"])["ok"]

@@ -62,7 +62,7 @@ def test_limits_that_sbatch_takes_but_never_starts_are_refused_before_queueing(s
     def slurm_rows(*given: str) -> tuple[int, dict[str, str]]:
         code = plan_main([*keys, *given, "--json"])
         rows = json.loads(capsys.readouterr().out)["rows"]
-        return code, {item: value for section, item, value in rows if section == "slurm"}
+        return code, {row["item"]: row["text"] for row in rows if row["section"] == "slurm"}
 
     code, rows = slurm_rows("cluster.partition=short", "cluster.time_limit=1:00:00")
     limit = rows["limits"]

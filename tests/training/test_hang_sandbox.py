@@ -34,7 +34,7 @@ def attempts_of(run) -> list[dict]:
     status = subprocess.run([sys.executable, "-m", "beam_slurm.cli", "status", str(run.export_path), "--json"],
                             capture_output=True, text=True, timeout=60, env=run.env(), cwd=REPO_ROOT)
     assert status.returncode == 0, status.stderr
-    return [row for row in json.loads(status.stdout) if row["stage"].strip().startswith("attempt")]
+    return next(job for job in json.loads(status.stdout)["jobs"] if job["stage"] == "train")["attempts"]
 
 
 def test_an_actor_that_stops_making_progress_is_dumped_ended_and_the_run_resumes(train_run):
@@ -66,8 +66,8 @@ def test_an_actor_that_stops_making_progress_is_dumped_ended_and_the_run_resumes
     run.assert_every_step_once_after_resume()
     assert "hang" not in run.attempt_log(1).lower(), run.attempt_log(1)  # steady steps are never taken for a hang
     hung, done = attempts_of(run)[:2]
-    assert hung["state"] == "hang" and f"stack dumps in {hang_dir}" in hung["reason"], hung
-    assert blocked not in done["nodes"].split(","), (blocked, done)
+    assert hung["state"] == "hang" and hung["hang_dumps"].startswith(str(hang_dir)), hung
+    assert blocked not in done["nodes"], (blocked, done)
     assert not job_processes(run.job_id), job_processes(run.job_id)
 
 

@@ -75,7 +75,10 @@ def test_a_killed_worker_raylet_is_replaced_by_the_spare_without_a_requeue(train
     assert attempts[0]["decision"] == "restart in job" and attempts[1]["replaced"] == [f"{worker} -> {nodes[2]}"]
     status = subprocess.run([sys.executable, "-m", "beam_slurm.cli", "status", str(run.export_path), "--json"],
                             capture_output=True, text=True, env=run.env(), timeout=120)
-    assert f"in-job restart, replaced {worker} -> {nodes[2]}" in status.stdout, status.stdout + status.stderr
+    assert status.returncode == 0, status.stderr
+    shown = next(job for job in json.loads(status.stdout)["jobs"] if job["stage"] == "train")["attempts"]
+    assert [(a["attempt"], a["in_job"], a["state"]) for a in shown] == [(0, 0, "node-failure"), (0, 1, "finished")]
+    assert shown[1]["replaced"] == [f"{worker} -> {nodes[2]}"], shown
 
 
 def test_a_node_set_down_in_slurm_leaves_the_job_which_goes_on_without_it(train_run, slurm_sandbox):

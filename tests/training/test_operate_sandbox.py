@@ -123,6 +123,15 @@ def test_attach_logs_and_one_environment_on_every_node(train_run):
     one = beam(user_env, "logs", run.job_id, "--node", worker, "--lines", "5")
     assert one.returncode == 0 and f"== {worker}: " in one.stdout and "raylet.out" in one.stdout, one.stdout[-3000:]
     assert "batch log of job" in shown.stdout and "train_job.log" in shown.stdout
+    listed = beam(user_env, "logs", target, "--json")
+    assert listed.returncode == 0, listed.stderr
+    listing = json.loads(listed.stdout)
+    assert listing["job_id"] == run.job_id and listing["attempt"] == "0" and listing["attempts"] == ["0"], listing
+    assert {f["path"].rsplit("/", 1)[-1]: f["bytes"] for f in listing["files"]}["train_job.log"] > 0, listing
+    ray = {entry["node"]: entry for entry in listing["ray_logs"]}
+    assert sorted(ray) == sorted(nodes) and ray[worker]["copy"]["reason"] == "failure", listing
+    assert all(isinstance(f["bytes"], int) for entry in ray.values() for f in entry["files"]), listing
+    assert "raylet.out" in {f["path"].rsplit("/", 1)[-1] for f in ray[worker]["files"]}, listing
 
     refused = beam(user_env, "attach", target, "--", "hostname")
     assert refused.returncode == 2 and "attach needs a running job" in refused.stderr, refused.stderr

@@ -35,20 +35,15 @@ def beam(run, *args: str, timeout: float = 240) -> subprocess.CompletedProcess:
 
 
 def status_rows(run, target: str) -> list[dict]:
+    """The jobs of `beam-slurm status TARGET --json`."""
     proc = beam(run, "status", target, "--json", timeout=120)
     assert proc.returncode == 0, proc.stderr
-    return json.loads(proc.stdout)
+    return json.loads(proc.stdout)["jobs"]
 
 
 def attempt_rows(rows: list[dict], job_id: str) -> list[dict]:
-    """The attempt rows printed under the training job `job_id`."""
-    out, inside = [], False
-    for row in rows:
-        if row["stage"] == "train":
-            inside = row["job_id"] == job_id
-        elif inside and row["stage"].startswith("  attempt"):
-            out.append(row)
-    return out
+    """The attempts of the training job `job_id`."""
+    return train_row(rows, job_id)["attempts"]
 
 
 def train_row(rows: list[dict], job_id: str) -> dict:
@@ -81,7 +76,7 @@ def test_requeue_verb_saves_at_the_step_boundary_and_redoes_nothing(train_run):
         assert train_row(rows, run.job_id)["state"] == "COMPLETED", rows
         attempts = attempt_rows(rows, run.job_id)
         assert [a["state"] for a in attempts] == ["operator-requeue", "finished"], attempts
-        assert f"saved at step {saved}" in attempts[0]["reason"], attempts
+        assert attempts[0]["saved_step"] == saved and attempts[1]["checkpoint_at_start"] == saved, attempts
     record = json.loads((run.export_path / "beam_run" / "run.json").read_text())
     assert record["train_jobs"][run.job_id]["started_by"] == "sbatch"
     assert record["recipe"] == "lora_16gpu" and (run.export_path / "beam_run" / "config.yaml").is_file()

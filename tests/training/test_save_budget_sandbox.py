@@ -55,9 +55,8 @@ def plan_preemption_line(run, overrides) -> str:
                            "cluster.check_paths_on_submit=false", *overrides, "--json"],
                           capture_output=True, text=True, env=run.env(), cwd=REPO_ROOT, timeout=120)
     assert proc.returncode == 0, proc.stderr
-    rows = [(item, value) for section, item, value in json.loads(proc.stdout)["rows"] if section == "notice"]
-    at = [item for item, _ in rows].index("preemption")
-    return " ".join(value for item, value in rows[at: at + 2] if item in ("preemption", "  fix"))
+    row = next(r for r in json.loads(proc.stdout)["rows"] if (r["section"], r["item"]) == ("notice", "preemption"))
+    return " ".join([row["text"], *(["; or ".join(row["fix"])] if "fix" in row else [])])
 
 
 def save_seconds(out: str, step: int) -> float | None:
