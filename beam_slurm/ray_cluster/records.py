@@ -104,7 +104,7 @@ def note_driver_error(exc: BaseException) -> None:
     found = classify_driver_error(exc)
     if found is not None:
         # infra: no node to blame (a Ray actor's node is not the driver's); storage: the driver's node saw it.
-        host = os.environ.get("SLURMD_NODENAME") or socket.gethostname() if found[0] == "storage" else ""
+        host = (os.environ.get("SLURMD_NODENAME") or socket.gethostname()) if found[0] == "storage" else ""
         record_first_failure(attempt_dir_of(), found[0], host, 0, found[1])
 
 

@@ -632,7 +632,8 @@ class Attempt:
             if self.avoid_bad_nodes():
                 return 0
             notice.clear(self.settings.ckpt_path)
-            if self.alloc.restart_count == 0 and self.in_job == 0 and auth.remove_stale_job_dir(self.settings.ray, self.alloc.job_id):
+            first = self.alloc.restart_count == 0 and self.in_job == 0
+            if first and auth.remove_stale_job_dir(self.settings.ray, self.alloc.job_id):
                 self.log(f"removed {auth.job_dir(self.settings.ray, self.alloc.job_id)}, left by an earlier job "
                          "with the same id")
             if self.settings.ray.auth:
