@@ -708,7 +708,7 @@ def main(argv: list[str]) -> int:
     png, svg = write_plot(reports, plot)
     timeline = write_timeline(reports, png.with_name(png.stem + "-timeline.png"))
     payload = {"runs": [summary(r) for r in reports], "plot": str(png), "svg": str(svg),
-               "timeline": str(timeline) if timeline else None}
+               "timeline_plot": str(timeline) if timeline else None}
     write_json(summary_file, payload)
     if args.json:
         print(json.dumps(payload, indent=2))
