@@ -29,7 +29,7 @@ from beam_slurm.core.layout import CONFIG_FILE, RUN_DIRNAME, SWEEP_FILE, run_fil
 from beam_slurm.core.run_store import RunStore
 from beam_slurm.evaluation.problems import labels_by_source
 from beam_slurm.evaluation.results import DETAILS_FILE, EVALS_DIRNAME, INFO_FILE, METRICS_FILE, write_json
-from beam_slurm.pipeline.goodput import PHASES, Ledger, run_ledger
+from beam_slurm.pipeline.goodput import PHASES, Ledger, run_ledgers
 from beam_slurm.pipeline.runs import (RunNotFound, RunTarget, exports_root as default_exports_root, resolve_run,
                                      resolve_runs, sweep_folder)
 
@@ -337,9 +337,6 @@ def gather(export_path: Path) -> RunReport:
     _collect_skyrl(report, labels)
     _collect_train(report)
     report.rehearsal |= is_rehearsal_run(export_path) or any(p.rehearsal for p in report.evals)
-    if run_file(export_path).is_file():
-        report.goodput = run_ledger(export_path)
-        report.gpus_per_node = int(run_config(export_path).get("cluster.gpus_per_node") or 1)
     report.evals.sort(key=lambda p: (p.step, p.dataset.lower(), p.origin))
     return report
 
@@ -700,6 +697,12 @@ def main(argv: list[str]) -> int:
         report = gather(target.export_path)
         report.choices = list(target.choices)
         reports.append(report)
+    # Where the GPU-hours went: one sacct call for every run with a record (not in gather, which status calls too).
+    recorded = [r for r in reports if run_file(r.export_path).is_file()]
+    ledgers = run_ledgers([r.export_path for r in recorded])
+    for report in recorded:
+        report.goodput = ledgers[report.export_path]
+        report.gpus_per_node = int(run_config(report.export_path).get("cluster.gpus_per_node") or 1)
     if not any(r.evals or r.train for r in reports):
         where = ", ".join(str(t.export_path) for t in targets)
         return verb.fail(f"no finished evaluation or training metrics yet in {where}")

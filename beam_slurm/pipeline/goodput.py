@@ -230,14 +230,21 @@ def _queue_wait(allocations: list[dict]) -> float:
     return round(wait, 1)
 
 
-def run_ledger(export_path, now: float | None = None) -> Ledger:
-    """The ledger of the run in `export_path`: its record, its trainer events, one sacct call for its jobs."""
-    run = RunStore(export_path).read()
+def run_ledgers(export_paths: list, now: float | None = None) -> dict:
+    """export path -> the ledger of its run (its record, its trainer events), with ONE sacct call for every run's
+    jobs (a 64-point sweep's status asks Slurm once)."""
+    runs = {path: RunStore(path).read() for path in export_paths}
     try:
-        records = scheduler.allocation_records(list(run.train_jobs))
+        records = scheduler.allocation_records([job for run in runs.values() for job in run.train_jobs])
     except scheduler.SlurmCommandError:
         records = []  # no accounting here: the run record's own spans stand in (`accounting` says so)
-    return ledger(run, read_events(run.ckpt_path) if run.ckpt_path else [], records, now)
+    return {path: ledger(run, read_events(run.ckpt_path) if run.ckpt_path else [],
+                         [r for r in records if r["JobID"].split("_")[0].split(".")[0] in run.train_jobs], now)
+            for path, run in runs.items()}
+
+
+def run_ledger(export_path, now: float | None = None) -> Ledger:
+    return run_ledgers([export_path], now)[export_path]
 
 
 FAULT_KINDS = ("node-failure", "hang", "preempted", "slurm-requeue", "lost", "driver-error", "setup-error")

@@ -31,7 +31,7 @@ from beam_slurm.core.run_store import RunStore
 from beam_slurm.evaluation.report import (REHEARSAL_RUN, dataset_labels, entry_label, gather, is_rehearsal_run,
                                          run_config)
 from beam_slurm.evaluation.results import evaluation_dir, finished_metrics
-from beam_slurm.pipeline.goodput import run_ledger
+from beam_slurm.pipeline.goodput import run_ledger, run_ledgers
 from beam_slurm.pipeline.manifest import last_target, latest_stages
 from beam_slurm.pipeline.runs import RunNotFound, resolve_runs, sweep_folder
 from beam_slurm.slurm.scheduler import SlurmCommandError
@@ -332,9 +332,11 @@ def main(argv: list[str]) -> int:
     try:
         rows = collect(export_paths)
         if args.json:
-            ledgers = {RunStore(p).read().run_name or p.name: run_ledger(p).to_json() for p in export_paths}
-            for ledger in ledgers.values():
-                ledger.pop("timeline")  # report.json has it
+            ledgers = {}
+            for path, ledger in run_ledgers(export_paths).items():  # one sacct call for every run
+                found = ledger.to_json()
+                found.pop("timeline")  # report.json has it
+                ledgers[RunStore(path).read().run_name or path.name] = found
             goodput = next(iter(ledgers.values())) if len(ledgers) == 1 else ledgers
             print(json.dumps({**status_json(rows, title), "goodput": goodput}, indent=2))
             return 0
