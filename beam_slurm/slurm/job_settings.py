@@ -16,11 +16,12 @@ from typing import Callable, Mapping
 
 from beam_slurm.config.errors import ConfigProblem
 from beam_slurm.config.load import load_config, to_yaml
+from beam_slurm.config.validation import validate_config
+from beam_slurm.core.layout import environ_attempt_label
 from beam_slurm.containers.settings import same_path_mounts
 from beam_slurm.notice_budget import SaveCost, preflight_budget
 from beam_slurm.ray_cluster import env_manifest
 from beam_slurm.ray_cluster.fabric import fabric_settings
-from beam_slurm.ray_cluster.job_spec import IN_JOB_ATTEMPT_ENV
 from beam_slurm.ray_cluster.log_copy import LogCopySettings
 from beam_slurm.ray_cluster.settings import RaySettings
 from beam_slurm.sizing import node_needs
@@ -97,14 +98,9 @@ def allocation_overrides(overrides: list[str], environ: Mapping[str, str]) -> li
     return extra
 
 
-def in_job_attempt(environ: Mapping[str, str]) -> int:
-    value = environ.get(IN_JOB_ATTEMPT_ENV, "0")
-    return int(value) if value.isdigit() else 0
-
-
 def resume_overrides(cfg_ckpt_path: str, environ: Mapping[str, str]) -> list[str]:
     """A requeued or restarted attempt resumes from the newest complete checkpoint of this run, when there is one."""
-    if int(environ.get("SLURM_RESTART_COUNT", "0") or 0) == 0 and in_job_attempt(environ) == 0:
+    if environ_attempt_label(environ) == "0":  # the job's first start
         return []
     if not (Path(cfg_ckpt_path) / "latest_ckpt_global_step.txt").is_file():
         return []  # nothing saved yet: keep the original mode (a from_path start stays from_path)
@@ -115,11 +111,13 @@ def load_job_config(overrides: list[str], environ: Mapping[str, str]):
     """The recipe as this attempt of the job runs it (allocation and resume applied); ConfigError when invalid."""
     following = allocation_overrides(overrides, environ)
     cfg = load_config(list(overrides) + following, validate=False)
-    if cfg.cluster.spare_nodes > 0:
-        # With spares the allocation is nodes + spares: the recipe's node count trains (train_job checks the sum).
-        following = [o for o in following if not o.startswith("cluster.nodes=")]
-    # Loaded twice (~0.4 s each of the job's bring-up): the resume and the spares depend on the first load.
-    return load_config(list(overrides) + following + resume_overrides(cfg.paths.ckpt_path, environ))
+    kept = [o for o in following if not o.startswith("cluster.nodes=")] if cfg.cluster.spare_nodes > 0 else following
+    # With spares the allocation is nodes + spares: the recipe's node count trains (train_job checks the sum).
+    resume = resume_overrides(cfg.paths.ckpt_path, environ)
+    if resume or kept != following:  # loaded again (~0.4 s of the job's bring-up) only when the first load changes it
+        return load_config(list(overrides) + kept + resume)
+    validate_config(cfg)
+    return cfg
 
 
 def job_mounts(cfg):
