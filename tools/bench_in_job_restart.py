@@ -17,7 +17,6 @@ import argparse
 import json
 import os
 import re
-import shlex
 import statistics
 import subprocess
 import sys
@@ -25,7 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+from bench_ray_bringup import REPO, sandbox_env  # the sandbox's Slurm environment, read the same way
 SCRIPT = REPO / "sbatch" / "train_lora_16gpu.sh"
 KEYS = ("cluster.fabric_check=false", "cluster.storage_probe_s=0", "ray.include_dashboard=false",
         "cluster.grace_s=30", "cluster.signal_before_s=120")
@@ -34,16 +33,6 @@ CASES = {
     "in-job, same nodes": ([], []),
     "requeue": ([], ["cluster.max_in_job_attempts=0"]),
 }
-
-
-def sandbox_env() -> dict[str, str]:
-    out = subprocess.run([sys.executable, str(REPO / "tools" / "slurm_sandbox.py"), "env"], capture_output=True,
-                         text=True, check=True).stdout
-    env = dict(os.environ)
-    for token in shlex.split(out.replace("export ", "")):
-        key, _, value = token.partition("=")
-        env[key] = value
-    return env
 
 
 def raylet_of(job_id: str, node: str) -> int | None:

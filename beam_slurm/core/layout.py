@@ -35,6 +35,21 @@ STEP_DIR = re.compile(r"^global_step_(\d+)$")
 POLICY_SUBDIR = "policy"  # the model sits one level below the step folder
 
 
+IN_JOB_ATTEMPT_ENV = "BEAM_IN_JOB_ATTEMPT"
+"""The in-job attempt of the allocation (0: its first Ray step; 1, 2, ...: restarted in the same allocation)."""
+
+
+def attempt_label(restarts: int | str, in_job: int | str = 0) -> str:
+    """How an attempt is named in logs, folders (`<job>-<label>`) and status: `2`, or `2.1` for the first restart
+    inside the allocation of the job's third start."""
+    return f"{restarts}" if str(in_job) in ("", "0") else f"{restarts}.{in_job}"
+
+
+def environ_attempt_label(environ) -> str:
+    """The label of the attempt a process of the job runs in (SLURM_RESTART_COUNT and BEAM_IN_JOB_ATTEMPT)."""
+    return attempt_label(environ.get("SLURM_RESTART_COUNT") or "0", environ.get(IN_JOB_ATTEMPT_ENV) or "0")
+
+
 def step_dirname(step: int) -> str:
     return f"global_step_{int(step)}"
 

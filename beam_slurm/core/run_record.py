@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from beam_slurm.core.errors import UserError
+from beam_slurm.core.layout import attempt_label
 
 SCHEMA_VERSION = 2  # 1: the same keys, before schema_version was written
 
@@ -75,7 +76,7 @@ class Attempt:
     @property
     def label(self) -> str:
         """`2`, or `2.1` for the first in-job restart of the allocation of attempt 2."""
-        return f"{self.attempt}.{self.in_job}" if self.in_job else str(self.attempt)
+        return attempt_label(self.attempt, self.in_job)
 
     @property
     def kind(self) -> str:

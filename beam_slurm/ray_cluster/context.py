@@ -7,7 +7,8 @@ import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from beam_slurm.ray_cluster.job_spec import JobSpec, attempt_dir, attempt_label
+from beam_slurm.core.layout import environ_attempt_label
+from beam_slurm.ray_cluster.job_spec import JobSpec, attempt_dir
 from beam_slurm.ray_cluster.records import NodeFailure
 from beam_slurm.slurm.scheduler import SlurmCommandError, expand_hostnames
 
@@ -50,7 +51,7 @@ class NodeContext:
         except (OSError, ValueError, TypeError) as exc:
             raise NodeFailure("setup", f"the attempt's job spec in {folder} cannot be read: {exc}") from None
         return cls(job_id=env["SLURM_JOB_ID"], attempt=int(env.get("SLURM_RESTART_COUNT") or 0),
-                   attempt_label=attempt_label(env),
+                   attempt_label=environ_attempt_label(env),
                    step=env.get("SLURM_STEP_ID", "0"), rank=int(env["SLURM_PROCID"]), num_nodes=num_nodes,
                    host=env.get("SLURMD_NODENAME") or socket.gethostname(), step_hosts=hosts, attempt_dir=folder,
                    cpus=int(env.get("SLURM_CPUS_ON_NODE") or os.cpu_count() or 1), spec=spec)

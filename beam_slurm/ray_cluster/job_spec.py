@@ -24,14 +24,6 @@ from beam_slurm.ray_cluster.log_copy import LogCopySettings
 from beam_slurm.ray_cluster.settings import RaySettings
 
 ATTEMPT_DIR_ENV = "BEAM_ATTEMPT_DIR"
-IN_JOB_ATTEMPT_ENV = "BEAM_IN_JOB_ATTEMPT"
-"""The in-job attempt of the allocation (0: its first Ray step; 1, 2, ...: restarted in the same allocation)."""
-
-
-def attempt_label(environ) -> str:
-    """`<SLURM_RESTART_COUNT>` or, for an in-job restart, `<SLURM_RESTART_COUNT>.<in-job attempt>` (as status shows)."""
-    restarts, in_job = environ.get("SLURM_RESTART_COUNT") or "0", environ.get(IN_JOB_ATTEMPT_ENV) or "0"
-    return restarts if in_job == "0" else f"{restarts}.{in_job}"
 SPEC_FILE = "job_spec.json"
 SCHEMA_VERSION = 1
 

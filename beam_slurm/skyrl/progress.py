@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from beam_slurm.core.atomic_files import write_json
+from beam_slurm.core.layout import IN_JOB_ATTEMPT_ENV, attempt_label
 
 PROGRESS_FILE = "progress.json"
 EVENTS_FILE = "progress_events.jsonl"
@@ -112,8 +113,7 @@ class ProgressRecorder:
 
     @property
     def label(self) -> str:
-        in_job = os.environ.get("BEAM_IN_JOB_ATTEMPT", "0")  # ray_cluster.job_spec.IN_JOB_ATTEMPT_ENV
-        return f"{self.attempt}.{in_job}" if in_job not in ("", "0") else str(self.attempt)
+        return attempt_label(self.attempt, os.environ.get(IN_JOB_ATTEMPT_ENV) or 0)
 
     def loading(self, step: int = 0) -> None:
         self._write("load", step)

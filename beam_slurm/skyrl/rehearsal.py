@@ -57,9 +57,9 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from beam_slurm.core.atomic_files import write_text
+from beam_slurm.core.layout import environ_attempt_label
 from beam_slurm.core.errors import UserError
 from beam_slurm.ray_cluster.driver_signals import hold_first_sigterm
-from beam_slurm.ray_cluster.job_spec import attempt_label
 from beam_slurm.ray_cluster.records import note_driver_error
 from beam_slurm.skyrl import notice, tracking
 from beam_slurm.skyrl.command import COST_ENV
@@ -446,7 +446,7 @@ def run(s: RehearsalSettings) -> int:
     import ray
 
     attempt = int(os.environ.get("SLURM_RESTART_COUNT", "0") or 0)
-    label = attempt_label(os.environ)  # `1.2` for an in-job restart: only the job's very first attempt hangs
+    label = environ_attempt_label(os.environ)  # `1.2` for an in-job restart: only the job's very first attempt hangs
     in_job = int(label.partition(".")[2] or 0)
     start = resume_step(s)
     _log(f"resumed from step {start} ({s.resume_mode})" if start else "starting from step 0")

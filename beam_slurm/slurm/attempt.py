@@ -40,7 +40,7 @@ from beam_slurm.core.run_store import RunStore, now, remember_job
 from beam_slurm.notice_budget import STOP_FILE, term_notice
 from beam_slurm.ray_cluster import auth, records
 from beam_slurm.ray_cluster.hang_dump import EXIT_SURVIVORS
-from beam_slurm.ray_cluster.job_spec import ATTEMPT_DIR_ENV, IN_JOB_ATTEMPT_ENV, JobSpec
+from beam_slurm.ray_cluster.job_spec import ATTEMPT_DIR_ENV, JobSpec
 from beam_slurm.ray_cluster.ports import ephemeral_range
 from beam_slurm.skyrl import notice
 from beam_slurm.skyrl.progress import read_progress
@@ -100,7 +100,7 @@ class Attempt:
         self.alloc = allocation
         self.in_job = in_job
         """0 for the allocation's first Ray step, then 1, 2, ... for each restart in the same allocation."""
-        self.label = f"{allocation.restart_count}" + (f".{in_job}" if in_job else "")
+        self.label = layout.attempt_label(allocation.restart_count, in_job)
         self.attempt_dir = Path(settings.log_dir) / f"{allocation.job_id}-{self.label}"
         self.step_nodes = list(step_nodes or allocation.nodes[: settings.nodes])
         """The Ray step's nodes in allocation order (the first is the head); spares and failed nodes left out."""
@@ -153,7 +153,7 @@ class Attempt:
         env = dict(os.environ)
         env.update(self.launcher.hook.env)
         env[ATTEMPT_DIR_ENV] = str(self.attempt_dir)  # where every node and the driver find the job spec
-        env[IN_JOB_ATTEMPT_ENV] = str(self.in_job)
+        env[layout.IN_JOB_ATTEMPT_ENV] = str(self.in_job)
         nccl_timeout = hang_watch.nccl_timeout_s(self.settings.hang)
         if nccl_timeout is not None:
             # NCCL's own timeout stays behind the watchdog's; its flight recorder dumps into the hang folder.
@@ -427,7 +427,8 @@ class Attempt:
         self.record_end(decision, facts)
         if decision.restart_in_job:
             self.restart = decision
-            self.log(f"{decision.reason}: {decision.note} (attempt {self.alloc.restart_count}.{self.in_job + 1}, "
+            self.log(f"{decision.reason}: {decision.note} (attempt "
+                     f"{layout.attempt_label(self.alloc.restart_count, self.in_job + 1)}, "
                      "from the latest checkpoint; no requeue)")
             return 0
         # Slurm signals this shell (and its children) once the job is requeued: ask sinfo before that.

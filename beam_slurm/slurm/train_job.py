@@ -12,7 +12,7 @@ import sys
 from typing import Callable
 
 from beam_slurm.config.errors import ConfigError, ConfigProblem
-from beam_slurm.ray_cluster.job_spec import IN_JOB_ATTEMPT_ENV
+from beam_slurm.core.layout import IN_JOB_ATTEMPT_ENV
 from beam_slurm.slurm import scheduler
 from beam_slurm.slurm.attempt import Attempt
 from beam_slurm.slurm.job_settings import TrainJobSettings, job_settings, load_job_config
