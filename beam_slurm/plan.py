@@ -253,7 +253,8 @@ def slurm_check(cfg, overrides: list[str]) -> dict:
         return {**out, "answer": f"not asked: Slurm could not be reached ({answer.text})"}
     out.update(asked=True, accepted=answer.accepted, answer=answer.text)
     if not answer.accepted:
-        return {**out, "fix": f"change {refusal_setting(answer.text)}"}
+        out["fix"] = f"change {refusal_setting(answer.text, request)}"
+    # Read on a refusal too: "node configuration is not available" does not say it was the partition's MaxNodes.
     found = limits.check_job(limits.job_shape(request))
     out.update(partitions=[{**dataclasses.asdict(p), "text": p.describe()} for p in found.partitions],
                limits_unread=list(found.unread), accounting_enforced=found.accounting_enforced,
@@ -266,13 +267,12 @@ def slurm_rows(check: dict) -> list[tuple[str, str, str]]:
     item = "sbatch --test-only"
     if not check["asked"]:
         return [("slurm", item, check["answer"])]
-    if not check["accepted"]:
-        return [("slurm", item, f"REFUSED: {check['answer']}; {check['fix']}")]
-    rows = [("slurm", item, f"accepted: {check['answer']}")]
+    refused = not check["accepted"]
+    rows = [("slurm", item, f"REFUSED: {check['answer']}; {check['fix']}" if refused else f"accepted: {check['answer']}")]
     rows += [("slurm", f"partition {p['name']}", p["text"]) for p in check["partitions"]]
     rows += [("slurm", "limits", f"not read: {text}") for text in check["limits_unread"]]
     rows += [("slurm", "limits", f"NEVER STARTS: {b['text']}; {b['fix']}") for b in check["never_starts"]]
-    if not check["never_starts"] and not check["limits_unread"]:
+    if not check["never_starts"] and not check["limits_unread"] and not refused:
         rows.append(("slurm", "limits", "within the partition's limits" + (
             " and the QOS's and association's" if check["accounting_enforced"] else
             " (QOS and association limits are not enforced here)")))

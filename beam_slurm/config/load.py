@@ -297,7 +297,18 @@ def _value_problem(exc: Exception, raw: dict) -> ConfigProblem:
                              "resolve; for a literal '${' write '\\${' (in the shell: key='...\\${...}')")
     if not key:
         return ConfigProblem("config", None, "a value does not fit its setting; see beam_slurm/config/schema.py")
-    return ConfigProblem(key, value, f"expected {describe_type(key)}")
+    return ConfigProblem(key, value, f"expected {describe_type(key)}{_comma_hint(key, value)}")
+
+
+def _comma_hint(key: str, value: object) -> str:
+    """Hydra reads an unquoted comma as a sweep (a list in brackets): a partition list is text to quote."""
+    if "," not in str(value):
+        return ""
+    if describe_type(key) != "text":
+        return f"; a comma outside quotes is Hydra's sweep: add -m to sweep {key} over {str(value).strip('[]')}"
+    quoted = f"{key}='{str(value).strip('[]')}'"
+    return (f"; a comma outside quotes is Hydra's sweep (with -m) or list: for one value with commas, such as Slurm's "
+            f"partition list, quote it ({quoted}; in the shell \"{quoted}\")")
 
 
 def describe_type(key: str) -> str:
@@ -373,7 +384,7 @@ def _override_problem(exc: Exception, overrides: list[str]) -> ConfigProblem:
         return ConfigProblem(key, value, f"unknown key; valid keys{' in ' + section if section else ''}: {', '.join(keys)}")
     if not keys and section and not valid_keys(section.rsplit(".", 1)[0] if "." in section else ""):
         return ConfigProblem(key, value, "unknown key; see the keys in beam_slurm/config/schema.py")
-    return ConfigProblem(key, value, f"expected {describe_type(key)}")
+    return ConfigProblem(key, value, f"expected {describe_type(key)}{_comma_hint(key, value)}")
 
 
 def _missing_group_problem(exc: Exception, overrides: list[str], config_dir: Path) -> ConfigProblem:

@@ -165,7 +165,7 @@ def ask_slurm(runs: list[RunSpec], out=None) -> list[str]:
                 print(f"beam-slurm submit: warning: Slurm cannot give {what} its nodes now ({answer.text}) while some "
                       "of the partition's nodes are down or drained; it waits for them", file=out)
                 continue
-            refused.append(f"Slurm refuses {what}: {answer.text}; change {refusal_setting(answer.text)}")
+            refused.append(f"Slurm refuses {what}: {answer.text}; change {refusal_setting(answer.text, plan.request)}")
     return refused
 
 

@@ -11,6 +11,7 @@ import re
 import shlex
 import subprocess
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Iterable, Mapping
 
 from beam_slurm.slurm import scheduler
@@ -202,10 +203,25 @@ def sbatch_test_only(request: SbatchRequest, environ: Mapping[str, str] | None =
     return SlurmAnswer(False, text)
 
 
-def refusal_setting(text: str) -> str:
-    """The setting that changes what Slurm refused (from the words of its answer)."""
+_RESOURCE_OPTIONS = ("nodes", "cpus-per-task", "mem", "mem-per-cpu", "gpus-per-node", "gres", "constraint")
+
+
+def refusal_setting(text: str, request: SbatchRequest | None = None, environ: Mapping[str, str] | None = None) -> str:
+    """The setting that changes what Slurm refused (from the words of its answer); for a node shape Slurm has not,
+    the job's own requests that no key rendered too (a stage script's header, an SBATCH_* variable)."""
     lowered = text.lower()
-    return next((key for word, key in REFUSAL_SETTINGS if word in lowered), "the cluster.* keys")
+    setting = next((key for word, key in REFUSAL_SETTINGS if word in lowered), "the cluster.* keys")
+    if request is None or "node configuration" not in lowered:
+        return setting
+    found = effective_options(request, environ)
+    inherited = [f"--{name}={value} from {source}" for name, (value, source) in found.items()
+                 if name in _RESOURCE_OPTIONS and source != "the command line"]
+    if not inherited:
+        return setting
+    besides = (f"what {Path(request.script).name} asks for ({'; '.join(inherited)}; an SBATCH_* variable such as "
+               "SBATCH_MEM_PER_NODE outranks the header)")
+    keyed = any(found.get(name, ("", ""))[1] == "the command line" for name in ("nodes", "gpus-per-node"))
+    return f"{setting}, or {besides}" if keyed else besides
 
 
 @dataclass

@@ -3,7 +3,7 @@ real controller), and where each sbatch setting comes from."""
 from __future__ import annotations
 
 from beam_slurm.slurm.limits import AccountingLimits, JobShape, PartitionLimits, job_shape, partition_breaches
-from beam_slurm.slurm.submission import SbatchRequest, effective_options
+from beam_slurm.slurm.submission import SbatchRequest, effective_options, refusal_setting
 
 
 def shape(nodes=8, gpus=8, time_text="24:00:00", seconds=86400, given=True) -> JobShape:
@@ -48,3 +48,16 @@ def test_sbatch_settings_come_from_the_command_line_then_the_variables_then_the_
     job = job_shape(request, {"SBATCH_TIMELIMIT": "30"})
     assert (job.nodes, job.time_limit_s, job.partitions) == (2, 1800, ("gpu",))
     assert job.time_setting.startswith("SBATCH_TIMELIMIT")
+
+
+def test_a_node_shape_slurm_has_not_names_what_the_script_asks_for_beside_the_keys(tmp_path):
+    script = tmp_path / "prepare_data.sh"
+    script.write_text("#!/bin/bash\n#SBATCH --nodes=1\n#SBATCH --cpus-per-task=2\n#SBATCH --mem=8G\necho hi\n")
+    refused = "allocation failure: Requested node configuration is not available"
+    fix = refusal_setting(refused, SbatchRequest(script=str(script), options=["--job-name=data"]), {})
+    assert "cluster.nodes" not in fix and "--mem=8G from the script's #SBATCH header" in fix, fix
+    assert "prepare_data.sh" in fix and "SBATCH_MEM_PER_NODE" in fix, fix
+    keyed = refusal_setting(refused, SbatchRequest(script=str(script), options=["--nodes=4", "--gpus-per-node=8"]), {})
+    assert keyed.startswith("cluster.nodes or cluster.gpus_per_node, or what prepare_data.sh asks for") and \
+        "--nodes=" not in keyed.split("asks for")[1], keyed
+    assert refusal_setting("invalid partition specified: gpux") == "cluster.partition"

@@ -104,6 +104,13 @@ def test_memory_and_partition_keys_are_read_as_slurm_reads_them():
     assert load_config([*BASE, "cluster.partition='batch,low'"]).cluster.partition == "batch,low"
     with pytest.raises(ConfigError, match="cluster.partition"):
         load_config([*BASE, "cluster.partition='a b'"])
+    # Unquoted, Hydra reads the comma as a sweep: the refusal says to quote it (or -m for a sweep of numbers).
+    with pytest.raises(ConfigError) as unquoted:
+        load_config([*BASE, "cluster.partition=batch,low"])
+    assert "quote it (cluster.partition='batch,low'" in str(unquoted.value), str(unquoted.value)
+    with pytest.raises(ConfigError) as sweep:
+        load_config([*BASE, "cluster.nodes=2,4"])
+    assert "add -m to sweep cluster.nodes over 2,4" in str(sweep.value), str(sweep.value)
 
 
 def test_sbatch_variables_are_read_as_sbatch_reads_them_and_a_key_still_wins(monkeypatch):

@@ -69,6 +69,10 @@ def test_limits_that_sbatch_takes_but_never_starts_are_refused_before_queueing(s
     assert code == 2 and limit.startswith("NEVER STARTS") and "MaxTime 20 min" in limit, rows
     assert "PartitionTimeLimit" in limit and "cluster.time_limit to at most 20 min" in limit, rows
     assert "DefaultTime 10 min" in rows["partition short"], rows
+    # Refused at once for a node count over MaxNodes: the limits row still names the partition's limit.
+    code, rows = slurm_rows("cluster.partition=short", "cluster.nodes=4", "cluster.time_limit=20:00")
+    assert code == 2 and rows["sbatch --test-only"].startswith("REFUSED"), rows
+    assert "4 nodes are over partition short's MaxNodes 2" in rows["limits"], rows
     code, rows = slurm_rows("cluster.partition=short", "cluster.time_limit=20:00")
     assert code == 0 and rows["limits"] == "within the partition's limits and the QOS's and association's", rows
     # A list of partitions: the job starts in the first that can take it, so it is not refused.
