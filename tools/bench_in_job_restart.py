@@ -107,19 +107,24 @@ def main() -> int:
     print(f"job-credential window on this sandbox: {window.group(1) + ' s' if window else 'default (120 s)'}")
     root = Path(env["SLURM_CONF"]).parent.parent / "shared" / "bench"
     root.mkdir(parents=True, exist_ok=True)
-    results: dict[str, list[float]] = {name: [] for name in CASES}
-    for _ in range(args.repeat):
-        for name in CASES:
-            result = one_case(name, env, root, args.steps)
+    run_cases(CASES, args.repeat, lambda name: one_case(name, env, root, args.steps), lambda name, result: (
+        f"{name:<20} job {result['job']:>5}: worker raylet killed -> training again in {result['seconds']:6.1f} s "
+        f"(resumed at step {result['resumed_at_step']}, requeues {result['requeues']})"), "kill -> training again")
+    return 0
+
+
+def run_cases(cases, repeat: int, measure, describe, what: str) -> None:
+    """Each case `repeat` times (a line each), then each case's median and how many times longer the requeue took."""
+    results: dict[str, list[float]] = {name: [] for name in cases}
+    for _ in range(repeat):
+        for name in cases:
+            result = measure(name)
             results[name].append(result["seconds"])
-            print(f"{name:<20} job {result['job']:>5}: worker raylet killed -> training again in "
-                  f"{result['seconds']:6.1f} s (resumed at step {result['resumed_at_step']}, requeues "
-                  f"{result['requeues']})", flush=True)
+            print(describe(name, result), flush=True)
     median = {name: statistics.median(values) for name, values in results.items()}
-    print("\nmedian kill -> training again:")
+    print(f"\nmedian {what}:")
     for name, value in median.items():
         print(f"  {name:<20} {value:6.1f} s   requeue / this = {median['requeue'] / value:4.2f}")
-    return 0
 
 
 if __name__ == "__main__":
