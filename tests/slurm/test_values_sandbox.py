@@ -86,3 +86,19 @@ def test_limits_that_sbatch_takes_but_never_starts_are_refused_before_queueing(s
     assert "cluster.time_limit to at most 15 min, or cluster.qos" in err, err
     code = submit_mod.main(["--dry-run", "--stages", "train", *keys, "cluster.qos=brief", "cluster.time_limit=15:00"])
     assert code == 0, capsys.readouterr().err
+
+
+def test_sbatch_partition_is_the_partition_plan_asks_slurm_about(slurm_sandbox, capsys, monkeypatch, tmp_path):
+    """SBATCH_PARTITION pointing at the preemptable partition: plan reads that partition's preemption, and Slurm is
+    asked about a job in it, as sbatch would place it."""
+    from beam_slurm.plan import main as plan_main
+
+    low = slurm_sandbox.partition("low")
+    monkeypatch.setenv("SBATCH_PARTITION", low)
+    code = plan_main(["recipe=lora_16gpu", "trainer.backend=rehearsal", "cluster.check_paths_on_submit=false",
+                      f"paths.data_dir={tmp_path}", f"paths.model_path={tmp_path}", "--json"])
+    rows = {row["item"]: row["text"] for row in json.loads(capsys.readouterr().out)["rows"]}
+    assert code == 0, rows
+    assert rows["partition / account / qos"].startswith(f"{low} (from SBATCH_PARTITION)"), rows
+    assert rows["preemption"].startswith(f"partition {low}, PreemptMode=REQUEUE"), rows
+    assert rows["sbatch --test-only"].startswith("accepted") and f"in partition {low}" in rows["sbatch --test-only"], rows
