@@ -3,9 +3,17 @@ and every Ray process carries its task's SLURM_* variables. Plain module (not co
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
 import time
 from pathlib import Path
+
+RAY = Path(sys.executable).with_name("ray")
 
 
 def raylet_pids(job_id: str, *, attempt: int | None = None, node: str | None = None, not_on: str | None = None,
@@ -93,3 +101,31 @@ def actor_pids(job_id: str, title: str, node: str | None = None) -> list[int]:
     return sorted(pid for pid, environ, cmdline, _ in _processes()
                   if cmdline.startswith(title.encode()) and f"SLURM_JOB_ID={job_id}".encode() in environ
                   and (node is None or f"SLURMD_NODENAME={node}".encode() in environ))
+
+
+@contextlib.contextmanager
+def private_ray_head(*start_args: str, env: dict[str, str] | None = None, prefix: str = "/tmp/rh"):
+    """A Ray head of the test's own (`ray start --head --block` in its own session), yielding (address, temp dir);
+    torn down by killing that session only, never with `ray stop`, which would stop every Ray on the machine."""
+    temp = Path(tempfile.mkdtemp(prefix=prefix))  # short: Ray's unix sockets live under it
+    log = temp / "start.log"
+    with open(log, "w") as out:
+        head = subprocess.Popen([str(RAY), "start", "--head", "--block", "--port=0", f"--temp-dir={temp}",
+                                 "--disable-usage-stats", *start_args], stdout=out, stderr=subprocess.STDOUT,
+                                env={**os.environ, "RAY_ADDRESS": "", **(env or {})}, start_new_session=True)
+    try:
+        deadline, address = time.time() + 180, None
+        while address is None and time.time() < deadline and head.poll() is None:
+            address = next((line.split("--address=")[1].strip().strip("'").split("'")[0]
+                            for line in log.read_text().splitlines() if "--address=" in line), None)
+            time.sleep(0.5)
+        assert address, f"ray head did not come up: {log.read_text()[-2000:]}"
+        yield address, temp
+    finally:
+        try:
+            os.killpg(head.pid, signal.SIGTERM)
+            head.wait(timeout=60)
+        except (ProcessLookupError, subprocess.TimeoutExpired):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(head.pid, signal.SIGKILL)
+        shutil.rmtree(temp, ignore_errors=True)

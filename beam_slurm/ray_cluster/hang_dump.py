@@ -11,6 +11,8 @@ share a process table), as `ray stack` would take every Ray process it can see. 
   the process while reading it and can hang on a process that is itself stuck); a process py-spy may not read
   (ptrace rights, a container it cannot enter) is recorded with py-spy's words;
 - `nvidia-smi.txt` where the node has nvidia-smi (the GPUs' state and the processes holding them);
+- `ray_actors.txt` on the head's node: `ray list actors --detail` (each actor's state, node and pid, from the GCS
+  through the dashboard's state API; with ray.include_dashboard=false it says that instead);
 - `processes.json`: every process of the step with its state letter (D: uninterruptible, T: stopped), its role and
   its innermost Python frame, which the watchdog compares across nodes (`hang_watch.suspects`).
 
@@ -37,12 +39,16 @@ import sys
 import time
 from pathlib import Path
 
-from beam_slurm.core.atomic_files import write_json, write_text
+from beam_slurm.core.atomic_files import read_json, write_json, write_text
+from beam_slurm.ray_cluster import auth
+from beam_slurm.ray_cluster.job_spec import JobSpec
+from beam_slurm.ray_cluster.records import HEAD_FILE
 from beam_slurm.slurm.hang_watch import innermost_frame
 
 PY_SPY_TIMEOUT_S = 20.0
 """py-spy's longest read of one process (--nonblocking reads memory without stopping it: seconds at most)."""
 EXIT_SURVIVORS = 3
+RAY_LIST_TIMEOUT_S = 30.0  # the state API reads the GCS, which a hung trainer leaves answering: seconds at most
 
 
 def _read(path: str) -> bytes:
@@ -175,8 +181,25 @@ def dump_node(folder: Path, job_id: str, step_id: str) -> list[dict]:
             except subprocess.TimeoutExpired:
                 parts.append(f"$ {' '.join(argv)}\n(no answer within 30 s: the driver itself may be stuck)\n")
         write_text(out / "nvidia-smi.txt", "\n".join(parts))
+    head = read_json(folder.parent / HEAD_FILE) or {}
+    if head.get("host") == node:
+        write_text(out / "ray_actors.txt", list_actors(head, JobSpec.read(folder.parent)))
     write_json(out / "processes.json", rows)
     return rows
+
+
+def list_actors(head: dict, spec: JobSpec) -> str:
+    """`ray list actors --detail` of the attempt's cluster, or why there is none."""
+    if not spec.ray.include_dashboard:
+        return "# no actor list: Ray's state API is served by the dashboard, off here (ray.include_dashboard=false)\n"
+    argv = [sys.executable, "-m", "ray.scripts.scripts", "list", "actors", "--detail", "--limit", "10000"]
+    token = Path(head["token_path"]) if head.get("token_path") else None
+    env = {**os.environ, "RAY_ADDRESS": head["address"], **(auth.auth_env(spec.ray, token) if token else {})}
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=RAY_LIST_TIMEOUT_S, env=env, check=False)
+        return f"$ ray list actors --detail --limit 10000\n{done.stdout}{done.stderr}"
+    except subprocess.TimeoutExpired:
+        return f"# ray list actors: no answer within {RAY_LIST_TIMEOUT_S:.0f} s\n"
 
 
 def end_processes(pids: list[int], grace_s: float) -> tuple[list[int], list[dict]]:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -20,6 +19,7 @@ from beam_slurm.evaluation.checkpoints import CheckpointError, check_model_dir, 
 from beam_slurm.skyrl import notice
 from beam_slurm.skyrl.rehearsal import RehearsalSettings, export_hf
 from beam_slurm.skyrl.train_metrics import TRAIN_METRICS_FILE
+from ray_processes import private_ray_head
 
 ROOT = Path(__file__).resolve().parents[2]
 RAY = ROOT / ".venv" / "bin" / "ray"
@@ -27,35 +27,8 @@ RAY = ROOT / ".venv" / "bin" / "ray"
 
 @pytest.fixture(scope="module")
 def ray_head():
-    """A private Ray head (`ray start --block` in its own session): torn down by killing that session only,
-    never with `ray stop`, which would stop every Ray on the machine."""
-    temp = tempfile.mkdtemp(prefix="/tmp/rh")  # short: Ray's unix sockets live under it
-    log = Path(temp) / "start.log"
-    with open(log, "w") as out:
-        head = subprocess.Popen(
-            [str(RAY), "start", "--head", "--block", "--port=0", "--num-gpus=4", "--num-cpus=2",
-             f"--temp-dir={temp}", "--include-dashboard=false", "--disable-usage-stats"],
-            stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "RAY_ADDRESS": ""}, start_new_session=True,
-        )
-    try:
-        deadline, address = time.time() + 120, None
-        while address is None and time.time() < deadline and head.poll() is None:
-            for line in log.read_text().splitlines():
-                if "--address=" in line:
-                    address = line.split("--address=")[1].strip().strip("'").split("'")[0]
-            time.sleep(0.5)
-        assert address, f"ray head did not come up: {log.read_text()[-2000:]}"
+    with private_ray_head("--num-gpus=4", "--num-cpus=2", "--include-dashboard=false") as (address, _):
         yield address
-    finally:
-        try:
-            os.killpg(head.pid, signal.SIGTERM)
-            head.wait(timeout=60)
-        except (ProcessLookupError, subprocess.TimeoutExpired):
-            try:
-                os.killpg(head.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        shutil.rmtree(temp, ignore_errors=True)
 
 
 def rehearsal(address, tmp_path, *overrides, step_seconds="0.1", wait=True):

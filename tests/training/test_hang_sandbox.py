@@ -50,6 +50,10 @@ def test_an_actor_that_stops_making_progress_is_dumped_ended_and_the_run_resumes
     hang_dir = run.export_path / "logs" / f"{run.job_id}-0" / "hang"
     nodes = sorted(p.name for p in hang_dir.iterdir() if p.is_dir())
     assert len(nodes) == 2, nodes
+    # Ray's own account from the head's node (its state API is the dashboard's, off in these light runs: said so)
+    head = json.loads((hang_dir.parent / "ray_head.json").read_text())["host"]
+    assert [n for n in nodes if (hang_dir / n / "ray_actors.txt").exists()] == [head], nodes
+    assert "ray.include_dashboard=false" in (hang_dir / head / "ray_actors.txt").read_text()
     for node in nodes:
         rows = json.loads((hang_dir / node / "processes.json").read_text())
         dumped = [r for r in rows if r.get("dump") and not r.get("error")]
