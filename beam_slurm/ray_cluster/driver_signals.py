@@ -43,9 +43,7 @@ def hold_first_sigterm() -> None:
             return
         if callable(previous):
             previous(signum, frame)
-        elif previous == signal.SIG_IGN:
-            return
-        else:
+        elif previous != signal.SIG_IGN:
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
             os.kill(os.getpid(), signal.SIGTERM)
 

@@ -72,11 +72,8 @@ class FabricSettings:
 def fabric_settings(cfg: Any) -> FabricSettings:
     """The recipe's `cluster.fabric_*` keys and every configured interface name; the job fills in the port."""
     cluster, ray, trainer = cfg.cluster, cfg.ray, cfg.trainer
-    named: dict[str, str] = {}
-    if cluster.fabric_interface:
-        named["cluster.fabric_interface"] = cluster.fabric_interface
-    if ray.network_interface:
-        named["ray.network_interface"] = ray.network_interface
+    named = {key: value for key, value in (("cluster.fabric_interface", cluster.fabric_interface),
+                                           ("ray.network_interface", ray.network_interface)) if value}
     for section, extra in (("ray.extra_env", ray.extra_env), ("trainer.extra_env", trainer.extra_env)):
         for variable in INTERFACE_VARIABLES:
             if extra.get(variable):
@@ -259,12 +256,6 @@ def _bounded(seconds: float, call: Any, *args: Any) -> dict[str, Any]:
     return outcome
 
 
-def resolve_backend(backend: str, gpus: int) -> str:
-    if backend != "auto":
-        return backend
-    return "nccl" if gpus > 0 and shutil.which("nvidia-smi") else "gloo"
-
-
 def run_rank(settings: FabricSettings, environ: Mapping[str, str], host: str | None = None,
              run_id: str = "0") -> dict[str, Any]:
     """This rank's record (torchrun-style environment); rank 0 also gathers every rank's. `run_id` keeps two checks'
@@ -282,9 +273,7 @@ def run_rank(settings: FabricSettings, environ: Mapping[str, str], host: str | N
 
     phases["import"] = round(time.monotonic() - started, 2)
 
-    backend = settings.backend
-    if backend == "auto":
-        backend = "nccl" if torch.cuda.is_available() else "gloo"
+    backend = settings.backend if settings.backend != "auto" else ("nccl" if torch.cuda.is_available() else "gloo")
     record["backend"] = backend
     if backend == "nccl":
         if not torch.cuda.is_available():
@@ -377,7 +366,9 @@ def run_node(settings: FabricSettings, environ: Mapping[str, str] | None = None)
         return result
     hosts = expand_hostnames(env.get("SLURM_STEP_NODELIST") or env.get("SLURM_JOB_NODELIST") or host)
     gpus, _ = allocated_gpus(env)
-    backend = resolve_backend(settings.backend, len(gpus))
+    backend = settings.backend
+    if backend == "auto":  # NCCL where the node has GPUs and a driver
+        backend = "nccl" if gpus and shutil.which("nvidia-smi") else "gloo"
     per_node = max(len(gpus), 1) if backend == "nccl" else 1
     worker_settings = json.dumps({**settings.to_dict(), "backend": backend})
     run_id = "-".join(env.get(k, "0") for k in ("SLURM_JOB_ID", "SLURM_RESTART_COUNT", "SLURM_STEP_ID"))
@@ -410,13 +401,8 @@ def run_node(settings: FabricSettings, environ: Mapping[str, str] | None = None)
 
 
 def records_from_output(output: str, prefix: str) -> list[dict[str, Any]]:
-    found = []
-    for line in output.splitlines():
-        if line.startswith(prefix):
-            record = json.loads(line[len(prefix):])
-            if "fabric" in record:
-                found.append(record["fabric"])
-    return found
+    records = (json.loads(line[len(prefix):]) for line in output.splitlines() if line.startswith(prefix))
+    return [record["fabric"] for record in records if "fabric" in record]
 
 
 def verdict(node_records: list[dict[str, Any]], settings: FabricSettings) -> tuple[dict[str, list[str]], dict[str, Any]]:
@@ -552,11 +538,8 @@ def main(argv: list[str] | None = None) -> int:
     missing = [r for r in range(int(os.environ["WORLD_SIZE"])) if r not in {g["rank"] for g in gathered}]
     if missing:
         print(f"fabric FAILED: ranks {missing} did not report within {settings.timeout_s:.0f}s", flush=True)
-    by_host: dict[str, dict[str, Any]] = {}
-    for rank_record in gathered:
-        host = rank_record["host"]
-        by_host.setdefault(host, {"host": host, "problems": [], "ranks": []})["ranks"].append(rank_record)
-    failing, summary = verdict(list(by_host.values()), settings)
+    failing, summary = verdict([{"host": host, "problems": [], "ranks": [g for g in gathered if g["host"] == host]}
+                                for host in dict.fromkeys(g["host"] for g in gathered)], settings)
     for line in summary_lines(summary):
         print(line, flush=True)
     for host, found in sorted(failing.items()):

@@ -27,6 +27,7 @@ uninterruptible sleep: the watchdog marks that node bad). Exit status 0, or 3 wh
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -38,54 +39,36 @@ import time
 from pathlib import Path
 
 from beam_slurm.core.atomic_files import write_json, write_text
+from beam_slurm.ray_cluster.local_ray import proc_file, stat_fields
 from beam_slurm.slurm.hang_watch import innermost_frame
 
-PY_SPY_TIMEOUT_S = 20.0
-"""py-spy's longest read of one process (--nonblocking reads memory without stopping it: seconds at most)."""
+PY_SPY_TIMEOUT_S = 20.0  # py-spy's longest read of one process (--nonblocking reads memory without stopping it)
 EXIT_SURVIVORS = 3
 
 
-def _read(path: str) -> bytes:
-    try:
-        with open(path, "rb") as handle:
-            return handle.read()
-    except OSError:
-        return b""
-
-
 def _environ(pid: int) -> dict[str, str]:
-    out = {}
-    for item in _read(f"/proc/{pid}/environ").split(b"\0"):
-        key, sep, value = item.partition(b"=")
-        if sep:
-            out[key.decode(errors="replace")] = value.decode(errors="replace")
-    return out
-
-
-def _stat_fields(pid: int) -> list[str]:
-    """/proc/<pid>/stat after the command name (which may hold spaces and parentheses); [] when the process is gone."""
-    stat = _read(f"/proc/{pid}/stat").decode(errors="replace")
-    return stat.rsplit(")", 1)[1].split() if ")" in stat else []
+    pairs = (item.partition(b"=") for item in proc_file(pid, "environ").split(b"\0"))
+    return {key.decode(errors="replace"): value.decode(errors="replace") for key, sep, value in pairs if sep}
 
 
 def process_state(pid: int) -> str:
     """The /proc state letter (R, S, D, T, Z, ...), '' when the process is gone."""
-    fields = _stat_fields(pid)
+    fields = stat_fields(pid)
     return fields[0] if fields else ""
 
 
 def parent_pid(pid: int) -> int:
     """The parent's pid, 0 when the process is gone."""
-    fields = _stat_fields(pid)
+    fields = stat_fields(pid)
     return int(fields[1]) if len(fields) > 1 else 0
 
 
 def role_of(pid: int) -> str:
     """What the process is: its title when it set one (Ray workers: 'ray::GpuSlot.step'), else its program and
     module (`python -m beam_slurm.ray_cluster.node` -> 'python -m beam_slurm.ray_cluster.node')."""
-    words = [w.decode(errors="replace") for w in _read(f"/proc/{pid}/cmdline").split(b"\0") if w]
+    words = [w.decode(errors="replace") for w in proc_file(pid, "cmdline").split(b"\0") if w]
     if not words:
-        return _read(f"/proc/{pid}/comm").decode(errors="replace").strip()
+        return proc_file(pid, "comm").decode(errors="replace").strip()
     program = os.path.basename(words[0].split()[0])
     if program.startswith("ray::") or not program.startswith("python"):
         return " ".join(words[0].split()[:1]) if program.startswith("ray::") else program
@@ -100,10 +83,9 @@ def role_of(pid: int) -> str:
 
 
 def is_python(pid: int) -> bool:
-    try:
+    with contextlib.suppress(OSError):
         return os.path.basename(os.readlink(f"/proc/{pid}/exe")).startswith("python")
-    except OSError:
-        return False
+    return False
 
 
 def step_processes(job_id: str, step_id: str) -> list[int]:
@@ -115,15 +97,10 @@ def step_processes(job_id: str, step_id: str) -> list[int]:
     # Where nodes share one process table (containers of one host, the sandbox's namespaces), a process is this
     # node's when the task that started it ran here (SLURMD_NODENAME).
     node = os.environ.get("SLURMD_NODENAME")
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) in mine:
-            continue
-        env = _environ(int(entry))
-        if (env.get("SLURM_JOB_ID") == job_id and env.get("SLURM_STEP_ID") == step_id
-                and (node is None or env.get("SLURMD_NODENAME", node) == node)):
-            found.append(int(entry))
-    return sorted(found)
+    pids = (int(entry) for entry in os.listdir("/proc") if entry.isdigit() and int(entry) not in mine)
+    return sorted(pid for pid in pids if (env := _environ(pid)).get("SLURM_JOB_ID") == job_id
+                  and env.get("SLURM_STEP_ID") == step_id
+                  and (node is None or env.get("SLURMD_NODENAME", node) == node))
 
 
 def py_spy() -> str | None:
@@ -184,19 +161,15 @@ def end_processes(pids: list[int], grace_s: float) -> tuple[list[int], list[dict
     (the pids that needed SIGKILL, what survived it: uninterruptible sleep)."""
     for sig in (signal.SIGCONT, signal.SIGTERM):
         for pid in pids:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, sig)
-            except ProcessLookupError:
-                pass
     deadline = time.monotonic() + grace_s
     while time.monotonic() < deadline and any(process_state(p) not in ("", "Z") for p in pids):
         time.sleep(0.2)
     killed = [p for p in pids if process_state(p) not in ("", "Z")]
     for pid in killed:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
     time.sleep(2.0 if killed else 0)
     return killed, [{"pid": p, "role": role_of(p), "state": process_state(p)} for p in killed
                     if process_state(p) not in ("", "Z")]

@@ -64,9 +64,7 @@ class Head(NodeRole):
         write_json(self.rendezvous.ready_file, timing)
         if self.ctx.attempt_dir is not None:
             write_json(self.ctx.attempt_dir / READY_FILE, timing)
-        if self.stop_requested:
-            return EXIT_STOPPED
-        return self.run_driver(driver, address)
+        return EXIT_STOPPED if self.stop_requested else self.run_driver(driver, address)
 
     def bringup_windows(self) -> dict[str, Any]:
         """Where the bring-up time went, for ray_ready.json: preflight, the Ray step's launch, each node's start and its
@@ -169,19 +167,14 @@ class Head(NodeRole):
                  "shell as a notice; the driver runs on until the batch shell has its checkpoint")
 
     def run_driver(self, driver: list[str], address: str) -> int:
-        env = self.ray_env()
-        env["RAY_ADDRESS"] = address
+        env = {**self.ray_env(), "RAY_ADDRESS": address}
         self.log(f"starting the driver: {driver[0]} ... ({len(driver) - 1} arguments)")
         proc = subprocess.Popen(driver, env=env, start_new_session=True)
         self.driver_running = True
         watch = WorkerWatch(self.rendezvous, self.settings.head_lost_after_s, clock=self.clock)
-        status: int | None = None
         relayed = False
         try:
-            while status is None:
-                status = proc.poll()
-                if status is not None:
-                    break
+            while (status := proc.poll()) is None:
                 if self.sigterm_held_at is not None and not relayed:
                     relayed = True
                     self.relay_held_sigterm()

@@ -16,28 +16,29 @@ from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
 
+def proc_file(pid: int, name: str) -> bytes:
+    """/proc/<pid>/<name>, b'' when the process is gone."""
+    try:
+        return Path(f"/proc/{pid}/{name}").read_bytes()
+    except OSError:
+        return b""
+
+
+def stat_fields(pid: int) -> list[str]:
+    """/proc/<pid>/stat after the command name (which may hold spaces and parentheses); [] when the process is gone."""
+    stat = proc_file(pid, "stat").decode(errors="replace")
+    return stat.rsplit(")", 1)[1].split() if ")" in stat else []
+
+
 def group_members(pgid: int) -> list[int]:
     """PIDs of live (non-zombie) processes in process group `pgid`, from /proc."""
-    members = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-        except OSError:
-            continue
-        # Fields after the parenthesised command: state ppid pgrp ...
-        fields = stat.rsplit(")", 1)[1].split()
-        if fields[0] != "Z" and int(fields[2]) == pgid:
-            members.append(int(entry))
-    return members
+    pids = (int(entry) for entry in os.listdir("/proc") if entry.isdigit())
+    # Fields after the parenthesised command: state ppid pgrp ...
+    return [pid for pid in pids if (fields := stat_fields(pid)) and fields[0] != "Z" and int(fields[2]) == pgid]
 
 
 def _cmdline(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:
-        return ""
+    return proc_file(pid, "cmdline").replace(b"\0", b" ").decode(errors="replace")
 
 
 class RayStartAbandoned(RuntimeError):

@@ -53,10 +53,6 @@ class LogCopySettings:
         return cls.from_config(SimpleNamespace(cluster=ClusterConfig()))
 
 
-def node_log_dir(attempt_dir: Path, host: str) -> Path:
-    return attempt_dir / RAY_LOGS_DIR / host
-
-
 def session_log_files(temp_dir: Path) -> list[Path]:
     """Every file under `<temp dir>/session_*/logs/`, newest first (session_latest is a link to one of them)."""
     found: list[tuple[float, Path]] = []
@@ -164,7 +160,7 @@ class LogCopier:
     def __init__(self, temp_dir: Path, attempt_dir: Path | None, host: str, settings: LogCopySettings,
                  log: Callable[[str], None]):
         self.temp_dir = temp_dir
-        self.dest = node_log_dir(attempt_dir, host) if attempt_dir is not None else None
+        self.dest = attempt_dir / RAY_LOGS_DIR / host if attempt_dir is not None else None
         self.settings = settings
         self.log = log
         self._stop = threading.Event()
@@ -201,8 +197,6 @@ class LogCopier:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=self.settings.final_s)
-        if self.dest is None:
-            return
         summary = self.copy(reason, deadline=deadline)
         if summary is None:
             return

@@ -35,10 +35,7 @@ def hostname_ipv4(hostname: str | None = None) -> str | None:
         infos = socket.getaddrinfo(hostname, None, socket.AF_INET, socket.SOCK_STREAM)
     except socket.gaierror:
         return None
-    for *_, sockaddr in infos:
-        if not ipaddress.ip_address(sockaddr[0]).is_loopback:
-            return sockaddr[0]
-    return None
+    return next((address for *_, (address, *_) in infos if not ipaddress.ip_address(address).is_loopback), None)
 
 
 def route_source_ipv4(destination: str) -> str:
@@ -60,9 +57,8 @@ def node_ipv4(interface: str = "", head_ip: str | None = None) -> str:
         # No packet is sent: connect() on a UDP socket only picks the route.
         return route_source_ipv4(head_ip or _ANY_PUBLIC_ADDRESS)
     except OSError:
-        pass
-    raise OSError(f"{socket.gethostname()} resolves only to a loopback address; set ray.network_interface "
-                  "to the interface of the cluster network (e.g. eth0 or ib0)")
+        raise OSError(f"{socket.gethostname()} resolves only to a loopback address; set ray.network_interface "
+                      "to the interface of the cluster network (e.g. eth0 or ib0)") from None
 
 
 def tcp_reachable(host: str, port: int, timeout_s: float = 1.0) -> bool:

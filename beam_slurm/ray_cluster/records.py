@@ -7,14 +7,13 @@ The nodes write them (`beam_slurm.ray_cluster.head` / `worker`), the batch shell
 from __future__ import annotations
 
 import errno
-import json
 import os
 import socket
 import time
 from pathlib import Path
 from typing import Any
 
-from beam_slurm.core.atomic_files import write_json
+from beam_slurm.core.atomic_files import read_json, write_json
 from beam_slurm.ray_cluster.job_spec import attempt_dir as attempt_dir_of
 
 EXIT_INFRA = 75  # a node's Ray died, a node never joined or the head vanished: a requeue may help
@@ -48,9 +47,7 @@ class NodeFailure(Exception):
 
 def shell_status(status: int | None) -> int:
     """A Popen return code as a shell would report it (killed by signal N -> 128+N); None -> EXIT_INFRA."""
-    if status is None:
-        return EXIT_INFRA
-    return 128 - status if status < 0 else status
+    return EXIT_INFRA if status is None else (128 - status if status < 0 else status)
 
 
 def mark_stopping(attempt_dir: Path) -> None:
@@ -115,17 +112,10 @@ def record_driver_exit(attempt_dir: Path | None, status: int) -> None:
 
 def read_failure(attempt_dir: Path) -> dict[str, Any] | None:
     """The attempt's first failure ({kind, node, reason, ...}), None when no node recorded one."""
-    return _read_json(attempt_dir / FAILURE_FILE)
+    return read_json(attempt_dir / FAILURE_FILE)
 
 
 def read_driver_status(attempt_dir: Path) -> int | None:
     """The driver's exit status, None when the driver never ended (or never started)."""
-    record = _read_json(attempt_dir / DRIVER_EXIT_FILE)
+    record = read_json(attempt_dir / DRIVER_EXIT_FILE)
     return int(record["status"]) if record else None
-
-
-def _read_json(path: Path) -> dict[str, Any] | None:
-    try:
-        return json.loads(path.read_text())
-    except (FileNotFoundError, json.JSONDecodeError):
-        return None

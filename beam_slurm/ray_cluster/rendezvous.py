@@ -13,20 +13,11 @@ requeued attempt (or a second Ray step in the same job) never reads the previous
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 from typing import Any
 
-from beam_slurm.core.atomic_files import write_json
-
-
-def read_json(path: Path) -> dict[str, Any] | None:
-    """The JSON object in `path`, or None when the file does not exist (yet)."""
-    try:
-        return json.loads(path.read_text())
-    except FileNotFoundError:
-        return None
+from beam_slurm.core.atomic_files import read_json, write_json
 
 
 class Rendezvous:
@@ -34,21 +25,11 @@ class Rendezvous:
 
     def __init__(self, job_folder: Path, attempt: int, step: str):
         self.folder = job_folder / "rendezvous" / f"{attempt}.{step}"
+        self.head_file, self.ready_file, self.ended_file = (self.folder / f"{name}.json"
+                                                            for name in ("head", "ready", "ended"))
 
     def node_file(self, rank: int) -> Path:
         return self.folder / f"node-{rank}.json"
-
-    @property
-    def head_file(self) -> Path:
-        return self.folder / "head.json"
-
-    @property
-    def ready_file(self) -> Path:
-        return self.folder / "ready.json"
-
-    @property
-    def ended_file(self) -> Path:
-        return self.folder / "ended.json"
 
     def publish_node(self, rank: int, info: dict[str, Any]) -> None:
         write_json(self.node_file(rank), {**info, "rank": rank, "time": time.time()})
@@ -62,9 +43,5 @@ class Rendezvous:
 
     def nodes(self) -> dict[int, dict[str, Any]]:
         """Every node file present now, by rank."""
-        found: dict[int, dict[str, Any]] = {}
-        for path in self.folder.glob("node-*.json"):
-            info = read_json(path)
-            if info is not None:
-                found[int(info["rank"])] = info
-        return found
+        infos = (read_json(path) for path in self.folder.glob("node-*.json"))
+        return {int(info["rank"]): info for info in infos if info is not None}

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from beam_slurm.core.atomic_files import write_json
+from beam_slurm.core.atomic_files import read_json, write_json
 from beam_slurm.ray_cluster import auth, env_manifest, scale
 from beam_slurm.ray_cluster.context import NodeContext
 from beam_slurm.ray_cluster.gpus import allocated_gpus
@@ -18,7 +18,7 @@ from beam_slurm.ray_cluster.log_copy import LogCopier
 from beam_slurm.ray_cluster.network import tcp_reachable
 from beam_slurm.ray_cluster.ports import RayPorts, choose_ports
 from beam_slurm.ray_cluster.records import BRINGUP_DIR, NodeFailure, record_first_failure, stopping
-from beam_slurm.ray_cluster.rendezvous import Rendezvous, read_json
+from beam_slurm.ray_cluster.rendezvous import Rendezvous
 from beam_slurm.ray_cluster.settings import RaySettings
 
 _RAY_START_TRIES = 3

@@ -11,7 +11,6 @@ nothing Ray computes.
 from __future__ import annotations
 
 import resource
-from typing import Mapping
 
 from beam_slurm.ray_cluster.settings import RaySettings
 
@@ -30,11 +29,9 @@ def large_cluster_env(settings: RaySettings, nodes: int, cpus: int = 0) -> dict[
     }
 
 
-def apply_to(env: dict[str, str], settings: RaySettings, nodes: int, cpus: int = 0,
-             chosen: Mapping[str, str] | None = None) -> dict[str, str]:
+def apply_to(env: dict[str, str], settings: RaySettings, nodes: int, cpus: int = 0) -> dict[str, str]:
     """Add the large-cluster variables the user did not choose (ray.extra_env) to `env`; what was added."""
-    chosen = settings.extra_env if chosen is None else chosen
-    added = {k: v for k, v in large_cluster_env(settings, nodes, cpus).items() if k not in chosen}
+    added = {k: v for k, v in large_cluster_env(settings, nodes, cpus).items() if k not in settings.extra_env}
     env.update(added)
     return added
 

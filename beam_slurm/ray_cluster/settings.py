@@ -143,8 +143,7 @@ class RaySettings:
 
     def validate(self) -> "RaySettings":
         """Raise ConfigError listing every problem; return self when valid."""
-        problems = self.problems()
-        if problems:
+        if problems := self.problems():
             raise ConfigError(problems)
         return self
 

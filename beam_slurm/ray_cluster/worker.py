@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from beam_slurm.core.atomic_files import read_json
 from beam_slurm.ray_cluster.checks import check_gpu_count
 from beam_slurm.ray_cluster.network import node_ipv4, tcp_reachable
 from beam_slurm.ray_cluster.records import EXIT_INFRA, NodeFailure
-from beam_slurm.ray_cluster.rendezvous import read_json
 from beam_slurm.ray_cluster.role import NodeRole
 from beam_slurm.ray_cluster.supervision import HeadWatch
 
@@ -84,9 +84,8 @@ class Worker(NodeRole):
             return True
         deadline = self.started_clock + self.settings.readiness_timeout_s
         waited = False
-        while not self.stop_requested and self.rendezvous.joined_count() < self.ctx.rank - limit:
-            if self.clock() > deadline:
-                break
+        while (not self.stop_requested and self.rendezvous.joined_count() < self.ctx.rank - limit
+               and self.clock() <= deadline):
             waited = True
             self.sleep(min(0.5, self.settings.poll_interval_s))
         if waited:
