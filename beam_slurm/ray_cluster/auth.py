@@ -1,8 +1,7 @@
 """The per-job private folder on shared storage and the Ray auth token inside it.
 
-Layout: `<state_dir>/jobs/<jobid>/` (mode 0700) holds `ray_auth_token` (mode 0600, 64 hex characters, created once
-per job and reused by its requeued attempts) and the rendezvous files of each attempt. The token's value is never
-printed or put on a command line; Ray reads it from the file named by RAY_AUTH_TOKEN_PATH.
+`<state_dir>/jobs/<jobid>/` (0700) holds `ray_auth_token` (0600, created once per job, reused by its requeued
+attempts) and the rendezvous files; Ray reads the token from the file named by RAY_AUTH_TOKEN_PATH, never argv.
 """
 
 from __future__ import annotations

@@ -24,8 +24,7 @@ def check_gpu_count(host: str, gpus: list[str], source: str, expected: int | Non
 
 class GpuVisibilityCheck:
     """One probe per node holding all its GPUs, launched as soon as that node is alive in the GCS with its
-    registration file: the probes of the first nodes (a fresh Ray worker process each, the slow part) run while the
-    last nodes still join, so little of the check is left once every node registered."""
+    registration file, so the first nodes' probes (a fresh Ray worker each, the slow part) run while others join."""
 
     def __init__(self, ray: Any):
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy

@@ -1,11 +1,9 @@
 """The driver's side of a preemption whose only signal is a SIGTERM to the job's tasks.
 
-Slurm's proctrack plugin signals every process of the Ray step it tracks: the node's task and, as its descendant,
-the driver (`beam_slurm.ray_cluster.node` holds the task's SIGTERM, see `NodeRole.hold_sigterm`). The driver must
-hold that first SIGTERM too, or it exits (Ray's own handler calls sys.exit) before the batch shell asks it to save.
-`hold_first_sigterm()` installs a handler, chained to whatever handler was there (Ray's, after ray.init), that
-holds one SIGTERM when the job spec's sigterm_notice allows it and the attempt is not being stopped by us
-(`records.STOPPING_FILE`); any other SIGTERM goes to the previous handler.
+Slurm signals every process of the Ray step: the node's task (which holds it, `NodeRole.hold_sigterm`) and the
+driver, which must hold that first SIGTERM too, or it exits (Ray's handler calls sys.exit) before the batch shell
+asks it to save. The handler holds one SIGTERM when the job spec's sigterm_notice allows it and the attempt is not
+being stopped by us (`records.STOPPING_FILE`); any other SIGTERM goes to the previous handler (Ray's).
 """
 
 from __future__ import annotations

@@ -1,19 +1,11 @@
 """Fabric check: before Ray starts, move data between the allocation's nodes over the network NCCL will use, so a
-wrong interface, a dead link or a slow node fails the preflight by name, not an hour later after the model loaded.
+wrong interface, a dead link or a slow node fails the preflight by name, not an hour later after the model loaded
+(what it measures and names: README, "Fabric check").
 
 Every node joins a rendezvous (a TCPStore on the head's Slurm address, not the fabric, so a broken link does not hide
-who answered). Ranks then exchange `bytes` with their ring neighbours, one pair per rank per round (two or three
-rounds), over torch.distributed: gloo on CPU nodes, NCCL with one process per GPU (GPU k pairs with GPU k of the next
-node, so every rail is measured); when every pair worked, one all_reduce times the collective. A node is named when
-
-- its fabric interface is missing, down or has no IPv4 address, or a configured interface name
-  (`ray.network_interface`, NCCL_SOCKET_IFNAME, GLOO_SOCKET_IFNAME) matches no interface on it;
-- it did not join, or every pair it was in got no answer, within `timeout_s`;
-- its bandwidth (best pair per GPU rail; the worst rail counts) is below `min_bandwidth_ratio` x the median.
-
-Inside the job `beam_slurm.slurm.preflight` calls `run_node` on every node and the batch shell logs the `verdict` and
-writes `fabric.json` in the attempt's log folder. Standalone, torchrun-style (rank 0 prints the verdict):
-`torchrun --standalone --nproc-per-node=2 -m beam_slurm.ray_cluster.fabric --backend nccl`.
+who answered); ranks then exchange `bytes` with their ring neighbours, one pair per rank per round, and one
+all_reduce times the collective. Inside the job `beam_slurm.slurm.preflight` calls `run_node` on every node and the
+batch shell logs the `verdict` and writes `fabric.json`; standalone, torchrun-style, rank 0 prints the verdict.
 """
 
 from __future__ import annotations
@@ -154,14 +146,9 @@ def ring_rounds(hosts_by_rank: Mapping[int, str], local_by_rank: Mapping[int, in
     """Rounds of rank pairs: ranks of one local rank form a ring over the hosts, so each pair crosses the fabric;
     with one host the ring is over all ranks (the standalone check on one machine)."""
     host_order = list(dict.fromkeys(hosts_by_rank[r] for r in sorted(hosts_by_rank)))
-    rings: list[list[int]] = []
-    if len(host_order) == 1:
-        rings.append(sorted(hosts_by_rank))
-    else:
-        for local in sorted(set(local_by_rank.values())):
-            ring = [r for h in host_order for r in sorted(hosts_by_rank)
-                    if hosts_by_rank[r] == h and local_by_rank[r] == local]
-            rings.append(ring)
+    rings = [sorted(hosts_by_rank)] if len(host_order) == 1 else [
+        [r for h in host_order for r in sorted(hosts_by_rank) if hosts_by_rank[r] == h and local_by_rank[r] == local]
+        for local in sorted(set(local_by_rank.values()))]
     rounds: list[list[tuple[int, int]]] = [[], [], []]
     for ring in rings:
         n = len(ring)
@@ -411,10 +398,9 @@ def verdict(node_records: list[dict[str, Any]], settings: FabricSettings) -> tup
     skipped = {rec["host"]: rec["skipped"] for rec in node_records if rec.get("skipped")}
     ranks = [r for rec in node_records for r in rec.get("ranks", [])]
     host_of = {r["rank"]: r["host"] for r in ranks}
-    for r in ranks:
-        problems.setdefault(r["host"], []).extend(f"fabric check: {e}" for e in r.get("errors", []))
     edges: dict[tuple[int, int], dict[str, Any]] = {}
     for r in ranks:
+        problems.setdefault(r["host"], []).extend(f"fabric check: {e}" for e in r.get("errors", []))
         for pair in r.get("pairs", []):
             key = (min(r["rank"], pair["peer"]), max(r["rank"], pair["peer"]))
             seen = edges.setdefault(key, {"local": r["local_rank"], "hosts": (host_of.get(key[0], "?"),

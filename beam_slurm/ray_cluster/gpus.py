@@ -1,9 +1,8 @@
 """Which GPUs Slurm gave a step on this node, and whether Ray hands out exactly those.
 
-SkyRL issue 1577: on Slurm, Ray inherits CUDA_VISIBLE_DEVICES, and when the ids Ray assigns do not reach the worker
-processes every worker ends up on GPU 0 (silent OOMs). Ray numbers GPUs by the raylet's CUDA_VISIBLE_DEVICES, so on
-each node a task holding all of the node's GPUs must see `ray.get_gpu_ids()` == the step's CUDA_VISIBLE_DEVICES, and a
-one-GPU task must see exactly one of them in its own CUDA_VISIBLE_DEVICES.
+SkyRL issue 1577: when the GPU ids Ray assigns do not reach the worker processes every worker ends up on GPU 0
+(silent OOMs). Ray numbers GPUs by the raylet's CUDA_VISIBLE_DEVICES, so a task holding all of a node's GPUs must see
+`ray.get_gpu_ids()` == the step's CUDA_VISIBLE_DEVICES, and a one-GPU task exactly one of them.
 """
 
 from __future__ import annotations

@@ -3,25 +3,12 @@
 
     python -m beam_slurm.ray_cluster.hang_dump --dir <attempt>/hang --job <id> --step <ray step id> [--end]
 
-The job's processes on a node are those whose environment names this job and the Ray step (SLURM_JOB_ID,
-SLURM_STEP_ID: Ray's daemons and workers inherit them from the step) and this node (SLURMD_NODENAME, where nodes
-share a process table), as `ray stack` would take every Ray process it can see. Without `--end`, into `<dir>/<node>/`:
-
-- `<pid>-<name>.txt` for every Python process: `py-spy dump --nonblocking` under a timeout (the default mode stops
-  the process while reading it and can hang on a process that is itself stuck); a process py-spy may not read
-  (ptrace rights, a container it cannot enter) is recorded with py-spy's words;
-- `nvidia-smi.txt` where the node has nvidia-smi (the GPUs' state and the processes holding them);
-- `processes.json`: every process of the step with its state letter (D: uninterruptible, T: stopped), its role and
-  its innermost Python frame, which the watchdog compares across nodes (`hang_watch.suspects`).
-
-NCCL calls are asynchronous, so a rank stuck in a collective shows its next sync point in Python. The flight recorder
-of PyTorch's NCCL backend records the collectives themselves: the training environment sets
-TORCH_NCCL_TRACE_BUFFER_SIZE and points TORCH_NCCL_DEBUG_INFO_TEMP_FILE into this folder, so its dump lands here
-when NCCL's own timeout fires (which the job keeps behind the watchdog's, `hang_watch.nccl_timeout_s`).
-
-With `--end`: SIGCONT (a stopped process cannot act on anything else), SIGTERM, then SIGKILL after `--grace` seconds
-to every process of the step still there; `ended.json` lists what was signalled and what survived SIGKILL (in
-uninterruptible sleep: the watchdog marks that node bad). Exit status 0, or 3 when something survived.
+The job's processes on a node are those whose environment names this job, the Ray step and this node. Without
+`--end`, into `<dir>/<node>/`: `<pid>-<name>.txt` for every Python process (`py-spy dump --nonblocking`: the default
+mode stops the process and can hang on a stuck one), `nvidia-smi.txt` and `processes.json` (each process's state
+letter, role and innermost Python frame, which the watchdog compares across nodes). With `--end`: SIGCONT, SIGTERM,
+then SIGKILL after `--grace` seconds; `ended.json` lists what was signalled and what survived SIGKILL (exit 3).
+What is dumped and why: README, "Hang watchdog".
 """
 
 from __future__ import annotations
@@ -158,7 +145,7 @@ def dump_node(folder: Path, job_id: str, step_id: str) -> list[dict]:
 
 def end_processes(pids: list[int], grace_s: float) -> tuple[list[int], list[dict]]:
     """SIGCONT (a stopped process acts on nothing else), SIGTERM, then SIGKILL after grace_s to those still there;
-    (the pids that needed SIGKILL, what survived it: uninterruptible sleep)."""
+    (the pids that needed SIGKILL, what survived it)."""
     for sig in (signal.SIGCONT, signal.SIGTERM):
         for pid in pids:
             with contextlib.suppress(ProcessLookupError):

@@ -67,8 +67,7 @@ class Head(NodeRole):
         return EXIT_STOPPED if self.stop_requested else self.run_driver(driver, address)
 
     def bringup_windows(self) -> dict[str, Any]:
-        """Where the bring-up time went, for ray_ready.json: preflight, the Ray step's launch, each node's start and its
-        `ray start`."""
+        """Where the bring-up time went, for ray_ready.json: preflight, the step's launch, each node's `ray start`."""
         nodes = {info.get("host", str(rank)): info for rank, info in self.rendezvous.nodes().items()}
         ray_start = {host: info.get("ray_start") for host, info in nodes.items() if info.get("ray_start")}
         node_start = {host: info.get("node_start") for host, info in nodes.items() if info.get("node_start")}
@@ -146,8 +145,7 @@ class Head(NodeRole):
 
     def relay_held_sigterm(self) -> None:
         """A first SIGTERM is held on every node: when Slurm says the job is being preempted, tell the batch shell
-        (USR1, as `--signal` would have) and let the driver run on until the batch shell has the save and stops the
-        step; otherwise stop as on any SIGTERM."""
+        (USR1, as `--signal` would have) and let the driver run on until it has the save; otherwise stop."""
         try:
             preempt_time = scheduler.job_info(self.ctx.job_id).get("PreemptTime", "")
         except scheduler.SlurmCommandError as exc:

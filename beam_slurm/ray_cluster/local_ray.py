@@ -1,9 +1,8 @@
 """Start and stop this node's Ray processes for one job, without touching any other job's Ray.
 
-`ray start` (without --block) spawns the GCS, raylet, dashboard and agents and exits; they are re-parented and
-escape Slurm's step tracking under proctrack/linuxproc. We launch `ray start` as the leader of a new session, so
-every Ray process of this job on this node shares one process group, and stop exactly that group. A global
-`ray stop` would kill every Ray on the node, including another job's (ray#12264).
+`ray start` spawns the GCS, raylet, dashboard and agents and exits; they escape Slurm's step tracking under
+proctrack/linuxproc. It runs as the leader of a new session, so every Ray process of this job on this node shares
+one process group, and exactly that group is stopped (`ray stop` would kill another job's Ray too, ray#12264).
 """
 
 from __future__ import annotations
@@ -60,9 +59,8 @@ class LocalRay:
 
     def start(self, ray_start_args: Sequence[str], env: Mapping[str, str], ray_executable: str,
               while_starting: Callable[[], bool | None] | None = None) -> None:
-        """Run `ray start ...` (not --block) in a new session and wait for it; RuntimeError with the log tail.
-        `while_starting` runs every 50 ms meanwhile (the head publishes its address once the GCS listens); True from
-        it gives the start up: its processes are stopped and RayStartAbandoned is raised."""
+        """Run `ray start ...` in a new session and wait for it; RuntimeError with the log tail. `while_starting` runs
+        every 50 ms meanwhile; True from it stops the start's processes and raises RayStartAbandoned."""
         self.temp_dir.mkdir(parents=True, exist_ok=True)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as log:

@@ -1,15 +1,8 @@
 """Copy this node's Ray session logs to shared storage: `<log_dir>/<jobid>-<attempt>/ray/<node>/`.
 
-Ray writes its logs (raylet, GCS, every worker) under the node-local temp dir, private to the node and lost with it
-(Ray issues 40628, 28876). Each node copies them once Ray is up, every `cluster.log_copy_interval_s` from a thread, and
-once more after its Ray stopped (driver finished, notice, failure), that last copy bounded by `cluster.log_copy_s`
-(the notice budget's share).
-
-A copy takes the newest files first up to `cluster.log_copy_max_mbytes` per node: the file crossing the bound is
-copied as its last bytes (where the errors are), older ones are left out and counted; unchanged files are not copied
-again. `COPY.json` in the node's folder says when, why, what was left out and whether the copy finished. A SIGKILL of
-the bootstrap (KillWait, the OOM killer, power) skips the last copy: the folder keeps the last periodic one
-(`"reason": "periodic"`).
+Ray writes its logs under the node-local temp dir, lost with the node (Ray issues 40628, 28876). Each node copies
+them periodically from a thread and once more after its Ray stopped, newest files first up to a bound, unchanged
+files not again (README, "While it runs"); `COPY.json` in the node's folder says what the last copy did.
 """
 
 from __future__ import annotations

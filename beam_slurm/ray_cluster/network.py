@@ -46,8 +46,7 @@ def route_source_ipv4(destination: str) -> str:
 
 
 def node_ipv4(interface: str = "", head_ip: str | None = None) -> str:
-    """This node's address for Ray: the interface's if named, else the hostname's (unless loopback), else the
-    source address of the route to the head, or of the default route when the head is not known yet."""
+    """This node's address for Ray: the interface's, the hostname's, or the source of the route to the head."""
     if interface:
         return interface_ipv4(interface)
     address = hostname_ipv4()

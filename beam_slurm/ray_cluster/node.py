@@ -5,12 +5,8 @@ driver and this job's Ray on the node, nothing else; USR1/USR2 are the batch she
 the job spec says so (sigterm_notice) a first SIGTERM that is not the batch shell's stop is held: a preemption
 without a user signal reaches only the tasks, and the head relays it to the batch shell as a notice.
 
-Inputs (environment): SLURM_JOB_ID, SLURM_PROCID, SLURM_STEP_ID, SLURM_STEP_NUM_NODES, SLURM_STEP_NODELIST,
-SLURM_RESTART_COUNT, SLURM_CPUS_ON_NODE, the step's CUDA_VISIBLE_DEVICES; BEAM_ATTEMPT_DIR (per-attempt log folder,
-optional) and the job spec in it (`beam_slurm.ray_cluster.job_spec`: Ray settings, expected GPUs per node, the
-environment manifest, log copy settings, whether to hold a first SIGTERM, bring-up timings).
-Outputs in BEAM_ATTEMPT_DIR: see `beam_slurm.ray_cluster.records`; the node's Ray logs in ray/<node>/ and its
-exported environment in env/<node>.json.
+Inputs: Slurm's step environment (`context.NodeContext`) and the attempt's job spec (`job_spec`). Outputs in
+BEAM_ATTEMPT_DIR: `records`; the node's Ray logs in ray/<node>/ and its exported environment in env/<node>.json.
 """
 
 from __future__ import annotations

@@ -21,20 +21,12 @@ EXIT_SETUP = 78  # bring-up found a configuration fault (GPU visibility, interfa
 EXIT_STOPPED = 143  # stopped (SIGTERM) before the driver finished
 # The files, all in BEAM_ATTEMPT_DIR.
 FAILURE_FILE = "failure.json"  # the first failure: {kind: infra|setup|storage, node, rank, reason, time}
-READY_FILE = "ray_ready.json"
-"""Bring-up times: job_start, node_start, head_up, registered, gpus_checked, client_released
-(epoch seconds), the preflight and each node's `ray start` window (`Head.bringup_windows`)."""
+READY_FILE = "ray_ready.json"  # the bring-up's times (epoch seconds, `Head.run`)
 BRINGUP_DIR = "bringup"  # bringup/<host>.json: {host, rank, node_start, ray_start: [began, returned]}
-HEAD_FILE = "ray_head.json"
-"""Where the attempt's Ray head is, written once its GCS listens: {host, ip, address, block,
-token_path (a path; the token stays in its file), temp_dir, job_id, attempt, time}. `beam-slurm attach` reads it."""
+HEAD_FILE = "ray_head.json"  # where the head is, once its GCS listens (`beam-slurm attach` reads it)
 DRIVER_EXIT_FILE = "driver_exit.json"  # {status, time}
-STOPPING_FILE = "ray_step_stopping"
-"""Written by the batch shell before it stops the Ray step: a SIGTERM then is a stop, never
-one to hold as a preemption's notice (the job spec's sigterm_notice)."""
-TERM_RELAYED_FILE = "sigterm_relayed.json"
-"""Written by the head before it relays a preemption's SIGTERM to the batch shell as USR1:
-{time, node, preempt_time}, so the batch shell can say where its notice came from."""
+STOPPING_FILE = "ray_step_stopping"  # the batch shell stops the step: a SIGTERM then is never held as a notice
+TERM_RELAYED_FILE = "sigterm_relayed.json"  # the head relayed a preemption's SIGTERM as USR1 (where a notice came from)
 
 
 class NodeFailure(Exception):
@@ -78,9 +70,8 @@ _INFRA_TEXT = ("NCCL error", "ncclSystemError", "ncclInternalError", "ncclRemote
 
 
 def classify_driver_error(exc: BaseException) -> tuple[str, str] | None:
-    """(kind, reason) of a driver's exception that says what another attempt would meet: 'storage' (the
-    checkpoint storage is full: every attempt would fail the same save), 'infra' (a Ray worker, node or NCCL
-    peer died: another Ray step may succeed); None for the rest (a bug or a bad setting: not retried)."""
+    """(kind, reason) of a driver's exception: 'storage' (the checkpoint storage is full: every attempt would fail the
+    same save), 'infra' (a Ray worker, node or NCCL peer died: another Ray step may succeed); None for the rest."""
     chain, seen = [], exc
     while seen is not None and len(chain) < 10:  # Ray wraps a task's error (RayTaskError(cause)); follow it
         chain.append(seen)

@@ -1,14 +1,12 @@
 """Files on shared storage through which the nodes of one Ray step find each other.
 
-One folder per attempt and step under the job's private folder: `<job dir>/rendezvous/<attempt>.<step>/` so that a
-requeued attempt (or a second Ray step in the same job) never reads the previous one's head address.
+`<job dir>/rendezvous/<attempt>.<step>/`, so a requeued attempt (or a second Ray step) never reads an old head address:
 
-- `node-<rank>.json`: written by each node when it starts (host, IP, the GPUs Slurm gave it).
-- `head.json`: written by the head once its GCS is up (address, port block). Workers wait for it.
-- `ready.json`: written by the head once every node and GPU registered (times, for logs and the benchmark).
-- `ended.json`: written by the head when the driver finished (its status); workers then stop their Ray and exit 0.
-- `joined-<rank>`: written by each worker once its `ray start` returned (counted by workers that wait their turn to
-  start, `ray.node_start_concurrency`).
+- `node-<rank>.json`: each node's host, IP and GPUs, when it starts;
+- `head.json`: the head's address and port block once its GCS is up (workers wait for it);
+- `ready.json`: the head's bring-up times once every node and GPU registered;
+- `ended.json`: the driver's status when it finished (workers then stop their Ray and exit 0);
+- `joined-<rank>`: each worker once its `ray start` returned (`ray.node_start_concurrency` counts them).
 """
 
 from __future__ import annotations

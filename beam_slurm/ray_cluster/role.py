@@ -50,10 +50,8 @@ class NodeRole:
         self.manifest_env: dict[str, str] = {}  # `export_manifest`'s variables, exported to Ray and the driver
 
     def hold_sigterm(self) -> bool:
-        """On SIGTERM: True when it is held rather than obeyed. Without preempt_send_user_signal a preemption's first
-        SIGTERM reaches only the steps' tasks, GraceTime before the kill; when a save fits (the spec's sigterm_notice)
-        the head asks Slurm whether it is a preemption and relays it to the batch shell as a notice, or stops. The
-        batch shell marks its own stops (`records.STOPPING_FILE`); a second SIGTERM always stops."""
+        """On SIGTERM: True when it is held (a preemption's only notice may be a SIGTERM to the tasks, which the head
+        relays to the batch shell) rather than obeyed; never the batch shell's own stop, nor a second SIGTERM."""
         if not self.ctx.spec.sigterm_notice or self.ctx.attempt_dir is None or self.sigterm_held_at is not None:
             return False
         if not self.can_hold_sigterm() or stopping(self.ctx.attempt_dir):
@@ -108,9 +106,8 @@ class NodeRole:
     def start_ray(self, head: bool, ip: str, start_block: int | None, head_address: str = "",
                   on_gcs_up: Callable[[RayPorts], None] | None = None,
                   follow_head: Callable[[str], tuple[str, int] | None] | None = None) -> RayPorts:
-        """`ray start` with this job's ports; on a bind race, the next block (up to 3 tries). A worker's
-        `follow_head(address)` says after a failed try where the head is now ((address, block) or None), so a head
-        that restarted on another block is joined there."""
+        """`ray start` with this job's ports; on a bind race, the next block (up to 3 tries). After a failed try a
+        worker's `follow_head(address)` says where a restarted head is now ((address, block) or None)."""
         block = start_block
         last_error: Exception | None = None
         _, after = scale.raise_open_files_limit(self.settings.open_files_limit)  # inherited by every Ray process

@@ -1,12 +1,6 @@
 """Settings for large clusters that the bootstrap applies on every node before `ray start`: the open-file limit
-(always) and, from `ray.large_cluster_nodes` nodes on, Ray system settings for the GCS and for worker start-up.
-
-Why each one, in short (details on each field of `RaySettings`): at bring-up every raylet registers with the one
-GCS at the same moment, then every GPU's worker process starts and registers; at hundreds of nodes the GCS runs out
-of file descriptors, its RPC queue falls behind (raylets give up after 60 s and take their node with them) and
-thousands of Python processes import from shared storage at once. These settings widen those limits; they change
-nothing Ray computes.
-"""
+(always) and, from `ray.large_cluster_nodes` nodes on, Ray system settings for the GCS and for worker start-up (why:
+each field of `RaySettings`)."""
 
 from __future__ import annotations
 

@@ -58,9 +58,8 @@ class Worker(NodeRole):
         return self.supervise(HeadWatch(head_ip, int(gcs_port), self.settings.head_lost_after_s, clock=self.clock))
 
     def head_moved(self, address: str) -> tuple[str, int] | None:
-        """After this node's failed `ray start`: None when the head still answers at `address` (the failure was ours:
-        next port block), else its new (address, block) once republished and answering; None at the readiness
-        deadline (the next try names the failure)."""
+        """After this node's failed `ray start`: the head's new (address, block) once republished and answering; None
+        when it still answers at `address` (the failure was ours: next port block) or at the readiness deadline."""
         deadline = self.started_clock + self.settings.readiness_timeout_s
         while not self.stop_requested and self.clock() < deadline:
             head = read_json(self.rendezvous.head_file)

@@ -7,14 +7,11 @@ save-on-notice files (:mod:`beam_slurm.skyrl.notice`), replaced atomically at ea
     {"step": 12, "phase": "step", "since": 1796150788.1, "attempt": 0, "host": "n2", "pid": 4242,
      "step_seconds": [301.2, 298.7, ...]}
 
-Phases: ``load`` (the model load, where the trainer says so), ``step`` (from a step's start to its end), ``saving`` (from a step's end to ``on_save``, or to the next
-step's start when it saves nothing), ``after-save`` (from ``on_save`` to the next step: the HF export, the log),
-``eval`` (an evaluation), ``after-eval``, ``finished``. Before the first heartbeat of an attempt, the watchdog counts bring-up and
-model load. ``step_seconds`` holds the last durations of whole steps (start to start), from which the watchdog
-derives its timeout. Every phase change is also appended to ``<ckpt_path>/.beam/progress_events.jsonl``
-(``{"t", "phase", "step", "attempt"}``, the attempt as status names it: ``2`` or ``2.1``): the goodput ledger
-(:mod:`beam_slurm.pipeline.goodput`) splits each attempt's node-seconds by them. Standard library only (the job runs
-Python 3.11, the training container 3.12).
+Phases: ``load``, ``step`` (a step's start to its end), ``saving`` (a step's end to ``on_save``, or to the next
+step's start), ``after-save`` (the HF export, the log), ``eval``, ``after-eval``, ``finished``; ``step_seconds`` are
+the last whole steps' durations. Every phase change is also appended to ``<ckpt_path>/.beam/progress_events.jsonl``
+(``{"t", "phase", "step", "attempt"}``), by which the goodput ledger (:mod:`beam_slurm.pipeline.goodput`) splits
+each attempt's node-seconds.
 """
 
 from __future__ import annotations
@@ -22,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import statistics
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -69,11 +67,7 @@ class Progress:
 
     @property
     def median_step_s(self) -> float | None:
-        times = sorted(self.step_seconds)
-        if not times:
-            return None
-        middle = len(times) // 2
-        return times[middle] if len(times) % 2 else (times[middle - 1] + times[middle]) / 2
+        return statistics.median(self.step_seconds) if self.step_seconds else None
 
 
 def read_progress(ckpt_path: str | os.PathLike[str]) -> Progress | None:

@@ -1,9 +1,8 @@
 """Training metrics as the run report reads them: ``<export_path>/train_metrics.jsonl``, one JSON object per line.
 
-Each line is one logged step, ``{"step": N, "reward/avg_raw_reward": .., "generate/avg_num_tokens": .., ...}`` with
-SkyRL's own metric names (the format :mod:`beam_slurm.evaluation.report` documents and plots). Lines are only ever
-appended: a requeued job that redoes a step appends that step again, and the report keeps the later line.
-Written by our SkyRL entrypoint's logging callback and by the rehearsal trainer.
+Each line is one logged step, ``{"step": N, "reward/avg_raw_reward": .., ...}`` with SkyRL's metric names (what
+:mod:`beam_slurm.evaluation.report` plots). Lines are only appended: a redone step is appended again, the report
+keeps the later line. Written by our SkyRL entrypoint's callback and by the rehearsal trainer.
 """
 
 from __future__ import annotations
