@@ -9,8 +9,7 @@ job spec; each node resolves it against its own environment before `ray start`, 
 spawns inherit it (a variable set only in the driver's process never reaches a worker on another node, SkyRL PR
 1406). Each node records what it exported in `<attempt dir>/env/<node>.json`, secrets as `<set>`.
 
-Secrets (names containing TOKEN, KEY, SECRET, PASSWORD, PASSWD, CREDENTIAL; not those ending in _PATH, _FILE or
-_DIR, which name files) travel only by inheritance or by file: a secret value in `trainer.extra_env` or
+Secrets (`is_secret`) travel only by inheritance or by file: a secret value in `trainer.extra_env` or
 `ray.extra_env` is refused before anything is submitted, and every rendering of a command shows `<set>` instead.
 """
 

@@ -378,8 +378,7 @@ def run_node(settings: FabricSettings, environ: Mapping[str, str] | None = None)
             out, err = worker.communicate()
             result["problems"].append(f"fabric check rank of local GPU {local} did not finish within {limit:.0f}s")
         records = [json.loads(line[len(RESULT_PREFIX):]) for line in out.splitlines() if line.startswith(RESULT_PREFIX)]
-        if records:
-            records[0].pop("gathered", None)
+        if records:  # a rank prints its record without what rank 0 gathered
             result["ranks"].append(records[0])
         elif not any("did not finish" in p for p in result["problems"]):
             tail = " | ".join(err.strip().splitlines()[-3:])[:400]
@@ -497,16 +496,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--settings", default="", help="FabricSettings as JSON (what the preflight passes)")
     parser.add_argument("--backend", choices=("auto", "gloo", "nccl"), default=None)
     parser.add_argument("--bytes", type=int, default=None, help="bytes per transfer")
-    parser.add_argument("--timeout", type=float, default=None, help="seconds to join, and for each pair")
+    parser.add_argument("--timeout", dest="timeout_s", type=float, default=None,
+                        help="seconds to join, and for each pair")
     parser.add_argument("--interface", default=None, help="interface for the traffic (GLOO/NCCL_SOCKET_IFNAME)")
     parser.add_argument("--host", default=None, help="this node's name in the records (default: the host name)")
     parser.add_argument("--run", default=None, help="the preflight's check id; the preflight gives the verdict")
     args = parser.parse_args(argv)
     settings = FabricSettings(**json.loads(args.settings)) if args.settings else FabricSettings(enabled=True)
-    for name, value in (("backend", args.backend), ("bytes", args.bytes), ("timeout_s", args.timeout),
-                        ("interface", args.interface)):
-        if value is not None:
-            setattr(settings, name, value)
+    for name in ("backend", "bytes", "timeout_s", "interface"):
+        if getattr(args, name) is not None:
+            setattr(settings, name, getattr(args, name))
     missing = [v for v in ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE") if v not in os.environ]
     if missing:
         print(f"fabric: {', '.join(missing)} not set; run under torchrun or set them as torchrun does", file=sys.stderr)
@@ -517,8 +516,8 @@ def main(argv: list[str] | None = None) -> int:
         record = {"rank": int(os.environ["RANK"]), "local_rank": int(os.environ.get("LOCAL_RANK", "0")),
                   "host": args.host or socket.gethostname(), "pairs": [],
                   "errors": [f"{type(exc).__name__}: {str(exc).strip()[:300]}"]}
-    gathered = record.get("gathered")
-    print(RESULT_PREFIX + json.dumps({k: v for k, v in record.items() if k != "gathered"}), flush=True)
+    gathered = record.pop("gathered", None)
+    print(RESULT_PREFIX + json.dumps(record), flush=True)
     if gathered is None or args.run is not None:
         return 0
     missing = [r for r in range(int(os.environ["WORLD_SIZE"])) if r not in {g["rank"] for g in gathered}]

@@ -40,14 +40,13 @@ class Head(NodeRole):
         self.rendezvous.publish_node(0, {"host": self.ctx.host, "ip": ip, "gpus": self.gpus})
 
         def publish(ports: RayPorts) -> None:
-            write_json(self.rendezvous.head_file, {"address": f"{ip}:{ports.gcs}", "block": ports.block,
-                                                   "host": self.ctx.host, "time": time.time()})
+            head = {"address": f"{ip}:{ports.gcs}", "block": ports.block, "host": self.ctx.host, "time": time.time()}
+            write_json(self.rendezvous.head_file, head)
             if self.ctx.attempt_dir is not None:  # for `beam-slurm attach` and `logs`
                 write_json(self.ctx.attempt_dir / HEAD_FILE, {
-                    "host": self.ctx.host, "ip": ip, "address": f"{ip}:{ports.gcs}", "block": ports.block,
-                    "token_path": str(self.token_path) if self.token_path else None,
+                    **head, "ip": ip, "token_path": str(self.token_path) if self.token_path else None,
                     "temp_dir": str(self.ray.temp_dir), "job_id": self.ctx.job_id, "attempt": self.ctx.attempt,
-                    "nodes": self.ctx.step_hosts, "time": time.time()})
+                    "nodes": self.ctx.step_hosts})
             self.log(f"GCS listening at {ip}:{ports.gcs} (port block {ports.block}); address published")
 
         ports = self.start_ray(head=True, ip=ip, start_block=None, on_gcs_up=publish)
@@ -89,7 +88,9 @@ class Head(NodeRole):
         except ConnectionError as exc:
             raise NodeFailure("infra", f"node {self.ctx.host}: cannot reach the head's GCS at {address}: {exc}") from exc
         check = GpuVisibilityCheck(ray) if self.settings.check_gpus else None
-        poll_s = bringup_poll_s(self.settings.poll_interval_s, self.ctx.num_nodes)
+        # 0.1 s on a small cluster, 1 s per 200 nodes up to ray.poll_interval_s: a large cluster's GCS is not asked
+        # for its long node list many times a second.
+        poll_s = min(self.settings.poll_interval_s, max(0.1, self.ctx.num_nodes / 200))
         try:
             while True:
                 if self.stop_requested:
@@ -205,9 +206,3 @@ class Head(NodeRole):
         record_driver_exit(self.ctx.attempt_dir, status)
         write_json(self.rendezvous.ended_file, {"status": status, "time": time.time()})
         return status
-
-
-def bringup_poll_s(configured_s: float, nodes: int) -> float:
-    """How often the head asks the GCS for the node list while nodes join: 0.1 s on a small cluster, 1 s per 200
-    nodes up to ray.poll_interval_s, so a large cluster's GCS is not asked for a long list many times a second."""
-    return min(configured_s, max(0.1, nodes / 200))

@@ -1,12 +1,8 @@
 """One Ray node of a job: `python -m beam_slurm.ray_cluster.node -- DRIVER ARGV...`, run by ONE srun step over all
-nodes with one task per node. Rank 0 (SLURM_PROCID) is the head (`head.Head`: bring-up, readiness, GPU check, the
-driver), every other rank a worker (`worker.Worker`: join, supervise). SIGTERM (the step being stopped) stops the
-driver and this job's Ray on the node, nothing else; USR1/USR2 are the batch shell's and are ignored here. When
-the job spec says so (sigterm_notice) a first SIGTERM that is not the batch shell's stop is held: a preemption
-without a user signal reaches only the tasks, and the head relays it to the batch shell as a notice.
-
-Inputs: Slurm's step environment (`context.NodeContext`) and the attempt's job spec (`job_spec`). Outputs in
-BEAM_ATTEMPT_DIR: `records`; the node's Ray logs in ray/<node>/ and its exported environment in env/<node>.json.
+nodes with one task per node. Rank 0 is the head (`head.Head`: bring-up, GPU check, the driver), every other rank a
+worker (`worker.Worker`: join, supervise). SIGTERM stops the driver and this job's Ray on the node, nothing else
+(a first one may be held as a preemption's notice, `NodeRole.hold_sigterm`); USR1/USR2 are the batch shell's.
+Outputs in BEAM_ATTEMPT_DIR: `records`, the node's Ray logs in ray/<node>/, its environment in env/<node>.json.
 """
 
 from __future__ import annotations

@@ -1,8 +1,5 @@
-"""What the Ray step leaves for the batch shell: exit statuses and the files in the attempt's log folder.
-
-The nodes write them (`beam_slurm.ray_cluster.head` / `worker`), the batch shell reads them
-(`beam_slurm.slurm.attempt`); this module is the contract between the two.
-"""
+"""What the Ray step leaves for the batch shell (`slurm.attempt`): exit statuses and the files in the attempt's log
+folder; the contract between the nodes and the batch shell."""
 
 from __future__ import annotations
 

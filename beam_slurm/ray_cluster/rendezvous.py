@@ -26,11 +26,8 @@ class Rendezvous:
         self.head_file, self.ready_file, self.ended_file = (self.folder / f"{name}.json"
                                                             for name in ("head", "ready", "ended"))
 
-    def node_file(self, rank: int) -> Path:
-        return self.folder / f"node-{rank}.json"
-
     def publish_node(self, rank: int, info: dict[str, Any]) -> None:
-        write_json(self.node_file(rank), {**info, "rank": rank, "time": time.time()})
+        write_json(self.folder / f"node-{rank}.json", {**info, "rank": rank, "time": time.time()})
 
     def mark_joined(self, rank: int) -> None:
         (self.folder / f"joined-{rank}").write_text(f"{time.time():.3f}\n")

@@ -118,6 +118,8 @@ class NodeRole:
         if added and head:
             self.log(f"large-cluster settings for {self.ctx.num_nodes} nodes: "
                      + " ".join(f"{k}={v}" for k, v in added.items() if k not in self.settings.extra_env))
+        beside = Path(sys.executable).with_name("ray")
+        executable = str(beside) if beside.exists() else "ray"
         began = time.time()
         for _ in range(_RAY_START_TRIES):
             ports = choose_ports(self.settings, int(self.ctx.job_id), head=head, start_block=block)
@@ -140,7 +142,7 @@ class NodeRole:
                     on_gcs_up(ports)
 
             try:
-                self.ray.start(args, self.ray_env(), ray_executable=_ray_executable(),
+                self.ray.start(args, self.ray_env(), ray_executable=executable,
                                while_starting=announce_when_gcs_listens if head
                                else self.head_republished_elsewhere(head_address))
                 self.ray_start_window = (began, time.time())  # failed tries included: Ray's time too
@@ -185,8 +187,3 @@ class NodeRole:
                 leftover = LocalRay(folder, self.ray.log_path)
                 if leftover.stop(grace_s=2.0):
                     self.log(f"stopped Ray left over by an earlier attempt ({folder})")
-
-
-def _ray_executable() -> str:
-    candidate = Path(sys.executable).with_name("ray")
-    return str(candidate) if candidate.exists() else "ray"

@@ -1,8 +1,5 @@
-"""Settings of the Ray cluster that one Slurm job starts across its allocation.
-
-The batch shell (`beam-slurm train`) hands these to every node of the Ray step in the attempt's job spec
-(`beam_slurm.ray_cluster.job_spec`); they hold no secret, the auth token lives in a file.
-"""
+"""Settings of the Ray cluster that one Slurm job starts across its allocation (in the attempt's job spec; no secret:
+the auth token lives in a file)."""
 
 from __future__ import annotations
 

@@ -13,11 +13,10 @@ callback relies on:
   logging, the final save is skipped and ``on_train_end`` runs as usual. ``eval_interval = -1`` and
   ``hf_save_interval = -1`` keep anything else from spending the grace period. A scheduled HF export of that step is
   written after ``on_save``: the acknowledgement then waits for ``on_log``, so the job never stops Ray mid-export.
-* every event writes the progress heartbeat (:mod:`beam_slurm.skyrl.progress`) the job's hang watchdog reads.
-* ``on_log`` appends ``{"step": global_step, **logs}`` to ``{export_path}/train_metrics.jsonl``; a failed write is
-  logged and training goes on.
+* every event writes the progress heartbeat (:mod:`beam_slurm.skyrl.progress`); ``on_log`` appends the step's
+  metrics to ``{export_path}/train_metrics.jsonl`` (a failed write is logged, training goes on).
 
-``BEAM_SKYRL_EXPERIMENT=base`` runs SkyRL's plain ``BasePPOExp`` (no overlong penalty, no DAPO-only keys) instead.
+``BEAM_SKYRL_EXPERIMENT=base`` runs SkyRL's plain ``BasePPOExp`` instead.
 """
 
 from __future__ import annotations
