@@ -60,9 +60,8 @@ def record_matches(settings: ContainerSettings, image_path: Path, *, verify: boo
         return False
     wanted = {"image": docker_reference(settings.image), "runtime": settings.runtime,
               "size": image_path.stat().st_size, "registry_digest": pinned_digest(settings.image)}
-    if any(record.get(key) != value for key, value in wanted.items()):
-        return False
-    return not verify or record.get("sha256") == "sha256:" + sha256_file(image_path)
+    return all(record.get(key) == value for key, value in wanted.items()) and (
+        not verify or record.get("sha256") == "sha256:" + sha256_file(image_path))
 
 
 def image_is_current(settings: ContainerSettings) -> bool:
@@ -206,8 +205,7 @@ def main(argv: list[str]) -> int:
     args, settings = parsed.args, cfg.container
     name = RUNTIME_EXECUTABLE.get(settings.runtime)
     executable = shutil.which(name) if name else None
-    problems = _settings_problems(settings, executable)
-    if problems:
+    if problems := _settings_problems(settings, executable):
         for message in problems:
             verb.fail(message)
         return 2

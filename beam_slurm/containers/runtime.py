@@ -41,9 +41,7 @@ def enroot_reference(image: str) -> str:
     """The reference in enroot's form, registry host separated by `#` (`nvcr.io#nvidia/pytorch:24.01`)."""
     ref = docker_reference(image)
     first, sep, rest = ref.partition("/")
-    if sep and ("." in first or ":" in first or first == "localhost"):
-        return f"{first}#{rest}"
-    return ref
+    return f"{first}#{rest}" if sep and ("." in first or ":" in first or first == "localhost") else ref
 
 
 def image_file_name(image: str, runtime: str) -> str:
@@ -67,16 +65,14 @@ def digest_record_path(image_path: Path) -> Path:
 
 
 def resolved_image(settings: ContainerSettings) -> str:
-    """The image the runtime gets: a local file as given, else the pulled file once complete (its digest record
-    exists), else the reference in the runtime's form."""
+    """The image the runtime gets: a local file, else the pulled file once complete, else the reference."""
     if is_local_image(settings.image):
         return settings.image
     cached = cached_image_path(settings)
     if cached is not None and cached.is_file() and digest_record_path(cached).is_file():
         return str(cached)
-    if settings.runtime == "apptainer":
-        return "docker://" + docker_reference(settings.image)
-    return enroot_reference(settings.image)
+    return ("docker://" + docker_reference(settings.image) if settings.runtime == "apptainer"
+            else enroot_reference(settings.image))
 
 
 def default_container_name(job_id: str) -> str:
@@ -133,8 +129,7 @@ def command_prefix(settings: ContainerSettings, mounts: Sequence[Mount]) -> list
 
 
 def container_environment(settings: ContainerSettings, environ: Mapping[str, str]) -> dict[str, str]:
-    """Variables for the process that launches the steps (never argv): Apptainer's `APPTAINERENV_<NAME>` make the
-    host value of each env_passthrough name win over the image's (pyxis forwards names with `--container-env`)."""
+    """Variables for the process that launches the steps: Apptainer's `APPTAINERENV_<NAME>` for env_passthrough."""
     if settings.runtime != "apptainer":
         return {}
     return {f"APPTAINERENV_{name}": environ[name] for name in settings.env_passthrough if name in environ}
@@ -194,8 +189,7 @@ def pyxis_available() -> bool:
 
 def validate(settings: ContainerSettings, mounts: Sequence[Mount] = (), *, on_cluster: bool = False
              ) -> list[ConfigProblem]:
-    """Every problem with the settings (and the job's mounts), each naming the key and the fix; `on_cluster` also
-    checks what exists only where the job runs (the runtime, a local image file)."""
+    """Every problem with the settings and the job's mounts; `on_cluster` also what exists only where the job runs."""
     if settings.runtime not in RUNTIMES:
         return [ConfigProblem("container.runtime", problem=f"unknown runtime {settings.runtime!r}",
                               fix=f"use one of {', '.join(RUNTIMES)}")]

@@ -85,8 +85,7 @@ class Mount:
 
 
 def parse_mount(spec: str) -> Mount:
-    """Parse `host:container[:ro|:rw]` (or a bare `path`, meaning the same path on both sides); ValueError saying
-    what is wrong (`runtime.validate` turns it into a ConfigProblem)."""
+    """`host:container[:ro|:rw]` (a bare `path`: the same on both sides) as a Mount; ValueError saying what is wrong."""
     parts = spec.split(":")
     if len(parts) == 1:
         return Mount(parts[0], parts[0])
@@ -98,8 +97,7 @@ def parse_mount(spec: str) -> Mount:
 
 
 def same_path_mounts(read_only: list[str] | tuple[str, ...] = (), writable: list[str] | tuple[str, ...] = ()) -> list[Mount]:
-    """Mounts that show each host path at the same path inside the container, dropping empties and duplicates; a path
-    given both read-only and writable is mounted writable."""
+    """Each host path once, at the same path inside the container (writable when given both ways)."""
     paths = dict.fromkeys(path for path in [*writable, *read_only] if path)
     return [Mount(path, path, read_only=path not in writable) for path in paths]
 

@@ -6,6 +6,7 @@ attempts) and the rendezvous files; Ray reads the token from the file named by R
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import shutil
@@ -53,11 +54,8 @@ def ensure_token(settings: RaySettings, job_id: str | int) -> Path:
             handle.write(secrets.token_hex(32))
             handle.flush()
             os.fsync(handle.fileno())
-        # link() fails if another process won the race, so the first token stays the only one.
-        try:
+        with contextlib.suppress(FileExistsError):  # another process won the race: the first token stays the only one
             os.link(tmp, path)
-        except FileExistsError:
-            pass
     finally:
         tmp.unlink(missing_ok=True)
     _check_private(path)
@@ -74,8 +72,7 @@ def auth_env(settings: RaySettings, token_path: Path | None) -> dict[str, str]:
 
 
 def remove_stale_job_dir(settings: RaySettings, job_id: str | int) -> bool:
-    """At a job's first attempt: delete the folder an earlier job of the same id left (job ids repeat), whose
-    rendezvous files would send this job's workers to a long-gone head. True when one was removed."""
+    """At a first attempt: delete what an earlier job of the same id left (its rendezvous); True if there was one."""
     if not job_dir(settings, job_id).exists():
         return False
     remove_job_dir(settings, job_id)

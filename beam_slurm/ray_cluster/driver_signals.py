@@ -20,21 +20,15 @@ from beam_slurm.ray_cluster.records import stopping
 _held = False
 
 
-def _may_hold() -> bool:
-    folder = attempt_dir()
-    return not _held and folder is not None and not stopping(folder)
-
-
 def hold_first_sigterm() -> None:
-    """Call in the driver after ray.init (which installs its own SIGTERM handler); a no-op unless the batch shell
-    allowed it in the attempt's job spec (sigterm_notice)."""
+    """Call in the driver after ray.init (which installs its own SIGTERM handler); a no-op without sigterm_notice."""
     if not JobSpec.read(attempt_dir()).sigterm_notice:
         return
     previous = signal.getsignal(signal.SIGTERM)
 
     def on_term(signum: int, frame: Any) -> None:
         global _held
-        if _may_hold():
+        if not _held and (folder := attempt_dir()) is not None and not stopping(folder):
             _held = True
             print(f"[driver {time.strftime('%H:%M:%S')}] SIGTERM held: it may be a preemption's notice; the batch "
                   "shell asks for a save or stops the step", file=sys.stderr, flush=True)

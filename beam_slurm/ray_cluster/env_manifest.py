@@ -4,10 +4,9 @@ The manifest names the variables the driver and every Ray worker on every node m
 or `PREFIX_*` patterns from the environment the job was submitted with), the recipe's own variables
 (`skyrl.command.skyrl_env`) and `trainer.env_secret_files` (NAME -> a file holding the value, read on each node).
 
-The batch shell passes the manifest's description (names, patterns, file paths: never a value) to the nodes in the
-job spec; each node resolves it against its own environment before `ray start`, so the raylet and every worker it
-spawns inherit it (a variable set only in the driver's process never reaches a worker on another node, SkyRL PR
-1406). Each node records what it exported in `<attempt dir>/env/<node>.json`, secrets as `<set>`.
+The job spec carries the manifest's description (never a value); each node resolves it against its own environment
+before `ray start`, so the raylet and every worker it spawns inherit it (a variable set only in the driver's process
+never reaches a worker on another node, SkyRL PR 1406), and records what it exported, secrets as `<set>`.
 
 Secrets (`is_secret`) travel only by inheritance or by file: a secret value in `trainer.extra_env` or
 `ray.extra_env` is refused before anything is submitted, and every rendering of a command shows `<set>` instead.
@@ -78,8 +77,7 @@ class ManifestError(RuntimeError):
 
 
 def resolve(spec: Mapping | None, environ: Mapping[str, str]) -> tuple[dict[str, str], list[str]]:
-    """On a node: (the manifest's variables with their values from `environ` and the secret files, the names it
-    lists that are unset here). Without a description (no recipe's trainer) the manifest is empty."""
+    """On a node: (the manifest's variables with their values here, the names it lists that are unset here)."""
     if not spec:
         return {}, []
     inherit = list(spec.get("inherit") or [])

@@ -116,9 +116,7 @@ def spec_matches(spec: str, names: list[str]) -> bool:
     exact = spec.startswith("=")
     wanted = [item for item in spec.lstrip("=").split(",") if item]
     selected = [n for n in names if any(n == w if exact else n.startswith(w) for w in wanted)]
-    if exclude:
-        return any(n not in selected and n != "lo" for n in names)
-    return bool(selected)
+    return any(n not in selected and n != "lo" for n in names) if exclude else bool(selected)
 
 
 def interface_problems(settings: FabricSettings, environ: Mapping[str, str]) -> list[str]:
@@ -143,8 +141,7 @@ def interface_problems(settings: FabricSettings, environ: Mapping[str, str]) -> 
 
 
 def ring_rounds(hosts_by_rank: Mapping[int, str], local_by_rank: Mapping[int, int]) -> list[list[tuple[int, int]]]:
-    """Rounds of rank pairs: ranks of one local rank form a ring over the hosts, so each pair crosses the fabric;
-    with one host the ring is over all ranks (the standalone check on one machine)."""
+    """Rounds of rank pairs: a ring over the hosts per local rank (over all ranks on one host)."""
     host_order = list(dict.fromkeys(hosts_by_rank[r] for r in sorted(hosts_by_rank)))
     rings = [sorted(hosts_by_rank)] if len(host_order) == 1 else [
         [r for h in host_order for r in sorted(hosts_by_rank) if hosts_by_rank[r] == h and local_by_rank[r] == local]
@@ -238,15 +235,12 @@ def _bounded(seconds: float, call: Any, *args: Any) -> dict[str, Any]:
     thread = threading.Thread(target=target, daemon=True)
     thread.start()
     thread.join(seconds)
-    if thread.is_alive():
-        return {"error": f"no answer within {seconds:.0f}s"}
-    return outcome
+    return {"error": f"no answer within {seconds:.0f}s"} if thread.is_alive() else outcome
 
 
 def run_rank(settings: FabricSettings, environ: Mapping[str, str], host: str | None = None,
              run_id: str = "0") -> dict[str, Any]:
-    """This rank's record (torchrun-style environment); rank 0 also gathers every rank's. `run_id` keeps two checks'
-    keys apart in a shared store."""
+    """This rank's record (torchrun-style environment); rank 0 also gathers every rank's (`run_id`: the store's)."""
     rank, world = int(environ["RANK"]), int(environ["WORLD_SIZE"])
     local = int(environ.get("LOCAL_RANK", "0"))
     host = host or socket.gethostname()
@@ -337,8 +331,7 @@ def run_rank(settings: FabricSettings, environ: Mapping[str, str], host: str | N
 
 
 def run_node(settings: FabricSettings, environ: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """In the preflight step (one task per node): its interface problems and the records of its ranks (one gloo
-    rank, or one NCCL rank per GPU), each a process of its own."""
+    """In the preflight step: this node's interface problems and the records of its ranks (processes of their own)."""
     env = dict(os.environ if environ is None else environ)
     host = env.get("SLURMD_NODENAME") or socket.gethostname()
     node_rank = int(env.get("SLURM_PROCID", "0"))
@@ -384,11 +377,6 @@ def run_node(settings: FabricSettings, environ: Mapping[str, str] | None = None)
             tail = " | ".join(err.strip().splitlines()[-3:])[:400]
             result["problems"].append(f"fabric check process (local rank {local}) crashed: {tail}")
     return result
-
-
-def records_from_output(output: str, prefix: str) -> list[dict[str, Any]]:
-    records = (json.loads(line[len(prefix):]) for line in output.splitlines() if line.startswith(prefix))
-    return [record["fabric"] for record in records if "fabric" in record]
 
 
 def verdict(node_records: list[dict[str, Any]], settings: FabricSettings) -> tuple[dict[str, list[str]], dict[str, Any]]:
@@ -479,9 +467,9 @@ def summary_lines(summary: dict[str, Any]) -> list[str]:
 
 
 def report(output: str, prefix: str, settings: dict[str, Any], attempt_dir: Any, log: Any) -> dict[str, list[str]]:
-    """In the batch shell: the verdict over the preflight's output, logged and written to fabric.json (its
-    `bad_nodes` are what the requeue logic can exclude); problems by host."""
-    failing, summary = verdict(records_from_output(output, prefix), FabricSettings(**settings))
+    """In the batch shell: the verdict over the preflight's output, logged and written to fabric.json; by host."""
+    records = (json.loads(line[len(prefix):]) for line in output.splitlines() if line.startswith(prefix))
+    failing, summary = verdict([r["fabric"] for r in records if "fabric" in r], FabricSettings(**settings))
     for line in summary_lines(summary):
         log(line)
     (Path(attempt_dir) / "fabric.json").write_text(json.dumps(summary, indent=1, sort_keys=True) + "\n")

@@ -22,8 +22,7 @@ def _split_ids(text: str) -> list[str]:
 
 
 def allocated_gpus(environ: Mapping[str, str] | None = None) -> tuple[list[str], str]:
-    """The GPU ids of this step on this node and the variable they came from (([], '') when none is set).
-    CUDA_VISIBLE_DEVICES, what Ray numbers by, wins; SLURM_STEP/JOB_GPUS serve where a site's prolog does not set it."""
+    """This step's GPU ids here and where from (([], '') if none): CUDA_VISIBLE_DEVICES, else SLURM_STEP/JOB_GPUS."""
     environ = os.environ if environ is None else environ
     for name in ("CUDA_VISIBLE_DEVICES", "SLURM_STEP_GPUS", "SLURM_JOB_GPUS"):
         value = environ.get(name)

@@ -51,8 +51,7 @@ def parent_pid(pid: int) -> int:
 
 
 def role_of(pid: int) -> str:
-    """What the process is: its title when it set one (Ray workers: 'ray::GpuSlot.step'), else its program and
-    module (`python -m beam_slurm.ray_cluster.node` -> 'python -m beam_slurm.ray_cluster.node')."""
+    """What the process is: its title ('ray::GpuSlot.step'), else its program and module ('python -m pkg.mod')."""
     words = [w.decode(errors="replace") for w in proc_file(pid, "cmdline").split(b"\0") if w]
     if not words:
         return proc_file(pid, "comm").decode(errors="replace").strip()
@@ -144,8 +143,7 @@ def dump_node(folder: Path, job_id: str, step_id: str) -> list[dict]:
 
 
 def end_processes(pids: list[int], grace_s: float) -> tuple[list[int], list[dict]]:
-    """SIGCONT (a stopped process acts on nothing else), SIGTERM, then SIGKILL after grace_s to those still there;
-    (the pids that needed SIGKILL, what survived it)."""
+    """SIGCONT, SIGTERM, then SIGKILL after grace_s; (the pids that needed SIGKILL, what survived it)."""
     for sig in (signal.SIGCONT, signal.SIGTERM):
         for pid in pids:
             with contextlib.suppress(ProcessLookupError):

@@ -145,8 +145,7 @@ class Head(NodeRole):
         self.stop_requested = True
 
     def relay_held_sigterm(self) -> None:
-        """A first SIGTERM is held on every node: when Slurm says the job is being preempted, tell the batch shell
-        (USR1, as `--signal` would have) and let the driver run on until it has the save; otherwise stop."""
+        """On a held SIGTERM: relay a preemption to the batch shell as USR1 (the driver runs on), else stop."""
         try:
             preempt_time = scheduler.job_info(self.ctx.job_id).get("PreemptTime", "")
         except scheduler.SlurmCommandError as exc:

@@ -59,8 +59,7 @@ class LocalRay:
 
     def start(self, ray_start_args: Sequence[str], env: Mapping[str, str], ray_executable: str,
               while_starting: Callable[[], bool | None] | None = None) -> None:
-        """Run `ray start ...` in a new session and wait for it; RuntimeError with the log tail. `while_starting` runs
-        every 50 ms meanwhile; True from it stops the start's processes and raises RayStartAbandoned."""
+        """`ray start` in a new session; RuntimeError with the log tail; `while_starting()` True gives it up."""
         self.temp_dir.mkdir(parents=True, exist_ok=True)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as log:
@@ -113,8 +112,7 @@ class LocalRay:
         return was_running
 
     def _own_members(self) -> list[int]:
-        """Members of the group; for a group read back from a file, only if one of them uses this temp dir (guards
-        against a group id the kernel reused for something else)."""
+        """Members of the group; of one read back from a file, only if one uses this temp dir (a pgid may be reused)."""
         assert self.pgid is not None
         members = group_members(self.pgid)
         if members and not self._started_here and not any(str(self.temp_dir) in _cmdline(pid) for pid in members):

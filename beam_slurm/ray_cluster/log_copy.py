@@ -7,6 +7,7 @@ files not again (README, "While it runs"); `COPY.json` in the node's folder says
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
@@ -63,8 +64,7 @@ def session_log_files(temp_dir: Path) -> list[Path]:
 
 def copy_logs(temp_dir: Path, dest: Path, max_bytes: int, *, reason: str, deadline: float | None = None,
               clock: Callable[[], float] = time.monotonic) -> dict:
-    """Copy the node's Ray logs from `temp_dir` to `dest`, newest first, at most `max_bytes` in all and, when
-    `deadline` (a `clock()` time) is given, only until then. Returns (and writes to COPY.json) what was done."""
+    """Copy the node's Ray logs to `dest`, newest first, up to `max_bytes` and `deadline`; what was done (COPY.json)."""
     dest.mkdir(parents=True, exist_ok=True)
     started = time.time()
     used = copied = kept = truncated = 0
@@ -73,8 +73,7 @@ def copy_logs(temp_dir: Path, dest: Path, max_bytes: int, *, reason: str, deadli
     finished = True
     for source in session_log_files(temp_dir):
         relative = source.relative_to(temp_dir)
-        parts = relative.parts  # session_x/logs/...
-        target = dest.joinpath(parts[0], *parts[2:])
+        target = dest.joinpath(relative.parts[0], *relative.parts[2:])  # session_x/logs/... -> session_x/...
         if deadline is not None and clock() > deadline:
             finished = False
             left_out.append(str(relative))
@@ -89,19 +88,18 @@ def copy_logs(temp_dir: Path, dest: Path, max_bytes: int, *, reason: str, deadli
             continue
         wanted.add(target)
         size = min(info.st_size, room)
-        if size == info.st_size and _same(target, info):
+        if size < info.st_size or not _same(target, info):
+            try:
+                _copy_tail(source, target, size, info.st_mtime)
+            except OSError:
+                left_out.append(str(relative))
+                wanted.discard(target)
+                continue
+            copied += 1
+            truncated += size < info.st_size
+        else:
             kept += 1
-            used += size
-            continue
-        try:
-            _copy_tail(source, target, size, info.st_mtime)
-        except OSError:
-            left_out.append(str(relative))
-            wanted.discard(target)
-            continue
         used += size
-        copied += 1
-        truncated += size < info.st_size
     removed = _remove_other_files(dest, wanted)
     summary = {"reason": reason, "time": started, "seconds": round(time.time() - started, 3), "finished": finished,
                "bytes": used, "max_bytes": max_bytes, "files_copied": copied, "files_unchanged": kept,
@@ -139,11 +137,9 @@ def _remove_other_files(dest: Path, wanted: set[Path]) -> int:
     removed = 0
     for path in dest.rglob("*"):
         if path.is_file() and path.name != COPY_RECORD and path not in wanted:
-            try:
+            with contextlib.suppress(OSError):
                 path.unlink()
                 removed += 1
-            except OSError:
-                pass
     return removed
 
 

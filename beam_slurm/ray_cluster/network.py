@@ -25,8 +25,7 @@ def interface_ipv4(interface: str) -> str:
 
 
 def node_ipv4(interface: str = "", head_ip: str | None = None) -> str:
-    """This node's address for Ray: the interface's, the hostname's (not loopback), or the source of the route to the
-    head (of the default route while the head is not known)."""
+    """This node's address for Ray: the interface's, the hostname's (not loopback), or the route's to the head."""
     if interface:
         return interface_ipv4(interface)
     try:

@@ -20,8 +20,7 @@ from beam_slurm.ray_cluster.worker import Worker
 
 
 def install_signal_handlers(role: NodeRole) -> None:
-    """SIGTERM/SIGINT set the role's stop flag, but for a first SIGTERM that may be a preemption's only notice
-    (`NodeRole.hold_sigterm`); USR1/USR2 (notices, the batch shell's business) are logged only."""
+    """SIGTERM/SIGINT set the role's stop flag (but for a held first SIGTERM); USR1/USR2 are logged only."""
 
     def on_stop(signum: int, _frame: Any) -> None:
         if signum == signal.SIGTERM and role.hold_sigterm():

@@ -13,8 +13,7 @@ from typing import Callable, Mapping, Protocol
 
 
 class PortRange(Protocol):
-    """The part of `RaySettings` that places the port blocks (this shape only, so the settings import the port names
-    without a cycle)."""
+    """The part of `RaySettings` that places the port blocks (a shape: settings import ports without a cycle)."""
 
     port_range_start: int
     port_range_end: int

@@ -50,8 +50,7 @@ class NodeRole:
         self.manifest_env: dict[str, str] = {}  # `export_manifest`'s variables, exported to Ray and the driver
 
     def hold_sigterm(self) -> bool:
-        """On SIGTERM: True when it is held (a preemption's only notice may be a SIGTERM to the tasks, which the head
-        relays to the batch shell) rather than obeyed; never the batch shell's own stop, nor a second SIGTERM."""
+        """On SIGTERM: True when held as a preemption's possible notice (never the batch shell's stop, nor a second)."""
         if not self.ctx.spec.sigterm_notice or self.ctx.attempt_dir is None or self.sigterm_held_at is not None:
             return False
         if not self.can_hold_sigterm() or stopping(self.ctx.attempt_dir):
@@ -80,8 +79,7 @@ class NodeRole:
               file=sys.stderr, flush=True)
 
     def ray_env(self) -> dict[str, str]:
-        env = dict(os.environ)
-        env.update(self.manifest_env)
+        env = {**os.environ, **self.manifest_env}
         # Large clusters: GCS threads and timeouts, worker start-up (beam_slurm.ray_cluster.scale); ray.extra_env wins.
         scale.apply_to(env, self.settings, self.ctx.num_nodes, self.ctx.cpus)
         env.update(self.settings.extra_env)
@@ -91,8 +89,7 @@ class NodeRole:
         return env
 
     def record_bringup(self) -> None:
-        """This node's start and `ray start` window in bringup/<host>.json: kept, unlike the rendezvous files, and a
-        worker's `ray start` may return after the head wrote ray_ready.json."""
+        """This node's start and `ray start` window in bringup/<host>.json (kept, unlike the rendezvous files)."""
         if self.ctx.attempt_dir is not None:
             write_json(self.ctx.attempt_dir / BRINGUP_DIR / f"{self.ctx.host}.json",
                        {"host": self.ctx.host, "rank": self.ctx.rank, "node_start": self.started,
@@ -161,8 +158,8 @@ class NodeRole:
         raise NodeFailure("infra", f"node {self.ctx.host}: Ray did not start: {last_error}")
 
     def head_republished_elsewhere(self, address: str) -> Callable[[], bool]:
-        """For a worker's `ray start`: True once the head published another address (it restarted on another
-        block), read at most twice a second; else the start waits minutes on the gone GCS (seen: 160 s)."""
+        """For a worker's `ray start`: True once the head published another address, else the start waits minutes on
+        the gone GCS (seen: 160 s); read at most twice a second."""
         next_read = 0.0
 
         def moved() -> bool:

@@ -31,8 +31,7 @@ def apply_to(env: dict[str, str], settings: RaySettings, nodes: int, cpus: int =
 
 
 def raise_open_files_limit(wanted: int) -> tuple[int, int]:
-    """Raise this process's soft RLIMIT_NOFILE to `wanted` (capped by the hard limit; never lowered), so `ray start`
-    and everything it spawns inherit it. Returns (soft before, soft after)."""
+    """Raise the soft RLIMIT_NOFILE to `wanted` (up to the hard limit, never lower); (soft before, soft after)."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if wanted <= 0 or soft == resource.RLIM_INFINITY or (wanted <= soft):
         return soft, soft

@@ -76,8 +76,7 @@ class Worker(NodeRole):
         return None
 
     def wait_for_turn_to_start(self) -> bool:
-        """With ray.node_start_concurrency = C, rank r starts once r - C workers joined; False when stopped meanwhile.
-        Past the readiness deadline it starts anyway: the head's timeout then names what is missing."""
+        """With ray.node_start_concurrency=C: start once rank - C workers joined or at the deadline; False: stopped."""
         limit = self.settings.node_start_concurrency
         if limit <= 0 or self.ctx.rank <= limit:
             return True

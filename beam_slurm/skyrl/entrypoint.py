@@ -54,8 +54,7 @@ def _step_of_checkpoint(ckpt_dir: str | None, fallback: int) -> int:
 
 
 class SaveOnNoticeCallback(_CallbackBase):
-    """Save at the next step boundary when the job asks, acknowledge, then stop the run cleanly; also append every
-    logged step's metrics to ``{export_path}/train_metrics.jsonl``."""
+    """Save at the next step boundary when the job asks, acknowledge, stop; append each step's metrics."""
 
     def __init__(self, ckpt_path: str, export_path: str | None = None):
         self.ckpt_path = ckpt_path  # where the request and acknowledgement files live
@@ -192,10 +191,8 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:
         note_driver_error(exc)  # a full checkpoint storage or a dead Ray worker: the requeue policy reads it
         raise
-    if stopped_at is not None:
-        print(f"stopped on notice after saving step {stopped_at}; the next attempt resumes from it", flush=True)
-    else:
-        print("training finished", flush=True)
+    print("training finished" if stopped_at is None else
+          f"stopped on notice after saving step {stopped_at}; the next attempt resumes from it", flush=True)
     return 0
 
 

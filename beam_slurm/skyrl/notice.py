@@ -86,8 +86,7 @@ def pending_request(ckpt_path: str | os.PathLike[str]) -> dict | None:
 
 
 def acknowledge(ckpt_path: str | os.PathLike[str], global_step: int) -> None:
-    """Record that ``global_step`` was saved for the pending request; ValueError unless SkyRL's marker names it, so
-    an acknowledgement never points at a checkpoint a restart could not resume from."""
+    """Record that ``global_step`` was saved for the pending request; ValueError unless SkyRL's marker names it."""
     marker = read_marker(ckpt_path)
     if marker != int(global_step):
         raise ValueError(f"cannot acknowledge a save of step {global_step}: {Path(ckpt_path) / MARKER_FILE} names "

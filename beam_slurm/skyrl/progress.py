@@ -2,10 +2,7 @@
 
 The trainer's callbacks fire in the one process that runs the training loop, a Ray task that may sit on any node,
 so the heartbeat is a file on the storage both sides share: ``<ckpt_path>/.beam/progress.json``, beside the
-save-on-notice files (:mod:`beam_slurm.skyrl.notice`), replaced atomically at each phase change. JSON::
-
-    {"step": 12, "phase": "step", "since": 1796150788.1, "attempt": 0, "host": "n2", "pid": 4242,
-     "step_seconds": [301.2, 298.7, ...]}
+save-on-notice files (:mod:`beam_slurm.skyrl.notice`), replaced atomically at each phase change.
 
 Phases: ``load``, ``step`` (a step's start to its end), ``saving`` (a step's end to ``on_save``, or to the next
 step's start), ``after-save`` (the HF export, the log), ``eval``, ``after-eval``, ``finished``; ``step_seconds`` are
@@ -71,8 +68,7 @@ class Progress:
 
 
 def read_progress(ckpt_path: str | os.PathLike[str]) -> Progress | None:
-    """The newest heartbeat, or None when there is none (or it cannot be read: a half-visible file on a slow
-    shared file system is read again at the next poll)."""
+    """The newest heartbeat, or None when there is none or it cannot be read (the next poll reads it again)."""
     try:
         data = json.loads(progress_path(ckpt_path).read_text())
         return Progress(step=int(data["step"]), phase=str(data["phase"]), since=float(data["since"]),

@@ -31,6 +31,7 @@ Settings are read with SkyRL's config classes when skyrl is importable (unknown 
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -107,10 +108,8 @@ _KEYS["policy_model_path"] = "trainer.policy.model.path"
 
 
 def _lookup(cfg, dotted: str):
-    node = cfg
-    for part in dotted.split("."):
-        node = getattr(node, part) if not isinstance(node, dict) else node[part]
-    return node
+    return functools.reduce(lambda node, part: node[part] if isinstance(node, dict) else getattr(node, part),
+                            dotted.split("."), cfg)
 
 
 def parse_settings(argv: list[str]) -> RehearsalSettings:
@@ -152,8 +151,7 @@ def read_costs(settings: RehearsalSettings, environ) -> None:
 
     defaults = TrainerConfig()
     for name, (env, key, kind) in COST_ENV.items():
-        text = environ.get(env)
-        if text is None or text == "":
+        if not (text := environ.get(env)):
             setattr(settings, name, getattr(defaults, key.rsplit(".", 1)[1]))
             continue
         try:
@@ -193,17 +191,14 @@ def _step_dirs(root: Path) -> dict[int, Path]:
 def resume_step(s: RehearsalSettings) -> int:
     """The step to resume after (0 = fresh start), decided exactly as SkyRL 0.3.0's load_checkpoints does."""
     root = Path(s.ckpt_path)
-    if s.resume_mode == "none":
-        marker = notice.read_marker(root)
-        if marker is not None:
-            raise SettingsError(f"trainer.resume_mode=none but {root} already holds checkpoints (latest step "
-                                f"{marker}); they would be overwritten. Use trainer.resume_mode=latest, or a new "
-                                "trainer.ckpt_path")
-        return 0
+    marker = None if s.resume_mode == "from_path" else notice.read_marker(root)
+    if s.resume_mode == "none" and marker is not None:
+        raise SettingsError(f"trainer.resume_mode=none but {root} already holds checkpoints (latest step "
+                            f"{marker}); they would be overwritten. Use trainer.resume_mode=latest, or a new "
+                            "trainer.ckpt_path")
+    if marker is None and s.resume_mode != "from_path":
+        return 0  # none, or latest without a checkpoint: a fresh start
     if s.resume_mode == "latest":
-        marker = notice.read_marker(root)
-        if marker is None:
-            return 0
         dirs = _step_dirs(root)
         if dirs and max(dirs) - marker > max(s.ckpt_interval, 0):
             raise SettingsError(f"inconsistent checkpoint folder {root}: latest_ckpt_global_step.txt names {marker} "
@@ -218,8 +213,8 @@ def resume_step(s: RehearsalSettings) -> int:
 
 
 def write_payload(path: Path, size: int, seconds: float) -> float:
-    """Write `size` bytes to `path` and fsync them, paced so the writing lasts at least `seconds`; the seconds it
-    took. The pacing sleeps between chunks, so a kill during a long save finds the file half-written."""
+    """Write and fsync `size` bytes to `path` over at least `seconds`, sleeping between chunks (a kill during a long
+    save finds the file half-written); the seconds it took."""
     started = time.monotonic()
     path.parent.mkdir(parents=True, exist_ok=True)
     block = os.urandom(min(_CHUNK, max(size, 1)))

@@ -27,8 +27,7 @@ def _plain(value: Any) -> Any:
 
 
 def append_step_metrics(export_path: str | os.PathLike, step: int, metrics: Mapping[str, Any]) -> Path:
-    """Append ``{"step": step, **metrics}`` as one line, in a single ``write`` on an ``O_APPEND`` descriptor so
-    concurrent or interrupted writers never interleave half lines; the file. OSError when it cannot be written."""
+    """Append ``{"step": step, **metrics}`` as one line, in one ``O_APPEND`` ``write`` (no half lines); the file."""
     record = {"step": int(step), **{k: v for k, v in metrics.items() if k != "step"}}
     data = (json.dumps(record, default=_plain) + "\n").encode()
     path = Path(export_path) / TRAIN_METRICS_FILE
