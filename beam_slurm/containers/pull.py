@@ -1,7 +1,4 @@
-"""`beam-slurm pull-container`: import the recipe's image once into shared storage.
-
-pyxis:     enroot import -o <cache>/<name>.sqsh docker://<registry#path:tag>
-Apptainer: apptainer pull <cache>/<name>.sif docker://<registry/path:tag>
+"""`beam-slurm pull-container`: import the recipe's image once into shared storage (`import_command`).
 
 Every node and later job then runs the file. Racing jobs: one takes the lock on shared storage (taken over when its
 holder dies), imports to a temporary name and renames it into place; the others wait. The digest record beside the

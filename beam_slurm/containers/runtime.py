@@ -1,9 +1,8 @@
 """Command rendering for the container runtimes: pyxis/enroot (`srun --container-*`), Apptainer (`apptainer exec`)
-and `none` (the host).
-
-Everything returns argv lists, never a shell string. Apptainer runs without `--cleanenv`: srun's per-task variables
-(SLURM_PROCID, CUDA_VISIBLE_DEVICES, RAY_*) must reach the container. Host variables never override the image's
-unless listed in `env_passthrough`, and home is not mounted unless asked (~/.local would shadow the image's packages).
+and `none` (the host). Everything returns argv lists, never a shell string. Apptainer runs without `--cleanenv`:
+srun's per-task variables (SLURM_PROCID, CUDA_VISIBLE_DEVICES, RAY_*) must reach the container. Host variables never
+override the image's unless listed in `env_passthrough`, and home is not mounted unless asked (~/.local would shadow
+the image's packages).
 """
 
 from __future__ import annotations
@@ -46,9 +45,7 @@ def enroot_reference(image: str) -> str:
 
 def image_file_name(image: str, runtime: str) -> str:
     """The imported image's file name: `ghcr.io/org/skyrl:beam-release` -> `ghcr.io+org+skyrl+beam-release.sqsh`."""
-    ref = docker_reference(image)
-    safe = re.sub(r"[^A-Za-z0-9._\-]+", "+", ref).strip("+.")
-    return safe + IMAGE_SUFFIX[runtime]
+    return re.sub(r"[^A-Za-z0-9._\-]+", "+", docker_reference(image)).strip("+.") + IMAGE_SUFFIX[runtime]
 
 
 def cached_image_path(settings: ContainerSettings) -> Path | None:

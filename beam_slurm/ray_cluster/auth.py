@@ -1,8 +1,5 @@
-"""The per-job private folder on shared storage and the Ray auth token inside it.
-
-`<state_dir>/jobs/<jobid>/` (0700) holds `ray_auth_token` (0600, created once per job, reused by its requeued
-attempts) and the rendezvous files; Ray reads the token from the file named by RAY_AUTH_TOKEN_PATH, never argv.
-"""
+"""The per-job private folder on shared storage, `<state_dir>/jobs/<jobid>/` (0700), and the Ray auth token in it
+(0600, made once per job, reused by its requeued attempts; Ray reads it from RAY_AUTH_TOKEN_PATH, never argv)."""
 
 from __future__ import annotations
 

@@ -1,9 +1,8 @@
 """The driver's side of a preemption whose only signal is a SIGTERM to the job's tasks.
 
-Slurm signals every process of the Ray step: the node's task (which holds it, `NodeRole.hold_sigterm`) and the
-driver, which must hold that first SIGTERM too, or it exits (Ray's handler calls sys.exit) before the batch shell
-asks it to save. The handler holds one SIGTERM when the job spec's sigterm_notice allows it and the attempt is not
-being stopped by us (`records.STOPPING_FILE`); any other SIGTERM goes to the previous handler (Ray's).
+Slurm signals every process of the Ray step: the node's task holds it (`NodeRole.hold_sigterm`), and so must the
+driver, or Ray's handler exits before the batch shell asks for a save. One SIGTERM is held when the job spec's
+sigterm_notice allows it and the attempt is not being stopped by us; any other goes to the previous handler.
 """
 
 from __future__ import annotations

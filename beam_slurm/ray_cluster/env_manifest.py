@@ -4,12 +4,10 @@ The manifest names the variables the driver and every Ray worker on every node m
 or `PREFIX_*` patterns from the environment the job was submitted with), the recipe's own variables
 (`skyrl.command.skyrl_env`) and `trainer.env_secret_files` (NAME -> a file holding the value, read on each node).
 
-The job spec carries the manifest's description (never a value); each node resolves it against its own environment
-before `ray start`, so the raylet and every worker it spawns inherit it (a variable set only in the driver's process
-never reaches a worker on another node, SkyRL PR 1406), and records what it exported, secrets as `<set>`.
-
-Secrets (`is_secret`) travel only by inheritance or by file: a secret value in `trainer.extra_env` or
-`ray.extra_env` is refused before anything is submitted, and every rendering of a command shows `<set>` instead.
+The job spec carries the manifest's description (never a value); each node resolves it before `ray start`, so the
+raylet and every worker it spawns inherit it (a variable set only in the driver never reaches a worker on another
+node, SkyRL PR 1406). Secrets travel only by inheritance or by file: a secret value in `trainer.extra_env` or
+`ray.extra_env` is refused before anything is submitted, and every rendering shows `<set>` instead.
 """
 
 from __future__ import annotations
@@ -89,8 +87,7 @@ def resolve(spec: Mapping | None, environ: Mapping[str, str]) -> tuple[dict[str,
         except OSError as exc:
             raise ManifestError(f"trainer.env_secret_files.{name}={path}: cannot read it on this node "
                                 f"({exc.strerror}); put the file on storage every node sees") from None
-    missing = [name for name in spec.get("set") or [] if name not in environ]
-    return values, missing
+    return values, [name for name in spec.get("set") or [] if name not in environ]
 
 
 def record(attempt_dir: Path | None, host: str, values: Mapping[str, str], missing: list[str]) -> None:

@@ -3,9 +3,8 @@ wrong interface, a dead link or a slow node fails the preflight by name, not an 
 (what it measures and names: README, "Fabric check").
 
 Every node joins a rendezvous (a TCPStore on the head's Slurm address, not the fabric, so a broken link does not hide
-who answered); ranks then exchange `bytes` with their ring neighbours, one pair per rank per round, and one
-all_reduce times the collective. Inside the job `beam_slurm.slurm.preflight` calls `run_node` on every node and the
-batch shell logs the `verdict` and writes `fabric.json`; standalone, torchrun-style, rank 0 prints the verdict.
+who answered); ranks then exchange `bytes` with their ring neighbours and one all_reduce times the collective. The
+preflight calls `run_node` on every node and the batch shell `report`s; standalone, torchrun-style, rank 0 prints.
 """
 
 from __future__ import annotations

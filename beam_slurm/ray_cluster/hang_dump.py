@@ -4,11 +4,9 @@
     python -m beam_slurm.ray_cluster.hang_dump --dir <attempt>/hang --job <id> --step <ray step id> [--end]
 
 The job's processes on a node are those whose environment names this job, the Ray step and this node. Without
-`--end`, into `<dir>/<node>/`: `<pid>-<name>.txt` for every Python process (`py-spy dump --nonblocking`: the default
-mode stops the process and can hang on a stuck one), `nvidia-smi.txt` and `processes.json` (each process's state
-letter, role and innermost Python frame, which the watchdog compares across nodes). With `--end`: SIGCONT, SIGTERM,
-then SIGKILL after `--grace` seconds; `ended.json` lists what was signalled and what survived SIGKILL (exit 3).
-What is dumped and why: README, "Hang watchdog".
+`--end`, into `<dir>/<node>/`: a `py-spy dump --nonblocking` of every Python process (the default mode stops the
+process and can hang on a stuck one), `nvidia-smi.txt` and `processes.json`; with `--end`, SIGCONT, SIGTERM, then
+SIGKILL after `--grace` seconds, and `ended.json` (exit 3 when something survived). README: "Hang watchdog".
 """
 
 from __future__ import annotations
@@ -40,8 +38,7 @@ def _environ(pid: int) -> dict[str, str]:
 
 def process_state(pid: int) -> str:
     """The /proc state letter (R, S, D, T, Z, ...), '' when the process is gone."""
-    fields = stat_fields(pid)
-    return fields[0] if fields else ""
+    return (stat_fields(pid) or [""])[0]
 
 
 def parent_pid(pid: int) -> int:

@@ -1,7 +1,5 @@
-"""Rank 0 of the Ray step: start `ray start --head` on the job's ports, publish the address on shared storage, wait
-(polling the GCS through Ray's Python API, no fixed sleeps) until every node and GPU registered, check GPU
-visibility, then run the driver with RAY_ADDRESS set while watching the workers; the step ends with the driver's
-status."""
+"""Rank 0 of the Ray step: `ray start --head` on the job's ports, publish the address, poll the GCS until every node
+and GPU registered, check GPU visibility, then run the driver while watching the workers; exit with its status."""
 
 from __future__ import annotations
 

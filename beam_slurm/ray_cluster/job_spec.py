@@ -1,9 +1,6 @@
-"""What the batch shell tells the nodes and the driver of one attempt: one typed file in the attempt's folder.
-
-The training job writes ``<attempt dir>/job_spec.json`` once per attempt, just before it starts the Ray step; every
-node and the driver read it there. The one variable that crosses srun is ``BEAM_ATTEMPT_DIR``, the folder itself (on
-shared storage, mounted at the same path in a container); what users set stays in the environment. Without the
-folder or its file (a node started by an evaluation task, or by hand) every field takes its default.
+"""What the batch shell tells the nodes and the driver of one attempt: ``<attempt dir>/job_spec.json``, written just
+before the Ray step starts; ``BEAM_ATTEMPT_DIR`` names the folder. Without the folder or its file (a node started by
+an evaluation task, or by hand) every field takes its default.
 """
 
 from __future__ import annotations

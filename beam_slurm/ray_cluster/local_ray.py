@@ -1,8 +1,6 @@
-"""Start and stop this node's Ray processes for one job, without touching any other job's Ray.
-
-`ray start` spawns the GCS, raylet, dashboard and agents and exits; they escape Slurm's step tracking under
-proctrack/linuxproc. It runs as the leader of a new session, so every Ray process of this job on this node shares
-one process group, and exactly that group is stopped (`ray stop` would kill another job's Ray too, ray#12264).
+"""Start and stop this node's Ray processes for one job, without touching any other job's Ray: `ray start`'s
+daemons escape Slurm's step tracking under proctrack/linuxproc; started as the leader of a new session, they share
+one process group, and exactly that group is stopped (`ray stop` kills other jobs' Ray too, ray#12264).
 """
 
 from __future__ import annotations

@@ -1,8 +1,7 @@
 """Copy this node's Ray session logs to shared storage: `<log_dir>/<jobid>-<attempt>/ray/<node>/`.
 
-Ray writes its logs under the node-local temp dir, lost with the node (Ray issues 40628, 28876). Each node copies
-them periodically from a thread and once more after its Ray stopped, newest files first up to a bound, unchanged
-files not again (README, "While it runs"); `COPY.json` in the node's folder says what the last copy did.
+Ray's logs live in the node-local temp dir, lost with the node (Ray issues 40628, 28876): each node copies them
+periodically and once more after its Ray stopped (README, "While it runs"); `COPY.json` says what a copy did.
 """
 
 from __future__ import annotations

@@ -1,8 +1,7 @@
 """One Ray node of a job: `python -m beam_slurm.ray_cluster.node -- DRIVER ARGV...`, run by ONE srun step over all
-nodes with one task per node. Rank 0 is the head (`head.Head`: bring-up, GPU check, the driver), every other rank a
-worker (`worker.Worker`: join, supervise). SIGTERM stops the driver and this job's Ray on the node, nothing else
-(a first one may be held as a preemption's notice, `NodeRole.hold_sigterm`); USR1/USR2 are the batch shell's.
-Outputs in BEAM_ATTEMPT_DIR: `records`, the node's Ray logs in ray/<node>/, its environment in env/<node>.json.
+nodes with one task per node; rank 0 is the `head.Head`, every other rank a `worker.Worker`. SIGTERM stops the driver
+and this job's Ray on the node, nothing else (a first one may be held as a preemption's notice); USR1/USR2 are the
+batch shell's. Outputs in BEAM_ATTEMPT_DIR: `records`, the Ray logs in ray/<node>/, the environment in env/<node>.json.
 """
 
 from __future__ import annotations

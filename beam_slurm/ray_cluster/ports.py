@@ -1,8 +1,6 @@
-"""Per-job Ray ports: one block of the configured range per job, chosen from SLURM_JOB_ID, checked by binding.
-
-Ray's defaults collide as soon as two jobs share a node. Job J starts at block `J mod n_blocks`; a node whose block
-is taken moves on to the next free one. The head publishes the block it took and workers start their search there,
-so in the common case every node of a job uses the same numbers.
+"""Per-job Ray ports: one block of the configured range per job, chosen from SLURM_JOB_ID, checked by binding. Ray's
+defaults collide as soon as two jobs share a node. Job J starts at block `J mod n_blocks`, a node whose block is
+taken at the next free one; workers start their search at the block the head took.
 """
 
 from __future__ import annotations

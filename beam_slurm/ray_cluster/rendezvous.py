@@ -1,6 +1,5 @@
-"""Files on shared storage through which the nodes of one Ray step find each other.
-
-`<job dir>/rendezvous/<attempt>.<step>/`, so a requeued attempt (or a second Ray step) never reads an old head address:
+"""Files on shared storage through which the nodes of one Ray step find each other, in
+`<job dir>/rendezvous/<attempt>.<step>/` (a requeued attempt or a second Ray step never reads an old head address):
 
 - `node-<rank>.json`: each node's host, IP and GPUs, when it starts;
 - `head.json`: the head's address and port block once its GCS is up (workers wait for it);

@@ -10,8 +10,7 @@ from beam_slurm.ray_cluster.settings import RaySettings
 
 
 def large_cluster_env(settings: RaySettings, nodes: int, cpus: int = 0) -> dict[str, str]:
-    """RAY_* variables for a job of `nodes` nodes ({} below ray.large_cluster_nodes). `cpus`: the head node's CPU
-    count; the GCS threads are never set below Ray's own default (a quarter of them)."""
+    """RAY_* variables for `nodes` nodes ({} below ray.large_cluster_nodes); GCS threads at least Ray's cpus // 4."""
     if not settings.large_cluster_nodes or nodes < settings.large_cluster_nodes:
         return {}
     return {

@@ -1,6 +1,5 @@
-"""Every rank but 0 of the Ray step: wait for the head's address on shared storage, join it, and stay until the
-head says the driver ended (exit 0), this node's Ray dies or the head becomes unreachable (exit 75, so
-`srun --kill-on-bad-exit=1` ends the whole step at once)."""
+"""Every rank but 0 of the Ray step: join the head, stay until the driver ended (exit 0), this node's Ray dies or
+the head becomes unreachable (exit 75, so `srun --kill-on-bad-exit=1` ends the whole step at once)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,7 @@
 """Turn a resolved recipe into the exact SkyRL launch: module, `key=value` overrides, environment.
 
 Keys follow SkyRL 0.3.0's config dataclasses; the two overlong-penalty keys exist only in the DAPO example's config
-subclass (DAPO_ONLY_KEYS, checked apart by the conformance test). Values are rendered so that OmegaConf's CLI parser
-reads back exactly what we meant (YAML-ambiguous strings quoted, lists and dicts as JSON, `${` escaped).
+subclass (DAPO_ONLY_KEYS). Values are rendered so that OmegaConf's CLI parser reads back exactly what we meant.
 """
 
 from __future__ import annotations
@@ -74,8 +73,7 @@ def _parses_to(rendered: str, value) -> bool:
 
 def reads_back(value) -> bool:
     """True when `render_value(value)` parses back to `value` exactly (tuples compare as lists)."""
-    expected = list(value) if isinstance(value, tuple) else value
-    return _parses_to(render_value(value), expected)
+    return _parses_to(render_value(value), list(value) if isinstance(value, tuple) else value)
 
 
 def _under(prefix: str, **values: object) -> list[tuple[str, object]]:

@@ -2,12 +2,10 @@
 
     python -m beam_slurm.skyrl.conformance [--validate] [--dapo-only=key1,key2] key=value ...
 
-Prints one JSON object: ``{"ok": bool, "errors": [...], "dapo_keys": {...}}`` and exits 0 when ok, 1 otherwise.
-
-Core keys are parsed with ``SkyRLTrainConfig.from_cli_overrides`` (strict: unknown keys are rejected by name). The
-DAPO overlong-penalty keys belong to a config subclass in the SkyRL checkout's examples (not in the wheel): imported
-from a checkout root, else rebuilt with SkyRL's ``make_config`` from the field list below (tag skyrl-v0.3.0).
-``--validate`` also runs SkyRL's cross-field checks (``validate_cfg``).
+Prints ``check``'s JSON object and exits 0 when ok, 1 otherwise. Core keys are parsed by ``SkyRLTrainConfig`` (strict:
+unknown keys are rejected by name). The DAPO overlong-penalty keys belong to a config subclass in the SkyRL checkout's
+examples (not in the wheel): imported from a checkout root, else rebuilt with SkyRL's ``make_config`` from the field
+list below (tag skyrl-v0.3.0). ``--validate`` also runs SkyRL's cross-field checks (``validate_cfg``).
 """
 
 from __future__ import annotations

@@ -1,22 +1,18 @@
 """Our SkyRL entrypoint: SkyRL's DAPO experiment plus save-on-notice and a training-metrics file.
 
-Run in the training container from the root of a SkyRL checkout whose tag matches the installed wheel (so
-``examples.train.algorithms.dapo.main_dapo`` imports), with SkyRL's DAPO overrides. Callbacks fire only in the process
-running SkyRL's training loop (the Ray task below), once per step. What SkyRL 0.3.0 does around them, which the
-callback relies on:
+Run in the training container from the root of a SkyRL checkout whose tag matches the installed wheel (so the DAPO
+example imports), with SkyRL's DAPO overrides; ``BEAM_SKYRL_EXPERIMENT=base`` runs SkyRL's ``BasePPOExp`` instead.
+Callbacks fire only in the process running SkyRL's training loop (the Ray task below), once per step. What SkyRL
+0.3.0 does around them, which the callback relies on:
 
 * ``on_step_end``: with a pending save request it sets ``control.should_save``; SkyRL saves at the end of the same
   step, the marker ``latest_ckpt_global_step.txt`` last.
 * ``on_save`` fires after the checkpoint and its marker: it acknowledges and stops the run. SkyRL has no
   ``should_stop``; its loop ends when ``global_step > trainer.max_training_steps``, checked after every step against
-  the live config, so the callback sets ``max_training_steps = global_step``: the loop breaks after this step's
-  logging, the final save is skipped and ``on_train_end`` runs as usual. ``eval_interval = -1`` and
-  ``hf_save_interval = -1`` keep anything else from spending the grace period. A scheduled HF export of that step is
-  written after ``on_save``: the acknowledgement then waits for ``on_log``, so the job never stops Ray mid-export.
-* every event writes the progress heartbeat (:mod:`beam_slurm.skyrl.progress`); ``on_log`` appends the step's
-  metrics to ``{export_path}/train_metrics.jsonl`` (a failed write is logged, training goes on).
-
-``BEAM_SKYRL_EXPERIMENT=base`` runs SkyRL's plain ``BasePPOExp`` instead.
+  the live config, so the callback sets ``max_training_steps = global_step`` (the final save is skipped,
+  ``on_train_end`` runs as usual). A scheduled HF export of that step is written after ``on_save``: the
+  acknowledgement then waits for ``on_log``, so the job never stops Ray mid-export.
+* every event writes the progress heartbeat; ``on_log`` appends the step's metrics to ``train_metrics.jsonl``.
 """
 
 from __future__ import annotations

@@ -1,8 +1,7 @@
 """Progress heartbeats: the trainer says where it is (step, phase, since when), the job's hang watchdog reads it.
 
-The trainer's callbacks fire in the one process that runs the training loop, a Ray task that may sit on any node,
-so the heartbeat is a file on the storage both sides share: ``<ckpt_path>/.beam/progress.json``, beside the
-save-on-notice files (:mod:`beam_slurm.skyrl.notice`), replaced atomically at each phase change.
+The trainer's callbacks fire in a Ray task that may sit on any node, so the heartbeat is a file on the storage both
+sides share, ``<ckpt_path>/.beam/progress.json``, replaced atomically at each phase change.
 
 Phases: ``load``, ``step`` (a step's start to its end), ``saving`` (a step's end to ``on_save``, or to the next
 step's start), ``after-save`` (the HF export, the log), ``eval``, ``after-eval``, ``finished``; ``step_seconds`` are

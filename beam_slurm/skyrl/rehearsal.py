@@ -6,24 +6,21 @@ Like SkyRL 0.3.0 where it matters to the job around it, it:
 
 * joins the running Ray cluster, reserves one PACK placement group with one ``{"GPU": 1}`` bundle per policy GPU and
   starts one actor per bundle; two actors on one node given the same GPU id is an error (SkyRL issue #1577);
-* spends ``trainer.rehearsal_model_load_s`` "loading the model", then runs ``trainer.max_training_steps`` steps of
-  ``trainer.rehearsal_step_s`` each over the actors;
+* "loads the model" and runs ``trainer.max_training_steps`` steps over the actors, as long as the costs say;
 * checkpoints every ``ckpt_interval`` and at the end in SkyRL's layout (small JSON files), the marker last. A save
   writes and fsyncs ``trainer.rehearsal_save_bytes`` over at least ``trainer.rehearsal_save_s`` before
   ``trainer_state.pt``, so a save cut off by a kill is never resumed from;
 * writes HF exports every ``hf_save_interval`` (> 0) and at the end: the files of ``trainer.policy.model.path`` when it
   is a local Hugging Face directory (so ``beam-slurm evaluate`` loads it), else a JSON stand-in no loader takes;
-* writes eval dumps in SkyRL's layout every ``eval_interval`` (and before training, and at the last step), made-up
-  responses marked ``"rehearsal": true``;
-* resumes like SkyRL (``resume_mode`` none, latest or from_path) and logs ``resumed from step N``;
-* writes the progress heartbeat (:mod:`beam_slurm.skyrl.progress`) as our SkyRL callback does;
+* writes eval dumps in SkyRL's layout every ``eval_interval`` (made-up responses marked ``"rehearsal": true``);
+* resumes like SkyRL and logs ``resumed from step N``; writes the progress heartbeat as our SkyRL callback does;
 * with ``trainer.rehearsal_hang_at_step=N``, in the job's very first attempt, blocks the last bundle's actor for good
   in step N, as a rank stuck in a collective;
 * saves on notice (:mod:`beam_slurm.skyrl.notice`): a request pending at a step's end saves that step (and its
   scheduled HF export), acknowledges, logs ``stopped on notice after saving step N`` and exits 0.
 
-Each finished step appends made-up metrics to ``{export_path}/train_metrics.jsonl``. The costs and the hang
-(`trainer.rehearsal_*`) arrive as the environment variables in ``COST_ENV``.
+Each finished step appends made-up metrics to ``train_metrics.jsonl``. The costs and the hang (`trainer.rehearsal_*`)
+arrive as the environment variables in ``COST_ENV``.
 
 Settings are read with SkyRL's config classes when skyrl is importable (unknown keys rejected), else with OmegaConf
 (SkyRL's defaults, other keys unchecked). Exit status: 0 finished or stopped on notice, 2 bad settings, 1 otherwise.
@@ -331,17 +328,12 @@ def dump_eval(s: RehearsalSettings, step: int, rng: random.Random) -> dict:
     metrics: dict = {}
     sources = [_data_source(f) for f in s.val_data] or ["unknown"]
     for source in sources:
-        lines, scores = [], []
-        for problem in range(3):
-            for sample in range(n):
-                score = 1.0 if rng.random() < 0.5 else -1.0
-                scores.append(score)
-                lines.append(json.dumps({
-                    "input_prompt": f"[rehearsal] problem {problem} of {source}",
-                    "output_response": f"[rehearsal] made-up response {sample}. Answer: {problem}",
-                    "score": score, "stop_reason": "stop", "env_class": "aime",
-                    "env_extras": {"rehearsal": True}, "data_source": source, "rehearsal": True,
-                }))
+        scores = [1.0 if rng.random() < 0.5 else -1.0 for _ in range(3 * n)]  # 3 problems, n samples each
+        lines = [json.dumps({"input_prompt": f"[rehearsal] problem {i // n} of {source}",
+                             "output_response": f"[rehearsal] made-up response {i % n}. Answer: {i // n}",
+                             "score": score, "stop_reason": "stop", "env_class": "aime",
+                             "env_extras": {"rehearsal": True}, "data_source": source, "rehearsal": True})
+                 for i, score in enumerate(scores)]
         write_text(out / f"{source}.jsonl", "\n".join(lines) + "\n")
         metrics[f"eval/{source}/avg_score"] = sum(scores) / len(scores)
     metrics["rehearsal"] = True

@@ -1,9 +1,8 @@
 """Experiment tracking across requeues: one W&B run for the whole run, whatever the number of attempts.
 
-Each requeued attempt is a new process, and W&B ignores `resume` in offline mode, so without care every attempt
-would be a run of its own. Here the training job chooses one W&B run id at the run's first attempt and keeps it in
-the run record (key `tracking`); every attempt's trainer gets that WANDB_RUN_ID and its own WANDB_DIR,
-`<export_path>/beam_run/wandb/<jobid>-<attempt>/`, which `beam-slurm sync RUN` uploads into the one run.
+W&B ignores `resume` offline, so the training job chooses one W&B run id at the run's first attempt and keeps it in
+the run record; every attempt's trainer gets that WANDB_RUN_ID and its own WANDB_DIR, `beam_run/wandb/<job>-<attempt>/`
+under the export path, which `beam-slurm sync RUN` uploads into the one run.
 """
 
 from __future__ import annotations

@@ -1,8 +1,7 @@
 """Training metrics as the run report reads them: ``<export_path>/train_metrics.jsonl``, one JSON object per line.
 
-Each line is one logged step, ``{"step": N, "reward/avg_raw_reward": .., ...}`` with SkyRL's metric names (what
-:mod:`beam_slurm.evaluation.report` plots). Lines are only appended: a redone step is appended again, the report
-keeps the later line. Written by our SkyRL entrypoint's callback and by the rehearsal trainer.
+Each line is one logged step with SkyRL's metric names (what :mod:`beam_slurm.evaluation.report` plots). Lines are
+only appended: a redone step is appended again, the report keeps the later line.
 """
 
 from __future__ import annotations
