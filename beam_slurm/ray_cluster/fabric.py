@@ -4,7 +4,7 @@ wrong interface, a dead link or a slow node fails the preflight by name, not an 
 
 Every node joins a rendezvous (a TCPStore on the head's Slurm address, not the fabric, so a broken link does not hide
 who answered); ranks then exchange `bytes` with their ring neighbours and one all_reduce times the collective. The
-preflight calls `run_node` on every node and the batch shell `report`s; standalone, torchrun-style, rank 0 prints.
+preflight calls `run_node` on every node, the batch shell `report`; standalone (torchrun-style) rank 0 prints it.
 """
 
 from __future__ import annotations
@@ -239,7 +239,7 @@ def _bounded(seconds: float, call: Any, *args: Any) -> dict[str, Any]:
 
 def run_rank(settings: FabricSettings, environ: Mapping[str, str], host: str | None = None,
              run_id: str = "0") -> dict[str, Any]:
-    """This rank's record (torchrun-style environment); rank 0 also gathers every rank's (`run_id`: the store's)."""
+    """This rank's record (torchrun-style environment); rank 0 also gathers every rank's; `run_id` prefixes the keys."""
     rank, world = int(environ["RANK"]), int(environ["WORLD_SIZE"])
     local = int(environ.get("LOCAL_RANK", "0"))
     host = host or socket.gethostname()

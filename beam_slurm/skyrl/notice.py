@@ -1,7 +1,7 @@
 """Save-on-notice: a file protocol between the Slurm job (which receives the notice) and the trainer (the only process
 that can write a consistent checkpoint), in ``<ckpt_path>/.beam/``: the job writes ``save_request`` when a notice
 arrives; the trainer writes ``saved_on_notice`` once the checkpoint it saved for it is complete (SkyRL's
-``latest_ckpt_global_step.txt`` names that step). Every write is atomic.
+``latest_ckpt_global_step.txt`` names that step). Every write is atomic; standard library only (Python 3.11 and 3.12).
 
 Order of events: the job calls :func:`request_save`; the trainer sees :func:`pending_request` at the end of a step,
 saves, calls :func:`acknowledge` and stops; the job waits for :func:`saved_since`, stops Ray and requeues; the next

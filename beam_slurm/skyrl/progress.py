@@ -7,7 +7,7 @@ Phases: ``load``, ``step`` (a step's start to its end), ``saving`` (a step's end
 step's start), ``after-save`` (the HF export, the log), ``eval``, ``after-eval``, ``finished``; ``step_seconds`` are
 the last whole steps' durations. Every phase change is also appended to ``<ckpt_path>/.beam/progress_events.jsonl``
 (``{"t", "phase", "step", "attempt"}``), by which the goodput ledger (:mod:`beam_slurm.pipeline.goodput`) splits
-each attempt's node-seconds.
+each attempt's node-seconds. Standard library only (the job runs Python 3.11, the training container 3.12).
 """
 
 from __future__ import annotations
