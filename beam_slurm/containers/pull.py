@@ -1,12 +1,8 @@
-"""`beam-slurm pull-container`: import the recipe's image once into shared storage.
+"""`beam-slurm pull-container`: import the recipe's image once into shared storage (`import_command`).
 
-pyxis:     enroot import -o <cache>/<name>.sqsh docker://<registry#path:tag>
-Apptainer: apptainer pull <cache>/<name>.sif docker://<registry/path:tag>
-
-Every node and later job then runs the file instead of pulling N times. Racing jobs: one takes the lock on shared
-storage (taken over when its holder dies), imports to a temporary name and renames it into place; the others wait.
-The digest record beside the file is written last, so "record present and matching" means complete.
-Registry credentials reach the runtime only through its own files and environment; nothing here reads them.
+Every node and later job then runs the file. Racing jobs: one takes the lock on shared storage (taken over when its
+holder dies), imports to a temporary name and renames it into place; the others wait. The digest record beside the
+file is written last, so "record present and matching" means complete. Nothing here reads registry credentials.
 """
 
 from __future__ import annotations
@@ -59,13 +55,10 @@ def record_matches(settings: ContainerSettings, image_path: Path, *, verify: boo
     record = read_json(digest_record_path(image_path))
     if record is None or not image_path.is_file():
         return False
-    if record.get("image") != docker_reference(settings.image) or record.get("runtime") != settings.runtime:
-        return False
-    if record.get("size") != image_path.stat().st_size:
-        return False
-    if record.get("registry_digest") != pinned_digest(settings.image):
-        return False
-    return not verify or record.get("sha256") == "sha256:" + sha256_file(image_path)
+    wanted = {"image": docker_reference(settings.image), "runtime": settings.runtime,
+              "size": image_path.stat().st_size, "registry_digest": pinned_digest(settings.image)}
+    return all(record.get(key) == value for key, value in wanted.items()) and (
+        not verify or record.get("sha256") == "sha256:" + sha256_file(image_path))
 
 
 def image_is_current(settings: ContainerSettings) -> bool:
@@ -95,12 +88,6 @@ class PullError(RuntimeError):
     """The import failed (runtime error, lock timeout); the message says what happened."""
 
 
-def _remove_leftovers(image_path: Path) -> None:
-    # Temp files of holders that died; safe because we hold the lock.
-    for leftover in image_path.parent.glob(f".{image_path.stem}.tmp-*"):
-        leftover.unlink(missing_ok=True)
-
-
 def _run_import(command: list[str], lock: SharedFileLock) -> int | None:
     """Run the import; return its exit status, or None if we lost the lock meanwhile (then it was stopped)."""
     log("running " + shlex.join(command))
@@ -121,7 +108,6 @@ def _run_import(command: list[str], lock: SharedFileLock) -> int | None:
 def pull_image(settings: ContainerSettings, *, force: bool = False, verify: bool = False,
                executable: str | None = None) -> PullResult:
     """Import settings.image into settings.image_cache_dir unless a complete import is already there."""
-    stale_after, lock_timeout = settings.lock_stale_after_s, settings.lock_timeout_s
     target = cached_image_path(settings)
     if target is None:
         raise PullError("nothing to pull: the image is a local file or no cache directory is set")
@@ -130,10 +116,10 @@ def pull_image(settings: ContainerSettings, *, force: bool = False, verify: bool
         log(f"{target} is complete (digest record matches); skipping")
         return PullResult(target, "skipped")
     target.parent.mkdir(parents=True, exist_ok=True)
-    lock = SharedFileLock(target.with_name(target.name + ".lock"), stale_after=stale_after, log=log)
+    lock = SharedFileLock(target.with_name(target.name + ".lock"), stale_after=settings.lock_stale_after_s, log=log)
     while True:
         try:
-            lock.acquire(timeout=lock_timeout)
+            lock.acquire(timeout=settings.lock_timeout_s)
         except LockTimeout as err:
             raise PullError(str(err)) from err
         try:
@@ -143,7 +129,8 @@ def pull_image(settings: ContainerSettings, *, force: bool = False, verify: bool
             if finished_meanwhile or (not force and record_matches(settings, target, verify=verify)):
                 log(f"{target} was imported by another job while this one waited; skipping")
                 return PullResult(target, "imported-by-other")
-            _remove_leftovers(target)
+            for leftover in target.parent.glob(f".{target.stem}.tmp-*"):  # of holders that died (we hold the lock)
+                leftover.unlink(missing_ok=True)
             scratch = target.with_name(f".{target.stem}.tmp-{uuid.uuid4().hex}{target.suffix}")
             command = import_command(settings.runtime, settings.image, scratch, executable)
             status = _run_import(command, lock)
@@ -154,10 +141,8 @@ def pull_image(settings: ContainerSettings, *, force: bool = False, verify: bool
             if status != 0 or not scratch.is_file():
                 scratch.unlink(missing_ok=True)
                 what = f"exited with status {status}" if status != 0 else "exited without writing the image"
-                raise PullError(
-                    f"`{shlex.join(command[:2])}` {what}; see its output above (registry credentials: "
-                    "see `beam-slurm pull-container --help`)"
-                )
+                raise PullError(f"`{shlex.join(command[:2])}` {what}; see its output above (registry credentials: "
+                                "see `beam-slurm pull-container --help`)")
             sha256 = "sha256:" + sha256_file(scratch)
             digest_record_path(target).unlink(missing_ok=True)  # never a record describing another file
             publish(scratch, target)
@@ -185,17 +170,14 @@ def _settings_problems(settings: ContainerSettings, executable: str | None) -> l
     return messages
 
 
-PULL_KEYS = ["container.runtime", "container.image", "container.image_cache_dir", "container.lock_stale_after_s",
-             "container.lock_timeout_s"]
-
-
 def build_parser():
     verb = VerbArgs(
         "pull-container",
         "Import the recipe's container image once into shared storage (enroot squashfs for pyxis, SIF for\n"
         "Apptainer). Safe to run from several jobs at once. Example:\n"
         "  beam-slurm pull-container container.runtime=pyxis container.image=REF container.image_cache_dir=DIR",
-        keys=PULL_KEYS,
+        keys=["container.runtime", "container.image", "container.image_cache_dir", "container.lock_stale_after_s",
+              "container.lock_timeout_s"],
         epilog="Registry credentials: enroot reads $ENROOT_CONFIG_PATH/.credentials (default "
         "~/.config/enroot/.credentials, netrc format); Apptainer uses `apptainer registry login` or "
         "APPTAINER_DOCKER_USERNAME / APPTAINER_DOCKER_PASSWORD. Never put them in container.image.",
@@ -220,8 +202,7 @@ def main(argv: list[str]) -> int:
     args, settings = parsed.args, cfg.container
     name = RUNTIME_EXECUTABLE.get(settings.runtime)
     executable = shutil.which(name) if name else None
-    problems = _settings_problems(settings, executable)
-    if problems:
+    if problems := _settings_problems(settings, executable):
         for message in problems:
             verb.fail(message)
         return 2

@@ -1,10 +1,8 @@
 """Command rendering for the container runtimes: pyxis/enroot (`srun --container-*`), Apptainer (`apptainer exec`)
-and `none` (the host).
-
-Everything returns argv lists, each value one element, never spliced into a shell string. Apptainer runs without
-`--cleanenv`: srun's per-task variables (SLURM_PROCID, CUDA_VISIBLE_DEVICES, RAY_*) must reach the container and
-cannot be re-added by value without a per-task shim. Host variables never override the image's unless listed in
-`env_passthrough`, and home is not mounted unless asked, so ~/.local cannot shadow the image's packages.
+and `none` (the host). Everything returns argv lists, never a shell string. Apptainer runs without `--cleanenv`:
+srun's per-task variables (SLURM_PROCID, CUDA_VISIBLE_DEVICES, RAY_*) must reach the container. Host variables never
+override the image's unless listed in `env_passthrough`, and home is not mounted unless asked (~/.local would shadow
+the image's packages).
 """
 
 from __future__ import annotations
@@ -26,7 +24,6 @@ DIGEST_RECORD_SUFFIX = ".digest.json"
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # A registry reference: registry/path:tag or ...@sha256:<hex>; `#` separates the registry in enroot's form.
 _IMAGE_REF = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._\-/:#]*(@sha256:[0-9a-f]{64})?$")
-_CONTAINER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
 
 
 def is_local_image(image: str) -> bool:
@@ -36,31 +33,25 @@ def is_local_image(image: str) -> bool:
 
 def docker_reference(image: str) -> str:
     """The registry reference in Docker's form (`registry/path:tag`), from either Docker's or enroot's form."""
-    ref = image.removeprefix("docker://")
-    return ref.replace("#", "/", 1)
+    return image.removeprefix("docker://").replace("#", "/", 1)
 
 
 def enroot_reference(image: str) -> str:
     """The reference in enroot's form, registry host separated by `#` (`nvcr.io#nvidia/pytorch:24.01`)."""
     ref = docker_reference(image)
     first, sep, rest = ref.partition("/")
-    if sep and ("." in first or ":" in first or first == "localhost"):
-        return f"{first}#{rest}"
-    return ref
+    return f"{first}#{rest}" if sep and ("." in first or ":" in first or first == "localhost") else ref
 
 
 def image_file_name(image: str, runtime: str) -> str:
     """The imported image's file name: `ghcr.io/org/skyrl:beam-release` -> `ghcr.io+org+skyrl+beam-release.sqsh`."""
-    ref = docker_reference(image)
-    safe = re.sub(r"[^A-Za-z0-9._\-]+", "+", ref).strip("+.")
-    return safe + IMAGE_SUFFIX[runtime]
+    return re.sub(r"[^A-Za-z0-9._\-]+", "+", docker_reference(image)).strip("+.") + IMAGE_SUFFIX[runtime]
 
 
 def cached_image_path(settings: ContainerSettings) -> Path | None:
     """Where the pull stage puts the registry image for this runtime, or None (local image or no cache dir)."""
-    if settings.runtime not in IMAGE_SUFFIX or not settings.image or not settings.image_cache_dir:
-        return None
-    if is_local_image(settings.image):
+    if (settings.runtime not in IMAGE_SUFFIX or not settings.image or not settings.image_cache_dir
+            or is_local_image(settings.image)):
         return None
     return Path(settings.image_cache_dir) / image_file_name(settings.image, settings.runtime)
 
@@ -71,16 +62,14 @@ def digest_record_path(image_path: Path) -> Path:
 
 
 def resolved_image(settings: ContainerSettings) -> str:
-    """The image the runtime gets: a local file as given, else the pulled file once complete (its digest record
-    exists), else the reference in the runtime's form."""
+    """The image the runtime gets: a local file, else the pulled file once complete, else the reference."""
     if is_local_image(settings.image):
         return settings.image
     cached = cached_image_path(settings)
     if cached is not None and cached.is_file() and digest_record_path(cached).is_file():
         return str(cached)
-    if settings.runtime == "apptainer":
-        return "docker://" + docker_reference(settings.image)
-    return enroot_reference(settings.image)
+    return ("docker://" + docker_reference(settings.image) if settings.runtime == "apptainer"
+            else enroot_reference(settings.image))
 
 
 def default_container_name(job_id: str) -> str:
@@ -89,14 +78,10 @@ def default_container_name(job_id: str) -> str:
 
 
 def _all_mounts(settings: ContainerSettings, mounts: Sequence[Mount]) -> list[Mount]:
-    merged: list[Mount] = []
-    seen: set[str] = set()
+    merged: dict[str, Mount] = {}
     for mount in [*mounts, *(parse_mount(m) for m in settings.mounts)]:
-        if mount.container_path in seen:  # first one wins: the job's own paths before the extras
-            continue
-        seen.add(mount.container_path)
-        merged.append(mount)
-    return merged
+        merged.setdefault(mount.container_path, mount)  # first one wins: the job's own paths before the extras
+    return list(merged.values())
 
 
 def srun_container_args(settings: ContainerSettings, mounts: Sequence[Mount], *, container_name: str = "") -> list[str]:
@@ -141,27 +126,25 @@ def command_prefix(settings: ContainerSettings, mounts: Sequence[Mount]) -> list
 
 
 def container_environment(settings: ContainerSettings, environ: Mapping[str, str]) -> dict[str, str]:
-    """Variables for the process that launches the steps (never argv): Apptainer's `APPTAINERENV_<NAME>` make the
-    host value of each env_passthrough name win over the image's (pyxis forwards names with `--container-env`)."""
+    """Variables for the process that launches the steps: Apptainer's `APPTAINERENV_<NAME>` for env_passthrough."""
     if settings.runtime != "apptainer":
         return {}
     return {f"APPTAINERENV_{name}": environ[name] for name in settings.env_passthrough if name in environ}
 
 
+_PATH_RULES = (  # (whether a path breaks it, what is wrong, the fix)
+    (lambda path: not path.startswith("/"), "is not an absolute path", "give the full path, starting with /"),
+    (lambda path: "," in path, "contains ',', which the runtimes use to separate mounts",
+     "use a path without commas (a symlink works)"),
+    (lambda path: ":" in path, "contains ':', which separates host, container path and options",
+     "use a path without colons (a symlink works)"),
+    (lambda path: any(c in path for c in "\n\r\0"), "contains a control character", "use a plain path"),
+)
+
+
 def _path_problems(key: str, path: str, what: str) -> list[ConfigProblem]:
-    problems = []
-    if not path.startswith("/"):
-        problems.append(ConfigProblem(key, problem=f"{what} {path!r} is not an absolute path",
-                                      fix="give the full path, starting with /"))
-    if "," in path:
-        problems.append(ConfigProblem(key, problem=f"{what} {path!r} contains ',', which the runtimes use to separate "
-                                      "mounts", fix="use a path without commas (a symlink works)"))
-    if ":" in path:
-        problems.append(ConfigProblem(key, problem=f"{what} {path!r} contains ':', which separates host, container path "
-                                      "and options", fix="use a path without colons (a symlink works)"))
-    if any(c in path for c in "\n\r\0"):
-        problems.append(ConfigProblem(key, problem=f"{what} {path!r} contains a control character", fix="use a plain path"))
-    return problems
+    return [ConfigProblem(key, problem=f"{what} {path!r} {wrong}", fix=fix) for breaks, wrong, fix in _PATH_RULES
+            if breaks(path)]
 
 
 def _image_problems(settings: ContainerSettings) -> list[ConfigProblem]:
@@ -203,8 +186,7 @@ def pyxis_available() -> bool:
 
 def validate(settings: ContainerSettings, mounts: Sequence[Mount] = (), *, on_cluster: bool = False
              ) -> list[ConfigProblem]:
-    """Every problem with the settings (and the job's mounts), each naming the key and the fix; `on_cluster` also
-    checks what exists only where the job runs (the runtime, a local image file)."""
+    """Every problem with the settings and the job's mounts; `on_cluster` also what exists only where the job runs."""
     if settings.runtime not in RUNTIMES:
         return [ConfigProblem("container.runtime", problem=f"unknown runtime {settings.runtime!r}",
                               fix=f"use one of {', '.join(RUNTIMES)}")]

@@ -75,24 +75,17 @@ class ContainerSettings:
 class Mount:
     """One bind mount from the host into the container."""
 
-    host_path: str
-    """Absolute path on the host (shared storage or node-local)."""
-    container_path: str
-    """Absolute path inside the container; usually the same as host_path."""
-    read_only: bool = False
-    """Mount read-only (model weights, data, code)."""
+    host_path: str  # absolute, on the host (shared storage or node-local)
+    container_path: str  # absolute, inside the container; usually the same as host_path
+    read_only: bool = False  # model weights, data, code
 
     def spec(self) -> str:
         """`host:container[:ro]`, the form both pyxis and Apptainer accept."""
-        suffix = ":ro" if self.read_only else ""
-        return f"{self.host_path}:{self.container_path}{suffix}"
+        return f"{self.host_path}:{self.container_path}{':ro' if self.read_only else ''}"
 
 
 def parse_mount(spec: str) -> Mount:
-    """Parse `host:container[:ro|:rw]` (or a bare `path`, meaning the same path on both sides).
-
-    Raises ValueError with a message saying what is wrong; `runtime.validate` turns it into a ConfigProblem.
-    """
+    """`host:container[:ro|:rw]` (a bare `path`: the same on both sides) as a Mount; ValueError saying what is wrong."""
     parts = spec.split(":")
     if len(parts) == 1:
         return Mount(parts[0], parts[0])
@@ -104,17 +97,7 @@ def parse_mount(spec: str) -> Mount:
 
 
 def same_path_mounts(read_only: list[str] | tuple[str, ...] = (), writable: list[str] | tuple[str, ...] = ()) -> list[Mount]:
-    """Mounts that show each host path at the same path inside the container, dropping empties and duplicates.
-
-    A path given both read-only and writable is mounted writable.
-    """
-    writable_set = {p for p in writable if p}
-    mounts: list[Mount] = []
-    seen: set[str] = set()
-    for path in [*writable, *read_only]:
-        if not path or path in seen:
-            continue
-        seen.add(path)
-        mounts.append(Mount(path, path, read_only=path not in writable_set))
-    return mounts
+    """Each host path once, at the same path inside the container (writable when given both ways)."""
+    paths = dict.fromkeys(path for path in [*writable, *read_only] if path)
+    return [Mount(path, path, read_only=path not in writable) for path in paths]
 

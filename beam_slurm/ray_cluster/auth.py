@@ -1,12 +1,9 @@
-"""The per-job private folder on shared storage and the Ray auth token inside it.
-
-Layout: `<state_dir>/jobs/<jobid>/` (mode 0700) holds `ray_auth_token` (mode 0600, 64 hex characters, created once
-per job and reused by its requeued attempts) and the rendezvous files of each attempt. The token's value is never
-printed or put on a command line; Ray reads it from the file named by RAY_AUTH_TOKEN_PATH.
-"""
+"""The per-job private folder on shared storage, `<state_dir>/jobs/<jobid>/` (0700), and the Ray auth token in it
+(0600, made once per job, reused by its requeued attempts; Ray reads it from RAY_AUTH_TOKEN_PATH, never argv)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import shutil
@@ -54,11 +51,8 @@ def ensure_token(settings: RaySettings, job_id: str | int) -> Path:
             handle.write(secrets.token_hex(32))
             handle.flush()
             os.fsync(handle.fileno())
-        # link() fails if another process won the race, so the first token stays the only one.
-        try:
+        with contextlib.suppress(FileExistsError):  # another process won the race: the first token stays the only one
             os.link(tmp, path)
-        except FileExistsError:
-            pass
     finally:
         tmp.unlink(missing_ok=True)
     _check_private(path)
@@ -75,8 +69,7 @@ def auth_env(settings: RaySettings, token_path: Path | None) -> dict[str, str]:
 
 
 def remove_stale_job_dir(settings: RaySettings, job_id: str | int) -> bool:
-    """At a job's first attempt: delete the folder an earlier job of the same id left (job ids repeat), whose
-    rendezvous files would send this job's workers to a long-gone head. True when one was removed."""
+    """At a first attempt: delete what an earlier job of the same id left (its rendezvous); True if there was one."""
     if not job_dir(settings, job_id).exists():
         return False
     remove_job_dir(settings, job_id)

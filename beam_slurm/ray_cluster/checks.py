@@ -23,9 +23,7 @@ def check_gpu_count(host: str, gpus: list[str], source: str, expected: int | Non
 
 
 class GpuVisibilityCheck:
-    """One probe per node holding all its GPUs, launched as soon as that node is alive in the GCS with its
-    registration file: the probes of the first nodes (a fresh Ray worker process each, the slow part) run while the
-    last nodes still join, so little of the check is left once every node registered."""
+    """One probe per node with all its GPUs, launched as soon as the node registered, while the other nodes join."""
 
     def __init__(self, ray: Any):
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy

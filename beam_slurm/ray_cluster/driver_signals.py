@@ -1,11 +1,8 @@
 """The driver's side of a preemption whose only signal is a SIGTERM to the job's tasks.
 
-Slurm's proctrack plugin signals every process of the Ray step it tracks: the node's task and, as its descendant,
-the driver (`beam_slurm.ray_cluster.node` holds the task's SIGTERM, see `NodeRole.hold_sigterm`). The driver must
-hold that first SIGTERM too, or it exits (Ray's own handler calls sys.exit) before the batch shell asks it to save.
-`hold_first_sigterm()` installs a handler, chained to whatever handler was there (Ray's, after ray.init), that
-holds one SIGTERM when the job spec's sigterm_notice allows it and the attempt is not being stopped by us
-(`records.STOPPING_FILE`); any other SIGTERM goes to the previous handler.
+Slurm signals every process of the Ray step: the node's task holds it (`NodeRole.hold_sigterm`), and so must the
+driver, or Ray's handler exits before the batch shell asks for a save. One SIGTERM is held when the job spec's
+sigterm_notice allows it and the attempt is not being stopped by us; any other goes to the previous handler.
 """
 
 from __future__ import annotations
@@ -22,30 +19,22 @@ from beam_slurm.ray_cluster.records import stopping
 _held = False
 
 
-def _may_hold() -> bool:
-    folder = attempt_dir()
-    return not _held and folder is not None and not stopping(folder)
-
-
 def hold_first_sigterm() -> None:
-    """Call in the driver after ray.init (which installs its own SIGTERM handler); a no-op unless the batch shell
-    allowed it in the attempt's job spec (sigterm_notice)."""
+    """Call in the driver after ray.init (which installs its own SIGTERM handler); a no-op without sigterm_notice."""
     if not JobSpec.read(attempt_dir()).sigterm_notice:
         return
     previous = signal.getsignal(signal.SIGTERM)
 
     def on_term(signum: int, frame: Any) -> None:
         global _held
-        if _may_hold():
+        if not _held and (folder := attempt_dir()) is not None and not stopping(folder):
             _held = True
             print(f"[driver {time.strftime('%H:%M:%S')}] SIGTERM held: it may be a preemption's notice; the batch "
                   "shell asks for a save or stops the step", file=sys.stderr, flush=True)
             return
         if callable(previous):
             previous(signum, frame)
-        elif previous == signal.SIG_IGN:
-            return
-        else:
+        elif previous != signal.SIG_IGN:
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
             os.kill(os.getpid(), signal.SIGTERM)
 

@@ -1,21 +1,13 @@
 """One environment for every node and every Ray worker of a job: the environment manifest.
 
-The manifest names the variables the driver, the Ray processes and so every Ray worker on every node must see:
+The manifest names the variables the driver and every Ray worker on every node must see: `trainer.env_inherit` (names
+or `PREFIX_*` patterns from the environment the job was submitted with), the recipe's own variables
+(`skyrl.command.skyrl_env`) and `trainer.env_secret_files` (NAME -> a file holding the value, read on each node).
 
-- `trainer.env_inherit`: names (or `PREFIX_*` patterns) taken from the environment the job was submitted with
-  (HF_HUB_OFFLINE, HF_HOME, WANDB_*, NCCL_*, the SkyRL timeouts, ...; the default list is in the schema);
-- the recipe's own variables (`beam_slurm.skyrl.command.skyrl_env`, which includes `trainer.extra_env`);
-- `trainer.env_secret_files`: NAME -> a file holding the value, read on each node.
-
-The batch shell passes the manifest's description (names, patterns, file paths: never a value) to the nodes in the
-job spec; each node resolves it against its own environment (srun hands every task the batch shell's) before `ray
-start`, so the raylet and every worker it spawns inherit it: a variable set only in the driver's process never
-reaches a worker on another node (SkyRL PR 1406), one in the raylet's environment always does. Each node records
-what it exported in `<attempt dir>/env/<node>.json`, secrets as `<set>`.
-
-Secrets (names containing TOKEN, KEY, SECRET, PASSWORD, PASSWD, CREDENTIAL; not those ending in _PATH, _FILE or
-_DIR, which name files) travel only by inheritance or by file: a secret value in `trainer.extra_env` or
-`ray.extra_env` is refused before anything is submitted, and every rendering of a command shows `<set>` instead.
+The job spec carries the manifest's description (never a value); each node resolves it before `ray start`, so the
+raylet and every worker it spawns inherit it (a variable set only in the driver never reaches a worker on another
+node, SkyRL PR 1406). Secrets travel only by inheritance or by file: a secret value in `trainer.extra_env` or
+`ray.extra_env` is refused before anything is submitted, and every rendering shows `<set>` instead.
 """
 
 from __future__ import annotations
@@ -83,8 +75,7 @@ class ManifestError(RuntimeError):
 
 
 def resolve(spec: Mapping | None, environ: Mapping[str, str]) -> tuple[dict[str, str], list[str]]:
-    """On a node: (the manifest's variables with their values from `environ` and the secret files, the names it
-    lists that are unset here). Without a description (no recipe's trainer) the manifest is empty."""
+    """On a node: (the manifest's variables with their values here, the names it lists that are unset here)."""
     if not spec:
         return {}, []
     inherit = list(spec.get("inherit") or [])
@@ -96,8 +87,7 @@ def resolve(spec: Mapping | None, environ: Mapping[str, str]) -> tuple[dict[str,
         except OSError as exc:
             raise ManifestError(f"trainer.env_secret_files.{name}={path}: cannot read it on this node "
                                 f"({exc.strerror}); put the file on storage every node sees") from None
-    missing = [name for name in spec.get("set") or [] if name not in environ]
-    return values, missing
+    return values, [name for name in spec.get("set") or [] if name not in environ]
 
 
 def record(attempt_dir: Path | None, host: str, values: Mapping[str, str], missing: list[str]) -> None:

@@ -1,19 +1,10 @@
 """Fabric check: before Ray starts, move data between the allocation's nodes over the network NCCL will use, so a
-wrong interface, a dead link or a slow node fails the preflight by name, not an hour later after the model loaded.
+wrong interface, a dead link or a slow node fails the preflight by name, not an hour later after the model loaded
+(what it measures and names: README, "Fabric check").
 
 Every node joins a rendezvous (a TCPStore on the head's Slurm address, not the fabric, so a broken link does not hide
-who answered). Ranks then exchange `bytes` with their ring neighbours, one pair per rank per round (two or three
-rounds), over torch.distributed: gloo on CPU nodes, NCCL with one process per GPU (GPU k pairs with GPU k of the next
-node, so every rail is measured); when every pair worked, one all_reduce times the collective. A node is named when
-
-- its fabric interface is missing, down or has no IPv4 address, or a configured interface name
-  (`ray.network_interface`, NCCL_SOCKET_IFNAME, GLOO_SOCKET_IFNAME) matches no interface on it;
-- it did not join, or every pair it was in got no answer, within `timeout_s`;
-- its bandwidth (best pair per GPU rail; the worst rail counts) is below `min_bandwidth_ratio` x the median.
-
-Inside the job `beam_slurm.slurm.preflight` calls `run_node` on every node and the batch shell logs the `verdict` and
-writes `fabric.json` in the attempt's log folder. Standalone, torchrun-style (rank 0 prints the verdict):
-`torchrun --standalone --nproc-per-node=2 -m beam_slurm.ray_cluster.fabric --backend nccl`.
+who answered); ranks then exchange `bytes` with their ring neighbours and one all_reduce times the collective. The
+preflight calls `run_node` on every node, the batch shell `report`; standalone (torchrun-style) rank 0 prints it.
 """
 
 from __future__ import annotations
@@ -72,11 +63,8 @@ class FabricSettings:
 def fabric_settings(cfg: Any) -> FabricSettings:
     """The recipe's `cluster.fabric_*` keys and every configured interface name; the job fills in the port."""
     cluster, ray, trainer = cfg.cluster, cfg.ray, cfg.trainer
-    named: dict[str, str] = {}
-    if cluster.fabric_interface:
-        named["cluster.fabric_interface"] = cluster.fabric_interface
-    if ray.network_interface:
-        named["ray.network_interface"] = ray.network_interface
+    named = {key: value for key, value in (("cluster.fabric_interface", cluster.fabric_interface),
+                                           ("ray.network_interface", ray.network_interface)) if value}
     for section, extra in (("ray.extra_env", ray.extra_env), ("trainer.extra_env", trainer.extra_env)):
         for variable in INTERFACE_VARIABLES:
             if extra.get(variable):
@@ -127,9 +115,7 @@ def spec_matches(spec: str, names: list[str]) -> bool:
     exact = spec.startswith("=")
     wanted = [item for item in spec.lstrip("=").split(",") if item]
     selected = [n for n in names if any(n == w if exact else n.startswith(w) for w in wanted)]
-    if exclude:
-        return any(n not in selected and n != "lo" for n in names)
-    return bool(selected)
+    return any(n not in selected and n != "lo" for n in names) if exclude else bool(selected)
 
 
 def interface_problems(settings: FabricSettings, environ: Mapping[str, str]) -> list[str]:
@@ -154,17 +140,11 @@ def interface_problems(settings: FabricSettings, environ: Mapping[str, str]) -> 
 
 
 def ring_rounds(hosts_by_rank: Mapping[int, str], local_by_rank: Mapping[int, int]) -> list[list[tuple[int, int]]]:
-    """Rounds of rank pairs: ranks of one local rank form a ring over the hosts, so each pair crosses the fabric;
-    with one host the ring is over all ranks (the standalone check on one machine)."""
+    """Rounds of rank pairs: a ring over the hosts per local rank (over all ranks on one host)."""
     host_order = list(dict.fromkeys(hosts_by_rank[r] for r in sorted(hosts_by_rank)))
-    rings: list[list[int]] = []
-    if len(host_order) == 1:
-        rings.append(sorted(hosts_by_rank))
-    else:
-        for local in sorted(set(local_by_rank.values())):
-            ring = [r for h in host_order for r in sorted(hosts_by_rank)
-                    if hosts_by_rank[r] == h and local_by_rank[r] == local]
-            rings.append(ring)
+    rings = [sorted(hosts_by_rank)] if len(host_order) == 1 else [
+        [r for h in host_order for r in sorted(hosts_by_rank) if hosts_by_rank[r] == h and local_by_rank[r] == local]
+        for local in sorted(set(local_by_rank.values()))]
     rounds: list[list[tuple[int, int]]] = [[], [], []]
     for ring in rings:
         n = len(ring)
@@ -254,21 +234,12 @@ def _bounded(seconds: float, call: Any, *args: Any) -> dict[str, Any]:
     thread = threading.Thread(target=target, daemon=True)
     thread.start()
     thread.join(seconds)
-    if thread.is_alive():
-        return {"error": f"no answer within {seconds:.0f}s"}
-    return outcome
-
-
-def resolve_backend(backend: str, gpus: int) -> str:
-    if backend != "auto":
-        return backend
-    return "nccl" if gpus > 0 and shutil.which("nvidia-smi") else "gloo"
+    return {"error": f"no answer within {seconds:.0f}s"} if thread.is_alive() else outcome
 
 
 def run_rank(settings: FabricSettings, environ: Mapping[str, str], host: str | None = None,
              run_id: str = "0") -> dict[str, Any]:
-    """This rank's record (torchrun-style environment); rank 0 also gathers every rank's. `run_id` keeps two checks'
-    keys apart in a shared store."""
+    """This rank's record (torchrun-style environment); rank 0 also gathers every rank's; `run_id` prefixes the keys."""
     rank, world = int(environ["RANK"]), int(environ["WORLD_SIZE"])
     local = int(environ.get("LOCAL_RANK", "0"))
     host = host or socket.gethostname()
@@ -282,9 +253,7 @@ def run_rank(settings: FabricSettings, environ: Mapping[str, str], host: str | N
 
     phases["import"] = round(time.monotonic() - started, 2)
 
-    backend = settings.backend
-    if backend == "auto":
-        backend = "nccl" if torch.cuda.is_available() else "gloo"
+    backend = settings.backend if settings.backend != "auto" else ("nccl" if torch.cuda.is_available() else "gloo")
     record["backend"] = backend
     if backend == "nccl":
         if not torch.cuda.is_available():
@@ -361,8 +330,7 @@ def run_rank(settings: FabricSettings, environ: Mapping[str, str], host: str | N
 
 
 def run_node(settings: FabricSettings, environ: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """In the preflight step (one task per node): its interface problems and the records of its ranks (one gloo
-    rank, or one NCCL rank per GPU), each a process of its own."""
+    """In the preflight step: this node's interface problems and the records of its ranks (processes of their own)."""
     env = dict(os.environ if environ is None else environ)
     host = env.get("SLURMD_NODENAME") or socket.gethostname()
     node_rank = int(env.get("SLURM_PROCID", "0"))
@@ -377,7 +345,9 @@ def run_node(settings: FabricSettings, environ: Mapping[str, str] | None = None)
         return result
     hosts = expand_hostnames(env.get("SLURM_STEP_NODELIST") or env.get("SLURM_JOB_NODELIST") or host)
     gpus, _ = allocated_gpus(env)
-    backend = resolve_backend(settings.backend, len(gpus))
+    backend = settings.backend
+    if backend == "auto":  # NCCL where the node has GPUs and a driver
+        backend = "nccl" if gpus and shutil.which("nvidia-smi") else "gloo"
     per_node = max(len(gpus), 1) if backend == "nccl" else 1
     worker_settings = json.dumps({**settings.to_dict(), "backend": backend})
     run_id = "-".join(env.get(k, "0") for k in ("SLURM_JOB_ID", "SLURM_RESTART_COUNT", "SLURM_STEP_ID"))
@@ -400,23 +370,12 @@ def run_node(settings: FabricSettings, environ: Mapping[str, str] | None = None)
             out, err = worker.communicate()
             result["problems"].append(f"fabric check rank of local GPU {local} did not finish within {limit:.0f}s")
         records = [json.loads(line[len(RESULT_PREFIX):]) for line in out.splitlines() if line.startswith(RESULT_PREFIX)]
-        if records:
-            records[0].pop("gathered", None)
+        if records:  # a rank prints its record without what rank 0 gathered
             result["ranks"].append(records[0])
         elif not any("did not finish" in p for p in result["problems"]):
             tail = " | ".join(err.strip().splitlines()[-3:])[:400]
             result["problems"].append(f"fabric check process (local rank {local}) crashed: {tail}")
     return result
-
-
-def records_from_output(output: str, prefix: str) -> list[dict[str, Any]]:
-    found = []
-    for line in output.splitlines():
-        if line.startswith(prefix):
-            record = json.loads(line[len(prefix):])
-            if "fabric" in record:
-                found.append(record["fabric"])
-    return found
 
 
 def verdict(node_records: list[dict[str, Any]], settings: FabricSettings) -> tuple[dict[str, list[str]], dict[str, Any]]:
@@ -425,10 +384,9 @@ def verdict(node_records: list[dict[str, Any]], settings: FabricSettings) -> tup
     skipped = {rec["host"]: rec["skipped"] for rec in node_records if rec.get("skipped")}
     ranks = [r for rec in node_records for r in rec.get("ranks", [])]
     host_of = {r["rank"]: r["host"] for r in ranks}
-    for r in ranks:
-        problems.setdefault(r["host"], []).extend(f"fabric check: {e}" for e in r.get("errors", []))
     edges: dict[tuple[int, int], dict[str, Any]] = {}
     for r in ranks:
+        problems.setdefault(r["host"], []).extend(f"fabric check: {e}" for e in r.get("errors", []))
         for pair in r.get("pairs", []):
             key = (min(r["rank"], pair["peer"]), max(r["rank"], pair["peer"]))
             seen = edges.setdefault(key, {"local": r["local_rank"], "hosts": (host_of.get(key[0], "?"),
@@ -508,9 +466,9 @@ def summary_lines(summary: dict[str, Any]) -> list[str]:
 
 
 def report(output: str, prefix: str, settings: dict[str, Any], attempt_dir: Any, log: Any) -> dict[str, list[str]]:
-    """In the batch shell: the verdict over the preflight's output, logged and written to fabric.json (its
-    `bad_nodes` are what the requeue logic can exclude); problems by host."""
-    failing, summary = verdict(records_from_output(output, prefix), FabricSettings(**settings))
+    """In the batch shell: the verdict over the preflight's output, logged and written to fabric.json; by host."""
+    records = (json.loads(line[len(prefix):]) for line in output.splitlines() if line.startswith(prefix))
+    failing, summary = verdict([r["fabric"] for r in records if "fabric" in r], FabricSettings(**settings))
     for line in summary_lines(summary):
         log(line)
     (Path(attempt_dir) / "fabric.json").write_text(json.dumps(summary, indent=1, sort_keys=True) + "\n")
@@ -525,16 +483,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--settings", default="", help="FabricSettings as JSON (what the preflight passes)")
     parser.add_argument("--backend", choices=("auto", "gloo", "nccl"), default=None)
     parser.add_argument("--bytes", type=int, default=None, help="bytes per transfer")
-    parser.add_argument("--timeout", type=float, default=None, help="seconds to join, and for each pair")
+    parser.add_argument("--timeout", dest="timeout_s", type=float, default=None,
+                        help="seconds to join, and for each pair")
     parser.add_argument("--interface", default=None, help="interface for the traffic (GLOO/NCCL_SOCKET_IFNAME)")
     parser.add_argument("--host", default=None, help="this node's name in the records (default: the host name)")
     parser.add_argument("--run", default=None, help="the preflight's check id; the preflight gives the verdict")
     args = parser.parse_args(argv)
     settings = FabricSettings(**json.loads(args.settings)) if args.settings else FabricSettings(enabled=True)
-    for name, value in (("backend", args.backend), ("bytes", args.bytes), ("timeout_s", args.timeout),
-                        ("interface", args.interface)):
-        if value is not None:
-            setattr(settings, name, value)
+    for name in ("backend", "bytes", "timeout_s", "interface"):
+        if getattr(args, name) is not None:
+            setattr(settings, name, getattr(args, name))
     missing = [v for v in ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE") if v not in os.environ]
     if missing:
         print(f"fabric: {', '.join(missing)} not set; run under torchrun or set them as torchrun does", file=sys.stderr)
@@ -545,18 +503,15 @@ def main(argv: list[str] | None = None) -> int:
         record = {"rank": int(os.environ["RANK"]), "local_rank": int(os.environ.get("LOCAL_RANK", "0")),
                   "host": args.host or socket.gethostname(), "pairs": [],
                   "errors": [f"{type(exc).__name__}: {str(exc).strip()[:300]}"]}
-    gathered = record.get("gathered")
-    print(RESULT_PREFIX + json.dumps({k: v for k, v in record.items() if k != "gathered"}), flush=True)
+    gathered = record.pop("gathered", None)
+    print(RESULT_PREFIX + json.dumps(record), flush=True)
     if gathered is None or args.run is not None:
         return 0
     missing = [r for r in range(int(os.environ["WORLD_SIZE"])) if r not in {g["rank"] for g in gathered}]
     if missing:
         print(f"fabric FAILED: ranks {missing} did not report within {settings.timeout_s:.0f}s", flush=True)
-    by_host: dict[str, dict[str, Any]] = {}
-    for rank_record in gathered:
-        host = rank_record["host"]
-        by_host.setdefault(host, {"host": host, "problems": [], "ranks": []})["ranks"].append(rank_record)
-    failing, summary = verdict(list(by_host.values()), settings)
+    failing, summary = verdict([{"host": host, "problems": [], "ranks": [g for g in gathered if g["host"] == host]}
+                                for host in dict.fromkeys(g["host"] for g in gathered)], settings)
     for line in summary_lines(summary):
         print(line, flush=True)
     for host, found in sorted(failing.items()):

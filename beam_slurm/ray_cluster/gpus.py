@@ -1,9 +1,6 @@
-"""Which GPUs Slurm gave a step on this node, and whether Ray hands out exactly those.
-
-SkyRL issue 1577: on Slurm, Ray inherits CUDA_VISIBLE_DEVICES, and when the ids Ray assigns do not reach the worker
-processes every worker ends up on GPU 0 (silent OOMs). Ray numbers GPUs by the raylet's CUDA_VISIBLE_DEVICES, so on
-each node a task holding all of the node's GPUs must see `ray.get_gpu_ids()` == the step's CUDA_VISIBLE_DEVICES, and a
-one-GPU task must see exactly one of them in its own CUDA_VISIBLE_DEVICES.
+"""Which GPUs Slurm gave a step on this node, and whether Ray hands out exactly those. SkyRL issue 1577: when the
+GPU ids Ray assigns do not reach the workers, every worker ends up on GPU 0. Ray numbers GPUs by the raylet's
+CUDA_VISIBLE_DEVICES, so a task holding all of a node's GPUs must see those ids.
 """
 
 from __future__ import annotations
@@ -23,8 +20,7 @@ def _split_ids(text: str) -> list[str]:
 
 
 def allocated_gpus(environ: Mapping[str, str] | None = None) -> tuple[list[str], str]:
-    """The GPU ids of this step on this node and the variable they came from (([], '') when none is set).
-    CUDA_VISIBLE_DEVICES, what Ray numbers by, wins; SLURM_STEP/JOB_GPUS serve where a site's prolog does not set it."""
+    """This step's GPU ids here and where from (([], '') if none): CUDA_VISIBLE_DEVICES, else SLURM_STEP/JOB_GPUS."""
     environ = os.environ if environ is None else environ
     for name in ("CUDA_VISIBLE_DEVICES", "SLURM_STEP_GPUS", "SLURM_JOB_GPUS"):
         value = environ.get(name)
@@ -46,8 +42,7 @@ def compare_gpu_view(host: str, allocated: list[str], all_gpus_view: Mapping[str
                      one_gpu_view: Mapping[str, Any] | None) -> str | None:
     """None when Ray's view on `host` matches Slurm's allocation, else a message saying what differs and the fix."""
     want = sorted(allocated)
-    got = sorted(all_gpus_view["ray_gpu_ids"])
-    if got != want:
+    if (got := sorted(all_gpus_view["ray_gpu_ids"])) != want:
         return (f"node {host}: Slurm allocated GPUs {','.join(want) or 'none'} but Ray hands out {','.join(got) or 'none'}; "
                 "the raylet must inherit the step's CUDA_VISIBLE_DEVICES (do not override it in ray.extra_env or the "
                 "container)")

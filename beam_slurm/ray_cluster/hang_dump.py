@@ -3,32 +3,17 @@
 
     python -m beam_slurm.ray_cluster.hang_dump --dir <attempt>/hang --job <id> --step <ray step id> [--end]
 
-The job's processes on a node are those whose environment names this job and the Ray step (SLURM_JOB_ID,
-SLURM_STEP_ID: Ray's daemons and workers inherit them from the step) and this node (SLURMD_NODENAME, where nodes
-share a process table), as `ray stack` would take every Ray process it can see. Without `--end`, into `<dir>/<node>/`:
-
-- `<pid>-<name>.txt` for every Python process: `py-spy dump --nonblocking` under a timeout (the default mode stops
-  the process while reading it and can hang on a process that is itself stuck); a process py-spy may not read
-  (ptrace rights, a container it cannot enter) is recorded with py-spy's words;
-- `nvidia-smi.txt` where the node has nvidia-smi (the GPUs' state and the processes holding them);
-- `ray_actors.txt` on the head's node: `ray list actors --detail` (each actor's state, node and pid, from the GCS
-  through the dashboard's state API; with ray.include_dashboard=false it says that instead);
-- `processes.json`: every process of the step with its state letter (D: uninterruptible, T: stopped), its role and
-  its innermost Python frame, which the watchdog compares across nodes (`hang_watch.suspects`).
-
-NCCL calls are asynchronous, so a rank stuck in a collective shows its next sync point in Python. The flight recorder
-of PyTorch's NCCL backend records the collectives themselves: the training environment sets
-TORCH_NCCL_TRACE_BUFFER_SIZE and points TORCH_NCCL_DEBUG_INFO_TEMP_FILE into this folder, so its dump lands here
-when NCCL's own timeout fires (which the job keeps behind the watchdog's, `hang_watch.nccl_timeout_s`).
-
-With `--end`: SIGCONT (a stopped process cannot act on anything else), SIGTERM, then SIGKILL after `--grace` seconds
-to every process of the step still there; `ended.json` lists what was signalled and what survived SIGKILL (in
-uninterruptible sleep: the watchdog marks that node bad). Exit status 0, or 3 when something survived.
+The job's processes on a node are those whose environment names this job, the Ray step and this node. Without
+`--end`, into `<dir>/<node>/`: a `py-spy dump --nonblocking` of every Python process (the default mode stops the
+process and can hang on a stuck one), `nvidia-smi.txt`, `processes.json` and, on the head's node, `ray_actors.txt`
+(`ray list actors --detail`); with `--end`, SIGCONT, SIGTERM, then SIGKILL after `--grace` seconds, and
+`ended.json` (exit 3 when something survived). README: "Hang watchdog".
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -42,56 +27,36 @@ from pathlib import Path
 from beam_slurm.core.atomic_files import read_json, write_json, write_text
 from beam_slurm.ray_cluster import auth
 from beam_slurm.ray_cluster.job_spec import JobSpec
+from beam_slurm.ray_cluster.local_ray import proc_file, stat_fields
 from beam_slurm.ray_cluster.records import HEAD_FILE
 from beam_slurm.slurm.hang_watch import innermost_frame
 
-PY_SPY_TIMEOUT_S = 20.0
-"""py-spy's longest read of one process (--nonblocking reads memory without stopping it: seconds at most)."""
+PY_SPY_TIMEOUT_S = 20.0  # py-spy's longest read of one process (--nonblocking reads memory without stopping it)
 EXIT_SURVIVORS = 3
 RAY_LIST_TIMEOUT_S = 30.0  # the state API reads the GCS, which a hung trainer leaves answering: seconds at most
 
 
-def _read(path: str) -> bytes:
-    try:
-        with open(path, "rb") as handle:
-            return handle.read()
-    except OSError:
-        return b""
-
-
 def _environ(pid: int) -> dict[str, str]:
-    out = {}
-    for item in _read(f"/proc/{pid}/environ").split(b"\0"):
-        key, sep, value = item.partition(b"=")
-        if sep:
-            out[key.decode(errors="replace")] = value.decode(errors="replace")
-    return out
-
-
-def _stat_fields(pid: int) -> list[str]:
-    """/proc/<pid>/stat after the command name (which may hold spaces and parentheses); [] when the process is gone."""
-    stat = _read(f"/proc/{pid}/stat").decode(errors="replace")
-    return stat.rsplit(")", 1)[1].split() if ")" in stat else []
+    pairs = (item.partition(b"=") for item in proc_file(pid, "environ").split(b"\0"))
+    return {key.decode(errors="replace"): value.decode(errors="replace") for key, sep, value in pairs if sep}
 
 
 def process_state(pid: int) -> str:
     """The /proc state letter (R, S, D, T, Z, ...), '' when the process is gone."""
-    fields = _stat_fields(pid)
-    return fields[0] if fields else ""
+    return (stat_fields(pid) or [""])[0]
 
 
 def parent_pid(pid: int) -> int:
     """The parent's pid, 0 when the process is gone."""
-    fields = _stat_fields(pid)
+    fields = stat_fields(pid)
     return int(fields[1]) if len(fields) > 1 else 0
 
 
 def role_of(pid: int) -> str:
-    """What the process is: its title when it set one (Ray workers: 'ray::GpuSlot.step'), else its program and
-    module (`python -m beam_slurm.ray_cluster.node` -> 'python -m beam_slurm.ray_cluster.node')."""
-    words = [w.decode(errors="replace") for w in _read(f"/proc/{pid}/cmdline").split(b"\0") if w]
+    """What the process is: its title ('ray::GpuSlot.step'), else its program and module ('python -m pkg.mod')."""
+    words = [w.decode(errors="replace") for w in proc_file(pid, "cmdline").split(b"\0") if w]
     if not words:
-        return _read(f"/proc/{pid}/comm").decode(errors="replace").strip()
+        return proc_file(pid, "comm").decode(errors="replace").strip()
     program = os.path.basename(words[0].split()[0])
     if program.startswith("ray::") or not program.startswith("python"):
         return " ".join(words[0].split()[:1]) if program.startswith("ray::") else program
@@ -106,10 +71,9 @@ def role_of(pid: int) -> str:
 
 
 def is_python(pid: int) -> bool:
-    try:
+    with contextlib.suppress(OSError):
         return os.path.basename(os.readlink(f"/proc/{pid}/exe")).startswith("python")
-    except OSError:
-        return False
+    return False
 
 
 def step_processes(job_id: str, step_id: str) -> list[int]:
@@ -121,15 +85,10 @@ def step_processes(job_id: str, step_id: str) -> list[int]:
     # Where nodes share one process table (containers of one host, the sandbox's namespaces), a process is this
     # node's when the task that started it ran here (SLURMD_NODENAME).
     node = os.environ.get("SLURMD_NODENAME")
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) in mine:
-            continue
-        env = _environ(int(entry))
-        if (env.get("SLURM_JOB_ID") == job_id and env.get("SLURM_STEP_ID") == step_id
-                and (node is None or env.get("SLURMD_NODENAME", node) == node)):
-            found.append(int(entry))
-    return sorted(found)
+    pids = (int(entry) for entry in os.listdir("/proc") if entry.isdigit() and int(entry) not in mine)
+    return sorted(pid for pid in pids if (env := _environ(pid)).get("SLURM_JOB_ID") == job_id
+                  and env.get("SLURM_STEP_ID") == step_id
+                  and (node is None or env.get("SLURMD_NODENAME", node) == node))
 
 
 def py_spy() -> str | None:
@@ -203,23 +162,18 @@ def list_actors(head: dict, spec: JobSpec) -> str:
 
 
 def end_processes(pids: list[int], grace_s: float) -> tuple[list[int], list[dict]]:
-    """SIGCONT (a stopped process acts on nothing else), SIGTERM, then SIGKILL after grace_s to those still there;
-    (the pids that needed SIGKILL, what survived it: uninterruptible sleep)."""
+    """SIGCONT, SIGTERM, then SIGKILL after grace_s; (the pids that needed SIGKILL, what survived it)."""
     for sig in (signal.SIGCONT, signal.SIGTERM):
         for pid in pids:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, sig)
-            except ProcessLookupError:
-                pass
     deadline = time.monotonic() + grace_s
     while time.monotonic() < deadline and any(process_state(p) not in ("", "Z") for p in pids):
         time.sleep(0.2)
     killed = [p for p in pids if process_state(p) not in ("", "Z")]
     for pid in killed:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
     time.sleep(2.0 if killed else 0)
     return killed, [{"pid": p, "role": role_of(p), "state": process_state(p)} for p in killed
                     if process_state(p) not in ("", "Z")]

@@ -1,7 +1,5 @@
-"""Rank 0 of the Ray step: start `ray start --head` on the job's ports, publish the address on shared storage, wait
-(polling the GCS through Ray's Python API, no fixed sleeps) until every node and GPU registered, check GPU
-visibility, then run the driver with RAY_ADDRESS set while watching the workers; the step ends with the driver's
-status."""
+"""Rank 0 of the Ray step: `ray start --head` on the job's ports, publish the address, poll the GCS until every node
+and GPU registered, check GPU visibility, then run the driver while watching the workers; exit with its status."""
 
 from __future__ import annotations
 
@@ -40,14 +38,13 @@ class Head(NodeRole):
         self.rendezvous.publish_node(0, {"host": self.ctx.host, "ip": ip, "gpus": self.gpus})
 
         def publish(ports: RayPorts) -> None:
-            write_json(self.rendezvous.head_file, {"address": f"{ip}:{ports.gcs}", "block": ports.block,
-                                                   "host": self.ctx.host, "time": time.time()})
+            head = {"address": f"{ip}:{ports.gcs}", "block": ports.block, "host": self.ctx.host, "time": time.time()}
+            write_json(self.rendezvous.head_file, head)
             if self.ctx.attempt_dir is not None:  # for `beam-slurm attach` and `logs`
                 write_json(self.ctx.attempt_dir / HEAD_FILE, {
-                    "host": self.ctx.host, "ip": ip, "address": f"{ip}:{ports.gcs}", "block": ports.block,
-                    "token_path": str(self.token_path) if self.token_path else None,
+                    **head, "ip": ip, "token_path": str(self.token_path) if self.token_path else None,
                     "temp_dir": str(self.ray.temp_dir), "job_id": self.ctx.job_id, "attempt": self.ctx.attempt,
-                    "nodes": self.ctx.step_hosts, "time": time.time()})
+                    "nodes": self.ctx.step_hosts})
             self.log(f"GCS listening at {ip}:{ports.gcs} (port block {ports.block}); address published")
 
         ports = self.start_ray(head=True, ip=ip, start_block=None, on_gcs_up=publish)
@@ -64,13 +61,10 @@ class Head(NodeRole):
         write_json(self.rendezvous.ready_file, timing)
         if self.ctx.attempt_dir is not None:
             write_json(self.ctx.attempt_dir / READY_FILE, timing)
-        if self.stop_requested:
-            return EXIT_STOPPED
-        return self.run_driver(driver, address)
+        return EXIT_STOPPED if self.stop_requested else self.run_driver(driver, address)
 
     def bringup_windows(self) -> dict[str, Any]:
-        """Where the bring-up time went, for ray_ready.json: preflight, the Ray step's launch, each node's start and its
-        `ray start`."""
+        """Where the bring-up time went, for ray_ready.json: preflight, the step's launch, each node's `ray start`."""
         nodes = {info.get("host", str(rank)): info for rank, info in self.rendezvous.nodes().items()}
         ray_start = {host: info.get("ray_start") for host, info in nodes.items() if info.get("ray_start")}
         node_start = {host: info.get("node_start") for host, info in nodes.items() if info.get("node_start")}
@@ -92,7 +86,9 @@ class Head(NodeRole):
         except ConnectionError as exc:
             raise NodeFailure("infra", f"node {self.ctx.host}: cannot reach the head's GCS at {address}: {exc}") from exc
         check = GpuVisibilityCheck(ray) if self.settings.check_gpus else None
-        poll_s = bringup_poll_s(self.settings.poll_interval_s, self.ctx.num_nodes)
+        # 0.1 s on a small cluster, 1 s per 200 nodes up to ray.poll_interval_s: a large cluster's GCS is not asked
+        # for its long node list many times a second.
+        poll_s = min(self.settings.poll_interval_s, max(0.1, self.ctx.num_nodes / 200))
         try:
             while True:
                 if self.stop_requested:
@@ -147,9 +143,7 @@ class Head(NodeRole):
         self.stop_requested = True
 
     def relay_held_sigterm(self) -> None:
-        """A first SIGTERM is held on every node: when Slurm says the job is being preempted, tell the batch shell
-        (USR1, as `--signal` would have) and let the driver run on until the batch shell has the save and stops the
-        step; otherwise stop as on any SIGTERM."""
+        """On a held SIGTERM: relay a preemption to the batch shell as USR1 (the driver runs on), else stop."""
         try:
             preempt_time = scheduler.job_info(self.ctx.job_id).get("PreemptTime", "")
         except scheduler.SlurmCommandError as exc:
@@ -169,19 +163,14 @@ class Head(NodeRole):
                  "shell as a notice; the driver runs on until the batch shell has its checkpoint")
 
     def run_driver(self, driver: list[str], address: str) -> int:
-        env = self.ray_env()
-        env["RAY_ADDRESS"] = address
+        env = {**self.ray_env(), "RAY_ADDRESS": address}
         self.log(f"starting the driver: {driver[0]} ... ({len(driver) - 1} arguments)")
         proc = subprocess.Popen(driver, env=env, start_new_session=True)
         self.driver_running = True
         watch = WorkerWatch(self.rendezvous, self.settings.head_lost_after_s, clock=self.clock)
-        status: int | None = None
         relayed = False
         try:
-            while status is None:
-                status = proc.poll()
-                if status is not None:
-                    break
+            while (status := proc.poll()) is None:
                 if self.sigterm_held_at is not None and not relayed:
                     relayed = True
                     self.relay_held_sigterm()
@@ -214,9 +203,3 @@ class Head(NodeRole):
         record_driver_exit(self.ctx.attempt_dir, status)
         write_json(self.rendezvous.ended_file, {"status": status, "time": time.time()})
         return status
-
-
-def bringup_poll_s(configured_s: float, nodes: int) -> float:
-    """How often the head asks the GCS for the node list while nodes join: 0.1 s on a small cluster, 1 s per 200
-    nodes up to ray.poll_interval_s, so a large cluster's GCS is not asked for a long list many times a second."""
-    return min(configured_s, max(0.1, nodes / 200))

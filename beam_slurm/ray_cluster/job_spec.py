@@ -1,13 +1,6 @@
-"""What the batch shell tells the nodes and the driver of one attempt: one typed file in the attempt's folder.
-
-The training job writes ``<attempt dir>/job_spec.json`` once per attempt, just before it starts the Ray step; every
-node (`beam_slurm.ray_cluster.node`) and the driver read it there. The one variable that crosses srun is
-``BEAM_ATTEMPT_DIR``, the folder itself (on shared storage, also inside a container: it is mounted at the same
-path). What users set stays in the environment: the seed's names (MODEL_PATH, CKPT_PATH, ...), BEAM_SLURM_HOME,
-BEAM_PYTHON, BEAM_CONTAINER_*, BEAM_REHEARSAL_*, and what SkyRL's Beam branch reads (BEAM_LORA_*).
-
-Without an attempt folder or its file (a node started by an evaluation task, or by hand) every field takes its
-default: the schema's Ray settings, no GPU count to check, no notice held, the schema's log copy settings.
+"""What the batch shell tells the nodes and the driver of one attempt: ``<attempt dir>/job_spec.json``, written just
+before the Ray step starts; ``BEAM_ATTEMPT_DIR`` names the folder. Without the folder or its file (a node started by
+an evaluation task, or by hand) every field takes its default.
 """
 
 from __future__ import annotations

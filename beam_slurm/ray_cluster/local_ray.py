@@ -1,9 +1,6 @@
-"""Start and stop this node's Ray processes for one job, without touching any other job's Ray.
-
-`ray start` (without --block) spawns the GCS, raylet, dashboard and agents and exits; they are re-parented and
-escape Slurm's step tracking under proctrack/linuxproc. We launch `ray start` as the leader of a new session, so
-every Ray process of this job on this node shares one process group, and stop exactly that group. A global
-`ray stop` would kill every Ray on the node, including another job's (ray#12264).
+"""Start and stop this node's Ray processes for one job, without touching any other job's Ray: `ray start`'s
+daemons escape Slurm's step tracking under proctrack/linuxproc; started as the leader of a new session, they share
+one process group, and exactly that group is stopped (`ray stop` kills other jobs' Ray too, ray#12264).
 """
 
 from __future__ import annotations
@@ -16,28 +13,29 @@ from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
 
+def proc_file(pid: int, name: str) -> bytes:
+    """/proc/<pid>/<name>, b'' when the process is gone."""
+    try:
+        return Path(f"/proc/{pid}/{name}").read_bytes()
+    except OSError:
+        return b""
+
+
+def stat_fields(pid: int) -> list[str]:
+    """/proc/<pid>/stat after the command name (which may hold spaces and parentheses); [] when the process is gone."""
+    stat = proc_file(pid, "stat").decode(errors="replace")
+    return stat.rsplit(")", 1)[1].split() if ")" in stat else []
+
+
 def group_members(pgid: int) -> list[int]:
     """PIDs of live (non-zombie) processes in process group `pgid`, from /proc."""
-    members = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-        except OSError:
-            continue
-        # Fields after the parenthesised command: state ppid pgrp ...
-        fields = stat.rsplit(")", 1)[1].split()
-        if fields[0] != "Z" and int(fields[2]) == pgid:
-            members.append(int(entry))
-    return members
+    pids = (int(entry) for entry in os.listdir("/proc") if entry.isdigit())
+    # Fields after the parenthesised command: state ppid pgrp ...
+    return [pid for pid in pids if (fields := stat_fields(pid)) and fields[0] != "Z" and int(fields[2]) == pgid]
 
 
 def _cmdline(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:
-        return ""
+    return proc_file(pid, "cmdline").replace(b"\0", b" ").decode(errors="replace")
 
 
 class RayStartAbandoned(RuntimeError):
@@ -59,9 +57,7 @@ class LocalRay:
 
     def start(self, ray_start_args: Sequence[str], env: Mapping[str, str], ray_executable: str,
               while_starting: Callable[[], bool | None] | None = None) -> None:
-        """Run `ray start ...` (not --block) in a new session and wait for it; RuntimeError with the log tail.
-        `while_starting` runs every 50 ms meanwhile (the head publishes its address once the GCS listens); True from
-        it gives the start up: its processes are stopped and RayStartAbandoned is raised."""
+        """`ray start` in a new session; RuntimeError with the log tail; `while_starting()` True gives it up."""
         self.temp_dir.mkdir(parents=True, exist_ok=True)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as log:
@@ -114,8 +110,7 @@ class LocalRay:
         return was_running
 
     def _own_members(self) -> list[int]:
-        """Members of the group; for a group read back from a file, only if one of them uses this temp dir (guards
-        against a group id the kernel reused for something else)."""
+        """Members of the group; of one read back from a file, only if one uses this temp dir (a pgid may be reused)."""
         assert self.pgid is not None
         members = group_members(self.pgid)
         if members and not self._started_here and not any(str(self.temp_dir) in _cmdline(pid) for pid in members):

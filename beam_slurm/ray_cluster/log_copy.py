@@ -1,19 +1,12 @@
 """Copy this node's Ray session logs to shared storage: `<log_dir>/<jobid>-<attempt>/ray/<node>/`.
 
-Ray writes its logs (raylet, GCS, every worker) under the node-local temp dir, private to the node and lost with it
-(Ray issues 40628, 28876). Each node copies them once Ray is up, every `cluster.log_copy_interval_s` from a thread, and
-once more after its Ray stopped (driver finished, notice, failure), that last copy bounded by `cluster.log_copy_s`
-(the notice budget's share).
-
-A copy takes the newest files first up to `cluster.log_copy_max_mbytes` per node: the file crossing the bound is
-copied as its last bytes (where the errors are), older ones are left out and counted; unchanged files are not copied
-again. `COPY.json` in the node's folder says when, why, what was left out and whether the copy finished. A SIGKILL of
-the bootstrap (KillWait, the OOM killer, power) skips the last copy: the folder keeps the last periodic one
-(`"reason": "periodic"`).
+Ray's logs live in the node-local temp dir, lost with the node (Ray issues 40628, 28876): each node copies them
+periodically and once more after its Ray stopped (README, "While it runs"); `COPY.json` says what a copy did.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
@@ -53,10 +46,6 @@ class LogCopySettings:
         return cls.from_config(SimpleNamespace(cluster=ClusterConfig()))
 
 
-def node_log_dir(attempt_dir: Path, host: str) -> Path:
-    return attempt_dir / RAY_LOGS_DIR / host
-
-
 def session_log_files(temp_dir: Path) -> list[Path]:
     """Every file under `<temp dir>/session_*/logs/`, newest first (session_latest is a link to one of them)."""
     found: list[tuple[float, Path]] = []
@@ -74,8 +63,7 @@ def session_log_files(temp_dir: Path) -> list[Path]:
 
 def copy_logs(temp_dir: Path, dest: Path, max_bytes: int, *, reason: str, deadline: float | None = None,
               clock: Callable[[], float] = time.monotonic) -> dict:
-    """Copy the node's Ray logs from `temp_dir` to `dest`, newest first, at most `max_bytes` in all and, when
-    `deadline` (a `clock()` time) is given, only until then. Returns (and writes to COPY.json) what was done."""
+    """Copy the node's Ray logs to `dest`, newest first, up to `max_bytes` and `deadline`; what was done (COPY.json)."""
     dest.mkdir(parents=True, exist_ok=True)
     started = time.time()
     used = copied = kept = truncated = 0
@@ -84,8 +72,7 @@ def copy_logs(temp_dir: Path, dest: Path, max_bytes: int, *, reason: str, deadli
     finished = True
     for source in session_log_files(temp_dir):
         relative = source.relative_to(temp_dir)
-        parts = relative.parts  # session_x/logs/...
-        target = dest.joinpath(parts[0], *parts[2:])
+        target = dest.joinpath(relative.parts[0], *relative.parts[2:])  # session_x/logs/... -> session_x/...
         if deadline is not None and clock() > deadline:
             finished = False
             left_out.append(str(relative))
@@ -100,19 +87,18 @@ def copy_logs(temp_dir: Path, dest: Path, max_bytes: int, *, reason: str, deadli
             continue
         wanted.add(target)
         size = min(info.st_size, room)
-        if size == info.st_size and _same(target, info):
+        if size < info.st_size or not _same(target, info):
+            try:
+                _copy_tail(source, target, size, info.st_mtime)
+            except OSError:
+                left_out.append(str(relative))
+                wanted.discard(target)
+                continue
+            copied += 1
+            truncated += size < info.st_size
+        else:
             kept += 1
-            used += size
-            continue
-        try:
-            _copy_tail(source, target, size, info.st_mtime)
-        except OSError:
-            left_out.append(str(relative))
-            wanted.discard(target)
-            continue
         used += size
-        copied += 1
-        truncated += size < info.st_size
     removed = _remove_other_files(dest, wanted)
     summary = {"reason": reason, "time": started, "seconds": round(time.time() - started, 3), "finished": finished,
                "bytes": used, "max_bytes": max_bytes, "files_copied": copied, "files_unchanged": kept,
@@ -150,11 +136,9 @@ def _remove_other_files(dest: Path, wanted: set[Path]) -> int:
     removed = 0
     for path in dest.rglob("*"):
         if path.is_file() and path.name != COPY_RECORD and path not in wanted:
-            try:
+            with contextlib.suppress(OSError):
                 path.unlink()
                 removed += 1
-            except OSError:
-                pass
     return removed
 
 
@@ -164,7 +148,7 @@ class LogCopier:
     def __init__(self, temp_dir: Path, attempt_dir: Path | None, host: str, settings: LogCopySettings,
                  log: Callable[[str], None]):
         self.temp_dir = temp_dir
-        self.dest = node_log_dir(attempt_dir, host) if attempt_dir is not None else None
+        self.dest = attempt_dir / RAY_LOGS_DIR / host if attempt_dir is not None else None
         self.settings = settings
         self.log = log
         self._stop = threading.Event()
@@ -201,8 +185,6 @@ class LogCopier:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=self.settings.final_s)
-        if self.dest is None:
-            return
         summary = self.copy(reason, deadline=deadline)
         if summary is None:
             return

@@ -1,9 +1,5 @@
-"""The IPv4 address a node gives Ray: a named interface's, else the hostname's, else the source of the route to the
-head (workers) or of the default route (head).
-
-Nodes with several networks (Ethernet, InfiniBand, a management net) make Ray's own guess unreliable, and some hosts
-map their hostname to 127.0.1.1 in /etc/hosts; every node therefore passes an explicit `--node-ip-address`.
-"""
+"""The IPv4 address a node gives Ray (`--node-ip-address`: with several networks Ray's own guess is unreliable, and
+some hosts map their hostname to 127.0.1.1), and TCP reachability."""
 
 from __future__ import annotations
 
@@ -28,41 +24,24 @@ def interface_ipv4(interface: str) -> str:
     return socket.inet_ntoa(packed[20:24])
 
 
-def hostname_ipv4(hostname: str | None = None) -> str | None:
-    """A non-loopback IPv4 address the hostname resolves to, or None."""
-    hostname = hostname or socket.gethostname()
-    try:
-        infos = socket.getaddrinfo(hostname, None, socket.AF_INET, socket.SOCK_STREAM)
-    except socket.gaierror:
-        return None
-    for *_, sockaddr in infos:
-        if not ipaddress.ip_address(sockaddr[0]).is_loopback:
-            return sockaddr[0]
-    return None
-
-
-def route_source_ipv4(destination: str) -> str:
-    """The local address the kernel would use to reach `destination` (no packet is sent)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
-        probe.connect((destination, 9))
-        return probe.getsockname()[0]
-
-
 def node_ipv4(interface: str = "", head_ip: str | None = None) -> str:
-    """This node's address for Ray: the interface's if named, else the hostname's (unless loopback), else the
-    source address of the route to the head, or of the default route when the head is not known yet."""
+    """This node's address for Ray: the interface's, the hostname's (not loopback), or the route's to the head."""
     if interface:
         return interface_ipv4(interface)
-    address = hostname_ipv4()
+    try:
+        infos = socket.getaddrinfo(socket.gethostname(), None, socket.AF_INET, socket.SOCK_STREAM)
+    except socket.gaierror:
+        infos = []
+    address = next((address for *_, (address, *_) in infos if not ipaddress.ip_address(address).is_loopback), None)
     if address:
         return address
     try:
-        # No packet is sent: connect() on a UDP socket only picks the route.
-        return route_source_ipv4(head_ip or _ANY_PUBLIC_ADDRESS)
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+            probe.connect((head_ip or _ANY_PUBLIC_ADDRESS, 9))  # no packet is sent: connect() only picks the route
+            return probe.getsockname()[0]
     except OSError:
-        pass
-    raise OSError(f"{socket.gethostname()} resolves only to a loopback address; set ray.network_interface "
-                  "to the interface of the cluster network (e.g. eth0 or ib0)")
+        raise OSError(f"{socket.gethostname()} resolves only to a loopback address; set ray.network_interface "
+                      "to the interface of the cluster network (e.g. eth0 or ib0)") from None
 
 
 def tcp_reachable(host: str, port: int, timeout_s: float = 1.0) -> bool:

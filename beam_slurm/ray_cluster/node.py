@@ -1,16 +1,7 @@
 """One Ray node of a job: `python -m beam_slurm.ray_cluster.node -- DRIVER ARGV...`, run by ONE srun step over all
-nodes with one task per node. Rank 0 (SLURM_PROCID) is the head (`head.Head`: bring-up, readiness, GPU check, the
-driver), every other rank a worker (`worker.Worker`: join, supervise). SIGTERM (the step being stopped) stops the
-driver and this job's Ray on the node, nothing else; USR1/USR2 are the batch shell's and are ignored here. When
-the job spec says so (sigterm_notice) a first SIGTERM that is not the batch shell's stop is held: a preemption
-without a user signal reaches only the tasks, and the head relays it to the batch shell as a notice.
-
-Inputs (environment): SLURM_JOB_ID, SLURM_PROCID, SLURM_STEP_ID, SLURM_STEP_NUM_NODES, SLURM_STEP_NODELIST,
-SLURM_RESTART_COUNT, SLURM_CPUS_ON_NODE, the step's CUDA_VISIBLE_DEVICES; BEAM_ATTEMPT_DIR (per-attempt log folder,
-optional) and the job spec in it (`beam_slurm.ray_cluster.job_spec`: Ray settings, expected GPUs per node, the
-environment manifest, log copy settings, whether to hold a first SIGTERM, bring-up timings).
-Outputs in BEAM_ATTEMPT_DIR: see `beam_slurm.ray_cluster.records`; the node's Ray logs in ray/<node>/ and its
-exported environment in env/<node>.json.
+nodes with one task per node; rank 0 is the `head.Head`, every other rank a `worker.Worker`. SIGTERM stops the driver
+and this job's Ray on the node, nothing else (a first one may be held as a preemption's notice); USR1/USR2 are the
+batch shell's. Outputs in BEAM_ATTEMPT_DIR: `records`, the Ray logs in ray/<node>/, the environment in env/<node>.json.
 """
 
 from __future__ import annotations
@@ -28,8 +19,7 @@ from beam_slurm.ray_cluster.worker import Worker
 
 
 def install_signal_handlers(role: NodeRole) -> None:
-    """SIGTERM/SIGINT set the role's stop flag, but for a first SIGTERM that may be a preemption's only notice
-    (`NodeRole.hold_sigterm`); USR1/USR2 (notices, the batch shell's business) are logged only."""
+    """SIGTERM/SIGINT set the role's stop flag (but for a held first SIGTERM); USR1/USR2 are logged only."""
 
     def on_stop(signum: int, _frame: Any) -> None:
         if signum == signal.SIGTERM and role.hold_sigterm():

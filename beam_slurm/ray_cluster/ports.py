@@ -1,9 +1,6 @@
-"""Per-job Ray ports: one block of the configured range per job, chosen from SLURM_JOB_ID, checked by binding.
-
-Ray's defaults (GCS 6379, client 10001, dashboard 8265, workers 10002-19999, the rest random) collide as soon as two
-jobs share a node. Here job J starts at block `J mod n_blocks`; a node whose block is taken (another job with the same
-residue, or a stray process) moves on to the next free block. The head publishes the block it took, workers start
-their search there, so in the common case every node of a job uses the same numbers.
+"""Per-job Ray ports: one block of the configured range per job, chosen from SLURM_JOB_ID, checked by binding. Ray's
+defaults collide as soon as two jobs share a node. Job J starts at block `J mod n_blocks`, a node whose block is
+taken at the next free one; workers start their search at the block the head took.
 """
 
 from __future__ import annotations
@@ -14,8 +11,7 @@ from typing import Callable, Mapping, Protocol
 
 
 class PortRange(Protocol):
-    """The part of the Ray settings (`beam_slurm.ray_cluster.settings.RaySettings`) that places the port blocks.
-    Ports know only this shape, so the settings can import the port names without a cycle."""
+    """The part of `RaySettings` that places the port blocks (a shape: settings import ports without a cycle)."""
 
     port_range_start: int
     port_range_end: int
@@ -28,6 +24,7 @@ _FIXED_OFFSETS = {name: offset for offset, name in enumerate((
     "dashboard_agent_grpc", "runtime_env_agent", "metrics_export"))}
 FIXED_PORTS = 16  # reserved at the start of each block (9 used, the rest spare)
 PORT_NAMES = tuple(_FIXED_OFFSETS) + ("min_worker", "max_worker")  # what `RaySettings.port_overrides` accepts
+_NODE_PORTS = PORT_NAMES[3:9]  # every node's fixed ports; gcs, client_server and dashboard are the head's
 
 
 @dataclass(frozen=True)
@@ -49,18 +46,15 @@ class RayPorts:
 
     def all_ports(self, head: bool) -> list[int]:
         """Every port this node will listen on (the head-only ones only on the head)."""
-        fixed = [self.node_manager, self.object_manager, self.dashboard_agent_listen, self.dashboard_agent_grpc,
-                 self.runtime_env_agent, self.metrics_export]
+        fixed = [getattr(self, name) for name in _NODE_PORTS]
         if head:
             fixed += [self.gcs, self.client_server, self.dashboard]
         return fixed + list(range(self.min_worker, self.max_worker + 1))
 
     def ray_start_args(self, head: bool) -> list[str]:
-        args = [f"--node-manager-port={self.node_manager}", f"--object-manager-port={self.object_manager}",
-                f"--dashboard-agent-listen-port={self.dashboard_agent_listen}",
-                f"--dashboard-agent-grpc-port={self.dashboard_agent_grpc}",
-                f"--runtime-env-agent-port={self.runtime_env_agent}", f"--metrics-export-port={self.metrics_export}",
-                f"--min-worker-port={self.min_worker}", f"--max-worker-port={self.max_worker}"]
+        # `--<name>-port` for each: --node-manager-port, ..., --min-worker-port, --max-worker-port
+        args = [f"--{name.replace('_', '-')}-port={getattr(self, name)}"
+                for name in (*_NODE_PORTS, "min_worker", "max_worker")]
         if head:
             args = [f"--port={self.gcs}", f"--ray-client-server-port={self.client_server}",
                     f"--dashboard-port={self.dashboard}"] + args

@@ -1,20 +1,16 @@
-"""What the Ray step leaves for the batch shell: exit statuses and the files in the attempt's log folder.
-
-The nodes write them (`beam_slurm.ray_cluster.head` / `worker`), the batch shell reads them
-(`beam_slurm.slurm.attempt`); this module is the contract between the two.
-"""
+"""What the Ray step leaves for the batch shell (`slurm.attempt`): exit statuses and the files in the attempt's log
+folder; the contract between the nodes and the batch shell."""
 
 from __future__ import annotations
 
 import errno
-import json
 import os
 import socket
 import time
 from pathlib import Path
 from typing import Any
 
-from beam_slurm.core.atomic_files import write_json
+from beam_slurm.core.atomic_files import read_json, write_json
 from beam_slurm.ray_cluster.job_spec import attempt_dir as attempt_dir_of
 
 EXIT_INFRA = 75  # a node's Ray died, a node never joined or the head vanished: a requeue may help
@@ -22,20 +18,12 @@ EXIT_SETUP = 78  # bring-up found a configuration fault (GPU visibility, interfa
 EXIT_STOPPED = 143  # stopped (SIGTERM) before the driver finished
 # The files, all in BEAM_ATTEMPT_DIR.
 FAILURE_FILE = "failure.json"  # the first failure: {kind: infra|setup|storage, node, rank, reason, time}
-READY_FILE = "ray_ready.json"
-"""Bring-up times: job_start, node_start, head_up, registered, gpus_checked, client_released
-(epoch seconds), the preflight and each node's `ray start` window (`Head.bringup_windows`)."""
+READY_FILE = "ray_ready.json"  # the bring-up's times (epoch seconds, `Head.run`)
 BRINGUP_DIR = "bringup"  # bringup/<host>.json: {host, rank, node_start, ray_start: [began, returned]}
-HEAD_FILE = "ray_head.json"
-"""Where the attempt's Ray head is, written once its GCS listens: {host, ip, address, block,
-token_path (a path; the token stays in its file), temp_dir, job_id, attempt, time}. `beam-slurm attach` reads it."""
+HEAD_FILE = "ray_head.json"  # where the head is, once its GCS listens (`beam-slurm attach` reads it)
 DRIVER_EXIT_FILE = "driver_exit.json"  # {status, time}
-STOPPING_FILE = "ray_step_stopping"
-"""Written by the batch shell before it stops the Ray step: a SIGTERM then is a stop, never
-one to hold as a preemption's notice (the job spec's sigterm_notice)."""
-TERM_RELAYED_FILE = "sigterm_relayed.json"
-"""Written by the head before it relays a preemption's SIGTERM to the batch shell as USR1:
-{time, node, preempt_time}, so the batch shell can say where its notice came from."""
+STOPPING_FILE = "ray_step_stopping"  # the batch shell stops the step: a SIGTERM then is never held as a notice
+TERM_RELAYED_FILE = "sigterm_relayed.json"  # the head relayed a preemption's SIGTERM as USR1 (where a notice came from)
 
 
 class NodeFailure(Exception):
@@ -48,9 +36,7 @@ class NodeFailure(Exception):
 
 def shell_status(status: int | None) -> int:
     """A Popen return code as a shell would report it (killed by signal N -> 128+N); None -> EXIT_INFRA."""
-    if status is None:
-        return EXIT_INFRA
-    return 128 - status if status < 0 else status
+    return EXIT_INFRA if status is None else (128 - status if status < 0 else status)
 
 
 def mark_stopping(attempt_dir: Path) -> None:
@@ -81,9 +67,8 @@ _INFRA_TEXT = ("NCCL error", "ncclSystemError", "ncclInternalError", "ncclRemote
 
 
 def classify_driver_error(exc: BaseException) -> tuple[str, str] | None:
-    """(kind, reason) of a driver's exception that says what another attempt would meet: 'storage' (the
-    checkpoint storage is full: every attempt would fail the same save), 'infra' (a Ray worker, node or NCCL
-    peer died: another Ray step may succeed); None for the rest (a bug or a bad setting: not retried)."""
+    """(kind, reason) of a driver's exception: 'storage' (the checkpoint storage is full: every attempt would fail the
+    same save), 'infra' (a Ray worker, node or NCCL peer died: another Ray step may succeed); None for the rest."""
     chain, seen = [], exc
     while seen is not None and len(chain) < 10:  # Ray wraps a task's error (RayTaskError(cause)); follow it
         chain.append(seen)
@@ -115,17 +100,10 @@ def record_driver_exit(attempt_dir: Path | None, status: int) -> None:
 
 def read_failure(attempt_dir: Path) -> dict[str, Any] | None:
     """The attempt's first failure ({kind, node, reason, ...}), None when no node recorded one."""
-    return _read_json(attempt_dir / FAILURE_FILE)
+    return read_json(attempt_dir / FAILURE_FILE)
 
 
 def read_driver_status(attempt_dir: Path) -> int | None:
     """The driver's exit status, None when the driver never ended (or never started)."""
-    record = _read_json(attempt_dir / DRIVER_EXIT_FILE)
+    record = read_json(attempt_dir / DRIVER_EXIT_FILE)
     return int(record["status"]) if record else None
-
-
-def _read_json(path: Path) -> dict[str, Any] | None:
-    try:
-        return json.loads(path.read_text())
-    except (FileNotFoundError, json.JSONDecodeError):
-        return None

@@ -1,32 +1,20 @@
-"""Files on shared storage through which the nodes of one Ray step find each other.
+"""Files on shared storage through which the nodes of one Ray step find each other, in
+`<job dir>/rendezvous/<attempt>.<step>/` (a requeued attempt or a second Ray step never reads an old head address):
 
-One folder per attempt and step under the job's private folder: `<job dir>/rendezvous/<attempt>.<step>/` so that a
-requeued attempt (or a second Ray step in the same job) never reads the previous one's head address.
-
-- `node-<rank>.json`: written by each node when it starts (host, IP, the GPUs Slurm gave it).
-- `head.json`: written by the head once its GCS is up (address, port block). Workers wait for it.
-- `ready.json`: written by the head once every node and GPU registered (times, for logs and the benchmark).
-- `ended.json`: written by the head when the driver finished (its status); workers then stop their Ray and exit 0.
-- `joined-<rank>`: written by each worker once its `ray start` returned (counted by workers that wait their turn to
-  start, `ray.node_start_concurrency`).
+- `node-<rank>.json`: each node's host, IP and GPUs, when it starts;
+- `head.json`: the head's address and port block once its GCS is up (workers wait for it);
+- `ready.json`: the head's bring-up times once every node and GPU registered;
+- `ended.json`: the driver's status when it finished (workers then stop their Ray and exit 0);
+- `joined-<rank>`: each worker once its `ray start` returned (`ray.node_start_concurrency` counts them).
 """
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 from typing import Any
 
-from beam_slurm.core.atomic_files import write_json
-
-
-def read_json(path: Path) -> dict[str, Any] | None:
-    """The JSON object in `path`, or None when the file does not exist (yet)."""
-    try:
-        return json.loads(path.read_text())
-    except FileNotFoundError:
-        return None
+from beam_slurm.core.atomic_files import read_json, write_json
 
 
 class Rendezvous:
@@ -34,24 +22,11 @@ class Rendezvous:
 
     def __init__(self, job_folder: Path, attempt: int, step: str):
         self.folder = job_folder / "rendezvous" / f"{attempt}.{step}"
-
-    def node_file(self, rank: int) -> Path:
-        return self.folder / f"node-{rank}.json"
-
-    @property
-    def head_file(self) -> Path:
-        return self.folder / "head.json"
-
-    @property
-    def ready_file(self) -> Path:
-        return self.folder / "ready.json"
-
-    @property
-    def ended_file(self) -> Path:
-        return self.folder / "ended.json"
+        self.head_file, self.ready_file, self.ended_file = (self.folder / f"{name}.json"
+                                                            for name in ("head", "ready", "ended"))
 
     def publish_node(self, rank: int, info: dict[str, Any]) -> None:
-        write_json(self.node_file(rank), {**info, "rank": rank, "time": time.time()})
+        write_json(self.folder / f"node-{rank}.json", {**info, "rank": rank, "time": time.time()})
 
     def mark_joined(self, rank: int) -> None:
         (self.folder / f"joined-{rank}").write_text(f"{time.time():.3f}\n")
@@ -62,9 +37,5 @@ class Rendezvous:
 
     def nodes(self) -> dict[int, dict[str, Any]]:
         """Every node file present now, by rank."""
-        found: dict[int, dict[str, Any]] = {}
-        for path in self.folder.glob("node-*.json"):
-            info = read_json(path)
-            if info is not None:
-                found[int(info["rank"])] = info
-        return found
+        infos = (read_json(path) for path in self.folder.glob("node-*.json"))
+        return {int(info["rank"]): info for info in infos if info is not None}

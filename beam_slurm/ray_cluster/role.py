@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from beam_slurm.core.atomic_files import write_json
+from beam_slurm.core.atomic_files import read_json, write_json
 from beam_slurm.ray_cluster import auth, env_manifest, scale
 from beam_slurm.ray_cluster.context import NodeContext
 from beam_slurm.ray_cluster.gpus import allocated_gpus
@@ -18,7 +18,7 @@ from beam_slurm.ray_cluster.log_copy import LogCopier
 from beam_slurm.ray_cluster.network import tcp_reachable
 from beam_slurm.ray_cluster.ports import RayPorts, choose_ports
 from beam_slurm.ray_cluster.records import BRINGUP_DIR, NodeFailure, record_first_failure, stopping
-from beam_slurm.ray_cluster.rendezvous import Rendezvous, read_json
+from beam_slurm.ray_cluster.rendezvous import Rendezvous
 from beam_slurm.ray_cluster.settings import RaySettings
 
 _RAY_START_TRIES = 3
@@ -50,10 +50,7 @@ class NodeRole:
         self.manifest_env: dict[str, str] = {}  # `export_manifest`'s variables, exported to Ray and the driver
 
     def hold_sigterm(self) -> bool:
-        """On SIGTERM: True when it is held rather than obeyed. Without preempt_send_user_signal a preemption's first
-        SIGTERM reaches only the steps' tasks, GraceTime before the kill; when a save fits (the spec's sigterm_notice)
-        the head asks Slurm whether it is a preemption and relays it to the batch shell as a notice, or stops. The
-        batch shell marks its own stops (`records.STOPPING_FILE`); a second SIGTERM always stops."""
+        """On SIGTERM: True when held as a preemption's possible notice (never the batch shell's stop, nor a second)."""
         if not self.ctx.spec.sigterm_notice or self.ctx.attempt_dir is None or self.sigterm_held_at is not None:
             return False
         if not self.can_hold_sigterm() or stopping(self.ctx.attempt_dir):
@@ -82,8 +79,7 @@ class NodeRole:
               file=sys.stderr, flush=True)
 
     def ray_env(self) -> dict[str, str]:
-        env = dict(os.environ)
-        env.update(self.manifest_env)
+        env = {**os.environ, **self.manifest_env}
         # Large clusters: GCS threads and timeouts, worker start-up (beam_slurm.ray_cluster.scale); ray.extra_env wins.
         scale.apply_to(env, self.settings, self.ctx.num_nodes, self.ctx.cpus)
         env.update(self.settings.extra_env)
@@ -93,8 +89,7 @@ class NodeRole:
         return env
 
     def record_bringup(self) -> None:
-        """This node's start and `ray start` window in bringup/<host>.json: kept, unlike the rendezvous files, and a
-        worker's `ray start` may return after the head wrote ray_ready.json."""
+        """This node's start and `ray start` window in bringup/<host>.json (kept, unlike the rendezvous files)."""
         if self.ctx.attempt_dir is not None:
             write_json(self.ctx.attempt_dir / BRINGUP_DIR / f"{self.ctx.host}.json",
                        {"host": self.ctx.host, "rank": self.ctx.rank, "node_start": self.started,
@@ -108,9 +103,8 @@ class NodeRole:
     def start_ray(self, head: bool, ip: str, start_block: int | None, head_address: str = "",
                   on_gcs_up: Callable[[RayPorts], None] | None = None,
                   follow_head: Callable[[str], tuple[str, int] | None] | None = None) -> RayPorts:
-        """`ray start` with this job's ports; on a bind race, the next block (up to 3 tries). A worker's
-        `follow_head(address)` says after a failed try where the head is now ((address, block) or None), so a head
-        that restarted on another block is joined there."""
+        """`ray start` with this job's ports; on a bind race, the next block (up to 3 tries). After a failed try a
+        worker's `follow_head(address)` says where a restarted head is now ((address, block) or None)."""
         block = start_block
         last_error: Exception | None = None
         _, after = scale.raise_open_files_limit(self.settings.open_files_limit)  # inherited by every Ray process
@@ -121,6 +115,8 @@ class NodeRole:
         if added and head:
             self.log(f"large-cluster settings for {self.ctx.num_nodes} nodes: "
                      + " ".join(f"{k}={v}" for k, v in added.items() if k not in self.settings.extra_env))
+        beside = Path(sys.executable).with_name("ray")
+        executable = str(beside) if beside.exists() else "ray"
         began = time.time()
         for _ in range(_RAY_START_TRIES):
             ports = choose_ports(self.settings, int(self.ctx.job_id), head=head, start_block=block)
@@ -143,7 +139,7 @@ class NodeRole:
                     on_gcs_up(ports)
 
             try:
-                self.ray.start(args, self.ray_env(), ray_executable=_ray_executable(),
+                self.ray.start(args, self.ray_env(), ray_executable=executable,
                                while_starting=announce_when_gcs_listens if head
                                else self.head_republished_elsewhere(head_address))
                 self.ray_start_window = (began, time.time())  # failed tries included: Ray's time too
@@ -162,8 +158,8 @@ class NodeRole:
         raise NodeFailure("infra", f"node {self.ctx.host}: Ray did not start: {last_error}")
 
     def head_republished_elsewhere(self, address: str) -> Callable[[], bool]:
-        """For a worker's `ray start`: True once the head published another address (it restarted on another
-        block), read at most twice a second; else the start waits minutes on the gone GCS (seen: 160 s)."""
+        """For a worker's `ray start`: True once the head published another address, else the start waits minutes on
+        the gone GCS (seen: 160 s); read at most twice a second."""
         next_read = 0.0
 
         def moved() -> bool:
@@ -188,8 +184,3 @@ class NodeRole:
                 leftover = LocalRay(folder, self.ray.log_path)
                 if leftover.stop(grace_s=2.0):
                     self.log(f"stopped Ray left over by an earlier attempt ({folder})")
-
-
-def _ray_executable() -> str:
-    candidate = Path(sys.executable).with_name("ray")
-    return str(candidate) if candidate.exists() else "ray"

@@ -1,24 +1,16 @@
 """Settings for large clusters that the bootstrap applies on every node before `ray start`: the open-file limit
-(always) and, from `ray.large_cluster_nodes` nodes on, Ray system settings for the GCS and for worker start-up.
-
-Why each one, in short (details on each field of `RaySettings`): at bring-up every raylet registers with the one
-GCS at the same moment, then every GPU's worker process starts and registers; at hundreds of nodes the GCS runs out
-of file descriptors, its RPC queue falls behind (raylets give up after 60 s and take their node with them) and
-thousands of Python processes import from shared storage at once. These settings widen those limits; they change
-nothing Ray computes.
-"""
+(always) and, from `ray.large_cluster_nodes` nodes on, Ray system settings for the GCS and for worker start-up (why:
+each field of `RaySettings`)."""
 
 from __future__ import annotations
 
 import resource
-from typing import Mapping
 
 from beam_slurm.ray_cluster.settings import RaySettings
 
 
 def large_cluster_env(settings: RaySettings, nodes: int, cpus: int = 0) -> dict[str, str]:
-    """RAY_* variables for a job of `nodes` nodes ({} below ray.large_cluster_nodes). `cpus`: the head node's CPU
-    count; the GCS threads are never set below Ray's own default (a quarter of them)."""
+    """RAY_* variables for `nodes` nodes ({} below ray.large_cluster_nodes); GCS threads at least Ray's cpus // 4."""
     if not settings.large_cluster_nodes or nodes < settings.large_cluster_nodes:
         return {}
     return {
@@ -30,18 +22,15 @@ def large_cluster_env(settings: RaySettings, nodes: int, cpus: int = 0) -> dict[
     }
 
 
-def apply_to(env: dict[str, str], settings: RaySettings, nodes: int, cpus: int = 0,
-             chosen: Mapping[str, str] | None = None) -> dict[str, str]:
+def apply_to(env: dict[str, str], settings: RaySettings, nodes: int, cpus: int = 0) -> dict[str, str]:
     """Add the large-cluster variables the user did not choose (ray.extra_env) to `env`; what was added."""
-    chosen = settings.extra_env if chosen is None else chosen
-    added = {k: v for k, v in large_cluster_env(settings, nodes, cpus).items() if k not in chosen}
+    added = {k: v for k, v in large_cluster_env(settings, nodes, cpus).items() if k not in settings.extra_env}
     env.update(added)
     return added
 
 
 def raise_open_files_limit(wanted: int) -> tuple[int, int]:
-    """Raise this process's soft RLIMIT_NOFILE to `wanted` (capped by the hard limit; never lowered), so `ray start`
-    and everything it spawns inherit it. Returns (soft before, soft after)."""
+    """Raise the soft RLIMIT_NOFILE to `wanted` (up to the hard limit, never lower); (soft before, soft after)."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if wanted <= 0 or soft == resource.RLIM_INFINITY or (wanted <= soft):
         return soft, soft

@@ -1,8 +1,5 @@
-"""Settings of the Ray cluster that one Slurm job starts across its allocation.
-
-The batch shell (`beam-slurm train`) hands these to every node of the Ray step in the attempt's job spec
-(`beam_slurm.ray_cluster.job_spec`); they hold no secret, the auth token lives in a file.
-"""
+"""Settings of the Ray cluster that one Slurm job starts across its allocation (in the attempt's job spec; no secret:
+the auth token lives in a file)."""
 
 from __future__ import annotations
 
@@ -125,17 +122,15 @@ class RaySettings:
         elif len(self.temp_dir_root) + len("/ray-99999999999-99") + _SESSION_SUFFIX_LEN > _UNIX_SOCKET_MAX:
             found.append(ConfigProblem("ray.temp_dir_root", self.temp_dir_root,
                                        "use a shorter path (Ray's unix sockets below it must fit in 107 bytes), e.g. /tmp"))
-        if self.object_store_memory_bytes < 0:
-            found.append(ConfigProblem("ray.object_store_memory_bytes", self.object_store_memory_bytes, "use 0 (Ray's default) or a size in bytes"))
-        for name in ("open_files_limit", "large_cluster_nodes", "node_start_concurrency"):
-            if getattr(self, name) < 0:
-                found.append(ConfigProblem(f"ray.{name}", getattr(self, name), "use 0 (off) or a positive number"))
-        for name in ("gcs_server_threads", "gcs_reconnect_timeout_s", "health_check_failure_threshold",
-                     "worker_register_timeout_s", "worker_start_concurrency"):
-            if getattr(self, name) < 1:
-                found.append(ConfigProblem(f"ray.{name}", getattr(self, name), "use a positive number"))
-        if self.num_cpus < 0:
-            found.append(ConfigProblem("ray.num_cpus", self.num_cpus, "use 0 (Slurm's CPUs on the node) or a positive count"))
+        for names, least, fix in (
+                (("object_store_memory_bytes",), 0, "use 0 (Ray's default) or a size in bytes"),
+                (("open_files_limit", "large_cluster_nodes", "node_start_concurrency"), 0,
+                 "use 0 (off) or a positive number"),
+                (("gcs_server_threads", "gcs_reconnect_timeout_s", "health_check_failure_threshold",
+                  "worker_register_timeout_s", "worker_start_concurrency"), 1, "use a positive number"),
+                (("num_cpus",), 0, "use 0 (Slurm's CPUs on the node) or a positive count")):
+            found += [ConfigProblem(f"ray.{name}", getattr(self, name), fix) for name in names
+                      if getattr(self, name) < least]
         for key, value in self.extra_env.items():
             if not key or "=" in key or not isinstance(value, str):
                 found.append(ConfigProblem(f"ray.extra_env.{key}", value, "use NAME: string value pairs"))
@@ -143,8 +138,7 @@ class RaySettings:
 
     def validate(self) -> "RaySettings":
         """Raise ConfigError listing every problem; return self when valid."""
-        problems = self.problems()
-        if problems:
+        if problems := self.problems():
             raise ConfigError(problems)
         return self
 

@@ -1,6 +1,5 @@
-"""Liveness while the driver runs: the head watches every worker's raylet port, each worker watches the head's GCS
-port, so a node that vanishes (power, kernel, network) ends the step in seconds instead of after Slurm's node
-timeout. Time comes from an injected clock, so the watches are tested without waiting."""
+"""Liveness while the driver runs: the head watches every worker's raylet port, each worker the head's GCS port, so
+a node that vanishes ends the step in seconds, not after Slurm's node timeout (the clock is injected for tests)."""
 
 from __future__ import annotations
 

@@ -1,15 +1,14 @@
-"""Every rank but 0 of the Ray step: wait for the head's address on shared storage, join it, and stay until the
-head says the driver ended (exit 0), this node's Ray dies or the head becomes unreachable (exit 75, so
-`srun --kill-on-bad-exit=1` ends the whole step at once)."""
+"""Every rank but 0 of the Ray step: join the head, stay until the driver ended (exit 0), this node's Ray dies or
+the head becomes unreachable (exit 75, so `srun --kill-on-bad-exit=1` ends the whole step at once)."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from beam_slurm.core.atomic_files import read_json
 from beam_slurm.ray_cluster.checks import check_gpu_count
 from beam_slurm.ray_cluster.network import node_ipv4, tcp_reachable
 from beam_slurm.ray_cluster.records import EXIT_INFRA, NodeFailure
-from beam_slurm.ray_cluster.rendezvous import read_json
 from beam_slurm.ray_cluster.role import NodeRole
 from beam_slurm.ray_cluster.supervision import HeadWatch
 
@@ -58,9 +57,8 @@ class Worker(NodeRole):
         return self.supervise(HeadWatch(head_ip, int(gcs_port), self.settings.head_lost_after_s, clock=self.clock))
 
     def head_moved(self, address: str) -> tuple[str, int] | None:
-        """After this node's failed `ray start`: None when the head still answers at `address` (the failure was ours:
-        next port block), else its new (address, block) once republished and answering; None at the readiness
-        deadline (the next try names the failure)."""
+        """After this node's failed `ray start`: the head's new (address, block) once republished and answering; None
+        when it still answers at `address` (the failure was ours: next port block) or at the readiness deadline."""
         deadline = self.started_clock + self.settings.readiness_timeout_s
         while not self.stop_requested and self.clock() < deadline:
             head = read_json(self.rendezvous.head_file)
@@ -77,16 +75,14 @@ class Worker(NodeRole):
         return None
 
     def wait_for_turn_to_start(self) -> bool:
-        """With ray.node_start_concurrency = C, rank r starts once r - C workers joined; False when stopped meanwhile.
-        Past the readiness deadline it starts anyway: the head's timeout then names what is missing."""
+        """With ray.node_start_concurrency=C: start once rank - C workers joined or at the deadline; False: stopped."""
         limit = self.settings.node_start_concurrency
         if limit <= 0 or self.ctx.rank <= limit:
             return True
         deadline = self.started_clock + self.settings.readiness_timeout_s
         waited = False
-        while not self.stop_requested and self.rendezvous.joined_count() < self.ctx.rank - limit:
-            if self.clock() > deadline:
-                break
+        while (not self.stop_requested and self.rendezvous.joined_count() < self.ctx.rank - limit
+               and self.clock() <= deadline):
             waited = True
             self.sleep(min(0.5, self.settings.poll_interval_s))
         if waited:

@@ -1,10 +1,7 @@
 """Turn a resolved recipe into the exact SkyRL launch: module, `key=value` overrides, environment.
 
-Keys follow SkyRL 0.3.0's config dataclasses (`skyrl/train/config/config.py`); the two overlong-penalty keys exist
-only in the DAPO example's config subclass and are listed in DAPO_ONLY_KEYS so the conformance test can check them
-separately. Values are rendered so that OmegaConf's CLI parser reads back exactly what we meant (strings that YAML
-would read as something else are quoted, lists and dicts are JSON, which is YAML flow syntax, and `${` is escaped
-so a path containing it is not read as a reference).
+Keys follow SkyRL 0.3.0's config dataclasses; the two overlong-penalty keys exist only in the DAPO example's config
+subclass (DAPO_ONLY_KEYS). Values are rendered so that OmegaConf's CLI parser reads back exactly what we meant.
 """
 
 from __future__ import annotations
@@ -76,8 +73,11 @@ def _parses_to(rendered: str, value) -> bool:
 
 def reads_back(value) -> bool:
     """True when `render_value(value)` parses back to `value` exactly (tuples compare as lists)."""
-    expected = list(value) if isinstance(value, tuple) else value
-    return _parses_to(render_value(value), expected)
+    return _parses_to(render_value(value), list(value) if isinstance(value, tuple) else value)
+
+
+def _under(prefix: str, **values: object) -> list[tuple[str, object]]:
+    return [(f"{prefix}.{key}", value) for key, value in values.items()]
 
 
 def skyrl_settings(cfg) -> list[tuple[str, object]]:
@@ -85,104 +85,55 @@ def skyrl_settings(cfg) -> list[tuple[str, object]]:
     p, g, a, b, m, r = cfg.paths, cfg.generation, cfg.algorithm, cfg.batch, cfg.megatron, cfg.rollout
     data_dir = (p.data_dir or "").rstrip("/")
     sampling = {"max_generate_length": g.max_response_tokens, "temperature": g.temperature, "top_p": g.top_p}
-    kv: list[tuple[str, object]] = [
-        ("data.train_data", [f"{data_dir}/{p.train_file}"]),
-        ("data.val_data", [f"{data_dir}/{f}" for f in p.eval_files]),
-        ("environment.env_class", "aime"),
-        # GRPO with the DAPO refinements
-        ("trainer.algorithm.advantage_estimator", a.advantage_estimator),
-        ("trainer.algorithm.eps_clip_low", a.eps_clip_low),
-        ("trainer.algorithm.eps_clip_high", a.eps_clip_high),
-        ("trainer.algorithm.loss_reduction", a.loss_reduction),
-        ("trainer.algorithm.use_kl_loss", a.use_kl_loss),
-        ("trainer.algorithm.dynamic_sampling.type", "filter" if a.dynamic_sampling else None),
-        ("trainer.algorithm.overlong_buffer_len", a.overlong_buffer_len),
-        ("trainer.algorithm.overlong_buffer_penalty_factor", a.overlong_penalty_factor),
-    ]
+    megatron = "trainer.policy.megatron_config"
+    kv = [("data.train_data", [f"{data_dir}/{p.train_file}"]),
+          ("data.val_data", [f"{data_dir}/{f}" for f in p.eval_files]), ("environment.env_class", "aime"),
+          *_under("trainer.algorithm", advantage_estimator=a.advantage_estimator, eps_clip_low=a.eps_clip_low,
+                  eps_clip_high=a.eps_clip_high, loss_reduction=a.loss_reduction, use_kl_loss=a.use_kl_loss,
+                  **{"dynamic_sampling.type": "filter" if a.dynamic_sampling else None},
+                  overlong_buffer_len=a.overlong_buffer_len, overlong_buffer_penalty_factor=a.overlong_penalty_factor)]
     if a.geo_mask:
-        kv += [
-            ("trainer.algorithm.off_policy_correction.sequence_mask_metric", "geometric"),
-            ("trainer.algorithm.off_policy_correction.geo_mask_low", a.geo_mask_low),
-            ("trainer.algorithm.off_policy_correction.geo_mask_high", a.geo_mask_high),
-        ]
-    kv += [
-        # model, optimizer, Megatron
-        ("trainer.strategy", "megatron"),
-        ("trainer.policy.model.path", p.model_path),
-        ("trainer.policy.optimizer_config.lr", cfg.learning_rate),
-        ("trainer.policy.megatron_config.tensor_model_parallel_size", m.tensor_parallel),
-        ("trainer.policy.megatron_config.pipeline_model_parallel_size", m.pipeline_parallel),
-        ("trainer.policy.megatron_config.context_parallel_size", m.context_parallel),
-        ("trainer.policy.megatron_config.expert_model_parallel_size", m.expert_parallel),
-        ("trainer.policy.megatron_config.expert_tensor_parallel_size", m.expert_tensor_parallel),
-        ("trainer.policy.megatron_config.moe_enable_routing_replay", r.routing_replay),
-    ]
+        kv += _under("trainer.algorithm.off_policy_correction", sequence_mask_metric="geometric",
+                     geo_mask_low=a.geo_mask_low, geo_mask_high=a.geo_mask_high)
+    kv += [("trainer.strategy", "megatron"), ("trainer.policy.model.path", p.model_path),
+           ("trainer.policy.optimizer_config.lr", cfg.learning_rate),
+           *_under(megatron, tensor_model_parallel_size=m.tensor_parallel,
+                   pipeline_model_parallel_size=m.pipeline_parallel, context_parallel_size=m.context_parallel,
+                   expert_model_parallel_size=m.expert_parallel, expert_tensor_parallel_size=m.expert_tensor_parallel,
+                   moe_enable_routing_replay=r.routing_replay)]
     if cfg.is_lora:
-        kv += [
-            ("trainer.policy.model.lora.rank", cfg.lora.rank),
-            ("trainer.policy.model.lora.alpha", cfg.lora.alpha),
-            ("trainer.policy.model.lora.target_modules", cfg.lora.target_modules),
-            # Adapters stay separate and are synced into vLLM's adapter slots (SkyRL merges them by default).
-            ("trainer.policy.megatron_config.lora_config.merge_lora", not cfg.lora.per_expert_slots),
-        ]
+        kv += _under("trainer.policy.model.lora", rank=cfg.lora.rank, alpha=cfg.lora.alpha,
+                     target_modules=cfg.lora.target_modules)
+        # Adapters stay separate and are synced into vLLM's adapter slots (SkyRL merges them by default).
+        kv.append((f"{megatron}.lora_config.merge_lora", not cfg.lora.per_expert_slots))
     else:
         # The optimizer lives off the GPU either way: in host RAM, or streamed to OPTIMIZER_STATE_DISK_DIR (env).
-        kv += [
-            ("trainer.policy.megatron_config.optimizer_config_kwargs.optimizer_cpu_offload", True),
-            ("trainer.policy.megatron_config.optimizer_config_kwargs.optimizer_offload_fraction", 1.0),
-        ]
+        kv += _under(f"{megatron}.optimizer_config_kwargs", optimizer_cpu_offload=True, optimizer_offload_fraction=1.0)
     if cfg.precision == "mxfp8":
         # Megatron's MXFP8 recipe covers the linear layers of attention and MLP; router and norms keep their precision.
-        kv += [
-            ("trainer.policy.megatron_config.transformer_config_kwargs.fp8", "e4m3"),
-            ("trainer.policy.megatron_config.transformer_config_kwargs.fp8_recipe", "mxfp8"),
-        ]
-    kv += [
-        # placement
-        ("trainer.placement.colocate_all", cfg.trainer.placement_colocated),
-        ("trainer.placement.policy_num_nodes", cfg.training_nodes),
-        ("trainer.placement.policy_num_gpus_per_node", cfg.cluster.gpus_per_node),
-        # batch and budget
-        ("trainer.train_batch_size", b.prompts_per_step),
-        ("trainer.policy_mini_batch_size", cfg.mini_batch_prompts),
-        ("trainer.micro_train_batch_size_per_gpu", m.micro_batch_size),
-        ("trainer.micro_forward_batch_size_per_gpu", m.micro_batch_size),
-        ("trainer.max_prompt_length", g.max_prompt_tokens),
-        ("trainer.max_training_steps", cfg.max_training_steps),
-        ("trainer.seed", cfg.seed),
-        ("trainer.fused_lm_head_logprob", a.fused_lm_head_logprob),
-        # evaluation, checkpoints, outputs
-        ("trainer.eval_interval", cfg.eval.interval if cfg.eval.in_training else -1),
-        ("trainer.eval_before_train", cfg.eval.before_train and cfg.eval.in_training),
-        ("trainer.ckpt_interval", cfg.checkpoint.interval),
-        ("trainer.hf_save_interval", cfg.checkpoint.hf_save_interval),
-        ("trainer.max_ckpts_to_keep", cfg.checkpoint.max_to_keep),
-        ("trainer.resume_mode", cfg.checkpoint.resume_mode),
-    ]
+        kv += _under(f"{megatron}.transformer_config_kwargs", fp8="e4m3", fp8_recipe="mxfp8")
+    kv += _under("trainer.placement", colocate_all=cfg.trainer.placement_colocated,
+                 policy_num_nodes=cfg.training_nodes, policy_num_gpus_per_node=cfg.cluster.gpus_per_node)
+    kv += _under("trainer", train_batch_size=b.prompts_per_step, policy_mini_batch_size=cfg.mini_batch_prompts,
+                 micro_train_batch_size_per_gpu=m.micro_batch_size, micro_forward_batch_size_per_gpu=m.micro_batch_size,
+                 max_prompt_length=g.max_prompt_tokens, max_training_steps=cfg.max_training_steps, seed=cfg.seed,
+                 fused_lm_head_logprob=a.fused_lm_head_logprob,
+                 eval_interval=cfg.eval.interval if cfg.eval.in_training else -1,
+                 eval_before_train=cfg.eval.before_train and cfg.eval.in_training,
+                 ckpt_interval=cfg.checkpoint.interval, hf_save_interval=cfg.checkpoint.hf_save_interval,
+                 max_ckpts_to_keep=cfg.checkpoint.max_to_keep, resume_mode=cfg.checkpoint.resume_mode)
     if cfg.checkpoint.resume_mode == "from_path":
         kv.append(("trainer.resume_path", cfg.checkpoint.resume_path))
     if cfg.trainer.tags:
         kv.append(("trainer.tags", list(cfg.trainer.tags)))
-    kv += [
-        ("trainer.ckpt_path", p.ckpt_path),
-        ("trainer.export_path", p.export_path),
-        ("trainer.run_name", cfg.run_name),
-        ("trainer.logger", cfg.trainer.logger),
-        ("trainer.project_name", cfg.trainer.project_name),
-        ("trainer.log_path", f"{p.log_dir}/skyrl"),
-        # generation
-        ("generator.n_samples_per_prompt", b.responses_per_prompt),
-        ("generator.eval_n_samples_per_prompt", cfg.eval.responses_per_problem),
-        ("generator.sampling_params", sampling),
-        ("generator.eval_sampling_params", sampling),
-        ("generator.chat_template_kwargs", {"reasoning_effort": g.reasoning_effort}),
-        ("generator.inference_engine.num_engines", cfg.num_engines),
-        ("generator.inference_engine.tensor_parallel_size", r.tensor_parallel),
-        ("generator.inference_engine.pipeline_parallel_size", r.pipeline_parallel),
-        ("generator.inference_engine.gpu_memory_utilization", r.gpu_memory_utilization),
-        ("generator.inference_engine.distributed_executor_backend", cfg.executor_backend),
-        ("generator.inference_engine.enable_return_routed_experts", r.routing_replay),
-    ]
+    kv += _under("trainer", ckpt_path=p.ckpt_path, export_path=p.export_path, run_name=cfg.run_name,
+                 logger=cfg.trainer.logger, project_name=cfg.trainer.project_name, log_path=f"{p.log_dir}/skyrl")
+    kv += _under("generator", n_samples_per_prompt=b.responses_per_prompt,
+                 eval_n_samples_per_prompt=cfg.eval.responses_per_problem, sampling_params=sampling,
+                 eval_sampling_params=sampling, chat_template_kwargs={"reasoning_effort": g.reasoning_effort})
+    kv += _under("generator.inference_engine", num_engines=cfg.num_engines, tensor_parallel_size=r.tensor_parallel,
+                 pipeline_parallel_size=r.pipeline_parallel, gpu_memory_utilization=r.gpu_memory_utilization,
+                 distributed_executor_backend=cfg.executor_backend, enable_return_routed_experts=r.routing_replay)
     if r.kv_cache_dtype != "auto":
         kv.append(("generator.inference_engine.engine_init_kwargs.kv_cache_dtype", r.kv_cache_dtype))
     if r.quantization:

@@ -2,14 +2,10 @@
 
     python -m beam_slurm.skyrl.conformance [--validate] [--dapo-only=key1,key2] key=value ...
 
-Prints one JSON object: ``{"ok": bool, "errors": [...], "dapo_keys": {...}}`` and exits 0 when ok, 1 otherwise.
-
-Core keys are parsed with ``SkyRLTrainConfig.from_cli_overrides`` (strict: unknown keys are rejected by name). The
-DAPO overlong-penalty keys belong to a config subclass defined in the SkyRL checkout's
-``examples/train/algorithms/dapo/main_dapo.py`` (not in the wheel). When that module is importable (run from a
-checkout root) it is used; otherwise the subclass is rebuilt with SkyRL's own ``make_config`` from the field list
-below, read from the example at tag skyrl-v0.3.0. ``--validate`` also runs SkyRL's ``validate_cfg`` (cross-field
-checks: batch divisibility, placement, Megatron and inference-engine rules).
+Prints ``check``'s JSON object and exits 0 when ok, 1 otherwise. Core keys are parsed by ``SkyRLTrainConfig`` (strict:
+unknown keys are rejected by name). The DAPO overlong-penalty keys belong to a config subclass in the SkyRL checkout's
+examples (not in the wheel): imported from a checkout root, else rebuilt with SkyRL's ``make_config`` from the field
+list below (tag skyrl-v0.3.0). ``--validate`` also runs SkyRL's cross-field checks (``validate_cfg``).
 """
 
 from __future__ import annotations

@@ -1,27 +1,18 @@
 """Our SkyRL entrypoint: SkyRL's DAPO experiment plus save-on-notice and a training-metrics file.
 
-Run in the training container from the root of a SkyRL checkout whose tag matches the installed wheel, so that
-``examples.train.algorithms.dapo.main_dapo`` imports: ``cd $SKYRL_CHECKOUT && python -m beam_slurm.skyrl.entrypoint
-key=value ...``. It takes SkyRL's DAPO overrides and behaves the same, plus a :class:`SaveOnNoticeCallback` on the
-trainer. Callbacks fire only in the process running SkyRL's training loop (the Ray task below): once per step, not per
-GPU worker. What SkyRL 0.3.0 does around them, which the callback relies on:
+Run in the training container from the root of a SkyRL checkout whose tag matches the installed wheel (so the DAPO
+example imports), with SkyRL's DAPO overrides; ``BEAM_SKYRL_EXPERIMENT=base`` runs SkyRL's ``BasePPOExp`` instead.
+Callbacks fire only in the process running SkyRL's training loop (the Ray task below), once per step. What SkyRL
+0.3.0 does around them, which the callback relies on:
 
-* ``on_step_end``: with a pending save request (:func:`beam_slurm.skyrl.notice.pending_request`) it sets
-  ``control.should_save``; SkyRL reads it right after and saves at the end of the same step, the marker
-  ``latest_ckpt_global_step.txt`` last.
-* ``on_save`` fires after the checkpoint and its marker: it acknowledges (:func:`beam_slurm.skyrl.notice.acknowledge`)
-  and stops the run. SkyRL has no ``should_stop``; its loop ends when ``global_step > trainer.max_training_steps``,
-  checked after every step against the live config, so the callback sets ``max_training_steps = global_step``: the
-  loop breaks after this step's logging, the final save is skipped (this step saved) and ``on_train_end`` runs as
-  usual. It also sets ``eval_interval = -1`` (read after the save) and ``hf_save_interval = -1`` so nothing else
-  spends the grace period. A scheduled HF export of that step is written after ``on_save``: the acknowledgement then
-  waits for ``on_log``, which fires after the export, so the job never stops Ray mid-export.
-* every event writes the progress heartbeat (:mod:`beam_slurm.skyrl.progress`) the job's hang watchdog reads.
-* ``on_log`` (the dict SkyRL sends its tracker, once per step and once for the eval before training) appends
-  ``{"step": global_step, **logs}`` to ``{export_path}/train_metrics.jsonl`` (:mod:`beam_slurm.skyrl.train_metrics`);
-  a failed write is logged and training goes on.
-
-``BEAM_SKYRL_EXPERIMENT=base`` runs SkyRL's plain ``BasePPOExp`` (no overlong penalty, no DAPO-only keys) instead.
+* ``on_step_end``: with a pending save request it sets ``control.should_save``; SkyRL saves at the end of the same
+  step, the marker ``latest_ckpt_global_step.txt`` last.
+* ``on_save`` fires after the checkpoint and its marker: it acknowledges and stops the run. SkyRL has no
+  ``should_stop``; its loop ends when ``global_step > trainer.max_training_steps``, checked after every step against
+  the live config, so the callback sets ``max_training_steps = global_step`` (the final save is skipped,
+  ``on_train_end`` runs as usual). A scheduled HF export of that step is written after ``on_save``: the
+  acknowledgement then waits for ``on_log``, so the job never stops Ray mid-export.
+* every event writes the progress heartbeat; ``on_log`` appends the step's metrics to ``train_metrics.jsonl``.
 """
 
 from __future__ import annotations
@@ -31,6 +22,7 @@ import sys
 from importlib import import_module
 from pathlib import Path
 
+from beam_slurm.core.layout import STEP_DIR
 from beam_slurm.ray_cluster.driver_signals import hold_first_sigterm
 from beam_slurm.ray_cluster.records import note_driver_error
 from beam_slurm.skyrl import notice
@@ -53,18 +45,12 @@ def _log(message: str) -> None:
 
 
 def _step_of_checkpoint(ckpt_dir: str | None, fallback: int) -> int:
-    name = Path(ckpt_dir).name if ckpt_dir else ""
-    if name.startswith("global_step_"):
-        try:
-            return int(name[len("global_step_"):])
-        except ValueError:
-            pass
-    return fallback
+    match = STEP_DIR.match(Path(ckpt_dir).name) if ckpt_dir else None
+    return int(match[1]) if match else fallback
 
 
 class SaveOnNoticeCallback(_CallbackBase):
-    """Save at the next step boundary when the job asks, acknowledge, then stop the run cleanly; also append every
-    logged step's metrics to ``{export_path}/train_metrics.jsonl``."""
+    """Save at the next step boundary when the job asks, acknowledge, stop; append each step's metrics."""
 
     def __init__(self, ckpt_path: str, export_path: str | None = None):
         self.ckpt_path = ckpt_path  # where the request and acknowledgement files live
@@ -201,10 +187,8 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:
         note_driver_error(exc)  # a full checkpoint storage or a dead Ray worker: the requeue policy reads it
         raise
-    if stopped_at is not None:
-        print(f"stopped on notice after saving step {stopped_at}; the next attempt resumes from it", flush=True)
-    else:
-        print("training finished", flush=True)
+    print("training finished" if stopped_at is None else
+          f"stopped on notice after saving step {stopped_at}; the next attempt resumes from it", flush=True)
     return 0
 
 

@@ -1,22 +1,12 @@
-"""Save-on-notice: a file protocol between the Slurm job (which receives the preemption or time-limit signal) and
-the trainer (which is the only process that can write a consistent checkpoint).
-
-Both sides share the checkpoint directory, so the protocol lives there, under ``<ckpt_path>/.beam/``:
-
-``save_request``
-    Written by the job when a notice arrives (:func:`request_save`). JSON ``{"time", "reason", "host", "pid"}``.
-``saved_on_notice``
-    Written by the trainer once the checkpoint it saved because of a request is complete, i.e. after SkyRL's
-    ``latest_ckpt_global_step.txt`` marker names that step (:func:`acknowledge`). JSON ``{"global_step", "time",
-    "request_time", "reason", "host", "pid"}``.
+"""Save-on-notice: a file protocol between the Slurm job (which receives the notice) and the trainer (the only process
+that can write a consistent checkpoint), in ``<ckpt_path>/.beam/``: the job writes ``save_request`` when a notice
+arrives; the trainer writes ``saved_on_notice`` once the checkpoint it saved for it is complete (SkyRL's
+``latest_ckpt_global_step.txt`` names that step). Every write is atomic; standard library only (Python 3.11 and 3.12).
 
 Order of events: the job calls :func:`request_save`; the trainer sees :func:`pending_request` at the end of a step,
 saves, calls :func:`acknowledge` and stops; the job waits for :func:`saved_since`, stops Ray and requeues; the next
 attempt resumes from the marker and calls :func:`clear`. An acknowledged request is no longer pending, so a stale one
 left by a crash cannot make a new attempt stop at once.
-
-Every write is atomic, so a reader on another node never sees half a file. Imported by the job (Python 3.11) and in
-the training container (3.12). Paths must be on a POSIX file system the batch host and the trainer share.
 """
 
 from __future__ import annotations
@@ -72,7 +62,7 @@ def read_marker(ckpt_path: str | os.PathLike[str]) -> int | None:
 
 
 def request_save(ckpt_path: str | os.PathLike[str], reason: str) -> None:
-    """Ask the trainer to save a checkpoint at the next step boundary and stop. Called by the job on a notice."""
+    """Ask the trainer to save a checkpoint at the next step boundary and stop (the job, on a notice)."""
     payload = {"time": time.time(), "reason": str(reason), "host": socket.gethostname(), "pid": os.getpid()}
     write_json(_protocol_dir(ckpt_path) / REQUEST_FILE, payload)
 
@@ -89,16 +79,12 @@ def pending_request(ckpt_path: str | os.PathLike[str]) -> dict | None:
     request = _read_json(_protocol_dir(ckpt_path) / REQUEST_FILE)
     if request is None:
         return None
-    request_time = float(request.get("time", 0.0))
-    request["time"] = request_time
-    if _answers(_read_json(_protocol_dir(ckpt_path) / ACK_FILE), request_time):
-        return None
-    return request
+    request["time"] = float(request.get("time", 0.0))
+    return None if _answers(_read_json(_protocol_dir(ckpt_path) / ACK_FILE), request["time"]) else request
 
 
 def acknowledge(ckpt_path: str | os.PathLike[str], global_step: int) -> None:
-    """Record that ``global_step`` was saved for the pending request; ValueError unless SkyRL's marker names it, so
-    an acknowledgement never points at a checkpoint a restart could not resume from."""
+    """Record that ``global_step`` was saved for the pending request; ValueError unless SkyRL's marker names it."""
     marker = read_marker(ckpt_path)
     if marker != int(global_step):
         raise ValueError(f"cannot acknowledge a save of step {global_step}: {Path(ckpt_path) / MARKER_FILE} names "
@@ -113,9 +99,7 @@ def acknowledge(ckpt_path: str | os.PathLike[str], global_step: int) -> None:
 def saved_since(ckpt_path: str | os.PathLike[str], request_time: float) -> int | None:
     """The step saved in answer to a request made at ``request_time`` (epoch seconds), or None if not yet."""
     ack = _read_json(_protocol_dir(ckpt_path) / ACK_FILE)
-    if _answers(ack, float(request_time)):
-        return int(ack["global_step"])
-    return None
+    return int(ack["global_step"]) if _answers(ack, float(request_time)) else None
 
 
 def clear(ckpt_path: str | os.PathLike[str]) -> None:

@@ -1,20 +1,13 @@
 """Progress heartbeats: the trainer says where it is (step, phase, since when), the job's hang watchdog reads it.
 
-The trainer's callbacks fire in the one process that runs the training loop, a Ray task that may sit on any node,
-so the heartbeat is a file on the storage both sides share: ``<ckpt_path>/.beam/progress.json``, beside the
-save-on-notice files (:mod:`beam_slurm.skyrl.notice`), replaced atomically at each phase change. JSON::
+The trainer's callbacks fire in a Ray task that may sit on any node, so the heartbeat is a file on the storage both
+sides share, ``<ckpt_path>/.beam/progress.json``, replaced atomically at each phase change.
 
-    {"step": 12, "phase": "step", "since": 1796150788.1, "attempt": 0, "host": "n2", "pid": 4242,
-     "step_seconds": [301.2, 298.7, ...]}
-
-Phases: ``load`` (the model load, where the trainer says so), ``step`` (from a step's start to its end), ``saving`` (from a step's end to ``on_save``, or to the next
-step's start when it saves nothing), ``after-save`` (from ``on_save`` to the next step: the HF export, the log),
-``eval`` (an evaluation), ``after-eval``, ``finished``. Before the first heartbeat of an attempt, the watchdog counts bring-up and
-model load. ``step_seconds`` holds the last durations of whole steps (start to start), from which the watchdog
-derives its timeout. Every phase change is also appended to ``<ckpt_path>/.beam/progress_events.jsonl``
-(``{"t", "phase", "step", "attempt"}``, the attempt as status names it: ``2`` or ``2.1``): the goodput ledger
-(:mod:`beam_slurm.pipeline.goodput`) splits each attempt's node-seconds by them. Standard library only (the job runs
-Python 3.11, the training container 3.12).
+Phases: ``load``, ``step`` (a step's start to its end), ``saving`` (a step's end to ``on_save``, or to the next
+step's start), ``after-save`` (the HF export, the log), ``eval``, ``after-eval``, ``finished``; ``step_seconds`` are
+the last whole steps' durations. Every phase change is also appended to ``<ckpt_path>/.beam/progress_events.jsonl``
+(``{"t", "phase", "step", "attempt"}``), by which the goodput ledger (:mod:`beam_slurm.pipeline.goodput`) splits
+each attempt's node-seconds. Standard library only (the job runs Python 3.11, the training container 3.12).
 """
 
 from __future__ import annotations
@@ -22,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import statistics
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -69,16 +63,11 @@ class Progress:
 
     @property
     def median_step_s(self) -> float | None:
-        times = sorted(self.step_seconds)
-        if not times:
-            return None
-        middle = len(times) // 2
-        return times[middle] if len(times) % 2 else (times[middle - 1] + times[middle]) / 2
+        return statistics.median(self.step_seconds) if self.step_seconds else None
 
 
 def read_progress(ckpt_path: str | os.PathLike[str]) -> Progress | None:
-    """The newest heartbeat, or None when there is none (or it cannot be read: a half-visible file on a slow
-    shared file system is read again at the next poll)."""
+    """The newest heartbeat, or None when there is none or it cannot be read (the next poll reads it again)."""
     try:
         data = json.loads(progress_path(ckpt_path).read_text())
         return Progress(step=int(data["step"]), phase=str(data["phase"]), since=float(data["since"]),

@@ -4,37 +4,23 @@
 
 Like SkyRL 0.3.0 where it matters to the job around it, it:
 
-* joins the running Ray cluster, reserves one PACK placement group with one ``{"GPU": 1}`` bundle per policy GPU
-  (``trainer.placement.policy_num_nodes x policy_num_gpus_per_node``) and starts one actor per bundle; two actors on
-  one node given the same GPU id is an error (SkyRL issue #1577);
-* spends ``trainer.rehearsal_model_load_s`` "loading the model", then runs ``trainer.max_training_steps`` steps of
-  ``trainer.rehearsal_step_s`` each over the actors;
-* checkpoints every ``ckpt_interval`` and at the end in SkyRL's layout, ``{ckpt_path}/global_step_N/{policy/,
-  trainer_state.pt, data.pt}`` (small JSON files, not torch pickles), writing ``latest_ckpt_global_step.txt`` last and
-  atomically; ``max_ckpts_to_keep`` as in SkyRL. A save writes and fsyncs ``trainer.rehearsal_save_bytes`` into
-  ``policy/rehearsal_weights.bin`` over at least ``trainer.rehearsal_save_s`` before ``trainer_state.pt``, so a save
-  cut off by a kill leaves a step folder that resume never picks;
-* writes HF exports ``{export_path}/global_step_N/policy/`` every ``hf_save_interval`` (> 0) and at the end: when
-  ``trainer.policy.model.path`` is a local Hugging Face directory (has ``config.json``) its files (hard links, else
-  copies; renamed into place whole) plus ``rehearsal.json`` saying they are the unchanged base weights, so
-  ``beam-slurm evaluate`` loads it; otherwise a JSON stand-in, ``policy/rehearsal_model.json``, that no loader takes;
-* writes eval dumps every ``eval_interval`` (before training with ``eval_before_train``, and at the last step) as
-  ``{export_path}/dumped_evals/global_step_N_evals/{data_source}.jsonl`` + ``aggregated_results.jsonl``, one data source
-  per ``data.val_data`` file, ``eval_n_samples_per_prompt`` made-up responses each, marked ``"rehearsal": true``;
-* resumes like SkyRL: ``resume_mode=none`` starts at 0 (refusing to overwrite checkpoints), ``latest`` reads the marker
-  (missing: fresh start; a step folder more than ``ckpt_interval`` ahead of it is an inconsistent folder),
-  ``from_path`` needs ``resume_path`` naming a ``global_step_N`` folder; logs ``resumed from step N``;
-* writes the progress heartbeat (:mod:`beam_slurm.skyrl.progress`) as our SkyRL callback does;
-* with ``trainer.rehearsal_hang_at_step=N``, in the job's first attempt (not an in-job restart of it), blocks the last bundle's actor for good in
-  step N, as a rank stuck in a collective;
+* joins the running Ray cluster, reserves one PACK placement group with one ``{"GPU": 1}`` bundle per policy GPU and
+  starts one actor per bundle; two actors on one node given the same GPU id is an error (SkyRL issue #1577);
+* "loads the model" and runs ``trainer.max_training_steps`` steps over the actors, as long as the costs say;
+* checkpoints every ``ckpt_interval`` and at the end in SkyRL's layout (small JSON files), the marker last. A save
+  writes and fsyncs ``trainer.rehearsal_save_bytes`` over at least ``trainer.rehearsal_save_s`` before
+  ``trainer_state.pt``, so a save cut off by a kill is never resumed from;
+* writes HF exports every ``hf_save_interval`` (> 0) and at the end: the files of ``trainer.policy.model.path`` when it
+  is a local Hugging Face directory (so ``beam-slurm evaluate`` loads it), else a JSON stand-in no loader takes;
+* writes eval dumps in SkyRL's layout every ``eval_interval`` (made-up responses marked ``"rehearsal": true``);
+* resumes like SkyRL and logs ``resumed from step N``; writes the progress heartbeat as our SkyRL callback does;
+* with ``trainer.rehearsal_hang_at_step=N``, in the job's very first attempt, blocks the last bundle's actor for good
+  in step N, as a rank stuck in a collective;
 * saves on notice (:mod:`beam_slurm.skyrl.notice`): a request pending at a step's end saves that step (and its
   scheduled HF export), acknowledges, logs ``stopped on notice after saving step N`` and exits 0.
 
-Each finished step appends SkyRL-named made-up metrics to ``{export_path}/train_metrics.jsonl``
-(:mod:`beam_slurm.skyrl.train_metrics`, what ``beam-slurm report`` plots): ``step``, ``reward/avg_raw_reward`` in
-[-1, 1], ``generate/avg_num_tokens``, ``trainer/global_step``, ``time``, ``attempt`` (SLURM_RESTART_COUNT) and
-``"rehearsal": true``. Each attempt's actor placement goes to ``{export_path}/rehearsal/placement_attempt_<A>.json``.
-The costs and the hang (`trainer.rehearsal_*`) arrive as the environment variables in ``COST_ENV``.
+Each finished step appends made-up metrics to ``train_metrics.jsonl``. The costs and the hang (`trainer.rehearsal_*`)
+arrive as the environment variables in ``COST_ENV``.
 
 Settings are read with SkyRL's config classes when skyrl is importable (unknown keys rejected), else with OmegaConf
 (SkyRL's defaults, other keys unchecked). Exit status: 0 finished or stopped on notice, 2 bad settings, 1 otherwise.
@@ -42,6 +28,7 @@ Settings are read with SkyRL's config classes when skyrl is importable (unknown 
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -56,8 +43,8 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from beam_slurm.core.atomic_files import write_text
-from beam_slurm.core.layout import environ_attempt_label
+from beam_slurm.core.atomic_files import sync_directory, write_text
+from beam_slurm.core.layout import STEP_DIR, environ_attempt_label
 from beam_slurm.core.errors import UserError
 from beam_slurm.ray_cluster.driver_signals import hold_first_sigterm
 from beam_slurm.ray_cluster.records import note_driver_error
@@ -118,10 +105,8 @@ _KEYS["policy_model_path"] = "trainer.policy.model.path"
 
 
 def _lookup(cfg, dotted: str):
-    node = cfg
-    for part in dotted.split("."):
-        node = getattr(node, part) if not isinstance(node, dict) else node[part]
-    return node
+    return functools.reduce(lambda node, part: node[part] if isinstance(node, dict) else getattr(node, part),
+                            dotted.split("."), cfg)
 
 
 def parse_settings(argv: list[str]) -> RehearsalSettings:
@@ -137,19 +122,16 @@ def parse_settings(argv: list[str]) -> RehearsalSettings:
             cfg = config_cls.from_cli_overrides(argv)
         except Exception as exc:
             raise SettingsError(f"SkyRL rejects the overrides: {exc}") from exc
-        for name, key in _KEYS.items():
-            setattr(settings, name, _lookup(cfg, key))
     else:
         bad = [a for a in argv if "=" not in a or a.startswith("+")]
         if bad:
             raise SettingsError(f"not key=value overrides: {bad}; pass SkyRL overrides like trainer.ckpt_interval=10")
         cfg = OmegaConf.to_container(OmegaConf.from_cli(argv), resolve=True)
-        for name, key in _KEYS.items():
-            try:
-                value = _lookup(cfg, key)
-            except (KeyError, TypeError):
-                continue
-            setattr(settings, name, value)
+    for name, key in _KEYS.items():
+        try:
+            setattr(settings, name, _lookup(cfg, key))
+        except (KeyError, TypeError):  # the OmegaConf reader: a key not given keeps SkyRL's default
+            continue
     settings.parsed_by = reader
     read_costs(settings, os.environ)
     settings.resume_mode = "none" if settings.resume_mode in (None, "None", "null") else str(settings.resume_mode)
@@ -166,8 +148,7 @@ def read_costs(settings: RehearsalSettings, environ) -> None:
 
     defaults = TrainerConfig()
     for name, (env, key, kind) in COST_ENV.items():
-        text = environ.get(env)
-        if text is None or text == "":
+        if not (text := environ.get(env)):
             setattr(settings, name, getattr(defaults, key.rsplit(".", 1)[1]))
             continue
         try:
@@ -200,31 +181,21 @@ def _check(s: RehearsalSettings) -> None:
 
 
 def _step_dirs(root: Path) -> dict[int, Path]:
-    found = {}
-    if root.is_dir():
-        for child in root.iterdir():
-            if child.is_dir() and child.name.startswith(STEP_PREFIX):
-                try:
-                    found[int(child.name[len(STEP_PREFIX):])] = child
-                except ValueError:
-                    continue
-    return found
+    children = root.iterdir() if root.is_dir() else ()
+    return {int(match[1]): child for child in children if child.is_dir() and (match := STEP_DIR.match(child.name))}
 
 
 def resume_step(s: RehearsalSettings) -> int:
     """The step to resume after (0 = fresh start), decided exactly as SkyRL 0.3.0's load_checkpoints does."""
     root = Path(s.ckpt_path)
-    if s.resume_mode == "none":
-        marker = notice.read_marker(root)
-        if marker is not None:
-            raise SettingsError(f"trainer.resume_mode=none but {root} already holds checkpoints (latest step "
-                                f"{marker}); they would be overwritten. Use trainer.resume_mode=latest, or a new "
-                                "trainer.ckpt_path")
-        return 0
+    marker = None if s.resume_mode == "from_path" else notice.read_marker(root)
+    if s.resume_mode == "none" and marker is not None:
+        raise SettingsError(f"trainer.resume_mode=none but {root} already holds checkpoints (latest step "
+                            f"{marker}); they would be overwritten. Use trainer.resume_mode=latest, or a new "
+                            "trainer.ckpt_path")
+    if marker is None and s.resume_mode != "from_path":
+        return 0  # none, or latest without a checkpoint: a fresh start
     if s.resume_mode == "latest":
-        marker = notice.read_marker(root)
-        if marker is None:
-            return 0
         dirs = _step_dirs(root)
         if dirs and max(dirs) - marker > max(s.ckpt_interval, 0):
             raise SettingsError(f"inconsistent checkpoint folder {root}: latest_ckpt_global_step.txt names {marker} "
@@ -239,8 +210,8 @@ def resume_step(s: RehearsalSettings) -> int:
 
 
 def write_payload(path: Path, size: int, seconds: float) -> float:
-    """Write `size` bytes to `path` and fsync them, paced so the writing lasts at least `seconds`; the seconds it
-    took. The pacing sleeps between chunks, so a kill during a long save finds the file half-written."""
+    """Write and fsync `size` bytes to `path` over at least `seconds`, sleeping between chunks (a kill during a long
+    save finds the file half-written); the seconds it took."""
     started = time.monotonic()
     path.parent.mkdir(parents=True, exist_ok=True)
     block = os.urandom(min(_CHUNK, max(size, 1)))
@@ -257,17 +228,12 @@ def write_payload(path: Path, size: int, seconds: float) -> float:
                 time.sleep(ahead)
     if size <= 0 and seconds > 0:
         time.sleep(seconds)
-    fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    sync_directory(path.parent)
     return time.monotonic() - started
 
 
 def save_checkpoint(s: RehearsalSettings, step: int, attempt: int, in_job: int = 0) -> Path:
-    """Write a checkpoint in SkyRL's layout: the policy (and its payload, when the save has a cost) first,
-    trainer_state.pt after it, the marker last, atomically."""
+    """A checkpoint in SkyRL's layout: the policy (and its payload) first, trainer_state.pt after, the marker last."""
     root = Path(s.ckpt_path)
     step_dir = root / f"{STEP_PREFIX}{step}"
     stamp = {"rehearsal": True, "note": "written by the rehearsal trainer, not SkyRL; not a torch file",
@@ -287,14 +253,6 @@ def save_checkpoint(s: RehearsalSettings, step: int, attempt: int, in_job: int =
         for old in sorted(dirs)[: -s.max_ckpts_to_keep]:
             shutil.rmtree(dirs[old])
     return step_dir
-
-
-def hf_model_dir(s: RehearsalSettings) -> Path | None:
-    """The policy model as a local Hugging Face directory (has config.json), or None (hub id, missing, unset)."""
-    if not s.policy_model_path:
-        return None
-    path = Path(str(s.policy_model_path)).expanduser()
-    return path if (path / "config.json").is_file() else None
 
 
 def _link_or_copy_tree(source: Path, target: Path) -> tuple[int, int]:
@@ -318,11 +276,10 @@ def _link_or_copy_tree(source: Path, target: Path) -> tuple[int, int]:
 
 
 def export_hf(s: RehearsalSettings, step: int) -> Path:
-    """HF export of ``step`` at ``{export_path}/global_step_N/policy``: the base model's files when the policy model
-    is a local HF directory, else a JSON stand-in. Returns the policy directory."""
+    """HF export of ``step``: the base model's files, or a JSON stand-in; returns the policy directory."""
     policy = Path(s.export_path) / f"{STEP_PREFIX}{step}" / "policy"
-    base = hf_model_dir(s)
-    if base is None:
+    base = Path(str(s.policy_model_path)).expanduser() if s.policy_model_path else None
+    if base is None or not (base / "config.json").is_file():  # a hub id, missing or unset: not a local HF folder
         write_text(policy / "rehearsal_model.json", json.dumps(
             {"rehearsal": True, "global_step": step, "what": "HF export stand-in",
              "why": f"trainer.policy.model.path={s.policy_model_path!r} is not a local Hugging Face directory"}) + "\n")
@@ -371,17 +328,12 @@ def dump_eval(s: RehearsalSettings, step: int, rng: random.Random) -> dict:
     metrics: dict = {}
     sources = [_data_source(f) for f in s.val_data] or ["unknown"]
     for source in sources:
-        lines, scores = [], []
-        for problem in range(3):
-            for sample in range(n):
-                score = 1.0 if rng.random() < 0.5 else -1.0
-                scores.append(score)
-                lines.append(json.dumps({
-                    "input_prompt": f"[rehearsal] problem {problem} of {source}",
-                    "output_response": f"[rehearsal] made-up response {sample}. Answer: {problem}",
-                    "score": score, "stop_reason": "stop", "env_class": "aime",
-                    "env_extras": {"rehearsal": True}, "data_source": source, "rehearsal": True,
-                }))
+        scores = [1.0 if rng.random() < 0.5 else -1.0 for _ in range(3 * n)]  # 3 problems, n samples each
+        lines = [json.dumps({"input_prompt": f"[rehearsal] problem {i // n} of {source}",
+                             "output_response": f"[rehearsal] made-up response {i % n}. Answer: {i // n}",
+                             "score": score, "stop_reason": "stop", "env_class": "aime",
+                             "env_extras": {"rehearsal": True}, "data_source": source, "rehearsal": True})
+                 for i, score in enumerate(scores)]
         write_text(out / f"{source}.jsonl", "\n".join(lines) + "\n")
         metrics[f"eval/{source}/avg_score"] = sum(scores) / len(scores)
     metrics["rehearsal"] = True
@@ -422,16 +374,12 @@ def place_actors(s: RehearsalSettings, attempt: int):
     timeout = float(os.environ.get(PG_TIMEOUT_ENV, "120"))
     ready, _ = ray.wait([group.ready()], timeout=timeout)
     if not ready:
-        total = ray.cluster_resources().get("GPU", 0)
         raise RuntimeError(f"placement group of {world} GPU bundles ({s.policy_num_nodes} nodes x "
                            f"{s.policy_num_gpus_per_node}) not ready after {timeout:.0f} s; the Ray cluster has "
-                           f"{total:g} GPUs")
-    actors = [
-        GpuSlot.options(scheduling_strategy=PlacementGroupSchedulingStrategy(
-            placement_group=group, placement_group_bundle_index=i)).remote(
-                s.hang_at_step if attempt == 0 and i == world - 1 else 0)
-        for i in range(world)
-    ]
+                           f"{ray.cluster_resources().get('GPU', 0):g} GPUs")
+    hang_at = [0] * (world - 1) + [s.hang_at_step if attempt == 0 else 0]  # the last bundle's actor hangs
+    actors = [GpuSlot.options(scheduling_strategy=PlacementGroupSchedulingStrategy(
+        placement_group=group, placement_group_bundle_index=i)).remote(hang_at[i]) for i in range(world)]
     report = ray.get([a.where.remote() for a in actors])
     seen: dict[tuple[str, str], int] = {}
     for index, slot in enumerate(report):

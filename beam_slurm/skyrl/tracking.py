@@ -1,19 +1,8 @@
 """Experiment tracking across requeues: one W&B run for the whole run, whatever the number of attempts.
 
-Each requeued attempt is a new process, and W&B ignores `resume` in offline mode (compute nodes often have no
-internet), so without care every attempt would be a run of its own. Here:
-
-- the training job chooses one W&B run id at its first attempt and keeps it in the run record
-  (`<export_path>/beam_run/run.json`, key `tracking`); every later attempt reads it back (`job_env`);
-- every attempt's trainer gets WANDB_RUN_ID (that id), WANDB_RESUME=allow, WANDB_MODE (`trainer.wandb_mode`, offline
-  by default) and its own WANDB_DIR, `<export_path>/beam_run/wandb/<jobid>-<attempt>/`, so attempts never write into
-  one another's offline folder;
-- `beam-slurm sync RUN` (`beam_slurm.pipeline.tracking`) uploads the attempts' offline folders into that one run,
-  in order of start time: `wandb sync --id <id> <folder>` per attempt (wandb >= 0.31 appends a folder to the run
-  named by `--id`). `--dry-run` prints the commands only.
-
-The static part (mode, resume) comes from `beam_slurm.skyrl.command.skyrl_env`; the rehearsal trainer logs through
-`open_run`/`log` as SkyRL's own W&B logger does.
+W&B ignores `resume` offline, so the training job chooses one W&B run id at the run's first attempt and keeps it in
+the run record; every attempt's trainer gets that WANDB_RUN_ID and its own WANDB_DIR, `beam_run/wandb/<job>-<attempt>/`
+under the export path, which `beam-slurm sync RUN` uploads into the one run.
 """
 
 from __future__ import annotations
@@ -34,18 +23,13 @@ WANDB_FOLDER = "wandb"  # under `beam_run/`, one WANDB_DIR per attempt (`<jobid>
 _ID_ALPHABET = string.ascii_lowercase + string.digits
 
 
-def new_run_id() -> str:
-    """A W&B-style run id: 8 lowercase letters and digits."""
-    return "".join(secrets.choice(_ID_ALPHABET) for _ in range(8))
-
-
 def ensure_run_id(export_path: str | os.PathLike, job_id: str) -> str:
     """The run's W&B id from the run record, chosen and recorded now when this is the run's first attempt."""
 
     def change(run: RunRecord) -> str:
         if run.tracking is None or not run.tracking.wandb_run_id:
-            run.tracking = Tracking(logger="wandb", wandb_run_id=new_run_id(), chosen_by_job=str(job_id),
-                                    chosen_at=now())
+            run_id = "".join(secrets.choice(_ID_ALPHABET) for _ in range(8))  # W&B-style: 8 letters and digits
+            run.tracking = Tracking(logger="wandb", wandb_run_id=run_id, chosen_by_job=str(job_id), chosen_at=now())
         return run.tracking.wandb_run_id
 
     return RunStore(export_path).update(change)

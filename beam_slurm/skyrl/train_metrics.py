@@ -1,9 +1,7 @@
 """Training metrics as the run report reads them: ``<export_path>/train_metrics.jsonl``, one JSON object per line.
 
-Each line is one logged step, ``{"step": N, "reward/avg_raw_reward": .., "generate/avg_num_tokens": .., ...}`` with
-SkyRL's own metric names (the format :mod:`beam_slurm.evaluation.report` documents and plots). Lines are only ever
-appended: a requeued job that redoes a step appends that step again, and the report keeps the later line.
-Written by our SkyRL entrypoint's logging callback and by the rehearsal trainer.
+Each line is one logged step with SkyRL's metric names (what :mod:`beam_slurm.evaluation.report` plots). Lines are
+only appended: a redone step is appended again, the report keeps the later line.
 """
 
 from __future__ import annotations
@@ -28,8 +26,7 @@ def _plain(value: Any) -> Any:
 
 
 def append_step_metrics(export_path: str | os.PathLike, step: int, metrics: Mapping[str, Any]) -> Path:
-    """Append ``{"step": step, **metrics}`` as one line, in a single ``write`` on an ``O_APPEND`` descriptor so
-    concurrent or interrupted writers never interleave half lines; the file. OSError when it cannot be written."""
+    """Append ``{"step": step, **metrics}`` as one line, in one ``O_APPEND`` ``write`` (no half lines); the file."""
     record = {"step": int(step), **{k: v for k, v in metrics.items() if k != "step"}}
     data = (json.dumps(record, default=_plain) + "\n").encode()
     path = Path(export_path) / TRAIN_METRICS_FILE
