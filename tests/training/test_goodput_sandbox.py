@@ -20,6 +20,8 @@ pytestmark = [pytest.mark.sandbox, pytest.mark.slow]
 INTERVAL, STEP_S, NODES = 4, 0.5, 2
 HANG_S, LOAD_S = 8, 1
 # A bring-up allowance that a loaded machine cannot use up: the hang must be the one in step 3, not a slow start.
+# Waits are bounded by the job's own time limit: a loaded machine slows bring-up (minutes), not the verdicts.
+LIMIT_S = 900
 KEYS = ("cluster.grace_s=30", "cluster.signal_before_s=120", f"cluster.hang_timeout_s={HANG_S}",
         f"trainer.rehearsal_model_load_s={LOAD_S}", "trainer.expected_bringup_s=300")
 
@@ -35,12 +37,12 @@ def attempt_steps(run, attempt: int, in_job: int) -> list[int]:
 
 def right_after_a_step(run, attempt: int, in_job: int, step: int) -> None:
     """Wait for `step` of that attempt to be logged: a fault then lands early in the next step."""
-    wait_for(lambda: step in attempt_steps(run, attempt, in_job), 240, f"step {step} of attempt {attempt}.{in_job}")
+    wait_for(lambda: step in attempt_steps(run, attempt, in_job), LIMIT_S, f"step {step} of attempt {attempt}.{in_job}")
 
 
 def assert_the_ledger_explains_slurms_accounting(run, labels: list[str], kinds: list[str], min_redone: int) -> dict:
     """The run's ledger (report --json) against sacct, the redone steps and the timeline's attempts."""
-    assert run.finish(timeout=240) == "COMPLETED", run.output()[-6000:]
+    assert run.finish(timeout=LIMIT_S) == "COMPLETED", run.output()[-6000:]
     report = beam(run, "report", str(run.export_path), "--json")
     assert report.returncode == 0, report.stderr
     ledger = json.loads(report.stdout)["runs"][0]["goodput"]
@@ -74,7 +76,7 @@ def assert_the_ledger_explains_slurms_accounting(run, labels: list[str], kinds: 
 
 def test_the_ledger_of_a_hang_and_a_killed_raylet_both_restarted_in_the_job(train_run):
     run = train_run(steps=12, ckpt_interval=INTERVAL, step_seconds=STEP_S)
-    run.submit("--time=00:15:00", overrides=(*KEYS, "trainer.rehearsal_hang_at_step=3"))
+    run.submit(f"--time={LIMIT_S // 60}", overrides=(*KEYS, "trainer.rehearsal_hang_at_step=3"))
     # 1. the hang in step 3 (attempt 0) -> restarted in the job, from no checkpoint
     right_after_a_step(run, 0, 1, 5)  # 2. attempt 0.1 reaches step 5 (checkpoint at 4): kill a worker raylet
     worker = re.search(r"\[ray-node (n\d+) rank 1 ", run.output()).group(1)
@@ -87,12 +89,12 @@ def test_the_ledger_of_a_hang_and_a_killed_raylet_both_restarted_in_the_job(trai
 def test_the_ledger_of_a_graceful_and_a_raw_requeue(train_run):
     # 30 steps: the verb, started under load, must reach the job well before its last step
     run = train_run(steps=30, ckpt_interval=INTERVAL, step_seconds=STEP_S)
-    run.submit("--time=00:15:00", overrides=KEYS)
+    run.submit(f"--time={LIMIT_S // 60}", overrides=KEYS)
     right_after_a_step(run, 0, 0, 5)  # 1. the operator's requeue, saved at the step boundary it reaches (load)
     assert beam(run, "requeue", str(run.export_path)).returncode == 0
     # 2. a raw scontrol requeue (nothing saved) in attempt 1, three steps past a periodic checkpoint and past the
     # step it resumed from, so steps are lost whatever step the requeue's save landed on
-    first = wait_for(lambda: attempt_steps(run, 1, 0), 240, "attempt 1's first step")[0]
+    first = wait_for(lambda: attempt_steps(run, 1, 0), LIMIT_S, "attempt 1's first step")[0]
     target = next(k for k in range(first + 1, run.steps) if k % INTERVAL == INTERVAL - 1)
     right_after_a_step(run, 1, 0, target)
     subprocess.run(["scontrol", "requeue", run.job_id], env=run.env(), check=True, timeout=30)
