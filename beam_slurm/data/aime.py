@@ -73,10 +73,8 @@ def convert_aime_files(files: list[Path], where: str, data_source: str) -> pa.Ta
         problem_column = _pick(columns, PROBLEM_COLUMNS)
         answer_column = _pick(columns, ANSWER_COLUMNS)
         if problem_column is None or answer_column is None:
-            raise BadDataInput(
-                f"{where} ({path}): found columns {', '.join(columns)}; expected a problem column "
-                f"({' or '.join(PROBLEM_COLUMNS)}) and an answer column ({' or '.join(ANSWER_COLUMNS)})"
-            )
+            raise BadDataInput(f"{where} ({path}): found columns {', '.join(columns)}; expected a problem column "
+                               f"({' or '.join(PROBLEM_COLUMNS)}) and an answer column ({' or '.join(ANSWER_COLUMNS)})")
         for row_number, record in enumerate(records):
             at = f"{where} ({path}) row {row_number}"
             problem = record.get(problem_column)

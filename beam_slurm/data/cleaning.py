@@ -165,11 +165,9 @@ def _check_ground_truth(reward_model: pa.Array, first_row: int, where: str) -> N
     empty = pc.fill_null(pc.equal(pc.utf8_trim_whitespace(truth), ""), True)
     if pc.any(empty).as_py():
         bad = pc.indices_nonzero(empty)
-        raise BadDataInput(
-            f"{where}: empty reward_model.ground_truth at row {first_row + bad[0].as_py()} "
-            f"({len(bad)} such row(s) in rows {first_row}-{first_row + len(reward_model) - 1}); "
-            "every row needs a non-empty answer"
-        )
+        raise BadDataInput(f"{where}: empty reward_model.ground_truth at row {first_row + bad[0].as_py()} "
+                           f"({len(bad)} such row(s) in rows {first_row}-{first_row + len(reward_model) - 1}); "
+                           "every row needs a non-empty answer")
 
 
 def read_ahead(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:

@@ -193,10 +193,8 @@ def prepare(config: DataConfig, log: Log = default_log, *, force: bool = False, 
                 adopted[plan.file_name] = _adopted_entry(plan, output, request, log)
                 continue
             if reason is not None:
-                raise BadDataInput(
-                    f"{output} already exists and {reason}; pass --force to replace it "
-                    "or choose another data.out_dir"
-                )
+                raise BadDataInput(f"{output} already exists and {reason}; pass --force to replace it "
+                                   "or choose another data.out_dir")
             log(f"{plan.file_name}: kept (up to date with {plan.setting})")
 
         resolved: dict[str, list[ResolvedSource]] = {}
@@ -218,11 +216,9 @@ def prepare(config: DataConfig, log: Log = default_log, *, force: bool = False, 
                 started = time.monotonic()
                 sources = resolved[plan.file_name]
                 stats = _build(plan, sources, config, temporaries[plan.file_name], log)
-                log(
-                    f"{plan.file_name}: {stats.rows_in} rows -> {stats.rows_distinct} distinct -> {stats.rows_out} "
+                log(f"{plan.file_name}: {stats.rows_in} rows -> {stats.rows_distinct} distinct -> {stats.rows_out} "
                     f"kept ({stats.prompts_conflicting} prompts with conflicting answers dropped) "
-                    f"in {time.monotonic() - started:.1f} s"
-                )
+                    f"in {time.monotonic() - started:.1f} s")
                 if plan.file_name != DAPO_MATH_OUTPUT and stats.rows_out != 30:
                     log(f"warning: {plan.file_name} has {stats.rows_out} problems; an AIME year has 30")
                 entries[plan.file_name] = {"source": plan.source, "settings": plan.settings,

@@ -70,17 +70,13 @@ class DataConfig:
         """The AIME 2025 sources as a list (the setting takes one value or a list)."""
         values = list(self.aime2025) if isinstance(self.aime2025, (list, tuple)) else [self.aime2025]
         if not values or any(not isinstance(v, str) or not v.strip() for v in values):
-            raise BadDataInput(
-                f"data.aime2025 must be a path/hub address or a list of them (got {self.aime2025!r})"
-            )
+            raise BadDataInput(f"data.aime2025 must be a path/hub address or a list of them (got {self.aime2025!r})")
         return [str(v) for v in values]
 
     def resolved_out_dir(self, data_dir: Optional[str]) -> str:
         """out_dir, or `data_dir` (paths.data_dir, env DATA_DIR) when unset."""
         value = self.out_dir or data_dir
         if not value:
-            raise BadDataInput(
-                "data.out_dir is not set and paths.data_dir (env DATA_DIR) is empty: pass data.out_dir=<directory> "
-                "(or export DATA_DIR=<directory>)"
-            )
+            raise BadDataInput("data.out_dir is not set and paths.data_dir (env DATA_DIR) is empty: pass "
+                               "data.out_dir=<directory> (or export DATA_DIR=<directory>)")
         return value

@@ -15,10 +15,8 @@ from beam_slurm.data.errors import BadDataInput
 KEY_COLUMNS = ("data_source", "prompt", "ability", "reward_model")
 """Columns that identify a row for deduplication (SkyRL's rule); extra_info is deliberately not among them."""
 
-PROMPT_PREFIX = (
-    "Solve the following math problem step by step. The last line of your response should be of the form "
-    "Answer: $Answer (without quotes) where $Answer is the answer to the problem.\n\n"
-)
+PROMPT_PREFIX = ("Solve the following math problem step by step. The last line of your response should be of the form "
+                 "Answer: $Answer (without quotes) where $Answer is the answer to the problem.\n\n")
 PROMPT_SUFFIX = '\n\nRemember to put your answer on its own line after "Answer:".'
 ABILITY = "MATH"
 REWARD_STYLE = "rule-lighteval/MATH_v2"
@@ -59,10 +57,8 @@ def check_dapo_schema(schema: pa.Schema, where: str) -> None:
     names = set(schema.names)
     missing = [c for c in KEY_COLUMNS if c not in names]
     if missing:
-        raise BadDataInput(
-            f"{where}: missing column(s) {', '.join(missing)}; a DAPO-format file has "
-            f"{', '.join(KEY_COLUMNS)} (+ extra_info); found {', '.join(schema.names) or 'none'}"
-        )
+        raise BadDataInput(f"{where}: missing column(s) {', '.join(missing)}; a DAPO-format file has "
+                           f"{', '.join(KEY_COLUMNS)} (+ extra_info); found {', '.join(schema.names) or 'none'}")
 
     def wrong(column: str, expected: str, found: pa.DataType) -> BadDataInput:
         return BadDataInput(f"{where}: column {column} has type {found}, expected {expected}")

@@ -116,11 +116,9 @@ def _hub_failure_message(error: Exception, what: str, setting: str, spec: str, a
     from huggingface_hub import constants, errors as hub_errors
 
     if constants.HF_HUB_OFFLINE or isinstance(error, (hub_errors.LocalEntryNotFoundError, hub_errors.OfflineModeIsEnabled)):
-        return (
-            f"{setting}={spec}: not in the local hub cache ({constants.HF_HUB_CACHE}) and the hub is not reachable "
-            f"(HF_HUB_OFFLINE={'1' if constants.HF_HUB_OFFLINE else '0'}). Download it where the hub is reachable "
-            f"with the same HF_HOME, or pass a local file: {setting}=/path/to/file"
-        )
+        return (f"{setting}={spec}: not in the local hub cache ({constants.HF_HUB_CACHE}) and the hub is not reachable "
+                f"(HF_HUB_OFFLINE={'1' if constants.HF_HUB_OFFLINE else '0'}). Download it where the hub is reachable "
+                f"with the same HF_HOME, or pass a local file: {setting}=/path/to/file")
     if isinstance(error, hub_errors.GatedRepoError):
         return f"{setting}={spec}: the repository is gated; accept its terms on the hub and export HF_TOKEN"
     if isinstance(error, hub_errors.RepositoryNotFoundError):

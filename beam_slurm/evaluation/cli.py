@@ -112,10 +112,8 @@ def _load_problems(files: list[str], limit: int | None) -> tuple[list[Problem], 
         file_problems = read_problems(path, limit)
         for source in {p.data_source for p in file_problems}:
             if source_of.setdefault(source, str(path)) != str(path):
-                raise DatasetError(
-                    f"--data: {path} and {source_of[source]} both hold data_source {source!r}; their metrics would "
-                    "mix. Pass each benchmark once"
-                )
+                raise DatasetError(f"--data: {path} and {source_of[source]} both hold data_source {source!r}; their "
+                                   "metrics would mix. Pass each benchmark once")
         problems += file_problems
         described.append({"path": str(path), "sha256": sha256_file(path), "problems": len(file_problems)})
     return problems, described
@@ -130,10 +128,8 @@ def _resolve_out(args: argparse.Namespace, eval_input: EvalInput | None) -> Path
         if step is not None:
             default = evaluation_dir(run_root, step)
     if default is None:
-        raise UsageError(
-            "--out is required: the checkpoint is not inside a run's global_step_N directory, so there is no "
-            "default <export_path>/beam_evals/global_step_N/"
-        )
+        raise UsageError("--out is required: the checkpoint is not inside a run's global_step_N directory, so there "
+                         "is no default <export_path>/beam_evals/global_step_N/")
     return default
 
 
@@ -146,10 +142,8 @@ def _checkpoint_from_list(args: argparse.Namespace) -> str:
         raise UsageError(f"--checkpoint-list: cannot read {args.checkpoint_list} ({exc})") from exc
     task = os.environ.get("SLURM_ARRAY_TASK_ID", "")
     if not task.isdigit() or int(task) >= len(lines):
-        raise UsageError(
-            f"--checkpoint-list needs SLURM_ARRAY_TASK_ID between 0 and {len(lines) - 1} (got {task!r}); "
-            f"submit with sbatch --array=0-{len(lines) - 1}"
-        )
+        raise UsageError(f"--checkpoint-list needs SLURM_ARRAY_TASK_ID between 0 and {len(lines) - 1} (got {task!r}); "
+                         f"submit with sbatch --array=0-{len(lines) - 1}")
     return lines[int(task)]
 
 

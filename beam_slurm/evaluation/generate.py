@@ -87,10 +87,8 @@ class EngineSettings:
         if self.tensor_parallel_size < 1 or self.pipeline_parallel_size < 1:
             raise SettingsError("rollout.tensor_parallel and rollout.pipeline_parallel must be at least 1")
         if self.distributed_executor_backend not in (None, "ray", "mp", "uni"):
-            raise SettingsError(
-                f"rollout.executor_backend must be one of {', '.join(EXECUTORS)} "
-                f"(got {self.distributed_executor_backend!r})"
-            )
+            raise SettingsError(f"rollout.executor_backend must be one of {', '.join(EXECUTORS)} "
+                                f"(got {self.distributed_executor_backend!r})")
         if not 0.0 < self.gpu_memory_utilization <= 1.0:
             raise SettingsError(f"eval.gpu_memory_utilization must be in (0, 1] (got {self.gpu_memory_utilization})")
 
@@ -283,10 +281,8 @@ def generate_with_server(problems: list[Problem], client: ClientSettings, sampli
         reply = _request_json(client, "POST", "/chat/completions", body)
         choices = sorted(reply.get("choices") or [], key=lambda choice: choice.get("index", 0))
         if len(choices) != sampling.n:
-            raise ServerError(
-                f"{client.api_root}/chat/completions returned {len(choices)} choices for n={sampling.n} "
-                f"(problem {problem.problem_id}); the server must support n > 1"
-            )
+            raise ServerError(f"{client.api_root}/chat/completions returned {len(choices)} choices for n={sampling.n} "
+                              f"(problem {problem.problem_id}); the server must support n > 1")
         return [
             _row(problem, sample, (choice.get("message") or {}).get("content") or "", choice.get("finish_reason"), None)
             for sample, choice in enumerate(choices)

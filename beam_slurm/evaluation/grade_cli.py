@@ -100,10 +100,8 @@ def main(argv: list[str]) -> int:
     print_summary(metrics, details)
     primary = outcome.phases["primary"]
     verified = outcome.phases["math_verify"]
-    print(
-        f"graded {len(outcome.grades)} responses with {limits.worker_count} worker(s): primary rule "
-        f"{primary.per_second:,.0f}/s, math-verify {verified.per_second:,.0f}/s, slowest item "
-        f"{max(primary.worst_item_s, verified.worst_item_s):.2f} s (bound {limits.item_bound_s:.2f} s), "
-        f"{outcome.timeouts} over a bound; results in {args.out}"
-    )
+    print(f"graded {len(outcome.grades)} responses with {limits.worker_count} worker(s): primary rule "
+          f"{primary.per_second:,.0f}/s, math-verify {verified.per_second:,.0f}/s, slowest item "
+          f"{max(primary.worst_item_s, verified.worst_item_s):.2f} s (bound {limits.item_bound_s:.2f} s), "
+          f"{outcome.timeouts} over a bound; results in {args.out}")
     return 0

@@ -224,10 +224,8 @@ class GradingPool:
 
     def __init__(self, limits: GradingLimits):
         if importlib.util.find_spec("math_verify") is None:
-            raise GradingSetupError(
-                "math-verify is not installed in this environment; install the eval extra "
-                "(pip install 'beam-slurm[eval]') or the dev extra"
-            )
+            raise GradingSetupError("math-verify is not installed in this environment; install the eval extra "
+                                    "(pip install 'beam-slurm[eval]') or the dev extra")
         self.limits = limits
         self._context = _forkserver_context()
         self._workers = [_Worker(self._context, limits) for _ in range(limits.worker_count)]

@@ -52,9 +52,8 @@ def validate_rows(rows: list[dict[str, Any]]) -> None:
             raise GradingInputError(f"row {number}: expected a JSON object, got {type(row).__name__}")
         missing = [name for name in required if name not in row]
         if missing:
-            raise GradingInputError(
-                f"row {number}: missing field(s) {', '.join(missing)}; each row needs {', '.join(required)}"
-            )
+            raise GradingInputError(f"row {number}: missing field(s) {', '.join(missing)}; each row needs "
+                                    f"{', '.join(required)}")
         if not isinstance(row["response"], str):
             raise GradingInputError(f"row {number}: 'response' must be a string, got {type(row['response']).__name__}")
         if not isinstance(row["data_source"], str) or not row["data_source"]:
@@ -67,27 +66,23 @@ def validate_rows(rows: list[dict[str, Any]]) -> None:
         source, problem = row["data_source"], str(row["problem_id"])
         key = (source, problem, row["sample"])
         if key in seen:
-            raise GradingInputError(
-                f"row {number}: duplicate sample {row['sample']} of problem {problem!r} in data source {source!r}"
-            )
+            raise GradingInputError(f"row {number}: duplicate sample {row['sample']} of problem {problem!r} in data "
+                                    f"source {source!r}")
         seen.add(key)
         truth = str(row["ground_truth"])
         previous = truths.setdefault((source, problem), truth)
         if previous != truth:
-            raise GradingInputError(
-                f"row {number}: problem {problem!r} of data source {source!r} has two ground truths, "
-                f"{previous!r} and {truth!r}"
-            )
+            raise GradingInputError(f"row {number}: problem {problem!r} of data source {source!r} has two ground "
+                                    f"truths, {previous!r} and {truth!r}")
         samples[source][problem] += 1
     for source, per_problem in samples.items():
         counts = collections.Counter(per_problem.values())
         if len(counts) > 1:
             k = counts.most_common(1)[0][0]
             odd = sorted((p for p, n in per_problem.items() if n != k), key=_problem_sort_key)
-            raise GradingInputError(
-                f"data source {source!r}: problem {odd[0]!r} has {per_problem[odd[0]]} samples but most problems "
-                f"have {k} (k must be equal for every problem; {len(odd)} problem(s) differ)"
-            )
+            raise GradingInputError(f"data source {source!r}: problem {odd[0]!r} has {per_problem[odd[0]]} samples "
+                                    f"but most problems have {k} (k must be equal for every problem; {len(odd)} "
+                                    "problem(s) differ)")
 
 
 def pass_at(k: int, correct: int, j: int) -> float:

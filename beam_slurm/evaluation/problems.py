@@ -56,10 +56,8 @@ def read_problems(path: str | Path, limit: int | None = None) -> list[Problem]:
         raise DatasetError(f"--data: {path} is not a readable parquet file ({exc})") from exc
     missing = [column for column in REQUIRED_COLUMNS if column not in table.column_names]
     if missing:
-        raise DatasetError(
-            f"--data: {path} lacks column(s) {', '.join(missing)}; expected the cleaned DAPO/AIME format "
-            "(prompt, reward_model.ground_truth, data_source)"
-        )
+        raise DatasetError(f"--data: {path} lacks column(s) {', '.join(missing)}; expected the cleaned DAPO/AIME "
+                           "format (prompt, reward_model.ground_truth, data_source)")
     rows = table.to_pylist()
     if limit is not None:
         rows = rows[:limit]

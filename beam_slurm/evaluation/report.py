@@ -13,10 +13,11 @@ rehearsal trainer are marked wherever they appear.
 
 from __future__ import annotations
 
+import collections
 import json
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +26,7 @@ import yaml
 from beam_slurm.config.verb_args import VerbArgs, VerbUsageError, fit_columns, table_console, verb_table
 from beam_slurm.core.atomic_files import atomic_writer
 from beam_slurm.core.errors import UserError
-from beam_slurm.core.layout import CONFIG_FILE, RUN_DIRNAME, SWEEP_FILE, run_file
+from beam_slurm.core.layout import CONFIG_FILE, RUN_DIRNAME, STEP_DIR, SWEEP_FILE, run_file
 from beam_slurm.core.run_store import RunStore
 from beam_slurm.evaluation.problems import labels_by_source
 from beam_slurm.evaluation.results import DETAILS_FILE, EVALS_DIRNAME, INFO_FILE, METRICS_FILE, write_json
@@ -45,7 +46,6 @@ COMPARE_STEM = "compare"  # runs given one by one: compare.* beside the first ru
 REHEARSAL_RUN = "rehearsal: checks the plumbing, does not train"  # also in `status` and `submit`
 FIRST_DATASETS = ("aime2025", "aime2024")  # accuracy panels first, in this order
 
-_STEP_DIR = re.compile(r"^global_step_(\d+)$")
 _DUMP_DIR = re.compile(r"^global_step_(\d+)_evals$")
 # Keys that name a run rather than a setting: never what tells two runs apart in a label.
 _NOT_A_SETTING = re.compile(r"^(run_name|paths\..*|data\..*|hydra\..*|eval\.launcher\.(name|submitit_folder))$")
@@ -107,30 +107,21 @@ def resolve_export_path(run: str, exports_root: str | None = None) -> Path:
         return resolve_run(run, exports_root)
     except RunNotFound:
         pass
-    candidates: list[Path] = []
-    given = Path(run).expanduser()
-    if given.is_dir():
-        candidates.append(given)
-    else:
-        candidates.append(default_exports_root(exports_root) / run)
-    for base in candidates:
-        if not base.is_dir():
-            continue
-        if _is_export_path(base):
-            return base
-        for depth_pattern in ("*", "*/*"):
-            found = sorted(p for p in base.glob(depth_pattern) if p.is_dir() and _is_export_path(p))
-            if len(found) == 1:
-                return found[0]
-            if len(found) > 1:
-                listing = ", ".join(str(p) for p in found[:5])
-                raise ReportInputError(f"{base} holds several runs' results ({listing}); pass one of them, or the "
-                                       "sweep folder (with sweep.json) to compare them")
-    looked = ", ".join(str(p) for p in candidates)
+    base = Path(run).expanduser()
+    base = base if base.is_dir() else default_exports_root(exports_root) / run
+    if base.is_dir() and _is_export_path(base):
+        return base
+    for depth_pattern in ("*", "*/*") if base.is_dir() else ():
+        found = sorted(p for p in base.glob(depth_pattern) if p.is_dir() and _is_export_path(p))
+        if len(found) == 1:
+            return found[0]
+        if len(found) > 1:
+            listing = ", ".join(str(p) for p in found[:5])
+            raise ReportInputError(f"{base} holds several runs' results ({listing}); pass one of them, or the "
+                                   "sweep folder (with sweep.json) to compare them")
     raise ReportInputError(
-        f"no evaluations found for run {run!r} (looked in {looked} for {EVALS_DIRNAME}/, {SKYRL_DUMPS_DIRNAME}/ "
-        f"or {TRAIN_METRICS_FILE}); pass the run's export path or set --exports-root"
-    )
+        f"no evaluations found for run {run!r} (looked in {base} for {EVALS_DIRNAME}/, {SKYRL_DUMPS_DIRNAME}/ "
+        f"or {TRAIN_METRICS_FILE}); pass the run's export path or set --exports-root")
 
 
 def resolve_targets(targets: list[str], exports_root: str | None = None) -> list[RunTarget]:
@@ -154,12 +145,9 @@ def resolve_targets(targets: list[str], exports_root: str | None = None) -> list
 # --- what a run's record says --------------------------------------------------------------------------------------
 
 def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:
-    if isinstance(value, dict):
-        out: dict[str, Any] = {}
-        for key, item in value.items():
-            out.update(_flatten(item, f"{prefix}{key}."))
-        return out
-    return {prefix[:-1]: value}
+    if not isinstance(value, dict):
+        return {prefix[:-1]: value}
+    return {name: leaf for key, item in value.items() for name, leaf in _flatten(item, f"{prefix}{key}.").items()}
 
 
 def run_config(export_path: Path) -> dict[str, Any]:
@@ -168,9 +156,7 @@ def run_config(export_path: Path) -> dict[str, Any]:
         # libyaml's safe loader when present: the same result, ~10x faster (status reads every run's recipe).
         loaded = yaml.load((Path(export_path) / RUN_DIRNAME / CONFIG_FILE).read_text(encoding="utf-8"),
                            Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
-    except (OSError, ValueError, ImportError):
-        return {}
-    except Exception:  # a YAML error in a hand-edited file: no labels from it, the rest of the report stands
+    except Exception:  # unreadable, or a YAML error in a hand-edited file: no labels from it, the rest stands
         return {}
     return _flatten(loaded) if isinstance(loaded, dict) else {}
 
@@ -201,10 +187,8 @@ def _recorded_data_files(export_path: Path) -> list[str]:
         except (OSError, ValueError):
             continue
         infos = [info] + [i for i in (info.get("datasets") or {}).values() if isinstance(i, dict)]
-        for one in infos:
-            for data in one.get("data") or []:
-                if isinstance(data, dict) and data.get("path"):
-                    files.append(str(data["path"]))
+        files += [str(data["path"]) for one in infos for data in one.get("data") or []
+                  if isinstance(data, dict) and data.get("path")]
     return list(dict.fromkeys(files))
 
 
@@ -235,7 +219,7 @@ def _collect_ours(report: RunReport, labels: dict[str, str]) -> None:
     if not root.is_dir():
         return
     for folder in sorted(root.iterdir()):
-        match = _STEP_DIR.match(folder.name)
+        match = STEP_DIR.match(folder.name)
         if not match or not (folder / METRICS_FILE).is_file():
             continue  # unfinished evaluations have no metrics.json yet
         metrics = _read_json(folder / METRICS_FILE, report)
@@ -250,12 +234,6 @@ def _collect_ours(report: RunReport, labels: dict[str, str]) -> None:
             report.evals.append(EvalPoint(
                 int(match.group(1)), source, "beam", float(entry["avg@k"]), metrics=entry, mean_tokens=tokens,
                 dataset=entry_label(source, entry, labels), rehearsal=entry.get("rehearsal") is True))
-
-
-def _response_reward(score: Any) -> float:
-    if isinstance(score, list):
-        return float(sum(score))
-    return float(score)
 
 
 def _collect_skyrl(report: RunReport, labels: dict[str, str]) -> None:
@@ -283,7 +261,8 @@ def _collect_skyrl(report: RunReport, labels: dict[str, str]) -> None:
                         made_up |= row.get("rehearsal") is True
                         source = row.get("data_source") or source
                         total += 1
-                        positive += _response_reward(row["score"]) > 0
+                        score = row["score"]
+                        positive += (float(sum(score)) if isinstance(score, list) else float(score)) > 0
             except (OSError, ValueError, KeyError, TypeError) as error:
                 report.problems.append(f"{dump}: {error!r}")
                 continue
@@ -302,10 +281,10 @@ def _collect_skyrl(report: RunReport, labels: dict[str, str]) -> None:
                 continue
             for key, value in values.items():
                 parts = key.split("/")
-                if len(parts) == 3 and parts[0] == "eval" and parts[2] == "avg_score" and parts[1] != "all":
-                    if parts[1] not in seen and isinstance(value, (int, float)):
-                        report.evals.append(EvalPoint(step, parts[1], "skyrl", (float(value) + 1) / 2,
-                                                      dataset=labels.get(parts[1], parts[1])))
+                if (len(parts) == 3 and parts[0] == "eval" and parts[2] == "avg_score" and parts[1] != "all"
+                        and parts[1] not in seen and isinstance(value, (int, float))):
+                    report.evals.append(EvalPoint(step, parts[1], "skyrl", (float(value) + 1) / 2,
+                                                  dataset=labels.get(parts[1], parts[1])))
 
 
 def _collect_train(report: RunReport) -> None:
@@ -354,22 +333,14 @@ def _text(value: Any) -> str:
 
 
 def _pairs(texts: list[str]) -> dict[str, str]:
-    pairs: dict[str, str] = {}
-    for text in texts:
-        if "=" in text:
-            key, value = text.split("=", 1)
-            pairs[key.lstrip("+~")] = value
-    return pairs
+    return {key.lstrip("+~"): value for key, _, value in (text.partition("=") for text in texts if "=" in text)}
 
 
 def label_runs(reports: list[RunReport], max_keys: int = 4) -> None:
     """Label each run by the settings that differ between the runs: swept keys, then overrides, then (when none
     differ) recipe keys other than names and paths. One run alone: its swept keys, else its name."""
     configs = [run_config(r.export_path) for r in reports]
-    given: list[dict[str, str]] = []
-    for report in reports:
-        record = RunStore(report.export_path).read()
-        given.append({**_pairs(list(record.overrides)), **_pairs(report.choices or [])})
+    given = [{**_pairs(list(RunStore(r.export_path).read().overrides)), **_pairs(r.choices or [])} for r in reports]
     keys: list[str] = []
     for report, pairs in zip(reports, given):
         for key in list(_pairs(report.choices or [])) + list(pairs):
@@ -395,9 +366,7 @@ def label_runs(reports: list[RunReport], max_keys: int = 4) -> None:
     for index, report in enumerate(reports):
         report.settings = {k: value(index, k) for k in chosen}
         report.label = " ".join(f"{k}={v}" for k, v in report.settings.items()) or report.name
-    counts: dict[str, int] = {}
-    for report in reports:
-        counts[report.label] = counts.get(report.label, 0) + 1
+    counts = collections.Counter(report.label for report in reports)
     for report in reports:
         if counts[report.label] > 1 and report.label != report.name:
             report.label = f"{report.label} ({report.name})"
@@ -434,30 +403,22 @@ def print_table(reports: RunReport | list[RunReport], file=None) -> None:
         if not rows and report.train:  # not evaluated yet: its latest training step keeps the run on the table
             rows[(max(report.train), "-")] = {}
         steps_seen: set[int] = set()
-        first_row = True
-        for (step, dataset), by_origin in sorted(rows.items(), key=lambda item: (item[0][0], _dataset_order(item[0][1]))):
+        ordered = sorted(rows.items(), key=lambda item: (item[0][0], _dataset_order(item[0][1])))
+        for index, ((step, dataset), by_origin) in enumerate(ordered):
             ours, skyrl = by_origin.get("beam"), by_origin.get("skyrl")
             train = report.train.get(step, {}) if step not in steps_seen else {}
             steps_seen.add(step)
             k = ours.metrics.get("k") if ours else None
             interval = ours.ci95 if ours else None
             made_up = any(p.rehearsal for p in by_origin.values())
-            cells = [
-                str(step),
-                dataset + (" (rehearsal)" if made_up else ""),
-                _fmt(ours.accuracy) if ours else "-",
-                f"[{interval[0]:.3f}, {interval[1]:.3f}]" if interval else "-",
-                _fmt(ours.metrics.get(f"pass@{k}")) if ours and k else "-",
-                _fmt(ours.metrics.get("maj@k")) if ours else "-",
-                str(k) if k else "-",
-                str(ours.metrics.get("timeouts", "-")) if ours else "-",
-                _fmt(skyrl.accuracy) if skyrl else "-",
-                _fmt(train.get(REWARD_KEY)),
-                _fmt(train.get(LENGTH_KEY), 0),
-            ]
+            cells = [str(step), dataset + (" (rehearsal)" if made_up else ""), _fmt(ours.accuracy) if ours else "-",
+                     f"[{interval[0]:.3f}, {interval[1]:.3f}]" if interval else "-",
+                     _fmt(ours.metrics.get(f"pass@{k}")) if ours and k else "-",
+                     _fmt(ours.metrics.get("maj@k")) if ours else "-", str(k) if k else "-",
+                     str(ours.metrics.get("timeouts", "-")) if ours else "-", _fmt(skyrl.accuracy) if skyrl else "-",
+                     _fmt(train.get(REWARD_KEY)), _fmt(train.get(LENGTH_KEY), 0)]
             if several:
-                cells = [report.label if first_row else ""] + cells
-            first_row = False
+                cells = [report.label if index == 0 else ""] + cells
             table.add_row(*cells)
         if several and report is not reports[-1]:
             table.add_section()
@@ -607,13 +568,9 @@ def write_plot(reports: RunReport | list[RunReport], path: Path) -> tuple[Path, 
         ax.grid(alpha=0.3)
         if kind == "accuracy":
             ax.set_title(f"{name} accuracy vs step (avg@k, band: 95% CI; dashed: SkyRL's eval)", fontsize=10)
-            ax.set_ylabel("accuracy (%)")
-        elif kind == "reward":
-            ax.set_title("training reward vs step")
-            ax.set_ylabel("mean reward")
         else:
-            ax.set_title("mean response length vs step")
-            ax.set_ylabel("tokens")
+            ax.set_title({"reward": "training reward vs step", "response_length": "mean response length vs step"}[kind])
+        ax.set_ylabel({"accuracy": "accuracy (%)", "reward": "mean reward", "response_length": "tokens"}[kind])
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=8)
         else:
@@ -639,22 +596,13 @@ def write_plot(reports: RunReport | list[RunReport], path: Path) -> tuple[Path, 
 
 def summary(report: RunReport) -> dict[str, Any]:
     """Machine-readable form of one run's report (an element of report.json's "runs")."""
-    return {
-        "name": report.name,
-        "label": report.label,
-        "settings": report.settings,
-        "export_path": str(report.export_path),
-        "rehearsal": report.rehearsal,
-        "series": series(report),
-        "evaluations": [
-            {"step": p.step, "dataset": p.dataset, "data_source": p.data_source, "origin": p.origin,
-             "accuracy": p.accuracy, "responses": p.responses, "metrics": p.metrics, "rehearsal": p.rehearsal}
-            for p in report.evals
-        ],
-        "train": {str(step): values for step, values in sorted(report.train.items())},
-        "goodput": report.goodput.to_json() if report.goodput else None,
-        "skipped": report.problems,
-    }
+    return {"name": report.name, "label": report.label, "settings": report.settings,
+            "export_path": str(report.export_path), "rehearsal": report.rehearsal, "series": series(report),
+            "evaluations": [{"step": p.step, "dataset": p.dataset, "data_source": p.data_source, "origin": p.origin,
+                             "accuracy": p.accuracy, "responses": p.responses, "metrics": p.metrics,
+                             "rehearsal": p.rehearsal} for p in report.evals],
+            "train": {str(step): values for step, values in sorted(report.train.items())},
+            "goodput": report.goodput.to_json() if report.goodput else None, "skipped": report.problems}
 
 
 def output_paths(targets: list[RunTarget], plot: Path | None) -> tuple[Path, Path]:
@@ -662,14 +610,12 @@ def output_paths(targets: list[RunTarget], plot: Path | None) -> tuple[Path, Pat
     if plot is not None:
         return plot, plot.with_suffix(".json")
     sweeps = {t.sweep_dir for t in targets}
-    if len(targets) == 1:
-        folder = targets[0].export_path / EVALS_DIRNAME
-        return folder / PLOT_FILE, folder / SUMMARY_FILE
-    if len(sweeps) == 1 and None not in sweeps:
-        folder = sweeps.pop()
-        return folder / PLOT_FILE, folder / SUMMARY_FILE
     folder = targets[0].export_path / EVALS_DIRNAME
-    return folder / f"{COMPARE_STEM}.png", folder / f"{COMPARE_STEM}.json"
+    if len(targets) > 1 and len(sweeps) == 1 and None not in sweeps:
+        folder = sweeps.pop()
+    elif len(targets) > 1:
+        return folder / f"{COMPARE_STEM}.png", folder / f"{COMPARE_STEM}.json"
+    return folder / PLOT_FILE, folder / SUMMARY_FILE
 
 
 def build_parser():
@@ -692,11 +638,7 @@ def main(argv: list[str]) -> int:
         targets = resolve_targets(args.runs, args.exports_root)
     except (VerbUsageError, ReportInputError) as error:
         return verb.fail(error)
-    reports = []
-    for target in targets:
-        report = gather(target.export_path)
-        report.choices = list(target.choices)
-        reports.append(report)
+    reports = [replace(gather(target.export_path), choices=list(target.choices)) for target in targets]
     # Where the GPU-hours went: one sacct call for every run with a record (not in gather, which status calls too).
     recorded = [r for r in reports if run_file(r.export_path).is_file()]
     ledgers = run_ledgers([r.export_path for r in recorded])

@@ -14,22 +14,17 @@ from pathlib import Path
 from typing import Any
 
 from beam_slurm.core.atomic_files import atomic_writer
+from beam_slurm.core.layout import EVALS_DIRNAME, POLICY_SUBDIR, evaluation_dir  # noqa: F401 (re-exported)
 from beam_slurm.evaluation.metrics import compute_details
 
 # pyarrow is imported inside the functions that use it: status and report import this module and never write parquet.
 
-EVALS_DIRNAME = "beam_evals"
 METRICS_FILE = "metrics.json"
 GRADES_FILE = "grades.jsonl"
 GRADES_PARQUET = "grades.parquet"
 DETAILS_FILE = "details.json"
 INFO_FILE = "info.json"
 REHEARSAL_MARKER = "rehearsal.json"  # written by the rehearsal trainer into each HF export
-
-
-def evaluation_dir(export_path: str | os.PathLike, step: int) -> Path:
-    """Folder of our evaluation of the checkpoint of training step ``step``."""
-    return Path(export_path) / EVALS_DIRNAME / f"global_step_{step}"
 
 
 def write_json(path: Path, payload: Any) -> None:
@@ -73,7 +68,7 @@ def rehearsal_export(extra: dict[str, Any] | None) -> str | None:
     for candidate in candidates:
         if not isinstance(candidate, str) or not candidate:
             continue
-        for folder in (Path(candidate), Path(candidate) / "policy"):
+        for folder in (Path(candidate), Path(candidate) / POLICY_SUBDIR):
             if (folder / REHEARSAL_MARKER).is_file():
                 return str(folder / REHEARSAL_MARKER)
     return None
@@ -94,11 +89,9 @@ def write_results(out_dir: str | os.PathLike, grades: list[dict[str, Any]], metr
 
     with atomic_writer(out / GRADES_FILE) as handle:
         for grade in grades:
-            handle.write(json.dumps(grade, ensure_ascii=False))
-            handle.write("\n")
-    table = _grades_table(grades)
+            handle.write(json.dumps(grade, ensure_ascii=False) + "\n")
     with atomic_writer(out / GRADES_PARQUET, "wb") as handle:
-        pq.write_table(table, handle)
+        pq.write_table(_grades_table(grades), handle)
     write_json(out / DETAILS_FILE, compute_details(grades))
     if extra is not None:
         write_json(out / INFO_FILE, extra)
