@@ -70,8 +70,7 @@ def convert_aime_files(files: list[Path], where: str, data_source: str) -> pa.Ta
         if not records:
             raise BadDataInput(f"{where} ({path}): no problems in the file")
         columns = list(records[0].keys())
-        problem_column = _pick(columns, PROBLEM_COLUMNS)
-        answer_column = _pick(columns, ANSWER_COLUMNS)
+        problem_column, answer_column = _pick(columns, PROBLEM_COLUMNS), _pick(columns, ANSWER_COLUMNS)
         if problem_column is None or answer_column is None:
             raise BadDataInput(f"{where} ({path}): found columns {', '.join(columns)}; expected a problem column "
                                f"({' or '.join(PROBLEM_COLUMNS)}) and an answer column ({' or '.join(ANSWER_COLUMNS)})")
@@ -81,9 +80,7 @@ def convert_aime_files(files: list[Path], where: str, data_source: str) -> pa.Ta
             if not isinstance(problem, str) or not problem.strip():
                 raise BadDataInput(f"{at}: empty or non-text {problem_column!r}")
             answer = canonical_answer(record.get(answer_column), at)
-            rows.append(
-                {"data_source": data_source, "prompt": dapo_prompt(problem.strip()), "ability": ABILITY,
-                 "reward_model": {"ground_truth": answer, "style": REWARD_STYLE},
-                 "extra_info": {"index": str(len(rows))}}
-            )
+            rows.append({"data_source": data_source, "prompt": dapo_prompt(problem.strip()), "ability": ABILITY,
+                         "reward_model": {"ground_truth": answer, "style": REWARD_STYLE},
+                         "extra_info": {"index": str(len(rows))}})
     return pa.Table.from_pylist(rows, schema=DAPO_SCHEMA)

@@ -218,9 +218,8 @@ def _output_schema(schema: pa.Schema) -> pa.Schema:
     return schema.with_metadata(metadata or None)
 
 
-def _kept_rows(
-    candidates_path: Path, prompt_reward: list, key_schema: pa.Schema, batch_rows: int
-) -> Iterator[tuple[pa.Array, pa.RecordBatch]]:
+def _kept_rows(candidates_path: Path, prompt_reward: list, key_schema: pa.Schema,
+               batch_rows: int) -> Iterator[tuple[pa.Array, pa.RecordBatch]]:
     """(global row indices, key columns) of the first occurrences whose prompt has one reward_model, in input order."""
     for batch in pq.ParquetFile(candidates_path).iter_batches(batch_size=batch_rows):
         ids = batch.column(PROMPT_ID_COLUMN).to_pylist()
@@ -274,26 +273,19 @@ def clean_dapo_files(files: list[Path], destination: Path, *, where: str, batch_
                         encoded_prompt = encode_rows(batch.column("prompt"), interners, "prompt")
                         encoded_reward = encode_rows(reward_model, interners, "reward_model")
                         key = pc.binary_join_element_wise(
-                            encode_rows(batch.column("data_source"), interners, "data_source"),
-                            encoded_prompt,
-                            encode_rows(batch.column("ability"), interners, "ability"),
-                            encoded_reward,
-                            _EMPTY,
-                        )
+                            encode_rows(batch.column("data_source"), interners, "data_source"), encoded_prompt,
+                            encode_rows(batch.column("ability"), interners, "ability"), encoded_reward, _EMPTY)
                         codes = pc.dictionary_encode(key)
                         indices = codes.indices
                         # Codes are numbered by first appearance, so a row is a first occurrence in this batch
                         # exactly when its code exceeds every code before it.
                         running_max = pc.cumulative_max(indices)
-                        previous_max = pa.concat_arrays(
-                            [pa.array([-1], indices.type), running_max.slice(0, len(indices) - 1)]
-                        )
+                        previous_max = pa.concat_arrays([pa.array([-1], indices.type),
+                                                         running_max.slice(0, len(indices) - 1)])
                         first_rows = pc.indices_nonzero(pc.greater(indices, previous_max))
-                        new_codes = []
-                        for code, value in enumerate(codes.dictionary.cast(pa.large_binary()).to_pylist()):
-                            if value not in seen_keys:
-                                seen_keys.add(value)
-                                new_codes.append(code)
+                        values = codes.dictionary.cast(pa.large_binary()).to_pylist()
+                        new_codes = [code for code, value in enumerate(values) if value not in seen_keys]
+                        seen_keys.update(values)
                         if new_codes:
                             positions = first_rows.take(pa.array(new_codes, pa.int64()))
                             prompts = encoded_prompt.take(positions).cast(pa.large_binary()).to_pylist()
@@ -344,12 +336,11 @@ def _write_kept(readers: list, where: str, candidates_path: Path, destination: P
     with pq.ParquetWriter(destination, schema, compression=COMPRESSION) as writer:
         if not other_columns:
             for _, key_batch in kept:
-                writer.write_batch(
-                    pa.RecordBatch.from_arrays([key_batch.column(n) for n in schema.names], schema=schema)
-                )
+                writer.write_batch(pa.RecordBatch.from_arrays([key_batch.column(n) for n in schema.names],
+                                                              schema=schema))
                 rows_out += len(key_batch)
         else:
-            pending_rows, pending_keys = _next_or_none(kept)
+            pending_rows, pending_keys = next(kept, (None, None))
             offset = 0
             for path, reader in readers:
                 with _read_errors(where, path, lambda: offset):
@@ -361,17 +352,15 @@ def _write_kept(readers: list, where: str, candidates_path: Path, destination: P
                             local = pc.subtract(pending_rows.slice(0, inside), pa.scalar(offset, pa.int64()))
                             others = batch.take(local)
                             keys = pending_keys.slice(0, inside)
-                            columns = {**dict(zip(keys.schema.names, keys.columns)), **dict(zip(others.schema.names, others.columns))}
-                            writer.write_batch(pa.RecordBatch.from_arrays([columns[n] for n in schema.names], schema=schema))
+                            columns = {**dict(zip(keys.schema.names, keys.columns)),
+                                       **dict(zip(others.schema.names, others.columns))}
+                            writer.write_batch(pa.RecordBatch.from_arrays([columns[n] for n in schema.names],
+                                                                          schema=schema))
                             rows_out += inside
                             pending_rows, pending_keys = pending_rows.slice(inside), pending_keys.slice(inside)
                             if not len(pending_rows):
-                                pending_rows, pending_keys = _next_or_none(kept)
+                                pending_rows, pending_keys = next(kept, (None, None))
                         offset = end
         if rows_out == 0:
             writer.write_table(schema.empty_table())
     return rows_out
-
-
-def _next_or_none(iterator: Iterator) -> tuple:
-    return next(iterator, (None, None))

@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+import pyarrow.parquet as pq
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -29,9 +30,7 @@ from beam_slurm.data.config import DataConfig
 from beam_slurm.data.dapo_format import check_dapo_schema
 from beam_slurm.data.errors import BadDataInput
 from beam_slurm.data.manifest import load_manifest, reuse_verdict, sha256_file, write_manifest
-from beam_slurm.data.sources import ResolvedSource, default_log, resolve_source
-
-# pyarrow.parquet is imported inside _build: only the AIME 2025 conversion writes a parquet file itself.
+from beam_slurm.data.sources import HUB_SCHEME, ResolvedSource, default_log, resolve_source
 
 DAPO_MATH_OUTPUT = "dapo-math-17k-cleaned.parquet"
 AIME2024_OUTPUT = "aime-2024-cleaned.parquet"
@@ -65,10 +64,6 @@ def _specs(plan: OutputPlan) -> list[str]:
     return plan.source if isinstance(plan.source, list) else [plan.source]
 
 
-def _is_local(spec: str) -> bool:
-    return not spec.startswith("hf://")
-
-
 def _file_records(sources: list[ResolvedSource]) -> list[dict]:
     return [{"path": str(path.resolve()), "sha256": sha256_file(path)} for s in sources for path in s.files]
 
@@ -76,7 +71,7 @@ def _file_records(sources: list[ResolvedSource]) -> list[dict]:
 def reuse_request(plan: OutputPlan) -> dict:
     """What an output's manifest entry must match for it to be kept; BadDataInput when a local source moved."""
     request: dict = {"source": plan.source, "settings": plan.settings}
-    if all(_is_local(spec) for spec in _specs(plan)):
+    if not any(spec.startswith(HUB_SCHEME) for spec in _specs(plan)):
         request["source_files"] = _file_records([resolve_source(spec, plan.setting) for spec in _specs(plan)])
     return request
 
@@ -137,8 +132,6 @@ def _prepare_out_dir(config: DataConfig, data_dir: str | None) -> Path:
 def _build(plan: OutputPlan, sources: list[ResolvedSource], config: DataConfig, temporary: Path, log: Log) -> CleaningStats:
     files = [path for source in sources for path in source.files]
     if plan.file_name == AIME2025_OUTPUT:
-        import pyarrow.parquet as pq
-
         table = convert_aime_files(files, plan.setting, config.aime2025_data_source)
         converted = temporary.with_name(temporary.name + ".converted")
         try:
@@ -199,22 +192,20 @@ def prepare(config: DataConfig, log: Log = default_log, *, force: bool = False, 
 
         resolved: dict[str, list[ResolvedSource]] = {}
         for plan in to_build:
-            resolved[plan.file_name] = [
-                resolve_source(spec, plan.setting, config.hub_retries, log) for spec in _specs(plan)
-            ]
-            if plan.file_name != AIME2025_OUTPUT:
-                for source in resolved[plan.file_name]:
-                    for path in source.files:
-                        if path.suffix != ".parquet":
-                            raise BadDataInput(f"{plan.setting}: {path} is not a .parquet file (DAPO-format sources are parquet)")
-                        check_dapo_schema(open_parquet(path, f"{plan.setting} ({path})").schema_arrow, f"{plan.setting} ({path})")
+            sources = [resolve_source(spec, plan.setting, config.hub_retries, log) for spec in _specs(plan)]
+            resolved[plan.file_name] = sources
+            for path in [p for s in sources for p in s.files] if plan.file_name != AIME2025_OUTPUT else []:
+                where = f"{plan.setting} ({path})"
+                if path.suffix != ".parquet":
+                    raise BadDataInput(f"{plan.setting}: {path} is not a .parquet file (DAPO-format sources are "
+                                       "parquet)")
+                check_dapo_schema(open_parquet(path, where).schema_arrow, where)
 
         temporaries = {plan.file_name: temporary_sibling(out_dir / plan.file_name) for plan in to_build}
         try:
             entries = {}
             for plan in to_build:
-                started = time.monotonic()
-                sources = resolved[plan.file_name]
+                started, sources = time.monotonic(), resolved[plan.file_name]
                 stats = _build(plan, sources, config, temporaries[plan.file_name], log)
                 log(f"{plan.file_name}: {stats.rows_in} rows -> {stats.rows_distinct} distinct -> {stats.rows_out} "
                     f"kept ({stats.prompts_conflicting} prompts with conflicting answers dropped) "
@@ -228,8 +219,7 @@ def prepare(config: DataConfig, log: Log = default_log, *, force: bool = False, 
                                            "written_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
             for plan in to_build:
                 publish(temporaries[plan.file_name], out_dir / plan.file_name)
-            manifest.update(entries)
-            manifest.update(adopted)
+            manifest.update({**entries, **adopted})
             write_manifest(out_dir, manifest)
             sync_directory(out_dir)
         finally:

@@ -22,12 +22,11 @@ ABILITY = "MATH"
 REWARD_STYLE = "rule-lighteval/MATH_v2"
 
 # Field order as in the published DAPO files, so the three outputs have one schema.
-DAPO_SCHEMA = pa.schema(
-    [("data_source", pa.string()),
-     ("prompt", pa.list_(pa.struct([("content", pa.string()), ("role", pa.string())]))), ("ability", pa.string()),
-     ("reward_model", pa.struct([("ground_truth", pa.string()), ("style", pa.string())])),
-     ("extra_info", pa.struct([("index", pa.string())]))]
-)
+DAPO_SCHEMA = pa.schema([("data_source", pa.string()),
+                         ("prompt", pa.list_(pa.struct([("content", pa.string()), ("role", pa.string())]))),
+                         ("ability", pa.string()),
+                         ("reward_model", pa.struct([("ground_truth", pa.string()), ("style", pa.string())])),
+                         ("extra_info", pa.struct([("index", pa.string())]))])
 
 _INTEGER = re.compile(r"^\s*[+-]?\d+\s*$")
 
@@ -39,9 +38,7 @@ def dapo_prompt(problem: str) -> list[dict[str, str]]:
 
 def canonical_integer(text: str) -> str | None:
     """"025" -> "25", " 7 " -> "7"; None when the text is not an integer."""
-    if not _INTEGER.match(text):
-        return None
-    return str(int(text))
+    return str(int(text)) if _INTEGER.match(text) else None
 
 
 def _is_string(type_: pa.DataType) -> bool:

@@ -8,6 +8,7 @@ huggingface_hub's cache, resume, retry, honour HF_HUB_OFFLINE=1 and use HF_TOKEN
 
 from __future__ import annotations
 
+import functools
 import sys
 import time
 from dataclasses import dataclass, field
@@ -64,8 +65,7 @@ def _local_files(spec: str, setting: str) -> list[Path]:
     path = Path(spec).expanduser()
     if path.is_dir():
         found = sorted(p for p in path.iterdir() if p.is_file() and p.suffix in DATA_FILE_SUFFIXES)
-        parquet = [p for p in found if p.suffix == ".parquet"]
-        files = parquet or found
+        files = [p for p in found if p.suffix == ".parquet"] or found
         if not files:
             raise BadDataInput(f"{setting}={spec}: the directory holds no .parquet/.jsonl/.json file")
         return files
@@ -77,11 +77,8 @@ def _local_files(spec: str, setting: str) -> list[Path]:
 def _commit_of_cached_path(path: Path) -> Optional[str]:
     # The hub cache lays files out as .../snapshots/<commit>/<path-in-repo>.
     parts = path.parts
-    if "snapshots" in parts:
-        index = len(parts) - 1 - parts[::-1].index("snapshots")
-        if index + 1 < len(parts):
-            return parts[index + 1]
-    return None
+    index = len(parts) - 1 - parts[::-1].index("snapshots") if "snapshots" in parts else len(parts)
+    return parts[index + 1] if index + 1 < len(parts) else None
 
 
 def _is_permanent_hub_error(error: Exception) -> bool:
@@ -91,8 +88,7 @@ def _is_permanent_hub_error(error: Exception) -> bool:
                  hub_errors.GatedRepoError, hub_errors.LocalEntryNotFoundError, hub_errors.OfflineModeIsEnabled)
     if isinstance(error, permanent):
         return True
-    response = getattr(error, "response", None)
-    status = getattr(response, "status_code", None)
+    status = getattr(getattr(error, "response", None), "status_code", None)
     # 4xx other than rate limiting will not change on retry.
     return status is not None and 400 <= status < 500 and status != 429
 
@@ -135,29 +131,13 @@ def _resolve_hub(spec: str, setting: str, attempts: int, log=None) -> ResolvedSo
     from huggingface_hub import hf_hub_download, snapshot_download
 
     address = parse_hub_address(spec, setting)
+    download = functools.partial(_with_retries, what="download", setting=setting, spec=spec, attempts=attempts, log=log)
     if address.path_in_repo:
-        local = _with_retries(
-            lambda: hf_hub_download(address.repo_id, address.path_in_repo, repo_type="dataset",
-                                    revision=address.revision),
-            "download",
-            setting,
-            spec,
-            attempts,
-            log,
-        )
-        path = Path(local)
+        path = Path(download(lambda: hf_hub_download(address.repo_id, address.path_in_repo, repo_type="dataset",
+                                                     revision=address.revision)))
         return ResolvedSource(setting, spec, [path], _commit_of_cached_path(path) or address.revision)
-    snapshot = Path(
-        _with_retries(
-            lambda: snapshot_download(address.repo_id, repo_type="dataset", revision=address.revision,
-                                      allow_patterns=["*.parquet", "*.jsonl"]),
-            "download",
-            setting,
-            spec,
-            attempts,
-            log,
-        )
-    )
+    snapshot = Path(download(lambda: snapshot_download(address.repo_id, repo_type="dataset", revision=address.revision,
+                                                       allow_patterns=["*.parquet", "*.jsonl"])))
     found = sorted(p for p in snapshot.rglob("*") if p.is_file() and p.suffix in (".parquet", ".jsonl"))
     files = [p for p in found if p.suffix == ".parquet"] or found
     if not files:
