@@ -96,11 +96,9 @@ class EngineSettings:
     def from_config(cls, cfg, *, ray_cluster: bool) -> "EngineSettings":
         """The recipe's engine; executor `auto` is ray when TP x PP > 1 on a Ray cluster, else vLLM's choice."""
         r = cfg.rollout
-        executor = r.executor_backend
+        executor = r.executor_backend  # anything but auto is checked by __post_init__
         if executor == "auto":
             executor = "ray" if r.tensor_parallel * r.pipeline_parallel > 1 and ray_cluster else None
-        elif executor not in EXECUTORS:
-            raise SettingsError(f"rollout.executor_backend must be one of {', '.join(EXECUTORS)} (got {executor!r})")
         e = cfg.eval
         return cls(tensor_parallel_size=r.tensor_parallel, pipeline_parallel_size=r.pipeline_parallel,
                    distributed_executor_backend=executor, max_prompt_tokens=cfg.generation.max_prompt_tokens,
@@ -157,12 +155,9 @@ class OfflineEngine:
         outputs = self._llm.chat([problem.messages for problem, _, _ in requests], params, use_tqdm=False,
                                  lora_request=lora_request(self.eval_input),
                                  chat_template_kwargs=s.chat_template_kwargs() or None)
-        rows = []
-        for (problem, _, first), output in zip(requests, outputs, strict=True):
-            for offset, completion in enumerate(output.outputs):
-                rows.append(_row(problem, first + offset, completion.text, completion.finish_reason,
-                                 len(completion.token_ids)))
-        return rows
+        return [_row(problem, first + offset, completion.text, completion.finish_reason, len(completion.token_ids))
+                for (problem, _, first), output in zip(requests, outputs, strict=True)
+                for offset, completion in enumerate(output.outputs)]
 
     def close(self) -> None:
         """Free the accelerator memory and the engine's child process (before grading starts its workers)."""
@@ -283,14 +278,11 @@ def generate_with_server(problems: list[Problem], client: ClientSettings, sampli
         if len(choices) != sampling.n:
             raise ServerError(f"{client.api_root}/chat/completions returned {len(choices)} choices for n={sampling.n} "
                               f"(problem {problem.problem_id}); the server must support n > 1")
-        return [
-            _row(problem, sample, (choice.get("message") or {}).get("content") or "", choice.get("finish_reason"), None)
-            for sample, choice in enumerate(choices)
-        ]
+        return [_row(problem, sample, (choice.get("message") or {}).get("content") or "", choice.get("finish_reason"),
+                     None) for sample, choice in enumerate(choices)]
 
     with ThreadPoolExecutor(max_workers=client.concurrency) as pool:
-        per_problem = list(pool.map(one, problems))
-    rows = [row for rows in per_problem for row in rows]
+        rows = [row for rows in pool.map(one, problems) for row in rows]
     log(f"evaluate: {len(rows)} responses from {client.api_root} in {time.monotonic() - started:.1f} s")
     return rows
 

@@ -30,17 +30,8 @@ _ANSWER_LINE = re.compile(r"(?i)Answer\s*:\s*([^\n<]+)")
 
 # Textual substitutions, applied in this order (the order matters: "an " is removed before spaces are).
 _SUBSTITUTIONS: tuple[tuple[str, str], ...] = (
-    ("an ", ""),
-    ("a ", ""),
-    (".$", "$"),
-    ("\\$", ""),
-    ("\\ ", ""),
-    (" ", ""),
-    ("mbox", "text"),
-    (",\\text{and}", ","),
-    ("\\text{and}", ","),
-    ("\\text{m}", "\\text{}"),
-)
+    ("an ", ""), ("a ", ""), (".$", "$"), ("\\$", ""), ("\\ ", ""), (" ", ""), ("mbox", "text"), (",\\text{and}", ","),
+    ("\\text{and}", ","), ("\\text{m}", "\\text{}"))
 
 # Units, filler words and TeX spacing dropped from answers, in this order.
 _REMOVED: tuple[str, ...] = ("square", "ways", "integers", "dollars", "mph", "inches", "hours", "km", "units",
@@ -85,10 +76,8 @@ def _normalized_ground_truth(ground_truth: str) -> str:
 
 def extract_answer(response: str) -> str | None:
     """The normalised last ``Answer:`` value in the response's last 300 characters, or None if there is none."""
-    last = None
-    for last in _ANSWER_LINE.finditer(response[-PRIMARY_TAIL_CHARS:]):
-        pass
-    return None if last is None else normalize_final_answer(last.group(1))
+    answers = _ANSWER_LINE.findall(response[-PRIMARY_TAIL_CHARS:])
+    return normalize_final_answer(answers[-1]) if answers else None
 
 
 @dataclass(frozen=True)

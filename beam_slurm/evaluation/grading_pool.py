@@ -277,8 +277,7 @@ class GradingPool:
                     continue
                 # Over the hard bound, or crashed (e.g. killed by the kernel): give up on the current item only.
                 task = worker.task
-                index = current[0] if current is not None else 0
-                elapsed = now - current[1] if current is not None else 0.0
+                index, elapsed = (current[0], now - current[1]) if current is not None else (0, 0.0)
                 worker.kill()
                 stats.killed_workers += 1
                 stats.timeouts += 1
@@ -317,12 +316,9 @@ def grade_with_pool(pool: GradingPool, rows: list[dict[str, Any]], outcome: Grad
     mv_items = [(row["response"][-grading.MATH_VERIFY_TAIL_CHARS :], gt) for row, gt in zip(rows, gts)]
     verified, outcome.phases[MATH_VERIFY] = pool.run(MATH_VERIFY, mv_items)
     for row, primary_value, mv_value in zip(rows, primary, verified):
-        grade = dict(row)
-        if primary_value is None:
-            # The rule itself overran its bound: wrong, and counted through the null second opinion.
-            grade.update(correct=False, pred=None, math_verify=None)
-        else:
-            grade.update(correct=primary_value[0], pred=primary_value[1], math_verify=mv_value)
-        outcome.grades.append(grade)
+        # None: the rule itself overran its bound: wrong, and counted through the null second opinion.
+        correct, pred = (False, None) if primary_value is None else primary_value
+        outcome.grades.append({**row, "correct": correct, "pred": pred,
+                               "math_verify": None if primary_value is None else mv_value})
     return outcome.grades[first:]
 

@@ -31,11 +31,8 @@ POLL_S = 2.0
 
 def chunk_limit_s(timeout_s: float | None, chunk_seconds: list[float], start_allowance_s: float) -> float:
     """Seconds the current chunk may take (`start_allowance_s` added before the first chunk is saved)."""
-    if timeout_s:
-        base = float(timeout_s)
-    else:
-        base = max(DERIVED_FLOOR_S, DERIVED_MULTIPLE * statistics.median(chunk_seconds)) if chunk_seconds \
-            else DERIVED_FLOOR_S
+    derived = max(DERIVED_FLOOR_S, DERIVED_MULTIPLE * statistics.median(chunk_seconds)) if chunk_seconds else None
+    base = float(timeout_s) if timeout_s else derived or DERIVED_FLOOR_S
     return base if chunk_seconds else base + start_allowance_s
 
 
@@ -90,7 +87,6 @@ class GenerationWatchdog:
         self.on_hang = on_hang
         self.chunk_seconds: list[float] = []
         self.last = time.monotonic()
-        self.hung = False
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._watch, name="eval-hang-watchdog", daemon=True)
 
@@ -112,7 +108,6 @@ class GenerationWatchdog:
             limit = chunk_limit_s(self.timeout_s, self.chunk_seconds, self.start_allowance_s)
             silent = time.monotonic() - self.last
             if silent > limit:
-                self.hung = True
                 self.log(f"evaluate: hang: no chunk saved for {silent:.0f} s (limit {limit:.0f} s, "
                          f"{len(self.chunk_seconds)} chunks saved by this attempt); stacks in {self.dump()}")
                 self.on_hang()

@@ -148,14 +148,12 @@ def compute_metrics(grades: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     for source, problems in sorted(_by_problem(grades).items()):
         k = len(next(iter(problems.values())))
         n_correct = [sum(1 for g in samples if g["correct"]) for samples in problems.values()]
-        entry: dict[str, Any] = {"avg@k": statistics.fmean(c / k for c in n_correct)}
-        entry["avg@k_ci95"] = list(bootstrap_interval([c / k for c in n_correct]))
-        for j in pass_at_levels(k):
-            entry[f"pass@{j}"] = statistics.fmean(pass_at(k, c, j) for c in n_correct)
-        entry["maj@k"] = statistics.fmean(1.0 if majority_answer(s)[2] else 0.0 for s in problems.values())
-        entry["k"] = k
-        entry["timeouts"] = sum(1 for samples in problems.values() for g in samples if g["math_verify"] is None)
-        metrics[source] = entry
+        metrics[source] = {
+            "avg@k": statistics.fmean(c / k for c in n_correct),
+            "avg@k_ci95": list(bootstrap_interval([c / k for c in n_correct])),
+            **{f"pass@{j}": statistics.fmean(pass_at(k, c, j) for c in n_correct) for j in pass_at_levels(k)},
+            "maj@k": statistics.fmean(1.0 if majority_answer(s)[2] else 0.0 for s in problems.values()), "k": k,
+            "timeouts": sum(1 for samples in problems.values() for g in samples if g["math_verify"] is None)}
     return metrics
 
 
@@ -177,27 +175,21 @@ def compute_details(grades: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
         for problem_id in sorted(problems, key=_problem_sort_key):
             samples = problems[problem_id]
             answer, votes, majority_correct = majority_answer(samples)
-            table.append(
-                {"problem_id": samples[0]["problem_id"], "ground_truth": samples[0]["ground_truth"], "k": k,
-                 "correct": sum(1 for g in samples if g["correct"]),
-                 "math_verify_correct": sum(1 for g in samples if g["math_verify"]), "majority": answer,
-                 "majority_votes": votes, "majority_correct": majority_correct,
-                 "no_answer": sum(1 for g in samples if g["pred"] is None),
-                 "mean_chars": statistics.fmean(len(g["response"]) for g in samples)}
-            )
+            table.append({"problem_id": samples[0]["problem_id"], "ground_truth": samples[0]["ground_truth"], "k": k,
+                          "correct": sum(1 for g in samples if g["correct"]),
+                          "math_verify_correct": sum(1 for g in samples if g["math_verify"]), "majority": answer,
+                          "majority_votes": votes, "majority_correct": majority_correct,
+                          "no_answer": sum(1 for g in samples if g["pred"] is None),
+                          "mean_chars": statistics.fmean(len(g["response"]) for g in samples)})
         entry: dict[str, Any] = {
-            "problems_count": len(problems),
-            "responses": len(rows),
+            "problems_count": len(problems), "responses": len(rows),
             "math_verify_avg@k": statistics.fmean(p["math_verify_correct"] / k for p in table),
-            "agreement": (sum(1 for g in judged if bool(g["math_verify"]) == bool(g["correct"])) / len(judged))
-            if judged
-            else None,
+            "agreement": sum(1 for g in judged if bool(g["math_verify"]) == bool(g["correct"])) / len(judged)
+            if judged else None,
             "no_answer": sum(p["no_answer"] for p in table),
-            "finish_reasons": dict(
-                sorted(collections.Counter(str(g.get("finish_reason") or "unknown") for g in rows).items())
-            ),
-            "response_chars": _length_stats([len(g["response"]) for g in rows]),
-        }
+            "finish_reasons": dict(sorted(collections.Counter(str(g.get("finish_reason") or "unknown")
+                                                              for g in rows).items())),
+            "response_chars": _length_stats([len(g["response"]) for g in rows])}
         tokens = [g["response_tokens"] for g in rows if isinstance(g.get("response_tokens"), int)]
         if len(tokens) == len(rows):
             entry["response_tokens"] = _length_stats(tokens)

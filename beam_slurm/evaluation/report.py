@@ -29,7 +29,7 @@ from beam_slurm.core.errors import UserError
 from beam_slurm.core.layout import CONFIG_FILE, RUN_DIRNAME, STEP_DIR, SWEEP_FILE, run_file
 from beam_slurm.core.run_store import RunStore
 from beam_slurm.evaluation.problems import labels_by_source
-from beam_slurm.evaluation.results import DETAILS_FILE, EVALS_DIRNAME, INFO_FILE, METRICS_FILE, write_json
+from beam_slurm.evaluation.results import EVALS_DIRNAME, INFO_FILE, METRICS_FILE, write_json
 from beam_slurm.pipeline.goodput import PHASES, Ledger, run_ledgers
 from beam_slurm.pipeline.runs import (RunNotFound, RunTarget, exports_root as default_exports_root, resolve_run,
                                      resolve_runs, sweep_folder)
@@ -65,7 +65,6 @@ class EvalPoint:
     accuracy: float  # avg@k for ours; share of positively scored responses for SkyRL's
     responses: int | None = None  # behind SkyRL's number
     metrics: dict[str, Any] = field(default_factory=dict)  # our full metrics entry; empty for SkyRL
-    mean_tokens: float | None = None
     dataset: str = ""  # the name tables and plots show (aime2024 for AIME 2024's math_dapo)
     rehearsal: bool = False  # made by the rehearsal, or our evaluation of its unchanged base-weight export
 
@@ -223,17 +222,15 @@ def _collect_ours(report: RunReport, labels: dict[str, str]) -> None:
         if not match or not (folder / METRICS_FILE).is_file():
             continue  # unfinished evaluations have no metrics.json yet
         metrics = _read_json(folder / METRICS_FILE, report)
-        details = _read_json(folder / DETAILS_FILE, report) if (folder / DETAILS_FILE).is_file() else {}
         if not isinstance(metrics, dict):
             continue
         for source, entry in metrics.items():
             if not isinstance(entry, dict) or "avg@k" not in entry:
                 report.problems.append(f"{folder / METRICS_FILE}: entry {source!r} has no avg@k")
                 continue
-            tokens = ((details or {}).get(source) or {}).get("response_tokens", {}).get("mean")
-            report.evals.append(EvalPoint(
-                int(match.group(1)), source, "beam", float(entry["avg@k"]), metrics=entry, mean_tokens=tokens,
-                dataset=entry_label(source, entry, labels), rehearsal=entry.get("rehearsal") is True))
+            report.evals.append(EvalPoint(int(match.group(1)), source, "beam", float(entry["avg@k"]), metrics=entry,
+                                          dataset=entry_label(source, entry, labels),
+                                          rehearsal=entry.get("rehearsal") is True))
 
 
 def _collect_skyrl(report: RunReport, labels: dict[str, str]) -> None:
@@ -448,22 +445,21 @@ def print_ledger(reports: list[RunReport], console) -> None:
     table = verb_table("Where the GPU-hours went (node-seconds; % of allocated)")
     for column in ["run", "allocated", "GPU-h", "goodput", *PHASES]:
         table.add_column(column, justify="left" if column == "run" else "right", overflow="fold")
-    total = {"allocated": 0.0, "gpu_hours": 0.0, "productive": 0.0, **dict.fromkeys(PHASES, 0.0)}
-    for report in measured:
+    hours = [r.goodput.allocated_node_seconds * r.gpus_per_node / 3600 for r in measured]
+
+    def add_row(label: str, allocated: float, gpu_hours: float, goodput: float, phases: dict[str, float]) -> None:
+        table.add_row(label, f"{allocated:.0f}", f"{gpu_hours:.2f}", f"{goodput:.1f} %",
+                      *(f"{100 * phases[p] / allocated:.1f}" for p in PHASES))
+
+    for report, gpu_hours in zip(measured, hours):
         ledger = report.goodput
-        hours = ledger.allocated_node_seconds * report.gpus_per_node / 3600
-        table.add_row(report.label or report.name, f"{ledger.allocated_node_seconds:.0f}", f"{hours:.2f}",
-                      f"{100 * (ledger.ratio or 0):.1f} %",
-                      *(f"{100 * ledger.phases[p] / ledger.allocated_node_seconds:.1f}" for p in PHASES))
-        total["allocated"] += ledger.allocated_node_seconds
-        total["gpu_hours"] += hours
-        for phase in PHASES:
-            total[phase] += ledger.phases[phase]
+        add_row(report.label or report.name, ledger.allocated_node_seconds, gpu_hours, 100 * (ledger.ratio or 0),
+                ledger.phases)
     if len(measured) > 1:
+        allocated = sum(r.goodput.allocated_node_seconds for r in measured)
+        phases = {p: sum(r.goodput.phases[p] for r in measured) for p in PHASES}
         table.add_section()
-        table.add_row("all runs", f"{total['allocated']:.0f}", f"{total['gpu_hours']:.2f}",
-                      f"{100 * total['productive'] / total['allocated']:.1f} %",
-                      *(f"{100 * total[p] / total['allocated']:.1f}" for p in PHASES))
+        add_row("all runs", allocated, sum(hours), 100 * phases["productive"] / allocated, phases)
     fit_columns(table, console.width)
     console.print(table)
 
@@ -497,9 +493,9 @@ def write_timeline(reports: list[RunReport], path: Path) -> Path | None:
     ax.set_yticklabels([f"{(r.label or r.name) + ' ' if len(reports) > 1 else ''}job {line.job_id} attempt "
                         f"{line.attempt}" for r, line in reversed(lines)], fontsize=8)
     ax.set_xlabel("seconds since the first allocation started")
-    handles = [plt.Rectangle((0, 0), 1, 1, color=PHASE_COLOURS[p]) for p in PHASES if p not in ("spare", "unaccounted")]
-    ax.legend(handles, [p for p in PHASES if p not in ("spare", "unaccounted")], ncol=4, fontsize=7, loc="upper left",
-              bbox_to_anchor=(0, -0.35 if len(lines) < 4 else -0.15))
+    drawn = [p for p in PHASES if p not in ("spare", "unaccounted")]
+    ax.legend([plt.Rectangle((0, 0), 1, 1, color=PHASE_COLOURS[p]) for p in drawn], drawn, ncol=4, fontsize=7,
+              loc="upper left", bbox_to_anchor=(0, -0.35 if len(lines) < 4 else -0.15))
     ax.set_title("Attempts by phase (goodput ledger)")
     fig.tight_layout()
     with atomic_writer(path, "wb") as handle:
@@ -551,8 +547,8 @@ def write_plot(reports: RunReport | list[RunReport], path: Path) -> tuple[Path, 
                 lines = curve["accuracy"].get(name, {"beam": [], "skyrl": []})
                 ours = lines["beam"]
                 if ours:
-                    steps = [p["step"] for p in ours]
-                    ax.plot(steps, [100 * p["avg@k"] for p in ours], "-o", color=colour, label=report.label)
+                    ax.plot([p["step"] for p in ours], [100 * p["avg@k"] for p in ours], "-o", color=colour,
+                            label=report.label)
                     banded = [p for p in ours if p["ci95"]]
                     if banded:
                         ax.fill_between([p["step"] for p in banded], [100 * p["ci95"][0] for p in banded],

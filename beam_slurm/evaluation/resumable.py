@@ -14,6 +14,7 @@ A task killed at any point keeps every chunk it finished; run again, it generate
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import fcntl
 import hashlib
@@ -112,15 +113,11 @@ class SampleStore:
 
     def counts(self) -> dict[str, int]:
         """problem id -> responses saved."""
-        counts: dict[str, int] = {}
-        for row in self.responses():
-            counts[str(row["problem_id"])] = counts.get(str(row["problem_id"]), 0) + 1
-        return counts
+        return dict(collections.Counter(str(row["problem_id"]) for row in self.responses()))
 
     def add_chunk(self, rows: list[dict[str, Any]]) -> Path:
         """Publish one finished chunk of responses (atomically)."""
-        name = f"responses-{time.time_ns():x}-{uuid.uuid4().hex[:6]}.jsonl"
-        path = self.folder / name
+        path = self.folder / f"responses-{time.time_ns():x}-{uuid.uuid4().hex[:6]}.jsonl"
         write_text(path, _jsonl(rows))
         return path
 
