@@ -16,8 +16,7 @@ number and writes them in input order.
 from __future__ import annotations
 
 import hashlib
-import queue
-import threading
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -172,50 +171,11 @@ def _check_ground_truth(reward_model: pa.Array, first_row: int, where: str) -> N
 
 def read_ahead(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """Decode the next batch in a thread while the caller works on this one; reader errors reach the caller."""
-    slots: queue.Queue = queue.Queue(maxsize=1)
-    finished = object()
-    stop = threading.Event()
-
-    def produce() -> None:
-        try:
-            for batch in batches:
-                while not stop.is_set():
-                    try:
-                        slots.put(batch, timeout=0.1)
-                        break
-                    except queue.Full:
-                        continue
-                if stop.is_set():
-                    return
-            slots.put(finished)
-        except BaseException as error:  # handed to the consumer, which raises it
-            slots.put(error)
-
-    thread = threading.Thread(target=produce, name="parquet-read-ahead", daemon=True)
-    thread.start()
-    try:
-        while True:
-            item = slots.get()
-            if item is finished:
-                return
-            if isinstance(item, BaseException):
-                raise item
-            yield item
-    finally:
-        stop.set()
-        # Unblock a producer waiting on a full queue, then let it finish.
-        while thread.is_alive():
-            try:
-                slots.get(timeout=0.1)
-            except queue.Empty:
-                pass
-        thread.join()
-
-
-def _output_schema(schema: pa.Schema) -> pa.Schema:
-    # pandas metadata describes the source's index and row count, which no longer hold after cleaning.
-    metadata = {k: v for k, v in (schema.metadata or {}).items() if k != b"pandas"}
-    return schema.with_metadata(metadata or None)
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="parquet-read-ahead") as reader:
+        pending = reader.submit(next, batches, None)
+        while (batch := pending.result()) is not None:
+            pending = reader.submit(next, batches, None)
+            yield batch
 
 
 def _kept_rows(candidates_path: Path, prompt_reward: list, key_schema: pa.Schema,
@@ -242,7 +202,9 @@ def clean_dapo_files(files: list[Path], destination: Path, *, where: str, batch_
     for path, reader in readers[1:]:
         if not reader.schema_arrow.equals(input_schema, check_metadata=False):
             raise BadDataInput(f"{where}: {path} has a different schema than {readers[0][0]}; give files of one schema")
-    schema = _output_schema(input_schema)
+    # pandas metadata describes the source's index and row count, which no longer hold after cleaning.
+    schema = input_schema.with_metadata({k: v for k, v in (input_schema.metadata or {}).items() if k != b"pandas"}
+                                        or None)
     key_schema = pa.schema([schema.field(name) for name in KEY_COLUMNS])
     candidate_schema = key_schema.append(pa.field(ROW_COLUMN, pa.int64())).append(pa.field(PROMPT_ID_COLUMN, pa.int64()))
 
@@ -301,10 +263,8 @@ def clean_dapo_files(files: list[Path], destination: Path, *, where: str, batch_
                             rows_distinct += len(ids)
                             picked = batch.take(positions)
                             global_rows = pc.add(positions.cast(pa.int64()), pa.scalar(rows_in, pa.int64()))
-                            candidates.write_batch(
-                                pa.RecordBatch.from_arrays([*picked.columns, global_rows, pa.array(ids, pa.int64())],
-                                                           schema=candidate_schema)
-                            )
+                            candidates.write_batch(pa.RecordBatch.from_arrays(
+                                [*picked.columns, global_rows, pa.array(ids, pa.int64())], schema=candidate_schema))
                         rows_in += len(batch)
                         if progress:
                             progress(len(batch))

@@ -51,13 +51,11 @@ class OutputPlan:
 
 
 def _plans(config: DataConfig) -> list[OutputPlan]:
-    return [
-        OutputPlan(DAPO_MATH_OUTPUT, "data.dapo_math", config.dapo_math, {}),
-        OutputPlan(AIME2024_OUTPUT, "data.aime2024", config.aime2024,
-                   {"canonical_aime_answers": config.canonical_aime_answers}),
-        OutputPlan(AIME2025_OUTPUT, "data.aime2025", config.aime2025_sources(),
-                   {"aime2025_data_source": config.aime2025_data_source}),
-    ]
+    return [OutputPlan(DAPO_MATH_OUTPUT, "data.dapo_math", config.dapo_math, {}),
+            OutputPlan(AIME2024_OUTPUT, "data.aime2024", config.aime2024,
+                       {"canonical_aime_answers": config.canonical_aime_answers}),
+            OutputPlan(AIME2025_OUTPUT, "data.aime2025", config.aime2025_sources(),
+                       {"aime2025_data_source": config.aime2025_data_source})]
 
 
 def _specs(plan: OutputPlan) -> list[str]:
@@ -102,10 +100,6 @@ class RowProgress:
             self.bar.stop()
 
 
-def _total_rows(sources: list[ResolvedSource]) -> int:
-    return sum(open_parquet(p, s.setting).metadata.num_rows for s in sources for p in s.files if p.suffix == ".parquet")
-
-
 @contextmanager
 def _exclusive(out_dir: Path) -> Iterator[None]:
     with open(out_dir / LOCK_NAME, "a") as handle:
@@ -139,7 +133,8 @@ def _build(plan: OutputPlan, sources: list[ResolvedSource], config: DataConfig, 
             return clean_dapo_files([converted], temporary, where=plan.setting, batch_rows=config.batch_rows)
         finally:
             converted.unlink(missing_ok=True)
-    progress = RowProgress(plan.file_name, _total_rows(sources), log)
+    progress = RowProgress(plan.file_name, sum(open_parquet(p, plan.setting).metadata.num_rows for p in files
+                                               if p.suffix == ".parquet"), log)
     try:
         return clean_dapo_files(files, temporary, where=plan.setting, batch_rows=config.batch_rows,
                                 canonical_answers=plan.file_name == AIME2024_OUTPUT and config.canonical_aime_answers,
@@ -182,13 +177,13 @@ def prepare(config: DataConfig, log: Log = default_log, *, force: bool = False, 
                 continue
             request = reuse_request(plan)
             reason = reuse_verdict(output, manifest.get(plan.file_name), request)
-            if reason is not None and adopt and manifest.get(plan.file_name) is None:
+            if reason is None:
+                log(f"{plan.file_name}: kept (up to date with {plan.setting})")
+            elif adopt and manifest.get(plan.file_name) is None:
                 adopted[plan.file_name] = _adopted_entry(plan, output, request, log)
-                continue
-            if reason is not None:
+            else:
                 raise BadDataInput(f"{output} already exists and {reason}; pass --force to replace it "
                                    "or choose another data.out_dir")
-            log(f"{plan.file_name}: kept (up to date with {plan.setting})")
 
         resolved: dict[str, list[ResolvedSource]] = {}
         for plan in to_build:
@@ -229,13 +224,11 @@ def prepare(config: DataConfig, log: Log = default_log, *, force: bool = False, 
 
 
 def build_parser():
-    verb = VerbArgs(
-        "prepare-data",
-        "Build dapo-math-17k-cleaned.parquet, aime-2024-cleaned.parquet, aime-2025-cleaned.parquet and\n"
-        "prepare-data-manifest.json in data.out_dir (default paths.data_dir, env DATA_DIR). Sources are local\n"
-        "files or hf://datasets/<owner>/<name>[@<revision>][/<path-in-repo>].",
-        keys=[*keys_under("data"), "paths.data_dir"],
-    )
+    verb = VerbArgs("prepare-data",
+                    "Build dapo-math-17k-cleaned.parquet, aime-2024-cleaned.parquet, aime-2025-cleaned.parquet and\n"
+                    "prepare-data-manifest.json in data.out_dir (default paths.data_dir, env DATA_DIR). Sources are "
+                    "local\nfiles or hf://datasets/<owner>/<name>[@<revision>][/<path-in-repo>].",
+                    keys=[*keys_under("data"), "paths.data_dir"])
     verb.add_argument("--force", action="store_true", help="rebuild outputs even when they are up to date")
     verb.add_argument("--adopt", action="store_true", help="record cleaned files already in data.out_dir without a "
                       "manifest entry (schema and rows checked) instead of refusing them")

@@ -49,17 +49,13 @@ class DataConfig:
 
     def problems(self) -> list[str]:
         """What is wrong with these settings, one message per setting (empty = nothing)."""
-        out = []
-        if self.batch_rows < 1:
-            out.append(f"data.batch_rows={self.batch_rows}: must be >= 1")
-        if self.hub_retries < 1:
-            out.append(f"data.hub_retries={self.hub_retries}: must be >= 1")
-        if not str(self.aime2025_data_source).strip():
-            out.append("data.aime2025_data_source: must not be empty")
-        for name in ("dapo_math", "aime2024"):
-            value = getattr(self, name)
-            if not isinstance(value, str) or not value.strip():
-                out.append(f"data.{name} must be one local path or hub address (got {value!r})")
+        out = [message for wrong, message in (
+            (self.batch_rows < 1, f"data.batch_rows={self.batch_rows}: must be >= 1"),
+            (self.hub_retries < 1, f"data.hub_retries={self.hub_retries}: must be >= 1"),
+            (not str(self.aime2025_data_source).strip(), "data.aime2025_data_source: must not be empty"),
+            *((not isinstance(value, str) or not value.strip(),
+               f"data.{name} must be one local path or hub address (got {value!r})")
+              for name, value in (("dapo_math", self.dapo_math), ("aime2024", self.aime2024)))) if wrong]
         try:
             self.aime2025_sources()
         except BadDataInput as error:

@@ -51,8 +51,7 @@ def _is_list(type_: pa.DataType) -> bool:
 
 def check_dapo_schema(schema: pa.Schema, where: str) -> None:
     """Raise BadDataInput naming the file and the column when the schema is not the DAPO format."""
-    names = set(schema.names)
-    missing = [c for c in KEY_COLUMNS if c not in names]
+    missing = [c for c in KEY_COLUMNS if c not in schema.names]
     if missing:
         raise BadDataInput(f"{where}: missing column(s) {', '.join(missing)}; a DAPO-format file has "
                            f"{', '.join(KEY_COLUMNS)} (+ extra_info); found {', '.join(schema.names) or 'none'}")
@@ -64,12 +63,10 @@ def check_dapo_schema(schema: pa.Schema, where: str) -> None:
         if not _is_string(schema.field(column).type):
             raise wrong(column, "string", schema.field(column).type)
     prompt = schema.field("prompt").type
-    if not (_is_list(prompt) and pa.types.is_struct(prompt.value_type)):
+    if not (_is_list(prompt) and pa.types.is_struct(prompt.value_type)
+            and all(prompt.value_type.get_field_index(name) >= 0 and _is_string(prompt.value_type.field(name).type)
+                    for name in ("content", "role"))):
         raise wrong("prompt", "list<struct<content: string, role: string>>", prompt)
-    message = prompt.value_type
-    for name in ("content", "role"):
-        if message.get_field_index(name) < 0 or not _is_string(message.field(name).type):
-            raise wrong("prompt", "list<struct<content: string, role: string>>", prompt)
     reward = schema.field("reward_model").type
     if not pa.types.is_struct(reward) or reward.get_field_index("ground_truth") < 0:
         raise wrong("reward_model", "struct<ground_truth: string, style: string>", reward)

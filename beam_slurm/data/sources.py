@@ -115,14 +115,13 @@ def _hub_failure_message(error: Exception, what: str, setting: str, spec: str, a
         return (f"{setting}={spec}: not in the local hub cache ({constants.HF_HUB_CACHE}) and the hub is not reachable "
                 f"(HF_HUB_OFFLINE={'1' if constants.HF_HUB_OFFLINE else '0'}). Download it where the hub is reachable "
                 f"with the same HF_HOME, or pass a local file: {setting}=/path/to/file")
-    if isinstance(error, hub_errors.GatedRepoError):
-        return f"{setting}={spec}: the repository is gated; accept its terms on the hub and export HF_TOKEN"
-    if isinstance(error, hub_errors.RepositoryNotFoundError):
-        return f"{setting}={spec}: repository not found (or private: export HF_TOKEN)"
-    if isinstance(error, hub_errors.RevisionNotFoundError):
-        return f"{setting}={spec}: revision not found in the repository"
-    if isinstance(error, hub_errors.EntryNotFoundError):
-        return f"{setting}={spec}: file not found in the repository"
+    for kind, text in ((hub_errors.GatedRepoError, "the repository is gated; accept its terms on the hub and export "
+                                                    "HF_TOKEN"),
+                       (hub_errors.RepositoryNotFoundError, "repository not found (or private: export HF_TOKEN)"),
+                       (hub_errors.RevisionNotFoundError, "revision not found in the repository"),
+                       (hub_errors.EntryNotFoundError, "file not found in the repository")):
+        if isinstance(error, kind):
+            return f"{setting}={spec}: {text}"
     # Only the class name and the library's message: neither carries the token.
     return f"{setting}={spec}: {what} failed after {attempts} attempt(s): {type(error).__name__}: {error}"
 

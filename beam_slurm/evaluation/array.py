@@ -191,9 +191,8 @@ class EvalTask(submitit.helpers.Checkpointable):
     def _across_nodes(self, env) -> dict[str, dict]:
         # Every node joins the Ray cluster; rank 0 is the head and runs this same task as the driver (RAY_ADDRESS set).
         spec = self.specs[0]
-        argv = ["--here", "--out", spec.out_dir, *spec.overrides, f"eval.responses_per_problem={max(spec.ks)}"]
-        for one in self.specs:
-            argv += ["--data", one.data_file]
+        argv = ["--here", "--out", spec.out_dir, *spec.overrides, f"eval.responses_per_problem={max(spec.ks)}",
+                *(arg for one in self.specs for arg in ("--data", one.data_file))]
         argv += ["--checkpoint", spec.checkpoint] if spec.checkpoint else ["--server", spec.server]
         argv += ["--base-model", spec.base_model] if spec.base_model else []
         command = [sys.executable, "-m", "beam_slurm.ray_cluster.node", "--", sys.executable,
@@ -207,8 +206,6 @@ class EvalTask(submitit.helpers.Checkpointable):
                    for one in self.specs if len(one.ks) > 1]
         return run_tasks(smaller) if smaller else {}
 
-
-# --- submission ---------------------------------------------------------------------------------------------------
 
 def launcher_parameters(cfg) -> dict[str, Any]:
     """The array's Slurm settings from eval.launcher, with the recipe's layout and cluster filling the empty ones."""

@@ -45,10 +45,6 @@ class ChainSettings:
         self.claims_dir = self.run_dir / CLAIMS_DIRNAME if self.claims_dir is None else Path(self.claims_dir)
 
 
-def _newest_mtime(directory: Path) -> float:
-    return max((p.stat().st_mtime for p in directory.rglob("*") if p.is_file()), default=directory.stat().st_mtime)
-
-
 def complete_checkpoints(settings: ChainSettings, now: float | None = None) -> list[tuple[int, Path]]:
     """(step, checkpoint dir) of every complete checkpoint in run_dir, by step."""
     run_dir = settings.run_dir
@@ -67,7 +63,8 @@ def complete_checkpoints(settings: ChainSettings, now: float | None = None) -> l
             check_model_dir(folder, "export")
         except CheckpointError:
             continue
-        if now - _newest_mtime(folder) >= settings.settle_s:
+        newest = max((p.stat().st_mtime for p in folder.rglob("*") if p.is_file()), default=folder.stat().st_mtime)
+        if now - newest >= settings.settle_s:
             complete.append((step, path))
     return complete
 
@@ -122,9 +119,8 @@ def submit_pending(settings: ChainSettings, submit: Submit, log: Callable[[str],
     """Claim and submit every complete, unclaimed checkpoint; returns (step, job_id) of what this call submitted."""
     submitted = []
     for step, path in complete_checkpoints(settings, now):
-        if claim_path(settings, step).exists() and not _is_stale(settings, step, now):
-            continue
-        if not try_claim(settings, step, now):
+        if (claim_path(settings, step).exists() and not _is_stale(settings, step, now)
+                or not try_claim(settings, step, now)):
             continue
         try:
             job_id = str(submit(step, path))

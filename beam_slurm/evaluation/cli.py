@@ -28,7 +28,7 @@ from beam_slurm.core.run_store import RunStore
 from beam_slurm.evaluation import array
 from beam_slurm.evaluation.array import prepare
 from beam_slurm.evaluation.chain import ChainSettings, complete_checkpoints
-from beam_slurm.evaluation.checkpoints import EvalInput, is_adapter, resolve_checkpoint, step_of
+from beam_slurm.evaluation.checkpoints import is_adapter, resolve_checkpoint, step_of
 from beam_slurm.evaluation.generate import ClientSettings, EngineSettings, SamplingSettings
 from beam_slurm.evaluation.grading_pool import GradingLimits
 from beam_slurm.evaluation.metrics import PASS_AT
@@ -62,14 +62,11 @@ OLD_FLAGS = {
 
 
 def build_parser():
-    verb = VerbArgs(
-        "evaluate",
-        "Evaluate checkpoints on AIME (vLLM generation, grading, metrics) as one Slurm job array. Settings "
-        "are recipe keys, e.g.\n  beam-slurm evaluate RUN eval.responses_per_problem=32 eval.launcher.partition=gpu\n"
-        "  beam-slurm evaluate -m SWEEP_DIR eval.responses_per_problem=8,32 --wait",
-        keys=[*EVALUATE_KEYS, "eval.chain_settle_s", *keys_under("eval.launcher"), *CLUSTER_KEYS],
-        inputs="[RUN | SWEEP]",
-    )
+    verb = VerbArgs("evaluate", "Evaluate checkpoints on AIME (vLLM generation, grading, metrics) as one Slurm job "
+                    "array. Settings are recipe keys, e.g.\n  beam-slurm evaluate RUN eval.responses_per_problem=32 "
+                    "eval.launcher.partition=gpu\n  beam-slurm evaluate -m SWEEP_DIR eval.responses_per_problem=8,32 "
+                    "--wait", keys=[*EVALUATE_KEYS, "eval.chain_settle_s", *keys_under("eval.launcher"), *CLUSTER_KEYS],
+                    inputs="[RUN | SWEEP]")
     source = verb.add_argument_group("what to evaluate (or a positional RUN | SWEEP: a run folder, name or job id, "
                                      "or a sweep folder)")
     source.add_argument("--checkpoint", help="HF export dir (<export_path>/global_step_N[/policy]), any HF model "
@@ -116,18 +113,14 @@ def _check_data_sources(files: list[str], limit: int | None) -> None:
                                    "metrics would mix. Pass each benchmark once")
 
 
-def _resolve_out(args: argparse.Namespace, eval_input: EvalInput | None) -> Path:
+def _resolve_out(args: argparse.Namespace) -> Path:
     if args.out:
         return Path(args.out).expanduser().resolve()
-    default = eval_input.default_out_dir() if eval_input else None
-    if default is None and args.checkpoint:
-        step, run_root = step_of(Path(args.checkpoint).expanduser().resolve())
-        if step is not None:
-            default = evaluation_dir(run_root, step)
-    if default is None:
+    step, run_root = step_of(Path(args.checkpoint).expanduser().resolve()) if args.checkpoint else (None, None)
+    if step is None:
         raise UsageError("--out is required: the checkpoint is not inside a run's global_step_N directory, so there "
                          "is no default <export_path>/beam_evals/global_step_N/")
-    return default
+    return evaluation_dir(run_root, step)
 
 
 def _checkpoint_from_list(args: argparse.Namespace) -> str:
@@ -148,13 +141,6 @@ def _summary_lines(metrics: dict[str, dict[str, Any]]) -> list[str]:
     keys = ("avg@k", "pass@1", "pass@2", "pass@4", "pass@8", "maj@k")
     return [f"  {source}: k={entry.get('k')}  " + "  ".join(f"{key}={entry[key]:.4f}" for key in keys if key in entry)
             + f"  timeouts={entry.get('timeouts', 0)}" for source, entry in sorted(metrics.items())]
-
-
-def _settings(args: argparse.Namespace, cfg):
-    sampling = SamplingSettings.from_config(cfg)
-    if args.server:
-        return sampling, None, ClientSettings.from_config(cfg, args.server, args.served_model)
-    return sampling, EngineSettings.from_config(cfg, ray_cluster=bool(os.environ.get("RAY_ADDRESS"))), None
 
 
 def _data_files(given: list[str] | None, cfg) -> list[str]:
@@ -188,8 +174,8 @@ def _targets(args: argparse.Namespace, target: str | None, cfg) -> list[tuple[st
         if target:
             raise UsageError(f"unexpected argument {target!r}: settings are key=value, and a run or sweep is "
                              "evaluated without --checkpoint")
-        eval_input = resolve_checkpoint(args.checkpoint, args.base_model)
-        return [(str(Path(args.checkpoint).expanduser().resolve()), None, _resolve_out(args, eval_input))]
+        resolve_checkpoint(args.checkpoint, args.base_model)  # a bad checkpoint fails here
+        return [(str(Path(args.checkpoint).expanduser().resolve()), None, _resolve_out(args))]
     if not target:
         raise UsageError("what to evaluate: a run (folder, name or job id), a sweep folder, or --checkpoint DIR")
     exports = _run_exports(target, args.exports_root)
@@ -200,9 +186,7 @@ def _targets(args: argparse.Namespace, target: str | None, cfg) -> list[tuple[st
                          "(the training job writes them every checkpoint.hf_save_interval steps)")
     if args.out and len(found) > 1:
         raise UsageError(f"--out takes one checkpoint; {target} has {len(found)}: leave --out out")
-    if args.out:
-        return [(found[0][0], None, Path(args.out).expanduser().resolve())]
-    return found
+    return [(found[0][0], None, Path(args.out).expanduser().resolve())] if args.out else found
 
 
 def _run_exports(target: str, exports_root: str | None) -> list[Path]:
@@ -226,7 +210,6 @@ def _points(parsed, multirun: bool, load) -> list[tuple[list[str], object]]:
 
 
 def _table(results: dict[str, dict], title: str) -> None:
-    console = table_console()
     table = Table(title=title)
     entries = [(folder, entry) for folder, metrics in sorted(results.items()) for entry in metrics.values()]
     levels = [j for j in PASS_AT if any(f"pass@{j}" in e for _, e in entries)]
@@ -238,7 +221,7 @@ def _table(results: dict[str, dict], title: str) -> None:
                       f"{entry['avg@k']:.4f}", f"[{low:.3f}, {high:.3f}]",
                       *(f"{entry[f'pass@{j}']:.4f}" if f"pass@{j}" in entry else "-" for j in levels),
                       f"{entry['maj@k']:.4f}")
-    console.print(table)
+    table_console().print(table)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -259,8 +242,12 @@ def main(argv: list[str] | None = None) -> int:
         for _, cfg in points:
             if cfg.eval.limit is not None and cfg.eval.limit < 1:
                 raise UsageError(f"eval.limit must be at least 1 (got {cfg.eval.limit})")
-            GradingLimits.from_settings(cfg.grade)
-            _settings(args, cfg)  # sampling, engine and server settings checked here
+            GradingLimits.from_settings(cfg.grade)  # each settings object checks its values as it is made
+            SamplingSettings.from_config(cfg)
+            if args.server:
+                ClientSettings.from_config(cfg, args.server, args.served_model)
+            else:
+                EngineSettings.from_config(cfg, ray_cluster=bool(os.environ.get("RAY_ADDRESS")))
         if here:
             if target or args.multirun or args.wait:
                 raise UsageError("--here (and --server, --checkpoint-list, --check) evaluates one checkpoint in this "
@@ -269,9 +256,10 @@ def main(argv: list[str] | None = None) -> int:
                 args.checkpoint = _checkpoint_from_list(args)
             if not args.server and not args.checkpoint:
                 raise UsageError("--checkpoint is required (or --server URL to use an already running server)")
-            eval_input = None if args.server else resolve_checkpoint(args.checkpoint, args.base_model)
+            if not args.server:
+                resolve_checkpoint(args.checkpoint, args.base_model)  # a bad checkpoint fails here
             targets = [(str(Path(args.checkpoint).expanduser().resolve()) if args.checkpoint else None, None,
-                        _resolve_out(args, eval_input))]
+                        _resolve_out(args))]
         else:
             targets = _targets(args, target, points[0][1])
         for _, _, out_dir in targets:
@@ -338,16 +326,13 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _launcher_overrides(cfg) -> list[str]:
-    """The run's eval.launcher.* and cluster keys the array reads, so a chained array gets the run's."""
-    values = {key: value_at(cfg, key) for key in [*keys_under("eval.launcher"), *CLUSTER_KEYS]}
-    return [f"{key}={{" + ",".join(f"{k}:{hydra_value(v)}" for k, v in value.items()) + "}" if isinstance(value, dict)
-            else override(key, value) for key, value in values.items()]
-
-
 def chained_overrides(cfg, step: int, extra_args: list[str] | None = None) -> list[str]:
-    """The keys of step `step`'s chained evaluation: the run's own values, then `extra_args` last, so they win."""
-    overrides = [override(key, value_at(cfg, key)) for key in EVALUATE_KEYS] + _launcher_overrides(cfg)
+    """The keys of step `step`'s chained evaluation: the run's own values (also of the eval.launcher.* and cluster
+    keys the array reads, so a chained array gets the run's), then `extra_args` last, so they win."""
+    launcher = {key: value_at(cfg, key) for key in [*keys_under("eval.launcher"), *CLUSTER_KEYS]}
+    overrides = [override(key, value_at(cfg, key)) for key in EVALUATE_KEYS]
+    overrides += [f"{key}={{" + ",".join(f"{k}:{hydra_value(v)}" for k, v in value.items()) + "}"
+                  if isinstance(value, dict) else override(key, value) for key, value in launcher.items()]
     overrides.append(override("eval.launcher.name", f"{cfg.run_name}-eval-{step}"))
     if not cfg.eval.launcher.submitit_folder:
         overrides.append(override("eval.launcher.submitit_folder", f"{cfg.paths.log_dir}/eval-step{step}-%j"))

@@ -42,16 +42,14 @@ class SamplingSettings:
     seed: int | None = None  # per request; None on vLLM's CPU build, which rejects per-request seeds
 
     def __post_init__(self) -> None:
-        if self.n < 1:
-            raise SettingsError(f"eval.responses_per_problem must be at least 1 (got {self.n})")
-        if self.max_tokens < 1:
-            raise SettingsError(f"generation.max_response_tokens must be at least 1 (got {self.max_tokens})")
-        if not 0.0 < self.top_p <= 1.0:
-            raise SettingsError(f"generation.top_p must be in (0, 1] (got {self.top_p})")
-        if self.temperature < 0.0:
-            raise SettingsError(f"generation.temperature must be >= 0 (got {self.temperature})")
-        if self.n > MAX_K:
-            raise SettingsError(f"eval.responses_per_problem must be at most {MAX_K} (got {self.n})")
+        for wrong, message in (
+                (self.n < 1, f"eval.responses_per_problem must be at least 1 (got {self.n})"),
+                (self.max_tokens < 1, f"generation.max_response_tokens must be at least 1 (got {self.max_tokens})"),
+                (not 0.0 < self.top_p <= 1.0, f"generation.top_p must be in (0, 1] (got {self.top_p})"),
+                (self.temperature < 0.0, f"generation.temperature must be >= 0 (got {self.temperature})"),
+                (self.n > MAX_K, f"eval.responses_per_problem must be at most {MAX_K} (got {self.n})")):
+            if wrong:
+                raise SettingsError(message)
 
     @classmethod
     def from_config(cls, cfg) -> "SamplingSettings":
@@ -207,8 +205,8 @@ class ClientSettings:
         if not self.base_url.startswith(("http://", "https://")):
             raise SettingsError(f"--server must be an http:// or https:// URL (got {self.base_url!r})")
         if self.max_attempts < 1 or self.concurrency < 1 or self.request_timeout_s <= 0:
-            raise SettingsError("eval.server_max_attempts, eval.server_concurrency and eval.server_request_timeout_s must be "
-                             "positive")
+            raise SettingsError("eval.server_max_attempts, eval.server_concurrency and eval.server_request_timeout_s "
+                                "must be positive")
 
     @property
     def api_root(self) -> str:
@@ -224,10 +222,8 @@ _RETRYABLE_STATUS = {408, 409, 429, 500, 502, 503, 504}
 
 
 def _request_json(client: ClientSettings, method: str, path: str, body: dict[str, Any] | None) -> dict[str, Any]:
-    headers = {"Content-Type": "application/json"}
     token = os.environ.get(client.api_key_env)
-    if token:
-        headers["Authorization"] = f"Bearer {token}"
+    headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {token}"} if token else {})}
     data = None if body is None else json.dumps(body).encode()
     url = client.api_root + path
     last_error = ""

@@ -55,14 +55,14 @@ class GradingLimits:
         return cls(timeout_s=grade.timeout_s, memory_mb=grade.memory_mb, workers=grade.workers)
 
     def __post_init__(self) -> None:
-        if not self.timeout_s > 0:
-            raise GradingInputError(f"grading timeout must be > 0 seconds, got {self.timeout_s}")
-        if self.kill_grace_s < 0:
-            raise GradingInputError(f"grading kill grace must be >= 0 seconds, got {self.kill_grace_s}")
-        if self.memory_mb < 256:
-            raise GradingInputError(f"grading memory cap must be >= 256 MiB (math-verify imports sympy), got {self.memory_mb}")
-        if self.workers < 0:
-            raise GradingInputError(f"grading workers must be >= 0 (0 = all usable CPUs), got {self.workers}")
+        for wrong, message in (
+                (not self.timeout_s > 0, f"grading timeout must be > 0 seconds, got {self.timeout_s}"),
+                (self.kill_grace_s < 0, f"grading kill grace must be >= 0 seconds, got {self.kill_grace_s}"),
+                (self.memory_mb < 256,
+                 f"grading memory cap must be >= 256 MiB (math-verify imports sympy), got {self.memory_mb}"),
+                (self.workers < 0, f"grading workers must be >= 0 (0 = all usable CPUs), got {self.workers}")):
+            if wrong:
+                raise GradingInputError(message)
 
     @property
     def worker_count(self) -> int:
@@ -104,8 +104,7 @@ class GradingOutcome:
 
 
 class _ItemTimeout(BaseException):
-    # BaseException so that library code catching Exception cannot swallow the alarm.
-    pass
+    """BaseException so that library code catching Exception cannot swallow the alarm."""
 
 
 def _on_alarm(signum, frame):
@@ -147,8 +146,7 @@ def _worker_main(conn, progress, memory_mb: int, timeout_s: float) -> None:
             return
         kind, items = message
         grade_item = _ITEM_FUNCTIONS[kind]
-        values = []
-        worst = 0.0
+        values, worst = [], 0.0
         for index, (tail, ground_truth) in enumerate(items):
             progress[1] = 0.0
             progress[0] = index
@@ -190,9 +188,7 @@ class _Worker:
         """(index, start) of the item being graded, or None when idle or between items."""
         first_start = self.progress[1]
         index = int(self.progress[0])
-        if first_start == 0.0 or self.progress[1] != first_start:
-            return None
-        return index, first_start
+        return None if first_start == 0.0 or self.progress[1] != first_start else (index, first_start)
 
     def kill(self) -> None:
         if self.process.is_alive():
@@ -212,13 +208,6 @@ class _Worker:
             self.conn.close()
 
 
-def _forkserver_context():
-    context = multiprocessing.get_context("forkserver")
-    # Honoured only when this process starts its first forkserver; later calls are harmless.
-    context.set_forkserver_preload(["beam_slurm.evaluation.grading_pool", "math_verify", "sympy"])
-    return context
-
-
 class GradingPool:
     """A fixed number of grading workers (a context manager); one that overruns its bound is killed and replaced."""
 
@@ -227,7 +216,9 @@ class GradingPool:
             raise GradingSetupError("math-verify is not installed in this environment; install the eval extra "
                                     "(pip install 'beam-slurm[eval]') or the dev extra")
         self.limits = limits
-        self._context = _forkserver_context()
+        self._context = multiprocessing.get_context("forkserver")
+        # Honoured only when this process starts its first forkserver; later calls are harmless.
+        self._context.set_forkserver_preload(["beam_slurm.evaluation.grading_pool", "math_verify", "sympy"])
         self._workers = [_Worker(self._context, limits) for _ in range(limits.worker_count)]
 
     def __enter__(self) -> "GradingPool":

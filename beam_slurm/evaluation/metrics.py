@@ -89,9 +89,7 @@ def pass_at(k: int, correct: int, j: int) -> float:
     """Unbiased probability that at least one of j samples drawn from k (``correct`` of them right) is right."""
     if not 0 <= correct <= k or not 1 <= j <= k:
         raise ValueError(f"pass_at needs 0 <= correct <= k and 1 <= j <= k, got k={k} correct={correct} j={j}")
-    if k - correct < j:
-        return 1.0
-    return 1.0 - math.comb(k - correct, j) / math.comb(k, j)
+    return 1.0 if k - correct < j else 1.0 - math.comb(k - correct, j) / math.comb(k, j)
 
 
 def pass_at_levels(k: int) -> list[int]:
@@ -117,21 +115,11 @@ def bootstrap_interval(per_problem: list[float], *, draws: int = BOOTSTRAP_DRAWS
 def majority_answer(samples: list[dict[str, Any]]) -> tuple[str | None, int, bool]:
     """(answer, votes, correct) of the majority vote over one problem's graded samples (tie: first in sample order)."""
     ordered = sorted(samples, key=lambda g: g["sample"])
-    votes: collections.Counter[str] = collections.Counter()
-    first_seen: dict[str, int] = {}
-    correct_of: dict[str, bool] = {}
-    for position, grade in enumerate(ordered):
-        pred = grade["pred"]
-        if pred is None:
-            continue
-        votes[pred] += 1
-        first_seen.setdefault(pred, position)
-        correct_of.setdefault(pred, bool(grade["correct"]))
+    votes = collections.Counter(g["pred"] for g in ordered if g["pred"] is not None)  # answers in order first seen
     if not votes:
         return None, 0, False
-    top = max(votes.values())
-    winner = min((p for p, n in votes.items() if n == top), key=first_seen.__getitem__)
-    return winner, top, correct_of[winner]
+    winner, top = max(votes.items(), key=lambda item: item[1])  # the first of equal counts
+    return winner, top, next(bool(g["correct"]) for g in ordered if g["pred"] == winner)
 
 
 def _by_problem(grades: Iterable[dict[str, Any]]) -> dict[str, dict[str, list[dict[str, Any]]]]:

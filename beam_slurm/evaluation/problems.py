@@ -55,10 +55,9 @@ def read_problems(path: str | Path, limit: int | None = None) -> list[Problem]:
     if missing:
         raise DatasetError(f"--data: {path} lacks column(s) {', '.join(missing)}; expected the cleaned DAPO/AIME "
                            "format (prompt, reward_model.ground_truth, data_source)")
-    rows = table.to_pylist()[:limit]
     problems: list[Problem] = []
     seen: set[str] = set()
-    for number, row in enumerate(rows):
+    for number, row in enumerate(table.to_pylist()[:limit]):
         where = f"--data: {path.name} row {number}"
         ground_truth = (row.get("reward_model") or {}).get("ground_truth")
         if ground_truth is None or str(ground_truth).strip() == "":

@@ -141,8 +141,6 @@ def resolve_targets(targets: list[str], exports_root: str | None = None) -> list
     return list(unique.values())
 
 
-# --- what a run's record says --------------------------------------------------------------------------------------
-
 def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:
     if not isinstance(value, dict):
         return {prefix[:-1]: value}
@@ -175,10 +173,9 @@ def is_rehearsal_run(export_path: Path, config: dict[str, Any] | None = None) ->
 def _recorded_data_files(export_path: Path) -> list[str]:
     """Evaluation files the run's recipe names and those its evaluations recorded (info.json "data")."""
     config = run_config(export_path)
-    files: list[str] = []
     data_dir = str(config.get("paths.data_dir") or "").rstrip("/")
-    for name in config.get("paths.eval_files") or []:
-        files.append(f"{data_dir}/{name}" if data_dir and not str(name).startswith("/") else str(name))
+    files = [f"{data_dir}/{name}" if data_dir and not str(name).startswith("/") else str(name)
+             for name in config.get("paths.eval_files") or []]
     root = Path(export_path) / EVALS_DIRNAME
     for info_file in sorted(root.glob(f"*/{INFO_FILE}")) if root.is_dir() else []:
         try:
@@ -202,53 +199,39 @@ def entry_label(source: str, entry: dict[str, Any] | None, labels: dict[str, str
     return str(recorded) if recorded else labels.get(source, source)
 
 
-# --- reading --------------------------------------------------------------------------------------------------------
-
-def _read_json(path: Path, report: RunReport) -> Any:
-    try:
-        with open(path, encoding="utf-8") as handle:
-            return json.load(handle)
-    except (OSError, json.JSONDecodeError) as error:
-        report.problems.append(f"{path}: {error}")
-        return None
+def _step_folders(root: Path, pattern: re.Pattern) -> list[tuple[int, Path]]:
+    """(step, folder) of the folders in `root` whose name `pattern` matches, in name order."""
+    return [(int(m[1]), f) for f in sorted(root.iterdir()) if (m := pattern.match(f.name))] if root.is_dir() else []
 
 
 def _collect_ours(report: RunReport, labels: dict[str, str]) -> None:
-    root = report.export_path / EVALS_DIRNAME
-    if not root.is_dir():
-        return
-    for folder in sorted(root.iterdir()):
-        match = STEP_DIR.match(folder.name)
-        if not match or not (folder / METRICS_FILE).is_file():
+    for step, folder in _step_folders(report.export_path / EVALS_DIRNAME, STEP_DIR):
+        if not (folder / METRICS_FILE).is_file():
             continue  # unfinished evaluations have no metrics.json yet
-        metrics = _read_json(folder / METRICS_FILE, report)
+        try:
+            with open(folder / METRICS_FILE, encoding="utf-8") as handle:
+                metrics = json.load(handle)
+        except (OSError, json.JSONDecodeError) as error:
+            report.problems.append(f"{folder / METRICS_FILE}: {error}")
+            continue
         if not isinstance(metrics, dict):
             continue
         for source, entry in metrics.items():
             if not isinstance(entry, dict) or "avg@k" not in entry:
                 report.problems.append(f"{folder / METRICS_FILE}: entry {source!r} has no avg@k")
                 continue
-            report.evals.append(EvalPoint(int(match.group(1)), source, "beam", float(entry["avg@k"]), metrics=entry,
+            report.evals.append(EvalPoint(step, source, "beam", float(entry["avg@k"]), metrics=entry,
                                           dataset=entry_label(source, entry, labels),
                                           rehearsal=entry.get("rehearsal") is True))
 
 
 def _collect_skyrl(report: RunReport, labels: dict[str, str]) -> None:
-    root = report.export_path / SKYRL_DUMPS_DIRNAME
-    if not root.is_dir():
-        return
-    for folder in sorted(root.iterdir()):
-        match = _DUMP_DIR.match(folder.name)
-        if not match:
-            continue  # e.g. eval_only: not tied to a training step
-        step = int(match.group(1))
+    # Folders not named by a step (e.g. eval_only) are not tied to a training step.
+    for step, folder in _step_folders(report.export_path / SKYRL_DUMPS_DIRNAME, _DUMP_DIR):
         seen: set[str] = set()
-        for dump in sorted(folder.glob("*.jsonl")):
-            if dump.name == "aggregated_results.jsonl":
-                continue
+        for dump in sorted(p for p in folder.glob("*.jsonl") if p.name != "aggregated_results.jsonl"):
             positive = total = 0
-            source = dump.stem
-            made_up = False
+            source, made_up = dump.stem, False
             try:
                 with open(dump, encoding="utf-8") as handle:
                     for line in handle:
@@ -306,8 +289,7 @@ def _collect_train(report: RunReport) -> None:
 def gather(export_path: Path) -> RunReport:
     """Read every evaluation and the training metrics found under a run's export path."""
     export_path = Path(export_path)
-    report = RunReport(export_path=export_path)
-    report.name = RunStore(export_path).read().run_name or export_path.name
+    report = RunReport(export_path=export_path, name=RunStore(export_path).read().run_name or export_path.name)
     labels = dataset_labels(export_path)
     _collect_ours(report, labels)
     _collect_skyrl(report, labels)
@@ -316,8 +298,6 @@ def gather(export_path: Path) -> RunReport:
     report.evals.sort(key=lambda p: (p.step, p.dataset.lower(), p.origin))
     return report
 
-
-# --- labels -------------------------------------------------------------------------------------------------------
 
 def _text(value: Any) -> str:
     if isinstance(value, bool):
@@ -338,11 +318,8 @@ def label_runs(reports: list[RunReport], max_keys: int = 4) -> None:
     differ) recipe keys other than names and paths. One run alone: its swept keys, else its name."""
     configs = [run_config(r.export_path) for r in reports]
     given = [{**_pairs(list(RunStore(r.export_path).read().overrides)), **_pairs(r.choices or [])} for r in reports]
-    keys: list[str] = []
-    for report, pairs in zip(reports, given):
-        for key in list(_pairs(report.choices or [])) + list(pairs):
-            if key not in keys and not _NOT_A_SETTING.match(key):
-                keys.append(key)
+    keys = list(dict.fromkeys(key for report, pairs in zip(reports, given)
+                              for key in [*_pairs(report.choices or []), *pairs] if not _NOT_A_SETTING.match(key)))
 
     def value(index: int, key: str) -> str:
         if key in given[index]:
@@ -370,8 +347,6 @@ def label_runs(reports: list[RunReport], max_keys: int = 4) -> None:
         if report.rehearsal:
             report.label += " [rehearsal]"
 
-
-# --- table ------------------------------------------------------------------------------------------------------------
 
 def _fmt(value: float | None, digits: int = 3) -> str:
     return "-" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.{digits}f}"
@@ -504,8 +479,6 @@ def write_timeline(reports: list[RunReport], path: Path) -> Path | None:
     return path
 
 
-# --- figure -----------------------------------------------------------------------------------------------------------
-
 def series(report: RunReport) -> dict[str, Any]:
     """A run's curves, as plotted: accuracy per dataset (ours and SkyRL's), reward and response length, by step."""
     accuracy: dict[str, dict[str, list[dict[str, Any]]]] = {}
@@ -587,8 +560,6 @@ def write_plot(reports: RunReport | list[RunReport], path: Path) -> tuple[Path, 
         plt.close(fig)
     return png, svg
 
-
-# --- JSON -------------------------------------------------------------------------------------------------------------
 
 def summary(report: RunReport) -> dict[str, Any]:
     """Machine-readable form of one run's report (an element of report.json's "runs")."""

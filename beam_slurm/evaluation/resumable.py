@@ -141,12 +141,6 @@ class Progress:
     grading_s: float = 0.0
 
 
-def missing_requests(problems: list[Problem], counts: dict[str, int], k: int) -> list[tuple[Problem, int, int]]:
-    """(problem, responses still needed, index of the first) for every problem with fewer than k saved."""
-    return [(p, k - counts.get(p.problem_id, 0), counts.get(p.problem_id, 0))
-            for p in problems if counts.get(p.problem_id, 0) < k]
-
-
 def generate_missing(store: SampleStore, problems: list[Problem], k: int, engine_factory: Callable[[], Any],
                      chunk_problems: int, progress: Progress, log: Callable[[str], None] = print,
                      chunk_saved: Callable[[], None] = lambda: None) -> None:
@@ -154,7 +148,9 @@ def generate_missing(store: SampleStore, problems: list[Problem], k: int, engine
     `chunk_saved` is called after each (the hang watchdog's heartbeat)."""
     counts = store.counts()
     progress.reused += sum(min(counts.get(p.problem_id, 0), k) for p in problems)
-    todo = missing_requests(problems, counts, k)
+    # (problem, responses still needed, index of the first) for every problem with fewer than k saved
+    todo = [(p, k - counts.get(p.problem_id, 0), counts.get(p.problem_id, 0))
+            for p in problems if counts.get(p.problem_id, 0) < k]
     if not todo:
         return
     started = time.monotonic()
