@@ -65,9 +65,8 @@ class StringInterner:
 
     def __init__(self) -> None:
         self.known = pa.array([], pa.large_string())
-        self.known_bytes = 0
+        self.known_bytes = self.next_id = 0
         self.overflow: dict[bytes, int] = {}
-        self.next_id = 0
 
     def ids(self, text: pa.Array) -> pa.Array:
         """The id of every row's string (int64), null where the string is null."""
@@ -111,8 +110,8 @@ def encode_rows(array: pa.Array, interners: dict[str, StringInterner], path: str
     if pa.types.is_string(type_) or pa.types.is_large_string(type_):
         return interners.setdefault(path, StringInterner()).codes(array)
     if pa.types.is_struct(type_):
-        parts = [encode_rows(child, interners, f"{path}.{field.name}") for child,
-                 field in zip(array.flatten(), array.type)]
+        parts = [encode_rows(child, interners, f"{path}.{field.name}")
+                 for child, field in zip(array.flatten(), array.type)]
         encoded = pc.binary_join_element_wise(_large("T"), *parts, _EMPTY)
         if array.null_count:
             encoded = pc.if_else(array.is_valid(), encoded, _NULL)
@@ -146,17 +145,15 @@ def canonicalise_ground_truth(reward_model: pa.StructArray) -> tuple[pa.StructAr
     if not pc.any(is_integer).as_py():
         return reward_model, 0
     canonical = pc.utf8_trim_whitespace(truth)
-    canonical = pc.replace_substring_regex(canonical, r"^\+", "")
-    canonical = pc.replace_substring_regex(canonical, r"^(-?)0+(\d)", r"\1\2")
-    canonical = pc.replace_substring_regex(canonical, r"^-0$", "0")
+    for pattern, replacement in ((r"^\+", ""), (r"^(-?)0+(\d)", r"\1\2"), (r"^-0$", "0")):
+        canonical = pc.replace_substring_regex(canonical, pattern, replacement)
     new_truth = pc.if_else(is_integer, canonical, truth)
     rewritten = pc.sum(pc.fill_null(pc.not_equal(new_truth, truth), False)).as_py() or 0
     if not rewritten:
         return reward_model, 0
     children = reward_model.flatten()
     children[reward_model.type.get_field_index("ground_truth")] = new_truth
-    rebuilt = pa.StructArray.from_arrays(children, fields=list(reward_model.type), mask=reward_model.is_null())
-    return rebuilt, rewritten
+    return pa.StructArray.from_arrays(children, fields=list(reward_model.type), mask=reward_model.is_null()), rewritten
 
 
 def _check_ground_truth(reward_model: pa.Array, first_row: int, where: str) -> None:
@@ -312,10 +309,9 @@ def _write_kept(readers: list, where: str, candidates_path: Path, destination: P
                             local = pc.subtract(pending_rows.slice(0, inside), pa.scalar(offset, pa.int64()))
                             others = batch.take(local)
                             keys = pending_keys.slice(0, inside)
-                            columns = {**dict(zip(keys.schema.names, keys.columns)),
-                                       **dict(zip(others.schema.names, others.columns))}
-                            writer.write_batch(pa.RecordBatch.from_arrays([columns[n] for n in schema.names],
-                                                                          schema=schema))
+                            writer.write_batch(pa.RecordBatch.from_arrays(
+                                [(keys if n in KEY_COLUMNS else others).column(n) for n in schema.names],
+                                schema=schema))
                             rows_out += inside
                             pending_rows, pending_keys = pending_rows.slice(inside), pending_keys.slice(inside)
                             if not len(pending_rows):

@@ -45,10 +45,6 @@ def _is_string(type_: pa.DataType) -> bool:
     return pa.types.is_string(type_) or pa.types.is_large_string(type_)
 
 
-def _is_list(type_: pa.DataType) -> bool:
-    return pa.types.is_list(type_) or pa.types.is_large_list(type_)
-
-
 def check_dapo_schema(schema: pa.Schema, where: str) -> None:
     """Raise BadDataInput naming the file and the column when the schema is not the DAPO format."""
     missing = [c for c in KEY_COLUMNS if c not in schema.names]
@@ -63,7 +59,7 @@ def check_dapo_schema(schema: pa.Schema, where: str) -> None:
         if not _is_string(schema.field(column).type):
             raise wrong(column, "string", schema.field(column).type)
     prompt = schema.field("prompt").type
-    if not (_is_list(prompt) and pa.types.is_struct(prompt.value_type)
+    if not ((pa.types.is_list(prompt) or pa.types.is_large_list(prompt)) and pa.types.is_struct(prompt.value_type)
             and all(prompt.value_type.get_field_index(name) >= 0 and _is_string(prompt.value_type.field(name).type)
                     for name in ("content", "role"))):
         raise wrong("prompt", "list<struct<content: string, role: string>>", prompt)

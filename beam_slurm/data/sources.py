@@ -53,12 +53,11 @@ def parse_hub_address(spec: str, setting: str) -> HubAddress:
     parts = rest.split("/", 2)
     if len(parts) < 2 or not parts[0] or not parts[1]:
         raise BadDataInput(f"{setting}={spec}: expected hf://datasets/<owner>/<name>[@<revision>][/<path-in-repo>]")
-    owner, name_and_revision = parts[0], parts[1]
-    name, _, revision = name_and_revision.partition("@")
+    name, at, revision = parts[1].partition("@")
     path_in_repo = parts[2].strip("/") if len(parts) == 3 and parts[2].strip("/") else None
-    if not name or (("@" in name_and_revision) and not revision):
+    if not name or (at and not revision):
         raise BadDataInput(f"{setting}={spec}: empty repository name or revision")
-    return HubAddress(f"{owner}/{name}", unquote(revision) if revision else None, path_in_repo)
+    return HubAddress(f"{parts[0]}/{name}", unquote(revision) if revision else None, path_in_repo)
 
 
 def _local_files(spec: str, setting: str) -> list[Path]:

@@ -160,8 +160,7 @@ def notice_for_this_process_only() -> Any:
     if isinstance(notice, str):
         notice = getattr(signal, notice if notice.startswith("SIG") else f"SIG{notice}")
     done = threading.Event()
-    receiver = threading.Thread(target=done.wait, name="slurm-notice", daemon=True)
-    receiver.start()
+    threading.Thread(target=done.wait, name="slurm-notice", daemon=True).start()
     before = signal.pthread_sigmask(signal.SIG_BLOCK, {notice})
     try:
         yield
@@ -195,9 +194,8 @@ class EvalTask(submitit.helpers.Checkpointable):
                 *(arg for one in self.specs for arg in ("--data", one.data_file))]
         argv += ["--checkpoint", spec.checkpoint] if spec.checkpoint else ["--server", spec.server]
         argv += ["--base-model", spec.base_model] if spec.base_model else []
-        command = [sys.executable, "-m", "beam_slurm.ray_cluster.node", "--", sys.executable,
-                   str(REPO_ROOT / "stages" / "evaluate.py"), *argv]
-        status = subprocess.run(command, check=False).returncode
+        status = subprocess.run([sys.executable, "-m", "beam_slurm.ray_cluster.node", "--", sys.executable,
+                                 str(REPO_ROOT / "stages" / "evaluate.py"), *argv], check=False).returncode
         if env.global_rank != 0:
             return {}
         if status != 0:
@@ -216,9 +214,7 @@ def launcher_parameters(cfg) -> dict[str, Any]:
         params["nodes"] = max(1, math.ceil(gpus / per_node)) if per_node else 1
     if params.get("gpus_per_node") is None:
         params["gpus_per_node"] = min(gpus, per_node) if per_node else 0
-    for key in ("partition", "account", "qos"):
-        if params.get(key) is None:
-            params[key] = getattr(cfg.cluster, key)
+    params.update({k: getattr(cfg.cluster, k) for k in ("partition", "account", "qos") if params.get(k) is None})
     return params
 
 

@@ -69,17 +69,16 @@ def check_model_dir(directory: Path, option: str) -> None:
     if not any(next(directory.glob(pattern), None) for pattern in WEIGHT_GLOBS):
         raise CheckpointError(f"{option}: {directory} has config.json but no weights (*.safetensors or "
                               "pytorch_model*.bin); is the export still being written?")
-    for index_name in ("model.safetensors.index.json", "pytorch_model.bin.index.json"):
-        index_file = directory / index_name
-        if index_file.is_file():
-            try:
-                shards = set(json.loads(index_file.read_text())["weight_map"].values())
-            except (ValueError, KeyError) as exc:
-                raise CheckpointError(f"{option}: {index_file} is not a valid weight index ({exc})") from exc
-            missing = sorted(s for s in shards if not (directory / s).is_file())
-            if missing:
-                raise CheckpointError(f"{option}: {directory} lists {len(missing)} missing weight shard(s), e.g. "
-                                      f"{missing[0]}; the export is incomplete")
+    indexes = [directory / name for name in ("model.safetensors.index.json", "pytorch_model.bin.index.json")]
+    for index_file in (index for index in indexes if index.is_file()):
+        try:
+            shards = set(json.loads(index_file.read_text())["weight_map"].values())
+        except (ValueError, KeyError) as exc:
+            raise CheckpointError(f"{option}: {index_file} is not a valid weight index ({exc})") from exc
+        missing = sorted(s for s in shards if not (directory / s).is_file())
+        if missing:
+            raise CheckpointError(f"{option}: {directory} lists {len(missing)} missing weight shard(s), e.g. "
+                                  f"{missing[0]}; the export is incomplete")
 
 
 def _adapter_rank(adapter_dir: Path) -> tuple[int, str | None]:

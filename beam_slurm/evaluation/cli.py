@@ -282,9 +282,8 @@ def main(argv: list[str] | None = None) -> int:
         return verb.report(exc)
 
     if args.check:
-        what = args.server or targets[0][0]
         log(f"evaluate: inputs OK: {sum(len(p.problems) for p in prepared)} problems from {len(prepared)} file(s), "
-            f"k={prepared[0].sampling.n}, on {what}, results in {targets[0][2]}")
+            f"k={prepared[0].sampling.n}, on {args.server or targets[0][0]}, results in {targets[0][2]}")
         return 0
     if here:
         # 2. In this process (inside an allocation, or with --server): resumable generation, grading, results.
@@ -297,9 +296,8 @@ def main(argv: list[str] | None = None) -> int:
             log(f"evaluate: {targets[0][2]} already holds this evaluation; reusing it (--force to redo)")
         else:
             array.run_tasks(specs, log)
-        metrics = finished_metrics(targets[0][2]) or {}
         log(f"evaluate: results in {targets[0][2]}")
-        for line in _summary_lines(metrics):
+        for line in _summary_lines(finished_metrics(targets[0][2]) or {}):
             log(line)
         return 0
 
@@ -313,8 +311,7 @@ def main(argv: list[str] | None = None) -> int:
     job_ids = array.submit_plan(found, log)
     if not args.wait:
         return 0
-    states = array.wait_for(job_ids) if job_ids else {}
-    failed = {j: s for j, s in states.items() if s != "COMPLETED"}
+    failed = {j: s for j, s in (array.wait_for(job_ids) if job_ids else {}).items() if s != "COMPLETED"}
     results = {folder: finished_metrics(folder) for folder in found.finished}
     for p in (prepare(spec) for specs, _ in found.to_submit for spec in specs):
         results.update({str(p.out_dir / key.task_dir): finished_metrics(p.out_dir / key.task_dir) for key in p.keys

@@ -105,20 +105,16 @@ class EngineSettings:
 
 def engine_kwargs(eval_input: EvalInput, sampling: SamplingSettings, engine: EngineSettings) -> dict[str, Any]:
     """Keyword arguments for vllm.LLM (kept separate so the layout can be checked without loading a model)."""
-    kwargs: dict[str, Any] = {"model": str(eval_input.model_path), "tokenizer": str(eval_input.model_path),
-                              "tensor_parallel_size": engine.tensor_parallel_size,
-                              "pipeline_parallel_size": engine.pipeline_parallel_size,
-                              "max_model_len": engine.max_model_len or engine.max_prompt_tokens + sampling.max_tokens,
-                              "dtype": engine.dtype, "gpu_memory_utilization": engine.gpu_memory_utilization,
-                              "enforce_eager": engine.enforce_eager, "seed": engine.seed}
-    if engine.distributed_executor_backend:
-        kwargs["distributed_executor_backend"] = engine.distributed_executor_backend
-    if eval_input.lora_path is not None:
-        kwargs["enable_lora"] = True
-        kwargs["max_loras"] = 1
-        kwargs["max_lora_rank"] = eval_input.lora_rank
-    kwargs.update(engine.extra_engine_kwargs)
-    return kwargs
+    executor, lora = engine.distributed_executor_backend, eval_input.lora_path is not None
+    return {"model": str(eval_input.model_path), "tokenizer": str(eval_input.model_path),
+            "tensor_parallel_size": engine.tensor_parallel_size,
+            "pipeline_parallel_size": engine.pipeline_parallel_size,
+            "max_model_len": engine.max_model_len or engine.max_prompt_tokens + sampling.max_tokens,
+            "dtype": engine.dtype, "gpu_memory_utilization": engine.gpu_memory_utilization,
+            "enforce_eager": engine.enforce_eager, "seed": engine.seed,
+            **({"distributed_executor_backend": executor} if executor else {}),
+            **({"enable_lora": True, "max_loras": 1, "max_lora_rank": eval_input.lora_rank} if lora else {}),
+            **engine.extra_engine_kwargs}
 
 
 def _row(problem: Problem, sample: int, text: str, finish_reason: str | None, tokens: int | None) -> dict[str, Any]:
@@ -139,11 +135,9 @@ class OfflineEngine:
 
     def generate(self, requests: list[Request]) -> list[dict[str, Any]]:
         """Sample each request's responses in one vLLM call; rows numbered from the request's first index."""
-        from vllm import SamplingParams
+        from vllm import LLM, SamplingParams
 
         if self._llm is None:
-            from vllm import LLM
-
             started = time.monotonic()
             self._llm = LLM(**engine_kwargs(self.eval_input, self.sampling, self.engine))
             self.log(f"evaluate: engine ready in {time.monotonic() - started:.1f} s ({self.eval_input.label})")

@@ -14,6 +14,7 @@ pool is safe in a process that runs threads (Ray, vLLM). A script that grades at
 from __future__ import annotations
 
 import collections
+import contextlib
 import importlib.util
 import multiprocessing
 import multiprocessing.connection
@@ -150,8 +151,7 @@ def _worker_main(conn, progress, memory_mb: int, timeout_s: float) -> None:
         for index, (tail, ground_truth) in enumerate(items):
             progress[1] = 0.0
             progress[0] = index
-            start = time.monotonic()
-            progress[1] = start
+            progress[1] = start = time.monotonic()
             try:
                 signal.setitimer(signal.ITIMER_REAL, timeout_s)
                 try:
@@ -197,15 +197,10 @@ class _Worker:
         self.conn.close()
 
     def stop(self) -> None:
-        try:
+        with contextlib.suppress(OSError):  # a dead worker's pipe is broken
             self.conn.send(None)
-        except (BrokenPipeError, OSError):
-            pass
         self.process.join(timeout=2)
-        if self.process.is_alive():
-            self.kill()
-        else:
-            self.conn.close()
+        self.kill()  # a SIGKILL only if it is still there; closes the pipe either way
 
 
 class GradingPool:
@@ -253,8 +248,7 @@ class GradingPool:
                     values, worst = conn.recv()
                 except (EOFError, OSError):
                     continue  # died: handled below as a dead worker
-                task = worker.task
-                results[task.offset : task.offset + len(values)] = values
+                results[worker.task.offset : worker.task.offset + len(values)] = values
                 stats.timeouts += sum(1 for v in values if v is None)
                 stats.worst_item_s = max(stats.worst_item_s, worst)
                 worker.task = None
@@ -272,8 +266,7 @@ class GradingPool:
                 worker.kill()
                 stats.killed_workers += 1
                 stats.timeouts += 1
-                stats.worst_item_s = max(stats.worst_item_s, elapsed)
-                results[task.offset + index] = None
+                stats.worst_item_s = max(stats.worst_item_s, elapsed)  # its result stays None
                 if index + 1 < len(task.items):
                     pending.appendleft(_Task(kind, task.offset + index + 1, task.items[index + 1 :]))
                 if index > 0:

@@ -1,14 +1,11 @@
 """The hang watchdog of an evaluation task: generation that stops producing chunks ends the task, its chunks kept.
 
 An engine that stops producing tokens leaves the task alive and the array waiting until its time limit. The task
-saves its responses one chunk at a time (`resumable.generate_missing`), so a chunk is its unit of progress: a
-thread of the task's own process checks that a chunk is saved at least every `eval.hang_timeout_s` seconds (unset:
-`hang_watch.DERIVED_MULTIPLE` x the median chunk time, at least `hang_watch.DERIVED_FLOOR_S`; before the first chunk
-the engine's start and the model load, `trainer.expected_model_load_s`, come on top; 0: off). On a hang it writes
-every thread's stack of this process (faulthandler) and py-spy's of its child processes (vLLM's engine) into
-`<store>/hang/<job>-<attempt>/`, then requeues the task (`scontrol requeue`: Slurm ends every process of it, and
-the next attempt generates only what the saved chunks lack), at most eval.launcher.max_num_timeout times; after that
-it ends the task as failed.
+saves its responses one chunk at a time (`resumable.generate_missing`), so a chunk is its unit of progress: a thread
+of the task's own process checks that one is saved within `chunk_limit_s`. On a hang it dumps the stacks of this
+process (faulthandler) and of its children (py-spy: vLLM's engine) into `<store>/hang/<job>-<attempt>/`, then
+requeues the task (`scontrol requeue`: Slurm ends every process of it, and the next attempt generates only what the
+saved chunks lack), at most eval.launcher.max_num_timeout times; after that it ends the task as failed.
 """
 
 from __future__ import annotations

@@ -107,9 +107,7 @@ def bootstrap_interval(per_problem: list[float], *, draws: int = BOOTSTRAP_DRAWS
     generator = random.Random(seed)
     means = sorted(sum(per_problem[generator.randrange(n)] for _ in range(n)) / n for _ in range(draws))
     tail = (1.0 - level) / 2.0
-    low = means[max(0, math.ceil(tail * draws) - 1)]
-    high = means[min(draws - 1, math.ceil((1.0 - tail) * draws) - 1)]
-    return low, high
+    return means[max(0, math.ceil(tail * draws) - 1)], means[min(draws - 1, math.ceil((1.0 - tail) * draws) - 1)]
 
 
 def majority_answer(samples: list[dict[str, Any]]) -> tuple[str | None, int, bool]:

@@ -4,16 +4,15 @@ by side, in one table and one figure (PNG and SVG).
 Sources under each run's export path: our evaluations (``beam_evals/global_step_<N>/metrics.json``, see
 :mod:`beam_slurm.evaluation.results`); SkyRL's eval dumps (``dumped_evals/global_step_<N>_evals/*.jsonl``: accuracy =
 share of positively scored responses, else ``(avg_score + 1) / 2`` from ``aggregated_results.jsonl``); and
-``train_metrics.jsonl`` (a later line for a step replaces an earlier one, as a requeued job redoes it).
-
-Datasets are named by the file they came from (`beam_slurm.evaluation.problems.dataset_label`), so AIME 2024's
-``math_dapo`` shows as ``aime2024``. Runs are labelled by the settings that differ between them; numbers made by the
-rehearsal trainer are marked wherever they appear.
+``train_metrics.jsonl`` (a later line for a step replaces an earlier one, as a requeued job redoes it). Datasets are
+named by the file they came from (`problems.dataset_label`), runs by the settings that differ between them
+(`label_runs`); numbers made by the rehearsal trainer are marked wherever they appear.
 """
 
 from __future__ import annotations
 
 import collections
+import contextlib
 import json
 import math
 import re
@@ -102,10 +101,8 @@ def _is_export_path(path: Path) -> bool:
 
 def resolve_export_path(run: str, exports_root: str | None = None) -> Path:
     """The export path of a run given as a folder (or one holding it two levels down), a run name or a job id."""
-    try:  # a run with a record (beam_run/run.json): the one resolver every verb that takes RUN uses
+    with contextlib.suppress(RunNotFound):  # a run with a record (beam_run/run.json): the resolver of every verb
         return resolve_run(run, exports_root)
-    except RunNotFound:
-        pass
     base = Path(run).expanduser()
     base = base if base.is_dir() else default_exports_root(exports_root) / run
     if base.is_dir() and _is_export_path(base):
@@ -230,8 +227,7 @@ def _collect_skyrl(report: RunReport, labels: dict[str, str]) -> None:
     for step, folder in _step_folders(report.export_path / SKYRL_DUMPS_DIRNAME, _DUMP_DIR):
         seen: set[str] = set()
         for dump in sorted(p for p in folder.glob("*.jsonl") if p.name != "aggregated_results.jsonl"):
-            positive = total = 0
-            source, made_up = dump.stem, False
+            positive, total, source, made_up = 0, 0, dump.stem, False
             try:
                 with open(dump, encoding="utf-8") as handle:
                     for line in handle:
@@ -254,8 +250,7 @@ def _collect_skyrl(report: RunReport, labels: dict[str, str]) -> None:
         aggregated = folder / "aggregated_results.jsonl"
         if aggregated.is_file():
             try:
-                first = aggregated.read_text(encoding="utf-8").splitlines()[0]
-                values = json.loads(first)
+                values = json.loads(aggregated.read_text(encoding="utf-8").splitlines()[0])
             except (OSError, IndexError, ValueError) as error:
                 report.problems.append(f"{aggregated}: {error!r}")
                 continue
@@ -361,9 +356,8 @@ def print_table(reports: RunReport | list[RunReport], file=None) -> None:
     reports = [reports] if isinstance(reports, RunReport) else reports
     console = table_console(file, pipe_width=180)
     several = len(reports) > 1
-    title = (f"Evaluations of {len(reports)} runs" if several
-             else f"Evaluations of {reports[0].export_path}{reports[0].rehearsal_note}")
-    table = verb_table(title)
+    table = verb_table(f"Evaluations of {len(reports)} runs" if several
+                       else f"Evaluations of {reports[0].export_path}{reports[0].rehearsal_note}")
     columns = (["run"] if several else []) + ["step", "dataset", "avg@k", "95% CI", "pass@k", "maj@k", "k", "timeouts",
                                               "SkyRL acc", "reward", "mean tokens"]
     for column in columns:
@@ -485,9 +479,8 @@ def series(report: RunReport) -> dict[str, Any]:
     for point in sorted(report.evals, key=lambda p: p.step):
         lines = accuracy.setdefault(point.dataset, {"beam": [], "skyrl": []})
         if point.origin == "beam":
-            interval = point.ci95
             lines["beam"].append({"step": point.step, "avg@k": point.accuracy, "k": point.metrics.get("k"),
-                                  "ci95": list(interval) if interval else None, "rehearsal": point.rehearsal})
+                                  "ci95": list(point.ci95) if point.ci95 else None, "rehearsal": point.rehearsal})
         else:
             lines["skyrl"].append({"step": point.step, "accuracy": point.accuracy, "rehearsal": point.rehearsal})
     steps = sorted(report.train)

@@ -76,12 +76,9 @@ def task_finished(out_dir: Path, key: TaskKey) -> bool:
 @contextlib.contextmanager
 def _locked(path: Path) -> Iterator[None]:
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a") as handle:
+    with open(path, "a") as handle:  # closing it releases the lock
         fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+        yield
 
 
 def _read_jsonl(path: Path) -> list[dict[str, Any]]:
@@ -159,8 +156,7 @@ def generate_missing(store: SampleStore, problems: list[Problem], k: int, engine
         f"({progress.reused} reused), {chunk_problems} problems per chunk")
     try:
         for first in range(0, len(todo), chunk_problems):
-            chunk = todo[first:first + chunk_problems]
-            rows = engine.generate(chunk)
+            rows = engine.generate(todo[first:first + chunk_problems])
             store.add_chunk(rows)
             progress.generated += len(rows)
             chunk_saved()
@@ -178,8 +174,7 @@ def grade_missing(store: SampleStore, limits, progress: Progress, log: Callable[
     started = time.monotonic()
     with GradingPool(limits) as pool:
         for chunk in pending:
-            grades = grade_with_pool(pool, _read_jsonl(chunk))
-            write_text(store.grades_of(chunk), _jsonl(grades))
+            write_text(store.grades_of(chunk), _jsonl(grade_with_pool(pool, _read_jsonl(chunk))))
             progress.chunks_graded += 1
     progress.grading_s += time.monotonic() - started
     log(f"evaluate: graded {len(pending)} chunk(s) in {time.monotonic() - started:.1f} s")
@@ -218,14 +213,11 @@ def refresh_view(out_dir: Path) -> dict[str, dict[str, Any]]:
                 chosen[dataset] = rank
         if not chosen:
             return {}
-        grades: list[dict[str, Any]] = []
-        metrics: dict[str, dict[str, Any]] = {}
-        infos: dict[str, Any] = {}
+        grades, metrics, infos = [], {}, {}  # of every dataset's chosen task
         for dataset in sorted(chosen):
             folder = chosen[dataset][2]
             grades += _read_jsonl(folder / GRADES_FILE)
             metrics.update(json.loads((folder / METRICS_FILE).read_text()))
             infos[dataset] = {**json.loads((folder / INFO_FILE).read_text()), "folder": str(folder)}
-        first = infos[sorted(infos)[0]]
-        write_results(out_dir, grades, metrics, extra={**first, "datasets": infos})
+        write_results(out_dir, grades, metrics, extra={**infos[sorted(infos)[0]], "datasets": infos})
         return metrics
