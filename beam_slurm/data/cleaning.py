@@ -16,8 +16,7 @@ number and writes them in input order.
 from __future__ import annotations
 
 import hashlib
-import queue
-import threading
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -66,9 +65,8 @@ class StringInterner:
 
     def __init__(self) -> None:
         self.known = pa.array([], pa.large_string())
-        self.known_bytes = 0
+        self.known_bytes = self.next_id = 0
         self.overflow: dict[bytes, int] = {}
-        self.next_id = 0
 
     def ids(self, text: pa.Array) -> pa.Array:
         """The id of every row's string (int64), null where the string is null."""
@@ -112,8 +110,8 @@ def encode_rows(array: pa.Array, interners: dict[str, StringInterner], path: str
     if pa.types.is_string(type_) or pa.types.is_large_string(type_):
         return interners.setdefault(path, StringInterner()).codes(array)
     if pa.types.is_struct(type_):
-        parts = [encode_rows(child, interners, f"{path}.{field.name}") for child,
-                 field in zip(array.flatten(), array.type)]
+        parts = [encode_rows(child, interners, f"{path}.{field.name}")
+                 for child, field in zip(array.flatten(), array.type)]
         encoded = pc.binary_join_element_wise(_large("T"), *parts, _EMPTY)
         if array.null_count:
             encoded = pc.if_else(array.is_valid(), encoded, _NULL)
@@ -147,17 +145,15 @@ def canonicalise_ground_truth(reward_model: pa.StructArray) -> tuple[pa.StructAr
     if not pc.any(is_integer).as_py():
         return reward_model, 0
     canonical = pc.utf8_trim_whitespace(truth)
-    canonical = pc.replace_substring_regex(canonical, r"^\+", "")
-    canonical = pc.replace_substring_regex(canonical, r"^(-?)0+(\d)", r"\1\2")
-    canonical = pc.replace_substring_regex(canonical, r"^-0$", "0")
+    for pattern, replacement in ((r"^\+", ""), (r"^(-?)0+(\d)", r"\1\2"), (r"^-0$", "0")):
+        canonical = pc.replace_substring_regex(canonical, pattern, replacement)
     new_truth = pc.if_else(is_integer, canonical, truth)
     rewritten = pc.sum(pc.fill_null(pc.not_equal(new_truth, truth), False)).as_py() or 0
     if not rewritten:
         return reward_model, 0
     children = reward_model.flatten()
     children[reward_model.type.get_field_index("ground_truth")] = new_truth
-    rebuilt = pa.StructArray.from_arrays(children, fields=list(reward_model.type), mask=reward_model.is_null())
-    return rebuilt, rewritten
+    return pa.StructArray.from_arrays(children, fields=list(reward_model.type), mask=reward_model.is_null()), rewritten
 
 
 def _check_ground_truth(reward_model: pa.Array, first_row: int, where: str) -> None:
@@ -165,64 +161,22 @@ def _check_ground_truth(reward_model: pa.Array, first_row: int, where: str) -> N
     empty = pc.fill_null(pc.equal(pc.utf8_trim_whitespace(truth), ""), True)
     if pc.any(empty).as_py():
         bad = pc.indices_nonzero(empty)
-        raise BadDataInput(
-            f"{where}: empty reward_model.ground_truth at row {first_row + bad[0].as_py()} "
-            f"({len(bad)} such row(s) in rows {first_row}-{first_row + len(reward_model) - 1}); "
-            "every row needs a non-empty answer"
-        )
+        raise BadDataInput(f"{where}: empty reward_model.ground_truth at row {first_row + bad[0].as_py()} "
+                           f"({len(bad)} such row(s) in rows {first_row}-{first_row + len(reward_model) - 1}); "
+                           "every row needs a non-empty answer")
 
 
 def read_ahead(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """Decode the next batch in a thread while the caller works on this one; reader errors reach the caller."""
-    slots: queue.Queue = queue.Queue(maxsize=1)
-    finished = object()
-    stop = threading.Event()
-
-    def produce() -> None:
-        try:
-            for batch in batches:
-                while not stop.is_set():
-                    try:
-                        slots.put(batch, timeout=0.1)
-                        break
-                    except queue.Full:
-                        continue
-                if stop.is_set():
-                    return
-            slots.put(finished)
-        except BaseException as error:  # handed to the consumer, which raises it
-            slots.put(error)
-
-    thread = threading.Thread(target=produce, name="parquet-read-ahead", daemon=True)
-    thread.start()
-    try:
-        while True:
-            item = slots.get()
-            if item is finished:
-                return
-            if isinstance(item, BaseException):
-                raise item
-            yield item
-    finally:
-        stop.set()
-        # Unblock a producer waiting on a full queue, then let it finish.
-        while thread.is_alive():
-            try:
-                slots.get(timeout=0.1)
-            except queue.Empty:
-                pass
-        thread.join()
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="parquet-read-ahead") as reader:
+        pending = reader.submit(next, batches, None)
+        while (batch := pending.result()) is not None:
+            pending = reader.submit(next, batches, None)
+            yield batch
 
 
-def _output_schema(schema: pa.Schema) -> pa.Schema:
-    # pandas metadata describes the source's index and row count, which no longer hold after cleaning.
-    metadata = {k: v for k, v in (schema.metadata or {}).items() if k != b"pandas"}
-    return schema.with_metadata(metadata or None)
-
-
-def _kept_rows(
-    candidates_path: Path, prompt_reward: list, key_schema: pa.Schema, batch_rows: int
-) -> Iterator[tuple[pa.Array, pa.RecordBatch]]:
+def _kept_rows(candidates_path: Path, prompt_reward: list, key_schema: pa.Schema,
+               batch_rows: int) -> Iterator[tuple[pa.Array, pa.RecordBatch]]:
     """(global row indices, key columns) of the first occurrences whose prompt has one reward_model, in input order."""
     for batch in pq.ParquetFile(candidates_path).iter_batches(batch_size=batch_rows):
         ids = batch.column(PROMPT_ID_COLUMN).to_pylist()
@@ -245,7 +199,9 @@ def clean_dapo_files(files: list[Path], destination: Path, *, where: str, batch_
     for path, reader in readers[1:]:
         if not reader.schema_arrow.equals(input_schema, check_metadata=False):
             raise BadDataInput(f"{where}: {path} has a different schema than {readers[0][0]}; give files of one schema")
-    schema = _output_schema(input_schema)
+    # pandas metadata describes the source's index and row count, which no longer hold after cleaning.
+    schema = input_schema.with_metadata({k: v for k, v in (input_schema.metadata or {}).items() if k != b"pandas"}
+                                        or None)
     key_schema = pa.schema([schema.field(name) for name in KEY_COLUMNS])
     candidate_schema = key_schema.append(pa.field(ROW_COLUMN, pa.int64())).append(pa.field(PROMPT_ID_COLUMN, pa.int64()))
 
@@ -276,26 +232,19 @@ def clean_dapo_files(files: list[Path], destination: Path, *, where: str, batch_
                         encoded_prompt = encode_rows(batch.column("prompt"), interners, "prompt")
                         encoded_reward = encode_rows(reward_model, interners, "reward_model")
                         key = pc.binary_join_element_wise(
-                            encode_rows(batch.column("data_source"), interners, "data_source"),
-                            encoded_prompt,
-                            encode_rows(batch.column("ability"), interners, "ability"),
-                            encoded_reward,
-                            _EMPTY,
-                        )
+                            encode_rows(batch.column("data_source"), interners, "data_source"), encoded_prompt,
+                            encode_rows(batch.column("ability"), interners, "ability"), encoded_reward, _EMPTY)
                         codes = pc.dictionary_encode(key)
                         indices = codes.indices
                         # Codes are numbered by first appearance, so a row is a first occurrence in this batch
                         # exactly when its code exceeds every code before it.
                         running_max = pc.cumulative_max(indices)
-                        previous_max = pa.concat_arrays(
-                            [pa.array([-1], indices.type), running_max.slice(0, len(indices) - 1)]
-                        )
+                        previous_max = pa.concat_arrays([pa.array([-1], indices.type),
+                                                         running_max.slice(0, len(indices) - 1)])
                         first_rows = pc.indices_nonzero(pc.greater(indices, previous_max))
-                        new_codes = []
-                        for code, value in enumerate(codes.dictionary.cast(pa.large_binary()).to_pylist()):
-                            if value not in seen_keys:
-                                seen_keys.add(value)
-                                new_codes.append(code)
+                        values = codes.dictionary.cast(pa.large_binary()).to_pylist()
+                        new_codes = [code for code, value in enumerate(values) if value not in seen_keys]
+                        seen_keys.update(values)
                         if new_codes:
                             positions = first_rows.take(pa.array(new_codes, pa.int64()))
                             prompts = encoded_prompt.take(positions).cast(pa.large_binary()).to_pylist()
@@ -311,10 +260,8 @@ def clean_dapo_files(files: list[Path], destination: Path, *, where: str, batch_
                             rows_distinct += len(ids)
                             picked = batch.take(positions)
                             global_rows = pc.add(positions.cast(pa.int64()), pa.scalar(rows_in, pa.int64()))
-                            candidates.write_batch(
-                                pa.RecordBatch.from_arrays([*picked.columns, global_rows, pa.array(ids, pa.int64())],
-                                                           schema=candidate_schema)
-                            )
+                            candidates.write_batch(pa.RecordBatch.from_arrays(
+                                [*picked.columns, global_rows, pa.array(ids, pa.int64())], schema=candidate_schema))
                         rows_in += len(batch)
                         if progress:
                             progress(len(batch))
@@ -346,12 +293,11 @@ def _write_kept(readers: list, where: str, candidates_path: Path, destination: P
     with pq.ParquetWriter(destination, schema, compression=COMPRESSION) as writer:
         if not other_columns:
             for _, key_batch in kept:
-                writer.write_batch(
-                    pa.RecordBatch.from_arrays([key_batch.column(n) for n in schema.names], schema=schema)
-                )
+                writer.write_batch(pa.RecordBatch.from_arrays([key_batch.column(n) for n in schema.names],
+                                                              schema=schema))
                 rows_out += len(key_batch)
         else:
-            pending_rows, pending_keys = _next_or_none(kept)
+            pending_rows, pending_keys = next(kept, (None, None))
             offset = 0
             for path, reader in readers:
                 with _read_errors(where, path, lambda: offset):
@@ -363,17 +309,14 @@ def _write_kept(readers: list, where: str, candidates_path: Path, destination: P
                             local = pc.subtract(pending_rows.slice(0, inside), pa.scalar(offset, pa.int64()))
                             others = batch.take(local)
                             keys = pending_keys.slice(0, inside)
-                            columns = {**dict(zip(keys.schema.names, keys.columns)), **dict(zip(others.schema.names, others.columns))}
-                            writer.write_batch(pa.RecordBatch.from_arrays([columns[n] for n in schema.names], schema=schema))
+                            writer.write_batch(pa.RecordBatch.from_arrays(
+                                [(keys if n in KEY_COLUMNS else others).column(n) for n in schema.names],
+                                schema=schema))
                             rows_out += inside
                             pending_rows, pending_keys = pending_rows.slice(inside), pending_keys.slice(inside)
                             if not len(pending_rows):
-                                pending_rows, pending_keys = _next_or_none(kept)
+                                pending_rows, pending_keys = next(kept, (None, None))
                         offset = end
         if rows_out == 0:
             writer.write_table(schema.empty_table())
     return rows_out
-
-
-def _next_or_none(iterator: Iterator) -> tuple:
-    return next(iterator, (None, None))

@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+import pyarrow.parquet as pq
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -29,9 +30,7 @@ from beam_slurm.data.config import DataConfig
 from beam_slurm.data.dapo_format import check_dapo_schema
 from beam_slurm.data.errors import BadDataInput
 from beam_slurm.data.manifest import load_manifest, reuse_verdict, sha256_file, write_manifest
-from beam_slurm.data.sources import ResolvedSource, default_log, resolve_source
-
-# pyarrow.parquet is imported inside _build: only the AIME 2025 conversion writes a parquet file itself.
+from beam_slurm.data.sources import HUB_SCHEME, ResolvedSource, default_log, resolve_source
 
 DAPO_MATH_OUTPUT = "dapo-math-17k-cleaned.parquet"
 AIME2024_OUTPUT = "aime-2024-cleaned.parquet"
@@ -52,21 +51,15 @@ class OutputPlan:
 
 
 def _plans(config: DataConfig) -> list[OutputPlan]:
-    return [
-        OutputPlan(DAPO_MATH_OUTPUT, "data.dapo_math", config.dapo_math, {}),
-        OutputPlan(AIME2024_OUTPUT, "data.aime2024", config.aime2024,
-                   {"canonical_aime_answers": config.canonical_aime_answers}),
-        OutputPlan(AIME2025_OUTPUT, "data.aime2025", config.aime2025_sources(),
-                   {"aime2025_data_source": config.aime2025_data_source}),
-    ]
+    return [OutputPlan(DAPO_MATH_OUTPUT, "data.dapo_math", config.dapo_math, {}),
+            OutputPlan(AIME2024_OUTPUT, "data.aime2024", config.aime2024,
+                       {"canonical_aime_answers": config.canonical_aime_answers}),
+            OutputPlan(AIME2025_OUTPUT, "data.aime2025", config.aime2025_sources(),
+                       {"aime2025_data_source": config.aime2025_data_source})]
 
 
 def _specs(plan: OutputPlan) -> list[str]:
     return plan.source if isinstance(plan.source, list) else [plan.source]
-
-
-def _is_local(spec: str) -> bool:
-    return not spec.startswith("hf://")
 
 
 def _file_records(sources: list[ResolvedSource]) -> list[dict]:
@@ -76,7 +69,7 @@ def _file_records(sources: list[ResolvedSource]) -> list[dict]:
 def reuse_request(plan: OutputPlan) -> dict:
     """What an output's manifest entry must match for it to be kept; BadDataInput when a local source moved."""
     request: dict = {"source": plan.source, "settings": plan.settings}
-    if all(_is_local(spec) for spec in _specs(plan)):
+    if not any(spec.startswith(HUB_SCHEME) for spec in _specs(plan)):
         request["source_files"] = _file_records([resolve_source(spec, plan.setting) for spec in _specs(plan)])
     return request
 
@@ -107,10 +100,6 @@ class RowProgress:
             self.bar.stop()
 
 
-def _total_rows(sources: list[ResolvedSource]) -> int:
-    return sum(open_parquet(p, s.setting).metadata.num_rows for s in sources for p in s.files if p.suffix == ".parquet")
-
-
 @contextmanager
 def _exclusive(out_dir: Path) -> Iterator[None]:
     with open(out_dir / LOCK_NAME, "a") as handle:
@@ -137,8 +126,6 @@ def _prepare_out_dir(config: DataConfig, data_dir: str | None) -> Path:
 def _build(plan: OutputPlan, sources: list[ResolvedSource], config: DataConfig, temporary: Path, log: Log) -> CleaningStats:
     files = [path for source in sources for path in source.files]
     if plan.file_name == AIME2025_OUTPUT:
-        import pyarrow.parquet as pq
-
         table = convert_aime_files(files, plan.setting, config.aime2025_data_source)
         converted = temporary.with_name(temporary.name + ".converted")
         try:
@@ -146,7 +133,8 @@ def _build(plan: OutputPlan, sources: list[ResolvedSource], config: DataConfig, 
             return clean_dapo_files([converted], temporary, where=plan.setting, batch_rows=config.batch_rows)
         finally:
             converted.unlink(missing_ok=True)
-    progress = RowProgress(plan.file_name, _total_rows(sources), log)
+    progress = RowProgress(plan.file_name, sum(open_parquet(p, plan.setting).metadata.num_rows for p in files
+                                               if p.suffix == ".parquet"), log)
     try:
         return clean_dapo_files(files, temporary, where=plan.setting, batch_rows=config.batch_rows,
                                 canonical_answers=plan.file_name == AIME2024_OUTPUT and config.canonical_aime_answers,
@@ -189,40 +177,34 @@ def prepare(config: DataConfig, log: Log = default_log, *, force: bool = False, 
                 continue
             request = reuse_request(plan)
             reason = reuse_verdict(output, manifest.get(plan.file_name), request)
-            if reason is not None and adopt and manifest.get(plan.file_name) is None:
+            if reason is None:
+                log(f"{plan.file_name}: kept (up to date with {plan.setting})")
+            elif adopt and manifest.get(plan.file_name) is None:
                 adopted[plan.file_name] = _adopted_entry(plan, output, request, log)
-                continue
-            if reason is not None:
-                raise BadDataInput(
-                    f"{output} already exists and {reason}; pass --force to replace it "
-                    "or choose another data.out_dir"
-                )
-            log(f"{plan.file_name}: kept (up to date with {plan.setting})")
+            else:
+                raise BadDataInput(f"{output} already exists and {reason}; pass --force to replace it "
+                                   "or choose another data.out_dir")
 
         resolved: dict[str, list[ResolvedSource]] = {}
         for plan in to_build:
-            resolved[plan.file_name] = [
-                resolve_source(spec, plan.setting, config.hub_retries, log) for spec in _specs(plan)
-            ]
-            if plan.file_name != AIME2025_OUTPUT:
-                for source in resolved[plan.file_name]:
-                    for path in source.files:
-                        if path.suffix != ".parquet":
-                            raise BadDataInput(f"{plan.setting}: {path} is not a .parquet file (DAPO-format sources are parquet)")
-                        check_dapo_schema(open_parquet(path, f"{plan.setting} ({path})").schema_arrow, f"{plan.setting} ({path})")
+            sources = [resolve_source(spec, plan.setting, config.hub_retries, log) for spec in _specs(plan)]
+            resolved[plan.file_name] = sources
+            for path in [p for s in sources for p in s.files] if plan.file_name != AIME2025_OUTPUT else []:
+                where = f"{plan.setting} ({path})"
+                if path.suffix != ".parquet":
+                    raise BadDataInput(f"{plan.setting}: {path} is not a .parquet file (DAPO-format sources are "
+                                       "parquet)")
+                check_dapo_schema(open_parquet(path, where).schema_arrow, where)
 
         temporaries = {plan.file_name: temporary_sibling(out_dir / plan.file_name) for plan in to_build}
         try:
             entries = {}
             for plan in to_build:
-                started = time.monotonic()
-                sources = resolved[plan.file_name]
+                started, sources = time.monotonic(), resolved[plan.file_name]
                 stats = _build(plan, sources, config, temporaries[plan.file_name], log)
-                log(
-                    f"{plan.file_name}: {stats.rows_in} rows -> {stats.rows_distinct} distinct -> {stats.rows_out} "
+                log(f"{plan.file_name}: {stats.rows_in} rows -> {stats.rows_distinct} distinct -> {stats.rows_out} "
                     f"kept ({stats.prompts_conflicting} prompts with conflicting answers dropped) "
-                    f"in {time.monotonic() - started:.1f} s"
-                )
+                    f"in {time.monotonic() - started:.1f} s")
                 if plan.file_name != DAPO_MATH_OUTPUT and stats.rows_out != 30:
                     log(f"warning: {plan.file_name} has {stats.rows_out} problems; an AIME year has 30")
                 entries[plan.file_name] = {"source": plan.source, "settings": plan.settings,
@@ -232,8 +214,7 @@ def prepare(config: DataConfig, log: Log = default_log, *, force: bool = False, 
                                            "written_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
             for plan in to_build:
                 publish(temporaries[plan.file_name], out_dir / plan.file_name)
-            manifest.update(entries)
-            manifest.update(adopted)
+            manifest.update({**entries, **adopted})
             write_manifest(out_dir, manifest)
             sync_directory(out_dir)
         finally:
@@ -243,13 +224,11 @@ def prepare(config: DataConfig, log: Log = default_log, *, force: bool = False, 
 
 
 def build_parser():
-    verb = VerbArgs(
-        "prepare-data",
-        "Build dapo-math-17k-cleaned.parquet, aime-2024-cleaned.parquet, aime-2025-cleaned.parquet and\n"
-        "prepare-data-manifest.json in data.out_dir (default paths.data_dir, env DATA_DIR). Sources are local\n"
-        "files or hf://datasets/<owner>/<name>[@<revision>][/<path-in-repo>].",
-        keys=[*keys_under("data"), "paths.data_dir"],
-    )
+    verb = VerbArgs("prepare-data",
+                    "Build dapo-math-17k-cleaned.parquet, aime-2024-cleaned.parquet, aime-2025-cleaned.parquet and\n"
+                    "prepare-data-manifest.json in data.out_dir (default paths.data_dir, env DATA_DIR). Sources are "
+                    "local\nfiles or hf://datasets/<owner>/<name>[@<revision>][/<path-in-repo>].",
+                    keys=[*keys_under("data"), "paths.data_dir"])
     verb.add_argument("--force", action="store_true", help="rebuild outputs even when they are up to date")
     verb.add_argument("--adopt", action="store_true", help="record cleaned files already in data.out_dir without a "
                       "manifest entry (schema and rows checked) instead of refusing them")

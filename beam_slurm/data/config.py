@@ -49,17 +49,13 @@ class DataConfig:
 
     def problems(self) -> list[str]:
         """What is wrong with these settings, one message per setting (empty = nothing)."""
-        out = []
-        if self.batch_rows < 1:
-            out.append(f"data.batch_rows={self.batch_rows}: must be >= 1")
-        if self.hub_retries < 1:
-            out.append(f"data.hub_retries={self.hub_retries}: must be >= 1")
-        if not str(self.aime2025_data_source).strip():
-            out.append("data.aime2025_data_source: must not be empty")
-        for name in ("dapo_math", "aime2024"):
-            value = getattr(self, name)
-            if not isinstance(value, str) or not value.strip():
-                out.append(f"data.{name} must be one local path or hub address (got {value!r})")
+        out = [message for wrong, message in (
+            (self.batch_rows < 1, f"data.batch_rows={self.batch_rows}: must be >= 1"),
+            (self.hub_retries < 1, f"data.hub_retries={self.hub_retries}: must be >= 1"),
+            (not str(self.aime2025_data_source).strip(), "data.aime2025_data_source: must not be empty"),
+            *((not isinstance(value, str) or not value.strip(),
+               f"data.{name} must be one local path or hub address (got {value!r})")
+              for name, value in (("dapo_math", self.dapo_math), ("aime2024", self.aime2024)))) if wrong]
         try:
             self.aime2025_sources()
         except BadDataInput as error:
@@ -70,17 +66,13 @@ class DataConfig:
         """The AIME 2025 sources as a list (the setting takes one value or a list)."""
         values = list(self.aime2025) if isinstance(self.aime2025, (list, tuple)) else [self.aime2025]
         if not values or any(not isinstance(v, str) or not v.strip() for v in values):
-            raise BadDataInput(
-                f"data.aime2025 must be a path/hub address or a list of them (got {self.aime2025!r})"
-            )
+            raise BadDataInput(f"data.aime2025 must be a path/hub address or a list of them (got {self.aime2025!r})")
         return [str(v) for v in values]
 
     def resolved_out_dir(self, data_dir: Optional[str]) -> str:
         """out_dir, or `data_dir` (paths.data_dir, env DATA_DIR) when unset."""
         value = self.out_dir or data_dir
         if not value:
-            raise BadDataInput(
-                "data.out_dir is not set and paths.data_dir (env DATA_DIR) is empty: pass data.out_dir=<directory> "
-                "(or export DATA_DIR=<directory>)"
-            )
+            raise BadDataInput("data.out_dir is not set and paths.data_dir (env DATA_DIR) is empty: pass "
+                               "data.out_dir=<directory> (or export DATA_DIR=<directory>)")
         return value

@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 from typing import Optional
 
-from beam_slurm.core.atomic_files import write_text
+from beam_slurm.core.atomic_files import read_json, write_text
 
 MANIFEST_NAME = "prepare-data-manifest.json"
 MANIFEST_VERSION = 1
@@ -27,10 +27,7 @@ def sha256_file(path: Path) -> str:
 
 def load_manifest(out_dir: Path) -> dict:
     """The manifest's entries by output file name; empty when there is none or it cannot be read."""
-    try:
-        data = json.loads((out_dir / MANIFEST_NAME).read_text())
-    except (OSError, ValueError):
-        return {}
+    data = read_json(out_dir / MANIFEST_NAME)
     outputs = data.get("outputs") if isinstance(data, dict) else None
     return outputs if isinstance(outputs, dict) else {}
 

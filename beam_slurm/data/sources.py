@@ -8,6 +8,7 @@ huggingface_hub's cache, resume, retry, honour HF_HUB_OFFLINE=1 and use HF_TOKEN
 
 from __future__ import annotations
 
+import functools
 import sys
 import time
 from dataclasses import dataclass, field
@@ -52,20 +53,18 @@ def parse_hub_address(spec: str, setting: str) -> HubAddress:
     parts = rest.split("/", 2)
     if len(parts) < 2 or not parts[0] or not parts[1]:
         raise BadDataInput(f"{setting}={spec}: expected hf://datasets/<owner>/<name>[@<revision>][/<path-in-repo>]")
-    owner, name_and_revision = parts[0], parts[1]
-    name, _, revision = name_and_revision.partition("@")
+    name, at, revision = parts[1].partition("@")
     path_in_repo = parts[2].strip("/") if len(parts) == 3 and parts[2].strip("/") else None
-    if not name or (("@" in name_and_revision) and not revision):
+    if not name or (at and not revision):
         raise BadDataInput(f"{setting}={spec}: empty repository name or revision")
-    return HubAddress(f"{owner}/{name}", unquote(revision) if revision else None, path_in_repo)
+    return HubAddress(f"{parts[0]}/{name}", unquote(revision) if revision else None, path_in_repo)
 
 
 def _local_files(spec: str, setting: str) -> list[Path]:
     path = Path(spec).expanduser()
     if path.is_dir():
         found = sorted(p for p in path.iterdir() if p.is_file() and p.suffix in DATA_FILE_SUFFIXES)
-        parquet = [p for p in found if p.suffix == ".parquet"]
-        files = parquet or found
+        files = [p for p in found if p.suffix == ".parquet"] or found
         if not files:
             raise BadDataInput(f"{setting}={spec}: the directory holds no .parquet/.jsonl/.json file")
         return files
@@ -77,11 +76,8 @@ def _local_files(spec: str, setting: str) -> list[Path]:
 def _commit_of_cached_path(path: Path) -> Optional[str]:
     # The hub cache lays files out as .../snapshots/<commit>/<path-in-repo>.
     parts = path.parts
-    if "snapshots" in parts:
-        index = len(parts) - 1 - parts[::-1].index("snapshots")
-        if index + 1 < len(parts):
-            return parts[index + 1]
-    return None
+    index = len(parts) - 1 - parts[::-1].index("snapshots") if "snapshots" in parts else len(parts)
+    return parts[index + 1] if index + 1 < len(parts) else None
 
 
 def _is_permanent_hub_error(error: Exception) -> bool:
@@ -91,8 +87,7 @@ def _is_permanent_hub_error(error: Exception) -> bool:
                  hub_errors.GatedRepoError, hub_errors.LocalEntryNotFoundError, hub_errors.OfflineModeIsEnabled)
     if isinstance(error, permanent):
         return True
-    response = getattr(error, "response", None)
-    status = getattr(response, "status_code", None)
+    status = getattr(getattr(error, "response", None), "status_code", None)
     # 4xx other than rate limiting will not change on retry.
     return status is not None and 400 <= status < 500 and status != 429
 
@@ -116,19 +111,16 @@ def _hub_failure_message(error: Exception, what: str, setting: str, spec: str, a
     from huggingface_hub import constants, errors as hub_errors
 
     if constants.HF_HUB_OFFLINE or isinstance(error, (hub_errors.LocalEntryNotFoundError, hub_errors.OfflineModeIsEnabled)):
-        return (
-            f"{setting}={spec}: not in the local hub cache ({constants.HF_HUB_CACHE}) and the hub is not reachable "
-            f"(HF_HUB_OFFLINE={'1' if constants.HF_HUB_OFFLINE else '0'}). Download it where the hub is reachable "
-            f"with the same HF_HOME, or pass a local file: {setting}=/path/to/file"
-        )
-    if isinstance(error, hub_errors.GatedRepoError):
-        return f"{setting}={spec}: the repository is gated; accept its terms on the hub and export HF_TOKEN"
-    if isinstance(error, hub_errors.RepositoryNotFoundError):
-        return f"{setting}={spec}: repository not found (or private: export HF_TOKEN)"
-    if isinstance(error, hub_errors.RevisionNotFoundError):
-        return f"{setting}={spec}: revision not found in the repository"
-    if isinstance(error, hub_errors.EntryNotFoundError):
-        return f"{setting}={spec}: file not found in the repository"
+        return (f"{setting}={spec}: not in the local hub cache ({constants.HF_HUB_CACHE}) and the hub is not reachable "
+                f"(HF_HUB_OFFLINE={'1' if constants.HF_HUB_OFFLINE else '0'}). Download it where the hub is reachable "
+                f"with the same HF_HOME, or pass a local file: {setting}=/path/to/file")
+    for kind, text in ((hub_errors.GatedRepoError, "the repository is gated; accept its terms on the hub and export "
+                                                    "HF_TOKEN"),
+                       (hub_errors.RepositoryNotFoundError, "repository not found (or private: export HF_TOKEN)"),
+                       (hub_errors.RevisionNotFoundError, "revision not found in the repository"),
+                       (hub_errors.EntryNotFoundError, "file not found in the repository")):
+        if isinstance(error, kind):
+            return f"{setting}={spec}: {text}"
     # Only the class name and the library's message: neither carries the token.
     return f"{setting}={spec}: {what} failed after {attempts} attempt(s): {type(error).__name__}: {error}"
 
@@ -137,29 +129,13 @@ def _resolve_hub(spec: str, setting: str, attempts: int, log=None) -> ResolvedSo
     from huggingface_hub import hf_hub_download, snapshot_download
 
     address = parse_hub_address(spec, setting)
+    download = functools.partial(_with_retries, what="download", setting=setting, spec=spec, attempts=attempts, log=log)
     if address.path_in_repo:
-        local = _with_retries(
-            lambda: hf_hub_download(address.repo_id, address.path_in_repo, repo_type="dataset",
-                                    revision=address.revision),
-            "download",
-            setting,
-            spec,
-            attempts,
-            log,
-        )
-        path = Path(local)
+        path = Path(download(lambda: hf_hub_download(address.repo_id, address.path_in_repo, repo_type="dataset",
+                                                     revision=address.revision)))
         return ResolvedSource(setting, spec, [path], _commit_of_cached_path(path) or address.revision)
-    snapshot = Path(
-        _with_retries(
-            lambda: snapshot_download(address.repo_id, repo_type="dataset", revision=address.revision,
-                                      allow_patterns=["*.parquet", "*.jsonl"]),
-            "download",
-            setting,
-            spec,
-            attempts,
-            log,
-        )
-    )
+    snapshot = Path(download(lambda: snapshot_download(address.repo_id, repo_type="dataset", revision=address.revision,
+                                                       allow_patterns=["*.parquet", "*.jsonl"])))
     found = sorted(p for p in snapshot.rglob("*") if p.is_file() and p.suffix in (".parquet", ".jsonl"))
     files = [p for p in found if p.suffix == ".parquet"] or found
     if not files:

@@ -107,63 +107,47 @@ def run_tasks(specs: list[TaskSpec], log: Callable[[str], None] = print) -> dict
     prepared = [prepare(spec) for spec in specs]
     engines: dict[Any, Any] = {}
 
-    def factory(p: Prepared) -> Callable[[], Any]:
-        def make():
-            # One engine per model, layout and sampling (k aside: each request carries its own count) for every
-            # task of this process, so the datasets of one checkpoint load vLLM once.
-            key = (repr(p.eval_input), repr(p.engine), repr(p.client), repr(replace(p.sampling, n=1)))
-            if key not in engines:
-                engines[key] = (ServerEngine(p.client, p.sampling, log) if p.client
-                                else OfflineEngine(p.eval_input, p.sampling, p.engine, log))
-            return engines[key]
-        return make
+    def engine_for(p: Prepared) -> Any:
+        # One engine per model, layout and sampling (k aside: each request carries its own count) for every
+        # task of this process, so the datasets of one checkpoint load vLLM once.
+        key = (repr(p.eval_input), repr(p.engine), repr(p.client), repr(replace(p.sampling, n=1)))
+        if key not in engines:
+            engines[key] = (ServerEngine(p.client, p.sampling, log) if p.client
+                            else OfflineEngine(p.eval_input, p.sampling, p.engine, log))
+        return engines[key]
 
     started = time.time()
-    progress: dict[int, resumable.Progress] = {}
+    progress = [resumable.Progress() for _ in prepared]
     results: dict[str, dict] = {}
-    stores = []
-    try:
-        for index, p in enumerate(prepared):
-            progress[index] = resumable.Progress()
-            store = p.store
-            lock = resumable._locked(store.folder / resumable.STORE_LOCK)
-            lock.__enter__()
-            stores.append(lock)
-            requeue = functools.partial(hang_guard.requeue_this_task, p.cfg.eval.launcher.max_num_timeout, log)
-            with hang_guard.GenerationWatchdog(p.cfg.eval.hang_timeout_s, float(p.cfg.trainer.expected_model_load_s),
-                                               store.folder, log, on_hang=requeue) as watchdog:
-                resumable.generate_missing(store, p.problems, max(p.spec.ks), factory(p), p.cfg.eval.chunk_problems,
-                                           progress[index], log, chunk_saved=watchdog.chunk_saved)
-    finally:
-        for engine in engines.values():
-            engine.close()
-        engines.clear()
-    try:
-        for index, p in enumerate(prepared):
-            resumable.grade_missing(p.store, GradingLimits.from_settings(p.cfg.grade), progress[index], log)
+    with contextlib.ExitStack() as locks:
+        try:
+            for p, done in zip(prepared, progress):
+                locks.enter_context(resumable._locked(p.store.folder / resumable.STORE_LOCK))
+                requeue = functools.partial(hang_guard.requeue_this_task, p.cfg.eval.launcher.max_num_timeout, log)
+                with hang_guard.GenerationWatchdog(p.cfg.eval.hang_timeout_s,
+                                                   float(p.cfg.trainer.expected_model_load_s), p.store.folder, log,
+                                                   on_hang=requeue) as watchdog:
+                    resumable.generate_missing(p.store, p.problems, max(p.spec.ks), functools.partial(engine_for, p),
+                                               p.cfg.eval.chunk_problems, done, log, chunk_saved=watchdog.chunk_saved)
+        finally:
+            for engine in engines.values():
+                engine.close()
+            engines.clear()
+        for p, done in zip(prepared, progress):
+            resumable.grade_missing(p.store, GradingLimits.from_settings(p.cfg.grade), done, log)
             grades = p.store.grades()
             for key in p.keys:
-                record = {
-                    "checkpoint": p.spec.checkpoint,
-                    "global_step": p.eval_input.global_step if p.eval_input else None,
-                    "dataset": key.dataset,
-                    "data": [p.data],
-                    "fingerprint": {**key.identity, "k": key.k, "limit": key.limit},
-                    "settings": settings_record(replace(p.sampling, n=key.k), p.engine, p.client),
-                    "progress": asdict(progress[index]),
-                    "started_at": started,
-                    "finished_at": time.time(),
-                    "slurm_job_id": os.environ.get("SLURM_ARRAY_JOB_ID") and
-                    f"{os.environ['SLURM_ARRAY_JOB_ID']}_{os.environ.get('SLURM_ARRAY_TASK_ID')}"
-                    or os.environ.get("SLURM_JOB_ID"),
-                }
-                metrics = resumable.write_task_results(p.out_dir, key, resumable.first_k(grades, p.problems, key.k),
-                                                       record)
-                results[str(p.out_dir / key.task_dir)] = metrics
+                array_job = os.environ.get("SLURM_ARRAY_JOB_ID")
+                record = {"checkpoint": p.spec.checkpoint,
+                          "global_step": p.eval_input.global_step if p.eval_input else None, "dataset": key.dataset,
+                          "data": [p.data], "fingerprint": {**key.identity, "k": key.k, "limit": key.limit},
+                          "settings": settings_record(replace(p.sampling, n=key.k), p.engine, p.client),
+                          "progress": asdict(done), "started_at": started, "finished_at": time.time(),
+                          "slurm_job_id": array_job and f"{array_job}_{os.environ.get('SLURM_ARRAY_TASK_ID')}"
+                          or os.environ.get("SLURM_JOB_ID")}
+                results[str(p.out_dir / key.task_dir)] = resumable.write_task_results(
+                    p.out_dir, key, resumable.first_k(grades, p.problems, key.k), record)
             resumable.refresh_view(p.out_dir)
-    finally:
-        for lock in stores:
-            lock.__exit__(None, None, None)
     return results
 
 
@@ -176,8 +160,7 @@ def notice_for_this_process_only() -> Any:
     if isinstance(notice, str):
         notice = getattr(signal, notice if notice.startswith("SIG") else f"SIG{notice}")
     done = threading.Event()
-    receiver = threading.Thread(target=done.wait, name="slurm-notice", daemon=True)
-    receiver.start()
+    threading.Thread(target=done.wait, name="slurm-notice", daemon=True).start()
     before = signal.pthread_sigmask(signal.SIG_BLOCK, {notice})
     try:
         yield
@@ -193,9 +176,7 @@ class EvalTask(submitit.helpers.Checkpointable):
         self.specs = (specs,) if isinstance(specs, TaskSpec) else tuple(specs)
 
     def __call__(self) -> dict[str, dict]:
-        def log(message: str) -> None:
-            print(message, flush=True)
-
+        log = functools.partial(print, flush=True)
         env = submitit.JobEnvironment()
         first = self.specs[0]
         log(f"evaluate: task {env.job_id} attempt {os.environ.get('SLURM_RESTART_COUNT', '0')} "
@@ -209,38 +190,31 @@ class EvalTask(submitit.helpers.Checkpointable):
     def _across_nodes(self, env) -> dict[str, dict]:
         # Every node joins the Ray cluster; rank 0 is the head and runs this same task as the driver (RAY_ADDRESS set).
         spec = self.specs[0]
-        argv = ["--here", "--out", spec.out_dir, *spec.overrides, f"eval.responses_per_problem={max(spec.ks)}"]
-        for one in self.specs:
-            argv += ["--data", one.data_file]
+        argv = ["--here", "--out", spec.out_dir, *spec.overrides, f"eval.responses_per_problem={max(spec.ks)}",
+                *(arg for one in self.specs for arg in ("--data", one.data_file))]
         argv += ["--checkpoint", spec.checkpoint] if spec.checkpoint else ["--server", spec.server]
         argv += ["--base-model", spec.base_model] if spec.base_model else []
-        command = [sys.executable, "-m", "beam_slurm.ray_cluster.node", "--", sys.executable,
-                   str(REPO_ROOT / "stages" / "evaluate.py"), *argv]
-        status = subprocess.run(command, check=False).returncode
+        status = subprocess.run([sys.executable, "-m", "beam_slurm.ray_cluster.node", "--", sys.executable,
+                                 str(REPO_ROOT / "stages" / "evaluate.py"), *argv], check=False).returncode
         if env.global_rank != 0:
             return {}
         if status != 0:
             raise RuntimeError(f"the evaluation driver on the Ray head exited with status {status}")
-        smaller = [TaskSpec(**{**asdict(one), "ks": tuple(k for k in one.ks if k != max(one.ks))})
+        smaller = [replace(one, ks=tuple(k for k in one.ks if k != max(one.ks)))
                    for one in self.specs if len(one.ks) > 1]
         return run_tasks(smaller) if smaller else {}
 
 
-# --- submission ---------------------------------------------------------------------------------------------------
-
 def launcher_parameters(cfg) -> dict[str, Any]:
     """The array's Slurm settings from eval.launcher, with the recipe's layout and cluster filling the empty ones."""
-    launcher = asdict(cfg.eval.launcher)
+    params = {k: v for k, v in asdict(cfg.eval.launcher).items() if k != "_target_"}
     gpus = cfg.rollout.tensor_parallel * cfg.rollout.pipeline_parallel
     per_node = cfg.cluster.gpus_per_node
-    params = {k: v for k, v in launcher.items() if k != "_target_"}
     if not params.get("nodes"):
         params["nodes"] = max(1, math.ceil(gpus / per_node)) if per_node else 1
     if params.get("gpus_per_node") is None:
         params["gpus_per_node"] = min(gpus, per_node) if per_node else 0
-    for key in ("partition", "account", "qos"):
-        if params.get(key) is None:
-            params[key] = getattr(cfg.cluster, key)
+    params.update({k: getattr(cfg.cluster, k) for k in ("partition", "account", "qos") if params.get(k) is None})
     return params
 
 
@@ -249,14 +223,10 @@ def make_executor(params: dict[str, Any], folder: Path):
     executor = submitit.AutoExecutor(folder=str(folder), cluster="slurm",
                                      slurm_max_num_timeout=params["max_num_timeout"])
     base = {f.name for f in fields(BaseQueueConf)}
-    settings = {}
-    for key, value in params.items():
-        if key in ("submitit_folder", "max_num_timeout") or value is None:
-            continue
-        if key == "gpus_per_node" and not value:
-            continue  # a CPU-only partition: no GPU request at all
-        settings[key if key in base else f"slurm_{key}"] = value
-    executor.update_parameters(**settings)
+    # gpus_per_node 0: a CPU-only partition, no GPU request at all.
+    executor.update_parameters(**{key if key in base else f"slurm_{key}": value for key, value in params.items()
+                                  if key not in ("submitit_folder", "max_num_timeout") and value is not None
+                                  and (value or key != "gpus_per_node")})
     return executor
 
 
@@ -316,25 +286,21 @@ def plan(points: list[tuple[list[str], Any]], targets: list[tuple[str, str | Non
                 spec = TaskSpec(checkpoint=checkpoint, data_file=str(data_file), out_dir=str(out_dir),
                                 ks=(cfg.eval.responses_per_problem,), overrides=tuple(overrides),
                                 base_model=base_model)
-                prepared = prepare(spec)
-                key = prepared.keys[0]
+                key = prepare(spec).keys[0]
                 if force:
                     shutil.rmtree(out_dir / key.task_dir, ignore_errors=True)
                     shutil.rmtree(out_dir / key.samples_dir, ignore_errors=True)
                 elif resumable.task_finished(out_dir, key):
                     result.finished.append(str(out_dir / key.task_dir))
                     continue
-                group = (checkpoint, str(data_file), str(out_dir), key.sampling_id, key.limit)
-                entry = groups.setdefault(group, {"spec": spec, "ks": set(), "params": launcher_parameters(cfg),
-                                                  "k_overrides": {}})
-                entry["ks"].add(key.k)
+                entry = groups.setdefault((checkpoint, str(data_file), str(out_dir), key.sampling_id, key.limit),
+                                          {"spec": spec, "params": launcher_parameters(cfg), "k_overrides": {}})
                 entry["k_overrides"][key.k] = overrides
     # One array task per checkpoint and sweep point: its datasets share one model load.
     bundles: dict[tuple, tuple[list[TaskSpec], dict]] = {}
     for entry in groups.values():
-        top = max(entry["ks"])
-        spec = TaskSpec(**{**asdict(entry["spec"]), "ks": tuple(sorted(entry["ks"])),
-                           "overrides": tuple(entry["k_overrides"][top])})
+        ks = entry["k_overrides"]  # k -> the overrides of its sweep point; the largest k's are the task's
+        spec = replace(entry["spec"], ks=tuple(sorted(ks)), overrides=tuple(ks[max(ks)]))
         active = None if force else _active_job(spec)
         if active:
             result.active.append(f"{spec.checkpoint} x {Path(spec.data_file).name}: job {active}")

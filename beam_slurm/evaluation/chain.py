@@ -22,9 +22,9 @@ from pathlib import Path
 from typing import Callable
 
 from beam_slurm.core.atomic_files import write_text
-from beam_slurm.evaluation.checkpoints import STEP_DIR, CheckpointError, check_model_dir, model_dir
+from beam_slurm.core.layout import STEP_DIR, latest_checkpoint_step
+from beam_slurm.evaluation.checkpoints import CheckpointError, check_model_dir, model_dir
 
-MARKER_FILE = "latest_ckpt_global_step.txt"
 CLAIMS_DIRNAME = ".eval_claims"
 
 Submit = Callable[[int, Path], str]  # submit(step, checkpoint folder) -> job id
@@ -42,21 +42,7 @@ class ChainSettings:
 
     def __post_init__(self) -> None:
         self.run_dir = Path(self.run_dir)
-        if self.claims_dir is None:
-            self.claims_dir = self.run_dir / CLAIMS_DIRNAME
-        self.claims_dir = Path(self.claims_dir)
-
-
-def marker_step(run_dir: Path) -> int | None:
-    """The step in SkyRL's latest-checkpoint marker, or None when there is no (readable) marker."""
-    try:
-        return int((run_dir / MARKER_FILE).read_text().strip())
-    except (OSError, ValueError):
-        return None
-
-
-def _newest_mtime(directory: Path) -> float:
-    return max((p.stat().st_mtime for p in directory.rglob("*") if p.is_file()), default=directory.stat().st_mtime)
+        self.claims_dir = self.run_dir / CLAIMS_DIRNAME if self.claims_dir is None else Path(self.claims_dir)
 
 
 def complete_checkpoints(settings: ChainSettings, now: float | None = None) -> list[tuple[int, Path]]:
@@ -64,12 +50,9 @@ def complete_checkpoints(settings: ChainSettings, now: float | None = None) -> l
     run_dir = settings.run_dir
     if not run_dir.is_dir():
         return []
-    steps = sorted(
-        (int(match.group(1)), path)
-        for path in run_dir.iterdir()
-        if path.is_dir() and (match := STEP_DIR.match(path.name))
-    )
-    latest = marker_step(run_dir)
+    steps = sorted((int(match.group(1)), path) for path in run_dir.iterdir()
+                   if path.is_dir() and (match := STEP_DIR.match(path.name)))
+    latest = latest_checkpoint_step(run_dir)
     if latest is not None:
         return [(step, path) for step, path in steps if step <= latest]
     now = time.time() if now is None else now
@@ -80,7 +63,8 @@ def complete_checkpoints(settings: ChainSettings, now: float | None = None) -> l
             check_model_dir(folder, "export")
         except CheckpointError:
             continue
-        if now - _newest_mtime(folder) >= settings.settle_s:
+        newest = max((p.stat().st_mtime for p in folder.rglob("*") if p.is_file()), default=folder.stat().st_mtime)
+        if now - newest >= settings.settle_s:
             complete.append((step, path))
     return complete
 
@@ -88,11 +72,6 @@ def complete_checkpoints(settings: ChainSettings, now: float | None = None) -> l
 def claim_path(settings: ChainSettings, step: int) -> Path:
     """The claim file of one step."""
     return settings.claims_dir / f"global_step_{step}.json"
-
-
-def _write_claim(path: Path, payload: dict) -> None:
-    # Rewriting an existing claim (to add the job id): temp + rename keeps it whole for readers.
-    write_text(path, json.dumps(payload))
 
 
 def try_claim(settings: ChainSettings, step: int, now: float | None = None) -> bool:
@@ -140,9 +119,8 @@ def submit_pending(settings: ChainSettings, submit: Submit, log: Callable[[str],
     """Claim and submit every complete, unclaimed checkpoint; returns (step, job_id) of what this call submitted."""
     submitted = []
     for step, path in complete_checkpoints(settings, now):
-        if claim_path(settings, step).exists() and not _is_stale(settings, step, now):
-            continue
-        if not try_claim(settings, step, now):
+        if (claim_path(settings, step).exists() and not _is_stale(settings, step, now)
+                or not try_claim(settings, step, now)):
             continue
         try:
             job_id = str(submit(step, path))
@@ -152,8 +130,9 @@ def submit_pending(settings: ChainSettings, submit: Submit, log: Callable[[str],
             log(f"eval-chain: submitting the evaluation of global_step_{step} failed ({exc}); will retry")
             continue
         claim = json.loads(claim_path(settings, step).read_text())
-        _write_claim(claim_path(settings, step), {**claim, "job_id": job_id, "checkpoint": str(path),
-                                                  "submitted_at": time.time()})
+        # Rewriting the claim to add the job id: temp + rename keeps it whole for readers.
+        write_text(claim_path(settings, step), json.dumps({**claim, "job_id": job_id, "checkpoint": str(path),
+                                                           "submitted_at": time.time()}))
         log(f"eval-chain: global_step_{step} -> evaluation job {job_id}")
         submitted.append((step, job_id))
     return submitted

@@ -8,20 +8,14 @@ directory. Everything here only reads files, so a bad path fails before any mode
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from beam_slurm.core.errors import UserError
-from beam_slurm.evaluation.results import evaluation_dir
+from beam_slurm.core.layout import POLICY_SUBDIR, STEP_DIR, evaluation_dir
 
 # vllm is imported inside lora_request: only a LoRA checkpoint needs it, and it takes seconds to import.
-
-STEP_DIR = re.compile(r"^global_step_(\d+)$")
-
-# SkyRL's HF exports and checkpoints keep the model one level below the step directory.
-POLICY_SUBDIR = "policy"
 
 WEIGHT_GLOBS = ("*.safetensors", "pytorch_model*.bin")
 ADAPTER_WEIGHTS = ("adapter_model.safetensors", "adapter_model.bin")
@@ -68,32 +62,23 @@ def step_of(directory: Path) -> tuple[int | None, Path | None]:
     return None, None
 
 
-def _has_weights(directory: Path) -> bool:
-    return any(next(directory.glob(pattern), None) for pattern in WEIGHT_GLOBS)
-
-
 def check_model_dir(directory: Path, option: str) -> None:
     """Raise CheckpointError unless directory is a complete Hugging Face model (config, weights, all shards)."""
     if not (directory / "config.json").is_file():
         raise CheckpointError(f"{option}: {directory} has no config.json; point it at a Hugging Face model directory")
-    if not _has_weights(directory):
-        raise CheckpointError(
-            f"{option}: {directory} has config.json but no weights (*.safetensors or pytorch_model*.bin); "
-            "is the export still being written?"
-        )
-    for index_name in ("model.safetensors.index.json", "pytorch_model.bin.index.json"):
-        index_file = directory / index_name
-        if index_file.is_file():
-            try:
-                shards = set(json.loads(index_file.read_text())["weight_map"].values())
-            except (ValueError, KeyError) as exc:
-                raise CheckpointError(f"{option}: {index_file} is not a valid weight index ({exc})") from exc
-            missing = sorted(s for s in shards if not (directory / s).is_file())
-            if missing:
-                raise CheckpointError(
-                    f"{option}: {directory} lists {len(missing)} missing weight shard(s), e.g. {missing[0]}; "
-                    "the export is incomplete"
-                )
+    if not any(next(directory.glob(pattern), None) for pattern in WEIGHT_GLOBS):
+        raise CheckpointError(f"{option}: {directory} has config.json but no weights (*.safetensors or "
+                              "pytorch_model*.bin); is the export still being written?")
+    indexes = [directory / name for name in ("model.safetensors.index.json", "pytorch_model.bin.index.json")]
+    for index_file in (index for index in indexes if index.is_file()):
+        try:
+            shards = set(json.loads(index_file.read_text())["weight_map"].values())
+        except (ValueError, KeyError) as exc:
+            raise CheckpointError(f"{option}: {index_file} is not a valid weight index ({exc})") from exc
+        missing = sorted(s for s in shards if not (directory / s).is_file())
+        if missing:
+            raise CheckpointError(f"{option}: {directory} lists {len(missing)} missing weight shard(s), e.g. "
+                                  f"{missing[0]}; the export is incomplete")
 
 
 def _adapter_rank(adapter_dir: Path) -> tuple[int, str | None]:
@@ -106,9 +91,8 @@ def _adapter_rank(adapter_dir: Path) -> tuple[int, str | None]:
     if not isinstance(rank, int) or rank < 1:
         raise CheckpointError(f"--checkpoint: {config_file} has no positive integer rank 'r'")
     if not any((adapter_dir / name).is_file() for name in ADAPTER_WEIGHTS):
-        raise CheckpointError(
-            f"--checkpoint: {adapter_dir} has adapter_config.json but no {' or '.join(ADAPTER_WEIGHTS)}"
-        )
+        raise CheckpointError(f"--checkpoint: {adapter_dir} has adapter_config.json but no "
+                              f"{' or '.join(ADAPTER_WEIGHTS)}")
     return rank, config.get("base_model_name_or_path")
 
 
@@ -132,23 +116,18 @@ def resolve_checkpoint(checkpoint: str | Path, base_model: str | Path | None = N
 
     if is_adapter(path):
         rank, recorded_base = _adapter_rank(path)
-        if base_model is None:
-            if recorded_base and Path(recorded_base).is_dir():
-                base_model = recorded_base
-            else:
-                raise CheckpointError(
-                    f"--checkpoint: {path} is a LoRA adapter; pass --base-model DIR with the base model it was "
-                    f"trained on (the adapter records {recorded_base!r}, which is not a local directory)"
-                )
+        if base_model is None and not (recorded_base and Path(recorded_base).is_dir()):
+            raise CheckpointError(f"--checkpoint: {path} is a LoRA adapter; pass --base-model DIR with the base model "
+                                  f"it was trained on (the adapter records {recorded_base!r}, which is not a local "
+                                  "directory)")
+        base_model = recorded_base if base_model is None else base_model
         base = Path(base_model).expanduser().resolve()
         check_model_dir(base, "--base-model")
         return EvalInput(model_path=base, lora_path=path, lora_rank=rank, global_step=step, run_root=run_root)
 
     if base_model is not None:
-        raise CheckpointError(
-            f"--base-model is only for LoRA adapters, and {path} has no adapter_config.json; drop --base-model "
-            "to evaluate the full model"
-        )
+        raise CheckpointError(f"--base-model is only for LoRA adapters, and {path} has no adapter_config.json; drop "
+                              "--base-model to evaluate the full model")
     check_model_dir(path, "--checkpoint")
     return EvalInput(model_path=path, global_step=step, run_root=run_root)
 

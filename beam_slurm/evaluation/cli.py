@@ -23,17 +23,17 @@ from beam_slurm.config.load import load_config
 from beam_slurm.config.overrides import hydra_value, override, value_at
 from beam_slurm.config.verb_args import VerbArgs, keys_under, table_console
 from beam_slurm.core.errors import UserError
+from beam_slurm.core.layout import evaluation_dir
 from beam_slurm.core.run_store import RunStore
-from beam_slurm.data.manifest import sha256_file
 from beam_slurm.evaluation import array
 from beam_slurm.evaluation.array import prepare
 from beam_slurm.evaluation.chain import ChainSettings, complete_checkpoints
-from beam_slurm.evaluation.checkpoints import EvalInput, is_adapter, resolve_checkpoint, step_of
+from beam_slurm.evaluation.checkpoints import is_adapter, resolve_checkpoint, step_of
 from beam_slurm.evaluation.generate import ClientSettings, EngineSettings, SamplingSettings
 from beam_slurm.evaluation.grading_pool import GradingLimits
 from beam_slurm.evaluation.metrics import PASS_AT
-from beam_slurm.evaluation.problems import DatasetError, Problem, read_problems
-from beam_slurm.evaluation.results import evaluation_dir, finished_metrics
+from beam_slurm.evaluation.problems import DatasetError, read_problems
+from beam_slurm.evaluation.results import finished_metrics
 from beam_slurm.evaluation.resumable import task_finished
 from beam_slurm.pipeline import sweep
 from beam_slurm.pipeline.runs import RunNotFound, resolve_runs
@@ -45,6 +45,9 @@ EVALUATE_KEYS = ["eval.responses_per_problem", "generation.max_response_tokens",
                  "eval.dtype", "eval.gpu_memory_utilization", "eval.enforce_eager", "eval.server_request_timeout_s",
                  "eval.server_max_attempts", "eval.server_concurrency", "grade.timeout_s", "grade.memory_mb",
                  "grade.workers", "eval.chunk_problems", "paths.data_dir", "paths.eval_files"]
+
+# The cluster keys an evaluation array takes from the run (its eval.launcher keys fill in from them).
+CLUSTER_KEYS = ("cluster.gpus_per_node", "cluster.partition", "cluster.account", "cluster.qos")
 
 # Old flags that carried a setting -> its key (accepted for one release).
 OLD_FLAGS = {
@@ -59,15 +62,11 @@ OLD_FLAGS = {
 
 
 def build_parser():
-    verb = VerbArgs(
-        "evaluate",
-        "Evaluate checkpoints on AIME (vLLM generation, grading, metrics) as one Slurm job array. Settings "
-        "are recipe keys, e.g.\n  beam-slurm evaluate RUN eval.responses_per_problem=32 eval.launcher.partition=gpu\n"
-        "  beam-slurm evaluate -m SWEEP_DIR eval.responses_per_problem=8,32 --wait",
-        keys=[*EVALUATE_KEYS, "eval.chain_settle_s", *keys_under("eval.launcher"), "cluster.gpus_per_node",
-              "cluster.partition", "cluster.account", "cluster.qos"],
-        inputs="[RUN | SWEEP]",
-    )
+    verb = VerbArgs("evaluate", "Evaluate checkpoints on AIME (vLLM generation, grading, metrics) as one Slurm job "
+                    "array. Settings are recipe keys, e.g.\n  beam-slurm evaluate RUN eval.responses_per_problem=32 "
+                    "eval.launcher.partition=gpu\n  beam-slurm evaluate -m SWEEP_DIR eval.responses_per_problem=8,32 "
+                    "--wait", keys=[*EVALUATE_KEYS, "eval.chain_settle_s", *keys_under("eval.launcher"), *CLUSTER_KEYS],
+                    inputs="[RUN | SWEEP]")
     source = verb.add_argument_group("what to evaluate (or a positional RUN | SWEEP: a run folder, name or job id, "
                                      "or a sweep folder)")
     source.add_argument("--checkpoint", help="HF export dir (<export_path>/global_step_N[/policy]), any HF model "
@@ -103,38 +102,25 @@ class UsageError(UserError, ValueError):
     """Bad command-line input; reported with exit status 2."""
 
 
-def _load_problems(files: list[str], limit: int | None) -> tuple[list[Problem], list[dict[str, Any]]]:
-    problems: list[Problem] = []
-    described = []
+def _check_data_sources(files: list[str], limit: int | None) -> None:
+    """Every file readable, and each data_source in one file only (metrics are keyed by it)."""
     source_of: dict[str, str] = {}
     for name in files:
         path = Path(name).expanduser().resolve()
-        file_problems = read_problems(path, limit)
-        for source in {p.data_source for p in file_problems}:
+        for source in {p.data_source for p in read_problems(path, limit)}:
             if source_of.setdefault(source, str(path)) != str(path):
-                raise DatasetError(
-                    f"--data: {path} and {source_of[source]} both hold data_source {source!r}; their metrics would "
-                    "mix. Pass each benchmark once"
-                )
-        problems += file_problems
-        described.append({"path": str(path), "sha256": sha256_file(path), "problems": len(file_problems)})
-    return problems, described
+                raise DatasetError(f"--data: {path} and {source_of[source]} both hold data_source {source!r}; their "
+                                   "metrics would mix. Pass each benchmark once")
 
 
-def _resolve_out(args: argparse.Namespace, eval_input: EvalInput | None) -> Path:
+def _resolve_out(args: argparse.Namespace) -> Path:
     if args.out:
         return Path(args.out).expanduser().resolve()
-    default = eval_input.default_out_dir() if eval_input else None
-    if default is None and args.checkpoint:
-        step, run_root = step_of(Path(args.checkpoint).expanduser().resolve())
-        if step is not None:
-            default = evaluation_dir(run_root, step)
-    if default is None:
-        raise UsageError(
-            "--out is required: the checkpoint is not inside a run's global_step_N directory, so there is no "
-            "default <export_path>/beam_evals/global_step_N/"
-        )
-    return default
+    step, run_root = step_of(Path(args.checkpoint).expanduser().resolve()) if args.checkpoint else (None, None)
+    if step is None:
+        raise UsageError("--out is required: the checkpoint is not inside a run's global_step_N directory, so there "
+                         "is no default <export_path>/beam_evals/global_step_N/")
+    return evaluation_dir(run_root, step)
 
 
 def _checkpoint_from_list(args: argparse.Namespace) -> str:
@@ -146,27 +132,15 @@ def _checkpoint_from_list(args: argparse.Namespace) -> str:
         raise UsageError(f"--checkpoint-list: cannot read {args.checkpoint_list} ({exc})") from exc
     task = os.environ.get("SLURM_ARRAY_TASK_ID", "")
     if not task.isdigit() or int(task) >= len(lines):
-        raise UsageError(
-            f"--checkpoint-list needs SLURM_ARRAY_TASK_ID between 0 and {len(lines) - 1} (got {task!r}); "
-            f"submit with sbatch --array=0-{len(lines) - 1}"
-        )
+        raise UsageError(f"--checkpoint-list needs SLURM_ARRAY_TASK_ID between 0 and {len(lines) - 1} (got {task!r}); "
+                         f"submit with sbatch --array=0-{len(lines) - 1}")
     return lines[int(task)]
 
 
 def _summary_lines(metrics: dict[str, dict[str, Any]]) -> list[str]:
-    lines = []
-    for source, entry in sorted(metrics.items()):
-        keys = [key for key in ("avg@k", "pass@1", "pass@2", "pass@4", "pass@8", "maj@k") if key in entry]
-        values = "  ".join(f"{key}={entry[key]:.4f}" for key in keys)
-        lines.append(f"  {source}: k={entry.get('k')}  {values}  timeouts={entry.get('timeouts', 0)}")
-    return lines
-
-
-def _settings(args: argparse.Namespace, cfg):
-    sampling = SamplingSettings.from_config(cfg)
-    if args.server:
-        return sampling, None, ClientSettings.from_config(cfg, args.server, args.served_model)
-    return sampling, EngineSettings.from_config(cfg, ray_cluster=bool(os.environ.get("RAY_ADDRESS"))), None
+    keys = ("avg@k", "pass@1", "pass@2", "pass@4", "pass@8", "maj@k")
+    return [f"  {source}: k={entry.get('k')}  " + "  ".join(f"{key}={entry[key]:.4f}" for key in keys if key in entry)
+            + f"  timeouts={entry.get('timeouts', 0)}" for source, entry in sorted(metrics.items())]
 
 
 def _data_files(given: list[str] | None, cfg) -> list[str]:
@@ -200,23 +174,19 @@ def _targets(args: argparse.Namespace, target: str | None, cfg) -> list[tuple[st
         if target:
             raise UsageError(f"unexpected argument {target!r}: settings are key=value, and a run or sweep is "
                              "evaluated without --checkpoint")
-        eval_input = resolve_checkpoint(args.checkpoint, args.base_model)
-        return [(str(Path(args.checkpoint).expanduser().resolve()), None, _resolve_out(args, eval_input))]
+        resolve_checkpoint(args.checkpoint, args.base_model)  # a bad checkpoint fails here
+        return [(str(Path(args.checkpoint).expanduser().resolve()), None, _resolve_out(args))]
     if not target:
         raise UsageError("what to evaluate: a run (folder, name or job id), a sweep folder, or --checkpoint DIR")
     exports = _run_exports(target, args.exports_root)
-    found = []
-    for export in exports:
-        for step, path in complete_checkpoints(ChainSettings(run_dir=export, settle_s=cfg.eval.chain_settle_s)):
-            found.append((str(path), None, evaluation_dir(export, step)))
+    found = [(str(path), None, evaluation_dir(export, step)) for export in exports
+             for step, path in complete_checkpoints(ChainSettings(run_dir=export, settle_s=cfg.eval.chain_settle_s))]
     if not found:
         raise UsageError(f"{target}: no complete global_step_N export under {', '.join(map(str, exports))} "
                          "(the training job writes them every checkpoint.hf_save_interval steps)")
     if args.out and len(found) > 1:
         raise UsageError(f"--out takes one checkpoint; {target} has {len(found)}: leave --out out")
-    if args.out:
-        return [(found[0][0], None, Path(args.out).expanduser().resolve())]
-    return found
+    return [(found[0][0], None, Path(args.out).expanduser().resolve())] if args.out else found
 
 
 def _run_exports(target: str, exports_root: str | None) -> list[Path]:
@@ -240,7 +210,6 @@ def _points(parsed, multirun: bool, load) -> list[tuple[list[str], object]]:
 
 
 def _table(results: dict[str, dict], title: str) -> None:
-    console = table_console()
     table = Table(title=title)
     entries = [(folder, entry) for folder, metrics in sorted(results.items()) for entry in metrics.values()]
     levels = [j for j in PASS_AT if any(f"pass@{j}" in e for _, e in entries)]
@@ -252,18 +221,7 @@ def _table(results: dict[str, dict], title: str) -> None:
                       f"{entry['avg@k']:.4f}", f"[{low:.3f}, {high:.3f}]",
                       *(f"{entry[f'pass@{j}']:.4f}" if f"pass@{j}" in entry else "-" for j in levels),
                       f"{entry['maj@k']:.4f}")
-    console.print(table)
-
-
-def _finished_results(specs) -> dict[str, dict]:
-    results = {}
-    for spec in specs:
-        prepared = prepare(spec)
-        for key in prepared.keys:
-            folder = prepared.out_dir / key.task_dir
-            if task_finished(prepared.out_dir, key):
-                results[str(folder)] = finished_metrics(folder)
-    return results
+    table_console().print(table)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -284,8 +242,12 @@ def main(argv: list[str] | None = None) -> int:
         for _, cfg in points:
             if cfg.eval.limit is not None and cfg.eval.limit < 1:
                 raise UsageError(f"eval.limit must be at least 1 (got {cfg.eval.limit})")
-            GradingLimits.from_settings(cfg.grade)
-            _settings(args, cfg)  # sampling, engine and server settings checked here
+            GradingLimits.from_settings(cfg.grade)  # each settings object checks its values as it is made
+            SamplingSettings.from_config(cfg)
+            if args.server:
+                ClientSettings.from_config(cfg, args.server, args.served_model)
+            else:
+                EngineSettings.from_config(cfg, ray_cluster=bool(os.environ.get("RAY_ADDRESS")))
         if here:
             if target or args.multirun or args.wait:
                 raise UsageError("--here (and --server, --checkpoint-list, --check) evaluates one checkpoint in this "
@@ -294,9 +256,10 @@ def main(argv: list[str] | None = None) -> int:
                 args.checkpoint = _checkpoint_from_list(args)
             if not args.server and not args.checkpoint:
                 raise UsageError("--checkpoint is required (or --server URL to use an already running server)")
-            eval_input = None if args.server else resolve_checkpoint(args.checkpoint, args.base_model)
+            if not args.server:
+                resolve_checkpoint(args.checkpoint, args.base_model)  # a bad checkpoint fails here
             targets = [(str(Path(args.checkpoint).expanduser().resolve()) if args.checkpoint else None, None,
-                        _resolve_out(args, eval_input))]
+                        _resolve_out(args))]
         else:
             targets = _targets(args, target, points[0][1])
         for _, _, out_dir in targets:
@@ -309,19 +272,18 @@ def main(argv: list[str] | None = None) -> int:
                                     base_model=args.base_model, server=args.server, served_model=args.served_model)
                      for name in _data_files(args.data, cfg)]
             prepared = [array.prepare(spec) for spec in specs]
-            _load_problems([p.data["path"] for p in prepared], cfg.eval.limit)  # one data_source per file
+            _check_data_sources([p.data["path"] for p in prepared], cfg.eval.limit)
         else:
             for _, cfg in points:
-                _load_problems(_data_files(args.data, cfg), cfg.eval.limit)  # one data_source per file
+                _check_data_sources(_data_files(args.data, cfg), cfg.eval.limit)
             found = array.plan(points, targets, lambda cfg: _data_files(args.data, cfg), force=args.force,
                                base_model=args.base_model)
     except UserError as exc:  # bad input of any kind (usage, checkpoint, dataset, settings): exit 2
         return verb.report(exc)
 
     if args.check:
-        what = args.server or targets[0][0]
         log(f"evaluate: inputs OK: {sum(len(p.problems) for p in prepared)} problems from {len(prepared)} file(s), "
-            f"k={prepared[0].sampling.n}, on {what}, results in {targets[0][2]}")
+            f"k={prepared[0].sampling.n}, on {args.server or targets[0][0]}, results in {targets[0][2]}")
         return 0
     if here:
         # 2. In this process (inside an allocation, or with --server): resumable generation, grading, results.
@@ -334,9 +296,8 @@ def main(argv: list[str] | None = None) -> int:
             log(f"evaluate: {targets[0][2]} already holds this evaluation; reusing it (--force to redo)")
         else:
             array.run_tasks(specs, log)
-        metrics = finished_metrics(targets[0][2]) or {}
         log(f"evaluate: results in {targets[0][2]}")
-        for line in _summary_lines(metrics):
+        for line in _summary_lines(finished_metrics(targets[0][2]) or {}):
             log(line)
         return 0
 
@@ -347,15 +308,14 @@ def main(argv: list[str] | None = None) -> int:
         log(f"evaluate: queued or running already, not submitted: {line}")
     if not found.to_submit:
         log("evaluate: nothing to submit")
-        job_ids: list[str] = []
-    else:
-        job_ids = array.submit_plan(found, log)
+    job_ids = array.submit_plan(found, log)
     if not args.wait:
         return 0
-    states = array.wait_for(job_ids) if job_ids else {}
-    failed = {j: s for j, s in states.items() if s != "COMPLETED"}
+    failed = {j: s for j, s in (array.wait_for(job_ids) if job_ids else {}).items() if s != "COMPLETED"}
     results = {folder: finished_metrics(folder) for folder in found.finished}
-    results.update(_finished_results([spec for specs, _ in found.to_submit for spec in specs]))
+    for p in (prepare(spec) for specs, _ in found.to_submit for spec in specs):
+        results.update({str(p.out_dir / key.task_dir): finished_metrics(p.out_dir / key.task_dir) for key in p.keys
+                        if task_finished(p.out_dir, key)})
     _table({k: v for k, v in results.items() if v}, "evaluations")
     if failed:
         return verb.fail(f"{len(failed)} task(s) did not complete: "
@@ -363,23 +323,13 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _launcher_overrides(cfg) -> list[str]:
-    """The run's eval.launcher.* and cluster keys the array reads, so a chained array gets the run's."""
-    rendered = []
-    for key in [*keys_under("eval.launcher"), "cluster.gpus_per_node", "cluster.partition", "cluster.account",
-                "cluster.qos"]:
-        value = value_at(cfg, key)
-        if isinstance(value, dict):
-            rendered.append(f"{key}={{" + ",".join(f"{k}:{hydra_value(v)}" for k, v in value.items()) + "}")
-        else:
-            rendered.append(override(key, value))
-    return rendered
-
-
 def chained_overrides(cfg, step: int, extra_args: list[str] | None = None) -> list[str]:
-    """The keys of step `step`'s chained evaluation: the run's own values, then `extra_args` last, so they win."""
+    """The keys of step `step`'s chained evaluation: the run's own values (also of the eval.launcher.* and cluster
+    keys the array reads, so a chained array gets the run's), then `extra_args` last, so they win."""
+    launcher = {key: value_at(cfg, key) for key in [*keys_under("eval.launcher"), *CLUSTER_KEYS]}
     overrides = [override(key, value_at(cfg, key)) for key in EVALUATE_KEYS]
-    overrides += _launcher_overrides(cfg)
+    overrides += [f"{key}={{" + ",".join(f"{k}:{hydra_value(v)}" for k, v in value.items()) + "}"
+                  if isinstance(value, dict) else override(key, value) for key, value in launcher.items()]
     overrides.append(override("eval.launcher.name", f"{cfg.run_name}-eval-{step}"))
     if not cfg.eval.launcher.submitit_folder:
         overrides.append(override("eval.launcher.submitit_folder", f"{cfg.paths.log_dir}/eval-step{step}-%j"))

@@ -42,16 +42,14 @@ class SamplingSettings:
     seed: int | None = None  # per request; None on vLLM's CPU build, which rejects per-request seeds
 
     def __post_init__(self) -> None:
-        if self.n < 1:
-            raise SettingsError(f"eval.responses_per_problem must be at least 1 (got {self.n})")
-        if self.max_tokens < 1:
-            raise SettingsError(f"generation.max_response_tokens must be at least 1 (got {self.max_tokens})")
-        if not 0.0 < self.top_p <= 1.0:
-            raise SettingsError(f"generation.top_p must be in (0, 1] (got {self.top_p})")
-        if self.temperature < 0.0:
-            raise SettingsError(f"generation.temperature must be >= 0 (got {self.temperature})")
-        if self.n > MAX_K:
-            raise SettingsError(f"eval.responses_per_problem must be at most {MAX_K} (got {self.n})")
+        for wrong, message in (
+                (self.n < 1, f"eval.responses_per_problem must be at least 1 (got {self.n})"),
+                (self.max_tokens < 1, f"generation.max_response_tokens must be at least 1 (got {self.max_tokens})"),
+                (not 0.0 < self.top_p <= 1.0, f"generation.top_p must be in (0, 1] (got {self.top_p})"),
+                (self.temperature < 0.0, f"generation.temperature must be >= 0 (got {self.temperature})"),
+                (self.n > MAX_K, f"eval.responses_per_problem must be at most {MAX_K} (got {self.n})")):
+            if wrong:
+                raise SettingsError(message)
 
     @classmethod
     def from_config(cls, cfg) -> "SamplingSettings":
@@ -87,10 +85,8 @@ class EngineSettings:
         if self.tensor_parallel_size < 1 or self.pipeline_parallel_size < 1:
             raise SettingsError("rollout.tensor_parallel and rollout.pipeline_parallel must be at least 1")
         if self.distributed_executor_backend not in (None, "ray", "mp", "uni"):
-            raise SettingsError(
-                f"rollout.executor_backend must be one of {', '.join(EXECUTORS)} "
-                f"(got {self.distributed_executor_backend!r})"
-            )
+            raise SettingsError(f"rollout.executor_backend must be one of {', '.join(EXECUTORS)} "
+                                f"(got {self.distributed_executor_backend!r})")
         if not 0.0 < self.gpu_memory_utilization <= 1.0:
             raise SettingsError(f"eval.gpu_memory_utilization must be in (0, 1] (got {self.gpu_memory_utilization})")
 
@@ -98,11 +94,9 @@ class EngineSettings:
     def from_config(cls, cfg, *, ray_cluster: bool) -> "EngineSettings":
         """The recipe's engine; executor `auto` is ray when TP x PP > 1 on a Ray cluster, else vLLM's choice."""
         r = cfg.rollout
-        executor = r.executor_backend
+        executor = r.executor_backend  # anything but auto is checked by __post_init__
         if executor == "auto":
             executor = "ray" if r.tensor_parallel * r.pipeline_parallel > 1 and ray_cluster else None
-        elif executor not in EXECUTORS:
-            raise SettingsError(f"rollout.executor_backend must be one of {', '.join(EXECUTORS)} (got {executor!r})")
         e = cfg.eval
         return cls(tensor_parallel_size=r.tensor_parallel, pipeline_parallel_size=r.pipeline_parallel,
                    distributed_executor_backend=executor, max_prompt_tokens=cfg.generation.max_prompt_tokens,
@@ -111,20 +105,16 @@ class EngineSettings:
 
 def engine_kwargs(eval_input: EvalInput, sampling: SamplingSettings, engine: EngineSettings) -> dict[str, Any]:
     """Keyword arguments for vllm.LLM (kept separate so the layout can be checked without loading a model)."""
-    kwargs: dict[str, Any] = {"model": str(eval_input.model_path), "tokenizer": str(eval_input.model_path),
-                              "tensor_parallel_size": engine.tensor_parallel_size,
-                              "pipeline_parallel_size": engine.pipeline_parallel_size,
-                              "max_model_len": engine.max_model_len or engine.max_prompt_tokens + sampling.max_tokens,
-                              "dtype": engine.dtype, "gpu_memory_utilization": engine.gpu_memory_utilization,
-                              "enforce_eager": engine.enforce_eager, "seed": engine.seed}
-    if engine.distributed_executor_backend:
-        kwargs["distributed_executor_backend"] = engine.distributed_executor_backend
-    if eval_input.lora_path is not None:
-        kwargs["enable_lora"] = True
-        kwargs["max_loras"] = 1
-        kwargs["max_lora_rank"] = eval_input.lora_rank
-    kwargs.update(engine.extra_engine_kwargs)
-    return kwargs
+    executor, lora = engine.distributed_executor_backend, eval_input.lora_path is not None
+    return {"model": str(eval_input.model_path), "tokenizer": str(eval_input.model_path),
+            "tensor_parallel_size": engine.tensor_parallel_size,
+            "pipeline_parallel_size": engine.pipeline_parallel_size,
+            "max_model_len": engine.max_model_len or engine.max_prompt_tokens + sampling.max_tokens,
+            "dtype": engine.dtype, "gpu_memory_utilization": engine.gpu_memory_utilization,
+            "enforce_eager": engine.enforce_eager, "seed": engine.seed,
+            **({"distributed_executor_backend": executor} if executor else {}),
+            **({"enable_lora": True, "max_loras": 1, "max_lora_rank": eval_input.lora_rank} if lora else {}),
+            **engine.extra_engine_kwargs}
 
 
 def _row(problem: Problem, sample: int, text: str, finish_reason: str | None, tokens: int | None) -> dict[str, Any]:
@@ -145,11 +135,9 @@ class OfflineEngine:
 
     def generate(self, requests: list[Request]) -> list[dict[str, Any]]:
         """Sample each request's responses in one vLLM call; rows numbered from the request's first index."""
-        from vllm import SamplingParams
+        from vllm import LLM, SamplingParams
 
         if self._llm is None:
-            from vllm import LLM
-
             started = time.monotonic()
             self._llm = LLM(**engine_kwargs(self.eval_input, self.sampling, self.engine))
             self.log(f"evaluate: engine ready in {time.monotonic() - started:.1f} s ({self.eval_input.label})")
@@ -159,12 +147,9 @@ class OfflineEngine:
         outputs = self._llm.chat([problem.messages for problem, _, _ in requests], params, use_tqdm=False,
                                  lora_request=lora_request(self.eval_input),
                                  chat_template_kwargs=s.chat_template_kwargs() or None)
-        rows = []
-        for (problem, _, first), output in zip(requests, outputs, strict=True):
-            for offset, completion in enumerate(output.outputs):
-                rows.append(_row(problem, first + offset, completion.text, completion.finish_reason,
-                                 len(completion.token_ids)))
-        return rows
+        return [_row(problem, first + offset, completion.text, completion.finish_reason, len(completion.token_ids))
+                for (problem, _, first), output in zip(requests, outputs, strict=True)
+                for offset, completion in enumerate(output.outputs)]
 
     def close(self) -> None:
         """Free the accelerator memory and the engine's child process (before grading starts its workers)."""
@@ -214,8 +199,8 @@ class ClientSettings:
         if not self.base_url.startswith(("http://", "https://")):
             raise SettingsError(f"--server must be an http:// or https:// URL (got {self.base_url!r})")
         if self.max_attempts < 1 or self.concurrency < 1 or self.request_timeout_s <= 0:
-            raise SettingsError("eval.server_max_attempts, eval.server_concurrency and eval.server_request_timeout_s must be "
-                             "positive")
+            raise SettingsError("eval.server_max_attempts, eval.server_concurrency and eval.server_request_timeout_s "
+                                "must be positive")
 
     @property
     def api_root(self) -> str:
@@ -231,10 +216,8 @@ _RETRYABLE_STATUS = {408, 409, 429, 500, 502, 503, 504}
 
 
 def _request_json(client: ClientSettings, method: str, path: str, body: dict[str, Any] | None) -> dict[str, Any]:
-    headers = {"Content-Type": "application/json"}
     token = os.environ.get(client.api_key_env)
-    if token:
-        headers["Authorization"] = f"Bearer {token}"
+    headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {token}"} if token else {})}
     data = None if body is None else json.dumps(body).encode()
     url = client.api_root + path
     last_error = ""
@@ -283,18 +266,13 @@ def generate_with_server(problems: list[Problem], client: ClientSettings, sampli
         reply = _request_json(client, "POST", "/chat/completions", body)
         choices = sorted(reply.get("choices") or [], key=lambda choice: choice.get("index", 0))
         if len(choices) != sampling.n:
-            raise ServerError(
-                f"{client.api_root}/chat/completions returned {len(choices)} choices for n={sampling.n} "
-                f"(problem {problem.problem_id}); the server must support n > 1"
-            )
-        return [
-            _row(problem, sample, (choice.get("message") or {}).get("content") or "", choice.get("finish_reason"), None)
-            for sample, choice in enumerate(choices)
-        ]
+            raise ServerError(f"{client.api_root}/chat/completions returned {len(choices)} choices for n={sampling.n} "
+                              f"(problem {problem.problem_id}); the server must support n > 1")
+        return [_row(problem, sample, (choice.get("message") or {}).get("content") or "", choice.get("finish_reason"),
+                     None) for sample, choice in enumerate(choices)]
 
     with ThreadPoolExecutor(max_workers=client.concurrency) as pool:
-        per_problem = list(pool.map(one, problems))
-    rows = [row for rows in per_problem for row in rows]
+        rows = [row for rows in pool.map(one, problems) for row in rows]
     log(f"evaluate: {len(rows)} responses from {client.api_root} in {time.monotonic() - started:.1f} s")
     return rows
 

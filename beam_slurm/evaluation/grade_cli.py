@@ -66,8 +66,7 @@ def print_summary(metrics: dict[str, dict[str, Any]], details: dict[str, dict[st
                       f"{extra['math_verify_avg@k']:.4f}" if "math_verify_avg@k" in extra else "-",
                       f"{agreement:.3f}" if agreement is not None else "-", str(extra.get("no_answer", "-")),
                       str(entry["timeouts"]))
-    console = table_console(file)
-    console.print(table)
+    table_console(file).print(table)
 
 
 def main(argv: list[str]) -> int:
@@ -86,11 +85,8 @@ def main(argv: list[str]) -> int:
     except (ConfigError, VerbUsageError, GradingInputError, GradingSetupError) as error:
         return verb.report(error)
     if padded:
-        print(
-            f"{verb.prefix}warning: zero-padded ground truth(s) {', '.join(padded[:5])}: the training reward "
-            "compares strings, so '025' never matches '25'; write integer answers unpadded",
-            file=sys.stderr,
-        )
+        print(f"{verb.prefix}warning: zero-padded ground truth(s) {', '.join(padded[:5])}: the training reward "
+              "compares strings, so '025' never matches '25'; write integer answers unpadded", file=sys.stderr)
     metrics = compute_metrics(outcome.grades)
     details = compute_details(outcome.grades)
     write_results(args.out, outcome.grades, metrics)
@@ -98,12 +94,9 @@ def main(argv: list[str]) -> int:
         print(json.dumps({"metrics": metrics, "details": details, "out": str(args.out)}, indent=2))
         return 0
     print_summary(metrics, details)
-    primary = outcome.phases["primary"]
-    verified = outcome.phases["math_verify"]
-    print(
-        f"graded {len(outcome.grades)} responses with {limits.worker_count} worker(s): primary rule "
-        f"{primary.per_second:,.0f}/s, math-verify {verified.per_second:,.0f}/s, slowest item "
-        f"{max(primary.worst_item_s, verified.worst_item_s):.2f} s (bound {limits.item_bound_s:.2f} s), "
-        f"{outcome.timeouts} over a bound; results in {args.out}"
-    )
+    primary, verified = outcome.phases["primary"], outcome.phases["math_verify"]
+    print(f"graded {len(outcome.grades)} responses with {limits.worker_count} worker(s): primary rule "
+          f"{primary.per_second:,.0f}/s, math-verify {verified.per_second:,.0f}/s, slowest item "
+          f"{max(primary.worst_item_s, verified.worst_item_s):.2f} s (bound {limits.item_bound_s:.2f} s), "
+          f"{outcome.timeouts} over a bound; results in {args.out}")
     return 0

@@ -2,11 +2,8 @@
 
 Primary rule (the verdict every metric uses) has the semantics of the reward the policy is trained on,
 skyrl-gym's AIME scorer (itself verl's ``math_dapo`` rule), re-implemented here so grading needs no SkyRL install:
-
-1. keep only the last 300 characters of the response;
-2. take the last match of ``(?i)Answer\\s*:\\s*([^\\n<]+)`` (no match: wrong, ``pred`` is None);
-3. normalise the match and the ground truth with :func:`normalize_final_answer`;
-4. correct when the two strings are equal.
+a response is right when the last match of ``(?i)Answer\\s*:\\s*([^\\n<]+)`` in its last 300 characters (none: wrong,
+``pred`` is None) equals the ground truth, both normalised by :func:`normalize_final_answer`.
 
 A bare ``\\boxed{42}`` without an ``Answer:`` line is wrong, and a zero-padded ground truth ("025") never matches
 "25" (:func:`zero_padded_ground_truths` lets callers warn). Second opinion: math-verify on the response's tail; it
@@ -30,17 +27,8 @@ _ANSWER_LINE = re.compile(r"(?i)Answer\s*:\s*([^\n<]+)")
 
 # Textual substitutions, applied in this order (the order matters: "an " is removed before spaces are).
 _SUBSTITUTIONS: tuple[tuple[str, str], ...] = (
-    ("an ", ""),
-    ("a ", ""),
-    (".$", "$"),
-    ("\\$", ""),
-    ("\\ ", ""),
-    (" ", ""),
-    ("mbox", "text"),
-    (",\\text{and}", ","),
-    ("\\text{and}", ","),
-    ("\\text{m}", "\\text{}"),
-)
+    ("an ", ""), ("a ", ""), (".$", "$"), ("\\$", ""), ("\\ ", ""), (" ", ""), ("mbox", "text"), (",\\text{and}", ","),
+    ("\\text{and}", ","), ("\\text{m}", "\\text{}"))
 
 # Units, filler words and TeX spacing dropped from answers, in this order.
 _REMOVED: tuple[str, ...] = ("square", "ways", "integers", "dollars", "mph", "inches", "hours", "km", "units",
@@ -60,10 +48,8 @@ _SHORT_SQRT = re.compile(r"sqrt([^{])")
 def normalize_final_answer(answer: str) -> str:
     """Normalise an answer string the way the training reward does (same steps, same order)."""
     text = answer.rpartition("=")[2]
-    for old, new in _SUBSTITUTIONS:
+    for old, new in (*_SUBSTITUTIONS, *((token, "") for token in _REMOVED)):
         text = text.replace(old, new)
-    for token in _REMOVED:
-        text = text.replace(token, "")
     text = _FIRST_DOLLAR_PAIR.sub(r"$\1$", text)
     for pattern in _UNWRAP_LAZY:
         text = pattern.sub(r"\1", text)
@@ -85,10 +71,8 @@ def _normalized_ground_truth(ground_truth: str) -> str:
 
 def extract_answer(response: str) -> str | None:
     """The normalised last ``Answer:`` value in the response's last 300 characters, or None if there is none."""
-    last = None
-    for last in _ANSWER_LINE.finditer(response[-PRIMARY_TAIL_CHARS:]):
-        pass
-    return None if last is None else normalize_final_answer(last.group(1))
+    answers = _ANSWER_LINE.findall(response[-PRIMARY_TAIL_CHARS:])
+    return normalize_final_answer(answers[-1]) if answers else None
 
 
 @dataclass(frozen=True)
@@ -122,8 +106,7 @@ def math_verify_item(response: str, ground_truth: str) -> bool:
     from math_verify import parse, verify
 
     gold = _parsed_ground_truth(ground_truth)
-    pred = parse(response[-MATH_VERIFY_TAIL_CHARS:], parsing_timeout=None)
-    return bool(verify(gold, pred, timeout_seconds=None))
+    return bool(verify(gold, parse(response[-MATH_VERIFY_TAIL_CHARS:], parsing_timeout=None), timeout_seconds=None))
 
 
 def quiet_math_verify_logging() -> None:

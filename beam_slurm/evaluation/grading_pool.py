@@ -14,6 +14,7 @@ pool is safe in a process that runs threads (Ray, vLLM). A script that grades at
 from __future__ import annotations
 
 import collections
+import contextlib
 import importlib.util
 import multiprocessing
 import multiprocessing.connection
@@ -55,14 +56,14 @@ class GradingLimits:
         return cls(timeout_s=grade.timeout_s, memory_mb=grade.memory_mb, workers=grade.workers)
 
     def __post_init__(self) -> None:
-        if not self.timeout_s > 0:
-            raise GradingInputError(f"grading timeout must be > 0 seconds, got {self.timeout_s}")
-        if self.kill_grace_s < 0:
-            raise GradingInputError(f"grading kill grace must be >= 0 seconds, got {self.kill_grace_s}")
-        if self.memory_mb < 256:
-            raise GradingInputError(f"grading memory cap must be >= 256 MiB (math-verify imports sympy), got {self.memory_mb}")
-        if self.workers < 0:
-            raise GradingInputError(f"grading workers must be >= 0 (0 = all usable CPUs), got {self.workers}")
+        for wrong, message in (
+                (not self.timeout_s > 0, f"grading timeout must be > 0 seconds, got {self.timeout_s}"),
+                (self.kill_grace_s < 0, f"grading kill grace must be >= 0 seconds, got {self.kill_grace_s}"),
+                (self.memory_mb < 256,
+                 f"grading memory cap must be >= 256 MiB (math-verify imports sympy), got {self.memory_mb}"),
+                (self.workers < 0, f"grading workers must be >= 0 (0 = all usable CPUs), got {self.workers}")):
+            if wrong:
+                raise GradingInputError(message)
 
     @property
     def worker_count(self) -> int:
@@ -104,8 +105,7 @@ class GradingOutcome:
 
 
 class _ItemTimeout(BaseException):
-    # BaseException so that library code catching Exception cannot swallow the alarm.
-    pass
+    """BaseException so that library code catching Exception cannot swallow the alarm."""
 
 
 def _on_alarm(signum, frame):
@@ -147,13 +147,11 @@ def _worker_main(conn, progress, memory_mb: int, timeout_s: float) -> None:
             return
         kind, items = message
         grade_item = _ITEM_FUNCTIONS[kind]
-        values = []
-        worst = 0.0
+        values, worst = [], 0.0
         for index, (tail, ground_truth) in enumerate(items):
             progress[1] = 0.0
             progress[0] = index
-            start = time.monotonic()
-            progress[1] = start
+            progress[1] = start = time.monotonic()
             try:
                 signal.setitimer(signal.ITIMER_REAL, timeout_s)
                 try:
@@ -190,9 +188,7 @@ class _Worker:
         """(index, start) of the item being graded, or None when idle or between items."""
         first_start = self.progress[1]
         index = int(self.progress[0])
-        if first_start == 0.0 or self.progress[1] != first_start:
-            return None
-        return index, first_start
+        return None if first_start == 0.0 or self.progress[1] != first_start else (index, first_start)
 
     def kill(self) -> None:
         if self.process.is_alive():
@@ -201,22 +197,10 @@ class _Worker:
         self.conn.close()
 
     def stop(self) -> None:
-        try:
+        with contextlib.suppress(OSError):  # a dead worker's pipe is broken
             self.conn.send(None)
-        except (BrokenPipeError, OSError):
-            pass
         self.process.join(timeout=2)
-        if self.process.is_alive():
-            self.kill()
-        else:
-            self.conn.close()
-
-
-def _forkserver_context():
-    context = multiprocessing.get_context("forkserver")
-    # Honoured only when this process starts its first forkserver; later calls are harmless.
-    context.set_forkserver_preload(["beam_slurm.evaluation.grading_pool", "math_verify", "sympy"])
-    return context
+        self.kill()  # a SIGKILL only if it is still there; closes the pipe either way
 
 
 class GradingPool:
@@ -224,12 +208,12 @@ class GradingPool:
 
     def __init__(self, limits: GradingLimits):
         if importlib.util.find_spec("math_verify") is None:
-            raise GradingSetupError(
-                "math-verify is not installed in this environment; install the eval extra "
-                "(pip install 'beam-slurm[eval]') or the dev extra"
-            )
+            raise GradingSetupError("math-verify is not installed in this environment; install the eval extra "
+                                    "(pip install 'beam-slurm[eval]') or the dev extra")
         self.limits = limits
-        self._context = _forkserver_context()
+        self._context = multiprocessing.get_context("forkserver")
+        # Honoured only when this process starts its first forkserver; later calls are harmless.
+        self._context.set_forkserver_preload(["beam_slurm.evaluation.grading_pool", "math_verify", "sympy"])
         self._workers = [_Worker(self._context, limits) for _ in range(limits.worker_count)]
 
     def __enter__(self) -> "GradingPool":
@@ -264,8 +248,7 @@ class GradingPool:
                     values, worst = conn.recv()
                 except (EOFError, OSError):
                     continue  # died: handled below as a dead worker
-                task = worker.task
-                results[task.offset : task.offset + len(values)] = values
+                results[worker.task.offset : worker.task.offset + len(values)] = values
                 stats.timeouts += sum(1 for v in values if v is None)
                 stats.worst_item_s = max(stats.worst_item_s, worst)
                 worker.task = None
@@ -279,13 +262,11 @@ class GradingPool:
                     continue
                 # Over the hard bound, or crashed (e.g. killed by the kernel): give up on the current item only.
                 task = worker.task
-                index = current[0] if current is not None else 0
-                elapsed = now - current[1] if current is not None else 0.0
+                index, elapsed = (current[0], now - current[1]) if current is not None else (0, 0.0)
                 worker.kill()
                 stats.killed_workers += 1
                 stats.timeouts += 1
-                stats.worst_item_s = max(stats.worst_item_s, elapsed)
-                results[task.offset + index] = None
+                stats.worst_item_s = max(stats.worst_item_s, elapsed)  # its result stays None
                 if index + 1 < len(task.items):
                     pending.appendleft(_Task(kind, task.offset + index + 1, task.items[index + 1 :]))
                 if index > 0:
@@ -319,12 +300,9 @@ def grade_with_pool(pool: GradingPool, rows: list[dict[str, Any]], outcome: Grad
     mv_items = [(row["response"][-grading.MATH_VERIFY_TAIL_CHARS :], gt) for row, gt in zip(rows, gts)]
     verified, outcome.phases[MATH_VERIFY] = pool.run(MATH_VERIFY, mv_items)
     for row, primary_value, mv_value in zip(rows, primary, verified):
-        grade = dict(row)
-        if primary_value is None:
-            # The rule itself overran its bound: wrong, and counted through the null second opinion.
-            grade.update(correct=False, pred=None, math_verify=None)
-        else:
-            grade.update(correct=primary_value[0], pred=primary_value[1], math_verify=mv_value)
-        outcome.grades.append(grade)
+        # None: the rule itself overran its bound: wrong, and counted through the null second opinion.
+        correct, pred = (False, None) if primary_value is None else primary_value
+        outcome.grades.append({**row, "correct": correct, "pred": pred,
+                               "math_verify": None if primary_value is None else mv_value})
     return outcome.grades[first:]
 

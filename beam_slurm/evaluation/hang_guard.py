@@ -1,14 +1,11 @@
 """The hang watchdog of an evaluation task: generation that stops producing chunks ends the task, its chunks kept.
 
 An engine that stops producing tokens leaves the task alive and the array waiting until its time limit. The task
-saves its responses one chunk at a time (`resumable.generate_missing`), so a chunk is its unit of progress: a
-thread of the task's own process checks that a chunk is saved at least every `eval.hang_timeout_s` seconds (unset:
-`hang_watch.DERIVED_MULTIPLE` x the median chunk time, at least `hang_watch.DERIVED_FLOOR_S`; before the first chunk
-the engine's start and the model load, `trainer.expected_model_load_s`, come on top; 0: off). On a hang it writes
-every thread's stack of this process (faulthandler) and py-spy's of its child processes (vLLM's engine) into
-`<store>/hang/<job>-<attempt>/`, then requeues the task (`scontrol requeue`: Slurm ends every process of it, and
-the next attempt generates only what the saved chunks lack), at most eval.launcher.max_num_timeout times; after that
-it ends the task as failed.
+saves its responses one chunk at a time (`resumable.generate_missing`), so a chunk is its unit of progress: a thread
+of the task's own process checks that one is saved within `chunk_limit_s`. On a hang it dumps the stacks of this
+process (faulthandler) and of its children (py-spy: vLLM's engine) into `<store>/hang/<job>-<attempt>/`, then
+requeues the task (`scontrol requeue`: Slurm ends every process of it, and the next attempt generates only what the
+saved chunks lack), at most eval.launcher.max_num_timeout times; after that it ends the task as failed.
 """
 
 from __future__ import annotations
@@ -31,11 +28,8 @@ POLL_S = 2.0
 
 def chunk_limit_s(timeout_s: float | None, chunk_seconds: list[float], start_allowance_s: float) -> float:
     """Seconds the current chunk may take (`start_allowance_s` added before the first chunk is saved)."""
-    if timeout_s:
-        base = float(timeout_s)
-    else:
-        base = max(DERIVED_FLOOR_S, DERIVED_MULTIPLE * statistics.median(chunk_seconds)) if chunk_seconds \
-            else DERIVED_FLOOR_S
+    derived = max(DERIVED_FLOOR_S, DERIVED_MULTIPLE * statistics.median(chunk_seconds)) if chunk_seconds else None
+    base = float(timeout_s) if timeout_s else derived or DERIVED_FLOOR_S
     return base if chunk_seconds else base + start_allowance_s
 
 
@@ -90,7 +84,6 @@ class GenerationWatchdog:
         self.on_hang = on_hang
         self.chunk_seconds: list[float] = []
         self.last = time.monotonic()
-        self.hung = False
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._watch, name="eval-hang-watchdog", daemon=True)
 
@@ -112,7 +105,6 @@ class GenerationWatchdog:
             limit = chunk_limit_s(self.timeout_s, self.chunk_seconds, self.start_allowance_s)
             silent = time.monotonic() - self.last
             if silent > limit:
-                self.hung = True
                 self.log(f"evaluate: hang: no chunk saved for {silent:.0f} s (limit {limit:.0f} s, "
                          f"{len(self.chunk_seconds)} chunks saved by this attempt); stacks in {self.dump()}")
                 self.on_hang()

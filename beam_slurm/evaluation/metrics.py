@@ -52,9 +52,8 @@ def validate_rows(rows: list[dict[str, Any]]) -> None:
             raise GradingInputError(f"row {number}: expected a JSON object, got {type(row).__name__}")
         missing = [name for name in required if name not in row]
         if missing:
-            raise GradingInputError(
-                f"row {number}: missing field(s) {', '.join(missing)}; each row needs {', '.join(required)}"
-            )
+            raise GradingInputError(f"row {number}: missing field(s) {', '.join(missing)}; each row needs "
+                                    f"{', '.join(required)}")
         if not isinstance(row["response"], str):
             raise GradingInputError(f"row {number}: 'response' must be a string, got {type(row['response']).__name__}")
         if not isinstance(row["data_source"], str) or not row["data_source"]:
@@ -67,36 +66,30 @@ def validate_rows(rows: list[dict[str, Any]]) -> None:
         source, problem = row["data_source"], str(row["problem_id"])
         key = (source, problem, row["sample"])
         if key in seen:
-            raise GradingInputError(
-                f"row {number}: duplicate sample {row['sample']} of problem {problem!r} in data source {source!r}"
-            )
+            raise GradingInputError(f"row {number}: duplicate sample {row['sample']} of problem {problem!r} in data "
+                                    f"source {source!r}")
         seen.add(key)
         truth = str(row["ground_truth"])
         previous = truths.setdefault((source, problem), truth)
         if previous != truth:
-            raise GradingInputError(
-                f"row {number}: problem {problem!r} of data source {source!r} has two ground truths, "
-                f"{previous!r} and {truth!r}"
-            )
+            raise GradingInputError(f"row {number}: problem {problem!r} of data source {source!r} has two ground "
+                                    f"truths, {previous!r} and {truth!r}")
         samples[source][problem] += 1
     for source, per_problem in samples.items():
         counts = collections.Counter(per_problem.values())
         if len(counts) > 1:
             k = counts.most_common(1)[0][0]
             odd = sorted((p for p, n in per_problem.items() if n != k), key=_problem_sort_key)
-            raise GradingInputError(
-                f"data source {source!r}: problem {odd[0]!r} has {per_problem[odd[0]]} samples but most problems "
-                f"have {k} (k must be equal for every problem; {len(odd)} problem(s) differ)"
-            )
+            raise GradingInputError(f"data source {source!r}: problem {odd[0]!r} has {per_problem[odd[0]]} samples "
+                                    f"but most problems have {k} (k must be equal for every problem; {len(odd)} "
+                                    "problem(s) differ)")
 
 
 def pass_at(k: int, correct: int, j: int) -> float:
     """Unbiased probability that at least one of j samples drawn from k (``correct`` of them right) is right."""
     if not 0 <= correct <= k or not 1 <= j <= k:
         raise ValueError(f"pass_at needs 0 <= correct <= k and 1 <= j <= k, got k={k} correct={correct} j={j}")
-    if k - correct < j:
-        return 1.0
-    return 1.0 - math.comb(k - correct, j) / math.comb(k, j)
+    return 1.0 if k - correct < j else 1.0 - math.comb(k - correct, j) / math.comb(k, j)
 
 
 def pass_at_levels(k: int) -> list[int]:
@@ -114,29 +107,17 @@ def bootstrap_interval(per_problem: list[float], *, draws: int = BOOTSTRAP_DRAWS
     generator = random.Random(seed)
     means = sorted(sum(per_problem[generator.randrange(n)] for _ in range(n)) / n for _ in range(draws))
     tail = (1.0 - level) / 2.0
-    low = means[max(0, math.ceil(tail * draws) - 1)]
-    high = means[min(draws - 1, math.ceil((1.0 - tail) * draws) - 1)]
-    return low, high
+    return means[max(0, math.ceil(tail * draws) - 1)], means[min(draws - 1, math.ceil((1.0 - tail) * draws) - 1)]
 
 
 def majority_answer(samples: list[dict[str, Any]]) -> tuple[str | None, int, bool]:
     """(answer, votes, correct) of the majority vote over one problem's graded samples (tie: first in sample order)."""
     ordered = sorted(samples, key=lambda g: g["sample"])
-    votes: collections.Counter[str] = collections.Counter()
-    first_seen: dict[str, int] = {}
-    correct_of: dict[str, bool] = {}
-    for position, grade in enumerate(ordered):
-        pred = grade["pred"]
-        if pred is None:
-            continue
-        votes[pred] += 1
-        first_seen.setdefault(pred, position)
-        correct_of.setdefault(pred, bool(grade["correct"]))
+    votes = collections.Counter(g["pred"] for g in ordered if g["pred"] is not None)  # answers in order first seen
     if not votes:
         return None, 0, False
-    top = max(votes.values())
-    winner = min((p for p, n in votes.items() if n == top), key=first_seen.__getitem__)
-    return winner, top, correct_of[winner]
+    winner, top = max(votes.items(), key=lambda item: item[1])  # the first of equal counts
+    return winner, top, next(bool(g["correct"]) for g in ordered if g["pred"] == winner)
 
 
 def _by_problem(grades: Iterable[dict[str, Any]]) -> dict[str, dict[str, list[dict[str, Any]]]]:
@@ -153,14 +134,12 @@ def compute_metrics(grades: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     for source, problems in sorted(_by_problem(grades).items()):
         k = len(next(iter(problems.values())))
         n_correct = [sum(1 for g in samples if g["correct"]) for samples in problems.values()]
-        entry: dict[str, Any] = {"avg@k": statistics.fmean(c / k for c in n_correct)}
-        entry["avg@k_ci95"] = list(bootstrap_interval([c / k for c in n_correct]))
-        for j in pass_at_levels(k):
-            entry[f"pass@{j}"] = statistics.fmean(pass_at(k, c, j) for c in n_correct)
-        entry["maj@k"] = statistics.fmean(1.0 if majority_answer(s)[2] else 0.0 for s in problems.values())
-        entry["k"] = k
-        entry["timeouts"] = sum(1 for samples in problems.values() for g in samples if g["math_verify"] is None)
-        metrics[source] = entry
+        metrics[source] = {
+            "avg@k": statistics.fmean(c / k for c in n_correct),
+            "avg@k_ci95": list(bootstrap_interval([c / k for c in n_correct])),
+            **{f"pass@{j}": statistics.fmean(pass_at(k, c, j) for c in n_correct) for j in pass_at_levels(k)},
+            "maj@k": statistics.fmean(1.0 if majority_answer(s)[2] else 0.0 for s in problems.values()), "k": k,
+            "timeouts": sum(1 for samples in problems.values() for g in samples if g["math_verify"] is None)}
     return metrics
 
 
@@ -182,27 +161,21 @@ def compute_details(grades: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
         for problem_id in sorted(problems, key=_problem_sort_key):
             samples = problems[problem_id]
             answer, votes, majority_correct = majority_answer(samples)
-            table.append(
-                {"problem_id": samples[0]["problem_id"], "ground_truth": samples[0]["ground_truth"], "k": k,
-                 "correct": sum(1 for g in samples if g["correct"]),
-                 "math_verify_correct": sum(1 for g in samples if g["math_verify"]), "majority": answer,
-                 "majority_votes": votes, "majority_correct": majority_correct,
-                 "no_answer": sum(1 for g in samples if g["pred"] is None),
-                 "mean_chars": statistics.fmean(len(g["response"]) for g in samples)}
-            )
+            table.append({"problem_id": samples[0]["problem_id"], "ground_truth": samples[0]["ground_truth"], "k": k,
+                          "correct": sum(1 for g in samples if g["correct"]),
+                          "math_verify_correct": sum(1 for g in samples if g["math_verify"]), "majority": answer,
+                          "majority_votes": votes, "majority_correct": majority_correct,
+                          "no_answer": sum(1 for g in samples if g["pred"] is None),
+                          "mean_chars": statistics.fmean(len(g["response"]) for g in samples)})
         entry: dict[str, Any] = {
-            "problems_count": len(problems),
-            "responses": len(rows),
+            "problems_count": len(problems), "responses": len(rows),
             "math_verify_avg@k": statistics.fmean(p["math_verify_correct"] / k for p in table),
-            "agreement": (sum(1 for g in judged if bool(g["math_verify"]) == bool(g["correct"])) / len(judged))
-            if judged
-            else None,
+            "agreement": sum(1 for g in judged if bool(g["math_verify"]) == bool(g["correct"])) / len(judged)
+            if judged else None,
             "no_answer": sum(p["no_answer"] for p in table),
-            "finish_reasons": dict(
-                sorted(collections.Counter(str(g.get("finish_reason") or "unknown") for g in rows).items())
-            ),
-            "response_chars": _length_stats([len(g["response"]) for g in rows]),
-        }
+            "finish_reasons": dict(sorted(collections.Counter(str(g.get("finish_reason") or "unknown")
+                                                              for g in rows).items())),
+            "response_chars": _length_stats([len(g["response"]) for g in rows])}
         tokens = [g["response_tokens"] for g in rows if isinstance(g.get("response_tokens"), int)]
         if len(tokens) == len(rows):
             entry["response_tokens"] = _length_stats(tokens)

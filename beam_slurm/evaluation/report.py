@@ -4,19 +4,19 @@ by side, in one table and one figure (PNG and SVG).
 Sources under each run's export path: our evaluations (``beam_evals/global_step_<N>/metrics.json``, see
 :mod:`beam_slurm.evaluation.results`); SkyRL's eval dumps (``dumped_evals/global_step_<N>_evals/*.jsonl``: accuracy =
 share of positively scored responses, else ``(avg_score + 1) / 2`` from ``aggregated_results.jsonl``); and
-``train_metrics.jsonl`` (a later line for a step replaces an earlier one, as a requeued job redoes it).
-
-Datasets are named by the file they came from (`beam_slurm.evaluation.problems.dataset_label`), so AIME 2024's
-``math_dapo`` shows as ``aime2024``. Runs are labelled by the settings that differ between them; numbers made by the
-rehearsal trainer are marked wherever they appear.
+``train_metrics.jsonl`` (a later line for a step replaces an earlier one, as a requeued job redoes it). Datasets are
+named by the file they came from (`problems.dataset_label`), runs by the settings that differ between them
+(`label_runs`); numbers made by the rehearsal trainer are marked wherever they appear.
 """
 
 from __future__ import annotations
 
+import collections
+import contextlib
 import json
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -25,10 +25,10 @@ import yaml
 from beam_slurm.config.verb_args import VerbArgs, VerbUsageError, fit_columns, table_console, verb_table
 from beam_slurm.core.atomic_files import atomic_writer
 from beam_slurm.core.errors import UserError
-from beam_slurm.core.layout import CONFIG_FILE, RUN_DIRNAME, SWEEP_FILE, run_file
+from beam_slurm.core.layout import CONFIG_FILE, RUN_DIRNAME, STEP_DIR, SWEEP_FILE, run_file
 from beam_slurm.core.run_store import RunStore
 from beam_slurm.evaluation.problems import labels_by_source
-from beam_slurm.evaluation.results import DETAILS_FILE, EVALS_DIRNAME, INFO_FILE, METRICS_FILE, write_json
+from beam_slurm.evaluation.results import EVALS_DIRNAME, INFO_FILE, METRICS_FILE, write_json
 from beam_slurm.pipeline.goodput import PHASES, Ledger, run_ledgers
 from beam_slurm.pipeline.runs import (RunNotFound, RunTarget, exports_root as default_exports_root, resolve_run,
                                      resolve_runs, sweep_folder)
@@ -45,7 +45,6 @@ COMPARE_STEM = "compare"  # runs given one by one: compare.* beside the first ru
 REHEARSAL_RUN = "rehearsal: checks the plumbing, does not train"  # also in `status` and `submit`
 FIRST_DATASETS = ("aime2025", "aime2024")  # accuracy panels first, in this order
 
-_STEP_DIR = re.compile(r"^global_step_(\d+)$")
 _DUMP_DIR = re.compile(r"^global_step_(\d+)_evals$")
 # Keys that name a run rather than a setting: never what tells two runs apart in a label.
 _NOT_A_SETTING = re.compile(r"^(run_name|paths\..*|data\..*|hydra\..*|eval\.launcher\.(name|submitit_folder))$")
@@ -65,7 +64,6 @@ class EvalPoint:
     accuracy: float  # avg@k for ours; share of positively scored responses for SkyRL's
     responses: int | None = None  # behind SkyRL's number
     metrics: dict[str, Any] = field(default_factory=dict)  # our full metrics entry; empty for SkyRL
-    mean_tokens: float | None = None
     dataset: str = ""  # the name tables and plots show (aime2024 for AIME 2024's math_dapo)
     rehearsal: bool = False  # made by the rehearsal, or our evaluation of its unchanged base-weight export
 
@@ -103,34 +101,23 @@ def _is_export_path(path: Path) -> bool:
 
 def resolve_export_path(run: str, exports_root: str | None = None) -> Path:
     """The export path of a run given as a folder (or one holding it two levels down), a run name or a job id."""
-    try:  # a run with a record (beam_run/run.json): the one resolver every verb that takes RUN uses
+    with contextlib.suppress(RunNotFound):  # a run with a record (beam_run/run.json): the resolver of every verb
         return resolve_run(run, exports_root)
-    except RunNotFound:
-        pass
-    candidates: list[Path] = []
-    given = Path(run).expanduser()
-    if given.is_dir():
-        candidates.append(given)
-    else:
-        candidates.append(default_exports_root(exports_root) / run)
-    for base in candidates:
-        if not base.is_dir():
-            continue
-        if _is_export_path(base):
-            return base
-        for depth_pattern in ("*", "*/*"):
-            found = sorted(p for p in base.glob(depth_pattern) if p.is_dir() and _is_export_path(p))
-            if len(found) == 1:
-                return found[0]
-            if len(found) > 1:
-                listing = ", ".join(str(p) for p in found[:5])
-                raise ReportInputError(f"{base} holds several runs' results ({listing}); pass one of them, or the "
-                                       "sweep folder (with sweep.json) to compare them")
-    looked = ", ".join(str(p) for p in candidates)
+    base = Path(run).expanduser()
+    base = base if base.is_dir() else default_exports_root(exports_root) / run
+    if base.is_dir() and _is_export_path(base):
+        return base
+    for depth_pattern in ("*", "*/*") if base.is_dir() else ():
+        found = sorted(p for p in base.glob(depth_pattern) if p.is_dir() and _is_export_path(p))
+        if len(found) == 1:
+            return found[0]
+        if len(found) > 1:
+            listing = ", ".join(str(p) for p in found[:5])
+            raise ReportInputError(f"{base} holds several runs' results ({listing}); pass one of them, or the "
+                                   "sweep folder (with sweep.json) to compare them")
     raise ReportInputError(
-        f"no evaluations found for run {run!r} (looked in {looked} for {EVALS_DIRNAME}/, {SKYRL_DUMPS_DIRNAME}/ "
-        f"or {TRAIN_METRICS_FILE}); pass the run's export path or set --exports-root"
-    )
+        f"no evaluations found for run {run!r} (looked in {base} for {EVALS_DIRNAME}/, {SKYRL_DUMPS_DIRNAME}/ "
+        f"or {TRAIN_METRICS_FILE}); pass the run's export path or set --exports-root")
 
 
 def resolve_targets(targets: list[str], exports_root: str | None = None) -> list[RunTarget]:
@@ -151,15 +138,10 @@ def resolve_targets(targets: list[str], exports_root: str | None = None) -> list
     return list(unique.values())
 
 
-# --- what a run's record says --------------------------------------------------------------------------------------
-
 def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:
-    if isinstance(value, dict):
-        out: dict[str, Any] = {}
-        for key, item in value.items():
-            out.update(_flatten(item, f"{prefix}{key}."))
-        return out
-    return {prefix[:-1]: value}
+    if not isinstance(value, dict):
+        return {prefix[:-1]: value}
+    return {name: leaf for key, item in value.items() for name, leaf in _flatten(item, f"{prefix}{key}.").items()}
 
 
 def run_config(export_path: Path) -> dict[str, Any]:
@@ -168,9 +150,7 @@ def run_config(export_path: Path) -> dict[str, Any]:
         # libyaml's safe loader when present: the same result, ~10x faster (status reads every run's recipe).
         loaded = yaml.load((Path(export_path) / RUN_DIRNAME / CONFIG_FILE).read_text(encoding="utf-8"),
                            Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
-    except (OSError, ValueError, ImportError):
-        return {}
-    except Exception:  # a YAML error in a hand-edited file: no labels from it, the rest of the report stands
+    except Exception:  # unreadable, or a YAML error in a hand-edited file: no labels from it, the rest stands
         return {}
     return _flatten(loaded) if isinstance(loaded, dict) else {}
 
@@ -190,10 +170,9 @@ def is_rehearsal_run(export_path: Path, config: dict[str, Any] | None = None) ->
 def _recorded_data_files(export_path: Path) -> list[str]:
     """Evaluation files the run's recipe names and those its evaluations recorded (info.json "data")."""
     config = run_config(export_path)
-    files: list[str] = []
     data_dir = str(config.get("paths.data_dir") or "").rstrip("/")
-    for name in config.get("paths.eval_files") or []:
-        files.append(f"{data_dir}/{name}" if data_dir and not str(name).startswith("/") else str(name))
+    files = [f"{data_dir}/{name}" if data_dir and not str(name).startswith("/") else str(name)
+             for name in config.get("paths.eval_files") or []]
     root = Path(export_path) / EVALS_DIRNAME
     for info_file in sorted(root.glob(f"*/{INFO_FILE}")) if root.is_dir() else []:
         try:
@@ -201,10 +180,8 @@ def _recorded_data_files(export_path: Path) -> list[str]:
         except (OSError, ValueError):
             continue
         infos = [info] + [i for i in (info.get("datasets") or {}).values() if isinstance(i, dict)]
-        for one in infos:
-            for data in one.get("data") or []:
-                if isinstance(data, dict) and data.get("path"):
-                    files.append(str(data["path"]))
+        files += [str(data["path"]) for one in infos for data in one.get("data") or []
+                  if isinstance(data, dict) and data.get("path")]
     return list(dict.fromkeys(files))
 
 
@@ -219,61 +196,38 @@ def entry_label(source: str, entry: dict[str, Any] | None, labels: dict[str, str
     return str(recorded) if recorded else labels.get(source, source)
 
 
-# --- reading --------------------------------------------------------------------------------------------------------
-
-def _read_json(path: Path, report: RunReport) -> Any:
-    try:
-        with open(path, encoding="utf-8") as handle:
-            return json.load(handle)
-    except (OSError, json.JSONDecodeError) as error:
-        report.problems.append(f"{path}: {error}")
-        return None
+def _step_folders(root: Path, pattern: re.Pattern) -> list[tuple[int, Path]]:
+    """(step, folder) of the folders in `root` whose name `pattern` matches, in name order."""
+    return [(int(m[1]), f) for f in sorted(root.iterdir()) if (m := pattern.match(f.name))] if root.is_dir() else []
 
 
 def _collect_ours(report: RunReport, labels: dict[str, str]) -> None:
-    root = report.export_path / EVALS_DIRNAME
-    if not root.is_dir():
-        return
-    for folder in sorted(root.iterdir()):
-        match = _STEP_DIR.match(folder.name)
-        if not match or not (folder / METRICS_FILE).is_file():
+    for step, folder in _step_folders(report.export_path / EVALS_DIRNAME, STEP_DIR):
+        if not (folder / METRICS_FILE).is_file():
             continue  # unfinished evaluations have no metrics.json yet
-        metrics = _read_json(folder / METRICS_FILE, report)
-        details = _read_json(folder / DETAILS_FILE, report) if (folder / DETAILS_FILE).is_file() else {}
+        try:
+            with open(folder / METRICS_FILE, encoding="utf-8") as handle:
+                metrics = json.load(handle)
+        except (OSError, json.JSONDecodeError) as error:
+            report.problems.append(f"{folder / METRICS_FILE}: {error}")
+            continue
         if not isinstance(metrics, dict):
             continue
         for source, entry in metrics.items():
             if not isinstance(entry, dict) or "avg@k" not in entry:
                 report.problems.append(f"{folder / METRICS_FILE}: entry {source!r} has no avg@k")
                 continue
-            tokens = ((details or {}).get(source) or {}).get("response_tokens", {}).get("mean")
-            report.evals.append(EvalPoint(
-                int(match.group(1)), source, "beam", float(entry["avg@k"]), metrics=entry, mean_tokens=tokens,
-                dataset=entry_label(source, entry, labels), rehearsal=entry.get("rehearsal") is True))
-
-
-def _response_reward(score: Any) -> float:
-    if isinstance(score, list):
-        return float(sum(score))
-    return float(score)
+            report.evals.append(EvalPoint(step, source, "beam", float(entry["avg@k"]), metrics=entry,
+                                          dataset=entry_label(source, entry, labels),
+                                          rehearsal=entry.get("rehearsal") is True))
 
 
 def _collect_skyrl(report: RunReport, labels: dict[str, str]) -> None:
-    root = report.export_path / SKYRL_DUMPS_DIRNAME
-    if not root.is_dir():
-        return
-    for folder in sorted(root.iterdir()):
-        match = _DUMP_DIR.match(folder.name)
-        if not match:
-            continue  # e.g. eval_only: not tied to a training step
-        step = int(match.group(1))
+    # Folders not named by a step (e.g. eval_only) are not tied to a training step.
+    for step, folder in _step_folders(report.export_path / SKYRL_DUMPS_DIRNAME, _DUMP_DIR):
         seen: set[str] = set()
-        for dump in sorted(folder.glob("*.jsonl")):
-            if dump.name == "aggregated_results.jsonl":
-                continue
-            positive = total = 0
-            source = dump.stem
-            made_up = False
+        for dump in sorted(p for p in folder.glob("*.jsonl") if p.name != "aggregated_results.jsonl"):
+            positive, total, source, made_up = 0, 0, dump.stem, False
             try:
                 with open(dump, encoding="utf-8") as handle:
                     for line in handle:
@@ -283,7 +237,8 @@ def _collect_skyrl(report: RunReport, labels: dict[str, str]) -> None:
                         made_up |= row.get("rehearsal") is True
                         source = row.get("data_source") or source
                         total += 1
-                        positive += _response_reward(row["score"]) > 0
+                        score = row["score"]
+                        positive += (float(sum(score)) if isinstance(score, list) else float(score)) > 0
             except (OSError, ValueError, KeyError, TypeError) as error:
                 report.problems.append(f"{dump}: {error!r}")
                 continue
@@ -295,17 +250,16 @@ def _collect_skyrl(report: RunReport, labels: dict[str, str]) -> None:
         aggregated = folder / "aggregated_results.jsonl"
         if aggregated.is_file():
             try:
-                first = aggregated.read_text(encoding="utf-8").splitlines()[0]
-                values = json.loads(first)
+                values = json.loads(aggregated.read_text(encoding="utf-8").splitlines()[0])
             except (OSError, IndexError, ValueError) as error:
                 report.problems.append(f"{aggregated}: {error!r}")
                 continue
             for key, value in values.items():
                 parts = key.split("/")
-                if len(parts) == 3 and parts[0] == "eval" and parts[2] == "avg_score" and parts[1] != "all":
-                    if parts[1] not in seen and isinstance(value, (int, float)):
-                        report.evals.append(EvalPoint(step, parts[1], "skyrl", (float(value) + 1) / 2,
-                                                      dataset=labels.get(parts[1], parts[1])))
+                if (len(parts) == 3 and parts[0] == "eval" and parts[2] == "avg_score" and parts[1] != "all"
+                        and parts[1] not in seen and isinstance(value, (int, float))):
+                    report.evals.append(EvalPoint(step, parts[1], "skyrl", (float(value) + 1) / 2,
+                                                  dataset=labels.get(parts[1], parts[1])))
 
 
 def _collect_train(report: RunReport) -> None:
@@ -330,8 +284,7 @@ def _collect_train(report: RunReport) -> None:
 def gather(export_path: Path) -> RunReport:
     """Read every evaluation and the training metrics found under a run's export path."""
     export_path = Path(export_path)
-    report = RunReport(export_path=export_path)
-    report.name = RunStore(export_path).read().run_name or export_path.name
+    report = RunReport(export_path=export_path, name=RunStore(export_path).read().run_name or export_path.name)
     labels = dataset_labels(export_path)
     _collect_ours(report, labels)
     _collect_skyrl(report, labels)
@@ -340,8 +293,6 @@ def gather(export_path: Path) -> RunReport:
     report.evals.sort(key=lambda p: (p.step, p.dataset.lower(), p.origin))
     return report
 
-
-# --- labels -------------------------------------------------------------------------------------------------------
 
 def _text(value: Any) -> str:
     if isinstance(value, bool):
@@ -354,27 +305,16 @@ def _text(value: Any) -> str:
 
 
 def _pairs(texts: list[str]) -> dict[str, str]:
-    pairs: dict[str, str] = {}
-    for text in texts:
-        if "=" in text:
-            key, value = text.split("=", 1)
-            pairs[key.lstrip("+~")] = value
-    return pairs
+    return {key.lstrip("+~"): value for key, _, value in (text.partition("=") for text in texts if "=" in text)}
 
 
 def label_runs(reports: list[RunReport], max_keys: int = 4) -> None:
     """Label each run by the settings that differ between the runs: swept keys, then overrides, then (when none
     differ) recipe keys other than names and paths. One run alone: its swept keys, else its name."""
     configs = [run_config(r.export_path) for r in reports]
-    given: list[dict[str, str]] = []
-    for report in reports:
-        record = RunStore(report.export_path).read()
-        given.append({**_pairs(list(record.overrides)), **_pairs(report.choices or [])})
-    keys: list[str] = []
-    for report, pairs in zip(reports, given):
-        for key in list(_pairs(report.choices or [])) + list(pairs):
-            if key not in keys and not _NOT_A_SETTING.match(key):
-                keys.append(key)
+    given = [{**_pairs(list(RunStore(r.export_path).read().overrides)), **_pairs(r.choices or [])} for r in reports]
+    keys = list(dict.fromkeys(key for report, pairs in zip(reports, given)
+                              for key in [*_pairs(report.choices or []), *pairs] if not _NOT_A_SETTING.match(key)))
 
     def value(index: int, key: str) -> str:
         if key in given[index]:
@@ -395,17 +335,13 @@ def label_runs(reports: list[RunReport], max_keys: int = 4) -> None:
     for index, report in enumerate(reports):
         report.settings = {k: value(index, k) for k in chosen}
         report.label = " ".join(f"{k}={v}" for k, v in report.settings.items()) or report.name
-    counts: dict[str, int] = {}
-    for report in reports:
-        counts[report.label] = counts.get(report.label, 0) + 1
+    counts = collections.Counter(report.label for report in reports)
     for report in reports:
         if counts[report.label] > 1 and report.label != report.name:
             report.label = f"{report.label} ({report.name})"
         if report.rehearsal:
             report.label += " [rehearsal]"
 
-
-# --- table ------------------------------------------------------------------------------------------------------------
 
 def _fmt(value: float | None, digits: int = 3) -> str:
     return "-" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.{digits}f}"
@@ -420,9 +356,8 @@ def print_table(reports: RunReport | list[RunReport], file=None) -> None:
     reports = [reports] if isinstance(reports, RunReport) else reports
     console = table_console(file, pipe_width=180)
     several = len(reports) > 1
-    title = (f"Evaluations of {len(reports)} runs" if several
-             else f"Evaluations of {reports[0].export_path}{reports[0].rehearsal_note}")
-    table = verb_table(title)
+    table = verb_table(f"Evaluations of {len(reports)} runs" if several
+                       else f"Evaluations of {reports[0].export_path}{reports[0].rehearsal_note}")
     columns = (["run"] if several else []) + ["step", "dataset", "avg@k", "95% CI", "pass@k", "maj@k", "k", "timeouts",
                                               "SkyRL acc", "reward", "mean tokens"]
     for column in columns:
@@ -434,30 +369,22 @@ def print_table(reports: RunReport | list[RunReport], file=None) -> None:
         if not rows and report.train:  # not evaluated yet: its latest training step keeps the run on the table
             rows[(max(report.train), "-")] = {}
         steps_seen: set[int] = set()
-        first_row = True
-        for (step, dataset), by_origin in sorted(rows.items(), key=lambda item: (item[0][0], _dataset_order(item[0][1]))):
+        ordered = sorted(rows.items(), key=lambda item: (item[0][0], _dataset_order(item[0][1])))
+        for index, ((step, dataset), by_origin) in enumerate(ordered):
             ours, skyrl = by_origin.get("beam"), by_origin.get("skyrl")
             train = report.train.get(step, {}) if step not in steps_seen else {}
             steps_seen.add(step)
             k = ours.metrics.get("k") if ours else None
             interval = ours.ci95 if ours else None
             made_up = any(p.rehearsal for p in by_origin.values())
-            cells = [
-                str(step),
-                dataset + (" (rehearsal)" if made_up else ""),
-                _fmt(ours.accuracy) if ours else "-",
-                f"[{interval[0]:.3f}, {interval[1]:.3f}]" if interval else "-",
-                _fmt(ours.metrics.get(f"pass@{k}")) if ours and k else "-",
-                _fmt(ours.metrics.get("maj@k")) if ours else "-",
-                str(k) if k else "-",
-                str(ours.metrics.get("timeouts", "-")) if ours else "-",
-                _fmt(skyrl.accuracy) if skyrl else "-",
-                _fmt(train.get(REWARD_KEY)),
-                _fmt(train.get(LENGTH_KEY), 0),
-            ]
+            cells = [str(step), dataset + (" (rehearsal)" if made_up else ""), _fmt(ours.accuracy) if ours else "-",
+                     f"[{interval[0]:.3f}, {interval[1]:.3f}]" if interval else "-",
+                     _fmt(ours.metrics.get(f"pass@{k}")) if ours and k else "-",
+                     _fmt(ours.metrics.get("maj@k")) if ours else "-", str(k) if k else "-",
+                     str(ours.metrics.get("timeouts", "-")) if ours else "-", _fmt(skyrl.accuracy) if skyrl else "-",
+                     _fmt(train.get(REWARD_KEY)), _fmt(train.get(LENGTH_KEY), 0)]
             if several:
-                cells = [report.label if first_row else ""] + cells
-            first_row = False
+                cells = [report.label if index == 0 else ""] + cells
             table.add_row(*cells)
         if several and report is not reports[-1]:
             table.add_section()
@@ -487,22 +414,21 @@ def print_ledger(reports: list[RunReport], console) -> None:
     table = verb_table("Where the GPU-hours went (node-seconds; % of allocated)")
     for column in ["run", "allocated", "GPU-h", "goodput", *PHASES]:
         table.add_column(column, justify="left" if column == "run" else "right", overflow="fold")
-    total = {"allocated": 0.0, "gpu_hours": 0.0, "productive": 0.0, **dict.fromkeys(PHASES, 0.0)}
-    for report in measured:
+    hours = [r.goodput.allocated_node_seconds * r.gpus_per_node / 3600 for r in measured]
+
+    def add_row(label: str, allocated: float, gpu_hours: float, goodput: float, phases: dict[str, float]) -> None:
+        table.add_row(label, f"{allocated:.0f}", f"{gpu_hours:.2f}", f"{goodput:.1f} %",
+                      *(f"{100 * phases[p] / allocated:.1f}" for p in PHASES))
+
+    for report, gpu_hours in zip(measured, hours):
         ledger = report.goodput
-        hours = ledger.allocated_node_seconds * report.gpus_per_node / 3600
-        table.add_row(report.label or report.name, f"{ledger.allocated_node_seconds:.0f}", f"{hours:.2f}",
-                      f"{100 * (ledger.ratio or 0):.1f} %",
-                      *(f"{100 * ledger.phases[p] / ledger.allocated_node_seconds:.1f}" for p in PHASES))
-        total["allocated"] += ledger.allocated_node_seconds
-        total["gpu_hours"] += hours
-        for phase in PHASES:
-            total[phase] += ledger.phases[phase]
+        add_row(report.label or report.name, ledger.allocated_node_seconds, gpu_hours, 100 * (ledger.ratio or 0),
+                ledger.phases)
     if len(measured) > 1:
+        allocated = sum(r.goodput.allocated_node_seconds for r in measured)
+        phases = {p: sum(r.goodput.phases[p] for r in measured) for p in PHASES}
         table.add_section()
-        table.add_row("all runs", f"{total['allocated']:.0f}", f"{total['gpu_hours']:.2f}",
-                      f"{100 * total['productive'] / total['allocated']:.1f} %",
-                      *(f"{100 * total[p] / total['allocated']:.1f}" for p in PHASES))
+        add_row("all runs", allocated, sum(hours), 100 * phases["productive"] / allocated, phases)
     fit_columns(table, console.width)
     console.print(table)
 
@@ -536,9 +462,9 @@ def write_timeline(reports: list[RunReport], path: Path) -> Path | None:
     ax.set_yticklabels([f"{(r.label or r.name) + ' ' if len(reports) > 1 else ''}job {line.job_id} attempt "
                         f"{line.attempt}" for r, line in reversed(lines)], fontsize=8)
     ax.set_xlabel("seconds since the first allocation started")
-    handles = [plt.Rectangle((0, 0), 1, 1, color=PHASE_COLOURS[p]) for p in PHASES if p not in ("spare", "unaccounted")]
-    ax.legend(handles, [p for p in PHASES if p not in ("spare", "unaccounted")], ncol=4, fontsize=7, loc="upper left",
-              bbox_to_anchor=(0, -0.35 if len(lines) < 4 else -0.15))
+    drawn = [p for p in PHASES if p not in ("spare", "unaccounted")]
+    ax.legend([plt.Rectangle((0, 0), 1, 1, color=PHASE_COLOURS[p]) for p in drawn], drawn, ncol=4, fontsize=7,
+              loc="upper left", bbox_to_anchor=(0, -0.35 if len(lines) < 4 else -0.15))
     ax.set_title("Attempts by phase (goodput ledger)")
     fig.tight_layout()
     with atomic_writer(path, "wb") as handle:
@@ -547,17 +473,14 @@ def write_timeline(reports: list[RunReport], path: Path) -> Path | None:
     return path
 
 
-# --- figure -----------------------------------------------------------------------------------------------------------
-
 def series(report: RunReport) -> dict[str, Any]:
     """A run's curves, as plotted: accuracy per dataset (ours and SkyRL's), reward and response length, by step."""
     accuracy: dict[str, dict[str, list[dict[str, Any]]]] = {}
     for point in sorted(report.evals, key=lambda p: p.step):
         lines = accuracy.setdefault(point.dataset, {"beam": [], "skyrl": []})
         if point.origin == "beam":
-            interval = point.ci95
             lines["beam"].append({"step": point.step, "avg@k": point.accuracy, "k": point.metrics.get("k"),
-                                  "ci95": list(interval) if interval else None, "rehearsal": point.rehearsal})
+                                  "ci95": list(point.ci95) if point.ci95 else None, "rehearsal": point.rehearsal})
         else:
             lines["skyrl"].append({"step": point.step, "accuracy": point.accuracy, "rehearsal": point.rehearsal})
     steps = sorted(report.train)
@@ -590,8 +513,8 @@ def write_plot(reports: RunReport | list[RunReport], path: Path) -> tuple[Path, 
                 lines = curve["accuracy"].get(name, {"beam": [], "skyrl": []})
                 ours = lines["beam"]
                 if ours:
-                    steps = [p["step"] for p in ours]
-                    ax.plot(steps, [100 * p["avg@k"] for p in ours], "-o", color=colour, label=report.label)
+                    ax.plot([p["step"] for p in ours], [100 * p["avg@k"] for p in ours], "-o", color=colour,
+                            label=report.label)
                     banded = [p for p in ours if p["ci95"]]
                     if banded:
                         ax.fill_between([p["step"] for p in banded], [100 * p["ci95"][0] for p in banded],
@@ -607,13 +530,9 @@ def write_plot(reports: RunReport | list[RunReport], path: Path) -> tuple[Path, 
         ax.grid(alpha=0.3)
         if kind == "accuracy":
             ax.set_title(f"{name} accuracy vs step (avg@k, band: 95% CI; dashed: SkyRL's eval)", fontsize=10)
-            ax.set_ylabel("accuracy (%)")
-        elif kind == "reward":
-            ax.set_title("training reward vs step")
-            ax.set_ylabel("mean reward")
         else:
-            ax.set_title("mean response length vs step")
-            ax.set_ylabel("tokens")
+            ax.set_title({"reward": "training reward vs step", "response_length": "mean response length vs step"}[kind])
+        ax.set_ylabel({"accuracy": "accuracy (%)", "reward": "mean reward", "response_length": "tokens"}[kind])
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=8)
         else:
@@ -635,26 +554,15 @@ def write_plot(reports: RunReport | list[RunReport], path: Path) -> tuple[Path, 
     return png, svg
 
 
-# --- JSON -------------------------------------------------------------------------------------------------------------
-
 def summary(report: RunReport) -> dict[str, Any]:
     """Machine-readable form of one run's report (an element of report.json's "runs")."""
-    return {
-        "name": report.name,
-        "label": report.label,
-        "settings": report.settings,
-        "export_path": str(report.export_path),
-        "rehearsal": report.rehearsal,
-        "series": series(report),
-        "evaluations": [
-            {"step": p.step, "dataset": p.dataset, "data_source": p.data_source, "origin": p.origin,
-             "accuracy": p.accuracy, "responses": p.responses, "metrics": p.metrics, "rehearsal": p.rehearsal}
-            for p in report.evals
-        ],
-        "train": {str(step): values for step, values in sorted(report.train.items())},
-        "goodput": report.goodput.to_json() if report.goodput else None,
-        "skipped": report.problems,
-    }
+    return {"name": report.name, "label": report.label, "settings": report.settings,
+            "export_path": str(report.export_path), "rehearsal": report.rehearsal, "series": series(report),
+            "evaluations": [{"step": p.step, "dataset": p.dataset, "data_source": p.data_source, "origin": p.origin,
+                             "accuracy": p.accuracy, "responses": p.responses, "metrics": p.metrics,
+                             "rehearsal": p.rehearsal} for p in report.evals],
+            "train": {str(step): values for step, values in sorted(report.train.items())},
+            "goodput": report.goodput.to_json() if report.goodput else None, "skipped": report.problems}
 
 
 def output_paths(targets: list[RunTarget], plot: Path | None) -> tuple[Path, Path]:
@@ -662,14 +570,12 @@ def output_paths(targets: list[RunTarget], plot: Path | None) -> tuple[Path, Pat
     if plot is not None:
         return plot, plot.with_suffix(".json")
     sweeps = {t.sweep_dir for t in targets}
-    if len(targets) == 1:
-        folder = targets[0].export_path / EVALS_DIRNAME
-        return folder / PLOT_FILE, folder / SUMMARY_FILE
-    if len(sweeps) == 1 and None not in sweeps:
-        folder = sweeps.pop()
-        return folder / PLOT_FILE, folder / SUMMARY_FILE
     folder = targets[0].export_path / EVALS_DIRNAME
-    return folder / f"{COMPARE_STEM}.png", folder / f"{COMPARE_STEM}.json"
+    if len(targets) > 1 and len(sweeps) == 1 and None not in sweeps:
+        folder = sweeps.pop()
+    elif len(targets) > 1:
+        return folder / f"{COMPARE_STEM}.png", folder / f"{COMPARE_STEM}.json"
+    return folder / PLOT_FILE, folder / SUMMARY_FILE
 
 
 def build_parser():
@@ -692,11 +598,7 @@ def main(argv: list[str]) -> int:
         targets = resolve_targets(args.runs, args.exports_root)
     except (VerbUsageError, ReportInputError) as error:
         return verb.fail(error)
-    reports = []
-    for target in targets:
-        report = gather(target.export_path)
-        report.choices = list(target.choices)
-        reports.append(report)
+    reports = [replace(gather(target.export_path), choices=list(target.choices)) for target in targets]
     # Where the GPU-hours went: one sacct call for every run with a record (not in gather, which status calls too).
     recorded = [r for r in reports if run_file(r.export_path).is_file()]
     ledgers = run_ledgers([r.export_path for r in recorded])

@@ -13,12 +13,12 @@ import os
 from pathlib import Path
 from typing import Any
 
-from beam_slurm.core.atomic_files import atomic_writer
+from beam_slurm.core.atomic_files import atomic_writer, write_text
+from beam_slurm.core.layout import EVALS_DIRNAME, POLICY_SUBDIR, evaluation_dir  # noqa: F401 (re-exported)
 from beam_slurm.evaluation.metrics import compute_details
 
 # pyarrow is imported inside the functions that use it: status and report import this module and never write parquet.
 
-EVALS_DIRNAME = "beam_evals"
 METRICS_FILE = "metrics.json"
 GRADES_FILE = "grades.jsonl"
 GRADES_PARQUET = "grades.parquet"
@@ -27,15 +27,9 @@ INFO_FILE = "info.json"
 REHEARSAL_MARKER = "rehearsal.json"  # written by the rehearsal trainer into each HF export
 
 
-def evaluation_dir(export_path: str | os.PathLike, step: int) -> Path:
-    """Folder of our evaluation of the checkpoint of training step ``step``."""
-    return Path(export_path) / EVALS_DIRNAME / f"global_step_{step}"
-
-
 def write_json(path: Path, payload: Any) -> None:
     """Write JSON atomically (temp file + rename), keys in the order given."""
-    with atomic_writer(path) as handle:
-        json.dump(payload, handle, indent=2, ensure_ascii=False, sort_keys=False)
+    write_text(path, json.dumps(payload, indent=2, ensure_ascii=False, sort_keys=False))
 
 
 def _grades_table(grades: list[dict[str, Any]]):
@@ -43,15 +37,11 @@ def _grades_table(grades: list[dict[str, Any]]):
 
     known = {"data_source": (pa.string(), str), "problem_id": (pa.string(), str), "sample": (pa.int64(), int),
              "response": (pa.large_string(), str), "ground_truth": (pa.string(), str), "correct": (pa.bool_(), bool),
-             "pred": (pa.string(), None), "math_verify": (pa.bool_(), None)}
-    columns: dict[str, Any] = {}
-    for name, (arrow_type, convert) in known.items():
-        values = [g.get(name) for g in grades]
-        if convert is not None:
-            values = [None if v is None else convert(v) for v in values]
-        columns[name] = pa.array(values, type=arrow_type)
-    extra_names = sorted({key for g in grades for key in g} - set(known))
-    for name in extra_names:
+             "pred": (pa.string(), None), "math_verify": (pa.bool_(), None)}  # None: taken as it is
+    columns: dict[str, Any] = {
+        name: pa.array([g.get(name) if convert is None or g.get(name) is None else convert(g[name]) for g in grades],
+                       type=arrow_type) for name, (arrow_type, convert) in known.items()}
+    for name in sorted({key for g in grades for key in g} - set(known)):
         values = [g.get(name) for g in grades]
         try:
             columns[name] = pa.array(values)
@@ -67,16 +57,12 @@ def rehearsal_export(extra: dict[str, Any] | None) -> str | None:
         return None
     candidates = [extra.get("checkpoint")]
     for holder in (extra.get("fingerprint"), (extra.get("task_key") or {}).get("sampling")):
-        model = (holder or {}).get("model") if isinstance(holder, dict) else None
+        model = holder.get("model") if isinstance(holder, dict) else None
         if isinstance(model, dict):
             candidates += [model.get("model_path"), model.get("lora_path")]
-    for candidate in candidates:
-        if not isinstance(candidate, str) or not candidate:
-            continue
-        for folder in (Path(candidate), Path(candidate) / "policy"):
-            if (folder / REHEARSAL_MARKER).is_file():
-                return str(folder / REHEARSAL_MARKER)
-    return None
+    markers = (Path(candidate) / folder / REHEARSAL_MARKER for candidate in candidates
+               if isinstance(candidate, str) and candidate for folder in ("", POLICY_SUBDIR))
+    return next((str(marker) for marker in markers if marker.is_file()), None)
 
 
 def write_results(out_dir: str | os.PathLike, grades: list[dict[str, Any]], metrics: dict[str, dict[str, Any]],
@@ -84,8 +70,7 @@ def write_results(out_dir: str | os.PathLike, grades: list[dict[str, Any]], metr
     """Write one evaluation's files into ``out_dir`` (atomically, ``metrics.json`` last) and return the folder."""
     import pyarrow.parquet as pq
 
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    out = Path(out_dir)  # made by the first write
     marker = rehearsal_export(extra)
     if marker is not None:  # made-up weights: every file a reader might take as the step's result says so
         extra = {**extra, "rehearsal": True, "rehearsal_marker": marker}
@@ -94,11 +79,9 @@ def write_results(out_dir: str | os.PathLike, grades: list[dict[str, Any]], metr
 
     with atomic_writer(out / GRADES_FILE) as handle:
         for grade in grades:
-            handle.write(json.dumps(grade, ensure_ascii=False))
-            handle.write("\n")
-    table = _grades_table(grades)
+            handle.write(json.dumps(grade, ensure_ascii=False) + "\n")
     with atomic_writer(out / GRADES_PARQUET, "wb") as handle:
-        pq.write_table(table, handle)
+        pq.write_table(_grades_table(grades), handle)
     write_json(out / DETAILS_FILE, compute_details(grades))
     if extra is not None:
         write_json(out / INFO_FILE, extra)
@@ -109,7 +92,4 @@ def write_results(out_dir: str | os.PathLike, grades: list[dict[str, Any]], metr
 def finished_metrics(out_dir: str | os.PathLike) -> dict[str, dict[str, Any]] | None:
     """The metrics of a finished evaluation in ``out_dir``, or None if it has not finished."""
     path = Path(out_dir) / METRICS_FILE
-    if not path.is_file():
-        return None
-    with open(path, encoding="utf-8") as handle:
-        return json.load(handle)
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None

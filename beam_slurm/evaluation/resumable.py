@@ -14,6 +14,7 @@ A task killed at any point keeps every chunk it finished; run again, it generate
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import fcntl
 import hashlib
@@ -75,12 +76,9 @@ def task_finished(out_dir: Path, key: TaskKey) -> bool:
 @contextlib.contextmanager
 def _locked(path: Path) -> Iterator[None]:
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a") as handle:
+    with open(path, "a") as handle:  # closing it releases the lock
         fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+        yield
 
 
 def _read_jsonl(path: Path) -> list[dict[str, Any]]:
@@ -112,15 +110,11 @@ class SampleStore:
 
     def counts(self) -> dict[str, int]:
         """problem id -> responses saved."""
-        counts: dict[str, int] = {}
-        for row in self.responses():
-            counts[str(row["problem_id"])] = counts.get(str(row["problem_id"]), 0) + 1
-        return counts
+        return dict(collections.Counter(str(row["problem_id"]) for row in self.responses()))
 
     def add_chunk(self, rows: list[dict[str, Any]]) -> Path:
         """Publish one finished chunk of responses (atomically)."""
-        name = f"responses-{time.time_ns():x}-{uuid.uuid4().hex[:6]}.jsonl"
-        path = self.folder / name
+        path = self.folder / f"responses-{time.time_ns():x}-{uuid.uuid4().hex[:6]}.jsonl"
         write_text(path, _jsonl(rows))
         return path
 
@@ -144,12 +138,6 @@ class Progress:
     grading_s: float = 0.0
 
 
-def missing_requests(problems: list[Problem], counts: dict[str, int], k: int) -> list[tuple[Problem, int, int]]:
-    """(problem, responses still needed, index of the first) for every problem with fewer than k saved."""
-    return [(p, k - counts.get(p.problem_id, 0), counts.get(p.problem_id, 0))
-            for p in problems if counts.get(p.problem_id, 0) < k]
-
-
 def generate_missing(store: SampleStore, problems: list[Problem], k: int, engine_factory: Callable[[], Any],
                      chunk_problems: int, progress: Progress, log: Callable[[str], None] = print,
                      chunk_saved: Callable[[], None] = lambda: None) -> None:
@@ -157,7 +145,9 @@ def generate_missing(store: SampleStore, problems: list[Problem], k: int, engine
     `chunk_saved` is called after each (the hang watchdog's heartbeat)."""
     counts = store.counts()
     progress.reused += sum(min(counts.get(p.problem_id, 0), k) for p in problems)
-    todo = missing_requests(problems, counts, k)
+    # (problem, responses still needed, index of the first) for every problem with fewer than k saved
+    todo = [(p, k - counts.get(p.problem_id, 0), counts.get(p.problem_id, 0))
+            for p in problems if counts.get(p.problem_id, 0) < k]
     if not todo:
         return
     started = time.monotonic()
@@ -166,8 +156,7 @@ def generate_missing(store: SampleStore, problems: list[Problem], k: int, engine
         f"({progress.reused} reused), {chunk_problems} problems per chunk")
     try:
         for first in range(0, len(todo), chunk_problems):
-            chunk = todo[first:first + chunk_problems]
-            rows = engine.generate(chunk)
+            rows = engine.generate(todo[first:first + chunk_problems])
             store.add_chunk(rows)
             progress.generated += len(rows)
             chunk_saved()
@@ -185,8 +174,7 @@ def grade_missing(store: SampleStore, limits, progress: Progress, log: Callable[
     started = time.monotonic()
     with GradingPool(limits) as pool:
         for chunk in pending:
-            grades = grade_with_pool(pool, _read_jsonl(chunk))
-            write_text(store.grades_of(chunk), _jsonl(grades))
+            write_text(store.grades_of(chunk), _jsonl(grade_with_pool(pool, _read_jsonl(chunk))))
             progress.chunks_graded += 1
     progress.grading_s += time.monotonic() - started
     log(f"evaluate: graded {len(pending)} chunk(s) in {time.monotonic() - started:.1f} s")
@@ -225,14 +213,11 @@ def refresh_view(out_dir: Path) -> dict[str, dict[str, Any]]:
                 chosen[dataset] = rank
         if not chosen:
             return {}
-        grades: list[dict[str, Any]] = []
-        metrics: dict[str, dict[str, Any]] = {}
-        infos: dict[str, Any] = {}
+        grades, metrics, infos = [], {}, {}  # of every dataset's chosen task
         for dataset in sorted(chosen):
             folder = chosen[dataset][2]
             grades += _read_jsonl(folder / GRADES_FILE)
             metrics.update(json.loads((folder / METRICS_FILE).read_text()))
             infos[dataset] = {**json.loads((folder / INFO_FILE).read_text()), "folder": str(folder)}
-        first = infos[sorted(infos)[0]]
-        write_results(out_dir, grades, metrics, extra={**first, "datasets": infos})
+        write_results(out_dir, grades, metrics, extra={**infos[sorted(infos)[0]], "datasets": infos})
         return metrics
