@@ -45,25 +45,19 @@ def compose(overrides: list[str], *, config_dir: Path = CONF_DIR):
         raise ConfigError([_override_problem(exc, overrides)]) from None
 
 
-_SCHEMA_REGISTERED = False
-
-
+@functools.cache
 def _register_schema() -> None:
     """Make the schema the base of conf/config.yaml, once per process (storing it takes ~0.1 s)."""
-    global _SCHEMA_REGISTERED
-    if _SCHEMA_REGISTERED:
-        return
     ConfigStore.instance().store(name="beam_schema", node=BeamConfig)
-    _SCHEMA_REGISTERED = True
 
 
 def load_config(overrides: list[str] | None = None, *, validate: bool = True, check_paths: bool = False, environ=None):
     """Compose, type-check and (by default) validate the recipe. Raises ConfigError listing every problem."""
-    environ = os.environ if environ is None else environ
     unknown = key_problems(list(overrides or []))
     if unknown:
         raise ConfigError(unknown)
-    return _typed(compose(list(overrides or [])), validate=validate, check_paths=check_paths, environ=environ)
+    return _typed(compose(list(overrides or [])), validate=validate, check_paths=check_paths,
+                  environ=os.environ if environ is None else environ)
 
 
 def load_many(override_lists: list[list[str]], *, environ=None) -> list:
@@ -132,7 +126,8 @@ def key_problems(overrides: list[str]) -> list[ConfigProblem]:
             continue
         parent = key.rpartition(".")[0]
         if parent and parent not in sections and not any(parent == m or parent.startswith(m + ".") for m in mappings):
-            first_unknown = next(p for p in _prefixes(key) if p not in sections)
+            parts = key.split(".")
+            first_unknown = next(p for p in (".".join(parts[:i]) for i in range(1, len(parts))) if p not in sections)
             near = difflib.get_close_matches(first_unknown, sorted(sections), n=1, cutoff=0.6)
             fix = (f"{first_unknown!r} is not a section; did you mean {near[0]!r}?" if near else
                    f"{first_unknown!r} is not a section; the sections are {', '.join(sorted(s for s in sections if '.' not in s))}")
@@ -144,11 +139,6 @@ def key_problems(overrides: list[str]) -> list[ConfigProblem]:
             fix += f"; did you mean {near[0]!r}?" if near else ""
         found.append(ConfigProblem(key, text.split("=", 1)[1] if "=" in text else None, fix))
     return found
-
-
-def _prefixes(key: str) -> list[str]:
-    parts = key.split(".")
-    return [".".join(parts[:i]) for i in range(1, len(parts))]
 
 
 def _is_value_override(override: str) -> bool:
@@ -364,14 +354,13 @@ def _override_problem(exc: Exception, overrides: list[str]) -> ConfigProblem:
     if culprit is None:
         return ConfigProblem("overrides", " ".join(overrides),
                              "cannot apply these overrides; use key=value with keys from beam_slurm/config/schema.py")
-    key = culprit.split("=", 1)[0].lstrip("+~")
-    value = culprit.split("=", 1)[1] if "=" in culprit else None
-    section = key.rsplit(".", 1)[0] if "." in key else ""
-    name = key.rsplit(".", 1)[-1]
+    key, _, value = culprit.partition("=")
+    key, value = key.lstrip("+~"), value if "=" in culprit else None
+    section, _, name = key.rpartition(".")
     keys = valid_keys(section)
     if keys and name not in keys:
         return ConfigProblem(key, value, f"unknown key; valid keys{' in ' + section if section else ''}: {', '.join(keys)}")
-    if not keys and section and not valid_keys(section.rsplit(".", 1)[0] if "." in section else ""):
+    if not keys and section and not valid_keys(section.rpartition(".")[0]):
         return ConfigProblem(key, value, "unknown key; see the keys in beam_slurm/config/schema.py")
     return ConfigProblem(key, value, f"expected {describe_type(key)}")
 

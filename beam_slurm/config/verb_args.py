@@ -21,7 +21,7 @@ import sys
 import textwrap
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 from rich import box
 from rich.console import Console
@@ -149,8 +149,6 @@ class KeyFlag:
     flag: str  # The old option, e.g. `--k`
     key: str  # The key it sets, e.g. `eval.responses_per_problem`
     switch: bool = False  # The flag took no value and meant `key=true`
-    convert: Callable[[str], Any] | None = None
-    """Turns the flag's text into the key's value (default: the text as Hydra reads it)."""
 
 
 @dataclass(frozen=True)
@@ -189,7 +187,6 @@ class Parsed:
     args: argparse.Namespace  # The verb's flags and inputs
     overrides: list[str]
     """key=value overrides for Hydra (old flags' included), in the order typed: for a key given twice the later wins."""
-    notes: list[str]  # One line per old spelling used, naming what to use instead (already printed to stderr)
 
 
 class VerbArgs:
@@ -233,16 +230,12 @@ class VerbArgs:
             self._aliases = self.parser.add_argument_group("old flags (still accepted for one release)")
         return self._aliases
 
-    def key_flag(self, flag: str, key: str, *, switch: bool = False, convert: Callable[[str], Any] | None = None,
-                 metavar: str | None = None) -> None:
+    def key_flag(self, flag: str, key: str, *, switch: bool = False, metavar: str | None = None) -> None:
         """Keep `flag` as an alias of `key` (default SUPPRESS: the value comes from the schema unless given)."""
-        self.key_flags.append(KeyFlag(flag, key, switch, convert))
-        kwargs: dict[str, Any] = {"dest": _alias_dest(flag), "default": argparse.SUPPRESS, "help": argparse.SUPPRESS}
-        if switch:
-            kwargs.update(action="store_const", const=True)
-        else:
-            kwargs["metavar"] = metavar or "VALUE"
-        self._alias_group().add_argument(flag, **kwargs)
+        self.key_flags.append(KeyFlag(flag, key, switch))
+        kind = {"action": "store_const", "const": True} if switch else {"metavar": metavar or "VALUE"}
+        self._alias_group().add_argument(flag, dest=_alias_dest(flag), default=argparse.SUPPRESS,
+                                         help=argparse.SUPPRESS, **kind)
 
     def renamed_flag(self, old: str, flag: str) -> None:
         """Keep `old` (a flag, or a key now replaced by a switch flag) as a spelling of the switch `flag`."""
@@ -279,8 +272,6 @@ class VerbArgs:
             delattr(args, dest)
             if kf.switch:
                 text = override(kf.key, True)
-            elif kf.convert is not None:
-                text = override(kf.key, kf.convert(raw))
             else:  # as if the user had typed key=<the flag's text>
                 text = f"{kf.key}={raw if BARE_VALUE.match(raw) else hydra_value(raw)}"
             placed.append((position.of_flag(kf.flag), text))
@@ -311,7 +302,7 @@ class VerbArgs:
             print(self.prefix + note, file=sys.stderr)
         if help_keys is not None:
             self._print_keys(help_keys, overrides)
-        return Parsed(args, overrides, notes)
+        return Parsed(args, overrides)
 
     def _print_keys(self, section: str, overrides: list[str]) -> None:
         """`--help-keys SECTION`: the keys the verb reads in SECTION, valued by the recipe the overrides give; exits."""
