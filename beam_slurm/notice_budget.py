@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from beam_slurm.config.errors import ConfigProblem
+from beam_slurm.config.overrides import value_at
 from beam_slurm.sizing import FULL_CHECKPOINT_TB_TOTAL, full_checkpoint_tb_per_node
 from beam_slurm.slurm.values import describe_seconds, time_limit_seconds
 
@@ -405,10 +406,8 @@ def config_problems(cfg) -> list:
                                  "use the storage's write bandwidth per node in GB/s (> 0), e.g. the preflight's"))
     for key in ("cluster.interruptions_per_day", "cluster.log_copy_s", "trainer.rehearsal_save_s",
                 "trainer.rehearsal_save_bytes", "trainer.rehearsal_model_load_s", "trainer.rehearsal_step_s"):
-        section, name = key.split(".")
-        value = getattr(getattr(cfg, section), name)
-        if value < 0:
-            out.append(ConfigProblem(key, value, "use 0 or more"))
+        if value_at(cfg, key) < 0:
+            out.append(ConfigProblem(key, value_at(cfg, key), "use 0 or more"))
     if not cfg.trainer.expected_step_s > 0:
         out.append(ConfigProblem("trainer.expected_step_s", cfg.trainer.expected_step_s, "use seconds > 0"))
     if cfg.checkpoint.gbytes_per_node is not None and cfg.checkpoint.gbytes_per_node < 0:

@@ -1,7 +1,5 @@
 """`beam-slurm plan`: the resource plan of a recipe, validated, before anything is submitted.
 
-Usage: beam-slurm plan [--skyrl-overrides | --json] [hydra overrides...]
-
 Starts fast: Hydra, OmegaConf and rich only (no Ray, torch or vLLM).
 """
 
@@ -196,16 +194,13 @@ def history(cfg, run: str | None) -> dict | None:
     if not m.attempts:
         return None
     t, c = cfg.trainer, cfg.cluster
-    numbers = {}
-    for name, value, default, key in (
-            ("step_s", m.step_s, step_seconds(cfg)[0], "the recipe's step time"),
-            ("save_s", m.save_s, recipe_save_seconds(cfg), "the recipe's save estimate"),
-            ("bring_up_s", m.bring_up_s, t.expected_bringup_s, "trainer.expected_bringup_s"),
-            ("model_load_s", m.model_load_s, t.expected_model_load_s, "trainer.expected_model_load_s"),
-            ("interruptions_per_day", m.interruptions_per_day, c.interruptions_per_day,
-             "cluster.interruptions_per_day")):
-        numbers[name] = {"value": float(value if value is not None else default),
-                         "source": "measured" if value is not None else key}
+    numbers = {name: {"value": float(value if value is not None else default),
+                      "source": "measured" if value is not None else key} for name, value, default, key in (
+        ("step_s", m.step_s, step_seconds(cfg)[0], "the recipe's step time"),
+        ("save_s", m.save_s, recipe_save_seconds(cfg), "the recipe's save estimate"),
+        ("bring_up_s", m.bring_up_s, t.expected_bringup_s, "trainer.expected_bringup_s"),
+        ("model_load_s", m.model_load_s, t.expected_model_load_s, "trainer.expected_model_load_s"),
+        ("interruptions_per_day", m.interruptions_per_day, c.interruptions_per_day, "cluster.interruptions_per_day"))}
     value = {name: entry["value"] for name, entry in numbers.items()}
     advice = advise_interval(save_s=value["save_s"], step_s=value["step_s"],
                              interruptions_per_day=value["interruptions_per_day"],

@@ -160,9 +160,7 @@ class RenamedFlag:
 
 
 class _Parser(argparse.ArgumentParser):
-    def __init__(self, *args, verb_args: "VerbArgs", **kwargs):
-        super().__init__(*args, **kwargs)
-        self._verb_args = verb_args
+    _verb_args: "VerbArgs"
 
     def error(self, message: str):  # argparse's own errors: the verb reports them with its prefix and exit 2
         self.print_usage(sys.stderr)
@@ -207,8 +205,8 @@ class VerbArgs:
             usage = " ".join(part for part in ("%(prog)s [-h]", "[--help-keys [SECTION]]" if self.keys else "",
                                                "[--flag ...]", inputs, "[key=value ...]" if settings else "") if part)
         self.parser = _Parser(prog=f"beam-slurm {verb}", description=description, epilog=epilog, usage=usage,
-                              formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False,
-                              verb_args=self)
+                              formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False)
+        self.parser._verb_args = self
         self._aliases = None
         if settings:
             self.parser.add_argument("overrides", nargs="*", metavar="key=value",
@@ -263,7 +261,7 @@ class VerbArgs:
             help_keys = "all"
         notes: list[str] = []
         placed: list[tuple[int, str]] = []  # (position in argv, override): a later one wins, as with flags before
-        position = _Positions(argv)
+        words, used = list(argv), set()  # where flags and words stand, so overrides keep the order typed
         for kf in self.key_flags:
             dest = _alias_dest(kf.flag)
             if not hasattr(args, dest):
@@ -274,15 +272,14 @@ class VerbArgs:
                 text = override(kf.key, True)
             else:  # as if the user had typed key=<the flag's text>
                 text = f"{kf.key}={raw if BARE_VALUE.match(raw) else hydra_value(raw)}"
-            placed.append((position.of_flag(kf.flag), text))
+            # argparse keeps a flag's last repeat
+            placed.append((max((i for i, w in enumerate(words) if w == kf.flag or w.startswith(kf.flag + "=")),
+                               default=len(words)), text))
             notes.append(f"{kf.flag} is an old flag; use {text}")
-        for rn in self.renamed:
-            if rn.old.startswith("-"):
-                dest = _alias_dest(rn.old)
-                if hasattr(args, dest):
-                    delattr(args, dest)
-                    setattr(args, rn.flag.lstrip("-").replace("-", "_"), True)
-                    notes.append(f"{rn.old} is an old flag; use {rn.flag}")
+        for rn in (rn for rn in self.renamed if hasattr(args, _alias_dest(rn.old))):  # the flags among them
+            delattr(args, _alias_dest(rn.old))
+            setattr(args, rn.flag.lstrip("-").replace("-", "_"), True)
+            notes.append(f"{rn.old} is an old flag; use {rn.flag}")
         for text in given:
             if "=" not in text and not text.startswith("~"):
                 self.parser.error(f"unexpected argument {text!r}: settings are key=value (see --help for the keys)")
@@ -296,7 +293,9 @@ class VerbArgs:
                 notes.append(f"{renamed.old}={value} is an old setting; use {renamed.flag}"
                              if value == "true" else f"{renamed.old}=false is the default; drop it")
                 continue
-            placed.append((position.of_word(text), text))
+            at = next((i for i, w in enumerate(words) if w == text and i not in used), len(words))
+            used.add(at)
+            placed.append((at, text))
         overrides = [text for _, text in sorted(placed, key=lambda item: item[0])]
         for note in notes:
             print(self.prefix + note, file=sys.stderr)
@@ -387,25 +386,6 @@ def fit_columns(table: Table, width: int) -> bool:
     for column, chosen in zip(table.columns, widths):
         column.width = chosen
     return True
-
-
-class _Positions:
-    """Where flags and words stand in argv, so overrides keep the order they were typed in."""
-
-    def __init__(self, argv: Sequence[str]):
-        self.argv = list(argv)
-        self.used: set[int] = set()
-
-    def of_flag(self, flag: str) -> int:
-        hits = [i for i, word in enumerate(self.argv) if word == flag or word.startswith(flag + "=")]
-        return hits[-1] if hits else len(self.argv)  # argparse keeps the last repeat
-
-    def of_word(self, word: str) -> int:
-        for i, text in enumerate(self.argv):
-            if text == word and i not in self.used:
-                self.used.add(i)
-                return i
-        return len(self.argv)
 
 
 def _alias_dest(flag: str) -> str:

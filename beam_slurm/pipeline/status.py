@@ -67,11 +67,10 @@ class StatusRow:
 
 def resolve_targets(target: str | None) -> tuple[list[Path], str]:
     """(export paths of the runs to show, title). Raises StatusInputError."""
+    target = target or last_target()
     if not target:
-        target = last_target()
-        if not target:
-            raise StatusInputError("no run given and nothing submitted from this account yet; pass a run folder, "
-                                   "run name or sweep folder")
+        raise StatusInputError("no run given and nothing submitted from this account yet; pass a run folder, "
+                               "run name or sweep folder")
     path = Path(target).expanduser()
     try:
         found = resolve_runs(target)
