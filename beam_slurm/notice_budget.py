@@ -37,6 +37,7 @@ from beam_slurm.slurm.values import describe_seconds, time_limit_seconds
 
 GB = 1e9  # decimal, as storage vendors quote bandwidth
 DAY_S = 86400.0
+STOP_FILE = "ray_stop.json"  # per attempt folder: {"seconds": stop signal -> Ray step ended, "time"}
 LORA_TRAINABLE_SHARE_PER_RANK = 2 / 7168
 """LoRA's share of the base's parameters per unit of rank: rank x (in + out) / (in x out) with in ~ out ~ 7,168 (the
 seed gives no layer sizes); rank 64 -> ~1.8% of the seed's full 7 TB checkpoint."""
@@ -187,9 +188,6 @@ def measured_step_seconds(metrics_file: Path) -> float | None:
             gaps.append(when - last[1])
         previous[attempt] = (step, when)
     return statistics.median(gaps) if gaps else None
-
-
-STOP_FILE = "ray_stop.json"  # per attempt folder: {"seconds": stop signal -> Ray step ended, "time"}
 
 
 def measured_stop_seconds(log_dir: Path) -> tuple[float, int] | None:

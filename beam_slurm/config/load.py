@@ -32,6 +32,9 @@ from beam_slurm.config.overrides import escape_values
 from beam_slurm.config.schema import BeamConfig, ClusterConfig
 from beam_slurm.config.validation import validate_config
 
+_ENV_REF = re.compile(r"^\$\{oc\.env:([A-Za-z_][A-Za-z0-9_]*)(?:,.*)?\}$", re.S)
+_ENV_PROBLEMS_SEEN: dict[tuple, tuple] = {}
+
 
 def compose(overrides: list[str], *, config_dir: Path = CONF_DIR):
     """Return the composed (untyped) DictConfig for `overrides`; a bad override -> ConfigError naming it."""
@@ -221,9 +224,6 @@ def valid_keys(section: str = "") -> list[str]:
     return [f.name for f in fields(node)]
 
 
-_ENV_REF = re.compile(r"^\$\{oc\.env:([A-Za-z_][A-Za-z0-9_]*)(?:,.*)?\}$", re.S)
-
-
 def _leaves(node, prefix: str = ""):
     """(dotted key, raw value) of every leaf of a plain container."""
     if isinstance(node, dict):
@@ -261,9 +261,6 @@ def _env_value_problems(sources: dict[str, str], environ) -> list[ConfigProblem]
             found.append(ConfigProblem(key, text, f"expected {describe_type(key)}; fix or unset {name}", env=name))
     _ENV_PROBLEMS_SEEN[memo_key] = tuple(found)
     return found
-
-
-_ENV_PROBLEMS_SEEN: dict[tuple, tuple] = {}
 
 
 def _raw_value(raw: dict, key: str):

@@ -40,8 +40,8 @@ NAME_KEYS = ("run_name", "eval.launcher.name")
 NAME_MAX, PATH_MAX = 255, 4095  # bytes per folder or file name and per path on Linux file systems (ENAMETOOLONG)
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _CONTROL_NAMES = {"\t": "a tab", "\n": "a newline", "\r": "a carriage return"}
-
-
+# Remembered per text: each answer parses it with OmegaConf (~1 ms), and a sweep's points share almost every text.
+_reads_back = functools.lru_cache(maxsize=None)(reads_back)
 # sbatch options that a recipe key renders: `cluster.extra_sbatch_args` may not set them a second time
 FIRST_CLASS_SBATCH_OPTIONS = {
     "--time": "cluster.time_limit", "-t": "cluster.time_limit", "--nodes": "cluster.nodes", "-N": "cluster.nodes",
@@ -344,10 +344,6 @@ def skyrl_value_problems(cfg) -> list[ConfigProblem]:
     """Settings whose text SkyRL's command-line parser would not read back exactly, even escaped (none known)."""
     return [ConfigProblem(key, value, "SkyRL's command-line parser would not read this text back as given; "
                           "use a plain value") for key, value in _text_settings(cfg) if not _reads_back(value)]
-
-
-# Remembered per text: each answer parses it with OmegaConf (~1 ms), and a sweep's points share almost every text.
-_reads_back = functools.lru_cache(maxsize=None)(reads_back)
 
 
 def _text_settings(node, prefix: str = ""):

@@ -200,10 +200,9 @@ class VerbArgs:
         self.settings = settings
         self.key_flags: list[KeyFlag] = []
         self.renamed: list[RenamedFlag] = []
-        usage = None  # argparse's own, naming every flag and input
-        if settings or inputs:
-            usage = " ".join(part for part in ("%(prog)s [-h]", "[--help-keys [SECTION]]" if self.keys else "",
-                                               "[--flag ...]", inputs, "[key=value ...]" if settings else "") if part)
+        usage = " ".join(part for part in ("%(prog)s [-h]", "[--help-keys [SECTION]]" if self.keys else "",
+                                           "[--flag ...]", inputs, "[key=value ...]" if settings else "") if part
+                         ) if settings or inputs else None  # None: argparse's own, naming every flag and input
         self.parser = _Parser(prog=f"beam-slurm {verb}", description=description, epilog=epilog, usage=usage,
                               formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False)
         self.parser._verb_args = self

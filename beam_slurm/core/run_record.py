@@ -19,6 +19,7 @@ from beam_slurm.core.errors import UserError
 from beam_slurm.core.layout import attempt_label
 
 SCHEMA_VERSION = 2  # 1: the same keys, before schema_version was written
+T = TypeVar("T")
 
 
 @dataclass(kw_only=True)
@@ -289,9 +290,6 @@ class EvaluationEntry(_Entry):
 
 class RecordError(UserError):
     """A run record this version cannot read."""
-
-
-T = TypeVar("T")
 
 
 def from_json(cls: type[T], data: Any, where: str = "run.json") -> T:

@@ -45,6 +45,8 @@ PHASES = ("bring_up", "model_load", "productive", "lost", "checkpoint", "evaluat
 _AFTER = {"load": "model_load", "saving": "checkpoint", "after-save": "checkpoint", "eval": "evaluation",
           "after-eval": "evaluation", "finished": "stopping"}
 """The phase a trainer event starts (a step and a save without an after-save are decided in `_attempt_segments`)."""
+FAULT_KINDS = ("node-failure", "hang", "preempted", "slurm-requeue", "lost", "driver-error", "setup-error")
+"""Attempt ends that came without a notice: the interruptions the checkpoint interval has to pay for."""
 
 
 @dataclass
@@ -245,10 +247,6 @@ def run_ledgers(export_paths: list, now: float | None = None) -> dict:
 
 def run_ledger(export_path, now: float | None = None) -> Ledger:
     return run_ledgers([export_path], now)[export_path]
-
-
-FAULT_KINDS = ("node-failure", "hang", "preempted", "slurm-requeue", "lost", "driver-error", "setup-error")
-"""Attempt ends that came without a notice: the interruptions the checkpoint interval has to pay for."""
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,7 @@ from beam_slurm.slurm.submission import SbatchRequest, submit
 
 TRAIN_SCRIPTS = {"lora_16gpu": "train_lora_16gpu.sh", "lora_32gpu": "train_lora_32gpu.sh",
                  "bf16_64gpu": "train_bf16.sh", "mxfp8_64gpu": "train_mxfp8.sh"}
+_MISSING = "is missing"
 
 
 class StageError(UserError, ValueError):
@@ -111,9 +112,6 @@ def _service_plan(stage, script_args: list[str]) -> StagePlan:
         f"--job-name={cfg.run_name}-{stage.stage}", f"--output={log_dir}/{stage.stage}-%j.out", *account_options(cfg)],
         script_args=script_args, export=_export())
     return StagePlan(stage.stage, stage.identity(), request, log_dir=log_dir)
-
-
-_MISSING = "is missing"
 
 
 class PrepareData:

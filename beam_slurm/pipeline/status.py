@@ -38,6 +38,8 @@ from beam_slurm.slurm.scheduler import SlurmCommandError
 from beam_slurm.slurm.submission import FINAL_STATES, JobView, job_view
 from beam_slurm.slurm.values import reported_seconds
 
+LOST_REASON = "ended without a word from the batch shell (its node failed, or Slurm killed it)"
+
 
 class StatusInputError(UserError, ValueError):
     """The argument names no run or sweep; the message says where we looked."""
@@ -198,9 +200,6 @@ def collect(export_paths: list[Path]) -> list[StatusRow]:
     for row in rows:
         row.rehearsal = row.run in rehearsal_runs
     return rows
-
-
-LOST_REASON = "ended without a word from the batch shell (its node failed, or Slurm killed it)"
 
 
 def _attempt_row(name: str, attempt: Attempt, ended_by_slurm: bool = False) -> StatusRow:

@@ -1,9 +1,6 @@
 """`beam-slurm submit`: the stage chain prepare data -> pull container -> train as Slurm jobs, or one chain per
 point of a `-m` sweep, returning as soon as everything is queued.
 
-    beam-slurm submit [-m] [--dry-run] [--force] [--stages data,container,train] [--dependency-type afterok|afterany]
-                      [--skip-invalid] [--json] [key=value ...] [data.key=value ...]
-
 Each stage is its own job, chained with `--dependency` (afterok: a failed stage's dependents stay pending, nothing
 is cancelled). Stages already complete are skipped and a stage whose earlier job is still active is not submitted
 twice; a sweep shares the data and container jobs, and is refused (exit 2) when a point is invalid unless

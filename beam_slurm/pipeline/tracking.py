@@ -36,10 +36,8 @@ def offline_folders(export_path: Path, run: RunRecord) -> list[Path]:
         return (job_order.get(job_id, len(job_order)), int(job_id) if job_id.isdigit() else 0,
                 int(attempt) if attempt.isdigit() else 0)
 
-    found = []
-    for attempt_folder in sorted((p for p in base.iterdir() if p.is_dir()), key=order):
-        found += sorted((attempt_folder / "wandb").glob(f"offline-run-*-{run_id}"))
-    return found
+    return [found for attempt_folder in sorted((p for p in base.iterdir() if p.is_dir()), key=order)
+            for found in sorted((attempt_folder / "wandb").glob(f"offline-run-*-{run_id}"))]
 
 
 def sync_commands(export_path: Path, run: RunRecord) -> list[list[str]]:
