@@ -63,10 +63,9 @@ def load_config(overrides: list[str] | None = None, *, validate: bool = True, ch
                   environ=os.environ if environ is None else environ)
 
 
-def load_many(override_lists: list[list[str]], *, environ=None) -> list:
+def load_many(override_lists: list[list[str]]) -> list:
     """`load_config(overrides, validate=False)` for each list (a sweep's points): a config or its ConfigError.
     Each distinct set of group overrides is composed once; value overrides go onto a copy, as Hydra applies them."""
-    environ = os.environ if environ is None else environ
     parser = OverridesParser.create()
     composed: dict[tuple[str, ...], object] = {}
     out: list = []
@@ -91,30 +90,31 @@ def load_many(override_lists: list[list[str]], *, environ=None) -> list:
                 ConfigLoaderImpl._apply_overrides_to_config(parser.parse_overrides(values), cfg)  # compose's last step
             except (ConfigCompositionException, OverrideParseException) as exc:
                 raise ConfigError([_override_problem(exc, overrides)]) from None
-            out.append(_typed(cfg, validate=False, check_paths=False, environ=environ))
+            out.append(_typed(cfg, validate=False, check_paths=False, environ=os.environ))
         except ConfigError as exc:
             out.append(exc)
     return out
 
 
+def schema_fields(cls: type = BeamConfig, prefix: str = ""):
+    """(dotted key, its dataclass, the field, its default) of every setting below `cls` in schema order, each section
+    before its keys."""
+    for f in fields(cls):
+        default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+        yield prefix + f.name, cls, f, default
+        if is_dataclass(default):
+            yield from schema_fields(type(default), f"{prefix}{f.name}.")
+
+
 @functools.lru_cache(maxsize=1)
 def _schema_names() -> tuple[tuple[str, ...], frozenset[str], frozenset[str]]:
     """(every leaf key in schema order, every section, every mapping whose entries are the user's: trainer.extra_env)."""
-    leaves, sections, mappings = [], set(), set()
-
-    def walk(cls: type, prefix: str) -> None:
-        for f in fields(cls):
-            default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
-            if is_dataclass(default):
-                sections.add(prefix + f.name)
-                walk(type(default), f"{prefix}{f.name}.")
-            else:
-                leaves.append(prefix + f.name)
-                if isinstance(default, dict) or get_origin(get_type_hints(cls).get(f.name)) is dict:
-                    mappings.add(prefix + f.name)
-
-    walk(BeamConfig, "")
-    return tuple(leaves), frozenset(sections), frozenset(mappings)
+    found = list(schema_fields())
+    leaves = [(key, cls, f, default) for key, cls, f, default in found if not is_dataclass(default)]
+    mappings = {key for key, cls, f, default in leaves
+                if isinstance(default, dict) or get_origin(get_type_hints(cls).get(f.name)) is dict}
+    return (tuple(key for key, *_ in leaves), frozenset(key for key, *_, default in found if is_dataclass(default)),
+            frozenset(mappings))
 
 
 def key_problems(overrides: list[str]) -> list[ConfigProblem]:
@@ -215,10 +215,8 @@ def valid_keys(section: str = "") -> list[str]:
     """Dotted keys the schema accepts under `section` ('' = top level)."""
     node = BeamConfig
     for part in filter(None, section.split(".")):
-        match = [f for f in fields(node) if f.name == part]
-        if not match:
-            return []
-        node = match[0].default_factory if callable(match[0].default_factory) else None  # type: ignore[arg-type]
+        match = next((f for f in fields(node) if f.name == part), None)
+        node = match.default_factory if match and callable(match.default_factory) else None  # type: ignore[arg-type]
         if node is None or not is_dataclass(node):
             return []
     return [f.name for f in fields(node)]
@@ -235,12 +233,8 @@ def _leaves(node, prefix: str = ""):
 
 def _env_sources(raw: dict, environ) -> dict[str, str]:
     """key -> variable for every value conf/ reads with `${oc.env:NAME,default}` while NAME is set."""
-    found = {}
-    for key, value in _leaves(raw):
-        match = _ENV_REF.match(value) if isinstance(value, str) else None
-        if match and match.group(1) in environ:
-            found[key] = match.group(1)
-    return found
+    matches = ((key, _ENV_REF.match(value)) for key, value in _leaves(raw) if isinstance(value, str))
+    return {key: match.group(1) for key, match in matches if match and match.group(1) in environ}
 
 
 def _env_value_problems(sources: dict[str, str], environ) -> list[ConfigProblem]:
@@ -297,10 +291,8 @@ def describe_type(key: str) -> str:
             if part not in hints:
                 return "a value of the type beam_slurm/config/schema.py gives"
             node = hints[part]
-        elif origin is dict:
-            node = typing.get_args(node)[1]
-        elif origin is list:
-            node = typing.get_args(node)[0]
+        elif origin in (dict, list):  # a mapping's or a list's items
+            node = typing.get_args(node)[-1]
         node = _without_none(node)[0]
     return _type_words(node, key)
 

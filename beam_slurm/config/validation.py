@@ -49,8 +49,7 @@ FIRST_CLASS_SBATCH_OPTIONS = {
     "-A": "cluster.account", "--qos": "cluster.qos", "-q": "cluster.qos", "--signal": "cluster.signal_before_s",
     "--mem": "cluster.mem_per_node", "--gpus-per-node": "cluster.gpus_per_node",
     "--cpus-per-task": "cluster.cpus_per_node", "-c": "cluster.cpus_per_node", "--job-name": "run_name",
-    "-J": "run_name", "--output": "paths.log_dir", "-o": "paths.log_dir",
-}
+    "-J": "run_name", "--output": "paths.log_dir", "-o": "paths.log_dir"}
 
 
 def problems(cfg) -> list[ConfigProblem]:

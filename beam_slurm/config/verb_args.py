@@ -29,7 +29,7 @@ from rich.table import Table
 from rich.text import Text
 
 from beam_slurm.config.errors import ConfigError
-from beam_slurm.config.load import load_config
+from beam_slurm.config.load import load_config, schema_fields
 from beam_slurm.config.overrides import BARE_VALUE, hydra_value, override, override_key, value_at
 from beam_slurm.config.schema import BeamConfig
 from beam_slurm.config.validation import unusable_text_problems
@@ -74,19 +74,10 @@ def _default(f: dataclasses.Field) -> Any:
 
 def schema_keys() -> dict[str, SchemaKey]:
     """Every leaf key of the recipe schema, in schema order."""
-    out: dict[str, SchemaKey] = {}
-
-    def walk(cls: type, prefix: str) -> None:
-        docs = field_docs(cls)
-        for f in dataclasses.fields(cls):
-            default = _default(f)
-            if dataclasses.is_dataclass(default):
-                walk(type(default), f"{prefix}{f.name}.")
-            else:
-                out[prefix + f.name] = SchemaKey(prefix + f.name, default, docs.get(f.name, ""))
-
-    walk(BeamConfig, "")
-    return out
+    found = list(schema_fields())
+    docs = {cls: field_docs(cls) for cls in dict.fromkeys(cls for _, cls, _, _ in found)}
+    return {key: SchemaKey(key, default, docs[cls].get(f.name, "")) for key, cls, f, default in found
+            if not dataclasses.is_dataclass(default)}
 
 
 def keys_under(*prefixes: str) -> list[str]:
@@ -215,7 +206,6 @@ class VerbArgs:
                                      help="list the keys of SECTION (a section, a key, or all: the default) with "
                                           "the values of the recipe given, and exit")
 
-    # building
     def add_argument(self, *names, **kwargs):
         return self.parser.add_argument(*names, **kwargs)
 
@@ -241,7 +231,6 @@ class VerbArgs:
             self._alias_group().add_argument(old, dest=_alias_dest(old), action="store_const", const=True,
                                              default=argparse.SUPPRESS, help=argparse.SUPPRESS)
 
-    # parsing
     def parse(self, argv: Sequence[str]) -> Parsed:
         """Split argv into flags and overrides. Raises VerbUsageError (report it with `fail`: exit 2); `--help` and
         `--help-keys` exit 0."""
@@ -261,12 +250,9 @@ class VerbArgs:
         notes: list[str] = []
         placed: list[tuple[int, str]] = []  # (position in argv, override): a later one wins, as with flags before
         words, used = list(argv), set()  # where flags and words stand, so overrides keep the order typed
-        for kf in self.key_flags:
-            dest = _alias_dest(kf.flag)
-            if not hasattr(args, dest):
-                continue
-            raw = getattr(args, dest)
-            delattr(args, dest)
+        for kf in (kf for kf in self.key_flags if hasattr(args, _alias_dest(kf.flag))):
+            raw = getattr(args, _alias_dest(kf.flag))
+            delattr(args, _alias_dest(kf.flag))
             if kf.switch:
                 text = override(kf.key, True)
             else:  # as if the user had typed key=<the flag's text>
@@ -324,7 +310,6 @@ class VerbArgs:
             raise ConfigError(unusable)
         return cfg
 
-    # reporting
     def fail(self, message: object, status: int = EXIT_USAGE) -> int:
         """Print `beam-slurm <verb>: message` to stderr and return `status`."""
         print(f"{self.prefix}{message}", file=sys.stderr)

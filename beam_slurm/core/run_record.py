@@ -219,11 +219,10 @@ class RunRecord(_Entry):
     def fill_in(self, run_info: dict[str, Any]) -> None:
         """The run's own fields (name, recipe, paths) where still empty: a job started without `submit`."""
         for key, value in run_info.items():
-            if key in self.__dataclass_fields__:
-                if not getattr(self, key):
-                    setattr(self, key, value)
-            else:
+            if key not in self.__dataclass_fields__:
                 self.extra.setdefault(key, value)
+            elif not getattr(self, key):
+                setattr(self, key, value)
 
     def begin_attempt(self, *, job_id: str, attempt: int, nodes: list[str], checkpoint: int | None, when: str,
                       partition: str, nodes_needed: int, user_exclude: list[str], in_job: int = 0,

@@ -72,8 +72,7 @@ class RunStore:
     def update(self, change: Callable[[RunRecord], T]) -> T:
         """Read the record, let `change` edit it in place, write it back, all under the lock; `change`'s result."""
         for _ in range(_UPDATE_TRIES):
-            lock = SharedFileLock(self.dir / layout.RUN_LOCK_FILE, stale_after=self.stale_after,
-                                  poll_interval=0.02)
+            lock = SharedFileLock(self.dir / layout.RUN_LOCK_FILE, stale_after=self.stale_after, poll_interval=0.02)
             lock.acquire(timeout=self.lock_timeout)
             try:
                 record = self.read()

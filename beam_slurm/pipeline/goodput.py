@@ -153,8 +153,7 @@ def _attempt_segments(attempt: Attempt, events: list[dict], end: float, nodes: i
         segments.append(Segment("cut-off", begin, cut, nodes, step))  # killed mid-step: never saved
         segments.append(Segment("stopping", cut, end, nodes))
     else:
-        segments.append(Segment(phase if phase in ("bring_up", "model_load") else "stopping", begin, end, nodes,
-                                step))
+        segments.append(Segment(phase if phase in ("bring_up", "model_load") else "stopping", begin, end, nodes, step))
     return [s for s in segments if s.end > s.start]
 
 

@@ -101,16 +101,12 @@ class StagePlan:
                 "command": self.request.shell() if self.request is not None else None}
 
 
-def _export() -> dict[str, str]:
-    return {"BEAM_SLURM_HOME": checkout_home()}
-
-
 def _service_plan(stage, script_args: list[str]) -> StagePlan:
     """The plan of a one-task stage (data, container): its own log and job name, no GPUs."""
     cfg, log_dir = stage.cfg, str(stage.cfg.paths.log_dir)
     request = SbatchRequest(script=script_path(stage.script), options=[
         f"--job-name={cfg.run_name}-{stage.stage}", f"--output={log_dir}/{stage.stage}-%j.out", *account_options(cfg)],
-        script_args=script_args, export=_export())
+        script_args=script_args, export={"BEAM_SLURM_HOME": checkout_home()})
     return StagePlan(stage.stage, stage.identity(), request, log_dir=log_dir)
 
 
@@ -249,5 +245,5 @@ class Train:
                    f"--signal=B:USR1@{c.signal_before_s}"]
         options += gpu_job_options(cfg, c.nodes + c.spare_nodes, c.time_limit)  # spares are in the allocation
         request = SbatchRequest(script=script_path(script), options=options, script_args=self.script_args(),
-                                export=_export())
+                                export={"BEAM_SLURM_HOME": checkout_home()})
         return StagePlan(self.stage, self.identity(), request, log_dir=str(cfg.paths.log_dir))

@@ -302,21 +302,16 @@ def _write_records(runs: list[RunSpec], invalid: list[RunSpec], args, data_overr
     for run in runs:
         for plan in (p for p in run.plans if p.stage == "train" and p.job_id):
             remember_job(plan.job_id, run.cfg.paths.export_path)
-        record_submission(
-            RunStore(run.cfg.paths.export_path), run.cfg, overrides=run.overrides, data_overrides=data_overrides, plans=run.plans,
-            dependency_type=args.dependency_type, sweep_dir=str(sweep_dir) if sweep_dir else None,
-            config_yaml=to_yaml(run.cfg))
+        record_submission(RunStore(run.cfg.paths.export_path), run.cfg, overrides=run.overrides,
+                          data_overrides=data_overrides, plans=run.plans, dependency_type=args.dependency_type,
+                          sweep_dir=str(sweep_dir) if sweep_dir else None, config_yaml=to_yaml(run.cfg))
     if sweep_dir is not None:
-        record = {
-            "created_at": now(),
-            "overrides": args.overrides,
-            "stages": args.stages,
-            "runs": [{"run_name": r.cfg.run_name, "choices": [f"{k}={v}" for k, v in r.choices],
-                      "export_path": str(r.cfg.paths.export_path), "ckpt_path": str(r.cfg.paths.ckpt_path),
-                      "run_dir": f"{r.cfg.paths.export_path}/beam_run"} for r in runs],
-            "invalid": [{"choices": [f"{k}={v}" for k, v in r.choices], "problems": [str(p) for p in r.problems]}
-                        for r in invalid],
-        }
+        record = {"created_at": now(), "overrides": args.overrides, "stages": args.stages,
+                  "runs": [{"run_name": r.cfg.run_name, "choices": [f"{k}={v}" for k, v in r.choices],
+                            "export_path": str(r.cfg.paths.export_path), "ckpt_path": str(r.cfg.paths.ckpt_path),
+                            "run_dir": f"{r.cfg.paths.export_path}/beam_run"} for r in runs],
+                  "invalid": [{"choices": [f"{k}={v}" for k, v in r.choices], "problems": [str(p) for p in r.problems]}
+                              for r in invalid]}
         write_text(sweep_dir / layout.SWEEP_FILE, json.dumps(record, indent=2) + "\n")
         remember_last(sweep_dir)
     elif runs:
@@ -332,8 +327,7 @@ def main(argv: list[str]) -> int:
     args = parsed.args
     args.overrides = parsed.overrides
     stages = [s.strip() for s in args.stages.split(",") if s.strip()]
-    unknown = [s for s in stages if s not in STAGES]
-    if unknown or not stages:
+    if not stages or not set(stages) <= set(STAGES):
         return _fail([f"--stages {args.stages!r}: use a comma-separated subset of {','.join(STAGES)}"])
     stages = [s for s in STAGES if s in stages]  # chain order, whatever order was typed
 
