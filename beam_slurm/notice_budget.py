@@ -31,11 +31,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from beam_slurm.config.errors import ConfigProblem
+from beam_slurm.config.overrides import value_at
 from beam_slurm.sizing import FULL_CHECKPOINT_TB_TOTAL, full_checkpoint_tb_per_node
 from beam_slurm.slurm.values import describe_seconds, time_limit_seconds
 
 GB = 1e9  # decimal, as storage vendors quote bandwidth
 DAY_S = 86400.0
+STOP_FILE = "ray_stop.json"  # per attempt folder: {"seconds": stop signal -> Ray step ended, "time"}
 LORA_TRAINABLE_SHARE_PER_RANK = 2 / 7168
 """LoRA's share of the base's parameters per unit of rank: rank x (in + out) / (in x out) with in ~ out ~ 7,168 (the
 seed gives no layer sizes); rank 64 -> ~1.8% of the seed's full 7 TB checkpoint."""
@@ -161,10 +163,9 @@ def advise_interval(*, save_s: float, step_s: float, interruptions_per_day: floa
     mtbf = DAY_S / interruptions_per_day if interruptions_per_day > 0 else math.inf
     top = max(max_steps, 1)
     best = min(range(1, top + 1), key=lambda k: (waste_share(k * step_s, save_s, mtbf), -k))
-    return IntervalAdvice(advised_steps=best, configured_steps=configured_steps,
+    return IntervalAdvice(advised_steps=best, configured_steps=configured_steps, optimum_s=young_daly_s(save_s, mtbf),
                           advised_waste=waste_share(best * step_s, save_s, mtbf),
-                          configured_waste=waste_share(min(configured_steps, top) * step_s, save_s, mtbf),
-                          optimum_s=young_daly_s(save_s, mtbf))
+                          configured_waste=waste_share(min(configured_steps, top) * step_s, save_s, mtbf))
 
 
 def measured_step_seconds(metrics_file: Path) -> float | None:
@@ -186,9 +187,6 @@ def measured_step_seconds(metrics_file: Path) -> float | None:
             gaps.append(when - last[1])
         previous[attempt] = (step, when)
     return statistics.median(gaps) if gaps else None
-
-
-STOP_FILE = "ray_stop.json"  # per attempt folder: {"seconds": stop signal -> Ray step ended, "time"}
 
 
 def measured_stop_seconds(log_dir: Path) -> tuple[float, int] | None:
@@ -246,13 +244,12 @@ def min_save_seconds(cfg) -> float:
     return float(cfg.trainer.rehearsal_save_s) if cfg.trainer.backend == "rehearsal" else 0.0
 
 
-def recipe_budget(cfg, *, lead_s: float | None = None, write_gbytes_per_s: float | None = None) -> Budget:
-    """The budget of this recipe for a notice `lead_s` seconds before the kill (default: the time-limit notice)."""
-    c = cfg.cluster
+def recipe_budget(cfg) -> Budget:
+    """The budget of this recipe's time-limit notice (cluster.signal_before_s before the kill)."""
     stop_s, log_copy_s, _ = stop_seconds(cfg)
-    return Budget(lead_s=float(c.signal_before_s if lead_s is None else lead_s), step_s=step_seconds(cfg)[0],
-                  save_s=recipe_save_seconds(cfg, write_gbytes_per_s), stop_s=stop_s, log_copy_s=log_copy_s,
-                  grace_s=float(c.grace_s))
+    c = cfg.cluster
+    return Budget(lead_s=float(c.signal_before_s), step_s=step_seconds(cfg)[0], save_s=recipe_save_seconds(cfg),
+                  stop_s=stop_s, log_copy_s=log_copy_s, grace_s=float(c.grace_s))
 
 
 @dataclass(frozen=True)
@@ -405,10 +402,8 @@ def config_problems(cfg) -> list:
                                  "use the storage's write bandwidth per node in GB/s (> 0), e.g. the preflight's"))
     for key in ("cluster.interruptions_per_day", "cluster.log_copy_s", "trainer.rehearsal_save_s",
                 "trainer.rehearsal_save_bytes", "trainer.rehearsal_model_load_s", "trainer.rehearsal_step_s"):
-        section, name = key.split(".")
-        value = getattr(getattr(cfg, section), name)
-        if value < 0:
-            out.append(ConfigProblem(key, value, "use 0 or more"))
+        if value_at(cfg, key) < 0:
+            out.append(ConfigProblem(key, value_at(cfg, key), "use 0 or more"))
     if not cfg.trainer.expected_step_s > 0:
         out.append(ConfigProblem("trainer.expected_step_s", cfg.trainer.expected_step_s, "use seconds > 0"))
     if cfg.checkpoint.gbytes_per_node is not None and cfg.checkpoint.gbytes_per_node < 0:
@@ -430,11 +425,9 @@ def plan_rows(cfg, preemption=None) -> list[tuple[str, str, str]]:
     step, step_from = step_seconds(cfg)
     save = recipe_save_seconds(cfg)
     interval = cfg.checkpoint.interval
-    rows = [
-        ("notice", "save", f"{size / GB:,.1f} GB per training node ({size_from}) at {c.storage_write_gbytes_per_s:g} "
-         f"GB/s (cluster.storage_write_gbytes_per_s) = {_s(save)}"),
-        ("notice", "step", f"{step:,.0f} s ({step_from})"),
-    ]
+    rows = [("notice", "save", f"{size / GB:,.1f} GB per training node ({size_from}) at "
+             f"{c.storage_write_gbytes_per_s:g} GB/s (cluster.storage_write_gbytes_per_s) = {_s(save)}"),
+            ("notice", "step", f"{step:,.0f} s ({step_from})")]
     stop_s, log_copy_s, stop_from = stop_seconds(cfg)
     rows.append(("notice", "stop", f"stop Ray {stop_s:,.0f} s" + (f" + copy logs {log_copy_s:,.0f} s" if log_copy_s
                                                                   else "") + f" ({stop_from})"))

@@ -1,7 +1,5 @@
 """`beam-slurm plan`: the resource plan of a recipe, validated, before anything is submitted.
 
-Usage: beam-slurm plan [--skyrl-overrides | --json] [hydra overrides...]
-
 Starts fast: Hydra, OmegaConf and rich only (no Ray, torch or vLLM).
 """
 
@@ -101,14 +99,11 @@ def plan_rows(cfg, preemption=None) -> list[tuple[str, str, str]]:
     if cfg.rollout.routing_replay and cfg.executor_backend == "ray":
         rows.append(("notes", "SkyRL version", "R3 with a vLLM replica spanning nodes (executor ray) needs the Beam "
                      "branch of SkyRL; stock 0.3.0 accepts R3 only with replicas inside one node (mp)"))
-    rows += [
-        ("paths", "model", str(cfg.paths.model_path)),
-        ("paths", "data", str(cfg.paths.data_dir)),
-        ("paths", "checkpoints", str(cfg.paths.ckpt_path)),
-        ("paths", "exports / evals", str(cfg.paths.export_path)),
-        ("paths", "container", f"{cfg.container.runtime}" + (f" {cfg.container.image}" if cfg.container.image else "")),
-    ]
-    return rows
+    return rows + [("paths", "model", str(cfg.paths.model_path)), ("paths", "data", str(cfg.paths.data_dir)),
+                   ("paths", "checkpoints", str(cfg.paths.ckpt_path)),
+                   ("paths", "exports / evals", str(cfg.paths.export_path)),
+                   ("paths", "container", f"{cfg.container.runtime}" + (f" {cfg.container.image}"
+                                                                           if cfg.container.image else ""))]
 
 
 def storage_rows(cfg) -> list[tuple[str, str, str]]:
@@ -177,12 +172,11 @@ def main(argv: list[str]) -> int:
         return verb.fail(f"--from {parsed.args.history}: {exc}")
     preemption = read_preemption(cfg.cluster.partition)
     slurm = slurm_check(cfg, parsed.overrides)
-    asked = slurm_rows(slurm) + history_rows(measured_history)
     if parsed.args.json:
         print(json.dumps({**plan_json(cfg, launch, preemption, slurm, parsed.overrides), "history": measured_history},
                          indent=2, default=str))
     else:
-        print_plan(cfg, launch, asked, preemption)
+        print_plan(cfg, launch, slurm_rows(slurm) + history_rows(measured_history), preemption)
     return 2 if slurm["accepted"] is False or slurm["never_starts"] else 0
 
 
@@ -196,16 +190,13 @@ def history(cfg, run: str | None) -> dict | None:
     if not m.attempts:
         return None
     t, c = cfg.trainer, cfg.cluster
-    numbers = {}
-    for name, value, default, key in (
-            ("step_s", m.step_s, step_seconds(cfg)[0], "the recipe's step time"),
-            ("save_s", m.save_s, recipe_save_seconds(cfg), "the recipe's save estimate"),
-            ("bring_up_s", m.bring_up_s, t.expected_bringup_s, "trainer.expected_bringup_s"),
-            ("model_load_s", m.model_load_s, t.expected_model_load_s, "trainer.expected_model_load_s"),
-            ("interruptions_per_day", m.interruptions_per_day, c.interruptions_per_day,
-             "cluster.interruptions_per_day")):
-        numbers[name] = {"value": float(value if value is not None else default),
-                         "source": "measured" if value is not None else key}
+    numbers = {name: {"value": float(value if value is not None else default),
+                      "source": "measured" if value is not None else key} for name, value, default, key in (
+        ("step_s", m.step_s, step_seconds(cfg)[0], "the recipe's step time"),
+        ("save_s", m.save_s, recipe_save_seconds(cfg), "the recipe's save estimate"),
+        ("bring_up_s", m.bring_up_s, t.expected_bringup_s, "trainer.expected_bringup_s"),
+        ("model_load_s", m.model_load_s, t.expected_model_load_s, "trainer.expected_model_load_s"),
+        ("interruptions_per_day", m.interruptions_per_day, c.interruptions_per_day, "cluster.interruptions_per_day"))}
     value = {name: entry["value"] for name, entry in numbers.items()}
     advice = advise_interval(save_s=value["save_s"], step_s=value["step_s"],
                              interruptions_per_day=value["interruptions_per_day"],
@@ -333,11 +324,10 @@ def plan_json(cfg, launch, preemption, slurm: dict, overrides: list[str]) -> dic
         "rehearsal": cfg.trainer.backend == "rehearsal", "precision": cfg.precision, "lora": cfg.is_lora,
         "resources": {"nodes": c.nodes, "spare_nodes": c.spare_nodes, "gpus_per_node": c.gpus_per_node,
                       "total_gpus": cfg.total_gpus, "training_nodes": cfg.training_nodes,
-                      "rollout_nodes": cfg.trainer.rollout_nodes,
-                      "colocated": cfg.trainer.placement_colocated, "partition": c.partition, "account": c.account,
-                      "qos": c.qos, "time_limit": c.time_limit, "time_limit_s": time_limit_seconds(c.time_limit),
-                      "signal_before_s": c.signal_before_s, "grace_s": c.grace_s, "max_requeues": c.max_requeues,
-                      "from_env": env_sources(cfg)},
+                      "rollout_nodes": cfg.trainer.rollout_nodes, "colocated": cfg.trainer.placement_colocated,
+                      "partition": c.partition, "account": c.account, "qos": c.qos, "time_limit": c.time_limit,
+                      "time_limit_s": time_limit_seconds(c.time_limit), "signal_before_s": c.signal_before_s,
+                      "grace_s": c.grace_s, "max_requeues": c.max_requeues, "from_env": env_sources(cfg)},
         "parallelism": {"tensor_parallel": m.tensor_parallel, "pipeline_parallel": m.pipeline_parallel,
                         "context_parallel": m.context_parallel, "expert_parallel": m.expert_parallel,
                         "expert_tensor_parallel": m.expert_tensor_parallel, "training_gpus": cfg.training_gpus,
@@ -367,11 +357,8 @@ def plan_json(cfg, launch, preemption, slurm: dict, overrides: list[str]) -> dic
                             "advised_waste": _number(advice.advised_waste),
                             "configured_waste": _number(advice.configured_waste),
                             "interruptions_per_day": c.interruptions_per_day},
-        "slurm": slurm,
-        "sbatch": stage_commands(cfg, overrides),
+        "slurm": slurm, "sbatch": stage_commands(cfg, overrides),
         "skyrl": {"module": launch.module, "overrides": launch.overrides, "env": launch.env, "cwd": launch.cwd,
                   "command": launch.shell(cfg.trainer.python)},
         "findings": [row for row in rows if "fix" in row or row["text"].startswith(("REFUSED", "NEVER STARTS"))],
-        "rows": rows,
-        "config": dataclasses.asdict(cfg),
-    }
+        "rows": rows, "config": dataclasses.asdict(cfg)}

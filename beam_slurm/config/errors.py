@@ -41,8 +41,6 @@ class ConfigProblem:
 class ConfigError(UserError):
     """Raised with every problem found, so the user fixes them all in one round."""
 
-    exit_code = 2
-
     def __init__(self, problems: list[ConfigProblem]):
         self.problems = list(problems)
         super().__init__("\n".join(str(p) for p in self.problems))

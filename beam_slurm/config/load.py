@@ -32,6 +32,9 @@ from beam_slurm.config.overrides import escape_values
 from beam_slurm.config.schema import BeamConfig, ClusterConfig
 from beam_slurm.config.validation import validate_config
 
+_ENV_REF = re.compile(r"^\$\{oc\.env:([A-Za-z_][A-Za-z0-9_]*)(?:,.*)?\}$", re.S)
+_ENV_PROBLEMS_SEEN: dict[tuple, tuple] = {}
+
 
 def compose(overrides: list[str], *, config_dir: Path = CONF_DIR):
     """Return the composed (untyped) DictConfig for `overrides`; a bad override -> ConfigError naming it."""
@@ -45,31 +48,24 @@ def compose(overrides: list[str], *, config_dir: Path = CONF_DIR):
         raise ConfigError([_override_problem(exc, overrides)]) from None
 
 
-_SCHEMA_REGISTERED = False
-
-
+@functools.cache
 def _register_schema() -> None:
     """Make the schema the base of conf/config.yaml, once per process (storing it takes ~0.1 s)."""
-    global _SCHEMA_REGISTERED
-    if _SCHEMA_REGISTERED:
-        return
     ConfigStore.instance().store(name="beam_schema", node=BeamConfig)
-    _SCHEMA_REGISTERED = True
 
 
 def load_config(overrides: list[str] | None = None, *, validate: bool = True, check_paths: bool = False, environ=None):
     """Compose, type-check and (by default) validate the recipe. Raises ConfigError listing every problem."""
-    environ = os.environ if environ is None else environ
     unknown = key_problems(list(overrides or []))
     if unknown:
         raise ConfigError(unknown)
-    return _typed(compose(list(overrides or [])), validate=validate, check_paths=check_paths, environ=environ)
+    return _typed(compose(list(overrides or [])), validate=validate, check_paths=check_paths,
+                  environ=os.environ if environ is None else environ)
 
 
-def load_many(override_lists: list[list[str]], *, environ=None) -> list:
+def load_many(override_lists: list[list[str]]) -> list:
     """`load_config(overrides, validate=False)` for each list (a sweep's points): a config or its ConfigError.
     Each distinct set of group overrides is composed once; value overrides go onto a copy, as Hydra applies them."""
-    environ = os.environ if environ is None else environ
     parser = OverridesParser.create()
     composed: dict[tuple[str, ...], object] = {}
     out: list = []
@@ -94,30 +90,31 @@ def load_many(override_lists: list[list[str]], *, environ=None) -> list:
                 ConfigLoaderImpl._apply_overrides_to_config(parser.parse_overrides(values), cfg)  # compose's last step
             except (ConfigCompositionException, OverrideParseException) as exc:
                 raise ConfigError([_override_problem(exc, overrides)]) from None
-            out.append(_typed(cfg, validate=False, check_paths=False, environ=environ))
+            out.append(_typed(cfg, validate=False, check_paths=False, environ=os.environ))
         except ConfigError as exc:
             out.append(exc)
     return out
 
 
+def schema_fields(cls: type = BeamConfig, prefix: str = ""):
+    """(dotted key, its dataclass, the field, its default) of every setting below `cls` in schema order, each section
+    before its keys."""
+    for f in fields(cls):
+        default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+        yield prefix + f.name, cls, f, default
+        if is_dataclass(default):
+            yield from schema_fields(type(default), f"{prefix}{f.name}.")
+
+
 @functools.lru_cache(maxsize=1)
 def _schema_names() -> tuple[tuple[str, ...], frozenset[str], frozenset[str]]:
     """(every leaf key in schema order, every section, every mapping whose entries are the user's: trainer.extra_env)."""
-    leaves, sections, mappings = [], set(), set()
-
-    def walk(cls: type, prefix: str) -> None:
-        for f in fields(cls):
-            default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
-            if is_dataclass(default):
-                sections.add(prefix + f.name)
-                walk(type(default), f"{prefix}{f.name}.")
-            else:
-                leaves.append(prefix + f.name)
-                if isinstance(default, dict) or get_origin(get_type_hints(cls).get(f.name)) is dict:
-                    mappings.add(prefix + f.name)
-
-    walk(BeamConfig, "")
-    return tuple(leaves), frozenset(sections), frozenset(mappings)
+    found = list(schema_fields())
+    leaves = [(key, cls, f, default) for key, cls, f, default in found if not is_dataclass(default)]
+    mappings = {key for key, cls, f, default in leaves
+                if isinstance(default, dict) or get_origin(get_type_hints(cls).get(f.name)) is dict}
+    return (tuple(key for key, *_ in leaves), frozenset(key for key, *_, default in found if is_dataclass(default)),
+            frozenset(mappings))
 
 
 def key_problems(overrides: list[str]) -> list[ConfigProblem]:
@@ -132,7 +129,8 @@ def key_problems(overrides: list[str]) -> list[ConfigProblem]:
             continue
         parent = key.rpartition(".")[0]
         if parent and parent not in sections and not any(parent == m or parent.startswith(m + ".") for m in mappings):
-            first_unknown = next(p for p in _prefixes(key) if p not in sections)
+            parts = key.split(".")
+            first_unknown = next(p for p in (".".join(parts[:i]) for i in range(1, len(parts))) if p not in sections)
             near = difflib.get_close_matches(first_unknown, sorted(sections), n=1, cutoff=0.6)
             fix = (f"{first_unknown!r} is not a section; did you mean {near[0]!r}?" if near else
                    f"{first_unknown!r} is not a section; the sections are {', '.join(sorted(s for s in sections if '.' not in s))}")
@@ -144,11 +142,6 @@ def key_problems(overrides: list[str]) -> list[ConfigProblem]:
             fix += f"; did you mean {near[0]!r}?" if near else ""
         found.append(ConfigProblem(key, text.split("=", 1)[1] if "=" in text else None, fix))
     return found
-
-
-def _prefixes(key: str) -> list[str]:
-    parts = key.split(".")
-    return [".".join(parts[:i]) for i in range(1, len(parts))]
 
 
 def _is_value_override(override: str) -> bool:
@@ -222,16 +215,11 @@ def valid_keys(section: str = "") -> list[str]:
     """Dotted keys the schema accepts under `section` ('' = top level)."""
     node = BeamConfig
     for part in filter(None, section.split(".")):
-        match = [f for f in fields(node) if f.name == part]
-        if not match:
-            return []
-        node = match[0].default_factory if callable(match[0].default_factory) else None  # type: ignore[arg-type]
+        match = next((f for f in fields(node) if f.name == part), None)
+        node = match.default_factory if match and callable(match.default_factory) else None  # type: ignore[arg-type]
         if node is None or not is_dataclass(node):
             return []
     return [f.name for f in fields(node)]
-
-
-_ENV_REF = re.compile(r"^\$\{oc\.env:([A-Za-z_][A-Za-z0-9_]*)(?:,.*)?\}$", re.S)
 
 
 def _leaves(node, prefix: str = ""):
@@ -245,12 +233,8 @@ def _leaves(node, prefix: str = ""):
 
 def _env_sources(raw: dict, environ) -> dict[str, str]:
     """key -> variable for every value conf/ reads with `${oc.env:NAME,default}` while NAME is set."""
-    found = {}
-    for key, value in _leaves(raw):
-        match = _ENV_REF.match(value) if isinstance(value, str) else None
-        if match and match.group(1) in environ:
-            found[key] = match.group(1)
-    return found
+    matches = ((key, _ENV_REF.match(value)) for key, value in _leaves(raw) if isinstance(value, str))
+    return {key: match.group(1) for key, match in matches if match and match.group(1) in environ}
 
 
 def _env_value_problems(sources: dict[str, str], environ) -> list[ConfigProblem]:
@@ -271,9 +255,6 @@ def _env_value_problems(sources: dict[str, str], environ) -> list[ConfigProblem]
             found.append(ConfigProblem(key, text, f"expected {describe_type(key)}; fix or unset {name}", env=name))
     _ENV_PROBLEMS_SEEN[memo_key] = tuple(found)
     return found
-
-
-_ENV_PROBLEMS_SEEN: dict[tuple, tuple] = {}
 
 
 def _raw_value(raw: dict, key: str):
@@ -321,10 +302,8 @@ def describe_type(key: str) -> str:
             if part not in hints:
                 return "a value of the type beam_slurm/config/schema.py gives"
             node = hints[part]
-        elif origin is dict:
-            node = typing.get_args(node)[1]
-        elif origin is list:
-            node = typing.get_args(node)[0]
+        elif origin in (dict, list):  # a mapping's or a list's items
+            node = typing.get_args(node)[-1]
         node = _without_none(node)[0]
     return _type_words(node, key)
 
@@ -375,14 +354,13 @@ def _override_problem(exc: Exception, overrides: list[str]) -> ConfigProblem:
     if culprit is None:
         return ConfigProblem("overrides", " ".join(overrides),
                              "cannot apply these overrides; use key=value with keys from beam_slurm/config/schema.py")
-    key = culprit.split("=", 1)[0].lstrip("+~")
-    value = culprit.split("=", 1)[1] if "=" in culprit else None
-    section = key.rsplit(".", 1)[0] if "." in key else ""
-    name = key.rsplit(".", 1)[-1]
+    key, _, value = culprit.partition("=")
+    key, value = key.lstrip("+~"), value if "=" in culprit else None
+    section, _, name = key.rpartition(".")
     keys = valid_keys(section)
     if keys and name not in keys:
         return ConfigProblem(key, value, f"unknown key; valid keys{' in ' + section if section else ''}: {', '.join(keys)}")
-    if not keys and section and not valid_keys(section.rsplit(".", 1)[0] if "." in section else ""):
+    if not keys and section and not valid_keys(section.rpartition(".")[0]):
         return ConfigProblem(key, value, "unknown key; see the keys in beam_slurm/config/schema.py")
     return ConfigProblem(key, value, f"expected {describe_type(key)}{_comma_hint(key, value)}")
 

@@ -536,9 +536,8 @@ class BeamConfig:
 
     @property
     def rollout_gpus(self) -> int:
-        if self.trainer.placement_colocated:
-            return self.training_gpus
-        return self.trainer.rollout_nodes * self.cluster.gpus_per_node
+        colocated = self.trainer.placement_colocated
+        return self.training_gpus if colocated else self.trainer.rollout_nodes * self.cluster.gpus_per_node
 
     @property
     def gpus_per_engine(self) -> int:
@@ -546,9 +545,8 @@ class BeamConfig:
 
     @property
     def num_engines(self) -> int:
-        if self.rollout.num_engines is not None:
-            return self.rollout.num_engines
-        return max(self.rollout_gpus // self.gpus_per_engine, 0)
+        engines = self.rollout.num_engines
+        return engines if engines is not None else max(self.rollout_gpus // self.gpus_per_engine, 0)
 
     @property
     def executor_backend(self) -> str:
@@ -568,9 +566,7 @@ class BeamConfig:
 
     @property
     def learning_rate(self) -> float:
-        if self.algorithm.lr is not None:
-            return self.algorithm.lr
-        return 1e-5 if self.is_lora else 1e-6
+        return self.algorithm.lr if self.algorithm.lr is not None else 1e-5 if self.is_lora else 1e-6
 
 
 def env_sources(cfg) -> dict[str, str]:

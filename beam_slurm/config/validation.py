@@ -40,8 +40,8 @@ NAME_KEYS = ("run_name", "eval.launcher.name")
 NAME_MAX, PATH_MAX = 255, 4095  # bytes per folder or file name and per path on Linux file systems (ENAMETOOLONG)
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _CONTROL_NAMES = {"\t": "a tab", "\n": "a newline", "\r": "a carriage return"}
-
-
+# Remembered per text: each answer parses it with OmegaConf (~1 ms), and a sweep's points share almost every text.
+_reads_back = functools.lru_cache(maxsize=None)(reads_back)
 # sbatch options that a recipe key renders: `cluster.extra_sbatch_args` may not set them a second time
 FIRST_CLASS_SBATCH_OPTIONS = {
     "--time": "cluster.time_limit", "-t": "cluster.time_limit", "--nodes": "cluster.nodes", "-N": "cluster.nodes",
@@ -49,8 +49,7 @@ FIRST_CLASS_SBATCH_OPTIONS = {
     "-A": "cluster.account", "--qos": "cluster.qos", "-q": "cluster.qos", "--signal": "cluster.signal_before_s",
     "--mem": "cluster.mem_per_node", "--gpus-per-node": "cluster.gpus_per_node",
     "--cpus-per-task": "cluster.cpus_per_node", "-c": "cluster.cpus_per_node", "--job-name": "run_name",
-    "-J": "run_name", "--output": "paths.log_dir", "-o": "paths.log_dir",
-}
+    "-J": "run_name", "--output": "paths.log_dir", "-o": "paths.log_dir"}
 
 
 def problems(cfg) -> list[ConfigProblem]:
@@ -64,10 +63,9 @@ def problems(cfg) -> list[ConfigProblem]:
         out.append(ConfigProblem(key, value, fix))
 
     # --- choices and names -------------------------------------------------------------------------------------
-    if cfg.precision not in PRECISIONS:
-        bad("precision", cfg.precision, f"use one of {', '.join(PRECISIONS)}")
-    if cfg.trainer.backend not in RECIPE_BACKENDS:
-        bad("trainer.backend", cfg.trainer.backend, f"use one of {', '.join(RECIPE_BACKENDS)}")
+    for key, choices in (("precision", PRECISIONS), ("trainer.backend", RECIPE_BACKENDS)):
+        if value_at(cfg, key) not in choices:
+            bad(key, value_at(cfg, key), f"use one of {', '.join(choices)}")
     if not _RUN_NAME.fullmatch(cfg.run_name or ""):
         bad("run_name", cfg.run_name, "use letters, digits, '.', '_' or '-' (it names folders and the Slurm job)")
     if cfg.rollout.kv_cache_dtype not in KV_CACHE_DTYPES:
@@ -84,27 +82,13 @@ def problems(cfg) -> list[ConfigProblem]:
         bad("checkpoint.resume_mode", cfg.checkpoint.resume_mode, f"use one of {', '.join(RESUME_MODES)} (env RESUME_MODE)")
 
     # --- sizes and ranges --------------------------------------------------------------------------------------
-    positive = {
-        "cluster.nodes": cfg.cluster.nodes,
-        "cluster.gpus_per_node": cfg.cluster.gpus_per_node,
-        "max_training_steps": cfg.max_training_steps,
-        "checkpoint.interval": cfg.checkpoint.interval,
-        "eval.interval": cfg.eval.interval,
-        "eval.responses_per_problem": cfg.eval.responses_per_problem,
-        "batch.prompts_per_step": cfg.batch.prompts_per_step,
-        "batch.mini_batches": cfg.batch.mini_batches,
-        "megatron.tensor_parallel": cfg.megatron.tensor_parallel,
-        "megatron.pipeline_parallel": cfg.megatron.pipeline_parallel,
-        "megatron.context_parallel": cfg.megatron.context_parallel,
-        "megatron.expert_parallel": cfg.megatron.expert_parallel,
-        "megatron.expert_tensor_parallel": cfg.megatron.expert_tensor_parallel,
-        "megatron.micro_batch_size": cfg.megatron.micro_batch_size,
-        "rollout.tensor_parallel": cfg.rollout.tensor_parallel,
-        "rollout.pipeline_parallel": cfg.rollout.pipeline_parallel,
-        "generation.max_prompt_tokens": cfg.generation.max_prompt_tokens,
-        "generation.max_response_tokens": cfg.generation.max_response_tokens,
-    }
-    for key, value in positive.items():
+    for key in ("cluster.nodes", "cluster.gpus_per_node", "max_training_steps", "checkpoint.interval", "eval.interval",
+                "eval.responses_per_problem", "batch.prompts_per_step", "batch.mini_batches",
+                "megatron.tensor_parallel", "megatron.pipeline_parallel", "megatron.context_parallel",
+                "megatron.expert_parallel", "megatron.expert_tensor_parallel", "megatron.micro_batch_size",
+                "rollout.tensor_parallel", "rollout.pipeline_parallel", "generation.max_prompt_tokens",
+                "generation.max_response_tokens"):
+        value = value_at(cfg, key)
         if not isinstance(value, int) or value < 1:
             bad(key, value, "must be a positive integer")
     if cfg.batch.responses_per_prompt < 2:
@@ -135,14 +119,11 @@ def problems(cfg) -> list[ConfigProblem]:
     if cfg.eval.chain_poll_s <= 0 or cfg.eval.chain_settle_s < 0:
         bad("eval.chain_poll_s", [cfg.eval.chain_poll_s, cfg.eval.chain_settle_s],
             "use a positive poll interval and a settle time >= 0 (seconds)")
-    if cfg.cluster.max_requeues < 0:
-        bad("cluster.max_requeues", cfg.cluster.max_requeues, "use 0 (never requeue) or more")
-    for key in ("spare_nodes", "max_in_job_attempts"):
+    for key, fix in (("max_requeues", "use 0 (never requeue) or more"), ("spare_nodes", "use 0 (none) or more"),
+                     ("max_in_job_attempts", "use 0 (none) or more"),
+                     ("max_attempts_without_progress", "use 0 (no guard) or a number of attempts")):
         if getattr(cfg.cluster, key) < 0:
-            bad(f"cluster.{key}", getattr(cfg.cluster, key), "use 0 (none) or more")
-    if cfg.cluster.max_attempts_without_progress < 0:
-        bad("cluster.max_attempts_without_progress", cfg.cluster.max_attempts_without_progress,
-            "use 0 (no guard) or a number of attempts")
+            bad(f"cluster.{key}", getattr(cfg.cluster, key), fix)
 
     # --- time limit and the notice window ----------------------------------------------------------------------
     try:
@@ -239,8 +220,13 @@ def problems(cfg) -> list[ConfigProblem]:
             cfg.cluster.log_copy_max_mbytes), "use an interval >= 0 seconds (0: copy at the end only) and a bound > 0 MiB")
     out.extend(skyrl_value_problems(cfg))
     out.extend(budget_problems(cfg))
+    return _named(cfg, out)
+
+
+def _named(cfg, found: list[ConfigProblem]) -> list[ConfigProblem]:
+    """Each problem naming the environment variable its key was read from."""
     sources = env_sources(cfg)
-    return [problem.from_env(sources) for problem in out]
+    return [problem.from_env(sources) for problem in found]
 
 
 def unusable_text_problems(cfg) -> list[ConfigProblem]:
@@ -267,8 +253,7 @@ def unusable_text_problems(cfg) -> list[ConfigProblem]:
                     out.append(ConfigProblem(key, problem=f"the name {long[:40]!r}... is {len(long.encode())} "
                                              f"bytes long, over the {NAME_MAX} a file system takes (ENAMETOOLONG)",
                                              fix="shorten that folder or file name"))
-    sources = env_sources(cfg)
-    return [problem.from_env(sources) for problem in out]
+    return _named(cfg, out)
 
 
 def layout_problems(cfg, *, sizes_ok: bool = True) -> list[ConfigProblem]:
@@ -360,10 +345,6 @@ def skyrl_value_problems(cfg) -> list[ConfigProblem]:
                           "use a plain value") for key, value in _text_settings(cfg) if not _reads_back(value)]
 
 
-# Remembered per text: each answer parses it with OmegaConf (~1 ms), and a sweep's points share almost every text.
-_reads_back = functools.lru_cache(maxsize=None)(reads_back)
-
-
 def _text_settings(node, prefix: str = ""):
     """(dotted key, text) of every text setting of a typed config, list items included."""
     for f in dataclasses.fields(node):
@@ -417,8 +398,7 @@ def path_problems(cfg, *, produced: Collection[str] = ()) -> list[ConfigProblem]
                       "run `beam-slurm prepare-data` into paths.data_dir, or submit with the data stage")
     if cfg.checkpoint.resume_mode == "from_path":
         check("checkpoint.resume_path", cfg.checkpoint.resume_path, "dir", "give an existing global_step_N folder")
-    sources = env_sources(cfg)
-    return [problem.from_env(sources) for problem in out]
+    return _named(cfg, out)
 
 
 def validate_config(cfg, *, check_paths: bool = False) -> None:

@@ -21,7 +21,7 @@ import sys
 import textwrap
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 from rich import box
 from rich.console import Console
@@ -29,7 +29,7 @@ from rich.table import Table
 from rich.text import Text
 
 from beam_slurm.config.errors import ConfigError
-from beam_slurm.config.load import load_config
+from beam_slurm.config.load import load_config, schema_fields
 from beam_slurm.config.overrides import BARE_VALUE, hydra_value, override, override_key, value_at
 from beam_slurm.config.schema import BeamConfig
 from beam_slurm.config.validation import unusable_text_problems
@@ -74,19 +74,10 @@ def _default(f: dataclasses.Field) -> Any:
 
 def schema_keys() -> dict[str, SchemaKey]:
     """Every leaf key of the recipe schema, in schema order."""
-    out: dict[str, SchemaKey] = {}
-
-    def walk(cls: type, prefix: str) -> None:
-        docs = field_docs(cls)
-        for f in dataclasses.fields(cls):
-            default = _default(f)
-            if dataclasses.is_dataclass(default):
-                walk(type(default), f"{prefix}{f.name}.")
-            else:
-                out[prefix + f.name] = SchemaKey(prefix + f.name, default, docs.get(f.name, ""))
-
-    walk(BeamConfig, "")
-    return out
+    found = list(schema_fields())
+    docs = {cls: field_docs(cls) for cls in dict.fromkeys(cls for _, cls, _, _ in found)}
+    return {key: SchemaKey(key, default, docs[cls].get(f.name, "")) for key, cls, f, default in found
+            if not dataclasses.is_dataclass(default)}
 
 
 def keys_under(*prefixes: str) -> list[str]:
@@ -149,8 +140,6 @@ class KeyFlag:
     flag: str  # The old option, e.g. `--k`
     key: str  # The key it sets, e.g. `eval.responses_per_problem`
     switch: bool = False  # The flag took no value and meant `key=true`
-    convert: Callable[[str], Any] | None = None
-    """Turns the flag's text into the key's value (default: the text as Hydra reads it)."""
 
 
 @dataclass(frozen=True)
@@ -162,9 +151,7 @@ class RenamedFlag:
 
 
 class _Parser(argparse.ArgumentParser):
-    def __init__(self, *args, verb_args: "VerbArgs", **kwargs):
-        super().__init__(*args, **kwargs)
-        self._verb_args = verb_args
+    _verb_args: "VerbArgs"
 
     def error(self, message: str):  # argparse's own errors: the verb reports them with its prefix and exit 2
         self.print_usage(sys.stderr)
@@ -189,7 +176,6 @@ class Parsed:
     args: argparse.Namespace  # The verb's flags and inputs
     overrides: list[str]
     """key=value overrides for Hydra (old flags' included), in the order typed: for a key given twice the later wins."""
-    notes: list[str]  # One line per old spelling used, naming what to use instead (already printed to stderr)
 
 
 class VerbArgs:
@@ -205,13 +191,12 @@ class VerbArgs:
         self.settings = settings
         self.key_flags: list[KeyFlag] = []
         self.renamed: list[RenamedFlag] = []
-        usage = None  # argparse's own, naming every flag and input
-        if settings or inputs:
-            usage = " ".join(part for part in ("%(prog)s [-h]", "[--help-keys [SECTION]]" if self.keys else "",
-                                               "[--flag ...]", inputs, "[key=value ...]" if settings else "") if part)
+        usage = " ".join(part for part in ("%(prog)s [-h]", "[--help-keys [SECTION]]" if self.keys else "",
+                                           "[--flag ...]", inputs, "[key=value ...]" if settings else "") if part
+                         ) if settings or inputs else None  # None: argparse's own, naming every flag and input
         self.parser = _Parser(prog=f"beam-slurm {verb}", description=description, epilog=epilog, usage=usage,
-                              formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False,
-                              verb_args=self)
+                              formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False)
+        self.parser._verb_args = self
         self._aliases = None
         if settings:
             self.parser.add_argument("overrides", nargs="*", metavar="key=value",
@@ -221,7 +206,6 @@ class VerbArgs:
                                      help="list the keys of SECTION (a section, a key, or all: the default) with "
                                           "the values of the recipe given, and exit")
 
-    # building
     def add_argument(self, *names, **kwargs):
         return self.parser.add_argument(*names, **kwargs)
 
@@ -233,16 +217,12 @@ class VerbArgs:
             self._aliases = self.parser.add_argument_group("old flags (still accepted for one release)")
         return self._aliases
 
-    def key_flag(self, flag: str, key: str, *, switch: bool = False, convert: Callable[[str], Any] | None = None,
-                 metavar: str | None = None) -> None:
+    def key_flag(self, flag: str, key: str, *, switch: bool = False, metavar: str | None = None) -> None:
         """Keep `flag` as an alias of `key` (default SUPPRESS: the value comes from the schema unless given)."""
-        self.key_flags.append(KeyFlag(flag, key, switch, convert))
-        kwargs: dict[str, Any] = {"dest": _alias_dest(flag), "default": argparse.SUPPRESS, "help": argparse.SUPPRESS}
-        if switch:
-            kwargs.update(action="store_const", const=True)
-        else:
-            kwargs["metavar"] = metavar or "VALUE"
-        self._alias_group().add_argument(flag, **kwargs)
+        self.key_flags.append(KeyFlag(flag, key, switch))
+        kind = {"action": "store_const", "const": True} if switch else {"metavar": metavar or "VALUE"}
+        self._alias_group().add_argument(flag, dest=_alias_dest(flag), default=argparse.SUPPRESS,
+                                         help=argparse.SUPPRESS, **kind)
 
     def renamed_flag(self, old: str, flag: str) -> None:
         """Keep `old` (a flag, or a key now replaced by a switch flag) as a spelling of the switch `flag`."""
@@ -251,7 +231,6 @@ class VerbArgs:
             self._alias_group().add_argument(old, dest=_alias_dest(old), action="store_const", const=True,
                                              default=argparse.SUPPRESS, help=argparse.SUPPRESS)
 
-    # parsing
     def parse(self, argv: Sequence[str]) -> Parsed:
         """Split argv into flags and overrides. Raises VerbUsageError (report it with `fail`: exit 2); `--help` and
         `--help-keys` exit 0."""
@@ -270,28 +249,22 @@ class VerbArgs:
             help_keys = "all"
         notes: list[str] = []
         placed: list[tuple[int, str]] = []  # (position in argv, override): a later one wins, as with flags before
-        position = _Positions(argv)
-        for kf in self.key_flags:
-            dest = _alias_dest(kf.flag)
-            if not hasattr(args, dest):
-                continue
-            raw = getattr(args, dest)
-            delattr(args, dest)
+        words, used = list(argv), set()  # where flags and words stand, so overrides keep the order typed
+        for kf in (kf for kf in self.key_flags if hasattr(args, _alias_dest(kf.flag))):
+            raw = getattr(args, _alias_dest(kf.flag))
+            delattr(args, _alias_dest(kf.flag))
             if kf.switch:
                 text = override(kf.key, True)
-            elif kf.convert is not None:
-                text = override(kf.key, kf.convert(raw))
             else:  # as if the user had typed key=<the flag's text>
                 text = f"{kf.key}={raw if BARE_VALUE.match(raw) else hydra_value(raw)}"
-            placed.append((position.of_flag(kf.flag), text))
+            # argparse keeps a flag's last repeat
+            placed.append((max((i for i, w in enumerate(words) if w == kf.flag or w.startswith(kf.flag + "=")),
+                               default=len(words)), text))
             notes.append(f"{kf.flag} is an old flag; use {text}")
-        for rn in self.renamed:
-            if rn.old.startswith("-"):
-                dest = _alias_dest(rn.old)
-                if hasattr(args, dest):
-                    delattr(args, dest)
-                    setattr(args, rn.flag.lstrip("-").replace("-", "_"), True)
-                    notes.append(f"{rn.old} is an old flag; use {rn.flag}")
+        for rn in (rn for rn in self.renamed if hasattr(args, _alias_dest(rn.old))):  # the flags among them
+            delattr(args, _alias_dest(rn.old))
+            setattr(args, rn.flag.lstrip("-").replace("-", "_"), True)
+            notes.append(f"{rn.old} is an old flag; use {rn.flag}")
         for text in given:
             if "=" not in text and not text.startswith("~"):
                 self.parser.error(f"unexpected argument {text!r}: settings are key=value (see --help for the keys)")
@@ -305,13 +278,15 @@ class VerbArgs:
                 notes.append(f"{renamed.old}={value} is an old setting; use {renamed.flag}"
                              if value == "true" else f"{renamed.old}=false is the default; drop it")
                 continue
-            placed.append((position.of_word(text), text))
+            at = next((i for i, w in enumerate(words) if w == text and i not in used), len(words))
+            used.add(at)
+            placed.append((at, text))
         overrides = [text for _, text in sorted(placed, key=lambda item: item[0])]
         for note in notes:
             print(self.prefix + note, file=sys.stderr)
         if help_keys is not None:
             self._print_keys(help_keys, overrides)
-        return Parsed(args, overrides, notes)
+        return Parsed(args, overrides)
 
     def _print_keys(self, section: str, overrides: list[str]) -> None:
         """`--help-keys SECTION`: the keys the verb reads in SECTION, valued by the recipe the overrides give; exits."""
@@ -335,7 +310,6 @@ class VerbArgs:
             raise ConfigError(unusable)
         return cfg
 
-    # reporting
     def fail(self, message: object, status: int = EXIT_USAGE) -> int:
         """Print `beam-slurm <verb>: message` to stderr and return `status`."""
         print(f"{self.prefix}{message}", file=sys.stderr)
@@ -396,25 +370,6 @@ def fit_columns(table: Table, width: int) -> bool:
     for column, chosen in zip(table.columns, widths):
         column.width = chosen
     return True
-
-
-class _Positions:
-    """Where flags and words stand in argv, so overrides keep the order they were typed in."""
-
-    def __init__(self, argv: Sequence[str]):
-        self.argv = list(argv)
-        self.used: set[int] = set()
-
-    def of_flag(self, flag: str) -> int:
-        hits = [i for i, word in enumerate(self.argv) if word == flag or word.startswith(flag + "=")]
-        return hits[-1] if hits else len(self.argv)  # argparse keeps the last repeat
-
-    def of_word(self, word: str) -> int:
-        for i, text in enumerate(self.argv):
-            if text == word and i not in self.used:
-                self.used.add(i)
-                return i
-        return len(self.argv)
 
 
 def _alias_dest(flag: str) -> str:

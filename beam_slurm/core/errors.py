@@ -21,9 +21,5 @@ class UserError(Exception):
         super().__init__(self.describe())
 
     def describe(self) -> str:
-        where = ""
-        if self.setting:
-            where = f"{self.setting} (from {self.env}): " if self.env else f"{self.setting}: "
-        elif self.env:
-            where = f"{self.env}: "
-        return f"{where}{self.message}" + (f"; fix: {self.fix}" if self.fix else "")
+        where = f"{self.setting} (from {self.env})" if self.setting and self.env else self.setting or self.env
+        return f"{where + ': ' if where else ''}{self.message}" + (f"; fix: {self.fix}" if self.fix else "")

@@ -33,8 +33,6 @@ EVALS_DIRNAME = "beam_evals"  # one folder per evaluated checkpoint
 CHECKPOINT_MARKER = "latest_ckpt_global_step.txt"  # the latest complete step
 STEP_DIR = re.compile(r"^global_step_(\d+)$")
 POLICY_SUBDIR = "policy"  # the model sits one level below the step folder
-
-
 IN_JOB_ATTEMPT_ENV = "BEAM_IN_JOB_ATTEMPT"
 """The in-job attempt of the allocation (0: its first Ray step; 1, 2, ...: restarted in the same allocation)."""
 

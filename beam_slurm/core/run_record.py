@@ -19,10 +19,18 @@ from beam_slurm.core.errors import UserError
 from beam_slurm.core.layout import attempt_label
 
 SCHEMA_VERSION = 2  # 1: the same keys, before schema_version was written
+T = TypeVar("T")
+
+
+@dataclass(kw_only=True)
+class _Entry:
+    """What every object of the record has: the keys this version does not know, written back unchanged."""
+
+    extra: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
-class StageEntry:
+class StageEntry(_Entry):
     """One stage of one submission, as `beam-slurm submit` planned it."""
 
     stage: str = ""  # data, container or train
@@ -32,21 +40,19 @@ class StageEntry:
     identity: str | None = None  # What the stage's output is (the reuse check compares it)
     depends_on: list[str] = field(default_factory=list)  # Job ids it waits for
     command: str | None = None  # The rendered sbatch command, shell-quoted
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
-class Submission:
+class Submission(_Entry):
     """One `beam-slurm submit` of the run."""
 
     submitted_at: str = ""
     dependency_type: str = ""
     stages: list[StageEntry] = field(default_factory=list)
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
-class Attempt:
+class Attempt(_Entry):
     """One attempt (one start of the batch shell) of a training job."""
 
     attempt: int = 0  # SLURM_RESTART_COUNT of the attempt
@@ -67,7 +73,6 @@ class Attempt:
     exit_status: int | None = None
     hang_dumps: str | None = None
     """The attempt's hang/ folder (stack dumps of every node) when it ended as a hang."""
-    extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def ended(self) -> bool:
@@ -84,7 +89,7 @@ class Attempt:
 
 
 @dataclass
-class TrainJob:
+class TrainJob(_Entry):
     """One Slurm job of the run's training stage and its attempts."""
 
     job_id: str = ""
@@ -99,14 +104,13 @@ class TrainJob:
     outcome_reason: str = ""
     resumable: bool = False
     avoided_bad_nodes: bool = False  # The one requeue of an attempt that landed on a recorded bad node was spent
-    extra: dict[str, Any] = field(default_factory=dict)
 
     def attempt(self, number: int, in_job: int = 0) -> Attempt | None:
         return next((a for a in self.attempts if (a.attempt, a.in_job) == (number, in_job)), None)
 
 
 @dataclass
-class Wanted:
+class Wanted(_Entry):
     """The operator's wanted outcome of a running job (`beam-slurm requeue|stop`)."""
 
     action: str = ""
@@ -118,22 +122,20 @@ class Wanted:
     handled_by_attempt: int | None = None
     handled_in_job: int = 0  # with handled_by_attempt: the in-job attempt of that allocation that handled it
     handled_at: str | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
-class Cancel:
+class Cancel(_Entry):
     """One `beam-slurm cancel` of the run: the jobs it ended while they were queued or running."""
 
     requested_at: str = ""
     by: str = ""
     job_ids: list[str] = field(default_factory=list)
     states: dict[str, str] = field(default_factory=dict)  # Job id -> its state when cancelled
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
-class BadNode:
+class BadNode(_Entry):
     """A node an attempt failed on; later attempts of the same job exclude it."""
 
     node: str = ""
@@ -141,22 +143,20 @@ class BadNode:
     job_id: str = ""
     attempt: int | None = None
     time: str = ""
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
-class Tracking:
+class Tracking(_Entry):
     """The run's experiment tracker identity (one W&B run across attempts)."""
 
     logger: str = ""
     wandb_run_id: str | None = None
     chosen_by_job: str = ""  # The training job whose first attempt chose the id
     chosen_at: str = ""
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
-class RunRecord:
+class RunRecord(_Entry):
     """Everything run.json holds."""
 
     schema_version: int = SCHEMA_VERSION
@@ -175,7 +175,6 @@ class RunRecord:
     bad_nodes: list[BadNode] = field(default_factory=list)
     tracking: Tracking | None = None
     cancels: list[Cancel] = field(default_factory=list)
-    extra: dict[str, Any] = field(default_factory=dict)
 
     def train_job(self, job_id: str) -> TrainJob:
         """The job's entry, created (empty) when the record has none yet."""
@@ -200,9 +199,7 @@ class RunRecord:
     def wanted_for(self, job_id: str) -> Wanted | None:
         """The operator's wanted outcome for this job, when not handled yet."""
         wanted = self.wanted
-        if wanted is not None and wanted.job_id == str(job_id) and wanted.handled_by_attempt is None:
-            return wanted
-        return None
+        return wanted if wanted and wanted.job_id == str(job_id) and wanted.handled_by_attempt is None else None
 
     def resumable_job(self) -> TrainJob | None:
         """The latest training job when it ended stopped or failed resumable (`submit` then resumes), else None."""
@@ -222,11 +219,10 @@ class RunRecord:
     def fill_in(self, run_info: dict[str, Any]) -> None:
         """The run's own fields (name, recipe, paths) where still empty: a job started without `submit`."""
         for key, value in run_info.items():
-            if key in self.__dataclass_fields__:
-                if not getattr(self, key):
-                    setattr(self, key, value)
-            else:
+            if key not in self.__dataclass_fields__:
                 self.extra.setdefault(key, value)
+            elif not getattr(self, key):
+                setattr(self, key, value)
 
     def begin_attempt(self, *, job_id: str, attempt: int, nodes: list[str], checkpoint: int | None, when: str,
                       partition: str, nodes_needed: int, user_exclude: list[str], in_job: int = 0,
@@ -280,7 +276,7 @@ class RunRecord:
 
 
 @dataclass
-class EvaluationEntry:
+class EvaluationEntry(_Entry):
     """An evaluation job submitted for one checkpoint (`beam_run/evals/global_step_N.json`)."""
 
     step: int = 0
@@ -289,14 +285,10 @@ class EvaluationEntry:
     submitted_at: str = ""
     command: str | None = None
     earlier_job_ids: list[str] = field(default_factory=list)  # The jobs of earlier submissions for the same checkpoint
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 class RecordError(UserError):
     """A run record this version cannot read."""
-
-
-T = TypeVar("T")
 
 
 def from_json(cls: type[T], data: Any, where: str = "run.json") -> T:
@@ -322,17 +314,13 @@ def _convert(hint: Any, value: Any, where: str) -> Any:
         return _convert(inner, value, where)
     if dataclasses.is_dataclass(hint):
         return from_json(hint, value, where)
-    if origin is list:
-        (item,) = typing.get_args(hint)
-        if not isinstance(value, list):
-            raise RecordError(f"{where}: expected a list, found {type(value).__name__}",
-                              fix="restore the file from its backup or remove it")
-        return [_convert(item, v, f"{where}[{i}]") for i, v in enumerate(value)]
-    if origin is dict:
-        _, item = typing.get_args(hint)
-        if not isinstance(value, dict):
-            raise RecordError(f"{where}: expected an object, found {type(value).__name__}",
-                              fix="restore the file from its backup or remove it")
+    if origin in (list, dict):
+        item = typing.get_args(hint)[-1]
+        if not isinstance(value, origin):
+            raise RecordError(f"{where}: expected {'a list' if origin is list else 'an object'}, found "
+                              f"{type(value).__name__}", fix="restore the file from its backup or remove it")
+        if origin is list:
+            return [_convert(item, v, f"{where}[{i}]") for i, v in enumerate(value)]
         return {str(k): _convert(item, v, f"{where}.{k}") for k, v in value.items()}
     if hint is str and isinstance(value, (int, float)):
         return str(value)  # job ids were written as numbers by hand-made records

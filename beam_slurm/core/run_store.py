@@ -72,8 +72,7 @@ class RunStore:
     def update(self, change: Callable[[RunRecord], T]) -> T:
         """Read the record, let `change` edit it in place, write it back, all under the lock; `change`'s result."""
         for _ in range(_UPDATE_TRIES):
-            lock = SharedFileLock(self.dir / layout.RUN_LOCK_FILE, stale_after=self.stale_after,
-                                  poll_interval=0.02)
+            lock = SharedFileLock(self.dir / layout.RUN_LOCK_FILE, stale_after=self.stale_after, poll_interval=0.02)
             lock.acquire(timeout=self.lock_timeout)
             try:
                 record = self.read()
@@ -92,12 +91,10 @@ class RunStore:
     # --- the other files of the run folder ----------------------------------------------------------------------
     def write_config(self, config_yaml: str) -> None:
         """config.yaml: the resolved recipe of the latest job or submission."""
-        self.dir.mkdir(parents=True, exist_ok=True)
         write_text(self.dir / layout.CONFIG_FILE, config_yaml)
 
     def write_commands(self, lines: list[str]) -> None:
         """commands.sh: the latest submission's sbatch commands."""
-        self.dir.mkdir(parents=True, exist_ok=True)
         write_text(self.dir / layout.COMMANDS_FILE, "\n".join(lines) + "\n")
 
     def _evaluation_file(self, step: int) -> Path:
@@ -115,19 +112,18 @@ class RunStore:
         return path
 
     def evaluation(self, step: int) -> EvaluationEntry | None:
-        path = self._evaluation_file(step)
-        try:
-            return from_json(EvaluationEntry, _parsed(path), str(path)) if path.is_file() else None
-        except RecordError:
-            return None
+        return _evaluation_entry(self._evaluation_file(step))
 
     def evaluations(self) -> list[EvaluationEntry]:
         """Recorded evaluation jobs, by step (unreadable entries are skipped)."""
         folder = self.dir / layout.RUN_EVALS_DIRNAME
-        entries = []
-        for path in folder.glob("global_step_*.json") if folder.is_dir() else []:
-            try:
-                entries.append(from_json(EvaluationEntry, _parsed(path), str(path)))
-            except RecordError:
-                continue
-        return sorted(entries, key=lambda e: e.step)
+        entries = [_evaluation_entry(p) for p in folder.glob("global_step_*.json")] if folder.is_dir() else []
+        return sorted((e for e in entries if e is not None), key=lambda e: e.step)
+
+
+def _evaluation_entry(path: Path) -> EvaluationEntry | None:
+    """The entry in `path`; None when there is none or it cannot be read."""
+    try:
+        return from_json(EvaluationEntry, _parsed(path), str(path)) if path.is_file() else None
+    except RecordError:
+        return None

@@ -113,9 +113,7 @@ class SharedFileLock:
         except FileNotFoundError:
             return  # someone else broke or released it first
         moved = _read_holder(tombstone)
-        judged_token = judged.token if judged else None
-        moved_token = moved.token if moved else None
-        if moved_token != judged_token:
+        if (moved.token if moved else None) != (judged.token if judged else None):
             # A fresh lock appeared between our check and the rename: give it back unless yet another exists.
             try:
                 os.link(tombstone, self.path)

@@ -24,6 +24,8 @@ Queue waits (pending, outside any allocation) are wall seconds beside the ledger
 
 from __future__ import annotations
 
+import itertools
+import statistics
 import time
 from pathlib import Path
 from dataclasses import asdict, dataclass, field
@@ -43,6 +45,8 @@ PHASES = ("bring_up", "model_load", "productive", "lost", "checkpoint", "evaluat
 _AFTER = {"load": "model_load", "saving": "checkpoint", "after-save": "checkpoint", "eval": "evaluation",
           "after-eval": "evaluation", "finished": "stopping"}
 """The phase a trainer event starts (a step and a save without an after-save are decided in `_attempt_segments`)."""
+FAULT_KINDS = ("node-failure", "hang", "preempted", "slurm-requeue", "lost", "driver-error", "setup-error")
+"""Attempt ends that came without a notice: the interruptions the checkpoint interval has to pay for."""
 
 
 @dataclass
@@ -100,10 +104,8 @@ class Ledger:
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
-        out["timeline"] = [{**{k: v for k, v in asdict(line).items() if k != "segments"},
-                            "segments": [{"phase": s.phase, "start": s.start, "end": s.end, "nodes": s.nodes,
-                                          **({"step": s.step} if s.step is not None else {})}
-                                         for s in line.segments]} for line in self.timeline]
+        for line in out["timeline"]:  # a segment's step only where it has one
+            line["segments"] = [{k: v for k, v in s.items() if k != "step" or v is not None} for s in line["segments"]]
         return out
 
 
@@ -151,8 +153,7 @@ def _attempt_segments(attempt: Attempt, events: list[dict], end: float, nodes: i
         segments.append(Segment("cut-off", begin, cut, nodes, step))  # killed mid-step: never saved
         segments.append(Segment("stopping", cut, end, nodes))
     else:
-        segments.append(Segment(phase if phase in ("bring_up", "model_load") else "stopping", begin, end, nodes,
-                                step))
+        segments.append(Segment(phase if phase in ("bring_up", "model_load") else "stopping", begin, end, nodes, step))
     return [s for s in segments if s.end > s.start]
 
 
@@ -247,10 +248,6 @@ def run_ledger(export_path, now: float | None = None) -> Ledger:
     return run_ledgers([export_path], now)[export_path]
 
 
-FAULT_KINDS = ("node-failure", "hang", "preempted", "slurm-requeue", "lost", "driver-error", "setup-error")
-"""Attempt ends that came without a notice: the interruptions the checkpoint interval has to pay for."""
-
-
 @dataclass(frozen=True)
 class Measured:
     """A run's own numbers, for `plan`: medians per attempt (seconds), None where the run has none."""
@@ -266,11 +263,7 @@ class Measured:
 
 
 def _median(values: list[float]) -> float | None:
-    values = sorted(values)
-    if not values:
-        return None
-    middle = len(values) // 2
-    return values[middle] if len(values) % 2 else (values[middle - 1] + values[middle]) / 2
+    return statistics.median(values) if values else None
 
 
 def measured(result: Ledger) -> Measured:
@@ -284,14 +277,9 @@ def measured(result: Ledger) -> Measured:
         bring_up.append(phase_s.get("bring_up", 0.0))
         if "model_load" in phase_s:
             load.append(phase_s["model_load"])
-        runs, current = [], 0.0
-        for segment in line.segments:  # consecutive checkpoint segments are one save
-            if segment.phase == "checkpoint":
-                current += segment.end - segment.start
-            elif current:
-                runs.append(current)
-                current = 0.0
-        saves += runs + ([current] if current else [])
+        # Consecutive checkpoint segments are one save.
+        saves += [sum(s.end - s.start for s in run)
+                  for phase, run in itertools.groupby(line.segments, lambda s: s.phase) if phase == "checkpoint"]
     hours = sum(line.end - line.start for line in result.timeline) / 3600
     faults = sum(1 for line in result.timeline if line.end_kind in FAULT_KINDS)
     return Measured(attempts=len(result.timeline), allocated_hours=hours, bring_up_s=_median(bring_up),

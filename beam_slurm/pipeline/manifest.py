@@ -29,8 +29,7 @@ def record_submission(store: RunStore, cfg, *, overrides: list[str], data_overri
     commands = ["#!/bin/bash", f"# sbatch commands of the latest submission of {cfg.run_name} ({now()})"]
     for plan in plans:
         if plan.request is not None and plan.status == "submitted":
-            commands.append(f"# {plan.stage}: job {plan.job_id}")
-            commands.append(plan.request.shell())
+            commands += [f"# {plan.stage}: job {plan.job_id}", plan.request.shell()]
         else:
             commands.append(f"# {plan.stage}: {plan.status} ({plan.skip_reason or plan.job_id})")
     store.write_commands(commands)
@@ -38,10 +37,7 @@ def record_submission(store: RunStore, cfg, *, overrides: list[str], data_overri
 
 def latest_stages(run: RunRecord) -> list[StageEntry]:
     """For each stage, in chain order, its entry in the newest submission that included it."""
-    newest: dict[str, StageEntry] = {}
-    for submission in run.submissions:
-        for entry in submission.stages:
-            newest[entry.stage] = entry
+    newest = {entry.stage: entry for submission in run.submissions for entry in submission.stages}
     order = {"data": 0, "container": 1, "train": 2}
     return sorted(newest.values(), key=lambda e: order.get(e.stage, 9))
 

@@ -19,7 +19,7 @@ from beam_slurm.config.load import load_config
 from beam_slurm.core import layout
 from beam_slurm.core.atomic_files import read_json
 from beam_slurm.core.errors import UserError
-from beam_slurm.core.run_record import RunRecord, Wanted, read_record
+from beam_slurm.core.run_record import Wanted, read_record
 from beam_slurm.core.run_store import RunStore, now
 from beam_slurm.slurm import scheduler
 
@@ -150,9 +150,5 @@ def set_wanted(store: RunStore, *, job_id: str, action: str, timeout_s: float) -
     """Write the operator's wanted outcome for the job (it replaces an earlier unhandled one)."""
     wanted = Wanted(action=action, job_id=str(job_id), requested_at=now(), requested_time=time.time(), by=user_name(),
                     timeout_s=float(timeout_s))
-
-    def change(run: RunRecord) -> Wanted:
-        run.wanted = wanted
-        return wanted
-
-    return store.update(change)
+    store.update(lambda run: setattr(run, "wanted", wanted))
+    return wanted

@@ -30,6 +30,7 @@ from beam_slurm.slurm.submission import SbatchRequest, submit
 
 TRAIN_SCRIPTS = {"lora_16gpu": "train_lora_16gpu.sh", "lora_32gpu": "train_lora_32gpu.sh",
                  "bf16_64gpu": "train_bf16.sh", "mxfp8_64gpu": "train_mxfp8.sh"}
+_MISSING = "is missing"
 
 
 class StageError(UserError, ValueError):
@@ -51,21 +52,16 @@ def script_path(name: str) -> str:
 def account_options(cfg) -> list[str]:
     """--partition/--account/--qos from cfg.cluster (the same for every stage of a run)."""
     c = cfg.cluster
-    out = []
-    for flag, value in (("--partition", c.partition), ("--account", c.account), ("--qos", c.qos)):
-        if value:
-            out.append(f"{flag}={value}")
-    return out
+    return [f"{flag}={value}" for flag, value in (("--partition", c.partition), ("--account", c.account),
+                                                  ("--qos", c.qos)) if value]
 
 
 def gpu_job_options(cfg, nodes: int, time_limit: str) -> list[str]:
     """Resources of a GPU job (training, evaluation): nodes, GPUs, memory, CPUs, time, then the user's extras."""
     c = cfg.cluster
     out = [f"--nodes={nodes}", f"--gpus-per-node={c.gpus_per_node}", f"--time={time_limit}"]
-    if c.cpus_per_node:
-        out.append(f"--cpus-per-task={c.cpus_per_node}")
-    if c.mem_per_node:
-        out.append(f"--mem={c.mem_per_node}")
+    out += [f"--cpus-per-task={c.cpus_per_node}"] if c.cpus_per_node else []
+    out += [f"--mem={c.mem_per_node}"] if c.mem_per_node else []
     return out + account_options(cfg) + [str(a) for a in c.extra_sbatch_args]
 
 
@@ -84,10 +80,8 @@ class StagePlan:
 
     @property
     def status(self) -> str:
-        if self.job_id and self.job_id == self.reused_job_id:
-            return "reused"
         if self.job_id:
-            return "submitted"
+            return "reused" if self.job_id == self.reused_job_id else "submitted"
         return "skipped" if self.skip_reason else "pending-submit"
 
     def submit(self, depends_on: list[str], dependency_type: str) -> str:
@@ -107,11 +101,13 @@ class StagePlan:
                 "command": self.request.shell() if self.request is not None else None}
 
 
-def _export() -> dict[str, str]:
-    return {"BEAM_SLURM_HOME": checkout_home()}
-
-
-_MISSING = "is missing"
+def _service_plan(stage, script_args: list[str]) -> StagePlan:
+    """The plan of a one-task stage (data, container): its own log and job name, no GPUs."""
+    cfg, log_dir = stage.cfg, str(stage.cfg.paths.log_dir)
+    request = SbatchRequest(script=script_path(stage.script), options=[
+        f"--job-name={cfg.run_name}-{stage.stage}", f"--output={log_dir}/{stage.stage}-%j.out", *account_options(cfg)],
+        script_args=script_args, export={"BEAM_SLURM_HOME": checkout_home()})
+    return StagePlan(stage.stage, stage.identity(), request, log_dir=log_dir)
 
 
 class PrepareData:
@@ -174,16 +170,8 @@ class PrepareData:
                 "stage (--stages container,train), or rebuild them (submit --force)")
 
     def render(self) -> StagePlan:
-        cfg = self.cfg
-        log_dir = str(cfg.paths.log_dir)
-        request = SbatchRequest(
-            script=script_path(self.script),
-            options=[f"--job-name={cfg.run_name}-data", f"--output={log_dir}/data-%j.out", *account_options(cfg)],
-            script_args=[*(["--force"] if self.force else []), override("data.out_dir", self.out_dir),
-                         *self.data_overrides],
-            export=_export(),
-        )
-        return StagePlan(self.stage, self.identity(), request, log_dir=log_dir)
+        return _service_plan(self, [*(["--force"] if self.force else []), override("data.out_dir", self.out_dir),
+                                    *self.data_overrides])
 
 
 class PullContainer:
@@ -215,17 +203,9 @@ class PullContainer:
         return ""
 
     def render(self) -> StagePlan:
-        cfg, s = self.cfg, self.settings
-        log_dir = str(cfg.paths.log_dir)
-        request = SbatchRequest(
-            script=script_path(self.script),
-            options=[f"--job-name={cfg.run_name}-container", f"--output={log_dir}/container-%j.out",
-                     *account_options(cfg)],
-            script_args=[override("container.runtime", s.runtime), override("container.image", s.image),
-                         override("container.image_cache_dir", s.image_cache_dir)],
-            export=_export(),
-        )
-        return StagePlan(self.stage, self.identity(), request, log_dir=log_dir)
+        s = self.settings
+        return _service_plan(self, [override("container.runtime", s.runtime), override("container.image", s.image),
+                                    override("container.image_cache_dir", s.image_cache_dir)])
 
 
 class Train:
@@ -265,5 +245,5 @@ class Train:
                    f"--signal=B:USR1@{c.signal_before_s}"]
         options += gpu_job_options(cfg, c.nodes + c.spare_nodes, c.time_limit)  # spares are in the allocation
         request = SbatchRequest(script=script_path(script), options=options, script_args=self.script_args(),
-                                export=_export())
+                                export={"BEAM_SLURM_HOME": checkout_home()})
         return StagePlan(self.stage, self.identity(), request, log_dir=str(cfg.paths.log_dir))

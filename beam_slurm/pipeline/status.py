@@ -38,6 +38,8 @@ from beam_slurm.slurm.scheduler import SlurmCommandError
 from beam_slurm.slurm.submission import FINAL_STATES, JobView, job_view
 from beam_slurm.slurm.values import reported_seconds
 
+LOST_REASON = "ended without a word from the batch shell (its node failed, or Slurm killed it)"
+
 
 class StatusInputError(UserError, ValueError):
     """The argument names no run or sweep; the message says where we looked."""
@@ -67,11 +69,10 @@ class StatusRow:
 
 def resolve_targets(target: str | None) -> tuple[list[Path], str]:
     """(export paths of the runs to show, title). Raises StatusInputError."""
+    target = target or last_target()
     if not target:
-        target = last_target()
-        if not target:
-            raise StatusInputError("no run given and nothing submitted from this account yet; pass a run folder, "
-                                   "run name or sweep folder")
+        raise StatusInputError("no run given and nothing submitted from this account yet; pass a run folder, "
+                               "run name or sweep folder")
     path = Path(target).expanduser()
     try:
         found = resolve_runs(target)
@@ -201,9 +202,6 @@ def collect(export_paths: list[Path]) -> list[StatusRow]:
     return rows
 
 
-LOST_REASON = "ended without a word from the batch shell (its node failed, or Slurm killed it)"
-
-
 def _attempt_row(name: str, attempt: Attempt, ended_by_slurm: bool = False) -> StatusRow:
     """One attempt of a training job: nodes, checkpoint at start -> end, how it ended."""
     start, end = attempt.checkpoint_at_start, attempt.checkpoint_at_end
@@ -237,25 +235,21 @@ def _iso(stamp: float | None, text: str | None) -> str | None:
 
 def status_json(rows: list[StatusRow], title: str) -> dict:
     """`status --json`: one object per job (schema in the README's "JSON output"); attempts nested in their job."""
-    jobs = []
-    for r in rows:
-        if r.stage.startswith(" "):
-            continue
-        stage, _, _ = r.stage.partition(" ")
-        jobs.append({
-            "run": r.run, "stage": stage, "job_id": r.job_id or None, "state": r.state, "restarts": r.restarts,
-            "elapsed_s": reported_seconds(r.elapsed), "nodes": r.nodes or None,
-            "checkpoint": r.step, "max_training_steps": r.max_steps, "evaluation": r.results, "reason": r.reason,
-            "rehearsal": r.rehearsal,
-            "attempts": [{"attempt": a.attempt, "in_job": a.in_job, "label": a.label, "replaced": list(a.replaced),
-                          "state": a.end_kind or ("lost" if r.state in FINAL_STATES else "running"
-                                                  if not a.ended else "ended"),
-                          "started_at": _iso(a.start_time, a.start), "ended_at": _iso(a.end_time, a.end),
-                          "nodes": list(a.nodes), "checkpoint_at_start": a.checkpoint_at_start,
-                          "checkpoint_at_end": a.checkpoint_at_end, "saved_step": a.saved_step,
-                          "decision": a.decision or None, "exit_status": a.exit_status,
-                          "reason": a.end_reason or (LOST_REASON if not a.ended and r.state in FINAL_STATES else ""),
-                          "hang_dumps": a.hang_dumps} for a in r.attempts]})
+    jobs = [{
+        "run": r.run, "stage": r.stage.partition(" ")[0], "job_id": r.job_id or None, "state": r.state,
+        "restarts": r.restarts, "elapsed_s": reported_seconds(r.elapsed), "nodes": r.nodes or None,
+        "checkpoint": r.step, "max_training_steps": r.max_steps, "evaluation": r.results, "reason": r.reason,
+        "rehearsal": r.rehearsal,
+        "attempts": [{"attempt": a.attempt, "in_job": a.in_job, "label": a.label, "replaced": list(a.replaced),
+                      "state": a.end_kind or ("lost" if r.state in FINAL_STATES else "running"
+                                              if not a.ended else "ended"),
+                      "started_at": _iso(a.start_time, a.start), "ended_at": _iso(a.end_time, a.end),
+                      "nodes": list(a.nodes), "checkpoint_at_start": a.checkpoint_at_start,
+                      "checkpoint_at_end": a.checkpoint_at_end, "saved_step": a.saved_step,
+                      "decision": a.decision or None, "exit_status": a.exit_status,
+                      "reason": a.end_reason or (LOST_REASON if not a.ended and r.state in FINAL_STATES else ""),
+                      "hang_dumps": a.hang_dumps} for a in r.attempts]}
+        for r in rows if not r.stage.startswith(" ")]  # an attempt's row is nested in its job
     return {"title": title, "jobs": jobs}
 
 
@@ -332,11 +326,9 @@ def main(argv: list[str]) -> int:
     try:
         rows = collect(export_paths)
         if args.json:
-            ledgers = {}
-            for path, ledger in run_ledgers(export_paths).items():  # one sacct call for every run
-                found = ledger.to_json()
-                found.pop("timeline")  # report.json has it
-                ledgers[RunStore(path).read().run_name or path.name] = found
+            ledgers = {RunStore(path).read().run_name or path.name:  # the timeline: report.json has it
+                       {key: value for key, value in ledger.to_json().items() if key != "timeline"}
+                       for path, ledger in run_ledgers(export_paths).items()}  # one sacct call for every run
             goodput = next(iter(ledgers.values())) if len(ledgers) == 1 else ledgers
             print(json.dumps({**status_json(rows, title), "goodput": goodput}, indent=2))
             return 0

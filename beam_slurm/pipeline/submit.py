@@ -1,9 +1,6 @@
 """`beam-slurm submit`: the stage chain prepare data -> pull container -> train as Slurm jobs, or one chain per
 point of a `-m` sweep, returning as soon as everything is queued.
 
-    beam-slurm submit [-m] [--dry-run] [--force] [--stages data,container,train] [--dependency-type afterok|afterany]
-                      [--skip-invalid] [--json] [key=value ...] [data.key=value ...]
-
 Each stage is its own job, chained with `--dependency` (afterok: a failed stage's dependents stay pending, nothing
 is cancelled). Stages already complete are skipped and a stage whose earlier job is still active is not submitted
 twice; a sweep shares the data and container jobs, and is refused (exit 2) when a point is invalid unless
@@ -101,23 +98,21 @@ def _fail(problems: list[str]) -> int:
 
 def build_runs(overrides: list[str], multirun: bool, stages: tuple[str, ...] | list[str] = STAGES) -> list[RunSpec]:
     """Load and validate every run (every sweep point); raises ConfigError for a bad override outside a sweep."""
-    if not multirun:
-        swept = has_sweep(overrides)
-        if swept:
-            raise ConfigError([ConfigProblem(s.split("=", 1)[0], s, "is a sweep: add -m to submit one run per value, "
-                                             "or quote a literal comma (key='a,b')") for s in swept])
+    swept = [] if multirun else has_sweep(overrides)
+    if swept:
+        raise ConfigError([ConfigProblem(s.split("=", 1)[0], s, "is a sweep: add -m to submit one run per value, "
+                                         "or quote a literal comma (key='a,b')") for s in swept])
     home = os.environ.get("HOME", str(Path.home()))
     runs = []
     combos = expand(overrides)
     # One composition per distinct recipe (config group) choice; each point's values applied to a copy.
     for combo, loaded in zip(combos, load_many([c.overrides for c in combos])):
         run = RunSpec(combo.overrides, combo.choices)
+        runs.append(run)
         if isinstance(loaded, ConfigError):
             run.problems = loaded.problems
-            runs.append(run)
             continue
-        run.cfg = loaded
-        run.base_name = run.cfg.run_name
+        run.cfg, run.base_name = loaded, loaded.run_name
         if combo.choices:
             rename_run(run.cfg, slug(combo.choices), home=home)
         run.problems = config_problems(run.cfg)
@@ -125,15 +120,12 @@ def build_runs(overrides: list[str], multirun: bool, stages: tuple[str, ...] | l
             run.problems += path_problems(run.cfg, produced=[s for s in stages if s != "train"])
             if not unusable_text_problems(run.cfg):  # it reads the run's folders
                 run.problems += stalled_attempt_problems(run.cfg)
-        runs.append(run)
-    seen: dict[str, RunSpec] = {}
-    for run in runs:
-        if run.cfg is None:
-            continue
+    seen: set[str] = set()
+    for run in (r for r in runs if r.cfg is not None):
         if run.cfg.run_name in seen:
             run.problems.append(ConfigProblem("run_name", run.cfg.run_name, "two sweep points have the same run name; "
                                               "remove the repeated value"))
-        seen.setdefault(run.cfg.run_name, run)
+        seen.add(run.cfg.run_name)
     return runs
 
 
@@ -270,10 +262,8 @@ def _chain_dependencies(run: RunSpec) -> dict[int, list[str]]:
 
 def submit_runs(runs: list[RunSpec], dependency_type: str) -> None:
     """Submit data and container first (they do not depend on each other), then each train after them."""
-    for run in runs:
-        for plan in run.plans:
-            if plan.reused_job_id and not plan.job_id:
-                plan.job_id = plan.reused_job_id
+    for plan in (p for run in runs for p in run.plans if p.reused_job_id and not p.job_id):
+        plan.job_id = plan.reused_job_id
     for run in runs:
         for index, plan in enumerate(run.plans):
             if plan.skip_reason or plan.job_id:
@@ -310,24 +300,18 @@ def _print_runs(runs: list[RunSpec], dry_run: bool, out=None) -> None:
 def _write_records(runs: list[RunSpec], invalid: list[RunSpec], args, data_overrides: list[str],
                    sweep_dir: Path | None) -> None:
     for run in runs:
-        for plan in run.plans:
-            if plan.stage == "train" and plan.job_id:
-                remember_job(plan.job_id, run.cfg.paths.export_path)
-        record_submission(
-            RunStore(run.cfg.paths.export_path), run.cfg, overrides=run.overrides, data_overrides=data_overrides, plans=run.plans,
-            dependency_type=args.dependency_type, sweep_dir=str(sweep_dir) if sweep_dir else None,
-            config_yaml=to_yaml(run.cfg))
+        for plan in (p for p in run.plans if p.stage == "train" and p.job_id):
+            remember_job(plan.job_id, run.cfg.paths.export_path)
+        record_submission(RunStore(run.cfg.paths.export_path), run.cfg, overrides=run.overrides,
+                          data_overrides=data_overrides, plans=run.plans, dependency_type=args.dependency_type,
+                          sweep_dir=str(sweep_dir) if sweep_dir else None, config_yaml=to_yaml(run.cfg))
     if sweep_dir is not None:
-        record = {
-            "created_at": now(),
-            "overrides": args.overrides,
-            "stages": args.stages,
-            "runs": [{"run_name": r.cfg.run_name, "choices": [f"{k}={v}" for k, v in r.choices],
-                      "export_path": str(r.cfg.paths.export_path), "ckpt_path": str(r.cfg.paths.ckpt_path),
-                      "run_dir": f"{r.cfg.paths.export_path}/beam_run"} for r in runs],
-            "invalid": [{"choices": [f"{k}={v}" for k, v in r.choices], "problems": [str(p) for p in r.problems]}
-                        for r in invalid],
-        }
+        record = {"created_at": now(), "overrides": args.overrides, "stages": args.stages,
+                  "runs": [{"run_name": r.cfg.run_name, "choices": [f"{k}={v}" for k, v in r.choices],
+                            "export_path": str(r.cfg.paths.export_path), "ckpt_path": str(r.cfg.paths.ckpt_path),
+                            "run_dir": f"{r.cfg.paths.export_path}/beam_run"} for r in runs],
+                  "invalid": [{"choices": [f"{k}={v}" for k, v in r.choices], "problems": [str(p) for p in r.problems]}
+                              for r in invalid]}
         write_text(sweep_dir / layout.SWEEP_FILE, json.dumps(record, indent=2) + "\n")
         remember_last(sweep_dir)
     elif runs:
@@ -343,8 +327,7 @@ def main(argv: list[str]) -> int:
     args = parsed.args
     args.overrides = parsed.overrides
     stages = [s.strip() for s in args.stages.split(",") if s.strip()]
-    unknown = [s for s in stages if s not in STAGES]
-    if unknown or not stages:
+    if not stages or not set(stages) <= set(STAGES):
         return _fail([f"--stages {args.stages!r}: use a comma-separated subset of {','.join(STAGES)}"])
     stages = [s for s in STAGES if s in stages]  # chain order, whatever order was typed
 
@@ -386,10 +369,8 @@ def main(argv: list[str]) -> int:
     except StageError as exc:
         return _fail([str(exc)])
 
-    for run in valid:
-        for plan in run.plans:
-            if plan.request is not None:
-                plan.request.dependency_type = args.dependency_type
+    for plan in (p for run in valid for p in run.plans if p.request is not None):
+        plan.request.dependency_type = args.dependency_type
     if valid and valid[0].cfg.cluster.ask_slurm_on_submit:
         refused = ask_slurm(valid)
         if refused:

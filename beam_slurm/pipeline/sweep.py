@@ -59,20 +59,15 @@ def expand(overrides: list[str]) -> list[Combination]:
             axes.append([(f"{key}={value}", (key.lstrip("+~"), value)) for value in values])
         else:
             axes.append([(override.input_line, None)])
-    combinations = []
-    for point in itertools.product(*axes) if axes else [()]:
-        combinations.append(Combination([text for text, _ in point], [c for _, c in point if c is not None]))
-    return combinations
+    return [Combination([text for text, _ in point], [c for _, c in point if c is not None])
+            for point in itertools.product(*axes)]
 
 
 def slug(choices: list[tuple[str, str]]) -> str:
     """Short, folder-safe name of a combination: `precision_bf16-rank_64` (last key part unless two collide)."""
     short = [key.split(".")[-1] for key, _ in choices]
-    parts = []
-    for (key, value), name in zip(choices, short):
-        name = name if short.count(name) == 1 else key
-        parts.append(_UNSAFE.sub("_", f"{name}_{value}").strip("_"))
-    return "-".join(parts)
+    return "-".join(_UNSAFE.sub("_", f"{name if short.count(name) == 1 else key}_{value}").strip("_")
+                    for (key, value), name in zip(choices, short))
 
 
 def rename_run(cfg, run_slug: str, *, home: str) -> None:
@@ -91,9 +86,7 @@ def rename_run(cfg, run_slug: str, *, home: str) -> None:
 def sweep_root(export_paths: list[str]) -> Path:
     """Folder for the sweep record: beside the runs' export folders (their common parent)."""
     parents = {str(Path(p).parent) for p in export_paths}
-    if len(parents) == 1:
-        return Path(parents.pop())
-    return Path(os.path.commonpath(export_paths))
+    return Path(parents.pop() if len(parents) == 1 else os.path.commonpath(export_paths))
 
 
 def share_group(cfg, overrides: list[str], sweep_name: str) -> list[str]:

@@ -36,10 +36,8 @@ def offline_folders(export_path: Path, run: RunRecord) -> list[Path]:
         return (job_order.get(job_id, len(job_order)), int(job_id) if job_id.isdigit() else 0,
                 int(attempt) if attempt.isdigit() else 0)
 
-    found = []
-    for attempt_folder in sorted((p for p in base.iterdir() if p.is_dir()), key=order):
-        found += sorted((attempt_folder / "wandb").glob(f"offline-run-*-{run_id}"))
-    return found
+    return [found for attempt_folder in sorted((p for p in base.iterdir() if p.is_dir()), key=order)
+            for found in sorted((attempt_folder / "wandb").glob(f"offline-run-*-{run_id}"))]
 
 
 def sync_commands(export_path: Path, run: RunRecord) -> list[list[str]]:
@@ -74,15 +72,13 @@ def main(argv: list[str]) -> int:
     if not commands:
         return verb.fail(f"no offline W&B folders of run {run_id} under {export_path / RUN_DIRNAME / WANDB_FOLDER}")
     print(f"beam-slurm sync: W&B run {run_id}: {len(commands)} attempt folder(s) in attempt order")
-    if args.dry_run:  # what W&B itself would do with these folders (reads them, needs no network)
-        for command in commands:
-            print(shlex.join(command), flush=True)
-        listing = [commands[0][0], "sync", "--dry-run", "--id", run_id, *(c[-1] for c in commands)]
-        return subprocess.run(listing, check=False).returncode
     for command in commands:
         print(shlex.join(command), flush=True)
-        done = subprocess.run(command, check=False)
-        if done.returncode != 0:
+        done = None if args.dry_run else subprocess.run(command, check=False)
+        if done is not None and done.returncode != 0:
             return verb.fail(f"wandb sync failed ({done.returncode}) on {command[-1]}; the attempts after it were "
                              "not synced (run the verb again once fixed)", status=1)
+    if args.dry_run:  # what W&B itself would do with these folders (reads them, needs no network)
+        listing = [commands[0][0], "sync", "--dry-run", "--id", run_id, *(c[-1] for c in commands)]
+        return subprocess.run(listing, check=False).returncode
     return 0
