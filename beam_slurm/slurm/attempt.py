@@ -51,22 +51,15 @@ from beam_slurm.slurm.requeue_policy import (AttemptFacts, Decision, decide, exc
                                              slurm_end_of, stop_waiting_for_save)
 from beam_slurm.slurm.steps import StepLauncher, stop_step
 
-RAY_STEP = "ray"
-"""Job name of the Ray step (how `scontrol` finds it to signal it)."""
+RAY_STEP = "ray"  # the Ray step's job name (how `scontrol` finds it to signal it)
 _POLL_S = 0.2
-HANG_POLL_S = 2.0
-"""How often the watchdog reads the trainer's heartbeat."""
-HANG_FOLDER = "hang"
-"""Under the attempt's log folder: one folder per node with the hang's dumps (`ray_cluster.hang_dump`)."""
-NOTICE_IGNORED_ENV = "BEAM_NOTICE_IGNORED_AT_START"
-"""Set by the training scripts beside `trap '' USR1`: a notice before this process listened may have been lost."""
-RESTART_BRING_UP_S = 120.0
-"""Beyond the notice lead, the least time left that an in-job restart needs (a bring-up and a step)."""
+HANG_POLL_S = 2.0  # how often the watchdog reads the trainer's heartbeat
+HANG_FOLDER = "hang"  # in the attempt's log folder: a folder per node with the hang's dumps (`ray_cluster.hang_dump`)
+NOTICE_IGNORED_ENV = "BEAM_NOTICE_IGNORED_AT_START"  # set by the training scripts beside `trap '' USR1`
+RESTART_BRING_UP_S = 120.0  # beyond the notice lead, the least time left an in-job restart needs (bring-up, a step)
 DUMP_STEP = "hang-dump"
 DUMP_STEP_TIMEOUT_S = 120.0
 _SAVE_POLL_S = 0.5
-OPERATOR_SIGNAL = "USR2"
-"""What `beam-slurm requeue|stop` send to the batch shell (`scancel --batch`) after writing the wanted outcome."""
 _SLURM_ENDS_EVERYTHING = ("requeued", "cancelled", "time limit")
 """What Slurm may be doing when a SIGTERM arrives that signals every step at once: no save can be made."""
 
@@ -98,22 +91,17 @@ class Attempt:
                  replaced: list[str] | None = None, notices: list[tuple[str, float]] | None = None):
         self.settings = settings
         self.alloc = allocation
-        self.in_job = in_job
-        """0 for the allocation's first Ray step, then 1, 2, ... for each restart in the same allocation."""
+        self.in_job = in_job  # 0 for the allocation's first Ray step, then 1, 2, ... for each restart in it
         self.label = layout.attempt_label(allocation.restart_count, in_job)
         self.attempt_dir = Path(settings.log_dir) / f"{allocation.job_id}-{self.label}"
+        # The Ray step's nodes in allocation order (the first is the head); spares and failed nodes left out.
         self.step_nodes = list(step_nodes or allocation.nodes[: settings.nodes])
-        """The Ray step's nodes in allocation order (the first is the head); spares and failed nodes left out."""
-        self.allocation_bad = tuple(allocation_bad)
-        """Nodes of this allocation that failed a preflight in an earlier in-job attempt: never used again."""
-        self.replaced = list(replaced or [])
-        """`old -> new` for each node an in-job restart replaced."""
-        self.restart: Decision | None = None
-        """Set when this attempt ends in a restart in the job: the caller starts the next attempt."""
-        self.started_at = process_start_time()
-        """When the batch shell's process started (the bring-up timing's job_start)."""
+        self.allocation_bad = tuple(allocation_bad)  # failed a preflight in an earlier in-job attempt: never again
+        self.replaced = list(replaced or [])  # `old -> new` for each node an in-job restart replaced
+        self.restart: Decision | None = None  # set when this attempt ends in a restart in the job (the caller runs it)
+        self.started_at = process_start_time()  # the bring-up timing's job_start
+        # Shared with the next in-job attempt: a notice between two Ray steps is not lost.
         self.notices: list[tuple[str, float]] = [] if notices is None else notices
-        """Shared with the next in-job attempt: a notice between two Ray steps is not lost."""
         self.step: subprocess.Popen | None = None
         self.nodes = len(self.step_nodes)
         hook = settings.container
@@ -123,14 +111,10 @@ class Attempt:
                                      gpus_per_node=settings.gpus_per_node, cpus_per_task=allocation.cpus_on_node,
                                      nodelist=pinned)
         self._log_file = None
-        self.requeued = False
-        """True once this attempt asked Slurm to requeue the job (the job folder and token are then kept)."""
-        self.record: RunStore | None = None
-        """The run record's store, None when the job has none (a driver run under train_job)."""
-        self.job_entry = TrainJob(job_id=str(allocation.job_id))
-        """This job's entry in the run record as it stood at the start of the attempt."""
-        self.bad_nodes: list[str] = []
-        """The run's bad nodes at the start of the attempt."""
+        self.requeued = False  # asked Slurm to requeue the job (the job folder and token are then kept)
+        self.record: RunStore | None = None  # None when the job has no run record (a driver run under train_job)
+        self.job_entry = TrainJob(job_id=str(allocation.job_id))  # in the run record at the start of the attempt
+        self.bad_nodes: list[str] = []  # the run's, at the start of the attempt
         self.checkpoint_at_start: int | None = None
         self.slurm_end: str | None = None
         self.wanted: Wanted | None = None
@@ -181,11 +165,7 @@ class Attempt:
         job submitted without --signal gets no notice to miss."""
         if not os.environ.get(NOTICE_IGNORED_ENV):
             return
-        try:
-            info = scheduler.job_info(self.alloc.job_id)
-        except scheduler.SlurmCommandError:
-            return
-        left = time_left_s(info)
+        left = time_left_s(self.job_info())
         if left is not None and left <= self.settings.signal_before_s + 60:
             self.log(f"{left:.0f} s left of the time limit at the start, inside the notice lead "
                      f"({self.settings.signal_before_s:.0f} s): the notice Slurm sent before this process listened "
@@ -365,12 +345,9 @@ class Attempt:
         """Say why the Ray step ended on its own, when it failed: the first failure a node recorded."""
         if status == 0:
             return
-        failure = records.read_failure(self.attempt_dir)
-        if failure:
-            self.log(f"{failure.get('kind')} failure on {failure.get('node')}: {failure.get('reason')}")
-        else:
-            self.log(f"the Ray step ended with status {status} "
-                     f"(driver status {records.read_driver_status(self.attempt_dir)})")
+        failure, driver = records.read_failure(self.attempt_dir), records.read_driver_status(self.attempt_dir)
+        self.log(f"{failure.get('kind')} failure on {failure.get('node')}: {failure.get('reason')}" if failure else
+                 f"the Ray step ended with status {status} (driver status {driver})")
 
     def facts(self, **seen: Any) -> AttemptFacts:
         """This attempt's facts: what the caller saw plus what the nodes and the run record say."""
@@ -416,7 +393,7 @@ class Attempt:
         left; the allocation as it started when scontrol does not answer."""
         try:
             info = scheduler.job_info(self.alloc.job_id)
-            nodes = scheduler.expand_hostnames(info.get("NodeList", "")) if info.get("NodeList") else []
+            nodes = scheduler.expand_hostnames(info.get("NodeList", ""))
         except scheduler.SlurmCommandError:
             return list(self.alloc.nodes), None
         return nodes or list(self.alloc.nodes), time_left_s(info)
@@ -456,6 +433,13 @@ class Attempt:
         return 0
 
     # --- Slurm's view and the run record ------------------------------------------------------------------------
+    def job_info(self) -> dict[str, str]:
+        """`scontrol show job` of this job; {} when scontrol does not answer."""
+        try:
+            return scheduler.job_info(self.alloc.job_id)
+        except scheduler.SlurmCommandError:
+            return {}
+
     def checkpoint(self) -> int | None:
         return layout.latest_checkpoint_step(self.settings.ckpt_path)
 
@@ -502,12 +486,7 @@ class Attempt:
         first = self.alloc.restart_count == 0 and self.in_job == 0
         if first and config_yaml:
             self._record_call("write the resolved recipe", RunStore.write_config, config_yaml)
-        job: dict[str, str] = {}
-        if first:
-            try:
-                job = scheduler.job_info(self.alloc.job_id)
-            except scheduler.SlurmCommandError:
-                job = {}
+        job = self.job_info() if first else {}
         user_exclude = [n for n in (job.get("ExcNodeList") or "").split(",") if n and n != "(null)"]
         if user_exclude:
             try:
@@ -551,13 +530,9 @@ class Attempt:
         bad = [(node, failure_reason.get(node, "preflight failed there" if decision.end_kind == "preflight"
                                          else decision.reason)) for node in decision.bad_nodes]
         outcome = decision.outcome or None
-        if outcome == "completed":
-            outcome_reason = f"finished at step {checkpoint}" if checkpoint is not None else "finished"
-        elif outcome == "stopped":
-            outcome_reason = (f"stopped at step {checkpoint}, resumable" if checkpoint is not None
-                              else "stopped before any checkpoint, resumable")
-        else:
-            outcome_reason = reason
+        at = f" at step {checkpoint}" if checkpoint is not None else ""
+        reasons = {"completed": f"finished{at}", "stopped": f"stopped{at or ' before any checkpoint'}, resumable"}
+        outcome_reason = reasons.get(outcome or "", reason)
         self._record_call("record the attempt's end", lambda store: store.update(lambda run: run.end_attempt(
             job_id=self.alloc.job_id, attempt=self.alloc.restart_count, in_job=self.in_job, when=now(), end=end,
             bad_nodes=bad,
@@ -594,11 +569,8 @@ class Attempt:
             self.log(f"bad nodes {','.join(bad)} not excluded: {exc}; the next attempt checks its nodes itself")
             return
         self.log(f"the next attempt avoids {','.join(bad)}: ExcNodeList={','.join(wanted)}")
-
-        def note_excluded(run: RunRecord) -> None:
-            run.train_job(self.alloc.job_id).excluded_nodes = list(wanted)
-
-        self._record_call("record the excluded nodes", lambda store: store.update(note_excluded))
+        self._record_call("record the excluded nodes", lambda store: store.update(
+            lambda run: setattr(run.train_job(self.alloc.job_id), "excluded_nodes", list(wanted))))
 
     def avoid_bad_nodes(self) -> bool:
         """The fallback when the exclusion could not be set: if this attempt landed on a recorded bad node, set the
@@ -611,11 +583,8 @@ class Attempt:
             return False
         self.log(f"this attempt landed on bad node(s) {','.join(landed)} (the exclusion was not set): requeueing "
                  "once without them")
-
-        def mark(run: RunRecord) -> None:
-            run.train_job(self.alloc.job_id).avoided_bad_nodes = True
-
-        self._record_call("record the bad-node requeue", lambda store: store.update(mark))
+        self._record_call("record the bad-node requeue", lambda store: store.update(
+            lambda run: setattr(run.train_job(self.alloc.job_id), "avoided_bad_nodes", True)))
         decision = Decision(True, 0, f"landed on bad node(s) {','.join(landed)}", end_kind="bad-node-avoided")
         return self.carry_out(decision) == 0 and self.requeued
 
