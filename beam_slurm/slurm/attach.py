@@ -48,12 +48,9 @@ class RunJob:
 
     def attempts(self) -> list[str]:
         """Attempts with a log folder (`2`, or `2.1` for an in-job restart), oldest first."""
-        found = []
-        for folder in self.log_dir.glob(f"{self.job_id}-*"):
-            tail = folder.name.rsplit("-", 1)[-1]
-            if folder.is_dir() and tail.replace(".", "", 1).isdigit():
-                found.append(tail)
-        return sorted(found, key=lambda label: tuple(int(part) for part in label.split(".")))
+        tails = [folder.name.rsplit("-", 1)[-1] for folder in self.log_dir.glob(f"{self.job_id}-*") if folder.is_dir()]
+        return sorted((tail for tail in tails if tail.replace(".", "", 1).isdigit()),
+                      key=lambda label: tuple(int(part) for part in label.split(".")))
 
 
 def find_job(target: str, exports_root: str | None = None) -> RunJob:

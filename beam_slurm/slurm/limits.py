@@ -45,11 +45,11 @@ class JobShape:
 def job_shape(request: SbatchRequest, environ=None) -> JobShape:
     """The shape of a rendered request: its command line, the SBATCH_* variables, then its script's header."""
     options = effective_options(request, environ)
+    given = lambda name: options.get(name, ("", ""))[0]  # noqa: E731
 
     def number(name: str, default: int) -> int:
-        value = options.get(name, ("", ""))[0]
         try:
-            return int(value.split("-")[0]) if value else default
+            return int(given(name).split("-")[0]) if given(name) else default
         except ValueError:
             return default
 
@@ -61,13 +61,12 @@ def job_shape(request: SbatchRequest, environ=None) -> JobShape:
     except SlurmValueError:
         seconds = None
     try:
-        partitions = tuple(partition_names(options["partition"][0])) if options.get("partition", ("", ""))[0] else ()
+        partitions = tuple(partition_names(given("partition"))) if given("partition") else ()
     except SlurmValueError:
         partitions = ()
     return JobShape(nodes=number("nodes", 1), gpus_per_node=number("gpus-per-node", 0), time_limit_s=seconds,
-                    time_limit_text=time_text, time_limit_given=bool(time_text),
-                    time_setting=time_setting, partitions=partitions,
-                    qos=options.get("qos", ("", ""))[0], account=options.get("account", ("", ""))[0])
+                    time_limit_text=time_text, time_limit_given=bool(time_text), time_setting=time_setting,
+                    partitions=partitions, qos=given("qos"), account=given("account"))
 
 
 @dataclass(frozen=True)
@@ -115,12 +114,10 @@ def partition_breaches(shape: JobShape, limits: PartitionLimits) -> list[LimitBr
     # A job that names no limit gets the partition's DefaultTime, else its MaxTime: never over it.
     if shape.time_limit_given and limits.max_time_s is not None and (
             shape.time_limit_s is None or shape.time_limit_s > limits.max_time_s):
+        most = describe_seconds(limits.max_time_s)
         out.append(LimitBreach(f"a time limit of {shape.time_limit_text} ({describe_seconds(shape.time_limit_s)}) "
-                               f"is over {where}'s MaxTime "
-                               f"{describe_seconds(limits.max_time_s)}: Slurm keeps the job pending for ever "
-                               "(PartitionTimeLimit)",
-                               f"{shape.time_setting} to at most {describe_seconds(limits.max_time_s)}, or "
-                               "cluster.partition"))
+                               f"is over {where}'s MaxTime {most}: Slurm keeps the job pending for ever "
+                               "(PartitionTimeLimit)", f"{shape.time_setting} to at most {most}, or cluster.partition"))
     if limits.max_nodes is not None and shape.nodes > limits.max_nodes:
         out.append(LimitBreach(f"{shape.nodes} nodes are over {where}'s MaxNodes {limits.max_nodes} "
                                "(PartitionNodeLimit)", "cluster.nodes, or cluster.partition"))
@@ -132,12 +129,8 @@ def partition_breaches(shape: JobShape, limits: PartitionLimits) -> list[LimitBr
 
 def _tres(text: str) -> dict[str, int]:
     """'node=2,gres/gpu=16' -> {'node': 2, 'gres/gpu': 16} (values that are not whole numbers are left out)."""
-    out = {}
-    for part in (text or "").split(","):
-        name, sep, value = part.partition("=")
-        if sep and value.isdigit():
-            out[name.strip()] = int(value)
-    return out
+    pairs = (part.partition("=") for part in (text or "").split(","))
+    return {name.strip(): int(value) for name, sep, value in pairs if sep and value.isdigit()}
 
 
 @dataclass(frozen=True)

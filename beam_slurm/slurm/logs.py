@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Callable, Mapping, TextIO
 
 from beam_slurm.config.verb_args import VerbArgs, VerbUsageError
+from beam_slurm.core.atomic_files import read_json
 from beam_slurm.core.layout import COMMANDS_FILE, RUN_DIRNAME
 from beam_slurm.pipeline import runs
 from beam_slurm.ray_cluster.log_copy import COPY_RECORD, RAY_LOGS_DIR
@@ -148,9 +149,8 @@ def node_sections(attempt_dir: Path) -> dict[str, Path]:
 
 
 def describe_copy(folder: Path) -> str:
-    try:
-        copy = json.loads((folder / COPY_RECORD).read_text())
-    except (OSError, ValueError):
+    copy = read_json(folder / COPY_RECORD)
+    if copy is None:
         return "no copy record"
     when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(copy.get("time", 0)))
     what = {"periodic": "a periodic copy (the node's last one: it ended without its final copy, or still runs)",
@@ -234,14 +234,9 @@ def listing(job, attempt: str, node: str | None = None) -> dict:
     def sized(paths, base: Path | None = None) -> list[dict]:
         return [{"path": str(p.relative_to(base) if base else p), "bytes": p.stat().st_size} for p in paths]
 
-    nodes = []
-    for name, folder in node_sections(attempt_dir).items():
-        if node is None or name == node:
-            try:
-                copy = json.loads((folder / COPY_RECORD).read_text())
-            except (OSError, ValueError):
-                copy = None
-            nodes.append({"node": name, "folder": str(folder), "copy": copy, "files": sized(ray_log_files(folder), folder)})
+    nodes = [{"node": name, "folder": str(folder), "copy": read_json(folder / COPY_RECORD),
+              "files": sized(ray_log_files(folder), folder)}
+             for name, folder in node_sections(attempt_dir).items() if node is None or name == node]
     hang = attempt_dir / "hang"
     return {"job_id": job.job_id, "attempt": attempt, "attempts": job.attempts(), "attempt_dir": str(attempt_dir),
             "batch_log": {"path": str(path) if path else None, "found_by": how if path else None,

@@ -49,27 +49,20 @@ _VALUED_FLAGS = ("--timeout", "--exports-root", "--help-keys")
 
 def split_run(argv: list[str]) -> tuple[str | None, list[str]]:
     """(RUN, the other arguments): RUN is the first word that is neither a flag, a flag's value nor key=value."""
-    rest = list(argv)
-    for i, word in enumerate(rest):
-        if word.startswith("-"):
-            continue
-        if i > 0 and rest[i - 1] in _VALUED_FLAGS:
-            continue
-        if "=" in word.split("/", 1)[0]:
-            continue
-        return word, rest[:i] + rest[i + 1:]
-    return None, rest
+    for i, word in enumerate(argv):
+        if not (word.startswith("-") or (i > 0 and argv[i - 1] in _VALUED_FLAGS) or "=" in word.split("/", 1)[0]):
+            return word, argv[:i] + argv[i + 1:]
+    return None, list(argv)
 
 
 def _run_setting(export_path: Path, key: str, given: dict[str, str], cfg) -> float:
     """A cluster.* number: given on the command line, else the run's own config.yaml, else the recipe's."""
-    if key in given:
-        return float(getattr(cfg.cluster, key.split(".", 1)[1]))
-    try:
-        saved = OmegaConf.load(layout.run_dir(export_path) / layout.CONFIG_FILE)
-        return float(OmegaConf.select(saved, key))
-    except Exception:  # no config.yaml (yet), or an older one without the key
-        return float(getattr(cfg.cluster, key.split(".", 1)[1]))
+    if key not in given:
+        try:
+            return float(OmegaConf.select(OmegaConf.load(layout.run_dir(export_path) / layout.CONFIG_FILE), key))
+        except Exception:  # no config.yaml (yet), or an older one without the key
+            pass
+    return float(getattr(cfg.cluster, key.split(".", 1)[1]))
 
 
 def _job_of(run: RunRecord) -> str:

@@ -21,11 +21,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 from beam_slurm.ray_cluster import fabric
-from beam_slurm.ray_cluster.fabric import with_job_port
 from beam_slurm.ray_cluster.gpus import allocated_gpus
 from beam_slurm.ray_cluster.settings import RaySettings
 from beam_slurm.slurm import storage_probe
-from beam_slurm.slurm.storage_probe import probe_record
 
 if TYPE_CHECKING:
     from beam_slurm.slurm.steps import StepLauncher
@@ -152,8 +150,7 @@ def run_step(launcher: "StepLauncher", checks: PreflightSettings, hosts: list[st
     """Run the preflight step on every node and log each failing node and problem; True when all passed. `hosts`:
     the step's nodes in order, [] when srun picks them (then only the count of reports is checked)."""
     if checks.fabric.get("enabled") and env.get("SLURM_JOB_ID"):
-        checks = dataclasses.replace(checks, fabric=with_job_port(checks.fabric, ray,
-                                                                  env["SLURM_JOB_ID"]))
+        checks = dataclasses.replace(checks, fabric=fabric.with_job_port(checks.fabric, ray, env["SLURM_JOB_ID"]))
     argv = launcher.module_argv(["beam_slurm.slurm.preflight", checks.to_json()], kill_on_bad_exit=False,
                                 name="preflight")
     started = time.time()
@@ -171,8 +168,7 @@ def run_step(launcher: "StepLauncher", checks: PreflightSettings, hosts: list[st
     if stderr.strip():
         (attempt_dir / "preflight.stderr").write_text(stderr)
     if checks.fabric.get("enabled"):
-        fabric_failures = fabric.report(stdout, RESULT_PREFIX, checks.fabric, attempt_dir, log)
-        for host, problems in fabric_failures.items():
+        for host, problems in fabric.report(stdout, RESULT_PREFIX, checks.fabric, attempt_dir, log).items():
             failures.setdefault(host, []).extend(problems)
     if checks.ckpt_dir:
         rates = storage_probe.gather(storage_probe.records_from_output(stdout, RESULT_PREFIX), attempt_dir)
@@ -201,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
         except Exception as exc:
             record["fabric"] = {"host": host, "problems": [f"fabric check crashed: {exc!r}"], "ranks": []}
     if settings.ckpt_dir and settings.storage_probe_s > 0 and not problems:  # all nodes write at once
-        record.update(probe_record(settings.ckpt_dir, settings.storage_probe_s))
+        record.update(storage_probe.probe_record(settings.ckpt_dir, settings.storage_probe_s))
     print(RESULT_PREFIX + json.dumps(record), flush=True)
     return 1 if problems else 0
 

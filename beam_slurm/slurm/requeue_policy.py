@@ -94,9 +94,8 @@ class AttemptFacts:
     @property
     def progressed(self) -> bool:
         """A checkpoint newer than the one the attempt started from."""
-        if self.checkpoint_at_end is None:
-            return False
-        return self.checkpoint_at_start is None or self.checkpoint_at_end > self.checkpoint_at_start
+        start, end = self.checkpoint_at_start, self.checkpoint_at_end
+        return end is not None and (start is None or end > start)
 
 
 @dataclass(frozen=True)
@@ -164,15 +163,11 @@ def failed_node(failure: dict | None, head: str | None) -> str | None:
 def no_progress_streak(attempts: list[Attempt]) -> int:
     """Attempts at the end of `attempts` (run-record entries, oldest first) that counted against progress, in a row;
     an attempt that progressed, or whose end does not count, ends the streak."""
-    streak = 0
-    for entry in reversed(attempts):
-        if not entry.counts_against_progress:
-            break
-        streak += 1
-    return streak
+    return next((i for i, entry in enumerate(reversed(attempts)) if not entry.counts_against_progress), len(attempts))
 
 
-def exclusion(bad_nodes: list[str], user_exclude: list[str], partition_nodes: list[str], nodes_needed: int) -> tuple[list[str] | None, str]:
+def exclusion(bad_nodes: list[str], user_exclude: list[str], partition_nodes: list[str],
+              nodes_needed: int) -> tuple[list[str] | None, str]:
     """The job's new ExcNodeList (bad nodes plus the user's own `--exclude`), or None and why not: the partition
     (its usable nodes) must keep `nodes_needed` nodes outside the list. An empty `partition_nodes` means unknown."""
     wanted = sorted(set(bad_nodes) | set(user_exclude))
@@ -208,8 +203,8 @@ def in_job(facts: AttemptFacts, decision: Decision) -> Decision:
         why = f"{facts.time_left_s:.0f} s left of the time limit, a restart needs {facts.restart_needs_s:.0f} s"
     nodes, no_nodes = next_nodes(facts, decision.bad_nodes) if not why else (None, "")
     if nodes is None:
-        note = why or no_nodes
-        return dataclasses.replace(decision, note="; ".join(x for x in (decision.note, f"no in-job restart: {note}") if x))
+        note = f"no in-job restart: {why or no_nodes}"
+        return dataclasses.replace(decision, note=f"{decision.note}; {note}" if decision.note else note)
     replaced = sorted(set(facts.nodes) - set(nodes))
     note = (f"restarting in the job on {','.join(nodes)}" + (f" ({','.join(replaced)} left out)" if replaced else ""))
     return dataclasses.replace(decision, requeue=False, restart_in_job=True, next_nodes=nodes, note=note, outcome="")
@@ -333,12 +328,6 @@ def _requeue_within_cap(facts: AttemptFacts, reason: str, status_if_not: int, *,
 def stop_waiting_for_save(*, now: float, received: float, grace_s: float, saved_step: int | None,
                           step_running: bool, notices: int) -> str | None:
     """While a notice is handled: None to keep waiting for the trainer's checkpoint, else why to stop waiting."""
-    if saved_step is not None:
-        return "saved"
-    if not step_running:
-        return "the Ray step ended"
-    if notices > 1:
-        return "second notice"
-    if now >= received + grace_s:
-        return "grace period over"
-    return None
+    reasons = ((saved_step is not None, "saved"), (not step_running, "the Ray step ended"),
+               (notices > 1, "second notice"), (now >= received + grace_s, "grace period over"))
+    return next((why for stop, why in reasons if stop), None)
