@@ -194,8 +194,8 @@ class Attempt:
         Slurm's partition (or QOS) grace time leaves room for the step and the save at the bandwidth the preflight
         measured (`notice_budget.term_notice`)."""
         info = read_preemption(os.environ.get("SLURM_JOB_PARTITION") or None)
-        measured = storage_probe.slowest_recorded(self.attempt_dir)
-        held, why = term_notice(info, self.settings.qos or None, self.settings.save_cost, measured)
+        held, why = term_notice(info, self.settings.qos or None, self.settings.save_cost,
+                                storage_probe.slowest_recorded(self.attempt_dir))
         self.log(f"a preemption's SIGTERM to the tasks {'is held as a notice' if held else 'stops the Ray step'}: "
                  f"{why}")
         return held
@@ -312,8 +312,7 @@ class Attempt:
                 # Every step got the same SIGTERM: the trainer stops now, there is nothing to wait for.
                 self.log(f"notice SIGTERM: Slurm is ending this attempt ({self.slurm_end}); every step was "
                          "signalled, so no checkpoint can be saved")
-                status = self.stop_ray_step()
-                return self.facts(notice=name, step_status=status)
+                return self.facts(notice=name, step_status=self.stop_ray_step())
         grace_s = float(self.wanted.timeout_s or self.settings.grace_s) if self.wanted else self.settings.grace_s
         relayed = (self.attempt_dir / records.TERM_RELAYED_FILE).exists()
         why_save = (f"beam-slurm {self.wanted.action} by {self.wanted.by or '?'}" if self.wanted
@@ -338,8 +337,7 @@ class Attempt:
         elif self.step.poll() is None:
             self.log("no checkpoint saved on notice within the grace period; the next attempt resumes from the last "
                      "periodic checkpoint")
-        status = self.stop_ray_step()
-        return self.facts(notice=name, saved_step=saved, step_status=status)
+        return self.facts(notice=name, saved_step=saved, step_status=self.stop_ray_step())
 
     def log_step_end(self, status: int) -> None:
         """Say why the Ray step ended on its own, when it failed: the first failure a node recorded."""

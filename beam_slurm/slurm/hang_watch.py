@@ -20,12 +20,11 @@ from dataclasses import dataclass
 from beam_slurm.notice_budget import recipe_save_seconds, step_seconds
 from beam_slurm.skyrl.progress import Progress
 
+# An unset timeout is DERIVED_MULTIPLE median steps (a step that takes five times the usual is no longer slow), never
+# below DERIVED_FLOOR_S (short steps vary more than long ones, and a hang is never that short).
 DERIVED_MULTIPLE = 5.0
-"""An unset timeout is this many median steps: a step that takes five times the usual is no longer slow."""
 DERIVED_FLOOR_S = 600.0
-"""An unset timeout is never below this (short steps vary more than long ones, and a hang is never that short)."""
-NCCL_TIMEOUT_ENV = "SKYRL_WORKER_NCCL_TIMEOUT_IN_S"
-"""SkyRL 0.3.0's process-group timeout (its default: 600 s)."""
+NCCL_TIMEOUT_ENV = "SKYRL_WORKER_NCCL_TIMEOUT_IN_S"  # SkyRL 0.3.0's process-group timeout (its default: 600 s)
 NCCL_TIMEOUT_MARGIN_S = 300.0
 """SkyRL's NCCL/process-group timeout is set this much above the watchdog's longest phase, so the watchdog fires
 first (with stack dumps) and NCCL's own timeout stays a backstop."""
@@ -35,16 +34,11 @@ first (with stack dumps) and NCCL's own timeout stays a backstop."""
 class HangLimits:
     """What the watchdog allows, from the recipe (`of`), carried by the training job."""
 
-    timeout_s: float | None
-    """cluster.hang_timeout_s: None derives it, 0 is off."""
-    expected_step_s: float
-    """The recipe's step time (trainer.expected_step_s, or the rehearsal's), used before a step is measured."""
-    start_s: float
-    """Allowance for bring-up and model load (trainer.expected_bringup_s + trainer.expected_model_load_s)."""
-    save_s: float
-    """Allowance for a save (what the notice budget expects one to take)."""
-    eval_s: float
-    """Allowance for an evaluation (one step's time: an evaluation is a generation pass)."""
+    timeout_s: float | None  # cluster.hang_timeout_s: None derives it, 0 is off
+    expected_step_s: float  # the recipe's step time (trainer.expected_step_s, or the rehearsal's) until one is measured
+    start_s: float  # allowance for bring-up and model load (trainer.expected_bringup_s + expected_model_load_s)
+    save_s: float  # allowance for a save (what the notice budget expects one to take)
+    eval_s: float  # allowance for an evaluation (one step's time: an evaluation is a generation pass)
 
     @classmethod
     def of(cls, cfg) -> "HangLimits":
@@ -85,9 +79,9 @@ class HangLimits:
         return base, f"{progress.phase} {progress.step}" if progress.phase == "step" else \
             f"{progress.phase} after step {progress.step}"
 
-    def longest_s(self, median_step_s: float | None = None) -> float:
-        """The longest any phase may go silent: what NCCL's timeout must stay above."""
-        return self.base_s(median_step_s) + max(self.start_s, self.save_s, self.eval_s)
+    def longest_s(self) -> float:
+        """The longest any phase may go silent before steps are measured: what NCCL's timeout must stay above."""
+        return self.base_s(None) + max(self.start_s, self.save_s, self.eval_s)
 
     def describe(self) -> str:
         if self.off:
@@ -105,10 +99,8 @@ class HangLimits:
 class Hang:
     """A phase that went silent for longer than its limit."""
 
-    step: int | None
-    """The step the last heartbeat named (None: no heartbeat yet in this attempt)."""
-    phase: str
-    """The last heartbeat's phase (step, saving, after-save, eval, after-eval), or bring-up."""
+    step: int | None  # the step the last heartbeat named (None: no heartbeat yet in this attempt)
+    phase: str  # the last heartbeat's phase (step, saving, after-save, eval, after-eval), or bring-up
     silent_s: float
     limit_s: float
 
@@ -165,12 +157,9 @@ class DumpedProcess:
 
     node: str
     pid: int
-    role: str
-    """What it is (its command line's program part: 'ray::GpuSlot.step', 'raylet', ...)."""
-    state: str
-    """/proc state letter: R, S, D (uninterruptible), T (stopped), Z."""
-    frame: str
-    """innermost_frame of its dump ('' when py-spy could not read it)."""
+    role: str  # what it is (its command line's program part: 'ray::GpuSlot.step', 'raylet', ...)
+    state: str  # /proc state letter: R, S, D (uninterruptible), T (stopped), Z
+    frame: str  # innermost_frame of its dump ('' when py-spy could not read it)
 
 
 def suspects(processes: list[DumpedProcess]) -> tuple[list[str], str]:

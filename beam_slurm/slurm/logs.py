@@ -24,7 +24,7 @@ import shlex
 import sys
 import time
 from pathlib import Path
-from typing import Callable, Mapping, TextIO
+from typing import Mapping, TextIO
 
 from beam_slurm.config.verb_args import VerbArgs, VerbUsageError
 from beam_slurm.core.atomic_files import read_json
@@ -245,30 +245,30 @@ def listing(job, attempt: str, node: str | None = None) -> dict:
             "hang_dumps": str(hang) if hang.is_dir() else None, "ray_logs": nodes}
 
 
-def _alive(job_id: str, state: Callable[[str], str] | None = None) -> bool:
+def _alive(job_id: str) -> bool:
     try:
-        return (state or scheduler.job_state)(job_id) in _ACTIVE
+        return scheduler.job_state(job_id) in _ACTIVE
     except scheduler.SlurmCommandError:
         return False
 
 
-def follow(job, path: Path, out: TextIO, *, poll_s: float = 1.0, state: Callable[[str], str] | None = None) -> int:
+def follow(job, path: Path, out: TextIO) -> int:
     """Print `path` as it grows until the job is no longer queued or running."""
     position = 0
     while True:
-        alive = _alive(job.job_id, state)
+        alive = _alive(job.job_id)
         if path.is_file():
             with open(path, "rb") as handle:
                 handle.seek(position)
                 chunk = handle.read()
-                position = handle.tell()
+            position += len(chunk)
             if chunk:
                 text = chunk.decode(errors="replace")
                 out.write(text if out.isatty() else _ANSI.sub("", text))
                 out.flush()
         if not alive:
             return 0
-        time.sleep(poll_s)
+        time.sleep(1.0)
 
 
 def build_parser():

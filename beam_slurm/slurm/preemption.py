@@ -55,13 +55,11 @@ class PreemptionInfo:
         return self.preempt_type.endswith("/qos")
 
     def qos_of(self, name: str | None) -> QosPreemption | None:
-        wanted = name or "normal"
-        return next((q for q in self.qos if q.name == wanted), None)
+        return next((q for q in self.qos if q.name == (name or "normal")), None)
 
     def preemptors(self, qos_name: str | None) -> list[str]:
         """QOS whose jobs may preempt jobs of `qos_name` (empty name: the default QOS `normal`)."""
-        wanted = qos_name or "normal"
-        return [q.name for q in self.qos if wanted in q.preempts]
+        return [q.name for q in self.qos if (qos_name or "normal") in q.preempts]
 
     def mode(self, qos_name: str | None = None) -> str:
         """The effective preemption mode for a job of this partition (and QOS, for preempt/qos)."""
@@ -88,15 +86,9 @@ class PreemptionInfo:
 
 def parse_qos(text: str) -> tuple[QosPreemption, ...]:
     """`sacctmgr -n -P show qos format=Name,Preempt,PreemptMode,GraceTime` rows."""
-    out = []
-    for line in text.splitlines():
-        parts = line.split("|")
-        if len(parts) < 4 or not parts[0]:
-            continue
-        name, preempt, mode, grace = parts[:4]
-        out.append(QosPreemption(name=name, preempts=tuple(p for p in preempt.split(",") if p), mode=mode,
-                                 grace_s=_seconds(grace)))
-    return tuple(out)
+    rows = (line.split("|") for line in text.splitlines())
+    return tuple(QosPreemption(name=row[0], preempts=tuple(p for p in row[1].split(",") if p), mode=row[2],
+                               grace_s=_seconds(row[3])) for row in rows if len(row) >= 4 and row[0])
 
 
 def _seconds(text: str) -> int:

@@ -134,19 +134,15 @@ def check_node(settings: PreflightSettings, environ: dict[str, str] | None = Non
 
 def collect_results(output: str, expected_hosts: list[str]) -> dict[str, list[str]]:
     """Problems by host from the step's output; a host that printed no result line is itself a problem."""
-    results: dict[str, list[str]] = {}
-    for line in output.splitlines():
-        if line.startswith(RESULT_PREFIX):
-            record = json.loads(line[len(RESULT_PREFIX):])
-            results[record["host"]] = list(record["problems"])
+    records = (json.loads(line[len(RESULT_PREFIX):]) for line in output.splitlines() if line.startswith(RESULT_PREFIX))
+    results = {record["host"]: list(record["problems"]) for record in records}
     for host in expected_hosts:
         results.setdefault(host, ["preflight did not report (the task failed to start or crashed)"])
     return {host: problems for host, problems in results.items() if problems}
 
 
 def run_step(launcher: "StepLauncher", checks: PreflightSettings, hosts: list[str], env: dict[str, str],
-             attempt_dir: Path, log: Callable[[str], None], ray: RaySettings,
-             timeout_s: float = PREFLIGHT_TIMEOUT_S) -> bool:
+             attempt_dir: Path, log: Callable[[str], None], ray: RaySettings) -> bool:
     """Run the preflight step on every node and log each failing node and problem; True when all passed. `hosts`:
     the step's nodes in order, [] when srun picks them (then only the count of reports is checked)."""
     if checks.fabric.get("enabled") and env.get("SLURM_JOB_ID"):
@@ -155,12 +151,12 @@ def run_step(launcher: "StepLauncher", checks: PreflightSettings, hosts: list[st
                                 name="preflight")
     started = time.time()
     try:
-        proc = subprocess.run(argv, env=env, capture_output=True, text=True, check=False, timeout=timeout_s)
+        proc = subprocess.run(argv, env=env, capture_output=True, text=True, check=False, timeout=PREFLIGHT_TIMEOUT_S)
         stdout, stderr = proc.stdout, proc.stderr
     except subprocess.TimeoutExpired as exc:
         # A hung file system check is itself the finding: the nodes that did not answer are named below.
         stdout = (exc.stdout or b"").decode(errors="replace") if isinstance(exc.stdout, bytes) else (exc.stdout or "")
-        stderr = f"preflight timed out after {timeout_s:.0f}s\n"
+        stderr = f"preflight timed out after {PREFLIGHT_TIMEOUT_S:.0f}s\n"
     failures = collect_results(stdout, hosts)
     reported = stdout.count(RESULT_PREFIX)
     if not hosts and reported < launcher.nodes:

@@ -76,10 +76,7 @@ def check_budget(rates: dict[str, float], save_bytes_per_node: int, save_window_
     slowest = rates[host]
     log(f"storage writes {slowest:.2f} GB/s per node at the slowest ({host}), "
         f"{max(rates.values()):.2f} at the fastest, all {len(rates)} nodes writing at once")
-    if save_bytes_per_node <= 0:
-        return True
-    save_s = save_seconds(save_bytes_per_node, slowest)
-    if save_s <= save_window_s:
+    if save_bytes_per_node <= 0 or (save_s := save_seconds(save_bytes_per_node, slowest)) <= save_window_s:
         return True
     need = save_bytes_per_node / max(save_window_s, 1e-9) / GB if save_window_s > 0 else float("inf")
     log(f"warning: at {slowest:.2f} GB/s a checkpoint of {save_bytes_per_node / GB:,.1f} GB per node takes "
@@ -91,9 +88,6 @@ def check_budget(rates: dict[str, float], save_bytes_per_node: int, save_window_
 
 def records_from_output(output: str, prefix: str) -> dict[str, dict]:
     """host -> its write measure (or error) from the preflight step's result lines."""
-    found = {}
-    for line in output.splitlines():
-        if line.startswith(prefix):
-            record = json.loads(line[len(prefix):])
-            found[record["host"]] = {k: v for k, v in record.items() if k in ("write", "write_error")}
+    records = (json.loads(line[len(prefix):]) for line in output.splitlines() if line.startswith(prefix))
+    found = {record["host"]: {k: v for k, v in record.items() if k in ("write", "write_error")} for record in records}
     return {host: r for host, r in found.items() if r}

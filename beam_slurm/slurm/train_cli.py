@@ -7,6 +7,7 @@ batch shell submits one evaluation per HF export, exactly once across requeues (
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import sys
@@ -84,11 +85,8 @@ def main(argv: list[str]) -> int:
     def rebuild():  # for a restart in the allocation: the driver resumes from the latest checkpoint
         return job_settings(load_job_config(parsed.overrides, os.environ), preflight=preflight)[0]
 
-    if not cfg.eval.chain:
-        return train_job.run(settings, rebuild)
-
     def log(message: str) -> None:
         print(f"[beam-slurm train] {message}", file=sys.stderr, flush=True)
 
-    with EvalChain(cfg, log):
+    with EvalChain(cfg, log) if cfg.eval.chain else contextlib.nullcontext():
         return train_job.run(settings, rebuild)

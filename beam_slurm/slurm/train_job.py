@@ -22,8 +22,7 @@ def run(settings: TrainJobSettings, rebuild: Callable[[], TrainJobSettings] | No
     """Validate, then run attempts inside the current allocation: the first, and a restart in the same allocation
     each time the requeue policy says so (`rebuild` makes the settings again, so the driver resumes); the job's
     exit status."""
-    problems = settings.problems()
-    if problems:
+    if problems := settings.problems():
         ConfigError(problems).report()
         return 2
     try:
