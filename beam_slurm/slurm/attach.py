@@ -1,9 +1,6 @@
-"""`beam-slurm attach RUN [--node NAME] [-- CMD ...]`: a shell (or CMD) inside a running training job.
-
-The shell is one more step of the job's allocation (`srun --overlap --jobid=<job> --nodelist=<node>`), inside the
-job's container when it uses one, with the job's Ray address and token file set, so `ray status` or a
-`ray.init()` script reach the job's cluster. The head is found from the attempt's `ray_head.json`; a job that is
-not running, or whose Ray is not up yet, is refused with exit status 2.
+"""`beam-slurm attach RUN [--node NAME] [-- CMD ...]`: a shell (or CMD) inside a running training job, as one more
+step of its allocation (`srun --overlap`) in its container, with its Ray address and token set (README, "While it
+runs"). A job that is not running, or whose Ray head has not written `ray_head.json` yet, is refused (exit 2).
 """
 
 from __future__ import annotations

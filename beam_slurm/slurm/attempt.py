@@ -355,22 +355,19 @@ class Attempt:
         seen.setdefault("slurm_end", self.slurm_end)
         now_nodes, left = self.allocation_now()
         unusable = set(self.allocation_bad) | set(self.preflight_failed_nodes)
-        return AttemptFacts(restart_count=self.alloc.restart_count, max_requeues=self.settings.max_requeues,
-                            driver_status=records.read_driver_status(self.attempt_dir),
-                            failure_kind=failure.get("kind") if failure else None,
-                            failure_reason=self.failure_reason(failure),
-                            failure_node=failed_node(failure, nodes[0] if nodes else None), nodes=nodes,
-                            lost_nodes=tuple(n for n in nodes if n not in now_nodes),
-                            in_job_attempt=self.in_job, max_in_job_attempts=self.settings.max_in_job_attempts,
-                            usable_nodes=tuple(n for n in now_nodes if n not in unusable),
-                            nodes_needed=self.settings.nodes, time_left_s=left,
-                            restart_needs_s=self.settings.signal_before_s + RESTART_BRING_UP_S,
-                            preflight_failed_nodes=tuple(self.preflight_failed_nodes),
-                            wanted=wanted.action if wanted else None,
-                            checkpoint_at_start=self.checkpoint_at_start, checkpoint_at_end=self.checkpoint(),
-                            earlier_without_progress=no_progress_streak(
-                                [a for a in self.job_entry.attempts if a.ended]),
-                            max_attempts_without_progress=self.settings.max_attempts_without_progress, **seen)
+        s = self.settings
+        return AttemptFacts(
+            restart_count=self.alloc.restart_count, max_requeues=s.max_requeues,
+            driver_status=records.read_driver_status(self.attempt_dir), failure_reason=self.failure_reason(failure),
+            failure_kind=failure.get("kind") if failure else None, nodes=nodes,
+            failure_node=failed_node(failure, nodes[0] if nodes else None),
+            lost_nodes=tuple(n for n in nodes if n not in now_nodes), in_job_attempt=self.in_job,
+            max_in_job_attempts=s.max_in_job_attempts, usable_nodes=tuple(n for n in now_nodes if n not in unusable),
+            nodes_needed=s.nodes, time_left_s=left, restart_needs_s=s.signal_before_s + RESTART_BRING_UP_S,
+            preflight_failed_nodes=tuple(self.preflight_failed_nodes), wanted=wanted.action if wanted else None,
+            checkpoint_at_start=self.checkpoint_at_start, checkpoint_at_end=self.checkpoint(),
+            earlier_without_progress=no_progress_streak([a for a in self.job_entry.attempts if a.ended]),
+            max_attempts_without_progress=s.max_attempts_without_progress, **seen)
 
     def failure_reason(self, failure: dict | None) -> str:
         """The recorded failure's reason; for full storage with what the checkpoint folder has left."""
@@ -494,9 +491,8 @@ class Attempt:
         def begin(run: RunRecord) -> tuple[TrainJob, list[str]]:
             run.fill_in(info)
             return run.begin_attempt(
-                job_id=self.alloc.job_id, attempt=self.alloc.restart_count, in_job=self.in_job,
-                replaced=self.replaced, nodes=self.step_nodes,
-                checkpoint=self.checkpoint_at_start, when=now(),
+                job_id=self.alloc.job_id, attempt=self.alloc.restart_count, in_job=self.in_job, replaced=self.replaced,
+                nodes=self.step_nodes, checkpoint=self.checkpoint_at_start, when=now(),
                 partition=job.get("Partition", "") or self.alloc.extra.get("SLURM_JOB_PARTITION", ""),
                 nodes_needed=self.nodes, user_exclude=user_exclude,
                 stdout="" if job.get("StdOut") in (None, "(null)") else job["StdOut"])
@@ -521,20 +517,17 @@ class Attempt:
                "exit_status": None if decision.requeue or decision.restart_in_job else decision.exit_status,
                "hang_dumps": self.hang_dumps, **({"hang_detected_at": self.hang_detected_at}
                                                  if self.hang_detected_at else {})}
-        failure_reason = {}
-        if facts is not None and facts.failure_node:
-            failure = records.read_failure(self.attempt_dir) or {}
-            failure_reason[facts.failure_node] = str(failure.get("reason", "node failure"))
-        bad = [(node, failure_reason.get(node, "preflight failed there" if decision.end_kind == "preflight"
-                                         else decision.reason)) for node in decision.bad_nodes]
+        failure_node = facts.failure_node if facts is not None else None
+        default = "preflight failed there" if decision.end_kind == "preflight" else decision.reason
+        bad = [(node, str((records.read_failure(self.attempt_dir) or {}).get("reason", "node failure"))
+                if node == failure_node else default) for node in decision.bad_nodes]
         outcome = decision.outcome or None
         at = f" at step {checkpoint}" if checkpoint is not None else ""
         reasons = {"completed": f"finished{at}", "stopped": f"stopped{at or ' before any checkpoint'}, resumable"}
         outcome_reason = reasons.get(outcome or "", reason)
         self._record_call("record the attempt's end", lambda store: store.update(lambda run: run.end_attempt(
             job_id=self.alloc.job_id, attempt=self.alloc.restart_count, in_job=self.in_job, when=now(), end=end,
-            bad_nodes=bad,
-            outcome=outcome, outcome_reason=outcome_reason,
+            bad_nodes=bad, outcome=outcome, outcome_reason=outcome_reason,
             resumable_end=outcome in ("stopped", "failed") and checkpoint is not None,
             wanted_handled=facts is not None and facts.wanted is not None)))
 

@@ -1,15 +1,10 @@
 """The hang watchdog's rules: how long each phase of training may go without a heartbeat, whether it has, and which
 node the stack dumps point at. Pure functions over numbers, heartbeats and dump texts (no Slurm, no clock).
 
-A rank stuck in a collective, an engine that stops producing tokens, a weight sync that never returns: every
-process stays alive and Ray sees nothing wrong. The trainer writes a heartbeat at each phase change
-(`beam_slurm.skyrl.progress`); the batch shell reads it while the Ray step runs and, when a phase has been silent
-for longer than its limit, ends the attempt as a hang (`attempt.Attempt.handle_hang`).
-
-The limit of a phase is `cluster.hang_timeout_s` when it is a number (0 turns the watchdog off); unset, it is
-DERIVED_MULTIPLE times the median step time the heartbeats measured (the recipe's step estimate before there is
-one), never below DERIVED_FLOOR_S. Phases known to be long get an allowance on top: bring-up and model load before
-the first heartbeat of an attempt and the first step after it, a save, an evaluation.
+A stuck collective or engine leaves every process alive and Ray content. The trainer writes a heartbeat at each phase
+change (`beam_slurm.skyrl.progress`); the batch shell reads it while the Ray step runs and ends the attempt as a hang
+(`attempt.Attempt.handle_hang`) when a phase is silent for longer than its limit (README, "Hang watchdog"). Phases
+known to be long get an allowance on top: bring-up and model load and the attempt's first step, a save, an evaluation.
 """
 
 from __future__ import annotations
@@ -25,9 +20,8 @@ from beam_slurm.skyrl.progress import Progress
 DERIVED_MULTIPLE = 5.0
 DERIVED_FLOOR_S = 600.0
 NCCL_TIMEOUT_ENV = "SKYRL_WORKER_NCCL_TIMEOUT_IN_S"  # SkyRL 0.3.0's process-group timeout (its default: 600 s)
+# SkyRL's NCCL timeout is set this much above the longest phase: the watchdog fires first, with stack dumps.
 NCCL_TIMEOUT_MARGIN_S = 300.0
-"""SkyRL's NCCL/process-group timeout is set this much above the watchdog's longest phase, so the watchdog fires
-first (with stack dumps) and NCCL's own timeout stays a backstop."""
 
 
 @dataclass(frozen=True)

@@ -29,15 +29,11 @@ class JobShape:
 
     nodes: int
     gpus_per_node: int
-    time_limit_s: int | None
-    """None: no limit (UNLIMITED)."""
+    time_limit_s: int | None  # None: no limit (UNLIMITED)
     time_limit_text: str
-    time_limit_given: bool
-    """False: the job names no time limit, so it gets the partition's DefaultTime (else its MaxTime)."""
-    time_setting: str
-    """What changes the time limit: cluster.time_limit on the command line, else the variable or the header."""
-    partitions: tuple[str, ...]
-    """() = the cluster's default partition."""
+    time_limit_given: bool  # False: none named, so the partition's DefaultTime (else its MaxTime)
+    time_setting: str  # what changes the time limit: cluster.time_limit, else the variable or the header
+    partitions: tuple[str, ...]  # () = the cluster's default partition
     qos: str
     account: str
 
@@ -137,8 +133,7 @@ def _tres(text: str) -> dict[str, int]:
 class AccountingLimits:
     """Per-job limits of a QOS or an association (sacctmgr MaxWall and MaxTRES); None/{} where it has none."""
 
-    owner: str
-    """'QOS normal', 'association root/root', ..."""
+    owner: str  # 'QOS normal', 'association root/root', ...
     max_wall_s: int | None
     max_tres: dict[str, int]
 

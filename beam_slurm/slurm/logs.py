@@ -1,18 +1,7 @@
 """`beam-slurm logs RUN [--attempt N] [--node NAME] [--follow | --json] [--lines N] [--all]`: every log a training
-job leaves, in one place.
-
-- the batch log (the job's `--output` file), found where Slurm names it (scontrol's StdOut while the controller knows
-  the job, sacct's where the accounting keeps it), where the job recorded it at its start, from the `--output` of its
-  submit line (sacct) or of the run's own sbatch command (run record, commands.sh), with Slurm's %j %x %u %A %a
-  expanded; else sbatch's names in its working folder;
-- the attempt's own logs in `<log_dir>/<jobid>-<attempt>/` (train_job.log, ray-<node>.log, failure.json, ...);
-- each node's Ray session logs, copied by the node to `<log_dir>/<jobid>-<attempt>/ray/<node>/`
-  (`beam_slurm.ray_cluster.log_copy`), with when and why the last copy was made.
-
-Without `--node`: the tail of the batch log and of train_job.log, then per node the list of its Ray logs (empty files
-only with `--all`). With `--node NAME`: that node's ray-<node>.log and the tail of each of its Ray logs. `--follow`
-keeps printing the batch log (or, with `--node`, the node's ray-<node>.log) as it grows until the job ends. Colour
-codes are removed unless the output is a terminal.
+job leaves, in one place: the batch log (the job's `--output` file, found as `batch_log_candidates` says), the
+attempt's own logs in `<log_dir>/<jobid>-<attempt>/` and each node's Ray session logs copied there
+(`beam_slurm.ray_cluster.log_copy`). What each form prints: README, "While it runs".
 """
 
 from __future__ import annotations

@@ -1,10 +1,6 @@
-"""`beam-slurm requeue RUN` and `beam-slurm stop RUN`: end a running training attempt gracefully; `beam-slurm
-cancel RUN|SWEEP`: end every queued and running job of runs at once.
-
-Both write the wanted outcome into the run record, signal only the job's batch shell (`scancel --batch
---signal=USR2`), and wait up to `--timeout` seconds (default cluster.grace_s) for the checkpoint at the next step.
-The batch shell then requeues the job, or ends it as stopped with exit status 79, so `afterok` dependents do not
-run and `submit` resumes it later. A pending job has nothing to save: `stop` cancels it.
+"""`beam-slurm requeue RUN` and `beam-slurm stop RUN`: end a running training attempt gracefully (the wanted outcome
+in the run record, USR2 to the batch shell only, a wait for the save; README tells the rest); `beam-slurm cancel
+RUN|SWEEP`: end every queued and running job of runs at once.
 """
 
 from __future__ import annotations
@@ -164,9 +160,7 @@ def _signal_and_wait(verb: str, store: RunStore, job_id: str, run: RunRecord, ti
 
 
 def _report(verb: str, job_id: str, attempt: Attempt, saved: int | None, out) -> int:
-    step = attempt.checkpoint_at_end
-    if saved is None and attempt.saved_step is not None:
-        saved = attempt.saved_step
+    step, saved = attempt.checkpoint_at_end, attempt.saved_step if saved is None else saved
     if saved is None:
         out(f"no checkpoint saved within the grace time ({attempt.end_reason}); the latest complete "
             f"checkpoint is {'step ' + str(step) if step is not None else 'none'}")

@@ -66,10 +66,8 @@ def _free_bytes(path: Path) -> int:
 
 
 def _available_ram_bytes() -> int:
-    for line in Path("/proc/meminfo").read_text().splitlines():
-        if line.startswith("MemAvailable:"):
-            return int(line.split()[1]) * 1024
-    return 0
+    lines = Path("/proc/meminfo").read_text().splitlines()
+    return next((int(line.split()[1]) * 1024 for line in lines if line.startswith("MemAvailable:")), 0)
 
 
 def check_node(settings: PreflightSettings, environ: dict[str, str] | None = None) -> list[str]:

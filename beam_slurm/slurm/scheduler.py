@@ -141,8 +141,7 @@ def accounting_rows(entity: str, fields: Sequence[str], where: Sequence[str] = (
     return [dict(zip(fields, line.split("|"))) for line in out.splitlines() if line.count("|") >= len(fields) - 1]
 
 
-QUEUE_FIELDS = ("JobID", "State", "Reason", "TimeUsed", "NodeList", "RestartCnt", "Name", "Dependency")
-"""What `squeue_rows` asks for, in this order (squeue -O names)."""
+QUEUE_FIELDS = ("JobID", "State", "Reason", "TimeUsed", "NodeList", "RestartCnt", "Name", "Dependency")  # squeue -O
 
 
 def squeue_rows() -> list[dict[str, str]]:
@@ -158,8 +157,7 @@ def squeue_rows() -> list[dict[str, str]]:
     return [dict(zip(QUEUE_FIELDS, parts)) for parts in rows if len(parts) >= len(QUEUE_FIELDS)]
 
 
-ACCOUNTING_FIELDS = ("JobID", "State", "Reason", "Elapsed", "NodeList", "ExitCode")
-"""What `sacct_rows` asks for, in this order."""
+ACCOUNTING_FIELDS = ("JobID", "State", "Reason", "Elapsed", "NodeList", "ExitCode")  # what `sacct_rows` asks for
 
 
 def sacct_rows(job_ids: Sequence[str], fields: Sequence[str] = ACCOUNTING_FIELDS) -> list[dict[str, str]]:
@@ -173,8 +171,8 @@ def sacct_rows(job_ids: Sequence[str], fields: Sequence[str] = ACCOUNTING_FIELDS
             if len(parts) >= len(fields)]
 
 
+# What `output_facts` asks sacct for (StdOut only where the accounting keeps it: Slurm 23.02 and later).
 OUTPUT_FIELDS = ("JobID", "JobName", "User", "WorkDir", "StdOut", "SubmitLine")
-"""What `output_facts` asks sacct for (StdOut only where the accounting keeps it: Slurm 23.02 and later)."""
 
 
 def output_facts(job_id: str | int) -> dict[str, str]:
