@@ -26,8 +26,6 @@ from beam_slurm.slurm.submission import option_pairs
 
 _ACTIVE = ("RUNNING", "PENDING", "CONFIGURING", "COMPLETING", "REQUEUED", "REQUEUE_FED", "REQUEUE_HOLD",
            "RESIZING", "SUSPENDED", "SIGNALING", "STAGE_OUT")
-
-
 NO_ARRAY_TASK = "4294967294"  # what Slurm writes for %a of a job that is not an array task (its NO_VAL)
 _PATTERN = re.compile(r"%(\d*)([%AajNux])")
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)")
@@ -125,9 +123,7 @@ def tail(path: Path, lines: int, raw: bool = False) -> str:
     if lines <= 0:
         return ""
     with open(path, "rb") as handle:
-        handle.seek(0, 2)
-        size = handle.tell()
-        handle.seek(max(size - lines * 400, 0))
+        handle.seek(max(handle.seek(0, 2) - lines * 400, 0))  # from the end: seek returns the size
         text = handle.read().decode(errors="replace")
     return "\n".join((text if raw else _ANSI.sub("", text)).splitlines()[-lines:])
 

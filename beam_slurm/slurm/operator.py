@@ -78,11 +78,10 @@ def main_for(verb: str, argv: list[str]) -> int:
         args = parsed.args
         if not target:
             raise VerbUsageError("give RUN: the run folder (export path), run name or training job id")
-        args.run = target
         if args.timeout is not None and args.timeout <= 0:
             raise VerbUsageError(f"--timeout {args.timeout:g}: use a positive number of seconds")
         cfg = parser.load(parsed)
-        export_path = runs.resolve_run(args.run, args.exports_root)
+        export_path = runs.resolve_run(target, args.exports_root)
     except (VerbUsageError, ConfigError, runs.RunNotFound) as exc:
         return parser.report(exc)
     given = {override_key(o): o for o in parsed.overrides}

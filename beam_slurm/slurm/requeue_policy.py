@@ -3,28 +3,14 @@ recorded (no Slurm, no files, no clock), so each rule reads top to bottom and is
 `attempt.Attempt` gathers the facts (`AttemptFacts`), asks `decide` and carries the decision out (`scontrol
 requeue`, the excluded nodes, the exit status); while a notice is handled it asks `stop_waiting_for_save`.
 
-End kinds (`Decision.end_kind`, shown by `beam-slurm status` for every attempt):
-
-    finished          the driver finished the run
-    notice            the pre-timeout or preemption notice (`--signal=B:USR1@N`): saved, then requeued
-    operator-requeue  `beam-slurm requeue`: saved at the next step boundary, then requeued
-    stopped           `beam-slurm stop`: saved, then ended (not COMPLETED: `afterok` dependents do not run)
-    slurm-requeue     `scontrol requeue` (or a requeue by Slurm): every step signalled at once, no save
-    preempted         preemption that signalled the steps only: requeued, no save
-    cancelled         `scancel`: every step signalled, no save, not requeued
-    time-limit        the time limit came without a notice (or the save missed it)
-    node-failure      a node's Ray died or never joined (that node goes on the run's bad-node list)
-    hang              the hang watchdog found a phase without progress for longer than its limit: dumps saved,
-                      processes ended, requeued (the node the dumps point at goes on the bad-node list)
-    preflight         preflight failed (on some nodes: they go on the bad-node list; on all: the setup is wrong)
-    storage-full      a save found the checkpoint storage full (ENOSPC, EDQUOT): ended at once, never requeued
-    driver-error      the driver (trainer) failed: the same error would come back
-    setup-error       bring-up found a configuration fault (GPU visibility, task layout)
+End kinds (`Decision.end_kind`, one per attempt in `beam-slurm status`, told in README's "End reasons"): finished,
+notice, operator-requeue, stopped, slurm-requeue, preempted, cancelled, time-limit, node-failure, hang, preflight,
+driver-error, setup-error, and storage-full (a save found the checkpoint storage full: ended, never requeued).
 
 A node failure, a hang or a preflight failure on some nodes restarts in the job (`Decision.restart_in_job`: a new
 Ray step in the same allocation, from the latest checkpoint) while the allocation keeps enough usable nodes (spares
 first, then the suspect nodes themselves: the next preflight checks them), time is left and the attempt is within
-cluster.max_in_job_attempts; otherwise it requeues as above.
+cluster.max_in_job_attempts; otherwise it requeues or ends as `_decide` says.
 """
 
 from __future__ import annotations

@@ -258,13 +258,8 @@ def srun_per_node(nodes: int, command: Sequence[str], *, cpus_per_task: int = 0,
     The step asks for every CPU and GPU of the node explicitly: a step gets one CPU per task by default, and under
     task/cgroup that one CPU would be all Ray could use.
     """
-    argv = ["srun", f"--nodes={nodes}", f"--ntasks={nodes}", "--ntasks-per-node=1",
-            f"--kill-on-bad-exit={1 if kill_on_bad_exit else 0}", "--wait=0"]
-    if cpus_per_task > 0:
-        argv.append(f"--cpus-per-task={cpus_per_task}")
-    if gpus_per_node > 0:
-        argv.append(f"--gpus-per-node={gpus_per_node}")
-    if job_name:
-        argv.append(f"--job-name={job_name}")
-    argv += list(extra_args)
-    return argv + list(command)
+    optional = [(cpus_per_task > 0, f"--cpus-per-task={cpus_per_task}"),
+                (gpus_per_node > 0, f"--gpus-per-node={gpus_per_node}"), (bool(job_name), f"--job-name={job_name}")]
+    return ["srun", f"--nodes={nodes}", f"--ntasks={nodes}", "--ntasks-per-node=1",
+            f"--kill-on-bad-exit={1 if kill_on_bad_exit else 0}", "--wait=0",
+            *(option for wanted, option in optional if wanted), *extra_args, *command]

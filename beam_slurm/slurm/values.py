@@ -42,13 +42,9 @@ def time_limit_seconds(text: str | int) -> int | None:
     numbers = [int(p) for p in parts]
     if dash:  # days-hours[:minutes[:seconds]]
         hours, minutes, seconds = (numbers + [0, 0])[:3]
-        total = ((int(days_text) * 24 + hours) * 60 + minutes) * 60 + seconds
-    elif len(numbers) == 1:  # minutes
-        total = numbers[0] * 60
-    elif len(numbers) == 2:  # minutes:seconds
-        total = numbers[0] * 60 + numbers[1]
-    else:  # hours:minutes:seconds
-        total = (numbers[0] * 60 + numbers[1]) * 60 + numbers[2]
+    else:  # minutes, minutes:seconds or hours:minutes:seconds
+        hours, minutes, seconds = numbers if len(numbers) == 3 else ([0] + numbers + [0])[:3]
+    total = (((int(days_text) if dash else 0) * 24 + hours) * 60 + minutes) * 60 + seconds
     if total == 0:
         return None
     return math.ceil(total / 60) * 60
