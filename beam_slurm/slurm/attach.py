@@ -136,9 +136,8 @@ def container_hook_of(job: RunJob):
         print(f"beam-slurm attach: warning: cannot read the run's recipe ({exc}); attaching without its container",
               file=sys.stderr)
         cfg = None
-    if cfg is None or cfg.container.runtime == "none":
-        return ContainerHook(), cfg
-    return container_hook(cfg.container, job_mounts(cfg), job.job_id), cfg
+    none = cfg is None or cfg.container.runtime == "none"
+    return (ContainerHook() if none else container_hook(cfg.container, job_mounts(cfg), job.job_id)), cfg
 
 
 def saved_config(export_path: Path):

@@ -104,8 +104,7 @@ class Attempt:
         self.notices: list[tuple[str, float]] = [] if notices is None else notices
         self.step: subprocess.Popen | None = None
         self.nodes = len(self.step_nodes)
-        hook = settings.container
-        hook = hook(allocation.job_id) if callable(hook) else hook
+        hook = settings.container(allocation.job_id) if callable(settings.container) else settings.container
         pinned = self.step_nodes if in_job or len(self.step_nodes) < len(allocation.nodes) else []
         self.launcher = StepLauncher(hook=hook, python=settings.python, nodes=self.nodes,
                                      gpus_per_node=settings.gpus_per_node, cpus_per_task=allocation.cpus_on_node,
@@ -125,8 +124,7 @@ class Attempt:
 
     # --- logging -------------------------------------------------------------------------------------------------
     def log(self, message: str) -> None:
-        line = (f"[beam-slurm train {time.strftime('%H:%M:%S')} job {self.alloc.job_id} "
-                f"attempt {self.label}] {message}")
+        line = f"[beam-slurm train {time.strftime('%H:%M:%S')} job {self.alloc.job_id} attempt {self.label}] {message}"
         print(line, file=sys.stderr, flush=True)
         if self._log_file is not None:
             self._log_file.write(line + "\n")

@@ -55,9 +55,8 @@ class HangLimits:
         return self.timeout_s == 0
 
     def base_s(self, median_step_s: float | None) -> float:
-        if self.timeout_s:
-            return float(self.timeout_s)
-        return max(DERIVED_FLOOR_S, DERIVED_MULTIPLE * (median_step_s or self.expected_step_s))
+        derived = max(DERIVED_FLOOR_S, DERIVED_MULTIPLE * (median_step_s or self.expected_step_s))
+        return float(self.timeout_s) if self.timeout_s else derived
 
     def phase_limit_s(self, progress: Progress | None) -> tuple[float, str]:
         """(seconds the phase may go without a heartbeat, the phase as the log says it)."""
@@ -80,11 +79,9 @@ class HangLimits:
     def describe(self) -> str:
         if self.off:
             return "off (cluster.hang_timeout_s=0)"
-        if self.timeout_s:
-            head = f"{self.timeout_s:.0f} s a phase (cluster.hang_timeout_s)"
-        else:
-            head = (f"{self.base_s(None):.0f} s a phase until steps are measured, then {DERIVED_MULTIPLE:g} x the "
-                    f"median step, at least {DERIVED_FLOOR_S:.0f} s (cluster.hang_timeout_s unset)")
+        head = (f"{self.timeout_s:.0f} s a phase (cluster.hang_timeout_s)" if self.timeout_s else
+                f"{self.base_s(None):.0f} s a phase until steps are measured, then {DERIVED_MULTIPLE:g} x the "
+                f"median step, at least {DERIVED_FLOOR_S:.0f} s (cluster.hang_timeout_s unset)")
         return (f"{head}; +{self.start_s:.0f} s for bring-up, model load and the first step, +{self.save_s:.0f} s for "
                 f"a save, +{self.eval_s:.0f} s for an evaluation")
 
@@ -100,9 +97,8 @@ class Hang:
 
     def describe(self) -> str:
         """'hang at step 6 (step)', as the attempt's end reason begins."""
-        if self.step is None:
-            return "hang in bring-up and model load (no heartbeat yet)"
-        return f"hang at step {self.step} ({self.phase})"
+        return ("hang in bring-up and model load (no heartbeat yet)" if self.step is None
+                else f"hang at step {self.step} ({self.phase})")
 
     def details(self) -> str:
         return f"no progress for {self.silent_s:.0f} s (limit {self.limit_s:.0f} s)"
@@ -119,17 +115,13 @@ def check(limits: HangLimits, progress: Progress | None, *, watching_since: floa
         return None
     limit, _ = limits.phase_limit_s(progress)
     since = progress.since if progress is not None else watching_since
-    if now - since <= limit:
-        return None
     return Hang(step=progress.step if progress else None, phase=progress.phase if progress else "bring-up",
-                silent_s=now - since, limit_s=limit)
+                silent_s=now - since, limit_s=limit) if now - since > limit else None
 
 
 def nccl_timeout_s(limits: HangLimits) -> int | None:
     """SKYRL_WORKER_NCCL_TIMEOUT_IN_S that keeps NCCL's timeout behind the watchdog (None: leave SkyRL's)."""
-    if limits.off:
-        return None
-    return int(limits.longest_s() + NCCL_TIMEOUT_MARGIN_S)
+    return None if limits.off else int(limits.longest_s() + NCCL_TIMEOUT_MARGIN_S)
 
 
 # --- reading the dumps -----------------------------------------------------------------------------------------

@@ -185,9 +185,8 @@ def association_limits(shape: JobShape, partition: str, user: str | None = None)
 def qos_limits(name: str) -> AccountingLimits | None:
     rows = scheduler.accounting_rows("qos", ("Name", "MaxWall", "MaxTRES"), ["where", f"name={name}"])
     row = next((r for r in rows if r["Name"] == name), None)
-    if row is None:
-        return None
-    return AccountingLimits(f"QOS {name}", reported_seconds(row["MaxWall"]), _tres(row["MaxTRES"]))
+    return None if row is None else AccountingLimits(f"QOS {name}", reported_seconds(row["MaxWall"]),
+                                                     _tres(row["MaxTRES"]))
 
 
 @dataclass

@@ -120,9 +120,7 @@ def slurm_end_of(*, job_state: str, restarts: int, restart_count: int, preempt_t
         return "preempted"
     if state == "TIMEOUT" or reason == "TimeLimit" or (time_left_s is not None and time_left_s <= 0):
         return "time limit"
-    if state in ("COMPLETING", "CANCELLED"):
-        return "cancelled"
-    return None
+    return "cancelled" if state in ("COMPLETING", "CANCELLED") else None
 
 
 def failed_node(failure: dict | None, head: str | None) -> str | None:

@@ -39,9 +39,7 @@ def _run(argv: Sequence[str], timeout_s: float = 60.0, *, survive_sigterm: bool 
 
 def expand_hostnames(nodelist: str) -> list[str]:
     """`n[1-3],gpu7` -> ['n1', 'n2', 'n3', 'gpu7'] (scontrol show hostnames), in Slurm's order."""
-    if not nodelist:
-        return []
-    return _run(["scontrol", "show", "hostnames", nodelist]).split()
+    return _run(["scontrol", "show", "hostnames", nodelist]).split() if nodelist else []
 
 
 def requeue(job_id: str | int) -> None:

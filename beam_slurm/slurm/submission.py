@@ -129,9 +129,8 @@ def submission_environment(environ: Mapping[str, str] | None = None) -> dict[str
     SLURM_MEM_PER_NODE, SLURM_CPUS_PER_TASK etc. to sbatch and to the child, which then mis-sizes its steps.
     """
     environ = dict(os.environ if environ is None else environ)
-    if not environ.get("SLURM_JOB_ID"):
-        return environ
-    return {k: v for k, v in environ.items() if not k.startswith("SLURM_") or k == "SLURM_CONF"}
+    inside = bool(environ.get("SLURM_JOB_ID"))
+    return {k: v for k, v in environ.items() if not (inside and k.startswith("SLURM_")) or k == "SLURM_CONF"}
 
 
 def submit(request: SbatchRequest, environ: Mapping[str, str] | None = None, timeout_s: float = 60.0) -> str:

@@ -45,9 +45,7 @@ def time_limit_seconds(text: str | int) -> int | None:
     else:  # minutes, minutes:seconds or hours:minutes:seconds
         hours, minutes, seconds = numbers if len(numbers) == 3 else ([0] + numbers + [0])[:3]
     total = (((int(days_text) if dash else 0) * 24 + hours) * 60 + minutes) * 60 + seconds
-    if total == 0:
-        return None
-    return math.ceil(total / 60) * 60
+    return math.ceil(total / 60) * 60 if total else None
 
 
 def reported_seconds(text: str | None) -> int | None:
