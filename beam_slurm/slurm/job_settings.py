@@ -1,9 +1,5 @@
-"""The training job's settings, built from the loaded recipe and nothing else (the schema holds every default).
-
-`load_job_config` loads the recipe inside the allocation (node and GPU counts follow the allocation unless given,
-a requeued attempt resumes from the newest complete checkpoint); `job_settings` turns it into `TrainJobSettings`:
-the driver command, checkpoint and log folders, the notice and requeue numbers, the preflight checks, the container
-wrapping and the Ray settings.
+"""The training job's settings, built from the loaded recipe and nothing else (the schema holds every default):
+`load_job_config` loads it inside the allocation, `job_settings` turns it into `TrainJobSettings`.
 """
 
 from __future__ import annotations

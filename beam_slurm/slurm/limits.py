@@ -4,10 +4,8 @@ QOS's and association's (`sacctmgr`).
 `sbatch --test-only` repeats only the submit-time checks: a partition's MaxTime and MaxNodes are refused there only
 with EnforcePartLimits, QOS and association limits only with AccountingStorageEnforce=limits and DenyOnLimit.
 Elsewhere Slurm accepts a job that then waits for ever (Reason PartitionTimeLimit, PartitionNodeLimit,
-QOSMaxWallDurationPerJobLimit, AssocMaxNodesPerJobLimit, ...). This module reads the limits itself and says which
-one a job breaks and which setting changes it. QOS and association limits count only where the controller enforces
-them (AccountingStorageEnforce has `limits` or `safe`). Only the user's own association is read, not those of its
-parent accounts.
+QOSMaxWallDurationPerJobLimit, AssocMaxNodesPerJobLimit, ...): hence the limits read here, QOS and association ones
+where the controller enforces them (AccountingStorageEnforce has `limits` or `safe`), only the user's own association.
 """
 
 from __future__ import annotations
@@ -203,18 +201,15 @@ class LimitsAnswer:
 def check_job(shape: JobShape) -> LimitsAnswer:
     """Every limit the job breaks. With a list of partitions the job breaks a partition's limits only when it breaks
     them in each (Slurm starts it in the first that can)."""
-    breaches: list[LimitBreach] = []
     partitions: list[PartitionLimits] = []
     unread: list[str] = []
-    per_partition: list[list[LimitBreach]] = []
     for name in shape.partitions or ("",):
         try:
-            limits = PartitionLimits.read(name)
+            partitions.append(PartitionLimits.read(name))
         except SlurmCommandError as exc:
             unread.append(f"partition {name or '(default)'}: {exc}")
-            continue
-        partitions.append(limits)
-        per_partition.append(partition_breaches(shape, limits))
+    per_partition = [partition_breaches(shape, limits) for limits in partitions]
+    breaches: list[LimitBreach] = []
     if per_partition and all(per_partition):
         breaches += per_partition[0] if len(per_partition) == 1 else [
             LimitBreach(" and ".join(b.text for found in per_partition for b in found), per_partition[0][0].setting)]
@@ -224,11 +219,10 @@ def check_job(shape: JobShape) -> LimitsAnswer:
         if enforced:
             partition = partitions[0].name if partitions else ""
             association, qos = association_limits(shape, partition)
-            if association is not None:
-                breaches += association.breaches(shape, "Assoc", "cluster.account")
-            qos_found = qos_limits(qos)
-            if qos_found is not None:
-                breaches += qos_found.breaches(shape, "QOS", "cluster.qos")
+            found_by = ((association, "Assoc", "cluster.account"), (qos_limits(qos), "QOS", "cluster.qos"))
+            for found, prefix, setting in found_by:
+                if found is not None:
+                    breaches += found.breaches(shape, prefix, setting)
     except SlurmCommandError as exc:
         unread.append(f"QOS and association limits: {exc}")
     return LimitsAnswer(breaches, partitions, unread, enforced)

@@ -112,13 +112,11 @@ def effective_options(request: SbatchRequest, environ: Mapping[str, str] | None 
         if stripped and not stripped.startswith("#"):
             break
         if stripped.startswith("#SBATCH"):
-            for name, value in option_pairs(shlex.split(stripped[len("#SBATCH"):], comments=True)):
-                found[name] = (value, "the script's #SBATCH header")
-    for name, variable in SBATCH_ENVIRONMENT.items():
-        if environ.get(variable):
-            found[name] = (environ[variable], variable)
-    for name, value in option_pairs(list(request.options)):
-        found[name] = (value, "the command line")
+            found.update((name, (value, "the script's #SBATCH header"))
+                         for name, value in option_pairs(shlex.split(stripped[len("#SBATCH"):], comments=True)))
+    found.update((name, (environ[variable], variable)) for name, variable in SBATCH_ENVIRONMENT.items()
+                 if environ.get(variable))
+    found.update((name, (value, "the command line")) for name, value in option_pairs(list(request.options)))
     return found
 
 

@@ -1,8 +1,5 @@
-"""`beam-slurm train [overrides]`: the recipe, inside the allocation that `sbatch/train_*.sh` got.
-
-The recipe (the allocation's node and GPU counts win unless given) becomes the job settings
-(`beam_slurm.slurm.job_settings`) that `beam_slurm.slurm.train_job` runs. With `eval.chain=true` a watcher in this
-batch shell submits one evaluation per HF export, exactly once across requeues (claim files on shared storage).
+"""`beam-slurm train [overrides]`: the recipe, inside the allocation that `sbatch/train_*.sh` got, as the job settings
+(`beam_slurm.slurm.job_settings`) that `beam_slurm.slurm.train_job` runs; with `eval.chain=true` the `EvalChain` too.
 """
 
 from __future__ import annotations
