@@ -162,9 +162,7 @@ def build_parser():
 
 def main(argv: list[str], *, execute=None) -> int:
     """Parse, resolve, then replace this process with the srun step (`execute(argv, env)`; tests pass their own)."""
-    argv = list(argv)
-    command = argv[argv.index("--") + 1:] if "--" in argv else []
-    argv = argv[: argv.index("--")] if "--" in argv else argv
+    argv, command = (argv[: argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (list(argv), [])
     parser = build_parser()
     try:
         args = parser.parse(argv).args

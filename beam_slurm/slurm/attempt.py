@@ -1,11 +1,9 @@
 """One attempt of the training job, in the batch shell: preflight on every node, the Ray step in the background
 (one `srun` over all nodes, `python -m beam_slurm.ray_cluster.node -- DRIVER...`, the driver on the head), then
 waiting. A notice - the pre-timeout signal (`#SBATCH --signal=B:USR1@N`, delivered to this shell only) or SIGTERM
-(preemption) - starts the save sequence:
-
-1. `notice.request_save(ckpt_path)`: the trainer saves at the next step boundary and acknowledges;
-2. wait up to `grace_s` for `notice.saved_since(...)` (or for the run to finish on its own);
-3. stop the Ray step (SIGTERM through Slurm to every node: driver stopped, each node's Ray stopped).
+(preemption) - starts the save sequence: the trainer is asked to save at the next step boundary
+(`notice.request_save`), the shell waits up to `grace_s` for its acknowledgement (`notice.saved_since`) or the run's
+own end, then stops the Ray step (SIGTERM through Slurm to every node: driver stopped, each node's Ray stopped).
 
 `beam-slurm requeue|stop` write the wanted outcome into the run record and send USR2 to this shell only: the same
 save sequence, then a requeue or the end as stopped. A SIGTERM (or the Ray step's death) is checked against what
@@ -14,8 +12,7 @@ there is nothing to save and, for a requeue, nothing to ask: the job is already 
 
 The attempt's facts then go to `requeue_policy.decide`, whose decision this module carries out (`scontrol requeue`,
 the excluded nodes, or the exit status). Every attempt's start and end, the bad nodes and the job's outcome go to
-the run record (`beam_slurm.core.run_record`). Logs: `<log_dir>/<jobid>-<attempt>/` on shared storage
-(train_job.log, ray-<host>.log, failure.json, ...).
+the run record (`beam_slurm.core.run_record`); its logs to `<log_dir>/<jobid>-<attempt>/`.
 """
 
 from __future__ import annotations

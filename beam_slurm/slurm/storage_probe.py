@@ -31,14 +31,11 @@ def measure_write(folder: Path, max_seconds: float, max_bytes: int = PROBE_BYTES
     written = 0
     started = time.monotonic()
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        try:
+        with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb", buffering=0) as handle:
             while written < max_bytes and time.monotonic() - started < max_seconds:
-                n = os.write(fd, block[: min(len(block), max_bytes - written)])
-                os.fsync(fd)  # durable bytes only: a page cache absorbs a burst, a checkpoint of 0.9 TB it does not
+                n = handle.write(block[: min(len(block), max_bytes - written)])
+                os.fsync(handle.fileno())  # durable bytes only: a page cache absorbs a burst, a 0.9 TB checkpoint not
                 written += n
-        finally:
-            os.close(fd)
         seconds = time.monotonic() - started
     finally:
         path.unlink(missing_ok=True)

@@ -60,10 +60,7 @@ def reported_seconds(text: str | None) -> int | None:
     parts = clock.split(":")
     if (dash and not _NUMBER.match(days_text)) or not all(_NUMBER.match(p) for p in parts) or not 2 <= len(parts) <= 3:
         return None
-    numbers = [int(p) for p in parts]
-    if len(numbers) == 2:
-        numbers.insert(0, 0)
-    hours, minutes, seconds = numbers
+    hours, minutes, seconds = [0] * (3 - len(parts)) + [int(p) for p in parts]
     return (int(days_text) if dash else 0) * 86400 + hours * 3600 + minutes * 60 + seconds
 
 
