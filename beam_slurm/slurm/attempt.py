@@ -441,11 +441,10 @@ class Attempt:
         except scheduler.SlurmCommandError as exc:
             self.log(f"could not ask Slurm about the job: {exc}")
             return None
-        left = time_left_s(info)
         restarts = info.get("Restarts", "0")
         return slurm_end_of(job_state=info.get("JobState", ""), restarts=int(restarts) if restarts.isdigit() else 0,
                             restart_count=self.alloc.restart_count, preempt_time=info.get("PreemptTime", ""),
-                            time_left_s=left, reason=info.get("Reason", ""))
+                            time_left_s=time_left_s(info), reason=info.get("Reason", ""))
 
     def _record_call(self, what: str, call, *args, **kwargs):
         """Write to the run record; a record that cannot be written never stops training (logged)."""

@@ -130,8 +130,7 @@ def job_settings(cfg, *, preflight: bool = True, driver: list[str] | None = None
         if launch.cwd:
             # SkyRL's examples/ import from the checkout root; the driver starts there on the head node.
             driver = ["/bin/sh", "-c", 'cd "$0" && exec "$@"', launch.cwd, *driver]
-    # Every node reads these in the job spec (names and paths only, no value): what to export before Ray, how to
-    # copy its logs.
+    # Every node reads these in the job spec (names and paths only, no value): what to export, how to copy logs.
     manifest = env_manifest.describe(cfg, driver_env) if driver_env else None
     copy_settings = LogCopySettings.from_config(cfg) if driver_env else None
     needs, mounts, paths, cluster = node_needs(cfg), job_mounts(cfg), cfg.paths, cfg.cluster
@@ -145,7 +144,7 @@ def job_settings(cfg, *, preflight: bool = True, driver: list[str] | None = None
     run_info = {"run_name": cfg.run_name, "recipe": cfg.recipe, "export_path": str(paths.export_path),
                 "ckpt_path": str(paths.ckpt_path), "log_dir": str(paths.log_dir),
                 "max_training_steps": cfg.max_training_steps, "config_yaml": to_yaml(cfg)}
-    settings = TrainJobSettings(
+    return TrainJobSettings(
         driver=list(driver), ckpt_path=paths.ckpt_path, log_dir=paths.log_dir, nodes=cluster.nodes,
         gpus_per_node=cluster.gpus_per_node, max_requeues=cluster.max_requeues, spare_nodes=cluster.spare_nodes,
         max_in_job_attempts=cluster.max_in_job_attempts, grace_s=float(cluster.grace_s),
@@ -154,5 +153,4 @@ def job_settings(cfg, *, preflight: bool = True, driver: list[str] | None = None
         ray=cfg.ray, python=python, max_attempts_without_progress=cluster.max_attempts_without_progress,
         save_cost=SaveCost.of(cfg), qos=cluster.qos or "", signal_before_s=cluster.signal_before_s,
         hang=HangLimits.of(cfg) if writes_heartbeats else HangLimits.disabled(), run_info=run_info,
-        env_manifest=manifest, log_copy=copy_settings)
-    return settings, driver_env
+        env_manifest=manifest, log_copy=copy_settings), driver_env

@@ -153,12 +153,6 @@ class AccountingLimits:
         return out
 
 
-def limits_enforced() -> bool:
-    """Whether the controller applies QOS and association limits (AccountingStorageEnforce has limits or safe)."""
-    enforce = scheduler.config_value("AccountingStorageEnforce").lower()
-    return "limits" in enforce or "safe" in enforce
-
-
 def association_limits(shape: JobShape, partition: str, user: str | None = None) -> tuple[AccountingLimits | None, str]:
     """The user's association for the job's account (the user's default account when it names none) and partition
     (a partition's own association first), and the QOS the job runs under (its --qos, else the association's
@@ -215,7 +209,8 @@ def check_job(shape: JobShape) -> LimitsAnswer:
             LimitBreach(" and ".join(b.text for found in per_partition for b in found), per_partition[0][0].setting)]
     enforced = False
     try:
-        enforced = limits_enforced()
+        # The controller applies QOS and association limits where AccountingStorageEnforce has limits or safe.
+        enforced = any(w in scheduler.config_value("AccountingStorageEnforce").lower() for w in ("limits", "safe"))
         if enforced:
             partition = partitions[0].name if partitions else ""
             association, qos = association_limits(shape, partition)
