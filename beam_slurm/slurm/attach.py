@@ -54,16 +54,11 @@ def find_job(target: str, exports_root: str | None = None) -> RunJob:
     """The training job RUN names: that job for a job id, else the run's latest one. RunNotFound when none."""
     export_path = runs.resolve_run(target, exports_root)
     run = RunStore(export_path).read()
-    if target.isdigit():
-        job_id = target
-    else:
-        job = run.latest_train_job()
-        job_id = job.job_id if job else ""
+    job_id = target if target.isdigit() else getattr(run.latest_train_job(), "job_id", "")
     if not job_id:
         raise runs.RunNotFound(f"run {run.run_name or export_path} has no training job yet "
                                "(its record is written when the job starts)")
-    log_dir = Path(run.log_dir or export_path / "logs")
-    return RunJob(export_path, job_id, log_dir, run)
+    return RunJob(export_path, job_id, Path(run.log_dir or export_path / "logs"), run)
 
 
 @dataclass

@@ -93,18 +93,12 @@ def batch_log_candidates(job, facts: Mapping[str, str]) -> list[tuple[Path, str]
              (submitted.get("output"), "sacct SubmitLine"), (command.get("output"), "the run's sbatch command")]
     if not any(pattern for pattern, _ in given) and workdir:
         given.append(("slurm-%A_%a.out" if "_" in facts.get("JobID", "") else "slurm-%j.out", "sbatch's default"))
-    found: list[tuple[Path, str]] = []
-    for pattern, how in given:
-        if pattern and pattern != "(null)":
-            path = Path(expand_output(pattern, fields))
-            if path.is_absolute() or workdir:
-                found.append((path if path.is_absolute() else Path(workdir) / path, how))
+    expanded = [(Path(expand_output(p, fields)), how) for p, how in given if p and p != "(null)"]
+    # A relative name is in the working folder (joining keeps an absolute one as it is).
+    found = [(Path(workdir) / path, how) for path, how in expanded if path.is_absolute() or workdir]
     for pattern in (f"*-{job.job_id}.out", f"*{job.job_id}*.out") if workdir else ():
         found += [(hit, f"sacct WorkDir {workdir}") for hit in sorted(Path(workdir).glob(pattern))[:1]]
-    unique: dict[Path, str] = {}
-    for path, how in found:
-        unique.setdefault(path, how)
-    return list(unique.items())
+    return [(path, how) for i, (path, how) in enumerate(found) if all(path != seen for seen, _ in found[:i])]
 
 
 def batch_log(job) -> tuple[Path | None, str]:

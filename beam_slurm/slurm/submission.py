@@ -217,15 +217,10 @@ class JobRecord:
 
 
 def _squeue(rows: list[dict[str, str]], job_ids: set[str]) -> dict[str, JobRecord]:
-    records: dict[str, JobRecord] = {}
-    for row in rows:
-        if row["JobID"] not in job_ids:
-            continue
-        state, reason, restarts = row["State"], row["Reason"], row["RestartCnt"]
-        records[row["JobID"]] = JobRecord(row["JobID"], state.split()[0] if state else "UNKNOWN",
-                                          "" if reason == "None" else reason, row["TimeUsed"], row["NodeList"],
-                                          int(restarts) if restarts.isdigit() else 0)
-    return records
+    return {row["JobID"]: JobRecord(row["JobID"], row["State"].split()[0] if row["State"] else "UNKNOWN",
+                                    "" if row["Reason"] == "None" else row["Reason"], row["TimeUsed"], row["NodeList"],
+                                    int(row["RestartCnt"]) if row["RestartCnt"].isdigit() else 0)
+            for row in rows if row["JobID"] in job_ids}
 
 
 def _sacct(rows: list[dict[str, str]]) -> dict[str, JobRecord]:

@@ -41,8 +41,7 @@ def run(settings: TrainJobSettings, rebuild: Callable[[], TrainJobSettings] | No
     attempt = Attempt(settings, allocation)
     while True:
         status = attempt.run()
-        decision = attempt.restart
-        if decision is None:
+        if (decision := attempt.restart) is None:
             return status
         before, after = attempt.step_nodes, list(decision.next_nodes)
         replaced = [f"{old} -> {new}" for old, new in zip([n for n in before if n not in after],
