@@ -17,6 +17,7 @@ the run record (`beam_slurm.core.run_record`); its logs to `<log_dir>/<jobid>-<a
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import re
@@ -136,21 +137,17 @@ class Attempt:
         nccl_timeout = hang_watch.nccl_timeout_s(self.settings.hang)
         if nccl_timeout is not None:
             # NCCL's own timeout stays behind the watchdog's; its flight recorder dumps into the hang folder.
-            env.setdefault(hang_watch.NCCL_TIMEOUT_ENV, str(nccl_timeout))
-            env.setdefault("TORCH_NCCL_TRACE_BUFFER_SIZE", "2000")
-            env.setdefault("TORCH_NCCL_DUMP_ON_TIMEOUT", "1")
-            env.setdefault("TORCH_NCCL_DEBUG_INFO_TEMP_FILE", str(self.attempt_dir / HANG_FOLDER / "nccl_trace_rank_"))
+            env = {hang_watch.NCCL_TIMEOUT_ENV: str(nccl_timeout), "TORCH_NCCL_TRACE_BUFFER_SIZE": "2000",
+                   "TORCH_NCCL_DUMP_ON_TIMEOUT": "1",
+                   "TORCH_NCCL_DEBUG_INFO_TEMP_FILE": str(self.attempt_dir / HANG_FOLDER / "nccl_trace_rank_"), **env}
         if self.alloc.restart_count > 0 or self.in_job > 0:
             # A requeued or restarted attempt continues from the last complete checkpoint.
             env["RESUME_MODE"] = "latest"
         return env
 
     def install_signal_handlers(self) -> None:
-        def on_notice(signum: int, _frame: Any) -> None:
-            self.notices.append((signal.Signals(signum).name, time.time()))
-
         for sig in (signal.SIGUSR1, signal.SIGUSR2, signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, on_notice)
+            signal.signal(sig, lambda signum, _frame: self.notices.append((signal.Signals(signum).name, time.time())))
 
     def notice_before_listening(self) -> None:
         """The batch scripts ignore USR1 until this process listens (`trap '' USR1`: its default action would end
@@ -477,11 +474,8 @@ class Attempt:
             self._record_call("write the resolved recipe", RunStore.write_config, config_yaml)
         job = self.job_info() if first else {}
         user_exclude = [n for n in (job.get("ExcNodeList") or "").split(",") if n and n != "(null)"]
-        if user_exclude:
-            try:
-                user_exclude = scheduler.expand_hostnames(",".join(user_exclude))
-            except scheduler.SlurmCommandError:
-                pass
+        with contextlib.suppress(scheduler.SlurmCommandError):
+            user_exclude = scheduler.expand_hostnames(",".join(user_exclude))
         def begin(run: RunRecord) -> tuple[TrainJob, list[str]]:
             run.fill_in(info)
             return run.begin_attempt(
