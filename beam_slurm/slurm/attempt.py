@@ -386,8 +386,7 @@ class Attempt:
         return nodes or list(self.alloc.nodes), time_left_s(info)
 
     def carry_out(self, decision: Decision, facts: AttemptFacts | None = None) -> int:
-        """Requeue, restart in the job or end as decided, and say so in the run record; the batch shell's exit
-        status."""
+        """Requeue, restart in the job or end as decided, told in the run record; the batch shell's exit status."""
         self.record_end(decision, facts)
         if decision.restart_in_job:
             self.restart = decision

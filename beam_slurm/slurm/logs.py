@@ -112,8 +112,7 @@ def batch_log(job) -> tuple[Path | None, str]:
 
 
 def tail(path: Path, lines: int, raw: bool = False) -> str:
-    """The last `lines` lines of a text file (read from its end, so a big log costs little); colour codes removed
-    unless `raw`."""
+    """The last `lines` lines of a file (read from its end: a big log costs little); colour codes gone unless `raw`."""
     if lines <= 0:
         return ""
     with open(path, "rb") as handle:

@@ -146,10 +146,8 @@ def _signal_and_wait(verb: str, store: RunStore, job_id: str, run: RunRecord, ti
                 out(f"checkpoint of step {saved} saved after {time.time() - asked:.1f}s: {ckpt_path}/global_step_{saved}")
         record = store.read()
         handled = record.wanted.handled_by_attempt if record.wanted else None
-        job = record.train_jobs.get(job_id)
-        attempt = job.attempt(handled, record.wanted.handled_in_job) if job is not None and handled is not None \
-            else None
-        if attempt is not None:
+        job = record.train_jobs.get(job_id) if handled is not None else None
+        if job is not None and (attempt := job.attempt(handled, record.wanted.handled_in_job)) is not None:
             return _report(verb, job_id, attempt, saved, out)
         if time.time() > asked + timeout and saved is None and not ckpt_path:
             break

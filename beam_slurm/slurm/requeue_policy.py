@@ -222,7 +222,6 @@ def _decide(facts: AttemptFacts) -> Decision:
                                        end_kind="preflight", bad_nodes=tuple(named), counts=True)
         # Every node fails the same way: the setup is wrong, the same allocation would fail the same way.
         return Decision(False, EXIT_PREFLIGHT, "preflight failed", end_kind="preflight", outcome="failed")
-
     if facts.slurm_end == "requeued":
         return Decision(False, 0, "Slurm requeued the job (scontrol requeue or a requeue by the scheduler)",
                         "every step was signalled at once, so nothing was saved; the next attempt resumes from the "
@@ -230,23 +229,19 @@ def _decide(facts: AttemptFacts) -> Decision:
     if facts.slurm_end == "cancelled" and facts.wanted is None:
         return Decision(False, EXIT_CANCELLED, "the job was cancelled (scancel)", "not requeueing",
                         end_kind="cancelled", outcome="cancelled")
-
     if facts.failure_kind == "storage":
         # The same save fails on any node after any requeue: say what is full instead of burning attempts.
         return Decision(False, EXIT_STORAGE_FULL, "checkpoint storage full", f"{facts.failure_reason}; not "
                         f"requeueing; {ADVICE['storage-full']}; the last complete checkpoint is kept (step "
                         f"{facts.checkpoint_at_end})", end_kind="storage-full", outcome="failed")
-
     if facts.hang is not None:
         where = f" on {','.join(facts.hang_nodes)}" if facts.hang_nodes else ""
         return _requeue_within_cap(facts, facts.hang + where, EXIT_NOT_REQUEUED, end_kind="hang",
                                    bad_nodes=facts.hang_nodes, counts=True, where=where)
-
     if facts.slurm_end == "time limit" and facts.wanted is None and facts.saved_step is None:
         # Slurm is ending the job at its limit (every step signalled): requeue while it still can be.
         return _requeue_within_cap(facts, "the time limit came without a saved notice", EXIT_NOT_REQUEUED,
                                    end_kind="time-limit", counts=True)
-
     if facts.notice is not None or facts.wanted is not None:
         if facts.wanted == "stop":
             saved = f" at step {facts.saved_step}" if facts.saved_step is not None else ""
@@ -267,28 +262,23 @@ def _decide(facts: AttemptFacts) -> Decision:
         unsaved_limit = kind == "notice" and facts.saved_step is None and facts.slurm_end != "preempted"
         return _requeue_within_cap(facts, f"notice {facts.notice}", EXIT_NOT_REQUEUED, end_kind=kind,
                                    counts=unsaved_limit)
-
     if facts.step_status == 0:
         return Decision(False, 0, "the driver finished successfully", end_kind="finished", outcome="completed")
-
     if facts.slurm_end == "preempted":
         # The steps were signalled without a notice to this shell: requeue before the grace time ends.
         return _requeue_within_cap(facts, "preemption (no notice)", EXIT_NOT_REQUEUED, end_kind="preempted")
-
     if facts.lost_nodes:
         # Slurm removed failed nodes from the job (--no-kill) and SIGKILLed the step: nothing was saved.
         lost = ",".join(facts.lost_nodes)
         return _requeue_within_cap(facts, f"node failure: Slurm removed {lost} from the job", facts.step_status
                                    or EXIT_INFRA, end_kind="node-failure", bad_nodes=facts.lost_nodes, counts=True,
                                    where=f" on {lost}")
-
     if facts.failure_kind == "infra":
         # A node's Ray died or never joined: another allocation may well succeed (without that node).
         bad = (facts.failure_node,) if facts.failure_node else ()
         where = f" on {facts.failure_node}" if facts.failure_node else ""
         return _requeue_within_cap(facts, "infrastructure failure", facts.step_status or EXIT_INFRA,
                                    end_kind="node-failure", bad_nodes=bad, counts=True, where=where)
-
     # The driver failed (or bring-up found a configuration fault): the same error would come back.
     status = facts.driver_status if facts.driver_status not in (None, 0) else facts.step_status or 1
     kind = "setup-error" if facts.failure_kind == "setup" else "driver-error"
