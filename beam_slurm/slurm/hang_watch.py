@@ -107,11 +107,9 @@ class Hang:
 def check(limits: HangLimits, progress: Progress | None, *, watching_since: float, now: float) -> Hang | None:
     """A hang, or None. `progress` older than `watching_since` (the Ray step's start: an earlier attempt's) counts
     as no heartbeat yet."""
-    if limits.off:
-        return None
     if progress is not None and progress.since < watching_since:
         progress = None
-    if progress is not None and progress.phase == "finished":
+    if limits.off or (progress is not None and progress.phase == "finished"):
         return None
     limit, _ = limits.phase_limit_s(progress)
     since = progress.since if progress is not None else watching_since

@@ -15,7 +15,6 @@ import os
 from dataclasses import dataclass
 
 from beam_slurm.slurm import scheduler
-from beam_slurm.slurm.scheduler import SlurmCommandError
 from beam_slurm.slurm.submission import SbatchRequest, effective_options
 from beam_slurm.slurm.values import SlurmValueError, describe_seconds, partition_names, reported_seconds, \
     time_limit_seconds
@@ -200,7 +199,7 @@ def check_job(shape: JobShape) -> LimitsAnswer:
     for name in shape.partitions or ("",):
         try:
             partitions.append(PartitionLimits.read(name))
-        except SlurmCommandError as exc:
+        except scheduler.SlurmCommandError as exc:
             unread.append(f"partition {name or '(default)'}: {exc}")
     per_partition = [partition_breaches(shape, limits) for limits in partitions]
     breaches: list[LimitBreach] = []
@@ -218,6 +217,6 @@ def check_job(shape: JobShape) -> LimitsAnswer:
             for found, prefix, setting in found_by:
                 if found is not None:
                     breaches += found.breaches(shape, prefix, setting)
-    except SlurmCommandError as exc:
+    except scheduler.SlurmCommandError as exc:
         unread.append(f"QOS and association limits: {exc}")
     return LimitsAnswer(breaches, partitions, unread, enforced)

@@ -17,7 +17,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from beam_slurm.slurm import scheduler, values
-from beam_slurm.slurm.scheduler import parse_config, parse_partitions
 
 QUERY_TIMEOUT_S = 10.0  # `plan` must not hang on a silent controller
 USER_SIGNAL_PARAMETER = "preempt_send_user_signal"
@@ -77,9 +76,8 @@ class PreemptionInfo:
         return self.partition_grace_s
 
     def preemptable(self, qos_name: str | None = None) -> bool:
-        if not self.reachable or self.preempt_type in ("", "preempt/none"):
-            return False
-        if self.by_qos and not self.preemptors(qos_name):
+        if (not self.reachable or self.preempt_type in ("", "preempt/none")
+                or (self.by_qos and not self.preemptors(qos_name))):
             return False
         return not self.mode(qos_name).startswith("OFF")
 
@@ -97,8 +95,8 @@ def _seconds(text: str) -> int:
 
 def from_outputs(config: str, partitions: str, qos: str, partition: str | None) -> PreemptionInfo:
     """Build the picture from the three commands' outputs (pure; tests feed it recorded text)."""
-    conf = parse_config(config)
-    rows = parse_partitions(partitions)
+    conf = scheduler.parse_config(config)
+    rows = scheduler.parse_partitions(partitions)
     if partition and "," in partition:  # a list: the job runs in the first that can start it; read that one
         partition = values.partition_names(partition)[0]
     if partition:
@@ -124,7 +122,7 @@ def read_preemption(partition: str | None = None) -> PreemptionInfo:
     except scheduler.SlurmCommandError as exc:
         return PreemptionInfo(reachable=False, why=str(exc).splitlines()[0])
     qos = ""
-    if parse_config(config).get("PreemptType", "").endswith("/qos"):
+    if scheduler.parse_config(config).get("PreemptType", "").endswith("/qos"):
         try:
             qos = scheduler._run(["sacctmgr", "-n", "-P", "show", "qos", "format=Name,Preempt,PreemptMode,GraceTime"],
                                  timeout_s=QUERY_TIMEOUT_S)

@@ -133,8 +133,7 @@ def submission_environment(environ: Mapping[str, str] | None = None) -> dict[str
 
 def submit(request: SbatchRequest, environ: Mapping[str, str] | None = None, timeout_s: float = 60.0) -> str:
     """Submit and return the job id (for an array, the array's job id). Raises SlurmCommandError."""
-    bad = request.problems()
-    if bad:
+    if bad := request.problems():
         raise SlurmCommandError("; ".join(bad))
     try:
         done = subprocess.run(request.argv(), capture_output=True, text=True, timeout=timeout_s, check=False,

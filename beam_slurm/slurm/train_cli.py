@@ -24,8 +24,7 @@ class EvalChain:
     """Submits one evaluation per complete HF export while training runs, then makes a last pass."""
 
     def __init__(self, cfg, log):
-        self.cfg = cfg
-        self.log = log
+        self.cfg, self.log = cfg, log
         self.settings = ChainSettings(run_dir=Path(cfg.paths.export_path), poll_interval_s=cfg.eval.chain_poll_s,
                                       settle_s=cfg.eval.chain_settle_s)
         self.stop = threading.Event()
