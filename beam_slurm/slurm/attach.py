@@ -140,8 +140,7 @@ def saved_config(export_path: Path):
     path = export_path / RUN_DIRNAME / CONFIG_FILE
     if not path.is_file():
         return None
-    merged = OmegaConf.merge(OmegaConf.structured(BeamConfig), OmegaConf.load(path))
-    return OmegaConf.to_object(merged)
+    return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(BeamConfig), OmegaConf.load(path)))
 
 
 def build_parser():

@@ -231,9 +231,12 @@ class Attempt:
                 return self.handle_notice()
             status = self.step.poll()
             if status is not None:
-                if status != 0:
+                if status != 0:  # say why it failed: the first failure a node recorded
                     self.slurm_end = self.ask_slurm()
-                self.log_step_end(status)
+                    failure = records.read_failure(self.attempt_dir)
+                    driver = records.read_driver_status(self.attempt_dir)
+                    self.log(f"{failure.get('kind')} failure on {failure.get('node')}: {failure.get('reason')}"
+                             if failure else f"the Ray step ended with status {status} (driver status {driver})")
                 return self.facts(step_status=status)
             if time.monotonic() >= next_look:
                 next_look = time.monotonic() + HANG_POLL_S
@@ -330,14 +333,6 @@ class Attempt:
             self.log("no checkpoint saved on notice within the grace period; the next attempt resumes from the last "
                      "periodic checkpoint")
         return self.facts(notice=name, saved_step=saved, step_status=self.stop_ray_step())
-
-    def log_step_end(self, status: int) -> None:
-        """Say why the Ray step ended on its own, when it failed: the first failure a node recorded."""
-        if status == 0:
-            return
-        failure, driver = records.read_failure(self.attempt_dir), records.read_driver_status(self.attempt_dir)
-        self.log(f"{failure.get('kind')} failure on {failure.get('node')}: {failure.get('reason')}" if failure else
-                 f"the Ray step ended with status {status} (driver status {driver})")
 
     def facts(self, **seen: Any) -> AttemptFacts:
         """This attempt's facts: what the caller saw plus what the nodes and the run record say."""

@@ -172,8 +172,7 @@ def next_nodes(facts: AttemptFacts, bad: tuple[str, ...]) -> tuple[tuple[str, ..
     preferred = [n for n in usable if n not in bad] + [n for n in usable if n in bad]
     if len(preferred) < facts.nodes_needed:
         return None, f"the allocation keeps {len(preferred)} usable nodes, the Ray step needs {facts.nodes_needed}"
-    chosen = set(preferred[: facts.nodes_needed])
-    return tuple(n for n in usable if n in chosen), ""
+    return tuple(n for n in usable if n in preferred[: facts.nodes_needed]), ""
 
 
 def in_job(facts: AttemptFacts, decision: Decision) -> Decision:

@@ -121,11 +121,9 @@ def effective_options(request: SbatchRequest, environ: Mapping[str, str] | None 
 
 
 def submission_environment(environ: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The environment for sbatch: the caller's, minus the SLURM_* of an enclosing job.
-
-    Submitting from inside a job (the training job submits evaluation jobs) would otherwise hand the parent's
-    SLURM_MEM_PER_NODE, SLURM_CPUS_PER_TASK etc. to sbatch and to the child, which then mis-sizes its steps.
-    """
+    """The environment for sbatch: the caller's, minus the SLURM_* of an enclosing job. Submitting from inside a job
+    (the training job submits evaluation jobs) would otherwise hand the parent's SLURM_MEM_PER_NODE,
+    SLURM_CPUS_PER_TASK etc. to sbatch and to the child, which then mis-sizes its steps."""
     environ = dict(os.environ if environ is None else environ)
     inside = bool(environ.get("SLURM_JOB_ID"))
     return {k: v for k, v in environ.items() if not (inside and k.startswith("SLURM_")) or k == "SLURM_CONF"}
@@ -190,8 +188,7 @@ def sbatch_test_only(request: SbatchRequest, environ: Mapping[str, str] | None =
 
 def refusal_setting(text: str) -> str:
     """The setting that changes what Slurm refused (from the words of its answer)."""
-    lowered = text.lower()
-    return next((key for word, key in REFUSAL_SETTINGS if word in lowered), "the cluster.* keys")
+    return next((key for word, key in REFUSAL_SETTINGS if word in text.lower()), "the cluster.* keys")
 
 
 @dataclass
