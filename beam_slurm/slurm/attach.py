@@ -84,8 +84,7 @@ def running_target(job: RunJob, node: str | None) -> Target:
         why = f"; {info['Reason']}" if info.get("Reason") not in (None, "", "None") else ""
         raise AttachRefused(f"job {job.job_id} is {state.lower() or 'unknown'}{why}: attach needs a running job "
                             f"(`beam-slurm status {job.export_path}`, `beam-slurm logs {job.job_id}`)")
-    restarts = info.get("Restarts", "0")
-    restarts = restarts if restarts.isdigit() else "0"
+    restarts = info.get("Restarts", "0") if info.get("Restarts", "0").isdigit() else "0"
     # The allocation's latest Ray step: an in-job restart (`2.1`) runs in the folder of its label.
     attempt = ([a for a in job.attempts() if a.split(".")[0] == restarts] or [restarts])[-1]
     head = read_json(job.attempt_dir(attempt) / HEAD_FILE)
@@ -105,8 +104,7 @@ def ray_environment(head: dict, environ: dict[str, str], python_bin: str | None)
     env = {k: v for k, v in environ.items() if not k.startswith("SLURM_") or k == "SLURM_CONF"}
     env["RAY_ADDRESS"] = str(head["address"])
     if head.get("token_path"):
-        env["RAY_AUTH_MODE"] = "token"
-        env["RAY_AUTH_TOKEN_PATH"] = str(head["token_path"])
+        env.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=str(head["token_path"]))
     if python_bin:
         env["PATH"] = python_bin + os.pathsep + env.get("PATH", "/usr/bin:/bin")
     return env
@@ -114,13 +112,9 @@ def ray_environment(head: dict, environ: dict[str, str], python_bin: str | None)
 
 def attach_argv(target: Target, command: list[str], hook, *, shell: str) -> list[str]:
     """The srun command line of the attach step (`hook`: the job's `steps.ContainerHook`)."""
-    interactive = not command
-    argv = ["srun", "--overlap", f"--jobid={target.job_id}", "--nodes=1", "--ntasks=1",
-            f"--nodelist={target.node}", f"--job-name={ATTACH_STEP}"]
-    if interactive:
-        argv.append("--pty")
-    argv += list(hook.srun_args)
-    return argv + list(hook.command_prefix) + (command or [shell, "-i"])
+    argv = ["srun", "--overlap", f"--jobid={target.job_id}", "--nodes=1", "--ntasks=1", f"--nodelist={target.node}",
+            f"--job-name={ATTACH_STEP}", *([] if command else ["--pty"])]  # a shell of its own is interactive
+    return argv + list(hook.srun_args) + list(hook.command_prefix) + (command or [shell, "-i"])
 
 
 def container_hook_of(job: RunJob):

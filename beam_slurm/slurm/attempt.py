@@ -1,14 +1,12 @@
 """One attempt of the training job, in the batch shell: preflight on every node, the Ray step in the background
 (one `srun` over all nodes, `python -m beam_slurm.ray_cluster.node -- DRIVER...`, the driver on the head), then
-waiting. A notice - the pre-timeout signal (`#SBATCH --signal=B:USR1@N`, delivered to this shell only) or SIGTERM
-(preemption) - starts the save sequence: the trainer is asked to save at the next step boundary
-(`notice.request_save`), the shell waits up to `grace_s` for its acknowledgement (`notice.saved_since`) or the run's
-own end, then stops the Ray step (SIGTERM through Slurm to every node: driver stopped, each node's Ray stopped).
-
-`beam-slurm requeue|stop` write the wanted outcome into the run record and send USR2 to this shell only: the same
-save sequence, then a requeue or the end as stopped. A SIGTERM (or the Ray step's death) is checked against what
-Slurm is doing to the job (`scontrol show job`): a `scontrol requeue` or `scancel` signals every step at once, so
-there is nothing to save and, for a requeue, nothing to ask: the job is already requeued.
+waiting. A notice - the pre-timeout signal (`#SBATCH --signal=B:USR1@N`, delivered to this shell only), SIGTERM
+(preemption) or USR2 (`beam-slurm requeue|stop`, after writing the wanted outcome into the run record) - starts the
+save sequence: the trainer is asked to save at the next step boundary (`notice.request_save`), the shell waits up to
+`grace_s` for its acknowledgement (`notice.saved_since`) or the run's own end, then stops the Ray step (SIGTERM
+through Slurm to every node). A SIGTERM (or the Ray step's death) is checked against what Slurm is doing to the job
+(`scontrol show job`): a `scontrol requeue` or `scancel` signals every step at once, so there is nothing to save and,
+for a requeue, nothing to ask: the job is already requeued.
 
 The attempt's facts then go to `requeue_policy.decide`, whose decision this module carries out (`scontrol requeue`,
 the excluded nodes, or the exit status). Every attempt's start and end, the bad nodes and the job's outcome go to
@@ -87,8 +85,7 @@ class Attempt:
     def __init__(self, settings: TrainJobSettings, allocation: scheduler.AllocationInfo, in_job: int = 0,
                  step_nodes: list[str] | None = None, allocation_bad: tuple[str, ...] = (),
                  replaced: list[str] | None = None, notices: list[tuple[str, float]] | None = None):
-        self.settings = settings
-        self.alloc = allocation
+        self.settings, self.alloc = settings, allocation
         self.in_job = in_job  # 0 for the allocation's first Ray step, then 1, 2, ... for each restart in it
         self.label = layout.attempt_label(allocation.restart_count, in_job)
         self.attempt_dir = Path(settings.log_dir) / f"{allocation.job_id}-{self.label}"
@@ -120,7 +117,6 @@ class Attempt:
         self.hang_dumps: str | None = None
         self.hang_detected_at: float | None = None
 
-    # --- logging -------------------------------------------------------------------------------------------------
     def log(self, message: str) -> None:
         line = f"[beam-slurm train {time.strftime('%H:%M:%S')} job {self.alloc.job_id} attempt {self.label}] {message}"
         print(line, file=sys.stderr, flush=True)
@@ -128,7 +124,6 @@ class Attempt:
             self._log_file.write(line + "\n")
             self._log_file.flush()
 
-    # --- environment and signals ---------------------------------------------------------------------------------
     def step_env(self) -> dict[str, str]:
         env = dict(os.environ)
         env.update(self.launcher.hook.env)
@@ -150,11 +145,10 @@ class Attempt:
             signal.signal(sig, lambda signum, _frame: self.notices.append((signal.Signals(signum).name, time.time())))
 
     def notice_before_listening(self) -> None:
-        """The batch scripts ignore USR1 until this process listens (`trap '' USR1`: its default action would end
-        the shell), so a notice Slurm sent before then is lost. Slurm sends it `signal_before_s` (up to 60 s more)
-        before the time limit: an attempt that starts with less time left than that takes it as a notice. Only where
-        the batch script ignored it (BEAM_NOTICE_IGNORED_AT_START): elsewhere an early USR1 ends the process, and a
-        job submitted without --signal gets no notice to miss."""
+        """The batch scripts ignore USR1 until this process listens (`trap '' USR1`: its default action would end the
+        shell), so a notice Slurm sent before then is lost. Slurm sends it `signal_before_s` (up to 60 s more) before
+        the time limit: an attempt starting with less time left takes it as a notice. Only where the batch script
+        ignored it (NOTICE_IGNORED_ENV): elsewhere an early USR1 ends the process, and without --signal none comes."""
         if not os.environ.get(NOTICE_IGNORED_ENV):
             return
         left = time_left_s(self.job_info())
@@ -164,7 +158,6 @@ class Attempt:
                      "is taken now")
             self.notices.append(("SIGUSR1", time.time()))
 
-    # --- phases --------------------------------------------------------------------------------------------------
     def run_preflight(self, env: dict[str, str]) -> bool:
         canary = self.attempt_dir / "shared-storage-canary"
         canary.write_text(f"{self.alloc.job_id}\n")
@@ -413,13 +406,11 @@ class Attempt:
         self.exclude_bad_nodes(exclude)
         return 0
 
-    # --- Slurm's view and the run record ------------------------------------------------------------------------
     def job_info(self) -> dict[str, str]:
         """`scontrol show job` of this job; {} when scontrol does not answer."""
-        try:
+        with contextlib.suppress(scheduler.SlurmCommandError):
             return scheduler.job_info(self.alloc.job_id)
-        except scheduler.SlurmCommandError:
-            return {}
+        return {}
 
     def checkpoint(self) -> int | None:
         return layout.latest_checkpoint_step(self.settings.ckpt_path)
@@ -448,12 +439,9 @@ class Attempt:
             return None
 
     def read_wanted(self) -> Wanted | None:
-        if self.record is None:
-            return None
-        try:
-            return self.record.read().wanted_for(self.alloc.job_id)
-        except (OSError, UserError):
-            return None
+        with contextlib.suppress(OSError, UserError):
+            return self.record.read().wanted_for(self.alloc.job_id) if self.record is not None else None
+        return None
 
     def record_start(self) -> None:
         """Write the run record's entry for this attempt (and the job, and the run when started with sbatch)."""
@@ -561,7 +549,6 @@ class Attempt:
         decision = Decision(True, 0, f"landed on bad node(s) {','.join(landed)}", end_kind="bad-node-avoided")
         return self.carry_out(decision) == 0 and self.requeued
 
-    # --- entry ---------------------------------------------------------------------------------------------------
     def run(self) -> int:
         self.install_signal_handlers()
         self.attempt_dir.mkdir(parents=True, exist_ok=True)

@@ -1,8 +1,7 @@
 """The hang watchdog's rules: how long each phase of training may go without a heartbeat, whether it has, and which
-node the stack dumps point at. Pure functions over numbers, heartbeats and dump texts (no Slurm, no clock).
-
-A stuck collective or engine leaves every process alive and Ray content. The trainer writes a heartbeat at each phase
-change (`beam_slurm.skyrl.progress`); the batch shell reads it while the Ray step runs and ends the attempt as a hang
+node the stack dumps point at. Pure functions over numbers, heartbeats and dump texts (no Slurm, no clock). A stuck
+collective or engine leaves every process alive and Ray content: the trainer writes a heartbeat at each phase change
+(`beam_slurm.skyrl.progress`), the batch shell reads it while the Ray step runs and ends the attempt as a hang
 (`attempt.Attempt.handle_hang`) when a phase is silent for longer than its limit (README, "Hang watchdog"). Phases
 known to be long get an allowance on top: bring-up and model load and the attempt's first step, a save, an evaluation.
 """
@@ -122,7 +121,6 @@ def nccl_timeout_s(limits: HangLimits) -> int | None:
     return None if limits.off else int(limits.longest_s() + NCCL_TIMEOUT_MARGIN_S)
 
 
-# --- reading the dumps -----------------------------------------------------------------------------------------
 _FRAME = re.compile(r"^\s+(\S+) \((\S+?):\d+\)")
 
 
@@ -152,10 +150,8 @@ def suspects(processes: list[DumpedProcess]) -> tuple[list[str], str]:
     the others wait alike), comparing Ray's workers only."""
     frozen = [p for p in processes if p.state in ("T", "t", "D")]
     if frozen:
-        nodes = sorted({p.node for p in frozen})
-        what = ", ".join(f"{p.role} (pid {p.pid}) on {p.node} is {'stopped' if p.state in 'Tt' else 'in D state'}"
-                         for p in frozen)
-        return nodes, what
+        return sorted({p.node for p in frozen}), ", ".join(
+            f"{p.role} (pid {p.pid}) on {p.node} is {'stopped' if p.state in 'Tt' else 'in D state'}" for p in frozen)
     # Only Ray's workers are compared (the ranks: training and generation actors); daemons are one of a kind per
     # node. Ray titles a worker by the method it runs ('ray::GpuSlot.step'): one role per actor class.
     by_role: dict[str, list[DumpedProcess]] = {}

@@ -1,15 +1,15 @@
 """What the cluster's own limits say of a job before it is queued: its partition's (`scontrol show partition`) and its
-QOS's and association's (`sacctmgr`).
-
-`sbatch --test-only` repeats only the submit-time checks: a partition's MaxTime and MaxNodes are refused there only
-with EnforcePartLimits, QOS and association limits only with AccountingStorageEnforce=limits and DenyOnLimit.
-Elsewhere Slurm accepts a job that then waits for ever (Reason PartitionTimeLimit, PartitionNodeLimit,
-QOSMaxWallDurationPerJobLimit, AssocMaxNodesPerJobLimit, ...): hence the limits read here, QOS and association ones
-where the controller enforces them (AccountingStorageEnforce has `limits` or `safe`), only the user's own association.
+QOS's and association's (`sacctmgr`). `sbatch --test-only` repeats only the submit-time checks: a partition's MaxTime
+and MaxNodes are refused there only with EnforcePartLimits, QOS and association limits only with
+AccountingStorageEnforce=limits and DenyOnLimit. Elsewhere Slurm accepts a job that then waits for ever (Reason
+PartitionTimeLimit, PartitionNodeLimit, QOSMaxWallDurationPerJobLimit, AssocMaxNodesPerJobLimit, ...): hence the
+limits read here, QOS and association ones where the controller enforces them (AccountingStorageEnforce has `limits`
+or `safe`), only the user's own association.
 """
 
 from __future__ import annotations
 
+import contextlib
 import getpass
 import os
 from dataclasses import dataclass
@@ -41,22 +41,18 @@ def job_shape(request: SbatchRequest, environ=None) -> JobShape:
     given = lambda name: options.get(name, ("", ""))[0]  # noqa: E731
 
     def number(name: str, default: int) -> int:
-        try:
+        with contextlib.suppress(ValueError):
             return int(given(name).split("-")[0]) if given(name) else default
-        except ValueError:
-            return default
+        return default
 
     time_text, time_source = options.get("time", ("", ""))
     time_setting = {"the command line": "cluster.time_limit", "": "cluster.time_limit"}.get(
         time_source, f"SBATCH_TIMELIMIT (the time limit comes from {time_source})")
-    try:
+    seconds, partitions = None, ()
+    with contextlib.suppress(SlurmValueError):
         seconds = time_limit_seconds(time_text) if time_text else None
-    except SlurmValueError:
-        seconds = None
-    try:
+    with contextlib.suppress(SlurmValueError):
         partitions = tuple(partition_names(given("partition"))) if given("partition") else ()
-    except SlurmValueError:
-        partitions = ()
     return JobShape(nodes=number("nodes", 1), gpus_per_node=number("gpus-per-node", 0), time_limit_s=seconds,
                     time_limit_text=time_text, time_limit_given=bool(time_text), time_setting=time_setting,
                     partitions=partitions, qos=given("qos"), account=given("account"))

@@ -208,10 +208,8 @@ def listing(job, attempt: str, node: str | None = None) -> dict:
     """`logs --json`: where each log of the attempt is and its size, without contents (schema: README)."""
     attempt_dir = job.attempt_dir(attempt)
     path, how = batch_log(job)
-
-    def sized(paths, base: Path | None = None) -> list[dict]:
-        return [{"path": str(p.relative_to(base) if base else p), "bytes": p.stat().st_size} for p in paths]
-
+    sized = lambda paths, base=None: [  # noqa: E731
+        {"path": str(p.relative_to(base) if base else p), "bytes": p.stat().st_size} for p in paths]
     nodes = [{"node": name, "folder": str(folder), "copy": read_json(folder / COPY_RECORD),
               "files": sized(ray_log_files(folder), folder)}
              for name, folder in node_sections(attempt_dir).items() if node is None or name == node]

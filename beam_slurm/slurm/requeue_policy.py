@@ -1,11 +1,10 @@
 """How an attempt of the training job ends: requeue, finish, stop or fail. Pure decisions over what the attempt
-recorded (no Slurm, no files, no clock), so each rule reads top to bottom and is tested in milliseconds.
-`attempt.Attempt` gathers the facts (`AttemptFacts`), asks `decide` and carries the decision out (`scontrol
-requeue`, the excluded nodes, the exit status); while a notice is handled it asks `stop_waiting_for_save`.
-
-End kinds (`Decision.end_kind`, one per attempt in `beam-slurm status`, told in README's "End reasons"): finished,
-notice, operator-requeue, stopped, slurm-requeue, preempted, cancelled, time-limit, node-failure, hang, preflight,
-driver-error, setup-error, and storage-full (a save found the checkpoint storage full: ended, never requeued).
+recorded (no Slurm, no files, no clock), so each rule reads top to bottom and is tested in milliseconds;
+`attempt.Attempt` gathers the facts, asks `decide` (and `stop_waiting_for_save` while a notice is handled) and
+carries the decision out. End kinds (`Decision.end_kind`, one per attempt in `beam-slurm status`, told in README's
+"End reasons"): finished, notice, operator-requeue, stopped, slurm-requeue, preempted, cancelled, time-limit,
+node-failure, hang, preflight, driver-error, setup-error, and storage-full (a save found the checkpoint storage full:
+ended, never requeued).
 
 A node failure, a hang or a preflight failure on some nodes restarts in the job (`Decision.restart_in_job`: a new
 Ray step in the same allocation, from the latest checkpoint) while the allocation keeps enough usable nodes (spares
@@ -137,10 +136,8 @@ def failed_node(failure: dict | None, head: str | None) -> str | None:
     if "Ray cluster not complete" in reason:
         # "...: n3: its task never started ...; n4 (10.0.0.4): started but ..." -> the first node named
         tail = reason.split(": ", 1)[1] if ": " in reason else ""
-        for part in tail.split("; "):
-            name = part.split(":")[0].split(" (")[0].strip()
-            if name and " " not in name:
-                return name
+        names = (part.split(":")[0].split(" (")[0].strip() for part in tail.split("; "))
+        return next((name for name in names if name and " " not in name), failure.get("node"))
     return failure.get("node")
 
 
@@ -196,8 +193,7 @@ def in_job(facts: AttemptFacts, decision: Decision) -> Decision:
 def decide(facts: AttemptFacts) -> Decision:
     decision = in_job(facts, _decide(facts))
     if (decision.requeue or decision.restart_in_job) and decision.counts_against_progress and not facts.progressed:
-        in_a_row = facts.earlier_without_progress + 1
-        limit = facts.max_attempts_without_progress
+        in_a_row, limit = facts.earlier_without_progress + 1, facts.max_attempts_without_progress
         if limit > 0 and in_a_row >= limit:
             since = ("no checkpoint yet" if facts.checkpoint_at_end is None
                      else f"the newest checkpoint is still step {facts.checkpoint_at_end}")

@@ -47,7 +47,6 @@ class EvalChain:
     def __exit__(self, *exc) -> None:
         self.stop.set()
         self.thread.join(timeout=120)
-
         step = layout.latest_checkpoint_step(self.cfg.paths.ckpt_path)
         if step is not None and step >= self.cfg.max_training_steps:
             # The run is over and nothing writes exports any more: the last export, seconds old, need not settle
