@@ -1,9 +1,6 @@
-"""`beam-slurm attach RUN [--node NAME] [-- CMD ...]`: a shell (or CMD) inside a running training job.
-
-The shell is one more step of the job's allocation (`srun --overlap --jobid=<job> --nodelist=<node>`), inside the
-job's container when it uses one, with the job's Ray address and token file set, so `ray status` or a
-`ray.init()` script reach the job's cluster. The head is found from the attempt's `ray_head.json`; a job that is
-not running, or whose Ray is not up yet, is refused with exit status 2.
+"""`beam-slurm attach RUN [--node NAME] [-- CMD ...]`: a shell (or CMD) inside a running training job, as one more
+step of its allocation (`srun --overlap`) in its container, with its Ray address and token set (README, "While it
+runs"). A job that is not running, or whose Ray head has not written `ray_head.json` yet, is refused (exit 2).
 """
 
 from __future__ import annotations
@@ -48,28 +45,20 @@ class RunJob:
 
     def attempts(self) -> list[str]:
         """Attempts with a log folder (`2`, or `2.1` for an in-job restart), oldest first."""
-        found = []
-        for folder in self.log_dir.glob(f"{self.job_id}-*"):
-            tail = folder.name.rsplit("-", 1)[-1]
-            if folder.is_dir() and tail.replace(".", "", 1).isdigit():
-                found.append(tail)
-        return sorted(found, key=lambda label: tuple(int(part) for part in label.split(".")))
+        tails = [folder.name.rsplit("-", 1)[-1] for folder in self.log_dir.glob(f"{self.job_id}-*") if folder.is_dir()]
+        return sorted((tail for tail in tails if tail.replace(".", "", 1).isdigit()),
+                      key=lambda label: tuple(int(part) for part in label.split(".")))
 
 
 def find_job(target: str, exports_root: str | None = None) -> RunJob:
     """The training job RUN names: that job for a job id, else the run's latest one. RunNotFound when none."""
     export_path = runs.resolve_run(target, exports_root)
     run = RunStore(export_path).read()
-    if target.isdigit():
-        job_id = target
-    else:
-        job = run.latest_train_job()
-        job_id = job.job_id if job else ""
+    job_id = target if target.isdigit() else getattr(run.latest_train_job(), "job_id", "")
     if not job_id:
         raise runs.RunNotFound(f"run {run.run_name or export_path} has no training job yet "
                                "(its record is written when the job starts)")
-    log_dir = Path(run.log_dir or export_path / "logs")
-    return RunJob(export_path, job_id, log_dir, run)
+    return RunJob(export_path, job_id, Path(run.log_dir or export_path / "logs"), run)
 
 
 @dataclass
@@ -95,8 +84,7 @@ def running_target(job: RunJob, node: str | None) -> Target:
         why = f"; {info['Reason']}" if info.get("Reason") not in (None, "", "None") else ""
         raise AttachRefused(f"job {job.job_id} is {state.lower() or 'unknown'}{why}: attach needs a running job "
                             f"(`beam-slurm status {job.export_path}`, `beam-slurm logs {job.job_id}`)")
-    restarts = info.get("Restarts", "0")
-    restarts = restarts if restarts.isdigit() else "0"
+    restarts = info.get("Restarts", "0") if info.get("Restarts", "0").isdigit() else "0"
     # The allocation's latest Ray step: an in-job restart (`2.1`) runs in the folder of its label.
     attempt = ([a for a in job.attempts() if a.split(".")[0] == restarts] or [restarts])[-1]
     head = read_json(job.attempt_dir(attempt) / HEAD_FILE)
@@ -116,8 +104,7 @@ def ray_environment(head: dict, environ: dict[str, str], python_bin: str | None)
     env = {k: v for k, v in environ.items() if not k.startswith("SLURM_") or k == "SLURM_CONF"}
     env["RAY_ADDRESS"] = str(head["address"])
     if head.get("token_path"):
-        env["RAY_AUTH_MODE"] = "token"
-        env["RAY_AUTH_TOKEN_PATH"] = str(head["token_path"])
+        env.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=str(head["token_path"]))
     if python_bin:
         env["PATH"] = python_bin + os.pathsep + env.get("PATH", "/usr/bin:/bin")
     return env
@@ -125,13 +112,9 @@ def ray_environment(head: dict, environ: dict[str, str], python_bin: str | None)
 
 def attach_argv(target: Target, command: list[str], hook, *, shell: str) -> list[str]:
     """The srun command line of the attach step (`hook`: the job's `steps.ContainerHook`)."""
-    interactive = not command
-    argv = ["srun", "--overlap", f"--jobid={target.job_id}", "--nodes=1", "--ntasks=1",
-            f"--nodelist={target.node}", f"--job-name={ATTACH_STEP}"]
-    if interactive:
-        argv.append("--pty")
-    argv += list(hook.srun_args)
-    return argv + list(hook.command_prefix) + (command or [shell, "-i"])
+    argv = ["srun", "--overlap", f"--jobid={target.job_id}", "--nodes=1", "--ntasks=1", f"--nodelist={target.node}",
+            f"--job-name={ATTACH_STEP}", *([] if command else ["--pty"])]  # a shell of its own is interactive
+    return argv + list(hook.srun_args) + list(hook.command_prefix) + (command or [shell, "-i"])
 
 
 def container_hook_of(job: RunJob):
@@ -142,9 +125,8 @@ def container_hook_of(job: RunJob):
         print(f"beam-slurm attach: warning: cannot read the run's recipe ({exc}); attaching without its container",
               file=sys.stderr)
         cfg = None
-    if cfg is None or cfg.container.runtime == "none":
-        return ContainerHook(), cfg
-    return container_hook(cfg.container, job_mounts(cfg), job.job_id), cfg
+    none = cfg is None or cfg.container.runtime == "none"
+    return (ContainerHook() if none else container_hook(cfg.container, job_mounts(cfg), job.job_id)), cfg
 
 
 def saved_config(export_path: Path):
@@ -152,8 +134,7 @@ def saved_config(export_path: Path):
     path = export_path / RUN_DIRNAME / CONFIG_FILE
     if not path.is_file():
         return None
-    merged = OmegaConf.merge(OmegaConf.structured(BeamConfig), OmegaConf.load(path))
-    return OmegaConf.to_object(merged)
+    return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(BeamConfig), OmegaConf.load(path)))
 
 
 def build_parser():
@@ -169,9 +150,7 @@ def build_parser():
 
 def main(argv: list[str], *, execute=None) -> int:
     """Parse, resolve, then replace this process with the srun step (`execute(argv, env)`; tests pass their own)."""
-    argv = list(argv)
-    command = argv[argv.index("--") + 1:] if "--" in argv else []
-    argv = argv[: argv.index("--")] if "--" in argv else argv
+    argv, command = (argv[: argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (list(argv), [])
     parser = build_parser()
     try:
         args = parser.parse(argv).args

@@ -1,25 +1,21 @@
 """One attempt of the training job, in the batch shell: preflight on every node, the Ray step in the background
 (one `srun` over all nodes, `python -m beam_slurm.ray_cluster.node -- DRIVER...`, the driver on the head), then
-waiting. A notice - the pre-timeout signal (`#SBATCH --signal=B:USR1@N`, delivered to this shell only) or SIGTERM
-(preemption) - starts the save sequence:
-
-1. `notice.request_save(ckpt_path)`: the trainer saves at the next step boundary and acknowledges;
-2. wait up to `grace_s` for `notice.saved_since(...)` (or for the run to finish on its own);
-3. stop the Ray step (SIGTERM through Slurm to every node: driver stopped, each node's Ray stopped).
-
-`beam-slurm requeue|stop` write the wanted outcome into the run record and send USR2 to this shell only: the same
-save sequence, then a requeue or the end as stopped. A SIGTERM (or the Ray step's death) is checked against what
-Slurm is doing to the job (`scontrol show job`): a `scontrol requeue` or `scancel` signals every step at once, so
-there is nothing to save and, for a requeue, nothing to ask: the job is already requeued.
+waiting. A notice - the pre-timeout signal (`#SBATCH --signal=B:USR1@N`, delivered to this shell only), SIGTERM
+(preemption) or USR2 (`beam-slurm requeue|stop`, after writing the wanted outcome into the run record) - starts the
+save sequence: the trainer is asked to save at the next step boundary (`notice.request_save`), the shell waits up to
+`grace_s` for its acknowledgement (`notice.saved_since`) or the run's own end, then stops the Ray step (SIGTERM
+through Slurm to every node). A SIGTERM (or the Ray step's death) is checked against what Slurm is doing to the job
+(`scontrol show job`): a `scontrol requeue` or `scancel` signals every step at once, so there is nothing to save and,
+for a requeue, nothing to ask: the job is already requeued.
 
 The attempt's facts then go to `requeue_policy.decide`, whose decision this module carries out (`scontrol requeue`,
 the excluded nodes, or the exit status). Every attempt's start and end, the bad nodes and the job's outcome go to
-the run record (`beam_slurm.core.run_record`). Logs: `<log_dir>/<jobid>-<attempt>/` on shared storage
-(train_job.log, ray-<host>.log, failure.json, ...).
+the run record (`beam_slurm.core.run_record`); its logs to `<log_dir>/<jobid>-<attempt>/`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import re
@@ -51,22 +47,15 @@ from beam_slurm.slurm.requeue_policy import (AttemptFacts, Decision, decide, exc
                                              slurm_end_of, stop_waiting_for_save)
 from beam_slurm.slurm.steps import StepLauncher, stop_step
 
-RAY_STEP = "ray"
-"""Job name of the Ray step (how `scontrol` finds it to signal it)."""
+RAY_STEP = "ray"  # the Ray step's job name (how `scontrol` finds it to signal it)
 _POLL_S = 0.2
-HANG_POLL_S = 2.0
-"""How often the watchdog reads the trainer's heartbeat."""
-HANG_FOLDER = "hang"
-"""Under the attempt's log folder: one folder per node with the hang's dumps (`ray_cluster.hang_dump`)."""
-NOTICE_IGNORED_ENV = "BEAM_NOTICE_IGNORED_AT_START"
-"""Set by the training scripts beside `trap '' USR1`: a notice before this process listened may have been lost."""
-RESTART_BRING_UP_S = 120.0
-"""Beyond the notice lead, the least time left that an in-job restart needs (a bring-up and a step)."""
+HANG_POLL_S = 2.0  # how often the watchdog reads the trainer's heartbeat
+HANG_FOLDER = "hang"  # in the attempt's log folder: a folder per node with the hang's dumps (`ray_cluster.hang_dump`)
+NOTICE_IGNORED_ENV = "BEAM_NOTICE_IGNORED_AT_START"  # set by the training scripts beside `trap '' USR1`
+RESTART_BRING_UP_S = 120.0  # beyond the notice lead, the least time left an in-job restart needs (bring-up, a step)
 DUMP_STEP = "hang-dump"
 DUMP_STEP_TIMEOUT_S = 120.0
 _SAVE_POLL_S = 0.5
-OPERATOR_SIGNAL = "USR2"
-"""What `beam-slurm requeue|stop` send to the batch shell (`scancel --batch`) after writing the wanted outcome."""
 _SLURM_ENDS_EVERYTHING = ("requeued", "cancelled", "time limit")
 """What Slurm may be doing when a SIGTERM arrives that signals every step at once: no save can be made."""
 
@@ -96,41 +85,30 @@ class Attempt:
     def __init__(self, settings: TrainJobSettings, allocation: scheduler.AllocationInfo, in_job: int = 0,
                  step_nodes: list[str] | None = None, allocation_bad: tuple[str, ...] = (),
                  replaced: list[str] | None = None, notices: list[tuple[str, float]] | None = None):
-        self.settings = settings
-        self.alloc = allocation
-        self.in_job = in_job
-        """0 for the allocation's first Ray step, then 1, 2, ... for each restart in the same allocation."""
+        self.settings, self.alloc = settings, allocation
+        self.in_job = in_job  # 0 for the allocation's first Ray step, then 1, 2, ... for each restart in it
         self.label = layout.attempt_label(allocation.restart_count, in_job)
         self.attempt_dir = Path(settings.log_dir) / f"{allocation.job_id}-{self.label}"
+        # The Ray step's nodes in allocation order (the first is the head); spares and failed nodes left out.
         self.step_nodes = list(step_nodes or allocation.nodes[: settings.nodes])
-        """The Ray step's nodes in allocation order (the first is the head); spares and failed nodes left out."""
-        self.allocation_bad = tuple(allocation_bad)
-        """Nodes of this allocation that failed a preflight in an earlier in-job attempt: never used again."""
-        self.replaced = list(replaced or [])
-        """`old -> new` for each node an in-job restart replaced."""
-        self.restart: Decision | None = None
-        """Set when this attempt ends in a restart in the job: the caller starts the next attempt."""
-        self.started_at = process_start_time()
-        """When the batch shell's process started (the bring-up timing's job_start)."""
+        self.allocation_bad = tuple(allocation_bad)  # failed a preflight in an earlier in-job attempt: never again
+        self.replaced = list(replaced or [])  # `old -> new` for each node an in-job restart replaced
+        self.restart: Decision | None = None  # set when this attempt ends in a restart in the job (the caller runs it)
+        self.started_at = process_start_time()  # the bring-up timing's job_start
+        # Shared with the next in-job attempt: a notice between two Ray steps is not lost.
         self.notices: list[tuple[str, float]] = [] if notices is None else notices
-        """Shared with the next in-job attempt: a notice between two Ray steps is not lost."""
         self.step: subprocess.Popen | None = None
         self.nodes = len(self.step_nodes)
-        hook = settings.container
-        hook = hook(allocation.job_id) if callable(hook) else hook
+        hook = settings.container(allocation.job_id) if callable(settings.container) else settings.container
         pinned = self.step_nodes if in_job or len(self.step_nodes) < len(allocation.nodes) else []
         self.launcher = StepLauncher(hook=hook, python=settings.python, nodes=self.nodes,
                                      gpus_per_node=settings.gpus_per_node, cpus_per_task=allocation.cpus_on_node,
                                      nodelist=pinned)
         self._log_file = None
-        self.requeued = False
-        """True once this attempt asked Slurm to requeue the job (the job folder and token are then kept)."""
-        self.record: RunStore | None = None
-        """The run record's store, None when the job has none (a driver run under train_job)."""
-        self.job_entry = TrainJob(job_id=str(allocation.job_id))
-        """This job's entry in the run record as it stood at the start of the attempt."""
-        self.bad_nodes: list[str] = []
-        """The run's bad nodes at the start of the attempt."""
+        self.requeued = False  # asked Slurm to requeue the job (the job folder and token are then kept)
+        self.record: RunStore | None = None  # None when the job has no run record (a driver run under train_job)
+        self.job_entry = TrainJob(job_id=str(allocation.job_id))  # in the run record at the start of the attempt
+        self.bad_nodes: list[str] = []  # the run's, at the start of the attempt
         self.checkpoint_at_start: int | None = None
         self.slurm_end: str | None = None
         self.wanted: Wanted | None = None
@@ -139,16 +117,13 @@ class Attempt:
         self.hang_dumps: str | None = None
         self.hang_detected_at: float | None = None
 
-    # --- logging -------------------------------------------------------------------------------------------------
     def log(self, message: str) -> None:
-        line = (f"[beam-slurm train {time.strftime('%H:%M:%S')} job {self.alloc.job_id} "
-                f"attempt {self.label}] {message}")
+        line = f"[beam-slurm train {time.strftime('%H:%M:%S')} job {self.alloc.job_id} attempt {self.label}] {message}"
         print(line, file=sys.stderr, flush=True)
         if self._log_file is not None:
             self._log_file.write(line + "\n")
             self._log_file.flush()
 
-    # --- environment and signals ---------------------------------------------------------------------------------
     def step_env(self) -> dict[str, str]:
         env = dict(os.environ)
         env.update(self.launcher.hook.env)
@@ -157,42 +132,32 @@ class Attempt:
         nccl_timeout = hang_watch.nccl_timeout_s(self.settings.hang)
         if nccl_timeout is not None:
             # NCCL's own timeout stays behind the watchdog's; its flight recorder dumps into the hang folder.
-            env.setdefault(hang_watch.NCCL_TIMEOUT_ENV, str(nccl_timeout))
-            env.setdefault("TORCH_NCCL_TRACE_BUFFER_SIZE", "2000")
-            env.setdefault("TORCH_NCCL_DUMP_ON_TIMEOUT", "1")
-            env.setdefault("TORCH_NCCL_DEBUG_INFO_TEMP_FILE", str(self.attempt_dir / HANG_FOLDER / "nccl_trace_rank_"))
+            env = {hang_watch.NCCL_TIMEOUT_ENV: str(nccl_timeout), "TORCH_NCCL_TRACE_BUFFER_SIZE": "2000",
+                   "TORCH_NCCL_DUMP_ON_TIMEOUT": "1",
+                   "TORCH_NCCL_DEBUG_INFO_TEMP_FILE": str(self.attempt_dir / HANG_FOLDER / "nccl_trace_rank_"), **env}
         if self.alloc.restart_count > 0 or self.in_job > 0:
             # A requeued or restarted attempt continues from the last complete checkpoint.
             env["RESUME_MODE"] = "latest"
         return env
 
     def install_signal_handlers(self) -> None:
-        def on_notice(signum: int, _frame: Any) -> None:
-            self.notices.append((signal.Signals(signum).name, time.time()))
-
         for sig in (signal.SIGUSR1, signal.SIGUSR2, signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, on_notice)
+            signal.signal(sig, lambda signum, _frame: self.notices.append((signal.Signals(signum).name, time.time())))
 
     def notice_before_listening(self) -> None:
-        """The batch scripts ignore USR1 until this process listens (`trap '' USR1`: its default action would end
-        the shell), so a notice Slurm sent before then is lost. Slurm sends it `signal_before_s` (up to 60 s more)
-        before the time limit: an attempt that starts with less time left than that takes it as a notice. Only where
-        the batch script ignored it (BEAM_NOTICE_IGNORED_AT_START): elsewhere an early USR1 ends the process, and a
-        job submitted without --signal gets no notice to miss."""
+        """The batch scripts ignore USR1 until this process listens (`trap '' USR1`: its default action would end the
+        shell), so a notice Slurm sent before then is lost. Slurm sends it `signal_before_s` (up to 60 s more) before
+        the time limit: an attempt starting with less time left takes it as a notice. Only where the batch script
+        ignored it (NOTICE_IGNORED_ENV): elsewhere an early USR1 ends the process, and without --signal none comes."""
         if not os.environ.get(NOTICE_IGNORED_ENV):
             return
-        try:
-            info = scheduler.job_info(self.alloc.job_id)
-        except scheduler.SlurmCommandError:
-            return
-        left = time_left_s(info)
+        left = time_left_s(self.job_info())
         if left is not None and left <= self.settings.signal_before_s + 60:
             self.log(f"{left:.0f} s left of the time limit at the start, inside the notice lead "
                      f"({self.settings.signal_before_s:.0f} s): the notice Slurm sent before this process listened "
                      "is taken now")
             self.notices.append(("SIGUSR1", time.time()))
 
-    # --- phases --------------------------------------------------------------------------------------------------
     def run_preflight(self, env: dict[str, str]) -> bool:
         canary = self.attempt_dir / "shared-storage-canary"
         canary.write_text(f"{self.alloc.job_id}\n")
@@ -214,8 +179,8 @@ class Attempt:
         Slurm's partition (or QOS) grace time leaves room for the step and the save at the bandwidth the preflight
         measured (`notice_budget.term_notice`)."""
         info = read_preemption(os.environ.get("SLURM_JOB_PARTITION") or None)
-        measured = storage_probe.slowest_recorded(self.attempt_dir)
-        held, why = term_notice(info, self.settings.qos or None, self.settings.save_cost, measured)
+        held, why = term_notice(info, self.settings.qos or None, self.settings.save_cost,
+                                storage_probe.slowest_recorded(self.attempt_dir))
         self.log(f"a preemption's SIGTERM to the tasks {'is held as a notice' if held else 'stops the Ray step'}: "
                  f"{why}")
         return held
@@ -259,9 +224,12 @@ class Attempt:
                 return self.handle_notice()
             status = self.step.poll()
             if status is not None:
-                if status != 0:
+                if status != 0:  # say why it failed: the first failure a node recorded
                     self.slurm_end = self.ask_slurm()
-                self.log_step_end(status)
+                    failure = records.read_failure(self.attempt_dir)
+                    driver = records.read_driver_status(self.attempt_dir)
+                    self.log(f"{failure.get('kind')} failure on {failure.get('node')}: {failure.get('reason')}"
+                             if failure else f"the Ray step ended with status {status} (driver status {driver})")
                 return self.facts(step_status=status)
             if time.monotonic() >= next_look:
                 next_look = time.monotonic() + HANG_POLL_S
@@ -332,8 +300,7 @@ class Attempt:
                 # Every step got the same SIGTERM: the trainer stops now, there is nothing to wait for.
                 self.log(f"notice SIGTERM: Slurm is ending this attempt ({self.slurm_end}); every step was "
                          "signalled, so no checkpoint can be saved")
-                status = self.stop_ray_step()
-                return self.facts(notice=name, step_status=status)
+                return self.facts(notice=name, step_status=self.stop_ray_step())
         grace_s = float(self.wanted.timeout_s or self.settings.grace_s) if self.wanted else self.settings.grace_s
         relayed = (self.attempt_dir / records.TERM_RELAYED_FILE).exists()
         why_save = (f"beam-slurm {self.wanted.action} by {self.wanted.by or '?'}" if self.wanted
@@ -358,19 +325,7 @@ class Attempt:
         elif self.step.poll() is None:
             self.log("no checkpoint saved on notice within the grace period; the next attempt resumes from the last "
                      "periodic checkpoint")
-        status = self.stop_ray_step()
-        return self.facts(notice=name, saved_step=saved, step_status=status)
-
-    def log_step_end(self, status: int) -> None:
-        """Say why the Ray step ended on its own, when it failed: the first failure a node recorded."""
-        if status == 0:
-            return
-        failure = records.read_failure(self.attempt_dir)
-        if failure:
-            self.log(f"{failure.get('kind')} failure on {failure.get('node')}: {failure.get('reason')}")
-        else:
-            self.log(f"the Ray step ended with status {status} "
-                     f"(driver status {records.read_driver_status(self.attempt_dir)})")
+        return self.facts(notice=name, saved_step=saved, step_status=self.stop_ray_step())
 
     def facts(self, **seen: Any) -> AttemptFacts:
         """This attempt's facts: what the caller saw plus what the nodes and the run record say."""
@@ -380,22 +335,19 @@ class Attempt:
         seen.setdefault("slurm_end", self.slurm_end)
         now_nodes, left = self.allocation_now()
         unusable = set(self.allocation_bad) | set(self.preflight_failed_nodes)
-        return AttemptFacts(restart_count=self.alloc.restart_count, max_requeues=self.settings.max_requeues,
-                            driver_status=records.read_driver_status(self.attempt_dir),
-                            failure_kind=failure.get("kind") if failure else None,
-                            failure_reason=self.failure_reason(failure),
-                            failure_node=failed_node(failure, nodes[0] if nodes else None), nodes=nodes,
-                            lost_nodes=tuple(n for n in nodes if n not in now_nodes),
-                            in_job_attempt=self.in_job, max_in_job_attempts=self.settings.max_in_job_attempts,
-                            usable_nodes=tuple(n for n in now_nodes if n not in unusable),
-                            nodes_needed=self.settings.nodes, time_left_s=left,
-                            restart_needs_s=self.settings.signal_before_s + RESTART_BRING_UP_S,
-                            preflight_failed_nodes=tuple(self.preflight_failed_nodes),
-                            wanted=wanted.action if wanted else None,
-                            checkpoint_at_start=self.checkpoint_at_start, checkpoint_at_end=self.checkpoint(),
-                            earlier_without_progress=no_progress_streak(
-                                [a for a in self.job_entry.attempts if a.ended]),
-                            max_attempts_without_progress=self.settings.max_attempts_without_progress, **seen)
+        s = self.settings
+        return AttemptFacts(
+            restart_count=self.alloc.restart_count, max_requeues=s.max_requeues,
+            driver_status=records.read_driver_status(self.attempt_dir), failure_reason=self.failure_reason(failure),
+            failure_kind=failure.get("kind") if failure else None, nodes=nodes,
+            failure_node=failed_node(failure, nodes[0] if nodes else None),
+            lost_nodes=tuple(n for n in nodes if n not in now_nodes), in_job_attempt=self.in_job,
+            max_in_job_attempts=s.max_in_job_attempts, usable_nodes=tuple(n for n in now_nodes if n not in unusable),
+            nodes_needed=s.nodes, time_left_s=left, restart_needs_s=s.signal_before_s + RESTART_BRING_UP_S,
+            preflight_failed_nodes=tuple(self.preflight_failed_nodes), wanted=wanted.action if wanted else None,
+            checkpoint_at_start=self.checkpoint_at_start, checkpoint_at_end=self.checkpoint(),
+            earlier_without_progress=no_progress_streak([a for a in self.job_entry.attempts if a.ended]),
+            max_attempts_without_progress=s.max_attempts_without_progress, **seen)
 
     def failure_reason(self, failure: dict | None) -> str:
         """The recorded failure's reason; for full storage with what the checkpoint folder has left."""
@@ -416,14 +368,13 @@ class Attempt:
         left; the allocation as it started when scontrol does not answer."""
         try:
             info = scheduler.job_info(self.alloc.job_id)
-            nodes = scheduler.expand_hostnames(info.get("NodeList", "")) if info.get("NodeList") else []
+            nodes = scheduler.expand_hostnames(info.get("NodeList", ""))
         except scheduler.SlurmCommandError:
             return list(self.alloc.nodes), None
         return nodes or list(self.alloc.nodes), time_left_s(info)
 
     def carry_out(self, decision: Decision, facts: AttemptFacts | None = None) -> int:
-        """Requeue, restart in the job or end as decided, and say so in the run record; the batch shell's exit
-        status."""
+        """Requeue, restart in the job or end as decided, told in the run record; the batch shell's exit status."""
         self.record_end(decision, facts)
         if decision.restart_in_job:
             self.restart = decision
@@ -455,7 +406,12 @@ class Attempt:
         self.exclude_bad_nodes(exclude)
         return 0
 
-    # --- Slurm's view and the run record ------------------------------------------------------------------------
+    def job_info(self) -> dict[str, str]:
+        """`scontrol show job` of this job; {} when scontrol does not answer."""
+        with contextlib.suppress(scheduler.SlurmCommandError):
+            return scheduler.job_info(self.alloc.job_id)
+        return {}
+
     def checkpoint(self) -> int | None:
         return layout.latest_checkpoint_step(self.settings.ckpt_path)
 
@@ -467,11 +423,10 @@ class Attempt:
         except scheduler.SlurmCommandError as exc:
             self.log(f"could not ask Slurm about the job: {exc}")
             return None
-        left = time_left_s(info)
         restarts = info.get("Restarts", "0")
         return slurm_end_of(job_state=info.get("JobState", ""), restarts=int(restarts) if restarts.isdigit() else 0,
                             restart_count=self.alloc.restart_count, preempt_time=info.get("PreemptTime", ""),
-                            time_left_s=left, reason=info.get("Reason", ""))
+                            time_left_s=time_left_s(info), reason=info.get("Reason", ""))
 
     def _record_call(self, what: str, call, *args, **kwargs):
         """Write to the run record; a record that cannot be written never stops training (logged)."""
@@ -484,12 +439,9 @@ class Attempt:
             return None
 
     def read_wanted(self) -> Wanted | None:
-        if self.record is None:
-            return None
-        try:
-            return self.record.read().wanted_for(self.alloc.job_id)
-        except (OSError, UserError):
-            return None
+        with contextlib.suppress(OSError, UserError):
+            return self.record.read().wanted_for(self.alloc.job_id) if self.record is not None else None
+        return None
 
     def record_start(self) -> None:
         """Write the run record's entry for this attempt (and the job, and the run when started with sbatch)."""
@@ -502,24 +454,15 @@ class Attempt:
         first = self.alloc.restart_count == 0 and self.in_job == 0
         if first and config_yaml:
             self._record_call("write the resolved recipe", RunStore.write_config, config_yaml)
-        job: dict[str, str] = {}
-        if first:
-            try:
-                job = scheduler.job_info(self.alloc.job_id)
-            except scheduler.SlurmCommandError:
-                job = {}
+        job = self.job_info() if first else {}
         user_exclude = [n for n in (job.get("ExcNodeList") or "").split(",") if n and n != "(null)"]
-        if user_exclude:
-            try:
-                user_exclude = scheduler.expand_hostnames(",".join(user_exclude))
-            except scheduler.SlurmCommandError:
-                pass
+        with contextlib.suppress(scheduler.SlurmCommandError):
+            user_exclude = scheduler.expand_hostnames(",".join(user_exclude))
         def begin(run: RunRecord) -> tuple[TrainJob, list[str]]:
             run.fill_in(info)
             return run.begin_attempt(
-                job_id=self.alloc.job_id, attempt=self.alloc.restart_count, in_job=self.in_job,
-                replaced=self.replaced, nodes=self.step_nodes,
-                checkpoint=self.checkpoint_at_start, when=now(),
+                job_id=self.alloc.job_id, attempt=self.alloc.restart_count, in_job=self.in_job, replaced=self.replaced,
+                nodes=self.step_nodes, checkpoint=self.checkpoint_at_start, when=now(),
                 partition=job.get("Partition", "") or self.alloc.extra.get("SLURM_JOB_PARTITION", ""),
                 nodes_needed=self.nodes, user_exclude=user_exclude,
                 stdout="" if job.get("StdOut") in (None, "(null)") else job["StdOut"])
@@ -544,24 +487,17 @@ class Attempt:
                "exit_status": None if decision.requeue or decision.restart_in_job else decision.exit_status,
                "hang_dumps": self.hang_dumps, **({"hang_detected_at": self.hang_detected_at}
                                                  if self.hang_detected_at else {})}
-        failure_reason = {}
-        if facts is not None and facts.failure_node:
-            failure = records.read_failure(self.attempt_dir) or {}
-            failure_reason[facts.failure_node] = str(failure.get("reason", "node failure"))
-        bad = [(node, failure_reason.get(node, "preflight failed there" if decision.end_kind == "preflight"
-                                         else decision.reason)) for node in decision.bad_nodes]
+        failure_node = facts.failure_node if facts is not None else None
+        default = "preflight failed there" if decision.end_kind == "preflight" else decision.reason
+        bad = [(node, str((records.read_failure(self.attempt_dir) or {}).get("reason", "node failure"))
+                if node == failure_node else default) for node in decision.bad_nodes]
         outcome = decision.outcome or None
-        if outcome == "completed":
-            outcome_reason = f"finished at step {checkpoint}" if checkpoint is not None else "finished"
-        elif outcome == "stopped":
-            outcome_reason = (f"stopped at step {checkpoint}, resumable" if checkpoint is not None
-                              else "stopped before any checkpoint, resumable")
-        else:
-            outcome_reason = reason
+        at = f" at step {checkpoint}" if checkpoint is not None else ""
+        reasons = {"completed": f"finished{at}", "stopped": f"stopped{at or ' before any checkpoint'}, resumable"}
+        outcome_reason = reasons.get(outcome or "", reason)
         self._record_call("record the attempt's end", lambda store: store.update(lambda run: run.end_attempt(
             job_id=self.alloc.job_id, attempt=self.alloc.restart_count, in_job=self.in_job, when=now(), end=end,
-            bad_nodes=bad,
-            outcome=outcome, outcome_reason=outcome_reason,
+            bad_nodes=bad, outcome=outcome, outcome_reason=outcome_reason,
             resumable_end=outcome in ("stopped", "failed") and checkpoint is not None,
             wanted_handled=facts is not None and facts.wanted is not None)))
 
@@ -594,11 +530,8 @@ class Attempt:
             self.log(f"bad nodes {','.join(bad)} not excluded: {exc}; the next attempt checks its nodes itself")
             return
         self.log(f"the next attempt avoids {','.join(bad)}: ExcNodeList={','.join(wanted)}")
-
-        def note_excluded(run: RunRecord) -> None:
-            run.train_job(self.alloc.job_id).excluded_nodes = list(wanted)
-
-        self._record_call("record the excluded nodes", lambda store: store.update(note_excluded))
+        self._record_call("record the excluded nodes", lambda store: store.update(
+            lambda run: setattr(run.train_job(self.alloc.job_id), "excluded_nodes", list(wanted))))
 
     def avoid_bad_nodes(self) -> bool:
         """The fallback when the exclusion could not be set: if this attempt landed on a recorded bad node, set the
@@ -611,15 +544,11 @@ class Attempt:
             return False
         self.log(f"this attempt landed on bad node(s) {','.join(landed)} (the exclusion was not set): requeueing "
                  "once without them")
-
-        def mark(run: RunRecord) -> None:
-            run.train_job(self.alloc.job_id).avoided_bad_nodes = True
-
-        self._record_call("record the bad-node requeue", lambda store: store.update(mark))
+        self._record_call("record the bad-node requeue", lambda store: store.update(
+            lambda run: setattr(run.train_job(self.alloc.job_id), "avoided_bad_nodes", True)))
         decision = Decision(True, 0, f"landed on bad node(s) {','.join(landed)}", end_kind="bad-node-avoided")
         return self.carry_out(decision) == 0 and self.requeued
 
-    # --- entry ---------------------------------------------------------------------------------------------------
     def run(self) -> int:
         self.install_signal_handlers()
         self.attempt_dir.mkdir(parents=True, exist_ok=True)

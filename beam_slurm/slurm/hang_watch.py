@@ -1,15 +1,9 @@
 """The hang watchdog's rules: how long each phase of training may go without a heartbeat, whether it has, and which
-node the stack dumps point at. Pure functions over numbers, heartbeats and dump texts (no Slurm, no clock).
-
-A rank stuck in a collective, an engine that stops producing tokens, a weight sync that never returns: every
-process stays alive and Ray sees nothing wrong. The trainer writes a heartbeat at each phase change
-(`beam_slurm.skyrl.progress`); the batch shell reads it while the Ray step runs and, when a phase has been silent
-for longer than its limit, ends the attempt as a hang (`attempt.Attempt.handle_hang`).
-
-The limit of a phase is `cluster.hang_timeout_s` when it is a number (0 turns the watchdog off); unset, it is
-DERIVED_MULTIPLE times the median step time the heartbeats measured (the recipe's step estimate before there is
-one), never below DERIVED_FLOOR_S. Phases known to be long get an allowance on top: bring-up and model load before
-the first heartbeat of an attempt and the first step after it, a save, an evaluation.
+node the stack dumps point at. Pure functions over numbers, heartbeats and dump texts (no Slurm, no clock). A stuck
+collective or engine leaves every process alive and Ray content: the trainer writes a heartbeat at each phase change
+(`beam_slurm.skyrl.progress`), the batch shell reads it while the Ray step runs and ends the attempt as a hang
+(`attempt.Attempt.handle_hang`) when a phase is silent for longer than its limit (README, "Hang watchdog"). Phases
+known to be long get an allowance on top: bring-up and model load and the attempt's first step, a save, an evaluation.
 """
 
 from __future__ import annotations
@@ -20,31 +14,24 @@ from dataclasses import dataclass
 from beam_slurm.notice_budget import recipe_save_seconds, step_seconds
 from beam_slurm.skyrl.progress import Progress
 
+# An unset timeout is DERIVED_MULTIPLE median steps (a step that takes five times the usual is no longer slow), never
+# below DERIVED_FLOOR_S (short steps vary more than long ones, and a hang is never that short).
 DERIVED_MULTIPLE = 5.0
-"""An unset timeout is this many median steps: a step that takes five times the usual is no longer slow."""
 DERIVED_FLOOR_S = 600.0
-"""An unset timeout is never below this (short steps vary more than long ones, and a hang is never that short)."""
-NCCL_TIMEOUT_ENV = "SKYRL_WORKER_NCCL_TIMEOUT_IN_S"
-"""SkyRL 0.3.0's process-group timeout (its default: 600 s)."""
+NCCL_TIMEOUT_ENV = "SKYRL_WORKER_NCCL_TIMEOUT_IN_S"  # SkyRL 0.3.0's process-group timeout (its default: 600 s)
+# SkyRL's NCCL timeout is set this much above the longest phase: the watchdog fires first, with stack dumps.
 NCCL_TIMEOUT_MARGIN_S = 300.0
-"""SkyRL's NCCL/process-group timeout is set this much above the watchdog's longest phase, so the watchdog fires
-first (with stack dumps) and NCCL's own timeout stays a backstop."""
 
 
 @dataclass(frozen=True)
 class HangLimits:
     """What the watchdog allows, from the recipe (`of`), carried by the training job."""
 
-    timeout_s: float | None
-    """cluster.hang_timeout_s: None derives it, 0 is off."""
-    expected_step_s: float
-    """The recipe's step time (trainer.expected_step_s, or the rehearsal's), used before a step is measured."""
-    start_s: float
-    """Allowance for bring-up and model load (trainer.expected_bringup_s + trainer.expected_model_load_s)."""
-    save_s: float
-    """Allowance for a save (what the notice budget expects one to take)."""
-    eval_s: float
-    """Allowance for an evaluation (one step's time: an evaluation is a generation pass)."""
+    timeout_s: float | None  # cluster.hang_timeout_s: None derives it, 0 is off
+    expected_step_s: float  # the recipe's step time (trainer.expected_step_s, or the rehearsal's) until one is measured
+    start_s: float  # allowance for bring-up and model load (trainer.expected_bringup_s + expected_model_load_s)
+    save_s: float  # allowance for a save (what the notice budget expects one to take)
+    eval_s: float  # allowance for an evaluation (one step's time: an evaluation is a generation pass)
 
     @classmethod
     def of(cls, cfg) -> "HangLimits":
@@ -67,9 +54,8 @@ class HangLimits:
         return self.timeout_s == 0
 
     def base_s(self, median_step_s: float | None) -> float:
-        if self.timeout_s:
-            return float(self.timeout_s)
-        return max(DERIVED_FLOOR_S, DERIVED_MULTIPLE * (median_step_s or self.expected_step_s))
+        derived = max(DERIVED_FLOOR_S, DERIVED_MULTIPLE * (median_step_s or self.expected_step_s))
+        return float(self.timeout_s) if self.timeout_s else derived
 
     def phase_limit_s(self, progress: Progress | None) -> tuple[float, str]:
         """(seconds the phase may go without a heartbeat, the phase as the log says it)."""
@@ -85,18 +71,16 @@ class HangLimits:
         return base, f"{progress.phase} {progress.step}" if progress.phase == "step" else \
             f"{progress.phase} after step {progress.step}"
 
-    def longest_s(self, median_step_s: float | None = None) -> float:
-        """The longest any phase may go silent: what NCCL's timeout must stay above."""
-        return self.base_s(median_step_s) + max(self.start_s, self.save_s, self.eval_s)
+    def longest_s(self) -> float:
+        """The longest any phase may go silent before steps are measured: what NCCL's timeout must stay above."""
+        return self.base_s(None) + max(self.start_s, self.save_s, self.eval_s)
 
     def describe(self) -> str:
         if self.off:
             return "off (cluster.hang_timeout_s=0)"
-        if self.timeout_s:
-            head = f"{self.timeout_s:.0f} s a phase (cluster.hang_timeout_s)"
-        else:
-            head = (f"{self.base_s(None):.0f} s a phase until steps are measured, then {DERIVED_MULTIPLE:g} x the "
-                    f"median step, at least {DERIVED_FLOOR_S:.0f} s (cluster.hang_timeout_s unset)")
+        head = (f"{self.timeout_s:.0f} s a phase (cluster.hang_timeout_s)" if self.timeout_s else
+                f"{self.base_s(None):.0f} s a phase until steps are measured, then {DERIVED_MULTIPLE:g} x the "
+                f"median step, at least {DERIVED_FLOOR_S:.0f} s (cluster.hang_timeout_s unset)")
         return (f"{head}; +{self.start_s:.0f} s for bring-up, model load and the first step, +{self.save_s:.0f} s for "
                 f"a save, +{self.eval_s:.0f} s for an evaluation")
 
@@ -105,18 +89,15 @@ class HangLimits:
 class Hang:
     """A phase that went silent for longer than its limit."""
 
-    step: int | None
-    """The step the last heartbeat named (None: no heartbeat yet in this attempt)."""
-    phase: str
-    """The last heartbeat's phase (step, saving, after-save, eval, after-eval), or bring-up."""
+    step: int | None  # the step the last heartbeat named (None: no heartbeat yet in this attempt)
+    phase: str  # the last heartbeat's phase (step, saving, after-save, eval, after-eval), or bring-up
     silent_s: float
     limit_s: float
 
     def describe(self) -> str:
         """'hang at step 6 (step)', as the attempt's end reason begins."""
-        if self.step is None:
-            return "hang in bring-up and model load (no heartbeat yet)"
-        return f"hang at step {self.step} ({self.phase})"
+        return ("hang in bring-up and model load (no heartbeat yet)" if self.step is None
+                else f"hang at step {self.step} ({self.phase})")
 
     def details(self) -> str:
         return f"no progress for {self.silent_s:.0f} s (limit {self.limit_s:.0f} s)"
@@ -125,28 +106,21 @@ class Hang:
 def check(limits: HangLimits, progress: Progress | None, *, watching_since: float, now: float) -> Hang | None:
     """A hang, or None. `progress` older than `watching_since` (the Ray step's start: an earlier attempt's) counts
     as no heartbeat yet."""
-    if limits.off:
-        return None
     if progress is not None and progress.since < watching_since:
         progress = None
-    if progress is not None and progress.phase == "finished":
+    if limits.off or (progress is not None and progress.phase == "finished"):
         return None
     limit, _ = limits.phase_limit_s(progress)
     since = progress.since if progress is not None else watching_since
-    if now - since <= limit:
-        return None
     return Hang(step=progress.step if progress else None, phase=progress.phase if progress else "bring-up",
-                silent_s=now - since, limit_s=limit)
+                silent_s=now - since, limit_s=limit) if now - since > limit else None
 
 
 def nccl_timeout_s(limits: HangLimits) -> int | None:
     """SKYRL_WORKER_NCCL_TIMEOUT_IN_S that keeps NCCL's timeout behind the watchdog (None: leave SkyRL's)."""
-    if limits.off:
-        return None
-    return int(limits.longest_s() + NCCL_TIMEOUT_MARGIN_S)
+    return None if limits.off else int(limits.longest_s() + NCCL_TIMEOUT_MARGIN_S)
 
 
-# --- reading the dumps -----------------------------------------------------------------------------------------
 _FRAME = re.compile(r"^\s+(\S+) \((\S+?):\d+\)")
 
 
@@ -165,12 +139,9 @@ class DumpedProcess:
 
     node: str
     pid: int
-    role: str
-    """What it is (its command line's program part: 'ray::GpuSlot.step', 'raylet', ...)."""
-    state: str
-    """/proc state letter: R, S, D (uninterruptible), T (stopped), Z."""
-    frame: str
-    """innermost_frame of its dump ('' when py-spy could not read it)."""
+    role: str  # what it is (its command line's program part: 'ray::GpuSlot.step', 'raylet', ...)
+    state: str  # /proc state letter: R, S, D (uninterruptible), T (stopped), Z
+    frame: str  # innermost_frame of its dump ('' when py-spy could not read it)
 
 
 def suspects(processes: list[DumpedProcess]) -> tuple[list[str], str]:
@@ -179,10 +150,8 @@ def suspects(processes: list[DumpedProcess]) -> tuple[list[str], str]:
     the others wait alike), comparing Ray's workers only."""
     frozen = [p for p in processes if p.state in ("T", "t", "D")]
     if frozen:
-        nodes = sorted({p.node for p in frozen})
-        what = ", ".join(f"{p.role} (pid {p.pid}) on {p.node} is {'stopped' if p.state in 'Tt' else 'in D state'}"
-                         for p in frozen)
-        return nodes, what
+        return sorted({p.node for p in frozen}), ", ".join(
+            f"{p.role} (pid {p.pid}) on {p.node} is {'stopped' if p.state in 'Tt' else 'in D state'}" for p in frozen)
     # Only Ray's workers are compared (the ranks: training and generation actors); daemons are one of a kind per
     # node. Ray titles a worker by the method it runs ('ray::GpuSlot.step'): one role per actor class.
     by_role: dict[str, list[DumpedProcess]] = {}

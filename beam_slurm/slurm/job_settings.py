@@ -1,9 +1,5 @@
-"""The training job's settings, built from the loaded recipe and nothing else (the schema holds every default).
-
-`load_job_config` loads the recipe inside the allocation (node and GPU counts follow the allocation unless given,
-a requeued attempt resumes from the newest complete checkpoint); `job_settings` turns it into `TrainJobSettings`:
-the driver command, checkpoint and log folders, the notice and requeue numbers, the preflight checks, the container
-wrapping and the Ray settings.
+"""The training job's settings, built from the loaded recipe and nothing else (the schema holds every default):
+`load_job_config` loads it inside the allocation, `job_settings` turns it into `TrainJobSettings`.
 """
 
 from __future__ import annotations
@@ -61,25 +57,16 @@ class TrainJobSettings:
     log_copy: LogCopySettings | None  # None for a driver of its own
 
     def problems(self) -> list[ConfigProblem]:
-        found = list(self.ray.problems())
-        if not self.driver:
-            found.append(ConfigProblem("driver", self.driver, "give the driver command after `--`"))
-        if not self.ckpt_path or not os.path.isabs(self.ckpt_path):
-            found.append(ConfigProblem("paths.ckpt_path", self.ckpt_path,
-                                       "set CKPT_PATH to an absolute path on shared storage"))
-        if not self.log_dir or not os.path.isabs(self.log_dir):
-            found.append(ConfigProblem("paths.log_dir", self.log_dir,
-                                       "set BEAM_LOG_DIR to an absolute path on shared storage"))
-        if self.nodes < 1:
-            found.append(ConfigProblem("cluster.nodes", self.nodes, "use a node count of 1 or more"))
-        if self.gpus_per_node < 0:
-            found.append(ConfigProblem("cluster.gpus_per_node", self.gpus_per_node, "use 0 or a GPU count"))
-        if self.max_requeues < 0:
-            found.append(ConfigProblem("cluster.max_requeues", self.max_requeues, "use 0 (never requeue) or more"))
-        if self.grace_s < 0 or self.stop_grace_s < 0:
-            found.append(ConfigProblem("cluster.grace_s/stop_grace_s", (self.grace_s, self.stop_grace_s),
-                                       "use seconds >= 0"))
-        return found
+        shared, isabs = "an absolute path on shared storage", os.path.isabs
+        checks = [(not self.driver, "driver", self.driver, "give the driver command after `--`"),
+                  (not isabs(self.ckpt_path or ""), "paths.ckpt_path", self.ckpt_path, f"set CKPT_PATH to {shared}"),
+                  (not isabs(self.log_dir or ""), "paths.log_dir", self.log_dir, f"set BEAM_LOG_DIR to {shared}"),
+                  (self.nodes < 1, "cluster.nodes", self.nodes, "use a node count of 1 or more"),
+                  (self.gpus_per_node < 0, "cluster.gpus_per_node", self.gpus_per_node, "use 0 or a GPU count"),
+                  (self.max_requeues < 0, "cluster.max_requeues", self.max_requeues, "use 0 (never requeue) or more"),
+                  (self.grace_s < 0 or self.stop_grace_s < 0, "cluster.grace_s/stop_grace_s",
+                   (self.grace_s, self.stop_grace_s), "use seconds >= 0")]
+        return [*self.ray.problems(), *(ConfigProblem(key, value, fix) for bad, key, value, fix in checks if bad)]
 
 
 def _given(overrides: list[str], key: str) -> bool:
@@ -132,8 +119,7 @@ def job_mounts(cfg):
 
 def job_settings(cfg, *, preflight: bool = True, driver: list[str] | None = None) -> tuple[TrainJobSettings, dict[str, str]]:
     """The recipe as `TrainJobSettings` and its driver's environment; `driver` replaces the recipe's trainer."""
-    in_container = cfg.container.runtime != "none"
-    python = cfg.trainer.python if in_container else sys.executable
+    python = cfg.trainer.python if cfg.container.runtime != "none" else sys.executable
     driver_env: dict[str, str] = {}
     runs_skyrl = driver is None and cfg.trainer.backend == "skyrl"
     writes_heartbeats = driver is None  # SkyRL with our callback, or the rehearsal
@@ -144,52 +130,27 @@ def job_settings(cfg, *, preflight: bool = True, driver: list[str] | None = None
         if launch.cwd:
             # SkyRL's examples/ import from the checkout root; the driver starts there on the head node.
             driver = ["/bin/sh", "-c", 'cd "$0" && exec "$@"', launch.cwd, *driver]
-    # Every node reads these in the job spec (names and paths only, no value): what to export before Ray, how to
-    # copy its logs.
+    # Every node reads these in the job spec (names and paths only, no value): what to export, how to copy logs.
     manifest = env_manifest.describe(cfg, driver_env) if driver_env else None
     copy_settings = LogCopySettings.from_config(cfg) if driver_env else None
-    needs = node_needs(cfg)
-    mounts = job_mounts(cfg)
-    settings = TrainJobSettings(
-        driver=list(driver),
-        ckpt_path=cfg.paths.ckpt_path,
-        log_dir=cfg.paths.log_dir,
-        nodes=cfg.cluster.nodes,
-        gpus_per_node=cfg.cluster.gpus_per_node,
-        max_requeues=cfg.cluster.max_requeues,
-        spare_nodes=cfg.cluster.spare_nodes,
-        max_in_job_attempts=cfg.cluster.max_in_job_attempts,
-        grace_s=float(cfg.cluster.grace_s),
-        stop_grace_s=float(cfg.cluster.stop_grace_s) + float(cfg.cluster.log_copy_s),
-        preflight=preflight,
-        preflight_checks=PreflightSettings(
-            readable_paths=[x for x in (cfg.paths.model_path, cfg.paths.data_dir) if x],
-            skyrl_dir=cfg.paths.skyrl_dir if runs_skyrl else "",
-            scratch_dir=cfg.paths.optimizer_state_disk_dir or "",
-            scratch_need_bytes=needs.scratch_bytes,
-            host_ram_need_bytes=needs.host_ram_bytes,
-            ckpt_dir=cfg.paths.ckpt_path,
-            ckpt_need_bytes=needs.ckpt_bytes,
-            **preflight_budget(cfg),  # the measured write bandwidth is checked against the notice budget
-            storage_probe_s=float(cfg.cluster.storage_probe_s),
-            fabric=fabric_settings(cfg).to_dict(),
-        ),
-        container=lambda job_id: container_hook(cfg.container, mounts, job_id),
-        ray=cfg.ray,
-        python=python,
-        max_attempts_without_progress=cfg.cluster.max_attempts_without_progress,
-        save_cost=SaveCost.of(cfg),
-        qos=cfg.cluster.qos or "",
-        signal_before_s=cfg.cluster.signal_before_s,
-        hang=HangLimits.of(cfg) if writes_heartbeats else HangLimits.disabled(),
-        run_info=_run_info(cfg),
-        env_manifest=manifest,
-        log_copy=copy_settings,
-    )
-    return settings, driver_env
-
-
-def _run_info(cfg) -> dict:
-    return {"run_name": cfg.run_name, "recipe": cfg.recipe, "export_path": str(cfg.paths.export_path),
-            "ckpt_path": str(cfg.paths.ckpt_path), "log_dir": str(cfg.paths.log_dir),
-            "max_training_steps": cfg.max_training_steps, "config_yaml": to_yaml(cfg)}
+    needs, mounts, paths, cluster = node_needs(cfg), job_mounts(cfg), cfg.paths, cfg.cluster
+    checks = PreflightSettings(
+        readable_paths=[x for x in (paths.model_path, paths.data_dir) if x],
+        skyrl_dir=paths.skyrl_dir if runs_skyrl else "", scratch_dir=paths.optimizer_state_disk_dir or "",
+        scratch_need_bytes=needs.scratch_bytes, host_ram_need_bytes=needs.host_ram_bytes, ckpt_dir=paths.ckpt_path,
+        ckpt_need_bytes=needs.ckpt_bytes,
+        **preflight_budget(cfg),  # the measured write bandwidth is checked against the notice budget
+        storage_probe_s=float(cluster.storage_probe_s), fabric=fabric_settings(cfg).to_dict())
+    run_info = {"run_name": cfg.run_name, "recipe": cfg.recipe, "export_path": str(paths.export_path),
+                "ckpt_path": str(paths.ckpt_path), "log_dir": str(paths.log_dir),
+                "max_training_steps": cfg.max_training_steps, "config_yaml": to_yaml(cfg)}
+    return TrainJobSettings(
+        driver=list(driver), ckpt_path=paths.ckpt_path, log_dir=paths.log_dir, nodes=cluster.nodes,
+        gpus_per_node=cluster.gpus_per_node, max_requeues=cluster.max_requeues, spare_nodes=cluster.spare_nodes,
+        max_in_job_attempts=cluster.max_in_job_attempts, grace_s=float(cluster.grace_s),
+        stop_grace_s=float(cluster.stop_grace_s) + float(cluster.log_copy_s), preflight=preflight,
+        preflight_checks=checks, container=lambda job_id: container_hook(cfg.container, mounts, job_id),
+        ray=cfg.ray, python=python, max_attempts_without_progress=cluster.max_attempts_without_progress,
+        save_cost=SaveCost.of(cfg), qos=cluster.qos or "", signal_before_s=cluster.signal_before_s,
+        hang=HangLimits.of(cfg) if writes_heartbeats else HangLimits.disabled(), run_info=run_info,
+        env_manifest=manifest, log_copy=copy_settings), driver_env

@@ -1,23 +1,20 @@
 """What the cluster's own limits say of a job before it is queued: its partition's (`scontrol show partition`) and its
-QOS's and association's (`sacctmgr`).
-
-`sbatch --test-only` repeats only the submit-time checks: a partition's MaxTime and MaxNodes are refused there only
-with EnforcePartLimits, QOS and association limits only with AccountingStorageEnforce=limits and DenyOnLimit.
-Elsewhere Slurm accepts a job that then waits for ever (Reason PartitionTimeLimit, PartitionNodeLimit,
-QOSMaxWallDurationPerJobLimit, AssocMaxNodesPerJobLimit, ...). This module reads the limits itself and says which
-one a job breaks and which setting changes it. QOS and association limits count only where the controller enforces
-them (AccountingStorageEnforce has `limits` or `safe`). Only the user's own association is read, not those of its
-parent accounts.
+QOS's and association's (`sacctmgr`). `sbatch --test-only` repeats only the submit-time checks: a partition's MaxTime
+and MaxNodes are refused there only with EnforcePartLimits, QOS and association limits only with
+AccountingStorageEnforce=limits and DenyOnLimit. Elsewhere Slurm accepts a job that then waits for ever (Reason
+PartitionTimeLimit, PartitionNodeLimit, QOSMaxWallDurationPerJobLimit, AssocMaxNodesPerJobLimit, ...): hence the
+limits read here, QOS and association ones where the controller enforces them (AccountingStorageEnforce has `limits`
+or `safe`), only the user's own association.
 """
 
 from __future__ import annotations
 
+import contextlib
 import getpass
 import os
 from dataclasses import dataclass
 
 from beam_slurm.slurm import scheduler
-from beam_slurm.slurm.scheduler import SlurmCommandError
 from beam_slurm.slurm.submission import SbatchRequest, effective_options
 from beam_slurm.slurm.values import SlurmValueError, describe_seconds, partition_names, reported_seconds, \
     time_limit_seconds
@@ -29,15 +26,11 @@ class JobShape:
 
     nodes: int
     gpus_per_node: int
-    time_limit_s: int | None
-    """None: no limit (UNLIMITED)."""
+    time_limit_s: int | None  # None: no limit (UNLIMITED)
     time_limit_text: str
-    time_limit_given: bool
-    """False: the job names no time limit, so it gets the partition's DefaultTime (else its MaxTime)."""
-    time_setting: str
-    """What changes the time limit: cluster.time_limit on the command line, else the variable or the header."""
-    partitions: tuple[str, ...]
-    """() = the cluster's default partition."""
+    time_limit_given: bool  # False: none named, so the partition's DefaultTime (else its MaxTime)
+    time_setting: str  # what changes the time limit: cluster.time_limit, else the variable or the header
+    partitions: tuple[str, ...]  # () = the cluster's default partition
     qos: str
     account: str
 
@@ -45,29 +38,24 @@ class JobShape:
 def job_shape(request: SbatchRequest, environ=None) -> JobShape:
     """The shape of a rendered request: its command line, the SBATCH_* variables, then its script's header."""
     options = effective_options(request, environ)
+    given = lambda name: options.get(name, ("", ""))[0]  # noqa: E731
 
     def number(name: str, default: int) -> int:
-        value = options.get(name, ("", ""))[0]
-        try:
-            return int(value.split("-")[0]) if value else default
-        except ValueError:
-            return default
+        with contextlib.suppress(ValueError):
+            return int(given(name).split("-")[0]) if given(name) else default
+        return default
 
     time_text, time_source = options.get("time", ("", ""))
     time_setting = {"the command line": "cluster.time_limit", "": "cluster.time_limit"}.get(
         time_source, f"SBATCH_TIMELIMIT (the time limit comes from {time_source})")
-    try:
+    seconds, partitions = None, ()
+    with contextlib.suppress(SlurmValueError):
         seconds = time_limit_seconds(time_text) if time_text else None
-    except SlurmValueError:
-        seconds = None
-    try:
-        partitions = tuple(partition_names(options["partition"][0])) if options.get("partition", ("", ""))[0] else ()
-    except SlurmValueError:
-        partitions = ()
+    with contextlib.suppress(SlurmValueError):
+        partitions = tuple(partition_names(given("partition"))) if given("partition") else ()
     return JobShape(nodes=number("nodes", 1), gpus_per_node=number("gpus-per-node", 0), time_limit_s=seconds,
-                    time_limit_text=time_text, time_limit_given=bool(time_text),
-                    time_setting=time_setting, partitions=partitions,
-                    qos=options.get("qos", ("", ""))[0], account=options.get("account", ("", ""))[0])
+                    time_limit_text=time_text, time_limit_given=bool(time_text), time_setting=time_setting,
+                    partitions=partitions, qos=given("qos"), account=given("account"))
 
 
 @dataclass(frozen=True)
@@ -115,12 +103,10 @@ def partition_breaches(shape: JobShape, limits: PartitionLimits) -> list[LimitBr
     # A job that names no limit gets the partition's DefaultTime, else its MaxTime: never over it.
     if shape.time_limit_given and limits.max_time_s is not None and (
             shape.time_limit_s is None or shape.time_limit_s > limits.max_time_s):
+        most = describe_seconds(limits.max_time_s)
         out.append(LimitBreach(f"a time limit of {shape.time_limit_text} ({describe_seconds(shape.time_limit_s)}) "
-                               f"is over {where}'s MaxTime "
-                               f"{describe_seconds(limits.max_time_s)}: Slurm keeps the job pending for ever "
-                               "(PartitionTimeLimit)",
-                               f"{shape.time_setting} to at most {describe_seconds(limits.max_time_s)}, or "
-                               "cluster.partition"))
+                               f"is over {where}'s MaxTime {most}: Slurm keeps the job pending for ever "
+                               "(PartitionTimeLimit)", f"{shape.time_setting} to at most {most}, or cluster.partition"))
     if limits.max_nodes is not None and shape.nodes > limits.max_nodes:
         out.append(LimitBreach(f"{shape.nodes} nodes are over {where}'s MaxNodes {limits.max_nodes} "
                                "(PartitionNodeLimit)", "cluster.nodes, or cluster.partition"))
@@ -132,20 +118,15 @@ def partition_breaches(shape: JobShape, limits: PartitionLimits) -> list[LimitBr
 
 def _tres(text: str) -> dict[str, int]:
     """'node=2,gres/gpu=16' -> {'node': 2, 'gres/gpu': 16} (values that are not whole numbers are left out)."""
-    out = {}
-    for part in (text or "").split(","):
-        name, sep, value = part.partition("=")
-        if sep and value.isdigit():
-            out[name.strip()] = int(value)
-    return out
+    pairs = (part.partition("=") for part in (text or "").split(","))
+    return {name.strip(): int(value) for name, sep, value in pairs if sep and value.isdigit()}
 
 
 @dataclass(frozen=True)
 class AccountingLimits:
     """Per-job limits of a QOS or an association (sacctmgr MaxWall and MaxTRES); None/{} where it has none."""
 
-    owner: str
-    """'QOS normal', 'association root/root', ..."""
+    owner: str  # 'QOS normal', 'association root/root', ...
     max_wall_s: int | None
     max_tres: dict[str, int]
 
@@ -165,12 +146,6 @@ class AccountingLimits:
                 out.append(LimitBreach(f"{value} {what} are over {self.owner}'s MaxTRES {name}={limit} "
                                        f"({reason_prefix}MaxTRESPerJob)", f"cluster.nodes, or {setting}"))
         return out
-
-
-def limits_enforced() -> bool:
-    """Whether the controller applies QOS and association limits (AccountingStorageEnforce has limits or safe)."""
-    enforce = scheduler.config_value("AccountingStorageEnforce").lower()
-    return "limits" in enforce or "safe" in enforce
 
 
 def association_limits(shape: JobShape, partition: str, user: str | None = None) -> tuple[AccountingLimits | None, str]:
@@ -197,9 +172,8 @@ def association_limits(shape: JobShape, partition: str, user: str | None = None)
 def qos_limits(name: str) -> AccountingLimits | None:
     rows = scheduler.accounting_rows("qos", ("Name", "MaxWall", "MaxTRES"), ["where", f"name={name}"])
     row = next((r for r in rows if r["Name"] == name), None)
-    if row is None:
-        return None
-    return AccountingLimits(f"QOS {name}", reported_seconds(row["MaxWall"]), _tres(row["MaxTRES"]))
+    return None if row is None else AccountingLimits(f"QOS {name}", reported_seconds(row["MaxWall"]),
+                                                     _tres(row["MaxTRES"]))
 
 
 @dataclass
@@ -216,32 +190,29 @@ class LimitsAnswer:
 def check_job(shape: JobShape) -> LimitsAnswer:
     """Every limit the job breaks. With a list of partitions the job breaks a partition's limits only when it breaks
     them in each (Slurm starts it in the first that can)."""
-    breaches: list[LimitBreach] = []
     partitions: list[PartitionLimits] = []
     unread: list[str] = []
-    per_partition: list[list[LimitBreach]] = []
     for name in shape.partitions or ("",):
         try:
-            limits = PartitionLimits.read(name)
-        except SlurmCommandError as exc:
+            partitions.append(PartitionLimits.read(name))
+        except scheduler.SlurmCommandError as exc:
             unread.append(f"partition {name or '(default)'}: {exc}")
-            continue
-        partitions.append(limits)
-        per_partition.append(partition_breaches(shape, limits))
+    per_partition = [partition_breaches(shape, limits) for limits in partitions]
+    breaches: list[LimitBreach] = []
     if per_partition and all(per_partition):
         breaches += per_partition[0] if len(per_partition) == 1 else [
             LimitBreach(" and ".join(b.text for found in per_partition for b in found), per_partition[0][0].setting)]
     enforced = False
     try:
-        enforced = limits_enforced()
+        # The controller applies QOS and association limits where AccountingStorageEnforce has limits or safe.
+        enforced = any(w in scheduler.config_value("AccountingStorageEnforce").lower() for w in ("limits", "safe"))
         if enforced:
             partition = partitions[0].name if partitions else ""
             association, qos = association_limits(shape, partition)
-            if association is not None:
-                breaches += association.breaches(shape, "Assoc", "cluster.account")
-            qos_found = qos_limits(qos)
-            if qos_found is not None:
-                breaches += qos_found.breaches(shape, "QOS", "cluster.qos")
-    except SlurmCommandError as exc:
+            found_by = ((association, "Assoc", "cluster.account"), (qos_limits(qos), "QOS", "cluster.qos"))
+            for found, prefix, setting in found_by:
+                if found is not None:
+                    breaches += found.breaches(shape, prefix, setting)
+    except scheduler.SlurmCommandError as exc:
         unread.append(f"QOS and association limits: {exc}")
     return LimitsAnswer(breaches, partitions, unread, enforced)

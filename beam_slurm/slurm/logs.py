@@ -1,18 +1,7 @@
 """`beam-slurm logs RUN [--attempt N] [--node NAME] [--follow | --json] [--lines N] [--all]`: every log a training
-job leaves, in one place.
-
-- the batch log (the job's `--output` file), found where Slurm names it (scontrol's StdOut while the controller knows
-  the job, sacct's where the accounting keeps it), where the job recorded it at its start, from the `--output` of its
-  submit line (sacct) or of the run's own sbatch command (run record, commands.sh), with Slurm's %j %x %u %A %a
-  expanded; else sbatch's names in its working folder;
-- the attempt's own logs in `<log_dir>/<jobid>-<attempt>/` (train_job.log, ray-<node>.log, failure.json, ...);
-- each node's Ray session logs, copied by the node to `<log_dir>/<jobid>-<attempt>/ray/<node>/`
-  (`beam_slurm.ray_cluster.log_copy`), with when and why the last copy was made.
-
-Without `--node`: the tail of the batch log and of train_job.log, then per node the list of its Ray logs (empty files
-only with `--all`). With `--node NAME`: that node's ray-<node>.log and the tail of each of its Ray logs. `--follow`
-keeps printing the batch log (or, with `--node`, the node's ray-<node>.log) as it grows until the job ends. Colour
-codes are removed unless the output is a terminal.
+job leaves, in one place: the batch log (the job's `--output` file, found as `batch_log_candidates` says), the
+attempt's own logs in `<log_dir>/<jobid>-<attempt>/` and each node's Ray session logs copied there
+(`beam_slurm.ray_cluster.log_copy`). What each form prints: README, "While it runs".
 """
 
 from __future__ import annotations
@@ -24,9 +13,10 @@ import shlex
 import sys
 import time
 from pathlib import Path
-from typing import Callable, Mapping, TextIO
+from typing import Mapping, TextIO
 
 from beam_slurm.config.verb_args import VerbArgs, VerbUsageError
+from beam_slurm.core.atomic_files import read_json
 from beam_slurm.core.layout import COMMANDS_FILE, RUN_DIRNAME
 from beam_slurm.pipeline import runs
 from beam_slurm.ray_cluster.log_copy import COPY_RECORD, RAY_LOGS_DIR
@@ -36,8 +26,6 @@ from beam_slurm.slurm.submission import option_pairs
 
 _ACTIVE = ("RUNNING", "PENDING", "CONFIGURING", "COMPLETING", "REQUEUED", "REQUEUE_FED", "REQUEUE_HOLD",
            "RESIZING", "SUSPENDED", "SIGNALING", "STAGE_OUT")
-
-
 NO_ARRAY_TASK = "4294967294"  # what Slurm writes for %a of a job that is not an array task (its NO_VAL)
 _PATTERN = re.compile(r"%(\d*)([%AajNux])")
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)")
@@ -105,18 +93,12 @@ def batch_log_candidates(job, facts: Mapping[str, str]) -> list[tuple[Path, str]
              (submitted.get("output"), "sacct SubmitLine"), (command.get("output"), "the run's sbatch command")]
     if not any(pattern for pattern, _ in given) and workdir:
         given.append(("slurm-%A_%a.out" if "_" in facts.get("JobID", "") else "slurm-%j.out", "sbatch's default"))
-    found: list[tuple[Path, str]] = []
-    for pattern, how in given:
-        if pattern and pattern != "(null)":
-            path = Path(expand_output(pattern, fields))
-            if path.is_absolute() or workdir:
-                found.append((path if path.is_absolute() else Path(workdir) / path, how))
+    expanded = [(Path(expand_output(p, fields)), how) for p, how in given if p and p != "(null)"]
+    # A relative name is in the working folder (joining keeps an absolute one as it is).
+    found = [(Path(workdir) / path, how) for path, how in expanded if path.is_absolute() or workdir]
     for pattern in (f"*-{job.job_id}.out", f"*{job.job_id}*.out") if workdir else ():
         found += [(hit, f"sacct WorkDir {workdir}") for hit in sorted(Path(workdir).glob(pattern))[:1]]
-    unique: dict[Path, str] = {}
-    for path, how in found:
-        unique.setdefault(path, how)
-    return list(unique.items())
+    return [(path, how) for i, (path, how) in enumerate(found) if all(path != seen for seen, _ in found[:i])]
 
 
 def batch_log(job) -> tuple[Path | None, str]:
@@ -130,14 +112,11 @@ def batch_log(job) -> tuple[Path | None, str]:
 
 
 def tail(path: Path, lines: int, raw: bool = False) -> str:
-    """The last `lines` lines of a text file (read from its end, so a big log costs little); colour codes removed
-    unless `raw`."""
+    """The last `lines` lines of a file (read from its end: a big log costs little); colour codes gone unless `raw`."""
     if lines <= 0:
         return ""
     with open(path, "rb") as handle:
-        handle.seek(0, 2)
-        size = handle.tell()
-        handle.seek(max(size - lines * 400, 0))
+        handle.seek(max(handle.seek(0, 2) - lines * 400, 0))  # from the end: seek returns the size
         text = handle.read().decode(errors="replace")
     return "\n".join((text if raw else _ANSI.sub("", text)).splitlines()[-lines:])
 
@@ -148,9 +127,8 @@ def node_sections(attempt_dir: Path) -> dict[str, Path]:
 
 
 def describe_copy(folder: Path) -> str:
-    try:
-        copy = json.loads((folder / COPY_RECORD).read_text())
-    except (OSError, ValueError):
+    copy = read_json(folder / COPY_RECORD)
+    if copy is None:
         return "no copy record"
     when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(copy.get("time", 0)))
     what = {"periodic": "a periodic copy (the node's last one: it ended without its final copy, or still runs)",
@@ -230,18 +208,11 @@ def listing(job, attempt: str, node: str | None = None) -> dict:
     """`logs --json`: where each log of the attempt is and its size, without contents (schema: README)."""
     attempt_dir = job.attempt_dir(attempt)
     path, how = batch_log(job)
-
-    def sized(paths, base: Path | None = None) -> list[dict]:
-        return [{"path": str(p.relative_to(base) if base else p), "bytes": p.stat().st_size} for p in paths]
-
-    nodes = []
-    for name, folder in node_sections(attempt_dir).items():
-        if node is None or name == node:
-            try:
-                copy = json.loads((folder / COPY_RECORD).read_text())
-            except (OSError, ValueError):
-                copy = None
-            nodes.append({"node": name, "folder": str(folder), "copy": copy, "files": sized(ray_log_files(folder), folder)})
+    sized = lambda paths, base=None: [  # noqa: E731
+        {"path": str(p.relative_to(base) if base else p), "bytes": p.stat().st_size} for p in paths]
+    nodes = [{"node": name, "folder": str(folder), "copy": read_json(folder / COPY_RECORD),
+              "files": sized(ray_log_files(folder), folder)}
+             for name, folder in node_sections(attempt_dir).items() if node is None or name == node]
     hang = attempt_dir / "hang"
     return {"job_id": job.job_id, "attempt": attempt, "attempts": job.attempts(), "attempt_dir": str(attempt_dir),
             "batch_log": {"path": str(path) if path else None, "found_by": how if path else None,
@@ -250,30 +221,30 @@ def listing(job, attempt: str, node: str | None = None) -> dict:
             "hang_dumps": str(hang) if hang.is_dir() else None, "ray_logs": nodes}
 
 
-def _alive(job_id: str, state: Callable[[str], str] | None = None) -> bool:
+def _alive(job_id: str) -> bool:
     try:
-        return (state or scheduler.job_state)(job_id) in _ACTIVE
+        return scheduler.job_state(job_id) in _ACTIVE
     except scheduler.SlurmCommandError:
         return False
 
 
-def follow(job, path: Path, out: TextIO, *, poll_s: float = 1.0, state: Callable[[str], str] | None = None) -> int:
+def follow(job, path: Path, out: TextIO) -> int:
     """Print `path` as it grows until the job is no longer queued or running."""
     position = 0
     while True:
-        alive = _alive(job.job_id, state)
+        alive = _alive(job.job_id)
         if path.is_file():
             with open(path, "rb") as handle:
                 handle.seek(position)
                 chunk = handle.read()
-                position = handle.tell()
+            position += len(chunk)
             if chunk:
                 text = chunk.decode(errors="replace")
                 out.write(text if out.isatty() else _ANSI.sub("", text))
                 out.flush()
         if not alive:
             return 0
-        time.sleep(poll_s)
+        time.sleep(1.0)
 
 
 def build_parser():

@@ -1,10 +1,6 @@
-"""`beam-slurm requeue RUN` and `beam-slurm stop RUN`: end a running training attempt gracefully; `beam-slurm
-cancel RUN|SWEEP`: end every queued and running job of runs at once.
-
-Both write the wanted outcome into the run record, signal only the job's batch shell (`scancel --batch
---signal=USR2`), and wait up to `--timeout` seconds (default cluster.grace_s) for the checkpoint at the next step.
-The batch shell then requeues the job, or ends it as stopped with exit status 79, so `afterok` dependents do not
-run and `submit` resumes it later. A pending job has nothing to save: `stop` cancels it.
+"""`beam-slurm requeue RUN` and `beam-slurm stop RUN`: end a running training attempt gracefully (the wanted outcome
+in the run record, USR2 to the batch shell only, a wait for the save; README tells the rest); `beam-slurm cancel
+RUN|SWEEP`: end every queued and running job of runs at once.
 """
 
 from __future__ import annotations
@@ -49,27 +45,20 @@ _VALUED_FLAGS = ("--timeout", "--exports-root", "--help-keys")
 
 def split_run(argv: list[str]) -> tuple[str | None, list[str]]:
     """(RUN, the other arguments): RUN is the first word that is neither a flag, a flag's value nor key=value."""
-    rest = list(argv)
-    for i, word in enumerate(rest):
-        if word.startswith("-"):
-            continue
-        if i > 0 and rest[i - 1] in _VALUED_FLAGS:
-            continue
-        if "=" in word.split("/", 1)[0]:
-            continue
-        return word, rest[:i] + rest[i + 1:]
-    return None, rest
+    for i, word in enumerate(argv):
+        if not (word.startswith("-") or (i > 0 and argv[i - 1] in _VALUED_FLAGS) or "=" in word.split("/", 1)[0]):
+            return word, argv[:i] + argv[i + 1:]
+    return None, list(argv)
 
 
 def _run_setting(export_path: Path, key: str, given: dict[str, str], cfg) -> float:
     """A cluster.* number: given on the command line, else the run's own config.yaml, else the recipe's."""
-    if key in given:
-        return float(getattr(cfg.cluster, key.split(".", 1)[1]))
-    try:
-        saved = OmegaConf.load(layout.run_dir(export_path) / layout.CONFIG_FILE)
-        return float(OmegaConf.select(saved, key))
-    except Exception:  # no config.yaml (yet), or an older one without the key
-        return float(getattr(cfg.cluster, key.split(".", 1)[1]))
+    if key not in given:
+        try:
+            return float(OmegaConf.select(OmegaConf.load(layout.run_dir(export_path) / layout.CONFIG_FILE), key))
+        except Exception:  # no config.yaml (yet), or an older one without the key
+            pass
+    return float(getattr(cfg.cluster, key.split(".", 1)[1]))
 
 
 def _job_of(run: RunRecord) -> str:
@@ -89,11 +78,10 @@ def main_for(verb: str, argv: list[str]) -> int:
         args = parsed.args
         if not target:
             raise VerbUsageError("give RUN: the run folder (export path), run name or training job id")
-        args.run = target
         if args.timeout is not None and args.timeout <= 0:
             raise VerbUsageError(f"--timeout {args.timeout:g}: use a positive number of seconds")
         cfg = parser.load(parsed)
-        export_path = runs.resolve_run(args.run, args.exports_root)
+        export_path = runs.resolve_run(target, args.exports_root)
     except (VerbUsageError, ConfigError, runs.RunNotFound) as exc:
         return parser.report(exc)
     given = {override_key(o): o for o in parsed.overrides}
@@ -158,10 +146,8 @@ def _signal_and_wait(verb: str, store: RunStore, job_id: str, run: RunRecord, ti
                 out(f"checkpoint of step {saved} saved after {time.time() - asked:.1f}s: {ckpt_path}/global_step_{saved}")
         record = store.read()
         handled = record.wanted.handled_by_attempt if record.wanted else None
-        job = record.train_jobs.get(job_id)
-        attempt = job.attempt(handled, record.wanted.handled_in_job) if job is not None and handled is not None \
-            else None
-        if attempt is not None:
+        job = record.train_jobs.get(job_id) if handled is not None else None
+        if job is not None and (attempt := job.attempt(handled, record.wanted.handled_in_job)) is not None:
             return _report(verb, job_id, attempt, saved, out)
         if time.time() > asked + timeout and saved is None and not ckpt_path:
             break
@@ -171,9 +157,7 @@ def _signal_and_wait(verb: str, store: RunStore, job_id: str, run: RunRecord, ti
 
 
 def _report(verb: str, job_id: str, attempt: Attempt, saved: int | None, out) -> int:
-    step = attempt.checkpoint_at_end
-    if saved is None and attempt.saved_step is not None:
-        saved = attempt.saved_step
+    step, saved = attempt.checkpoint_at_end, attempt.saved_step if saved is None else saved
     if saved is None:
         out(f"no checkpoint saved within the grace time ({attempt.end_reason}); the latest complete "
             f"checkpoint is {'step ' + str(step) if step is not None else 'none'}")

@@ -1,15 +1,13 @@
 """How a preemption reaches a job on this cluster, read from Slurm itself (what `plan` reports in its notice lines):
 `scontrol show config`, `scontrol show partition -o` and `sacctmgr show qos`, each one command with a timeout.
 
-What a preemption sends, as seen on the sandbox (Slurm 22.05, partition GraceTime 20 s, KillWait 10 s):
-
-* with preempt_send_user_signal and the job's `--signal=B:USR1@N`: the batch shell gets USR1 at once (our notice,
-  so the save has the grace time); at its end the batch shell and the tasks get SIGTERM, SIGKILL KillWait later.
-* without it: the first SIGTERM reaches only the job's tasks, our Ray step on every node (with proctrack/linuxproc
-  not Ray's daemons, which left the process tree), not the batch shell. When the save fits in the grace time the
-  Ray step holds that SIGTERM and the head relays it as a notice (`beam_slurm.notice_budget.term_notice`).
-
-The grace time seen was 30 s for GraceTime=20: slurmctld checks the new end time on its own period.
+What a preemption sends, as seen on the sandbox (Slurm 22.05, partition GraceTime 20 s, KillWait 10 s): with
+preempt_send_user_signal and the job's `--signal=B:USR1@N`, the batch shell gets USR1 at once (our notice, so the save
+has the grace time), at its end the batch shell and the tasks SIGTERM, SIGKILL KillWait later. Without it the first
+SIGTERM reaches only the job's tasks, our Ray step on every node (with proctrack/linuxproc not Ray's daemons, which
+left the process tree), not the batch shell; when the save fits in the grace time the Ray step holds that SIGTERM
+and the head relays it as a notice (`beam_slurm.notice_budget.term_notice`). The grace time seen was 30 s for
+GraceTime=20: slurmctld checks the new end time on its own period.
 """
 
 from __future__ import annotations
@@ -17,7 +15,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from beam_slurm.slurm import scheduler, values
-from beam_slurm.slurm.scheduler import parse_config, parse_partitions
 
 QUERY_TIMEOUT_S = 10.0  # `plan` must not hang on a silent controller
 USER_SIGNAL_PARAMETER = "preempt_send_user_signal"
@@ -55,13 +52,11 @@ class PreemptionInfo:
         return self.preempt_type.endswith("/qos")
 
     def qos_of(self, name: str | None) -> QosPreemption | None:
-        wanted = name or "normal"
-        return next((q for q in self.qos if q.name == wanted), None)
+        return next((q for q in self.qos if q.name == (name or "normal")), None)
 
     def preemptors(self, qos_name: str | None) -> list[str]:
         """QOS whose jobs may preempt jobs of `qos_name` (empty name: the default QOS `normal`)."""
-        wanted = qos_name or "normal"
-        return [q.name for q in self.qos if wanted in q.preempts]
+        return [q.name for q in self.qos if (qos_name or "normal") in q.preempts]
 
     def mode(self, qos_name: str | None = None) -> str:
         """The effective preemption mode for a job of this partition (and QOS, for preempt/qos)."""
@@ -74,29 +69,21 @@ class PreemptionInfo:
 
     def grace_s(self, qos_name: str | None = None) -> int:
         if self.by_qos:
-            q = self.qos_of(qos_name)
-            return q.grace_s if q is not None else 0
+            return getattr(self.qos_of(qos_name), "grace_s", 0)
         return self.partition_grace_s
 
     def preemptable(self, qos_name: str | None = None) -> bool:
-        if not self.reachable or self.preempt_type in ("", "preempt/none"):
-            return False
-        if self.by_qos and not self.preemptors(qos_name):
+        if (not self.reachable or self.preempt_type in ("", "preempt/none")
+                or (self.by_qos and not self.preemptors(qos_name))):
             return False
         return not self.mode(qos_name).startswith("OFF")
 
 
 def parse_qos(text: str) -> tuple[QosPreemption, ...]:
     """`sacctmgr -n -P show qos format=Name,Preempt,PreemptMode,GraceTime` rows."""
-    out = []
-    for line in text.splitlines():
-        parts = line.split("|")
-        if len(parts) < 4 or not parts[0]:
-            continue
-        name, preempt, mode, grace = parts[:4]
-        out.append(QosPreemption(name=name, preempts=tuple(p for p in preempt.split(",") if p), mode=mode,
-                                 grace_s=_seconds(grace)))
-    return tuple(out)
+    rows = (line.split("|") for line in text.splitlines())
+    return tuple(QosPreemption(name=row[0], preempts=tuple(p for p in row[1].split(",") if p), mode=row[2],
+                               grace_s=_seconds(row[3])) for row in rows if len(row) >= 4 and row[0])
 
 
 def _seconds(text: str) -> int:
@@ -105,8 +92,8 @@ def _seconds(text: str) -> int:
 
 def from_outputs(config: str, partitions: str, qos: str, partition: str | None) -> PreemptionInfo:
     """Build the picture from the three commands' outputs (pure; tests feed it recorded text)."""
-    conf = parse_config(config)
-    rows = parse_partitions(partitions)
+    conf = scheduler.parse_config(config)
+    rows = scheduler.parse_partitions(partitions)
     if partition and "," in partition:  # a list: the job runs in the first that can start it; read that one
         partition = values.partition_names(partition)[0]
     if partition:
@@ -132,7 +119,7 @@ def read_preemption(partition: str | None = None) -> PreemptionInfo:
     except scheduler.SlurmCommandError as exc:
         return PreemptionInfo(reachable=False, why=str(exc).splitlines()[0])
     qos = ""
-    if parse_config(config).get("PreemptType", "").endswith("/qos"):
+    if scheduler.parse_config(config).get("PreemptType", "").endswith("/qos"):
         try:
             qos = scheduler._run(["sacctmgr", "-n", "-P", "show", "qos", "format=Name,Preempt,PreemptMode,GraceTime"],
                                  timeout_s=QUERY_TIMEOUT_S)

@@ -1,9 +1,7 @@
-"""Preflight: one quick step on every node of the allocation before Ray starts.
-
-`python -m beam_slurm.slurm.preflight '<PreflightSettings as JSON>'` runs once per node (srun, one task per node) and
-prints one line `BEAM_PREFLIGHT {"host": ..., "problems": [...]}`; the batch shell collects the lines
-(`collect_results`, run by `run_step`) and ends the job naming each failing node and reason, before GPUs are held
-idle by a job that would fail an hour later.
+"""Preflight: one quick step on every node of the allocation before Ray starts. `python -m beam_slurm.slurm.preflight
+'<PreflightSettings as JSON>'` runs once per node and prints one line `BEAM_PREFLIGHT {"host": ..., "problems": [...]}`;
+the batch shell collects the lines (`run_step`) and ends the job naming each failing node and reason, before GPUs are
+held idle by a job that would fail an hour later.
 """
 
 from __future__ import annotations
@@ -21,11 +19,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 from beam_slurm.ray_cluster import fabric
-from beam_slurm.ray_cluster.fabric import with_job_port
 from beam_slurm.ray_cluster.gpus import allocated_gpus
 from beam_slurm.ray_cluster.settings import RaySettings
 from beam_slurm.slurm import storage_probe
-from beam_slurm.slurm.storage_probe import probe_record
 
 if TYPE_CHECKING:
     from beam_slurm.slurm.steps import StepLauncher
@@ -68,10 +64,8 @@ def _free_bytes(path: Path) -> int:
 
 
 def _available_ram_bytes() -> int:
-    for line in Path("/proc/meminfo").read_text().splitlines():
-        if line.startswith("MemAvailable:"):
-            return int(line.split()[1]) * 1024
-    return 0
+    lines = Path("/proc/meminfo").read_text().splitlines()
+    return next((int(line.split()[1]) * 1024 for line in lines if line.startswith("MemAvailable:")), 0)
 
 
 def check_node(settings: PreflightSettings, environ: dict[str, str] | None = None) -> list[str]:
@@ -136,34 +130,29 @@ def check_node(settings: PreflightSettings, environ: dict[str, str] | None = Non
 
 def collect_results(output: str, expected_hosts: list[str]) -> dict[str, list[str]]:
     """Problems by host from the step's output; a host that printed no result line is itself a problem."""
-    results: dict[str, list[str]] = {}
-    for line in output.splitlines():
-        if line.startswith(RESULT_PREFIX):
-            record = json.loads(line[len(RESULT_PREFIX):])
-            results[record["host"]] = list(record["problems"])
+    records = (json.loads(line[len(RESULT_PREFIX):]) for line in output.splitlines() if line.startswith(RESULT_PREFIX))
+    results = {record["host"]: list(record["problems"]) for record in records}
     for host in expected_hosts:
         results.setdefault(host, ["preflight did not report (the task failed to start or crashed)"])
     return {host: problems for host, problems in results.items() if problems}
 
 
 def run_step(launcher: "StepLauncher", checks: PreflightSettings, hosts: list[str], env: dict[str, str],
-             attempt_dir: Path, log: Callable[[str], None], ray: RaySettings,
-             timeout_s: float = PREFLIGHT_TIMEOUT_S) -> bool:
+             attempt_dir: Path, log: Callable[[str], None], ray: RaySettings) -> bool:
     """Run the preflight step on every node and log each failing node and problem; True when all passed. `hosts`:
     the step's nodes in order, [] when srun picks them (then only the count of reports is checked)."""
     if checks.fabric.get("enabled") and env.get("SLURM_JOB_ID"):
-        checks = dataclasses.replace(checks, fabric=with_job_port(checks.fabric, ray,
-                                                                  env["SLURM_JOB_ID"]))
+        checks = dataclasses.replace(checks, fabric=fabric.with_job_port(checks.fabric, ray, env["SLURM_JOB_ID"]))
     argv = launcher.module_argv(["beam_slurm.slurm.preflight", checks.to_json()], kill_on_bad_exit=False,
                                 name="preflight")
     started = time.time()
     try:
-        proc = subprocess.run(argv, env=env, capture_output=True, text=True, check=False, timeout=timeout_s)
+        proc = subprocess.run(argv, env=env, capture_output=True, text=True, check=False, timeout=PREFLIGHT_TIMEOUT_S)
         stdout, stderr = proc.stdout, proc.stderr
     except subprocess.TimeoutExpired as exc:
         # A hung file system check is itself the finding: the nodes that did not answer are named below.
         stdout = (exc.stdout or b"").decode(errors="replace") if isinstance(exc.stdout, bytes) else (exc.stdout or "")
-        stderr = f"preflight timed out after {timeout_s:.0f}s\n"
+        stderr = f"preflight timed out after {PREFLIGHT_TIMEOUT_S:.0f}s\n"
     failures = collect_results(stdout, hosts)
     reported = stdout.count(RESULT_PREFIX)
     if not hosts and reported < launcher.nodes:
@@ -171,8 +160,7 @@ def run_step(launcher: "StepLauncher", checks: PreflightSettings, hosts: list[st
     if stderr.strip():
         (attempt_dir / "preflight.stderr").write_text(stderr)
     if checks.fabric.get("enabled"):
-        fabric_failures = fabric.report(stdout, RESULT_PREFIX, checks.fabric, attempt_dir, log)
-        for host, problems in fabric_failures.items():
+        for host, problems in fabric.report(stdout, RESULT_PREFIX, checks.fabric, attempt_dir, log).items():
             failures.setdefault(host, []).extend(problems)
     if checks.ckpt_dir:
         rates = storage_probe.gather(storage_probe.records_from_output(stdout, RESULT_PREFIX), attempt_dir)
@@ -201,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
         except Exception as exc:
             record["fabric"] = {"host": host, "problems": [f"fabric check crashed: {exc!r}"], "ranks": []}
     if settings.ckpt_dir and settings.storage_probe_s > 0 and not problems:  # all nodes write at once
-        record.update(probe_record(settings.ckpt_dir, settings.storage_probe_s))
+        record.update(storage_probe.probe_record(settings.ckpt_dir, settings.storage_probe_s))
     print(RESULT_PREFIX + json.dumps(record), flush=True)
     return 1 if problems else 0
 

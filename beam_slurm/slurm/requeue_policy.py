@@ -1,30 +1,15 @@
 """How an attempt of the training job ends: requeue, finish, stop or fail. Pure decisions over what the attempt
-recorded (no Slurm, no files, no clock), so each rule reads top to bottom and is tested in milliseconds.
-`attempt.Attempt` gathers the facts (`AttemptFacts`), asks `decide` and carries the decision out (`scontrol
-requeue`, the excluded nodes, the exit status); while a notice is handled it asks `stop_waiting_for_save`.
-
-End kinds (`Decision.end_kind`, shown by `beam-slurm status` for every attempt):
-
-    finished          the driver finished the run
-    notice            the pre-timeout or preemption notice (`--signal=B:USR1@N`): saved, then requeued
-    operator-requeue  `beam-slurm requeue`: saved at the next step boundary, then requeued
-    stopped           `beam-slurm stop`: saved, then ended (not COMPLETED: `afterok` dependents do not run)
-    slurm-requeue     `scontrol requeue` (or a requeue by Slurm): every step signalled at once, no save
-    preempted         preemption that signalled the steps only: requeued, no save
-    cancelled         `scancel`: every step signalled, no save, not requeued
-    time-limit        the time limit came without a notice (or the save missed it)
-    node-failure      a node's Ray died or never joined (that node goes on the run's bad-node list)
-    hang              the hang watchdog found a phase without progress for longer than its limit: dumps saved,
-                      processes ended, requeued (the node the dumps point at goes on the bad-node list)
-    preflight         preflight failed (on some nodes: they go on the bad-node list; on all: the setup is wrong)
-    storage-full      a save found the checkpoint storage full (ENOSPC, EDQUOT): ended at once, never requeued
-    driver-error      the driver (trainer) failed: the same error would come back
-    setup-error       bring-up found a configuration fault (GPU visibility, task layout)
+recorded (no Slurm, no files, no clock), so each rule reads top to bottom and is tested in milliseconds;
+`attempt.Attempt` gathers the facts, asks `decide` (and `stop_waiting_for_save` while a notice is handled) and
+carries the decision out. End kinds (`Decision.end_kind`, one per attempt in `beam-slurm status`, told in README's
+"End reasons"): finished, notice, operator-requeue, stopped, slurm-requeue, preempted, cancelled, time-limit,
+node-failure, hang, preflight, driver-error, setup-error, and storage-full (a save found the checkpoint storage full:
+ended, never requeued).
 
 A node failure, a hang or a preflight failure on some nodes restarts in the job (`Decision.restart_in_job`: a new
 Ray step in the same allocation, from the latest checkpoint) while the allocation keeps enough usable nodes (spares
 first, then the suspect nodes themselves: the next preflight checks them), time is left and the attempt is within
-cluster.max_in_job_attempts; otherwise it requeues as above.
+cluster.max_in_job_attempts; otherwise it requeues or ends as `_decide` says.
 """
 
 from __future__ import annotations
@@ -94,9 +79,8 @@ class AttemptFacts:
     @property
     def progressed(self) -> bool:
         """A checkpoint newer than the one the attempt started from."""
-        if self.checkpoint_at_end is None:
-            return False
-        return self.checkpoint_at_start is None or self.checkpoint_at_end > self.checkpoint_at_start
+        start, end = self.checkpoint_at_start, self.checkpoint_at_end
+        return end is not None and (start is None or end > start)
 
 
 @dataclass(frozen=True)
@@ -135,9 +119,7 @@ def slurm_end_of(*, job_state: str, restarts: int, restart_count: int, preempt_t
         return "preempted"
     if state == "TIMEOUT" or reason == "TimeLimit" or (time_left_s is not None and time_left_s <= 0):
         return "time limit"
-    if state in ("COMPLETING", "CANCELLED"):
-        return "cancelled"
-    return None
+    return "cancelled" if state in ("COMPLETING", "CANCELLED") else None
 
 
 def failed_node(failure: dict | None, head: str | None) -> str | None:
@@ -154,25 +136,19 @@ def failed_node(failure: dict | None, head: str | None) -> str | None:
     if "Ray cluster not complete" in reason:
         # "...: n3: its task never started ...; n4 (10.0.0.4): started but ..." -> the first node named
         tail = reason.split(": ", 1)[1] if ": " in reason else ""
-        for part in tail.split("; "):
-            name = part.split(":")[0].split(" (")[0].strip()
-            if name and " " not in name:
-                return name
+        names = (part.split(":")[0].split(" (")[0].strip() for part in tail.split("; "))
+        return next((name for name in names if name and " " not in name), failure.get("node"))
     return failure.get("node")
 
 
 def no_progress_streak(attempts: list[Attempt]) -> int:
     """Attempts at the end of `attempts` (run-record entries, oldest first) that counted against progress, in a row;
     an attempt that progressed, or whose end does not count, ends the streak."""
-    streak = 0
-    for entry in reversed(attempts):
-        if not entry.counts_against_progress:
-            break
-        streak += 1
-    return streak
+    return next((i for i, entry in enumerate(reversed(attempts)) if not entry.counts_against_progress), len(attempts))
 
 
-def exclusion(bad_nodes: list[str], user_exclude: list[str], partition_nodes: list[str], nodes_needed: int) -> tuple[list[str] | None, str]:
+def exclusion(bad_nodes: list[str], user_exclude: list[str], partition_nodes: list[str],
+              nodes_needed: int) -> tuple[list[str] | None, str]:
     """The job's new ExcNodeList (bad nodes plus the user's own `--exclude`), or None and why not: the partition
     (its usable nodes) must keep `nodes_needed` nodes outside the list. An empty `partition_nodes` means unknown."""
     wanted = sorted(set(bad_nodes) | set(user_exclude))
@@ -193,8 +169,7 @@ def next_nodes(facts: AttemptFacts, bad: tuple[str, ...]) -> tuple[tuple[str, ..
     preferred = [n for n in usable if n not in bad] + [n for n in usable if n in bad]
     if len(preferred) < facts.nodes_needed:
         return None, f"the allocation keeps {len(preferred)} usable nodes, the Ray step needs {facts.nodes_needed}"
-    chosen = set(preferred[: facts.nodes_needed])
-    return tuple(n for n in usable if n in chosen), ""
+    return tuple(n for n in usable if n in preferred[: facts.nodes_needed]), ""
 
 
 def in_job(facts: AttemptFacts, decision: Decision) -> Decision:
@@ -208,8 +183,8 @@ def in_job(facts: AttemptFacts, decision: Decision) -> Decision:
         why = f"{facts.time_left_s:.0f} s left of the time limit, a restart needs {facts.restart_needs_s:.0f} s"
     nodes, no_nodes = next_nodes(facts, decision.bad_nodes) if not why else (None, "")
     if nodes is None:
-        note = why or no_nodes
-        return dataclasses.replace(decision, note="; ".join(x for x in (decision.note, f"no in-job restart: {note}") if x))
+        note = f"no in-job restart: {why or no_nodes}"
+        return dataclasses.replace(decision, note=f"{decision.note}; {note}" if decision.note else note)
     replaced = sorted(set(facts.nodes) - set(nodes))
     note = (f"restarting in the job on {','.join(nodes)}" + (f" ({','.join(replaced)} left out)" if replaced else ""))
     return dataclasses.replace(decision, requeue=False, restart_in_job=True, next_nodes=nodes, note=note, outcome="")
@@ -218,8 +193,7 @@ def in_job(facts: AttemptFacts, decision: Decision) -> Decision:
 def decide(facts: AttemptFacts) -> Decision:
     decision = in_job(facts, _decide(facts))
     if (decision.requeue or decision.restart_in_job) and decision.counts_against_progress and not facts.progressed:
-        in_a_row = facts.earlier_without_progress + 1
-        limit = facts.max_attempts_without_progress
+        in_a_row, limit = facts.earlier_without_progress + 1, facts.max_attempts_without_progress
         if limit > 0 and in_a_row >= limit:
             since = ("no checkpoint yet" if facts.checkpoint_at_end is None
                      else f"the newest checkpoint is still step {facts.checkpoint_at_end}")
@@ -243,7 +217,6 @@ def _decide(facts: AttemptFacts) -> Decision:
                                        end_kind="preflight", bad_nodes=tuple(named), counts=True)
         # Every node fails the same way: the setup is wrong, the same allocation would fail the same way.
         return Decision(False, EXIT_PREFLIGHT, "preflight failed", end_kind="preflight", outcome="failed")
-
     if facts.slurm_end == "requeued":
         return Decision(False, 0, "Slurm requeued the job (scontrol requeue or a requeue by the scheduler)",
                         "every step was signalled at once, so nothing was saved; the next attempt resumes from the "
@@ -251,23 +224,19 @@ def _decide(facts: AttemptFacts) -> Decision:
     if facts.slurm_end == "cancelled" and facts.wanted is None:
         return Decision(False, EXIT_CANCELLED, "the job was cancelled (scancel)", "not requeueing",
                         end_kind="cancelled", outcome="cancelled")
-
     if facts.failure_kind == "storage":
         # The same save fails on any node after any requeue: say what is full instead of burning attempts.
         return Decision(False, EXIT_STORAGE_FULL, "checkpoint storage full", f"{facts.failure_reason}; not "
                         f"requeueing; {ADVICE['storage-full']}; the last complete checkpoint is kept (step "
                         f"{facts.checkpoint_at_end})", end_kind="storage-full", outcome="failed")
-
     if facts.hang is not None:
         where = f" on {','.join(facts.hang_nodes)}" if facts.hang_nodes else ""
         return _requeue_within_cap(facts, facts.hang + where, EXIT_NOT_REQUEUED, end_kind="hang",
                                    bad_nodes=facts.hang_nodes, counts=True, where=where)
-
     if facts.slurm_end == "time limit" and facts.wanted is None and facts.saved_step is None:
         # Slurm is ending the job at its limit (every step signalled): requeue while it still can be.
         return _requeue_within_cap(facts, "the time limit came without a saved notice", EXIT_NOT_REQUEUED,
                                    end_kind="time-limit", counts=True)
-
     if facts.notice is not None or facts.wanted is not None:
         if facts.wanted == "stop":
             saved = f" at step {facts.saved_step}" if facts.saved_step is not None else ""
@@ -288,28 +257,23 @@ def _decide(facts: AttemptFacts) -> Decision:
         unsaved_limit = kind == "notice" and facts.saved_step is None and facts.slurm_end != "preempted"
         return _requeue_within_cap(facts, f"notice {facts.notice}", EXIT_NOT_REQUEUED, end_kind=kind,
                                    counts=unsaved_limit)
-
     if facts.step_status == 0:
         return Decision(False, 0, "the driver finished successfully", end_kind="finished", outcome="completed")
-
     if facts.slurm_end == "preempted":
         # The steps were signalled without a notice to this shell: requeue before the grace time ends.
         return _requeue_within_cap(facts, "preemption (no notice)", EXIT_NOT_REQUEUED, end_kind="preempted")
-
     if facts.lost_nodes:
         # Slurm removed failed nodes from the job (--no-kill) and SIGKILLed the step: nothing was saved.
         lost = ",".join(facts.lost_nodes)
         return _requeue_within_cap(facts, f"node failure: Slurm removed {lost} from the job", facts.step_status
                                    or EXIT_INFRA, end_kind="node-failure", bad_nodes=facts.lost_nodes, counts=True,
                                    where=f" on {lost}")
-
     if facts.failure_kind == "infra":
         # A node's Ray died or never joined: another allocation may well succeed (without that node).
         bad = (facts.failure_node,) if facts.failure_node else ()
         where = f" on {facts.failure_node}" if facts.failure_node else ""
         return _requeue_within_cap(facts, "infrastructure failure", facts.step_status or EXIT_INFRA,
                                    end_kind="node-failure", bad_nodes=bad, counts=True, where=where)
-
     # The driver failed (or bring-up found a configuration fault): the same error would come back.
     status = facts.driver_status if facts.driver_status not in (None, 0) else facts.step_status or 1
     kind = "setup-error" if facts.failure_kind == "setup" else "driver-error"
@@ -333,12 +297,6 @@ def _requeue_within_cap(facts: AttemptFacts, reason: str, status_if_not: int, *,
 def stop_waiting_for_save(*, now: float, received: float, grace_s: float, saved_step: int | None,
                           step_running: bool, notices: int) -> str | None:
     """While a notice is handled: None to keep waiting for the trainer's checkpoint, else why to stop waiting."""
-    if saved_step is not None:
-        return "saved"
-    if not step_running:
-        return "the Ray step ended"
-    if notices > 1:
-        return "second notice"
-    if now >= received + grace_s:
-        return "grace period over"
-    return None
+    reasons = ((saved_step is not None, "saved"), (not step_running, "the Ray step ended"),
+               (notices > 1, "second notice"), (now >= received + grace_s, "grace period over"))
+    return next((why for stop, why in reasons if stop), None)

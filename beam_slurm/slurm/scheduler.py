@@ -1,10 +1,7 @@
 """Every call this package makes to the Slurm commands (scontrol, srun, squeue, sacct, sacctmgr) goes through this
-module.
-
-Many jobs are read at once: `squeue_rows` and `sacct_rows` answer for any number of jobs with one call each (a
-64-run sweep's status is one squeue and one sacct, however often `status --watch` refreshes).
-
-Functions either return parsed data or raise `SlurmCommandError` carrying the command and Slurm's own message.
+module; functions return parsed data or raise `SlurmCommandError` with the command and Slurm's own message. Many
+jobs are read at once: `squeue_rows` and `sacct_rows` answer for any number of jobs with one call each (a 64-run
+sweep's status is one squeue and one sacct, however often `status --watch` refreshes).
 """
 
 from __future__ import annotations
@@ -21,16 +18,13 @@ class SlurmCommandError(RuntimeError):
     """A Slurm command failed; the message holds the command line and its stderr."""
 
 
-def _ignore_sigterm() -> None:
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-
-
 def _run(argv: Sequence[str], timeout_s: float = 60.0, *, survive_sigterm: bool = False) -> str:
     """Run one Slurm command; `survive_sigterm`: the command ignores SIGTERM (a command the batch shell runs while
     Slurm is ending the job, which signals every process of the batch step)."""
     try:
+        ignore_sigterm = (lambda: signal.signal(signal.SIGTERM, signal.SIG_IGN)) if survive_sigterm else None
         done = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout_s, check=False,
-                              preexec_fn=_ignore_sigterm if survive_sigterm else None)
+                              preexec_fn=ignore_sigterm)
     except FileNotFoundError as exc:
         raise SlurmCommandError(f"{argv[0]} not found on PATH; run this inside a Slurm cluster") from exc
     except subprocess.TimeoutExpired as exc:
@@ -42,9 +36,7 @@ def _run(argv: Sequence[str], timeout_s: float = 60.0, *, survive_sigterm: bool 
 
 def expand_hostnames(nodelist: str) -> list[str]:
     """`n[1-3],gpu7` -> ['n1', 'n2', 'n3', 'gpu7'] (scontrol show hostnames), in Slurm's order."""
-    if not nodelist:
-        return []
-    return _run(["scontrol", "show", "hostnames", nodelist]).split()
+    return _run(["scontrol", "show", "hostnames", nodelist]).split() if nodelist else []
 
 
 def requeue(job_id: str | int) -> None:
@@ -55,13 +47,8 @@ def requeue(job_id: str | int) -> None:
 
 def job_info(job_id: str | int) -> dict[str, str]:
     """`scontrol show job -o <id>` as a dict (JobState, RunTime, TimeLimit, NodeList, Restarts, ...)."""
-    text = _run(["scontrol", "show", "job", "-o", str(job_id)]).strip()
-    info: dict[str, str] = {}
-    for token in shlex.split(text):
-        key, sep, value = token.partition("=")
-        if sep:
-            info[key] = value
-    return info
+    text = _run(["scontrol", "show", "job", "-o", str(job_id)])
+    return {key: value for key, sep, value in (token.partition("=") for token in shlex.split(text)) if sep}
 
 
 def job_state(job_id: str | int) -> str:
@@ -118,21 +105,14 @@ def usable_partition_nodes(partition: str = "") -> list[str]:
 
 def parse_config(text: str) -> dict[str, str]:
     """`scontrol show config` ('Key = Value' lines) as a dict."""
-    out = {}
-    for line in text.splitlines():
-        key, sep, value = line.partition("=")
-        if sep and key.strip() and " " not in key.strip():
-            out[key.strip()] = value.strip()
-    return out
+    pairs = ((key.strip(), sep, value) for key, sep, value in (line.partition("=") for line in text.splitlines()))
+    return {key: value.strip() for key, sep, value in pairs if sep and key and " " not in key}
 
 
 def parse_partitions(text: str) -> list[dict[str, str]]:
     """`scontrol show partition -o` (one partition per line, Key=Value tokens) as dicts."""
-    rows = []
-    for line in text.splitlines():
-        if line.strip():
-            rows.append({key: value for key, sep, value in (t.partition("=") for t in shlex.split(line)) if sep})
-    return rows
+    return [{key: value for key, sep, value in (t.partition("=") for t in shlex.split(line)) if sep}
+            for line in text.splitlines() if line.strip()]
 
 
 def partition_info(partition: str = "") -> dict[str, str]:
@@ -156,44 +136,36 @@ def accounting_rows(entity: str, fields: Sequence[str], where: Sequence[str] = (
     return [dict(zip(fields, line.split("|"))) for line in out.splitlines() if line.count("|") >= len(fields) - 1]
 
 
-QUEUE_FIELDS = ("JobID", "State", "Reason", "TimeUsed", "NodeList", "RestartCnt", "Name", "Dependency")
-"""What `squeue_rows` asks for, in this order (squeue -O names)."""
+QUEUE_FIELDS = ("JobID", "State", "Reason", "TimeUsed", "NodeList", "RestartCnt", "Name", "Dependency")  # squeue -O
 
 
 def squeue_rows() -> list[dict[str, str]]:
-    """Every job the controller still knows, in any state, as {field: value} over QUEUE_FIELDS: ONE squeue call,
-    whatever the number of jobs a caller is interested in (it filters the rows itself).
-
-    Not `--jobs=<ids>`: with two or more ids squeue loads every job from the controller anyway and filters on the
-    client (the same work for slurmctld), while with exactly one id a job the controller has forgotten makes the
-    whole call fail; and the pending jobs that wait on a given job (`dependents_from`) are in the same answer."""
+    """Every job the controller still knows, in any state, as {field: value} over QUEUE_FIELDS: ONE squeue call
+    however many jobs a caller wants (it filters the rows). Not `--jobs=<ids>`: with two or more ids squeue loads
+    every job from the controller anyway and filters on the client, with exactly one a job the controller forgot
+    fails the whole call; and the pending jobs waiting on a job (`dependents_from`) are in the same answer."""
     fmt = ",".join(f"{name}:|" for name in QUEUE_FIELDS)
     out = _run(["squeue", "--noheader", "--states=all", "-O", fmt])
-    rows = []
-    for line in out.splitlines():
-        parts = [p.strip() for p in line.split("|")]
-        if len(parts) >= len(QUEUE_FIELDS):
-            rows.append(dict(zip(QUEUE_FIELDS, parts)))
-    return rows
+    rows = ([p.strip() for p in line.split("|")] for line in out.splitlines())
+    return [dict(zip(QUEUE_FIELDS, parts)) for parts in rows if len(parts) >= len(QUEUE_FIELDS)]
 
 
-ACCOUNTING_FIELDS = ("JobID", "State", "Reason", "Elapsed", "NodeList", "ExitCode")
-"""What `sacct_rows` asks for, in this order."""
+ACCOUNTING_FIELDS = ("JobID", "State", "Reason", "Elapsed", "NodeList", "ExitCode")  # what `sacct_rows` asks for
 
 
-def sacct_rows(job_ids: Sequence[str]) -> list[dict[str, str]]:
+def sacct_rows(job_ids: Sequence[str], fields: Sequence[str] = ACCOUNTING_FIELDS) -> list[dict[str, str]]:
     """Accounting records of many jobs with ONE sacct call: allocations only (-X), every attempt of a requeued job
-    (-D, oldest first), as {field: value} over ACCOUNTING_FIELDS."""
+    (-D, oldest first), as {field: value} over `fields`."""
     if not job_ids:
         return []
     out = _run(["sacct", "--noheader", "--parsable2", "-X", "-D", f"--jobs={','.join(job_ids)}",
-                "--format=" + ",".join(ACCOUNTING_FIELDS)])
-    return [dict(zip(ACCOUNTING_FIELDS, parts)) for parts in (line.split("|") for line in out.splitlines())
-            if len(parts) >= len(ACCOUNTING_FIELDS)]
+                "--format=" + ",".join(fields)])
+    return [dict(zip(fields, parts)) for parts in (line.split("|") for line in out.splitlines())
+            if len(parts) >= len(fields)]
 
 
+# What `output_facts` asks sacct for (StdOut only where the accounting keeps it: Slurm 23.02 and later).
 OUTPUT_FIELDS = ("JobID", "JobName", "User", "WorkDir", "StdOut", "SubmitLine")
-"""What `output_facts` asks sacct for (StdOut only where the accounting keeps it: Slurm 23.02 and later)."""
 
 
 def output_facts(job_id: str | int) -> dict[str, str]:
@@ -223,12 +195,7 @@ ALLOCATION_FIELDS = ("JobID", "State", "ElapsedRaw", "NNodes", "Submit", "Start"
 def allocation_records(job_ids: Sequence[str]) -> list[dict[str, str]]:
     """Every allocation record of the jobs (`sacct -D -X`: each requeued instance, and the part of a job before
     Slurm resized it, whose state is RESIZING), oldest first, as {field: value} over ALLOCATION_FIELDS."""
-    if not job_ids:
-        return []
-    out = _run(["sacct", "--noheader", "--parsable2", "-X", "-D", f"--jobs={','.join(job_ids)}",
-                "--format=" + ",".join(ALLOCATION_FIELDS)])
-    return [dict(zip(ALLOCATION_FIELDS, parts)) for parts in (line.split("|") for line in out.splitlines())
-            if len(parts) >= len(ALLOCATION_FIELDS)]
+    return sacct_rows(job_ids, ALLOCATION_FIELDS)
 
 
 def job_folders(job_id: str | int) -> list[str]:
@@ -255,18 +222,12 @@ def dependents_from(rows: Sequence[Mapping[str, str]]) -> dict[str, list[tuple[s
 class AllocationInfo:
     """What the batch shell knows about its allocation from Slurm's environment."""
 
-    job_id: str
-    """SLURM_JOB_ID."""
-    restart_count: int
-    """SLURM_RESTART_COUNT (0 on the first attempt, +1 per requeue)."""
-    nodes: list[str]
-    """Expanded SLURM_JOB_NODELIST."""
-    cpus_on_node: int
-    """SLURM_CPUS_ON_NODE of the batch host (homogeneous nodes assumed)."""
-    gpus_on_node: int
-    """SLURM_GPUS_ON_NODE of the batch host, 0 when unset."""
-    extra: dict[str, str] = field(default_factory=dict)
-    """Other SLURM_* variables worth logging."""
+    job_id: str  # SLURM_JOB_ID
+    restart_count: int  # SLURM_RESTART_COUNT (0 on the first attempt, +1 per requeue)
+    nodes: list[str]  # expanded SLURM_JOB_NODELIST
+    cpus_on_node: int  # SLURM_CPUS_ON_NODE of the batch host (homogeneous nodes assumed)
+    gpus_on_node: int  # SLURM_GPUS_ON_NODE of the batch host, 0 when unset
+    extra: dict[str, str] = field(default_factory=dict)  # other SLURM_* variables worth logging
 
 
 def allocation_from_env(environ: Mapping[str, str] | None = None) -> AllocationInfo:
@@ -276,30 +237,20 @@ def allocation_from_env(environ: Mapping[str, str] | None = None) -> AllocationI
     if not job_id:
         raise SlurmCommandError("SLURM_JOB_ID is not set: run this inside an sbatch/salloc allocation")
     nodelist = environ.get("SLURM_JOB_NODELIST", "") or environ.get("SLURM_NODELIST", "")
-    return AllocationInfo(
-        job_id=job_id,
-        restart_count=int(environ.get("SLURM_RESTART_COUNT", "0") or 0),
-        nodes=expand_hostnames(nodelist),
-        cpus_on_node=int(environ.get("SLURM_CPUS_ON_NODE", "0") or 0),
-        gpus_on_node=int(environ.get("SLURM_GPUS_ON_NODE", "0") or 0),
-        extra={k: environ[k] for k in ("SLURM_JOB_NAME", "SLURM_SUBMIT_DIR", "SLURM_JOB_PARTITION") if k in environ},
-    )
+    number = lambda name: int(environ.get(name, "0") or 0)  # noqa: E731
+    return AllocationInfo(job_id, number("SLURM_RESTART_COUNT"), expand_hostnames(nodelist),
+                          number("SLURM_CPUS_ON_NODE"), number("SLURM_GPUS_ON_NODE"),
+                          {k: environ[k] for k in ("SLURM_JOB_NAME", "SLURM_SUBMIT_DIR", "SLURM_JOB_PARTITION")
+                           if k in environ})
 
 
 def srun_per_node(nodes: int, command: Sequence[str], *, cpus_per_task: int = 0, gpus_per_node: int = 0,
                   kill_on_bad_exit: bool = True, job_name: str = "", extra_args: Sequence[str] = ()) -> list[str]:
-    """argv of one srun step running `command` once on each of `nodes` nodes of the current allocation.
-
-    The step asks for every CPU and GPU of the node explicitly: a step gets one CPU per task by default, and under
-    task/cgroup that one CPU would be all Ray could use.
-    """
-    argv = ["srun", f"--nodes={nodes}", f"--ntasks={nodes}", "--ntasks-per-node=1",
-            f"--kill-on-bad-exit={1 if kill_on_bad_exit else 0}", "--wait=0"]
-    if cpus_per_task > 0:
-        argv.append(f"--cpus-per-task={cpus_per_task}")
-    if gpus_per_node > 0:
-        argv.append(f"--gpus-per-node={gpus_per_node}")
-    if job_name:
-        argv.append(f"--job-name={job_name}")
-    argv += list(extra_args)
-    return argv + list(command)
+    """argv of one srun step running `command` once on each of `nodes` nodes of the current allocation. It asks for
+    every CPU and GPU of the node explicitly: a step gets one CPU per task by default, and under task/cgroup that one
+    CPU would be all Ray could use."""
+    optional = [(cpus_per_task > 0, f"--cpus-per-task={cpus_per_task}"),
+                (gpus_per_node > 0, f"--gpus-per-node={gpus_per_node}"), (bool(job_name), f"--job-name={job_name}")]
+    return ["srun", f"--nodes={nodes}", f"--ntasks={nodes}", "--ntasks-per-node=1",
+            f"--kill-on-bad-exit={1 if kill_on_bad_exit else 0}", "--wait=0",
+            *(option for wanted, option in optional if wanted), *extra_args, *command]

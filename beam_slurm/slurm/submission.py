@@ -1,11 +1,11 @@
-"""Submitting batch jobs (`sbatch --parsable`) and reading many jobs' states at once (squeue + sacct).
-
-The pipeline renders an `SbatchRequest`, shows it (`--dry-run`), submits it and later asks `job_records` how the
-jobs are doing (`job_view`: one squeue and one sacct call through `scheduler`, for any number of jobs).
+"""Submitting batch jobs (`sbatch --parsable`) and reading many jobs' states at once (squeue + sacct): the pipeline
+renders an `SbatchRequest`, shows it (`--dry-run`), submits it and later asks `job_records` how the jobs are doing
+(`job_view`: one squeue and one sacct call through `scheduler`, for any number of jobs).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import shlex
@@ -30,21 +30,15 @@ _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 class SbatchRequest:
     """One `sbatch` call: options, the batch script, its arguments and the variables exported to the job."""
 
-    script: str
-    """Path of the batch script (absolute, so the job finds it from any directory)."""
-    options: list[str] = field(default_factory=list)
-    """sbatch options, each one argument (`--nodes=2`); they override the script's #SBATCH headers."""
-    script_args: list[str] = field(default_factory=list)
-    """Arguments after the script (Hydra overrides, stage flags); passed to the script as "$@"."""
+    script: str  # path of the batch script (absolute, so the job finds it from any directory)
+    options: list[str] = field(default_factory=list)  # one argument each (`--nodes=2`), over #SBATCH headers
+    script_args: list[str] = field(default_factory=list)  # after the script (Hydra overrides, stage flags): "$@"
+    # Variables set for the job on top of the submitting environment (`--export=ALL,NAME=value,...`). Only
+    # non-secret values: they appear on the command line and in the run manifest.
     export: dict[str, str] = field(default_factory=dict)
-    """Variables set for the job on top of the submitting environment (`--export=ALL,NAME=value,...`). Only
-    non-secret values: they appear on the command line and in the run manifest."""
-    dependency_ids: list[str] = field(default_factory=list)
-    """Job ids this job waits for."""
-    dependency_type: str = "afterok"
-    """afterok (start only if every dependency completed) or afterany (start when they ended, however)."""
-    array: str = ""
-    """Job array spec (`0-3`, `0-9%2`); empty = a single job."""
+    dependency_ids: list[str] = field(default_factory=list)  # job ids this job waits for
+    dependency_type: str = "afterok"  # or afterany (start when the dependencies ended, however; afterok: completed)
+    array: str = ""  # job array spec (`0-3`, `0-9%2`); empty = a single job
 
     def argv(self) -> list[str]:
         """The full sbatch command line."""
@@ -118,32 +112,26 @@ def effective_options(request: SbatchRequest, environ: Mapping[str, str] | None 
         if stripped and not stripped.startswith("#"):
             break
         if stripped.startswith("#SBATCH"):
-            for name, value in option_pairs(shlex.split(stripped[len("#SBATCH"):], comments=True)):
-                found[name] = (value, "the script's #SBATCH header")
-    for name, variable in SBATCH_ENVIRONMENT.items():
-        if environ.get(variable):
-            found[name] = (environ[variable], variable)
-    for name, value in option_pairs(list(request.options)):
-        found[name] = (value, "the command line")
+            found.update((name, (value, "the script's #SBATCH header"))
+                         for name, value in option_pairs(shlex.split(stripped[len("#SBATCH"):], comments=True)))
+    found.update((name, (environ[variable], variable)) for name, variable in SBATCH_ENVIRONMENT.items()
+                 if environ.get(variable))
+    found.update((name, (value, "the command line")) for name, value in option_pairs(list(request.options)))
     return found
 
 
 def submission_environment(environ: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The environment for sbatch: the caller's, minus the SLURM_* of an enclosing job.
-
-    Submitting from inside a job (the training job submits evaluation jobs) would otherwise hand the parent's
-    SLURM_MEM_PER_NODE, SLURM_CPUS_PER_TASK etc. to sbatch and to the child, which then mis-sizes its steps.
-    """
+    """The environment for sbatch: the caller's, minus the SLURM_* of an enclosing job. Submitting from inside a job
+    (the training job submits evaluation jobs) would otherwise hand the parent's SLURM_MEM_PER_NODE,
+    SLURM_CPUS_PER_TASK etc. to sbatch and to the child, which then mis-sizes its steps."""
     environ = dict(os.environ if environ is None else environ)
-    if not environ.get("SLURM_JOB_ID"):
-        return environ
-    return {k: v for k, v in environ.items() if not k.startswith("SLURM_") or k == "SLURM_CONF"}
+    inside = bool(environ.get("SLURM_JOB_ID"))
+    return {k: v for k, v in environ.items() if not (inside and k.startswith("SLURM_")) or k == "SLURM_CONF"}
 
 
 def submit(request: SbatchRequest, environ: Mapping[str, str] | None = None, timeout_s: float = 60.0) -> str:
     """Submit and return the job id (for an array, the array's job id). Raises SlurmCommandError."""
-    bad = request.problems()
-    if bad:
+    if bad := request.problems():
         raise SlurmCommandError("; ".join(bad))
     try:
         done = subprocess.run(request.argv(), capture_output=True, text=True, timeout=timeout_s, check=False,
@@ -183,9 +171,7 @@ REFUSAL_SETTINGS = (("partition", "cluster.partition"), ("account", "cluster.acc
 def sbatch_test_only(request: SbatchRequest, environ: Mapping[str, str] | None = None, timeout_s: float = 30.0) -> SlurmAnswer:
     """`sbatch --test-only` of the request, without its dependency (test-only ignores dependencies): the submit-time
     checks Slurm itself would make, and when the job would start. Nothing is queued."""
-    alone = SbatchRequest(script=request.script, options=list(request.options), script_args=list(request.script_args),
-                          export=dict(request.export), array=request.array)
-    argv = alone.argv()
+    argv = dataclasses.replace(request, dependency_ids=[]).argv()
     argv[1:2] = ["--test-only"]  # instead of --parsable
     try:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, check=False,
@@ -196,11 +182,8 @@ def sbatch_test_only(request: SbatchRequest, environ: Mapping[str, str] | None =
         return SlurmAnswer(None, f"sbatch --test-only did not answer within {timeout_s:.0f} s")
     text = " ".join((done.stderr.strip() or done.stdout.strip()).split())
     text = text.replace("sbatch: error: ", "").replace("sbatch: ", "")
-    if done.returncode == 0:
-        return SlurmAnswer(True, text)
-    if any(marker in text for marker in _UNREACHABLE):
-        return SlurmAnswer(None, text)
-    return SlurmAnswer(False, text)
+    unreachable = any(marker in text for marker in _UNREACHABLE)
+    return SlurmAnswer(True if done.returncode == 0 else None if unreachable else False, text)
 
 
 _RESOURCE_OPTIONS = ("nodes", "cpus-per-task", "mem", "mem-per-cpu", "gpus-per-node", "gres", "constraint")
@@ -228,20 +211,13 @@ def refusal_setting(text: str, request: SbatchRequest | None = None, environ: Ma
 class JobRecord:
     """What Slurm says about one job, merged from squeue (while it is known there) and sacct (history)."""
 
-    job_id: str
-    """The job id as submitted (an array task: `<array id>_<task>`)."""
-    state: str = "UNKNOWN"
-    """PENDING, RUNNING, COMPLETED, FAILED, ... (first word of Slurm's state); UNKNOWN when neither tool knows it."""
-    reason: str = ""
-    """Why a pending job waits (Dependency, DependencyNeverSatisfied, Resources, BeginTime, ...), or '' / None."""
-    elapsed: str = ""
-    """Run time of the current attempt ([D-]HH:MM:SS)."""
-    nodes: str = ""
-    """Node list of the current or last attempt."""
-    restarts: int = 0
-    """Requeues so far (squeue's RestartCnt, or REQUEUED/PREEMPTED records in sacct)."""
-    exit_code: str = ""
-    """sacct's ExitCode (`status:signal`) once the job ended."""
+    job_id: str  # as submitted (an array task: `<array id>_<task>`)
+    state: str = "UNKNOWN"  # PENDING, RUNNING, COMPLETED, ... (the first word); UNKNOWN when neither tool knows it
+    reason: str = ""  # why a pending job waits (Dependency, DependencyNeverSatisfied, Resources, ...), or ''
+    elapsed: str = ""  # run time of the current attempt ([D-]HH:MM:SS)
+    nodes: str = ""  # node list of the current or last attempt
+    restarts: int = 0  # requeues so far (squeue's RestartCnt, or REQUEUED/PREEMPTED records in sacct)
+    exit_code: str = ""  # sacct's ExitCode (`status:signal`) once the job ended
 
     @property
     def final(self) -> bool:
@@ -253,15 +229,10 @@ class JobRecord:
 
 
 def _squeue(rows: list[dict[str, str]], job_ids: set[str]) -> dict[str, JobRecord]:
-    records: dict[str, JobRecord] = {}
-    for row in rows:
-        if row["JobID"] not in job_ids:
-            continue
-        state, reason, restarts = row["State"], row["Reason"], row["RestartCnt"]
-        records[row["JobID"]] = JobRecord(row["JobID"], state.split()[0] if state else "UNKNOWN",
-                                          "" if reason == "None" else reason, row["TimeUsed"], row["NodeList"],
-                                          int(restarts) if restarts.isdigit() else 0)
-    return records
+    return {row["JobID"]: JobRecord(row["JobID"], row["State"].split()[0] if row["State"] else "UNKNOWN",
+                                    "" if row["Reason"] == "None" else row["Reason"], row["TimeUsed"], row["NodeList"],
+                                    int(row["RestartCnt"]) if row["RestartCnt"].isdigit() else 0)
+            for row in rows if row["JobID"] in job_ids}
 
 
 def _sacct(rows: list[dict[str, str]]) -> dict[str, JobRecord]:
@@ -281,10 +252,9 @@ def _sacct(rows: list[dict[str, str]]) -> dict[str, JobRecord]:
 class JobView:
     """What Slurm says about a set of jobs, read with one squeue and one sacct call."""
 
-    records: dict[str, JobRecord]
-    """job id -> its record (UNKNOWN when neither tool knows it)."""
+    records: dict[str, JobRecord]  # job id -> its record (UNKNOWN when neither tool knows it)
+    # job id -> the pending jobs (id, name) that wait on it, from the same squeue answer (any job, not only ours)
     waiting_on: dict[str, list[tuple[str, str]]]
-    """job id -> the pending jobs (id, name) that wait on it, from the same squeue answer (any job, not only ours)."""
 
 
 def job_view(job_ids: Iterable[str]) -> JobView:
@@ -302,15 +272,9 @@ def job_view(job_ids: Iterable[str]) -> JobView:
     records: dict[str, JobRecord] = {}
     for job_id in ids:
         old, now = history.get(job_id), live.get(job_id)
-        if now is not None:
-            if old is not None:
-                now.restarts = max(now.restarts, old.restarts)
-                now.exit_code = old.exit_code
-            records[job_id] = now
-        elif old is not None:
-            records[job_id] = old
-        else:
-            records[job_id] = JobRecord(job_id)
+        if now is not None and old is not None:
+            now.restarts, now.exit_code = max(now.restarts, old.restarts), old.exit_code
+        records[job_id] = now or old or JobRecord(job_id)
     return JobView(records, scheduler.dependents_from(rows))
 
 

@@ -1,12 +1,10 @@
-"""`beam-slurm train [overrides]`: the recipe, inside the allocation that `sbatch/train_*.sh` got.
-
-The recipe (the allocation's node and GPU counts win unless given) becomes the job settings
-(`beam_slurm.slurm.job_settings`) that `beam_slurm.slurm.train_job` runs. With `eval.chain=true` a watcher in this
-batch shell submits one evaluation per HF export, exactly once across requeues (claim files on shared storage).
+"""`beam-slurm train [overrides]`: the recipe, inside the allocation that `sbatch/train_*.sh` got, as the job settings
+(`beam_slurm.slurm.job_settings`) that `beam_slurm.slurm.train_job` runs; with `eval.chain=true` the `EvalChain` too.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import sys
@@ -26,8 +24,7 @@ class EvalChain:
     """Submits one evaluation per complete HF export while training runs, then makes a last pass."""
 
     def __init__(self, cfg, log):
-        self.cfg = cfg
-        self.log = log
+        self.cfg, self.log = cfg, log
         self.settings = ChainSettings(run_dir=Path(cfg.paths.export_path), poll_interval_s=cfg.eval.chain_poll_s,
                                       settle_s=cfg.eval.chain_settle_s)
         self.stop = threading.Event()
@@ -50,7 +47,6 @@ class EvalChain:
     def __exit__(self, *exc) -> None:
         self.stop.set()
         self.thread.join(timeout=120)
-
         step = layout.latest_checkpoint_step(self.cfg.paths.ckpt_path)
         if step is not None and step >= self.cfg.max_training_steps:
             # The run is over and nothing writes exports any more: the last export, seconds old, need not settle
@@ -84,11 +80,8 @@ def main(argv: list[str]) -> int:
     def rebuild():  # for a restart in the allocation: the driver resumes from the latest checkpoint
         return job_settings(load_job_config(parsed.overrides, os.environ), preflight=preflight)[0]
 
-    if not cfg.eval.chain:
-        return train_job.run(settings, rebuild)
-
     def log(message: str) -> None:
         print(f"[beam-slurm train] {message}", file=sys.stderr, flush=True)
 
-    with EvalChain(cfg, log):
+    with EvalChain(cfg, log) if cfg.eval.chain else contextlib.nullcontext():
         return train_job.run(settings, rebuild)

@@ -1,8 +1,7 @@
 """The training job inside its allocation: validate the settings, read the allocation, run this attempt
-(`beam_slurm.slurm.attempt`), whose end `beam_slurm.slurm.requeue_policy` decides.
-
-`python -m beam_slurm.slurm.train_job [--no-preflight] [overrides] -- DRIVER ARGV...` runs another Ray driver under
-the same job settings: the benchmarks and the Ray-on-Slurm tests use it with their own drivers.
+(`beam_slurm.slurm.attempt`), whose end `beam_slurm.slurm.requeue_policy` decides. `python -m
+beam_slurm.slurm.train_job [--no-preflight] [overrides] -- DRIVER ARGV...` runs another Ray driver under the same job
+settings: the benchmarks and the Ray-on-Slurm tests use it with their own drivers.
 """
 
 from __future__ import annotations
@@ -22,8 +21,7 @@ def run(settings: TrainJobSettings, rebuild: Callable[[], TrainJobSettings] | No
     """Validate, then run attempts inside the current allocation: the first, and a restart in the same allocation
     each time the requeue policy says so (`rebuild` makes the settings again, so the driver resumes); the job's
     exit status."""
-    problems = settings.problems()
-    if problems:
+    if problems := settings.problems():
         ConfigError(problems).report()
         return 2
     try:
@@ -42,8 +40,7 @@ def run(settings: TrainJobSettings, rebuild: Callable[[], TrainJobSettings] | No
     attempt = Attempt(settings, allocation)
     while True:
         status = attempt.run()
-        decision = attempt.restart
-        if decision is None:
+        if (decision := attempt.restart) is None:
             return status
         before, after = attempt.step_nodes, list(decision.next_nodes)
         replaced = [f"{old} -> {new}" for old, new in zip([n for n in before if n not in after],
@@ -60,8 +57,7 @@ def main(argv: list[str] | None = None) -> int:
         ConfigError([ConfigProblem("driver", argv, "put the driver command after `--`: python -m "
                                    "beam_slurm.slurm.train_job [key=value ...] -- python -m ...")]).report()
         return 2
-    split = argv.index("--")
-    overrides, driver = argv[:split], argv[split + 1:]
+    overrides, driver = argv[: argv.index("--")], argv[argv.index("--") + 1:]
     preflight = "--no-preflight" not in overrides
     overrides = [o for o in overrides if o != "--no-preflight"]
     try:

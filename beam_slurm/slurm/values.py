@@ -1,9 +1,7 @@
-"""Slurm's value grammars, read as Slurm reads them: durations, memory sizes, partition lists.
-
-Input and output are two grammars, kept apart as Slurm keeps them: what a user gives `sbatch --time` (a bare
-number is minutes: `30:00` is 30 minutes; seconds round up to the minute; 0, -1, UNLIMITED and INFINITE mean no
-limit), and what scontrol and sacct print ([D-]HH:MM:SS, a bare number of seconds for GraceTime, and words such as
-UNLIMITED or Partition_Limit for none).
+"""Slurm's value grammars, read as Slurm reads them: durations, memory sizes, partition lists. Input and output are
+two grammars, kept apart as Slurm keeps them: what a user gives `sbatch --time` (a bare number is minutes: `30:00` is
+30 minutes; seconds round up to the minute; 0, -1, UNLIMITED and INFINITE mean no limit), and what scontrol and sacct
+print ([D-]HH:MM:SS, a bare number of seconds for GraceTime, and words such as UNLIMITED or Partition_Limit for none).
 """
 
 from __future__ import annotations
@@ -42,16 +40,10 @@ def time_limit_seconds(text: str | int) -> int | None:
     numbers = [int(p) for p in parts]
     if dash:  # days-hours[:minutes[:seconds]]
         hours, minutes, seconds = (numbers + [0, 0])[:3]
-        total = ((int(days_text) * 24 + hours) * 60 + minutes) * 60 + seconds
-    elif len(numbers) == 1:  # minutes
-        total = numbers[0] * 60
-    elif len(numbers) == 2:  # minutes:seconds
-        total = numbers[0] * 60 + numbers[1]
-    else:  # hours:minutes:seconds
-        total = (numbers[0] * 60 + numbers[1]) * 60 + numbers[2]
-    if total == 0:
-        return None
-    return math.ceil(total / 60) * 60
+    else:  # minutes, minutes:seconds or hours:minutes:seconds
+        hours, minutes, seconds = numbers if len(numbers) == 3 else ([0] + numbers + [0])[:3]
+    total = (((int(days_text) if dash else 0) * 24 + hours) * 60 + minutes) * 60 + seconds
+    return math.ceil(total / 60) * 60 if total else None
 
 
 def reported_seconds(text: str | None) -> int | None:
@@ -66,10 +58,7 @@ def reported_seconds(text: str | None) -> int | None:
     parts = clock.split(":")
     if (dash and not _NUMBER.match(days_text)) or not all(_NUMBER.match(p) for p in parts) or not 2 <= len(parts) <= 3:
         return None
-    numbers = [int(p) for p in parts]
-    if len(numbers) == 2:
-        numbers.insert(0, 0)
-    hours, minutes, seconds = numbers
+    hours, minutes, seconds = [0] * (3 - len(parts)) + [int(p) for p in parts]
     return (int(days_text) if dash else 0) * 86400 + hours * 3600 + minutes * 60 + seconds
 
 
