@@ -22,6 +22,7 @@ TIMEOUT_S = 15
 QUICK = ("cluster.grace_s=30", "cluster.signal_before_s=120", f"cluster.hang_timeout_s={TIMEOUT_S}",
          "trainer.rehearsal_save_s=0")
 MARGIN_S = 6  # the watchdog reads the heartbeat every 2 s; a loaded sandbox adds a little
+LIMIT_S = 600  # the jobs' time limit, which also bounds the waits: a loaded machine slows bring-up, not the verdicts
 
 
 def hang_line(log: str) -> re.Match:
@@ -39,8 +40,8 @@ def attempts_of(run) -> list[dict]:
 
 def test_an_actor_that_stops_making_progress_is_dumped_ended_and_the_run_resumes(train_run):
     run = train_run(steps=10, ckpt_interval=3, step_seconds=1.0)
-    run.submit("--time=00:10:00", overrides=(*QUICK, "trainer.rehearsal_hang_at_step=6", "cluster.max_in_job_attempts=0"))
-    state = run.finish(timeout=230)
+    run.submit(f"--time={LIMIT_S // 60}", overrides=(*QUICK, "trainer.rehearsal_hang_at_step=6", "cluster.max_in_job_attempts=0"))
+    state = run.finish(timeout=LIMIT_S)
     assert state == "COMPLETED", run.output()[-6000:]
     first = run.attempt_log(0)
     found = hang_line(first)
@@ -77,13 +78,13 @@ def test_an_actor_that_stops_making_progress_is_dumped_ended_and_the_run_resumes
 
 def test_a_process_frozen_with_sigstop_is_found_continued_and_ended(train_run):
     run = train_run(steps=10, ckpt_interval=3, step_seconds=1.0)
-    run.submit("--time=00:10:00", overrides=QUICK)  # restarted in the job (cluster.max_in_job_attempts)
+    run.submit(f"--time={LIMIT_S // 60}", overrides=QUICK)  # restarted in the job (cluster.max_in_job_attempts)
     run.wait_for_steps(3)
     worker = re.search(r"\[ray-node (n\d+) rank 1 ", run.output()).group(1)
     pid = wait_for(lambda: next(iter(actor_pids(run.job_id, "ray::GpuSlot", worker)), None), 20,
                    f"a GPU actor on {worker}")
     os.kill(pid, signal.SIGSTOP)  # alive and silent; its SIGTERM stays pending until it is continued
-    state = run.finish(timeout=230)
+    state = run.finish(timeout=LIMIT_S)
     assert state == "COMPLETED", run.output()[-6000:]
     first = run.attempt_log(0)
     found = hang_line(first)
