@@ -1,25 +1,8 @@
 """Where a run's GPU-hours went: every allocated node-second of every attempt in exactly one phase.
 
-Sources: the run record (each attempt's start, end, nodes and end kind, `beam_slurm.core.run_record`), the
-trainer's phase events (`<ckpt_path>/.beam/progress_events.jsonl`, `beam_slurm.skyrl.progress`) and Slurm's
-accounting: every allocation record of each training job (`sacct -D -X`: requeued instances, and the part of a
-job before Slurm resized it), ElapsedRaw x NNodes being the allocated node-seconds.
-
-Phases (node-seconds, the JSON's names):
-
-    bring_up     allocation start -> the trainer's first event: the batch shell, preflight, Ray
-    model_load   the trainer's load event -> its first step
-    productive   steps that count: the last training of each step number
-    lost         steps trained and later redone, and a step cut off unsaved
-    checkpoint   saves: a step's end -> the save acknowledged (the HF export after it too)
-    evaluation   evaluations inside training
-    hang         a hang: the last event -> the watchdog's finding
-    stopping     stop, requeue, in-job restart: the last event (or the finding) -> the attempt's end, between attempts
-                 of one allocation and after the last
-    spare        spare nodes idle beside the Ray step
-    unaccounted  the allocated node-seconds no source explains (sacct's whole seconds, clock skew)
-
-Queue waits (pending, outside any allocation) are wall seconds beside the ledger. Standard library only.
+The phases (the JSON's names), their sources and the units: README, "Goodput: where the GPU-hours went". Allocated
+node-seconds are ElapsedRaw x NNodes over every record `sacct -D -X` gives (requeued instances, the part of a job
+before Slurm resized it). Standard library only.
 """
 
 from __future__ import annotations
@@ -129,8 +112,7 @@ def stop_began(attempt_dir: Path) -> float | None:
 
 def _attempt_segments(attempt: Attempt, events: list[dict], end: float, nodes: int,
                       stopped_at: float | None = None) -> list[Segment]:
-    """The attempt's span cut by its trainer events; a step is marked `step` here and judged later. A step still
-    running when the attempt's end began (`stopped_at`) is cut off there; the rest is stopping."""
+    """Steps are judged later; one still running when the attempt's end began (`stopped_at`) is cut off there."""
     mine = [e for e in events if e.get("attempt") == attempt.label and attempt.start_time <= e["t"] <= end + 1]
     segments: list[Segment] = []
     begin, phase, step = attempt.start_time, "bring_up", None
@@ -232,8 +214,7 @@ def _queue_wait(allocations: list[dict]) -> float:
 
 
 def run_ledgers(export_paths: list, now: float | None = None) -> dict:
-    """export path -> the ledger of its run (its record, its trainer events), with ONE sacct call for every run's
-    jobs (a 64-point sweep's status asks Slurm once)."""
+    """export path -> its run's ledger, with ONE sacct call for every run's jobs (a 64-point sweep asks once)."""
     runs = {path: RunStore(path).read() for path in export_paths}
     try:
         records = scheduler.allocation_records([job for run in runs.values() for job in run.train_jobs])

@@ -70,8 +70,7 @@ def build_parser():
 
 
 def submission_json(runs: list[RunSpec], invalid: list[RunSpec], dry_run: bool, sweep_dir: Path | None) -> dict:
-    """`submit --json`: per run, each stage's job id (as `sbatch --parsable` gives it) and sbatch command; a stage
-    shared by a sweep's points names the run that owns it."""
+    """Job ids as `sbatch --parsable` gives them; a stage shared by a sweep's points names the run that owns it."""
     owner: dict[int, str] = {}
     out = []
     for run in runs:
@@ -130,8 +129,7 @@ def build_runs(overrides: list[str], multirun: bool, stages: tuple[str, ...] | l
 
 
 def ask_slurm(runs: list[RunSpec], out=None) -> list[str]:
-    """`sbatch --test-only` for each job shape to queue: Slurm's refusals and the limits the job would wait on for
-    ever, each with the setting that changes it (nodes down or drained only warn: they may come back)."""
+    """Refusals and never-met limits, each with its setting; nodes down or drained only warn (they may come back)."""
     out = out or sys.stderr
     refused, asked = [], set()
     for run in runs:
@@ -211,8 +209,7 @@ def _earlier_jobs(runs: list[RunSpec]) -> dict[str, list[str]]:
 
 
 def plan_stages(runs: list[RunSpec], stages: list[str], data_overrides: list[str], force: bool = False) -> None:
-    """Render every stage of every valid run; decide skip (complete) and reuse (an earlier job still active).
-    Runs sharing a data folder or an image share one plan object (one job)."""
+    """Skip (complete) or reuse (earlier job active); runs sharing a data folder or image share one plan (one job)."""
     shared: dict[str, object] = {}
     for run in runs:
         run.plans = []

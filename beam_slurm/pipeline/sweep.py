@@ -90,8 +90,7 @@ def sweep_root(export_paths: list[str]) -> Path:
 
 
 def share_group(cfg, overrides: list[str], sweep_name: str) -> list[str]:
-    """A sweep point joins the W&B group named after its sweep, unless trainer.wandb_group was set: its overrides
-    then carry the group to the training job."""
+    """Unless trainer.wandb_group was set, a point's overrides carry its sweep's name as W&B group to the job."""
     if cfg.trainer.wandb_group:
         return overrides
     cfg.trainer.wandb_group = sweep_name
