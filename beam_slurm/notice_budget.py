@@ -97,8 +97,7 @@ class Budget:
 
     def fixes(self, *, bytes_per_node: float, interval_steps: int, lead_key: str = "cluster.signal_before_s",
               limit_s: float | None = None) -> list[str]:
-        """What makes the save fit, each naming its setting; [] when it fits. `limit_s`: the job's time limit, which
-        a time-limit notice's lead must stay inside."""
+        """Each fix names its setting; `limit_s`: the time limit, which a time-limit notice's lead must stay inside."""
         if self.fits:
             return []
         out = []
@@ -225,8 +224,7 @@ def step_seconds(cfg) -> tuple[float, str]:
 
 
 def stop_seconds(cfg) -> tuple[float, float, str]:
-    """(stop Ray, copy logs, where from): measured over the run's own stops once it has one (the two together, as the
-    job times them), else the allowances cluster.stop_grace_s and cluster.log_copy_s."""
+    """Measured over the run's own stops (the two together, as the job times them), else the recipe's allowances."""
     measured = measured_stop_seconds(Path(cfg.paths.log_dir)) if cfg.paths.log_dir else None
     if measured is not None:
         return measured[0], 0.0, f"measured: median of this run's {measured[1]} stops, logs copied included"
@@ -254,8 +252,7 @@ def recipe_budget(cfg) -> Budget:
 
 @dataclass(frozen=True)
 class SaveCost:
-    """What one save on notice costs a recipe, taken from the loaded config: `plan` and the training job (which
-    carries it in its settings and measures the bandwidth) build their preemption budgets from the same numbers."""
+    """What one save on notice costs: `plan` and the training job build their preemption budgets from it alike."""
 
     step_s: float
     bytes_per_node: float
@@ -270,8 +267,7 @@ class SaveCost:
                    job_grace_s=float(cfg.cluster.grace_s))
 
     def preemption_budget(self, grace_s: float, measured_gbytes_per_s: float | None = None) -> Budget:
-        """A preemption's budget: once the checkpoint is complete the kill loses nothing and Slurm requeues the job,
-        so only the step and the save must fit (stopping Ray and copying logs may be cut short)."""
+        """Only step + save must fit: after a complete save the kill loses nothing (stop and log copy may be cut)."""
         rate = self.write_gbytes_per_s if measured_gbytes_per_s is None else measured_gbytes_per_s
         save = max(save_seconds(self.bytes_per_node, rate), self.min_save_s)
         return Budget(lead_s=float(grace_s), step_s=self.step_s, save_s=save, stop_s=0.0, log_copy_s=0.0,
@@ -279,8 +275,7 @@ class SaveCost:
 
 
 def term_notice(info, qos: str | None, cost: SaveCost, measured_gbytes_per_s: float | None = None) -> tuple[bool, str]:
-    """Whether a preemption's first SIGTERM, which reaches only the job's tasks, is taken as a notice (the Ray step
-    holds it, the job saves as on USR1), and why: only when the step and the save fit in the GraceTime."""
+    """Whether a preemption's first SIGTERM (it reaches only the job's tasks) is a notice, and why: step + save fit."""
     if not info.reachable:
         return False, f"Slurm did not say how a preemption comes ({info.why})"
     if not info.preemptable(qos):
@@ -314,8 +309,7 @@ def recipe_advice(cfg) -> IntervalAdvice:
 
 @dataclass(frozen=True)
 class AttemptProgress:
-    """How far one attempt gets inside its time limit: bring-up and model load first, then steps until the
-    time-limit notice (signal_before_s before the limit), a periodic save every checkpoint.interval steps."""
+    """How far one attempt gets inside its time limit: bring-up, model load, then steps and saves until the notice."""
 
     limit_s: float | None
     start_s: float  # bring-up and model load before the first step
@@ -417,9 +411,7 @@ def _s(seconds: float) -> str:
 
 
 def plan_rows(cfg, preemption=None) -> list[tuple[str, str, str]]:
-    """(section, item, value) rows of `plan`: save size and time, the time-limit notice's budget, how a preemption
-    reaches this partition (`preemption`: a `beam_slurm.slurm.preemption.PreemptionInfo`, None = not asked) and the
-    checkpoint-interval advice."""
+    """(section, item, value) rows of `plan`; `preemption`: a `slurm.preemption.PreemptionInfo`, None = not asked."""
     c = cfg.cluster
     size, size_from = checkpoint_bytes_per_node(cfg)
     step, step_from = step_seconds(cfg)

@@ -181,8 +181,7 @@ def main(argv: list[str]) -> int:
 
 
 def history(cfg, run: str | None) -> dict | None:
-    """What the run's own attempts measured (`--from RUN`, else this run name's run when it has one), each number
-    with where it came from (`measured`, or the recipe's key), and the checkpoint interval advised from them."""
+    """What the run's own attempts measured (`--from RUN`, else this run name's run), each with its source."""
     export_path = resolve_run(run) if run else cfg.paths.export_path
     if not export_path or not run_file(export_path).is_file():
         return None
@@ -229,8 +228,7 @@ def history_rows(h: dict | None) -> list[tuple[str, str, str]]:
 
 
 def slurm_check(cfg, overrides: list[str]) -> dict:
-    """What Slurm says of the training job (`sbatch --test-only`, then the limits it would wait on for ever), unless
-    cluster.ask_slurm_on_submit=false."""
+    """`sbatch --test-only`, then the limits it would wait on for ever; skipped by cluster.ask_slurm_on_submit=false."""
     out = {"asked": False, "accepted": None, "answer": "", "fix": None, "partitions": [], "limits_unread": [],
            "never_starts": [], "accounting_enforced": None}
     if not cfg.cluster.ask_slurm_on_submit:
@@ -302,8 +300,7 @@ def stage_commands(cfg, overrides: list[str]) -> list[dict]:
 
 
 def plan_json(cfg, launch, preemption, slurm: dict, overrides: list[str]) -> dict:
-    """`plan --json`: the resolved numbers, the notice budget's verdicts, Slurm's answer, the sbatch and SkyRL
-    commands, the table's rows and the resolved config (schema in the README's "JSON output")."""
+    """`plan --json`: its schema is in the README's "JSON output"."""
     c, m, b, g, r = cfg.cluster, cfg.megatron, cfg.batch, cfg.generation, cfg.rollout
     responses = b.prompts_per_step * b.responses_per_prompt
     size, size_from = checkpoint_bytes_per_node(cfg)

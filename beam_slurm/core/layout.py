@@ -38,8 +38,7 @@ IN_JOB_ATTEMPT_ENV = "BEAM_IN_JOB_ATTEMPT"
 
 
 def attempt_label(restarts: int | str, in_job: int | str = 0) -> str:
-    """How an attempt is named in logs, folders (`<job>-<label>`) and status: `2`, or `2.1` for the first restart
-    inside the allocation of the job's third start."""
+    """`2`, or `2.1` for the first in-allocation restart of the job's third start; folders are `<job>-<label>`."""
     return f"{restarts}" if str(in_job) in ("", "0") else f"{restarts}.{in_job}"
 
 

@@ -227,8 +227,7 @@ class RunRecord(_Entry):
     def begin_attempt(self, *, job_id: str, attempt: int, nodes: list[str], checkpoint: int | None, when: str,
                       partition: str, nodes_needed: int, user_exclude: list[str], in_job: int = 0,
                       replaced: list[str] | None = None, stdout: str = "") -> tuple[TrainJob, list[str]]:
-        """Record an attempt's start; (the job's entry, its bad nodes). An earlier attempt that never recorded its
-        end is closed as 'lost', counting against progress when it left no newer checkpoint."""
+        """An earlier attempt with no recorded end is closed as 'lost' (against progress if no newer checkpoint)."""
         job_id = str(job_id)
         if job_id not in self.train_jobs:
             started_by = "beam-slurm submit" if job_id in self.submitted_job_ids() else "sbatch"
