@@ -1,8 +1,5 @@
-"""The `beam-slurm` command: one verb, then that verb's arguments.
-
-Each verb lives in the module that owns it and is imported only when used, so
-`beam-slurm plan` never pays for Ray, torch or vLLM imports.
-"""
+"""The `beam-slurm` command: one verb, then its arguments. Each verb's module is imported only when used, so `beam-slurm
+plan` never pays for Ray, torch or vLLM imports."""
 
 from __future__ import annotations
 

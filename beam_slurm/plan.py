@@ -1,7 +1,4 @@
-"""`beam-slurm plan`: the resource plan of a recipe, validated, before anything is submitted.
-
-Starts fast: Hydra, OmegaConf and rich only (no Ray, torch or vLLM).
-"""
+"""`beam-slurm plan`: a recipe's resource plan, validated before anything is submitted; Hydra, OmegaConf, rich only."""
 
 from __future__ import annotations
 

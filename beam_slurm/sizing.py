@@ -1,7 +1,5 @@
-"""Checkpoint and storage arithmetic that `plan` shows and the training job's preflight checks; it sits below both
-so the job never imports the `plan` verb. The seed's numbers for the 501B-A23B model on 8 nodes, scaled by the
-training nodes (LoRA checkpoints are not sized here).
-"""
+"""Checkpoint and storage arithmetic for `plan` and the job's preflight, below both so the job never imports `plan`: the
+seed's numbers for the 501B-A23B model on 8 nodes, scaled by training nodes (LoRA is not sized here)."""
 
 from __future__ import annotations
 

@@ -1,11 +1,8 @@
 """Atomic file writes: a temporary file in the same folder, flushed to disk, then renamed over the target.
 
-Readers on any node of a shared filesystem see the old file or the new one, never half of one, and a crash leaves
-at most a hidden `.<name>.*.tmp` behind. Standard library only: the trainer side imports this on Python 3.11 and 3.12.
-The one place the package writes files this way: `atomic_writer` for a file written in one go, `temporary_sibling` +
-`publish` for files written elsewhere first (a streamed parquet, several outputs committed together). Files come out
-with the user's umask (a team reads the reports on shared storage), like any `open()`; secrets are written elsewhere
-(`beam_slurm.ray_cluster.auth`, 0600).
+Readers on any node of a shared filesystem see the old file or the new one; a crash leaves at most a hidden
+`.<name>.*.tmp`. Standard library only: the trainer side imports this on Python 3.11 and 3.12. Files get the user's
+umask (a team reads the reports on shared storage); secrets are written elsewhere (`beam_slurm.ray_cluster.auth`, 0600).
 """
 
 from __future__ import annotations

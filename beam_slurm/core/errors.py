@@ -1,6 +1,5 @@
-"""The one base of every "bad input" error: what is wrong, the setting (and the environment variable it came from)
-and the fix. A verb prints it without a traceback and exits 2; anything else that escapes is a programming error
-and stays a traceback."""
+"""The base of every "bad input" error: what is wrong, the setting (and its environment variable) and the fix. A verb
+prints it without a traceback and exits 2; anything else that escapes stays a traceback."""
 
 from __future__ import annotations
 

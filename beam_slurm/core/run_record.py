@@ -1,9 +1,8 @@
-"""The run record (`<export_path>/beam_run/run.json`), typed: the run, its submissions and stages, its training jobs
-and attempts, the operator's wanted outcome, the bad nodes, and one file per checkpoint's evaluation under
-`beam_run/evals/` (so the training job never rewrites run.json for them).
+"""The run record (`<export_path>/beam_run/run.json`), typed; each checkpoint's evaluation is its own file under
+`beam_run/evals/`, so the training job never rewrites run.json for them.
 
-The JSON keys are the field names. A record without `schema_version` (version 1, the same keys) reads as is; keys
-this version does not know are kept in each object's `extra` and written back unchanged.
+JSON keys are field names; a record without `schema_version` (v1) reads as is; unknown keys stay in `extra`, written
+back.
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
 """The one reader and writer of a run's record (`<export_path>/beam_run/run.json`) and its evaluation entries.
 
-Every change is a read-modify-write under `run.json.lock` (`beam_slurm.core.shared_lock`: it holds across nodes
-where flock does not), written by atomic rename so readers need no lock. A writer whose lock was taken over while
-it stalled starts over from a fresh read. Writers: the login node (`submit`, `requeue`, `stop`) and every
-attempt's batch host.
+Read-modify-write under `run.json.lock` (`beam_slurm.core.shared_lock`: it holds across nodes where flock does not),
+then an atomic rename, so readers need no lock; a writer whose lock was taken over while stalled rereads.
 """
 
 from __future__ import annotations
