@@ -1,25 +1,16 @@
 """The notice budget and the checkpoint-interval advice: pure arithmetic, used by `plan` and by the training job.
 
-A notice (the pre-timeout `--signal`, or a preemption that sends one) buys a fixed lead before the kill. In that
-lead the trainer finishes the step it is in, saves, then Ray stops and each node's logs are copied:
+A notice (the pre-timeout `--signal`, or a preemption that sends one) buys a fixed lead before the kill, in which the
+trainer finishes its step and saves, Ray stops and each node's logs are copied: step + save + stop Ray + copy logs <=
+lead (and step + save <= cluster.grace_s), with save = checkpoint bytes per node / write bandwidth per node. When it
+does not fit, `Budget.fixes` names what does (a smaller interval then bounds the loss).
 
-    step + save + stop Ray + copy logs  <=  lead          (and step + save <= cluster.grace_s, the job's wait)
+Interruptions without a notice lose the work since the last checkpoint: with C the save time and M their mean time
+apart, saving every t seconds of training wastes about C/(t+C) + (t+C)/2M of GPU time, least near t = sqrt(2CM) - C
+(Young 1974, Daly 2006). Notices lose no steps, so they do not enter it.
 
-with save = checkpoint bytes per node / write bandwidth per node. When it does not fit, `Budget.fixes` names what
-does: a larger lead, faster storage, or a smaller checkpoint interval (the notice then bounds nothing, the interval
-bounds the loss).
-
-Interruptions without a notice (a node failure, a crash, a preemption that signals nobody) lose the work since the
-last checkpoint. With C the save time and M the mean time between such interruptions, the share of GPU time lost to
-saving plus redone work, for checkpoints every t seconds of training, is about
-
-    waste(t) = C / (t + C) + (t + C) / (2 M)
-
-minimised near t = sqrt(2 C M) - C (Young 1974, Daly 2006); `advise_interval` picks the whole number of steps with
-the least waste. Interruptions with a notice lose no steps and cost only a restart, so they do not enter it.
-
-Nothing here runs commands; the functions taking `cfg` read a loaded recipe and, once the run has them, its own
-train_metrics.jsonl (step time) and ray_stop.json files (stop time).
+Nothing here runs commands; the functions taking `cfg` read a loaded recipe and the run's own train_metrics.jsonl (step
+time) and ray_stop.json (stop time).
 """
 
 from __future__ import annotations

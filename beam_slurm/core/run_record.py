@@ -1,8 +1,7 @@
 """The run record (`<export_path>/beam_run/run.json`), typed; each checkpoint's evaluation is its own file under
 `beam_run/evals/`, so the training job never rewrites run.json for them.
 
-JSON keys are field names; a record without `schema_version` (v1) reads as is; unknown keys stay in `extra`, written
-back.
+JSON keys are field names; a record without `schema_version` (v1) reads as is; unknown keys stay in `extra`.
 """
 
 from __future__ import annotations
