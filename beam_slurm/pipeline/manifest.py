@@ -1,6 +1,5 @@
-"""What `beam-slurm submit` keeps in the run folder: each submission and its stages in the run record, the resolved
-recipe and the sbatch commands; and the per-user pointer to the latest submission, for `status` without argument.
-"""
+"""What `submit` keeps in the run folder (each submission and its stages in the run record, the resolved recipe, the
+sbatch commands) and the per-user pointer to the latest submission, for bare `status`."""
 
 from __future__ import annotations
 

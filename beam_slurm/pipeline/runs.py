@@ -1,10 +1,9 @@
 """Runs: the one resolver from what a user types to runs, and the operator's wanted outcome.
 
-Every run has a record, however it was started: `submit` writes it, and the training job writes (or adds to) it
-at every attempt, so a job started with plain `sbatch` is a run too. `resolve_runs` turns a sweep folder into its
-runs and anything else into one through `resolve_run`: a run folder, a run name (under the exports root:
-`--exports-root`, $BEAM_EXPORTS_ROOT, else $HOME/exports) or a job id of the run (the per-user job index, the runs
-under the exports root, then what Slurm says the job wrote). Every verb that takes RUN goes through it.
+Every run has a record (`submit` and each training attempt write it), so a plain `sbatch` job is a run too.
+`resolve_runs`: a sweep folder gives its runs, anything else one via `resolve_run`: a run folder, a run name (under
+`--exports-root`, $BEAM_EXPORTS_ROOT, else $HOME/exports) or a job id (the per-user job index, the exports root's runs,
+then what Slurm says the job wrote).
 """
 
 from __future__ import annotations

@@ -1,13 +1,11 @@
-"""The pipeline's stages: each turns the recipe into one `sbatch` command of its batch script and says whether the
-work is already done.
+"""The pipeline's stages, each one `sbatch` command of its batch script and whether its work is already done:
 
     PrepareData   sbatch/prepare_data.sh   [--force] data.out_dir=<paths.data_dir> data.<key>=<value>...
     PullContainer sbatch/pull_container.sh container.runtime=R container.image=I container.image_cache_dir=D
     Train         sbatch/train_<recipe>.sh <overrides> run_name=.. paths.ckpt_path=.. paths.export_path=..
 
-Evaluations are not a stage: `beam-slurm evaluate` and the training job's chain submit them as job arrays.
-Slurm options come from `cfg.cluster` and override the scripts' #SBATCH headers; settings reach every job as
-recipe keys, and nothing secret is ever put on a command line.
+Evaluations are not a stage (`evaluate` and the training chain submit job arrays). Slurm options from `cfg.cluster`
+override the scripts' #SBATCH headers; settings reach jobs as recipe keys, never secrets on a command line.
 """
 
 from __future__ import annotations

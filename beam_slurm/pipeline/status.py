@@ -1,13 +1,10 @@
-"""`beam-slurm status [run dir | run name | sweep dir] [--watch] [--json]`: one table telling a run's (or a
-sweep's) story: every stage's job, its state from squeue/sacct, restarts, elapsed time, nodes, why a pending job
-waits, the latest complete checkpoint and the latest evaluation result.
+"""`beam-slurm status [RUN | sweep dir] [--watch] [--json]`: one table of a run's (or sweep's) jobs: squeue/sacct state,
+restarts, elapsed time, nodes, why a pending job waits, latest complete checkpoint and evaluation.
 
-Without an argument: the run or sweep submitted last from this account. A run (its folder, its name or a training
-job id) is found by `beam_slurm.pipeline.runs.resolve_run`, so a job started with plain `sbatch` has a status too.
-Under each training job, one row per attempt: its nodes, the checkpoint it started from and ended with, and how it
-ended (notice saved at step N, operator requeue, node failure on nX, time limit, driver error, stopped, ...). A
-stopped job shows as STOPPED ("stopped at step N, resumable"); a job that ended for good names the jobs waiting on
-it that can no longer run, and the nodes its later attempts excluded.
+Without an argument: the last run or sweep submitted from this account; RUN goes through `runs.resolve_run` (plain
+`sbatch` jobs too). One row per training attempt: nodes, the checkpoints it started from and ended with, how it ended. A
+stopped job is STOPPED (resumable); one ended for good names the jobs waiting on it that can no longer run and the nodes
+its later attempts excluded.
 """
 
 from __future__ import annotations

@@ -1,11 +1,9 @@
-"""`beam-slurm submit`: the stage chain prepare data -> pull container -> train as Slurm jobs, or one chain per
-point of a `-m` sweep, returning as soon as everything is queued.
+"""`beam-slurm submit`: the stage chain prepare data -> pull container -> train as Slurm jobs, or one chain per point of
+a `-m` sweep, returning as soon as everything is queued.
 
-Each stage is its own job, chained with `--dependency` (afterok: a failed stage's dependents stay pending, nothing
-is cancelled). Stages already complete are skipped and a stage whose earlier job is still active is not submitted
-twice; a sweep shares the data and container jobs, and is refused (exit 2) when a point is invalid unless
-`--skip-invalid`. A run whose last training job was stopped or ended by the no-progress guard resumes.
-`data.<key>=<value>` arguments go to the data stage. Run folder: <export_path>/beam_run/ (beam_slurm.core.layout).
+Stages chain with `--dependency` (afterok: a failed stage's dependents stay pending, nothing is cancelled). Complete
+stages are skipped, an active earlier job is reused; a sweep shares the data and container jobs and is refused (exit 2)
+on an invalid point unless `--skip-invalid`. A run whose last job was stopped or hit the no-progress guard resumes.
 """
 
 from __future__ import annotations

@@ -1,7 +1,5 @@
-"""Multirun sweeps: expand `key=a,b` overrides with Hydra's own override parser (the cartesian product in the
-order given, its grammar: `a,b`, `choice(a,b)`, `range(0,4)`, quoted values), and give each combination its own
-run name, checkpoint, export and log paths.
-"""
+"""Multirun sweeps: expand `key=a,b` overrides with Hydra's own parser (the cartesian product in the order given; `a,b`,
+`choice(a,b)`, `range(0,4)`, quoted values) and give each point its own run name and paths."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
-"""`beam-slurm sync RUN [--dry-run]`: upload a run's offline W&B folders, attempt by attempt, into its one W&B run.
-
-`wandb sync --id <id> <folder>` per attempt, in order (wandb >= 0.31 appends to the run `--id` names); why one run
-id for every attempt: `beam_slurm.skyrl.tracking`.
+"""`beam-slurm sync RUN [--dry-run]`: upload a run's offline W&B folders into its one W&B run, `wandb sync --id <id>
+<folder>` per attempt in order (wandb >= 0.31 appends to the run `--id` names); why one id: `beam_slurm.skyrl.tracking`.
 """
 
 from __future__ import annotations
