@@ -1,5 +1,6 @@
-"""`beam-slurm status [RUN | sweep dir] [--watch] [--json]`: one table of a run's (or sweep's) jobs: squeue/sacct state,
-restarts, elapsed time, nodes, why a pending job waits, latest complete checkpoint and evaluation.
+"""`beam-slurm status [run dir | run name | sweep dir] [--watch] [--json]`: one table telling a run's (or a sweep's)
+story: every stage's job, its state from squeue/sacct, restarts, elapsed time, nodes, why a pending job waits, the
+latest complete checkpoint and the latest evaluation result.
 
 Without an argument: the last run or sweep submitted from this account; RUN goes through `runs.resolve_run` (plain
 `sbatch` jobs too). One row per training attempt: nodes, the checkpoints it started from and ended with, how it ended. A
