@@ -138,8 +138,6 @@ def young_daly_s(save_s: float, mtbf_s: float) -> float:
 
 @dataclass(frozen=True)
 class IntervalAdvice:
-    """The advised checkpoint interval next to the configured one."""
-
     advised_steps: int
     configured_steps: int
     advised_waste: float  # share of GPU time lost to saves and redone steps
@@ -380,7 +378,6 @@ def attempt_progress(cfg) -> AttemptProgress:
 
 
 def config_problems(cfg) -> list:
-    """The budget's settings out of range, each naming its key and fix."""
     out = []
     if not cfg.cluster.storage_write_gbytes_per_s > 0:
         out.append(ConfigProblem("cluster.storage_write_gbytes_per_s", cfg.cluster.storage_write_gbytes_per_s,

@@ -137,7 +137,6 @@ def print_plan(cfg, launch, extra_rows: list[tuple[str, str, str]] = (), preempt
 
 
 def build_parser():
-    """The verb's parser: --skyrl-overrides, --json, and every recipe key."""
     verb = VerbArgs("plan", "The resource plan of a recipe, validated, and the exact SkyRL command; nothing is "
                     "submitted.", keys=list(schema_keys()))
     verb.add_argument("--skyrl-overrides", action="store_true", help="print only SkyRL's key=value list")
@@ -249,7 +248,6 @@ def slurm_check(cfg, overrides: list[str]) -> dict:
 
 
 def slurm_rows(check: dict) -> list[tuple[str, str, str]]:
-    """`plan`'s slurm rows of a `slurm_check`."""
     item = "sbatch --test-only"
     if not check["asked"]:
         return [("slurm", item, check["answer"])]

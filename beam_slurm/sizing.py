@@ -20,7 +20,6 @@ def checkpoints_kept(cfg) -> int:
 
 
 def full_checkpoint_tb_per_node(cfg) -> float:
-    """TB one training node writes per full checkpoint."""
     return FULL_CHECKPOINT_TB_TOTAL / max(cfg.training_nodes, 1)
 
 

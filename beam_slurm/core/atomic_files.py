@@ -48,7 +48,6 @@ def publish(temporary: str | os.PathLike, final: str | os.PathLike) -> None:
 
 
 def sync_directory(directory: str | os.PathLike) -> None:
-    """Make the renames in `directory` durable."""
     descriptor = os.open(directory, os.O_RDONLY)
     try:
         os.fsync(descriptor)
@@ -57,7 +56,6 @@ def sync_directory(directory: str | os.PathLike) -> None:
 
 
 def write_text(path: str | os.PathLike, text: str) -> None:
-    """Replace `path` with `text` atomically."""
     with atomic_writer(path) as handle:
         handle.write(text)
 

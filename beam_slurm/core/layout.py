@@ -60,7 +60,6 @@ def run_file(export_path: str | os.PathLike) -> Path:
 
 
 def evaluation_dir(export_path: str | os.PathLike, step: int) -> Path:
-    """Folder of our evaluation of the checkpoint of training step `step`."""
     return Path(export_path) / EVALS_DIRNAME / step_dirname(step)
 
 

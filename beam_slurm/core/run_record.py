@@ -29,8 +29,6 @@ class _Entry:
 
 @dataclass
 class StageEntry(_Entry):
-    """One stage of one submission, as `beam-slurm submit` planned it."""
-
     stage: str = ""  # data, container or train
     status: str = ""  # submitted, or why not (skipped, reused, ...)
     job_id: str | None = None
@@ -42,8 +40,6 @@ class StageEntry(_Entry):
 
 @dataclass
 class Submission(_Entry):
-    """One `beam-slurm submit` of the run."""
-
     submitted_at: str = ""
     dependency_type: str = ""
     stages: list[StageEntry] = field(default_factory=list)
@@ -88,8 +84,6 @@ class Attempt(_Entry):
 
 @dataclass
 class TrainJob(_Entry):
-    """One Slurm job of the run's training stage and its attempts."""
-
     job_id: str = ""
     started_by: str = ""  # beam-slurm submit, or sbatch
     stdout: str = ""  # The batch log, as Slurm named it at the first attempt (`logs` finds it once Slurm forgot)
@@ -155,8 +149,6 @@ class Tracking(_Entry):
 
 @dataclass
 class RunRecord(_Entry):
-    """Everything run.json holds."""
-
     schema_version: int = SCHEMA_VERSION
     run_name: str = ""
     recipe: str = ""
@@ -187,7 +179,6 @@ class RunRecord(_Entry):
                 if e.job_id and (stage is None or e.stage == stage)]
 
     def job_ids(self) -> set[str]:
-        """Every job id the record knows: training jobs and submitted stages."""
         return set(self.train_jobs) | set(self.submitted_job_ids())
 
     def bad_node_names(self, job_id: str | None = None) -> list[str]:
@@ -204,7 +195,6 @@ class RunRecord(_Entry):
         job = self.latest_train_job()
         return job if job and job.resumable and job.outcome in ("stopped", "failed") else None
 
-    # --- changes, made by the store's update (beam_slurm.core.run_store) ----------------------------------------
     def record_cancel(self, cancel: Cancel) -> None:
         """Note a cancel; the training jobs it ended are over for good (`submit` starts afresh, resuming nothing)."""
         self.cancels.append(cancel)

@@ -47,8 +47,6 @@ def _parsed(path: Path):
 
 
 class RunStore:
-    """The `beam_run/` folder of one run."""
-
     def __init__(self, export_path: str | os.PathLike, *, stale_after: float = LOCK_STALE_AFTER_S,
                  lock_timeout: float = LOCK_TIMEOUT_S):
         self.export_path = Path(export_path)
@@ -86,7 +84,6 @@ class RunStore:
     def _write(self, record: RunRecord) -> None:
         write_text(self.run_file, json.dumps(to_json(record), indent=2) + "\n")
 
-    # --- the other files of the run folder ----------------------------------------------------------------------
     def write_config(self, config_yaml: str) -> None:
         """config.yaml: the resolved recipe of the latest job or submission."""
         write_text(self.dir / layout.CONFIG_FILE, config_yaml)

@@ -28,8 +28,6 @@ class LockTimeout(TimeoutError):
 
 @dataclass(frozen=True)
 class LockHolder:
-    """Who holds a lock, as written into the lock file."""
-
     host: str  # Hostname of the holder
     pid: int  # Process id of the holder on that host
     pid_start: str  # so a reused pid is not taken for the holder
@@ -70,7 +68,6 @@ class SharedFileLock:
         self._stop_heartbeat = threading.Event()
         self._heartbeat_thread: threading.Thread | None = None
 
-    # -- acquiring -------------------------------------------------------------------------------------------------
     def _new_holder(self) -> LockHolder:
         pid = os.getpid()
         return LockHolder(host=socket.gethostname(), pid=pid, pid_start=process_start_time(pid) or "",
@@ -156,7 +153,6 @@ class SharedFileLock:
                 raise LockTimeout(f"{self.path} still held by {who} after {timeout:.0f} s")
             time.sleep(self.poll_interval)
 
-    # -- holding ---------------------------------------------------------------------------------------------------
     def still_held(self) -> bool:
         """True when the lock file on disk is still ours (checked before publishing work)."""
         current = _read_holder(self.path)
@@ -180,7 +176,6 @@ class SharedFileLock:
                 return
 
     def release(self) -> None:
-        """Stop the heartbeat and remove the lock file if it is still ours."""
         self._stop_heartbeat.set()
         if self._heartbeat_thread is not None:
             self._heartbeat_thread.join()

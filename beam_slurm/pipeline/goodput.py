@@ -47,8 +47,6 @@ class Segment:
 
 @dataclass
 class AttemptLine:
-    """One attempt on the timeline: its segments, how it ended, the step reached."""
-
     job_id: str
     attempt: str
     start: float
@@ -140,7 +138,6 @@ def _attempt_segments(attempt: Attempt, events: list[dict], end: float, nodes: i
 
 
 def ledger(run: RunRecord, events: list[dict], records: list[dict[str, str]], now: float | None = None) -> Ledger:
-    """The run's ledger from its record, its trainer events and the allocation records of its training jobs."""
     now = time.time() if now is None else now
     out = Ledger()
     attempts = sorted(((job_id, a) for job_id, job in run.train_jobs.items() for a in job.attempts

@@ -29,10 +29,7 @@ class RunNotFound(UserError, ValueError):
     """The argument names no run; the message says where we looked and what to pass instead."""
 
 
-# --- resolving ----------------------------------------------------------------------------------------------------
-
 def exports_root(given: str | None = None) -> Path:
-    """The folder run names are looked up in."""
     root = given or os.environ.get(EXPORTS_ROOT_ENV) or str(Path(os.environ.get("HOME", str(Path.home()))) / "exports")
     return Path(root).expanduser()
 
@@ -114,8 +111,6 @@ def resolve_run(target: str, exports_root_given: str | None = None) -> Path:
 
 @dataclass(frozen=True)
 class RunTarget:
-    """One run a verb's argument names."""
-
     export_path: Path
     choices: tuple[str, ...] = ()  # Its swept `key=value` when it came from a sweep folder
     sweep_dir: Path | None = None
@@ -135,8 +130,6 @@ def resolve_runs(target: str, exports_root_given: str | None = None) -> list[Run
         return [RunTarget(Path(r["export_path"]), tuple(r.get("choices") or []), sweep) for r in listed]
     return [RunTarget(resolve_run(target, exports_root_given))]
 
-
-# --- written by the operator verbs --------------------------------------------------------------------------------
 
 def user_name() -> str:
     try:

@@ -45,8 +45,6 @@ class StatusInputError(UserError, ValueError):
 
 @dataclass
 class StatusRow:
-    """One line of the table."""
-
     run: str
     stage: str  # data, container, train, or evaluate N
     job_id: str  # '' when the stage was skipped

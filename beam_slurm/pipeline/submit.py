@@ -38,8 +38,6 @@ STAGES = ("data", "container", "train")
 
 @dataclass
 class RunSpec:
-    """One run of the submission (the only one, or one sweep point)."""
-
     overrides: list[str]  # Its Hydra overrides
     choices: list[tuple[str, str]] = field(default_factory=list)  # swept (key, value) pairs
     cfg: object = None  # The loaded config (run name and paths already per point); None when it did not compose

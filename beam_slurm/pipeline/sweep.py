@@ -20,8 +20,6 @@ _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
 @dataclass
 class Combination:
-    """One point of a sweep."""
-
     overrides: list[str]  # fixed ones and each swept one's chosen value
     choices: list[tuple[str, str]] = field(default_factory=list)  # (key, value) of each swept override at this point
 
@@ -41,7 +39,6 @@ def parse(overrides: list[str]):
 
 
 def has_sweep(overrides: list[str]) -> list[str]:
-    """The overrides that are sweeps (`a,b`, choice(), range(), ...)."""
     return [o.input_line for o in parse(overrides) if o.is_sweep_override()]
 
 

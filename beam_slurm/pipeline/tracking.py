@@ -39,7 +39,6 @@ def offline_folders(export_path: Path, run: RunRecord) -> list[Path]:
 
 
 def sync_commands(export_path: Path, run: RunRecord) -> list[list[str]]:
-    """`wandb sync --id <id> <folder>` for each attempt's offline folder, in attempt order."""
     run_id = _wandb_run_id(run)
     wandb = str(Path(sys.executable).with_name("wandb"))
     return [[wandb, "sync", "--id", run_id, str(folder)] for folder in offline_folders(export_path, run)]
