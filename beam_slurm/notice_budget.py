@@ -147,7 +147,6 @@ class IntervalAdvice:
 
 def advise_interval(*, save_s: float, step_s: float, interruptions_per_day: float, configured_steps: int,
                     max_steps: int) -> IntervalAdvice:
-    """The whole number of steps between checkpoints (1..max_steps) with the least expected waste."""
     mtbf = DAY_S / interruptions_per_day if interruptions_per_day > 0 else math.inf
     top = max(max_steps, 1)
     best = min(range(1, top + 1), key=lambda k: (waste_share(k * step_s, save_s, mtbf), -k))
@@ -189,7 +188,6 @@ def measured_stop_seconds(log_dir: Path) -> tuple[float, int] | None:
 
 
 def checkpoint_bytes_per_node(cfg) -> tuple[float, str]:
-    """Bytes one training node writes per checkpoint, and where the number comes from."""
     if cfg.checkpoint.gbytes_per_node is not None:
         return cfg.checkpoint.gbytes_per_node * GB, "checkpoint.gbytes_per_node"
     if cfg.trainer.backend == "rehearsal":

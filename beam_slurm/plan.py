@@ -104,7 +104,6 @@ def plan_rows(cfg, preemption=None) -> list[tuple[str, str, str]]:
 
 
 def storage_rows(cfg) -> list[tuple[str, str, str]]:
-    """Storage estimate from the seed's numbers, scaled to this layout."""
     kept = checkpoints_kept(cfg)
     rows = [("storage", "model weights (BF16)", f"~{BF16_WEIGHTS_TB:.1f} TB on shared storage, read by every node")]
     if cfg.is_lora:
