@@ -1,7 +1,6 @@
 """Compose `conf/` with Hydra, type it with the schema, fill derived defaults, validate.
 
-Hydra's compose API is used (not `@hydra.main`) so every verb can load the same recipe from a plain argv.
-"""
+Hydra's compose API is used (not `@hydra.main`) so every verb can load the same recipe from a plain argv."""
 
 from __future__ import annotations
 

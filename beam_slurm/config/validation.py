@@ -1,9 +1,8 @@
 """Every check that can fail before a GPU is held: parallelism, batch arithmetic, ranges, paths, combinations.
 
-Each problem names the key, the value and the fix; `validate_config` raises one ConfigError with all of them.
-The batch rules mirror the ones SkyRL enforces at start-up, so a bad recipe fails here in a second instead of
-after an allocation of 64 GPUs came up.
-"""
+Each problem names the key, the value and the fix; `validate_config` raises one ConfigError with all of them. The batch
+rules mirror the ones SkyRL enforces at start-up, so a bad recipe fails here in a second instead of after an allocation
+of 64 GPUs came up."""
 
 from __future__ import annotations
 

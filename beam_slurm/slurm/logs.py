@@ -1,8 +1,7 @@
-"""`beam-slurm logs RUN [--attempt N] [--node NAME] [--follow | --json] [--lines N] [--all]`: every log a training
-job leaves, in one place: the batch log (the job's `--output` file, found as `batch_log_candidates` says), the
-attempt's own logs in `<log_dir>/<jobid>-<attempt>/` and each node's Ray session logs copied there
-(`beam_slurm.ray_cluster.log_copy`). What each form prints: README, "While it runs".
-"""
+"""`beam-slurm logs RUN [--attempt N] [--node NAME] [--follow | --json] [--lines N] [--all]`: every log a training job
+leaves, in one place: the batch log (the job's `--output` file, found as `batch_log_candidates` says), the attempt's own
+logs in `<log_dir>/<jobid>-<attempt>/` and each node's Ray session logs copied there
+(`beam_slurm.ray_cluster.log_copy`). What each form prints: README, "While it runs"."""
 
 from __future__ import annotations
 

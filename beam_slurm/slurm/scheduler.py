@@ -1,8 +1,7 @@
 """Every call this package makes to the Slurm commands (scontrol, srun, squeue, sacct, sacctmgr) goes through this
-module; functions return parsed data or raise `SlurmCommandError` with the command and Slurm's own message. Many
-jobs are read at once: `squeue_rows` and `sacct_rows` answer for any number of jobs with one call each (a 64-run
-sweep's status is one squeue and one sacct, however often `status --watch` refreshes).
-"""
+module; functions return parsed data or raise `SlurmCommandError` with the command and Slurm's own message. Many jobs
+are read at once: `squeue_rows` and `sacct_rows` answer for any number of jobs with one call each (a 64-run sweep's
+status is one squeue and one sacct, however often `status --watch` refreshes)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
 """Submitting batch jobs (`sbatch --parsable`) and reading many jobs' states at once (squeue + sacct): the pipeline
 renders an `SbatchRequest`, shows it (`--dry-run`), submits it and later asks `job_records` how the jobs are doing
-(`job_view`: one squeue and one sacct call through `scheduler`, for any number of jobs).
-"""
+(`job_view`: one squeue and one sacct call through `scheduler`, for any number of jobs)."""
 
 from __future__ import annotations
 

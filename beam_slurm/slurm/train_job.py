@@ -1,8 +1,7 @@
 """The training job inside its allocation: validate the settings, read the allocation, run this attempt
-(`beam_slurm.slurm.attempt`), whose end `beam_slurm.slurm.requeue_policy` decides. `python -m
-beam_slurm.slurm.train_job [--no-preflight] [overrides] -- DRIVER ARGV...` runs another Ray driver under the same job
-settings: the benchmarks and the Ray-on-Slurm tests use it with their own drivers.
-"""
+(`beam_slurm.slurm.attempt`), whose end `beam_slurm.slurm.requeue_policy` decides. `python -m beam_slurm.slurm.train_job
+[--no-preflight] [overrides] -- DRIVER ARGV...` runs another Ray driver under the same job settings: the benchmarks and
+the Ray-on-Slurm tests use it with their own drivers."""
 
 from __future__ import annotations
 

@@ -1,8 +1,7 @@
-"""Slurm's value grammars, read as Slurm reads them: durations, memory sizes, partition lists. Input and output are
-two grammars, kept apart as Slurm keeps them: what a user gives `sbatch --time` (a bare number is minutes: `30:00` is
-30 minutes; seconds round up to the minute; 0, -1, UNLIMITED and INFINITE mean no limit), and what scontrol and sacct
-print ([D-]HH:MM:SS, a bare number of seconds for GraceTime, and words such as UNLIMITED or Partition_Limit for none).
-"""
+"""Slurm's value grammars, read as Slurm reads them: durations, memory sizes, partition lists. Input and output are two
+grammars, kept apart as Slurm keeps them: what a user gives `sbatch --time` (a bare number is minutes: `30:00` is 30
+minutes; seconds round up to the minute; 0, -1, UNLIMITED and INFINITE mean no limit), and what scontrol and sacct print
+([D-]HH:MM:SS, a bare number of seconds for GraceTime, and words such as UNLIMITED or Partition_Limit for none)."""
 
 from __future__ import annotations
 
