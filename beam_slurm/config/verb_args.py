@@ -6,9 +6,7 @@ Settings are recipe keys, composed through Hydra (defaults and docstrings live i
 only); `--flags` are for what is not a setting and for the verb's inputs; `--help` names the sections the verb reads
 and `--help-keys [SECTION]` lists their keys with the values of the recipe given.
 Every message starts with `beam-slurm <verb>: `; bad input exits 2 before anything runs. Old flags that carried a
-setting still work for one release, each printing the key to use instead. A verb `<prefix>main` builds its parser
-with `<prefix>build_parser()` (or `build_parser(verb)`), as tests/config/test_verb_args.py does for every verb.
-"""
+setting still work for one release, each printing the key to use instead."""
 
 from __future__ import annotations
 

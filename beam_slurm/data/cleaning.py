@@ -10,8 +10,7 @@ Two passes, one batch in memory at a time: pass 1 reads the key columns only and
 per column (Arrow's index_in finds known ones, so only new strings reach Python; past 64 MB a column remembers
 strings by a 128-bit BLAKE2b digest, a collision ~1e-26 likely), so each row's key becomes a short code equal
 exactly when the keys are; first occurrences go to a small candidates file. Pass 2 takes the kept rows by row
-number and writes them in input order.
-"""
+number and writes them in input order."""
 
 from __future__ import annotations
 

@@ -8,8 +8,7 @@ a response is right when the last match of ``(?i)Answer\\s*:\\s*([^\\n<]+)`` in 
 A bare ``\\boxed{42}`` without an ``Answer:`` line is wrong, and a zero-padded ground truth ("025") never matches
 "25" (:func:`zero_padded_ground_truths` lets callers warn). Second opinion: math-verify on the response's tail; it
 can run for minutes on ``9^{9^{9^9}}`` and its alarms work only on a main thread, so :func:`math_verify_item` runs
-inside :mod:`beam_slurm.evaluation.grading_pool`'s workers, which bound every item.
-"""
+inside :mod:`beam_slurm.evaluation.grading_pool`'s workers, which bound every item."""
 
 from __future__ import annotations
 

@@ -9,8 +9,7 @@ Layout in an evaluation folder (``<export_path>/beam_evals/global_step_N/``, or 
     metrics.json, grades.jsonl, ...    the view `report` and `status` read: per dataset, the finished task with the
                                        largest k.
 
-A task killed at any point keeps every chunk it finished; run again, it generates and grades only what is missing.
-"""
+A task killed at any point keeps every chunk it finished; run again, it generates and grades only what is missing."""
 
 from __future__ import annotations
 

@@ -415,8 +415,7 @@ class Attempt:
         return layout.latest_checkpoint_step(self.settings.ckpt_path)
 
     def ask_slurm(self) -> str | None:
-        """What Slurm is doing to the job right now (`requeue_policy.slurm_end_of`); None when it runs on or when
-        scontrol does not answer."""
+        """`requeue_policy.slurm_end_of` now; None when the job runs on or scontrol does not answer."""
         try:
             info = scheduler.job_info(self.alloc.job_id)
         except scheduler.SlurmCommandError as exc:

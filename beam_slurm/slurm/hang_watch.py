@@ -103,8 +103,7 @@ class Hang:
 
 
 def check(limits: HangLimits, progress: Progress | None, *, watching_since: float, now: float) -> Hang | None:
-    """A hang, or None. `progress` older than `watching_since` (the Ray step's start: an earlier attempt's) counts
-    as no heartbeat yet."""
+    """A hang, or None. `progress` older than `watching_since` (an earlier attempt's) counts as no heartbeat yet."""
     if progress is not None and progress.since < watching_since:
         progress = None
     if limits.off or (progress is not None and progress.phase == "finished"):

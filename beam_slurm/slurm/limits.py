@@ -177,8 +177,7 @@ def qos_limits(name: str) -> AccountingLimits | None:
 
 @dataclass
 class LimitsAnswer:
-    """What the limits say of one job: breaches (it would never start), the partitions read, and why a part could
-    not be read (Slurm not reachable, no accounting); never an exception."""
+    """What the limits say of one job: breaches (it would never start), partitions read, what was unread; never raises."""
 
     breaches: list[LimitBreach]
     partitions: list[PartitionLimits]

@@ -121,8 +121,7 @@ def slurm_end_of(*, job_state: str, restarts: int, restart_count: int, preempt_t
 
 
 def failed_node(failure: dict | None, head: str | None) -> str | None:
-    """The node a recorded failure is about, or None. Reasons start with `node <host>:` (the node that saw it);
-    when a worker saw the head vanish, it is the head that is bad."""
+    """The node a failure reason names (`node <host>:`), or None; when a worker saw the head vanish, the head is bad."""
     if not failure or failure.get("kind") != "infra":
         return None
     reason = str(failure.get("reason") or "")

@@ -39,8 +39,7 @@ def expand_hostnames(nodelist: str) -> list[str]:
 
 
 def requeue(job_id: str | int) -> None:
-    """`scontrol requeue <job_id>`: the job goes back to pending; its steps are cancelled and the batch script
-    starts again from its first line with SLURM_RESTART_COUNT+1."""
+    """`scontrol requeue`: steps cancelled, the batch script starts again from its top with SLURM_RESTART_COUNT+1."""
     _run(["scontrol", "requeue", str(job_id)], survive_sigterm=True)
 
 
@@ -68,8 +67,7 @@ def signal_step(step_id: str, signal_name: str) -> None:
 
 
 def signal_batch(job_id: str | int, signal_name: str) -> None:
-    """Deliver a signal to the batch shell only (`scancel --batch --signal=NAME <job>`): the job's steps (Ray, the
-    trainer) are not signalled, so the batch shell can ask for a save and stop them in order."""
+    """Signal the batch shell only (`scancel --batch`), not the steps: it asks for a save and stops them in order."""
     _run(["scancel", "--batch", f"--signal={signal_name}", str(job_id)])
 
 
@@ -115,8 +113,7 @@ def parse_partitions(text: str) -> list[dict[str, str]]:
 
 
 def partition_info(partition: str = "") -> dict[str, str]:
-    """`scontrol show partition -o` of `partition` (the cluster's default partition when empty) as a dict
-    (MaxTime, DefaultTime, MaxNodes, TotalNodes, State, QoS, ...). Raises SlurmCommandError for an unknown name."""
+    """`scontrol show partition -o` of `partition` (default if empty) as a dict; SlurmCommandError if unknown."""
     rows = parse_partitions(_run(["scontrol", "show", "partition", "-o", *([partition] if partition else [])]))
     row = rows[0] if partition and rows else next((r for r in rows if r.get("Default") == "YES"), None)
     if row is None:
@@ -153,8 +150,7 @@ ACCOUNTING_FIELDS = ("JobID", "State", "Reason", "Elapsed", "NodeList", "ExitCod
 
 
 def sacct_rows(job_ids: Sequence[str], fields: Sequence[str] = ACCOUNTING_FIELDS) -> list[dict[str, str]]:
-    """Accounting records of many jobs with ONE sacct call: allocations only (-X), every attempt of a requeued job
-    (-D, oldest first), as {field: value} over `fields`."""
+    """Accounting records of many jobs, ONE sacct call: allocations only (-X), every attempt (-D, oldest first)."""
     if not job_ids:
         return []
     out = _run(["sacct", "--noheader", "--parsable2", "-X", "-D", f"--jobs={','.join(job_ids)}",
@@ -204,8 +200,7 @@ def job_folders(job_id: str | int) -> list[str]:
 
 
 def dependents_from(rows: Sequence[Mapping[str, str]]) -> dict[str, list[tuple[str, str]]]:
-    """Pending jobs of `squeue_rows` by the job ids they wait on (the dependency field, e.g.
-    `afterok:123(unfulfilled)`): {'123': [('130', 'eval-step-10'), ...]}."""
+    """Pending jobs of `squeue_rows` by the job id they wait on: {'123': [('130', 'eval-step-10'), ...]}."""
     found: dict[str, list[tuple[str, str]]] = {}
     for row in rows:
         if row.get("State", "").split()[:1] != ["PENDING"]:

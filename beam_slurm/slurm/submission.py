@@ -150,8 +150,7 @@ def submit(request: SbatchRequest, environ: Mapping[str, str] | None = None, tim
 
 @dataclass(frozen=True)
 class SlurmAnswer:
-    """What `sbatch --test-only` said of a request: accepted (with the start Slurm expects), refused (with its
-    reason), or None when Slurm could not be asked."""
+    """What `sbatch --test-only` said: accepted (with the start Slurm expects), refused (why), or None: not asked."""
 
     accepted: bool | None
     text: str
@@ -168,8 +167,7 @@ REFUSAL_SETTINGS = (("partition", "cluster.partition"), ("account", "cluster.acc
 
 
 def sbatch_test_only(request: SbatchRequest, environ: Mapping[str, str] | None = None, timeout_s: float = 30.0) -> SlurmAnswer:
-    """`sbatch --test-only` of the request, without its dependency (test-only ignores dependencies): the submit-time
-    checks Slurm itself would make, and when the job would start. Nothing is queued."""
+    """`sbatch --test-only` of the request, less its dependency (test-only ignores them); nothing is queued."""
     argv = dataclasses.replace(request, dependency_ids=[]).argv()
     argv[1:2] = ["--test-only"]  # instead of --parsable
     try:
@@ -257,8 +255,7 @@ class JobView:
 
 
 def job_view(job_ids: Iterable[str]) -> JobView:
-    """State of many jobs with one squeue and one sacct call; squeue wins for jobs it still lists (it knows the
-    pending reason and the restart count), sacct fills in jobs the controller has forgotten."""
+    """Jobs' state from one squeue and one sacct call; squeue wins where it lists the job (pending reason, restarts)."""
     ids = sorted({str(j) for j in job_ids if j}, key=lambda j: (len(j), j))
     if not ids:
         return JobView({}, {})
