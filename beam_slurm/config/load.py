@@ -96,8 +96,7 @@ def load_many(override_lists: list[list[str]]) -> list:
 
 
 def schema_fields(cls: type = BeamConfig, prefix: str = ""):
-    """(dotted key, its dataclass, the field, its default) of every setting below `cls` in schema order, each section
-    before its keys."""
+    """(dotted key, dataclass, field, default) of every setting below `cls` in schema order, sections first."""
     for f in fields(cls):
         default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
         yield prefix + f.name, cls, f, default

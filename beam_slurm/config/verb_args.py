@@ -88,8 +88,7 @@ def _show_default(value: Any) -> str:
 
 
 def keys_help(keys: Sequence[str], cfg, width: int = 100) -> str:
-    """The block listing `keys` with their values in the recipe `cfg` and docstrings; a value that differs from
-    the schema's default names that default."""
+    """The block listing `keys` with their values in `cfg` and docstrings; a non-default value names the default."""
     known = schema_keys()
     lines = ["settings (key=value; values of the recipe given, defaults and meanings from beam_slurm/config/schema.py):"]
     for key in keys:
@@ -230,8 +229,7 @@ class VerbArgs:
                                              default=argparse.SUPPRESS, help=argparse.SUPPRESS)
 
     def parse(self, argv: Sequence[str]) -> Parsed:
-        """Split argv into flags and overrides. Raises VerbUsageError (report it with `fail`: exit 2); `--help` and
-        `--help-keys` exit 0."""
+        """Split argv into flags and overrides. Raises VerbUsageError (`fail`: exit 2); --help, --help-keys exit 0."""
         if any(word.split("=", 1)[0] == "--help-keys" for word in argv):  # as --help: no input is required
             for action in self.parser._actions:
                 action.required = False

@@ -56,8 +56,7 @@ def child_pids(pid: int) -> list[int]:
 
 
 def requeue_this_task(max_requeues: int, log: Callable[[str], None]) -> None:
-    """`scontrol requeue` of this array task (its own job id), unless it was requeued max_requeues times already;
-    then the process ends with status 1 (the task fails)."""
+    """`scontrol requeue` of this array task, unless requeued max_requeues times already: then it exits 1 (fails)."""
     job = os.environ.get("SLURM_JOB_ID")
     restarts = int(os.environ.get("SLURM_RESTART_COUNT", "0") or 0)
     if job and restarts < max_requeues:
@@ -74,8 +73,7 @@ def requeue_this_task(max_requeues: int, log: Callable[[str], None]) -> None:
 
 
 class GenerationWatchdog:
-    """A thread that takes the task for hung when no chunk is saved within `chunk_limit_s`; `chunk_saved` is its
-    heartbeat. `on_hang` (default: requeue this task) runs after the dumps."""
+    """Hung if no chunk is saved (`chunk_saved`) in `chunk_limit_s`; `on_hang` (default requeue) runs after dumps."""
 
     def __init__(self, timeout_s: float | None, start_allowance_s: float, folder: Path,
                  log: Callable[[str], None], on_hang: Callable[[], None]):

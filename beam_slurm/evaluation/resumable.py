@@ -140,8 +140,7 @@ class Progress:
 def generate_missing(store: SampleStore, problems: list[Problem], k: int, engine_factory: Callable[[], Any],
                      chunk_problems: int, progress: Progress, log: Callable[[str], None] = print,
                      chunk_saved: Callable[[], None] = lambda: None) -> None:
-    """Generate what k responses per problem still lack, one saved chunk of `chunk_problems` problems at a time;
-    `chunk_saved` is called after each (the hang watchdog's heartbeat)."""
+    """Generate what k responses per problem lack, one saved chunk at a time; `chunk_saved` after each (heartbeat)."""
     counts = store.counts()
     progress.reused += sum(min(counts.get(p.problem_id, 0), k) for p in problems)
     # (problem, responses still needed, index of the first) for every problem with fewer than k saved

@@ -177,7 +177,7 @@ def qos_limits(name: str) -> AccountingLimits | None:
 
 @dataclass
 class LimitsAnswer:
-    """What the limits say of one job: breaches (it would never start), partitions read, what was unread; never raises."""
+    """What the limits say of a job: breaches (it would never start), partitions read, what was unread; never raises."""
 
     breaches: list[LimitBreach]
     partitions: list[PartitionLimits]

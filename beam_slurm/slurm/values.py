@@ -25,7 +25,7 @@ TIME_FORMS = ("minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS (e.g. 90, 3
 
 
 def time_limit_seconds(text: str | int) -> int | None:
-    """`--time` in seconds, rounded up to whole minutes as Slurm does; None: no limit; SlurmValueError if Slurm refuses."""
+    """`--time` in seconds, rounded up to minutes as Slurm does; None: no limit; SlurmValueError if Slurm refuses."""
     value = str(text).strip()
     if value.lower() in NO_LIMIT_WORDS or value in ("-1", "0"):
         return None
