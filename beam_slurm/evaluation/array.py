@@ -1,10 +1,9 @@
 """Evaluations as Slurm job arrays through submitit: expand, skip what is finished, submit the rest, run one task.
 
-One task per (checkpoint x dataset) and sweep point; task keys already finished are skipped and keys that share samples
-(several k) merged; the rest is ONE job array per resource shape through submitit, with the recipe's `eval.launcher`
-settings (Hydra's submitit launcher's keys). A task is checkpointable: on preemption or time-out submitit requeues it
-and it resumes from the chunks it saved. A task wider than one node starts a Ray cluster on its nodes
-(`beam_slurm.ray_cluster.node`) and rank 0 runs the evaluation as the driver."""
+Task keys that share samples (several k) are merged; the rest is ONE job array per resource shape, with the recipe's
+`eval.launcher` settings (Hydra's submitit launcher's keys). A task is checkpointable: on preemption or time-out
+submitit requeues it and it resumes from the chunks it saved. A task wider than one node starts a Ray cluster on its
+nodes (`beam_slurm.ray_cluster.node`) and rank 0 runs the evaluation as the driver."""
 
 from __future__ import annotations
 

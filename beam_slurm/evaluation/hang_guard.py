@@ -1,11 +1,11 @@
 """The hang watchdog of an evaluation task: generation that stops producing chunks ends the task, its chunks kept.
 
-An engine that stops producing tokens leaves the task alive and the array waiting until its time limit. The task saves
-its responses one chunk at a time (`resumable.generate_missing`), so a chunk is its unit of progress: a thread of the
-task's own process checks that one is saved within `chunk_limit_s`. On a hang it dumps the stacks of this process
-(faulthandler) and of its children (py-spy: vLLM's engine) into `<store>/hang/<job>-<attempt>/`, then requeues the task
-(`scontrol requeue`: Slurm ends every process of it, and the next attempt generates only what the saved chunks lack), at
-most eval.launcher.max_num_timeout times; after that it ends the task as failed."""
+An engine that stops producing tokens leaves the task alive and the array waiting until its time limit. A saved chunk
+(`resumable.generate_missing`) is the unit of progress: a thread of the task's process checks that one is saved within
+`chunk_limit_s`. On a hang it dumps the stacks of this process (faulthandler) and its children (py-spy: vLLM's engine)
+into `<store>/hang/<job>-<attempt>/`, then requeues the task (`scontrol requeue`: Slurm ends every process of it; the
+next attempt generates only what the saved chunks lack), at most eval.launcher.max_num_timeout times, then ends it as
+failed."""
 
 from __future__ import annotations
 

@@ -60,9 +60,9 @@ _SLURM_ENDS_EVERYTHING = ("requeued", "cancelled", "time limit")
 
 
 def time_left_s(info: dict[str, str]) -> float | None:
-    """Seconds left of the job's time limit from `scontrol show job` (TimeLimit - RunTime); None when unlimited.
-    Not from EndTime: Slurm sets it to the moment of a scancel as well (seen on 22.05: COMPLETING, Reason=None,
-    EndTime=now), so it cannot tell a cancel from the time limit."""
+    """Seconds left of the job's time limit (`scontrol show job`: TimeLimit - RunTime); None when unlimited. Not
+    EndTime: a scancel sets it to now too (22.05: COMPLETING, Reason=None), so it cannot tell a cancel from the time
+    limit."""
     limit, run = values.reported_seconds(info.get("TimeLimit")), values.reported_seconds(info.get("RunTime"))
     return float(limit - run) if limit is not None and run is not None else None
 
@@ -174,9 +174,8 @@ class Attempt:
         return preflight.run_step(self.launcher, checks, hosts, env, self.attempt_dir, log, self.settings.ray)
 
     def sigterm_is_notice(self) -> bool:
-        """Whether the Ray step holds a preemption's first SIGTERM and the head relays it here as a notice: when
-        Slurm's partition (or QOS) grace time leaves room for the step and the save at the bandwidth the preflight
-        measured (`notice_budget.term_notice`)."""
+        """Whether the Ray step holds a preemption's first SIGTERM and the head relays it as a notice: when the
+        partition's (or QOS's) grace time fits the save at the preflight's bandwidth (`notice_budget.term_notice`)."""
         info = read_preemption(os.environ.get("SLURM_JOB_PARTITION") or None)
         held, why = term_notice(info, self.settings.qos or None, self.settings.save_cost,
                                 storage_probe.slowest_recorded(self.attempt_dir))
@@ -239,9 +238,8 @@ class Attempt:
             time.sleep(_POLL_S)
 
     def handle_hang(self, hang: hang_watch.Hang) -> AttemptFacts:
-        """Stacks of every process of the Ray step on every node, then the step stopped and whatever is left of it
-        ended for certain (SIGCONT, SIGTERM, SIGKILL); the nodes the dumps point at, or where a process survived
-        SIGKILL, are bad."""
+        """Dump every process's stacks of the Ray step on every node, stop the step and end what is left (SIGCONT,
+        SIGTERM, SIGKILL); the nodes the dumps point at, or where a process survived SIGKILL, are bad."""
         folder = self.attempt_dir / HANG_FOLDER
         self.hang_detected_at = time.time()
         self.log(f"{hang.describe()}: {hang.details()}; saving the stacks of the Ray step's processes on every node "

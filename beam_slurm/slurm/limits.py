@@ -148,9 +148,8 @@ class AccountingLimits:
 
 
 def association_limits(shape: JobShape, partition: str, user: str | None = None) -> tuple[AccountingLimits | None, str]:
-    """The user's association for the job's account (the user's default account when it names none) and partition
-    (a partition's own association first), and the QOS the job runs under (its --qos, else the association's
-    default QOS, else 'normal')."""
+    """The user's association for the job's account (the user's default account when it names none) and partition (a
+    partition's own association first), and the job's QOS (its --qos, else the association's default, else 'normal')."""
     user = user or os.environ.get("USER") or getpass.getuser()
     fields = ("Account", "User", "Partition", "MaxWall", "MaxTRES", "DefaultQOS")
     rows = [r for r in scheduler.accounting_rows("assoc", fields, ["where", f"user={user}"]) if r["User"] == user]

@@ -82,9 +82,8 @@ def cancel(*job_ids: str | int) -> None:
 
 
 def update_excluded_nodes(job_id: str | int, nodes: Sequence[str]) -> None:
-    """Set the job's ExcNodeList (`scontrol update JobId=<id> ExcNodeList=a,b`). Slurm accepts it only while the job
-    is pending or requeued and completing, and the list replaces the whole earlier one. Run right after the batch
-    shell's own requeue, while Slurm signals the batch step: the command ignores SIGTERM."""
+    """Set the job's ExcNodeList (replacing the earlier one); Slurm accepts it only while the job is pending or requeued
+    and completing. Run right after the batch shell's requeue, while Slurm signals the batch step: ignores SIGTERM."""
     _run(["scontrol", "update", f"JobId={job_id}", f"ExcNodeList={','.join(nodes)}"], survive_sigterm=True)
 
 
@@ -136,10 +135,10 @@ QUEUE_FIELDS = ("JobID", "State", "Reason", "TimeUsed", "NodeList", "RestartCnt"
 
 
 def squeue_rows() -> list[dict[str, str]]:
-    """Every job the controller still knows, in any state, as {field: value} over QUEUE_FIELDS: ONE squeue call
-    however many jobs a caller wants (it filters the rows). Not `--jobs=<ids>`: with two or more ids squeue loads
-    every job from the controller anyway and filters on the client, with exactly one a job the controller forgot
-    fails the whole call; and the pending jobs waiting on a job (`dependents_from`) are in the same answer."""
+    """Every job the controller still knows, in any state, as {field: value} over QUEUE_FIELDS, in ONE squeue call
+    (callers filter). Not `--jobs=<ids>`: with two or more ids squeue loads every job anyway and filters on the client,
+    with one a job the controller forgot fails the call; and jobs waiting on a job (`dependents_from`) are in the same
+    answer."""
     fmt = ",".join(f"{name}:|" for name in QUEUE_FIELDS)
     out = _run(["squeue", "--noheader", "--states=all", "-O", fmt])
     rows = ([p.strip() for p in line.split("|")] for line in out.splitlines())
@@ -240,9 +239,8 @@ def allocation_from_env(environ: Mapping[str, str] | None = None) -> AllocationI
 
 def srun_per_node(nodes: int, command: Sequence[str], *, cpus_per_task: int = 0, gpus_per_node: int = 0,
                   kill_on_bad_exit: bool = True, job_name: str = "", extra_args: Sequence[str] = ()) -> list[str]:
-    """argv of one srun step running `command` once on each of `nodes` nodes of the current allocation. It asks for
-    every CPU and GPU of the node explicitly: a step gets one CPU per task by default, and under task/cgroup that one
-    CPU would be all Ray could use."""
+    """argv of one srun step running `command` once on each of `nodes` nodes, asking for every CPU and GPU of the node:
+    by default a step gets one CPU per task, which under task/cgroup is all Ray could use."""
     optional = [(cpus_per_task > 0, f"--cpus-per-task={cpus_per_task}"),
                 (gpus_per_node > 0, f"--gpus-per-node={gpus_per_node}"), (bool(job_name), f"--job-name={job_name}")]
     return ["srun", f"--nodes={nodes}", f"--ntasks={nodes}", "--ntasks-per-node=1",

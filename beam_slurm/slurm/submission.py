@@ -120,9 +120,8 @@ def effective_options(request: SbatchRequest, environ: Mapping[str, str] | None 
 
 
 def submission_environment(environ: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The environment for sbatch: the caller's, minus the SLURM_* of an enclosing job. Submitting from inside a job
-    (the training job submits evaluation jobs) would otherwise hand the parent's SLURM_MEM_PER_NODE,
-    SLURM_CPUS_PER_TASK etc. to sbatch and to the child, which then mis-sizes its steps."""
+    """The caller's environment minus an enclosing job's SLURM_* (the training job submits evaluation jobs): its
+    SLURM_MEM_PER_NODE, SLURM_CPUS_PER_TASK etc. would reach sbatch and the child and mis-size its steps."""
     environ = dict(os.environ if environ is None else environ)
     inside = bool(environ.get("SLURM_JOB_ID"))
     return {k: v for k, v in environ.items() if not (inside and k.startswith("SLURM_")) or k == "SLURM_CONF"}

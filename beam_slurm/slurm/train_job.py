@@ -17,9 +17,8 @@ from beam_slurm.slurm.job_settings import TrainJobSettings, job_settings, load_j
 
 
 def run(settings: TrainJobSettings, rebuild: Callable[[], TrainJobSettings] | None = None) -> int:
-    """Validate, then run attempts inside the current allocation: the first, and a restart in the same allocation
-    each time the requeue policy says so (`rebuild` makes the settings again, so the driver resumes); the job's
-    exit status."""
+    """Validate, then run attempts in the current allocation: the first, and a restart in it each time the requeue
+    policy says so (`rebuild` makes the settings again, so the driver resumes); the job's exit status."""
     if problems := settings.problems():
         ConfigError(problems).report()
         return 2
