@@ -1,16 +1,15 @@
 """One attempt of the training job, in the batch shell: preflight on every node, the Ray step in the background (one
 `srun` over all nodes, `python -m beam_slurm.ray_cluster.node -- DRIVER...`, the driver on the head), then waiting. A
-notice - the pre-timeout signal (`#SBATCH --signal=B:USR1@N`, delivered to this shell only), SIGTERM (preemption) or
-USR2 (`beam-slurm requeue|stop`, after writing the wanted outcome into the run record) - starts the save sequence: the
-trainer is asked to save at the next step boundary (`notice.request_save`), the shell waits up to `grace_s` for its
-acknowledgement (`notice.saved_since`) or the run's own end, then stops the Ray step (SIGTERM through Slurm to every
-node). A SIGTERM (or the Ray step's death) is checked against what Slurm is doing to the job (`scontrol show job`): a
-`scontrol requeue` or `scancel` signals every step at once, so there is nothing to save and, for a requeue, nothing to
-ask: the job is already requeued.
+notice (USR1 before the time limit from `#SBATCH --signal=B:USR1@N`, to this shell only; SIGTERM: preemption; USR2:
+`beam-slurm requeue|stop`, after writing the wanted outcome into the run record) starts the save sequence: ask the
+trainer to save at the next step boundary (`notice.request_save`), wait up to `grace_s` for its acknowledgement
+(`notice.saved_since`) or the run's end, then stop the Ray step (SIGTERM through Slurm to every node). A SIGTERM or the
+Ray step's death is checked against `scontrol show job`: a `scontrol requeue` or `scancel` signals every step at once,
+so there is nothing to save and, for a requeue, nothing to ask.
 
-The attempt's facts then go to `requeue_policy.decide`, whose decision this module carries out (`scontrol requeue`, the
-excluded nodes, or the exit status). Every attempt's start and end, the bad nodes and the job's outcome go to the run
-record (`beam_slurm.core.run_record`); its logs to `<log_dir>/<jobid>-<attempt>/`."""
+The facts then go to `requeue_policy.decide`, whose decision this module carries out (`scontrol requeue`, the excluded
+nodes, or the exit status). Each attempt's start and end, the bad nodes and the job's outcome go to the run record
+(`beam_slurm.core.run_record`); its logs to `<log_dir>/<jobid>-<attempt>/`."""
 
 from __future__ import annotations
 

@@ -1,9 +1,7 @@
 """How an attempt of the training job ends: requeue, finish, stop or fail. Pure decisions over what the attempt recorded
 (no Slurm, no files, no clock), so each rule reads top to bottom and is tested in milliseconds; `attempt.Attempt`
 gathers the facts, asks `decide` (and `stop_waiting_for_save` while a notice is handled) and carries the decision out.
-End kinds (`Decision.end_kind`, one per attempt in `beam-slurm status`, told in README's "End reasons"): finished,
-notice, operator-requeue, stopped, slurm-requeue, preempted, cancelled, time-limit, node-failure, hang, preflight,
-driver-error, setup-error, and storage-full (a save found the checkpoint storage full: ended, never requeued).
+End kinds (`Decision.end_kind`): README's "End reasons".
 
 A node failure, a hang or a preflight failure on some nodes restarts in the job (`Decision.restart_in_job`: a new Ray
 step in the same allocation, from the latest checkpoint) while the allocation keeps enough usable nodes (spares first,
