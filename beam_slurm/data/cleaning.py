@@ -3,14 +3,12 @@
 The rule (SkyRL examples/algorithms/dapo/data_preprocess_dapo_aime.py, written there with pandas + polars):
   1. drop exact duplicates on (data_source, prompt, ability, reward_model);
   2. drop every row whose prompt carries more than one distinct reward_model among the remaining rows.
-SkyRL keeps an arbitrary row of each duplicate group in arbitrary order; we keep the first occurrence, in input
-order, so the output is deterministic (the same rows as polars `unique(keep="first", maintain_order=True)`).
-
-Two passes, one batch in memory at a time: pass 1 reads the key columns only and gives every string a small id
-per column (Arrow's index_in finds known ones, so only new strings reach Python; past 64 MB a column remembers
-strings by a 128-bit BLAKE2b digest, a collision ~1e-26 likely), so each row's key becomes a short code equal
-exactly when the keys are; first occurrences go to a small candidates file. Pass 2 takes the kept rows by row
-number and writes them in input order."""
+SkyRL keeps an arbitrary row of each duplicate group in arbitrary order; we keep the first occurrence, in input order,
+so the output is deterministic (the same rows as polars `unique(keep="first", maintain_order=True)`). Two passes, one
+batch in memory at a time: pass 1 reads the key columns only and gives every string a small id per column (Arrow's
+index_in finds known ones, so only new strings reach Python; past 64 MB a column remembers strings by a 128-bit BLAKE2b
+digest, a collision ~1e-26 likely), so each row's key becomes a short code equal exactly when the keys are; first
+occurrences go to a small candidates file. Pass 2 takes the kept rows by row number and writes them in input order."""
 
 from __future__ import annotations
 
