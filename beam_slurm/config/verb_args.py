@@ -2,11 +2,11 @@
 
     beam-slurm <verb> [--flags] [INPUT ...] [key=value ...]
 
-Settings are recipe keys, composed through Hydra (defaults and docstrings live in `beam_slurm/config/schema.py`
-only); `--flags` are for what is not a setting and for the verb's inputs; `--help` names the sections the verb reads
-and `--help-keys [SECTION]` lists their keys with the values of the recipe given.
-Every message starts with `beam-slurm <verb>: `; bad input exits 2 before anything runs. Old flags that carried a
-setting still work for one release, each printing the key to use instead."""
+Settings are recipe keys, composed through Hydra (defaults and docstrings live in `beam_slurm/config/schema.py` only);
+`--flags` are for what is not a setting and for the verb's inputs; `--help` names the sections the verb reads and
+`--help-keys [SECTION]` lists their keys with the values of the recipe given. Every message starts with `beam-slurm
+<verb>: `; bad input exits 2 before anything runs. Old flags that carried a setting still work for one release, each
+printing the key to use instead."""
 
 from __future__ import annotations
 
@@ -342,9 +342,9 @@ def _plain(cell) -> str:
 
 
 def fit_columns(table: Table, width: int) -> bool:
-    """Fix the widths of a `verb_table` wider than `width`: each column at least its longest word (no_wrap columns
-    their longest cell), the room left to the columns with the longest text, so text wraps at spaces instead of
-    splitting "COMPLETED". False when no widths keep every word whole (then rich folds them as it likes)."""
+    """Fix the widths of a `verb_table` wider than `width`: each column at least its longest word (no_wrap columns their
+    longest cell), the room left to the columns with the longest text, so text wraps at spaces instead of splitting
+    "COMPLETED". False when no widths keep every word whole (rich then folds them)."""
     lines = [[line for cell in (column.header, *column.cells) for line in _plain(cell).split("\n")]
              for column in table.columns]
     natural = [max(map(len, cells)) for cells in lines]

@@ -151,9 +151,9 @@ def run_tasks(specs: list[TaskSpec], log: Callable[[str], None] = print) -> dict
 
 @contextlib.contextmanager
 def notice_for_this_process_only() -> Any:
-    """Keep submitit's notice (USR2) from the processes this task starts, and let it reach this one: vLLM's engine
-    and the grading workers would die of it before this process requeues. Children inherit the blocked mask; a
-    thread started before the block keeps it deliverable."""
+    """Keep submitit's notice (USR2) from the processes this task starts (vLLM's engine and the grading workers would
+    die of it before this process requeues), and let it reach this one. Children inherit the blocked mask; a thread
+    started before the block keeps it deliverable."""
     notice = submitit.slurm.slurm.SlurmJobEnvironment.USR_SIG
     if isinstance(notice, str):
         notice = getattr(signal, notice if notice.startswith("SIG") else f"SIG{notice}")

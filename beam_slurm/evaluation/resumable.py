@@ -1,4 +1,5 @@
-"""One evaluation task (a checkpoint on one dataset, for one or several k), resumable at every chunk.
+"""One evaluation task (a checkpoint on one dataset, for one or several k), resumable at every chunk: killed at any
+point, it keeps every chunk it finished; run again, it generates and grades only what is missing.
 
 Layout in an evaluation folder (``<export_path>/beam_evals/global_step_N/``, or ``--out``):
 
@@ -7,9 +8,7 @@ Layout in an evaluation folder (``<export_path>/beam_evals/global_step_N/``, or 
                                        responses to the same store, a smaller k reads the first k.
     tasks/<dataset>-k<k>-<task id>/    one task key's results; ``metrics.json`` there marks it finished.
     metrics.json, grades.jsonl, ...    the view `report` and `status` read: per dataset, the finished task with the
-                                       largest k.
-
-A task killed at any point keeps every chunk it finished; run again, it generates and grades only what is missing."""
+                                       largest k."""
 
 from __future__ import annotations
 

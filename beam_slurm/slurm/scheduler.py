@@ -135,10 +135,9 @@ QUEUE_FIELDS = ("JobID", "State", "Reason", "TimeUsed", "NodeList", "RestartCnt"
 
 
 def squeue_rows() -> list[dict[str, str]]:
-    """Every job the controller still knows, in any state, as {field: value} over QUEUE_FIELDS, in ONE squeue call
-    (callers filter). Not `--jobs=<ids>`: with two or more ids squeue loads every job anyway and filters on the client,
-    with one a job the controller forgot fails the call; and jobs waiting on a job (`dependents_from`) are in the same
-    answer."""
+    """Every job the controller still knows, any state, as {field: value} over QUEUE_FIELDS, in ONE squeue call. Not
+    `--jobs=<ids>`: with two or more ids squeue loads every job anyway and filters on the client, with one a job the
+    controller forgot fails the call; and jobs waiting on a job (`dependents_from`) are in the same answer."""
     fmt = ",".join(f"{name}:|" for name in QUEUE_FIELDS)
     out = _run(["squeue", "--noheader", "--states=all", "-O", fmt])
     rows = ([p.strip() for p in line.split("|")] for line in out.splitlines())
