@@ -61,7 +61,6 @@ def problems(cfg) -> list[ConfigProblem]:
     def bad(key: str, value, fix: str) -> None:
         out.append(ConfigProblem(key, value, fix))
 
-    # --- choices and names -------------------------------------------------------------------------------------
     for key, choices in (("precision", PRECISIONS), ("trainer.backend", RECIPE_BACKENDS)):
         if value_at(cfg, key) not in choices:
             bad(key, value_at(cfg, key), f"use one of {', '.join(choices)}")
@@ -80,7 +79,6 @@ def problems(cfg) -> list[ConfigProblem]:
     if cfg.checkpoint.resume_mode not in RESUME_MODES:
         bad("checkpoint.resume_mode", cfg.checkpoint.resume_mode, f"use one of {', '.join(RESUME_MODES)} (env RESUME_MODE)")
 
-    # --- sizes and ranges --------------------------------------------------------------------------------------
     for key in ("cluster.nodes", "cluster.gpus_per_node", "max_training_steps", "checkpoint.interval", "eval.interval",
                 "eval.responses_per_problem", "batch.prompts_per_step", "batch.mini_batches",
                 "megatron.tensor_parallel", "megatron.pipeline_parallel", "megatron.context_parallel",
@@ -124,7 +122,6 @@ def problems(cfg) -> list[ConfigProblem]:
         if getattr(cfg.cluster, key) < 0:
             bad(f"cluster.{key}", getattr(cfg.cluster, key), fix)
 
-    # --- time limit and the notice window ----------------------------------------------------------------------
     try:
         limit = values.time_limit_seconds(cfg.cluster.time_limit)
     except values.SlurmValueError:
@@ -184,7 +181,6 @@ def problems(cfg) -> list[ConfigProblem]:
                   for p in layout]
     out.extend(layout)
 
-    # --- combinations -----------------------------------------------------------------------------------------
     if cfg.precision == "mxfp8" and cfg.is_lora:
         bad("precision", cfg.precision, "MXFP8 is a full-parameter recipe: set lora.rank=0 or precision=bf16")
     if cfg.rollout.quantization not in (None, "mxfp8", "fp8"):
@@ -197,7 +193,6 @@ def problems(cfg) -> list[ConfigProblem]:
     elif cfg.checkpoint.resume_path:
         bad("checkpoint.resume_path", cfg.checkpoint.resume_path, "is only read with checkpoint.resume_mode=from_path")
 
-    # --- paths ------------------------------------------------------------------------------------------------
     needed = {"paths.model_path": ("MODEL_PATH", cfg.paths.model_path), "paths.data_dir": ("DATA_DIR", cfg.paths.data_dir)}
     if cfg.trainer.backend == "skyrl":
         needed["paths.skyrl_dir"] = ("SKYRL_DIR", cfg.paths.skyrl_dir)
@@ -263,7 +258,6 @@ def layout_problems(cfg, *, sizes_ok: bool = True) -> list[ConfigProblem]:
     def bad(key: str, value, fix: str) -> None:
         out.append(ConfigProblem(key, value, fix))
 
-    # --- parallelism ------------------------------------------------------------------------------------------
     m = cfg.megatron
     if cfg.trainer.placement_colocated:
         if cfg.trainer.rollout_nodes:

@@ -36,8 +36,6 @@ from beam_slurm.core.errors import UserError
 EXIT_USAGE = 2
 
 
-# --- the schema's keys, defaults and docstrings -------------------------------------------------------------------
-
 @dataclass(frozen=True)
 class SchemaKey:
     """One leaf setting of the recipe."""
@@ -123,8 +121,6 @@ def sections_help(verb: str, keys: Sequence[str], width: int = 100) -> str:
                                subsequent_indent=" " * 29)
     return "\n".join(lines)
 
-
-# --- the parser ---------------------------------------------------------------------------------------------------
 
 class VerbUsageError(UserError):
     """Bad command-line input of a verb; printed after the verb's prefix, exit status 2."""

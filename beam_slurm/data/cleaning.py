@@ -232,8 +232,7 @@ def clean_dapo_files(files: list[Path], destination: Path, *, where: str, batch_
                             encode_rows(batch.column("ability"), interners, "ability"), encoded_reward, _EMPTY)
                         codes = pc.dictionary_encode(key)
                         indices = codes.indices
-                        # Codes are numbered by first appearance, so a row is a first occurrence in this batch
-                        # exactly when its code exceeds every code before it.
+                        # Codes number by first appearance: a first occurrence has a code above all before it.
                         running_max = pc.cumulative_max(indices)
                         previous_max = pa.concat_arrays([pa.array([-1], indices.type),
                                                          running_max.slice(0, len(indices) - 1)])

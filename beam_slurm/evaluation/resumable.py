@@ -80,8 +80,7 @@ def _locked(path: Path) -> Iterator[None]:
 
 
 def _read_jsonl(path: Path) -> list[dict[str, Any]]:
-    # Rows end with "\n" only: str.splitlines would also split inside a response at characters JSON leaves raw
-    # (U+2028, U+0085, U+001C ...), which models do write.
+    # Rows end with "\n" only: str.splitlines also splits at chars JSON leaves raw in responses (U+2028, U+0085, ...).
     return [json.loads(line) for line in path.read_text(encoding="utf-8").split("\n") if line.strip()]
 
 

@@ -268,8 +268,7 @@ class Attempt:
             self.nodes, [*self.launcher.hook.command_prefix, self.settings.python, "-m",
                          "beam_slurm.ray_cluster.hang_dump", "--dir", str(folder), "--job", str(self.alloc.job_id),
                          "--step", step_id, *(["--end"] if end else [])],
-            # --overlap shares the Ray step's CPUs; --mem=0 its memory (else: "Memory required by task is not
-            # available" while the Ray step holds all of it).
+            # --overlap shares Ray's CPUs; --mem=0 its memory (else "Memory required by task is not available").
             kill_on_bad_exit=False, job_name=DUMP_STEP,
             extra_args=["--overlap", "--mem=0", *self.launcher.placement_args()])
         try:
