@@ -96,10 +96,9 @@ class StringInterner:
 
 
 def encode_rows(array: pa.Array, interners: dict[str, StringInterner], path: str) -> pa.Array:
-    """One short string per row, equal for two rows exactly when their values are equal (a prefix-free code).
-
-    null -> "N"; string -> "I<interned id>;"; number/bool -> "V<text>;"; struct -> "T" + its fields' codes; list ->
-    "L<count>:" + its elements' codes. Each string column (`path`) has its own interner."""
+    """One short string per row, equal for two rows exactly when their values are (a prefix-free code): null -> "N";
+    string -> "I<interned id>;"; number/bool -> "V<text>;"; struct -> "T" + its fields' codes; list -> "L<count>:" + its
+    elements' codes. Each string column (`path`) has its own interner."""
     type_ = array.type
     if pa.types.is_null(type_):
         return pa.array(["N"] * len(array), pa.large_string())

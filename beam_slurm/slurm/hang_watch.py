@@ -143,9 +143,8 @@ class DumpedProcess:
 
 
 def suspects(processes: list[DumpedProcess]) -> tuple[list[str], str]:
-    """Nodes the dumps point at, and why. A stopped (T) or uninterruptible (D) process is a suspect by itself; else,
-    among processes of one role on several nodes, the one whose innermost frame is unlike all the others' (where
-    the others wait alike), comparing Ray's workers only."""
+    """Nodes the dumps point at, and why: a stopped (T) or uninterruptible (D) process; else, among Ray workers of one
+    role on several nodes, the one whose innermost frame is unlike the others' (which wait alike)."""
     frozen = [p for p in processes if p.state in ("T", "t", "D")]
     if frozen:
         return sorted({p.node for p in frozen}), ", ".join(
