@@ -32,8 +32,7 @@ _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)
 
 def expand_output(pattern: str, fields: Mapping[str, str]) -> str:
     """A `--output` pattern as Slurm expands it: %j job id, %A array job id, %a task id, %x job name, %u user, %N batch
-    host, %% a percent sign, %4j pads with zeros; a backslash turns expansion off. A symbol without a value in `fields`
-    stays as written."""
+    host, %% a percent sign, %4j pads with zeros; a backslash turns it off; a symbol with no value in `fields` stays."""
     if "\\" in pattern:
         return pattern.replace("\\", "")
 
@@ -81,8 +80,7 @@ def submitted_command(job) -> str:
 
 def batch_log_candidates(job, facts: Mapping[str, str]) -> list[tuple[Path, str]]:
     """Where the batch log is, best first, with who said so: Slurm's StdOut (scontrol; sacct where kept), the one the
-    job recorded at its start, the --output of the submit line (sacct) or of the run's sbatch, then sbatch's defaults in
-    the working folder."""
+    job recorded at its start, the submit line's --output (sacct) or the run's sbatch, then sbatch's defaults."""
     command, submitted = sbatch_options(submitted_command(job)), sbatch_options(facts.get("SubmitLine", ""))
     name = facts.get("JobName") or command.get("job-name") or job.run.run_name
     fields = pattern_fields(job.job_id, facts, name)

@@ -104,10 +104,9 @@ def preempted(preempt_time: str | None) -> bool:
 
 def slurm_end_of(*, job_state: str, restarts: int, restart_count: int, preempt_time: str, time_left_s: float | None,
                  reason: str) -> str | None:
-    """What Slurm is doing to the job, from `scontrol show job` right after a SIGTERM or the Ray step's death:
-    'requeued' (Restarts above this attempt's count: `scontrol requeue`), 'preempted' (PreemptTime set), 'time limit'
-    (Reason=TimeLimit, or no time left of TimeLimit - RunTime), 'cancelled' (completing otherwise: `scancel`), or None
-    (it runs on)."""
+    """What Slurm is doing to the job (`scontrol show job` right after a SIGTERM or the Ray step's death): 'requeued'
+    (Restarts above this attempt's count), 'preempted' (PreemptTime set), 'time limit' (Reason=TimeLimit, or no time
+    left of TimeLimit - RunTime), 'cancelled' (completing otherwise: `scancel`), or None."""
     state = (job_state or "").split()[0] if job_state else ""
     if restarts > restart_count or state in ("REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "PENDING"):
         return "requeued"
