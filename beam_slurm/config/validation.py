@@ -251,8 +251,7 @@ def unusable_text_problems(cfg) -> list[ConfigProblem]:
 
 
 def layout_problems(cfg, *, sizes_ok: bool = True) -> list[ConfigProblem]:
-    """Placement, parallelism and SkyRL's batch arithmetic: what changes when a recipe is scaled out. The
-    divisibility rules are checked only when `sizes_ok` (the sizes are positive)."""
+    """Placement, parallelism and SkyRL's batch arithmetic; divisibility only when `sizes_ok` (sizes positive)."""
     out: list[ConfigProblem] = []
 
     def bad(key: str, value, fix: str) -> None:

@@ -2,11 +2,10 @@
 
     beam-slurm <verb> [--flags] [INPUT ...] [key=value ...]
 
-Settings are recipe keys, composed through Hydra (defaults and docstrings live in `beam_slurm/config/schema.py` only);
-`--flags` are for what is not a setting and for the verb's inputs; `--help` names the sections the verb reads and
-`--help-keys [SECTION]` lists their keys with the values of the recipe given. Every message starts with `beam-slurm
-<verb>: `; bad input exits 2 before anything runs. Old flags that carried a setting still work for one release, each
-printing the key to use instead."""
+Settings are recipe keys, composed through Hydra; `--flags` are for what is not a setting and for the verb's inputs;
+`--help` names the sections the verb reads and `--help-keys [SECTION]` lists their keys with the values of the recipe
+given. Every message starts with `beam-slurm <verb>: `; bad input exits 2 before anything runs. Old flags that carried a
+setting still work for one release, each printing the key to use instead."""
 
 from __future__ import annotations
 

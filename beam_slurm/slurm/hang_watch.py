@@ -1,9 +1,8 @@
 """The hang watchdog's rules: how long each phase of training may go without a heartbeat, whether it has, and which node
-the stack dumps point at. Pure functions over numbers, heartbeats and dump texts (no Slurm, no clock). A stuck
-collective or engine leaves every process alive and Ray content: the trainer writes a heartbeat at each phase change
-(`beam_slurm.skyrl.progress`) and the batch shell ends the attempt as a hang (`attempt.Attempt.handle_hang`) when a
-phase is silent past its limit. Phases known to be long get an allowance on top: bring-up and model load and the
-attempt's first step, a save, an evaluation."""
+the stack dumps point at; pure functions (no Slurm, no clock). A stuck collective or engine leaves every process alive
+and Ray content: the trainer writes a heartbeat at each phase change (`beam_slurm.skyrl.progress`) and the batch shell
+ends the attempt as a hang (`attempt.Attempt.handle_hang`) when a phase is silent past its limit. Phases known to be
+long get an allowance on top: bring-up and model load and the attempt's first step, a save, an evaluation."""
 
 from __future__ import annotations
 

@@ -185,8 +185,7 @@ class LimitsAnswer:
 
 
 def check_job(shape: JobShape) -> LimitsAnswer:
-    """Every limit the job breaks. With a list of partitions the job breaks a partition's limits only when it breaks
-    them in each (Slurm starts it in the first that can)."""
+    """Limits the job breaks; of several partitions, those broken in each (Slurm starts it in the first that can)."""
     partitions: list[PartitionLimits] = []
     unread: list[str] = []
     for name in shape.partitions or ("",):

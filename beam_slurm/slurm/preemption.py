@@ -1,5 +1,5 @@
 """How a preemption reaches a job on this cluster, read from Slurm itself (`plan`'s notice lines): `scontrol show
-config`, `scontrol show partition -o` and `sacctmgr show qos`, each one command with a timeout.
+config`, `scontrol show partition -o` and `sacctmgr show qos`.
 
 Seen on the sandbox (Slurm 22.05, GraceTime 20 s, KillWait 10 s): with preempt_send_user_signal and the job's
 `--signal=B:USR1@N`, the batch shell gets USR1 at once (our notice, so the save has the grace time); at its end the

@@ -136,8 +136,7 @@ def failed_node(failure: dict | None, head: str | None) -> str | None:
 
 
 def no_progress_streak(attempts: list[Attempt]) -> int:
-    """Attempts at the end of `attempts` (run-record entries, oldest first) that counted against progress, in a row;
-    an attempt that progressed, or whose end does not count, ends the streak."""
+    """Attempts in a row at the end of `attempts` (run-record entries, oldest first) that counted against progress."""
     return next((i for i, entry in enumerate(reversed(attempts)) if not entry.counts_against_progress), len(attempts))
 
 

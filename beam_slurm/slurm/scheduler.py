@@ -18,8 +18,7 @@ class SlurmCommandError(RuntimeError):
 
 
 def _run(argv: Sequence[str], timeout_s: float = 60.0, *, survive_sigterm: bool = False) -> str:
-    """Run one Slurm command; `survive_sigterm`: the command ignores SIGTERM (a command the batch shell runs while
-    Slurm is ending the job, which signals every process of the batch step)."""
+    """Run a Slurm command; `survive_sigterm`: ignore SIGTERM (sent to the batch step while Slurm ends the job)."""
     try:
         ignore_sigterm = (lambda: signal.signal(signal.SIGTERM, signal.SIG_IGN)) if survive_sigterm else None
         done = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout_s, check=False,
