@@ -1,9 +1,8 @@
 """On-disk layout of an evaluation's results, shared by `beam-slurm grade`, the evaluate stage and the report.
 
 One evaluation lives in ``<export_path>/beam_evals/global_step_<N>/``: grades.jsonl (and .parquet), details.json,
-info.json (the caller's ``extra``) and metrics.json, written last so it marks a finished evaluation. A rehearsal
-export's evaluation (its model folder holds ``rehearsal.json``: the base weights) is marked ``"rehearsal": true`` in
-info.json and every metrics entry, so it never passes for that step's result."""
+info.json (the caller's ``extra``) and metrics.json, written last to mark it finished. A rehearsal export's evaluation
+(``rehearsal.json`` in its model folder: base weights) has ``"rehearsal": true`` in info.json and each metrics entry."""
 
 from __future__ import annotations
 

@@ -67,8 +67,8 @@ def time_left_s(info: dict[str, str]) -> float | None:
 
 
 def process_start_time() -> float:
-    """When this process started (Linux: its start in clock ticks since boot), so the bring-up timing counts the
-    interpreter's start and the recipe's loading; now, where /proc does not tell."""
+    """When this process started (Linux: from /proc, in clock ticks since boot), so bring-up timing counts the
+    interpreter's start and the recipe's loading; else now."""
     try:
         ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
         uptime = float(Path("/proc/uptime").read_text().split()[0])

@@ -3,8 +3,7 @@ QOS's and association's (`sacctmgr`). `sbatch --test-only` repeats only the subm
 and MaxNodes are refused there only with EnforcePartLimits, QOS and association limits only with
 AccountingStorageEnforce=limits and DenyOnLimit. Elsewhere Slurm accepts a job that then waits for ever (Reason
 PartitionTimeLimit, PartitionNodeLimit, QOSMaxWallDurationPerJobLimit, AssocMaxNodesPerJobLimit, ...): hence the limits
-read here, QOS and association ones where the controller enforces them (AccountingStorageEnforce has `limits` or
-`safe`), only the user's own association."""
+read here, QOS and association ones where the controller enforces them, only the user's own association."""
 
 from __future__ import annotations
 
