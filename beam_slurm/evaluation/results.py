@@ -2,7 +2,8 @@
 
 One evaluation lives in ``<export_path>/beam_evals/global_step_<N>/``: grades.jsonl (and .parquet), details.json,
 info.json (the caller's ``extra``) and metrics.json, written last to mark it finished. A rehearsal export's evaluation
-(``rehearsal.json`` in its model folder: base weights) has ``"rehearsal": true`` in info.json and each metrics entry."""
+(``rehearsal.json`` in its model folder) has ``"rehearsal": true`` in info.json and each metrics entry: never a step's
+result."""
 
 from __future__ import annotations
 
