@@ -287,7 +287,6 @@ def layout_problems(cfg, *, sizes_ok: bool = True) -> list[ConfigProblem]:
                 f"{engines} engines x {cfg.gpus_per_engine} GPUs do not fit the {cfg.rollout_gpus} rollout GPUs "
                 "(trainer.rollout_nodes x gpus_per_node)")
 
-    # --- batch arithmetic, as SkyRL checks it -----------------------------------------------------------------
     b = cfg.batch
     if sizes_ok and cfg.data_parallel:
         if b.prompts_per_step % b.mini_batches:

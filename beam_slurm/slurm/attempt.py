@@ -134,7 +134,6 @@ class Attempt:
                    "TORCH_NCCL_DUMP_ON_TIMEOUT": "1",
                    "TORCH_NCCL_DEBUG_INFO_TEMP_FILE": str(self.attempt_dir / HANG_FOLDER / "nccl_trace_rank_"), **env}
         if self.alloc.restart_count > 0 or self.in_job > 0:
-            # A requeued or restarted attempt continues from the last complete checkpoint.
             env["RESUME_MODE"] = "latest"
         return env
 

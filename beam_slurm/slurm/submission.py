@@ -158,7 +158,6 @@ class SlurmAnswer:
 _UNREACHABLE = ("Unable to contact slurm controller", "Socket timed out", "Zero Bytes were transmitted",
                 "Connection refused", "Unable to establish", "configuration file", "ClusterName", "s_p_parse_file")
 """Answers that say Slurm could not be asked (no controller, no configuration here), not that it refused."""
-# What a refusal names -> the setting that changes it.
 REFUSAL_SETTINGS = (("partition", "cluster.partition"), ("account", "cluster.account"), ("qos", "cluster.qos"),
                     ("time limit", "cluster.time_limit"), ("memory", "cluster.mem_per_node"),
                     ("node configuration", "cluster.nodes or cluster.gpus_per_node"),
