@@ -43,11 +43,8 @@ def hydra_value(value: Any) -> str:
 
 
 def escape_interpolation(text: str) -> str:
-    r"""`text` with every `${` escaped, so OmegaConf reads it as literal text rather than a reference.
-
-    OmegaConf reads `\${` as a literal `${`, and 2n backslashes before `${` as n backslashes followed by a
-    reference; so n backslashes before a literal `${` are written as 2n + 1.
-    """
+    r"""`text` with every `${` escaped, so OmegaConf reads it as literal text: it reads `\${` as a literal `${`, and 2n
+    backslashes before `${` as n backslashes and a reference, so n backslashes before a literal `${` become 2n + 1."""
     return re.sub(r"(\\*)\$\{", lambda m: "\\" * (2 * len(m.group(1)) + 1) + "${", text)
 
 

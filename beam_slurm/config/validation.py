@@ -1,9 +1,8 @@
 """Every check that can fail before a GPU is held: parallelism, batch arithmetic, ranges, paths, combinations.
 
-Each problem names the key, the value and the fix; `validate_config` raises one ConfigError with all of them.
-The batch rules mirror the ones SkyRL enforces at start-up, so a bad recipe fails here in a second instead of
-after an allocation of 64 GPUs came up.
-"""
+Each problem names the key, the value and the fix; `validate_config` raises one ConfigError with all of them. The batch
+rules mirror the ones SkyRL enforces at start-up, so a bad recipe fails here in a second instead of after an allocation
+of 64 GPUs came up."""
 
 from __future__ import annotations
 
@@ -62,7 +61,6 @@ def problems(cfg) -> list[ConfigProblem]:
     def bad(key: str, value, fix: str) -> None:
         out.append(ConfigProblem(key, value, fix))
 
-    # --- choices and names -------------------------------------------------------------------------------------
     for key, choices in (("precision", PRECISIONS), ("trainer.backend", RECIPE_BACKENDS)):
         if value_at(cfg, key) not in choices:
             bad(key, value_at(cfg, key), f"use one of {', '.join(choices)}")
@@ -81,7 +79,6 @@ def problems(cfg) -> list[ConfigProblem]:
     if cfg.checkpoint.resume_mode not in RESUME_MODES:
         bad("checkpoint.resume_mode", cfg.checkpoint.resume_mode, f"use one of {', '.join(RESUME_MODES)} (env RESUME_MODE)")
 
-    # --- sizes and ranges --------------------------------------------------------------------------------------
     for key in ("cluster.nodes", "cluster.gpus_per_node", "max_training_steps", "checkpoint.interval", "eval.interval",
                 "eval.responses_per_problem", "batch.prompts_per_step", "batch.mini_batches",
                 "megatron.tensor_parallel", "megatron.pipeline_parallel", "megatron.context_parallel",
@@ -125,7 +122,6 @@ def problems(cfg) -> list[ConfigProblem]:
         if getattr(cfg.cluster, key) < 0:
             bad(f"cluster.{key}", getattr(cfg.cluster, key), fix)
 
-    # --- time limit and the notice window ----------------------------------------------------------------------
     try:
         limit = values.time_limit_seconds(cfg.cluster.time_limit)
     except values.SlurmValueError:
@@ -185,7 +181,6 @@ def problems(cfg) -> list[ConfigProblem]:
                   for p in layout]
     out.extend(layout)
 
-    # --- combinations -----------------------------------------------------------------------------------------
     if cfg.precision == "mxfp8" and cfg.is_lora:
         bad("precision", cfg.precision, "MXFP8 is a full-parameter recipe: set lora.rank=0 or precision=bf16")
     if cfg.rollout.quantization not in (None, "mxfp8", "fp8"):
@@ -198,7 +193,6 @@ def problems(cfg) -> list[ConfigProblem]:
     elif cfg.checkpoint.resume_path:
         bad("checkpoint.resume_path", cfg.checkpoint.resume_path, "is only read with checkpoint.resume_mode=from_path")
 
-    # --- paths ------------------------------------------------------------------------------------------------
     needed = {"paths.model_path": ("MODEL_PATH", cfg.paths.model_path), "paths.data_dir": ("DATA_DIR", cfg.paths.data_dir)}
     if cfg.trainer.backend == "skyrl":
         needed["paths.skyrl_dir"] = ("SKYRL_DIR", cfg.paths.skyrl_dir)
@@ -257,14 +251,12 @@ def unusable_text_problems(cfg) -> list[ConfigProblem]:
 
 
 def layout_problems(cfg, *, sizes_ok: bool = True) -> list[ConfigProblem]:
-    """Placement, parallelism and SkyRL's batch arithmetic: what changes when a recipe is scaled out. The
-    divisibility rules are checked only when `sizes_ok` (the sizes are positive)."""
+    """Placement, parallelism and SkyRL's batch arithmetic; divisibility only when `sizes_ok` (sizes positive)."""
     out: list[ConfigProblem] = []
 
     def bad(key: str, value, fix: str) -> None:
         out.append(ConfigProblem(key, value, fix))
 
-    # --- parallelism ------------------------------------------------------------------------------------------
     m = cfg.megatron
     if cfg.trainer.placement_colocated:
         if cfg.trainer.rollout_nodes:
@@ -295,7 +287,6 @@ def layout_problems(cfg, *, sizes_ok: bool = True) -> list[ConfigProblem]:
                 f"{engines} engines x {cfg.gpus_per_engine} GPUs do not fit the {cfg.rollout_gpus} rollout GPUs "
                 "(trainer.rollout_nodes x gpus_per_node)")
 
-    # --- batch arithmetic, as SkyRL checks it -----------------------------------------------------------------
     b = cfg.batch
     if sizes_ok and cfg.data_parallel:
         if b.prompts_per_step % b.mini_batches:

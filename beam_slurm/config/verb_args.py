@@ -2,13 +2,10 @@
 
     beam-slurm <verb> [--flags] [INPUT ...] [key=value ...]
 
-Settings are recipe keys, composed through Hydra (defaults and docstrings live in `beam_slurm/config/schema.py`
-only); `--flags` are for what is not a setting and for the verb's inputs; `--help` names the sections the verb reads
-and `--help-keys [SECTION]` lists their keys with the values of the recipe given.
-Every message starts with `beam-slurm <verb>: `; bad input exits 2 before anything runs. Old flags that carried a
-setting still work for one release, each printing the key to use instead. A verb `<prefix>main` builds its parser
-with `<prefix>build_parser()` (or `build_parser(verb)`), as tests/config/test_verb_args.py does for every verb.
-"""
+Settings are recipe keys, composed through Hydra; `--flags` are for what is not a setting and for the verb's inputs;
+`--help` names the sections the verb reads and `--help-keys [SECTION]` lists their keys with the values of the recipe
+given. Every message starts with `beam-slurm <verb>: `; bad input exits 2 before anything runs. Old flags that carried a
+setting still work for one release, each printing the key to use instead."""
 
 from __future__ import annotations
 
@@ -37,8 +34,6 @@ from beam_slurm.core.errors import UserError
 
 EXIT_USAGE = 2
 
-
-# --- the schema's keys, defaults and docstrings -------------------------------------------------------------------
 
 @dataclass(frozen=True)
 class SchemaKey:
@@ -90,8 +85,7 @@ def _show_default(value: Any) -> str:
 
 
 def keys_help(keys: Sequence[str], cfg, width: int = 100) -> str:
-    """The block listing `keys` with their values in the recipe `cfg` and docstrings; a value that differs from
-    the schema's default names that default."""
+    """The block listing `keys` with their values in `cfg` and docstrings; a non-default value names the default."""
     known = schema_keys()
     lines = ["settings (key=value; values of the recipe given, defaults and meanings from beam_slurm/config/schema.py):"]
     for key in keys:
@@ -126,8 +120,6 @@ def sections_help(verb: str, keys: Sequence[str], width: int = 100) -> str:
                                subsequent_indent=" " * 29)
     return "\n".join(lines)
 
-
-# --- the parser ---------------------------------------------------------------------------------------------------
 
 class VerbUsageError(UserError):
     """Bad command-line input of a verb; printed after the verb's prefix, exit status 2."""
@@ -232,8 +224,7 @@ class VerbArgs:
                                              default=argparse.SUPPRESS, help=argparse.SUPPRESS)
 
     def parse(self, argv: Sequence[str]) -> Parsed:
-        """Split argv into flags and overrides. Raises VerbUsageError (report it with `fail`: exit 2); `--help` and
-        `--help-keys` exit 0."""
+        """Split argv into flags and overrides. Raises VerbUsageError (`fail`: exit 2); --help, --help-keys exit 0."""
         if any(word.split("=", 1)[0] == "--help-keys" for word in argv):  # as --help: no input is required
             for action in self.parser._actions:
                 action.required = False
@@ -346,9 +337,9 @@ def _plain(cell) -> str:
 
 
 def fit_columns(table: Table, width: int) -> bool:
-    """Fix the widths of a `verb_table` wider than `width`: each column at least its longest word (no_wrap columns
-    their longest cell), the room left to the columns with the longest text, so text wraps at spaces instead of
-    splitting "COMPLETED". False when no widths keep every word whole (then rich folds them as it likes)."""
+    """Fix the widths of a `verb_table` wider than `width`: each column at least its longest word (no_wrap columns their
+    longest cell), the room left to the columns with the longest text, so text wraps at spaces instead of splitting
+    "COMPLETED". False when no widths keep every word whole (rich then folds them)."""
     lines = [[line for cell in (column.header, *column.cells) for line in _plain(cell).split("\n")]
              for column in table.columns]
     natural = [max(map(len, cells)) for cells in lines]

@@ -1,6 +1,5 @@
-"""AIME problem sets with plain problem/answer columns (`problem` or `question`, `answer`), converted into the DAPO
-row format; answers become canonical integer strings ("025" -> "25") because the DAPO reward compares strings.
-"""
+"""AIME problem sets with plain problem/answer columns (`problem` or `question`, `answer`), converted into the DAPO row
+format; answers become canonical integer strings ("025" -> "25") because the DAPO reward compares strings."""
 
 from __future__ import annotations
 

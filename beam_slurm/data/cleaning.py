@@ -3,15 +3,12 @@
 The rule (SkyRL examples/algorithms/dapo/data_preprocess_dapo_aime.py, written there with pandas + polars):
   1. drop exact duplicates on (data_source, prompt, ability, reward_model);
   2. drop every row whose prompt carries more than one distinct reward_model among the remaining rows.
-SkyRL keeps an arbitrary row of each duplicate group in arbitrary order; we keep the first occurrence, in input
-order, so the output is deterministic (the same rows as polars `unique(keep="first", maintain_order=True)`).
-
-Two passes, one batch in memory at a time: pass 1 reads the key columns only and gives every string a small id
-per column (Arrow's index_in finds known ones, so only new strings reach Python; past 64 MB a column remembers
-strings by a 128-bit BLAKE2b digest, a collision ~1e-26 likely), so each row's key becomes a short code equal
-exactly when the keys are; first occurrences go to a small candidates file. Pass 2 takes the kept rows by row
-number and writes them in input order.
-"""
+SkyRL keeps an arbitrary row of each duplicate group in arbitrary order; we keep the first occurrence, in input order,
+so the output is deterministic (the same rows as polars `unique(keep="first", maintain_order=True)`). Two passes, one
+batch in memory at a time: pass 1 reads the key columns only and gives every string a small id per column (Arrow's
+index_in finds known ones, so only new strings reach Python; past 64 MB a column remembers strings by a 128-bit BLAKE2b
+digest, a collision ~1e-26 likely), so each row's key becomes a short code equal exactly when the keys are; first
+occurrences go to a small candidates file. Pass 2 takes the kept rows by row number and writes them in input order."""
 
 from __future__ import annotations
 
@@ -99,11 +96,9 @@ class StringInterner:
 
 
 def encode_rows(array: pa.Array, interners: dict[str, StringInterner], path: str) -> pa.Array:
-    """One short string per row, equal for two rows exactly when their values are equal (a prefix-free code).
-
-    null -> "N"; string -> "I<interned id>;"; number/bool -> "V<text>;"; struct -> "T" + its fields' codes;
-    list -> "L<count>:" + its elements' codes. Each string column (`path`) has its own interner.
-    """
+    """One short string per row, equal for two rows exactly when their values are (a prefix-free code): null -> "N";
+    string -> "I<interned id>;"; number/bool -> "V<text>;"; struct -> "T" + its fields' codes; list -> "L<count>:" + its
+    elements' codes. Each string column (`path`) has its own interner."""
     type_ = array.type
     if pa.types.is_null(type_):
         return pa.array(["N"] * len(array), pa.large_string())
@@ -236,8 +231,7 @@ def clean_dapo_files(files: list[Path], destination: Path, *, where: str, batch_
                             encode_rows(batch.column("ability"), interners, "ability"), encoded_reward, _EMPTY)
                         codes = pc.dictionary_encode(key)
                         indices = codes.indices
-                        # Codes are numbered by first appearance, so a row is a first occurrence in this batch
-                        # exactly when its code exceeds every code before it.
+                        # Codes number by first appearance: a first occurrence has a code above all before it.
                         running_max = pc.cumulative_max(indices)
                         previous_max = pa.concat_arrays([pa.array([-1], indices.type),
                                                          running_max.slice(0, len(indices) - 1)])

@@ -2,9 +2,7 @@
 
     beam-slurm prepare-data data.dapo_math=FILE data.aime2024=FILE data.aime2025=FILE data.out_dir=DIR
 
-Exit status 0 on success, 2 on bad input (nothing in out_dir is changed then). Keys: the `data` section of the
-recipe schema (beam_slurm.data.config), listed with their defaults by `--help`.
-"""
+Exit status 0 on success, 2 on bad input (nothing in out_dir is changed then); `--help` lists the keys."""
 
 from __future__ import annotations
 

@@ -1,10 +1,8 @@
 """Settings of `beam-slurm prepare-data`: the `data` section of the recipe schema (`data.<key>=<value>`).
 
-Sources are either a local path or a hub address (see beam_slurm.data.sources for the syntax); the defaults are the
-hub files the seed recipe uses, so on a machine with hub access `beam-slurm prepare-data data.out_dir=DIR` is enough.
-The section is composed by Hydra with the rest of the recipe (`beam_slurm.config.load`); this file holds its only
-defaults. Redoing existing outputs is the verb's `--force` flag, not a setting.
-"""
+Sources are a local path or a hub address (syntax: beam_slurm.data.sources); the defaults are the hub files the seed
+recipe uses, so with hub access `beam-slurm prepare-data data.out_dir=DIR` is enough. Redoing existing outputs is the
+verb's `--force` flag, not a setting."""
 
 from __future__ import annotations
 

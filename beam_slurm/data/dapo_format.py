@@ -1,8 +1,7 @@
 """The DAPO row format all three outputs share, its schema check, and the prompt template.
 
-A row: data_source (string), prompt (list of {content, role} with one user message), ability ("MATH"),
-reward_model {ground_truth (string), style ("rule-lighteval/MATH_v2")}, extra_info (struct, free form).
-"""
+A row: data_source (string), prompt (list of {content, role} with one user message), ability ("MATH"), reward_model
+{ground_truth (string), style ("rule-lighteval/MATH_v2")}, extra_info (struct, free form)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
 """The manifest beside the cleaned files (`prepare-data-manifest.json`: per output its sources, their hashes and
-revision, its settings, row counts and hash); an output is reused only when its entry matches and its bytes still
-hash to the recorded value.
-"""
+revision, its settings, row counts and hash); an output is reused only when its entry matches and its bytes still hash
+to the recorded value."""
 
 from __future__ import annotations
 

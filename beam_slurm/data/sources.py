@@ -3,8 +3,7 @@
     hf://datasets/<owner>/<name>[@<revision>][/<path-in-repo>]   (huggingface_hub's own `hf://` form)
 
 Without `<path-in-repo>` every parquet file is taken (else every jsonl), in name order. Downloads go through
-huggingface_hub's cache, resume, retry, honour HF_HUB_OFFLINE=1 and use HF_TOKEN, which is never printed.
-"""
+huggingface_hub's cache, resume, retry, honour HF_HUB_OFFLINE=1 and use HF_TOKEN, which is never printed."""
 
 from __future__ import annotations
 

@@ -1,11 +1,9 @@
 """Evaluations as Slurm job arrays through submitit: expand, skip what is finished, submit the rest, run one task.
 
-One task per (checkpoint x dataset) and sweep point; task keys already finished are skipped and keys that share
-samples (several k) merged; the rest is ONE job array per resource shape through submitit, with the recipe's
+Task keys that share samples (several k) are merged; the rest is ONE job array per resource shape, with the recipe's
 `eval.launcher` settings (Hydra's submitit launcher's keys). A task is checkpointable: on preemption or time-out
-submitit requeues it and it resumes from the chunks it saved. A task wider than one node starts a Ray cluster on
-its nodes (`beam_slurm.ray_cluster.node`) and rank 0 runs the evaluation as the driver.
-"""
+submitit requeues it and it resumes from the chunks it saved. A task wider than one node starts a Ray cluster on its
+nodes (`beam_slurm.ray_cluster.node`) and rank 0 runs the evaluation as the driver."""
 
 from __future__ import annotations
 
@@ -153,9 +151,9 @@ def run_tasks(specs: list[TaskSpec], log: Callable[[str], None] = print) -> dict
 
 @contextlib.contextmanager
 def notice_for_this_process_only() -> Any:
-    """Keep submitit's notice (USR2) from the processes this task starts, and let it reach this one: vLLM's engine
-    and the grading workers would die of it before this process requeues. Children inherit the blocked mask; a
-    thread started before the block keeps it deliverable."""
+    """Keep submitit's notice (USR2) from the processes this task starts (vLLM's engine and the grading workers would
+    die of it before this process requeues), and let it reach this one. Children inherit the blocked mask; a thread
+    started before the block keeps it deliverable."""
     notice = submitit.slurm.slurm.SlurmJobEnvironment.USR_SIG
     if isinstance(notice, str):
         notice = getattr(signal, notice if notice.startswith("SIG") else f"SIG{notice}")

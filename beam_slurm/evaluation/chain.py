@@ -1,14 +1,12 @@
 """Chained evaluation: exactly one evaluation job per complete checkpoint of a run.
 
-A watcher polls the run's export folder and claims each new complete ``global_step_N`` with a claim file created
-by ``open(O_CREAT | O_EXCL)`` on shared storage, then submits through the ``submit(step, folder)`` it was given.
-The exclusive create succeeds for exactly one caller across processes and nodes, so racing watchers, a watcher
-restarted by a requeue and a one-shot pass never submit twice. Complete: up to SkyRL's marker step, or (an HF
-export, written in place without a marker) a whole model no file of which changed for ``settle_s`` seconds.
-
-A failed submission releases its claim so the next poll retries; a claim whose owner died before submitting is
-taken over by an atomic rename, which only one watcher can win. The watcher never touches the training job.
-"""
+A watcher polls the run's export folder and claims each new complete ``global_step_N`` with a claim file created by
+``open(O_CREAT | O_EXCL)`` on shared storage, which succeeds for exactly one caller across processes and nodes, then
+submits through its ``submit(step, folder)``: racing watchers, a watcher restarted by a requeue and a one-shot pass
+never submit twice. Complete: up to SkyRL's marker step, or (an HF export, written in place without a marker) a whole
+model no file of which changed for ``settle_s`` seconds. A failed submission releases its claim so the next poll
+retries; a claim whose owner died before submitting is taken over by an atomic rename, which only one watcher can win.
+The watcher never touches the training job."""
 
 from __future__ import annotations
 

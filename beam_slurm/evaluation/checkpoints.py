@@ -1,9 +1,8 @@
 """Resolve what an evaluation loads: a full Hugging Face model directory, or a base model plus a LoRA adapter.
 
-``--checkpoint`` is a SkyRL HF export (``global_step_N[/policy]``), any HF model directory, or a PEFT adapter
-with its base model from ``--base-model`` or the adapter's ``base_model_name_or_path`` when that is a local
-directory. Everything here only reads files, so a bad path fails before any model is loaded.
-"""
+``--checkpoint`` is a SkyRL HF export (``global_step_N[/policy]``), any HF model directory, or a PEFT adapter with its
+base model from ``--base-model`` or the adapter's ``base_model_name_or_path`` when that is a local directory. Everything
+here only reads files, so a bad path fails before any model is loaded."""
 
 from __future__ import annotations
 

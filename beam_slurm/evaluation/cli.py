@@ -1,11 +1,9 @@
 """`beam-slurm evaluate RUN | SWEEP | --checkpoint DIR [-m] [--wait] [key=value ...]`: AIME evaluations of checkpoints.
 
-Without --here: one task per (checkpoint x dataset x sweep point), the finished ones skipped, the rest submitted as
-one Slurm job array (`beam_slurm.evaluation.array`); --wait shows progress and prints the merged table. With
---here, --server or --checkpoint-list: one checkpoint in this process, results in
-``<export_path>/beam_evals/global_step_N/`` or --out (layout: `beam_slurm.evaluation.resumable`). Every input is
-checked before a model is loaded or a job submitted; bad input exits 2.
-"""
+Without --here: one task per (checkpoint x dataset x sweep point), the finished ones skipped, the rest submitted as one
+Slurm job array (`beam_slurm.evaluation.array`). With --here, --server or --checkpoint-list: one checkpoint in this
+process, results in ``<export_path>/beam_evals/global_step_N/`` or --out (layout: `beam_slurm.evaluation.resumable`).
+Inputs are checked before a model is loaded or a job submitted; bad input exits 2."""
 
 from __future__ import annotations
 

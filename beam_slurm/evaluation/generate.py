@@ -1,9 +1,8 @@
 """Generate k responses per problem: vLLM's offline engine, or an already running OpenAI-compatible server.
 
 Both return one row per response: ``data_source, problem_id, sample, response, ground_truth`` (what grading reads),
-``finish_reason, response_tokens`` (statistics). Every setting comes from the recipe through ``from_config``.
-vLLM spawns its engine process, so a script that starts an :class:`OfflineEngine` needs an ``if __name__`` guard.
-"""
+``finish_reason, response_tokens`` (statistics). Every setting comes from the recipe through ``from_config``. vLLM
+spawns its engine process, so a script that starts an :class:`OfflineEngine` needs an ``if __name__`` guard."""
 
 from __future__ import annotations
 

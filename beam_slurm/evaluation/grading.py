@@ -1,15 +1,13 @@
 """Grading one AIME response: the training reward's rule, and HF math-verify as a second opinion.
 
-Primary rule (the verdict every metric uses) has the semantics of the reward the policy is trained on,
-skyrl-gym's AIME scorer (itself verl's ``math_dapo`` rule), re-implemented here so grading needs no SkyRL install:
-a response is right when the last match of ``(?i)Answer\\s*:\\s*([^\\n<]+)`` in its last 300 characters (none: wrong,
-``pred`` is None) equals the ground truth, both normalised by :func:`normalize_final_answer`.
-
-A bare ``\\boxed{42}`` without an ``Answer:`` line is wrong, and a zero-padded ground truth ("025") never matches
-"25" (:func:`zero_padded_ground_truths` lets callers warn). Second opinion: math-verify on the response's tail; it
-can run for minutes on ``9^{9^{9^9}}`` and its alarms work only on a main thread, so :func:`math_verify_item` runs
-inside :mod:`beam_slurm.evaluation.grading_pool`'s workers, which bound every item.
-"""
+The primary rule (the verdict every metric uses) has the semantics of the reward the policy is trained on, skyrl-gym's
+AIME scorer (itself verl's ``math_dapo`` rule), re-implemented so grading needs no SkyRL install: a response is right
+when the last match of ``(?i)Answer\\s*:\\s*([^\\n<]+)`` in its last 300 characters (none: wrong, ``pred`` is None)
+equals the ground truth, both normalised by :func:`normalize_final_answer`. A bare ``\\boxed{42}`` without an
+``Answer:`` line is wrong, and a zero-padded ground truth ("025") never matches "25" (:func:`zero_padded_ground_truths`
+lets callers warn). Math-verify runs on the response's tail; it can take minutes on ``9^{9^{9^9}}`` and its alarms work
+only on a main thread, so :func:`math_verify_item` runs inside :mod:`beam_slurm.evaluation.grading_pool`'s workers,
+which bound every item."""
 
 from __future__ import annotations
 

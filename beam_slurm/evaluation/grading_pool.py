@@ -1,15 +1,12 @@
 """Grading in worker processes, every item bounded in time and memory.
 
-Why processes: math-verify (sympy) can run for minutes or exhaust memory on a tower of exponents, and its own
-``signal.alarm`` works only on a main thread. Each worker caps its address space (a runaway item raises
-MemoryError), arms a per-item alarm on its own main thread, and publishes in shared memory which item it is on,
-so the parent SIGKILLs it when a C-level computation ignores the alarm; the rest of its batch goes to a fresh
-worker. An item that hits a bound is graded wrong (``math_verify`` null, counted as a timeout).
-
-Workers come from a ``forkserver`` that imported math-verify once: a replacement starts in milliseconds and the
-pool is safe in a process that runs threads (Ray, vLLM). A script that grades at import time must do so under
-``if __name__ == "__main__":``.
-"""
+math-verify (sympy) can run for minutes or exhaust memory on a tower of exponents, and its own ``signal.alarm`` works
+only on a main thread. Each worker caps its address space (a runaway item raises MemoryError), arms a per-item alarm on
+its own main thread and publishes in shared memory which item it is on, so the parent SIGKILLs it when a C-level
+computation ignores the alarm; the rest of its batch goes to a fresh worker. An item that hits a bound is graded wrong
+(``math_verify`` null, counted as a timeout). Workers come from a ``forkserver`` that imported math-verify once: a
+replacement starts in milliseconds and the pool is safe in a process that runs threads (Ray, vLLM). A script that grades
+at import time must do so under ``if __name__ == "__main__":``."""
 
 from __future__ import annotations
 

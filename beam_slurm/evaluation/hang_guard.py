@@ -1,12 +1,11 @@
 """The hang watchdog of an evaluation task: generation that stops producing chunks ends the task, its chunks kept.
 
-An engine that stops producing tokens leaves the task alive and the array waiting until its time limit. The task
-saves its responses one chunk at a time (`resumable.generate_missing`), so a chunk is its unit of progress: a thread
-of the task's own process checks that one is saved within `chunk_limit_s`. On a hang it dumps the stacks of this
-process (faulthandler) and of its children (py-spy: vLLM's engine) into `<store>/hang/<job>-<attempt>/`, then
-requeues the task (`scontrol requeue`: Slurm ends every process of it, and the next attempt generates only what the
-saved chunks lack), at most eval.launcher.max_num_timeout times; after that it ends the task as failed.
-"""
+An engine that stops producing tokens leaves the task alive and the array waiting until its time limit. A saved chunk
+(`resumable.generate_missing`) is the unit of progress: a thread of the task's process checks that one is saved within
+`chunk_limit_s`. On a hang it dumps the stacks of this process (faulthandler) and its children (py-spy: vLLM's engine)
+into `<store>/hang/<job>-<attempt>/`, then requeues the task (`scontrol requeue`: Slurm ends every process of it; the
+next attempt generates only what the saved chunks lack), at most eval.launcher.max_num_timeout times, then ends it as
+failed."""
 
 from __future__ import annotations
 
@@ -57,8 +56,7 @@ def child_pids(pid: int) -> list[int]:
 
 
 def requeue_this_task(max_requeues: int, log: Callable[[str], None]) -> None:
-    """`scontrol requeue` of this array task (its own job id), unless it was requeued max_requeues times already;
-    then the process ends with status 1 (the task fails)."""
+    """`scontrol requeue` of this array task, unless requeued max_requeues times already: then it exits 1 (fails)."""
     job = os.environ.get("SLURM_JOB_ID")
     restarts = int(os.environ.get("SLURM_RESTART_COUNT", "0") or 0)
     if job and restarts < max_requeues:
@@ -75,8 +73,7 @@ def requeue_this_task(max_requeues: int, log: Callable[[str], None]) -> None:
 
 
 class GenerationWatchdog:
-    """A thread that takes the task for hung when no chunk is saved within `chunk_limit_s`; `chunk_saved` is its
-    heartbeat. `on_hang` (default: requeue this task) runs after the dumps."""
+    """Hung if no chunk is saved (`chunk_saved`) in `chunk_limit_s`; `on_hang` (default requeue) runs after dumps."""
 
     def __init__(self, timeout_s: float | None, start_allowance_s: float, folder: Path,
                  log: Callable[[str], None], on_hang: Callable[[], None]):

@@ -1,18 +1,10 @@
 """Metrics over graded responses: avg@k, unbiased pass@j, maj@k, per-problem table, lengths, finish reasons.
 
-Every problem of a data source must have the same number k of samples (:func:`validate_rows` says which
-problem does not). With c correct samples out of k for a problem:
-
-- avg@k   = mean over problems of c / k (the seed's "average accuracy over k responses"; equals unbiased pass@1);
-- pass@j  = mean over problems of 1 - C(k - c, j) / C(k, j), the unbiased estimator of Chen et al. (2021),
-            for j = 1, 2, 4, ... (powers of two) up to k, and j = k itself;
-- maj@k   = fraction of problems whose majority answer (primary rule's extracted answers; no answer, no vote) is
-            correct; on a tie the answer first in sample order wins, so the result is deterministic;
-- avg@k_ci95 = 95 % percentile bootstrap interval of avg@k, problems (AIME's unit of variation) resampled with a
-            fixed seed.
-
-"timeouts" counts responses whose grading hit its time or memory bound (``math_verify`` is null).
-"""
+Every problem of a data source must have the same number k of samples; c of its k samples are correct. avg@k is the mean
+of c / k (equals unbiased pass@1); pass@j the mean of 1 - C(k - c, j) / C(k, j) (Chen et al. 2021); maj@k votes on the
+primary rule's extracted answers (no answer, no vote), a tie going to the answer first in sample order, so the result is
+deterministic; avg@k_ci95 resamples problems (AIME's unit of variation) with a fixed seed. "timeouts" counts responses
+whose grading hit its time or memory bound (``math_verify`` is null)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
 """Read evaluation problems from the cleaned AIME parquet files (DAPO format).
 
-Any problem with a file is reported with its name and the column, before a model is loaded.
-"""
+Any problem with a file is reported with its name and the column, before a model is loaded."""
 
 from __future__ import annotations
 

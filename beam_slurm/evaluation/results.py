@@ -1,10 +1,9 @@
 """On-disk layout of an evaluation's results, shared by `beam-slurm grade`, the evaluate stage and the report.
 
 One evaluation lives in ``<export_path>/beam_evals/global_step_<N>/``: grades.jsonl (and .parquet), details.json,
-info.json (the caller's ``extra``) and metrics.json, written last so its presence marks a finished evaluation.
-An evaluation of a rehearsal export (its model folder holds ``rehearsal.json``: the base weights, unchanged) is
-marked ``"rehearsal": true`` in info.json and every metrics entry, so it never passes for that step's result.
-"""
+info.json (the caller's ``extra``) and metrics.json, written last to mark it finished. A rehearsal export's evaluation
+(``rehearsal.json`` in its model folder) has ``"rehearsal": true`` in info.json and each metrics entry: never a step's
+result."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""One evaluation task (a checkpoint on one dataset, for one or several k), resumable at every chunk.
+"""One evaluation task (a checkpoint on one dataset, for one or several k), resumable at every chunk: killed at any
+point, it keeps every chunk it finished; run again, it generates and grades only what is missing.
 
 Layout in an evaluation folder (``<export_path>/beam_evals/global_step_N/``, or ``--out``):
 
@@ -7,10 +8,7 @@ Layout in an evaluation folder (``<export_path>/beam_evals/global_step_N/``, or 
                                        responses to the same store, a smaller k reads the first k.
     tasks/<dataset>-k<k>-<task id>/    one task key's results; ``metrics.json`` there marks it finished.
     metrics.json, grades.jsonl, ...    the view `report` and `status` read: per dataset, the finished task with the
-                                       largest k.
-
-A task killed at any point keeps every chunk it finished; run again, it generates and grades only what is missing.
-"""
+                                       largest k."""
 
 from __future__ import annotations
 
@@ -82,8 +80,7 @@ def _locked(path: Path) -> Iterator[None]:
 
 
 def _read_jsonl(path: Path) -> list[dict[str, Any]]:
-    # Rows end with "\n" only: str.splitlines would also split inside a response at characters JSON leaves raw
-    # (U+2028, U+0085, U+001C ...), which models do write.
+    # Rows end with "\n" only: str.splitlines also splits at chars JSON leaves raw in responses (U+2028, U+0085, ...).
     return [json.loads(line) for line in path.read_text(encoding="utf-8").split("\n") if line.strip()]
 
 
@@ -141,8 +138,7 @@ class Progress:
 def generate_missing(store: SampleStore, problems: list[Problem], k: int, engine_factory: Callable[[], Any],
                      chunk_problems: int, progress: Progress, log: Callable[[str], None] = print,
                      chunk_saved: Callable[[], None] = lambda: None) -> None:
-    """Generate what k responses per problem still lack, one saved chunk of `chunk_problems` problems at a time;
-    `chunk_saved` is called after each (the hang watchdog's heartbeat)."""
+    """Generate what k responses per problem lack, one saved chunk at a time; `chunk_saved` after each (heartbeat)."""
     counts = store.counts()
     progress.reused += sum(min(counts.get(p.problem_id, 0), k) for p in problems)
     # (problem, responses still needed, index of the first) for every problem with fewer than k saved

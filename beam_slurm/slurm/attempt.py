@@ -1,17 +1,15 @@
-"""One attempt of the training job, in the batch shell: preflight on every node, the Ray step in the background
-(one `srun` over all nodes, `python -m beam_slurm.ray_cluster.node -- DRIVER...`, the driver on the head), then
-waiting. A notice - the pre-timeout signal (`#SBATCH --signal=B:USR1@N`, delivered to this shell only), SIGTERM
-(preemption) or USR2 (`beam-slurm requeue|stop`, after writing the wanted outcome into the run record) - starts the
-save sequence: the trainer is asked to save at the next step boundary (`notice.request_save`), the shell waits up to
-`grace_s` for its acknowledgement (`notice.saved_since`) or the run's own end, then stops the Ray step (SIGTERM
-through Slurm to every node). A SIGTERM (or the Ray step's death) is checked against what Slurm is doing to the job
-(`scontrol show job`): a `scontrol requeue` or `scancel` signals every step at once, so there is nothing to save and,
-for a requeue, nothing to ask: the job is already requeued.
+"""One attempt of the training job, in the batch shell: preflight on every node, the Ray step in the background (one
+`srun` over all nodes, `python -m beam_slurm.ray_cluster.node -- DRIVER...`, the driver on the head), then waiting. A
+notice (USR1 before the time limit from `#SBATCH --signal=B:USR1@N`, to this shell only; SIGTERM: preemption; USR2:
+`beam-slurm requeue|stop`, after writing the wanted outcome into the run record) starts the save sequence: ask the
+trainer to save at the next step boundary (`notice.request_save`), wait up to `grace_s` for its acknowledgement
+(`notice.saved_since`) or the run's end, then stop the Ray step (SIGTERM through Slurm to every node). A SIGTERM or the
+Ray step's death is checked against `scontrol show job`: a `scontrol requeue` or `scancel` signals every step at once,
+so there is nothing to save and, for a requeue, nothing to ask.
 
-The attempt's facts then go to `requeue_policy.decide`, whose decision this module carries out (`scontrol requeue`,
-the excluded nodes, or the exit status). Every attempt's start and end, the bad nodes and the job's outcome go to
-the run record (`beam_slurm.core.run_record`); its logs to `<log_dir>/<jobid>-<attempt>/`.
-"""
+The facts then go to `requeue_policy.decide`, whose decision this module carries out (`scontrol requeue`, the excluded
+nodes, or the exit status). Each attempt's start and end, the bad nodes and the job's outcome go to the run record
+(`beam_slurm.core.run_record`); its logs to `<log_dir>/<jobid>-<attempt>/`."""
 
 from __future__ import annotations
 
@@ -61,16 +59,16 @@ _SLURM_ENDS_EVERYTHING = ("requeued", "cancelled", "time limit")
 
 
 def time_left_s(info: dict[str, str]) -> float | None:
-    """Seconds left of the job's time limit from `scontrol show job` (TimeLimit - RunTime); None when unlimited.
-    Not from EndTime: Slurm sets it to the moment of a scancel as well (seen on 22.05: COMPLETING, Reason=None,
-    EndTime=now), so it cannot tell a cancel from the time limit."""
+    """Seconds left of the job's time limit (`scontrol show job`: TimeLimit - RunTime); None when unlimited. Not
+    EndTime: a scancel sets it to now too (22.05: COMPLETING, Reason=None), so it cannot tell a cancel from the time
+    limit."""
     limit, run = values.reported_seconds(info.get("TimeLimit")), values.reported_seconds(info.get("RunTime"))
     return float(limit - run) if limit is not None and run is not None else None
 
 
 def process_start_time() -> float:
-    """When this process started (Linux: its start in clock ticks since boot), so the bring-up timing counts the
-    interpreter's start and the recipe's loading; now, where /proc does not tell."""
+    """When this process started (Linux: from /proc, in clock ticks since boot), so bring-up timing counts the
+    interpreter's start and the recipe's loading; else now."""
     try:
         ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
         uptime = float(Path("/proc/uptime").read_text().split()[0])
@@ -136,7 +134,6 @@ class Attempt:
                    "TORCH_NCCL_DUMP_ON_TIMEOUT": "1",
                    "TORCH_NCCL_DEBUG_INFO_TEMP_FILE": str(self.attempt_dir / HANG_FOLDER / "nccl_trace_rank_"), **env}
         if self.alloc.restart_count > 0 or self.in_job > 0:
-            # A requeued or restarted attempt continues from the last complete checkpoint.
             env["RESUME_MODE"] = "latest"
         return env
 
@@ -175,9 +172,8 @@ class Attempt:
         return preflight.run_step(self.launcher, checks, hosts, env, self.attempt_dir, log, self.settings.ray)
 
     def sigterm_is_notice(self) -> bool:
-        """Whether the Ray step holds a preemption's first SIGTERM and the head relays it here as a notice: when
-        Slurm's partition (or QOS) grace time leaves room for the step and the save at the bandwidth the preflight
-        measured (`notice_budget.term_notice`)."""
+        """Whether the Ray step holds a preemption's first SIGTERM and the head relays it as a notice: when the
+        partition's (or QOS's) grace time fits the save at the preflight's bandwidth (`notice_budget.term_notice`)."""
         info = read_preemption(os.environ.get("SLURM_JOB_PARTITION") or None)
         held, why = term_notice(info, self.settings.qos or None, self.settings.save_cost,
                                 storage_probe.slowest_recorded(self.attempt_dir))
@@ -240,9 +236,8 @@ class Attempt:
             time.sleep(_POLL_S)
 
     def handle_hang(self, hang: hang_watch.Hang) -> AttemptFacts:
-        """Stacks of every process of the Ray step on every node, then the step stopped and whatever is left of it
-        ended for certain (SIGCONT, SIGTERM, SIGKILL); the nodes the dumps point at, or where a process survived
-        SIGKILL, are bad."""
+        """Dump every process's stacks of the Ray step on every node, stop the step and end what is left (SIGCONT,
+        SIGTERM, SIGKILL); the nodes the dumps point at, or where a process survived SIGKILL, are bad."""
         folder = self.attempt_dir / HANG_FOLDER
         self.hang_detected_at = time.time()
         self.log(f"{hang.describe()}: {hang.details()}; saving the stacks of the Ray step's processes on every node "
@@ -272,8 +267,7 @@ class Attempt:
             self.nodes, [*self.launcher.hook.command_prefix, self.settings.python, "-m",
                          "beam_slurm.ray_cluster.hang_dump", "--dir", str(folder), "--job", str(self.alloc.job_id),
                          "--step", step_id, *(["--end"] if end else [])],
-            # --overlap shares the Ray step's CPUs; --mem=0 its memory (else: "Memory required by task is not
-            # available" while the Ray step holds all of it).
+            # --overlap shares Ray's CPUs; --mem=0 its memory (else "Memory required by task is not available").
             kill_on_bad_exit=False, job_name=DUMP_STEP,
             extra_args=["--overlap", "--mem=0", *self.launcher.placement_args()])
         try:
@@ -416,8 +410,7 @@ class Attempt:
         return layout.latest_checkpoint_step(self.settings.ckpt_path)
 
     def ask_slurm(self) -> str | None:
-        """What Slurm is doing to the job right now (`requeue_policy.slurm_end_of`); None when it runs on or when
-        scontrol does not answer."""
+        """`requeue_policy.slurm_end_of` now; None when the job runs on or scontrol does not answer."""
         try:
             info = scheduler.job_info(self.alloc.job_id)
         except scheduler.SlurmCommandError as exc:

@@ -1,10 +1,8 @@
-"""The hang watchdog's rules: how long each phase of training may go without a heartbeat, whether it has, and which
-node the stack dumps point at. Pure functions over numbers, heartbeats and dump texts (no Slurm, no clock). A stuck
-collective or engine leaves every process alive and Ray content: the trainer writes a heartbeat at each phase change
-(`beam_slurm.skyrl.progress`), the batch shell reads it while the Ray step runs and ends the attempt as a hang
-(`attempt.Attempt.handle_hang`) when a phase is silent for longer than its limit (README, "Hang watchdog"). Phases
-known to be long get an allowance on top: bring-up and model load and the attempt's first step, a save, an evaluation.
-"""
+"""The hang watchdog's rules: how long each phase of training may go without a heartbeat, whether it has, and which node
+the stack dumps point at; pure functions (no Slurm, no clock). A stuck collective or engine leaves every process alive
+and Ray content: the trainer writes a heartbeat at each phase change (`beam_slurm.skyrl.progress`) and the batch shell
+ends the attempt as a hang (`attempt.Attempt.handle_hang`) when a phase is silent past its limit. Phases known to be
+long get an allowance on top: bring-up and model load and the attempt's first step, a save, an evaluation."""
 
 from __future__ import annotations
 
@@ -104,8 +102,7 @@ class Hang:
 
 
 def check(limits: HangLimits, progress: Progress | None, *, watching_since: float, now: float) -> Hang | None:
-    """A hang, or None. `progress` older than `watching_since` (the Ray step's start: an earlier attempt's) counts
-    as no heartbeat yet."""
+    """A hang, or None. `progress` older than `watching_since` (an earlier attempt's) counts as no heartbeat yet."""
     if progress is not None and progress.since < watching_since:
         progress = None
     if limits.off or (progress is not None and progress.phase == "finished"):
@@ -145,9 +142,8 @@ class DumpedProcess:
 
 
 def suspects(processes: list[DumpedProcess]) -> tuple[list[str], str]:
-    """Nodes the dumps point at, and why. A stopped (T) or uninterruptible (D) process is a suspect by itself; else,
-    among processes of one role on several nodes, the one whose innermost frame is unlike all the others' (where
-    the others wait alike), comparing Ray's workers only."""
+    """Nodes the dumps point at, and why: a stopped (T) or uninterruptible (D) process; else, among Ray workers of one
+    role on several nodes, the one whose innermost frame is unlike the others' (which wait alike)."""
     frozen = [p for p in processes if p.state in ("T", "t", "D")]
     if frozen:
         return sorted({p.node for p in frozen}), ", ".join(

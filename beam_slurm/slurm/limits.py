@@ -2,10 +2,8 @@
 QOS's and association's (`sacctmgr`). `sbatch --test-only` repeats only the submit-time checks: a partition's MaxTime
 and MaxNodes are refused there only with EnforcePartLimits, QOS and association limits only with
 AccountingStorageEnforce=limits and DenyOnLimit. Elsewhere Slurm accepts a job that then waits for ever (Reason
-PartitionTimeLimit, PartitionNodeLimit, QOSMaxWallDurationPerJobLimit, AssocMaxNodesPerJobLimit, ...): hence the
-limits read here, QOS and association ones where the controller enforces them (AccountingStorageEnforce has `limits`
-or `safe`), only the user's own association.
-"""
+PartitionTimeLimit, PartitionNodeLimit, QOSMaxWallDurationPerJobLimit, AssocMaxNodesPerJobLimit, ...): hence the limits
+read here, QOS and association ones where the controller enforces them, only the user's own association."""
 
 from __future__ import annotations
 
@@ -149,9 +147,8 @@ class AccountingLimits:
 
 
 def association_limits(shape: JobShape, partition: str, user: str | None = None) -> tuple[AccountingLimits | None, str]:
-    """The user's association for the job's account (the user's default account when it names none) and partition
-    (a partition's own association first), and the QOS the job runs under (its --qos, else the association's
-    default QOS, else 'normal')."""
+    """The user's association for the job's account (the user's default account when it names none) and partition (a
+    partition's own association first), and the job's QOS (its --qos, else the association's default, else 'normal')."""
     user = user or os.environ.get("USER") or getpass.getuser()
     fields = ("Account", "User", "Partition", "MaxWall", "MaxTRES", "DefaultQOS")
     rows = [r for r in scheduler.accounting_rows("assoc", fields, ["where", f"user={user}"]) if r["User"] == user]
@@ -178,8 +175,7 @@ def qos_limits(name: str) -> AccountingLimits | None:
 
 @dataclass
 class LimitsAnswer:
-    """What the limits say of one job: breaches (it would never start), the partitions read, and why a part could
-    not be read (Slurm not reachable, no accounting); never an exception."""
+    """What the limits say of a job: breaches (it would never start), partitions read, what was unread; never raises."""
 
     breaches: list[LimitBreach]
     partitions: list[PartitionLimits]
@@ -188,8 +184,7 @@ class LimitsAnswer:
 
 
 def check_job(shape: JobShape) -> LimitsAnswer:
-    """Every limit the job breaks. With a list of partitions the job breaks a partition's limits only when it breaks
-    them in each (Slurm starts it in the first that can)."""
+    """Limits the job breaks; of several partitions, those broken in each (Slurm starts it in the first that can)."""
     partitions: list[PartitionLimits] = []
     unread: list[str] = []
     for name in shape.partitions or ("",):

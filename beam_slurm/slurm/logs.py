@@ -1,8 +1,7 @@
-"""`beam-slurm logs RUN [--attempt N] [--node NAME] [--follow | --json] [--lines N] [--all]`: every log a training
-job leaves, in one place: the batch log (the job's `--output` file, found as `batch_log_candidates` says), the
-attempt's own logs in `<log_dir>/<jobid>-<attempt>/` and each node's Ray session logs copied there
-(`beam_slurm.ray_cluster.log_copy`). What each form prints: README, "While it runs".
-"""
+"""`beam-slurm logs RUN [--attempt N] [--node NAME] [--follow | --json] [--lines N] [--all]`: every log a training job
+leaves, in one place: the batch log (the job's `--output` file, found as `batch_log_candidates` says), the attempt's own
+logs in `<log_dir>/<jobid>-<attempt>/` and each node's Ray session logs copied there
+(`beam_slurm.ray_cluster.log_copy`). What each form prints: README, "While it runs"."""
 
 from __future__ import annotations
 
@@ -32,9 +31,8 @@ _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)
 
 
 def expand_output(pattern: str, fields: Mapping[str, str]) -> str:
-    """A `--output` filename pattern as Slurm expands it for the batch step: %j job id, %A array job id, %a array task
-    id, %x job name, %u user, %N batch host, %% a percent sign, a number after % pads with zeros (%4j); a backslash
-    anywhere turns expansion off. A symbol without a value in `fields` stays as written."""
+    """A `--output` pattern as Slurm expands it: %j job id, %A array job id, %a task id, %x job name, %u user, %N batch
+    host, %% a percent sign, %4j pads with zeros; a backslash turns it off; a symbol with no value in `fields` stays."""
     if "\\" in pattern:
         return pattern.replace("\\", "")
 
@@ -81,9 +79,8 @@ def submitted_command(job) -> str:
 
 
 def batch_log_candidates(job, facts: Mapping[str, str]) -> list[tuple[Path, str]]:
-    """Where the job's batch log is, best first, each with who said so: Slurm's StdOut (scontrol; sacct where the
-    accounting keeps it), the one the job recorded at its start, the --output of the submit line (sacct) or of the
-    run's own sbatch command, then the names sbatch uses in the working folder."""
+    """Where the batch log is, best first, with who said so: Slurm's StdOut (scontrol; sacct where kept), the one the
+    job recorded at its start, the submit line's --output (sacct) or the run's sbatch, then sbatch's defaults."""
     command, submitted = sbatch_options(submitted_command(job)), sbatch_options(facts.get("SubmitLine", ""))
     name = facts.get("JobName") or command.get("job-name") or job.run.run_name
     fields = pattern_fields(job.job_id, facts, name)

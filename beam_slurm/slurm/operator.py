@@ -1,7 +1,6 @@
-"""`beam-slurm requeue RUN` and `beam-slurm stop RUN`: end a running training attempt gracefully (the wanted outcome
-in the run record, USR2 to the batch shell only, a wait for the save; README tells the rest); `beam-slurm cancel
-RUN|SWEEP`: end every queued and running job of runs at once.
-"""
+"""`beam-slurm requeue RUN` and `beam-slurm stop RUN`: end a running training attempt gracefully (the wanted outcome in
+the run record, USR2 to the batch shell only, a wait for the save; README tells the rest); `beam-slurm cancel
+RUN|SWEEP`: end every queued and running job of runs at once."""
 
 from __future__ import annotations
 

@@ -1,14 +1,13 @@
-"""How a preemption reaches a job on this cluster, read from Slurm itself (what `plan` reports in its notice lines):
-`scontrol show config`, `scontrol show partition -o` and `sacctmgr show qos`, each one command with a timeout.
+"""How a preemption reaches a job on this cluster, read from Slurm itself (`plan`'s notice lines): `scontrol show
+config`, `scontrol show partition -o` and `sacctmgr show qos`.
 
-What a preemption sends, as seen on the sandbox (Slurm 22.05, partition GraceTime 20 s, KillWait 10 s): with
-preempt_send_user_signal and the job's `--signal=B:USR1@N`, the batch shell gets USR1 at once (our notice, so the save
-has the grace time), at its end the batch shell and the tasks SIGTERM, SIGKILL KillWait later. Without it the first
-SIGTERM reaches only the job's tasks, our Ray step on every node (with proctrack/linuxproc not Ray's daemons, which
-left the process tree), not the batch shell; when the save fits in the grace time the Ray step holds that SIGTERM
-and the head relays it as a notice (`beam_slurm.notice_budget.term_notice`). The grace time seen was 30 s for
-GraceTime=20: slurmctld checks the new end time on its own period.
-"""
+Seen on the sandbox (Slurm 22.05, GraceTime 20 s, KillWait 10 s): with preempt_send_user_signal and the job's
+`--signal=B:USR1@N`, the batch shell gets USR1 at once (our notice, so the save has the grace time); at its end the
+batch shell and the tasks get SIGTERM, SIGKILL KillWait later. Without it the first SIGTERM reaches only the job's
+tasks, our Ray step on every node (with proctrack/linuxproc not Ray's daemons, which left the process tree), not the
+batch shell; when the save fits in the grace time the Ray step holds it and the head relays it as a notice
+(`beam_slurm.notice_budget.term_notice`). The grace time seen was 30 s for GraceTime=20: slurmctld checks the new end
+time on its own period."""
 
 from __future__ import annotations
 

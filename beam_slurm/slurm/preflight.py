@@ -1,8 +1,7 @@
 """Preflight: one quick step on every node of the allocation before Ray starts. `python -m beam_slurm.slurm.preflight
 '<PreflightSettings as JSON>'` runs once per node and prints one line `BEAM_PREFLIGHT {"host": ..., "problems": [...]}`;
 the batch shell collects the lines (`run_step`) and ends the job naming each failing node and reason, before GPUs are
-held idle by a job that would fail an hour later.
-"""
+held idle by a job that would fail an hour later."""
 
 from __future__ import annotations
 

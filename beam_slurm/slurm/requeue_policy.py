@@ -1,16 +1,12 @@
-"""How an attempt of the training job ends: requeue, finish, stop or fail. Pure decisions over what the attempt
-recorded (no Slurm, no files, no clock), so each rule reads top to bottom and is tested in milliseconds;
-`attempt.Attempt` gathers the facts, asks `decide` (and `stop_waiting_for_save` while a notice is handled) and
-carries the decision out. End kinds (`Decision.end_kind`, one per attempt in `beam-slurm status`, told in README's
-"End reasons"): finished, notice, operator-requeue, stopped, slurm-requeue, preempted, cancelled, time-limit,
-node-failure, hang, preflight, driver-error, setup-error, and storage-full (a save found the checkpoint storage full:
-ended, never requeued).
+"""How an attempt of the training job ends: requeue, finish, stop or fail. Pure decisions over what the attempt recorded
+(no Slurm, no files, no clock), so each rule reads top to bottom and is tested in milliseconds; `attempt.Attempt`
+gathers the facts, asks `decide` (and `stop_waiting_for_save` while a notice is handled) and carries the decision out.
+End kinds (`Decision.end_kind`): README's "End reasons".
 
-A node failure, a hang or a preflight failure on some nodes restarts in the job (`Decision.restart_in_job`: a new
-Ray step in the same allocation, from the latest checkpoint) while the allocation keeps enough usable nodes (spares
-first, then the suspect nodes themselves: the next preflight checks them), time is left and the attempt is within
-cluster.max_in_job_attempts; otherwise it requeues or ends as `_decide` says.
-"""
+A node failure, a hang or a preflight failure on some nodes restarts in the job (`Decision.restart_in_job`: a new Ray
+step in the same allocation, from the latest checkpoint) while the allocation keeps enough usable nodes (spares first,
+then the suspect nodes themselves: the next preflight checks them), time is left and the attempt is within
+cluster.max_in_job_attempts; otherwise it requeues or ends as `_decide` says."""
 
 from __future__ import annotations
 
@@ -108,10 +104,9 @@ def preempted(preempt_time: str | None) -> bool:
 
 def slurm_end_of(*, job_state: str, restarts: int, restart_count: int, preempt_time: str, time_left_s: float | None,
                  reason: str) -> str | None:
-    """What Slurm is doing to the job, from `scontrol show job` as the batch shell sees it right after a SIGTERM or
-    the Ray step's death: 'requeued' (Restarts already above this attempt's count: `scontrol requeue`),
-    'preempted' (PreemptTime set), 'time limit' (Reason=TimeLimit, or no time left of TimeLimit - RunTime),
-    'cancelled' (the job is completing otherwise: `scancel`, which also sets EndTime to now), or None (it runs on)."""
+    """What Slurm is doing to the job (`scontrol show job` right after a SIGTERM or the Ray step's death): 'requeued'
+    (Restarts above this attempt's count), 'preempted' (PreemptTime set), 'time limit' (Reason=TimeLimit, or no time
+    left of TimeLimit - RunTime), 'cancelled' (completing otherwise: `scancel`), or None."""
     state = (job_state or "").split()[0] if job_state else ""
     if restarts > restart_count or state in ("REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "PENDING"):
         return "requeued"
@@ -123,8 +118,7 @@ def slurm_end_of(*, job_state: str, restarts: int, restart_count: int, preempt_t
 
 
 def failed_node(failure: dict | None, head: str | None) -> str | None:
-    """The node a recorded failure is about, or None. Reasons start with `node <host>:` (the node that saw it);
-    when a worker saw the head vanish, it is the head that is bad."""
+    """The node a failure reason names (`node <host>:`), or None; when a worker saw the head vanish, the head is bad."""
     if not failure or failure.get("kind") != "infra":
         return None
     reason = str(failure.get("reason") or "")
@@ -142,8 +136,7 @@ def failed_node(failure: dict | None, head: str | None) -> str | None:
 
 
 def no_progress_streak(attempts: list[Attempt]) -> int:
-    """Attempts at the end of `attempts` (run-record entries, oldest first) that counted against progress, in a row;
-    an attempt that progressed, or whose end does not count, ends the streak."""
+    """Attempts in a row at the end of `attempts` (run-record entries, oldest first) that counted against progress."""
     return next((i for i, entry in enumerate(reversed(attempts)) if not entry.counts_against_progress), len(attempts))
 
 

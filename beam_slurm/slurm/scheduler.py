@@ -1,8 +1,7 @@
 """Every call this package makes to the Slurm commands (scontrol, srun, squeue, sacct, sacctmgr) goes through this
-module; functions return parsed data or raise `SlurmCommandError` with the command and Slurm's own message. Many
-jobs are read at once: `squeue_rows` and `sacct_rows` answer for any number of jobs with one call each (a 64-run
-sweep's status is one squeue and one sacct, however often `status --watch` refreshes).
-"""
+module; functions return parsed data or raise `SlurmCommandError` with the command and Slurm's own message. Many jobs
+are read at once: `squeue_rows` and `sacct_rows` answer for any number of jobs with one call each (a 64-run sweep's
+status is one squeue and one sacct, however often `status --watch` refreshes)."""
 
 from __future__ import annotations
 
@@ -19,8 +18,7 @@ class SlurmCommandError(RuntimeError):
 
 
 def _run(argv: Sequence[str], timeout_s: float = 60.0, *, survive_sigterm: bool = False) -> str:
-    """Run one Slurm command; `survive_sigterm`: the command ignores SIGTERM (a command the batch shell runs while
-    Slurm is ending the job, which signals every process of the batch step)."""
+    """Run a Slurm command; `survive_sigterm`: ignore SIGTERM (sent to the batch step while Slurm ends the job)."""
     try:
         ignore_sigterm = (lambda: signal.signal(signal.SIGTERM, signal.SIG_IGN)) if survive_sigterm else None
         done = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout_s, check=False,
@@ -40,8 +38,7 @@ def expand_hostnames(nodelist: str) -> list[str]:
 
 
 def requeue(job_id: str | int) -> None:
-    """`scontrol requeue <job_id>`: the job goes back to pending; its steps are cancelled and the batch script
-    starts again from its first line with SLURM_RESTART_COUNT+1."""
+    """`scontrol requeue`: steps cancelled, the batch script starts again from its top with SLURM_RESTART_COUNT+1."""
     _run(["scontrol", "requeue", str(job_id)], survive_sigterm=True)
 
 
@@ -69,8 +66,7 @@ def signal_step(step_id: str, signal_name: str) -> None:
 
 
 def signal_batch(job_id: str | int, signal_name: str) -> None:
-    """Deliver a signal to the batch shell only (`scancel --batch --signal=NAME <job>`): the job's steps (Ray, the
-    trainer) are not signalled, so the batch shell can ask for a save and stop them in order."""
+    """Signal the batch shell only (`scancel --batch`), not the steps: it asks for a save and stops them in order."""
     _run(["scancel", "--batch", f"--signal={signal_name}", str(job_id)])
 
 
@@ -85,9 +81,8 @@ def cancel(*job_ids: str | int) -> None:
 
 
 def update_excluded_nodes(job_id: str | int, nodes: Sequence[str]) -> None:
-    """Set the job's ExcNodeList (`scontrol update JobId=<id> ExcNodeList=a,b`). Slurm accepts it only while the job
-    is pending or requeued and completing, and the list replaces the whole earlier one. Run right after the batch
-    shell's own requeue, while Slurm signals the batch step: the command ignores SIGTERM."""
+    """Set the job's ExcNodeList (replacing the earlier one); Slurm accepts it only while the job is pending or requeued
+    and completing. Run right after the batch shell's requeue, while Slurm signals the batch step: ignores SIGTERM."""
     _run(["scontrol", "update", f"JobId={job_id}", f"ExcNodeList={','.join(nodes)}"], survive_sigterm=True)
 
 
@@ -116,8 +111,7 @@ def parse_partitions(text: str) -> list[dict[str, str]]:
 
 
 def partition_info(partition: str = "") -> dict[str, str]:
-    """`scontrol show partition -o` of `partition` (the cluster's default partition when empty) as a dict
-    (MaxTime, DefaultTime, MaxNodes, TotalNodes, State, QoS, ...). Raises SlurmCommandError for an unknown name."""
+    """`scontrol show partition -o` of `partition` (default if empty) as a dict; SlurmCommandError if unknown."""
     rows = parse_partitions(_run(["scontrol", "show", "partition", "-o", *([partition] if partition else [])]))
     row = rows[0] if partition and rows else next((r for r in rows if r.get("Default") == "YES"), None)
     if row is None:
@@ -140,10 +134,9 @@ QUEUE_FIELDS = ("JobID", "State", "Reason", "TimeUsed", "NodeList", "RestartCnt"
 
 
 def squeue_rows() -> list[dict[str, str]]:
-    """Every job the controller still knows, in any state, as {field: value} over QUEUE_FIELDS: ONE squeue call
-    however many jobs a caller wants (it filters the rows). Not `--jobs=<ids>`: with two or more ids squeue loads
-    every job from the controller anyway and filters on the client, with exactly one a job the controller forgot
-    fails the whole call; and the pending jobs waiting on a job (`dependents_from`) are in the same answer."""
+    """Every job the controller still knows, any state, as {field: value} over QUEUE_FIELDS, in ONE squeue call. Not
+    `--jobs=<ids>`: with two or more ids squeue loads every job anyway and filters on the client, with one a job the
+    controller forgot fails the call; and jobs waiting on a job (`dependents_from`) are in the same answer."""
     fmt = ",".join(f"{name}:|" for name in QUEUE_FIELDS)
     out = _run(["squeue", "--noheader", "--states=all", "-O", fmt])
     rows = ([p.strip() for p in line.split("|")] for line in out.splitlines())
@@ -154,8 +147,7 @@ ACCOUNTING_FIELDS = ("JobID", "State", "Reason", "Elapsed", "NodeList", "ExitCod
 
 
 def sacct_rows(job_ids: Sequence[str], fields: Sequence[str] = ACCOUNTING_FIELDS) -> list[dict[str, str]]:
-    """Accounting records of many jobs with ONE sacct call: allocations only (-X), every attempt of a requeued job
-    (-D, oldest first), as {field: value} over `fields`."""
+    """Accounting records of many jobs, ONE sacct call: allocations only (-X), every attempt (-D, oldest first)."""
     if not job_ids:
         return []
     out = _run(["sacct", "--noheader", "--parsable2", "-X", "-D", f"--jobs={','.join(job_ids)}",
@@ -205,8 +197,7 @@ def job_folders(job_id: str | int) -> list[str]:
 
 
 def dependents_from(rows: Sequence[Mapping[str, str]]) -> dict[str, list[tuple[str, str]]]:
-    """Pending jobs of `squeue_rows` by the job ids they wait on (the dependency field, e.g.
-    `afterok:123(unfulfilled)`): {'123': [('130', 'eval-step-10'), ...]}."""
+    """Pending jobs of `squeue_rows` by the job id they wait on: {'123': [('130', 'eval-step-10'), ...]}."""
     found: dict[str, list[tuple[str, str]]] = {}
     for row in rows:
         if row.get("State", "").split()[:1] != ["PENDING"]:
@@ -246,9 +237,8 @@ def allocation_from_env(environ: Mapping[str, str] | None = None) -> AllocationI
 
 def srun_per_node(nodes: int, command: Sequence[str], *, cpus_per_task: int = 0, gpus_per_node: int = 0,
                   kill_on_bad_exit: bool = True, job_name: str = "", extra_args: Sequence[str] = ()) -> list[str]:
-    """argv of one srun step running `command` once on each of `nodes` nodes of the current allocation. It asks for
-    every CPU and GPU of the node explicitly: a step gets one CPU per task by default, and under task/cgroup that one
-    CPU would be all Ray could use."""
+    """argv of one srun step running `command` once on each of `nodes` nodes, asking for every CPU and GPU of the node:
+    by default a step gets one CPU per task, which under task/cgroup is all Ray could use."""
     optional = [(cpus_per_task > 0, f"--cpus-per-task={cpus_per_task}"),
                 (gpus_per_node > 0, f"--gpus-per-node={gpus_per_node}"), (bool(job_name), f"--job-name={job_name}")]
     return ["srun", f"--nodes={nodes}", f"--ntasks={nodes}", "--ntasks-per-node=1",

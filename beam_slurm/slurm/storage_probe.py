@@ -1,8 +1,7 @@
 """The checkpoint storage's write bandwidth, measured by the preflight on every node at once: each node writes and
-fsyncs a probe file in `<ckpt_dir>/.beam/` until 1 GiB is durable or cluster.storage_probe_s has passed. All nodes
-write together, as when a checkpoint is saved, so the figure is each node's share under that load; the batch shell
-checks the slowest against the notice budget.
-"""
+fsyncs a probe file in `<ckpt_dir>/.beam/` until 1 GiB is durable or cluster.storage_probe_s has passed. All nodes write
+together, as when a checkpoint is saved, so the figure is each node's share under that load; the batch shell checks the
+slowest against the notice budget."""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
 """Submitting batch jobs (`sbatch --parsable`) and reading many jobs' states at once (squeue + sacct): the pipeline
 renders an `SbatchRequest`, shows it (`--dry-run`), submits it and later asks `job_records` how the jobs are doing
-(`job_view`: one squeue and one sacct call through `scheduler`, for any number of jobs).
-"""
+(`job_view`: one squeue and one sacct call through `scheduler`, for any number of jobs)."""
 
 from __future__ import annotations
 
@@ -121,9 +120,8 @@ def effective_options(request: SbatchRequest, environ: Mapping[str, str] | None 
 
 
 def submission_environment(environ: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The environment for sbatch: the caller's, minus the SLURM_* of an enclosing job. Submitting from inside a job
-    (the training job submits evaluation jobs) would otherwise hand the parent's SLURM_MEM_PER_NODE,
-    SLURM_CPUS_PER_TASK etc. to sbatch and to the child, which then mis-sizes its steps."""
+    """The caller's environment minus an enclosing job's SLURM_* (the training job submits evaluation jobs): its
+    SLURM_MEM_PER_NODE, SLURM_CPUS_PER_TASK etc. would reach sbatch and the child and mis-size its steps."""
     environ = dict(os.environ if environ is None else environ)
     inside = bool(environ.get("SLURM_JOB_ID"))
     return {k: v for k, v in environ.items() if not (inside and k.startswith("SLURM_")) or k == "SLURM_CONF"}
@@ -151,8 +149,7 @@ def submit(request: SbatchRequest, environ: Mapping[str, str] | None = None, tim
 
 @dataclass(frozen=True)
 class SlurmAnswer:
-    """What `sbatch --test-only` said of a request: accepted (with the start Slurm expects), refused (with its
-    reason), or None when Slurm could not be asked."""
+    """What `sbatch --test-only` said: accepted (with the start Slurm expects), refused (why), or None: not asked."""
 
     accepted: bool | None
     text: str
@@ -161,7 +158,6 @@ class SlurmAnswer:
 _UNREACHABLE = ("Unable to contact slurm controller", "Socket timed out", "Zero Bytes were transmitted",
                 "Connection refused", "Unable to establish", "configuration file", "ClusterName", "s_p_parse_file")
 """Answers that say Slurm could not be asked (no controller, no configuration here), not that it refused."""
-# What a refusal names -> the setting that changes it.
 REFUSAL_SETTINGS = (("partition", "cluster.partition"), ("account", "cluster.account"), ("qos", "cluster.qos"),
                     ("time limit", "cluster.time_limit"), ("memory", "cluster.mem_per_node"),
                     ("node configuration", "cluster.nodes or cluster.gpus_per_node"),
@@ -169,8 +165,7 @@ REFUSAL_SETTINGS = (("partition", "cluster.partition"), ("account", "cluster.acc
 
 
 def sbatch_test_only(request: SbatchRequest, environ: Mapping[str, str] | None = None, timeout_s: float = 30.0) -> SlurmAnswer:
-    """`sbatch --test-only` of the request, without its dependency (test-only ignores dependencies): the submit-time
-    checks Slurm itself would make, and when the job would start. Nothing is queued."""
+    """`sbatch --test-only` of the request, less its dependency (test-only ignores them); nothing is queued."""
     argv = dataclasses.replace(request, dependency_ids=[]).argv()
     argv[1:2] = ["--test-only"]  # instead of --parsable
     try:
@@ -258,8 +253,7 @@ class JobView:
 
 
 def job_view(job_ids: Iterable[str]) -> JobView:
-    """State of many jobs with one squeue and one sacct call; squeue wins for jobs it still lists (it knows the
-    pending reason and the restart count), sacct fills in jobs the controller has forgotten."""
+    """Jobs' state from one squeue and one sacct call; squeue wins where it lists the job (pending reason, restarts)."""
     ids = sorted({str(j) for j in job_ids if j}, key=lambda j: (len(j), j))
     if not ids:
         return JobView({}, {})

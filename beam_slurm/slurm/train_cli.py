@@ -1,6 +1,5 @@
 """`beam-slurm train [overrides]`: the recipe, inside the allocation that `sbatch/train_*.sh` got, as the job settings
-(`beam_slurm.slurm.job_settings`) that `beam_slurm.slurm.train_job` runs; with `eval.chain=true` the `EvalChain` too.
-"""
+(`beam_slurm.slurm.job_settings`) that `beam_slurm.slurm.train_job` runs; with `eval.chain=true` the `EvalChain` too."""
 
 from __future__ import annotations
 

@@ -1,8 +1,7 @@
 """The training job inside its allocation: validate the settings, read the allocation, run this attempt
-(`beam_slurm.slurm.attempt`), whose end `beam_slurm.slurm.requeue_policy` decides. `python -m
-beam_slurm.slurm.train_job [--no-preflight] [overrides] -- DRIVER ARGV...` runs another Ray driver under the same job
-settings: the benchmarks and the Ray-on-Slurm tests use it with their own drivers.
-"""
+(`beam_slurm.slurm.attempt`), whose end `beam_slurm.slurm.requeue_policy` decides. `python -m beam_slurm.slurm.train_job
+[--no-preflight] [overrides] -- DRIVER ARGV...` runs another Ray driver under the same job settings: the benchmarks and
+the Ray-on-Slurm tests use it with their own drivers."""
 
 from __future__ import annotations
 
@@ -18,9 +17,8 @@ from beam_slurm.slurm.job_settings import TrainJobSettings, job_settings, load_j
 
 
 def run(settings: TrainJobSettings, rebuild: Callable[[], TrainJobSettings] | None = None) -> int:
-    """Validate, then run attempts inside the current allocation: the first, and a restart in the same allocation
-    each time the requeue policy says so (`rebuild` makes the settings again, so the driver resumes); the job's
-    exit status."""
+    """Validate, then run attempts in the current allocation: the first, and a restart in it each time the requeue
+    policy says so (`rebuild` makes the settings again, so the driver resumes); the job's exit status."""
     if problems := settings.problems():
         ConfigError(problems).report()
         return 2

@@ -1,8 +1,7 @@
-"""Slurm's value grammars, read as Slurm reads them: durations, memory sizes, partition lists. Input and output are
-two grammars, kept apart as Slurm keeps them: what a user gives `sbatch --time` (a bare number is minutes: `30:00` is
-30 minutes; seconds round up to the minute; 0, -1, UNLIMITED and INFINITE mean no limit), and what scontrol and sacct
-print ([D-]HH:MM:SS, a bare number of seconds for GraceTime, and words such as UNLIMITED or Partition_Limit for none).
-"""
+"""Slurm's value grammars, read as Slurm reads them: durations, memory sizes, partition lists. Input and output are two
+grammars, kept apart as Slurm keeps them: what a user gives `sbatch --time` (a bare number is minutes: `30:00` is 30
+minutes; seconds round up to the minute; 0, -1, UNLIMITED and INFINITE mean no limit), and what scontrol and sacct print
+([D-]HH:MM:SS, a bare number of seconds for GraceTime, and words such as UNLIMITED or Partition_Limit for none)."""
 
 from __future__ import annotations
 
@@ -26,8 +25,7 @@ TIME_FORMS = ("minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS (e.g. 90, 3
 
 
 def time_limit_seconds(text: str | int) -> int | None:
-    """`--time` as Slurm reads it, in seconds (rounded up to whole minutes, as Slurm does); None for no limit.
-    Raises SlurmValueError for anything Slurm refuses."""
+    """`--time` in seconds, rounded up to minutes as Slurm does; None: no limit; SlurmValueError if Slurm refuses."""
     value = str(text).strip()
     if value.lower() in NO_LIMIT_WORDS or value in ("-1", "0"):
         return None
