@@ -46,7 +46,9 @@ CONFIG_ENV = (*INHERITED_SETTINGS, "MODEL_PATH", "DATA_DIR", "CKPT_PATH", "EXPOR
               "CKPT_INTERVAL", "BEAM_TRAINER_BACKEND", "XDG_STATE_HOME", "BEAM_EXPORTS_ROOT")
 
 DAPO_ROWS, DAPO_PROMPTS = 1_791_700, 17_917
-STEPS, CKPT_INTERVAL, HF_INTERVAL, STEP_SECONDS = 40, 5, 10, 1.5
+# 2.5 s steps: the notice must land before the run's end after two checkpoints were seen, though each `status`
+# on a loaded machine takes seconds (with 1.5 s steps the run once ended during the notice)
+STEPS, CKPT_INTERVAL, HF_INTERVAL, STEP_SECONDS = 40, 5, 10, 2.5
 EXPORT_STEPS = [10, 20, 30, 40]  # every hf_save_interval (the end is one of them); a save on notice exports nothing
 # The training job queues an export's evaluation once the export is 60 s unchanged (the chain's settle time), or
 # at its end. With the notice sent right after step 10, the second attempt outlives that minute by ~20 s, so the
