@@ -140,10 +140,10 @@ def dump_node(folder: Path, job_id: str, step_id: str) -> list[dict]:
             except subprocess.TimeoutExpired:
                 parts.append(f"$ {' '.join(argv)}\n(no answer within 30 s: the driver itself may be stuck)\n")
         write_text(out / "nvidia-smi.txt", "\n".join(parts))
+    write_json(out / "processes.json", rows)  # before the actor list, which may wait on Ray for seconds
     head = read_json(folder.parent / HEAD_FILE) or {}
     if head.get("host") == node:
         write_text(out / "ray_actors.txt", list_actors(head, JobSpec.read(folder.parent)))
-    write_json(out / "processes.json", rows)
     return rows
 
 
