@@ -72,7 +72,7 @@ class SbatchRequest:
 
 
 SBATCH_ENVIRONMENT = {"time": "SBATCH_TIMELIMIT", "partition": "SBATCH_PARTITION", "account": "SBATCH_ACCOUNT",
-                      "qos": "SBATCH_QOS", "gpus-per-node": "SBATCH_GPUS_PER_NODE"}
+                      "qos": "SBATCH_QOS", "gpus-per-node": "SBATCH_GPUS_PER_NODE", "mem": "SBATCH_MEM_PER_NODE"}
 """The sbatch input variables of the options `effective_options` reads (a variable beats the script's header)."""
 _SHORT_OPTIONS = {"-t": "time", "-p": "partition", "-A": "account", "-q": "qos", "-N": "nodes", "-G": "gpus",
                   "-o": "output", "-J": "job-name"}

@@ -60,4 +60,7 @@ def test_a_node_shape_slurm_has_not_names_what_the_script_asks_for_beside_the_ke
     keyed = refusal_setting(refused, SbatchRequest(script=str(script), options=["--nodes=4", "--gpus-per-node=8"]), {})
     assert keyed.startswith("cluster.nodes or cluster.gpus_per_node, or what prepare_data.sh asks for") and \
         "--nodes=" not in keyed.split("asks for")[1], keyed
+    # sbatch takes SBATCH_MEM_PER_NODE over the header, and so does the refusal's account of it
+    from_env = refusal_setting(refused, SbatchRequest(script=str(script)), {"SBATCH_MEM_PER_NODE": "2000M"})
+    assert "--mem=2000M from SBATCH_MEM_PER_NODE" in from_env and "--mem=8G" not in from_env, from_env
     assert refusal_setting("invalid partition specified: gpux") == "cluster.partition"
