@@ -21,7 +21,8 @@ for part in "${parts[@]}"; do
     echo "install: $part up to date"
     continue
   fi
-  echo "install: $part ..."
+  # The free space is printed because a full disk fails pip half-way with only "No space left on device".
+  echo "install: $part ... ($(df -h --output=avail "$ROOT" | tail -1 | tr -d ' ') free on $ROOT)"
   start=$(date +%s)
   bash "$script"
   rm -f "$STAMPS/$part".*

@@ -5,7 +5,7 @@
 # what `SkyRLTrainConfig.from_cli_overrides` imports: building the config runs __post_init__, which imports
 # skyrl.backends (pydantic, torch, aiohttp, ray), and config.py imports skyrl_gym's env configs (pandas, requests);
 # validate_cfg (cross-field checks) also imports the policy-loss registry (jaxtyping).
-# torch is the bulk (~5 GB with its CUDA libraries; PyPI has no CPU-only build for 3.12); it is imported, never run.
+# torch is the bulk (~4.5 GB with its CUDA libraries; PyPI has no CPU-only build for 3.12); it is imported, never run.
 set -euo pipefail
 # A pyenv shim named python3.12 exists even when 3.12 is not the active version and then fails: try each
 # candidate by running it.
@@ -26,7 +26,19 @@ PIP=("$VENV/bin/pip" install -q)
 SKYRL_SPEC=$("$VENV/bin/python" -c 'import sys, tomllib
 print(tomllib.load(open(sys.argv[1], "rb"))["project"]["optional-dependencies"]["skyrl"][0])' "$ROOT/pyproject.toml")
 "${PIP[@]}" --no-deps "$SKYRL_SPEC" "skyrl-gym==0.4.0"
-"${PIP[@]}" omegaconf pyyaml loguru pandas requests pydantic aiohttp "ray==2.56.0" torch jaxtyping pytest
+# torch first, alone, without triton: triton (0.9 GB) compiles GPU kernels and `import torch` never loads it; the CUDA
+# libraries it does load stay. Kept out of pip's cache: on a clean machine that cache would hold 3 GB more of wheels.
+"${PIP[@]}" --no-cache-dir --no-deps torch
+TORCH_DEPS=()
+while IFS= read -r dep; do TORCH_DEPS+=("$dep"); done < <("$VENV/bin/python" -c '
+import importlib.metadata as m
+for req in m.requires("torch") or []:
+    spec, _, marker = req.partition(";")
+    if "extra ==" in marker or spec.strip().startswith("triton"):
+        continue
+    print(spec.strip())')
+"${PIP[@]}" --no-cache-dir "${TORCH_DEPS[@]}"
+"${PIP[@]}" omegaconf pyyaml loguru pandas requests pydantic aiohttp "ray==2.56.0" jaxtyping pytest
 # Our own trainer-side modules (entrypoint, notice protocol, rehearsal) import in this venv too.
 "${PIP[@]}" --no-deps -e "$ROOT"
 "$VENV/bin/python" -c "from skyrl.train.config.config import SkyRLTrainConfig; SkyRLTrainConfig.from_cli_overrides([]); import beam_slurm.skyrl.notice"
