@@ -210,20 +210,22 @@ def _queue_wait(allocations: list[dict]) -> float:
     return round(wait, 1)
 
 
-def run_ledgers(export_paths: list, now: float | None = None) -> dict:
-    """export path -> its run's ledger, with ONE sacct call for every run's jobs (a 64-point sweep asks once)."""
+def run_ledgers(export_paths: list, now: float | None = None, records: list | None = None) -> dict:
+    """export path -> its run's ledger, with ONE sacct call for every run's jobs (a 64-point sweep asks once), or
+    none where the caller already read the allocation `records` (status: in the same call as its job rows)."""
     runs = {path: RunStore(path).read() for path in export_paths}
-    try:
-        records = scheduler.allocation_records([job for run in runs.values() for job in run.train_jobs])
-    except scheduler.SlurmCommandError:
-        records = []  # no accounting here: the run record's own spans stand in (`accounting` says so)
+    if records is None:
+        try:
+            records = scheduler.allocation_records([job for run in runs.values() for job in run.train_jobs])
+        except scheduler.SlurmCommandError:
+            records = []  # no accounting here: the run record's own spans stand in (`accounting` says so)
     return {path: ledger(run, read_events(run.ckpt_path) if run.ckpt_path else [],
                          [r for r in records if r["JobID"].split("_")[0].split(".")[0] in run.train_jobs], now)
             for path, run in runs.items()}
 
 
-def run_ledger(export_path, now: float | None = None) -> Ledger:
-    return run_ledgers([export_path], now)[export_path]
+def run_ledger(export_path, now: float | None = None, records: list | None = None) -> Ledger:
+    return run_ledgers([export_path], now, records)[export_path]
 
 
 @dataclass(frozen=True)

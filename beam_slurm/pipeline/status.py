@@ -126,6 +126,11 @@ def _eval_at(export_path: Path, step: int) -> tuple[str, dict | None]:
 
 def collect(export_paths: list[Path]) -> list[StatusRow]:
     """Rows for every run, with one squeue and one sacct call for all their jobs."""
+    return collect_view(export_paths)[0]
+
+
+def collect_view(export_paths: list[Path]) -> tuple[list[StatusRow], list[dict[str, str]]]:
+    """`collect`'s rows and the sacct rows they came from, which also hold what the goodput ledger reads."""
     runs = []
     ids: list[str] = []
     for export_path in export_paths:
@@ -195,7 +200,7 @@ def collect(export_paths: list[Path]) -> list[StatusRow]:
                       if is_rehearsal_run(export_path)}
     for row in rows:
         row.rehearsal = row.run in rehearsal_runs
-    return rows
+    return rows, view.accounting
 
 
 def _attempt_row(name: str, attempt: Attempt, ended_by_slurm: bool = False) -> StatusRow:
@@ -320,11 +325,11 @@ def main(argv: list[str]) -> int:
     except (VerbUsageError, StatusInputError) as exc:
         return verb.fail(exc)
     try:
-        rows = collect(export_paths)
+        rows, accounting = collect_view(export_paths)  # the one sacct call serves the rows and the ledger
         if args.json:
             ledgers = {RunStore(path).read().run_name or path.name:  # the timeline: report.json has it
                        {key: value for key, value in ledger.to_json().items() if key != "timeline"}
-                       for path, ledger in run_ledgers(export_paths).items()}  # one sacct call for every run
+                       for path, ledger in run_ledgers(export_paths, records=accounting).items()}
             goodput = next(iter(ledgers.values())) if len(ledgers) == 1 else ledgers
             print(json.dumps({**status_json(rows, title), "goodput": goodput}, indent=2))
             return 0
@@ -333,7 +338,7 @@ def main(argv: list[str]) -> int:
             console.print(render_table(rows, title, console.width))
             if len(export_paths) == 1:
                 gpus = run_config(export_paths[0]).get("cluster.gpus_per_node") or 1
-                console.print(run_ledger(export_paths[0]).summary(int(gpus)))
+                console.print(run_ledger(export_paths[0], records=accounting).summary(int(gpus)))
             return 0
         with Live(render_table(rows, title, console.width), console=console, refresh_per_second=1) as live:
             # Done when every job has ended, or waits for a dependency that can never be satisfied.

@@ -182,6 +182,8 @@ def accounted_output(job_id: str | int) -> dict[str, str]:
 
 
 ALLOCATION_FIELDS = ("JobID", "State", "ElapsedRaw", "NNodes", "Submit", "Start", "End")
+# `status` reads both in one call: the job rows and the goodput ledger from the same sacct answer.
+STATUS_FIELDS = ACCOUNTING_FIELDS + tuple(f for f in ALLOCATION_FIELDS if f not in ACCOUNTING_FIELDS)
 
 
 def allocation_records(job_ids: Sequence[str]) -> list[dict[str, str]]:

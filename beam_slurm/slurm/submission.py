@@ -250,6 +250,7 @@ class JobView:
     records: dict[str, JobRecord]  # job id -> its record (UNKNOWN when neither tool knows it)
     # job id -> the pending jobs (id, name) that wait on it, from the same squeue answer (any job, not only ours)
     waiting_on: dict[str, list[tuple[str, str]]]
+    accounting: list[dict[str, str]] = field(default_factory=list)  # sacct's rows over STATUS_FIELDS, for the ledger
 
 
 def job_view(job_ids: Iterable[str]) -> JobView:
@@ -258,9 +259,10 @@ def job_view(job_ids: Iterable[str]) -> JobView:
     if not ids:
         return JobView({}, {})
     try:
-        history = _sacct(scheduler.sacct_rows(ids))
+        accounting = scheduler.sacct_rows(ids, scheduler.STATUS_FIELDS)
     except SlurmCommandError:
-        history = {}  # accounting may be off on some clusters; squeue alone still answers for live jobs
+        accounting = []  # accounting may be off on some clusters; squeue alone still answers for live jobs
+    history = _sacct(accounting)
     rows = scheduler.squeue_rows()
     live = _squeue(rows, set(ids))
     records: dict[str, JobRecord] = {}
@@ -269,7 +271,7 @@ def job_view(job_ids: Iterable[str]) -> JobView:
         if now is not None and old is not None:
             now.restarts, now.exit_code = max(now.restarts, old.restarts), old.exit_code
         records[job_id] = now or old or JobRecord(job_id)
-    return JobView(records, scheduler.dependents_from(rows))
+    return JobView(records, scheduler.dependents_from(rows), accounting)
 
 
 def job_records(job_ids: Iterable[str]) -> dict[str, JobRecord]:

@@ -37,9 +37,9 @@ class CountingScheduler:
             self.calls["squeue"] += 1
             return real_squeue()
 
-        def sacct_rows(job_ids):
+        def sacct_rows(*args, **kwargs):  # every reader of sacct goes through it (the ledger's too)
             self.calls["sacct"] += 1
-            return real_sacct(job_ids)
+            return real_sacct(*args, **kwargs)
 
         monkeypatch.setattr(scheduler, "squeue_rows", squeue_rows)
         monkeypatch.setattr(scheduler, "sacct_rows", sacct_rows)

@@ -38,6 +38,7 @@ for req in m.requires("torch") or []:
         continue
     print(spec.strip())')
 "${PIP[@]}" --no-cache-dir "${TORCH_DEPS[@]}"
+echo "40-skyrl: triton left out on purpose; pip's later note that torch requires it is expected"
 "${PIP[@]}" omegaconf pyyaml loguru pandas requests pydantic aiohttp "ray==2.56.0" jaxtyping pytest
 # Our own trainer-side modules (entrypoint, notice protocol, rehearsal) import in this venv too.
 "${PIP[@]}" --no-deps -e "$ROOT"
