@@ -10,24 +10,29 @@ import sys
 
 from beam_slurm import __version__
 
-# verb -> (module, function, one-line help). The function takes argv (list[str]) and returns an exit code.
-VERBS: dict[str, tuple[str, str, str]] = {
-    "plan": ("beam_slurm.plan", "main", "print the resource plan and the SkyRL command; validate the recipe"),
-    "prepare-data": ("beam_slurm.data.cli", "main", "build the cleaned DAPO-Math-17K / AIME parquet files"),
-    "train": ("beam_slurm.slurm.train_cli", "main", "run inside a Slurm allocation: Ray across nodes, then SkyRL"),
-    "evaluate": ("beam_slurm.evaluation.cli", "main", "evaluate a checkpoint on AIME with vLLM"),
-    "grade": ("beam_slurm.evaluation.grade_cli", "main", "grade pre-generated responses (JSONL) and write metrics"),
-    "report": ("beam_slurm.evaluation.report", "main", "table and plots of a run's evaluations"),
-    "submit": ("beam_slurm.pipeline.submit", "main", "submit the stage chain (or a -m sweep) as Slurm jobs"),
-    "status": ("beam_slurm.pipeline.status", "main", "status of a run or sweep"),
-    "sync": ("beam_slurm.pipeline.tracking", "main", "upload a run's offline W&B folders into its one W&B run"),
-    "requeue": ("beam_slurm.slurm.operator", "requeue_main", "save at the next step, then requeue a running job"),
-    "stop": ("beam_slurm.slurm.operator", "stop_main", "save at the next step, then stop a running job (resumable)"),
-    "cancel": ("beam_slurm.slurm.operator", "cancel_main", "cancel a run's or a sweep's queued and running jobs"),
-    "attach": ("beam_slurm.slurm.attach", "main", "a shell (or -- CMD) on a node of a running job, with its Ray address"),
-    "logs": ("beam_slurm.slurm.logs", "main", "a job's batch log, attempt logs and every node's Ray logs"),
-    "pull-container": ("beam_slurm.containers.pull", "main", "import the recipe's image once to shared storage"),
+# verb -> one-line help. Each verb's code is `main(argv) -> exit code` in beam_slurm/verbs/<verb>.py, named after it
+# (`prepare-data` -> verbs/prepare_data.py).
+VERBS: dict[str, str] = {
+    "plan": "print the resource plan and the SkyRL command; validate the recipe",
+    "prepare-data": "build the cleaned DAPO-Math-17K / AIME parquet files",
+    "train": "run inside a Slurm allocation: Ray across nodes, then SkyRL",
+    "evaluate": "evaluate a checkpoint on AIME with vLLM",
+    "grade": "grade pre-generated responses (JSONL) and write metrics",
+    "report": "table and plots of a run's evaluations",
+    "submit": "submit the stage chain (or a -m sweep) as Slurm jobs",
+    "status": "status of a run or sweep",
+    "sync": "upload a run's offline W&B folders into its one W&B run",
+    "requeue": "save at the next step, then requeue a running job",
+    "stop": "save at the next step, then stop a running job (resumable)",
+    "cancel": "cancel a run's or a sweep's queued and running jobs",
+    "attach": "a shell (or -- CMD) on a node of a running job, with its Ray address",
+    "logs": "a job's batch log, attempt logs and every node's Ray logs",
+    "pull-container": "import the recipe's image once to shared storage",
 }
+
+
+def verb_module(verb: str) -> str:
+    return "beam_slurm.verbs." + verb.replace("-", "_")
 
 
 CLOSED_PIPE = 141  # 128 + SIGPIPE: what a shell reports for a writer whose reader went away (`| head`)
@@ -35,7 +40,7 @@ CLOSED_PIPE = 141  # 128 + SIGPIPE: what a shell reports for a writer whose read
 
 def _usage() -> str:
     lines = ["usage: beam-slurm [--version] <verb> [--help] [args...]", "", "verbs:"]
-    lines += [f"  {verb:<15} {help_}" for verb, (_, _, help_) in VERBS.items()]
+    lines += [f"  {verb:<15} {help_}" for verb, help_ in VERBS.items()]
     return "\n".join(lines)
 
 
@@ -54,8 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     if verb not in VERBS:
         print(f"beam-slurm: unknown verb {verb!r}\n\n{_usage()}", file=sys.stderr)
         return 2
-    module_name, func_name, _ = VERBS[verb]
-    func = getattr(importlib.import_module(module_name), func_name)
+    func = importlib.import_module(verb_module(verb)).main
     try:
         try:
             return int(func(rest) or 0)

@@ -3,7 +3,7 @@
 Arguments are those of `beam-slurm evaluate --here` (added when missing). In a one-node allocation, or outside Slurm, it runs the evaluation
 directly. In a multi-node allocation (Beam: TP8 x PP2 over two nodes) it first checks the inputs (bad input exits
 2 before any node is touched), then starts the job's Ray cluster with one srun over all nodes
-(beam_slurm.ray_cluster.node) and runs this same entry as the driver on the head node, where RAY_ADDRESS is set
+(beam_slurm.jobs.ray_cluster.node) and runs this same entry as the driver on the head node, where RAY_ADDRESS is set
 and vLLM's Ray executor places its workers on every node.
 """
 
@@ -15,7 +15,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from beam_slurm.evaluation.cli import main as evaluate  # noqa: E402
+from beam_slurm.verbs.evaluate import main as evaluate  # noqa: E402
 
 
 def main(argv: list[str]) -> int:
@@ -32,7 +32,7 @@ def main(argv: list[str]) -> int:
     allocation = allocation_from_env()
     command = srun_per_node(
         nodes,
-        [sys.executable, "-m", "beam_slurm.ray_cluster.node", "--", sys.executable, str(Path(__file__).resolve()),
+        [sys.executable, "-m", "beam_slurm.jobs.ray_cluster.node", "--", sys.executable, str(Path(__file__).resolve()),
          *argv],
         cpus_per_task=allocation.cpus_on_node,
         gpus_per_node=allocation.gpus_on_node,

@@ -11,7 +11,7 @@ from pathlib import Path
 # Runnable from any directory, also without the package installed (the checkout is the parent of stages/).
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from beam_slurm.data.cli import main  # noqa: E402
+from beam_slurm.verbs.prepare_data import main  # noqa: E402
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))

@@ -11,15 +11,15 @@ import pytest
 
 from beam_slurm.core.atomic_files import atomic_writer, publish, sync_directory, temporary_sibling, write_json, write_text
 from beam_slurm.core.run_store import RunStore
-from beam_slurm.ray_cluster import auth
-from beam_slurm.ray_cluster.settings import RaySettings
+from beam_slurm.jobs.ray_cluster import auth
+from beam_slurm.config.ray import RaySettings
 
 PACKAGE = Path(__file__).resolve().parents[1] / "beam_slurm"
 # Renames and flushes outside atomic_files.py, each with why it is not a file write through it.
 OWN_RENAMES = {
-    "ray_cluster/auth.py": "the token file is created with link(), so a second writer can never replace it",
-    "skyrl/rehearsal.py": "swaps a whole checkpoint directory, not a file",
-    "slurm/storage_probe.py": "fsyncs a scratch file to measure the storage's write bandwidth, never publishes it",
+    "jobs/ray_cluster/auth.py": "the token file is created with link(), so a second writer can never replace it",
+    "jobs/training/rehearsal.py": "swaps a whole checkpoint directory, not a file",
+    "jobs/training/storage_probe.py": "fsyncs a scratch file to measure the storage's write bandwidth, never publishes it",
 }
 
 

@@ -216,3 +216,15 @@ def test_the_readme_quickstart_is_five_real_commands():
     for command in commands[1:3]:
         assert load_config([word for word in command[2:] if "=" in word], validate=False).recipe == "lora_16gpu"
     assert commands[4][2] == load_config(["recipe=lora_16gpu"], validate=False).run_name  # report finds it by name
+
+
+def test_every_verb_has_a_module_named_after_it_and_the_readme_maps_it():
+    from beam_slurm.cli import verb_module
+
+    text = (REPO / "README.md").read_text().split("## Architecture", 1)[1].split("\n## ", 1)[0]
+    for verb in VERBS:
+        path = Path(*verb_module(verb).split("."))
+        assert (REPO / path.with_suffix(".py")).is_file(), verb
+        assert f"| {verb} | `{path.relative_to('beam_slurm').with_suffix('.py')}` |" in text, verb
+    modules = {p.stem for p in (REPO / "beam_slurm" / "verbs").glob("*.py") if p.stem != "__init__"}
+    assert modules == {verb.replace("-", "_") for verb in VERBS}, "verbs/ holds verbs only"

@@ -21,7 +21,7 @@ IMPORT_NAMES = {
 # hydra-submitit-launcher's config classes are the schema of eval.launcher).
 NOT_YET_IMPORTED: dict[str, str] = {}
 # Product distributions that are run as programs, not imported (distribution -> the program, the module running it).
-PROGRAMS = {"py-spy": ("py-spy", ROOT / "beam_slurm" / "ray_cluster" / "hang_dump.py")}
+PROGRAMS = {"py-spy": ("py-spy", ROOT / "beam_slurm" / "jobs" / "ray_cluster" / "hang_dump.py")}
 # Test-only distributions that are not imported: pytest plugins, used through the options they add, and tools
 # the tests run as commands (distribution -> what names it, where).
 PYTEST_PLUGINS = {"pytest-timeout": ("--timeout=", ROOT / "tools" / "run_tests.sh"),

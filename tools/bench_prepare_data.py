@@ -35,7 +35,7 @@ import pyarrow.parquet as pq
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from beam_slurm.data.dapo_format import DAPO_SCHEMA, PROMPT_PREFIX, PROMPT_SUFFIX  # noqa: E402
+from beam_slurm.jobs.data.dapo_format import DAPO_SCHEMA, PROMPT_PREFIX, PROMPT_SUFFIX  # noqa: E402
 
 KEY = ["data_source", "prompt", "ability", "reward_model"]
 WORDS = "let x y be real numbers such that the sum of squares equals integer find value triangle circle área √2 π".split()

@@ -3,7 +3,7 @@ sleep-based script, with the floor (one bare `ray start --head` on this machine)
 
     python tools/bench_ray_bringup.py [--nodes 2 4] [--repeat 1] [--rehearsal-steps 2]
 
-Ours: `python -m beam_slurm.slurm.train_job [recipe keys] -- python -c pass` (preflight with its storage write probe
+Ours: `python -m beam_slurm.jobs.training.train_job [recipe keys] -- python -c pass` (preflight with its storage write probe
 and fabric check, token auth on, GPU check on); ray_ready.json on the head says where the time went: the preflight
 window, each node's own `ray start` window, registration and the GPU check (the batch script's first line records
 the start). The table splits job start -> every node and GPU registered and checked into (a) the nodes' own
@@ -30,9 +30,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from beam_slurm.ray_cluster.local_ray import LocalRay  # noqa: E402
-from beam_slurm.ray_cluster.ports import choose_ports  # noqa: E402
-from beam_slurm.ray_cluster.settings import RaySettings  # noqa: E402
+from beam_slurm.jobs.ray_cluster.local_ray import LocalRay  # noqa: E402
+from beam_slurm.config.ports import choose_ports  # noqa: E402
+from beam_slurm.config.ray import RaySettings  # noqa: E402
 
 PYTHON = sys.executable
 MEMORY_LIGHT_RAY_KEYS = ("ray.object_store_memory_bytes=100000000", "ray.include_dashboard=false",
@@ -103,7 +103,7 @@ def ours_seconds(nodes: int, env: dict[str, str], preflight: bool = True) -> dic
     script = f"""#!/bin/bash
 #SBATCH --nodes={nodes} --ntasks-per-node=1 --gpus-per-node=8 --exclusive --time=10 --output={work}/slurm-%j.out
 export CKPT_PATH={work}/ckpt BEAM_SLURM_STATE_DIR={work}/state
-exec {PYTHON} -m beam_slurm.slurm.train_job {flag} recipe=lora_16gpu trainer.backend=rehearsal \\
+exec {PYTHON} -m beam_slurm.jobs.training.train_job {flag} recipe=lora_16gpu trainer.backend=rehearsal \\
     cluster.nodes={nodes} paths.model_path={work} paths.data_dir={work} paths.log_dir={work}/logs \\
     paths.ckpt_path={work}/ckpt {light} -- {PYTHON} -c pass
 """

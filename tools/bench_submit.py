@@ -156,7 +156,7 @@ def count_scheduler_calls(sweep_dir: str, env: dict[str, str]) -> dict[str, int]
     """squeue/sacct calls of one `status` (in a process of its own, counting the calls of the scheduler wrappers)."""
     code = ("import json, sys\n"
             "from beam_slurm.slurm import scheduler\n"
-            "from beam_slurm.pipeline import status\n"
+            "from beam_slurm.verbs import status\n"
             "calls = {'squeue': 0, 'sacct': 0}\n"
             "real_q, real_a = scheduler.squeue_rows, scheduler.sacct_rows\n"
             "def q():\n    calls['squeue'] += 1\n    return real_q()\n"

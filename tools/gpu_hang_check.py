@@ -4,7 +4,7 @@
 
 A child process fills the GPU with one long kernel (`torch.cuda._sleep`) and blocks in `torch.cuda.synchronize()`,
 alive and silent, as a rank waiting on a GPU that never finishes. Then, with the product's own functions
-(`beam_slurm.ray_cluster.hang_dump`): py-spy `dump --nonblocking` (and `--native`, to see the CUDA call), nvidia-smi,
+(`beam_slurm.jobs.ray_cluster.hang_dump`): py-spy `dump --nonblocking` (and `--native`, to see the CUDA call), nvidia-smi,
 the process's state, and the end sequence (SIGCONT, SIGTERM, SIGKILL) with how long each took. Prints one JSON
 summary and writes the dumps under --out. Needs torch with CUDA; no Ray, no Slurm.
 """
@@ -19,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from beam_slurm.ray_cluster import hang_dump  # noqa: E402
+from beam_slurm.jobs.ray_cluster import hang_dump  # noqa: E402
 
 CHILD = """
 import torch, sys

@@ -26,7 +26,7 @@ from omegaconf._utils import get_omega_conf_dumper
 from omegaconf.errors import GrammarParseError, InterpolationResolutionError, OmegaConfBaseException
 
 from beam_slurm import CONF_DIR
-from beam_slurm.config.errors import ConfigError, ConfigProblem
+from beam_slurm.core.errors import ConfigError, ConfigProblem
 from beam_slurm.config.overrides import escape_values
 from beam_slurm.config.schema import BeamConfig, ClusterConfig
 from beam_slurm.config.validation import validate_config

@@ -12,9 +12,9 @@ from typing import Any, Optional
 
 from hydra_plugins.hydra_submitit_launcher.config import SlurmQueueConf
 
-from beam_slurm.containers.settings import ContainerSettings
-from beam_slurm.data.config import DataConfig
-from beam_slurm.ray_cluster.settings import RaySettings
+from beam_slurm.config.container import ContainerSettings
+from beam_slurm.config.data import DataConfig
+from beam_slurm.config.ray import RaySettings
 
 
 @dataclass
@@ -96,7 +96,7 @@ class ClusterConfig:
     notice lose no steps and do not count here."""
     log_copy_s: float = 30.0
     """Seconds the notice budget sets aside for copying each node's logs to shared storage after Ray stops (ours).
-    Each node's last copy of its Ray logs stops after this long (`beam_slurm.ray_cluster.log_copy`)."""
+    Each node's last copy of its Ray logs stops after this long (`beam_slurm.jobs.ray_cluster.log_copy`)."""
     log_copy_interval_s: float = 180.0
     """Seconds between two copies of each node's Ray session logs to `<log_dir>/<jobid>-<attempt>/ray/<node>/` while
     the attempt runs (one more copy at its end); what a node killed at once (SIGKILL) leaves is its last periodic
@@ -416,7 +416,7 @@ class CheckpointConfig:
     gbytes_per_node: Optional[float] = None
     """GB one training node writes per checkpoint, for the notice budget and the interval advice; empty = the
     estimate: the seed's ~7 TB full checkpoint over the training nodes, or for LoRA its adapters' share of it
-    (`beam_slurm.notice_budget`)."""
+    (`beam_slurm.policy.notice_budget`)."""
 
 
 @dataclass

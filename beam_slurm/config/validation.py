@@ -6,22 +6,23 @@ of 64 GPUs came up."""
 
 from __future__ import annotations
 
+from pathlib import Path
+from beam_slurm.core.errors import ConfigProblem
+from beam_slurm.config.overrides import value_at
+
 import copy
 import dataclasses
 import functools
 import os
 import re
 import socket
-from pathlib import Path
 from typing import Collection
 
-from beam_slurm.config.errors import ConfigError, ConfigProblem
-from beam_slurm.config.overrides import value_at
+from beam_slurm.core.errors import ConfigError
 from beam_slurm.config.schema import env_sources
-from beam_slurm.containers.runtime import validate as container_problems
-from beam_slurm.notice_budget import config_problems as budget_problems
-from beam_slurm.ray_cluster.env_manifest import problems as env_manifest_problems
-from beam_slurm.skyrl.command import DAPO_MODULE, reads_back
+from beam_slurm.config.container_runtime import validate as container_problems
+from beam_slurm.config.env_manifest import problems as env_manifest_problems
+from beam_slurm.config.skyrl_command import DAPO_MODULE, reads_back
 from beam_slurm.slurm import values
 
 RECIPE_BACKENDS = ("skyrl", "rehearsal")
@@ -397,3 +398,20 @@ def validate_config(cfg, *, check_paths: bool = False) -> None:
     found = problems(cfg) + (path_problems(cfg) if check_paths else [])
     if found:
         raise ConfigError(found)
+
+
+def budget_problems(cfg) -> list:
+    out = []
+    if not cfg.cluster.storage_write_gbytes_per_s > 0:
+        out.append(ConfigProblem("cluster.storage_write_gbytes_per_s", cfg.cluster.storage_write_gbytes_per_s,
+                                 "use the storage's write bandwidth per node in GB/s (> 0), e.g. the preflight's"))
+    for key in ("cluster.interruptions_per_day", "cluster.log_copy_s", "trainer.rehearsal_save_s",
+                "trainer.rehearsal_save_bytes", "trainer.rehearsal_model_load_s", "trainer.rehearsal_step_s"):
+        if value_at(cfg, key) < 0:
+            out.append(ConfigProblem(key, value_at(cfg, key), "use 0 or more"))
+    if not cfg.trainer.expected_step_s > 0:
+        out.append(ConfigProblem("trainer.expected_step_s", cfg.trainer.expected_step_s, "use seconds > 0"))
+    if cfg.checkpoint.gbytes_per_node is not None and cfg.checkpoint.gbytes_per_node < 0:
+        out.append(ConfigProblem("checkpoint.gbytes_per_node", cfg.checkpoint.gbytes_per_node,
+                                 "use GB >= 0, or null for the estimate"))
+    return out

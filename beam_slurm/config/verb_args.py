@@ -25,7 +25,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from beam_slurm.config.errors import ConfigError
+from beam_slurm.core.errors import ConfigError
 from beam_slurm.config.load import load_config, schema_fields
 from beam_slurm.config.overrides import BARE_VALUE, hydra_value, override, override_key, value_at
 from beam_slurm.config.schema import BeamConfig

@@ -4,7 +4,7 @@ A run's export path (paths.export_path):
 
     beam_run/                   the run folder: run.json (and its lock), config.yaml, commands.sh,
                                 evals/global_step_N.json (the evaluation job of a checkpoint)
-    beam_evals/global_step_N/   our evaluation of the checkpoint of step N (beam_slurm.evaluation.results)
+    beam_evals/global_step_N/   our evaluation of the checkpoint of step N (beam_slurm.jobs.evaluation.results)
     global_step_N[/policy]/     SkyRL's HF export of step N
     logs/<job>-<attempt>/       one attempt's logs
 
@@ -15,8 +15,10 @@ last after a complete save. Sweeps live under `<exports root>/beam_sweeps/<name>
 from __future__ import annotations
 
 import os
-import re
 from pathlib import Path
+from typing import Mapping
+
+import re
 
 RUN_DIRNAME = "beam_run"
 RUN_FILE = "run.json"
@@ -77,3 +79,11 @@ def state_dir(environ=None) -> Path:
     environ = os.environ if environ is None else environ
     base = environ.get("XDG_STATE_HOME") or os.path.join(environ.get("HOME", str(Path.home())), ".local", "state")
     return Path(base) / "beam-slurm"
+
+
+ATTEMPT_DIR_ENV = "BEAM_ATTEMPT_DIR"
+
+
+def attempt_dir(environ: Mapping[str, str] | None = None) -> Path | None:
+    value = (os.environ if environ is None else environ).get(ATTEMPT_DIR_ENV, "")
+    return Path(value) if value else None

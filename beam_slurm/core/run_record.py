@@ -58,7 +58,7 @@ class Attempt(_Entry):
     checkpoint_at_start: int | None = None
     end: str | None = None  # When it ended (None while it runs)
     end_time: float | None = None
-    end_kind: str = ""  # How it ended (beam_slurm.slurm.requeue_policy's end kinds, or `lost`)
+    end_kind: str = ""  # How it ended (beam_slurm.policy.requeue's end kinds, or `lost`)
     end_reason: str = ""
     saved_step: int | None = None  # The step saved on the notice that ended it
     checkpoint_at_end: int | None = None

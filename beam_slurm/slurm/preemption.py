@@ -6,7 +6,7 @@ Seen on the sandbox (Slurm 22.05, GraceTime 20 s, KillWait 10 s): with preempt_s
 batch shell and the tasks get SIGTERM, SIGKILL KillWait later. Without it the first SIGTERM reaches only the job's
 tasks, our Ray step on every node (with proctrack/linuxproc not Ray's daemons, which left the process tree), not the
 batch shell; when the save fits in the grace time the Ray step holds it and the head relays it as a notice
-(`beam_slurm.notice_budget.term_notice`). The grace time seen was 30 s for GraceTime=20: slurmctld checks the new end
+(`beam_slurm.policy.notice_budget.term_notice`). The grace time seen was 30 s for GraceTime=20: slurmctld checks the new end
 time on its own period."""
 
 from __future__ import annotations
@@ -113,14 +113,14 @@ def from_outputs(config: str, partitions: str, qos: str, partition: str | None) 
 def read_preemption(partition: str | None = None) -> PreemptionInfo:
     """Ask Slurm; `reachable=False` (with the reason) where Slurm cannot be reached, e.g. on a laptop."""
     try:
-        config = scheduler._run(["scontrol", "show", "config"], timeout_s=QUERY_TIMEOUT_S)
-        partitions = scheduler._run(["scontrol", "show", "partition", "-o"], timeout_s=QUERY_TIMEOUT_S)
+        config = scheduler.run(["scontrol", "show", "config"], timeout_s=QUERY_TIMEOUT_S)
+        partitions = scheduler.run(["scontrol", "show", "partition", "-o"], timeout_s=QUERY_TIMEOUT_S)
     except scheduler.SlurmCommandError as exc:
         return PreemptionInfo(reachable=False, why=str(exc).splitlines()[0])
     qos = ""
     if scheduler.parse_config(config).get("PreemptType", "").endswith("/qos"):
         try:
-            qos = scheduler._run(["sacctmgr", "-n", "-P", "show", "qos", "format=Name,Preempt,PreemptMode,GraceTime"],
+            qos = scheduler.run(["sacctmgr", "-n", "-P", "show", "qos", "format=Name,Preempt,PreemptMode,GraceTime"],
                                  timeout_s=QUERY_TIMEOUT_S)
         except scheduler.SlurmCommandError as exc:
             return PreemptionInfo(reachable=False, why=f"preemption by QOS, but {str(exc).splitlines()[0]}")

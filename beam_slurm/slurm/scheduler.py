@@ -17,7 +17,7 @@ class SlurmCommandError(RuntimeError):
     """A Slurm command failed; the message holds the command line and its stderr."""
 
 
-def _run(argv: Sequence[str], timeout_s: float = 60.0, *, survive_sigterm: bool = False) -> str:
+def run(argv: Sequence[str], timeout_s: float = 60.0, *, survive_sigterm: bool = False) -> str:
     """Run a Slurm command; `survive_sigterm`: ignore SIGTERM (sent to the batch step while Slurm ends the job)."""
     try:
         ignore_sigterm = (lambda: signal.signal(signal.SIGTERM, signal.SIG_IGN)) if survive_sigterm else None
@@ -34,62 +34,62 @@ def _run(argv: Sequence[str], timeout_s: float = 60.0, *, survive_sigterm: bool 
 
 def expand_hostnames(nodelist: str) -> list[str]:
     """`n[1-3],gpu7` -> ['n1', 'n2', 'n3', 'gpu7'] (scontrol show hostnames), in Slurm's order."""
-    return _run(["scontrol", "show", "hostnames", nodelist]).split() if nodelist else []
+    return run(["scontrol", "show", "hostnames", nodelist]).split() if nodelist else []
 
 
 def requeue(job_id: str | int) -> None:
     """`scontrol requeue`: steps cancelled, the batch script starts again from its top with SLURM_RESTART_COUNT+1."""
-    _run(["scontrol", "requeue", str(job_id)], survive_sigterm=True)
+    run(["scontrol", "requeue", str(job_id)], survive_sigterm=True)
 
 
 def job_info(job_id: str | int) -> dict[str, str]:
     """`scontrol show job -o <id>` as a dict (JobState, RunTime, TimeLimit, NodeList, Restarts, ...)."""
-    text = _run(["scontrol", "show", "job", "-o", str(job_id)])
+    text = run(["scontrol", "show", "job", "-o", str(job_id)])
     return {key: value for key, sep, value in (token.partition("=") for token in shlex.split(text)) if sep}
 
 
 def job_state(job_id: str | int) -> str:
     """The job's state as squeue shows it (PENDING, RUNNING, ...), or '' once squeue no longer lists it."""
-    out = _run(["squeue", "--noheader", "--format=%T", f"--jobs={job_id}"])
+    out = run(["squeue", "--noheader", "--format=%T", f"--jobs={job_id}"])
     return out.strip().splitlines()[0].strip() if out.strip() else ""
 
 
 def step_ids(job_id: str | int, step_name: str) -> list[str]:
     """Ids ('123.1') of the job's running steps named `step_name` (squeue --steps)."""
-    out = _run(["squeue", "--steps", "--noheader", "--format=%i %j", f"--jobs={job_id}"])
+    out = run(["squeue", "--steps", "--noheader", "--format=%i %j", f"--jobs={job_id}"])
     return [line.split()[0] for line in out.splitlines() if len(line.split()) == 2 and line.split()[1] == step_name]
 
 
 def signal_step(step_id: str, signal_name: str) -> None:
     """Deliver a signal to every task of one step (`scancel --signal=NAME <job>.<step>`), without ending it."""
-    _run(["scancel", f"--signal={signal_name}", step_id])
+    run(["scancel", f"--signal={signal_name}", step_id])
 
 
 def signal_batch(job_id: str | int, signal_name: str) -> None:
     """Signal the batch shell only (`scancel --batch`), not the steps: it asks for a save and stops them in order."""
-    _run(["scancel", "--batch", f"--signal={signal_name}", str(job_id)])
+    run(["scancel", "--batch", f"--signal={signal_name}", str(job_id)])
 
 
 def release(job_id: str | int) -> None:
     """`scontrol release <job>`: a job submitted with --hold may start (every task of an array)."""
-    _run(["scontrol", "release", str(job_id)])
+    run(["scontrol", "release", str(job_id)])
 
 
 def cancel(*job_ids: str | int) -> None:
     """`scancel <job> ...`: end jobs (a pending one never starts)."""
-    _run(["scancel", *map(str, job_ids)])
+    run(["scancel", *map(str, job_ids)])
 
 
 def update_excluded_nodes(job_id: str | int, nodes: Sequence[str]) -> None:
     """Set the job's ExcNodeList (replacing the earlier one); Slurm accepts it only while the job is pending or requeued
     and completing. Run right after the batch shell's requeue, while Slurm signals the batch step: ignores SIGTERM."""
-    _run(["scontrol", "update", f"JobId={job_id}", f"ExcNodeList={','.join(nodes)}"], survive_sigterm=True)
+    run(["scontrol", "update", f"JobId={job_id}", f"ExcNodeList={','.join(nodes)}"], survive_sigterm=True)
 
 
 def partition_node_states(partition: str = "") -> dict[str, str]:
     """Every node of `partition` (the default partition when empty) -> its state as sinfo prints it."""
     argv = ["sinfo", "--noheader", "--Node", "--format=%N %t"] + ([f"--partition={partition}"] if partition else [])
-    return {parts[0]: parts[1] for parts in (line.split() for line in _run(argv).splitlines()) if len(parts) == 2}
+    return {parts[0]: parts[1] for parts in (line.split() for line in run(argv).splitlines()) if len(parts) == 2}
 
 
 def usable_partition_nodes(partition: str = "") -> list[str]:
@@ -112,7 +112,7 @@ def parse_partitions(text: str) -> list[dict[str, str]]:
 
 def partition_info(partition: str = "") -> dict[str, str]:
     """`scontrol show partition -o` of `partition` (default if empty) as a dict; SlurmCommandError if unknown."""
-    rows = parse_partitions(_run(["scontrol", "show", "partition", "-o", *([partition] if partition else [])]))
+    rows = parse_partitions(run(["scontrol", "show", "partition", "-o", *([partition] if partition else [])]))
     row = rows[0] if partition and rows else next((r for r in rows if r.get("Default") == "YES"), None)
     if row is None:
         raise SlurmCommandError("scontrol show partition: the cluster has no default partition; set cluster.partition")
@@ -121,12 +121,12 @@ def partition_info(partition: str = "") -> dict[str, str]:
 
 def config_value(name: str) -> str:
     """One value of the controller's running configuration (`scontrol show config`); '' when it has none."""
-    return parse_config(_run(["scontrol", "show", "config"])).get(name, "")
+    return parse_config(run(["scontrol", "show", "config"])).get(name, "")
 
 
 def accounting_rows(entity: str, fields: Sequence[str], where: Sequence[str] = ()) -> list[dict[str, str]]:
     """`sacctmgr show <entity> [where ...] format=<fields>` as rows of {field: value} (parsable, no header)."""
-    out = _run(["sacctmgr", "--noheader", "--parsable2", "show", entity, *where, "format=" + ",".join(fields)])
+    out = run(["sacctmgr", "--noheader", "--parsable2", "show", entity, *where, "format=" + ",".join(fields)])
     return [dict(zip(fields, line.split("|"))) for line in out.splitlines() if line.count("|") >= len(fields) - 1]
 
 
@@ -138,7 +138,7 @@ def squeue_rows() -> list[dict[str, str]]:
     `--jobs=<ids>`: with two or more ids squeue loads every job anyway and filters on the client, with one a job the
     controller forgot fails the call; and jobs waiting on a job (`dependents_from`) are in the same answer."""
     fmt = ",".join(f"{name}:|" for name in QUEUE_FIELDS)
-    out = _run(["squeue", "--noheader", "--states=all", "-O", fmt])
+    out = run(["squeue", "--noheader", "--states=all", "-O", fmt])
     rows = ([p.strip() for p in line.split("|")] for line in out.splitlines())
     return [dict(zip(QUEUE_FIELDS, parts)) for parts in rows if len(parts) >= len(QUEUE_FIELDS)]
 
@@ -150,7 +150,7 @@ def sacct_rows(job_ids: Sequence[str], fields: Sequence[str] = ACCOUNTING_FIELDS
     """Accounting records of many jobs, ONE sacct call: allocations only (-X), every attempt (-D, oldest first)."""
     if not job_ids:
         return []
-    out = _run(["sacct", "--noheader", "--parsable2", "-X", "-D", f"--jobs={','.join(job_ids)}",
+    out = run(["sacct", "--noheader", "--parsable2", "-X", "-D", f"--jobs={','.join(job_ids)}",
                 "--format=" + ",".join(fields)])
     return [dict(zip(fields, parts)) for parts in (line.split("|") for line in out.splitlines())
             if len(parts) >= len(fields)]
@@ -173,7 +173,7 @@ def accounted_output(job_id: str | int) -> dict[str, str]:
     """sacct's OUTPUT_FIELDS of a job (accounting keeps them for good); {} when it does not know the job."""
     for fields in (OUTPUT_FIELDS, tuple(f for f in OUTPUT_FIELDS if f != "StdOut")):
         try:
-            out = _run(["sacct", "--noheader", "--parsable2", "-X", f"--jobs={job_id}", "--format=" + ",".join(fields)])
+            out = run(["sacct", "--noheader", "--parsable2", "-X", f"--jobs={job_id}", "--format=" + ",".join(fields)])
         except SlurmCommandError:
             continue  # an older sacct refuses the StdOut field: ask again without it
         rows = [line.split("|", len(fields) - 1) for line in out.splitlines()]  # SubmitLine last: it may hold '|'

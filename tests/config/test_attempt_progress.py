@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from beam_slurm.config.load import load_config
-from beam_slurm.notice_budget import attempt_progress, plan_rows
-from beam_slurm.pipeline.submit import stalled_attempt_problems
+from beam_slurm.policy.notice_budget import attempt_progress, plan_rows
+from beam_slurm.verbs.submit import stalled_attempt_problems
 
 PATHS = ["paths.model_path=/m", "paths.data_dir=/d", "paths.skyrl_dir=/s"]
 

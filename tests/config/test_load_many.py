@@ -7,7 +7,7 @@ import dataclasses
 
 import pytest
 
-from beam_slurm.config.errors import ConfigError
+from beam_slurm.core.errors import ConfigError
 from beam_slurm.config.load import load_config, load_many
 from beam_slurm.config.schema import env_sources
 

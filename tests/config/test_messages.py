@@ -5,9 +5,9 @@ import sys
 
 import pytest
 
-from beam_slurm.config.errors import ConfigError
+from beam_slurm.core.errors import ConfigError
 from beam_slurm.config.load import load_config
-from beam_slurm.config.errors import ConfigProblem
+from beam_slurm.core.errors import ConfigProblem
 
 PATHS = ["paths.model_path=/shared/models/beam", "paths.data_dir=/shared/data", "paths.skyrl_dir=/shared/SkyRL"]
 # Text of the configuration libraries underneath; none of it belongs in a message to the user.
@@ -114,12 +114,12 @@ def test_one_problem_type_for_the_whole_package():
     from pathlib import Path
 
     import beam_slurm
-    from beam_slurm.containers.runtime import validate
-    from beam_slurm.containers.settings import ContainerSettings
+    from beam_slurm.config.container_runtime import validate
+    from beam_slurm.config.container import ContainerSettings
 
     package = Path(beam_slurm.__file__).parent
     defined = [p.relative_to(package) for p in package.rglob("*.py") if "class ConfigProblem" in p.read_text()]
-    assert [str(p) for p in defined] == ["config/errors.py"]
+    assert [str(p) for p in defined] == ["core/errors.py"]
     (problem,) = validate(ContainerSettings(runtime="pyxis", image=""))
     assert type(problem) is ConfigProblem
     assert str(problem).startswith("container.image: runtime 'pyxis' needs an image; fix: set container.image=")

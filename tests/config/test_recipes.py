@@ -6,8 +6,8 @@ import sys
 import pytest
 
 from beam_slurm.config.load import load_config
-from beam_slurm.plan import checkpoints_kept
-from beam_slurm.skyrl.command import skyrl_launch, skyrl_overrides
+from beam_slurm.verbs.plan import checkpoints_kept
+from beam_slurm.config.skyrl_command import skyrl_launch, skyrl_overrides
 
 PATHS = ["paths.model_path=/shared/models/beam", "paths.data_dir=/shared/data", "paths.skyrl_dir=/shared/SkyRL"]
 
@@ -155,9 +155,9 @@ def test_resume_from_path_passes_the_path():
 
 def test_rehearsal_backend_runs_our_trainer_module():
     launch = skyrl_launch(load("lora_16gpu", "trainer.backend=rehearsal"))
-    assert launch.module == "beam_slurm.skyrl.rehearsal" and launch.cwd is None
+    assert launch.module == "beam_slurm.jobs.training.rehearsal" and launch.cwd is None
     real = skyrl_launch(load("lora_16gpu"))
-    assert real.module == "beam_slurm.skyrl.entrypoint" and real.cwd == "/shared/SkyRL"
+    assert real.module == "beam_slurm.jobs.training.entrypoint" and real.cwd == "/shared/SkyRL"
     assert real.overrides == launch.overrides
 
 
@@ -169,7 +169,7 @@ def test_plan_cli_prints_table_and_overrides(tmp_path):
     table = subprocess.run(env_args, capture_output=True, text=True, timeout=60)
     assert table.returncode == 0, table.stderr
     for text in ("4 x 8 = 32 GPUs", "TP4 PP2 CP1 EP8", "2 x (TP8 x PP2)", "64 x 8 = 512", "100 over 50 steps",
-                 "python -m beam_slurm.skyrl.entrypoint"):
+                 "python -m beam_slurm.jobs.training.entrypoint"):
         assert text in table.stdout, text
     lines = subprocess.run([*env_args, "--skyrl-overrides"], capture_output=True, text=True, timeout=60).stdout.splitlines()
     assert lines and all("=" in line and not line.startswith(" ") for line in lines)

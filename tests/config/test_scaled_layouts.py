@@ -7,7 +7,7 @@ import pytest
 
 from beam_slurm.config.load import load_config
 from beam_slurm.config.validation import problems
-from beam_slurm.plan import plan_rows
+from beam_slurm.verbs.plan import plan_rows
 
 
 @pytest.fixture(autouse=True)

@@ -5,7 +5,7 @@ import shlex
 import pytest
 from omegaconf import OmegaConf
 
-from beam_slurm.skyrl.command import SkyRLLaunch, reads_back, render_value
+from beam_slurm.config.skyrl_command import SkyRLLaunch, reads_back, render_value
 
 
 @pytest.mark.parametrize("value", [

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from beam_slurm.config.errors import ConfigError
+from beam_slurm.core.errors import ConfigError
 from beam_slurm.config.load import load_config
 from beam_slurm.config.validation import path_problems
 from job_inputs import DAPO_MODULE_FILE, DATA_FILES, make_job_inputs, path_overrides
@@ -95,7 +95,7 @@ def test_plan_refuses_a_missing_model_with_exit_2(tmp_path):
 
 
 def test_submit_refuses_a_missing_model_before_anything_is_queued(tmp_path, monkeypatch, capsys):
-    from beam_slurm.pipeline import submit as submit_mod
+    from beam_slurm.verbs import submit as submit_mod
 
     paths = make_job_inputs(tmp_path)
     monkeypatch.setenv("HOME", str(tmp_path / "home"))

@@ -7,7 +7,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import importlib
-import inspect
 import re
 import subprocess
 import sys
@@ -15,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from beam_slurm.cli import VERBS, main as beam_slurm
+from beam_slurm.cli import VERBS, main as beam_slurm, verb_module
 from beam_slurm.config.load import load_config
 from beam_slurm.config.schema import BeamConfig
 from beam_slurm.config.overrides import hydra_value, override, value_at
@@ -25,13 +24,11 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def verb_parser(verb: str) -> VerbArgs:
-    """The verb's parser: `<prefix>build_parser()` beside its entry `<prefix>main`, or a module's `build_parser(verb)`
-    when one module serves several verbs."""
-    module_name, func_name, _ = VERBS[verb]
-    module = importlib.import_module(module_name)
-    builder = getattr(module, func_name[: -len("main")] + "build_parser", None) or getattr(module, "build_parser", None)
+    """The verb's parser: `build_parser()` beside its entry `main` in the verb's module."""
+    module_name = verb_module(verb)
+    builder = getattr(importlib.import_module(module_name), "build_parser", None)
     assert builder is not None, f"{module_name} has no build_parser(): every verb builds its parser with VerbArgs"
-    return builder(verb) if "verb" in inspect.signature(builder).parameters else builder()
+    return builder()
 
 
 @pytest.mark.parametrize("verb", sorted(VERBS))
@@ -56,7 +53,7 @@ def test_no_option_that_maps_to_a_schema_key_carries_a_default(verb):
 
 
 def test_evaluation_settings_restate_no_default():
-    from beam_slurm.evaluation.generate import ClientSettings, EngineSettings, SamplingSettings
+    from beam_slurm.jobs.evaluation.generate import ClientSettings, EngineSettings, SamplingSettings
 
     from_recipe = {
         SamplingSettings: {"n", "temperature", "top_p", "max_tokens", "reasoning_effort"},

@@ -18,9 +18,9 @@ import pytest
 
 from beam_slurm.config.overrides import override
 
-from beam_slurm.containers.pull import image_is_current, import_command, record_matches
-from beam_slurm.containers.runtime import cached_image_path, digest_record_path
-from beam_slurm.containers.settings import ContainerSettings
+from beam_slurm.jobs.container_pull import image_is_current, import_command, record_matches
+from beam_slurm.config.container_runtime import cached_image_path, digest_record_path
+from beam_slurm.config.container import ContainerSettings
 from beam_slurm.core.shared_lock import LockTimeout, SharedFileLock, process_start_time
 
 HERE = Path(__file__).parent

@@ -52,7 +52,7 @@ srun {sys.executable} {work / 'writer.py'} {export} {ready} {UPDATES}
 
 def test_a_job_id_no_index_lists_is_found_where_slurm_says_it_wrote(slurm_sandbox, tmp_path, monkeypatch):
     from beam_slurm.core.run_record import StageEntry, Submission
-    from beam_slurm.pipeline.runs import RunNotFound, resolve_run
+    from beam_slurm.launch.runs import RunNotFound, resolve_run
 
     export = slurm_sandbox.new_dir("resolve") / "export"
     logs = export / "logs"

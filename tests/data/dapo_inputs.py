@@ -10,7 +10,7 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from beam_slurm.data.dapo_format import DAPO_SCHEMA, PROMPT_PREFIX, PROMPT_SUFFIX
+from beam_slurm.jobs.data.dapo_format import DAPO_SCHEMA, PROMPT_PREFIX, PROMPT_SUFFIX
 
 KEY = ["data_source", "prompt", "ability", "reward_model"]
 STYLE = "rule-lighteval/MATH_v2"

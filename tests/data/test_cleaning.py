@@ -7,7 +7,7 @@ import polars as pl
 import pyarrow.parquet as pq
 import pytest
 
-from beam_slurm.data.cleaning import clean_dapo_files
+from beam_slurm.jobs.data.cleaning import clean_dapo_files
 from dapo_inputs import KEY, aime2024_rows, random_rows, reference_clean, tricky_rows, write_dapo
 
 
@@ -82,7 +82,7 @@ def test_aime2024_copies_collapse_to_30_and_padding_is_not_a_conflict(tmp_path):
 @pytest.mark.parametrize("lookup_bytes", [0, 300])
 def test_digest_path_past_the_lookup_budget_matches_reference(tmp_path, monkeypatch, lookup_bytes):
     """Columns with more distinct text than the in-Arrow lookup budget switch to digests, with the same result."""
-    from beam_slurm.data import cleaning
+    from beam_slurm.jobs.data import cleaning
 
     monkeypatch.setattr(cleaning, "_LOOKUP_BYTES", lookup_bytes)
     rows = tricky_rows() + random_rows(8, 500) + tricky_rows()

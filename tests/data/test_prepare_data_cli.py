@@ -14,10 +14,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from beam_slurm.data.cli import main
-from beam_slurm.data.manifest import MANIFEST_NAME, sha256_file
-from beam_slurm.data.sources import parse_hub_address
-from beam_slurm.data.errors import BadDataInput
+from beam_slurm.verbs.prepare_data import main
+from beam_slurm.jobs.data.manifest import MANIFEST_NAME, sha256_file
+from beam_slurm.jobs.data.sources import parse_hub_address
+from beam_slurm.core.errors import BadDataInput
 from dapo_inputs import (
     AIME2025_ANSWERS,
     aime2024_rows,
@@ -286,7 +286,7 @@ def test_hub_sources_offline_from_cache_record_revision_and_hide_token(tmp_path,
 def test_hub_downloads_retry_network_errors_but_not_missing_files(monkeypatch):
     from huggingface_hub.errors import EntryNotFoundError
 
-    from beam_slurm.data import sources
+    from beam_slurm.jobs.data import sources
 
     waits: list[float] = []
     monkeypatch.setattr(sources.time, "sleep", waits.append)

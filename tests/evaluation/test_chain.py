@@ -14,15 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from beam_slurm.evaluation.chain import (
-    ChainSettings,
-    claim_path,
-    complete_checkpoints,
-    submit_pending,
-    try_claim,
-    watch,
-)
-from beam_slurm.evaluation.checkpoints import STEP_DIR
+from beam_slurm.launch.chain import ChainSettings, claim_path, complete_checkpoints, submit_pending, try_claim, watch
+from beam_slurm.jobs.evaluation.checkpoints import STEP_DIR
 
 
 def submitted_jobs(settings: ChainSettings) -> dict[int, str | None]:
@@ -169,7 +162,8 @@ def test_watch_runs_until_stopped_with_a_last_pass(tmp_path):
 
 
 def test_each_array_task_of_a_checkpoint_list_picks_its_line(tmp_path, monkeypatch):
-    from beam_slurm.evaluation.cli import UsageError, build_parser, _checkpoint_from_list
+    from beam_slurm.launch.eval_request import UsageError, build_parser
+    from beam_slurm.verbs.evaluate import _checkpoint_from_list
 
     listed = tmp_path / "checkpoints.txt"
     listed.write_text("/runs/a/global_step_10\n\n/runs/a/global_step_30\n")

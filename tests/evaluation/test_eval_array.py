@@ -1,4 +1,4 @@
-"""The evaluation array's decisions without Slurm (what `beam_slurm.evaluation.array.plan` submits) and the
+"""The evaluation array's decisions without Slurm (what `beam_slurm.launch.eval_array.plan` submits) and the
 signal shield of a task (real processes and signals; no model loads).
 
 The array's Slurm path, preemption and requeue run on the sandbox in test_eval_array_sandbox.py."""
@@ -17,8 +17,9 @@ from pathlib import Path
 from aime_files import write_aime_parquet
 
 from beam_slurm.config.load import load_config
-from beam_slurm.evaluation import array, resumable
-from beam_slurm.pipeline import sweep
+from beam_slurm.launch import eval_array as array
+from beam_slurm.jobs.evaluation import resumable
+from beam_slurm.launch import sweep
 
 
 def fake_export(path: Path) -> Path:

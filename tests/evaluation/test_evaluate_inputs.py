@@ -20,9 +20,9 @@ import pytest
 from aime_files import write_aime_parquet
 
 from beam_slurm.config.schema import BeamConfig
-from beam_slurm.evaluation.checkpoints import CheckpointError, resolve_checkpoint
-from beam_slurm.evaluation.generate import ClientSettings, SamplingSettings, ServerError, generate_with_server
-from beam_slurm.evaluation.problems import DatasetError, Problem, read_problems
+from beam_slurm.jobs.evaluation.checkpoints import CheckpointError, resolve_checkpoint
+from beam_slurm.jobs.evaluation.generate import ClientSettings, SamplingSettings, ServerError, generate_with_server
+from beam_slurm.jobs.evaluation.problems import DatasetError, Problem, read_problems
 
 
 def fake_model_dir(path: Path, shards: list[str] | None = None) -> Path:
@@ -102,7 +102,7 @@ def test_parquet_checks_name_the_file_and_column(tmp_path):
 def run_cli_without_model(args: list[str]) -> subprocess.CompletedProcess:
     """Run `evaluate` and also report whether vLLM got imported (it must not be, for bad input)."""
     code = (
-        "import sys; from beam_slurm.evaluation.cli import main; rc = main(sys.argv[1:]); "
+        "import sys; from beam_slurm.verbs.evaluate import main; rc = main(sys.argv[1:]); "
         "print('VLLM_IMPORTED' if 'vllm' in sys.modules else 'NO_VLLM'); sys.exit(rc)"
     )
     return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=60)

@@ -18,14 +18,9 @@ from pathlib import Path
 import pytest
 
 from beam_slurm.config.schema import GradeConfig
-from beam_slurm.evaluation import grading
-from beam_slurm.evaluation.grading_pool import (
-    MATH_VERIFY,
-    GradingLimits,
-    GradingPool,
-    grade_rows_detailed,
-)
-from beam_slurm.evaluation.metrics import GradingInputError, compute_metrics
+from beam_slurm.jobs.evaluation import grading
+from beam_slurm.jobs.evaluation.grading_pool import MATH_VERIFY, GradingLimits, GradingPool, grade_rows_detailed
+from beam_slurm.jobs.evaluation.metrics import GradingInputError, compute_metrics
 
 # (response, ground truth, expected correct, expected pred), each checked by hand against the rule's steps.
 PRIMARY_CASES = [

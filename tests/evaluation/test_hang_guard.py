@@ -8,9 +8,9 @@ import subprocess
 import threading
 import time
 
-from beam_slurm.evaluation import resumable
-from beam_slurm.evaluation.hang_guard import GenerationWatchdog, chunk_limit_s
-from beam_slurm.evaluation.problems import Problem
+from beam_slurm.jobs.evaluation import resumable
+from beam_slurm.jobs.evaluation.hang_guard import GenerationWatchdog, chunk_limit_s
+from beam_slurm.jobs.evaluation.problems import Problem
 
 
 class StuckEngine:

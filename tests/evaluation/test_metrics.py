@@ -9,13 +9,8 @@ from fractions import Fraction
 
 import pytest
 
-from beam_slurm.evaluation.metrics import (
-    GradingInputError,
-    compute_details,
-    compute_metrics,
-    majority_answer,
-    pass_at,
-)
+from beam_slurm.jobs.evaluation.metrics import (GradingInputError, compute_details, compute_metrics, majority_answer,
+                                                pass_at)
 
 
 def _grade(problem, sample, pred, gt="7", source="aime2025", mv=None, **extra):
@@ -141,7 +136,7 @@ def test_details_per_problem_lengths_and_finish_reasons():
 
 @pytest.mark.parametrize("k,levels", [(1, [1]), (4, [1, 2, 4]), (12, [1, 2, 4, 8, 12]), (64, [1, 2, 4, 8, 16, 32, 64])])
 def test_pass_at_levels_are_powers_of_two_up_to_k(k, levels):
-    from beam_slurm.evaluation.metrics import pass_at_levels
+    from beam_slurm.jobs.evaluation.metrics import pass_at_levels
 
     assert pass_at_levels(k) == levels
 
@@ -170,7 +165,7 @@ def test_pass_at_k_up_to_64_equals_a_brute_force_count():
 def test_avg_at_k_interval_equals_a_direct_bootstrap_with_the_same_seed():
     import numpy as np
 
-    from beam_slurm.evaluation.metrics import BOOTSTRAP_DRAWS, BOOTSTRAP_SEED
+    from beam_slurm.jobs.evaluation.metrics import BOOTSTRAP_DRAWS, BOOTSTRAP_SEED
 
     k, rng = 8, random.Random(3)
     grades, shares = [], []

@@ -12,9 +12,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from beam_slurm.cli import main as beam_slurm
-from beam_slurm.evaluation.metrics import compute_metrics
-from beam_slurm.evaluation.report import TRAIN_METRICS_FILE
-from beam_slurm.evaluation.results import evaluation_dir, write_results
+from beam_slurm.jobs.evaluation.metrics import compute_metrics
+from beam_slurm.launch.run_results import TRAIN_METRICS_FILE
+from beam_slurm.jobs.evaluation.results import evaluation_dir, write_results
 
 AIME2024 = [45, 116, 540]
 AIME2025 = [70, 588, 16]
@@ -169,15 +169,16 @@ def test_report_unknown_run_is_status_2(tmp_path, capsys):
 
 
 def test_rehearsal_numbers_are_marked(tmp_path, capsys):
-    from beam_slurm.evaluation import report
+    from beam_slurm.launch import run_results
+    from beam_slurm.verbs import report
 
     export = tmp_path / "exports"
     export.mkdir()
     (export / "train_metrics.jsonl").write_text('{"step": 1, "reward/avg_raw_reward": 0.5, "rehearsal": true}\n')
-    marked = report.gather(export)
+    marked = run_results.gather(export)
     assert marked.rehearsal and "REHEARSAL" in marked.rehearsal_note and report.summary(marked)["rehearsal"]
     (export / "train_metrics.jsonl").write_text('{"step": 1, "reward/avg_raw_reward": 0.5}\n')
-    assert not report.gather(export).rehearsal
+    assert not run_results.gather(export).rehearsal
 
 
 def test_report_into_a_closed_pipe_ends_quietly_with_141(run_export):

@@ -16,15 +16,17 @@ import pytest
 from aime_files import write_aime_parquet
 from beam_slurm.cli import main as beam_slurm
 from beam_slurm.config.load import load_config, to_yaml
-from beam_slurm.evaluation import report, resumable
-from beam_slurm.evaluation.checkpoints import resolve_checkpoint
-from beam_slurm.evaluation.generate import SamplingSettings
-from beam_slurm.evaluation.metrics import compute_metrics
-from beam_slurm.evaluation.problems import dataset_label, file_data_source, labels_by_source
-from beam_slurm.evaluation.results import evaluation_dir, write_results
+from beam_slurm.launch import run_results
+from beam_slurm.verbs import report
+from beam_slurm.jobs.evaluation import resumable
+from beam_slurm.jobs.evaluation.checkpoints import resolve_checkpoint
+from beam_slurm.jobs.evaluation.generate import SamplingSettings
+from beam_slurm.jobs.evaluation.metrics import compute_metrics
+from beam_slurm.jobs.evaluation.problems import dataset_label, file_data_source, labels_by_source
+from beam_slurm.jobs.evaluation.results import evaluation_dir, write_results
 from beam_slurm.core.run_store import RunStore
-from beam_slurm.pipeline.manifest import record_submission
-from beam_slurm.skyrl.train_metrics import append_step_metrics
+from beam_slurm.launch.manifest import record_submission
+from beam_slurm.core.train_metrics import append_step_metrics
 
 TRUTHS = {"aime2025": ["70", "588", "16"], "math_dapo": ["45", "116", "540"]}
 FILES = {"aime2025": "aime-2025-cleaned.parquet", "math_dapo": "aime-2024-cleaned.parquet"}
@@ -165,7 +167,7 @@ def test_labels_from_recipe_keys_when_no_override_differs(tmp_path, data_dir):
         cfg = load_config([f"generation.temperature={temperature}", f"paths.data_dir={data_dir}"], validate=False)
         RunStore(export).write_config(to_yaml(cfg))  # same overrides, another recipe
         append_step_metrics(export, 1, {"reward/avg_raw_reward": 0.0})
-        runs.append(report.gather(export))
+        runs.append(run_results.gather(export))
     report.label_runs(runs)
     assert [r.label for r in runs] == ["generation.temperature=0.6", "generation.temperature=1.0"]
 
@@ -182,7 +184,7 @@ def test_aime2024_by_its_file_in_skyrl_dumps_and_older_results(tmp_path, data_di
     grades = _grades("math_dapo", [2, 2, 0])
     write_results(evaluation_dir(export, 10), grades, compute_metrics(grades),
                   extra={"data": [{"path": str(data_dir / FILES["math_dapo"])}]})
-    gathered = report.gather(export)
+    gathered = run_results.gather(export)
     assert {(p.step, p.dataset, p.origin) for p in gathered.evals} == {
         (5, "aime2024", "skyrl"), (5, "aime2025", "skyrl"), (10, "aime2024", "beam")}
     assert {p.data_source for p in gathered.evals if p.dataset == "aime2024"} == {"math_dapo"}  # the raw key kept
@@ -211,8 +213,8 @@ def _fake_hf_model(folder: Path) -> Path:
 
 
 def test_evaluation_of_a_rehearsal_export_is_marked_in_its_metrics(tmp_path, data_dir, capsys):
-    from beam_slurm.pipeline.status import _eval_at, _latest_eval
-    from beam_slurm.skyrl.rehearsal import RehearsalSettings, export_hf
+    from beam_slurm.verbs.status import _eval_at, _latest_eval
+    from beam_slurm.jobs.training.rehearsal import RehearsalSettings, export_hf
 
     base = _fake_hf_model(tmp_path / "base")
     export = _make_run(tmp_path / "exports", "rehearsed", ["precision=bf16"], data_dir)
@@ -232,7 +234,7 @@ def test_evaluation_of_a_rehearsal_export_is_marked_in_its_metrics(tmp_path, dat
     assert not any("rehearsal" in entry for entry in unmarked.values())
     assert "rehearsal" not in json.loads((evaluation_dir(export, 10) / "info.json").read_text())
 
-    gathered = report.gather(export)
+    gathered = run_results.gather(export)
     assert {p.step for p in gathered.evals if p.rehearsal} == {5} and gathered.rehearsal
     assert "aime2024 0.583 (rehearsal)" in _eval_at(export, 5)[0] and "(rehearsal)" not in _eval_at(export, 10)[0]
     assert "(rehearsal)" not in _latest_eval(export)[0]  # step 10 is a real export's result
@@ -254,14 +256,14 @@ def test_a_rehearsal_run_stays_marked_beside_a_real_one(sweep, tmp_path, data_di
     assert [r["rehearsal"] for r in runs] == [False, True]
     assert [r["label"] for r in runs] == ["trainer.backend=skyrl", "trainer.backend=rehearsal [rehearsal]"]
     assert beam_slurm(["report", str(sweep["exports"][0]), str(rehearsal)]) == 0
-    assert report.REHEARSAL_RUN in capsys.readouterr().out
+    assert run_results.REHEARSAL_RUN in capsys.readouterr().out
 
 
 def test_a_run_without_a_saved_recipe_is_known_as_rehearsal_by_its_metrics(tmp_path):
     """A run started with plain sbatch has no beam_run/config.yaml: the rehearsal's own metrics lines say what it is."""
     export = tmp_path / "exports" / "by-hand"
     append_step_metrics(export, 1, {"reward/avg_raw_reward": 0.2, "rehearsal": True})
-    assert report.is_rehearsal_run(export) and report.gather(export).rehearsal
+    assert run_results.is_rehearsal_run(export) and run_results.gather(export).rehearsal
     other = tmp_path / "exports" / "real"
     append_step_metrics(other, 1, {"reward/avg_raw_reward": 0.2})
-    assert not report.is_rehearsal_run(other) and not report.is_rehearsal_run(tmp_path / "nothing-here")
+    assert not run_results.is_rehearsal_run(other) and not run_results.is_rehearsal_run(tmp_path / "nothing-here")

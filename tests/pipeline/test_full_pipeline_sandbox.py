@@ -36,7 +36,7 @@ from dapo_inputs import row, write_dapo  # noqa: E402  (the data tests' inputs i
 from train_runs import INHERITED_SETTINGS, REPO_ROOT, wait_for  # noqa: E402
 
 from beam_slurm.config.overrides import override  # noqa: E402
-from beam_slurm.data.dapo_format import dapo_prompt  # noqa: E402
+from beam_slurm.jobs.data.dapo_format import dapo_prompt  # noqa: E402
 
 pytestmark = [pytest.mark.sandbox, pytest.mark.vllm, pytest.mark.slow]
 

@@ -7,7 +7,7 @@ from datetime import datetime
 import pytest
 
 from beam_slurm.core.run_record import Attempt, RunRecord, TrainJob
-from beam_slurm.pipeline.goodput import PHASES, ledger, measured
+from beam_slurm.policy.goodput import PHASES, ledger, measured
 
 T0 = datetime(2026, 12, 1, 10, 0, 0).timestamp()
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from beam_slurm.cli import main as beam_slurm
 from beam_slurm.core.run_record import RunRecord
 from beam_slurm.core.run_store import RunStore
-from beam_slurm.pipeline.status import StatusRow, status_json
+from beam_slurm.verbs.status import StatusRow, status_json
 from test_status_labels import _run
 
 PATHS = ["paths.model_path=/shared/models/beam", "paths.data_dir=/shared/data", "paths.skyrl_dir=/shared/SkyRL",

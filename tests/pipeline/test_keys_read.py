@@ -4,7 +4,7 @@ The recipe objects are the schema's dataclasses; while the verbs' and the job's 
 each read of a field is recorded (a `__getattribute__` of the schema classes, put in place for the test). Reads made
 to load, check or dump the whole recipe (load_config's validation, config.yaml) do not count: they read every key.
 The nodes read the `ray` section from the job spec in processes of their own, under a live Ray: those keys are
-counted from the source instead, as an attribute read of the field in `ray_cluster/` outside the settings class.
+counted from the source instead, as an attribute read of the field in `jobs/ray_cluster/` and the modules it uses from below.
 """
 from __future__ import annotations
 
@@ -83,19 +83,19 @@ class ReadRecorder:
 def _exercise(cfg, overrides: list[str], tmp_path: Path, monkeypatch) -> None:
     """What the verbs and the training job do with a loaded recipe (nothing is submitted)."""
     from beam_slurm.config.validation import path_problems
-    from beam_slurm.containers.pull import pull_image
-    from beam_slurm.data.cli import _plans, _prepare_out_dir
-    from beam_slurm.pipeline.submit import stalled_attempt_problems
-    from beam_slurm.plan import slurm_check
-    from beam_slurm.slurm import train_cli
-    from beam_slurm.evaluation.array import launcher_parameters
-    from beam_slurm.evaluation.cli import chained_overrides
-    from beam_slurm.evaluation.generate import ClientSettings, EngineSettings, SamplingSettings
-    from beam_slurm.evaluation.grading_pool import GradingLimits
-    from beam_slurm.pipeline.stages import PrepareData, PullContainer, Train
-    from beam_slurm.plan import plan_rows
-    from beam_slurm.skyrl.tracking import job_env
-    from beam_slurm.slurm.job_settings import job_settings
+    from beam_slurm.jobs.container_pull import pull_image
+    from beam_slurm.jobs.data.prepare import plans, _prepare_out_dir
+    from beam_slurm.verbs.submit import stalled_attempt_problems
+    from beam_slurm.verbs.plan import slurm_check
+    from beam_slurm.verbs import train as train_cli
+    from beam_slurm.launch.eval_array import launcher_parameters
+    from beam_slurm.launch.eval_request import chained_overrides
+    from beam_slurm.jobs.evaluation.generate import ClientSettings, EngineSettings, SamplingSettings
+    from beam_slurm.jobs.evaluation.grading_pool import GradingLimits
+    from beam_slurm.launch.stages import PrepareData, PullContainer, Train
+    from beam_slurm.verbs.plan import plan_rows
+    from beam_slurm.jobs.training.tracking import job_env
+    from beam_slurm.jobs.training.job_settings import job_settings
 
     plan_rows(cfg)
     Train(cfg, overrides).render()
@@ -111,7 +111,7 @@ def _exercise(cfg, overrides: list[str], tmp_path: Path, monkeypatch) -> None:
     launcher_parameters(load_config(chained_overrides(cfg, 1), validate=False))
     cfg.data.problems()
     path_problems(cfg)
-    _plans(cfg.data)
+    plans(cfg.data)
     _prepare_out_dir(cfg.data, str(tmp_path / "data"))
     chain = train_cli.EvalChain(cfg, lambda message: None)
     monkeypatch.setattr(train_cli, "submit_for_checkpoint", lambda *args: "1")
@@ -124,13 +124,16 @@ def _exercise(cfg, overrides: list[str], tmp_path: Path, monkeypatch) -> None:
 
 def _ray_keys_read_on_the_nodes() -> set[str]:
     """`ray.<field>` for every RaySettings field some ray_cluster/ module (not the settings class) reads."""
-    from beam_slurm.ray_cluster.settings import RaySettings
+    from beam_slurm.config.ray import RaySettings
 
     fields = {f.name for f in dataclasses.fields(RaySettings)}
     read: set[str] = set()
-    for path in (ROOT / "beam_slurm" / "ray_cluster").glob("*.py"):
-        if path.name == "settings.py":
-            continue
+    package = ROOT / "beam_slurm"
+    # the Ray bootstrap's folder, and the modules it uses from below (ports, the job spec, the environment, records)
+    paths = [*(package / "jobs" / "ray_cluster").glob("*.py"), package / "config" / "ports.py",
+             package / "config" / "job_spec.py", package / "config" / "env_manifest.py",
+             package / "core" / "ray_records.py"]
+    for path in paths:
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Attribute) and node.attr in fields and isinstance(node.ctx, ast.Load):
                 read.add(f"ray.{node.attr}")
@@ -151,7 +154,7 @@ def test_every_schema_key_is_read_by_the_product(tmp_path, monkeypatch):
     recorder = ReadRecorder()
     for name in ("validate_config", "to_yaml"):
         monkeypatch.setattr(load_module, name, recorder.pausing(getattr(load_module, name)))
-    monkeypatch.setattr("beam_slurm.slurm.job_settings.to_yaml", recorder.pausing(load_module.to_yaml))
+    monkeypatch.setattr("beam_slurm.jobs.training.job_settings.to_yaml", recorder.pausing(load_module.to_yaml))
     with recorder.installed():
         for variant in variants:
             overrides = base + variant

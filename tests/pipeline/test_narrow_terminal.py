@@ -15,10 +15,10 @@ from rich.console import Console
 from beam_slurm.config.load import load_config, to_yaml
 from beam_slurm.core.run_record import StageEntry
 from beam_slurm.core.run_store import RunStore
-from beam_slurm.evaluation.metrics import compute_metrics
-from beam_slurm.evaluation.results import evaluation_dir, write_results
-from beam_slurm.pipeline.manifest import record_submission
-from beam_slurm.pipeline.status import StatusRow, render_table
+from beam_slurm.jobs.evaluation.metrics import compute_metrics
+from beam_slurm.jobs.evaluation.results import evaluation_dir, write_results
+from beam_slurm.launch.manifest import record_submission
+from beam_slurm.verbs.status import StatusRow, render_table
 
 REPO = Path(__file__).resolve().parents[2]
 LONG_REASON = "DependencyNeverSatisfied: train job 12 FAILED; cancel it or resubmit after a fix"

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from beam_slurm.pipeline import runs
+from beam_slurm.launch import runs
 from beam_slurm.core.run_store import RunStore, now, remember_job
-from beam_slurm.pipeline.status import StatusInputError, _attempt_row, resolve_targets
+from beam_slurm.verbs.status import StatusInputError, _attempt_row, resolve_targets
 
 
 @pytest.fixture
@@ -104,7 +104,7 @@ def test_the_wanted_outcome_is_handled_once_and_a_stopped_run_is_resumable(home)
 
 
 def test_submit_resumes_a_stopped_run(run_env, capsys):
-    from beam_slurm.pipeline.submit import build_runs, resume_stopped
+    from beam_slurm.verbs.submit import build_runs, resume_stopped
 
     root, _ = run_env
     spec = build_runs(["recipe=lora_16gpu"], multirun=False, stages=["train"])[0]

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from beam_slurm.pipeline import status as status_mod
-from beam_slurm.pipeline import submit as submit_mod
+from beam_slurm.verbs import status as status_mod
+from beam_slurm.verbs import submit as submit_mod
 from pipeline_inputs import IMAGE, fake_runtime_bin, make_sources
 
 pytestmark = pytest.mark.sandbox
@@ -182,7 +182,7 @@ def test_slurm_is_asked_before_anything_is_queued(slurm_sandbox, sandbox_run, ca
     assert code == 0 and "dry run: nothing submitted" in out, err
     code, out, err = run_submit([*base, "cluster.partition=gpux", "cluster.ask_slurm_on_submit=false"], capsys)
     assert code == 0, err
-    from beam_slurm.plan import main as plan_main
+    from beam_slurm.verbs.plan import main as plan_main
 
     keys = ["recipe=lora_16gpu", "trainer.backend=rehearsal", "cluster.check_paths_on_submit=false", *data]
     assert plan_main([*keys, "cluster.partition=gpux"]) == 2

@@ -12,13 +12,9 @@ import pytest
 
 from beam_slurm.config.load import load_config
 from beam_slurm.core.layout import latest_checkpoint_step
-from beam_slurm.pipeline import submit as submit_mod
-from beam_slurm.pipeline.stages import (
-    PrepareData,
-    PullContainer,
-    Train,
-)
-from beam_slurm.pipeline.sweep import expand, rename_run, slug
+from beam_slurm.verbs import submit as submit_mod
+from beam_slurm.launch.stages import PrepareData, PullContainer, Train
+from beam_slurm.launch.sweep import expand, rename_run, slug
 from beam_slurm.slurm.submission import SbatchRequest, submission_environment
 from pipeline_inputs import IMAGE, fake_runtime_bin
 
@@ -185,9 +181,9 @@ def test_submission_environment_drops_the_enclosing_jobs_slurm_variables():
 
 def test_a_chained_evaluation_reads_back_the_runs_settings_and_its_extras_win(run_env, tmp_path):
     from beam_slurm.config.overrides import value_at
-    from beam_slurm.evaluation.array import launcher_parameters
-    from beam_slurm.evaluation.checkpoints import is_adapter
-    from beam_slurm.evaluation.cli import EVALUATE_KEYS, chained_overrides
+    from beam_slurm.launch.eval_array import launcher_parameters
+    from beam_slurm.jobs.evaluation.checkpoints import is_adapter
+    from beam_slurm.launch.eval_request import EVALUATE_KEYS, chained_overrides
 
     cfg = load_config(["recipe=lora_16gpu", "eval.responses_per_problem=4"])
     job = load_config(chained_overrides(cfg, 10, ["--limit", "2"]))
@@ -215,7 +211,7 @@ def test_a_chained_evaluation_reads_back_the_runs_settings_and_its_extras_win(ru
 # --- skip logic ---------------------------------------------------------------------------------------------------
 
 def test_data_stage_complete_only_when_outputs_match_the_manifest(run_env):
-    from beam_slurm.data.cli import main as prepare_main
+    from beam_slurm.verbs.prepare_data import main as prepare_main
 
     root, data = run_env
     cfg = load_config(["recipe=lora_16gpu"])
@@ -233,7 +229,7 @@ def test_data_stage_complete_only_when_outputs_match_the_manifest(run_env):
 
 
 def test_container_stage_skip_logic(run_env, monkeypatch, tmp_path):
-    from beam_slurm.containers.pull import pull_image
+    from beam_slurm.jobs.container_pull import pull_image
 
     none = load_config(["recipe=lora_16gpu"])
     assert PullContainer(none).completed().startswith("not needed: container.runtime=none")
@@ -265,7 +261,7 @@ def test_train_stage_complete_at_the_last_step(run_env):
 
 def test_everything_complete_submits_nothing_and_needs_no_scheduler(run_env, monkeypatch, capsys):
     """With every stage complete, submit records the run and never calls sbatch (there is none on PATH here)."""
-    from beam_slurm.data.cli import main as prepare_main
+    from beam_slurm.verbs.prepare_data import main as prepare_main
 
     root, data = run_env
     monkeypatch.setenv("PATH", "/nonexistent")
@@ -282,9 +278,9 @@ def test_everything_complete_submits_nothing_and_needs_no_scheduler(run_env, mon
 
 
 def test_cleaned_files_without_a_manifest_are_named_before_anything_is_queued_and_can_be_adopted(run_env, capsys):
-    from beam_slurm.data.cli import main as prepare_main
-    from beam_slurm.data.manifest import MANIFEST_NAME
-    from beam_slurm.pipeline.submit import main as submit_main
+    from beam_slurm.verbs.prepare_data import main as prepare_main
+    from beam_slurm.jobs.data.manifest import MANIFEST_NAME
+    from beam_slurm.verbs.submit import main as submit_main
 
     root, data = run_env
     cfg = load_config(["recipe=lora_16gpu"])

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from beam_slurm.pipeline import status as status_mod
-from beam_slurm.pipeline import submit as submit_mod
+from beam_slurm.verbs import status as status_mod
+from beam_slurm.verbs import submit as submit_mod
 from beam_slurm.slurm import scheduler
 from test_sandbox_pipeline import sandbox_run  # noqa: F401  (the fixture)
 

@@ -7,11 +7,11 @@ from pathlib import Path
 import pytest
 
 from beam_slurm.config.load import load_config
-from beam_slurm.config.errors import ConfigError
+from beam_slurm.core.errors import ConfigError
 from beam_slurm.core.run_store import RunStore
-from beam_slurm.pipeline import tracking as sync
-from beam_slurm.skyrl import tracking
-from beam_slurm.skyrl.command import skyrl_env
+from beam_slurm.verbs import sync as sync
+from beam_slurm.jobs.training import tracking
+from beam_slurm.config.skyrl_command import skyrl_env
 
 REQUIRED = ["recipe=lora_16gpu", "trainer.backend=rehearsal", "paths.model_path=/m", "paths.data_dir=/d"]
 
@@ -60,6 +60,6 @@ def test_sync_takes_the_attempts_in_order_and_only_this_runs_folders(tmp_path, c
 
 
 def test_sync_is_a_verb():
-    from beam_slurm.cli import VERBS
+    from beam_slurm.cli import VERBS, verb_module
 
-    assert VERBS["sync"][0] == "beam_slurm.pipeline.tracking"
+    assert "sync" in VERBS and verb_module("sync") == "beam_slurm.verbs.sync"

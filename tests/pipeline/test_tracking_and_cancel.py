@@ -11,8 +11,8 @@ from pathlib import Path
 from beam_slurm.cli import main as beam_slurm
 from beam_slurm.config.load import load_config
 from beam_slurm.core.run_record import Cancel, RunRecord, read_record, to_json
-from beam_slurm.skyrl.command import skyrl_env, skyrl_overrides
-from beam_slurm.skyrl.tracking import job_env
+from beam_slurm.config.skyrl_command import skyrl_env, skyrl_overrides
+from beam_slurm.jobs.training.tracking import job_env
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PATHS = ["paths.model_path=/m", "paths.data_dir=/d", "paths.skyrl_dir=/s", "cluster.check_paths_on_submit=false"]

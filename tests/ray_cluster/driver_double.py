@@ -14,7 +14,7 @@ from pathlib import Path
 
 import ray
 
-from beam_slurm.skyrl import notice
+from beam_slurm.core import notice
 
 
 def unauthenticated_client_refused(address: str) -> str:

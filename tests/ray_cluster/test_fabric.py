@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from beam_slurm.ray_cluster import fabric
-from beam_slurm.ray_cluster.fabric import FabricSettings, ring_rounds, spec_matches, verdict
+from beam_slurm.jobs.ray_cluster import fabric
+from beam_slurm.jobs.ray_cluster.fabric import FabricSettings, ring_rounds, spec_matches, verdict
 
 REPO = Path(__file__).resolve().parents[2]
 REQUIRED = ["recipe=lora_16gpu", "trainer.backend=rehearsal", "paths.model_path=/m", "paths.data_dir=/d"]
@@ -117,7 +117,7 @@ def test_the_recipe_keys_resolve_the_interface_and_what_to_check():
 
 def test_a_bad_timeout_is_refused_by_name():
     from beam_slurm.config.load import load_config
-    from beam_slurm.config.errors import ConfigError
+    from beam_slurm.core.errors import ConfigError
 
     with pytest.raises(ConfigError, match="cluster.fabric_check_timeout_s"):
         load_config([*REQUIRED, "cluster.fabric_check_timeout_s=0"])
@@ -132,7 +132,7 @@ def test_three_ranks_over_loopback_measure_every_pair_and_the_all_reduce():
     for rank in range(3):
         env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "RANK": str(rank),
                "WORLD_SIZE": "3", "LOCAL_RANK": str(rank)}
-        procs.append(subprocess.Popen([sys.executable, "-m", "beam_slurm.ray_cluster.fabric", "--backend", "gloo",
+        procs.append(subprocess.Popen([sys.executable, "-m", "beam_slurm.jobs.ray_cluster.fabric", "--backend", "gloo",
                                        "--bytes", "1000000", "--timeout", "20", "--interface", "lo"], env=env,
                                       cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     outs = [p.communicate(timeout=120) for p in procs]

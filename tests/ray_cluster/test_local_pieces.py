@@ -7,13 +7,13 @@ import stat
 
 import pytest
 
-from beam_slurm.config.errors import ConfigError
-from beam_slurm.ray_cluster import auth
-from beam_slurm.ray_cluster.gpus import allocated_gpus, compare_gpu_view
-from beam_slurm.ray_cluster.context import NodeContext
-from beam_slurm.ray_cluster.records import NodeFailure
-from beam_slurm.ray_cluster.ports import PORT_NAMES, block_count, choose_ports, first_block, port_is_free, ports_for_block
-from beam_slurm.ray_cluster.settings import RaySettings
+from beam_slurm.core.errors import ConfigError
+from beam_slurm.jobs.ray_cluster import auth
+from beam_slurm.jobs.ray_cluster.gpus import allocated_gpus, compare_gpu_view
+from beam_slurm.jobs.ray_cluster.context import NodeContext
+from beam_slurm.core.ray_records import NodeFailure
+from beam_slurm.config.ports import PORT_NAMES, block_count, choose_ports, first_block, port_is_free, ports_for_block
+from beam_slurm.config.ray import RaySettings
 
 
 def test_blocks_are_disjoint_and_below_the_ephemeral_range():
@@ -81,8 +81,9 @@ def test_settings_reject_bad_values_by_name():
 
 
 def test_the_job_spec_round_trips_through_the_attempt_folder(tmp_path):
-    from beam_slurm.ray_cluster.job_spec import JobSpec, attempt_dir
-    from beam_slurm.ray_cluster.log_copy import LogCopySettings
+    from beam_slurm.config.job_spec import JobSpec
+    from beam_slurm.core.layout import attempt_dir
+    from beam_slurm.config.job_spec import LogCopySettings
 
     settings = RaySettings(network_interface="ib0", extra_env={"NCCL_SOCKET_IFNAME": "ib0"}, port_overrides={"gcs": 6380})
     spec = JobSpec(ray=settings, gpus_per_node=8, log_copy=LogCopySettings(5.0, 1024, 7.0),
@@ -137,7 +138,7 @@ def _env(**extra):
 
 
 def test_rank_zero_is_the_head_and_attempt_comes_from_restart_count(tmp_path):
-    from beam_slurm.ray_cluster.job_spec import JobSpec
+    from beam_slurm.config.job_spec import JobSpec
 
     JobSpec(gpus_per_node=8, sigterm_notice=True).write(tmp_path)
     ctx = NodeContext.from_env(_env(SLURM_RESTART_COUNT="2", BEAM_ATTEMPT_DIR=str(tmp_path)))
@@ -180,8 +181,8 @@ class FakeClock:
 
 
 def test_head_names_a_worker_whose_ray_stops_answering(tmp_path):
-    from beam_slurm.ray_cluster.rendezvous import Rendezvous
-    from beam_slurm.ray_cluster.supervision import WorkerWatch
+    from beam_slurm.jobs.ray_cluster.rendezvous import Rendezvous
+    from beam_slurm.jobs.ray_cluster.supervision import WorkerWatch
 
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
@@ -202,7 +203,7 @@ def test_head_names_a_worker_whose_ray_stops_answering(tmp_path):
 
 
 def test_worker_gives_up_on_a_head_that_stays_unreachable():
-    from beam_slurm.ray_cluster.supervision import HeadWatch
+    from beam_slurm.jobs.ray_cluster.supervision import HeadWatch
 
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
@@ -218,7 +219,7 @@ def test_worker_gives_up_on_a_head_that_stays_unreachable():
 
 
 def test_workers_join_at_most_node_start_concurrency_at_a_time(tmp_path):
-    from beam_slurm.ray_cluster.worker import Worker
+    from beam_slurm.jobs.ray_cluster.worker import Worker
 
     settings = RaySettings(state_dir=str(tmp_path), auth=False, node_start_concurrency=2, readiness_timeout_s=60)
     clock = FakeClock()
@@ -256,7 +257,7 @@ def test_a_worker_follows_a_head_that_restarted_on_another_block_not_its_old_add
     import threading
     import time
 
-    from beam_slurm.ray_cluster.worker import Worker
+    from beam_slurm.jobs.ray_cluster.worker import Worker
 
     settings = RaySettings(state_dir=str(tmp_path / "state"), temp_dir_root=str(tmp_path / "tmp"), auth=False,
                            readiness_timeout_s=20, poll_interval_s=0.05)
@@ -293,8 +294,8 @@ def test_a_worker_gives_up_its_ray_start_once_the_head_republishes_elsewhere(tmp
     import threading
     import time
 
-    from beam_slurm.ray_cluster.local_ray import LocalRay, RayStartAbandoned
-    from beam_slurm.ray_cluster.worker import Worker
+    from beam_slurm.jobs.ray_cluster.local_ray import LocalRay, RayStartAbandoned
+    from beam_slurm.jobs.ray_cluster.worker import Worker
 
     settings = RaySettings(state_dir=str(tmp_path / "state"), temp_dir_root=str(tmp_path / "tmp"), auth=False)
     ctx = NodeContext(job_id="7", attempt=0, attempt_label="0", step="0", rank=1, num_nodes=2, host="n2", step_hosts=["n1", "n2"],

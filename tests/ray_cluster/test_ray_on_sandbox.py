@@ -35,7 +35,7 @@ def train_script(work: Path, sbatch_options: str, driver_args: str, train_option
 #SBATCH {sbatch_options}
 #SBATCH --output={work}/slurm-%j.out --open-mode=append
 export CKPT_PATH={work}/ckpt BEAM_SLURM_STATE_DIR={work}/state
-exec {PYTHON} -m beam_slurm.slurm.train_job {job_keys(work)} {train_options} -- {PYTHON} {DOUBLE} {driver_args}
+exec {PYTHON} -m beam_slurm.jobs.training.train_job {job_keys(work)} {train_options} -- {PYTHON} {DOUBLE} {driver_args}
 """
 
 
@@ -111,7 +111,7 @@ def test_preflight_names_the_node_missing_a_path_and_ray_never_starts(slurm_sand
 first=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -1)
 srun --nodes=1 --ntasks=1 -w "$first" touch /tmp/beam-model-$SLURM_JOB_ID
 export CKPT_PATH={work}/ckpt BEAM_SLURM_STATE_DIR={work}/state
-exec {PYTHON} -m beam_slurm.slurm.train_job {job_keys(work)} paths.model_path=/tmp/beam-model-$SLURM_JOB_ID \\
+exec {PYTHON} -m beam_slurm.jobs.training.train_job {job_keys(work)} paths.model_path=/tmp/beam-model-$SLURM_JOB_ID \\
     cluster.max_requeues=0 -- {PYTHON} {DOUBLE} 1 0.1
 """
     # No requeue allowed: this attempt's verdict (a requeue without the named node is the operator tests' case).

@@ -8,8 +8,8 @@ import sys
 
 from beam_slurm.config.load import load_config
 from beam_slurm.config.validation import problems
-from beam_slurm.ray_cluster import scale
-from beam_slurm.ray_cluster.settings import RaySettings
+from beam_slurm.jobs.ray_cluster import scale
+from beam_slurm.config.ray import RaySettings
 
 KEYS = {"RAY_gcs_server_rpc_server_thread_num", "RAY_gcs_rpc_server_reconnect_timeout_s",
         "RAY_health_check_failure_threshold", "RAY_worker_register_timeout_seconds", "RAY_maximum_startup_concurrency"}
@@ -48,7 +48,7 @@ def test_settings_are_recipe_keys_and_validated(monkeypatch, tmp_path):
 def test_open_file_limit_is_raised_for_the_process_and_its_children():
     code = (
         "import resource, subprocess\n"
-        "from beam_slurm.ray_cluster.scale import raise_open_files_limit\n"
+        "from beam_slurm.jobs.ray_cluster.scale import raise_open_files_limit\n"
         "soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)\n"
         "resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard))\n"
         "print(raise_open_files_limit(4096))\n"

@@ -39,7 +39,7 @@ def fabric_job(slurm_sandbox, work: Path, hosts: list[str]) -> str:
 #SBATCH --nodes=2 --nodelist={','.join(hosts)} --ntasks-per-node=1 --gpus-per-node=8 --exclusive --time=5
 #SBATCH --output={work}/slurm-%j.out
 export CKPT_PATH={work}/ckpt BEAM_SLURM_STATE_DIR={work}/state
-exec {PYTHON} -m beam_slurm.slurm.train_job {keys} -- {PYTHON} -c "print('DRIVER ran')"
+exec {PYTHON} -m beam_slurm.jobs.training.train_job {keys} -- {PYTHON} -c "print('DRIVER ran')"
 """)
 
 

@@ -1,8 +1,8 @@
 """Every override `beam-slurm plan --skyrl-overrides` emits parses with SkyRL 0.3.0's real config classes.
 
-Core keys go through `SkyRLTrainConfig.from_cli_overrides` (strict). The DAPO-only keys (beam_slurm.skyrl.command.
+Core keys go through `SkyRLTrainConfig.from_cli_overrides` (strict). The DAPO-only keys (beam_slurm.config.skyrl_command.
 DAPO_ONLY_KEYS) go through the DAPO config subclass; the wheel does not ship examples/, so it is rebuilt with SkyRL's
-own `make_config` from the field list read from the skyrl-v0.3.0 example (beam_slurm.skyrl.conformance.DAPO_FIELDS).
+own `make_config` from the field list read from the skyrl-v0.3.0 example (beam_slurm.jobs.training.conformance.DAPO_FIELDS).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import subprocess
 
 import pytest
 
-from beam_slurm.skyrl.command import DAPO_ONLY_KEYS
+from beam_slurm.config.skyrl_command import DAPO_ONLY_KEYS
 from skyrl_venv import ROOT, require_skyrl_venv
 
 pytestmark = pytest.mark.skyrl
@@ -39,7 +39,7 @@ def check_in_skyrl(overrides: list[str], validate: bool = False) -> dict:
     import json
 
     python = require_skyrl_venv()
-    argv = [str(python), "-m", "beam_slurm.skyrl.conformance", f"--dapo-only={','.join(DAPO_ONLY_KEYS)}"]
+    argv = [str(python), "-m", "beam_slurm.jobs.training.conformance", f"--dapo-only={','.join(DAPO_ONLY_KEYS)}"]
     argv += ["--validate"] if validate else []
     proc = subprocess.run(argv + overrides, capture_output=True, text=True, timeout=120, cwd=ROOT,
                           env={**os.environ, "WANDB_API_KEY": ""})
@@ -58,7 +58,7 @@ def test_plan_overrides_parse_with_skyrl_config(recipe):
 
 
 def test_dapo_only_keys_are_exactly_the_dapo_fields():
-    from beam_slurm.skyrl.conformance import DAPO_FIELDS
+    from beam_slurm.jobs.training.conformance import DAPO_FIELDS
 
     assert sorted(DAPO_ONLY_KEYS) == sorted(f"trainer.algorithm.{name}" for name in DAPO_FIELDS)
 
@@ -86,7 +86,7 @@ def test_dapo_key_is_not_a_core_key():
     import json
 
     python = require_skyrl_venv()
-    proc = subprocess.run([str(python), "-m", "beam_slurm.skyrl.conformance", "trainer.algorithm.overlong_buffer_len=4096"],
+    proc = subprocess.run([str(python), "-m", "beam_slurm.jobs.training.conformance", "trainer.algorithm.overlong_buffer_len=4096"],
                           capture_output=True, text=True, timeout=120, cwd=ROOT)
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert proc.returncode == 1 and "overlong_buffer_len" in result["errors"][0]
@@ -147,7 +147,7 @@ print(json.dumps({"model": cfg.trainer.policy.model.path, "train": list(cfg.data
 def test_paths_with_references_read_back_exactly_through_skyrls_parser(path, monkeypatch):
     """SkyRL resolves `${...}` in its overrides; every path we hand it must come back as the text we meant."""
     from beam_slurm.config.load import load_config
-    from beam_slurm.skyrl.command import skyrl_overrides
+    from beam_slurm.config.skyrl_command import skyrl_overrides
     from skyrl_venv import run_in_skyrl_venv
 
     monkeypatch.setenv("MODEL_PATH", path)  # from the environment: no Hydra quoting on our side

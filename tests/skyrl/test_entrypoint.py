@@ -14,8 +14,8 @@ import json
 
 import pytest
 
-from beam_slurm.evaluation import report
-from beam_slurm.skyrl.train_metrics import TRAIN_METRICS_FILE
+from beam_slurm.launch import run_results
+from beam_slurm.core.train_metrics import TRAIN_METRICS_FILE
 from skyrl_venv import run_in_skyrl_venv
 
 pytestmark = pytest.mark.skyrl
@@ -25,8 +25,8 @@ import contextlib, io, json, os, sys, threading
 import numpy as np
 from skyrl.train.config.config import SkyRLTrainConfig
 from skyrl.train.utils.callbacks import CallbackHandler, CallbackInput, TrainingControl
-from beam_slurm.skyrl import notice
-from beam_slurm.skyrl.entrypoint import SaveOnNoticeCallback, with_save_on_notice
+from beam_slurm.core import notice
+from beam_slurm.jobs.training.entrypoint import SaveOnNoticeCallback, with_save_on_notice
 
 ckpt, request_at_step, export = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 cfg = SkyRLTrainConfig.from_cli_overrides([
@@ -168,9 +168,9 @@ def test_on_log_writes_the_metrics_file_the_report_reads(tmp_path):
                               "timing/step"]
     assert lines[9]["step"] == 10 and lines[9]["eval/aime2025/avg_score"] == 0.25
     assert lines[49]["generate/avg_num_tokens"] == 1400.0 and lines[49]["reward/avg_raw_reward"] == 0.5
-    gathered = report.gather(tmp_path / "exports")  # the real reader, in the product's own environment
+    gathered = run_results.gather(tmp_path / "exports")  # the real reader, in the product's own environment
     assert sorted(gathered.train) == list(range(1, 51)) and not gathered.problems
-    assert gathered.train[25][report.REWARD_KEY] == 0.0 and gathered.train[25][report.LENGTH_KEY] == 1150.0
+    assert gathered.train[25][run_results.REWARD_KEY] == 0.0 and gathered.train[25][run_results.LENGTH_KEY] == 1150.0
 
 
 def test_a_failing_metrics_write_does_not_stop_training(tmp_path):

@@ -1,4 +1,4 @@
-"""The save-on-notice file protocol between the Slurm job and the trainer (beam_slurm.skyrl.notice)."""
+"""The save-on-notice file protocol between the Slurm job and the trainer (beam_slurm.core.notice)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from beam_slurm.skyrl import notice
+from beam_slurm.core import notice
 
 
 def _write_marker(ckpt, step):

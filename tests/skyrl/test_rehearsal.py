@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from beam_slurm.evaluation import report
-from beam_slurm.evaluation.checkpoints import CheckpointError, check_model_dir, resolve_checkpoint
-from beam_slurm.skyrl import notice
-from beam_slurm.skyrl.rehearsal import RehearsalSettings, export_hf
-from beam_slurm.skyrl.train_metrics import TRAIN_METRICS_FILE
+from beam_slurm.launch import run_results
+from beam_slurm.jobs.evaluation.checkpoints import CheckpointError, check_model_dir, resolve_checkpoint
+from beam_slurm.core import notice
+from beam_slurm.jobs.training.rehearsal import RehearsalSettings, export_hf
+from beam_slurm.core.train_metrics import TRAIN_METRICS_FILE
 from ray_processes import private_ray_head
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -32,7 +32,7 @@ def ray_head():
 
 
 def rehearsal(address, tmp_path, *overrides, step_seconds="0.1", wait=True):
-    argv = [sys.executable, "-m", "beam_slurm.skyrl.rehearsal",
+    argv = [sys.executable, "-m", "beam_slurm.jobs.training.rehearsal",
             "trainer.placement.policy_num_nodes=1", "trainer.placement.policy_num_gpus_per_node=4",
             f"trainer.ckpt_path={tmp_path / 'ckpts'}", f"trainer.export_path={tmp_path / 'exports'}",
             "trainer.ckpt_interval=3", "trainer.eval_interval=5",
@@ -72,11 +72,11 @@ def test_steps_checkpoints_and_eval_layout(ray_head, tmp_path):
     assert metric_steps(tmp_path) == list(range(1, 8))
     lines = [json.loads(line) for line in (exports / TRAIN_METRICS_FILE).read_text().splitlines()]
     assert all(line["rehearsal"] is True and line["attempt"] == 0 for line in lines)
-    assert all(-1 <= line[report.REWARD_KEY] <= 1 and line[report.LENGTH_KEY] > 0 for line in lines)
-    assert TRAIN_METRICS_FILE == report.TRAIN_METRICS_FILE
-    gathered = report.gather(exports)
+    assert all(-1 <= line[run_results.REWARD_KEY] <= 1 and line[run_results.LENGTH_KEY] > 0 for line in lines)
+    assert TRAIN_METRICS_FILE == run_results.TRAIN_METRICS_FILE
+    gathered = run_results.gather(exports)
     assert sorted(gathered.train) == list(range(1, 8)) and not gathered.problems
-    assert report.LENGTH_KEY in gathered.train[7]
+    assert run_results.LENGTH_KEY in gathered.train[7]
     assert sorted(p.name for p in (exports / "rehearsal").iterdir()) == ["placement_attempt_0.json"]
     # no local HF model given: the export is the JSON stand-in, which no model loader accepts
     assert (exports / "global_step_5" / "policy" / "rehearsal_model.json").is_file()
@@ -213,7 +213,7 @@ def test_eval_dumps_are_named_by_the_files_data_source(tmp_path):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from beam_slurm.skyrl.rehearsal import _data_source
+    from beam_slurm.jobs.training.rehearsal import _data_source
 
     parquet = tmp_path / "aime-2025-cleaned.parquet"
     pq.write_table(pa.table({"data_source": ["aime2025", "aime2025"], "prompt": ["a", "b"]}), parquet)

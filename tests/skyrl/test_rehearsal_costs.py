@@ -12,8 +12,8 @@ import time
 from test_rehearsal import ray_head, rehearsal  # noqa: F401  (the module's private Ray head)
 
 from beam_slurm.config.load import load_config
-from beam_slurm.skyrl.command import skyrl_launch
-from beam_slurm.skyrl.rehearsal import PAYLOAD_FILE, RehearsalSettings, resume_step
+from beam_slurm.config.skyrl_command import skyrl_launch
+from beam_slurm.jobs.training.rehearsal import PAYLOAD_FILE, RehearsalSettings, resume_step
 
 MIB = 1024 * 1024
 
@@ -35,7 +35,7 @@ def test_recipe_costs_reach_the_rehearsal_environment(monkeypatch):
 
 
 def test_a_bad_cost_is_refused_by_key_and_variable(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "beam_slurm.skyrl.rehearsal", "trainer.max_training_steps=3",
+    proc = subprocess.run([sys.executable, "-m", "beam_slurm.jobs.training.rehearsal", "trainer.max_training_steps=3",
                            f"trainer.ckpt_path={tmp_path}/c", f"trainer.export_path={tmp_path}/e"],
                           capture_output=True, text=True, timeout=120,
                           env={**os.environ, "BEAM_REHEARSAL_SAVE_BYTES": "1GB"})
@@ -64,7 +64,7 @@ def test_model_load_and_a_save_that_writes_real_bytes(ray_head, tmp_path):  # no
 
 SAVE_TWO = """
 import sys
-from beam_slurm.skyrl.rehearsal import RehearsalSettings, save_checkpoint
+from beam_slurm.jobs.training.rehearsal import RehearsalSettings, save_checkpoint
 s = RehearsalSettings(max_training_steps=9, ckpt_path=sys.argv[1], ckpt_interval=3)
 save_checkpoint(s, 3, 0)
 s.save_bytes, s.save_s = 64 * 1024 * 1024, 60.0

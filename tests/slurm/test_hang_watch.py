@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from beam_slurm.config.load import load_config
-from beam_slurm.skyrl.progress import Progress, ProgressRecorder, read_progress
-from beam_slurm.slurm import hang_watch
-from beam_slurm.slurm.hang_watch import DumpedProcess, HangLimits, check, suspects
-from beam_slurm.slurm.requeue_policy import AttemptFacts, decide
+from beam_slurm.core.progress import Progress, ProgressRecorder, read_progress
+from beam_slurm.policy import hang_watch
+from beam_slurm.policy.hang_watch import DumpedProcess, HangLimits, check, suspects
+from beam_slurm.policy.requeue import AttemptFacts, decide
 
 LIMITS = HangLimits(timeout_s=None, expected_step_s=60.0, start_s=300.0, save_s=100.0, eval_s=60.0)
 

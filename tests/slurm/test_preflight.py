@@ -1,7 +1,7 @@
 """Preflight checks that run without a cluster (the step on every node is exercised by the sandbox tests)."""
 from __future__ import annotations
 
-from beam_slurm.slurm.preflight import PreflightSettings, check_node, collect_results
+from beam_slurm.jobs.training.preflight import PreflightSettings, check_node, collect_results
 
 
 def test_preflight_names_each_problem(tmp_path):

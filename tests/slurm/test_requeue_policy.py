@@ -3,9 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from beam_slurm.ray_cluster.records import EXIT_INFRA, EXIT_SETUP
-from beam_slurm.slurm.requeue_policy import (EXIT_NOT_REQUEUED, EXIT_PREFLIGHT, AttemptFacts, decide,
-                                             stop_waiting_for_save)
+from beam_slurm.core.ray_records import EXIT_INFRA, EXIT_SETUP
+from beam_slurm.policy.requeue import EXIT_NOT_REQUEUED, EXIT_PREFLIGHT, AttemptFacts, decide, stop_waiting_for_save
 
 FIRST = dict(restart_count=0, max_requeues=10)
 

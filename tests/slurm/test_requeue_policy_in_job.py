@@ -5,8 +5,8 @@ import errno
 
 import pytest
 
-from beam_slurm.ray_cluster.records import EXIT_INFRA, classify_driver_error
-from beam_slurm.slurm.requeue_policy import EXIT_NO_PROGRESS, EXIT_STORAGE_FULL, AttemptFacts, decide
+from beam_slurm.core.ray_records import EXIT_INFRA, classify_driver_error
+from beam_slurm.policy.requeue import EXIT_NO_PROGRESS, EXIT_STORAGE_FULL, AttemptFacts, decide
 
 TWO_PLUS_SPARE = dict(restart_count=0, max_requeues=10, nodes=("n1", "n2"), usable_nodes=("n1", "n2", "n3"),
                       nodes_needed=2, max_in_job_attempts=2, time_left_s=3000.0, restart_needs_s=420.0,

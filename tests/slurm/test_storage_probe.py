@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-from beam_slurm.slurm import storage_probe
-from beam_slurm.slurm.preflight import RESULT_PREFIX, PreflightSettings
+from beam_slurm.jobs.training import storage_probe
+from beam_slurm.jobs.training.preflight import RESULT_PREFIX, PreflightSettings
 
 
 def test_probe_stops_at_its_byte_bound_and_leaves_nothing(tmp_path):
@@ -29,7 +29,7 @@ def test_probe_stops_at_its_time_bound(tmp_path):
 
 def test_preflight_node_reports_its_write_bandwidth(tmp_path):
     settings = PreflightSettings(ckpt_dir=str(tmp_path / "ckpt"), storage_probe_s=2.0)
-    proc = subprocess.run([sys.executable, "-m", "beam_slurm.slurm.preflight", settings.to_json()],
+    proc = subprocess.run([sys.executable, "-m", "beam_slurm.jobs.training.preflight", settings.to_json()],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     line = next(x for x in proc.stdout.splitlines() if x.startswith(RESULT_PREFIX))
@@ -56,7 +56,7 @@ def test_a_slow_node_breaks_the_budget_with_a_warning():
 
 def test_a_probe_of_zero_seconds_is_skipped(tmp_path):
     settings = PreflightSettings(ckpt_dir=str(tmp_path / "ckpt"), storage_probe_s=0.0)
-    proc = subprocess.run([sys.executable, "-m", "beam_slurm.slurm.preflight", settings.to_json()],
+    proc = subprocess.run([sys.executable, "-m", "beam_slurm.jobs.training.preflight", settings.to_json()],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     record = json.loads(next(x for x in proc.stdout.splitlines() if x.startswith(RESULT_PREFIX))[len(RESULT_PREFIX):])

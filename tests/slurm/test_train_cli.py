@@ -7,9 +7,9 @@ import pytest
 
 from beam_slurm.config.load import load_config
 from beam_slurm.config.schema import ClusterConfig
-from beam_slurm.sizing import node_needs
-from beam_slurm.slurm import train_job
-from beam_slurm.slurm.job_settings import TrainJobSettings, allocation_overrides, job_settings, resume_overrides
+from beam_slurm.policy.sizing import node_needs
+from beam_slurm.jobs.training import train_job
+from beam_slurm.jobs.training.job_settings import TrainJobSettings, allocation_overrides, job_settings, resume_overrides
 
 PATHS = ["paths.model_path=/shared/m", "paths.data_dir=/shared/d", "paths.skyrl_dir=/shared/SkyRL",
          "paths.ckpt_path=/shared/ck", "paths.export_path=/shared/ex"]
@@ -46,12 +46,12 @@ def test_skyrl_driver_starts_in_the_checkout_and_rehearsal_does_not():
     cfg = load_config(["recipe=lora_16gpu", *PATHS])
     settings, env = job_settings(cfg)
     assert settings.driver[:4] == ["/bin/sh", "-c", 'cd "$0" && exec "$@"', "/shared/SkyRL"]
-    assert settings.driver[5:7] == ["-m", "beam_slurm.skyrl.entrypoint"]
+    assert settings.driver[5:7] == ["-m", "beam_slurm.jobs.training.entrypoint"]
     assert (settings.ckpt_path, settings.log_dir, settings.nodes, settings.gpus_per_node) == ("/shared/ck", "/shared/ex/logs", 2, 8)
     assert settings.preflight_checks.skyrl_dir == "/shared/SkyRL"
     assert env["CKPT_PATH"] == "/shared/ck"
     rehearsal, _ = job_settings(load_config(["recipe=lora_16gpu", *PATHS, "trainer.backend=rehearsal"]))
-    assert rehearsal.driver[1:3] == ["-m", "beam_slurm.skyrl.rehearsal"]
+    assert rehearsal.driver[1:3] == ["-m", "beam_slurm.jobs.training.rehearsal"]
     assert rehearsal.preflight_checks.skyrl_dir == ""
     # the sh -c wrapper keeps every argument intact (no word splitting of paths or values)
     assert shlex.join(settings.driver).count("trainer.train_batch_size=32") == 1
@@ -87,7 +87,7 @@ def test_job_settings_are_the_schema_values_with_no_defaults_of_their_own():
 
 
 def test_train_job_entry_takes_recipe_overrides_and_a_driver(monkeypatch, capsys):
-    """`python -m beam_slurm.slurm.train_job [overrides] -- DRIVER`: no options of its own; errors name the key."""
+    """`python -m beam_slurm.jobs.training.train_job [overrides] -- DRIVER`: no options of its own; errors name the key."""
     assert train_job.main(["python", "x.py"]) == 2
     assert "driver" in capsys.readouterr().err
     assert train_job.main(["--grace-s", "60", "--", "python", "x.py"]) == 2
@@ -127,7 +127,7 @@ def test_eval_chain_submits_each_export_once_and_the_fresh_last_one_at_the_end(t
 
     `submit` is replaced by a recorder (a test double for sbatch); the real submission runs in the sandbox tests.
     """
-    from beam_slurm.slurm.train_cli import EvalChain
+    from beam_slurm.verbs.train import EvalChain
 
     cfg = load_config(["recipe=lora_16gpu", *PATHS, "eval.chain=true", "eval.chain_poll_s=0.05",
                        "eval.chain_settle_s=3600", "max_training_steps=20", f"paths.ckpt_path={tmp_path}/ck",

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from beam_slurm.config.errors import ConfigError
+from beam_slurm.core.errors import ConfigError
 from beam_slurm.config.load import load_config
 from beam_slurm.slurm.values import (SlurmValueError, describe_seconds, memory_megabytes, partition_names,
                                      reported_seconds, time_limit_seconds)

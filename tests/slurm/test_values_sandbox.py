@@ -44,8 +44,8 @@ def test_limits_that_sbatch_takes_but_never_starts_are_refused_before_queueing(s
     """The sandbox's `short` partition (MaxTime 20 min, EnforcePartLimits=NO) and `brief` QOS (MaxWall 15 min,
     AccountingStorageEnforce=limits, no DenyOnLimit): sbatch --test-only takes a job over them, Slurm then keeps it
     pending for ever (checked with real jobs), and plan and submit's dry run say so first, naming the setting."""
-    from beam_slurm.pipeline import submit as submit_mod
-    from beam_slurm.plan import main as plan_main
+    from beam_slurm.verbs import submit as submit_mod
+    from beam_slurm.verbs.plan import main as plan_main
 
     script = "#!/bin/bash\ntrue\n"
     over_partition = slurm_sandbox.sbatch(script, "--partition=short", "--time=1:00:00", "--nodes=1")
@@ -91,7 +91,7 @@ def test_limits_that_sbatch_takes_but_never_starts_are_refused_before_queueing(s
 def test_sbatch_partition_is_the_partition_plan_asks_slurm_about(slurm_sandbox, capsys, monkeypatch, tmp_path):
     """SBATCH_PARTITION pointing at the preemptable partition: plan reads that partition's preemption, and Slurm is
     asked about a job in it, as sbatch would place it."""
-    from beam_slurm.plan import main as plan_main
+    from beam_slurm.verbs.plan import main as plan_main
 
     low = slurm_sandbox.partition("low")
     monkeypatch.setenv("SBATCH_PARTITION", low)

@@ -42,4 +42,4 @@ echo "40-skyrl: triton left out on purpose; pip's later note that torch requires
 "${PIP[@]}" omegaconf pyyaml loguru pandas requests pydantic aiohttp "ray==2.56.0" jaxtyping pytest
 # Our own trainer-side modules (entrypoint, notice protocol, rehearsal) import in this venv too.
 "${PIP[@]}" --no-deps -e "$ROOT"
-"$VENV/bin/python" -c "from skyrl.train.config.config import SkyRLTrainConfig; SkyRLTrainConfig.from_cli_overrides([]); import beam_slurm.skyrl.notice"
+"$VENV/bin/python" -c "from skyrl.train.config.config import SkyRLTrainConfig; SkyRLTrainConfig.from_cli_overrides([]); import beam_slurm.core.notice"

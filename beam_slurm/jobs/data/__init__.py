@@ -1,0 +1,1 @@
+"""Data preparation: the cleaned DAPO-Math-17K and AIME parquet files and their manifest."""

@@ -1,0 +1,205 @@
+"""Rank 0 of the Ray step: `ray start --head` on the job's ports, publish the address, poll the GCS until every node
+and GPU registered, check GPU visibility, then run the driver while watching the workers; exit with its status."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import time
+from typing import Any
+
+from beam_slurm.core.atomic_files import write_json
+from beam_slurm.jobs.ray_cluster import auth
+from beam_slurm.jobs.ray_cluster.checks import GpuVisibilityCheck, check_gpu_count
+from beam_slurm.jobs.ray_cluster.network import node_ipv4
+from beam_slurm.config.ports import RayPorts
+from beam_slurm.core.ray_records import (EXIT_INFRA, EXIT_STOPPED, HEAD_FILE, READY_FILE, TERM_RELAYED_FILE,
+                                         NodeFailure, mark_stopping, record_driver_exit, shell_status)
+from beam_slurm.jobs.ray_cluster.role import NodeRole
+from beam_slurm.jobs.ray_cluster.supervision import WorkerWatch, stop_process_group
+from beam_slurm.slurm import scheduler
+from beam_slurm.policy.requeue import preempted
+
+# ray is imported inside wait_for_cluster, on purpose: once `ray start` is up, and only for the checks.
+
+
+class Head(NodeRole):
+    """Bring-up of the cluster, then the driver."""
+
+    registered_at: float | None = None  # every node and GPU in the GCS, before the GPU visibility check
+    checked_at: float | None = None  # the visibility check passed, before the head's Ray client disconnects
+    driver_running: bool = False  # a held SIGTERM can lead to a save only then
+
+    def run(self, driver: list[str]) -> int:
+        ip = node_ipv4(self.settings.network_interface)
+        check_gpu_count(self.ctx.host, self.gpus, self.gpu_source, self.ctx.spec.gpus_per_node)
+        self.rendezvous.publish_node(0, {"host": self.ctx.host, "ip": ip, "gpus": self.gpus})
+
+        def publish(ports: RayPorts) -> None:
+            head = {"address": f"{ip}:{ports.gcs}", "block": ports.block, "host": self.ctx.host, "time": time.time()}
+            write_json(self.rendezvous.head_file, head)
+            if self.ctx.attempt_dir is not None:  # for `beam-slurm attach` and `logs`
+                write_json(self.ctx.attempt_dir / HEAD_FILE, {
+                    **head, "ip": ip, "token_path": str(self.token_path) if self.token_path else None,
+                    "temp_dir": str(self.ray.temp_dir), "job_id": self.ctx.job_id, "attempt": self.ctx.attempt,
+                    "nodes": self.ctx.step_hosts})
+            self.log(f"GCS listening at {ip}:{ports.gcs} (port block {ports.block}); address published")
+
+        ports = self.start_ray(head=True, ip=ip, start_block=None, on_gcs_up=publish)
+        self.record_bringup()
+        address = f"{ip}:{ports.gcs}"
+        head_up = time.time()
+        self.log(f"head up at {address} (temp dir {self.ray.temp_dir})")
+        registered = self.wait_for_cluster(address)
+        self.log(f"all {self.ctx.num_nodes} nodes and {registered} GPUs registered")
+        timing = {"job_start": self.ctx.spec.job_start_time, "node_start": self.started, "head_up": head_up,
+                  "registered": self.registered_at, "gpus_checked": self.checked_at or time.time(),
+                  "client_released": time.time(), "nodes": self.ctx.num_nodes, "gpus": registered,
+                  **self.bringup_windows()}
+        write_json(self.rendezvous.ready_file, timing)
+        if self.ctx.attempt_dir is not None:
+            write_json(self.ctx.attempt_dir / READY_FILE, timing)
+        return EXIT_STOPPED if self.stop_requested else self.run_driver(driver, address)
+
+    def bringup_windows(self) -> dict[str, Any]:
+        """Where the bring-up time went, for ray_ready.json: preflight, the step's launch, each node's `ray start`."""
+        nodes = {info.get("host", str(rank)): info for rank, info in self.rendezvous.nodes().items()}
+        ray_start = {host: info.get("ray_start") for host, info in nodes.items() if info.get("ray_start")}
+        node_start = {host: info.get("node_start") for host, info in nodes.items() if info.get("node_start")}
+        ray_start[self.ctx.host], node_start[self.ctx.host] = self.ray_start_window, self.started
+        spec = self.ctx.spec
+        return {"preflight": list(spec.preflight_window) if spec.preflight_window else None,
+                "ray_step_launch": spec.ray_step_launch_time, "node_starts": node_start, "ray_starts": ray_start}
+
+    def wait_for_cluster(self, address: str) -> int:
+        """Poll the GCS until every node and GPU registered, then check GPU visibility; returns the GPU count."""
+        # Ray reads the auth settings when it is first imported, so they must be in the environment before.
+        os.environ.update(auth.auth_env(self.settings, self.token_path))
+        import ray
+
+        deadline = self.started_clock + self.settings.readiness_timeout_s
+        try:
+            ray.init(address=address, logging_level=logging.ERROR, log_to_driver=False, configure_logging=False,
+                     include_dashboard=False)
+        except ConnectionError as exc:
+            raise NodeFailure("infra", f"node {self.ctx.host}: cannot reach the head's GCS at {address}: {exc}") from exc
+        check = GpuVisibilityCheck(ray) if self.settings.check_gpus else None
+        # 0.1 s on a small cluster, 1 s per 200 nodes up to ray.poll_interval_s: a large cluster's GCS is not asked
+        # for its long node list many times a second.
+        poll_s = min(self.settings.poll_interval_s, max(0.1, self.ctx.num_nodes / 200))
+        try:
+            while True:
+                if self.stop_requested:
+                    return 0
+                nodes = [n for n in ray.nodes() if n.get("Alive")]
+                node_files = self.rendezvous.nodes()
+                expected_gpus = sum(len(info.get("gpus", [])) for info in node_files.values())
+                if len(node_files) < self.ctx.num_nodes and self.ctx.spec.gpus_per_node is not None:
+                    expected_gpus = self.ctx.spec.gpus_per_node * self.ctx.num_nodes
+                gpus = int(sum(n.get("Resources", {}).get("GPU", 0) for n in nodes))
+                if len(nodes) >= self.ctx.num_nodes and len(node_files) == self.ctx.num_nodes and gpus >= expected_gpus:
+                    self.registered_at = time.time()
+                    break
+                if check is not None:
+                    check.launch_ready(nodes, node_files)  # nodes already in: their probes run while others join
+                if not self.ray.alive(("/raylet/raylet", "gcs_server")):
+                    raise NodeFailure("infra", f"node {self.ctx.host}: the head's Ray died during bring-up "
+                                               f"(see {self.ray.log_path} and {self.ray.temp_dir})")
+                if self.clock() > deadline:
+                    raise NodeFailure("infra", self.missing_nodes_message(nodes, node_files))
+                self.sleep(poll_s)
+            if check is not None:
+                check.finish(nodes, node_files)
+            self.checked_at = time.time()
+            return gpus
+        finally:
+            ray.shutdown()
+            # ray.init installs its own SIGTERM handler in this process; a stop must run our cleanup instead.
+            self.restore_signal_handlers()
+
+    def missing_nodes_message(self, alive: list[dict[str, Any]], node_files: dict[int, dict[str, Any]]) -> str:
+        alive_ips = {n.get("NodeManagerAddress") for n in alive}
+        problems = []
+        for rank in range(self.ctx.num_nodes):
+            info = node_files.get(rank)
+            host = self.ctx.host_of_rank(rank)
+            if info is None:
+                problems.append(f"{host}: its task never started (no registration file)")
+            elif info.get("ip") not in alive_ips:
+                problems.append(f"{info.get('host', host)} ({info.get('ip')}): started but its Ray did not register "
+                                f"with the head (see ray-{info.get('host', host)}.log)")
+        if not problems:
+            problems.append("every node joined but fewer GPUs than allocated registered")
+        return (f"Ray cluster not complete after ray.readiness_timeout_s={self.settings.readiness_timeout_s:.0f}s: "
+                + "; ".join(problems))
+
+    def can_hold_sigterm(self) -> bool:
+        return self.driver_running  # before the driver runs there is nothing to save
+
+    def obey_held_sigterm(self, why: str) -> None:
+        self.log(why)
+        self.stop_requested = True
+
+    def relay_held_sigterm(self) -> None:
+        """On a held SIGTERM: relay a preemption to the batch shell as USR1 (the driver runs on), else stop."""
+        try:
+            preempt_time = scheduler.job_info(self.ctx.job_id).get("PreemptTime", "")
+        except scheduler.SlurmCommandError as exc:
+            return self.obey_held_sigterm(f"SIGTERM: Slurm did not say whether the job is preempted ({exc}); stopping")
+        if not preempted(preempt_time):
+            return self.obey_held_sigterm("SIGTERM: the job is not being preempted (no PreemptTime); stopping")
+        if self.ctx.attempt_dir is not None:
+            write_json(self.ctx.attempt_dir / TERM_RELAYED_FILE,
+                       {"time": time.time(), "held_at": self.sigterm_held_at, "node": self.ctx.host,
+                        "preempt_time": preempt_time})
+        try:
+            scheduler.signal_batch(self.ctx.job_id, "USR1")
+        except scheduler.SlurmCommandError as exc:
+            return self.obey_held_sigterm(f"SIGTERM of a preemption: could not relay it to the batch shell ({exc}); "
+                                          "stopping")
+        self.log(f"SIGTERM of a preemption (PreemptTime={preempt_time}) without a user signal: relayed to the batch "
+                 "shell as a notice; the driver runs on until the batch shell has its checkpoint")
+
+    def run_driver(self, driver: list[str], address: str) -> int:
+        env = {**self.ray_env(), "RAY_ADDRESS": address}
+        self.log(f"starting the driver: {driver[0]} ... ({len(driver) - 1} arguments)")
+        proc = subprocess.Popen(driver, env=env, start_new_session=True)
+        self.driver_running = True
+        watch = WorkerWatch(self.rendezvous, self.settings.head_lost_after_s, clock=self.clock)
+        relayed = False
+        try:
+            while (status := proc.poll()) is None:
+                if self.sigterm_held_at is not None and not relayed:
+                    relayed = True
+                    self.relay_held_sigterm()
+                if self.stop_requested:
+                    self.log("stop requested: stopping the driver")
+                    if self.ctx.attempt_dir is not None and self.ctx.spec.sigterm_notice:
+                        # The driver holds a first SIGTERM unless the attempt is marked as stopping.
+                        mark_stopping(self.ctx.attempt_dir)
+                    status = stop_process_group(proc, self.settings.driver_stop_grace_s)
+                    status = EXIT_STOPPED if status in (0, 15, -signal.SIGTERM, EXIT_STOPPED) else shell_status(status)
+                    break
+                lost = "" if self.ray.alive(("/raylet/raylet", "gcs_server")) else \
+                    f"node {self.ctx.host}: the head's Ray died while the driver ran"
+                if lost and self.sigterm_held_at is not None:
+                    self.obey_held_sigterm("the head's Ray ended after the SIGTERM: it reached Ray too, so no save can "
+                                           "follow")
+                    continue
+                lost = lost or watch.lost_node()
+                if lost:
+                    self.record_failure("infra", lost)
+                    stop_process_group(proc, 5.0)
+                    status = EXIT_INFRA
+                    break
+                self.sleep(self.settings.poll_interval_s)
+        finally:
+            if proc.poll() is None:
+                stop_process_group(proc, 5.0)
+        status = shell_status(status)
+        self.log(f"driver exited with status {status}")
+        record_driver_exit(self.ctx.attempt_dir, status)
+        write_json(self.rendezvous.ended_file, {"status": status, "time": time.time()})
+        return status

@@ -1,0 +1,593 @@
+"""One attempt of the training job, in the batch shell: preflight on every node, the Ray step in the background (one
+`srun` over all nodes, `python -m beam_slurm.jobs.ray_cluster.node -- DRIVER...`, the driver on the head), then waiting. A
+notice (USR1 before the time limit from `#SBATCH --signal=B:USR1@N`, to this shell only; SIGTERM: preemption; USR2:
+`beam-slurm requeue|stop`, after writing the wanted outcome into the run record) starts the save sequence: ask the
+trainer to save at the next step boundary (`notice.request_save`), wait up to `grace_s` for its acknowledgement
+(`notice.saved_since`) or the run's end, then stop the Ray step (SIGTERM through Slurm to every node). A SIGTERM or the
+Ray step's death is checked against `scontrol show job`: a `scontrol requeue` or `scancel` signals every step at once,
+so there is nothing to save and, for a requeue, nothing to ask.
+
+The facts then go to `requeue_policy.decide`, whose decision this module carries out (`scontrol requeue`, the excluded
+nodes, or the exit status). Each attempt's start and end, the bad nodes and the job's outcome go to the run record
+(`beam_slurm.core.run_record`); its logs to `<log_dir>/<jobid>-<attempt>/`."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from beam_slurm.core import layout
+from beam_slurm.core.atomic_files import read_json, write_json
+from beam_slurm.core.errors import UserError
+from beam_slurm.core.run_record import RunRecord, TrainJob, Wanted
+from beam_slurm.core.run_store import RunStore, now, remember_job
+from beam_slurm.policy.notice_budget import STOP_FILE, term_notice
+from beam_slurm.jobs.ray_cluster import auth
+from beam_slurm.core import ray_records as records
+from beam_slurm.jobs.ray_cluster.hang_dump import EXIT_SURVIVORS
+from beam_slurm.core.layout import ATTEMPT_DIR_ENV
+from beam_slurm.config.job_spec import JobSpec
+from beam_slurm.config.ports import ephemeral_range
+from beam_slurm.core import notice
+from beam_slurm.core.progress import read_progress
+from beam_slurm.policy import hang_watch
+from beam_slurm.jobs.training import preflight, storage_probe
+from beam_slurm.slurm import scheduler, values
+from beam_slurm.jobs.training.job_settings import TrainJobSettings
+from beam_slurm.slurm.preemption import read_preemption
+from beam_slurm.policy.requeue import (AttemptFacts, Decision, decide, exclusion, failed_node, no_progress_streak,
+                                       slurm_end_of, stop_waiting_for_save)
+from beam_slurm.jobs.training.steps import StepLauncher, stop_step
+
+RAY_STEP = "ray"  # the Ray step's job name (how `scontrol` finds it to signal it)
+_POLL_S = 0.2
+HANG_POLL_S = 2.0  # how often the watchdog reads the trainer's heartbeat
+HANG_FOLDER = "hang"  # in the attempt's log folder: a folder per node with the hang's dumps (`ray_cluster.hang_dump`)
+NOTICE_IGNORED_ENV = "BEAM_NOTICE_IGNORED_AT_START"  # set by the training scripts beside `trap '' USR1`
+RESTART_BRING_UP_S = 120.0  # beyond the notice lead, the least time left an in-job restart needs (bring-up, a step)
+DUMP_STEP = "hang-dump"
+DUMP_STEP_TIMEOUT_S = 120.0
+_SAVE_POLL_S = 0.5
+_SLURM_ENDS_EVERYTHING = ("requeued", "cancelled", "time limit")
+"""What Slurm may be doing when a SIGTERM arrives that signals every step at once: no save can be made."""
+
+
+def time_left_s(info: dict[str, str]) -> float | None:
+    """Seconds left of the job's time limit (`scontrol show job`: TimeLimit - RunTime); None when unlimited. Not
+    EndTime: a scancel sets it to now too (22.05: COMPLETING, Reason=None), so it cannot tell a cancel from the time
+    limit."""
+    limit, run = values.reported_seconds(info.get("TimeLimit")), values.reported_seconds(info.get("RunTime"))
+    return float(limit - run) if limit is not None and run is not None else None
+
+
+def process_start_time() -> float:
+    """When this process started (Linux: from /proc, in clock ticks since boot), so bring-up timing counts the
+    interpreter's start and the recipe's loading; else now."""
+    try:
+        ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
+        uptime = float(Path("/proc/uptime").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return time.time()
+    return time.time() - uptime + ticks / os.sysconf("SC_CLK_TCK")
+
+
+class Attempt:
+    """One attempt of the training job, run in the batch shell."""
+
+    def __init__(self, settings: TrainJobSettings, allocation: scheduler.AllocationInfo, in_job: int = 0,
+                 step_nodes: list[str] | None = None, allocation_bad: tuple[str, ...] = (),
+                 replaced: list[str] | None = None, notices: list[tuple[str, float]] | None = None):
+        self.settings, self.alloc = settings, allocation
+        self.in_job = in_job  # 0 for the allocation's first Ray step, then 1, 2, ... for each restart in it
+        self.label = layout.attempt_label(allocation.restart_count, in_job)
+        self.attempt_dir = Path(settings.log_dir) / f"{allocation.job_id}-{self.label}"
+        # The Ray step's nodes in allocation order (the first is the head); spares and failed nodes left out.
+        self.step_nodes = list(step_nodes or allocation.nodes[: settings.nodes])
+        self.allocation_bad = tuple(allocation_bad)  # failed a preflight in an earlier in-job attempt: never again
+        self.replaced = list(replaced or [])  # `old -> new` for each node an in-job restart replaced
+        self.restart: Decision | None = None  # set when this attempt ends in a restart in the job (the caller runs it)
+        self.started_at = process_start_time()  # the bring-up timing's job_start
+        # Shared with the next in-job attempt: a notice between two Ray steps is not lost.
+        self.notices: list[tuple[str, float]] = [] if notices is None else notices
+        self.step: subprocess.Popen | None = None
+        self.nodes = len(self.step_nodes)
+        hook = settings.container(allocation.job_id) if callable(settings.container) else settings.container
+        pinned = self.step_nodes if in_job or len(self.step_nodes) < len(allocation.nodes) else []
+        self.launcher = StepLauncher(hook=hook, python=settings.python, nodes=self.nodes,
+                                     gpus_per_node=settings.gpus_per_node, cpus_per_task=allocation.cpus_on_node,
+                                     nodelist=pinned)
+        self._log_file = None
+        self.requeued = False  # asked Slurm to requeue the job (the job folder and token are then kept)
+        self.record: RunStore | None = None  # None when the job has no run record (a driver run under train_job)
+        self.job_entry = TrainJob(job_id=str(allocation.job_id))  # in the run record at the start of the attempt
+        self.bad_nodes: list[str] = []  # the run's, at the start of the attempt
+        self.checkpoint_at_start: int | None = None
+        self.slurm_end: str | None = None
+        self.wanted: Wanted | None = None
+        self.preflight_failed_nodes: list[str] = []
+        self.ray_step_started: float | None = None
+        self.hang_dumps: str | None = None
+        self.hang_detected_at: float | None = None
+
+    def log(self, message: str) -> None:
+        line = f"[beam-slurm train {time.strftime('%H:%M:%S')} job {self.alloc.job_id} attempt {self.label}] {message}"
+        print(line, file=sys.stderr, flush=True)
+        if self._log_file is not None:
+            self._log_file.write(line + "\n")
+            self._log_file.flush()
+
+    def step_env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env.update(self.launcher.hook.env)
+        env[ATTEMPT_DIR_ENV] = str(self.attempt_dir)  # where every node and the driver find the job spec
+        env[layout.IN_JOB_ATTEMPT_ENV] = str(self.in_job)
+        nccl_timeout = hang_watch.nccl_timeout_s(self.settings.hang)
+        if nccl_timeout is not None:
+            # NCCL's own timeout stays behind the watchdog's; its flight recorder dumps into the hang folder.
+            env = {hang_watch.NCCL_TIMEOUT_ENV: str(nccl_timeout), "TORCH_NCCL_TRACE_BUFFER_SIZE": "2000",
+                   "TORCH_NCCL_DUMP_ON_TIMEOUT": "1",
+                   "TORCH_NCCL_DEBUG_INFO_TEMP_FILE": str(self.attempt_dir / HANG_FOLDER / "nccl_trace_rank_"), **env}
+        if self.alloc.restart_count > 0 or self.in_job > 0:
+            env["RESUME_MODE"] = "latest"
+        return env
+
+    def install_signal_handlers(self) -> None:
+        for sig in (signal.SIGUSR1, signal.SIGUSR2, signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda signum, _frame: self.notices.append((signal.Signals(signum).name, time.time())))
+
+    def notice_before_listening(self) -> None:
+        """The batch scripts ignore USR1 until this process listens (`trap '' USR1`: its default action would end the
+        shell), so a notice Slurm sent before then is lost. Slurm sends it `signal_before_s` (up to 60 s more) before
+        the time limit: an attempt starting with less time left takes it as a notice. Only where the batch script
+        ignored it (NOTICE_IGNORED_ENV): elsewhere an early USR1 ends the process, and without --signal none comes."""
+        if not os.environ.get(NOTICE_IGNORED_ENV):
+            return
+        left = time_left_s(self.job_info())
+        if left is not None and left <= self.settings.signal_before_s + 60:
+            self.log(f"{left:.0f} s left of the time limit at the start, inside the notice lead "
+                     f"({self.settings.signal_before_s:.0f} s): the notice Slurm sent before this process listened "
+                     "is taken now")
+            self.notices.append(("SIGUSR1", time.time()))
+
+    def run_preflight(self, env: dict[str, str]) -> bool:
+        canary = self.attempt_dir / "shared-storage-canary"
+        canary.write_text(f"{self.alloc.job_id}\n")
+        checks = dataclasses.replace(self.settings.preflight_checks, gpus_per_node=self.settings.gpus_per_node,
+                                     shared_canary=str(canary))
+        hosts = self.step_nodes  # the step is pinned to them when the allocation has more
+
+        def log(message: str) -> None:
+            # preflight logs one line per failing node ("preflight FAILED on <host>: <problem>"): the bad nodes
+            failed = re.match(r"preflight FAILED on (\S+): ", message)
+            if failed and failed.group(1) not in self.preflight_failed_nodes:
+                self.preflight_failed_nodes.append(failed.group(1))
+            self.log(message)
+
+        return preflight.run_step(self.launcher, checks, hosts, env, self.attempt_dir, log, self.settings.ray)
+
+    def sigterm_is_notice(self) -> bool:
+        """Whether the Ray step holds a preemption's first SIGTERM and the head relays it as a notice: when the
+        partition's (or QOS's) grace time fits the save at the preflight's bandwidth (`notice_budget.term_notice`)."""
+        info = read_preemption(os.environ.get("SLURM_JOB_PARTITION") or None)
+        held, why = term_notice(info, self.settings.qos or None, self.settings.save_cost,
+                                storage_probe.slowest_recorded(self.attempt_dir))
+        self.log(f"a preemption's SIGTERM to the tasks {'is held as a notice' if held else 'stops the Ray step'}: "
+                 f"{why}")
+        return held
+
+    def write_job_spec(self, sigterm_notice: bool, preflight_window: tuple[float, float] | None) -> None:
+        """What the nodes and the driver of this attempt need, in the attempt's folder (`ray_cluster.job_spec`)."""
+        s = self.settings
+        JobSpec(ray=s.ray, gpus_per_node=s.gpus_per_node, log_copy=s.log_copy, env_manifest=s.env_manifest,
+                sigterm_notice=sigterm_notice, job_start_time=self.started_at, preflight_window=preflight_window,
+                ray_step_launch_time=time.time()).write(self.attempt_dir)
+
+    def start_ray_step(self, env: dict[str, str]) -> None:
+        argv = self.launcher.module_argv(["beam_slurm.jobs.ray_cluster.node", "--", *self.settings.driver],
+                                         kill_on_bad_exit=True, name=RAY_STEP)
+        self.log(f"starting the Ray step on {self.nodes} nodes: "
+                 f"{shlex.join(argv[: argv.index(self.settings.python)])} ...")
+        # Own process group: a SIGINT typed at an interactive salloc shell must reach us, not srun directly.
+        self.step = subprocess.Popen(argv, env=env, start_new_session=True)
+        self.ray_step_started = time.time()
+
+    def stop_ray_step(self) -> int:
+        assert self.step is not None
+        if self.step.poll() is not None:
+            return self.step.returncode
+        # Our own stop: the nodes must not hold this SIGTERM as a preemption's notice.
+        records.mark_stopping(self.attempt_dir)
+        began = time.time()
+        status = stop_step(self.step, self.alloc.job_id, RAY_STEP, self.settings.stop_grace_s, self.log, label="Ray")
+        seconds = round(time.time() - began, 3)  # one value for the file and the log line
+        # What the notice budget counts for stopping Ray and copying logs, once the run has stopped once.
+        write_json(self.attempt_dir / STOP_FILE, {"seconds": seconds, "time": time.time()})
+        self.log(f"the Ray step stopped in {seconds:.1f}s (driver, Ray and the last log copy of every node)")
+        return status
+
+    def wait_step(self) -> AttemptFacts:
+        """Wait for the Ray step, handling a notice; what happened."""
+        assert self.step is not None
+        next_look = 0.0
+        while True:
+            if self.notices:
+                return self.handle_notice()
+            status = self.step.poll()
+            if status is not None:
+                if status != 0:  # say why it failed: the first failure a node recorded
+                    self.slurm_end = self.ask_slurm()
+                    failure = records.read_failure(self.attempt_dir)
+                    driver = records.read_driver_status(self.attempt_dir)
+                    self.log(f"{failure.get('kind')} failure on {failure.get('node')}: {failure.get('reason')}"
+                             if failure else f"the Ray step ended with status {status} (driver status {driver})")
+                return self.facts(step_status=status)
+            if time.monotonic() >= next_look:
+                next_look = time.monotonic() + HANG_POLL_S
+                hang = hang_watch.check(self.settings.hang, read_progress(self.settings.ckpt_path),
+                                        watching_since=self.ray_step_started or 0.0, now=time.time())
+                if hang is not None:
+                    return self.handle_hang(hang)
+            time.sleep(_POLL_S)
+
+    def handle_hang(self, hang: hang_watch.Hang) -> AttemptFacts:
+        """Dump every process's stacks of the Ray step on every node, stop the step and end what is left (SIGCONT,
+        SIGTERM, SIGKILL); the nodes the dumps point at, or where a process survived SIGKILL, are bad."""
+        folder = self.attempt_dir / HANG_FOLDER
+        self.hang_detected_at = time.time()
+        self.log(f"{hang.describe()}: {hang.details()}; saving the stacks of the Ray step's processes on every node "
+                 f"in {folder}")
+        try:
+            step_id = next(iter(scheduler.step_ids(self.alloc.job_id, RAY_STEP)), "")
+        except scheduler.SlurmCommandError as exc:
+            self.log(f"could not find the Ray step ({exc}); no dumps")
+            step_id = ""
+        step_id = step_id.split(".", 1)[1] if "." in step_id else ""
+        began = time.time()
+        processes = self.run_dump_step(folder, step_id, end=False) if step_id else []
+        suspects, why = hang_watch.suspects(processes)
+        self.log(f"dumped {sum(1 for p in processes if p.frame)} of {len(processes)} processes in "
+                 f"{time.time() - began:.1f}s; {why}")
+        status = self.stop_ray_step()
+        survivors = self.run_dump_step(folder, step_id, end=True) if step_id else []
+        for row in survivors:
+            self.log(f"pid {row['pid']} ({row['role']}) on {row['node']} survived SIGKILL (state {row['state']})")
+        nodes = tuple(sorted(set(suspects) | {row["node"] for row in survivors}))
+        self.hang_dumps = str(folder)
+        return self.facts(hang=hang.describe(), hang_nodes=nodes, step_status=status)
+
+    def run_dump_step(self, folder: Path, step_id: str, *, end: bool) -> list:
+        """One `hang_dump` task per node beside the Ray step (`--overlap`); what each node wrote."""
+        argv = scheduler.srun_per_node(
+            self.nodes, [*self.launcher.hook.command_prefix, self.settings.python, "-m",
+                         "beam_slurm.jobs.ray_cluster.hang_dump", "--dir", str(folder), "--job", str(self.alloc.job_id),
+                         "--step", step_id, *(["--end"] if end else [])],
+            # --overlap shares Ray's CPUs; --mem=0 its memory (else "Memory required by task is not available").
+            kill_on_bad_exit=False, job_name=DUMP_STEP,
+            extra_args=["--overlap", "--mem=0", *self.launcher.placement_args()])
+        try:
+            done = subprocess.run(argv, capture_output=True, text=True, timeout=DUMP_STEP_TIMEOUT_S, check=False)
+            if done.returncode not in (0, EXIT_SURVIVORS):
+                self.log(f"the {DUMP_STEP} step ended with status {done.returncode}: "
+                         f"{' '.join((done.stderr or done.stdout).split())[-600:]}")
+        except subprocess.TimeoutExpired:
+            self.log(f"the {DUMP_STEP} step did not end within {DUMP_STEP_TIMEOUT_S:.0f}s")
+        if end:
+            return [{**row, "node": node.name} for node in sorted(folder.glob("*/"))
+                    for row in (read_json(node / "ended.json") or {}).get("survivors", [])]
+        return [hang_watch.DumpedProcess(node=row["node"], pid=row["pid"], role=row["role"], state=row["state"],
+                                         frame=row.get("frame", ""))
+                for node in sorted(folder.glob("*/")) for row in read_json(node / "processes.json") or []]
+
+    def handle_notice(self) -> AttemptFacts:
+        assert self.step is not None
+        name, received = self.notices[0]
+        self.wanted = self.read_wanted()
+        if name == "SIGTERM" and self.wanted is None:
+            self.slurm_end = self.ask_slurm()
+            if self.slurm_end in _SLURM_ENDS_EVERYTHING:
+                # Every step got the same SIGTERM: the trainer stops now, there is nothing to wait for.
+                self.log(f"notice SIGTERM: Slurm is ending this attempt ({self.slurm_end}); every step was "
+                         "signalled, so no checkpoint can be saved")
+                return self.facts(notice=name, step_status=self.stop_ray_step())
+        grace_s = float(self.wanted.timeout_s or self.settings.grace_s) if self.wanted else self.settings.grace_s
+        relayed = (self.attempt_dir / records.TERM_RELAYED_FILE).exists()
+        why_save = (f"beam-slurm {self.wanted.action} by {self.wanted.by or '?'}" if self.wanted
+                    else "the preemption's SIGTERM to the tasks, relayed by the Ray head" if relayed and name == "SIGUSR1"
+                    else f"{name} (time limit or preemption)")
+        self.log(f"notice {name} received ({why_save}): asking the trainer to save a checkpoint (grace {grace_s:.0f}s)")
+        notice.request_save(self.settings.ckpt_path, why_save)
+        while True:
+            saved = notice.saved_since(self.settings.ckpt_path, received)
+            why = stop_waiting_for_save(now=time.time(), received=received, grace_s=grace_s,
+                                        saved_step=saved, step_running=self.step.poll() is None,
+                                        notices=len(self.notices))
+            if why is not None:
+                break
+            time.sleep(_SAVE_POLL_S)
+        if saved is None:  # a save acknowledged as the step ended or the grace ran out still counts
+            saved = notice.saved_since(self.settings.ckpt_path, received)
+        if why == "second notice":
+            self.log(f"second notice {self.notices[-1][0]}: stopping without waiting for the save")
+        if saved is not None:
+            self.log(f"checkpoint of step {saved} saved on notice after {time.time() - received:.1f}s")
+        elif self.step.poll() is None:
+            self.log("no checkpoint saved on notice within the grace period; the next attempt resumes from the last "
+                     "periodic checkpoint")
+        return self.facts(notice=name, saved_step=saved, step_status=self.stop_ray_step())
+
+    def facts(self, **seen: Any) -> AttemptFacts:
+        """This attempt's facts: what the caller saw plus what the nodes and the run record say."""
+        failure = records.read_failure(self.attempt_dir)
+        nodes = tuple(self.step_nodes)
+        wanted = self.wanted if self.wanted is not None else (self.read_wanted() if self.notices else None)
+        seen.setdefault("slurm_end", self.slurm_end)
+        now_nodes, left = self.allocation_now()
+        unusable = set(self.allocation_bad) | set(self.preflight_failed_nodes)
+        s = self.settings
+        return AttemptFacts(
+            restart_count=self.alloc.restart_count, max_requeues=s.max_requeues,
+            driver_status=records.read_driver_status(self.attempt_dir), failure_reason=self.failure_reason(failure),
+            failure_kind=failure.get("kind") if failure else None, nodes=nodes,
+            failure_node=failed_node(failure, nodes[0] if nodes else None),
+            lost_nodes=tuple(n for n in nodes if n not in now_nodes), in_job_attempt=self.in_job,
+            max_in_job_attempts=s.max_in_job_attempts, usable_nodes=tuple(n for n in now_nodes if n not in unusable),
+            nodes_needed=s.nodes, time_left_s=left, restart_needs_s=s.signal_before_s + RESTART_BRING_UP_S,
+            preflight_failed_nodes=tuple(self.preflight_failed_nodes), wanted=wanted.action if wanted else None,
+            checkpoint_at_start=self.checkpoint_at_start, checkpoint_at_end=self.checkpoint(),
+            earlier_without_progress=no_progress_streak([a for a in self.job_entry.attempts if a.ended]),
+            max_attempts_without_progress=s.max_attempts_without_progress, **seen)
+
+    def failure_reason(self, failure: dict | None) -> str:
+        """The recorded failure's reason; for full storage with what the checkpoint folder has left."""
+        if not failure:
+            return ""
+        reason = str(failure.get("reason", ""))
+        if failure.get("kind") == "storage":
+            try:
+                usage = shutil.disk_usage(self.settings.ckpt_path)
+                reason += (f"; checkpoint storage {self.settings.ckpt_path}: {usage.free / 2**20:.1f} MiB free of "
+                           f"{usage.total / 2**20:.1f} MiB")
+            except OSError:
+                reason += f"; checkpoint storage {self.settings.ckpt_path}"
+        return reason
+
+    def allocation_now(self) -> tuple[list[str], float | None]:
+        """The job's nodes as Slurm has them now (fewer after it removed a failed node: --no-kill) and the time
+        left; the allocation as it started when scontrol does not answer."""
+        try:
+            info = scheduler.job_info(self.alloc.job_id)
+            nodes = scheduler.expand_hostnames(info.get("NodeList", ""))
+        except scheduler.SlurmCommandError:
+            return list(self.alloc.nodes), None
+        return nodes or list(self.alloc.nodes), time_left_s(info)
+
+    def carry_out(self, decision: Decision, facts: AttemptFacts | None = None) -> int:
+        """Requeue, restart in the job or end as decided, told in the run record; the batch shell's exit status."""
+        self.record_end(decision, facts)
+        if decision.restart_in_job:
+            self.restart = decision
+            self.log(f"{decision.reason}: {decision.note} (attempt "
+                     f"{layout.attempt_label(self.alloc.restart_count, self.in_job + 1)}, "
+                     "from the latest checkpoint; no requeue)")
+            return 0
+        # Slurm signals this shell (and its children) once the job is requeued: ask sinfo before that.
+        exclude = self.plan_exclusion(decision) if decision.requeue or decision.already_requeued else None
+        if decision.already_requeued:
+            self.requeued = True
+            self.log(f"{decision.reason}: the job is already requeued; {decision.note}")
+            self.exclude_bad_nodes(exclude)
+            return 0
+        if not decision.requeue:
+            self.log(f"{decision.reason}: {decision.note}" if decision.note else decision.reason)
+            return decision.exit_status
+        try:
+            scheduler.requeue(self.alloc.job_id)
+        except scheduler.SlurmCommandError as exc:
+            if self.ask_slurm() != "requeued":
+                self.log(f"{decision.reason}: requeue failed: {exc} (is the job submitted with --requeue?)")
+                return decision.exit_status
+            self.log(f"{decision.reason}: Slurm had already requeued the job")
+        self.requeued = True
+        where = f" ({decision.note})" if decision.note else ""
+        self.log(f"{decision.reason}{where}: job requeued (attempt {self.alloc.restart_count + 1} of at most "
+                 f"{self.settings.max_requeues + 1} will resume from the latest checkpoint)")
+        self.exclude_bad_nodes(exclude)
+        return 0
+
+    def job_info(self) -> dict[str, str]:
+        """`scontrol show job` of this job; {} when scontrol does not answer."""
+        with contextlib.suppress(scheduler.SlurmCommandError):
+            return scheduler.job_info(self.alloc.job_id)
+        return {}
+
+    def checkpoint(self) -> int | None:
+        return layout.latest_checkpoint_step(self.settings.ckpt_path)
+
+    def ask_slurm(self) -> str | None:
+        """`requeue_policy.slurm_end_of` now; None when the job runs on or scontrol does not answer."""
+        try:
+            info = scheduler.job_info(self.alloc.job_id)
+        except scheduler.SlurmCommandError as exc:
+            self.log(f"could not ask Slurm about the job: {exc}")
+            return None
+        restarts = info.get("Restarts", "0")
+        return slurm_end_of(job_state=info.get("JobState", ""), restarts=int(restarts) if restarts.isdigit() else 0,
+                            restart_count=self.alloc.restart_count, preempt_time=info.get("PreemptTime", ""),
+                            time_left_s=time_left_s(info), reason=info.get("Reason", ""))
+
+    def _record_call(self, what: str, call, *args, **kwargs):
+        """Write to the run record; a record that cannot be written never stops training (logged)."""
+        if self.record is None:
+            return None
+        try:
+            return call(self.record, *args, **kwargs)
+        except (OSError, ValueError, UserError) as exc:
+            self.log(f"warning: could not {what} in {self.record.run_file}: {exc}")
+            return None
+
+    def read_wanted(self) -> Wanted | None:
+        with contextlib.suppress(OSError, UserError):
+            return self.record.read().wanted_for(self.alloc.job_id) if self.record is not None else None
+        return None
+
+    def record_start(self) -> None:
+        """Write the run record's entry for this attempt (and the job, and the run when started with sbatch)."""
+        self.checkpoint_at_start = self.checkpoint()
+        info = dict(self.settings.run_info or {})
+        if not info.get("export_path"):
+            return
+        self.record = RunStore(info["export_path"])
+        config_yaml = info.pop("config_yaml", None)
+        first = self.alloc.restart_count == 0 and self.in_job == 0
+        if first and config_yaml:
+            self._record_call("write the resolved recipe", RunStore.write_config, config_yaml)
+        job = self.job_info() if first else {}
+        user_exclude = [n for n in (job.get("ExcNodeList") or "").split(",") if n and n != "(null)"]
+        with contextlib.suppress(scheduler.SlurmCommandError):
+            user_exclude = scheduler.expand_hostnames(",".join(user_exclude))
+        def begin(run: RunRecord) -> tuple[TrainJob, list[str]]:
+            run.fill_in(info)
+            return run.begin_attempt(
+                job_id=self.alloc.job_id, attempt=self.alloc.restart_count, in_job=self.in_job, replaced=self.replaced,
+                nodes=self.step_nodes, checkpoint=self.checkpoint_at_start, when=now(),
+                partition=job.get("Partition", "") or self.alloc.extra.get("SLURM_JOB_PARTITION", ""),
+                nodes_needed=self.nodes, user_exclude=user_exclude,
+                stdout="" if job.get("StdOut") in (None, "(null)") else job["StdOut"])
+
+        snapshot = self._record_call("record the attempt's start", lambda store: store.update(begin))
+        if snapshot:
+            self.job_entry, self.bad_nodes = snapshot
+        if first:
+            remember_job(self.alloc.job_id, info["export_path"])
+        self.job_entry.attempts = [a for a in self.job_entry.attempts
+                                   if (a.attempt, a.in_job) != (self.alloc.restart_count, self.in_job)]
+
+    def record_end(self, decision: Decision, facts: AttemptFacts | None) -> None:
+        checkpoint = self.checkpoint()
+        reason = decision.reason + (f": {decision.note}" if decision.note else "")
+        saved = facts.saved_step if facts is not None else None
+        end = {"end_kind": decision.end_kind, "end_reason": reason, "saved_step": saved,
+               "checkpoint_at_end": checkpoint, "counts_against_progress": decision.counts_against_progress,
+               "decision": ("requeued by Slurm" if decision.already_requeued else "restart in job"
+                            if decision.restart_in_job else "requeue" if decision.requeue
+                            else f"end ({decision.exit_status})"),
+               "exit_status": None if decision.requeue or decision.restart_in_job else decision.exit_status,
+               "hang_dumps": self.hang_dumps, **({"hang_detected_at": self.hang_detected_at}
+                                                 if self.hang_detected_at else {})}
+        failure_node = facts.failure_node if facts is not None else None
+        default = "preflight failed there" if decision.end_kind == "preflight" else decision.reason
+        bad = [(node, str((records.read_failure(self.attempt_dir) or {}).get("reason", "node failure"))
+                if node == failure_node else default) for node in decision.bad_nodes]
+        outcome = decision.outcome or None
+        at = f" at step {checkpoint}" if checkpoint is not None else ""
+        reasons = {"completed": f"finished{at}", "stopped": f"stopped{at or ' before any checkpoint'}, resumable"}
+        outcome_reason = reasons.get(outcome or "", reason)
+        self._record_call("record the attempt's end", lambda store: store.update(lambda run: run.end_attempt(
+            job_id=self.alloc.job_id, attempt=self.alloc.restart_count, in_job=self.in_job, when=now(), end=end,
+            bad_nodes=bad, outcome=outcome, outcome_reason=outcome_reason,
+            resumable_end=outcome in ("stopped", "failed") and checkpoint is not None,
+            wanted_handled=facts is not None and facts.wanted is not None)))
+
+    def plan_exclusion(self, decision: Decision) -> tuple[list[str], list[str]] | None:
+        """(bad nodes, the new ExcNodeList: bad nodes plus the user's own --exclude) when the partition keeps enough
+        other nodes; None (and the log says why) when there is nothing to exclude or it cannot be done."""
+        bad = sorted(set(self.bad_nodes) | set(decision.bad_nodes))
+        if not bad:
+            return None
+        partition = self.job_entry.partition or self.alloc.extra.get("SLURM_JOB_PARTITION", "")
+        try:
+            usable = scheduler.usable_partition_nodes(partition)
+        except scheduler.SlurmCommandError as exc:
+            self.log(f"bad nodes {','.join(bad)} not excluded: cannot list the partition's nodes ({exc})")
+            return None
+        wanted, why = exclusion(bad, list(self.job_entry.user_exclude), usable, self.nodes)
+        if wanted is None:
+            self.log(f"bad nodes {','.join(bad)} not excluded: {why}; requeued as before")
+            return None
+        return bad, wanted
+
+    def exclude_bad_nodes(self, plan: tuple[list[str], list[str]] | None) -> None:
+        """After the requeue (the job is then completing, and Slurm accepts a new list; it replaces the old one)."""
+        if plan is None:
+            return
+        bad, wanted = plan
+        try:
+            scheduler.update_excluded_nodes(self.alloc.job_id, wanted)
+        except scheduler.SlurmCommandError as exc:
+            self.log(f"bad nodes {','.join(bad)} not excluded: {exc}; the next attempt checks its nodes itself")
+            return
+        self.log(f"the next attempt avoids {','.join(bad)}: ExcNodeList={','.join(wanted)}")
+        self._record_call("record the excluded nodes", lambda store: store.update(
+            lambda run: setattr(run.train_job(self.alloc.job_id), "excluded_nodes", list(wanted))))
+
+    def avoid_bad_nodes(self) -> bool:
+        """The fallback when the exclusion could not be set: if this attempt landed on a recorded bad node, set the
+        list now and requeue once (per job). True when the job was requeued."""
+        landed = sorted(set(self.step_nodes) & set(self.bad_nodes))
+        if not landed or self.job_entry.avoided_bad_nodes or self.in_job:
+            return False
+        if self.plan_exclusion(Decision(True, 0, "")) is None:
+            self.log(f"this attempt runs on bad node(s) {','.join(landed)} anyway")
+            return False
+        self.log(f"this attempt landed on bad node(s) {','.join(landed)} (the exclusion was not set): requeueing "
+                 "once without them")
+        self._record_call("record the bad-node requeue", lambda store: store.update(
+            lambda run: setattr(run.train_job(self.alloc.job_id), "avoided_bad_nodes", True)))
+        decision = Decision(True, 0, f"landed on bad node(s) {','.join(landed)}", end_kind="bad-node-avoided")
+        return self.carry_out(decision) == 0 and self.requeued
+
+    def run(self) -> int:
+        self.install_signal_handlers()
+        self.attempt_dir.mkdir(parents=True, exist_ok=True)
+        self._log_file = open(self.attempt_dir / "train_job.log", "a")
+        try:
+            self.log(f"{self.nodes} nodes ({','.join(self.step_nodes)}), "
+                     f"{self.settings.gpus_per_node} GPUs per node, logs in {self.attempt_dir}")
+            self.warn_port_range()
+            self.record_start()
+            self.notice_before_listening()
+            if self.avoid_bad_nodes():
+                return 0
+            notice.clear(self.settings.ckpt_path)
+            first = self.alloc.restart_count == 0 and self.in_job == 0
+            if first and auth.remove_stale_job_dir(self.settings.ray, self.alloc.job_id):
+                self.log(f"removed {auth.job_dir(self.settings.ray, self.alloc.job_id)}, left by an earlier job "
+                         "with the same id")
+            if self.settings.ray.auth:
+                auth.ensure_token(self.settings.ray, self.alloc.job_id)
+            env = self.step_env()
+            began = time.time()
+            if self.settings.preflight and not self.run_preflight(env):
+                return self.end(self.facts(preflight_failed=True, ray_started=False))
+            window = (began, time.time()) if self.settings.preflight else None  # bring-up timing in ray_ready.json
+            if self.notices:
+                return self.end(self.facts(notice=self.notices[0][0], ray_started=False))
+            self.write_job_spec(self.sigterm_is_notice(), window)
+            self.start_ray_step(env)
+            return self.end(self.wait_step())
+        finally:
+            if self.step is not None and self.step.poll() is None:
+                self.stop_ray_step()
+            if not self.requeued and self.restart is None:
+                auth.remove_job_dir(self.settings.ray, self.alloc.job_id)
+            self._log_file.close()
+
+    def end(self, facts: AttemptFacts) -> int:
+        return self.carry_out(decide(facts), facts)
+
+    def warn_port_range(self) -> None:
+        ephemeral = ephemeral_range()
+        ray = self.settings.ray
+        if ephemeral and ray.port_range_start <= ephemeral[1] and ray.port_range_end > ephemeral[0]:
+            self.log(f"warning: ray.port_range {ray.port_range_start}-{ray.port_range_end} overlaps this host's "
+                     f"ephemeral ports {ephemeral[0]}-{ephemeral[1]}; Ray may race outgoing connections for ports")

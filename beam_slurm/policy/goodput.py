@@ -1,0 +1,267 @@
+"""Where a run's GPU-hours went: every allocated node-second of every attempt in exactly one phase.
+
+The phases (the JSON's names), their sources and the units: README, "Goodput: where the GPU-hours went". Allocated
+node-seconds are ElapsedRaw x NNodes over every record `sacct -D -X` gives (requeued instances, the part of a job
+before Slurm resized it). Standard library only.
+"""
+
+from __future__ import annotations
+
+import itertools
+import statistics
+import time
+from pathlib import Path
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from typing import Any
+
+from beam_slurm.core.atomic_files import read_json
+from beam_slurm.core.run_record import Attempt, RunRecord
+from beam_slurm.core.run_store import RunStore
+from beam_slurm.policy.notice_budget import STOP_FILE
+from beam_slurm.core.ray_records import read_failure
+from beam_slurm.core.progress import read_events
+from beam_slurm.slurm import scheduler
+
+PHASES = ("bring_up", "model_load", "productive", "lost", "checkpoint", "evaluation", "hang", "stopping", "spare",
+          "unaccounted")
+_AFTER = {"load": "model_load", "saving": "checkpoint", "after-save": "checkpoint", "eval": "evaluation",
+          "after-eval": "evaluation", "finished": "stopping"}
+"""The phase a trainer event starts (a step and a save without an after-save are decided in `_attempt_segments`)."""
+FAULT_KINDS = ("node-failure", "hang", "preempted", "slurm-requeue", "lost", "driver-error", "setup-error")
+"""Attempt ends that came without a notice: the interruptions the checkpoint interval has to pay for."""
+
+
+@dataclass
+class Segment:
+    phase: str
+    start: float
+    end: float
+    nodes: int
+    step: int | None = None
+
+    @property
+    def node_seconds(self) -> float:
+        return max(self.end - self.start, 0.0) * self.nodes
+
+
+@dataclass
+class AttemptLine:
+    job_id: str
+    attempt: str
+    start: float
+    end: float
+    nodes: int
+    end_kind: str
+    step_at_end: int | None
+    segments: list[Segment] = field(default_factory=list)
+
+
+@dataclass
+class Ledger:
+    allocated_node_seconds: float = 0.0
+    productive_node_seconds: float = 0.0
+    ratio: float | None = None
+    phases: dict[str, float] = field(default_factory=lambda: dict.fromkeys(PHASES, 0.0))
+    queue_wait_seconds: float = 0.0
+    accounting: str = "sacct"
+    """Where allocated_node_seconds came from: `sacct` (ElapsedRaw x NNodes), or `run record` when accounting
+    gave nothing."""
+    timeline: list[AttemptLine] = field(default_factory=list)
+
+    def largest_losses(self, count: int = 2) -> list[tuple[str, float]]:
+        losses = [(p, s) for p, s in self.phases.items() if p != "productive" and s > 0]
+        return sorted(losses, key=lambda item: -item[1])[:count]
+
+    def summary(self, gpus_per_node: int) -> str:
+        """`goodput 81.2 % of 0.52 GPU-h; largest losses: bring_up 9.1 %, stopping 4.0 %`."""
+        if not self.allocated_node_seconds:
+            return "goodput: nothing allocated yet"
+        share = ", ".join(f"{p} {100 * s / self.allocated_node_seconds:.1f} %" for p, s in self.largest_losses())
+        hours = self.allocated_node_seconds * gpus_per_node / 3600
+        return (f"goodput {100 * (self.ratio or 0):.1f} % of {hours:.2f} GPU-h allocated"
+                + (f"; largest losses: {share}" if share else "")
+                + (f"; {self.queue_wait_seconds:.0f} s queued" if self.queue_wait_seconds else ""))
+
+    def to_json(self) -> dict[str, Any]:
+        out = asdict(self)
+        for line in out["timeline"]:  # a segment's step only where it has one
+            line["segments"] = [{k: v for k, v in s.items() if k != "step" or v is not None} for s in line["segments"]]
+        return out
+
+
+def slurm_time(text: str) -> float | None:
+    """Epoch seconds of sacct's `2026-12-01T22:35:10` (the cluster's local time), None for Unknown/None."""
+    try:
+        return datetime.strptime(text, "%Y-%m-%dT%H:%M:%S").timestamp()
+    except (TypeError, ValueError):
+        return None
+
+
+def stop_began(attempt_dir: Path) -> float | None:
+    """When the attempt's end began: the first failure a node recorded, or the batch shell's stop of the Ray step."""
+    failure = read_failure(attempt_dir) or {}
+    stop = read_json(attempt_dir / STOP_FILE) or {}
+    times = [float(failure["time"])] if failure.get("time") else []
+    if stop.get("time") is not None:
+        times.append(float(stop["time"]) - float(stop.get("seconds") or 0.0))
+    return min(times) if times else None
+
+
+def _attempt_segments(attempt: Attempt, events: list[dict], end: float, nodes: int,
+                      stopped_at: float | None = None) -> list[Segment]:
+    """Steps are judged later; one still running when the attempt's end began (`stopped_at`) is cut off there."""
+    mine = [e for e in events if e.get("attempt") == attempt.label and attempt.start_time <= e["t"] <= end + 1]
+    segments: list[Segment] = []
+    begin, phase, step = attempt.start_time, "bring_up", None
+    for index, event in enumerate(mine):
+        following = mine[index + 1]["phase"] if index + 1 < len(mine) else None
+        segments.append(Segment(phase, begin, event["t"], nodes, step))
+        begin, step = event["t"], event.get("step")
+        if event["phase"] == "step":
+            phase = "step"
+        elif event["phase"] == "saving" and following != "after-save":
+            phase = "step"  # nothing was saved: the end of a step (its logging, the weight sync) is the step's
+        else:
+            phase = _AFTER.get(event["phase"], "stopping")
+    hang_at = attempt.extra.get("hang_detected_at") if attempt.end_kind == "hang" else None
+    if hang_at:
+        segments.append(Segment("hang", begin, min(float(hang_at), end), nodes, step))
+        segments.append(Segment("stopping", min(float(hang_at), end), end, nodes))
+    elif phase == "step":
+        cut = min(max(stopped_at or end, begin), end)
+        segments.append(Segment("cut-off", begin, cut, nodes, step))  # killed mid-step: never saved
+        segments.append(Segment("stopping", cut, end, nodes))
+    else:
+        segments.append(Segment(phase if phase in ("bring_up", "model_load") else "stopping", begin, end, nodes, step))
+    return [s for s in segments if s.end > s.start]
+
+
+def ledger(run: RunRecord, events: list[dict], records: list[dict[str, str]], now: float | None = None) -> Ledger:
+    now = time.time() if now is None else now
+    out = Ledger()
+    attempts = sorted(((job_id, a) for job_id, job in run.train_jobs.items() for a in job.attempts
+                       if a.start_time), key=lambda item: item[1].start_time)
+    allocations = []
+    for row in records:
+        start, end = slurm_time(row.get("Start", "")), slurm_time(row.get("End", ""))
+        if start is None or row.get("State", "").startswith("PENDING"):
+            continue
+        nnodes = int(row["NNodes"]) if row.get("NNodes", "").isdigit() else 0
+        elapsed = int(row["ElapsedRaw"]) if row.get("ElapsedRaw", "").isdigit() else 0
+        allocations.append({"job": row["JobID"].split("_")[0].split(".")[0], "start": start,
+                            "end": end if end is not None else start + elapsed, "nodes": nnodes,
+                            "submit": slurm_time(row.get("Submit", ""))})
+        out.allocated_node_seconds += elapsed * nnodes
+    if not allocations:  # no accounting: each attempt's own span stands in for its allocation
+        allocations = [{"job": j, "start": a.start_time, "end": a.end_time or now, "nodes": len(a.nodes) or 1,
+                        "submit": None} for j, a in attempts]
+    steps: list[tuple[int, Segment]] = []  # (timeline index, a step's segment)
+    for allocation in allocations:
+        inside = [(j, a) for j, a in attempts if j == allocation["job"]
+                  and allocation["start"] - 2 <= a.start_time <= allocation["end"] + 2]
+        cursor = allocation["start"]
+        for index, (job_id, attempt) in enumerate(inside):
+            # Slurm's allocation ends when it says (a requeued job's batch shell may record its end later).
+            end = min(attempt.end_time or now, allocation["end"])
+            used = len(attempt.nodes) or allocation["nodes"]
+            gap = "bring_up" if index == 0 else "stopping"  # before the first attempt; a restart between two
+            line = AttemptLine(job_id, attempt.label, attempt.start_time, end, used, attempt.end_kind or "running",
+                               attempt.checkpoint_at_end)
+            line.segments.append(Segment(gap, cursor, attempt.start_time, allocation["nodes"]))
+            folder = Path(run.log_dir) / f"{job_id}-{attempt.label}" if run.log_dir else None
+            line.segments += _attempt_segments(attempt, events, end, used, stop_began(folder) if folder else None)
+            if allocation["nodes"] > used:
+                line.segments.append(Segment("spare", attempt.start_time, end, allocation["nodes"] - used))
+            line.segments = [s for s in line.segments if s.end > s.start]
+            steps += [(len(out.timeline), s) for s in line.segments if s.phase in ("step", "cut-off")]
+            out.timeline.append(line)
+            cursor = end
+        if inside and allocation["end"] > cursor:
+            out.timeline[-1].segments.append(Segment("stopping", cursor, allocation["end"], allocation["nodes"]))
+        elif not inside:
+            out.phases["bring_up"] += (allocation["end"] - allocation["start"]) * allocation["nodes"]
+    # The last training of each step number counts; an earlier one was redone, a cut-off one never saved.
+    last = {segment.step: index for index, segment in steps if segment.phase == "step"}
+    for index, segment in steps:
+        segment.phase = "productive" if segment.phase == "step" and last[segment.step] == index else "lost"
+    for line in out.timeline:
+        for segment in line.segments:
+            out.phases[segment.phase] += segment.node_seconds
+    if not out.allocated_node_seconds:
+        out.accounting = "run record"
+        out.allocated_node_seconds = sum(v for k, v in out.phases.items() if k != "unaccounted")
+    out.phases["unaccounted"] = max(out.allocated_node_seconds - sum(out.phases.values()), 0.0)
+    out.productive_node_seconds = out.phases["productive"]
+    out.ratio = out.productive_node_seconds / out.allocated_node_seconds if out.allocated_node_seconds else None
+    out.queue_wait_seconds = _queue_wait(allocations)
+    out.phases = {k: round(v, 1) for k, v in out.phases.items()}
+    return out
+
+
+def _queue_wait(allocations: list[dict]) -> float:
+    """Pending time: submit -> first start, then each requeued instance's end -> the next start."""
+    wait, previous_end = 0.0, None
+    for allocation in sorted(allocations, key=lambda a: a["start"]):
+        since = previous_end if previous_end is not None else allocation["submit"]
+        if since is not None and allocation["start"] > since:
+            wait += allocation["start"] - since
+        previous_end = allocation["end"]
+    return round(wait, 1)
+
+
+def run_ledgers(export_paths: list, now: float | None = None, records: list | None = None) -> dict:
+    """export path -> its run's ledger, with ONE sacct call for every run's jobs (a 64-point sweep asks once), or
+    none where the caller already read the allocation `records` (status: in the same call as its job rows)."""
+    runs = {path: RunStore(path).read() for path in export_paths}
+    if records is None:
+        try:
+            records = scheduler.allocation_records([job for run in runs.values() for job in run.train_jobs])
+        except scheduler.SlurmCommandError:
+            records = []  # no accounting here: the run record's own spans stand in (`accounting` says so)
+    return {path: ledger(run, read_events(run.ckpt_path) if run.ckpt_path else [],
+                         [r for r in records if r["JobID"].split("_")[0].split(".")[0] in run.train_jobs], now)
+            for path, run in runs.items()}
+
+
+def run_ledger(export_path, now: float | None = None, records: list | None = None) -> Ledger:
+    return run_ledgers([export_path], now, records)[export_path]
+
+
+@dataclass(frozen=True)
+class Measured:
+    """A run's own numbers, for `plan`: medians per attempt (seconds), None where the run has none."""
+
+    attempts: int
+    allocated_hours: float
+    bring_up_s: float | None
+    model_load_s: float | None
+    step_s: float | None
+    save_s: float | None
+    faults: int
+    interruptions_per_day: float | None
+
+
+def _median(values: list[float]) -> float | None:
+    return statistics.median(values) if values else None
+
+
+def measured(result: Ledger) -> Measured:
+    bring_up, load, steps, saves = [], [], {}, []
+    for index, line in enumerate(result.timeline):
+        phase_s = {}
+        for segment in line.segments:
+            phase_s[segment.phase] = phase_s.get(segment.phase, 0.0) + segment.end - segment.start
+            if segment.phase == "productive":
+                steps[(index, segment.step)] = steps.get((index, segment.step), 0.0) + segment.end - segment.start
+        bring_up.append(phase_s.get("bring_up", 0.0))
+        if "model_load" in phase_s:
+            load.append(phase_s["model_load"])
+        # Consecutive checkpoint segments are one save.
+        saves += [sum(s.end - s.start for s in run)
+                  for phase, run in itertools.groupby(line.segments, lambda s: s.phase) if phase == "checkpoint"]
+    hours = sum(line.end - line.start for line in result.timeline) / 3600
+    faults = sum(1 for line in result.timeline if line.end_kind in FAULT_KINDS)
+    return Measured(attempts=len(result.timeline), allocated_hours=hours, bring_up_s=_median(bring_up),
+                    model_load_s=_median(load), step_s=_median(list(steps.values())), save_s=_median(saves),
+                    faults=faults, interruptions_per_day=faults / (hours / 24) if hours > 0 else None)

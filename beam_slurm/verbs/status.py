@@ -1,0 +1,354 @@
+"""`beam-slurm status [run dir | run name | sweep dir] [--watch] [--json]`: one table telling a run's (or a sweep's)
+story: every stage's job, its state from squeue/sacct, restarts, elapsed time, nodes, why a pending job waits, the
+latest complete checkpoint and the latest evaluation result.
+
+Without an argument: the last run or sweep submitted from this account; RUN goes through `runs.resolve_run` (plain
+`sbatch` jobs too). One row per training attempt: nodes, the checkpoints it started from and ended with, how it ended. A
+stopped job is STOPPED (resumable); one ended for good names the jobs waiting on it that can no longer run and the nodes
+its later attempts excluded.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+from rich.console import Group
+from rich.live import Live
+from rich.text import Text
+
+from beam_slurm.config.verb_args import VerbArgs, VerbUsageError, fit_columns, table_console, verb_table
+from beam_slurm.core import layout
+from beam_slurm.core.errors import UserError
+from beam_slurm.core.run_record import Attempt, EvaluationEntry, StageEntry
+from beam_slurm.core.run_store import RunStore
+from beam_slurm.launch.run_results import (REHEARSAL_RUN, dataset_labels, entry_label, gather, is_rehearsal_run,
+                                           run_config)
+from beam_slurm.jobs.evaluation.results import evaluation_dir, finished_metrics
+from beam_slurm.policy.goodput import run_ledger, run_ledgers
+from beam_slurm.launch.manifest import last_target, latest_stages
+from beam_slurm.launch.runs import RunNotFound, resolve_runs, sweep_folder
+from beam_slurm.slurm.scheduler import SlurmCommandError
+from beam_slurm.slurm.submission import FINAL_STATES, JobView, job_view
+from beam_slurm.slurm.values import reported_seconds
+
+LOST_REASON = "ended without a word from the batch shell (its node failed, or Slurm killed it)"
+
+
+class StatusInputError(UserError, ValueError):
+    """The argument names no run or sweep; the message says where we looked."""
+
+
+@dataclass
+class StatusRow:
+    run: str
+    stage: str  # data, container, train, or evaluate N
+    job_id: str  # '' when the stage was skipped
+    state: str  # Slurm's, or SKIPPED
+    restarts: int
+    elapsed: str  # of the current attempt
+    nodes: str
+    checkpoint: str  # train rows: latest complete step / max steps
+    evaluation: str  # train rows: the run's latest result; evaluate rows: that step's
+    reason: str  # why it waits, why it was skipped, or how it ended
+    rehearsal: bool = False  # trainer.backend=rehearsal: it checks the plumbing, it does not train
+    # The same, typed, for --json:
+    step: int | None = None  # train: the latest complete checkpoint; evaluate: the checkpoint evaluated
+    max_steps: int | None = None
+    results: dict | None = None  # the evaluation shown: step, origin, rehearsal, accuracy by dataset
+    attempts: list[Attempt] = field(default_factory=list)  # train rows: the job's attempts
+
+
+def resolve_targets(target: str | None) -> tuple[list[Path], str]:
+    """(export paths of the runs to show, title). Raises StatusInputError."""
+    target = target or last_target()
+    if not target:
+        raise StatusInputError("no run given and nothing submitted from this account yet; pass a run folder, "
+                               "run name or sweep folder")
+    path = Path(target).expanduser()
+    try:
+        found = resolve_runs(target)
+    except RunNotFound as exc:
+        if path.is_dir():
+            raise StatusInputError(f"{path} is neither a run folder (with {layout.RUN_DIRNAME}/{layout.RUN_FILE}) nor "
+                                   f"a sweep folder (with {layout.SWEEP_FILE})") from None
+        raise StatusInputError(str(exc)) from None
+    sweep = sweep_folder(path)
+    if sweep is not None:
+        return [t.export_path for t in found], f"sweep {sweep}"
+    export_path = found[0].export_path
+    return [export_path], f"run {RunStore(export_path).read().run_name or export_path.name}"
+
+
+def _results(step: int, origin: str, scores: list[tuple[str, float, bool]]) -> dict:
+    """An evaluation as --json shows it; (dataset, accuracy, made up by a rehearsal) each."""
+    return {"step": step, "origin": origin, "rehearsal": any(r for _, _, r in scores),
+            "accuracy": {name: value if math.isfinite(value) else None for name, value, _ in scores}}
+
+
+def _results_text(scores: list[tuple[str, float, bool]]) -> str:
+    return ", ".join(f"{name} {value:.3f}{' (rehearsal)' if rehearsal else ''}" for name, value, rehearsal in scores)
+
+
+def _latest_eval(export_path: Path) -> tuple[str, dict | None]:
+    try:
+        report = gather(export_path)
+    except OSError:
+        return "", None
+    if not report.evals:
+        return "", None
+    step = max(p.step for p in report.evals)
+    points = [p for p in report.evals if p.step == step]
+    ours = [p for p in points if p.origin == "beam"] or points
+    # Datasets by what they are (aime2024, not its source's math_dapo); a rehearsal's numbers say so.
+    scores = [(p.dataset or p.data_source, p.accuracy, p.rehearsal) for p in ours]
+    text = f"step {step}: {_results_text(scores)}" + ("" if ours[0].origin == "beam" else " (SkyRL)")
+    return text, _results(step, ours[0].origin, scores)
+
+
+def _eval_at(export_path: Path, step: int) -> tuple[str, dict | None]:
+    try:
+        metrics = finished_metrics(evaluation_dir(export_path, step))
+    except (OSError, ValueError):
+        return "unreadable metrics.json", None
+    if not metrics:
+        return "", None
+    entries = {source: entry for source, entry in metrics.items() if isinstance(entry, dict)}
+    labels = {} if all(e.get("dataset") for e in entries.values()) else dataset_labels(export_path)
+    scores = [(entry_label(source, entry, labels), float(entry.get("avg@k", math.nan)), entry.get("rehearsal") is True)
+              for source, entry in entries.items()]
+    return _results_text(scores), _results(step, "beam", scores)
+
+
+def collect(export_paths: list[Path]) -> list[StatusRow]:
+    """Rows for every run, with one squeue and one sacct call for all their jobs."""
+    return collect_view(export_paths)[0]
+
+
+def collect_view(export_paths: list[Path]) -> tuple[list[StatusRow], list[dict[str, str]]]:
+    """`collect`'s rows and the sacct rows they came from, which also hold what the goodput ledger reads."""
+    runs = []
+    ids: list[str] = []
+    for export_path in export_paths:
+        store = RunStore(export_path)
+        run = store.read()
+        stages = latest_stages(run)
+        shown = {str(s.job_id) for s in stages if s.job_id}
+        # Training jobs the run record knows but no submission listed (started with sbatch, or resubmitted so).
+        extra = [StageEntry(stage="train", job_id=j) for j in run.train_jobs if j not in shown]
+        stages = [s for s in stages if s.stage != "train"] + extra + [s for s in stages if s.stage == "train"]
+        evals = store.evaluations()
+        runs.append((export_path, run, stages, evals))
+        ids += [str(s.job_id) for s in stages if s.job_id] + [str(e.job_id) for e in evals if e.job_id]
+    view = job_view(ids) if ids else JobView({}, {})  # one squeue and one sacct call for every run's jobs
+    records = view.records
+
+    rows: list[StatusRow] = []
+    for export_path, run, stages, evals in runs:
+        name = run.run_name or export_path.name
+        stage_of_job = {str(s.job_id): s.stage for s in stages if s.job_id}
+        for entry in stages:
+            job_id = str(entry.job_id or "")
+            record = records.get(job_id)
+            checkpoint = evaluation = ""
+            step = results = None
+            if entry.stage == "train":
+                step = layout.latest_checkpoint_step(run.ckpt_path)
+                steps = run.max_training_steps if run.max_training_steps is not None else "?"
+                checkpoint = f"{step}/{steps}" if step is not None else "-"
+                evaluation, results = _latest_eval(export_path)
+            typed = {"step": step, "max_steps": run.max_training_steps if entry.stage == "train" else None,
+                     "results": results}
+            if record is None:
+                rows.append(StatusRow(name, entry.stage, "", "SKIPPED", 0, "", "", checkpoint, evaluation,
+                                      entry.reason or "", **typed))
+                continue
+            state, reason = record.state, _reason(record, entry, records, stage_of_job)
+            job = run.train_jobs.get(job_id) if entry.stage == "train" else None
+            if job:
+                if job.outcome == "stopped" and record.final:
+                    state = "STOPPED"
+                if job.outcome in ("stopped", "failed", "cancelled") and record.final:
+                    reason = job.outcome_reason or reason
+                if job.excluded_nodes:
+                    reason += f"{'; ' if reason else ''}excluded nodes {','.join(job.excluded_nodes)}"
+                if record.final and record.state != "COMPLETED":
+                    stuck = [f"{j} ({n})" for j, n in view.waiting_on.get(job_id, [])]
+                    if stuck:
+                        reason += f"; waiting on it and can no longer run: {', '.join(stuck)}"
+            rows.append(StatusRow(name, entry.stage, job_id, state, record.restarts, record.elapsed,
+                                  record.nodes, checkpoint, evaluation, reason, **typed,
+                                  attempts=list(job.attempts) if job else []))
+            for attempt in job.attempts if job else []:
+                rows.append(_attempt_row(name, attempt, ended_by_slurm=record.final))
+        for evaluation_entry in evals:
+            job_id = str(evaluation_entry.job_id or "")
+            record = records.get(job_id)
+            if record is None:
+                continue
+            step = evaluation_entry.step
+            text, results = _eval_at(export_path, step)
+            rows.append(StatusRow(name, f"evaluate {step}", job_id, record.state, record.restarts,
+                                  record.elapsed, record.nodes, str(step), text,
+                                  _reason(record, evaluation_entry, records, stage_of_job), step=step,
+                                  results=results))
+    rehearsal_runs = {run.run_name or export_path.name for export_path, run, _, _ in runs
+                      if is_rehearsal_run(export_path)}
+    for row in rows:
+        row.rehearsal = row.run in rehearsal_runs
+    return rows, view.accounting
+
+
+def _attempt_row(name: str, attempt: Attempt, ended_by_slurm: bool = False) -> StatusRow:
+    """One attempt of a training job: nodes, checkpoint at start -> end, how it ended."""
+    start, end = attempt.checkpoint_at_start, attempt.checkpoint_at_end
+    checkpoint = f"{'-' if start is None else start} -> {'-' if end is None else end}" if attempt.ended else \
+        f"from {'-' if start is None else start}"
+    kind = attempt.end_kind or ("running" if not attempt.ended else "")
+    reason = attempt.end_reason or ""
+    if not attempt.ended and ended_by_slurm:
+        # The job is over and this attempt never said how it ended: its batch shell died (the batch host failed).
+        kind, reason = "lost", LOST_REASON
+    if attempt.saved_step is not None and kind in ("notice", "operator-requeue", "stopped"):
+        reason = f"saved at step {attempt.saved_step}; {reason}"
+    if attempt.hang_dumps:
+        reason = f"{reason}; stack dumps in {attempt.hang_dumps}"
+    if attempt.in_job:
+        replaced = f", replaced {', '.join(attempt.replaced)}" if attempt.replaced else ", same nodes"
+        reason = f"in-job restart{replaced}" + (f"; {reason}" if reason else "")
+    return StatusRow(name, f"  attempt {attempt.label}", "", kind, attempt.attempt,
+                     "", ",".join(attempt.nodes), checkpoint, "", reason)
+
+
+def _iso(stamp: float | None, text: str | None) -> str | None:
+    """ISO 8601 with a colon in the offset (what datetime.fromisoformat and JavaScript read)."""
+    if stamp:
+        return datetime.fromtimestamp(stamp).astimezone().isoformat(timespec="seconds")
+    try:
+        return datetime.strptime(text, "%Y-%m-%dT%H:%M:%S%z").isoformat() if text else None
+    except ValueError:
+        return text
+
+
+def status_json(rows: list[StatusRow], title: str) -> dict:
+    """`status --json`: one object per job (schema in the README's "JSON output"); attempts nested in their job."""
+    jobs = [{
+        "run": r.run, "stage": r.stage.partition(" ")[0], "job_id": r.job_id or None, "state": r.state,
+        "restarts": r.restarts, "elapsed_s": reported_seconds(r.elapsed), "nodes": r.nodes or None,
+        "checkpoint": r.step, "max_training_steps": r.max_steps, "evaluation": r.results, "reason": r.reason,
+        "rehearsal": r.rehearsal,
+        "attempts": [{"attempt": a.attempt, "in_job": a.in_job, "label": a.label, "replaced": list(a.replaced),
+                      "state": a.end_kind or ("lost" if r.state in FINAL_STATES else "running"
+                                              if not a.ended else "ended"),
+                      "started_at": _iso(a.start_time, a.start), "ended_at": _iso(a.end_time, a.end),
+                      "nodes": list(a.nodes), "checkpoint_at_start": a.checkpoint_at_start,
+                      "checkpoint_at_end": a.checkpoint_at_end, "saved_step": a.saved_step,
+                      "decision": a.decision or None, "exit_status": a.exit_status,
+                      "reason": a.end_reason or (LOST_REASON if not a.ended and r.state in FINAL_STATES else ""),
+                      "hang_dumps": a.hang_dumps} for a in r.attempts]}
+        for r in rows if not r.stage.startswith(" ")]  # an attempt's row is nested in its job
+    return {"title": title, "jobs": jobs}
+
+
+def _reason(record, entry: StageEntry | EvaluationEntry, records: dict, stage_of_job: dict) -> str:
+    """Slurm's pending reason, made specific: which upstream job failed; how an ended job ended."""
+    if record.state == "PENDING":
+        reason = record.reason or "waiting"
+        if reason.startswith("Dependency"):
+            upstream = [str(j) for j in getattr(entry, "depends_on", None) or []]
+            failed = [f"{stage_of_job.get(j, 'job')} job {j} {records[j].state}" for j in upstream
+                      if j in records and records[j].final and records[j].state != "COMPLETED"]
+            waiting = [f"{stage_of_job.get(j, 'job')} job {j}" for j in upstream if j in records and not records[j].final]
+            if failed:
+                reason += f": {', '.join(failed)}; this job will not start (cancel it or resubmit after a fix)"
+            elif waiting:
+                reason += f": waits for {', '.join(waiting)}"
+        return reason
+    if record.state == "COMPLETED":
+        return ""
+    if record.final:
+        return f"exit code {record.exit_code}" if record.exit_code else record.reason
+    return "" if record.reason in ("None", "") else record.reason
+
+
+def render_table(rows: list[StatusRow], title: str, width: int = 160, notes_below: bool = False):
+    """The table `width` columns wide; where even that splits words, the evaluation and reason go below it."""
+    colours = {"COMPLETED": "green", "RUNNING": "cyan", "PENDING": "yellow", "SKIPPED": "dim", "FAILED": "red",
+               "STOPPED": "magenta", "CANCELLED": "red", "TIMEOUT": "red", "NODE_FAIL": "red", "OUT_OF_MEMORY": "red"}
+    rehearsals = sorted({r.run for r in rows if r.rehearsal})
+    caption = f"{', '.join(rehearsals)}: {REHEARSAL_RUN}" if rehearsals else None
+    table = verb_table(title, caption=caption, caption_style="red")
+    show_run = len({r.run for r in rows}) > 1
+    columns = (["run"] if show_run else []) + ["stage", "job", "state", "restarts", "elapsed", "nodes",
+                                               "checkpoint"] + ([] if notes_below else ["evaluation", "reason"])
+    for column in columns:
+        table.add_column(column, overflow="fold", no_wrap=column in ("stage", "job", "state", "restarts", "elapsed"))
+    previous = None
+    for r in rows:
+        state = f"[{colours.get(r.state, 'white')}]{r.state}[/]"
+        stage = f"{r.stage} [red](rehearsal)[/red]" if r.rehearsal and r.stage == "train" else r.stage
+        cells = [stage, r.job_id or "-", state, str(r.restarts), r.elapsed or "-", r.nodes or "-",
+                 r.checkpoint, r.evaluation, r.reason][:len(columns) - show_run]
+        if show_run:
+            cells = [r.run if r.run != previous else ""] + cells
+            previous = r.run
+        table.add_row(*cells)
+    if not fit_columns(table, width) and not notes_below:
+        return render_table(rows, title, width, notes_below=True)
+    if not notes_below:
+        return table
+    labels = [" ".join(part for part in (r.run if show_run else "", r.stage.strip(), r.job_id) if part) for r in rows]
+    return Group(table, *(Text(f"{label}: {text}") for label, r in zip(labels, rows) for text in (r.evaluation, r.reason)
+                          if text))
+
+
+def build_parser():
+    verb = VerbArgs("status", __doc__.split("\n\n")[0], settings=False)
+    verb.add_argument("target", nargs="?", metavar="RUN_OR_SWEEP", help="run folder, run name or sweep folder (default: the last submitted)")
+    verb.add_argument("--watch", action="store_true", help="refresh until every job has ended (Ctrl-C to stop)")
+    verb.add_argument("--interval", type=float, default=10.0, help="seconds between refreshes with --watch")
+    verb.add_argument("--json", action="store_true", help="print the rows as JSON instead of a table")
+    return verb
+
+
+def main(argv: list[str]) -> int:
+    verb = build_parser()
+    try:
+        args = verb.parse(argv).args
+        if args.interval <= 0:
+            raise VerbUsageError("--interval must be positive seconds")
+        export_paths, title = resolve_targets(args.target)
+    except (VerbUsageError, StatusInputError) as exc:
+        return verb.fail(exc)
+    try:
+        rows, accounting = collect_view(export_paths)  # the one sacct call serves the rows and the ledger
+        if args.json:
+            ledgers = {RunStore(path).read().run_name or path.name:  # the timeline: report.json has it
+                       {key: value for key, value in ledger.to_json().items() if key != "timeline"}
+                       for path, ledger in run_ledgers(export_paths, records=accounting).items()}
+            goodput = next(iter(ledgers.values())) if len(ledgers) == 1 else ledgers
+            print(json.dumps({**status_json(rows, title), "goodput": goodput}, indent=2))
+            return 0
+        console = table_console()
+        if not args.watch:
+            console.print(render_table(rows, title, console.width))
+            if len(export_paths) == 1:
+                gpus = run_config(export_paths[0]).get("cluster.gpus_per_node") or 1
+                console.print(run_ledger(export_paths[0], records=accounting).summary(int(gpus)))
+            return 0
+        with Live(render_table(rows, title, console.width), console=console, refresh_per_second=1) as live:
+            # Done when every job has ended, or waits for a dependency that can never be satisfied.
+            while not all(r.state in ("SKIPPED", "STOPPED") or r.state in FINAL_STATES or r.stage.startswith(" ")
+                          or r.reason.startswith("DependencyNeverSatisfied") for r in rows):
+                time.sleep(args.interval)
+                rows = collect(export_paths)
+                live.update(render_table(rows, f"{title}  ({time.strftime('%H:%M:%S')})", console.width))
+    except SlurmCommandError as exc:
+        return verb.fail(exc, status=1)
+    except KeyboardInterrupt:
+        return 0
+    return 0

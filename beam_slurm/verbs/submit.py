@@ -1,0 +1,408 @@
+"""`beam-slurm submit`: the stage chain prepare data -> pull container -> train as Slurm jobs, or one chain per point of
+a `-m` sweep, returning as soon as everything is queued.
+
+Stages chain with `--dependency` (afterok: a failed stage's dependents stay pending, nothing is cancelled). Complete
+stages are skipped, an active earlier job is reused; a sweep shares the data and container jobs and is refused (exit 2)
+on an invalid point unless `--skip-invalid`. A run whose last job was stopped or hit the no-progress guard resumes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from beam_slurm.core.errors import ConfigError, ConfigProblem
+from beam_slurm.config.load import load_config, load_many, to_yaml
+from beam_slurm.config.overrides import override_key
+from beam_slurm.config.validation import path_problems, problems as config_problems, unusable_text_problems
+from beam_slurm.config.verb_args import VerbArgs, VerbUsageError, schema_keys
+from beam_slurm.core import layout
+from beam_slurm.core.atomic_files import write_text
+from beam_slurm.core.run_store import RunStore, now, remember_job
+from beam_slurm.launch.run_results import REHEARSAL_RUN
+from beam_slurm.policy.notice_budget import attempt_progress
+from beam_slurm.launch.manifest import record_submission, remember_last
+from beam_slurm.launch.stages import PrepareData, PullContainer, StageError, Train
+from beam_slurm.launch.sweep import expand, has_sweep, rename_run, share_group, slug, sweep_root
+from beam_slurm.slurm import limits, scheduler
+from beam_slurm.slurm.scheduler import SlurmCommandError
+from beam_slurm.slurm.submission import job_records, refusal_setting, sbatch_test_only
+
+STAGES = ("data", "container", "train")
+
+
+@dataclass
+class RunSpec:
+    overrides: list[str]  # Its Hydra overrides
+    choices: list[tuple[str, str]] = field(default_factory=list)  # swept (key, value) pairs
+    cfg: object = None  # The loaded config (run name and paths already per point); None when it did not compose
+    problems: list[ConfigProblem] = field(default_factory=list)  # Why this run is invalid (empty = valid)
+    base_name: str = ""  # The run name before a sweep point's suffix was added
+    plans: list = field(default_factory=list)  # Its stage plans, in chain order
+
+    @property
+    def label(self) -> str:
+        if self.cfg is not None:
+            return self.cfg.run_name
+        return " ".join(f"{k}={v}" for k, v in self.choices) or " ".join(self.overrides) or "(defaults)"
+
+
+def build_parser():
+    verb = VerbArgs("submit", __doc__.split("\n\n")[0], keys=list(schema_keys()))
+    verb.add_argument("-m", "--multirun", action="store_true", help="sweep: key=a,b expands to one run per value")
+    verb.add_argument("--dry-run", action="store_true", help="render and print everything, submit and write nothing")
+    verb.add_argument("--stages", default=",".join(STAGES), help="comma-separated subset of data,container,train")
+    verb.add_argument("--dependency-type", default="afterok", choices=("afterok", "afterany"),
+                      help="how a stage waits for the one before it (default afterok)")
+    verb.add_argument("--skip-invalid", action="store_true", help="submit a sweep's valid points, list the others")
+    verb.add_argument("--force", action="store_true", help="rebuild the data even when it is up to date")
+    verb.add_argument("--json", action="store_true", help="print what was queued (job ids, sbatch commands) as JSON")
+    return verb
+
+
+def submission_json(runs: list[RunSpec], invalid: list[RunSpec], dry_run: bool, sweep_dir: Path | None) -> dict:
+    """Job ids as `sbatch --parsable` gives them; a stage shared by a sweep's points names the run that owns it."""
+    owner: dict[int, str] = {}
+    out = []
+    for run in runs:
+        stages = []
+        for plan in run.plans:
+            first = owner.setdefault(id(plan), run.cfg.run_name)
+            stages.append({**plan.to_json(), "dependency_type": plan.request.dependency_type if plan.request else None,
+                           "shared_with": first if first != run.cfg.run_name else None})
+        out.append({"run_name": run.cfg.run_name, "export_path": str(run.cfg.paths.export_path),
+                    "run_dir": str(layout.run_dir(run.cfg.paths.export_path)),
+                    "rehearsal": run.cfg.trainer.backend == "rehearsal", "choices": [f"{k}={v}" for k, v in run.choices],
+                    "wandb_group": run.cfg.trainer.wandb_group or None, "stages": stages})
+    return {"dry_run": dry_run, "sweep_dir": str(sweep_dir) if sweep_dir else None, "runs": out,
+            "invalid": [{"choices": [f"{k}={v}" for k, v in r.choices], "label": r.label,
+                         "problems": [dataclasses.asdict(p) for p in r.problems]} for r in invalid]}
+
+
+def _fail(problems: list[str]) -> int:
+    print("beam-slurm submit: nothing was submitted", file=sys.stderr)
+    for p in problems:
+        print(f"  - {p}", file=sys.stderr)
+    return 2
+
+
+def build_runs(overrides: list[str], multirun: bool, stages: tuple[str, ...] | list[str] = STAGES) -> list[RunSpec]:
+    """Load and validate every run (every sweep point); raises ConfigError for a bad override outside a sweep."""
+    swept = [] if multirun else has_sweep(overrides)
+    if swept:
+        raise ConfigError([ConfigProblem(s.split("=", 1)[0], s, "is a sweep: add -m to submit one run per value, "
+                                         "or quote a literal comma (key='a,b')") for s in swept])
+    home = os.environ.get("HOME", str(Path.home()))
+    runs = []
+    combos = expand(overrides)
+    # One composition per distinct recipe (config group) choice; each point's values applied to a copy.
+    for combo, loaded in zip(combos, load_many([c.overrides for c in combos])):
+        run = RunSpec(combo.overrides, combo.choices)
+        runs.append(run)
+        if isinstance(loaded, ConfigError):
+            run.problems = loaded.problems
+            continue
+        run.cfg, run.base_name = loaded, loaded.run_name
+        if combo.choices:
+            rename_run(run.cfg, slug(combo.choices), home=home)
+        run.problems = config_problems(run.cfg)
+        if "train" in stages:
+            run.problems += path_problems(run.cfg, produced=[s for s in stages if s != "train"])
+            if not unusable_text_problems(run.cfg):  # it reads the run's folders
+                run.problems += stalled_attempt_problems(run.cfg)
+    seen: set[str] = set()
+    for run in (r for r in runs if r.cfg is not None):
+        if run.cfg.run_name in seen:
+            run.problems.append(ConfigProblem("run_name", run.cfg.run_name, "two sweep points have the same run name; "
+                                              "remove the repeated value"))
+        seen.add(run.cfg.run_name)
+    return runs
+
+
+def ask_slurm(runs: list[RunSpec], out=None) -> list[str]:
+    """Refusals and never-met limits, each with its setting; nodes down or drained only warn (they may come back)."""
+    out = out or sys.stderr
+    refused, asked = [], set()
+    for run in runs:
+        for plan in run.plans:
+            # One question per job shape: a sweep's points differ in their names and settings, not in what Slurm checks.
+            shape = None if plan.request is None else (plan.request.script, tuple(
+                o for o in plan.request.options if not o.startswith(("--job-name=", "--output=", "--error="))))
+            if shape is None or shape in asked:
+                continue
+            asked.add(shape)
+            answer = sbatch_test_only(plan.request)
+            if answer.accepted is None:
+                print(f"beam-slurm submit: Slurm could not be asked ({answer.text}); the jobs were not tested "
+                      "(cluster.ask_slurm_on_submit=false skips this)", file=out)
+                return refused
+            what = f"the {plan.stage} job of {run.cfg.run_name}"
+            if answer.accepted:
+                # test-only passes what only waits for ever (limits it does not check at submit): read them too.
+                found = limits.check_job(limits.job_shape(plan.request))
+                refused += [f"Slurm would never start {what}: {breach}" for breach in found.breaches]
+                continue
+            if "node configuration is not available" in answer.text and _some_nodes_unusable(run.cfg.cluster.partition):
+                print(f"beam-slurm submit: warning: Slurm cannot give {what} its nodes now ({answer.text}) while some "
+                      "of the partition's nodes are down or drained; it waits for them", file=out)
+                continue
+            refused.append(f"Slurm refuses {what}: {answer.text}; change {refusal_setting(answer.text, plan.request)}")
+    return refused
+
+
+def _some_nodes_unusable(partition: str | None) -> bool:
+    try:
+        return len(scheduler.partition_node_states(partition or "")) > len(
+            scheduler.usable_partition_nodes(partition or ""))
+    except SlurmCommandError:
+        return False
+
+
+def stalled_attempt_problems(cfg) -> list[ConfigProblem]:
+    """An attempt that can reach no checkpoint burns its GPUs and requeues: refused unless allow_no_checkpoint."""
+    if cfg.cluster.allow_no_checkpoint:
+        return []
+    progress = attempt_progress(cfg)
+    if not progress.stalls:
+        return []
+    return [ConfigProblem("cluster.time_limit", cfg.cluster.time_limit,
+                          f"an attempt cannot reach a checkpoint ({progress.steps} step(s) of {progress.step_s:,.0f} s "
+                          f"before the notice, the first checkpoint at step {progress.interval}, no save on notice "
+                          f"fits): {'; or '.join(progress.fixes())}; or cluster.allow_no_checkpoint=true to submit "
+                          "it anyway")]
+
+
+def resume_stopped(runs: list[RunSpec], out=None) -> None:
+    """Resume each run whose last training job ended resumable from its latest checkpoint, unless a mode was chosen."""
+    for run in runs:
+        if run.cfg is None or any(override_key(o) in ("checkpoint.resume_mode", "checkpoint.resume_path")
+                                  for o in run.overrides):
+            continue
+        job = RunStore(run.cfg.paths.export_path).read().resumable_job()
+        step = layout.latest_checkpoint_step(run.cfg.paths.ckpt_path)
+        if job is None or step is None:
+            continue
+        run.overrides = [*run.overrides, "checkpoint.resume_mode=latest", "checkpoint.resume_path=null"]
+        run.cfg.checkpoint.resume_mode, run.cfg.checkpoint.resume_path = "latest", None
+        print(f"run {run.cfg.run_name}: job {job.job_id} ended {job.outcome} "
+              f"({job.outcome_reason}); the new training job resumes from step {step}", file=out or sys.stdout)
+
+
+def _earlier_jobs(runs: list[RunSpec]) -> dict[str, list[str]]:
+    """identity -> job ids earlier submissions of these runs gave that stage (newest first)."""
+    found: dict[str, list[str]] = {}
+    for run in runs:
+        for submission in reversed(RunStore(run.cfg.paths.export_path).read().submissions):
+            for entry in submission.stages:
+                if entry.job_id and entry.identity:
+                    found.setdefault(entry.identity, []).append(str(entry.job_id))
+    return found
+
+
+def plan_stages(runs: list[RunSpec], stages: list[str], data_overrides: list[str], force: bool = False) -> None:
+    """Skip (complete) or reuse (earlier job active); runs sharing a data folder or image share one plan (one job)."""
+    shared: dict[str, object] = {}
+    for run in runs:
+        run.plans = []
+        for name in stages:
+            stage = {"data": lambda: PrepareData(run.cfg, data_overrides, force=force), "container": lambda: PullContainer(run.cfg),
+                     "train": lambda: Train(run.cfg, run.overrides)}[name]()
+            identity = stage.identity()
+            if identity in shared:
+                run.plans.append(shared[identity])
+                continue
+            blocked = stage.blocked() if isinstance(stage, PrepareData) else ""
+            if blocked:
+                raise StageError(f"data stage of {run.cfg.run_name}: {blocked}")
+            reason = stage.completed()
+            plan = stage.render()
+            if reason:
+                plan.skip_reason, plan.request = reason, None
+            shared[identity] = plan
+            run.plans.append(plan)
+
+    earlier = _earlier_jobs(runs)
+    wanted = {p.identity: earlier[p.identity] for p in shared.values() if not p.skip_reason and p.identity in earlier}
+    if not wanted:
+        return
+    try:
+        records = job_records([j for ids in wanted.values() for j in ids])
+    except SlurmCommandError:
+        return  # no scheduler to ask (e.g. a dry run on a laptop): submit as if nothing were queued
+    for plan in shared.values():
+        for job_id in wanted.get(plan.identity, []):
+            record = records.get(job_id)
+            if record is not None and record.active:
+                plan.reused_job_id = job_id
+                plan.skip_reason = f"already {record.state.lower()} as job {job_id}"
+                break
+
+
+def _chain_dependencies(run: RunSpec) -> dict[int, list[str]]:
+    """Which job ids each stage waits for: data and container none, train both (when they have jobs)."""
+    out, before = {}, []
+    for index, plan in enumerate(run.plans):
+        out[index] = list(before) if plan.stage == "train" else []
+        if plan.job_id or plan.reused_job_id:
+            before.append(plan.job_id or plan.reused_job_id)
+    return out
+
+
+def submit_runs(runs: list[RunSpec], dependency_type: str) -> None:
+    """Submit data and container first (they do not depend on each other), then each train after them."""
+    for plan in (p for run in runs for p in run.plans if p.reused_job_id and not p.job_id):
+        plan.job_id = plan.reused_job_id
+    for run in runs:
+        for index, plan in enumerate(run.plans):
+            if plan.skip_reason or plan.job_id:
+                continue
+            plan.submit(_chain_dependencies(run)[index], dependency_type)
+
+
+def _print_runs(runs: list[RunSpec], dry_run: bool, out=None) -> None:
+    out = out or sys.stdout
+    first_run_of: dict[int, str] = {}
+    for run in runs:
+        cfg = run.cfg
+        print(f"run {cfg.run_name}  ({cfg.paths.export_path}/beam_run)", file=out)
+        if cfg.trainer.backend == "rehearsal":
+            print(f"  {REHEARSAL_RUN}", file=out)
+        for index, plan in enumerate(run.plans):
+            owner = first_run_of.setdefault(id(plan), cfg.run_name)
+            if owner != cfg.run_name:
+                what = f"job {plan.job_id}" if plan.job_id else ("skipped" if plan.skip_reason else "one job")
+                print(f"  {plan.stage:<10} {what}, shared with run {owner}", file=out)
+            elif plan.skip_reason and not plan.job_id:
+                print(f"  {plan.stage:<10} skipped    {plan.skip_reason}", file=out)
+            elif plan.job_id and plan.job_id == plan.reused_job_id:
+                print(f"  {plan.stage:<10} job {plan.job_id:<7} {plan.skip_reason}; not submitted again", file=out)
+            elif dry_run:
+                before = [p.stage for p in run.plans[:index] if p.job_id or p.reused_job_id or not p.skip_reason]
+                note = f" (after {'+'.join(before)}, {plan.request.dependency_type})" if plan.stage == "train" and before else ""
+                print(f"  {plan.stage:<10} would submit{note}: {plan.request.shell()}", file=out)
+            else:
+                deps = f"  waits for {'+'.join(plan.depends_on)} ({plan.request.dependency_type})" if plan.depends_on else ""
+                print(f"  {plan.stage:<10} job {plan.job_id:<7} submitted{deps}", file=out)
+
+
+def _write_records(runs: list[RunSpec], invalid: list[RunSpec], args, data_overrides: list[str],
+                   sweep_dir: Path | None) -> None:
+    for run in runs:
+        for plan in (p for p in run.plans if p.stage == "train" and p.job_id):
+            remember_job(plan.job_id, run.cfg.paths.export_path)
+        record_submission(RunStore(run.cfg.paths.export_path), run.cfg, overrides=run.overrides,
+                          data_overrides=data_overrides, plans=run.plans, dependency_type=args.dependency_type,
+                          sweep_dir=str(sweep_dir) if sweep_dir else None, config_yaml=to_yaml(run.cfg))
+    if sweep_dir is not None:
+        record = {"created_at": now(), "overrides": args.overrides, "stages": args.stages,
+                  "runs": [{"run_name": r.cfg.run_name, "choices": [f"{k}={v}" for k, v in r.choices],
+                            "export_path": str(r.cfg.paths.export_path), "ckpt_path": str(r.cfg.paths.ckpt_path),
+                            "run_dir": f"{r.cfg.paths.export_path}/beam_run"} for r in runs],
+                  "invalid": [{"choices": [f"{k}={v}" for k, v in r.choices], "problems": [str(p) for p in r.problems]}
+                              for r in invalid]}
+        write_text(sweep_dir / layout.SWEEP_FILE, json.dumps(record, indent=2) + "\n")
+        remember_last(sweep_dir)
+    elif runs:
+        remember_last(layout.run_dir(runs[0].cfg.paths.export_path))
+
+
+def main(argv: list[str]) -> int:
+    verb = build_parser()
+    try:
+        parsed = verb.parse(argv)
+    except VerbUsageError as exc:
+        return verb.fail(exc)
+    args = parsed.args
+    args.overrides = parsed.overrides
+    stages = [s.strip() for s in args.stages.split(",") if s.strip()]
+    if not stages or not set(stages) <= set(STAGES):
+        return _fail([f"--stages {args.stages!r}: use a comma-separated subset of {','.join(STAGES)}"])
+    stages = [s for s in STAGES if s in stages]  # chain order, whatever order was typed
+
+    data_overrides = [o for o in args.overrides if o.split("=", 1)[0].lstrip("+").startswith("data.")]
+    overrides = [o for o in args.overrides if o not in data_overrides]
+    try:
+        runs = build_runs(overrides, args.multirun, stages)
+    except ConfigError as exc:
+        return verb.config_failed(exc, what="; nothing was submitted")
+    problems = _data_problems(data_overrides) if "data" in stages else []
+    if problems:
+        return _fail(problems)
+
+    invalid = [r for r in runs if r.problems]
+    valid = [r for r in runs if not r.problems]
+    if invalid:
+        out = sys.stderr
+        print(f"beam-slurm submit: {len(invalid)} of {len(runs)} run{'s' if len(runs) != 1 else ''} invalid:", file=out)
+        for run in invalid:
+            where = " ".join(f"{k}={v}" for k, v in run.choices) if run.choices else run.label
+            print(f"  {where}:", file=out)
+            for p in run.problems:
+                print(f"    - {p}", file=out)
+        if not args.skip_invalid or not valid:
+            hint = "" if not args.multirun or not valid else " (add --skip-invalid to submit the valid ones)"
+            print(f"beam-slurm submit: nothing was submitted{hint}", file=out)
+            return 2
+
+    if "train" in stages:
+        resume_stopped(valid, out=sys.stderr if args.json else None)
+    sweep_dir = None
+    if args.multirun:
+        sweep_dir = sweep_root([str(r.cfg.paths.export_path) for r in valid]) / layout.SWEEPS_DIRNAME / \
+            f"{valid[0].base_name}-{time.strftime('%Y%m%d-%H%M%S')}"
+        for run in valid:
+            run.overrides = share_group(run.cfg, run.overrides, sweep_dir.name)
+    try:
+        plan_stages(valid, stages, data_overrides, args.force)
+    except StageError as exc:
+        return _fail([str(exc)])
+
+    for plan in (p for run in valid for p in run.plans if p.request is not None):
+        plan.request.dependency_type = args.dependency_type
+    if valid and valid[0].cfg.cluster.ask_slurm_on_submit:
+        refused = ask_slurm(valid)
+        if refused:
+            return _fail(refused)
+
+    if args.dry_run:
+        if args.json:
+            print(json.dumps(submission_json(valid, invalid, True, sweep_dir), indent=2, default=str))
+            return 0
+        _print_runs(valid, dry_run=True)
+        print(f"dry run: nothing submitted or written{f' (sweep folder would be {sweep_dir})' if sweep_dir else ''}")
+        return 0
+
+    status = 0
+    try:
+        submit_runs(valid, args.dependency_type)
+    except (SlurmCommandError, StageError, OSError) as exc:
+        print(f"beam-slurm submit: submission stopped: {exc}", file=sys.stderr)
+        print("beam-slurm submit: jobs already queued are kept (see below); nothing was cancelled", file=sys.stderr)
+        status = 1
+    _write_records(valid, invalid, args, data_overrides, sweep_dir)
+    if args.json:
+        print(json.dumps(submission_json(valid, invalid, False, sweep_dir), indent=2, default=str))
+        return status
+    _print_runs(valid, dry_run=False)
+    if sweep_dir is not None:
+        print(f"sweep {sweep_dir}  ({len(valid)} runs{f', {len(invalid)} invalid skipped' if invalid else ''})")
+    return status
+
+
+def _data_problems(data_overrides: list[str]) -> list[str]:
+    """Check the data stage's settings now, so a typo fails before anything is queued."""
+    problems = [f"{o}: data settings cannot be swept (one data folder serves every run)" for o in has_sweep(data_overrides)]
+    if problems:
+        return problems
+    if any(o.split("=", 1)[0].lstrip("+") == "data.out_dir" for o in data_overrides):
+        return ["data.out_dir: the data stage writes to paths.data_dir (DATA_DIR), which training reads; set that instead"]
+    try:  # the data section of the same schema; data.overwrite (old spelling of --force) is the stage's business
+        cfg = load_config([o for o in data_overrides if override_key(o) != "data.overwrite"], validate=False)
+    except ConfigError as exc:
+        return [str(p) for p in exc.problems]
+    return cfg.data.problems()
