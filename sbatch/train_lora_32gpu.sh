@@ -24,4 +24,4 @@ set -euo pipefail
 given=$(scontrol show job "${SLURM_JOB_ID:-none}" 2>/dev/null | sed -n 's/^ *Command=\([^ ]*\).*/\1/p' | grep .) || given=$0
 source "${BEAM_SLURM_HOME:-$(cd "$(dirname "$given")/.." && pwd)}/sbatch/lib/locate_checkout.sh" ||
   { echo "$(basename "$0"): cannot find the beam-slurm checkout; set BEAM_SLURM_HOME=/path/to/beam-slurm" >&2; exit 2; }
-exec "$python" -m beam_slurm.cli train recipe=lora_32gpu "$@"
+exec "$python" "$BEAM_SLURM_HOME/stages/train.py" recipe=lora_32gpu "$@"

@@ -1,12 +1,8 @@
-"""Stage entry: import the container image into shared storage (run by sbatch/pull_container.sh and the pipeline)."""
+"""Stage entry of the container job (sbatch/pull_container.sh, the pipeline): `beam-slurm pull-container`."""
 
 import sys
-from pathlib import Path
 
-# Importable from a plain checkout too (the batch script may run an interpreter without the package installed).
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from beam_slurm.verbs.pull_container import main  # noqa: E402
+from beam_slurm.cli import main
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(main(["pull-container", *sys.argv[1:]]))

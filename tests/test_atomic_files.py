@@ -9,10 +9,17 @@ from pathlib import Path
 
 import pytest
 
-from beam_slurm.core.atomic_files import atomic_writer, publish, sync_directory, temporary_sibling, write_json, write_text
+from beam_slurm.config.ray import RaySettings
+from beam_slurm.core.atomic_files import (
+    atomic_writer,
+    publish,
+    sync_directory,
+    temporary_sibling,
+    write_json,
+    write_text,
+)
 from beam_slurm.core.run_store import RunStore
 from beam_slurm.jobs.ray_cluster import auth
-from beam_slurm.config.ray import RaySettings
 
 PACKAGE = Path(__file__).resolve().parents[1] / "beam_slurm"
 # Renames and flushes outside atomic_files.py, each with why it is not a file write through it.

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from beam_slurm.cli import VERBS, main as beam_slurm
+from beam_slurm.cli import VERBS
+from beam_slurm.cli import main as beam_slurm
 from beam_slurm.config.load import load_config
 from beam_slurm.config.verb_args import keys_under, schema_keys
 from beam_slurm.core.run_store import RunStore, now

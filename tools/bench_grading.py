@@ -19,10 +19,15 @@ import random
 import sys
 import time
 
-from beam_slurm.jobs.evaluation import grading
 from beam_slurm.config.schema import GradeConfig
-from beam_slurm.jobs.evaluation.grading_pool import (MATH_VERIFY, PRIMARY, GradingLimits, GradingPool,
-                                                     grade_rows_detailed)
+from beam_slurm.jobs.evaluation import grading
+from beam_slurm.jobs.evaluation.grading_pool import (
+    MATH_VERIFY,
+    PRIMARY,
+    GradingLimits,
+    GradingPool,
+    grade_rows_detailed,
+)
 
 FILLER = (
     "We consider the problem carefully. Let $x$ be the unknown; then $x^2 - 5x + 6 = 0$ gives $x \\in \\{2, 3\\}$. "

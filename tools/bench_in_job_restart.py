@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 
 from bench_ray_bringup import REPO, sandbox_env  # the sandbox's Slurm environment, read the same way
+
 SCRIPT = REPO / "sbatch" / "train_lora_16gpu.sh"
 KEYS = ("cluster.fabric_check=false", "cluster.storage_probe_s=0", "ray.include_dashboard=false",
         "cluster.grace_s=30", "cluster.signal_before_s=120")

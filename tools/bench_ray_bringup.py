@@ -30,9 +30,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from beam_slurm.jobs.ray_cluster.local_ray import LocalRay  # noqa: E402
 from beam_slurm.config.ports import choose_ports  # noqa: E402
 from beam_slurm.config.ray import RaySettings  # noqa: E402
+from beam_slurm.jobs.ray_cluster.local_ray import LocalRay  # noqa: E402
 
 PYTHON = sys.executable
 MEMORY_LIGHT_RAY_KEYS = ("ray.object_store_memory_bytes=100000000", "ray.include_dashboard=false",

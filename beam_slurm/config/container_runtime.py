@@ -14,8 +14,8 @@ import subprocess
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from beam_slurm.core.errors import ConfigProblem
 from beam_slurm.config.container import ROOT_FILESYSTEM_MODES, RUNTIMES, ContainerSettings, Mount, parse_mount
+from beam_slurm.core.errors import ConfigProblem
 
 IMAGE_SUFFIX = {"pyxis": ".sqsh", "apptainer": ".sif"}
 LOCAL_IMAGE_SUFFIXES = {"pyxis": (".sqsh", ".squashfs"), "apptainer": (".sif", ".sqsh", ".squashfs", ".img")}

@@ -18,8 +18,8 @@ import re
 from pathlib import Path
 from typing import Mapping
 
-from beam_slurm.core.errors import ConfigProblem
 from beam_slurm.core.atomic_files import write_json
+from beam_slurm.core.errors import ConfigProblem
 
 MASK = "<set>"  # shown in place of a secret value
 RECORD_DIR = "env"  # per-node records in the attempt's log folder: env/<node>.json

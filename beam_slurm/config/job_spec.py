@@ -5,18 +5,16 @@ an evaluation task, or by hand) every field takes its default.
 
 from __future__ import annotations
 
-import os
-from dataclasses import dataclass
-from pathlib import Path
-from types import SimpleNamespace
-from beam_slurm.core.atomic_files import write_json
-
 import dataclasses
 import json
-from dataclasses import field
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, Mapping
 
 from beam_slurm.config.ray import RaySettings
+from beam_slurm.core.atomic_files import write_json
 
 SPEC_FILE = "job_spec.json"
 SCHEMA_VERSION = 1

@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import get_origin, get_type_hints
 
 import yaml
-from hydra import compose as hydra_compose, initialize_config_dir
+from hydra import compose as hydra_compose
+from hydra import initialize_config_dir
 from hydra._internal.config_loader_impl import ConfigLoaderImpl
 from hydra.core.config_store import ConfigStore
 from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -26,10 +27,10 @@ from omegaconf._utils import get_omega_conf_dumper
 from omegaconf.errors import GrammarParseError, InterpolationResolutionError, OmegaConfBaseException
 
 from beam_slurm import CONF_DIR
-from beam_slurm.core.errors import ConfigError, ConfigProblem
 from beam_slurm.config.overrides import escape_values
 from beam_slurm.config.schema import BeamConfig, ClusterConfig
 from beam_slurm.config.validation import validate_config
+from beam_slurm.core.errors import ConfigError, ConfigProblem
 
 _ENV_REF = re.compile(r"^\$\{oc\.env:([A-Za-z_][A-Za-z0-9_]*)(?:,.*)?\}$", re.S)
 _ENV_PROBLEMS_SEEN: dict[tuple, tuple] = {}

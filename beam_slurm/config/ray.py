@@ -8,8 +8,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from beam_slurm.core.errors import ConfigError, ConfigProblem
 from beam_slurm.config.ports import PORT_NAMES
+from beam_slurm.core.errors import ConfigError, ConfigProblem
 
 # Ray's unix socket paths live under <temp dir>/session_<date>_<pid>/sockets/; Linux caps them at 107 bytes.
 _SESSION_SUFFIX_LEN = len("/session_2026-11-29_23-56-32_369213_1234567/sockets/plasma_store")

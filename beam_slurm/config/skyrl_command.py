@@ -14,8 +14,8 @@ import yaml
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from beam_slurm.config.overrides import escape_interpolation, escape_values, scalar_text
 from beam_slurm.config.env_manifest import masked
+from beam_slurm.config.overrides import escape_interpolation, escape_values, scalar_text
 
 DAPO_MODULE = "examples.train.algorithms.dapo.main_dapo"  # in the SkyRL checkout (examples/ is not in the wheel)
 ENTRYPOINT_MODULE = "beam_slurm.jobs.training.entrypoint"

@@ -6,23 +6,21 @@ of 64 GPUs came up."""
 
 from __future__ import annotations
 
-from pathlib import Path
-from beam_slurm.core.errors import ConfigProblem
-from beam_slurm.config.overrides import value_at
-
 import copy
 import dataclasses
 import functools
 import os
 import re
 import socket
+from pathlib import Path
 from typing import Collection
 
-from beam_slurm.core.errors import ConfigError
-from beam_slurm.config.schema import env_sources
 from beam_slurm.config.container_runtime import validate as container_problems
 from beam_slurm.config.env_manifest import problems as env_manifest_problems
+from beam_slurm.config.overrides import value_at
+from beam_slurm.config.schema import env_sources
 from beam_slurm.config.skyrl_command import DAPO_MODULE, reads_back
+from beam_slurm.core.errors import ConfigError, ConfigProblem
 from beam_slurm.slurm import values
 
 RECIPE_BACKENDS = ("skyrl", "rehearsal")

@@ -25,12 +25,11 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from beam_slurm.core.errors import ConfigError
 from beam_slurm.config.load import load_config, schema_fields
 from beam_slurm.config.overrides import BARE_VALUE, hydra_value, override, override_key, value_at
 from beam_slurm.config.schema import BeamConfig
 from beam_slurm.config.validation import unusable_text_problems
-from beam_slurm.core.errors import UserError
+from beam_slurm.core.errors import ConfigError, UserError
 
 EXIT_USAGE = 2
 

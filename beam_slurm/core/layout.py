@@ -15,10 +15,9 @@ last after a complete save. Sweeps live under `<exports root>/beam_sweeps/<name>
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Mapping
-
-import re
 
 RUN_DIRNAME = "beam_run"
 RUN_FILE = "run.json"

@@ -7,8 +7,6 @@ file is written last, so "record present and matching" means complete. Nothing h
 
 from __future__ import annotations
 
-
-
 import json
 import shlex
 import socket
@@ -18,9 +16,15 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from beam_slurm.config.container_runtime import (cached_image_path, digest_record_path, docker_reference,
-                                                 enroot_reference, is_local_image, validate)
 from beam_slurm.config.container import ContainerSettings
+from beam_slurm.config.container_runtime import (
+    cached_image_path,
+    digest_record_path,
+    docker_reference,
+    enroot_reference,
+    is_local_image,
+    validate,
+)
 from beam_slurm.core.atomic_files import publish, read_json, write_text
 from beam_slurm.core.shared_lock import LockTimeout, SharedFileLock
 from beam_slurm.jobs.data.manifest import sha256_file

@@ -26,19 +26,25 @@ import submitit
 from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from beam_slurm import REPO_ROOT
 from beam_slurm.config.load import load_config
 from beam_slurm.core.atomic_files import write_json
 from beam_slurm.jobs.data.manifest import sha256_file
 from beam_slurm.jobs.evaluation import hang_guard, resumable
 from beam_slurm.jobs.evaluation.checkpoints import resolve_checkpoint
-from beam_slurm.jobs.evaluation.generate import (ClientSettings, EngineSettings, OfflineEngine, SamplingSettings,
-                                                 ServerEngine, settings_record)
+from beam_slurm.jobs.evaluation.generate import (
+    ClientSettings,
+    EngineSettings,
+    OfflineEngine,
+    SamplingSettings,
+    ServerEngine,
+    settings_record,
+)
 from beam_slurm.jobs.evaluation.grading_pool import GradingLimits
 from beam_slurm.jobs.evaluation.problems import dataset_label, read_problems
 from beam_slurm.slurm import scheduler, submission
 from beam_slurm.slurm.scheduler import SlurmCommandError
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 SLURM_SILENCE_LIMIT_S = 600.0  # `--wait` gives up when squeue/sacct stay silent this long
 
 

@@ -4,15 +4,15 @@ reads, its arguments, and the chained evaluation of one export."""
 from __future__ import annotations
 
 from pathlib import Path
+
 from beam_slurm.config.load import load_config
 from beam_slurm.config.overrides import hydra_value, override, value_at
 from beam_slurm.config.verb_args import VerbArgs, keys_under
 from beam_slurm.core.errors import UserError
 from beam_slurm.core.layout import evaluation_dir
 from beam_slurm.core.run_store import RunStore
-from beam_slurm.launch import eval_array as array
 from beam_slurm.jobs.evaluation.checkpoints import is_adapter
-
+from beam_slurm.launch import eval_array as array
 
 # the recipe keys `evaluate` reads (the pipeline renders these for evaluation jobs)
 EVALUATE_KEYS = ["eval.responses_per_problem", "generation.max_response_tokens", "generation.max_prompt_tokens",

@@ -8,14 +8,13 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from beam_slurm.core.errors import ConfigError
 from beam_slurm.config.overrides import override_key
 from beam_slurm.config.verb_args import VerbArgs, VerbUsageError
-from beam_slurm.core import layout
+from beam_slurm.core import layout, notice
+from beam_slurm.core.errors import ConfigError
 from beam_slurm.core.run_record import Attempt, RunRecord
 from beam_slurm.core.run_store import RunStore
 from beam_slurm.launch import runs
-from beam_slurm.core import notice
 from beam_slurm.slurm import scheduler
 
 OPERATOR_SIGNAL = "USR2"  # the batch shell then reads the wanted outcome

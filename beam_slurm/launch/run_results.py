@@ -8,16 +8,17 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
 import yaml
+
 from beam_slurm.core.errors import UserError
 from beam_slurm.core.layout import CONFIG_FILE, RUN_DIRNAME, STEP_DIR, SWEEP_FILE
 from beam_slurm.core.run_store import RunStore
 from beam_slurm.jobs.evaluation.problems import labels_by_source
 from beam_slurm.jobs.evaluation.results import EVALS_DIRNAME, INFO_FILE, METRICS_FILE
+from beam_slurm.launch.runs import RunNotFound, RunTarget, resolve_run, resolve_runs, sweep_folder
+from beam_slurm.launch.runs import exports_root as default_exports_root
 from beam_slurm.policy.goodput import Ledger
-from beam_slurm.launch.runs import (RunNotFound, RunTarget, exports_root as default_exports_root, resolve_run,
-                                    resolve_runs, sweep_folder)
-
 
 SKYRL_DUMPS_DIRNAME = "dumped_evals"
 

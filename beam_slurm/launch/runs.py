@@ -8,22 +8,20 @@ then what Slurm says the job wrote).
 
 from __future__ import annotations
 
+import getpass
 import os
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from beam_slurm.core.atomic_files import read_json
-from beam_slurm.core.run_store import RunStore
-from beam_slurm.launch import runs
-from beam_slurm.slurm import scheduler
-
-import getpass
-import time
 
 from beam_slurm.config.load import load_config
 from beam_slurm.core import layout
+from beam_slurm.core.atomic_files import read_json
 from beam_slurm.core.errors import UserError
 from beam_slurm.core.run_record import Wanted, read_record
-from beam_slurm.core.run_store import now
+from beam_slurm.core.run_store import RunStore, now
+from beam_slurm.launch import runs
+from beam_slurm.slurm import scheduler
 
 EXPORTS_ROOT_ENV = "BEAM_EXPORTS_ROOT"  # where run names are looked up
 

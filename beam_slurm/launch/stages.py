@@ -15,15 +15,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from beam_slurm import REPO_ROOT
+from beam_slurm.config.container_runtime import cached_image_path, is_local_image
 from beam_slurm.config.load import load_config
 from beam_slurm.config.overrides import override, override_key
-from beam_slurm.jobs.container_pull import image_is_current
-from beam_slurm.config.container_runtime import cached_image_path, is_local_image
 from beam_slurm.core import layout
-from beam_slurm.core.errors import UserError
-from beam_slurm.jobs.data.prepare import plans, reuse_request
-from beam_slurm.core.errors import BadDataInput
+from beam_slurm.core.errors import BadDataInput, UserError
+from beam_slurm.jobs.container_pull import image_is_current
 from beam_slurm.jobs.data.manifest import MANIFEST_NAME, load_manifest, reuse_verdict
+from beam_slurm.jobs.data.prepare import plans, reuse_request
 from beam_slurm.slurm.submission import SbatchRequest, submit
 
 TRAIN_SCRIPTS = {"lora_16gpu": "train_lora_16gpu.sh", "lora_32gpu": "train_lora_32gpu.sh",

@@ -12,8 +12,8 @@ from pathlib import Path
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import OverrideParseException
 
-from beam_slurm.core.errors import ConfigError, ConfigProblem
 from beam_slurm.config.overrides import override
+from beam_slurm.core.errors import ConfigError, ConfigProblem
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 

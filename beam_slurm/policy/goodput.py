@@ -10,17 +10,17 @@ from __future__ import annotations
 import itertools
 import statistics
 import time
-from pathlib import Path
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 from beam_slurm.core.atomic_files import read_json
+from beam_slurm.core.progress import read_events
+from beam_slurm.core.ray_records import read_failure
 from beam_slurm.core.run_record import Attempt, RunRecord
 from beam_slurm.core.run_store import RunStore
 from beam_slurm.policy.notice_budget import STOP_FILE
-from beam_slurm.core.ray_records import read_failure
-from beam_slurm.core.progress import read_events
 from beam_slurm.slurm import scheduler
 
 PHASES = ("bring_up", "model_load", "productive", "lost", "checkpoint", "evaluation", "hang", "stopping", "spare",

@@ -9,8 +9,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from beam_slurm.policy.notice_budget import recipe_save_seconds, step_seconds
 from beam_slurm.core.progress import Progress
+from beam_slurm.policy.notice_budget import recipe_save_seconds, step_seconds
 
 # An unset timeout is DERIVED_MULTIPLE median steps (a step that takes five times the usual is no longer slow), never
 # below DERIVED_FLOOR_S (short steps vary more than long ones, and a hang is never that short).

@@ -13,8 +13,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from beam_slurm.core.run_record import Attempt
 from beam_slurm.core.ray_records import EXIT_INFRA
+from beam_slurm.core.run_record import Attempt
 
 EXIT_PREFLIGHT = 3  # preflight found a problem on every node; nothing was started
 EXIT_NOT_REQUEUED = 75  # stopped on a notice or an infrastructure failure, and not requeued

@@ -14,8 +14,13 @@ from dataclasses import dataclass
 
 from beam_slurm.slurm import scheduler
 from beam_slurm.slurm.submission import SbatchRequest, effective_options
-from beam_slurm.slurm.values import SlurmValueError, describe_seconds, partition_names, reported_seconds, \
-    time_limit_seconds
+from beam_slurm.slurm.values import (
+    SlurmValueError,
+    describe_seconds,
+    partition_names,
+    reported_seconds,
+    time_limit_seconds,
+)
 
 
 @dataclass(frozen=True)

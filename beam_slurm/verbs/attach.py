@@ -4,8 +4,6 @@ job that is not running, or whose Ray head has not written `ray_head.json` yet, 
 
 from __future__ import annotations
 
-from beam_slurm.launch.runs import RunJob, find_job
-
 import os
 import shlex
 import sys
@@ -18,11 +16,12 @@ from beam_slurm.config.schema import BeamConfig
 from beam_slurm.config.verb_args import VerbArgs, VerbUsageError
 from beam_slurm.core.atomic_files import read_json
 from beam_slurm.core.layout import CONFIG_FILE, RUN_DIRNAME
-from beam_slurm.launch import runs
 from beam_slurm.core.ray_records import HEAD_FILE
-from beam_slurm.slurm import scheduler
 from beam_slurm.jobs.training.job_settings import job_mounts
 from beam_slurm.jobs.training.steps import ContainerHook, container_hook
+from beam_slurm.launch import runs
+from beam_slurm.launch.runs import RunJob, find_job
+from beam_slurm.slurm import scheduler
 
 ATTACH_STEP = "attach"  # the step's name in `squeue --steps`
 

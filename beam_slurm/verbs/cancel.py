@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+
 from beam_slurm.config.verb_args import VerbArgs, VerbUsageError
 from beam_slurm.core.run_record import Cancel
 from beam_slurm.core.run_store import RunStore, now

@@ -7,8 +7,6 @@ Inputs are checked before a model is loaded or a job submitted; bad input exits 
 
 from __future__ import annotations
 
-from beam_slurm.launch.eval_request import UsageError, data_files, build_parser
-
 import argparse
 import dataclasses
 import os
@@ -22,9 +20,6 @@ from rich.table import Table
 from beam_slurm.config.verb_args import table_console
 from beam_slurm.core.errors import UserError
 from beam_slurm.core.layout import evaluation_dir
-from beam_slurm.launch import eval_array as array
-from beam_slurm.launch.eval_array import prepare
-from beam_slurm.launch.chain import ChainSettings, complete_checkpoints
 from beam_slurm.jobs.evaluation.checkpoints import resolve_checkpoint, step_of
 from beam_slurm.jobs.evaluation.generate import ClientSettings, EngineSettings, SamplingSettings
 from beam_slurm.jobs.evaluation.grading_pool import GradingLimits
@@ -32,8 +27,13 @@ from beam_slurm.jobs.evaluation.metrics import PASS_AT
 from beam_slurm.jobs.evaluation.problems import DatasetError, read_problems
 from beam_slurm.jobs.evaluation.results import finished_metrics
 from beam_slurm.jobs.evaluation.resumable import task_finished
+from beam_slurm.launch import eval_array as array
 from beam_slurm.launch import sweep
+from beam_slurm.launch.chain import ChainSettings, complete_checkpoints
+from beam_slurm.launch.eval_array import prepare
+from beam_slurm.launch.eval_request import UsageError, build_parser, data_files
 from beam_slurm.launch.runs import RunNotFound, resolve_runs
+from beam_slurm.slurm.scheduler import allocation_from_env, srun_per_node
 
 
 def _check_data_sources(files: list[str], limit: int | None) -> None:
@@ -246,6 +246,29 @@ def main(argv: list[str] | None = None) -> int:
         return verb.fail(f"{len(failed)} task(s) did not complete: "
                          + ", ".join(f"{j} {s}" for j, s in sorted(failed.items())), status=1)
     return 0
+
+
+def stage_main(argv: list[str], entry: str) -> int:
+    """What `sbatch/eval_aime.sh` (and a chained evaluation job) runs through `entry`, its stages/ file: `evaluate
+    --here` in this allocation. One node, or outside Slurm: the evaluation itself. Several nodes (Beam: TP8 x PP2
+    over two nodes): the inputs checked first (bad input exits 2 before any node is touched), then one srun over all
+    nodes starts the job's Ray cluster (`jobs.ray_cluster.node`) and runs `entry` as the driver on the head node,
+    where RAY_ADDRESS is set and vLLM's Ray executor places its workers on every node."""
+    if "--here" not in argv:
+        argv = ["--here", *argv]  # this job is the evaluation: run it in this allocation, submit nothing
+    nodes = int(os.environ.get("SLURM_JOB_NUM_NODES", "1") or 1)
+    if nodes <= 1 or os.environ.get("RAY_ADDRESS"):
+        return main(argv)
+    status = main([*argv, "--check"])
+    if status != 0:
+        return status
+    allocation = allocation_from_env()
+    command = srun_per_node(nodes, [sys.executable, "-m", "beam_slurm.jobs.ray_cluster.node", "--", sys.executable,
+                                    entry, *argv],
+                            cpus_per_task=allocation.cpus_on_node, gpus_per_node=allocation.gpus_on_node,
+                            job_name="eval-ray")
+    sys.stdout.flush()
+    os.execvp(command[0], command)
 
 
 if __name__ == "__main__":

@@ -13,8 +13,8 @@ from typing import Any
 
 from rich.table import Table
 
-from beam_slurm.core.errors import ConfigError
 from beam_slurm.config.verb_args import VerbArgs, VerbUsageError, keys_under, table_console
+from beam_slurm.core.errors import ConfigError
 from beam_slurm.jobs.evaluation import grading
 from beam_slurm.jobs.evaluation.grading_pool import GradingLimits, GradingSetupError, grade_rows_detailed
 from beam_slurm.jobs.evaluation.metrics import PASS_AT, GradingInputError, compute_details, compute_metrics

@@ -17,10 +17,10 @@ from typing import Mapping, TextIO
 from beam_slurm.config.verb_args import VerbArgs, VerbUsageError
 from beam_slurm.core.atomic_files import read_json
 from beam_slurm.core.layout import COMMANDS_FILE, RUN_DIRNAME
-from beam_slurm.launch import runs
 from beam_slurm.jobs.ray_cluster.log_copy import COPY_RECORD, RAY_LOGS_DIR
-from beam_slurm.slurm import scheduler
+from beam_slurm.launch import runs
 from beam_slurm.launch.runs import find_job
+from beam_slurm.slurm import scheduler
 from beam_slurm.slurm.submission import option_pairs
 
 _ACTIVE = ("RUNNING", "PENDING", "CONFIGURING", "COMPLETING", "REQUEUED", "REQUEUE_FED", "REQUEUE_HOLD",

@@ -9,23 +9,38 @@ import sys
 
 from rich.table import Table
 
-from beam_slurm.core.errors import ConfigError
 from beam_slurm.config.load import load_config
-from beam_slurm.config.schema import env_sources
-from beam_slurm.config.verb_args import VerbArgs, VerbUsageError, schema_keys, table_console
 from beam_slurm.config.overrides import override_key
-from beam_slurm.core.layout import run_file
-from beam_slurm.policy.notice_budget import (SaveCost, advise_interval, attempt_progress, checkpoint_bytes_per_node,
-                                             plan_rows as notice_rows, recipe_advice, recipe_budget,
-                                             recipe_save_seconds, step_seconds, stop_seconds)
-from beam_slurm.policy.goodput import measured, run_ledger
-from beam_slurm.launch.runs import RunNotFound, resolve_run
-from beam_slurm.policy.sizing import (BF16_WEIGHTS_TB, CPU_OPTIMIZER_HOST_RAM_TB_PER_NODE, FULL_CHECKPOINT_TB_TOTAL,
-                                      checkpoints_kept, full_checkpoint_tb_per_node, optimizer_state_tb_per_node)
+from beam_slurm.config.schema import env_sources
 from beam_slurm.config.skyrl_command import skyrl_launch
-from beam_slurm.launch.stages import PrepareData, PullContainer, StageError, Train
+from beam_slurm.config.verb_args import VerbArgs, VerbUsageError, schema_keys, table_console
+from beam_slurm.core.errors import ConfigError
+from beam_slurm.core.layout import run_file
 from beam_slurm.jobs.evaluation import hang_guard
+from beam_slurm.launch.runs import RunNotFound, resolve_run
+from beam_slurm.launch.stages import PrepareData, PullContainer, StageError, Train
 from beam_slurm.policy import hang_watch
+from beam_slurm.policy.goodput import measured, run_ledger
+from beam_slurm.policy.notice_budget import (
+    SaveCost,
+    advise_interval,
+    attempt_progress,
+    checkpoint_bytes_per_node,
+    recipe_advice,
+    recipe_budget,
+    recipe_save_seconds,
+    step_seconds,
+    stop_seconds,
+)
+from beam_slurm.policy.notice_budget import plan_rows as notice_rows
+from beam_slurm.policy.sizing import (
+    BF16_WEIGHTS_TB,
+    CPU_OPTIMIZER_HOST_RAM_TB_PER_NODE,
+    FULL_CHECKPOINT_TB_TOTAL,
+    checkpoints_kept,
+    full_checkpoint_tb_per_node,
+    optimizer_state_tb_per_node,
+)
 from beam_slurm.slurm import limits
 from beam_slurm.slurm.preemption import read_preemption
 from beam_slurm.slurm.submission import refusal_setting, sbatch_test_only

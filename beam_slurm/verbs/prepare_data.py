@@ -13,7 +13,6 @@ from beam_slurm.core.errors import BadDataInput, ConfigError
 from beam_slurm.jobs.data.prepare import prepare
 
 
-
 def build_parser():
     verb = VerbArgs("prepare-data",
                     "Build dapo-math-17k-cleaned.parquet, aime-2024-cleaned.parquet, aime-2025-cleaned.parquet and\n"

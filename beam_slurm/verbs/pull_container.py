@@ -10,7 +10,6 @@ from beam_slurm.core.errors import ConfigError
 from beam_slurm.jobs.container_pull import RUNTIME_EXECUTABLE, PullError, pull_image, settings_problems
 
 
-
 def build_parser():
     verb = VerbArgs(
         "pull-container",

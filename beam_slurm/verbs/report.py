@@ -11,8 +11,6 @@ named by the file they came from (`problems.dataset_label`), runs by the setting
 
 from __future__ import annotations
 
-from beam_slurm.launch.run_results import EvalPoint, LENGTH_KEY, REHEARSAL_RUN, REWARD_KEY, ReportInputError, RunReport, TRAIN_METRICS_FILE, gather, resolve_targets, run_config
-
 import collections
 import json
 import math
@@ -21,14 +19,25 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-
 from beam_slurm.config.verb_args import VerbArgs, VerbUsageError, fit_columns, table_console, verb_table
 from beam_slurm.core.atomic_files import atomic_writer
 from beam_slurm.core.layout import run_file
 from beam_slurm.core.run_store import RunStore
 from beam_slurm.jobs.evaluation.results import EVALS_DIRNAME, write_json
+from beam_slurm.launch.run_results import (
+    LENGTH_KEY,
+    REHEARSAL_RUN,
+    REWARD_KEY,
+    TRAIN_METRICS_FILE,
+    EvalPoint,
+    ReportInputError,
+    RunReport,
+    gather,
+    resolve_targets,
+    run_config,
+)
+from beam_slurm.launch.runs import RunTarget
 from beam_slurm.policy.goodput import PHASES, run_ledgers
-from beam_slurm.launch.runs import (RunTarget)
 
 # matplotlib is imported inside write_plot: only the plot needs it, and it is slow to import.
 

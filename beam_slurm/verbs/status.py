@@ -26,12 +26,18 @@ from beam_slurm.core import layout
 from beam_slurm.core.errors import UserError
 from beam_slurm.core.run_record import Attempt, EvaluationEntry, StageEntry
 from beam_slurm.core.run_store import RunStore
-from beam_slurm.launch.run_results import (REHEARSAL_RUN, dataset_labels, entry_label, gather, is_rehearsal_run,
-                                           run_config)
 from beam_slurm.jobs.evaluation.results import evaluation_dir, finished_metrics
-from beam_slurm.policy.goodput import run_ledger, run_ledgers
 from beam_slurm.launch.manifest import last_target, latest_stages
+from beam_slurm.launch.run_results import (
+    REHEARSAL_RUN,
+    dataset_labels,
+    entry_label,
+    gather,
+    is_rehearsal_run,
+    run_config,
+)
 from beam_slurm.launch.runs import RunNotFound, resolve_runs, sweep_folder
+from beam_slurm.policy.goodput import run_ledger, run_ledgers
 from beam_slurm.slurm.scheduler import SlurmCommandError
 from beam_slurm.slurm.submission import FINAL_STATES, JobView, job_view
 from beam_slurm.slurm.values import reported_seconds

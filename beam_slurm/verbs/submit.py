@@ -16,19 +16,20 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from beam_slurm.core.errors import ConfigError, ConfigProblem
 from beam_slurm.config.load import load_config, load_many, to_yaml
 from beam_slurm.config.overrides import override_key
-from beam_slurm.config.validation import path_problems, problems as config_problems, unusable_text_problems
+from beam_slurm.config.validation import path_problems, unusable_text_problems
+from beam_slurm.config.validation import problems as config_problems
 from beam_slurm.config.verb_args import VerbArgs, VerbUsageError, schema_keys
 from beam_slurm.core import layout
 from beam_slurm.core.atomic_files import write_text
+from beam_slurm.core.errors import ConfigError, ConfigProblem
 from beam_slurm.core.run_store import RunStore, now, remember_job
-from beam_slurm.launch.run_results import REHEARSAL_RUN
-from beam_slurm.policy.notice_budget import attempt_progress
 from beam_slurm.launch.manifest import record_submission, remember_last
+from beam_slurm.launch.run_results import REHEARSAL_RUN
 from beam_slurm.launch.stages import PrepareData, PullContainer, StageError, Train
 from beam_slurm.launch.sweep import expand, has_sweep, rename_run, share_group, slug, sweep_root
+from beam_slurm.policy.notice_budget import attempt_progress
 from beam_slurm.slurm import limits, scheduler
 from beam_slurm.slurm.scheduler import SlurmCommandError
 from beam_slurm.slurm.submission import job_records, refusal_setting, sbatch_test_only

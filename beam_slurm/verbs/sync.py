@@ -13,8 +13,8 @@ from beam_slurm.config.verb_args import VerbArgs, VerbUsageError
 from beam_slurm.core.layout import RUN_DIRNAME
 from beam_slurm.core.run_record import RunRecord
 from beam_slurm.core.run_store import RunStore
-from beam_slurm.launch.runs import RunNotFound, resolve_run
 from beam_slurm.jobs.training.tracking import WANDB_FOLDER
+from beam_slurm.launch.runs import RunNotFound, resolve_run
 
 
 def _wandb_run_id(run: RunRecord) -> str | None:

@@ -10,13 +10,14 @@ import sys
 import threading
 from pathlib import Path
 
-from beam_slurm.core.errors import ConfigError
+from beam_slurm import REPO_ROOT
 from beam_slurm.config.verb_args import VerbArgs, VerbUsageError, schema_keys
 from beam_slurm.core import layout
-from beam_slurm.launch.chain import ChainSettings, submit_pending, watch
-from beam_slurm.launch.eval_request import submit_for_checkpoint
+from beam_slurm.core.errors import ConfigError
 from beam_slurm.jobs.training import train_job
 from beam_slurm.jobs.training.job_settings import job_settings, load_job_config
+from beam_slurm.launch.chain import ChainSettings, submit_pending, watch
+from beam_slurm.launch.eval_request import submit_for_checkpoint
 
 
 class EvalChain:
@@ -73,7 +74,7 @@ def main(argv: list[str]) -> int:
     preflight = not parsed.args.no_preflight
     settings, driver_env = job_settings(cfg, preflight=preflight)
     os.environ.update(driver_env)  # reaches the Ray step and so the driver on the head node
-    os.environ.setdefault("BEAM_SLURM_HOME", str(Path(__file__).resolve().parents[2]))
+    os.environ.setdefault("BEAM_SLURM_HOME", str(REPO_ROOT))
     pythonpath = os.environ.get("PYTHONPATH", "")
     os.environ["PYTHONPATH"] = os.environ["BEAM_SLURM_HOME"] + (os.pathsep + pythonpath if pythonpath else "")
     def rebuild():  # for a restart in the allocation: the driver resumes from the latest checkpoint

@@ -7,9 +7,9 @@ import dataclasses
 
 import pytest
 
-from beam_slurm.core.errors import ConfigError
 from beam_slurm.config.load import load_config, load_many
 from beam_slurm.config.schema import env_sources
+from beam_slurm.core.errors import ConfigError
 
 
 def _one(overrides):

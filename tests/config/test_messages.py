@@ -5,9 +5,8 @@ import sys
 
 import pytest
 
-from beam_slurm.core.errors import ConfigError
 from beam_slurm.config.load import load_config
-from beam_slurm.core.errors import ConfigProblem
+from beam_slurm.core.errors import ConfigError, ConfigProblem
 
 PATHS = ["paths.model_path=/shared/models/beam", "paths.data_dir=/shared/data", "paths.skyrl_dir=/shared/SkyRL"]
 # Text of the configuration libraries underneath; none of it belongs in a message to the user.
@@ -114,8 +113,8 @@ def test_one_problem_type_for_the_whole_package():
     from pathlib import Path
 
     import beam_slurm
-    from beam_slurm.config.container_runtime import validate
     from beam_slurm.config.container import ContainerSettings
+    from beam_slurm.config.container_runtime import validate
 
     package = Path(beam_slurm.__file__).parent
     defined = [p.relative_to(package) for p in package.rglob("*.py") if "class ConfigProblem" in p.read_text()]

@@ -8,9 +8,9 @@ import math
 
 import pytest
 
-from beam_slurm.policy import notice_budget as nb
 from beam_slurm.config.load import load_config
 from beam_slurm.core.errors import ConfigError
+from beam_slurm.policy import notice_budget as nb
 from beam_slurm.slurm.preemption import PreemptionInfo
 
 PATHS = ["paths.model_path=/shared/models/beam", "paths.data_dir=/shared/data", "paths.skyrl_dir=/shared/SkyRL"]

@@ -6,8 +6,8 @@ import sys
 import pytest
 
 from beam_slurm.config.load import load_config
-from beam_slurm.verbs.plan import checkpoints_kept
 from beam_slurm.config.skyrl_command import skyrl_launch, skyrl_overrides
+from beam_slurm.verbs.plan import checkpoints_kept
 
 PATHS = ["paths.model_path=/shared/models/beam", "paths.data_dir=/shared/data", "paths.skyrl_dir=/shared/SkyRL"]
 

@@ -5,11 +5,11 @@ import subprocess
 import sys
 
 import pytest
+from job_inputs import DAPO_MODULE_FILE, DATA_FILES, make_job_inputs, path_overrides
 
-from beam_slurm.core.errors import ConfigError
 from beam_slurm.config.load import load_config
 from beam_slurm.config.validation import path_problems
-from job_inputs import DAPO_MODULE_FILE, DATA_FILES, make_job_inputs, path_overrides
+from beam_slurm.core.errors import ConfigError
 
 
 @pytest.fixture(autouse=True)

@@ -5,8 +5,8 @@ import sys
 
 import pytest
 
-from beam_slurm.core.errors import ConfigError
 from beam_slurm.config.load import load_config
+from beam_slurm.core.errors import ConfigError
 
 PATHS = ["paths.model_path=/shared/models/beam", "paths.data_dir=/shared/data", "paths.skyrl_dir=/shared/SkyRL"]
 

@@ -14,10 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from beam_slurm.cli import VERBS, main as beam_slurm, verb_module
+from beam_slurm.cli import VERBS, verb_module
+from beam_slurm.cli import main as beam_slurm
 from beam_slurm.config.load import load_config
-from beam_slurm.config.schema import BeamConfig
 from beam_slurm.config.overrides import hydra_value, override, value_at
+from beam_slurm.config.schema import BeamConfig
 from beam_slurm.config.verb_args import VerbArgs, schema_keys
 
 REPO = Path(__file__).resolve().parents[2]

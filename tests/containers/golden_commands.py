@@ -6,8 +6,8 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
-from beam_slurm.config.container_runtime import command_prefix, default_container_name, srun_container_args
 from beam_slurm.config.container import ContainerSettings, Mount, same_path_mounts
+from beam_slurm.config.container_runtime import command_prefix, default_container_name, srun_container_args
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
 

@@ -16,12 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from beam_slurm.config.overrides import override
-
-from beam_slurm.jobs.container_pull import image_is_current, import_command, record_matches
-from beam_slurm.config.container_runtime import cached_image_path, digest_record_path
 from beam_slurm.config.container import ContainerSettings
+from beam_slurm.config.container_runtime import cached_image_path, digest_record_path
+from beam_slurm.config.overrides import override
 from beam_slurm.core.shared_lock import LockTimeout, SharedFileLock, process_start_time
+from beam_slurm.jobs.container_pull import image_is_current, import_command, record_matches
 
 HERE = Path(__file__).parent
 REPO = HERE.parents[1]

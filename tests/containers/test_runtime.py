@@ -11,13 +11,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from beam_slurm.config.container_runtime import (cached_image_path, command_prefix, container_environment,
-                                                 digest_record_path, enroot_reference, image_file_name, resolved_image,
-                                                 srun_container_args, validate)
-from beam_slurm.core.errors import ConfigError
-from beam_slurm.config.load import load_config
-from beam_slurm.config.container import ContainerSettings, Mount, parse_mount
 from golden_commands import (
     RENDERERS,
     TRICKY_COMMAND,
@@ -28,6 +21,21 @@ from golden_commands import (
     rendered_pyxis,
     tricky_settings,
 )
+
+from beam_slurm.config.container import ContainerSettings, Mount, parse_mount
+from beam_slurm.config.container_runtime import (
+    cached_image_path,
+    command_prefix,
+    container_environment,
+    digest_record_path,
+    enroot_reference,
+    image_file_name,
+    resolved_image,
+    srun_container_args,
+    validate,
+)
+from beam_slurm.config.load import load_config
+from beam_slurm.core.errors import ConfigError
 
 HERE = Path(__file__).parent
 RECORD_ARGV = HERE / "test_doubles" / "record_argv"

@@ -13,9 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from beam_slurm.config.container_runtime import (cached_image_path, command_prefix, digest_record_path,
-                                                 srun_container_args)
 from beam_slurm.config.container import ContainerSettings, same_path_mounts
+from beam_slurm.config.container_runtime import (
+    cached_image_path,
+    command_prefix,
+    digest_record_path,
+    srun_container_args,
+)
 
 pytestmark = pytest.mark.sandbox
 

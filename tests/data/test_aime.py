@@ -7,16 +7,16 @@ import json
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-
-from beam_slurm.jobs.data.aime import canonical_answer, convert_aime_files
-from beam_slurm.jobs.data.dapo_format import DAPO_SCHEMA, PROMPT_PREFIX, PROMPT_SUFFIX
-from beam_slurm.core.errors import BadDataInput
 from dapo_inputs import (
     AIME2025_ANSWERS,
     write_aime2025_matharena,
     write_aime2025_opencompass,
     write_aime2025_yentinglin,
 )
+
+from beam_slurm.core.errors import BadDataInput
+from beam_slurm.jobs.data.aime import canonical_answer, convert_aime_files
+from beam_slurm.jobs.data.dapo_format import DAPO_SCHEMA, PROMPT_PREFIX, PROMPT_SUFFIX
 
 
 @pytest.mark.parametrize("layout", ["yentinglin", "matharena", "opencompass"])

@@ -6,9 +6,9 @@ import pandas as pd
 import polars as pl
 import pyarrow.parquet as pq
 import pytest
+from dapo_inputs import KEY, aime2024_rows, random_rows, reference_clean, tricky_rows, write_dapo
 
 from beam_slurm.jobs.data.cleaning import clean_dapo_files
-from dapo_inputs import KEY, aime2024_rows, random_rows, reference_clean, tricky_rows, write_dapo
 
 
 @pytest.mark.parametrize("batch_rows", [1, 4, 7, 10_000])

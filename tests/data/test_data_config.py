@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from beam_slurm.core.errors import ConfigError
+from beam_slurm.config.data import DataConfig
 from beam_slurm.config.load import load_config
 from beam_slurm.config.verb_args import schema_keys
-from beam_slurm.config.data import DataConfig
+from beam_slurm.core.errors import ConfigError
 
 
 def data_of(overrides: list[str]) -> DataConfig:

@@ -13,11 +13,6 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-
-from beam_slurm.verbs.prepare_data import main
-from beam_slurm.jobs.data.manifest import MANIFEST_NAME, sha256_file
-from beam_slurm.jobs.data.sources import parse_hub_address
-from beam_slurm.core.errors import BadDataInput
 from dapo_inputs import (
     AIME2025_ANSWERS,
     aime2024_rows,
@@ -28,6 +23,11 @@ from dapo_inputs import (
     write_aime2025_yentinglin,
     write_dapo,
 )
+
+from beam_slurm.core.errors import BadDataInput
+from beam_slurm.jobs.data.manifest import MANIFEST_NAME, sha256_file
+from beam_slurm.jobs.data.sources import parse_hub_address
+from beam_slurm.verbs.prepare_data import main
 
 REPO = Path(__file__).resolve().parents[2]
 BEAM_SLURM = Path(sys.executable).with_name("beam-slurm")

@@ -9,7 +9,6 @@ import shutil
 from pathlib import Path
 
 import pytest
-
 from aime_files import TAUGHT_ANSWERS, TAUGHT_PROMPTS, write_aime_parquet
 from tiny_model import build_lora_adapter, build_tiny_model
 

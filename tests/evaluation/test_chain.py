@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from beam_slurm.launch.chain import ChainSettings, claim_path, complete_checkpoints, submit_pending, try_claim, watch
 from beam_slurm.jobs.evaluation.checkpoints import STEP_DIR
+from beam_slurm.launch.chain import ChainSettings, claim_path, complete_checkpoints, submit_pending, try_claim, watch
 
 
 def submitted_jobs(settings: ChainSettings) -> dict[int, str | None]:

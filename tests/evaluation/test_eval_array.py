@@ -17,8 +17,8 @@ from pathlib import Path
 from aime_files import write_aime_parquet
 
 from beam_slurm.config.load import load_config
-from beam_slurm.launch import eval_array as array
 from beam_slurm.jobs.evaluation import resumable
+from beam_slurm.launch import eval_array as array
 from beam_slurm.launch import sweep
 
 

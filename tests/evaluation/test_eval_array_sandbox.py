@@ -21,7 +21,6 @@ import uuid
 from pathlib import Path
 
 import pytest
-
 from aime_files import write_aime_parquet
 from tiny_model import build_tiny_model
 

@@ -8,7 +8,6 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from aime_files import GROUND_TRUTHS, write_aime_parquet
 
 REPO_ROOT = Path(__file__).resolve().parents[2]

@@ -16,7 +16,6 @@ import threading
 from pathlib import Path
 
 import pytest
-
 from aime_files import write_aime_parquet
 
 from beam_slurm.config.schema import BeamConfig

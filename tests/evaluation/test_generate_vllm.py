@@ -19,7 +19,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from aime_files import GROUND_TRUTHS
 
 pytestmark = pytest.mark.vllm

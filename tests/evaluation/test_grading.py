@@ -4,7 +4,6 @@ worker pool on adversarial answers (real worker processes, real math-verify)."""
 from __future__ import annotations
 
 import dataclasses
-
 import json
 import os
 import random

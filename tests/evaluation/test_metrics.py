@@ -9,8 +9,13 @@ from fractions import Fraction
 
 import pytest
 
-from beam_slurm.jobs.evaluation.metrics import (GradingInputError, compute_details, compute_metrics, majority_answer,
-                                                pass_at)
+from beam_slurm.jobs.evaluation.metrics import (
+    GradingInputError,
+    compute_details,
+    compute_metrics,
+    majority_answer,
+    pass_at,
+)
 
 
 def _grade(problem, sample, pred, gt="7", source="aime2025", mv=None, **extra):

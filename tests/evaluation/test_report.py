@@ -13,8 +13,8 @@ import pytest
 
 from beam_slurm.cli import main as beam_slurm
 from beam_slurm.jobs.evaluation.metrics import compute_metrics
-from beam_slurm.launch.run_results import TRAIN_METRICS_FILE
 from beam_slurm.jobs.evaluation.results import evaluation_dir, write_results
+from beam_slurm.launch.run_results import TRAIN_METRICS_FILE
 
 AIME2024 = [45, 116, 540]
 AIME2025 = [70, 588, 16]

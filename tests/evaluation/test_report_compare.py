@@ -12,21 +12,21 @@ import json
 from pathlib import Path
 
 import pytest
-
 from aime_files import write_aime_parquet
+
 from beam_slurm.cli import main as beam_slurm
 from beam_slurm.config.load import load_config, to_yaml
-from beam_slurm.launch import run_results
-from beam_slurm.verbs import report
+from beam_slurm.core.run_store import RunStore
+from beam_slurm.core.train_metrics import append_step_metrics
 from beam_slurm.jobs.evaluation import resumable
 from beam_slurm.jobs.evaluation.checkpoints import resolve_checkpoint
 from beam_slurm.jobs.evaluation.generate import SamplingSettings
 from beam_slurm.jobs.evaluation.metrics import compute_metrics
 from beam_slurm.jobs.evaluation.problems import dataset_label, file_data_source, labels_by_source
 from beam_slurm.jobs.evaluation.results import evaluation_dir, write_results
-from beam_slurm.core.run_store import RunStore
+from beam_slurm.launch import run_results
 from beam_slurm.launch.manifest import record_submission
-from beam_slurm.core.train_metrics import append_step_metrics
+from beam_slurm.verbs import report
 
 TRUTHS = {"aime2025": ["70", "588", "16"], "math_dapo": ["45", "116", "540"]}
 FILES = {"aime2025": "aime-2025-cleaned.parquet", "math_dapo": "aime-2024-cleaned.parquet"}
@@ -213,8 +213,8 @@ def _fake_hf_model(folder: Path) -> Path:
 
 
 def test_evaluation_of_a_rehearsal_export_is_marked_in_its_metrics(tmp_path, data_dir, capsys):
-    from beam_slurm.verbs.status import _eval_at, _latest_eval
     from beam_slurm.jobs.training.rehearsal import RehearsalSettings, export_hf
+    from beam_slurm.verbs.status import _eval_at, _latest_eval
 
     base = _fake_hf_model(tmp_path / "base")
     export = _make_run(tmp_path / "exports", "rehearsed", ["precision=bf16"], data_dir)

@@ -9,11 +9,12 @@ import json
 from datetime import datetime
 from pathlib import Path
 
+from test_status_labels import _run
+
 from beam_slurm.cli import main as beam_slurm
 from beam_slurm.core.run_record import RunRecord
 from beam_slurm.core.run_store import RunStore
 from beam_slurm.verbs.status import StatusRow, status_json
-from test_status_labels import _run
 
 PATHS = ["paths.model_path=/shared/models/beam", "paths.data_dir=/shared/data", "paths.skyrl_dir=/shared/SkyRL",
          "cluster.check_paths_on_submit=false"]

@@ -8,19 +8,17 @@ counted from the source instead, as an attribute read of the field in `jobs/ray_
 """
 from __future__ import annotations
 
+import ast
 import contextlib
 import dataclasses
 from pathlib import Path
 
-
-import ast
+from pipeline_inputs import IMAGE, fake_runtime_bin
 
 from beam_slurm.config import load as load_module
 from beam_slurm.config.load import load_config
 from beam_slurm.config.schema import BeamConfig
 from beam_slurm.config.verb_args import schema_keys
-
-from pipeline_inputs import IMAGE, fake_runtime_bin
 
 ROOT = Path(__file__).resolve().parents[2]
 RECIPES = ["lora_16gpu", "lora_32gpu", "bf16_64gpu", "mxfp8_64gpu"]
@@ -84,18 +82,17 @@ def _exercise(cfg, overrides: list[str], tmp_path: Path, monkeypatch) -> None:
     """What the verbs and the training job do with a loaded recipe (nothing is submitted)."""
     from beam_slurm.config.validation import path_problems
     from beam_slurm.jobs.container_pull import pull_image
-    from beam_slurm.jobs.data.prepare import plans, _prepare_out_dir
-    from beam_slurm.verbs.submit import stalled_attempt_problems
-    from beam_slurm.verbs.plan import slurm_check
-    from beam_slurm.verbs import train as train_cli
-    from beam_slurm.launch.eval_array import launcher_parameters
-    from beam_slurm.launch.eval_request import chained_overrides
+    from beam_slurm.jobs.data.prepare import _prepare_out_dir, plans
     from beam_slurm.jobs.evaluation.generate import ClientSettings, EngineSettings, SamplingSettings
     from beam_slurm.jobs.evaluation.grading_pool import GradingLimits
-    from beam_slurm.launch.stages import PrepareData, PullContainer, Train
-    from beam_slurm.verbs.plan import plan_rows
-    from beam_slurm.jobs.training.tracking import job_env
     from beam_slurm.jobs.training.job_settings import job_settings
+    from beam_slurm.jobs.training.tracking import job_env
+    from beam_slurm.launch.eval_array import launcher_parameters
+    from beam_slurm.launch.eval_request import chained_overrides
+    from beam_slurm.launch.stages import PrepareData, PullContainer, Train
+    from beam_slurm.verbs import train as train_cli
+    from beam_slurm.verbs.plan import plan_rows, slurm_check
+    from beam_slurm.verbs.submit import stalled_attempt_problems
 
     plan_rows(cfg)
     Train(cfg, overrides).render()

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from beam_slurm.launch import runs
 from beam_slurm.core.run_store import RunStore, now, remember_job
+from beam_slurm.launch import runs
 from beam_slurm.verbs.status import StatusInputError, _attempt_row, resolve_targets
 
 

@@ -13,10 +13,10 @@ import time
 from pathlib import Path
 
 import pytest
+from pipeline_inputs import IMAGE, fake_runtime_bin, make_sources
 
 from beam_slurm.verbs import status as status_mod
 from beam_slurm.verbs import submit as submit_mod
-from pipeline_inputs import IMAGE, fake_runtime_bin, make_sources
 
 pytestmark = pytest.mark.sandbox
 

@@ -10,13 +10,13 @@ from pathlib import Path
 from rich.console import Console
 
 from beam_slurm.config.load import load_config, to_yaml
-from beam_slurm.jobs.evaluation.metrics import compute_metrics
-from beam_slurm.launch.run_results import REHEARSAL_RUN
-from beam_slurm.jobs.evaluation.results import evaluation_dir, write_results
-from beam_slurm.verbs import submit as submit_mod
 from beam_slurm.core.run_record import StageEntry
 from beam_slurm.core.run_store import RunStore
+from beam_slurm.jobs.evaluation.metrics import compute_metrics
+from beam_slurm.jobs.evaluation.results import evaluation_dir, write_results
 from beam_slurm.launch.manifest import record_submission
+from beam_slurm.launch.run_results import REHEARSAL_RUN
+from beam_slurm.verbs import submit as submit_mod
 from beam_slurm.verbs.status import collect, render_table, status_json
 
 

@@ -9,15 +9,14 @@ import shlex
 from pathlib import Path
 
 import pytest
+from pipeline_inputs import IMAGE, fake_runtime_bin
 
 from beam_slurm.config.load import load_config
 from beam_slurm.core.layout import latest_checkpoint_step
-from beam_slurm.verbs import submit as submit_mod
 from beam_slurm.launch.stages import PrepareData, PullContainer, Train
 from beam_slurm.launch.sweep import expand, rename_run, slug
 from beam_slurm.slurm.submission import SbatchRequest, submission_environment
-from pipeline_inputs import IMAGE, fake_runtime_bin
-
+from beam_slurm.verbs import submit as submit_mod
 
 # --- sweep expansion ---------------------------------------------------------------------------------------------
 
@@ -181,8 +180,8 @@ def test_submission_environment_drops_the_enclosing_jobs_slurm_variables():
 
 def test_a_chained_evaluation_reads_back_the_runs_settings_and_its_extras_win(run_env, tmp_path):
     from beam_slurm.config.overrides import value_at
-    from beam_slurm.launch.eval_array import launcher_parameters
     from beam_slurm.jobs.evaluation.checkpoints import is_adapter
+    from beam_slurm.launch.eval_array import launcher_parameters
     from beam_slurm.launch.eval_request import EVALUATE_KEYS, chained_overrides
 
     cfg = load_config(["recipe=lora_16gpu", "eval.responses_per_problem=4"])
@@ -278,8 +277,8 @@ def test_everything_complete_submits_nothing_and_needs_no_scheduler(run_env, mon
 
 
 def test_cleaned_files_without_a_manifest_are_named_before_anything_is_queued_and_can_be_adopted(run_env, capsys):
-    from beam_slurm.verbs.prepare_data import main as prepare_main
     from beam_slurm.jobs.data.manifest import MANIFEST_NAME
+    from beam_slurm.verbs.prepare_data import main as prepare_main
     from beam_slurm.verbs.submit import main as submit_main
 
     root, data = run_env

@@ -12,11 +12,11 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from test_sandbox_pipeline import sandbox_run  # noqa: F401  (the fixture)
 
+from beam_slurm.slurm import scheduler
 from beam_slurm.verbs import status as status_mod
 from beam_slurm.verbs import submit as submit_mod
-from beam_slurm.slurm import scheduler
-from test_sandbox_pipeline import sandbox_run  # noqa: F401  (the fixture)
 
 pytestmark = pytest.mark.sandbox
 

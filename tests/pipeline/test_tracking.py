@@ -7,11 +7,11 @@ from pathlib import Path
 import pytest
 
 from beam_slurm.config.load import load_config
+from beam_slurm.config.skyrl_command import skyrl_env
 from beam_slurm.core.errors import ConfigError
 from beam_slurm.core.run_store import RunStore
-from beam_slurm.verbs import sync as sync
 from beam_slurm.jobs.training import tracking
-from beam_slurm.config.skyrl_command import skyrl_env
+from beam_slurm.verbs import sync as sync
 
 REQUIRED = ["recipe=lora_16gpu", "trainer.backend=rehearsal", "paths.model_path=/m", "paths.data_dir=/d"]
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 from beam_slurm.cli import main as beam_slurm
 from beam_slurm.config.load import load_config
-from beam_slurm.core.run_record import Cancel, RunRecord, read_record, to_json
 from beam_slurm.config.skyrl_command import skyrl_env, skyrl_overrides
+from beam_slurm.core.run_record import Cancel, RunRecord, read_record, to_json
 from beam_slurm.jobs.training.tracking import job_env
 
 REPO_ROOT = Path(__file__).resolve().parents[2]

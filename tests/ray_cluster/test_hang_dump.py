@@ -13,13 +13,13 @@ import tempfile
 from pathlib import Path
 
 import pytest
-
-from beam_slurm.core.atomic_files import write_json
-from beam_slurm.jobs.ray_cluster.hang_dump import dump_node
-from beam_slurm.config.job_spec import JobSpec
-from beam_slurm.core.ray_records import HEAD_FILE
-from beam_slurm.config.ray import RaySettings
 from ray_processes import private_ray_head
+
+from beam_slurm.config.job_spec import JobSpec
+from beam_slurm.config.ray import RaySettings
+from beam_slurm.core.atomic_files import write_json
+from beam_slurm.core.ray_records import HEAD_FILE
+from beam_slurm.jobs.ray_cluster.hang_dump import dump_node
 
 
 def free_port() -> int:

@@ -7,13 +7,13 @@ import stat
 
 import pytest
 
-from beam_slurm.core.errors import ConfigError
-from beam_slurm.jobs.ray_cluster import auth
-from beam_slurm.jobs.ray_cluster.gpus import allocated_gpus, compare_gpu_view
-from beam_slurm.jobs.ray_cluster.context import NodeContext
-from beam_slurm.core.ray_records import NodeFailure
 from beam_slurm.config.ports import PORT_NAMES, block_count, choose_ports, first_block, port_is_free, ports_for_block
 from beam_slurm.config.ray import RaySettings
+from beam_slurm.core.errors import ConfigError
+from beam_slurm.core.ray_records import NodeFailure
+from beam_slurm.jobs.ray_cluster import auth
+from beam_slurm.jobs.ray_cluster.context import NodeContext
+from beam_slurm.jobs.ray_cluster.gpus import allocated_gpus, compare_gpu_view
 
 
 def test_blocks_are_disjoint_and_below_the_ephemeral_range():
@@ -81,9 +81,8 @@ def test_settings_reject_bad_values_by_name():
 
 
 def test_the_job_spec_round_trips_through_the_attempt_folder(tmp_path):
-    from beam_slurm.config.job_spec import JobSpec
+    from beam_slurm.config.job_spec import JobSpec, LogCopySettings
     from beam_slurm.core.layout import attempt_dir
-    from beam_slurm.config.job_spec import LogCopySettings
 
     settings = RaySettings(network_interface="ib0", extra_env={"NCCL_SOCKET_IFNAME": "ib0"}, port_overrides={"gcs": 6380})
     spec = JobSpec(ray=settings, gpus_per_node=8, log_copy=LogCopySettings(5.0, 1024, 7.0),

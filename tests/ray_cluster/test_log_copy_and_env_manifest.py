@@ -11,14 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from beam_slurm.config.load import load_config
-from beam_slurm.core.errors import ConfigError
 from beam_slurm.config import env_manifest
-from beam_slurm.jobs.ray_cluster.log_copy import COPY_RECORD, LogCopier, copy_logs
 from beam_slurm.config.job_spec import LogCopySettings
+from beam_slurm.config.load import load_config
 from beam_slurm.config.skyrl_command import SkyRLLaunch
-from beam_slurm.verbs.attach import Target, attach_argv, ray_environment
+from beam_slurm.core.errors import ConfigError
+from beam_slurm.jobs.ray_cluster.log_copy import COPY_RECORD, LogCopier, copy_logs
 from beam_slurm.jobs.training.steps import ContainerHook
+from beam_slurm.verbs.attach import Target, attach_argv, ray_environment
 
 BASE = ["trainer.backend=rehearsal", "paths.model_path=/m", "paths.data_dir=/d"]
 

@@ -10,7 +10,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from ray_processes import ray_left_running
 
 pytestmark = pytest.mark.sandbox

@@ -7,9 +7,9 @@ import subprocess
 import sys
 
 from beam_slurm.config.load import load_config
+from beam_slurm.config.ray import RaySettings
 from beam_slurm.config.validation import problems
 from beam_slurm.jobs.ray_cluster import scale
-from beam_slurm.config.ray import RaySettings
 
 KEYS = {"RAY_gcs_server_rpc_server_thread_num", "RAY_gcs_rpc_server_reconnect_timeout_s",
         "RAY_health_check_failure_threshold", "RAY_worker_register_timeout_seconds", "RAY_maximum_startup_concurrency"}

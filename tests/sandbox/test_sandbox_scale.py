@@ -7,7 +7,6 @@ import ipaddress
 from pathlib import Path
 
 import pytest
-
 from test_sandbox_tool import load_tool
 
 

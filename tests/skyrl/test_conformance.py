@@ -11,9 +11,9 @@ import os
 import subprocess
 
 import pytest
+from skyrl_venv import ROOT, require_skyrl_venv
 
 from beam_slurm.config.skyrl_command import DAPO_ONLY_KEYS
-from skyrl_venv import ROOT, require_skyrl_venv
 
 pytestmark = pytest.mark.skyrl
 
@@ -146,9 +146,10 @@ print(json.dumps({"model": cfg.trainer.policy.model.path, "train": list(cfg.data
 @pytest.mark.parametrize("path", TRICKY_PATHS)
 def test_paths_with_references_read_back_exactly_through_skyrls_parser(path, monkeypatch):
     """SkyRL resolves `${...}` in its overrides; every path we hand it must come back as the text we meant."""
+    from skyrl_venv import run_in_skyrl_venv
+
     from beam_slurm.config.load import load_config
     from beam_slurm.config.skyrl_command import skyrl_overrides
-    from skyrl_venv import run_in_skyrl_venv
 
     monkeypatch.setenv("MODEL_PATH", path)  # from the environment: no Hydra quoting on our side
     monkeypatch.setenv("DATA_DIR", path + "/data")

@@ -13,10 +13,10 @@ from __future__ import annotations
 import json
 
 import pytest
-
-from beam_slurm.launch import run_results
-from beam_slurm.core.train_metrics import TRAIN_METRICS_FILE
 from skyrl_venv import run_in_skyrl_venv
+
+from beam_slurm.core.train_metrics import TRAIN_METRICS_FILE
+from beam_slurm.launch import run_results
 
 pytestmark = pytest.mark.skyrl
 

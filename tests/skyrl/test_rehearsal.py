@@ -13,13 +13,13 @@ import time
 from pathlib import Path
 
 import pytest
-
-from beam_slurm.launch import run_results
-from beam_slurm.jobs.evaluation.checkpoints import CheckpointError, check_model_dir, resolve_checkpoint
-from beam_slurm.core import notice
-from beam_slurm.jobs.training.rehearsal import RehearsalSettings, export_hf
-from beam_slurm.core.train_metrics import TRAIN_METRICS_FILE
 from ray_processes import private_ray_head
+
+from beam_slurm.core import notice
+from beam_slurm.core.train_metrics import TRAIN_METRICS_FILE
+from beam_slurm.jobs.evaluation.checkpoints import CheckpointError, check_model_dir, resolve_checkpoint
+from beam_slurm.jobs.training.rehearsal import RehearsalSettings, export_hf
+from beam_slurm.launch import run_results
 
 ROOT = Path(__file__).resolve().parents[2]
 RAY = ROOT / ".venv" / "bin" / "ray"

@@ -11,8 +11,8 @@ import pytest
 from beam_slurm.cli import main as beam_slurm
 from beam_slurm.core.run_record import StageEntry, Submission
 from beam_slurm.core.run_store import RunStore, now
-from beam_slurm.verbs import logs
 from beam_slurm.launch.runs import find_job
+from beam_slurm.verbs import logs
 
 FIELDS = {"j": "12", "A": "10", "a": "2", "x": "beam_lora", "u": "alice", "N": "n3"}
 

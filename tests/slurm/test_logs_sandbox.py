@@ -11,9 +11,9 @@ import pytest
 
 from beam_slurm.cli import main as beam_slurm
 from beam_slurm.core.run_store import RunStore, now
-from beam_slurm.verbs import logs
-from beam_slurm.slurm import scheduler
 from beam_slurm.launch.runs import find_job
+from beam_slurm.slurm import scheduler
+from beam_slurm.verbs import logs
 
 pytestmark = pytest.mark.sandbox
 

@@ -3,7 +3,6 @@ sandbox asked, where a preemption of `low` sends USR1 at once and kills 20 s lat
 
 from __future__ import annotations
 
-
 import pytest
 
 from beam_slurm.slurm import preemption

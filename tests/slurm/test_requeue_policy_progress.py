@@ -2,10 +2,20 @@
 from __future__ import annotations
 
 from beam_slurm.core.ray_records import EXIT_INFRA
-from beam_slurm.slurm.values import reported_seconds as duration_seconds
 from beam_slurm.core.run_record import Attempt
-from beam_slurm.policy.requeue import (EXIT_CANCELLED, EXIT_NO_PROGRESS, EXIT_PREFLIGHT, EXIT_STOPPED, AttemptFacts,
-                                       decide, exclusion, failed_node, no_progress_streak, slurm_end_of)
+from beam_slurm.policy.requeue import (
+    EXIT_CANCELLED,
+    EXIT_NO_PROGRESS,
+    EXIT_PREFLIGHT,
+    EXIT_STOPPED,
+    AttemptFacts,
+    decide,
+    exclusion,
+    failed_node,
+    no_progress_streak,
+    slurm_end_of,
+)
+from beam_slurm.slurm.values import reported_seconds as duration_seconds
 
 FIRST = dict(restart_count=0, max_requeues=10, nodes=("n1", "n2"), max_attempts_without_progress=2)
 NODE_DIED = dict(step_status=EXIT_INFRA, failure_kind="infra", failure_node="n2")

@@ -16,7 +16,7 @@ SCRIPTS = {"train_lora_16gpu.sh": "lora_16gpu", "train_lora_32gpu.sh": "lora_32g
 PATHS = ["paths.model_path=/m", "paths.data_dir=/d", "paths.skyrl_dir=/s"]
 ALL_SCRIPTS = sorted(p.name for p in (REPO_ROOT / "sbatch").glob("*.sh"))
 # What each script hands to the interpreter after finding the checkout (the checkout's own path included).
-TARGETS = {**{s: f"-m beam_slurm.cli train recipe={r}" for s, r in SCRIPTS.items()},
+TARGETS = {**{s: f"{REPO_ROOT}/stages/train.py recipe={r}" for s, r in SCRIPTS.items()},
            "eval_aime.sh": f"{REPO_ROOT}/stages/evaluate.py", "prepare_data.sh": f"{REPO_ROOT}/stages/prepare_data.py",
            "pull_container.sh": f"{REPO_ROOT}/stages/pull_container.py"}
 
@@ -40,7 +40,7 @@ def test_headers_match_the_recipe(script, recipe):
     assert h["ntasks-per-node"] == "1" and "exclusive" in h and "requeue" in h
     assert h["signal"] == f"B:USR1@{cfg.cluster.signal_before_s}"  # reaches the batch shell, where the handler runs
     assert h["open-mode"] == "append" and "%j" in h["output"]
-    assert f"train recipe={recipe} \"$@\"" in path.read_text()
+    assert f"stages/train.py\" recipe={recipe} \"$@\"" in path.read_text()
     assert subprocess.run(["bash", "-n", str(path)]).returncode == 0
 
 

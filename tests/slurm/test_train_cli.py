@@ -7,9 +7,9 @@ import pytest
 
 from beam_slurm.config.load import load_config
 from beam_slurm.config.schema import ClusterConfig
-from beam_slurm.policy.sizing import node_needs
 from beam_slurm.jobs.training import train_job
 from beam_slurm.jobs.training.job_settings import TrainJobSettings, allocation_overrides, job_settings, resume_overrides
+from beam_slurm.policy.sizing import node_needs
 
 PATHS = ["paths.model_path=/shared/m", "paths.data_dir=/shared/d", "paths.skyrl_dir=/shared/SkyRL",
          "paths.ckpt_path=/shared/ck", "paths.export_path=/shared/ex"]

@@ -8,10 +8,16 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from beam_slurm.core.errors import ConfigError
 from beam_slurm.config.load import load_config
-from beam_slurm.slurm.values import (SlurmValueError, describe_seconds, memory_megabytes, partition_names,
-                                     reported_seconds, time_limit_seconds)
+from beam_slurm.core.errors import ConfigError
+from beam_slurm.slurm.values import (
+    SlurmValueError,
+    describe_seconds,
+    memory_megabytes,
+    partition_names,
+    reported_seconds,
+    time_limit_seconds,
+)
 
 BASE = ["recipe=lora_16gpu", "trainer.backend=rehearsal", "paths.model_path=/m", "paths.data_dir=/d"]
 

@@ -16,10 +16,9 @@ import uuid
 from pathlib import Path
 
 import pytest
+from train_runs import REPO_ROOT, wait_for
 
 from beam_slurm.config.overrides import override
-
-from train_runs import REPO_ROOT, wait_for
 
 pytestmark = [pytest.mark.sandbox, pytest.mark.vllm, pytest.mark.slow]
 

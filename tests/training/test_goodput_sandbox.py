@@ -11,7 +11,6 @@ import subprocess
 import sys
 
 import pytest
-
 from ray_processes import one_raylet
 from train_runs import wait_for
 

@@ -12,7 +12,6 @@ import subprocess
 import sys
 
 import pytest
-
 from ray_processes import actor_pids, job_processes
 from train_runs import REPO_ROOT, wait_for
 

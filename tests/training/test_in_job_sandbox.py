@@ -15,7 +15,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from ray_processes import one_raylet
 from train_runs import wait_for
 

@@ -18,7 +18,6 @@ import sys
 import uuid
 
 import pytest
-
 from ray_processes import raylet_pids
 from train_runs import REPO_ROOT, wait_for
 

@@ -16,7 +16,6 @@ import time
 import uuid
 
 import pytest
-
 from ray_processes import one_raylet
 from train_runs import REPO_ROOT, wait_for
 

@@ -21,7 +21,6 @@ import sys
 import time
 
 import pytest
-
 from train_runs import REPO_ROOT, TRAIN_SCRIPT, wait_for
 
 from beam_slurm.slurm.preemption import read_preemption

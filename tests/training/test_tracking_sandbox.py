@@ -10,7 +10,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from test_operator_sandbox import QUICK, STEPS_PAST_THE_VERB, beam
 from train_runs import wait_for
 

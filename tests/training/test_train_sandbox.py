@@ -16,7 +16,6 @@ import subprocess
 import time
 
 import pytest
-
 from ray_processes import one_raylet
 from train_runs import wait_for
 

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from beam_slurm.core.errors import BadDataInput
 from beam_slurm.jobs.data.cleaning import open_parquet
 from beam_slurm.jobs.data.dapo_format import ABILITY, DAPO_SCHEMA, REWARD_STYLE, canonical_integer, dapo_prompt
-from beam_slurm.core.errors import BadDataInput
 
 PROBLEM_COLUMNS = ("problem", "question", "Problem", "Question")
 ANSWER_COLUMNS = ("answer", "Answer")

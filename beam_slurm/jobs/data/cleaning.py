@@ -23,8 +23,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from beam_slurm.jobs.data.dapo_format import KEY_COLUMNS, check_dapo_schema
 from beam_slurm.core.errors import BadDataInput
+from beam_slurm.jobs.data.dapo_format import KEY_COLUMNS, check_dapo_schema
 
 Progress = Callable[[int], None]  # called with the rows just processed
 

@@ -3,8 +3,6 @@ login node); every output checked against its sources' hashes before it is rebui
 
 from __future__ import annotations
 
-
-
 import fcntl
 import os
 import sys
@@ -18,12 +16,12 @@ import pyarrow.parquet as pq
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from beam_slurm.config.data import DataConfig
 from beam_slurm.core.atomic_files import publish, sync_directory, temporary_sibling
+from beam_slurm.core.errors import BadDataInput
 from beam_slurm.jobs.data.aime import convert_aime_files
 from beam_slurm.jobs.data.cleaning import COMPRESSION, CleaningStats, clean_dapo_files, open_parquet
-from beam_slurm.config.data import DataConfig
 from beam_slurm.jobs.data.dapo_format import check_dapo_schema
-from beam_slurm.core.errors import BadDataInput
 from beam_slurm.jobs.data.manifest import load_manifest, reuse_verdict, sha256_file, write_manifest
 from beam_slurm.jobs.data.sources import HUB_SCHEME, ResolvedSource, default_log, resolve_source
 

@@ -107,7 +107,8 @@ def _with_retries(action, what: str, setting: str, spec: str, attempts: int, log
 
 
 def _hub_failure_message(error: Exception, what: str, setting: str, spec: str, attempts: int) -> str:
-    from huggingface_hub import constants, errors as hub_errors
+    from huggingface_hub import constants
+    from huggingface_hub import errors as hub_errors
 
     if constants.HF_HUB_OFFLINE or isinstance(error, (hub_errors.LocalEntryNotFoundError, hub_errors.OfflineModeIsEnabled)):
         return (f"{setting}={spec}: not in the local hub cache ({constants.HF_HUB_CACHE}) and the hub is not reachable "

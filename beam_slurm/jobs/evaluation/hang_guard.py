@@ -19,8 +19,8 @@ from typing import Callable
 
 from beam_slurm.core.atomic_files import write_text
 from beam_slurm.jobs.ray_cluster.hang_dump import dump_process, parent_pid, py_spy, role_of
-from beam_slurm.slurm import scheduler
 from beam_slurm.policy.hang_watch import DERIVED_FLOOR_S, DERIVED_MULTIPLE
+from beam_slurm.slurm import scheduler
 
 POLL_S = 2.0
 

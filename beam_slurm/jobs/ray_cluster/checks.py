@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from beam_slurm.jobs.ray_cluster.gpus import compare_gpu_view, probe_gpu_view
 from beam_slurm.core.ray_records import NodeFailure
+from beam_slurm.jobs.ray_cluster.gpus import compare_gpu_view, probe_gpu_view
 
 # ray is imported inside the functions, on purpose: the checks run where Ray is already imported.
 

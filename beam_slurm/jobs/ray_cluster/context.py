@@ -7,9 +7,8 @@ import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from beam_slurm.core.layout import environ_attempt_label
 from beam_slurm.config.job_spec import JobSpec
-from beam_slurm.core.layout import attempt_dir
+from beam_slurm.core.layout import attempt_dir, environ_attempt_label
 from beam_slurm.core.ray_records import NodeFailure
 from beam_slurm.slurm.scheduler import SlurmCommandError, expand_hostnames
 

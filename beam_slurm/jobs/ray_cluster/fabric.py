@@ -28,9 +28,9 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, Mapping
 
+from beam_slurm.config.ports import FIXED_PORTS, first_block
 from beam_slurm.jobs.ray_cluster.gpus import allocated_gpus
 from beam_slurm.jobs.ray_cluster.network import interface_ipv4 as address_of
-from beam_slurm.config.ports import FIXED_PORTS, first_block
 from beam_slurm.slurm.scheduler import expand_hostnames
 
 # torch is imported inside run_rank, on purpose: only the probe's worker processes need it.

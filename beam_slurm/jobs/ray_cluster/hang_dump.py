@@ -24,11 +24,11 @@ import sys
 import time
 from pathlib import Path
 
-from beam_slurm.core.atomic_files import read_json, write_json, write_text
-from beam_slurm.jobs.ray_cluster import auth
 from beam_slurm.config.job_spec import JobSpec
-from beam_slurm.jobs.ray_cluster.local_ray import proc_file, stat_fields
+from beam_slurm.core.atomic_files import read_json, write_json, write_text
 from beam_slurm.core.ray_records import HEAD_FILE
+from beam_slurm.jobs.ray_cluster import auth
+from beam_slurm.jobs.ray_cluster.local_ray import proc_file, stat_fields
 from beam_slurm.policy.hang_watch import innermost_frame
 
 PY_SPY_TIMEOUT_S = 20.0  # py-spy's longest read of one process (--nonblocking reads memory without stopping it)

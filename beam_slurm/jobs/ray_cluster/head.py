@@ -10,17 +10,26 @@ import subprocess
 import time
 from typing import Any
 
+from beam_slurm.config.ports import RayPorts
 from beam_slurm.core.atomic_files import write_json
+from beam_slurm.core.ray_records import (
+    EXIT_INFRA,
+    EXIT_STOPPED,
+    HEAD_FILE,
+    READY_FILE,
+    TERM_RELAYED_FILE,
+    NodeFailure,
+    mark_stopping,
+    record_driver_exit,
+    shell_status,
+)
 from beam_slurm.jobs.ray_cluster import auth
 from beam_slurm.jobs.ray_cluster.checks import GpuVisibilityCheck, check_gpu_count
 from beam_slurm.jobs.ray_cluster.network import node_ipv4
-from beam_slurm.config.ports import RayPorts
-from beam_slurm.core.ray_records import (EXIT_INFRA, EXIT_STOPPED, HEAD_FILE, READY_FILE, TERM_RELAYED_FILE,
-                                         NodeFailure, mark_stopping, record_driver_exit, shell_status)
 from beam_slurm.jobs.ray_cluster.role import NodeRole
 from beam_slurm.jobs.ray_cluster.supervision import WorkerWatch, stop_process_group
-from beam_slurm.slurm import scheduler
 from beam_slurm.policy.requeue import preempted
+from beam_slurm.slurm import scheduler
 
 # ray is imported inside wait_for_cluster, on purpose: once `ray start` is up, and only for the checks.
 

@@ -6,8 +6,6 @@ periodically and once more after its Ray stopped (README, "While it runs"); `COP
 
 from __future__ import annotations
 
-from beam_slurm.config.job_spec import LogCopySettings
-
 import contextlib
 import os
 import threading
@@ -15,6 +13,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from beam_slurm.config.job_spec import LogCopySettings
 from beam_slurm.core.atomic_files import atomic_writer, write_json
 
 COPY_RECORD = "COPY.json"  # the node folder's record of the last copy

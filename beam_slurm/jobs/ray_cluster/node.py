@@ -10,11 +10,11 @@ import signal
 import sys
 from typing import Any
 
+from beam_slurm.config.ray import RaySettings
+from beam_slurm.core.ray_records import EXIT_INFRA, EXIT_SETUP, NodeFailure
 from beam_slurm.jobs.ray_cluster.context import NodeContext
 from beam_slurm.jobs.ray_cluster.head import Head
-from beam_slurm.core.ray_records import EXIT_INFRA, EXIT_SETUP, NodeFailure
 from beam_slurm.jobs.ray_cluster.role import NodeRole
-from beam_slurm.config.ray import RaySettings
 from beam_slurm.jobs.ray_cluster.worker import Worker
 
 

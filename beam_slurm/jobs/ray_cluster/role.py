@@ -9,18 +9,18 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from beam_slurm.core.atomic_files import read_json, write_json
-from beam_slurm.jobs.ray_cluster import auth, scale
 from beam_slurm.config import env_manifest
+from beam_slurm.config.ports import RayPorts, choose_ports
+from beam_slurm.config.ray import RaySettings
+from beam_slurm.core.atomic_files import read_json, write_json
+from beam_slurm.core.ray_records import BRINGUP_DIR, NodeFailure, record_first_failure, stopping
+from beam_slurm.jobs.ray_cluster import auth, scale
 from beam_slurm.jobs.ray_cluster.context import NodeContext
 from beam_slurm.jobs.ray_cluster.gpus import allocated_gpus
 from beam_slurm.jobs.ray_cluster.local_ray import LocalRay, RayStartAbandoned
 from beam_slurm.jobs.ray_cluster.log_copy import LogCopier
 from beam_slurm.jobs.ray_cluster.network import tcp_reachable
-from beam_slurm.config.ports import RayPorts, choose_ports
-from beam_slurm.core.ray_records import BRINGUP_DIR, NodeFailure, record_first_failure, stopping
 from beam_slurm.jobs.ray_cluster.rendezvous import Rendezvous
-from beam_slurm.config.ray import RaySettings
 
 _RAY_START_TRIES = 3
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 from typing import Any
 
 from beam_slurm.core.atomic_files import read_json
+from beam_slurm.core.ray_records import EXIT_INFRA, NodeFailure
 from beam_slurm.jobs.ray_cluster.checks import check_gpu_count
 from beam_slurm.jobs.ray_cluster.network import node_ipv4, tcp_reachable
-from beam_slurm.core.ray_records import EXIT_INFRA, NodeFailure
 from beam_slurm.jobs.ray_cluster.role import NodeRole
 from beam_slurm.jobs.ray_cluster.supervision import HeadWatch
 

@@ -26,28 +26,35 @@ import time
 from pathlib import Path
 from typing import Any
 
-from beam_slurm.core import layout
-from beam_slurm.core.atomic_files import read_json, write_json
-from beam_slurm.core.errors import UserError
-from beam_slurm.core.run_record import RunRecord, TrainJob, Wanted
-from beam_slurm.core.run_store import RunStore, now, remember_job
-from beam_slurm.policy.notice_budget import STOP_FILE, term_notice
-from beam_slurm.jobs.ray_cluster import auth
-from beam_slurm.core import ray_records as records
-from beam_slurm.jobs.ray_cluster.hang_dump import EXIT_SURVIVORS
-from beam_slurm.core.layout import ATTEMPT_DIR_ENV
 from beam_slurm.config.job_spec import JobSpec
 from beam_slurm.config.ports import ephemeral_range
-from beam_slurm.core import notice
+from beam_slurm.core import layout, notice
+from beam_slurm.core import ray_records as records
+from beam_slurm.core.atomic_files import read_json, write_json
+from beam_slurm.core.errors import UserError
+from beam_slurm.core.layout import ATTEMPT_DIR_ENV
 from beam_slurm.core.progress import read_progress
-from beam_slurm.policy import hang_watch
+from beam_slurm.core.run_record import RunRecord, TrainJob, Wanted
+from beam_slurm.core.run_store import RunStore, now, remember_job
+from beam_slurm.jobs.ray_cluster import auth
+from beam_slurm.jobs.ray_cluster.hang_dump import EXIT_SURVIVORS
 from beam_slurm.jobs.training import preflight, storage_probe
-from beam_slurm.slurm import scheduler, values
 from beam_slurm.jobs.training.job_settings import TrainJobSettings
-from beam_slurm.slurm.preemption import read_preemption
-from beam_slurm.policy.requeue import (AttemptFacts, Decision, decide, exclusion, failed_node, no_progress_streak,
-                                       slurm_end_of, stop_waiting_for_save)
 from beam_slurm.jobs.training.steps import StepLauncher, stop_step
+from beam_slurm.policy import hang_watch
+from beam_slurm.policy.notice_budget import STOP_FILE, term_notice
+from beam_slurm.policy.requeue import (
+    AttemptFacts,
+    Decision,
+    decide,
+    exclusion,
+    failed_node,
+    no_progress_streak,
+    slurm_end_of,
+    stop_waiting_for_save,
+)
+from beam_slurm.slurm import scheduler, values
+from beam_slurm.slurm.preemption import read_preemption
 
 RAY_STEP = "ray"  # the Ray step's job name (how `scontrol` finds it to signal it)
 _POLL_S = 0.2

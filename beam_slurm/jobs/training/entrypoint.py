@@ -22,12 +22,12 @@ import sys
 from importlib import import_module
 from pathlib import Path
 
-from beam_slurm.core.layout import STEP_DIR
-from beam_slurm.jobs.ray_cluster.driver_signals import hold_first_sigterm
-from beam_slurm.core.ray_records import note_driver_error
 from beam_slurm.core import notice
+from beam_slurm.core.layout import STEP_DIR
 from beam_slurm.core.progress import ProgressRecorder
+from beam_slurm.core.ray_records import note_driver_error
 from beam_slurm.core.train_metrics import TRAIN_METRICS_FILE, append_step_metrics
+from beam_slurm.jobs.ray_cluster.driver_signals import hold_first_sigterm
 
 # ray and skyrl are imported inside the functions, on purpose: only the trainer's environment has them.
 

@@ -10,22 +10,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping
 
-from beam_slurm.core.errors import ConfigProblem
-from beam_slurm.config.load import load_config, to_yaml
-from beam_slurm.config.validation import validate_config
-from beam_slurm.core.layout import environ_attempt_label
-from beam_slurm.config.container import same_path_mounts
-from beam_slurm.policy.notice_budget import SaveCost, preflight_budget
 from beam_slurm.config import env_manifest
-from beam_slurm.jobs.ray_cluster.fabric import fabric_settings
+from beam_slurm.config.container import same_path_mounts
 from beam_slurm.config.job_spec import LogCopySettings
+from beam_slurm.config.load import load_config, to_yaml
 from beam_slurm.config.ray import RaySettings
-from beam_slurm.policy.sizing import node_needs
 from beam_slurm.config.skyrl_command import skyrl_launch
-from beam_slurm.jobs.training.tracking import job_env
-from beam_slurm.policy.hang_watch import HangLimits
+from beam_slurm.config.validation import validate_config
+from beam_slurm.core.errors import ConfigProblem
+from beam_slurm.core.layout import environ_attempt_label
+from beam_slurm.jobs.ray_cluster.fabric import fabric_settings
 from beam_slurm.jobs.training.preflight import PreflightSettings
 from beam_slurm.jobs.training.steps import ContainerHook, container_hook
+from beam_slurm.jobs.training.tracking import job_env
+from beam_slurm.policy.hang_watch import HangLimits
+from beam_slurm.policy.notice_budget import SaveCost, preflight_budget
+from beam_slurm.policy.sizing import node_needs
 
 
 @dataclass

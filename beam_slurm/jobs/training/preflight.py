@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
+from beam_slurm.config.ray import RaySettings
 from beam_slurm.jobs.ray_cluster import fabric
 from beam_slurm.jobs.ray_cluster.gpus import allocated_gpus
-from beam_slurm.config.ray import RaySettings
 from beam_slurm.jobs.training import storage_probe
 
 if TYPE_CHECKING:

@@ -43,17 +43,17 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from beam_slurm.core.atomic_files import sync_directory, write_text
-from beam_slurm.core.layout import STEP_DIR, environ_attempt_label
-from beam_slurm.core.errors import UserError
-from beam_slurm.jobs.ray_cluster.driver_signals import hold_first_sigterm
-from beam_slurm.core.ray_records import note_driver_error
-from beam_slurm.core import notice
-from beam_slurm.jobs.training import tracking
 from beam_slurm.config.skyrl_command import COST_ENV
-from beam_slurm.jobs.training.conformance import dapo_config_class
+from beam_slurm.core import notice
+from beam_slurm.core.atomic_files import sync_directory, write_text
+from beam_slurm.core.errors import UserError
+from beam_slurm.core.layout import STEP_DIR, environ_attempt_label
 from beam_slurm.core.progress import ProgressRecorder
+from beam_slurm.core.ray_records import note_driver_error
 from beam_slurm.core.train_metrics import append_step_metrics
+from beam_slurm.jobs.ray_cluster.driver_signals import hold_first_sigterm
+from beam_slurm.jobs.training import tracking
+from beam_slurm.jobs.training.conformance import dapo_config_class
 
 # ray and pyarrow are imported inside the functions, on purpose: only the run needs them, not the settings.
 

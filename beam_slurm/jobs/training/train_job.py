@@ -11,9 +11,9 @@ from typing import Callable
 
 from beam_slurm.core.errors import ConfigError, ConfigProblem
 from beam_slurm.core.layout import IN_JOB_ATTEMPT_ENV
-from beam_slurm.slurm import scheduler
 from beam_slurm.jobs.training.attempt import Attempt
 from beam_slurm.jobs.training.job_settings import TrainJobSettings, job_settings, load_job_config
+from beam_slurm.slurm import scheduler
 
 
 def run(settings: TrainJobSettings, rebuild: Callable[[], TrainJobSettings] | None = None) -> int:
