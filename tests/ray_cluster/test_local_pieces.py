@@ -309,7 +309,7 @@ def test_a_worker_gives_up_its_ray_start_once_the_head_republishes_elsewhere(tmp
     waits_forever.write_text(f"#!{sys.executable}\nimport time\ntime.sleep(120)\n")
     waits_forever.chmod(0o755)
     threading.Timer(0.5, lambda: head_file.write_text(json.dumps({"address": "10.0.0.1:6779", "block": 4}))).start()
-    ray = LocalRay(tmp_path / "ray-tmp", tmp_path / "ray.log")
+    ray = LocalRay.create(tmp_path, "ray-7-0-", tmp_path / "ray.log")
     began = time.monotonic()
     with pytest.raises(RayStartAbandoned):
         ray.start(["start"], dict(os.environ), ray_executable=str(waits_forever),
