@@ -19,6 +19,7 @@ from beam_slurm.notice_budget import (SaveCost, advise_interval, attempt_progres
                                       plan_rows as notice_rows, recipe_advice, recipe_budget, recipe_save_seconds,
                                       step_seconds, stop_seconds)
 from beam_slurm.pipeline.goodput import measured, run_ledger
+from beam_slurm.ray_cluster.ports import describe_block
 from beam_slurm.pipeline.runs import RunNotFound, resolve_run
 from beam_slurm.sizing import (BF16_WEIGHTS_TB, CPU_OPTIMIZER_HOST_RAM_TB_PER_NODE, FULL_CHECKPOINT_TB_TOTAL,
                                checkpoints_kept, full_checkpoint_tb_per_node, optimizer_state_tb_per_node)
@@ -88,6 +89,7 @@ def plan_rows(cfg, preemption=None) -> list[tuple[str, str, str]]:
         ("checkpoints", "interval / kept", f"every {cfg.checkpoint.interval} steps, {checkpoints_kept(cfg)} kept, "
          f"resume {cfg.checkpoint.resume_mode}"),
     ]
+    rows.append(("ray", "ports", describe_block(cfg.ray)))
     rows += storage_rows(cfg)
     rows += notice_rows(cfg, preemption)  # the notice budget and interval advice
     rows += hang_watch.plan_rows(hang_watch.HangLimits.of(cfg), cfg.trainer.extra_env)

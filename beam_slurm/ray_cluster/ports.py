@@ -85,6 +85,18 @@ class RayPorts:
         return {name: getattr(self, name) for name in PORT_NAMES if head or name not in head_only}
 
 
+def describe_block(settings: PortRange) -> str:
+    """What each port of a job's block is, as offsets (the plan's row): job J's block starts at
+    port_range_start + (J mod blocks) x ports_per_job, or at the next free block."""
+    offsets = {**_FIXED_OFFSETS, "min_worker": FIXED_PORTS, "max_worker": settings.ports_per_job - 1}
+    parts = [f"+{offsets[name]} {PORT_ROLES[name]}" + (f" = {settings.port_overrides[name]} (override)"
+                                                       if name in settings.port_overrides else "")
+             for name in PORT_NAMES]
+    return (f"one block of {settings.ports_per_job} per job in {settings.port_range_start}-"
+            f"{settings.port_range_end} ({block_count(settings)} blocks, the job id picks one): " + ", ".join(parts) +
+            "; metrics servers on the node's address, the dashboard on the head's loopback unless ray.dashboard_host")
+
+
 def block_count(settings: PortRange) -> int:
     return (settings.port_range_end - settings.port_range_start) // settings.ports_per_job
 

@@ -51,6 +51,7 @@ class NodeRole:
         self.log_copier = LogCopier(self.ray.temp_dir, ctx.attempt_dir, ctx.host, ctx.spec.log_copy_settings(),
                                     self.log, private=[self.token_path] if self.token_path else [])
         self.ray_start_window: tuple[float, float] | None = None  # (began, returned) of `ray start`, retries included
+        self.ports: RayPorts | None = None  # the block `ray start` took (in the Ray record: which port is what)
         self.manifest_env: dict[str, str] = {}  # `export_manifest`'s variables, exported to Ray and the driver
 
     def hold_sigterm(self) -> bool:
@@ -104,7 +105,8 @@ class NodeRole:
         if self.ctx.attempt_dir is not None:
             write_json(self.ctx.attempt_dir / BRINGUP_DIR / f"{self.ctx.host}.json",
                        {"host": self.ctx.host, "rank": self.ctx.rank, "node_start": self.started,
-                        "ray_start": self.ray_start_window})
+                        "ray_start": self.ray_start_window,
+                        "ports": self.ports.record(self.ctx.rank == 0) if self.ports else None})
 
     def record_failure(self, kind: str, reason: str) -> None:
         """Keep the first failure of the attempt for the batch shell (and print it)."""
@@ -154,6 +156,7 @@ class NodeRole:
                                while_starting=announce_when_gcs_listens if head
                                else self.head_republished_elsewhere(head_address))
                 self.ray_start_window = (began, time.time())  # failed tries included: Ray's time too
+                self.ports = ports
                 if head and not announced and on_gcs_up is not None:
                     on_gcs_up(ports)
                 self.log_copier.start()
