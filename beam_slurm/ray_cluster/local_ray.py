@@ -14,7 +14,8 @@ import shutil
 import signal
 import stat
 import subprocess
-import tempfile
+import secrets
+import string
 import time
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
@@ -46,15 +47,25 @@ def _cmdline(pid: int) -> str:
 
 
 PGID_FILE = "beam-ray.pgid"
-RAY_TEMP_DIR = "ray"  # Ray's `--temp-dir`, inside the job's folder
+RAY_TEMP_DIR = "r"  # Ray's `--temp-dir`, inside the job's folder (short: Ray's socket paths below it are capped)
+RANDOM_CHARS = 6  # of the job folder's name: 36**6 names, too many to plant them all
+_NAME_CHARS = string.ascii_lowercase + string.digits
 _NOFOLLOW_READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 def make_private_dir(root: Path, prefix: str) -> Path:
     """A new folder `<root>/<prefix><random>`, mode 0700, owned by this user, never one that existed before."""
     root.mkdir(parents=True, exist_ok=True)
-    # mkdtemp: mkdir (which never follows or reuses an existing name) under a random name, mode 0700.
-    path = Path(tempfile.mkdtemp(prefix=prefix, dir=root))
+    # mkdir never follows a link nor reuses a name that exists: a name planted by anyone is passed over.
+    for _ in range(100):
+        path = root / (prefix + "".join(secrets.choice(_NAME_CHARS) for _ in range(RANDOM_CHARS)))
+        try:
+            os.mkdir(path, 0o700)
+            break
+        except FileExistsError:
+            continue
+    else:
+        raise FileExistsError(f"no free name {prefix}* in {root} after 100 tries; check ray.temp_dir_root={root}")
     problem = not_private(path)
     if problem:
         raise PermissionError(f"the job's Ray folder {path} {problem}; check ray.temp_dir_root={root}")

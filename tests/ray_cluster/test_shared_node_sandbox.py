@@ -146,7 +146,7 @@ def test_temp_folders_squatted_for_the_next_job_ids_are_refused_and_nothing_is_w
         assert any(f"refused /tmp/ray-{job}-0: it belongs to uid {OTHER_UID}" in line for line in said), said
         assert any(f"refused /tmp/ray-{job}-1: it is a symlink" in line for line in said), said
         assert job_folders(sandbox, node, job) == [], "the job's own folder is removed at the attempt's end"
-    assert re.search(rf"temp dir /tmp/ray-{job}-0-\w+/ray\)", out), out[-3000:]
+    assert re.search(rf"temp dir /tmp/ray-{job}-0-[a-z0-9]{{6}}/r\)", out), out[-3000:]
     assert not ray_left_running(job)
 
 
@@ -187,7 +187,7 @@ def test_while_the_job_runs_its_folders_are_closed_to_others_and_a_link_in_its_l
             assert "ALLOWED" not in tried.stdout, tried.stdout
             assert tried.stdout.count("refused") == 2 * (1 + len(inside)), tried.stdout
         # A link to the token and a folder of uid 1001's, in the head's Ray logs.
-        head_logs = next(p for p in job_folders(sandbox, record["host"], job)[0].glob("ray/session_2*/logs"))
+        head_logs = next(p for p in job_folders(sandbox, record["host"], job)[0].glob("r/session_2*/logs"))
         (head_logs / "zz-planted.log").symlink_to(token)
         (head_logs / "zz-theirs").mkdir()
         (head_logs / "zz-theirs" / "a.log").write_text(secret)
