@@ -8,6 +8,7 @@ import json
 import os
 import pwd
 import re
+import shutil
 import stat
 import subprocess
 import sys
@@ -126,28 +127,37 @@ def test_temp_folders_squatted_for_the_next_job_ids_are_refused_and_nothing_is_w
              "    os.symlink(victim, os.path.join(folder, 'beam-ray.pgid'))\n"
              "    os.mkdir(os.path.join(folder, 'ray'))\n"
              "    os.symlink(folder, os.path.join(root, f'ray-{job}-1'))\n")
-    for node in (first, second):
-        done = as_other(plant, str(node_tmp(sandbox, node)), str(victim), *map(str, planted))
-        assert done.returncode == 0, done.stderr
-    job = sandbox.sbatch(held_job_script(work, f"{TWO_NODES} --nodelist={first},{second}", hold))
-    assert int(job) in planted, f"job {job} came after the planted ids {planted.start}..{planted.stop - 1}"
-    state = sandbox.wait(job, timeout=220)
-    out = output(work, job)
-    assert state == "COMPLETED", out[-5000:]
-    assert victim.read_text() == "the job user's own file\n" and victim.stat().st_mtime == before.st_mtime
-    assert victim.stat().st_uid == 0 and stat.S_IMODE(victim.stat().st_mode) == 0o644
-    for node in (first, second):
-        tmp = node_tmp(sandbox, node)
-        squat = tmp / f"ray-{job}-0"
-        assert sorted(p.name for p in squat.iterdir()) == ["beam-ray.pgid", "ray"], "nothing added to the squat"
-        assert list((squat / "ray").iterdir()) == [], "Ray never ran in the squatted folder"
-        assert f"[ray-node {node} " in out
-        said = [line for line in out.splitlines() if f"[ray-node {node} " in line and "refused" in line]
-        assert any(f"refused /tmp/ray-{job}-0: it belongs to uid {OTHER_UID}" in line for line in said), said
-        assert any(f"refused /tmp/ray-{job}-1: it is a symlink" in line for line in said), said
-        assert job_folders(sandbox, node, job) == [], "the job's own folder is removed at the attempt's end"
-    assert re.search(rf"temp dir /tmp/ray-{job}-0-[a-z0-9]{{6}}/r\)", out), out[-3000:]
-    assert not ray_left_running(job)
+    try:
+        for node in (first, second):
+            done = as_other(plant, str(node_tmp(sandbox, node)), str(victim), *map(str, planted))
+            assert done.returncode == 0, done.stderr
+        job = sandbox.sbatch(held_job_script(work, f"{TWO_NODES} --nodelist={first},{second}", hold))
+        assert int(job) in planted, f"job {job} came after the planted ids {planted.start}..{planted.stop - 1}"
+        state = sandbox.wait(job, timeout=220)
+        out = output(work, job)
+        assert state == "COMPLETED", out[-5000:]
+        assert victim.read_text() == "the job user's own file\n" and victim.stat().st_mtime == before.st_mtime
+        assert victim.stat().st_uid == 0 and stat.S_IMODE(victim.stat().st_mode) == 0o644
+        for node in (first, second):
+            tmp = node_tmp(sandbox, node)
+            squat = tmp / f"ray-{job}-0"
+            assert sorted(p.name for p in squat.iterdir()) == ["beam-ray.pgid", "ray"], "nothing added to the squat"
+            assert list((squat / "ray").iterdir()) == [], "Ray never ran in the squatted folder"
+            said = [line for line in out.splitlines() if f"[ray-node {node} " in line and "refused" in line]
+            assert any(f"refused /tmp/ray-{job}-0: it belongs to uid {OTHER_UID}" in line for line in said), said
+            assert any(f"refused /tmp/ray-{job}-1: it is a symlink" in line for line in said), said
+            assert job_folders(sandbox, node, job) == [], "the job's own folder is removed at the attempt's end"
+        assert re.search(rf"temp dir /tmp/ray-{job}-0-[a-z0-9]{{6}}/r\)", out), out[-3000:]
+        assert not ray_left_running(job)
+    finally:  # the squat for ids later tests will get
+        for node in (first, second):
+            for job_id in planted:
+                for name in (f"ray-{job_id}-1", f"ray-{job_id}-0"):
+                    path = node_tmp(sandbox, node) / name
+                    if path.is_symlink():
+                        path.unlink()
+                    elif path.is_dir():
+                        shutil.rmtree(path)
 
 
 def test_while_the_job_runs_its_folders_are_closed_to_others_and_a_link_in_its_logs_is_not_copied(
