@@ -31,7 +31,8 @@ _NODE_PORTS = PORT_NAMES[3:9]  # every node's fixed ports; gcs, client_server an
 # ray.dashboard.consts) in the monitor and the dashboard it starts.
 _ENV_PORTS = {"autoscaler_metrics": "AUTOSCALER_METRIC_PORT", "dashboard_metrics": "DASHBOARD_METRIC_PORT"}
 PORT_ROLES = {
-    "gcs": "GCS (head)", "client_server": "Ray client server, ray:// (head)", "dashboard": "dashboard and job API (head)",
+    "gcs": "GCS (head)", "client_server": "Ray client server, ray:// (head)",
+    "dashboard": "dashboard and job API (head)",
     "node_manager": "raylet", "object_manager": "object manager", "dashboard_agent_listen": "dashboard agent HTTP",
     "dashboard_agent_grpc": "dashboard agent gRPC", "runtime_env_agent": "runtime-env agent",
     "metrics_export": "metrics export (Prometheus)", "autoscaler_metrics": "autoscaler metrics (head, Prometheus)",

@@ -220,7 +220,8 @@ def test_worker_gives_up_on_a_head_that_stays_unreachable():
 def test_workers_join_at_most_node_start_concurrency_at_a_time(tmp_path):
     from beam_slurm.ray_cluster.worker import Worker
 
-    settings = RaySettings(state_dir=str(tmp_path), temp_dir_root=str(tmp_path / "tmp"), auth=False, node_start_concurrency=2, readiness_timeout_s=60)
+    settings = RaySettings(state_dir=str(tmp_path), temp_dir_root=str(tmp_path / "tmp"), auth=False,
+                           node_start_concurrency=2, readiness_timeout_s=60)
     clock = FakeClock()
     slept: list[float] = []
 
