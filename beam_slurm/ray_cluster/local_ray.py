@@ -10,12 +10,12 @@ one can guess, so another user of the node can neither squat it nor hand the job
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
 import signal
 import stat
-import subprocess
-import secrets
 import string
+import subprocess
 import time
 from pathlib import Path
 from typing import Callable, Mapping, Sequence

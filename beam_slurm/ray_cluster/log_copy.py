@@ -216,10 +216,10 @@ def _refusal(info: os.stat_result, uid: int, never: set[tuple[int, int]]) -> str
         return "not a regular file"
     if info.st_uid != uid:
         return f"belongs to uid {info.st_uid}, not to this job's user"
-    if (info.st_dev, info.st_ino) in never or info.st_nlink > 1:
-        # A hard link of the token (or of any file) would carry it out under a log's name.
-        return "a private file of the job, or a hard link" if (info.st_dev, info.st_ino) in never else \
-            "has other names (hard links)"
+    if (info.st_dev, info.st_ino) in never:
+        return "a private file of the job"
+    if info.st_nlink > 1:
+        return "has other names (hard links): one may be a private file"  # Ray's logs have one name each
     return ""
 
 
