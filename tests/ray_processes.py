@@ -19,7 +19,8 @@ RAY = Path(sys.executable).with_name("ray")
 def raylet_pids(job_id: str, *, attempt: int | None = None, node: str | None = None, not_on: str | None = None,
                 rank: int | None = None) -> list[int]:
     """Raylets of this job (of one attempt when given), on `node`, not on `not_on`, or of task `rank`."""
-    temp_dir = f"/tmp/ray-{job_id}-{'' if attempt is None else f'{attempt}/'}".encode()
+    # The job's folder is /tmp/ray-<job>-<attempt>-<random> (beam_slurm.jobs.ray_cluster.local_ray).
+    temp_dir = f"/tmp/ray-{job_id}-{'' if attempt is None else f'{attempt}-'}".encode()
     found = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():

@@ -328,6 +328,33 @@ def _type_words(hint, key: str) -> str:
     return f"{words} (or null for empty)" if optional else words
 
 
+def read_back_problems(overrides: list[str], expected: typing.Mapping[str, object],
+                       variables: typing.Mapping[str, str]) -> list[ConfigProblem]:
+    """The job's own parse of its arguments (`load_config`, as `beam-slurm train` runs it in the batch shell): a
+    problem for each `expected` key it does not read back exactly, or for the arguments it cannot read at all, naming
+    the key's environment variable (`variables`). `submit` runs this before it submits, so what it accepts the job
+    accepts."""
+    try:
+        cfg = load_config(list(overrides), validate=False)
+    except ConfigError as exc:
+        found = [p for p in exc.problems if p.key in expected] or exc.problems
+        return [_passing_on_problem(p.key, expected.get(p.key, p.value), variables, str(p)) for p in found]
+    out = []
+    for key, value in expected.items():
+        section, _, name = key.rpartition(".")
+        got = getattr(getattr(cfg, section) if section else cfg, name)
+        if got != value:
+            out.append(_passing_on_problem(key, value, variables, f"the job would read {got!r}"))
+    return out
+
+
+def _passing_on_problem(key: str, value: object, variables: typing.Mapping[str, str], why: str) -> ConfigProblem:
+    variable = variables.get(key)
+    where = f"set {variable} (or {key})" if variable else f"set {key}"
+    return ConfigProblem(key, value, f"{where} to a value of letters, digits and / . _ - + @ % : only",
+                         problem=f"the training job cannot be given {value!r}: {why}", env=variable)
+
+
 def _unparsable(overrides: list[str]) -> str | None:
     """The first override Hydra's grammar cannot read, if any."""
     parser = OverridesParser.create()

@@ -1,6 +1,8 @@
 """Per-job Ray ports: one block of the configured range per job, chosen from SLURM_JOB_ID, checked by binding. Ray's
 defaults collide as soon as two jobs share a node. Job J starts at block `J mod n_blocks`, a node whose block is
-taken at the next free one; workers start their search at the block the head took.
+taken at the next free one; workers start their search at the block the head took. Every port Ray listens on is in
+the block: the ones `ray start` has no flag for (the head's autoscaler and dashboard metrics, Ray's fixed 44217 and
+44227) are set through Ray's environment variables (`RayPorts.ray_env`).
 """
 
 from __future__ import annotations
@@ -21,10 +23,22 @@ class PortRange(Protocol):
 # Offsets of the fixed ports inside a block; the worker ports take the rest of the block from FIXED_PORTS on.
 _FIXED_OFFSETS = {name: offset for offset, name in enumerate((
     "gcs", "client_server", "dashboard", "node_manager", "object_manager", "dashboard_agent_listen",
-    "dashboard_agent_grpc", "runtime_env_agent", "metrics_export"))}
-FIXED_PORTS = 16  # reserved at the start of each block (9 used, the rest spare)
+    "dashboard_agent_grpc", "runtime_env_agent", "metrics_export", "autoscaler_metrics", "dashboard_metrics"))}
+FIXED_PORTS = 16  # reserved at the start of each block (11 used, the rest spare)
 PORT_NAMES = tuple(_FIXED_OFFSETS) + ("min_worker", "max_worker")  # what `RaySettings.port_overrides` accepts
 _NODE_PORTS = PORT_NAMES[3:9]  # every node's fixed ports; gcs, client_server and dashboard are the head's
+# Head-only ports with no `ray start` flag: Ray reads them from these variables (ray.autoscaler._private.constants,
+# ray.dashboard.consts) in the monitor and the dashboard it starts.
+_ENV_PORTS = {"autoscaler_metrics": "AUTOSCALER_METRIC_PORT", "dashboard_metrics": "DASHBOARD_METRIC_PORT"}
+PORT_ROLES = {
+    "gcs": "GCS (head)", "client_server": "Ray client server, ray:// (head)",
+    "dashboard": "dashboard and job API (head)",
+    "node_manager": "raylet", "object_manager": "object manager", "dashboard_agent_listen": "dashboard agent HTTP",
+    "dashboard_agent_grpc": "dashboard agent gRPC", "runtime_env_agent": "runtime-env agent",
+    "metrics_export": "metrics export (Prometheus)", "autoscaler_metrics": "autoscaler metrics (head, Prometheus)",
+    "dashboard_metrics": "dashboard metrics (head, Prometheus)", "min_worker": "first worker port",
+    "max_worker": "last worker port"}
+"""What each port is, for the plan and the Ray record."""
 
 
 @dataclass(frozen=True)
@@ -41,6 +55,8 @@ class RayPorts:
     dashboard_agent_grpc: int
     runtime_env_agent: int
     metrics_export: int
+    autoscaler_metrics: int  # head only, as is dashboard_metrics
+    dashboard_metrics: int
     min_worker: int  # one port per Ray worker process, up to max_worker inclusive
     max_worker: int
 
@@ -48,7 +64,7 @@ class RayPorts:
         """Every port this node will listen on (the head-only ones only on the head)."""
         fixed = [getattr(self, name) for name in _NODE_PORTS]
         if head:
-            fixed += [self.gcs, self.client_server, self.dashboard]
+            fixed += [self.gcs, self.client_server, self.dashboard, self.autoscaler_metrics, self.dashboard_metrics]
         return fixed + list(range(self.min_worker, self.max_worker + 1))
 
     def ray_start_args(self, head: bool) -> list[str]:
@@ -59,6 +75,27 @@ class RayPorts:
             args = [f"--port={self.gcs}", f"--ray-client-server-port={self.client_server}",
                     f"--dashboard-port={self.dashboard}"] + args
         return args
+
+    def ray_env(self) -> dict[str, str]:
+        """The ports Ray takes from its environment only (the head's metrics servers)."""
+        return {variable: str(getattr(self, name)) for name, variable in _ENV_PORTS.items()}
+
+    def record(self, head: bool) -> dict[str, int]:
+        """Name -> port of what this node listens on (the head-only ones only on the head), for the Ray record."""
+        head_only = {"gcs", "client_server", "dashboard", *_ENV_PORTS}
+        return {name: getattr(self, name) for name in PORT_NAMES if head or name not in head_only}
+
+
+def describe_block(settings: PortRange) -> str:
+    """What each port of a job's block is, as offsets (the plan's row): job J's block starts at
+    port_range_start + (J mod blocks) x ports_per_job, or at the next free block."""
+    offsets = {**_FIXED_OFFSETS, "min_worker": FIXED_PORTS, "max_worker": settings.ports_per_job - 1}
+    parts = [f"+{offsets[name]} {PORT_ROLES[name]}" + (f" = {settings.port_overrides[name]} (override)"
+                                                       if name in settings.port_overrides else "")
+             for name in PORT_NAMES]
+    return (f"one block of {settings.ports_per_job} per job in {settings.port_range_start}-"
+            f"{settings.port_range_end} ({block_count(settings)} blocks, the job id picks one): " + ", ".join(parts) +
+            "; metrics servers on the node's address, the dashboard on the head's loopback unless ray.dashboard_host")
 
 
 def block_count(settings: PortRange) -> int:

@@ -14,6 +14,8 @@ from beam_slurm.core.errors import ConfigError, ConfigProblem
 # Ray's unix socket paths live under <temp dir>/session_<date>_<pid>/sockets/; Linux caps them at 107 bytes.
 _SESSION_SUFFIX_LEN = len("/session_2026-11-29_23-56-32_369213_1234567/sockets/plasma_store")
 _UNIX_SOCKET_MAX = 107
+# The job's folder and Ray's temp dir in it (beam_slurm.jobs.ray_cluster.local_ray), at a 10-digit job id.
+_JOB_FOLDER = "/ray-9999999999-99-xxxxxx/r"
 
 
 @dataclass
@@ -31,7 +33,8 @@ class RaySettings:
     connections take ephemeral ports at random and would race Ray's listeners."""
     ports_per_job: int = 400
     """Size of one job's block: 16 fixed ports (GCS, client server, dashboard, node manager, object manager,
-    agents, metrics) and the rest for Ray's worker processes (one port each, so this bounds workers per node)."""
+    agents, the metrics export and the head's autoscaler and dashboard metrics) and the rest for Ray's worker
+    processes (one port each, so this bounds workers per node)."""
     port_overrides: dict[str, int] = field(default_factory=dict)
     """Fixed ports instead of the derived ones, by name (`ports.PORT_NAMES`: gcs, client_server, ..., max_worker),
     where a firewall opens only some ports; two jobs on one node then need different values."""
@@ -56,8 +59,9 @@ class RaySettings:
     """Per-user directory on shared storage (same path on every node) with one private folder per job: the auth
     token and the rendezvous files. Empty: `$BEAM_SLURM_STATE_DIR`, else `~/.beam-slurm`."""
     temp_dir_root: str = "/tmp"
-    """Node-local directory under which each job's Ray temp dir (`ray-<jobid>-<attempt>`) is created. Must be
-    short: Ray's unix sockets live below it and Linux limits their paths to 107 bytes."""
+    """Node-local directory under which each job's folder (`ray-<jobid>-<attempt>-<random>`, mode 0700, Ray's temp
+    dir inside it) is created. Must be short (16 characters at most): Ray's unix sockets live below it and Linux
+    limits their paths to 107 bytes."""
     object_store_memory_bytes: int = 0
     """Object store size per node in bytes. 0: Ray's default (30% of the node's memory, capped by /dev/shm)."""
     num_cpus: int = 0
@@ -119,7 +123,7 @@ class RaySettings:
             found.append(ConfigProblem("ray.poll_interval_s", self.poll_interval_s, "use a value in (0, 30] seconds"))
         if not os.path.isabs(self.temp_dir_root):
             found.append(ConfigProblem("ray.temp_dir_root", self.temp_dir_root, "use an absolute node-local path such as /tmp"))
-        elif len(self.temp_dir_root) + len("/ray-99999999999-99") + _SESSION_SUFFIX_LEN > _UNIX_SOCKET_MAX:
+        elif len(self.temp_dir_root) + len(_JOB_FOLDER) + _SESSION_SUFFIX_LEN > _UNIX_SOCKET_MAX:
             found.append(ConfigProblem("ray.temp_dir_root", self.temp_dir_root,
                                        "use a shorter path (Ray's unix sockets below it must fit in 107 bytes), e.g. /tmp"))
         for names, least, fix in (

@@ -16,10 +16,11 @@ from pathlib import Path
 
 from beam_slurm import REPO_ROOT
 from beam_slurm.config.container_runtime import cached_image_path, is_local_image
-from beam_slurm.config.load import load_config
-from beam_slurm.config.overrides import override, override_key
+from beam_slurm.config.load import load_config, read_back_problems
+from beam_slurm.config.overrides import BARE_VALUE, override, override_key
+from beam_slurm.config.schema import env_sources
 from beam_slurm.core import layout
-from beam_slurm.core.errors import BadDataInput, UserError
+from beam_slurm.core.errors import BadDataInput, ConfigProblem, UserError
 from beam_slurm.jobs.container_pull import image_is_current
 from beam_slurm.jobs.data.manifest import MANIFEST_NAME, load_manifest, reuse_verdict
 from beam_slurm.jobs.data.prepare import plans, reuse_request
@@ -225,12 +226,25 @@ class Train:
 
     def script_args(self) -> list[str]:
         """The run's overrides, with the names and paths pinned so the job resolves exactly this run."""
-        cfg = self.cfg
-        pinned = {"run_name": cfg.run_name, "paths.ckpt_path": cfg.paths.ckpt_path,
-                  "paths.export_path": cfg.paths.export_path, "paths.log_dir": cfg.paths.log_dir}
+        pinned = self.pinned()
         # The script fixes recipe=..., and the pinned keys come last so they win.
         kept = [o for o in self.overrides if o.split("=", 1)[0].lstrip("+~") not in {"recipe", *pinned}]
-        return kept + [f"{k}={v}" for k, v in pinned.items()]
+        # Rendered for Hydra's grammar: a quote, comma or space in a path stays part of it.
+        return kept + [override(k, v) for k, v in pinned.items()]
+
+    def pinned(self) -> dict[str, object]:
+        cfg = self.cfg
+        return {"run_name": cfg.run_name, "paths.ckpt_path": cfg.paths.ckpt_path,
+                "paths.export_path": cfg.paths.export_path, "paths.log_dir": cfg.paths.log_dir}
+
+    def passing_on_problems(self) -> list[ConfigProblem]:
+        """What the job's own parser would not read back of its arguments (`read_back_problems`); checked only where
+        a value needs quoting, since a plain word always reads back."""
+        pinned = self.pinned()
+        if all(isinstance(v, str) and BARE_VALUE.match(v) for v in pinned.values()):
+            return []
+        return read_back_problems([f"recipe={self.cfg.recipe}", *self.script_args()], pinned,
+                                  env_sources(self.cfg))
 
     def render(self) -> StagePlan:
         cfg = self.cfg

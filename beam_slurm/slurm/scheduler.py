@@ -45,7 +45,13 @@ def requeue(job_id: str | int) -> None:
 def job_info(job_id: str | int) -> dict[str, str]:
     """`scontrol show job -o <id>` as a dict (JobState, RunTime, TimeLimit, NodeList, Restarts, ...)."""
     text = run(["scontrol", "show", "job", "-o", str(job_id)])
-    return {key: value for key, sep, value in (token.partition("=") for token in shlex.split(text)) if sep}
+    return _fields(text)
+
+
+def _fields(line: str) -> dict[str, str]:
+    """`Key=Value ...` of scontrol's one-line output. Split at whitespace only: scontrol quotes nothing, so a quote
+    in a value (a path, the command) is part of it, not the start of a quoted word."""
+    return {key: value for key, sep, value in (token.partition("=") for token in line.split()) if sep}
 
 
 def job_state(job_id: str | int) -> str:
@@ -106,7 +112,7 @@ def parse_config(text: str) -> dict[str, str]:
 
 def parse_partitions(text: str) -> list[dict[str, str]]:
     """`scontrol show partition -o` (one partition per line, Key=Value tokens) as dicts."""
-    return [{key: value for key, sep, value in (t.partition("=") for t in shlex.split(line)) if sep}
+    return [_fields(line)
             for line in text.splitlines() if line.strip()]
 
 

@@ -11,6 +11,7 @@ from rich.table import Table
 
 from beam_slurm.config.load import load_config
 from beam_slurm.config.overrides import override_key
+from beam_slurm.config.ports import describe_block
 from beam_slurm.config.schema import env_sources
 from beam_slurm.config.skyrl_command import skyrl_launch
 from beam_slurm.config.verb_args import VerbArgs, VerbUsageError, schema_keys, table_console
@@ -104,6 +105,7 @@ def plan_rows(cfg, preemption=None) -> list[tuple[str, str, str]]:
         ("checkpoints", "interval / kept", f"every {cfg.checkpoint.interval} steps, {checkpoints_kept(cfg)} kept, "
          f"resume {cfg.checkpoint.resume_mode}"),
     ]
+    rows.append(("ray", "ports", describe_block(cfg.ray)))
     rows += storage_rows(cfg)
     rows += notice_rows(cfg, preemption)  # the notice budget and interval advice
     rows += hang_watch.plan_rows(hang_watch.HangLimits.of(cfg), cfg.trainer.extra_env)

@@ -114,6 +114,7 @@ def build_runs(overrides: list[str], multirun: bool, stages: tuple[str, ...] | l
         run.problems = config_problems(run.cfg)
         if "train" in stages:
             run.problems += path_problems(run.cfg, produced=[s for s in stages if s != "train"])
+            run.problems += Train(run.cfg, run.overrides).passing_on_problems()
             if not unusable_text_problems(run.cfg):  # it reads the run's folders
                 run.problems += stalled_attempt_problems(run.cfg)
     seen: set[str] = set()

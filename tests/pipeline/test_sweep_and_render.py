@@ -162,6 +162,33 @@ def test_quoted_values_survive_rendering(run_env):
     assert tricky in request.argv() and shlex.split(request.shell()) == request.argv()
 
 
+@pytest.mark.parametrize("tail", ["o'brien", "a b,c", "x${HOME}y", "back\\slash\\", "q'uo\\'te"])
+def test_paths_from_the_environment_reach_the_job_exactly(run_env, monkeypatch, tail):
+    """CKPT_PATH/EXPORT_PATH with a quote (or comma, space, `${`, backslash): the pinned overrides are rendered for
+    Hydra's grammar, the job's own parser reads them back exactly, and submit's shared check finds nothing."""
+    root, _ = run_env
+    monkeypatch.setenv("CKPT_PATH", f"{root}/{tail}/ckpt")
+    monkeypatch.setenv("EXPORT_PATH", f"{root}/{tail}/export")
+    cfg = load_config(["recipe=lora_16gpu"], validate=False)
+    stage = Train(cfg, ["recipe=lora_16gpu"])
+    again = load_config(["recipe=lora_16gpu", *stage.script_args()], validate=False)
+    assert (again.paths.ckpt_path, again.paths.export_path, again.paths.log_dir) == (
+        f"{root}/{tail}/ckpt", f"{root}/{tail}/export", f"{root}/{tail}/export/logs")
+    assert stage.passing_on_problems() == []
+
+
+def test_a_value_the_job_would_read_differently_is_named_with_its_variable(run_env, monkeypatch):
+    """The shared check itself: what the job's parser does not read back is refused, naming key and variable."""
+    from beam_slurm.config.load import read_back_problems
+
+    problems = read_back_problems(["recipe=lora_16gpu", "paths.ckpt_path=/a/b'c"], {"paths.ckpt_path": "/a/b'c"},
+                                  {"paths.ckpt_path": "CKPT_PATH"})
+    assert len(problems) == 1 and problems[0].key == "paths.ckpt_path" and problems[0].env == "CKPT_PATH"
+    assert "set CKPT_PATH" in str(problems[0]), str(problems[0])
+    problems = read_back_problems(["recipe=lora_16gpu", "paths.ckpt_path='/a/x'"], {"paths.ckpt_path": "/a/y"}, {})
+    assert len(problems) == 1 and "'/a/x'" in str(problems[0])
+
+
 def test_dependencies_and_arrays_render():
     request = SbatchRequest(script="/s.sh", options=["--nodes=1"], script_args=["a b"], dependency_ids=["11", "12"],
                             dependency_type="afterany", array="0-3%2")

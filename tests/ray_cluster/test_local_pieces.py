@@ -220,7 +220,8 @@ def test_worker_gives_up_on_a_head_that_stays_unreachable():
 def test_workers_join_at_most_node_start_concurrency_at_a_time(tmp_path):
     from beam_slurm.jobs.ray_cluster.worker import Worker
 
-    settings = RaySettings(state_dir=str(tmp_path), auth=False, node_start_concurrency=2, readiness_timeout_s=60)
+    settings = RaySettings(state_dir=str(tmp_path), temp_dir_root=str(tmp_path / "tmp"), auth=False,
+                           node_start_concurrency=2, readiness_timeout_s=60)
     clock = FakeClock()
     slept: list[float] = []
 
@@ -309,7 +310,7 @@ def test_a_worker_gives_up_its_ray_start_once_the_head_republishes_elsewhere(tmp
     waits_forever.write_text(f"#!{sys.executable}\nimport time\ntime.sleep(120)\n")
     waits_forever.chmod(0o755)
     threading.Timer(0.5, lambda: head_file.write_text(json.dumps({"address": "10.0.0.1:6779", "block": 4}))).start()
-    ray = LocalRay(tmp_path / "ray-tmp", tmp_path / "ray.log")
+    ray = LocalRay.create(tmp_path, "ray-7-0-", tmp_path / "ray.log")
     began = time.monotonic()
     with pytest.raises(RayStartAbandoned):
         ray.start(["start"], dict(os.environ), ray_executable=str(waits_forever),
@@ -317,3 +318,123 @@ def test_a_worker_gives_up_its_ray_start_once_the_head_republishes_elsewhere(tmp
     assert time.monotonic() - began < 10
     assert ray.process_pid("") is None, "a process of the given-up start still runs"
     assert any("10.0.0.1:6779" in line and "giving that start up" in line for line in said), said
+
+
+# --- the job's folder on a node shared with other users ---
+
+def test_the_job_folder_is_fresh_private_and_never_a_planted_name(tmp_path):
+    from beam_slurm.jobs.ray_cluster.local_ray import LocalRay, make_private_dir
+
+    root = tmp_path / "tmp"
+    root.mkdir()
+    planted = root / "ray-7-0"
+    planted.mkdir(mode=0o777)
+    (planted / "beam-ray.pgid").symlink_to(tmp_path / "victim")
+    folders = {make_private_dir(root, "ray-7-0-") for _ in range(20)}
+    assert len(folders) == 20 and planted not in folders
+    for folder in folders:
+        info = os.lstat(folder)
+        assert stat.S_ISDIR(info.st_mode) and stat.S_IMODE(info.st_mode) == 0o700 and info.st_uid == os.getuid()
+    ray = LocalRay.create(root, "ray-7-0-")
+    assert ray.temp_dir.parent == ray.job_dir and ray.job_dir.name.startswith("ray-7-0-")
+    assert not (tmp_path / "victim").exists()
+
+
+def test_a_job_folder_swapped_for_a_symlink_before_ray_start_is_refused(tmp_path):
+    """Between the folder's creation and `ray start`, the folder replaced by a symlink to another folder: the start
+    is refused (naming the folder) and nothing is written through the link."""
+    from beam_slurm.jobs.ray_cluster.local_ray import LocalRay
+
+    ray = LocalRay.create(tmp_path, "ray-7-0-", tmp_path / "ray.log")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir(mode=0o700)
+    ray.job_dir.rmdir()
+    ray.job_dir.symlink_to(elsewhere, target_is_directory=True)
+    with pytest.raises(PermissionError, match=f"{ray.job_dir} is a symlink"):
+        ray.start(["--version"], dict(os.environ), ray_executable="/bin/true")
+    assert list(elsewhere.iterdir()) == []
+
+
+def test_the_pgid_file_and_the_start_log_are_never_written_through_a_symlink(tmp_path):
+    from beam_slurm.jobs.ray_cluster.local_ray import PGID_FILE, LocalRay, open_log, write_new_file
+
+    victim = tmp_path / "victim"
+    victim.write_text("theirs")
+    ray = LocalRay.create(tmp_path, "ray-7-0-", tmp_path / "ray.log")
+    (ray.job_dir / PGID_FILE).symlink_to(victim)
+    ray.start([], dict(os.environ), ray_executable="/bin/true")  # the link is removed, a new file made
+    assert victim.read_text() == "theirs" and not (ray.job_dir / PGID_FILE).is_symlink()
+    link = tmp_path / "link"
+    link.symlink_to(victim)
+    with pytest.raises(OSError):
+        write_new_file(link, "1234")
+    with pytest.raises(OSError):
+        open_log(link)
+    assert victim.read_text() == "theirs"
+
+
+def test_leftovers_of_this_job_are_stopped_and_removed_and_planted_folders_named_and_left(tmp_path):
+    from beam_slurm.jobs.ray_cluster.worker import Worker
+
+    settings = RaySettings(state_dir=str(tmp_path / "state"), temp_dir_root=str(tmp_path / "tmp"), auth=False)
+    root = tmp_path / "tmp"
+    root.mkdir()
+    earlier = root / "ray-7-0-earlier1"
+    earlier.mkdir(mode=0o700)
+    (earlier / "ray").mkdir()
+    planted = root / "ray-7-1"
+    planted.mkdir(mode=0o777)
+    planted.chmod(0o777)
+    (planted / "beam-ray.pgid").symlink_to(tmp_path / "victim")
+    link = root / "ray-7-2"
+    link.symlink_to(tmp_path, target_is_directory=True)
+    ctx = NodeContext(job_id="7", attempt=1, attempt_label="1", step="0", rank=1, num_nodes=2, host="n2",
+                      step_hosts=["n1", "n2"], attempt_dir=None, cpus=1)
+    worker = Worker(ctx, settings)
+    said: list[str] = []
+    worker.log = said.append
+    worker.stop_leftovers_of_earlier_attempts()
+    assert not earlier.exists(), "an earlier attempt's folder is removed"
+    assert planted.exists() and link.is_symlink() and not (tmp_path / "victim").exists()
+    assert any(f"refused {planted}: it is open to others (mode 777)" in line for line in said), said
+    assert any(f"refused {link}: it is a symlink" in line for line in said), said
+    assert worker.ray.job_dir.exists()
+    worker.ray.remove()
+    assert not worker.ray.job_dir.exists()
+
+
+def test_every_port_ray_opens_is_in_the_block_including_the_metrics():
+    settings = RaySettings()
+    ports = ports_for_block(5, settings)
+    base = settings.port_range_start + 5 * settings.ports_per_job
+    block = range(base, base + settings.ports_per_job)
+    env = ports.ray_env()
+    assert set(env) == {"AUTOSCALER_METRIC_PORT", "DASHBOARD_METRIC_PORT"}
+    assert all(int(port) in block for port in env.values())
+    assert "--metrics-export-port=%d" % ports.metrics_export in ports.ray_start_args(head=False)
+    record = ports.record(head=True)
+    assert all(port in block for port in record.values()) and len(set(record.values())) == len(record)
+    assert {"autoscaler_metrics", "dashboard_metrics", "gcs"} <= set(record)
+    assert not {"autoscaler_metrics", "dashboard_metrics", "gcs"} & set(ports.record(head=False))
+    assert sorted(ports.all_ports(head=True)) == sorted(set(ports.all_ports(head=True)))
+
+
+def test_the_start_up_hook_binds_the_metrics_servers_to_the_node_address_only(tmp_path):
+    """Ray's Prometheus servers bind every address; under the hook (first on PYTHONPATH, as `ray start` gets it) a
+    wildcard bind takes the node's address, and an explicit address is kept."""
+    import subprocess
+    import sys
+
+    from beam_slurm.jobs.ray_cluster.role import BIND_HOOK_DIR
+
+    code = ("import prometheus_client, socket, wsgiref.simple_server as s\n"
+            "srv, _ = prometheus_client.start_http_server(0)\n"
+            "print(srv.server_address[0])\n"
+            "print(s.make_server('127.0.0.1', 0, lambda e, r: []).server_address[0])\n")
+    env = {**os.environ, "PYTHONPATH": str(BIND_HOOK_DIR), "BEAM_RAY_METRICS_HOST": "127.0.0.2"}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["127.0.0.2", "127.0.0.1"]
+    env.pop("BEAM_RAY_METRICS_HOST")
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert done.stdout.split()[0] == "0.0.0.0", "without the variable the hook changes nothing"

@@ -157,3 +157,104 @@ def test_attach_command_and_environment():
     assert env["RAY_ADDRESS"] == "10.0.0.1:12000" and env["RAY_AUTH_MODE"] == "token"
     assert env["RAY_AUTH_TOKEN_PATH"] == "/state/jobs/7/ray_auth_token" and "SLURM_JOB_ID" not in env
     assert env["SLURM_CONF"] == "/etc/slurm.conf" and env["PATH"].startswith("/venv/bin" + os.pathsep)
+
+
+# --- the copy on a node shared with other users: nothing followed, nothing of another user's, never the token ---
+
+def test_a_symlink_in_the_logs_to_a_readable_private_file_is_not_copied(tmp_path):
+    temp = ray_session(tmp_path, {"raylet.out": 100})
+    private = tmp_path / "state" / "jobs" / "7"
+    private.mkdir(parents=True)
+    token = private / "ray_auth_token"
+    token.write_text("secret-token-value")
+    logs = next(temp.glob("session_*/logs"))
+    (logs / "zz-steal.log").symlink_to(token)
+    (logs / "stolen-dir").symlink_to(private, target_is_directory=True)
+    dest = tmp_path / "n1"
+    summary = copy_logs(temp, dest, 10_000, reason="periodic", private=[token])
+    copied = {p.relative_to(dest).as_posix() for p in dest.rglob("*") if p.is_file()}
+    assert copied == {COPY_RECORD, f"{logs.parent.name}/raylet.out"}, copied
+    assert not any("secret-token-value" in p.read_text() for p in dest.rglob("*") if p.is_file())
+    assert any("zz-steal.log: not a regular file (a symlink)" in line for line in summary["skipped"]), summary
+
+
+def test_a_hard_link_of_the_token_is_not_copied(tmp_path):
+    temp = ray_session(tmp_path, {"raylet.out": 100})
+    token = tmp_path / "ray_auth_token"
+    token.write_text("secret-token-value")
+    os.link(token, next(temp.glob("session_*/logs")) / "linked.log")
+    summary = copy_logs(temp, tmp_path / "n1", 10_000, reason="periodic", private=[token])
+    assert not any("secret-token-value" in p.read_text() for p in (tmp_path / "n1").rglob("*") if p.is_file())
+    assert any(line.startswith(f"{next(temp.glob('session_*')).name}/linked.log") for line in summary["skipped"])
+
+
+def test_a_folder_swapped_for_a_symlink_after_the_listing_is_read_from_the_folder_listed(tmp_path, monkeypatch):
+    """The attack of a second user of the node: a folder listed, then swapped for a symlink to the job's private
+    folder before its file is opened. The copy reads by the listed folder's descriptor: the swap changes nothing."""
+    from beam_slurm.jobs.ray_cluster import log_copy
+
+    temp = ray_session(tmp_path, {"big.log": 5000, "late/last.log": 10})
+    private = tmp_path / "private"
+    private.mkdir()
+    (private / "last.log").write_text("secret-token-value")  # what the swapped-in link would point at
+    late = next(temp.glob("session_*/logs")) / "late"
+    listed = log_copy._Tree.files
+
+    def list_then_swap(tree, temp_dir):
+        found = listed(tree, temp_dir)
+        late.rename(late.with_name("late-moved"))
+        late.symlink_to(private, target_is_directory=True)
+        return found
+
+    monkeypatch.setattr(log_copy._Tree, "files", list_then_swap)
+    dest = tmp_path / "n1"
+    copy_logs(temp, dest, 10_000, reason="periodic")
+    copied = next(dest.glob("session_*/late/last.log")).read_bytes()
+    assert copied.endswith(b"END\n") and b"secret" not in copied, copied
+
+
+def test_files_and_folders_of_another_user_are_skipped_and_named(tmp_path):
+    if os.geteuid() != 0:
+        pytest.skip("giving a file to another user needs root")
+    temp = ray_session(tmp_path, {"raylet.out": 100, "planted/a.log": 50, "other.log": 60})
+    logs = next(temp.glob("session_*/logs"))
+    os.chown(logs / "planted", 1001, 1001)
+    os.chown(logs / "other.log", 1001, 1001)
+    lines: list[str] = []
+    copier = LogCopier(temp, tmp_path / "attempt", "n1", LogCopySettings(interval_s=0, max_bytes=10_000, final_s=5),
+                       lines.append)
+    copier.copy("periodic")
+    copier.copy("periodic")
+    dest = tmp_path / "attempt" / "ray" / "n1"
+    assert [p.name for p in dest.rglob("*.log")] == [] and [p.name for p in dest.rglob("raylet.out")] == ["raylet.out"]
+    skipped = [line for line in lines if "skipped" in line]
+    assert len(skipped) == 2, lines  # each named once, not at every copy
+    assert any("planted/: belongs to uid 1001" in line for line in skipped), skipped
+    assert any("other.log: belongs to uid 1001" in line for line in skipped), skipped
+
+
+def test_copied_logs_take_the_umask_mode_not_the_source_mode(tmp_path):
+    temp = ray_session(tmp_path, {"raylet.out": 100, "sub/w.log": 10})
+    for path in temp.rglob("*"):
+        if path.is_file() and not path.is_symlink():
+            path.chmod(0o600)
+    old = os.umask(0o027)
+    try:
+        copy_logs(temp, tmp_path / "n1", 10_000, reason="periodic")
+    finally:
+        os.umask(old)
+    modes = {p.name: p.stat().st_mode & 0o777 for p in (tmp_path / "n1").rglob("*") if p.name != COPY_RECORD}
+    assert modes == {next(temp.glob("session_*")).name: 0o750, "raylet.out": 0o640, "sub": 0o750, "w.log": 0o640}, modes
+
+
+def test_a_symlink_planted_in_the_copy_is_replaced_not_written_through(tmp_path):
+    temp = ray_session(tmp_path, {"raylet.out": 100})
+    elsewhere = tmp_path / "elsewhere.txt"
+    elsewhere.write_text("untouched")
+    dest = tmp_path / "n1"
+    session = dest / next(temp.glob("session_*")).name
+    session.mkdir(parents=True)
+    (session / "raylet.out").symlink_to(elsewhere)
+    copy_logs(temp, dest, 10_000, reason="periodic")
+    assert elsewhere.read_text() == "untouched"
+    assert not (session / "raylet.out").is_symlink() and (session / "raylet.out").read_bytes().endswith(b"END\n")

@@ -53,7 +53,7 @@ class Head(NodeRole):
                 write_json(self.ctx.attempt_dir / HEAD_FILE, {
                     **head, "ip": ip, "token_path": str(self.token_path) if self.token_path else None,
                     "temp_dir": str(self.ray.temp_dir), "job_id": self.ctx.job_id, "attempt": self.ctx.attempt,
-                    "nodes": self.ctx.step_hosts})
+                    "nodes": self.ctx.step_hosts, "ports": ports.record(head=True)})
             self.log(f"GCS listening at {ip}:{ports.gcs} (port block {ports.block}); address published")
 
         ports = self.start_ray(head=True, ip=ip, start_block=None, on_gcs_up=publish)

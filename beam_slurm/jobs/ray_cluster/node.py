@@ -58,6 +58,7 @@ def run_node(ctx: NodeContext, settings: RaySettings, driver: list[str]) -> int:
         role.ray.stop()
         # After Ray stopped, so its last lines are in; bounded by cluster.log_copy_s (the notice budget's share).
         role.log_copier.finish(ending)
+        role.ray.remove()  # the job's folder on the node, Ray's temp dir with it
 
 
 def main(argv: list[str] | None = None) -> int:

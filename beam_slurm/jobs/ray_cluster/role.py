@@ -17,12 +17,13 @@ from beam_slurm.core.ray_records import BRINGUP_DIR, NodeFailure, record_first_f
 from beam_slurm.jobs.ray_cluster import auth, scale
 from beam_slurm.jobs.ray_cluster.context import NodeContext
 from beam_slurm.jobs.ray_cluster.gpus import allocated_gpus
-from beam_slurm.jobs.ray_cluster.local_ray import LocalRay, RayStartAbandoned
+from beam_slurm.jobs.ray_cluster.local_ray import LocalRay, RayStartAbandoned, make_private_dir, not_private
 from beam_slurm.jobs.ray_cluster.log_copy import LogCopier
 from beam_slurm.jobs.ray_cluster.network import tcp_reachable
 from beam_slurm.jobs.ray_cluster.rendezvous import Rendezvous
 
 _RAY_START_TRIES = 3
+BIND_HOOK_DIR = Path(__file__).with_name("bind_hook")
 
 
 class NodeRole:
@@ -42,12 +43,16 @@ class NodeRole:
         job_folder = auth.ensure_job_dir(settings, ctx.job_id)
         self.rendezvous = Rendezvous(job_folder, ctx.attempt, ctx.step)
         self.token_path = auth.ensure_token(settings, ctx.job_id) if settings.auth else None
-        temp_dir = Path(settings.temp_dir_root) / f"ray-{ctx.job_id}-{ctx.attempt_label}"
-        log_dir = ctx.attempt_dir if ctx.attempt_dir else temp_dir
-        self.ray = LocalRay(temp_dir, log_dir / f"ray-{ctx.host}.log")
+        # A fresh 0700 folder under a random name (beam_slurm.jobs.ray_cluster.local_ray): a name another user of the node
+        # planted for this job id is never used, and so cannot stop the job either.
+        job_tmp = make_private_dir(Path(settings.temp_dir_root), f"ray-{ctx.job_id}-{ctx.attempt_label}-")
+        log_dir = ctx.attempt_dir if ctx.attempt_dir else job_tmp
+        self.ray = LocalRay(job_tmp, log_dir / f"ray-{ctx.host}.log")
         self.gpus, self.gpu_source = allocated_gpus()
-        self.log_copier = LogCopier(temp_dir, ctx.attempt_dir, ctx.host, ctx.spec.log_copy_settings(), self.log)
+        self.log_copier = LogCopier(self.ray.temp_dir, ctx.attempt_dir, ctx.host, ctx.spec.log_copy_settings(),
+                                    self.log, private=[self.token_path] if self.token_path else [])
         self.ray_start_window: tuple[float, float] | None = None  # (began, returned) of `ray start`, retries included
+        self.ports: RayPorts | None = None  # the block `ray start` took (in the Ray record: which port is what)
         self.manifest_env: dict[str, str] = {}  # `export_manifest`'s variables, exported to Ray and the driver
 
     def hold_sigterm(self) -> bool:
@@ -79,6 +84,13 @@ class NodeRole:
         print(f"[ray-node {self.ctx.host} rank {self.ctx.rank} +{time.time() - self.started:5.1f}s] {message}",
               file=sys.stderr, flush=True)
 
+    def ray_start_env(self, ip: str, ports: RayPorts) -> dict[str, str]:
+        """`ray_env` for `ray start`: the metrics ports of the block, and the start-up hook that binds the metrics
+        servers to this node's address (beam_slurm/jobs/ray_cluster/bind_hook) first on the path."""
+        env = {**self.ray_env(), **ports.ray_env(), "BEAM_RAY_METRICS_HOST": ip}
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, (str(BIND_HOOK_DIR), env.get("PYTHONPATH", ""))))
+        return env
+
     def ray_env(self) -> dict[str, str]:
         env = {**os.environ, **self.manifest_env}
         # Large clusters: GCS threads and timeouts, worker start-up (beam_slurm.jobs.ray_cluster.scale); ray.extra_env wins.
@@ -94,7 +106,8 @@ class NodeRole:
         if self.ctx.attempt_dir is not None:
             write_json(self.ctx.attempt_dir / BRINGUP_DIR / f"{self.ctx.host}.json",
                        {"host": self.ctx.host, "rank": self.ctx.rank, "node_start": self.started,
-                        "ray_start": self.ray_start_window})
+                        "ray_start": self.ray_start_window,
+                        "ports": self.ports.record(self.ctx.rank == 0) if self.ports else None})
 
     def record_failure(self, kind: str, reason: str) -> None:
         """Keep the first failure of the attempt for the batch shell (and print it)."""
@@ -140,10 +153,11 @@ class NodeRole:
                     on_gcs_up(ports)
 
             try:
-                self.ray.start(args, self.ray_env(), ray_executable=executable,
+                self.ray.start(args, self.ray_start_env(ip, ports), ray_executable=executable,
                                while_starting=announce_when_gcs_listens if head
                                else self.head_republished_elsewhere(head_address))
                 self.ray_start_window = (began, time.time())  # failed tries included: Ray's time too
+                self.ports = ports
                 if head and not announced and on_gcs_up is not None:
                     on_gcs_up(ports)
                 self.log_copier.start()
@@ -178,10 +192,18 @@ class NodeRole:
         return moved
 
     def stop_leftovers_of_earlier_attempts(self) -> None:
-        """Stop Ray left on this node by an earlier attempt of this job (killed before it could clean up)."""
+        """Stop Ray left on this node by an earlier attempt of this job (killed before it could clean up) and remove
+        its folder; a folder of this job's name that is not this user's private one is left alone, and said."""
         prefix = f"ray-{self.ctx.job_id}-"
-        for folder in Path(self.settings.temp_dir_root).glob(prefix + "*"):
-            if folder != self.ray.temp_dir and (folder / "beam-ray.pgid").exists():
-                leftover = LocalRay(folder, self.ray.log_path)
-                if leftover.stop(grace_s=2.0):
-                    self.log(f"stopped Ray left over by an earlier attempt ({folder})")
+        for folder in sorted(Path(self.settings.temp_dir_root).glob(prefix + "*")):
+            if folder == self.ray.job_dir:
+                continue
+            problem = not_private(folder)
+            if problem:
+                self.log(f"refused {folder}: it {problem}; not made by this job, so nothing in it is read, written "
+                         "or followed")
+                continue
+            leftover = LocalRay(folder, self.ray.log_path)
+            if leftover.stop(grace_s=2.0):
+                self.log(f"stopped Ray left over by an earlier attempt ({folder})")
+            leftover.remove()  # its logs were copied while it ran; Ray's temp folders must not pile up on the node
