@@ -22,6 +22,10 @@ from pathlib import Path
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+# tests/ mirrors beam_slurm/; what several folders' tests share (inputs, doubles, fixtures) lives in tests/support,
+# importable by name from any test. Its fixture modules are plugins of this conftest.
+sys.path.insert(0, str(Path(__file__).with_name("support")))
+pytest_plugins = ["evaluation_inputs", "run_env"]
 SANDBOX_TOOL = REPO_ROOT / "tools" / "slurm_sandbox.py"
 NOT_ROOT_REASON = "the Slurm sandbox needs root (network namespaces, system daemons); run the tests as root"
 
@@ -79,7 +83,7 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
-SHARED_FIXTURE_FILES = {"tests/evaluation/test_eval_array_sandbox.py"}
+SHARED_FIXTURE_FILES = {"tests/launch/test_eval_array_sandbox.py"}
 """Lane test files whose tests share a module fixture: one lane runs all of them, in their order."""
 
 

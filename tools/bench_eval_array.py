@@ -34,7 +34,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 SANDBOX_DIR = Path(os.environ.get("BEAM_SANDBOX_DIR", "/var/tmp/beam-slurm-sandbox"))
 PYTHON = str(ROOT / ".venv" / "bin" / "python")
-sys.path.insert(0, str(ROOT / "tests" / "evaluation"))
+sys.path.insert(0, str(ROOT / "tests" / "support"))
 
 CPU_ENGINE = ["rollout.tensor_parallel=1", "rollout.pipeline_parallel=1", "eval.dtype=float32",
               "eval.gpu_memory_utilization=0.05", "eval.enforce_eager=true", "generation.max_prompt_tokens=256",

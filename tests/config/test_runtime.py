@@ -43,10 +43,10 @@ RECORD_ARGV = HERE / "test_doubles" / "record_argv"
 
 @pytest.mark.parametrize("name", sorted(RENDERERS))
 def test_rendered_command_matches_golden_file(name):
-    """Compares only: after an intended change, `python tests/containers/update_golden.py` rewrites the files."""
+    """Compares only: after an intended change, `python tests/config/update_golden.py` rewrites the files."""
     problem = golden_mismatch(name)
     assert problem is None, (f"{problem}; if the change is intended, run "
-                             "`.venv/bin/python tests/containers/update_golden.py` and review the diff")
+                             "`.venv/bin/python tests/config/update_golden.py` and review the diff")
 
 
 def test_a_drifted_golden_file_fails_whatever_the_environment_and_only_the_command_rewrites_it(tmp_path, monkeypatch):

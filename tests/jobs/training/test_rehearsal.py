@@ -21,7 +21,7 @@ from beam_slurm.jobs.evaluation.checkpoints import CheckpointError, check_model_
 from beam_slurm.jobs.training.rehearsal import RehearsalSettings, export_hf
 from beam_slurm.launch import run_results
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 RAY = ROOT / ".venv" / "bin" / "ray"
 
 

@@ -3,15 +3,13 @@ Plain module (not conftest) so test files can import it by name."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 TESTS = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(TESTS / "data"))  # the data tests' synthetic inputs in the real schemas
 
-from dapo_inputs import aime2024_rows, random_rows, write_aime2025_yentinglin, write_dapo  # noqa: E402
+from dapo_inputs import aime2024_rows, random_rows, write_aime2025_yentinglin, write_dapo
 
-FAKE_IMPORT = TESTS / "containers" / "test_doubles" / "fake_image_import"
+FAKE_IMPORT = TESTS / "jobs" / "test_doubles" / "fake_image_import"
 IMAGE = "ghcr.io/example/skyrl:beam-release"
 
 

@@ -14,7 +14,7 @@ import pytest
 from beam_slurm.jobs.ray_cluster import fabric
 from beam_slurm.jobs.ray_cluster.fabric import FabricSettings, ring_rounds, spec_matches, verdict
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 REQUIRED = ["recipe=lora_16gpu", "trainer.backend=rehearsal", "paths.model_path=/m", "paths.data_dir=/d"]
 
 

@@ -1,4 +1,4 @@
-"""Fixtures for the evaluation tests: a tiny real model for vLLM's CPU build and a small AIME-format parquet."""
+"""Fixtures and builders of the evaluation tests (a plugin of tests/conftest.py): a tiny real model for vLLM's CPU build and a small AIME-format parquet."""
 
 from __future__ import annotations
 

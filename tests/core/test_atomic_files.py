@@ -21,7 +21,7 @@ from beam_slurm.core.atomic_files import (
 from beam_slurm.core.run_store import RunStore
 from beam_slurm.jobs.ray_cluster import auth
 
-PACKAGE = Path(__file__).resolve().parents[1] / "beam_slurm"
+PACKAGE = Path(__file__).resolve().parents[2] / "beam_slurm"
 # Renames and flushes outside atomic_files.py, each with why it is not a file write through it.
 OWN_RENAMES = {
     "jobs/ray_cluster/auth.py": "the token file is created with link(), so a second writer can never replace it",

@@ -1,5 +1,5 @@
 """The pull stage for real (processes, lock files, renames, records) with the container runtime replaced by the
-test double tests/containers/test_doubles/fake_image_import, installed as `enroot` / `apptainer`."""
+test double tests/jobs/test_doubles/fake_image_import, installed as `enroot` / `apptainer`."""
 
 from __future__ import annotations
 

@@ -157,7 +157,7 @@ def test_time_limit_notice_saves_and_a_later_attempt_finishes(train_run):
 @pytest.mark.parametrize("max_requeues", [1, 0])
 def test_worker_ray_killed_fails_fast(train_run, max_requeues):
     run = train_run(steps=10, ckpt_interval=3)
-    # The requeue path: no restart in the allocation (tests/training/test_in_job_sandbox.py has those).
+    # The requeue path: no restart in the allocation (tests/jobs/training/test_in_job_sandbox.py has those).
     run.submit("--time=00:10:00", overrides=(*QUICK, f"cluster.max_requeues={max_requeues}",
                                              "cluster.max_in_job_attempts=0"))
     run.wait_for_steps(4)

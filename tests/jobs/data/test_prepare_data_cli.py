@@ -29,7 +29,7 @@ from beam_slurm.jobs.data.manifest import MANIFEST_NAME, sha256_file
 from beam_slurm.jobs.data.sources import parse_hub_address
 from beam_slurm.verbs.prepare_data import main
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 BEAM_SLURM = Path(sys.executable).with_name("beam-slurm")
 OUTPUTS = ["dapo-math-17k-cleaned.parquet", "aime-2024-cleaned.parquet", "aime-2025-cleaned.parquet"]
 

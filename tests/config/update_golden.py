@@ -1,8 +1,8 @@
 """Rewrite the golden container commands after an intended change of rendering; review the diff before committing.
 
-    .venv/bin/python tests/containers/update_golden.py
+    .venv/bin/python tests/config/update_golden.py
 
-The test (tests/containers/test_runtime.py) only compares; it never writes these files.
+The test (tests/config/test_runtime.py) only compares; it never writes these files.
 """
 
 from __future__ import annotations

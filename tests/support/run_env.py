@@ -1,4 +1,4 @@
-"""Inputs for pipeline tests: small DAPO/AIME source files, a model folder, and the environment a run reads."""
+"""Fixtures of the run tests (a plugin of tests/conftest.py): small DAPO/AIME source files, a model folder, and the environment a run reads."""
 
 from __future__ import annotations
 

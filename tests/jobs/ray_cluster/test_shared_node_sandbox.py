@@ -22,7 +22,7 @@ from test_ray_on_sandbox import DOUBLE, PYTHON, job_keys, output, wait_for
 
 pytestmark = pytest.mark.sandbox
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 TOOL = REPO / "tools" / "slurm_sandbox.py"
 OTHER_UID = 1001
 OTHER_PYTHON = "/usr/bin/python3"  # the checkout's venv lives under /root, out of the other user's reach

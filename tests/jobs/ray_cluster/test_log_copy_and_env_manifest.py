@@ -1,6 +1,6 @@
 """The Ray log copy (bound, newest first, deadline, unchanged files kept) and the environment manifest (patterns,
 secret files, masking, refusal of secrets in the recipe) on real files, without a cluster; the wiring runs on the
-sandbox in tests/training/test_operate_sandbox.py."""
+sandbox in tests/jobs/training/test_operate_sandbox.py."""
 
 from __future__ import annotations
 

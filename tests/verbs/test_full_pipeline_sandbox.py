@@ -15,7 +15,6 @@ the tiny model), so vLLM loads them.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -27,10 +26,11 @@ import pyarrow.parquet as pq
 import pytest
 
 TESTS = Path(__file__).resolve().parents[1]
-for folder in (TESTS / "data", TESTS / "training", TESTS.parent / "tools"):
+for folder in (TESTS.parent / "tools",):
     if str(folder) not in sys.path:
         sys.path.insert(0, str(folder))
 
+import evaluation_inputs  # noqa: E402  (the tiny model builder and the taught answers)
 from bench_prepare_data import make_dapo  # noqa: E402  (the demonstration's DAPO-Math-17K generator)
 from dapo_inputs import row, write_dapo  # noqa: E402  (the data tests' inputs in the real schemas)
 from train_runs import INHERITED_SETTINGS, REPO_ROOT, wait_for  # noqa: E402
@@ -70,15 +70,6 @@ LIVE_STATES = {"PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "REQUEUED"}
 ENDED_BADLY = {"FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE"}
 
 
-def evaluation_inputs():
-    """tests/evaluation/conftest.py (tiny model builder, taught answers) under its own module name."""
-    folder = TESTS / "evaluation"
-    if str(folder) not in sys.path:
-        sys.path.insert(0, str(folder))  # for its `from tiny_model import ...`
-    spec = importlib.util.spec_from_file_location("evaluation_inputs", folder / "conftest.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def write_sources(folder: Path) -> list[str]:
@@ -202,7 +193,7 @@ def last_logged_step(export_path: Path) -> int:
 
 def test_submit_runs_data_train_requeue_and_one_evaluation_per_export(slurm_sandbox, pipeline_root):
     root = pipeline_root
-    inputs = evaluation_inputs()
+    inputs = evaluation_inputs
     (root / "home").mkdir()
     prompts = [dapo_prompt(problem)[0]["content"] for problem, _ in AIME2025]
     inputs.build_tiny_model(root / "model", taught_answers=inputs.TAUGHT_ANSWERS, taught_prompts=prompts)

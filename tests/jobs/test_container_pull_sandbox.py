@@ -1,6 +1,6 @@
 """On the Slurm sandbox (real sbatch/srun, nodes with their own hostnames and /tmp): the pull stage's batch script
 racing from several jobs, a killed holder on one node taken over from another, and runtime `none` run through srun.
-The image import itself is the test double tests/containers/test_doubles/fake_image_import (no runtime here)."""
+The image import itself is the test double tests/jobs/test_doubles/fake_image_import (no runtime here)."""
 
 from __future__ import annotations
 

@@ -5,16 +5,14 @@ every HF export was evaluated by exactly one job, and `beam-slurm report` shows 
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
 import shutil
 import subprocess
-import sys
 import time
 import uuid
-from pathlib import Path
 
+import evaluation_inputs
 import pytest
 from train_runs import REPO_ROOT, wait_for
 
@@ -22,16 +20,8 @@ from beam_slurm.config.overrides import override
 
 pytestmark = [pytest.mark.sandbox, pytest.mark.vllm, pytest.mark.slow]
 
-EVALUATION_TESTS = REPO_ROOT / "tests" / "evaluation"
 
 
-def evaluation_inputs():
-    """The evaluation tests' tiny model builder and AIME parquet writer (tests/evaluation)."""
-    sys.path.insert(0, str(EVALUATION_TESTS))
-    spec = importlib.util.spec_from_file_location("evaluation_inputs", EVALUATION_TESTS / "conftest.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 # Whole vLLM on 2 CPU cores: one replica, a couple of problems, short answers.
@@ -44,7 +34,7 @@ SETTLE_S = 8  # an export unchanged this long is complete (the default minute wo
 
 
 def test_chain_evaluates_each_export_once_across_a_requeue(train_run, tmp_path):
-    inputs = evaluation_inputs()
+    inputs = evaluation_inputs
     run_name = f"chain-{uuid.uuid4().hex[:8]}"
     # The first export (step 15) must settle (SETTLE_S unchanged) and be submitted while attempt 0 still runs, so
     # that the requeued attempt finds it already claimed: 1 s steps leave it 30 steps to do so.

@@ -8,11 +8,9 @@ import json
 import os
 import random
 import signal
-import sys
 import tempfile
 import threading
 import time
-from pathlib import Path
 
 import pytest
 
@@ -76,7 +74,6 @@ def _conformance_corpus() -> list[tuple[str, str]]:
 @pytest.mark.skyrl
 def test_primary_rule_matches_skyrl_gym_scorer():
     """Our re-implementation against skyrl-gym's own AIME scorer (the training reward), run in the SkyRL venv."""
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "skyrl"))
     from skyrl_venv import run_in_skyrl_venv
 
     cases = _conformance_corpus()

@@ -1,7 +1,7 @@
 """Ray across a real Slurm allocation (the sandbox): bring-up with token auth, two jobs sharing nodes, the preflight
-and the GPU-visibility check. The trainer is tests/ray_cluster/driver_double.py (a test double: the real trainer needs
+and the GPU-visibility check. The trainer is tests/jobs/ray_cluster/driver_double.py (a test double: the real trainer needs
 GPUs). A worker's Ray dying mid-run, the notice -> save -> requeue -> resume sequence and a preemption by the `high`
-partition are run with the real batch script and the rehearsal trainer in tests/training/test_train_sandbox.py."""
+partition are run with the real batch script and the rehearsal trainer in tests/jobs/training/test_train_sandbox.py."""
 from __future__ import annotations
 
 import re
@@ -14,7 +14,7 @@ from ray_processes import ray_left_running
 
 pytestmark = pytest.mark.sandbox
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 PYTHON = sys.executable
 DOUBLE = Path(__file__).with_name("driver_double.py")
 WHOLE_NODES = "--nodes=2 --ntasks-per-node=1 --gpus-per-node=8 --exclusive --requeue --time=10"

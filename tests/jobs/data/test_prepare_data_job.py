@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 from dapo_inputs import aime2024_rows, random_rows, tricky_rows, write_aime2025_matharena, write_dapo
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 SCRIPT = REPO / "sbatch" / "prepare_data.sh"
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from aime_files import GROUND_TRUTHS, write_aime_parquet
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[3]
 
 pytestmark = [pytest.mark.sandbox, pytest.mark.vllm, pytest.mark.slow]
 # The tiny model on vLLM's CPU build: one process (TP1 x PP1), float32, a small KV cache, no graph capture.

@@ -21,7 +21,7 @@ from train_runs import wait_for
 pytestmark = [pytest.mark.sandbox, pytest.mark.slow]
 
 QUICK = ("cluster.grace_s=30", "cluster.signal_before_s=120")
-SANDBOX_TOOL = Path(__file__).resolve().parents[2] / "tools" / "slurm_sandbox.py"
+SANDBOX_TOOL = Path(__file__).resolve().parents[3] / "tools" / "slurm_sandbox.py"
 
 
 def job_nodes(sandbox, job_id: str) -> list[str]:

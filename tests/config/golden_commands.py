@@ -1,4 +1,4 @@
-"""The container commands recorded in tests/containers/golden/: how each is rendered, shared by the test that
+"""The container commands recorded in tests/config/golden/: how each is rendered, shared by the test that
 compares them (test_runtime.py) and the command that rewrites them on purpose (update_golden.py)."""
 
 from __future__ import annotations
