@@ -38,7 +38,7 @@ from beam_slurm.config.load import load_config
 from beam_slurm.core.errors import ConfigError
 
 HERE = Path(__file__).parent
-RECORD_ARGV = HERE / "test_doubles" / "record_argv"
+RECORD_ARGV = HERE.parent / "support" / "test_doubles" / "record_argv"
 
 
 @pytest.mark.parametrize("name", sorted(RENDERERS))

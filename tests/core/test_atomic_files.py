@@ -27,6 +27,7 @@ OWN_RENAMES = {
     "jobs/ray_cluster/auth.py": "the token file is created with link(), so a second writer can never replace it",
     "jobs/training/rehearsal.py": "swaps a whole checkpoint directory, not a file",
     "jobs/training/storage_probe.py": "fsyncs a scratch file to measure the storage's write bandwidth, never publishes it",
+    "jobs/ray_cluster/log_copy.py": "renames inside the copy folder's descriptor (dir_fd), never a path a symlink could redirect",
 }
 
 

@@ -1,6 +1,6 @@
 """On the Slurm sandbox (real sbatch/srun, nodes with their own hostnames and /tmp): the pull stage's batch script
 racing from several jobs, a killed holder on one node taken over from another, and runtime `none` run through srun.
-The image import itself is the test double tests/jobs/test_doubles/fake_image_import (no runtime here)."""
+The image import itself is the test double tests/support/test_doubles/fake_image_import (no runtime here)."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ pytestmark = pytest.mark.sandbox
 
 HERE = Path(__file__).parent
 REPO = HERE.parents[1]
-FAKE_IMPORT = HERE / "test_doubles" / "fake_image_import"
+FAKE_IMPORT = HERE.parent / "support" / "test_doubles" / "fake_image_import"
 IMAGE = "ghcr.io/example/skyrl:beam-release"
 # The header asks for a real pull node's resources; the sandbox nodes are small, and sbatch options override headers.
 SMALL = ["--cpus-per-task=1", "--mem=200M", "--time=00:05:00"]

@@ -1,5 +1,5 @@
 """The pull stage for real (processes, lock files, renames, records) with the container runtime replaced by the
-test double tests/jobs/test_doubles/fake_image_import, installed as `enroot` / `apptainer`."""
+test double tests/support/test_doubles/fake_image_import, installed as `enroot` / `apptainer`."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from beam_slurm.jobs.container_pull import image_is_current, import_command, rec
 
 HERE = Path(__file__).parent
 REPO = HERE.parents[1]
-FAKE_IMPORT = HERE / "test_doubles" / "fake_image_import"
+FAKE_IMPORT = HERE.parent / "support" / "test_doubles" / "fake_image_import"
 IMAGE = "ghcr.io/example/skyrl:beam-release"
 
 

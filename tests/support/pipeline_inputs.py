@@ -9,7 +9,7 @@ TESTS = Path(__file__).resolve().parents[1]
 
 from dapo_inputs import aime2024_rows, random_rows, write_aime2025_yentinglin, write_dapo
 
-FAKE_IMPORT = TESTS / "jobs" / "test_doubles" / "fake_image_import"
+FAKE_IMPORT = TESTS / "support" / "test_doubles" / "fake_image_import"
 IMAGE = "ghcr.io/example/skyrl:beam-release"
 
 

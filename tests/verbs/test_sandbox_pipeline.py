@@ -1,5 +1,5 @@
 """The pipeline on the Slurm sandbox: real sbatch, dependencies, sacct, squeue; the stage jobs are the real batch
-scripts (prepare-data for real, the image import by the test double tests/jobs/test_doubles/fake_image_import,
+scripts (prepare-data for real, the image import by the test double tests/support/test_doubles/fake_image_import,
 since no container runtime exists here). Training jobs are submitted for real and cancelled by the test once their
 dependency is checked: a full training run is the training tests' subject, not this file's."""
 
