@@ -243,7 +243,8 @@ def _represent_text(dumper: yaml.Dumper, text: str) -> yaml.ScalarNode:
         looks_typed = True
     except ValueError:
         looks_typed = bool(_YAML_BOOL.match(text))
-    return dumper.represent_scalar(yaml.resolver.BaseResolver.DEFAULT_SCALAR_TAG, text, style="'" if looks_typed else None)
+    return dumper.represent_scalar(yaml.resolver.BaseResolver.DEFAULT_SCALAR_TAG, text,
+                                   style="'" if looks_typed else None)
 
 
 _RecipeDumper.add_representer(str, _represent_text)

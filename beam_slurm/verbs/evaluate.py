@@ -178,8 +178,8 @@ def main(argv: list[str] | None = None, *, in_job: bool = False) -> int:
                 EngineSettings.from_config(cfg, ray_cluster=bool(os.environ.get("RAY_ADDRESS")))
         if here:
             if target or args.multirun or args.wait:
-                raise UsageError("the evaluation job (and --server, --checkpoint-list, --check) evaluates one checkpoint "
-                                 "in this process: no run, sweep, -m or --wait")
+                raise UsageError("the evaluation job (and --server, --checkpoint-list, --check) evaluates one "
+                                 "checkpoint in this process: no run, sweep, -m or --wait")
             if args.checkpoint_list:
                 args.checkpoint = _checkpoint_from_list(args)
             if not args.server and not args.checkpoint:
@@ -253,10 +253,11 @@ def main(argv: list[str] | None = None, *, in_job: bool = False) -> int:
 
 def stage_main(argv: list[str], entry: str) -> int:
     """What `sbatch/eval_aime.sh` (and an evaluation task across nodes) runs through `entry`, its stages/ file: the
-    evaluation of one checkpoint in this allocation (`main(argv, in_job=True)`), nothing submitted. One node, or outside Slurm: the evaluation itself. Several nodes (Beam: TP8 x PP2
-    over two nodes): the inputs checked first (bad input exits 2 before any node is touched), then one srun over all
-    nodes starts the job's Ray cluster (`jobs.ray_cluster.node`) and runs `entry` as the driver on the head node,
-    where RAY_ADDRESS is set and vLLM's Ray executor places its workers on every node."""
+    evaluation of one checkpoint in this allocation (`main(argv, in_job=True)`), nothing submitted. One node, or
+    outside Slurm: the evaluation itself. Several nodes (Beam: TP8 x PP2 over two nodes): the inputs checked first
+    (bad input exits 2 before any node is touched), then one srun over all nodes starts the job's Ray cluster
+    (`jobs.ray_cluster.node`) and runs `entry` as the driver on the head node, where RAY_ADDRESS is set and vLLM's Ray
+    executor places its workers on every node."""
     nodes = int(os.environ.get("SLURM_JOB_NUM_NODES", "1") or 1)
     if nodes <= 1 or os.environ.get("RAY_ADDRESS"):
         return main(argv, in_job=True)

@@ -157,9 +157,11 @@ def test_old_flags_are_refused_naming_their_keys():
 
 @pytest.mark.parametrize("verb, argv, message", [
     ("evaluate", ["RUN", "--k", "4"], "--k is an old spelling, not accepted; use eval.responses_per_problem=4"),
-    ("grade", ["--responses", "r", "--out", "o", "--overwrite"], "--overwrite is an old spelling, not accepted; use --force"),
+    ("grade", ["--responses", "r", "--out", "o", "--overwrite"],
+     "--overwrite is an old spelling, not accepted; use --force"),
     ("grade", ["--workers", "2"], "--workers is an old spelling, not accepted; use grade.workers=2"),
-    ("pull-container", ["--runtime", "pyxis"], "--runtime is an old spelling, not accepted; use container.runtime=pyxis"),
+    ("pull-container", ["--runtime", "pyxis"],
+     "--runtime is an old spelling, not accepted; use container.runtime=pyxis"),
     ("prepare-data", ["data.overwrite=true", "data.batch_rows=5"],
      "data.overwrite is an old spelling, not accepted; use --force instead of data.overwrite=true"),
     ("prepare-data", ["data.overwrite=false"], "and nothing instead of data.overwrite=false"),
