@@ -121,8 +121,8 @@ def _apply_values(overrides: list, cfg) -> None:
             elif ov.is_add() and not (OmegaConf.select(cfg, key, throw_on_missing=False) is None
                                       or isinstance(value, (dict, list))):
                 raise ConfigCompositionException(f"Could not append to config. An item is already at '{key}'.\n"
-                                                 f"Either remove + prefix: '{ov.input_line[1:]}'\nOr add a second + to "
-                                                 f"add or override '{key}': '+{ov.input_line}'\n")
+                                                 f"Either remove + prefix: '{ov.input_line[1:]}'\n"
+                                                 f"Or add a second + to add or override '{key}': '+{ov.input_line}'\n")
             elif ov.is_add() or ov.is_force_add():
                 OmegaConf.update(cfg, key, value, merge=True, force_add=True)
             else:

@@ -145,7 +145,8 @@ def test_verbs_without_settings_share_the_prefix(verb, argv, capsys):
 def test_old_flags_are_refused_naming_their_keys():
     verb = verb_parser("evaluate")
     for argv, old, use in [
-            (["--k", "4", "eval.responses_per_problem=6", "--checkpoint", "/c"], "--k", "eval.responses_per_problem=4"),
+            (["--k", "4", "eval.responses_per_problem=6", "--checkpoint", "/c"], "--k",
+             "eval.responses_per_problem=4"),
             (["--checkpoint", "/c", "--tp=1"], "--tp", "rollout.tensor_parallel=1"),
             (["--enforce-eager"], "--enforce-eager", "eval.enforce_eager=true"),
             (["--reasoning-effort", "a b"], "--reasoning-effort", "generation.reasoning_effort='a b'"),
