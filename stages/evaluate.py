@@ -1,5 +1,5 @@
-"""Stage entry of the evaluation job (sbatch/eval_aime.sh, chained evaluations): `evaluate --here` in this allocation,
-across its nodes when it has several (beam_slurm.verbs.evaluate.stage_main)."""
+"""Stage entry of the evaluation job (sbatch/eval_aime.sh, chained evaluations): one checkpoint evaluated in this
+allocation, across its nodes when it has several (beam_slurm.verbs.evaluate.stage_main)."""
 
 import sys
 

@@ -4,8 +4,8 @@
 
 Settings are recipe keys, composed through Hydra; `--flags` are for what is not a setting and for the verb's inputs;
 `--help` names the sections the verb reads and `--help-keys [SECTION]` lists their keys with the values of the recipe
-given. Every message starts with `beam-slurm <verb>: `; bad input exits 2 before anything runs. Old flags that carried a
-setting still work for one release, each printing the key to use instead."""
+given. Every message starts with `beam-slurm <verb>: `; bad input exits 2 before anything runs, an old spelling of a
+flag or key first (OLD_SPELLINGS, naming what to use instead)."""
 
 from __future__ import annotations
 
@@ -26,12 +26,35 @@ from rich.table import Table
 from rich.text import Text
 
 from beam_slurm.config.load import load_config, schema_fields
-from beam_slurm.config.overrides import BARE_VALUE, hydra_value, override, override_key, value_at
+from beam_slurm.config.overrides import BARE_VALUE, hydra_value, override_key, value_at
 from beam_slurm.config.schema import BeamConfig
 from beam_slurm.config.validation import unusable_text_problems
 from beam_slurm.core.errors import ConfigError, UserError
 
 EXIT_USAGE = 2
+
+# Spellings renamed before the first release -> what to use instead, by verb: a key (the old flag's value becomes
+# its value), a key=value (the old flag was a switch) or a flag. Every verb's parser refuses them before anything else.
+OLD_SPELLINGS: dict[str, dict[str, str]] = {
+    "evaluate": {
+        "--k": "eval.responses_per_problem", "--max-tokens": "generation.max_response_tokens",
+        "--max-prompt-tokens": "generation.max_prompt_tokens", "--temperature": "generation.temperature",
+        "--top-p": "generation.top_p", "--reasoning-effort": "generation.reasoning_effort",
+        "--tp": "rollout.tensor_parallel", "--pp": "rollout.pipeline_parallel",
+        "--executor": "rollout.executor_backend",
+        "--limit": "eval.limit", "--dtype": "eval.dtype", "--gpu-memory-utilization": "eval.gpu_memory_utilization",
+        "--request-timeout": "eval.server_request_timeout_s", "--max-attempts": "eval.server_max_attempts",
+        "--concurrency": "eval.server_concurrency", "--grade-timeout": "grade.timeout_s",
+        "--grade-workers": "grade.workers", "--enforce-eager": "eval.enforce_eager=true",
+    },
+    "grade": {"--timeout": "grade.timeout_s", "--memory-mb": "grade.memory_mb", "--workers": "grade.workers",
+              "--overwrite": "--force"},
+    "pull-container": {"--lock-stale-after": "container.lock_stale_after_s",
+                       "--lock-timeout": "container.lock_timeout_s", "--runtime": "container.runtime",
+                       "--image": "container.image", "--cache-dir": "container.image_cache_dir"},
+    "prepare-data": {"data.overwrite": "--force"},
+    "submit": {"data.overwrite": "--force"},  # the data stage's redo, as prepare-data's
+}
 
 
 @dataclass(frozen=True)
@@ -124,21 +147,33 @@ class VerbUsageError(UserError):
     """Bad command-line input of a verb; printed after the verb's prefix, exit status 2."""
 
 
-@dataclass(frozen=True)
-class KeyFlag:
-    """An old flag that carried a setting; kept one release as an alias of its key."""
+def old_spelling_problem(verb: str, argv: Sequence[str]) -> str | None:
+    """The first word of `argv` that OLD_SPELLINGS lists for `verb`, said with what to type instead; None if none."""
+    table = OLD_SPELLINGS.get(verb, {})
+    for index, word in enumerate(argv):
+        name, eq, given = word.partition("=")
+        new = table.get(name) if word.startswith("--") else None
+        if new is not None and not new.startswith("-") and "=" not in new:  # it carried the value of a key
+            value = given if eq else argv[index + 1] if index + 1 < len(argv) else None
+            new = f"{new}={'VALUE' if value is None else value if BARE_VALUE.match(value) else hydra_value(value)}"
+        elif new is None and not word.startswith("-") and override_key(word) in table:  # a key that is now a flag
+            name = override_key(word)
+            new = f"{table[name]} instead of {name}=true (and nothing instead of {name}=false)"
+        if new is not None:
+            return f"{name} is an old spelling, not accepted; use {new}"
+    return None
 
-    flag: str  # The old option, e.g. `--k`
-    key: str  # The key it sets, e.g. `eval.responses_per_problem`
-    switch: bool = False  # The flag took no value and meant `key=true`
 
+class _Group:
+    """An argument group whose options the verb records too (argparse keeps its own table of them private)."""
 
-@dataclass(frozen=True)
-class RenamedFlag:
-    """An old spelling of a verb flag (e.g. `--overwrite` for `--force`), or an old key that is now a flag."""
+    def __init__(self, group, record):
+        self._group, self._record = group, record
 
-    old: str  # `--overwrite`, or a key such as `data.overwrite` (then `data.overwrite=true` means the flag)
-    flag: str  # The flag to use instead, e.g. `--force`
+    def add_argument(self, *names, **kwargs):
+        action = self._group.add_argument(*names, **kwargs)
+        self._record(action)
+        return action
 
 
 class _Parser(argparse.ArgumentParser):
@@ -150,11 +185,6 @@ class _Parser(argparse.ArgumentParser):
 
     def format_help(self) -> str:
         text, verb = super().format_help(), self._verb_args
-        old = [f"{kf.flag} ({kf.key}{'=true' if kf.switch else ''})" for kf in verb.key_flags]
-        old += [f"{rn.old} ({rn.flag})" for rn in verb.renamed if rn.old.startswith("-")]
-        if old:  # one paragraph, not an entry each: they are on their way out
-            text += "\n" + textwrap.fill("old flags, accepted for one release (each names what to use): " +
-                                         ", ".join(old), 100, break_on_hyphens=False) + "\n"
         if verb.keys:
             text += "\n" + sections_help(verb.verb, verb.keys) + "\n"
         return text
@@ -166,11 +196,11 @@ class Parsed:
 
     args: argparse.Namespace  # The verb's flags and inputs
     overrides: list[str]
-    """key=value overrides for Hydra (old flags' included), in the order typed: for a key given twice the later wins."""
+    """key=value overrides for Hydra, in the order typed: for a key given twice the later wins."""
 
 
 class VerbArgs:
-    """The parser of one verb: its flags and inputs, the keys it reads, the old flags kept as aliases."""
+    """The parser of one verb: its flags and inputs, the keys it reads."""
 
     def __init__(self, verb: str, description: str, *, keys: Sequence[str] = (), settings: bool = True,
                  epilog: str | None = None, inputs: str = ""):
@@ -180,52 +210,45 @@ class VerbArgs:
         self.prefix = f"beam-slurm {verb}: "
         self.keys = list(keys)
         self.settings = settings
-        self.key_flags: list[KeyFlag] = []
-        self.renamed: list[RenamedFlag] = []
+        self.actions: list[argparse.Action] = []  # every option and input, in the order added
         usage = " ".join(part for part in ("%(prog)s [-h]", "[--help-keys [SECTION]]" if self.keys else "",
                                            "[--flag ...]", inputs, "[key=value ...]" if settings else "") if part
                          ) if settings or inputs else None  # None: argparse's own, naming every flag and input
         self.parser = _Parser(prog=f"beam-slurm {verb}", description=description, epilog=epilog, usage=usage,
                               formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False)
         self.parser._verb_args = self
-        self._aliases = None
         if settings:
-            self.parser.add_argument("overrides", nargs="*", metavar="key=value",
+            self.add_argument("overrides", nargs="*", metavar="key=value",
                                      help="recipe settings (Hydra overrides); the sections this verb reads are below")
         if self.keys:
-            self.parser.add_argument("--help-keys", nargs="?", const="all", metavar="SECTION",
+            self.add_argument("--help-keys", nargs="?", const="all", metavar="SECTION",
                                      help="list the keys of SECTION (a section, a key, or all: the default) with "
                                           "the values of the recipe given, and exit")
 
     def add_argument(self, *names, **kwargs):
-        return self.parser.add_argument(*names, **kwargs)
+        action = self.parser.add_argument(*names, **kwargs)
+        self.actions.append(action)
+        return action
 
     def add_argument_group(self, *args, **kwargs):
-        return self.parser.add_argument_group(*args, **kwargs)
+        return _Group(self.parser.add_argument_group(*args, **kwargs), self.actions.append)
 
-    def _alias_group(self):  # its flags are listed in one paragraph by format_help
-        if self._aliases is None:
-            self._aliases = self.parser.add_argument_group("old flags (still accepted for one release)")
-        return self._aliases
+    def option(self, word: str) -> argparse.Action | None:
+        """The option `word` names (`--out`), if the verb has it."""
+        return next((action for action in self.actions if word in action.option_strings), None)
 
-    def key_flag(self, flag: str, key: str, *, switch: bool = False, metavar: str | None = None) -> None:
-        """Keep `flag` as an alias of `key` (default SUPPRESS: the value comes from the schema unless given)."""
-        self.key_flags.append(KeyFlag(flag, key, switch))
-        kind = {"action": "store_const", "const": True} if switch else {"metavar": metavar or "VALUE"}
-        self._alias_group().add_argument(flag, dest=_alias_dest(flag), default=argparse.SUPPRESS,
-                                         help=argparse.SUPPRESS, **kind)
-
-    def renamed_flag(self, old: str, flag: str) -> None:
-        """Keep `old` (a flag, or a key now replaced by a switch flag) as a spelling of the switch `flag`."""
-        self.renamed.append(RenamedFlag(old, flag))
-        if old.startswith("-"):
-            self._alias_group().add_argument(old, dest=_alias_dest(old), action="store_const", const=True,
-                                             default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+    def refuse_old_spellings(self, argv: Sequence[str]) -> None:
+        """Raise VerbUsageError (exit 2) at the first old spelling in argv, naming the key or flag to use."""
+        problem = old_spelling_problem(self.verb, argv)
+        if problem is not None:
+            raise VerbUsageError(problem)
 
     def parse(self, argv: Sequence[str]) -> Parsed:
-        """Split argv into flags and overrides. Raises VerbUsageError (`fail`: exit 2); --help, --help-keys exit 0."""
+        """Split argv into flags and overrides. Raises VerbUsageError (`fail`: exit 2), first for an old spelling;
+        --help, --help-keys exit 0."""
+        self.refuse_old_spellings(argv)
         if any(word.split("=", 1)[0] == "--help-keys" for word in argv):  # as --help: no input is required
-            for action in self.parser._actions:
+            for action in self.actions:
                 action.required = False
         if self.settings:
             args = self.parser.parse_intermixed_args(list(argv))
@@ -237,43 +260,15 @@ class VerbArgs:
         if help_keys and "=" in help_keys:  # `--help-keys recipe=X`: a setting, not a section
             given.append(help_keys)
             help_keys = "all"
-        notes: list[str] = []
-        placed: list[tuple[int, str]] = []  # (position in argv, override): a later one wins, as with flags before
-        words, used = list(argv), set()  # where flags and words stand, so overrides keep the order typed
-        for kf in (kf for kf in self.key_flags if hasattr(args, _alias_dest(kf.flag))):
-            raw = getattr(args, _alias_dest(kf.flag))
-            delattr(args, _alias_dest(kf.flag))
-            if kf.switch:
-                text = override(kf.key, True)
-            else:  # as if the user had typed key=<the flag's text>
-                text = f"{kf.key}={raw if BARE_VALUE.match(raw) else hydra_value(raw)}"
-            # argparse keeps a flag's last repeat
-            placed.append((max((i for i, w in enumerate(words) if w == kf.flag or w.startswith(kf.flag + "=")),
-                               default=len(words)), text))
-            notes.append(f"{kf.flag} is an old flag; use {text}")
-        for rn in (rn for rn in self.renamed if hasattr(args, _alias_dest(rn.old))):  # the flags among them
-            delattr(args, _alias_dest(rn.old))
-            setattr(args, rn.flag.lstrip("-").replace("-", "_"), True)
-            notes.append(f"{rn.old} is an old flag; use {rn.flag}")
+        placed: list[tuple[int, str]] = []  # (position in argv, override): `--help-keys key=value` keeps its place
+        words, used = list(argv), set()
         for text in given:
             if "=" not in text and not text.startswith("~"):
                 self.parser.error(f"unexpected argument {text!r}: settings are key=value (see --help for the keys)")
-            renamed = next((rn for rn in self.renamed if rn.old == override_key(text)), None)
-            if renamed is not None:
-                value = text.split("=", 1)[1].strip().lower() if "=" in text else ""
-                if value not in ("true", "false"):
-                    self.parser.error(f"{text!r}: {renamed.old} is now the flag {renamed.flag}")
-                if value == "true":
-                    setattr(args, renamed.flag.lstrip("-").replace("-", "_"), True)
-                notes.append(f"{renamed.old}={value} is an old setting; use {renamed.flag}"
-                             if value == "true" else f"{renamed.old}=false is the default; drop it")
-                continue
             at = next((i for i, w in enumerate(words) if w == text and i not in used), len(words))
             used.add(at)
             placed.append((at, text))
         overrides = [text for _, text in sorted(placed, key=lambda item: item[0])]
-        for note in notes:
-            print(self.prefix + note, file=sys.stderr)
         if help_keys is not None:
             self._print_keys(help_keys, overrides)
         return Parsed(args, overrides)
@@ -361,6 +356,3 @@ def fit_columns(table: Table, width: int) -> bool:
         column.width = chosen
     return True
 
-
-def _alias_dest(flag: str) -> str:
-    return "old_" + flag.lstrip("-").replace("-", "_")

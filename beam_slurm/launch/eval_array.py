@@ -194,7 +194,7 @@ class EvalTask(submitit.helpers.Checkpointable):
     def _across_nodes(self, env) -> dict[str, dict]:
         # Every node joins the Ray cluster; rank 0 is the head and runs this same task as the driver (RAY_ADDRESS set).
         spec = self.specs[0]
-        argv = ["--here", "--out", spec.out_dir, *spec.overrides, f"eval.responses_per_problem={max(spec.ks)}",
+        argv = ["--out", spec.out_dir, *spec.overrides, f"eval.responses_per_problem={max(spec.ks)}",
                 *(arg for one in self.specs for arg in ("--data", one.data_file))]
         argv += ["--checkpoint", spec.checkpoint] if spec.checkpoint else ["--server", spec.server]
         argv += ["--base-model", spec.base_model] if spec.base_model else []

@@ -27,18 +27,6 @@ EVALUATE_KEYS = ["eval.responses_per_problem", "generation.max_response_tokens",
 CLUSTER_KEYS = ("cluster.gpus_per_node", "cluster.partition", "cluster.account", "cluster.qos")
 
 
-# Old flags that carried a setting -> its key (accepted for one release).
-OLD_FLAGS = {
-    "--k": "eval.responses_per_problem", "--max-tokens": "generation.max_response_tokens",
-    "--max-prompt-tokens": "generation.max_prompt_tokens", "--temperature": "generation.temperature",
-    "--top-p": "generation.top_p", "--reasoning-effort": "generation.reasoning_effort",
-    "--tp": "rollout.tensor_parallel", "--pp": "rollout.pipeline_parallel", "--executor": "rollout.executor_backend",
-    "--limit": "eval.limit", "--dtype": "eval.dtype", "--gpu-memory-utilization": "eval.gpu_memory_utilization",
-    "--request-timeout": "eval.server_request_timeout_s", "--max-attempts": "eval.server_max_attempts",
-    "--concurrency": "eval.server_concurrency", "--grade-timeout": "grade.timeout_s", "--grade-workers": "grade.workers",
-}
-
-
 def build_parser():
     verb = VerbArgs("evaluate", "Evaluate checkpoints on AIME (vLLM generation, grading, metrics) as one Slurm job "
                     "array. Settings are recipe keys, e.g.\n  beam-slurm evaluate RUN eval.responses_per_problem=32 "
@@ -64,15 +52,10 @@ def build_parser():
     output.add_argument("--check", action="store_true",
                         help="only check the inputs and print what would run (status 2 on bad input)")
     where = verb.add_argument_group("where it runs (default: one Slurm job array through submitit, eval.launcher.*)")
-    where.add_argument("--here", action="store_true",
-                       help="evaluate one checkpoint in this process (what the array tasks and sbatch/eval_aime.sh run)")
     where.add_argument("-m", "--multirun", action="store_true",
                        help="sweep: key=a,b values expand as with `submit -m` (Hydra's override grammar)")
     where.add_argument("--wait", action="store_true", help="wait for the array, show progress, print the table")
     where.add_argument("--exports-root", help="where run names are looked up (default $BEAM_EXPORTS_ROOT or ~/exports)")
-    for flag, key in OLD_FLAGS.items():
-        verb.key_flag(flag, key)
-    verb.key_flag("--enforce-eager", "eval.enforce_eager", switch=True)
     return verb
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from beam_slurm import REPO_ROOT
 from beam_slurm.config.container_runtime import cached_image_path, is_local_image
 from beam_slurm.config.load import load_config, read_back_problems
-from beam_slurm.config.overrides import BARE_VALUE, override, override_key
+from beam_slurm.config.overrides import BARE_VALUE, override
 from beam_slurm.config.schema import env_sources
 from beam_slurm.core import layout
 from beam_slurm.core.errors import BadDataInput, ConfigProblem, UserError
@@ -116,10 +116,8 @@ class PrepareData:
 
     def __init__(self, cfg, data_overrides: list[str], *, force: bool = False):
         self.cfg = cfg
-        # data.overwrite=true is the old spelling of prepare-data's --force
-        old = [o for o in data_overrides if override_key(o) == "data.overwrite"]
-        self.force = force or any(o.split("=", 1)[-1].strip().lower() == "true" for o in old)
-        self.data_overrides = [o for o in data_overrides if o not in old]
+        self.force = force
+        self.data_overrides = list(data_overrides)
 
     @property
     def out_dir(self) -> str:

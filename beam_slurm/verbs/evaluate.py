@@ -1,8 +1,9 @@
 """`beam-slurm evaluate RUN | SWEEP | --checkpoint DIR [-m] [--wait] [key=value ...]`: AIME evaluations of checkpoints.
 
-Without --here: one task per (checkpoint x dataset x sweep point), the finished ones skipped, the rest submitted as one
-Slurm job array (`beam_slurm.launch.eval_array`). With --here, --server or --checkpoint-list: one checkpoint in this
-process, results in ``<export_path>/beam_evals/global_step_N/`` or --out (layout: `beam_slurm.jobs.evaluation.resumable`).
+One task per (checkpoint x dataset x sweep point), the finished ones skipped, the rest submitted as one Slurm job
+array (`beam_slurm.launch.eval_array`). In the evaluation job (`stage_main`: sbatch/eval_aime.sh, a task across
+nodes), or with --server or --checkpoint-list: one checkpoint in this process, results in
+``<export_path>/beam_evals/global_step_N/`` or --out (layout: `beam_slurm.jobs.evaluation.resumable`).
 Inputs are checked before a model is loaded or a job submitted; bad input exits 2."""
 
 from __future__ import annotations
@@ -79,12 +80,11 @@ def _summary_lines(metrics: dict[str, dict[str, Any]]) -> list[str]:
 
 def _split_target(verb, argv: list[str]) -> tuple[str | None, list[str]]:
     """The positional RUN | SWEEP (the first bare word that is neither a flag's value nor a key=value)."""
-    actions = verb.parser._option_string_actions
     index = 0
     while index < len(argv):
         word = argv[index]
         if word.startswith("-"):
-            action = actions.get(word)
+            action = verb.option(word)
             index += 2 if action is not None and action.nargs != 0 and "=" not in word else 1
             continue
         if "=" not in word and not word.startswith("~"):
@@ -149,17 +149,20 @@ def _table(results: dict[str, dict], title: str) -> None:
     table_console().print(table)
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, *, in_job: bool = False) -> int:
+    """`beam-slurm evaluate`; `in_job` (the evaluation job's own call, `stage_main`): evaluate one checkpoint in this
+    process instead of submitting."""
     verb = build_parser()
     log = lambda message: print(message, flush=True)  # noqa: E731  (progress goes to the job log as it happens)
     argv = list(sys.argv[1:] if argv is None else argv)
 
     # 1. Everything that can be checked without a model, so a bad job fails in seconds with status 2.
     try:
+        verb.refuse_old_spellings(argv)  # before the target is picked out: `--k 4` would make `4` the target
         target, argv = _split_target(verb, argv)
         parsed = verb.parse(argv)
         args = parsed.args
-        here = args.here or bool(args.server) or bool(args.checkpoint_list) or args.check
+        here = in_job or bool(args.server) or bool(args.checkpoint_list) or args.check
         if args.served_model and not args.server:
             raise UsageError("--served-model only applies with --server")
         points = _points(parsed, args.multirun, lambda overrides: verb.load(dataclasses.replace(parsed,
@@ -175,8 +178,8 @@ def main(argv: list[str] | None = None) -> int:
                 EngineSettings.from_config(cfg, ray_cluster=bool(os.environ.get("RAY_ADDRESS")))
         if here:
             if target or args.multirun or args.wait:
-                raise UsageError("--here (and --server, --checkpoint-list, --check) evaluates one checkpoint in this "
-                                 "process: no run, sweep, -m or --wait")
+                raise UsageError("the evaluation job (and --server, --checkpoint-list, --check) evaluates one "
+                                 "checkpoint in this process: no run, sweep, -m or --wait")
             if args.checkpoint_list:
                 args.checkpoint = _checkpoint_from_list(args)
             if not args.server and not args.checkpoint:
@@ -249,17 +252,16 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def stage_main(argv: list[str], entry: str) -> int:
-    """What `sbatch/eval_aime.sh` (and a chained evaluation job) runs through `entry`, its stages/ file: `evaluate
-    --here` in this allocation. One node, or outside Slurm: the evaluation itself. Several nodes (Beam: TP8 x PP2
-    over two nodes): the inputs checked first (bad input exits 2 before any node is touched), then one srun over all
-    nodes starts the job's Ray cluster (`jobs.ray_cluster.node`) and runs `entry` as the driver on the head node,
-    where RAY_ADDRESS is set and vLLM's Ray executor places its workers on every node."""
-    if "--here" not in argv:
-        argv = ["--here", *argv]  # this job is the evaluation: run it in this allocation, submit nothing
+    """What `sbatch/eval_aime.sh` (and an evaluation task across nodes) runs through `entry`, its stages/ file: the
+    evaluation of one checkpoint in this allocation (`main(argv, in_job=True)`), nothing submitted. One node, or
+    outside Slurm: the evaluation itself. Several nodes (Beam: TP8 x PP2 over two nodes): the inputs checked first
+    (bad input exits 2 before any node is touched), then one srun over all nodes starts the job's Ray cluster
+    (`jobs.ray_cluster.node`) and runs `entry` as the driver on the head node, where RAY_ADDRESS is set and vLLM's Ray
+    executor places its workers on every node."""
     nodes = int(os.environ.get("SLURM_JOB_NUM_NODES", "1") or 1)
     if nodes <= 1 or os.environ.get("RAY_ADDRESS"):
-        return main(argv)
-    status = main([*argv, "--check"])
+        return main(argv, in_job=True)
+    status = main([*argv, "--check"], in_job=True)
     if status != 0:
         return status
     allocation = allocation_from_env()

@@ -28,10 +28,6 @@ def build_parser():
     verb.add_argument("--out", required=True, type=Path, help="output folder for metrics.json, grades.jsonl, ...")
     verb.add_argument("--force", action="store_true", help="replace the results already in --out")
     verb.add_argument("--json", action="store_true", help="print the metrics as JSON instead of a table")
-    verb.key_flag("--timeout", "grade.timeout_s")
-    verb.key_flag("--memory-mb", "grade.memory_mb")
-    verb.key_flag("--workers", "grade.workers")
-    verb.renamed_flag("--overwrite", "--force")
     return verb
 
 

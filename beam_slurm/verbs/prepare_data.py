@@ -22,7 +22,6 @@ def build_parser():
     verb.add_argument("--force", action="store_true", help="rebuild outputs even when they are up to date")
     verb.add_argument("--adopt", action="store_true", help="record cleaned files already in data.out_dir without a "
                       "manifest entry (schema and rows checked) instead of refusing them")
-    verb.renamed_flag("data.overwrite", "--force")
     return verb
 
 

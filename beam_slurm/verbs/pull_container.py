@@ -24,11 +24,6 @@ def build_parser():
     )
     verb.add_argument("--force", action="store_true", help="import again even if a complete import is present")
     verb.add_argument("--verify", action="store_true", help="also re-hash an existing image before skipping it")
-    verb.key_flag("--lock-stale-after", "container.lock_stale_after_s", metavar="SECONDS")
-    verb.key_flag("--lock-timeout", "container.lock_timeout_s", metavar="SECONDS")
-    verb.key_flag("--runtime", "container.runtime")
-    verb.key_flag("--image", "container.image")
-    verb.key_flag("--cache-dir", "container.image_cache_dir")
     return verb
 
 

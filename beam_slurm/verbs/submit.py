@@ -403,8 +403,8 @@ def _data_problems(data_overrides: list[str]) -> list[str]:
         return problems
     if any(o.split("=", 1)[0].lstrip("+") == "data.out_dir" for o in data_overrides):
         return ["data.out_dir: the data stage writes to paths.data_dir (DATA_DIR), which training reads; set that instead"]
-    try:  # the data section of the same schema; data.overwrite (old spelling of --force) is the stage's business
-        cfg = load_config([o for o in data_overrides if override_key(o) != "data.overwrite"], validate=False)
+    try:  # the data section of the same schema
+        cfg = load_config(data_overrides, validate=False)
     except ConfigError as exc:
         return [str(p) for p in exc.problems]
     return cfg.data.problems()

@@ -1,10 +1,9 @@
 """One argument convention for every verb: recipe keys through Hydra, flags only for what is not a setting, old
-flags kept as aliases that name their key, --help listing each verb's keys with the schema's defaults and docstrings,
+spellings refused with what to use instead, --help listing each verb's keys with the schema's defaults and docstrings,
 one error prefix and exit status 2."""
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import importlib
 import re
@@ -19,7 +18,7 @@ from beam_slurm.cli import main as beam_slurm
 from beam_slurm.config.load import load_config
 from beam_slurm.config.overrides import hydra_value, override, value_at
 from beam_slurm.config.schema import BeamConfig
-from beam_slurm.config.verb_args import VerbArgs, schema_keys
+from beam_slurm.config.verb_args import OLD_SPELLINGS, VerbArgs, VerbUsageError, schema_keys
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -38,19 +37,18 @@ def test_no_option_that_maps_to_a_schema_key_carries_a_default(verb):
     assert isinstance(verb_args, VerbArgs)
     known = schema_keys()
     assert set(verb_args.keys) <= set(known), set(verb_args.keys) - set(known)
-    mapped = {kf.flag: kf.key for kf in verb_args.key_flags}
-    assert set(mapped.values()) <= set(known)
+    # Each old spelling names a key of the schema or a flag of the verb, and is no option of the verb any more.
+    for old, new in OLD_SPELLINGS.get(verb, {}).items():
+        assert verb_args.option(old) is None, (verb, old)
+        assert new.split("=", 1)[0] in known or verb_args.option(new) is not None, (verb, old, new)
     leaf_names = {key.rsplit(".", 1)[-1] for key in verb_args.keys}
     for action in verb_args.parser._actions:
         flags = [s for s in action.option_strings if s.startswith("--")]
         if not flags:
             continue
-        if any(flag in mapped for flag in flags) or action.dest.startswith("old_"):
-            assert action.default is argparse.SUPPRESS, (verb, flags, action.default)
-            continue
         # An option named like one of the keys this verb reads would be a second way to set it, with its own default.
         names = {flag[2:].replace("-", "_") for flag in flags}
-        assert not names & leaf_names, (verb, flags, "set this through its key, or register it as an old flag")
+        assert not names & leaf_names, (verb, flags, "set this through its key")
 
 
 def test_evaluation_settings_restate_no_default():
@@ -144,34 +142,40 @@ def test_verbs_without_settings_share_the_prefix(verb, argv, capsys):
     assert f"beam-slurm {verb}: unrecognized arguments: --no-such-flag" in capsys.readouterr().err
 
 
-def test_old_flags_become_their_keys_in_the_order_typed(capsys):
+def test_old_flags_are_refused_naming_their_keys():
     verb = verb_parser("evaluate")
-    parsed = verb.parse(["--k", "4", "eval.responses_per_problem=6", "--checkpoint", "/c", "--tp", "1",
-                         "--enforce-eager", "--reasoning-effort", "a b"])
-    assert parsed.overrides == ["eval.responses_per_problem=4", "eval.responses_per_problem=6",
-                                "rollout.tensor_parallel=1", "eval.enforce_eager=true",
-                                "generation.reasoning_effort='a b'"]
-    assert parsed.args.checkpoint == "/c" and not hasattr(parsed.args, "old_k")
-    cfg = verb.load(parsed)
-    assert (cfg.eval.responses_per_problem, cfg.rollout.tensor_parallel, cfg.eval.enforce_eager,
-            cfg.generation.reasoning_effort) == (6, 1, True, "a b")  # the later of --k and its key wins
-    err = capsys.readouterr().err
-    assert "beam-slurm evaluate: --k is an old flag; use eval.responses_per_problem=4" in err
-    assert "beam-slurm evaluate: --enforce-eager is an old flag; use eval.enforce_eager=true" in err
-    # ... and when the key comes first, the old flag after it wins.
-    later = verb.parse(["eval.responses_per_problem=6", "--k", "4"])
-    assert verb.load(later).eval.responses_per_problem == 4
+    for argv, old, use in [
+            (["--k", "4", "eval.responses_per_problem=6", "--checkpoint", "/c"], "--k",
+             "eval.responses_per_problem=4"),
+            (["--checkpoint", "/c", "--tp=1"], "--tp", "rollout.tensor_parallel=1"),
+            (["--enforce-eager"], "--enforce-eager", "eval.enforce_eager=true"),
+            (["--reasoning-effort", "a b"], "--reasoning-effort", "generation.reasoning_effort='a b'"),
+            (["eval.responses_per_problem=6", "--k"], "--k", "eval.responses_per_problem=VALUE")]:
+        with pytest.raises(VerbUsageError) as refused:
+            verb.parse(argv)
+        assert str(refused.value) == f"{old} is an old spelling, not accepted; use {use}"
 
 
-def test_old_spellings_of_force(capsys):
-    grade = verb_parser("grade").parse(["--responses", "r", "--out", "o", "--overwrite"])
-    assert grade.args.force is True and not hasattr(grade.args, "old_overwrite")
-    data = verb_parser("prepare-data").parse(["data.overwrite=true", "data.batch_rows=5"])
-    assert data.args.force is True and data.overrides == ["data.batch_rows=5"]
-    assert verb_parser("prepare-data").parse(["data.overwrite=false"]).args.force is False
+@pytest.mark.parametrize("verb, argv, message", [
+    ("evaluate", ["RUN", "--k", "4"], "--k is an old spelling, not accepted; use eval.responses_per_problem=4"),
+    ("grade", ["--responses", "r", "--out", "o", "--overwrite"],
+     "--overwrite is an old spelling, not accepted; use --force"),
+    ("grade", ["--workers", "2"], "--workers is an old spelling, not accepted; use grade.workers=2"),
+    ("pull-container", ["--runtime", "pyxis"],
+     "--runtime is an old spelling, not accepted; use container.runtime=pyxis"),
+    ("prepare-data", ["data.overwrite=true", "data.batch_rows=5"],
+     "data.overwrite is an old spelling, not accepted; use --force instead of data.overwrite=true"),
+    ("prepare-data", ["data.overwrite=false"], "and nothing instead of data.overwrite=false"),
+    ("submit", ["--dry-run", "data.overwrite=true"], "data.overwrite is an old spelling, not accepted; use --force"),
+])
+def test_old_spellings_exit_2_before_anything_else(verb, argv, message, capsys, monkeypatch):
+    def compose(*args, **kwargs):
+        raise AssertionError("the recipe was loaded")
+
+    monkeypatch.setattr("beam_slurm.config.load.compose", compose)  # refused before the recipe is loaded
+    assert beam_slurm([verb, *argv]) == 2
     err = capsys.readouterr().err
-    assert "beam-slurm grade: --overwrite is an old flag; use --force" in err
-    assert "beam-slurm prepare-data: data.overwrite=true is an old setting; use --force" in err
+    assert err.startswith(f"beam-slurm {verb}: ") and message in err, err
 
 
 TRICKY = ["plain", "/x y/z", "it's", 'say "hi"', "a,b", "${HOME}/x", "$HOME", "$(id)", "a\\b", "a\\", "a\\'b",

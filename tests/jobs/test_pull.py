@@ -213,7 +213,7 @@ def test_failed_import_leaves_no_image_record_temp_or_lock(runtime_env):
         (["container.image_cache_dir=relative/dir"], {}, "container.image_cache_dir"),
         (["container.runtime=none"], {}, "container.runtime='none': nothing to pull for this runtime"),
         ([], {"PATH": "/usr/bin:/bin"}, "`enroot` is not on PATH"),
-        (["--image", ""], {}, "--image is an old flag; use container.image=''"),
+        (["--image", ""], {}, "--image is an old spelling, not accepted; use container.image=''"),
         (["container.imag=x"], {}, "container.imag='x': unknown key"),
     ],
 )
@@ -223,7 +223,7 @@ def test_bad_input_exits_2_before_anything_runs(runtime_env, args, env_change, w
                             timeout=60)
     assert result.returncode == 2, result
     assert words in result.stderr and result.stderr.startswith("beam-slurm pull-container: "), result.stderr
-    assert "fix:" in result.stderr or "unknown key" in result.stderr or "old flag" in result.stderr
+    assert "fix:" in result.stderr or "unknown key" in result.stderr or "old spelling" in result.stderr
     assert not log.exists()
 
 
@@ -236,12 +236,12 @@ def test_sbatch_script_finds_the_checkout_and_runs_the_stage(runtime_env, tmp_pa
     result = run()
     assert result.returncode == 0, result.stderr
     assert_complete_and_clean(cache)
-    # The old flags still work for one release (runtime from the environment, as before), naming the keys.
+    # The old flags are refused (exit 2, before anything runs), naming the key to use.
     old = subprocess.run(["bash", str(script), "--image", IMAGE, "--cache-dir", str(cache)],
                          env={**env, "BEAM_CONTAINER_RUNTIME": "pyxis"}, capture_output=True, text=True, timeout=60,
                          cwd=tmp_path)
-    assert old.returncode == 0 and "skipping" in old.stdout, old.stderr
-    assert "--cache-dir is an old flag; use container.image_cache_dir=" in old.stderr
+    assert old.returncode == 2 and "skipping" not in old.stdout, old.stderr
+    assert f"--image is an old spelling, not accepted; use container.image={IMAGE}" in old.stderr
     wrong = run(BEAM_SLURM_HOME=str(tmp_path))
     assert wrong.returncode == 2 and "set BEAM_SLURM_HOME" in wrong.stderr
 

@@ -104,7 +104,8 @@ def test_sweep_without_multirun_flag_is_refused(run_env, capsys):
     (["data.out_dir=/x"], "paths.data_dir"),
     (["data.no_such_key=1"], "data.no_such_key='1': unknown key"),
     (["data.batch_rows=0"], "data.batch_rows=0: must be >= 1"),
-    (["-m", "data.overwrite=true,false"], "cannot be swept"),
+    (["-m", "data.batch_rows=1,2"], "cannot be swept"),
+    (["-m", "data.overwrite=true,false"], "data.overwrite is an old spelling, not accepted; use --force"),
     (["lora.rank=-1"], "lora.rank"),
     (["cluster.extra_sbatch_args=['--comment=a']", "no_such_key=1"], "no_such_key"),
 ])
@@ -211,8 +212,12 @@ def test_a_chained_evaluation_reads_back_the_runs_settings_and_its_extras_win(ru
     from beam_slurm.launch.eval_array import launcher_parameters
     from beam_slurm.launch.eval_request import EVALUATE_KEYS, chained_overrides
 
+    from beam_slurm.config.verb_args import VerbUsageError
+
     cfg = load_config(["recipe=lora_16gpu", "eval.responses_per_problem=4"])
-    job = load_config(chained_overrides(cfg, 10, ["--limit", "2"]))
+    with pytest.raises(VerbUsageError, match="--limit is an old spelling, not accepted; use eval.limit=2"):
+        chained_overrides(cfg, 10, ["--limit", "2"])
+    job = load_config(chained_overrides(cfg, 10, ["eval.limit=2"]))
     params = launcher_parameters(job)
     assert params["nodes"] == 2 and params["name"] == "beam_lora_16gpu-eval-10"
     assert params["submitit_folder"] == f"{cfg.paths.log_dir}/eval-step10-%j"
@@ -221,7 +226,7 @@ def test_a_chained_evaluation_reads_back_the_runs_settings_and_its_extras_win(ru
         folder.mkdir(parents=True)
         (folder / name).write_text("{}")
     assert cfg.is_lora and is_adapter(adapter.parent) and is_adapter(adapter) and not is_adapter(whole.parent)
-    # The job reads back exactly the run's settings; the extra (old-flag) arguments come last and win.
+    # The job reads back exactly the run's settings; the extra arguments come last and win.
     for key in EVALUATE_KEYS:
         if key != "eval.limit":
             assert value_at(job, key) == value_at(cfg, key), key
@@ -246,7 +251,7 @@ def test_data_stage_complete_only_when_outputs_match_the_manifest(run_env):
     assert prepare_main([*data, f"data.out_dir={cfg.paths.data_dir}"]) == 0
     assert stage.completed().startswith("complete:")
     assert PrepareData(cfg, data, force=True).completed() == ""
-    assert PrepareData(cfg, [*data, "data.overwrite=true"]).completed() == ""  # the old spelling of --force
+    assert submit_mod.main(["--dry-run", *data, "data.overwrite=true"]) == 2  # the old spelling of --force
     assert PrepareData(cfg, data, force=True).render().request.script_args[0] == "--force"
     assert PrepareData(cfg, [*data, "data.aime2025_data_source=other"]).completed() == ""  # other settings
     out = Path(cfg.paths.data_dir) / "aime-2025-cleaned.parquet"

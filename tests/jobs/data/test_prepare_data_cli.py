@@ -108,9 +108,11 @@ def test_rerun_keeps_good_outputs_and_refuses_changed_ones(tmp_path, sources, ca
     assert "has changed since it was written" in err and "pass --force" in err
     assert main([*args(sources, out), "--force"]) == 0
     assert outputs_and_manifest(out) == outputs_and_manifest_before
-    # The old spelling still works for one release and names the flag to use.
-    assert main(args(sources, out, overwrite="true")) == 0
-    assert "data.overwrite=true is an old setting; use --force" in capsys.readouterr().err
+    # The old spelling is refused (exit 2, nothing changed) and names the flag to use.
+    assert main(args(sources, out, overwrite="true")) == 2
+    assert "data.overwrite is an old spelling, not accepted; use --force instead of data.overwrite=true" in \
+        capsys.readouterr().err
+    assert outputs_and_manifest(out) == outputs_and_manifest_before
 
     # A changed source makes the old output stale: refuse without overwrite.
     write_dapo(sources["aime2024"], aime2024_rows()[:100])
@@ -207,7 +209,7 @@ def test_unknown_and_malformed_settings(tmp_path, sources, capsys):
     assert main(["out_dir"]) == 2
     assert "settings are key=value" in capsys.readouterr().err
     assert main(args(sources, tmp_path / "o", overwrite="maybe")) == 2
-    assert "data.overwrite is now the flag --force" in capsys.readouterr().err
+    assert "data.overwrite is an old spelling, not accepted; use --force" in capsys.readouterr().err
     assert main(args(sources, tmp_path / "o", batch_rows="0")) == 2
     assert "data.batch_rows=0: must be >= 1" in capsys.readouterr().err
     assert not (tmp_path / "o").exists()

@@ -115,7 +115,7 @@ def run_cli_without_model(args: list[str]) -> subprocess.CompletedProcess:
         ("missing_data", "does not exist"),
         ("no_out_for_base_model", "--out is required"),
         ("bad_k", "eval.responses_per_problem must be at least 1"),
-        ("bad_k_old_flag", "--k is an old flag; use eval.responses_per_problem=0"),
+        ("bad_k_old_flag", "--k is an old spelling, not accepted; use eval.responses_per_problem=0"),
         ("unknown_key", "beam-slurm evaluate: invalid configuration (1 problem)"),
         ("bad_type", "eval.limit"),
         ("no_data_no_data_dir", "--data FILE.parquet is required, or paths.data_dir"),

@@ -22,6 +22,7 @@ import pytest
 from aime_files import GROUND_TRUTHS
 
 pytestmark = pytest.mark.vllm
+REPO = Path(__file__).resolve().parents[2]
 
 # Small engine for a shared 2-core machine: float32 weights, a KV cache of ~1 GiB, no graph capture.
 # Greedy decoding with several samples per prompt: only the most likely token survives top-p this small.
@@ -35,7 +36,7 @@ CPU_ENGINE = ["eval.dtype=float32", "eval.gpu_memory_utilization=0.05", "eval.en
 def run_evaluate(args: list[str], timeout: float = 600, env: dict[str, str] | None = None
                  ) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "beam_slurm.cli", "evaluate", "--here", *args],
+        [sys.executable, str(REPO / "stages" / "evaluate.py"), *args],  # what the evaluation job runs
         capture_output=True, text=True, timeout=timeout,
         env={**os.environ, "VLLM_LOGGING_LEVEL": "WARNING", **(env or {})},
     )
