@@ -23,8 +23,13 @@ from hydra.core.config_store import ConfigStore
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import ConfigCompositionException, MissingConfigException, OverrideParseException
 from omegaconf import OmegaConf, open_dict
-from omegaconf.errors import (ConfigAttributeError, ConfigKeyError, GrammarParseError, InterpolationResolutionError,
-                              OmegaConfBaseException)
+from omegaconf.errors import (
+    ConfigAttributeError,
+    ConfigKeyError,
+    GrammarParseError,
+    InterpolationResolutionError,
+    OmegaConfBaseException,
+)
 
 from beam_slurm import CONF_DIR
 from beam_slurm.config.overrides import escape_values

@@ -208,11 +208,10 @@ def test_submission_environment_drops_the_enclosing_jobs_slurm_variables():
 
 def test_a_chained_evaluation_reads_back_the_runs_settings_and_its_extras_win(run_env, tmp_path):
     from beam_slurm.config.overrides import value_at
+    from beam_slurm.config.verb_args import VerbUsageError
     from beam_slurm.jobs.evaluation.checkpoints import is_adapter
     from beam_slurm.launch.eval_array import launcher_parameters
     from beam_slurm.launch.eval_request import EVALUATE_KEYS, chained_overrides
-
-    from beam_slurm.config.verb_args import VerbUsageError
 
     cfg = load_config(["recipe=lora_16gpu", "eval.responses_per_problem=4"])
     with pytest.raises(VerbUsageError, match="--limit is an old spelling, not accepted; use eval.limit=2"):
