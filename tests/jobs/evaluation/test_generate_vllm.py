@@ -22,7 +22,7 @@ import pytest
 from aime_files import GROUND_TRUTHS
 
 pytestmark = pytest.mark.vllm
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 # Small engine for a shared 2-core machine: float32 weights, a KV cache of ~1 GiB, no graph capture.
 # Greedy decoding with several samples per prompt: only the most likely token survives top-p this small.
