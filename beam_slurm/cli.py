@@ -70,8 +70,11 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as error:  # a path typed as an input (settings are checked by name before this)
         if error.errno != errno.ENAMETOOLONG:
             raise
-        print(f"beam-slurm {verb}: {error.filename}: a folder or file name in it is longer than the file system takes "
-              f"({error.strerror}); shorten it", file=sys.stderr)
+        print(
+            f"beam-slurm {verb}: {error.filename}: a folder or file name in it is longer than the file system takes "
+            f"({error.strerror}); shorten it",
+            file=sys.stderr,
+        )
         return 2
     except SystemExit as stop:  # rich's Console exits 1 on a closed pipe, from inside its `except BrokenPipeError`
         if isinstance(stop.__context__, BrokenPipeError):

@@ -96,8 +96,9 @@ def parse_mount(spec: str) -> Mount:
     raise ValueError(f"{spec!r} is not host_path:container_path[:ro] (a path may not contain ':')")
 
 
-def same_path_mounts(read_only: list[str] | tuple[str, ...] = (), writable: list[str] | tuple[str, ...] = ()) -> list[Mount]:
+def same_path_mounts(
+    read_only: list[str] | tuple[str, ...] = (), writable: list[str] | tuple[str, ...] = ()
+) -> list[Mount]:
     """Each host path once, at the same path inside the container (writable when given both ways)."""
     paths = dict.fromkeys(path for path in [*writable, *read_only] if path)
     return [Mount(path, path, read_only=path not in writable) for path in paths]
-

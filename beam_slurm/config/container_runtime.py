@@ -11,8 +11,8 @@ import os
 import re
 import shutil
 import subprocess
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Mapping, Sequence
 
 from beam_slurm.config.container import ROOT_FILESYSTEM_MODES, RUNTIMES, ContainerSettings, Mount, parse_mount
 from beam_slurm.core.errors import ConfigProblem
@@ -50,8 +50,12 @@ def image_file_name(image: str, runtime: str) -> str:
 
 def cached_image_path(settings: ContainerSettings) -> Path | None:
     """Where the pull stage puts the registry image for this runtime, or None (local image or no cache dir)."""
-    if (settings.runtime not in IMAGE_SUFFIX or not settings.image or not settings.image_cache_dir
-            or is_local_image(settings.image)):
+    if (
+        settings.runtime not in IMAGE_SUFFIX
+        or not settings.image
+        or not settings.image_cache_dir
+        or is_local_image(settings.image)
+    ):
         return None
     return Path(settings.image_cache_dir) / image_file_name(settings.image, settings.runtime)
 
@@ -68,8 +72,11 @@ def resolved_image(settings: ContainerSettings) -> str:
     cached = cached_image_path(settings)
     if cached is not None and cached.is_file() and digest_record_path(cached).is_file():
         return str(cached)
-    return ("docker://" + docker_reference(settings.image) if settings.runtime == "apptainer"
-            else enroot_reference(settings.image))
+    return (
+        "docker://" + docker_reference(settings.image)
+        if settings.runtime == "apptainer"
+        else enroot_reference(settings.image)
+    )
 
 
 def default_container_name(job_id: str) -> str:
@@ -85,7 +92,8 @@ def _all_mounts(settings: ContainerSettings, mounts: Sequence[Mount]) -> list[Mo
 
 
 def srun_container_args(settings: ContainerSettings, mounts: Sequence[Mount], *, container_name: str = "") -> list[str]:
-    """Options to add to every `srun` of the job (pyxis; [] otherwise); `container_name` shares one unpacked container."""
+    """Options to add to every `srun` of the job (pyxis; [] otherwise); `container_name` shares one unpacked
+    container."""
     if settings.runtime != "pyxis":
         return []
     args = [f"--container-image={resolved_image(settings)}"]
@@ -134,41 +142,69 @@ def container_environment(settings: ContainerSettings, environ: Mapping[str, str
 
 _PATH_RULES = (  # (whether a path breaks it, what is wrong, the fix)
     (lambda path: not path.startswith("/"), "is not an absolute path", "give the full path, starting with /"),
-    (lambda path: "," in path, "contains ',', which the runtimes use to separate mounts",
-     "use a path without commas (a symlink works)"),
-    (lambda path: ":" in path, "contains ':', which separates host, container path and options",
-     "use a path without colons (a symlink works)"),
+    (
+        lambda path: "," in path,
+        "contains ',', which the runtimes use to separate mounts",
+        "use a path without commas (a symlink works)",
+    ),
+    (
+        lambda path: ":" in path,
+        "contains ':', which separates host, container path and options",
+        "use a path without colons (a symlink works)",
+    ),
     (lambda path: any(c in path for c in "\n\r\0"), "contains a control character", "use a plain path"),
 )
 
 
 def _path_problems(key: str, path: str, what: str) -> list[ConfigProblem]:
-    return [ConfigProblem(key, problem=f"{what} {path!r} {wrong}", fix=fix) for breaks, wrong, fix in _PATH_RULES
-            if breaks(path)]
+    return [
+        ConfigProblem(key, problem=f"{what} {path!r} {wrong}", fix=fix)
+        for breaks, wrong, fix in _PATH_RULES
+        if breaks(path)
+    ]
 
 
 def _image_problems(settings: ContainerSettings) -> list[ConfigProblem]:
     image, runtime = settings.image, settings.runtime
     files = " or ".join(LOCAL_IMAGE_SUFFIXES[runtime])
     if not image:
-        return [ConfigProblem("container.image", problem=f"runtime {runtime!r} needs an image",
-                              fix="set container.image=<registry reference> (then run `beam-slurm pull-container`) or "
-                              f"the path of a {files} file, or container.runtime=none")]
+        return [
+            ConfigProblem(
+                "container.image",
+                problem=f"runtime {runtime!r} needs an image",
+                fix="set container.image=<registry reference> (then run `beam-slurm pull-container`) or "
+                f"the path of a {files} file, or container.runtime=none",
+            )
+        ]
     if is_local_image(image):
         problems = _path_problems("container.image", image, "image file")
         if not image.endswith(LOCAL_IMAGE_SUFFIXES[runtime]):
-            problems.append(ConfigProblem("container.image", problem=f"{image!r} is not an image file {runtime} can run",
-                                          fix=f"give a {files} file, or a registry reference"))
+            problems.append(
+                ConfigProblem(
+                    "container.image",
+                    problem=f"{image!r} is not an image file {runtime} can run",
+                    fix=f"give a {files} file, or a registry reference",
+                )
+            )
         return problems
     user_part = image.removeprefix("docker://").split("/", 1)[0]
     if "@" in user_part and not user_part.startswith("sha256:"):
-        return [ConfigProblem("container.image", problem="the image reference carries credentials (user@ or "
-                              "user:password@)", fix="remove them; put registry credentials in "
-                              "~/.config/enroot/.credentials (enroot) or use `apptainer registry login` (Apptainer)")]
+        return [
+            ConfigProblem(
+                "container.image",
+                problem="the image reference carries credentials (user@ or user:password@)",
+                fix="remove them; put registry credentials in "
+                "~/.config/enroot/.credentials (enroot) or use `apptainer registry login` (Apptainer)",
+            )
+        ]
     if not _IMAGE_REF.match(image.removeprefix("docker://")):
-        return [ConfigProblem("container.image", problem=f"{image!r} is not a registry reference (registry/path:tag or "
-                              "...@sha256:<64 hex>)", fix="give e.g. ghcr.io/org/skyrl:beam-release, or an absolute "
-                              "path to a local image file")]
+        return [
+            ConfigProblem(
+                "container.image",
+                problem=f"{image!r} is not a registry reference (registry/path:tag or ...@sha256:<64 hex>)",
+                fix="give e.g. ghcr.io/org/skyrl:beam-release, or an absolute path to a local image file",
+            )
+        ]
     return []
 
 
@@ -184,57 +220,97 @@ def pyxis_available() -> bool:
     return "--container-image" in out.stdout + out.stderr
 
 
-def validate(settings: ContainerSettings, mounts: Sequence[Mount] = (), *, on_cluster: bool = False
-             ) -> list[ConfigProblem]:
+def validate(
+    settings: ContainerSettings, mounts: Sequence[Mount] = (), *, on_cluster: bool = False
+) -> list[ConfigProblem]:
     """Every problem with the settings and the job's mounts; `on_cluster` also what exists only where the job runs."""
     if settings.runtime not in RUNTIMES:
-        return [ConfigProblem("container.runtime", problem=f"unknown runtime {settings.runtime!r}",
-                              fix=f"use one of {', '.join(RUNTIMES)}")]
+        return [
+            ConfigProblem(
+                "container.runtime",
+                problem=f"unknown runtime {settings.runtime!r}",
+                fix=f"use one of {', '.join(RUNTIMES)}",
+            )
+        ]
     problems: list[ConfigProblem] = []
     if settings.root_filesystem not in ROOT_FILESYSTEM_MODES:
-        problems.append(ConfigProblem("container.root_filesystem", problem=f"unknown mode {settings.root_filesystem!r}",
-                                      fix=f"use one of {', '.join(ROOT_FILESYSTEM_MODES)}"))
+        problems.append(
+            ConfigProblem(
+                "container.root_filesystem",
+                problem=f"unknown mode {settings.root_filesystem!r}",
+                fix=f"use one of {', '.join(ROOT_FILESYSTEM_MODES)}",
+            )
+        )
 
     def both_ends(key: str, mount: Mount) -> list[ConfigProblem]:
-        return _path_problems(key, mount.host_path, "host path") + _path_problems(key, mount.container_path,
-                                                                                  "container path")
+        return _path_problems(key, mount.host_path, "host path") + _path_problems(
+            key, mount.container_path, "container path"
+        )
 
     for i, spec in enumerate(settings.mounts):
         try:
             problems += both_ends(f"container.mounts[{i}]", parse_mount(spec))
         except ValueError as err:
-            problems.append(ConfigProblem(f"container.mounts[{i}]", problem=str(err),
-                                          fix="write host_path:container_path or host_path:container_path:ro"))
+            problems.append(
+                ConfigProblem(
+                    f"container.mounts[{i}]",
+                    problem=str(err),
+                    fix="write host_path:container_path or host_path:container_path:ro",
+                )
+            )
     for mount in mounts:
         problems += both_ends(f"job mount {mount.host_path!r}", mount)
     for i, name in enumerate(settings.env_passthrough):
         if not _ENV_NAME.match(name):
-            problems.append(ConfigProblem(f"container.env_passthrough[{i}]", problem=f"{name!r} is not an environment "
-                                          "variable name", fix="list names only (letters, digits, _), never NAME=value"))
+            problems.append(
+                ConfigProblem(
+                    f"container.env_passthrough[{i}]",
+                    problem=f"{name!r} is not an environment variable name",
+                    fix="list names only (letters, digits, _), never NAME=value",
+                )
+            )
     if settings.workdir:
         problems += _path_problems("container.workdir", settings.workdir, "workdir")
     if settings.image_cache_dir:
         problems += _path_problems("container.image_cache_dir", settings.image_cache_dir, "cache directory")
     if settings.overlay:
         if settings.runtime != "apptainer":
-            problems.append(ConfigProblem("container.overlay", problem="overlays are an Apptainer feature, runtime is "
-                                          f"{settings.runtime!r}", fix="clear container.overlay or use "
-                                          "container.runtime=apptainer"))
+            problems.append(
+                ConfigProblem(
+                    "container.overlay",
+                    problem=f"overlays are an Apptainer feature, runtime is {settings.runtime!r}",
+                    fix="clear container.overlay or use container.runtime=apptainer",
+                )
+            )
         problems += _path_problems("container.overlay", settings.overlay, "overlay")
     if settings.runtime == "none":
         return problems
     problems += _image_problems(settings)
     if on_cluster:
         if settings.runtime == "pyxis" and not pyxis_available():
-            problems.append(ConfigProblem("container.runtime", problem="srun on this host has no pyxis plugin (no "
-                                          "--container-image in `srun --help`)", fix="run where pyxis is installed, or "
-                                          "use container.runtime=apptainer or none"))
+            problems.append(
+                ConfigProblem(
+                    "container.runtime",
+                    problem="srun on this host has no pyxis plugin (no --container-image in `srun --help`)",
+                    fix="run where pyxis is installed, or use container.runtime=apptainer or none",
+                )
+            )
         if settings.runtime == "apptainer" and shutil.which("apptainer") is None:
-            problems.append(ConfigProblem("container.runtime", problem="`apptainer` is not on PATH", fix="load the "
-                                          "Apptainer module (e.g. `module load apptainer`) or use container.runtime=pyxis "
-                                          "or none"))
+            problems.append(
+                ConfigProblem(
+                    "container.runtime",
+                    problem="`apptainer` is not on PATH",
+                    fix="load the "
+                    "Apptainer module (e.g. `module load apptainer`) or use container.runtime=pyxis "
+                    "or none",
+                )
+            )
         if settings.image and is_local_image(settings.image) and not os.path.isfile(settings.image):
-            problems.append(ConfigProblem("container.image", problem=f"image file {settings.image!r} does not exist on "
-                                          "this node", fix="check the path is on shared storage, or run `beam-slurm "
-                                          "pull-container`"))
+            problems.append(
+                ConfigProblem(
+                    "container.image",
+                    problem=f"image file {settings.image!r} does not exist on this node",
+                    fix="check the path is on shared storage, or run `beam-slurm pull-container`",
+                )
+            )
     return problems

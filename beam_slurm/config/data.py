@@ -1,13 +1,14 @@
 """Settings of `beam-slurm prepare-data`: the `data` section of the recipe schema (`data.<key>=<value>`).
 
-Sources are a local path or a hub address (syntax: beam_slurm.jobs.data.sources); the defaults are the hub files the seed
+Sources are a local path or a hub address (syntax: beam_slurm.jobs.data.sources); the defaults are the hub files the
+seed
 recipe uses, so with hub access `beam-slurm prepare-data data.out_dir=DIR` is enough. Redoing existing outputs is the
 verb's `--force` flag, not a setting."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any
 
 from beam_slurm.core.errors import BadDataInput
 
@@ -28,7 +29,7 @@ class DataConfig:
     `question`/`answer` (opencompass/AIME2025). A hub address without a file takes every parquet (else jsonl) file of
     the repository in name order. Default yentinglin/aime_2025: the most widely used copy, both contests (I then II)
     in one file."""
-    out_dir: Optional[str] = None
+    out_dir: str | None = None
     """Directory for the cleaned parquet files and the manifest; empty = paths.data_dir (env DATA_DIR). Created if
     missing. Existing outputs are kept when the manifest shows they come from the same sources; `--force` rebuilds
     them."""
@@ -47,13 +48,22 @@ class DataConfig:
 
     def problems(self) -> list[str]:
         """What is wrong with these settings, one message per setting (empty = nothing)."""
-        out = [message for wrong, message in (
-            (self.batch_rows < 1, f"data.batch_rows={self.batch_rows}: must be >= 1"),
-            (self.hub_retries < 1, f"data.hub_retries={self.hub_retries}: must be >= 1"),
-            (not str(self.aime2025_data_source).strip(), "data.aime2025_data_source: must not be empty"),
-            *((not isinstance(value, str) or not value.strip(),
-               f"data.{name} must be one local path or hub address (got {value!r})")
-              for name, value in (("dapo_math", self.dapo_math), ("aime2024", self.aime2024)))) if wrong]
+        out = [
+            message
+            for wrong, message in (
+                (self.batch_rows < 1, f"data.batch_rows={self.batch_rows}: must be >= 1"),
+                (self.hub_retries < 1, f"data.hub_retries={self.hub_retries}: must be >= 1"),
+                (not str(self.aime2025_data_source).strip(), "data.aime2025_data_source: must not be empty"),
+                *(
+                    (
+                        not isinstance(value, str) or not value.strip(),
+                        f"data.{name} must be one local path or hub address (got {value!r})",
+                    )
+                    for name, value in (("dapo_math", self.dapo_math), ("aime2024", self.aime2024))
+                ),
+            )
+            if wrong
+        ]
         try:
             self.aime2025_sources()
         except BadDataInput as error:
@@ -67,10 +77,12 @@ class DataConfig:
             raise BadDataInput(f"data.aime2025 must be a path/hub address or a list of them (got {self.aime2025!r})")
         return [str(v) for v in values]
 
-    def resolved_out_dir(self, data_dir: Optional[str]) -> str:
+    def resolved_out_dir(self, data_dir: str | None) -> str:
         """out_dir, or `data_dir` (paths.data_dir, env DATA_DIR) when unset."""
         value = self.out_dir or data_dir
         if not value:
-            raise BadDataInput("data.out_dir is not set and paths.data_dir (env DATA_DIR) is empty: pass "
-                               "data.out_dir=<directory> (or export DATA_DIR=<directory>)")
+            raise BadDataInput(
+                "data.out_dir is not set and paths.data_dir (env DATA_DIR) is empty: pass "
+                "data.out_dir=<directory> (or export DATA_DIR=<directory>)"
+            )
         return value

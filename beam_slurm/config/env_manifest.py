@@ -15,8 +15,8 @@ from __future__ import annotations
 import fnmatch
 import os
 import re
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Mapping
 
 from beam_slurm.core.atomic_files import write_json
 from beam_slurm.core.errors import ConfigProblem
@@ -46,28 +46,44 @@ def problems(cfg) -> list:
     for section, extra in (("trainer.extra_env", cfg.trainer.extra_env), ("ray.extra_env", cfg.ray.extra_env)):
         for name in extra:
             if is_secret(name):
-                found.append(ConfigProblem(f"{section}.{name}", MASK,
-                                           f"a secret is never written into the recipe (it would reach the run's "
-                                           f"config.yaml and logs): export {name} in the shell that submits the job "
-                                           f"(it is inherited), or put it in a file readable only by you and set "
-                                           f"trainer.env_secret_files.{name}=/path/to/file"))
+                found.append(
+                    ConfigProblem(
+                        f"{section}.{name}",
+                        MASK,
+                        f"a secret is never written into the recipe (it would reach the run's "
+                        f"config.yaml and logs): export {name} in the shell that submits the job "
+                        f"(it is inherited), or put it in a file readable only by you and set "
+                        f"trainer.env_secret_files.{name}=/path/to/file",
+                    )
+                )
     for pattern in cfg.trainer.env_inherit:
         if not _NAME.match(str(pattern)):
-            found.append(ConfigProblem("trainer.env_inherit", pattern,
-                                       "use variable names or PREFIX_* patterns (letters, digits, _)"))
+            found.append(
+                ConfigProblem(
+                    "trainer.env_inherit", pattern, "use variable names or PREFIX_* patterns (letters, digits, _)"
+                )
+            )
     for name, path in cfg.trainer.env_secret_files.items():
         if not _NAME.match(name) or name.endswith("*"):
             found.append(ConfigProblem(f"trainer.env_secret_files.{name}", path, "use a variable name as the key"))
         elif not path or not os.path.isabs(str(path)):
-            found.append(ConfigProblem(f"trainer.env_secret_files.{name}", path,
-                                       "use an absolute path on storage every node sees, readable only by you"))
+            found.append(
+                ConfigProblem(
+                    f"trainer.env_secret_files.{name}",
+                    path,
+                    "use an absolute path on storage every node sees, readable only by you",
+                )
+            )
     return found
 
 
 def describe(cfg, recipe_env: Mapping[str, str]) -> dict:
     """The manifest's description for the job spec: names, patterns and file paths, no value."""
-    return {"inherit": list(cfg.trainer.env_inherit), "set": sorted(recipe_env),
-            "secret_files": dict(cfg.trainer.env_secret_files)}
+    return {
+        "inherit": list(cfg.trainer.env_inherit),
+        "set": sorted(recipe_env),
+        "secret_files": dict(cfg.trainer.env_secret_files),
+    }
 
 
 class ManifestError(RuntimeError):
@@ -85,8 +101,10 @@ def resolve(spec: Mapping | None, environ: Mapping[str, str]) -> tuple[dict[str,
         try:
             values[name] = Path(path).read_text().rstrip("\r\n")
         except OSError as exc:
-            raise ManifestError(f"trainer.env_secret_files.{name}={path}: cannot read it on this node "
-                                f"({exc.strerror}); put the file on storage every node sees") from None
+            raise ManifestError(
+                f"trainer.env_secret_files.{name}={path}: cannot read it on this node "
+                f"({exc.strerror}); put the file on storage every node sees"
+            ) from None
     return values, [name for name in spec.get("set") or [] if name not in environ]
 
 
@@ -94,8 +112,10 @@ def record(attempt_dir: Path | None, host: str, values: Mapping[str, str], missi
     """Write `<attempt dir>/env/<host>.json`: every exported name, secrets as `<set>`."""
     if attempt_dir is None:
         return
-    write_json(attempt_dir / RECORD_DIR / f"{host}.json", {"exported": masked(dict(sorted(values.items()))),
-                                                         "missing": sorted(missing)})
+    write_json(
+        attempt_dir / RECORD_DIR / f"{host}.json",
+        {"exported": masked(dict(sorted(values.items()))), "missing": sorted(missing)},
+    )
 
 
 def summary(values: Mapping[str, str]) -> str:

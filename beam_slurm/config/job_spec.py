@@ -8,10 +8,11 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, Mapping
+from typing import Any
 
 from beam_slurm.config.ray import RaySettings
 from beam_slurm.core.atomic_files import write_json
@@ -41,12 +42,14 @@ class JobSpec:
         return path
 
     @classmethod
-    def from_mapping(cls, values: Mapping[str, Any]) -> "JobSpec":
+    def from_mapping(cls, values: Mapping[str, Any]) -> JobSpec:
         known = {f.name for f in dataclasses.fields(cls)}
         given = {key: value for key, value in values.items() if key in known}
         if given.get("schema_version", SCHEMA_VERSION) != SCHEMA_VERSION:
-            raise ValueError(f"{SPEC_FILE}: schema_version {given['schema_version']} is not {SCHEMA_VERSION}; the "
-                             "nodes run another beam-slurm than the batch shell (set BEAM_SLURM_HOME to one checkout)")
+            raise ValueError(
+                f"{SPEC_FILE}: schema_version {given['schema_version']} is not {SCHEMA_VERSION}; the "
+                "nodes run another beam-slurm than the batch shell (set BEAM_SLURM_HOME to one checkout)"
+            )
         given["ray"] = RaySettings.from_mapping(given.get("ray") or {})
         if given.get("log_copy") is not None:
             given["log_copy"] = LogCopySettings(**given["log_copy"])
@@ -55,7 +58,7 @@ class JobSpec:
         return cls(**given)
 
     @classmethod
-    def read(cls, attempt_dir: str | os.PathLike | None) -> "JobSpec":
+    def read(cls, attempt_dir: str | os.PathLike | None) -> JobSpec:
         """The attempt's spec; the defaults when there is no folder or no file in it."""
         if not attempt_dir:
             return cls()
@@ -78,13 +81,16 @@ class LogCopySettings:
     final_s: float
 
     @classmethod
-    def from_config(cls, cfg) -> "LogCopySettings":
+    def from_config(cls, cfg) -> LogCopySettings:
         c = cfg.cluster
-        return cls(interval_s=float(c.log_copy_interval_s), max_bytes=int(c.log_copy_max_mbytes * 1024 * 1024),
-                   final_s=float(c.log_copy_s))
+        return cls(
+            interval_s=float(c.log_copy_interval_s),
+            max_bytes=int(c.log_copy_max_mbytes * 1024 * 1024),
+            final_s=float(c.log_copy_s),
+        )
 
     @classmethod
-    def schema_defaults(cls) -> "LogCopySettings":
+    def schema_defaults(cls) -> LogCopySettings:
         """The schema's settings, for a node started without the batch shell's job spec."""
         # Deferred: only a node started without the batch shell reads the schema, and the schema brings Hydra
         # (~0.5 s) into every node's start.

@@ -66,8 +66,12 @@ def load_config(overrides: list[str] | None = None, *, validate: bool = True, ch
     unknown = key_problems(list(overrides or []))
     if unknown:
         raise ConfigError(unknown)
-    return _typed(compose(list(overrides or [])), validate=validate, check_paths=check_paths,
-                  environ=os.environ if environ is None else environ)
+    return _typed(
+        compose(list(overrides or [])),
+        validate=validate,
+        check_paths=check_paths,
+        environ=os.environ if environ is None else environ,
+    )
 
 
 def load_many(override_lists: list[list[str]]) -> list:
@@ -110,32 +114,38 @@ def _apply_values(overrides: list, cfg) -> None:
     for ov in overrides:
         key, value = ov.key_or_group, ov.value()
         if ov.package is not None:
-            raise ConfigCompositionException(f"Override {ov.input_line} looks like a config group override, but "
-                                             f"config group '{key}' does not exist.")
+            raise ConfigCompositionException(
+                f"Override {ov.input_line} looks like a config group override, but config group '{key}' does not exist."
+            )
         try:
             if ov.is_delete():
                 current = OmegaConf.select(cfg, key, throw_on_missing=False)
                 if current is None:
                     raise ConfigCompositionException(f"Could not delete from config. '{key}' does not exist.")
                 if value is not None and value != current:
-                    raise ConfigCompositionException(f"Could not delete from config. The value of '{key}' is "
-                                                     f"{current} and not {value}.")
+                    raise ConfigCompositionException(
+                        f"Could not delete from config. The value of '{key}' is {current} and not {value}."
+                    )
                 parent, _, name = key.rpartition(".")
                 with open_dict(cfg):
                     del (OmegaConf.select(cfg, parent) if parent else cfg)[name]
-            elif ov.is_add() and not (OmegaConf.select(cfg, key, throw_on_missing=False) is None
-                                      or isinstance(value, (dict, list))):
-                raise ConfigCompositionException(f"Could not append to config. An item is already at '{key}'.\n"
-                                                 f"Either remove + prefix: '{ov.input_line[1:]}'\n"
-                                                 f"Or add a second + to add or override '{key}': '+{ov.input_line}'\n")
+            elif ov.is_add() and not (
+                OmegaConf.select(cfg, key, throw_on_missing=False) is None or isinstance(value, (dict, list))
+            ):
+                raise ConfigCompositionException(
+                    f"Could not append to config. An item is already at '{key}'.\n"
+                    f"Either remove + prefix: '{ov.input_line[1:]}'\n"
+                    f"Or add a second + to add or override '{key}': '+{ov.input_line}'\n"
+                )
             elif ov.is_add() or ov.is_force_add():
                 OmegaConf.update(cfg, key, value, merge=True, force_add=True)
             else:
                 try:
                     OmegaConf.update(cfg, key, value, merge=True)
                 except (ConfigAttributeError, ConfigKeyError) as exc:
-                    raise ConfigCompositionException(f"Could not override '{key}'.\nTo append to your config use "
-                                                     f"+{ov.input_line}") from exc
+                    raise ConfigCompositionException(
+                        f"Could not override '{key}'.\nTo append to your config use +{ov.input_line}"
+                    ) from exc
         except OmegaConfBaseException as exc:
             raise ConfigCompositionException(f"Error merging override {ov.input_line}") from exc
 
@@ -151,13 +161,20 @@ def schema_fields(cls: type = BeamConfig, prefix: str = ""):
 
 @functools.lru_cache(maxsize=1)
 def _schema_names() -> tuple[tuple[str, ...], frozenset[str], frozenset[str]]:
-    """(every leaf key in schema order, every section, every mapping whose entries are the user's: trainer.extra_env)."""
+    """(every leaf key in schema order, every section, every mapping whose entries are the user's:
+    trainer.extra_env)."""
     found = list(schema_fields())
     leaves = [(key, cls, f, default) for key, cls, f, default in found if not is_dataclass(default)]
-    mappings = {key for key, cls, f, default in leaves
-                if isinstance(default, dict) or get_origin(get_type_hints(cls).get(f.name)) is dict}
-    return (tuple(key for key, *_ in leaves), frozenset(key for key, *_, default in found if is_dataclass(default)),
-            frozenset(mappings))
+    mappings = {
+        key
+        for key, cls, f, default in leaves
+        if isinstance(default, dict) or get_origin(get_type_hints(cls).get(f.name)) is dict
+    }
+    return (
+        tuple(key for key, *_ in leaves),
+        frozenset(key for key, *_, default in found if is_dataclass(default)),
+        frozenset(mappings),
+    )
 
 
 def key_problems(overrides: list[str]) -> list[ConfigProblem]:
@@ -175,13 +192,20 @@ def key_problems(overrides: list[str]) -> list[ConfigProblem]:
             parts = key.split(".")
             first_unknown = next(p for p in (".".join(parts[:i]) for i in range(1, len(parts))) if p not in sections)
             near = difflib.get_close_matches(first_unknown, sorted(sections), n=1, cutoff=0.6)
-            fix = (f"{first_unknown!r} is not a section; did you mean {near[0]!r}?" if near else
-                   f"{first_unknown!r} is not a section; the sections are {', '.join(sorted(s for s in sections if '.' not in s))}")
+            top_level = ", ".join(sorted(s for s in sections if "." not in s))
+            fix = (
+                f"{first_unknown!r} is not a section; did you mean {near[0]!r}?"
+                if near
+                else f"{first_unknown!r} is not a section; the sections are {top_level}"
+            )
         else:
             near = difflib.get_close_matches(key, sorted(leaves), n=1, cutoff=0.6)
             siblings = [k.rpartition(".")[2] for k in leaves if k.rpartition(".")[0] == parent]
-            fix = (f"unknown key; valid keys in {parent}: {', '.join(siblings)}" if parent
-                   else "unknown key (`beam-slurm plan --help` lists them)")
+            fix = (
+                f"unknown key; valid keys in {parent}: {', '.join(siblings)}"
+                if parent
+                else "unknown key (`beam-slurm plan --help` lists them)"
+            )
             fix += f"; did you mean {near[0]!r}?" if near else ""
         found.append(ConfigProblem(key, text.split("=", 1)[1] if "=" in text else None, fix))
     return found
@@ -248,8 +272,9 @@ def _represent_text(dumper: yaml.Dumper, text: str) -> yaml.ScalarNode:
         looks_typed = True
     except ValueError:
         looks_typed = bool(_YAML_BOOL.match(text))
-    return dumper.represent_scalar(yaml.resolver.BaseResolver.DEFAULT_SCALAR_TAG, text,
-                                   style="'" if looks_typed else None)
+    return dumper.represent_scalar(
+        yaml.resolver.BaseResolver.DEFAULT_SCALAR_TAG, text, style="'" if looks_typed else None
+    )
 
 
 _RecipeDumper.add_representer(str, _represent_text)
@@ -258,8 +283,13 @@ _RecipeDumper.add_representer(str, _represent_text)
 def to_yaml(cfg) -> str:
     """The resolved recipe as YAML, to save beside a job; `${` is escaped so it reads back to the same values."""
     # Dumped without building an OmegaConf node first: a third of the time of OmegaConf.to_yaml, the same text.
-    return yaml.dump(escape_values(dataclasses.asdict(cfg)), default_flow_style=False, allow_unicode=True, sort_keys=False,
-                     Dumper=_RecipeDumper)
+    return yaml.dump(
+        escape_values(dataclasses.asdict(cfg)),
+        default_flow_style=False,
+        allow_unicode=True,
+        sort_keys=False,
+        Dumper=_RecipeDumper,
+    )
 
 
 def _mapping_override(override: str) -> str:
@@ -333,8 +363,12 @@ def _value_problem(exc: Exception, raw: dict) -> ConfigProblem:
     key = str(getattr(exc, "full_key", "") or "")
     value = _raw_value(raw, key) if key else None
     if isinstance(exc, (InterpolationResolutionError, GrammarParseError)) or (isinstance(value, str) and "${" in value):
-        return ConfigProblem(key or "config", value, "'${' starts a reference to another setting and this one does not "
-                             "resolve; for a literal '${' write '\\${' (in the shell: key='...\\${...}')")
+        return ConfigProblem(
+            key or "config",
+            value,
+            "'${' starts a reference to another setting and this one does not "
+            "resolve; for a literal '${' write '\\${' (in the shell: key='...\\${...}')",
+        )
     if not key:
         return ConfigProblem("config", None, "a value does not fit its setting; see beam_slurm/config/schema.py")
     return ConfigProblem(key, value, f"expected {describe_type(key)}{_comma_hint(key, value)}")
@@ -347,8 +381,10 @@ def _comma_hint(key: str, value: object) -> str:
     if describe_type(key) != "text":
         return f"; a comma outside quotes is Hydra's sweep: add -m to sweep {key} over {str(value).strip('[]')}"
     quoted = f"{key}='{str(value).strip('[]')}'"
-    return (f"; a comma outside quotes is Hydra's sweep (with -m) or list: for one value with commas, such as Slurm's "
-            f"partition list, quote it ({quoted}; in the shell \"{quoted}\")")
+    return (
+        f"; a comma outside quotes is Hydra's sweep (with -m) or list: for one value with commas, such as Slurm's "
+        f'partition list, quote it ({quoted}; in the shell "{quoted}")'
+    )
 
 
 def describe_type(key: str) -> str:
@@ -389,8 +425,9 @@ def _type_words(hint, key: str) -> str:
     return f"{words} (or null for empty)" if optional else words
 
 
-def read_back_problems(overrides: list[str], expected: typing.Mapping[str, object],
-                       variables: typing.Mapping[str, str]) -> list[ConfigProblem]:
+def read_back_problems(
+    overrides: list[str], expected: typing.Mapping[str, object], variables: typing.Mapping[str, str]
+) -> list[ConfigProblem]:
     """The job's own parse of its arguments (`load_config`, as `beam-slurm train` runs it in the batch shell): a
     problem for each `expected` key it does not read back exactly, or for the arguments it cannot read at all, naming
     the key's environment variable (`variables`). `submit` runs this before it submits, so what it accepts the job
@@ -412,8 +449,13 @@ def read_back_problems(overrides: list[str], expected: typing.Mapping[str, objec
 def _passing_on_problem(key: str, value: object, variables: typing.Mapping[str, str], why: str) -> ConfigProblem:
     variable = variables.get(key)
     where = f"set {variable} (or {key})" if variable else f"set {key}"
-    return ConfigProblem(key, value, f"{where} to a value of letters, digits and / . _ - + @ % : only",
-                         problem=f"the training job cannot be given {value!r}: {why}", env=variable)
+    return ConfigProblem(
+        key,
+        value,
+        f"{where} to a value of letters, digits and / . _ - + @ % : only",
+        problem=f"the training job cannot be given {value!r}: {why}",
+        env=variable,
+    )
 
 
 def _unparsable(overrides: list[str]) -> str | None:
@@ -431,21 +473,29 @@ def _override_problem(exc: Exception, overrides: list[str]) -> ConfigProblem:
     bad = _unparsable(overrides)
     if bad is not None:
         key, _, value = bad.partition("=")
-        return ConfigProblem(key.lstrip("+~") or bad, value or None,
-                             "cannot parse this override; quote the value (key='...') or avoid spaces and ;")
+        return ConfigProblem(
+            key.lstrip("+~") or bad,
+            value or None,
+            "cannot parse this override; quote the value (key='...') or avoid spaces and ;",
+        )
     text = str(exc)
     # The override Hydra complains about: its full text first, else its key, quoted or bare.
     culprit = next((ov for ov in overrides if ov in text), None)
     culprit = culprit or next((ov for ov in overrides if ov.split("=", 1)[0].lstrip("+~") in text), None)
     if culprit is None:
-        return ConfigProblem("overrides", " ".join(overrides),
-                             "cannot apply these overrides; use key=value with keys from beam_slurm/config/schema.py")
+        return ConfigProblem(
+            "overrides",
+            " ".join(overrides),
+            "cannot apply these overrides; use key=value with keys from beam_slurm/config/schema.py",
+        )
     key, _, value = culprit.partition("=")
     key, value = key.lstrip("+~"), value if "=" in culprit else None
     section, _, name = key.rpartition(".")
     keys = valid_keys(section)
     if keys and name not in keys:
-        return ConfigProblem(key, value, f"unknown key; valid keys{' in ' + section if section else ''}: {', '.join(keys)}")
+        return ConfigProblem(
+            key, value, f"unknown key; valid keys{' in ' + section if section else ''}: {', '.join(keys)}"
+        )
     if not keys and section and not valid_keys(section.rpartition(".")[0]):
         return ConfigProblem(key, value, "unknown key; see the keys in beam_slurm/config/schema.py")
     return ConfigProblem(key, value, f"expected {describe_type(key)}{_comma_hint(key, value)}")

@@ -8,8 +8,9 @@ the block: the ones `ray start` has no flag for (the head's autoscaler and dashb
 from __future__ import annotations
 
 import socket
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Callable, Mapping, Protocol
+from typing import Protocol
 
 
 class PortRange(Protocol):
@@ -20,10 +21,26 @@ class PortRange(Protocol):
     ports_per_job: int
     port_overrides: Mapping[str, int]
 
+
 # Offsets of the fixed ports inside a block; the worker ports take the rest of the block from FIXED_PORTS on.
-_FIXED_OFFSETS = {name: offset for offset, name in enumerate((
-    "gcs", "client_server", "dashboard", "node_manager", "object_manager", "dashboard_agent_listen",
-    "dashboard_agent_grpc", "runtime_env_agent", "metrics_export", "autoscaler_metrics", "dashboard_metrics"))}
+_FIXED_OFFSETS = {
+    name: offset
+    for offset, name in enumerate(
+        (
+            "gcs",
+            "client_server",
+            "dashboard",
+            "node_manager",
+            "object_manager",
+            "dashboard_agent_listen",
+            "dashboard_agent_grpc",
+            "runtime_env_agent",
+            "metrics_export",
+            "autoscaler_metrics",
+            "dashboard_metrics",
+        )
+    )
+}
 FIXED_PORTS = 16  # reserved at the start of each block (11 used, the rest spare)
 PORT_NAMES = tuple(_FIXED_OFFSETS) + ("min_worker", "max_worker")  # what `RaySettings.port_overrides` accepts
 _NODE_PORTS = PORT_NAMES[3:9]  # every node's fixed ports; gcs, client_server and dashboard are the head's
@@ -31,13 +48,20 @@ _NODE_PORTS = PORT_NAMES[3:9]  # every node's fixed ports; gcs, client_server an
 # ray.dashboard.consts) in the monitor and the dashboard it starts.
 _ENV_PORTS = {"autoscaler_metrics": "AUTOSCALER_METRIC_PORT", "dashboard_metrics": "DASHBOARD_METRIC_PORT"}
 PORT_ROLES = {
-    "gcs": "GCS (head)", "client_server": "Ray client server, ray:// (head)",
+    "gcs": "GCS (head)",
+    "client_server": "Ray client server, ray:// (head)",
     "dashboard": "dashboard and job API (head)",
-    "node_manager": "raylet", "object_manager": "object manager", "dashboard_agent_listen": "dashboard agent HTTP",
-    "dashboard_agent_grpc": "dashboard agent gRPC", "runtime_env_agent": "runtime-env agent",
-    "metrics_export": "metrics export (Prometheus)", "autoscaler_metrics": "autoscaler metrics (head, Prometheus)",
-    "dashboard_metrics": "dashboard metrics (head, Prometheus)", "min_worker": "first worker port",
-    "max_worker": "last worker port"}
+    "node_manager": "raylet",
+    "object_manager": "object manager",
+    "dashboard_agent_listen": "dashboard agent HTTP",
+    "dashboard_agent_grpc": "dashboard agent gRPC",
+    "runtime_env_agent": "runtime-env agent",
+    "metrics_export": "metrics export (Prometheus)",
+    "autoscaler_metrics": "autoscaler metrics (head, Prometheus)",
+    "dashboard_metrics": "dashboard metrics (head, Prometheus)",
+    "min_worker": "first worker port",
+    "max_worker": "last worker port",
+}
 """What each port is, for the plan and the Ray record."""
 
 
@@ -69,11 +93,16 @@ class RayPorts:
 
     def ray_start_args(self, head: bool) -> list[str]:
         # `--<name>-port` for each: --node-manager-port, ..., --min-worker-port, --max-worker-port
-        args = [f"--{name.replace('_', '-')}-port={getattr(self, name)}"
-                for name in (*_NODE_PORTS, "min_worker", "max_worker")]
+        args = [
+            f"--{name.replace('_', '-')}-port={getattr(self, name)}"
+            for name in (*_NODE_PORTS, "min_worker", "max_worker")
+        ]
         if head:
-            args = [f"--port={self.gcs}", f"--ray-client-server-port={self.client_server}",
-                    f"--dashboard-port={self.dashboard}"] + args
+            args = [
+                f"--port={self.gcs}",
+                f"--ray-client-server-port={self.client_server}",
+                f"--dashboard-port={self.dashboard}",
+            ] + args
         return args
 
     def ray_env(self) -> dict[str, str]:
@@ -90,12 +119,17 @@ def describe_block(settings: PortRange) -> str:
     """What each port of a job's block is, as offsets (the plan's row): job J's block starts at
     port_range_start + (J mod blocks) x ports_per_job, or at the next free block."""
     offsets = {**_FIXED_OFFSETS, "min_worker": FIXED_PORTS, "max_worker": settings.ports_per_job - 1}
-    parts = [f"+{offsets[name]} {PORT_ROLES[name]}" + (f" = {settings.port_overrides[name]} (override)"
-                                                       if name in settings.port_overrides else "")
-             for name in PORT_NAMES]
-    return (f"one block of {settings.ports_per_job} per job in {settings.port_range_start}-"
-            f"{settings.port_range_end} ({block_count(settings)} blocks, the job id picks one): " + ", ".join(parts) +
-            "; metrics servers on the node's address, the dashboard on the head's loopback unless ray.dashboard_host")
+    parts = [
+        f"+{offsets[name]} {PORT_ROLES[name]}"
+        + (f" = {settings.port_overrides[name]} (override)" if name in settings.port_overrides else "")
+        for name in PORT_NAMES
+    ]
+    return (
+        f"one block of {settings.ports_per_job} per job in {settings.port_range_start}-"
+        f"{settings.port_range_end} ({block_count(settings)} blocks, the job id picks one): "
+        + ", ".join(parts)
+        + "; metrics servers on the node's address, the dashboard on the head's loopback unless ray.dashboard_host"
+    )
 
 
 def block_count(settings: PortRange) -> int:
@@ -137,8 +171,13 @@ def ephemeral_range() -> tuple[int, int] | None:
         return None
 
 
-def choose_ports(settings: PortRange, job_id: int, head: bool, start_block: int | None = None,
-                 is_free: Callable[[int], bool] = port_is_free) -> RayPorts:
+def choose_ports(
+    settings: PortRange,
+    job_id: int,
+    head: bool,
+    start_block: int | None = None,
+    is_free: Callable[[int], bool] = port_is_free,
+) -> RayPorts:
     """The first block from `start_block` (default: the job's own) whose ports are all free here; RuntimeError when
     none is. Overridden ports are not probed: the user asked for them, a clash surfaces as Ray's bind error."""
     count = block_count(settings)
@@ -155,6 +194,8 @@ def choose_ports(settings: PortRange, job_id: int, head: bool, start_block: int 
         if not busy:
             return ports
         busy_seen.append(f"block {block}: port {busy[0]} in use")
-    raise RuntimeError(f"no free block of {settings.ports_per_job} ports in {settings.port_range_start}-"
-                       f"{settings.port_range_end} on {socket.gethostname()} ({'; '.join(busy_seen[:3])}...); widen "
-                       "ray.port_range_start/port_range_end")
+    raise RuntimeError(
+        f"no free block of {settings.ports_per_job} ports in {settings.port_range_start}-"
+        f"{settings.port_range_end} on {socket.gethostname()} ({'; '.join(busy_seen[:3])}...); widen "
+        "ray.port_range_start/port_range_end"
+    )

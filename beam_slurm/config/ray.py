@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 from beam_slurm.config.ports import PORT_NAMES
 from beam_slurm.core.errors import ConfigError, ConfigProblem
@@ -104,43 +105,79 @@ class RaySettings:
         """Every invalid field, each with the fix."""
         found: list[ConfigProblem] = []
         if not (1024 <= self.port_range_start < self.port_range_end <= 65536):
-            found.append(ConfigProblem("ray.port_range_start/port_range_end", (self.port_range_start, self.port_range_end),
-                                       "use 1024 <= start < end <= 65536, e.g. 12000..32000"))
+            found.append(
+                ConfigProblem(
+                    "ray.port_range_start/port_range_end",
+                    (self.port_range_start, self.port_range_end),
+                    "use 1024 <= start < end <= 65536, e.g. 12000..32000",
+                )
+            )
         if self.ports_per_job < 32:
-            found.append(ConfigProblem("ray.ports_per_job", self.ports_per_job,
-                                       "use at least 32 (16 fixed ports plus worker ports)"))
+            found.append(
+                ConfigProblem(
+                    "ray.ports_per_job", self.ports_per_job, "use at least 32 (16 fixed ports plus worker ports)"
+                )
+            )
         elif self.port_range_end - self.port_range_start < self.ports_per_job:
-            found.append(ConfigProblem("ray.ports_per_job", self.ports_per_job,
-                                       "the port range must hold at least one block; widen it or lower ports_per_job"))
+            found.append(
+                ConfigProblem(
+                    "ray.ports_per_job",
+                    self.ports_per_job,
+                    "the port range must hold at least one block; widen it or lower ports_per_job",
+                )
+            )
         for name, value in self.port_overrides.items():
             if name not in PORT_NAMES:
                 found.append(ConfigProblem(f"ray.port_overrides.{name}", value, f"use one of {', '.join(PORT_NAMES)}"))
             elif not isinstance(value, int) or not (1 <= value <= 65535):
                 found.append(ConfigProblem(f"ray.port_overrides.{name}", value, "use a port number 1..65535"))
         if self.readiness_timeout_s <= 0:
-            found.append(ConfigProblem("ray.readiness_timeout_s", self.readiness_timeout_s, "use a positive number of seconds"))
+            found.append(
+                ConfigProblem("ray.readiness_timeout_s", self.readiness_timeout_s, "use a positive number of seconds")
+            )
         if self.poll_interval_s <= 0 or self.poll_interval_s > 30:
             found.append(ConfigProblem("ray.poll_interval_s", self.poll_interval_s, "use a value in (0, 30] seconds"))
         if not os.path.isabs(self.temp_dir_root):
-            found.append(ConfigProblem("ray.temp_dir_root", self.temp_dir_root, "use an absolute node-local path such as /tmp"))
+            found.append(
+                ConfigProblem("ray.temp_dir_root", self.temp_dir_root, "use an absolute node-local path such as /tmp")
+            )
         elif len(self.temp_dir_root) + len(_JOB_FOLDER) + _SESSION_SUFFIX_LEN > _UNIX_SOCKET_MAX:
-            found.append(ConfigProblem("ray.temp_dir_root", self.temp_dir_root,
-                                       "use a shorter path (Ray's unix sockets below it must fit in 107 bytes), e.g. /tmp"))
+            found.append(
+                ConfigProblem(
+                    "ray.temp_dir_root",
+                    self.temp_dir_root,
+                    "use a shorter path (Ray's unix sockets below it must fit in 107 bytes), e.g. /tmp",
+                )
+            )
         for names, least, fix in (
-                (("object_store_memory_bytes",), 0, "use 0 (Ray's default) or a size in bytes"),
-                (("open_files_limit", "large_cluster_nodes", "node_start_concurrency"), 0,
-                 "use 0 (off) or a positive number"),
-                (("gcs_server_threads", "gcs_reconnect_timeout_s", "health_check_failure_threshold",
-                  "worker_register_timeout_s", "worker_start_concurrency"), 1, "use a positive number"),
-                (("num_cpus",), 0, "use 0 (Slurm's CPUs on the node) or a positive count")):
-            found += [ConfigProblem(f"ray.{name}", getattr(self, name), fix) for name in names
-                      if getattr(self, name) < least]
+            (("object_store_memory_bytes",), 0, "use 0 (Ray's default) or a size in bytes"),
+            (
+                ("open_files_limit", "large_cluster_nodes", "node_start_concurrency"),
+                0,
+                "use 0 (off) or a positive number",
+            ),
+            (
+                (
+                    "gcs_server_threads",
+                    "gcs_reconnect_timeout_s",
+                    "health_check_failure_threshold",
+                    "worker_register_timeout_s",
+                    "worker_start_concurrency",
+                ),
+                1,
+                "use a positive number",
+            ),
+            (("num_cpus",), 0, "use 0 (Slurm's CPUs on the node) or a positive count"),
+        ):
+            found += [
+                ConfigProblem(f"ray.{name}", getattr(self, name), fix) for name in names if getattr(self, name) < least
+            ]
         for key, value in self.extra_env.items():
             if not key or "=" in key or not isinstance(value, str):
                 found.append(ConfigProblem(f"ray.extra_env.{key}", value, "use NAME: string value pairs"))
         return found
 
-    def validate(self) -> "RaySettings":
+    def validate(self) -> RaySettings:
         """Raise ConfigError listing every problem; return self when valid."""
         if problems := self.problems():
             raise ConfigError(problems)
@@ -152,11 +189,15 @@ class RaySettings:
         return os.path.abspath(os.path.expanduser(chosen))
 
     @classmethod
-    def from_mapping(cls, values: Mapping[str, Any]) -> "RaySettings":
+    def from_mapping(cls, values: Mapping[str, Any]) -> RaySettings:
         """Build from a mapping (config node or JSON); unknown keys are rejected by name."""
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(values) - known)
         if unknown:
-            raise ConfigError([ConfigProblem(f"ray.{key}", values[key], f"remove it; known keys: {', '.join(sorted(known))}")
-                               for key in unknown])
+            raise ConfigError(
+                [
+                    ConfigProblem(f"ray.{key}", values[key], f"remove it; known keys: {', '.join(sorted(known))}")
+                    for key in unknown
+                ]
+            )
         return cls(**{key: (dict(value) if isinstance(value, Mapping) else value) for key, value in values.items()})

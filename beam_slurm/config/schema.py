@@ -8,7 +8,7 @@ marked "seed"; values the seed leaves open and we chose are marked "ours" and st
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any
 
 from hydra_plugins.hydra_submitit_launcher.config import SlurmQueueConf
 
@@ -30,19 +30,19 @@ class ClusterConfig:
     the next in-job attempt, without a requeue. They cost their GPU-hours all the time (`plan` says how many)."""
     gpus_per_node: int = 8
     """GPUs per node; the seed's nodes are 8 x B200."""
-    partition: Optional[str] = None
+    partition: str | None = None
     """Slurm partition (`--partition`), or a comma-separated list (env SBATCH_PARTITION); empty = the cluster's
     default."""
-    account: Optional[str] = None
+    account: str | None = None
     """Slurm account (`--account`, env SBATCH_ACCOUNT); empty = the user's default."""
-    qos: Optional[str] = None
+    qos: str | None = None
     """Slurm QOS (`--qos`, env SBATCH_QOS); empty = none."""
-    time_limit: Optional[str] = "24:00:00"
+    time_limit: str | None = "24:00:00"
     """Wall time per attempt (`--time`: minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM:SS or UNLIMITED; env SBATCH_TIMELIMIT,
     as sbatch reads it). A requeued attempt gets the same limit again (ours)."""
-    cpus_per_node: Optional[int] = None
+    cpus_per_node: int | None = None
     """CPUs per node for the Ray step (`--cpus-per-task` with one task per node); empty = what Slurm gives."""
-    mem_per_node: Optional[str] = None
+    mem_per_node: str | None = None
     """Memory per node (`--mem`, e.g. 1800G or 0 for all); empty = the partition's default."""
     signal_before_s: int = 300
     """Seconds before the time limit at which Slurm sends USR1 to the batch shell (`--signal=B:USR1@N`); the save
@@ -54,7 +54,7 @@ class ClusterConfig:
     """Seconds the Ray step gets to stop (driver, then each node's Ray) after SIGTERM before it is killed."""
     max_requeues: int = 10
     """Stop requeuing after this many restarts (SLURM_RESTART_COUNT) so a crash loop cannot burn the allocation."""
-    hang_timeout_s: Optional[float] = None
+    hang_timeout_s: float | None = None
     """Hang watchdog: the longest a phase of training (a step, a save, an evaluation) may go without a heartbeat
     before the attempt is ended as a hang (stack dumps of every node in `<attempt>/hang/`, then the requeue
     policy). Unset: 5 x the median step time measured, at least 600 s (trainer.expected_step_s until a step is
@@ -127,19 +127,19 @@ class ClusterConfig:
 class PathsConfig:
     """Where the model, data, outputs and the SkyRL checkout live. All must be the same path on every node."""
 
-    model_path: Optional[str] = None
+    model_path: str | None = None
     """Beam checkpoint directory (env MODEL_PATH); ~1 TB in BF16, on shared storage."""
-    data_dir: Optional[str] = None
+    data_dir: str | None = None
     """Directory with the cleaned parquet files from `beam-slurm prepare-data` (env DATA_DIR)."""
-    ckpt_path: Optional[str] = None
+    ckpt_path: str | None = None
     """Checkpoint directory (env CKPT_PATH); empty = $HOME/ckpts/<run_name> (seed)."""
-    export_path: Optional[str] = None
+    export_path: str | None = None
     """HF exports and evaluation dumps (env EXPORT_PATH); empty = $HOME/exports/<run_name> (seed)."""
-    skyrl_dir: Optional[str] = None
+    skyrl_dir: str | None = None
     """SkyRL checkout with Beam support (beam-release branch), same path on every node (env SKYRL_DIR)."""
-    log_dir: Optional[str] = None
+    log_dir: str | None = None
     """Job logs, one folder per job and attempt (env BEAM_LOG_DIR); empty = <export_path>/logs."""
-    optimizer_state_disk_dir: Optional[str] = None
+    optimizer_state_disk_dir: str | None = None
     """Node-local NVMe directory for the streamed optimizer state of full fine-tuning (env OPTIMIZER_STATE_DISK_DIR).
     Empty = CPU optimizer, which needs ~1.7 TB host RAM per node (seed)."""
     train_file: str = "dapo-math-17k-cleaned.parquet"
@@ -188,7 +188,7 @@ class MegatronConfig:
 class RolloutConfig:
     """vLLM generation engines."""
 
-    num_engines: Optional[int] = None
+    num_engines: int | None = None
     """vLLM replicas; empty = derived: colocated -> training GPUs / (TP x PP), else rollout_nodes x GPUs / (TP x PP)."""
     tensor_parallel: int = 8
     """vLLM tensor parallel size per replica (seed: TP8)."""
@@ -199,7 +199,7 @@ class RolloutConfig:
     kv_cache_dtype: str = "auto"
     """KV cache dtype (env KV_CACHE_DTYPE): auto (= BF16, seed default) or fp8_e4m3 (faster decode, ~0.01 higher
     log-prob gap)."""
-    quantization: Optional[str] = None
+    quantization: str | None = None
     """vLLM weight quantization; set to mxfp8 by precision=mxfp8 (MXFP8 rollouts)."""
     attention: str = "fa4"
     """Flash Attention version for rollouts: fa4 or fa2 (fa2 lowers the MXFP8 log-prob gap from ~0.03 to ~0.02)."""
@@ -259,7 +259,7 @@ class AlgorithmConfig:
     """DAPO overlong penalty ramp length in tokens before max_response_tokens (ours: SkyRL's DAPO example)."""
     overlong_penalty_factor: float = 1.0
     """Penalty at the budget's end; responses past the budget score 0 (ours: SkyRL's DAPO example)."""
-    lr: Optional[float] = None
+    lr: float | None = None
     """Learning rate; empty = 1e-5 for LoRA (seed), 1e-6 for full fine-tuning (ours)."""
     geo_mask: bool = False
     """Geometric sequence masking: drop sequences whose geometric-mean ratio leaves [geo_mask_low, geo_mask_high]
@@ -286,51 +286,52 @@ class EvalLauncherConfig(SlurmQueueConf):
     timeout_min: int = 240
     """Wall time of one array task in minutes (ours); a task cut off by it is requeued (max_num_timeout) and resumes."""
     nodes: int = 0
-    """Nodes per task; 0 = as many as rollout.tensor_parallel x rollout.pipeline_parallel GPUs need (cluster.gpus_per_node
+    """Nodes per task; 0 = as many as rollout.tensor_parallel x rollout.pipeline_parallel GPUs need
+    (cluster.gpus_per_node
     each): Beam's TP8 x PP2 takes 2 nodes, driven through Ray."""
-    gpus_per_node: Optional[int] = None
+    gpus_per_node: int | None = None
     """GPUs per node of a task; empty = TP x PP, at most cluster.gpus_per_node."""
-    partition: Optional[str] = None
+    partition: str | None = None
     """Slurm partition of the array; empty = cluster.partition."""
-    account: Optional[str] = None
+    account: str | None = None
     """Slurm account of the array; empty = cluster.account."""
     array_parallelism: int = 8
     """Tasks of the array running at once (`--array=0-N%P`; ours: 8)."""
     max_num_timeout: int = 3
     """Requeues after a time-out (a preemption always requeues); the task resumes from its saved responses (ours)."""
-    cpus_per_task: Optional[int] = None
+    cpus_per_task: int | None = None
     """CPUs per task (`--cpus-per-task`); empty = Slurm's default."""
     tasks_per_node: int = 1
     """Tasks per node; one process per node drives vLLM (leave 1)."""
-    mem_gb: Optional[int] = None
+    mem_gb: int | None = None
     """Memory per node in GB (`--mem`); empty = the partition's default."""
     stderr_to_stdout: bool = False
     """Write the task's stderr into its stdout log."""
     _target_: str = "hydra_plugins.hydra_submitit_launcher.submitit_launcher.SlurmLauncher"
     """The launcher class of Hydra's config (accepted so copied launcher settings load; not used here)."""
-    qos: Optional[str] = None
+    qos: str | None = None
     """Slurm QOS of the array; empty = cluster.qos."""
-    comment: Optional[str] = None
+    comment: str | None = None
     """Slurm job comment."""
-    constraint: Optional[str] = None
+    constraint: str | None = None
     """Node features the tasks need (`--constraint`)."""
-    exclude: Optional[str] = None
+    exclude: str | None = None
     """Nodes the tasks must not use (`--exclude`)."""
-    gres: Optional[str] = None
+    gres: str | None = None
     """Generic resources (`--gres`), instead of gpus_per_node."""
-    cpus_per_gpu: Optional[int] = None
+    cpus_per_gpu: int | None = None
     """CPUs per GPU (`--cpus-per-gpu`; needs gpus_per_task)."""
-    gpus_per_task: Optional[int] = None
+    gpus_per_task: int | None = None
     """GPUs per task (`--gpus-per-task`)."""
-    mem_per_gpu: Optional[str] = None
+    mem_per_gpu: str | None = None
     """Memory per GPU (`--mem-per-gpu`, e.g. 80G)."""
-    mem_per_cpu: Optional[str] = None
+    mem_per_cpu: str | None = None
     """Memory per CPU (`--mem-per-cpu`)."""
     signal_delay_s: int = 120
     """Seconds before the time limit at which submitit's signal (USR2, to the task) asks it to requeue itself."""
     additional_parameters: dict[str, Any] = field(default_factory=dict)
     """Any other sbatch option, e.g. {mail-type: END} (without the leading dashes)."""
-    setup: Optional[list[str]] = None
+    setup: list[str] | None = None
     """Shell lines run in the batch script before the task (e.g. module load ...)."""
 
 
@@ -357,7 +358,7 @@ class EvalConfig:
     chain_settle_s: float = 60.0
     """An HF export counts as complete once none of its files changed for this long (SkyRL writes exports in place,
     without a marker); the last export of a finished run is taken at once."""
-    limit: Optional[int] = None
+    limit: int | None = None
     """Standalone evaluation: only the first N problems of each file (smoke runs); empty = every problem."""
     dtype: str = "auto"
     """Standalone evaluation: weight dtype of the vLLM engine; auto = the checkpoint's (the CPU tests use float32)."""
@@ -376,7 +377,7 @@ class EvalConfig:
     chunk_problems: int = 5
     """Standalone evaluation: problems generated per chunk; each chunk's responses are saved as it finishes, so a
     preempted or requeued task generates only what is missing (ours: 5, six chunks for AIME's 30 problems)."""
-    hang_timeout_s: Optional[float] = None
+    hang_timeout_s: float | None = None
     """Standalone evaluation: the longest one chunk of generation may take before the task is taken for hung (an
     engine that stopped producing tokens): its stacks go to `<store>/hang/`, the saved chunks are kept and the task
     is requeued (at most eval.launcher.max_num_timeout times). Unset: 5 x the median chunk time, at least 600 s,
@@ -411,9 +412,9 @@ class CheckpointConfig:
     """Checkpoints kept (-1 = all, seed). Each full checkpoint needs ~0.9 TB per node."""
     resume_mode: str = "none"
     """none | latest | from_path (env RESUME_MODE). A requeued attempt always resumes with latest."""
-    resume_path: Optional[str] = None
+    resume_path: str | None = None
     """Checkpoint directory global_step_N for resume_mode=from_path (trainer.resume_path)."""
-    gbytes_per_node: Optional[float] = None
+    gbytes_per_node: float | None = None
     """GB one training node writes per checkpoint, for the notice budget and the interval advice; empty = the
     estimate: the seed's ~7 TB full checkpoint over the training nodes, or for LoRA its adapters' share of it
     (`beam_slurm.policy.notice_budget`)."""
@@ -450,11 +451,33 @@ class TrainerConfig:
     """Extra environment variables for the driver and every Ray worker on every node (exported on each node before
     Ray starts). No secrets here: a name containing TOKEN, KEY, SECRET, PASSWORD or CREDENTIAL is refused; use
     env_secret_files or export it where the job is submitted."""
-    env_inherit: list[str] = field(default_factory=lambda: [
-        "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE", "HF_HOME", "HF_HUB_CACHE", "HF_TOKEN",
-        "HF_ENDPOINT", "WANDB_*", "MLFLOW_*", "NCCL_*", "TORCH_NCCL_*", "GLOO_SOCKET_IFNAME", "SKYRL_*", "VLLM_*",
-        "CUDA_DEVICE_MAX_CONNECTIONS", "PYTORCH_CUDA_ALLOC_CONF", "TOKENIZERS_PARALLELISM", "HTTP_PROXY",
-        "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy"])
+    env_inherit: list[str] = field(
+        default_factory=lambda: [
+            "HF_HUB_OFFLINE",
+            "TRANSFORMERS_OFFLINE",
+            "HF_DATASETS_OFFLINE",
+            "HF_HOME",
+            "HF_HUB_CACHE",
+            "HF_TOKEN",
+            "HF_ENDPOINT",
+            "WANDB_*",
+            "MLFLOW_*",
+            "NCCL_*",
+            "TORCH_NCCL_*",
+            "GLOO_SOCKET_IFNAME",
+            "SKYRL_*",
+            "VLLM_*",
+            "CUDA_DEVICE_MAX_CONNECTIONS",
+            "PYTORCH_CUDA_ALLOC_CONF",
+            "TOKENIZERS_PARALLELISM",
+            "HTTP_PROXY",
+            "HTTPS_PROXY",
+            "NO_PROXY",
+            "http_proxy",
+            "https_proxy",
+            "no_proxy",
+        ]
+    )
     """Variables (names or PREFIX_* patterns) taken from the environment the job is submitted with and exported on
     every node before Ray starts, so the driver and every Ray worker see them: offline modes and caches of the
     hub, the tracker's settings, NCCL/gloo, the SkyRL timeouts (SKYRL_*), vLLM. Each node records what it exported
@@ -493,7 +516,7 @@ class BeamConfig:
 
     recipe: str = "lora_32gpu"
     """Recipe name: lora_16gpu, lora_32gpu, bf16_64gpu or mxfp8_64gpu."""
-    run_name: Optional[str] = None
+    run_name: str | None = None
     """Run name (env RUN_NAME); empty = beam_<recipe>. Names ckpt/export folders and the Slurm job."""
     precision: str = "bf16"
     """Training and rollout precision: bf16 or mxfp8 (sweepable)."""
@@ -528,7 +551,9 @@ class BeamConfig:
 
     @property
     def training_nodes(self) -> int:
-        return self.cluster.nodes if self.trainer.placement_colocated else self.cluster.nodes - self.trainer.rollout_nodes
+        return (
+            self.cluster.nodes if self.trainer.placement_colocated else self.cluster.nodes - self.trainer.rollout_nodes
+        )
 
     @property
     def training_gpus(self) -> int:

@@ -86,24 +86,50 @@ def skyrl_settings(cfg) -> list[tuple[str, object]]:
     data_dir = (p.data_dir or "").rstrip("/")
     sampling = {"max_generate_length": g.max_response_tokens, "temperature": g.temperature, "top_p": g.top_p}
     megatron = "trainer.policy.megatron_config"
-    kv = [("data.train_data", [f"{data_dir}/{p.train_file}"]),
-          ("data.val_data", [f"{data_dir}/{f}" for f in p.eval_files]), ("environment.env_class", "aime"),
-          *_under("trainer.algorithm", advantage_estimator=a.advantage_estimator, eps_clip_low=a.eps_clip_low,
-                  eps_clip_high=a.eps_clip_high, loss_reduction=a.loss_reduction, use_kl_loss=a.use_kl_loss,
-                  **{"dynamic_sampling.type": "filter" if a.dynamic_sampling else None},
-                  overlong_buffer_len=a.overlong_buffer_len, overlong_buffer_penalty_factor=a.overlong_penalty_factor)]
+    kv = [
+        ("data.train_data", [f"{data_dir}/{p.train_file}"]),
+        ("data.val_data", [f"{data_dir}/{f}" for f in p.eval_files]),
+        ("environment.env_class", "aime"),
+        *_under(
+            "trainer.algorithm",
+            advantage_estimator=a.advantage_estimator,
+            eps_clip_low=a.eps_clip_low,
+            eps_clip_high=a.eps_clip_high,
+            loss_reduction=a.loss_reduction,
+            use_kl_loss=a.use_kl_loss,
+            **{"dynamic_sampling.type": "filter" if a.dynamic_sampling else None},
+            overlong_buffer_len=a.overlong_buffer_len,
+            overlong_buffer_penalty_factor=a.overlong_penalty_factor,
+        ),
+    ]
     if a.geo_mask:
-        kv += _under("trainer.algorithm.off_policy_correction", sequence_mask_metric="geometric",
-                     geo_mask_low=a.geo_mask_low, geo_mask_high=a.geo_mask_high)
-    kv += [("trainer.strategy", "megatron"), ("trainer.policy.model.path", p.model_path),
-           ("trainer.policy.optimizer_config.lr", cfg.learning_rate),
-           *_under(megatron, tensor_model_parallel_size=m.tensor_parallel,
-                   pipeline_model_parallel_size=m.pipeline_parallel, context_parallel_size=m.context_parallel,
-                   expert_model_parallel_size=m.expert_parallel, expert_tensor_parallel_size=m.expert_tensor_parallel,
-                   moe_enable_routing_replay=r.routing_replay)]
+        kv += _under(
+            "trainer.algorithm.off_policy_correction",
+            sequence_mask_metric="geometric",
+            geo_mask_low=a.geo_mask_low,
+            geo_mask_high=a.geo_mask_high,
+        )
+    kv += [
+        ("trainer.strategy", "megatron"),
+        ("trainer.policy.model.path", p.model_path),
+        ("trainer.policy.optimizer_config.lr", cfg.learning_rate),
+        *_under(
+            megatron,
+            tensor_model_parallel_size=m.tensor_parallel,
+            pipeline_model_parallel_size=m.pipeline_parallel,
+            context_parallel_size=m.context_parallel,
+            expert_model_parallel_size=m.expert_parallel,
+            expert_tensor_parallel_size=m.expert_tensor_parallel,
+            moe_enable_routing_replay=r.routing_replay,
+        ),
+    ]
     if cfg.is_lora:
-        kv += _under("trainer.policy.model.lora", rank=cfg.lora.rank, alpha=cfg.lora.alpha,
-                     target_modules=cfg.lora.target_modules)
+        kv += _under(
+            "trainer.policy.model.lora",
+            rank=cfg.lora.rank,
+            alpha=cfg.lora.alpha,
+            target_modules=cfg.lora.target_modules,
+        )
         # Adapters stay separate and are synced into vLLM's adapter slots (SkyRL merges them by default).
         kv.append((f"{megatron}.lora_config.merge_lora", not cfg.lora.per_expert_slots))
     else:
@@ -112,28 +138,59 @@ def skyrl_settings(cfg) -> list[tuple[str, object]]:
     if cfg.precision == "mxfp8":
         # Megatron's MXFP8 recipe covers the linear layers of attention and MLP; router and norms keep their precision.
         kv += _under(f"{megatron}.transformer_config_kwargs", fp8="e4m3", fp8_recipe="mxfp8")
-    kv += _under("trainer.placement", colocate_all=cfg.trainer.placement_colocated,
-                 policy_num_nodes=cfg.training_nodes, policy_num_gpus_per_node=cfg.cluster.gpus_per_node)
-    kv += _under("trainer", train_batch_size=b.prompts_per_step, policy_mini_batch_size=cfg.mini_batch_prompts,
-                 micro_train_batch_size_per_gpu=m.micro_batch_size, micro_forward_batch_size_per_gpu=m.micro_batch_size,
-                 max_prompt_length=g.max_prompt_tokens, max_training_steps=cfg.max_training_steps, seed=cfg.seed,
-                 fused_lm_head_logprob=a.fused_lm_head_logprob,
-                 eval_interval=cfg.eval.interval if cfg.eval.in_training else -1,
-                 eval_before_train=cfg.eval.before_train and cfg.eval.in_training,
-                 ckpt_interval=cfg.checkpoint.interval, hf_save_interval=cfg.checkpoint.hf_save_interval,
-                 max_ckpts_to_keep=cfg.checkpoint.max_to_keep, resume_mode=cfg.checkpoint.resume_mode)
+    kv += _under(
+        "trainer.placement",
+        colocate_all=cfg.trainer.placement_colocated,
+        policy_num_nodes=cfg.training_nodes,
+        policy_num_gpus_per_node=cfg.cluster.gpus_per_node,
+    )
+    kv += _under(
+        "trainer",
+        train_batch_size=b.prompts_per_step,
+        policy_mini_batch_size=cfg.mini_batch_prompts,
+        micro_train_batch_size_per_gpu=m.micro_batch_size,
+        micro_forward_batch_size_per_gpu=m.micro_batch_size,
+        max_prompt_length=g.max_prompt_tokens,
+        max_training_steps=cfg.max_training_steps,
+        seed=cfg.seed,
+        fused_lm_head_logprob=a.fused_lm_head_logprob,
+        eval_interval=cfg.eval.interval if cfg.eval.in_training else -1,
+        eval_before_train=cfg.eval.before_train and cfg.eval.in_training,
+        ckpt_interval=cfg.checkpoint.interval,
+        hf_save_interval=cfg.checkpoint.hf_save_interval,
+        max_ckpts_to_keep=cfg.checkpoint.max_to_keep,
+        resume_mode=cfg.checkpoint.resume_mode,
+    )
     if cfg.checkpoint.resume_mode == "from_path":
         kv.append(("trainer.resume_path", cfg.checkpoint.resume_path))
     if cfg.trainer.tags:
         kv.append(("trainer.tags", list(cfg.trainer.tags)))
-    kv += _under("trainer", ckpt_path=p.ckpt_path, export_path=p.export_path, run_name=cfg.run_name,
-                 logger=cfg.trainer.logger, project_name=cfg.trainer.project_name, log_path=f"{p.log_dir}/skyrl")
-    kv += _under("generator", n_samples_per_prompt=b.responses_per_prompt,
-                 eval_n_samples_per_prompt=cfg.eval.responses_per_problem, sampling_params=sampling,
-                 eval_sampling_params=sampling, chat_template_kwargs={"reasoning_effort": g.reasoning_effort})
-    kv += _under("generator.inference_engine", num_engines=cfg.num_engines, tensor_parallel_size=r.tensor_parallel,
-                 pipeline_parallel_size=r.pipeline_parallel, gpu_memory_utilization=r.gpu_memory_utilization,
-                 distributed_executor_backend=cfg.executor_backend, enable_return_routed_experts=r.routing_replay)
+    kv += _under(
+        "trainer",
+        ckpt_path=p.ckpt_path,
+        export_path=p.export_path,
+        run_name=cfg.run_name,
+        logger=cfg.trainer.logger,
+        project_name=cfg.trainer.project_name,
+        log_path=f"{p.log_dir}/skyrl",
+    )
+    kv += _under(
+        "generator",
+        n_samples_per_prompt=b.responses_per_prompt,
+        eval_n_samples_per_prompt=cfg.eval.responses_per_problem,
+        sampling_params=sampling,
+        eval_sampling_params=sampling,
+        chat_template_kwargs={"reasoning_effort": g.reasoning_effort},
+    )
+    kv += _under(
+        "generator.inference_engine",
+        num_engines=cfg.num_engines,
+        tensor_parallel_size=r.tensor_parallel,
+        pipeline_parallel_size=r.pipeline_parallel,
+        gpu_memory_utilization=r.gpu_memory_utilization,
+        distributed_executor_backend=cfg.executor_backend,
+        enable_return_routed_experts=r.routing_replay,
+    )
     if r.kv_cache_dtype != "auto":
         kv.append(("generator.inference_engine.engine_init_kwargs.kv_cache_dtype", r.kv_cache_dtype))
     if r.quantization:
@@ -169,9 +226,11 @@ def skyrl_env(cfg) -> dict[str, str]:
     if cfg.rollout.attention == "fa2":
         env["VLLM_FLASH_ATTN_VERSION"] = "2"
     if cfg.trainer.logger == "wandb":
-        # Offline runs ignore resume; the job adds WANDB_RUN_ID and WANDB_DIR per attempt (beam_slurm.jobs.training.tracking).
-        env.update({"WANDB_MODE": cfg.trainer.wandb_mode, "WANDB_RESUME": "allow",
-                    "WANDB_PROJECT": cfg.trainer.project_name})
+        # Offline runs ignore resume; the job adds WANDB_RUN_ID and WANDB_DIR per attempt
+        # (beam_slurm.jobs.training.tracking).
+        env.update(
+            {"WANDB_MODE": cfg.trainer.wandb_mode, "WANDB_RESUME": "allow", "WANDB_PROJECT": cfg.trainer.project_name}
+        )
         # SkyRL 0.3.0 has no group key: wandb.init reads the group from the environment.
         env.update({"WANDB_RUN_GROUP": cfg.trainer.wandb_group} if cfg.trainer.wandb_group else {})
         env.update({"WANDB_TAGS": ",".join(cfg.trainer.tags)} if cfg.trainer.tags else {})

@@ -17,8 +17,9 @@ import os
 import sys
 import textwrap
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 from rich import box
 from rich.console import Console
@@ -37,21 +38,38 @@ EXIT_USAGE = 2
 # its value), a key=value (the old flag was a switch) or a flag. Every verb's parser refuses them before anything else.
 OLD_SPELLINGS: dict[str, dict[str, str]] = {
     "evaluate": {
-        "--k": "eval.responses_per_problem", "--max-tokens": "generation.max_response_tokens",
-        "--max-prompt-tokens": "generation.max_prompt_tokens", "--temperature": "generation.temperature",
-        "--top-p": "generation.top_p", "--reasoning-effort": "generation.reasoning_effort",
-        "--tp": "rollout.tensor_parallel", "--pp": "rollout.pipeline_parallel",
+        "--k": "eval.responses_per_problem",
+        "--max-tokens": "generation.max_response_tokens",
+        "--max-prompt-tokens": "generation.max_prompt_tokens",
+        "--temperature": "generation.temperature",
+        "--top-p": "generation.top_p",
+        "--reasoning-effort": "generation.reasoning_effort",
+        "--tp": "rollout.tensor_parallel",
+        "--pp": "rollout.pipeline_parallel",
         "--executor": "rollout.executor_backend",
-        "--limit": "eval.limit", "--dtype": "eval.dtype", "--gpu-memory-utilization": "eval.gpu_memory_utilization",
-        "--request-timeout": "eval.server_request_timeout_s", "--max-attempts": "eval.server_max_attempts",
-        "--concurrency": "eval.server_concurrency", "--grade-timeout": "grade.timeout_s",
-        "--grade-workers": "grade.workers", "--enforce-eager": "eval.enforce_eager=true",
+        "--limit": "eval.limit",
+        "--dtype": "eval.dtype",
+        "--gpu-memory-utilization": "eval.gpu_memory_utilization",
+        "--request-timeout": "eval.server_request_timeout_s",
+        "--max-attempts": "eval.server_max_attempts",
+        "--concurrency": "eval.server_concurrency",
+        "--grade-timeout": "grade.timeout_s",
+        "--grade-workers": "grade.workers",
+        "--enforce-eager": "eval.enforce_eager=true",
     },
-    "grade": {"--timeout": "grade.timeout_s", "--memory-mb": "grade.memory_mb", "--workers": "grade.workers",
-              "--overwrite": "--force"},
-    "pull-container": {"--lock-stale-after": "container.lock_stale_after_s",
-                       "--lock-timeout": "container.lock_timeout_s", "--runtime": "container.runtime",
-                       "--image": "container.image", "--cache-dir": "container.image_cache_dir"},
+    "grade": {
+        "--timeout": "grade.timeout_s",
+        "--memory-mb": "grade.memory_mb",
+        "--workers": "grade.workers",
+        "--overwrite": "--force",
+    },
+    "pull-container": {
+        "--lock-stale-after": "container.lock_stale_after_s",
+        "--lock-timeout": "container.lock_timeout_s",
+        "--runtime": "container.runtime",
+        "--image": "container.image",
+        "--cache-dir": "container.image_cache_dir",
+    },
     "prepare-data": {"data.overwrite": "--force"},
     "submit": {"data.overwrite": "--force"},  # the data stage's redo, as prepare-data's
 }
@@ -74,9 +92,14 @@ def field_docs(cls: type) -> dict[str, str]:
         return {}
     body = tree.body[0].body if tree.body and isinstance(tree.body[0], ast.ClassDef) else []
     docs = {}
-    for node, following in zip(body, body[1:]):
-        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and isinstance(following, ast.Expr) \
-                and isinstance(following.value, ast.Constant) and isinstance(following.value.value, str):
+    for node, following in zip(body, body[1:], strict=False):
+        if (
+            isinstance(node, ast.AnnAssign)
+            and isinstance(node.target, ast.Name)
+            and isinstance(following, ast.Expr)
+            and isinstance(following.value, ast.Constant)
+            and isinstance(following.value.value, str)
+        ):
             docs[node.target.id] = " ".join(inspect.cleandoc(following.value.value).split())
     return docs
 
@@ -93,8 +116,11 @@ def schema_keys() -> dict[str, SchemaKey]:
     """Every leaf key of the recipe schema, in schema order."""
     found = list(schema_fields())
     docs = {cls: field_docs(cls) for cls in dict.fromkeys(cls for _, cls, _, _ in found)}
-    return {key: SchemaKey(key, default, docs[cls].get(f.name, "")) for key, cls, f, default in found
-            if not dataclasses.is_dataclass(default)}
+    return {
+        key: SchemaKey(key, default, docs[cls].get(f.name, ""))
+        for key, cls, f, default in found
+        if not dataclasses.is_dataclass(default)
+    }
 
 
 def keys_under(*prefixes: str) -> list[str]:
@@ -109,7 +135,9 @@ def _show_default(value: Any) -> str:
 def keys_help(keys: Sequence[str], cfg, width: int = 100) -> str:
     """The block listing `keys` with their values in `cfg` and docstrings; a non-default value names the default."""
     known = schema_keys()
-    lines = ["settings (key=value; values of the recipe given, defaults and meanings from beam_slurm/config/schema.py):"]
+    lines = [
+        "settings (key=value; values of the recipe given, defaults and meanings from beam_slurm/config/schema.py):"
+    ]
     for key in keys:
         entry = known[key]
         value = value_at(cfg, key)
@@ -127,19 +155,27 @@ def section_of(key: str) -> str:
 def sections_help(verb: str, keys: Sequence[str], width: int = 100) -> str:
     """The short form of `keys_help`: each section the verb reads, with its key count and what it holds."""
     total, read = Counter(map(section_of, schema_keys())), Counter(map(section_of, keys))
-    docs = {f.name: " ".join((inspect.getdoc(type(_default(f))) or "").split()).split(". ")[0].rstrip(".")
-            for f in dataclasses.fields(BeamConfig) if dataclasses.is_dataclass(_default(f))}
+    docs = {
+        f.name: " ".join((inspect.getdoc(type(_default(f))) or "").split()).split(". ")[0].rstrip(".")
+        for f in dataclasses.fields(BeamConfig)
+        if dataclasses.is_dataclass(_default(f))
+    }
     example = next((name for name in read if name in docs), "all")
-    lines = textwrap.wrap(f"settings (key=value), by section: `--help-keys SECTION` lists a section's keys with their "
-                          "values in the recipe given (recipe=NAME and the other settings typed), `--help-keys` alone "
-                          f"every key; e.g. `beam-slurm {verb} --help-keys {example}`.", width, break_on_hyphens=False)
+    lines = textwrap.wrap(
+        f"settings (key=value), by section: `--help-keys SECTION` lists a section's keys with their "
+        "values in the recipe given (recipe=NAME and the other settings typed), `--help-keys` alone "
+        f"every key; e.g. `beam-slurm {verb} --help-keys {example}`.",
+        width,
+        break_on_hyphens=False,
+    )
     single = [name for name in read if name not in docs]
     if single:
         lines += textwrap.wrap(", ".join(single), width, initial_indent="  ", subsequent_indent="  ")
     for name in (name for name in read if name in docs):
         count = f"{read[name]}" if read[name] == total[name] else f"{read[name]} of {total[name]}"
-        lines += textwrap.wrap(f"{name:<11} {count:>8} keys  {docs[name]}", width, initial_indent="  ",
-                               subsequent_indent=" " * 29)
+        lines += textwrap.wrap(
+            f"{name:<11} {count:>8} keys  {docs[name]}", width, initial_indent="  ", subsequent_indent=" " * 29
+        )
     return "\n".join(lines)
 
 
@@ -177,7 +213,7 @@ class _Group:
 
 
 class _Parser(argparse.ArgumentParser):
-    _verb_args: "VerbArgs"
+    _verb_args: VerbArgs
 
     def error(self, message: str):  # argparse's own errors: the verb reports them with its prefix and exit 2
         self.print_usage(sys.stderr)
@@ -202,8 +238,16 @@ class Parsed:
 class VerbArgs:
     """The parser of one verb: its flags and inputs, the keys it reads."""
 
-    def __init__(self, verb: str, description: str, *, keys: Sequence[str] = (), settings: bool = True,
-                 epilog: str | None = None, inputs: str = ""):
+    def __init__(
+        self,
+        verb: str,
+        description: str,
+        *,
+        keys: Sequence[str] = (),
+        settings: bool = True,
+        epilog: str | None = None,
+        inputs: str = "",
+    ):
         """`keys`: the schema keys the verb reads (--help names their sections, --help-keys lists them); `settings`:
         it takes key=value overrides; `inputs`: its positional inputs as the usage line names them (`RUN`)."""
         self.verb = verb
@@ -211,19 +255,46 @@ class VerbArgs:
         self.keys = list(keys)
         self.settings = settings
         self.actions: list[argparse.Action] = []  # every option and input, in the order added
-        usage = " ".join(part for part in ("%(prog)s [-h]", "[--help-keys [SECTION]]" if self.keys else "",
-                                           "[--flag ...]", inputs, "[key=value ...]" if settings else "") if part
-                         ) if settings or inputs else None  # None: argparse's own, naming every flag and input
-        self.parser = _Parser(prog=f"beam-slurm {verb}", description=description, epilog=epilog, usage=usage,
-                              formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False)
+        usage = (
+            " ".join(
+                part
+                for part in (
+                    "%(prog)s [-h]",
+                    "[--help-keys [SECTION]]" if self.keys else "",
+                    "[--flag ...]",
+                    inputs,
+                    "[key=value ...]" if settings else "",
+                )
+                if part
+            )
+            if settings or inputs
+            else None
+        )  # None: argparse's own, naming every flag and input
+        self.parser = _Parser(
+            prog=f"beam-slurm {verb}",
+            description=description,
+            epilog=epilog,
+            usage=usage,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+            allow_abbrev=False,
+        )
         self.parser._verb_args = self
         if settings:
-            self.add_argument("overrides", nargs="*", metavar="key=value",
-                                     help="recipe settings (Hydra overrides); the sections this verb reads are below")
+            self.add_argument(
+                "overrides",
+                nargs="*",
+                metavar="key=value",
+                help="recipe settings (Hydra overrides); the sections this verb reads are below",
+            )
         if self.keys:
-            self.add_argument("--help-keys", nargs="?", const="all", metavar="SECTION",
-                                     help="list the keys of SECTION (a section, a key, or all: the default) with "
-                                          "the values of the recipe given, and exit")
+            self.add_argument(
+                "--help-keys",
+                nargs="?",
+                const="all",
+                metavar="SECTION",
+                help="list the keys of SECTION (a section, a key, or all: the default) with "
+                "the values of the recipe given, and exit",
+            )
 
     def add_argument(self, *names, **kwargs):
         action = self.parser.add_argument(*names, **kwargs)
@@ -334,11 +405,15 @@ def fit_columns(table: Table, width: int) -> bool:
     """Fix the widths of a `verb_table` wider than `width`: each column at least its longest word (no_wrap columns their
     longest cell), the room left to the columns with the longest text, so text wraps at spaces instead of splitting
     "COMPLETED". False when no widths keep every word whole (rich then folds them)."""
-    lines = [[line for cell in (column.header, *column.cells) for line in _plain(cell).split("\n")]
-             for column in table.columns]
+    lines = [
+        [line for cell in (column.header, *column.cells) for line in _plain(cell).split("\n")]
+        for column in table.columns
+    ]
     natural = [max(map(len, cells)) for cells in lines]
-    least = [n if c.no_wrap else max(len(w) for line in cells for w in line.split() or [""])
-             for c, n, cells in zip(table.columns, natural, lines)]
+    least = [
+        n if c.no_wrap else max(len(w) for line in cells for w in line.split() or [""])
+        for c, n, cells in zip(table.columns, natural, lines, strict=False)
+    ]
     room = width - 2 * len(natural) + 1  # one space of padding and one divider between columns
     if sum(natural) <= room:
         return True
@@ -352,7 +427,6 @@ def fit_columns(table: Table, width: int) -> bool:
         given = min(natural[index] - least[index], spare // (len(wanting) - place))
         widths[index] += given
         spare -= given
-    for column, chosen in zip(table.columns, widths):
+    for column, chosen in zip(table.columns, widths, strict=False):
         column.width = chosen
     return True
-

@@ -2,7 +2,8 @@
 
 Readers on any node of a shared filesystem see the old file or the new one; a crash leaves at most a hidden
 `.<name>.*.tmp`. Standard library only: the trainer side imports this on Python 3.11 and 3.12. Files get the user's
-umask (a team reads the reports on shared storage); secrets are written elsewhere (`beam_slurm.jobs.ray_cluster.auth`, 0600).
+umask (a team reads the reports on shared storage); secrets are written elsewhere (`beam_slurm.jobs.ray_cluster.auth`,
+0600).
 """
 
 from __future__ import annotations
@@ -11,8 +12,9 @@ import contextlib
 import json
 import os
 import secrets
+from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, Any, Iterator
+from typing import IO, Any
 
 
 @contextlib.contextmanager

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
 
 class UserError(Exception):
@@ -28,9 +28,11 @@ class UserError(Exception):
         where = f"{self.setting} (from {self.env})" if self.setting and self.env else self.setting or self.env
         return f"{where + ': ' if where else ''}{self.message}" + (f"; fix: {self.fix}" if self.fix else "")
 
+
 @dataclass(frozen=True)
 class ConfigProblem:
-    """One bad setting: `key=value: fix`, or `key: problem; fix: fix` when the value alone does not say what is wrong."""
+    """One bad setting: `key=value: fix`, or `key: problem; fix: fix` when the value alone does not say what is
+    wrong."""
 
     key: str  # Dotted key, e.g. `megatron.tensor_parallel` or `container.mounts[1]`
     value: object = None
@@ -45,7 +47,7 @@ class ConfigProblem:
         """The key, with the environment variable the value came from: `checkpoint.interval (from CKPT_INTERVAL)`."""
         return f"{self.key} (from {self.env})" if self.env else self.key
 
-    def from_env(self, sources: Mapping[str, str]) -> "ConfigProblem":
+    def from_env(self, sources: Mapping[str, str]) -> ConfigProblem:
         """This problem, naming the environment variable its key was read from (`sources`: key -> variable)."""
         env = self.env or sources.get(self.key)
         return dataclasses.replace(self, env=env) if env != self.env else self

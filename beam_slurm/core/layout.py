@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Mapping
 
 RUN_DIRNAME = "beam_run"
 RUN_FILE = "run.json"

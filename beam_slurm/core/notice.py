@@ -57,8 +57,9 @@ def read_marker(ckpt_path: str | os.PathLike[str]) -> int | None:
     try:
         return int(text)
     except ValueError as exc:
-        raise ValueError(f"{Path(ckpt_path) / MARKER_FILE} holds {text!r}, not a step number; "
-                         "remove or repair it before resuming") from exc
+        raise ValueError(
+            f"{Path(ckpt_path) / MARKER_FILE} holds {text!r}, not a step number; remove or repair it before resuming"
+        ) from exc
 
 
 def request_save(ckpt_path: str | os.PathLike[str], reason: str) -> None:
@@ -87,12 +88,20 @@ def acknowledge(ckpt_path: str | os.PathLike[str], global_step: int) -> None:
     """Record that ``global_step`` was saved for the pending request; ValueError unless SkyRL's marker names it."""
     marker = read_marker(ckpt_path)
     if marker != int(global_step):
-        raise ValueError(f"cannot acknowledge a save of step {global_step}: {Path(ckpt_path) / MARKER_FILE} names "
-                         f"{marker if marker is not None else 'nothing'}; acknowledge only after the checkpoint is "
-                         "complete")
+        raise ValueError(
+            f"cannot acknowledge a save of step {global_step}: {Path(ckpt_path) / MARKER_FILE} names "
+            f"{marker if marker is not None else 'nothing'}; acknowledge only after the checkpoint is "
+            "complete"
+        )
     request = _read_json(_protocol_dir(ckpt_path) / REQUEST_FILE) or {}
-    payload = {"global_step": int(global_step), "time": time.time(), "request_time": float(request.get("time", -1.0)),
-               "reason": request.get("reason", ""), "host": socket.gethostname(), "pid": os.getpid()}
+    payload = {
+        "global_step": int(global_step),
+        "time": time.time(),
+        "request_time": float(request.get("time", -1.0)),
+        "reason": request.get("reason", ""),
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+    }
     write_json(_protocol_dir(ckpt_path) / ACK_FILE, payload)
 
 

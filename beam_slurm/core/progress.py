@@ -70,9 +70,14 @@ def read_progress(ckpt_path: str | os.PathLike[str]) -> Progress | None:
     """The newest heartbeat, or None when there is none or it cannot be read (the next poll reads it again)."""
     try:
         data = json.loads(progress_path(ckpt_path).read_text())
-        return Progress(step=int(data["step"]), phase=str(data["phase"]), since=float(data["since"]),
-                        attempt=int(data.get("attempt", 0)), host=str(data.get("host", "")),
-                        step_seconds=tuple(float(s) for s in data.get("step_seconds", ())))
+        return Progress(
+            step=int(data["step"]),
+            phase=str(data["phase"]),
+            since=float(data["since"]),
+            attempt=int(data.get("attempt", 0)),
+            host=str(data.get("host", "")),
+            step_seconds=tuple(float(s) for s in data.get("step_seconds", ())),
+        )
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
@@ -91,12 +96,22 @@ class ProgressRecorder:
         self._step = step
         now = time.time()
         try:
-            write_json(progress_path(self.ckpt_path), {
-                "step": step, "phase": phase, "since": now, "attempt": self.attempt,
-                "host": socket.gethostname(), "pid": os.getpid(), "step_seconds": self.step_seconds})
+            write_json(
+                progress_path(self.ckpt_path),
+                {
+                    "step": step,
+                    "phase": phase,
+                    "since": now,
+                    "attempt": self.attempt,
+                    "host": socket.gethostname(),
+                    "pid": os.getpid(),
+                    "step_seconds": self.step_seconds,
+                },
+            )
             with open(progress_path(self.ckpt_path).with_name(EVENTS_FILE), "a") as events:
-                events.write(json.dumps({"t": round(now, 3), "phase": phase, "step": step,
-                                         "attempt": self.label}) + "\n")
+                events.write(
+                    json.dumps({"t": round(now, 3), "phase": phase, "step": step, "attempt": self.label}) + "\n"
+                )
         except OSError as exc:  # a heartbeat is never worth a training run; the watchdog sees the silence
             print(f"[beam progress] could not write {progress_path(self.ckpt_path)}: {exc}", flush=True)
 

@@ -59,11 +59,27 @@ def record_first_failure(attempt_dir: Path | None, kind: str, host: str, rank: i
 
 _FULL = (errno.ENOSPC, errno.EDQUOT)
 _FULL_TEXT = ("[Errno 28]", "No space left on device", "[Errno 122]", "Disk quota exceeded")
-_INFRA_ERRORS = ("RayActorError", "ActorDiedError", "ActorUnavailableError", "NodeDiedError", "RaySystemError",
-                 "ObjectLostError", "OwnerDiedError", "ObjectReconstructionFailedError", "WorkerCrashedError",
-                 "DistBackendError")
-_INFRA_TEXT = ("NCCL error", "ncclSystemError", "ncclInternalError", "ncclRemoteError", "uncorrectable ECC",
-               "Watchdog caught collective operation timeout", "The actor died unexpectedly")
+_INFRA_ERRORS = (
+    "RayActorError",
+    "ActorDiedError",
+    "ActorUnavailableError",
+    "NodeDiedError",
+    "RaySystemError",
+    "ObjectLostError",
+    "OwnerDiedError",
+    "ObjectReconstructionFailedError",
+    "WorkerCrashedError",
+    "DistBackendError",
+)
+_INFRA_TEXT = (
+    "NCCL error",
+    "ncclSystemError",
+    "ncclInternalError",
+    "ncclRemoteError",
+    "uncorrectable ECC",
+    "Watchdog caught collective operation timeout",
+    "The actor died unexpectedly",
+)
 
 
 def classify_driver_error(exc: BaseException) -> tuple[str, str] | None:

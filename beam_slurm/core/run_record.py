@@ -175,8 +175,12 @@ class RunRecord(_Entry):
 
     def submitted_job_ids(self, stage: str | None = None) -> list[str]:
         """Job ids of the submissions' stages (of one stage, when given), oldest first."""
-        return [str(e.job_id) for s in self.submissions for e in s.stages
-                if e.job_id and (stage is None or e.stage == stage)]
+        return [
+            str(e.job_id)
+            for s in self.submissions
+            for e in s.stages
+            if e.job_id and (stage is None or e.stage == stage)
+        ]
 
     def job_ids(self) -> set[str]:
         return set(self.train_jobs) | set(self.submitted_job_ids())
@@ -212,33 +216,71 @@ class RunRecord(_Entry):
             elif not getattr(self, key):
                 setattr(self, key, value)
 
-    def begin_attempt(self, *, job_id: str, attempt: int, nodes: list[str], checkpoint: int | None, when: str,
-                      partition: str, nodes_needed: int, user_exclude: list[str], in_job: int = 0,
-                      replaced: list[str] | None = None, stdout: str = "") -> tuple[TrainJob, list[str]]:
+    def begin_attempt(
+        self,
+        *,
+        job_id: str,
+        attempt: int,
+        nodes: list[str],
+        checkpoint: int | None,
+        when: str,
+        partition: str,
+        nodes_needed: int,
+        user_exclude: list[str],
+        in_job: int = 0,
+        replaced: list[str] | None = None,
+        stdout: str = "",
+    ) -> tuple[TrainJob, list[str]]:
         """An earlier attempt with no recorded end is closed as 'lost' (against progress if no newer checkpoint)."""
         job_id = str(job_id)
         if job_id not in self.train_jobs:
             started_by = "beam-slurm submit" if job_id in self.submitted_job_ids() else "sbatch"
-            self.train_jobs[job_id] = TrainJob(job_id=job_id, started_by=started_by, partition=partition,
-                                               nodes_needed=nodes_needed, user_exclude=list(user_exclude))
+            self.train_jobs[job_id] = TrainJob(
+                job_id=job_id,
+                started_by=started_by,
+                partition=partition,
+                nodes_needed=nodes_needed,
+                user_exclude=list(user_exclude),
+            )
         job = self.train_jobs[job_id]
         job.stdout = stdout or job.stdout
         for earlier in job.attempts:
             if earlier.end is None and (earlier.attempt, earlier.in_job) != (attempt, in_job):
                 earlier.end, earlier.end_kind, earlier.decision = when, "lost", "requeued by Slurm"
-                earlier.end_reason = ("ended without a word from the batch shell (its node was lost, or Slurm killed "
-                                      "it at once)")
+                earlier.end_reason = (
+                    "ended without a word from the batch shell (its node was lost, or Slurm killed it at once)"
+                )
                 earlier.counts_against_progress = checkpoint is None or checkpoint == earlier.checkpoint_at_start
                 earlier.checkpoint_at_end = checkpoint
         job.attempts = [a for a in job.attempts if (a.attempt, a.in_job) != (attempt, in_job)]
-        job.attempts.append(Attempt(attempt=attempt, in_job=in_job, replaced=list(replaced or []), start=when,
-                                    start_time=time.time(), nodes=list(nodes), checkpoint_at_start=checkpoint))
+        job.attempts.append(
+            Attempt(
+                attempt=attempt,
+                in_job=in_job,
+                replaced=list(replaced or []),
+                start=when,
+                start_time=time.time(),
+                nodes=list(nodes),
+                checkpoint_at_start=checkpoint,
+            )
+        )
         job.outcome = None
         return job, self.bad_node_names(job_id)
 
-    def end_attempt(self, *, job_id: str, attempt: int, when: str, end: dict[str, Any],
-                    bad_nodes: list[tuple[str, str]], outcome: str | None, outcome_reason: str, resumable_end: bool,
-                    wanted_handled: bool, in_job: int = 0) -> None:
+    def end_attempt(
+        self,
+        *,
+        job_id: str,
+        attempt: int,
+        when: str,
+        end: dict[str, Any],
+        bad_nodes: list[tuple[str, str]],
+        outcome: str | None,
+        outcome_reason: str,
+        resumable_end: bool,
+        wanted_handled: bool,
+        in_job: int = 0,
+    ) -> None:
         """Record how an attempt ended (`end`: Attempt fields), the bad nodes it found, and the job's outcome."""
         job = self.train_job(job_id)
         entry = job.attempt(attempt, in_job)
@@ -281,12 +323,17 @@ class RecordError(UserError):
 def from_json(cls: type[T], data: Any, where: str = "run.json") -> T:
     """`data` (parsed JSON) as `cls`; unknown keys go to `extra`. RecordError for a shape that is not the record's."""
     if not isinstance(data, dict):
-        raise RecordError(f"{where}: expected an object, found {type(data).__name__}",
-                          fix="restore the file from its backup or remove it (the next job writes a new one)")
+        raise RecordError(
+            f"{where}: expected an object, found {type(data).__name__}",
+            fix="restore the file from its backup or remove it (the next job writes a new one)",
+        )
     hints = typing.get_type_hints(cls)
     known = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
-    values = {name: _convert(hints[name], value, f"{where}.{name}")
-              for name, value in data.items() if name in known and name != "extra"}
+    values = {
+        name: _convert(hints[name], value, f"{where}.{name}")
+        for name, value in data.items()
+        if name in known and name != "extra"
+    }
     obj = cls(**values)
     obj.extra = {k: v for k, v in data.items() if k not in known}  # type: ignore[attr-defined]
     return obj
@@ -304,8 +351,10 @@ def _convert(hint: Any, value: Any, where: str) -> Any:
     if origin in (list, dict):
         item = typing.get_args(hint)[-1]
         if not isinstance(value, origin):
-            raise RecordError(f"{where}: expected {'a list' if origin is list else 'an object'}, found "
-                              f"{type(value).__name__}", fix="restore the file from its backup or remove it")
+            raise RecordError(
+                f"{where}: expected {'a list' if origin is list else 'an object'}, found {type(value).__name__}",
+                fix="restore the file from its backup or remove it",
+            )
         if origin is list:
             return [_convert(item, v, f"{where}[{i}]") for i, v in enumerate(value)]
         return {str(k): _convert(item, v, f"{where}.{k}") for k, v in value.items()}
@@ -333,8 +382,10 @@ def read_record(data: Any, where: str = "run.json") -> RunRecord:
         return RunRecord()
     version = data.get("schema_version", 1) if isinstance(data, dict) else None
     if isinstance(version, int) and version > SCHEMA_VERSION:
-        raise RecordError(f"{where} has schema_version {version}; this beam-slurm reads up to {SCHEMA_VERSION}",
-                          fix="run the beam-slurm that wrote it (a newer version)")
+        raise RecordError(
+            f"{where} has schema_version {version}; this beam-slurm reads up to {SCHEMA_VERSION}",
+            fix="run the beam-slurm that wrote it (a newer version)",
+        )
     record = from_json(RunRecord, data, where)
     record.schema_version = SCHEMA_VERSION
     return record

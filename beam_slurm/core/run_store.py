@@ -9,8 +9,9 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable, TypeVar
+from typing import TypeVar
 
 from beam_slurm.core import layout
 from beam_slurm.core.atomic_files import write_text
@@ -42,13 +43,20 @@ def _parsed(path: Path):
     except FileNotFoundError:
         return None
     except (OSError, ValueError) as exc:
-        raise RecordError(f"{path} cannot be read: {exc}",
-                          fix="restore it from a backup, or move it aside (the next job writes a new record)")
+        raise RecordError(
+            f"{path} cannot be read: {exc}",
+            fix="restore it from a backup, or move it aside (the next job writes a new record)",
+        ) from exc
 
 
 class RunStore:
-    def __init__(self, export_path: str | os.PathLike, *, stale_after: float = LOCK_STALE_AFTER_S,
-                 lock_timeout: float = LOCK_TIMEOUT_S):
+    def __init__(
+        self,
+        export_path: str | os.PathLike,
+        *,
+        stale_after: float = LOCK_STALE_AFTER_S,
+        lock_timeout: float = LOCK_TIMEOUT_S,
+    ):
         self.export_path = Path(export_path)
         self.dir = layout.run_dir(self.export_path)
         self.stale_after = stale_after
@@ -99,10 +107,17 @@ class RunStore:
         """evals/global_step_N.json for an evaluation job; one writer per checkpoint (the chain's claim): no lock."""
         path = self._evaluation_file(step)
         earlier = self.evaluation(step)
-        entry = EvaluationEntry(step=int(step), checkpoint=checkpoint_dir, job_id=job_id, submitted_at=now(),
-                                command=command,
-                                earlier_job_ids=[*(earlier.earlier_job_ids if earlier else []),
-                                                 *([earlier.job_id] if earlier and earlier.job_id else [])])
+        entry = EvaluationEntry(
+            step=int(step),
+            checkpoint=checkpoint_dir,
+            job_id=job_id,
+            submitted_at=now(),
+            command=command,
+            earlier_job_ids=[
+                *(earlier.earlier_job_ids if earlier else []),
+                *([earlier.job_id] if earlier and earlier.job_id else []),
+            ],
+        )
         write_text(path, json.dumps(to_json(entry), indent=2) + "\n")
         return path
 

@@ -17,9 +17,9 @@ import socket
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Callable
 
 
 class LockTimeout(TimeoutError):
@@ -56,8 +56,15 @@ def _read_holder(path: Path) -> LockHolder | None:
 class SharedFileLock:
     """Exclusive lock at `path` (a file on shared storage). Use as a context manager or acquire()/release()."""
 
-    def __init__(self, path: str | os.PathLike[str], *, stale_after: float = 120.0, heartbeat: float | None = None,
-                 poll_interval: float | None = None, log: Callable[[str], None] = lambda message: None) -> None:
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        stale_after: float = 120.0,
+        heartbeat: float | None = None,
+        poll_interval: float | None = None,
+        log: Callable[[str], None] = lambda message: None,
+    ) -> None:
         self.path = Path(path)
         self.stale_after = stale_after
         self.heartbeat = heartbeat if heartbeat is not None else max(0.2, stale_after / 6)
@@ -70,8 +77,13 @@ class SharedFileLock:
 
     def _new_holder(self) -> LockHolder:
         pid = os.getpid()
-        return LockHolder(host=socket.gethostname(), pid=pid, pid_start=process_start_time(pid) or "",
-                          token=uuid.uuid4().hex, acquired_at=time.time())
+        return LockHolder(
+            host=socket.gethostname(),
+            pid=pid,
+            pid_start=process_start_time(pid) or "",
+            token=uuid.uuid4().hex,
+            acquired_at=time.time(),
+        )
 
     def _try_create(self) -> bool:
         holder = self._new_holder()
@@ -184,7 +196,7 @@ class SharedFileLock:
             self.path.unlink(missing_ok=True)
         self._holder = None
 
-    def __enter__(self) -> "SharedFileLock":
+    def __enter__(self) -> SharedFileLock:
         self.acquire()
         return self
 

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 TRAIN_METRICS_FILE = "train_metrics.jsonl"  # the report looks for exactly this name
 

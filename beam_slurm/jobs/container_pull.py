@@ -57,10 +57,15 @@ def record_matches(settings: ContainerSettings, image_path: Path, *, verify: boo
     record = read_json(digest_record_path(image_path))
     if record is None or not image_path.is_file():
         return False
-    wanted = {"image": docker_reference(settings.image), "runtime": settings.runtime,
-              "size": image_path.stat().st_size, "registry_digest": pinned_digest(settings.image)}
+    wanted = {
+        "image": docker_reference(settings.image),
+        "runtime": settings.runtime,
+        "size": image_path.stat().st_size,
+        "registry_digest": pinned_digest(settings.image),
+    }
     return all(record.get(key) == value for key, value in wanted.items()) and (
-        not verify or record.get("sha256") == "sha256:" + sha256_file(image_path))
+        not verify or record.get("sha256") == "sha256:" + sha256_file(image_path)
+    )
 
 
 def image_is_current(settings: ContainerSettings) -> bool:
@@ -72,9 +77,16 @@ def image_is_current(settings: ContainerSettings) -> bool:
 
 
 def _write_record(settings: ContainerSettings, image_path: Path, sha256: str) -> None:
-    record = {"image": docker_reference(settings.image), "runtime": settings.runtime, "file": image_path.name,
-              "size": image_path.stat().st_size, "sha256": sha256, "registry_digest": pinned_digest(settings.image),
-              "imported_at": time.time(), "imported_on": socket.gethostname()}
+    record = {
+        "image": docker_reference(settings.image),
+        "runtime": settings.runtime,
+        "file": image_path.name,
+        "size": image_path.stat().st_size,
+        "sha256": sha256,
+        "registry_digest": pinned_digest(settings.image),
+        "imported_at": time.time(),
+        "imported_on": socket.gethostname(),
+    }
     write_text(digest_record_path(image_path), json.dumps(record, indent=2) + "\n")
 
 
@@ -107,8 +119,9 @@ def _run_import(command: list[str], lock: SharedFileLock) -> int | None:
                     return None
 
 
-def pull_image(settings: ContainerSettings, *, force: bool = False, verify: bool = False,
-               executable: str | None = None) -> PullResult:
+def pull_image(
+    settings: ContainerSettings, *, force: bool = False, verify: bool = False, executable: str | None = None
+) -> PullResult:
     """Import settings.image into settings.image_cache_dir unless a complete import is already there."""
     target = cached_image_path(settings)
     if target is None:
@@ -143,8 +156,10 @@ def pull_image(settings: ContainerSettings, *, force: bool = False, verify: bool
             if status != 0 or not scratch.is_file():
                 scratch.unlink(missing_ok=True)
                 what = f"exited with status {status}" if status != 0 else "exited without writing the image"
-                raise PullError(f"`{shlex.join(command[:2])}` {what}; see its output above (registry credentials: "
-                                "see `beam-slurm pull-container --help`)")
+                raise PullError(
+                    f"`{shlex.join(command[:2])}` {what}; see its output above (registry credentials: "
+                    "see `beam-slurm pull-container --help`)"
+                )
             sha256 = "sha256:" + sha256_file(scratch)
             digest_record_path(target).unlink(missing_ok=True)  # never a record describing another file
             publish(scratch, target)
@@ -157,16 +172,24 @@ def pull_image(settings: ContainerSettings, *, force: bool = False, verify: bool
 
 def settings_problems(settings: ContainerSettings, executable: str | None) -> list[str]:
     if settings.runtime not in RUNTIME_EXECUTABLE:
-        return [f"container.runtime={settings.runtime!r}: nothing to pull for this runtime; fix: set "
-                "container.runtime=pyxis or container.runtime=apptainer (or BEAM_CONTAINER_RUNTIME)"]
+        return [
+            f"container.runtime={settings.runtime!r}: nothing to pull for this runtime; fix: set "
+            "container.runtime=pyxis or container.runtime=apptainer (or BEAM_CONTAINER_RUNTIME)"
+        ]
     messages = [str(problem) for problem in validate(settings)]
     if settings.image and is_local_image(settings.image):
-        messages.append(f"container.image: {settings.image!r} is a local file; nothing to pull; fix: give a registry reference")
+        messages.append(
+            f"container.image: {settings.image!r} is a local file; nothing to pull; fix: give a registry reference"
+        )
     if not settings.image_cache_dir:
-        messages.append("container.image_cache_dir: not set; fix: give a directory on shared storage, "
-                        "or set BEAM_CONTAINER_CACHE_DIR")
+        messages.append(
+            "container.image_cache_dir: not set; fix: give a directory on shared storage, "
+            "or set BEAM_CONTAINER_CACHE_DIR"
+        )
     if not messages and executable is None:
         name = RUNTIME_EXECUTABLE[settings.runtime]
-        messages.append(f"container.runtime={settings.runtime}: `{name}` is not on PATH on {socket.gethostname()}; "
-                        f"fix: run where {name} is installed (e.g. `sbatch sbatch/pull_container.sh`) or load its module")
+        messages.append(
+            f"container.runtime={settings.runtime}: `{name}` is not on PATH on {socket.gethostname()}; "
+            f"fix: run where {name} is installed (e.g. `sbatch sbatch/pull_container.sh`) or load its module"
+        )
     return messages

@@ -15,9 +15,9 @@ import os
 import socket
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from beam_slurm.core.atomic_files import write_text
 from beam_slurm.core.layout import STEP_DIR, latest_checkpoint_step
@@ -48,8 +48,11 @@ def complete_checkpoints(settings: ChainSettings, now: float | None = None) -> l
     run_dir = settings.run_dir
     if not run_dir.is_dir():
         return []
-    steps = sorted((int(match.group(1)), path) for path in run_dir.iterdir()
-                   if path.is_dir() and (match := STEP_DIR.match(path.name)))
+    steps = sorted(
+        (int(match.group(1)), path)
+        for path in run_dir.iterdir()
+        if path.is_dir() and (match := STEP_DIR.match(path.name))
+    )
     latest = latest_checkpoint_step(run_dir)
     if latest is not None:
         return [(step, path) for step, path in steps if step <= latest]
@@ -112,13 +115,17 @@ def _take_over_stale(path: Path, stale_claim_s: float, now: float) -> bool:
     return True
 
 
-def submit_pending(settings: ChainSettings, submit: Submit, log: Callable[[str], None] = print,
-                   now: float | None = None) -> list[tuple[int, str]]:
+def submit_pending(
+    settings: ChainSettings, submit: Submit, log: Callable[[str], None] = print, now: float | None = None
+) -> list[tuple[int, str]]:
     """Claim and submit every complete, unclaimed checkpoint; returns (step, job_id) of what this call submitted."""
     submitted = []
     for step, path in complete_checkpoints(settings, now):
-        if (claim_path(settings, step).exists() and not _is_stale(settings, step, now)
-                or not try_claim(settings, step, now)):
+        if (
+            claim_path(settings, step).exists()
+            and not _is_stale(settings, step, now)
+            or not try_claim(settings, step, now)
+        ):
             continue
         try:
             job_id = str(submit(step, path))
@@ -129,8 +136,10 @@ def submit_pending(settings: ChainSettings, submit: Submit, log: Callable[[str],
             continue
         claim = json.loads(claim_path(settings, step).read_text())
         # Rewriting the claim to add the job id: temp + rename keeps it whole for readers.
-        write_text(claim_path(settings, step), json.dumps({**claim, "job_id": job_id, "checkpoint": str(path),
-                                                           "submitted_at": time.time()}))
+        write_text(
+            claim_path(settings, step),
+            json.dumps({**claim, "job_id": job_id, "checkpoint": str(path), "submitted_at": time.time()}),
+        )
         log(f"eval-chain: global_step_{step} -> evaluation job {job_id}")
         submitted.append((step, job_id))
     return submitted
@@ -145,8 +154,13 @@ def _is_stale(settings: ChainSettings, step: int, now: float | None) -> bool:
     return not claim.get("job_id") and now - float(claim.get("claimed_at", now)) >= settings.stale_claim_s
 
 
-def watch(settings: ChainSettings, submit: Submit, should_stop: Callable[[], bool],
-          log: Callable[[str], None] = print, sleep: Callable[[float], None] = time.sleep) -> list[tuple[int, str]]:
+def watch(
+    settings: ChainSettings,
+    submit: Submit,
+    should_stop: Callable[[], bool],
+    log: Callable[[str], None] = print,
+    sleep: Callable[[float], None] = time.sleep,
+) -> list[tuple[int, str]]:
     """Submit evaluations as checkpoints complete until should_stop() is true, then make one last pass."""
     submitted: list[tuple[int, str]] = []
     while True:

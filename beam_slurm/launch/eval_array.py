@@ -18,9 +18,10 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import submitit
 from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf
@@ -101,7 +102,10 @@ def prepare(spec: TaskSpec) -> Prepared:
     label = dataset_label(path, problems[0].data_source)
     identity = resumable.sampling_identity(
         eval_input.describe() if eval_input else None,
-        {"url": spec.server, "model": spec.served_model} if spec.server else None, data["sha256"], sampling)
+        {"url": spec.server, "model": spec.served_model} if spec.server else None,
+        data["sha256"],
+        sampling,
+    )
     keys = [resumable.TaskKey(label, k, identity, cfg.eval.limit) for k in sorted(spec.ks, reverse=True)]
     return Prepared(spec, cfg, eval_input, problems, data, keys, sampling, engine, client)
 
@@ -116,8 +120,11 @@ def run_tasks(specs: list[TaskSpec], log: Callable[[str], None] = print) -> dict
         # task of this process, so the datasets of one checkpoint load vLLM once.
         key = (repr(p.eval_input), repr(p.engine), repr(p.client), repr(replace(p.sampling, n=1)))
         if key not in engines:
-            engines[key] = (ServerEngine(p.client, p.sampling, log) if p.client
-                            else OfflineEngine(p.eval_input, p.sampling, p.engine, log))
+            engines[key] = (
+                ServerEngine(p.client, p.sampling, log)
+                if p.client
+                else OfflineEngine(p.eval_input, p.sampling, p.engine, log)
+            )
         return engines[key]
 
     started = time.time()
@@ -125,32 +132,52 @@ def run_tasks(specs: list[TaskSpec], log: Callable[[str], None] = print) -> dict
     results: dict[str, dict] = {}
     with contextlib.ExitStack() as locks:
         try:
-            for p, done in zip(prepared, progress):
+            for p, done in zip(prepared, progress, strict=False):
                 locks.enter_context(resumable.locked(p.store.folder / resumable.STORE_LOCK))
                 requeue = functools.partial(hang_guard.requeue_this_task, p.cfg.eval.launcher.max_num_timeout, log)
-                with hang_guard.GenerationWatchdog(p.cfg.eval.hang_timeout_s,
-                                                   float(p.cfg.trainer.expected_model_load_s), p.store.folder, log,
-                                                   on_hang=requeue) as watchdog:
-                    resumable.generate_missing(p.store, p.problems, max(p.spec.ks), functools.partial(engine_for, p),
-                                               p.cfg.eval.chunk_problems, done, log, chunk_saved=watchdog.chunk_saved)
+                with hang_guard.GenerationWatchdog(
+                    p.cfg.eval.hang_timeout_s,
+                    float(p.cfg.trainer.expected_model_load_s),
+                    p.store.folder,
+                    log,
+                    on_hang=requeue,
+                ) as watchdog:
+                    resumable.generate_missing(
+                        p.store,
+                        p.problems,
+                        max(p.spec.ks),
+                        functools.partial(engine_for, p),
+                        p.cfg.eval.chunk_problems,
+                        done,
+                        log,
+                        chunk_saved=watchdog.chunk_saved,
+                    )
         finally:
             for engine in engines.values():
                 engine.close()
             engines.clear()
-        for p, done in zip(prepared, progress):
+        for p, done in zip(prepared, progress, strict=False):
             resumable.grade_missing(p.store, GradingLimits.from_settings(p.cfg.grade), done, log)
             grades = p.store.grades()
             for key in p.keys:
                 array_job = os.environ.get("SLURM_ARRAY_JOB_ID")
-                record = {"checkpoint": p.spec.checkpoint,
-                          "global_step": p.eval_input.global_step if p.eval_input else None, "dataset": key.dataset,
-                          "data": [p.data], "fingerprint": {**key.identity, "k": key.k, "limit": key.limit},
-                          "settings": settings_record(replace(p.sampling, n=key.k), p.engine, p.client),
-                          "progress": asdict(done), "started_at": started, "finished_at": time.time(),
-                          "slurm_job_id": array_job and f"{array_job}_{os.environ.get('SLURM_ARRAY_TASK_ID')}"
-                          or os.environ.get("SLURM_JOB_ID")}
+                record = {
+                    "checkpoint": p.spec.checkpoint,
+                    "global_step": p.eval_input.global_step if p.eval_input else None,
+                    "dataset": key.dataset,
+                    "data": [p.data],
+                    "fingerprint": {**key.identity, "k": key.k, "limit": key.limit},
+                    "settings": settings_record(replace(p.sampling, n=key.k), p.engine, p.client),
+                    "progress": asdict(done),
+                    "started_at": started,
+                    "finished_at": time.time(),
+                    "slurm_job_id": array_job
+                    and f"{array_job}_{os.environ.get('SLURM_ARRAY_TASK_ID')}"
+                    or os.environ.get("SLURM_JOB_ID"),
+                }
                 results[str(p.out_dir / key.task_dir)] = resumable.write_task_results(
-                    p.out_dir, key, resumable.first_k(grades, p.problems, key.k), record)
+                    p.out_dir, key, resumable.first_k(grades, p.problems, key.k), record
+                )
             resumable.refresh_view(p.out_dir)
     return results
 
@@ -183,9 +210,11 @@ class EvalTask(submitit.helpers.Checkpointable):
         log = functools.partial(print, flush=True)
         env = submitit.JobEnvironment()
         first = self.specs[0]
-        log(f"evaluate: task {env.job_id} attempt {os.environ.get('SLURM_RESTART_COUNT', '0')} "
+        log(
+            f"evaluate: task {env.job_id} attempt {os.environ.get('SLURM_RESTART_COUNT', '0')} "
             f"on {env.hostname}: {first.checkpoint} x {', '.join(Path(s.data_file).name for s in self.specs)} "
-            f"k={list(first.ks)}")
+            f"k={list(first.ks)}"
+        )
         with notice_for_this_process_only():
             if env.num_nodes > 1 and not os.environ.get("RAY_ADDRESS"):
                 return self._across_nodes(env)
@@ -194,18 +223,34 @@ class EvalTask(submitit.helpers.Checkpointable):
     def _across_nodes(self, env) -> dict[str, dict]:
         # Every node joins the Ray cluster; rank 0 is the head and runs this same task as the driver (RAY_ADDRESS set).
         spec = self.specs[0]
-        argv = ["--out", spec.out_dir, *spec.overrides, f"eval.responses_per_problem={max(spec.ks)}",
-                *(arg for one in self.specs for arg in ("--data", one.data_file))]
+        argv = [
+            "--out",
+            spec.out_dir,
+            *spec.overrides,
+            f"eval.responses_per_problem={max(spec.ks)}",
+            *(arg for one in self.specs for arg in ("--data", one.data_file)),
+        ]
         argv += ["--checkpoint", spec.checkpoint] if spec.checkpoint else ["--server", spec.server]
         argv += ["--base-model", spec.base_model] if spec.base_model else []
-        status = subprocess.run([sys.executable, "-m", "beam_slurm.jobs.ray_cluster.node", "--", sys.executable,
-                                 str(REPO_ROOT / "stages" / "evaluate.py"), *argv], check=False).returncode
+        status = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "beam_slurm.jobs.ray_cluster.node",
+                "--",
+                sys.executable,
+                str(REPO_ROOT / "stages" / "evaluate.py"),
+                *argv,
+            ],
+            check=False,
+        ).returncode
         if env.global_rank != 0:
             return {}
         if status != 0:
             raise RuntimeError(f"the evaluation driver on the Ray head exited with status {status}")
-        smaller = [replace(one, ks=tuple(k for k in one.ks if k != max(one.ks)))
-                   for one in self.specs if len(one.ks) > 1]
+        smaller = [
+            replace(one, ks=tuple(k for k in one.ks if k != max(one.ks))) for one in self.specs if len(one.ks) > 1
+        ]
         return run_tasks(smaller) if smaller else {}
 
 
@@ -224,13 +269,20 @@ def launcher_parameters(cfg) -> dict[str, Any]:
 
 def make_executor(params: dict[str, Any], folder: Path):
     """submitit's Slurm executor for these settings, the way Hydra's submitit launcher maps its config onto it."""
-    executor = submitit.AutoExecutor(folder=str(folder), cluster="slurm",
-                                     slurm_max_num_timeout=params["max_num_timeout"])
+    executor = submitit.AutoExecutor(
+        folder=str(folder), cluster="slurm", slurm_max_num_timeout=params["max_num_timeout"]
+    )
     base = {f.name for f in fields(BaseQueueConf)}
     # gpus_per_node 0: a CPU-only partition, no GPU request at all.
-    executor.update_parameters(**{key if key in base else f"slurm_{key}": value for key, value in params.items()
-                                  if key not in ("submitit_folder", "max_num_timeout") and value is not None
-                                  and (value or key != "gpus_per_node")})
+    executor.update_parameters(
+        **{
+            key if key in base else f"slurm_{key}": value
+            for key, value in params.items()
+            if key not in ("submitit_folder", "max_num_timeout")
+            and value is not None
+            and (value or key != "gpus_per_node")
+        }
+    )
     return executor
 
 
@@ -248,9 +300,10 @@ def submit_array(tasks: list[tuple[TaskSpec, ...]], params: dict[str, Any], fold
         scheduler.release(array_id)
     except scheduler.SlurmCommandError as exc:
         scheduler.cancel(array_id)
-        raise RuntimeError(f"evaluation array {array_id} was submitted held and could not be released, so it was "
-                           f"cancelled: {exc}") from exc
-    for specs, job_id in zip(tasks, ids):
+        raise RuntimeError(
+            f"evaluation array {array_id} was submitted held and could not be released, so it was cancelled: {exc}"
+        ) from exc
+    for specs, job_id in zip(tasks, ids, strict=False):
         for spec in specs:
             write_json(_submitted_file(spec), {"job_id": job_id, "submitted_at": time.time(), "spec": asdict(spec)})
     return ids
@@ -279,17 +332,28 @@ def _active_job(spec: TaskSpec) -> str | None:
     return job_id if record is not None and record.active else None
 
 
-def plan(points: list[tuple[list[str], Any]], targets: list[tuple[str, str | None, Path]], data_files: Callable,
-         *, force: bool, base_model: str | None = None) -> Plan:
+def plan(
+    points: list[tuple[list[str], Any]],
+    targets: list[tuple[str, str | None, Path]],
+    data_files: Callable,
+    *,
+    force: bool,
+    base_model: str | None = None,
+) -> Plan:
     """Expand (sweep point x checkpoint x dataset) into task specs; skip finished keys and queued tasks."""
     groups: dict[tuple, dict] = {}
     result = Plan()
     for overrides, cfg in points:
         for checkpoint, _, out_dir in targets:
             for data_file in data_files(cfg):
-                spec = TaskSpec(checkpoint=checkpoint, data_file=str(data_file), out_dir=str(out_dir),
-                                ks=(cfg.eval.responses_per_problem,), overrides=tuple(overrides),
-                                base_model=base_model)
+                spec = TaskSpec(
+                    checkpoint=checkpoint,
+                    data_file=str(data_file),
+                    out_dir=str(out_dir),
+                    ks=(cfg.eval.responses_per_problem,),
+                    overrides=tuple(overrides),
+                    base_model=base_model,
+                )
                 key = prepare(spec).keys[0]
                 if force:
                     shutil.rmtree(out_dir / key.task_dir, ignore_errors=True)
@@ -297,8 +361,10 @@ def plan(points: list[tuple[list[str], Any]], targets: list[tuple[str, str | Non
                 elif resumable.task_finished(out_dir, key):
                     result.finished.append(str(out_dir / key.task_dir))
                     continue
-                entry = groups.setdefault((checkpoint, str(data_file), str(out_dir), key.sampling_id, key.limit),
-                                          {"spec": spec, "params": launcher_parameters(cfg), "k_overrides": {}})
+                entry = groups.setdefault(
+                    (checkpoint, str(data_file), str(out_dir), key.sampling_id, key.limit),
+                    {"spec": spec, "params": launcher_parameters(cfg), "k_overrides": {}},
+                )
                 entry["k_overrides"][key.k] = overrides
     # One array task per checkpoint and sweep point: its datasets share one model load.
     bundles: dict[tuple, tuple[list[TaskSpec], dict]] = {}
@@ -309,8 +375,14 @@ def plan(points: list[tuple[list[str], Any]], targets: list[tuple[str, str | Non
         if active:
             result.active.append(f"{spec.checkpoint} x {Path(spec.data_file).name}: job {active}")
             continue
-        bundle = (spec.checkpoint, spec.out_dir, spec.ks, spec.overrides, spec.base_model,
-                  repr(sorted(entry["params"].items())))
+        bundle = (
+            spec.checkpoint,
+            spec.out_dir,
+            spec.ks,
+            spec.overrides,
+            spec.base_model,
+            repr(sorted(entry["params"].items())),
+        )
         bundles.setdefault(bundle, ([], entry["params"]))[0].append(spec)
     result.to_submit = [(tuple(specs), params) for specs, params in bundles.values()]
     return result
@@ -326,9 +398,11 @@ def submit_plan(found: Plan, log: Callable[[str], None] = print) -> list[str]:
         params = group[0][1]
         folder = Path(params.get("submitit_folder") or Path(group[0][0][0].out_dir).parent / ".submitit" / "%j")
         submitted = submit_array([specs for specs, _ in group], params, folder)
-        log(f"evaluate: {len(submitted)} task(s) -> job array {submitted[0].split('_')[0]} "
+        log(
+            f"evaluate: {len(submitted)} task(s) -> job array {submitted[0].split('_')[0]} "
             f"(at most {params['array_parallelism']} at once, {params['nodes']} node(s) x "
-            f"{params['gpus_per_node']} GPU(s) each)")
+            f"{params['gpus_per_node']} GPU(s) each)"
+        )
         ids += submitted
     return ids
 
@@ -337,8 +411,14 @@ def wait_for(job_ids: list[str], poll_s: float = 5.0, log: Callable[[str], None]
     """Show progress (rich) until every task ended; returns job id -> final state."""
     states: dict[str, str] = {}
     unanswered_since: float | None = None
-    with Progress(TextColumn("evaluate"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.description}"),
-                  TimeElapsedColumn(), transient=False) as bar:
+    with Progress(
+        TextColumn("evaluate"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.description}"),
+        TimeElapsedColumn(),
+        transient=False,
+    ) as bar:
         task = bar.add_task("", total=len(job_ids))
         while True:
             try:

@@ -11,8 +11,17 @@ from beam_slurm.core.run_record import RunRecord, StageEntry, Submission
 from beam_slurm.core.run_store import RunStore, now
 
 
-def record_submission(store: RunStore, cfg, *, overrides: list[str], data_overrides: list[str], plans: list,
-                      dependency_type: str, sweep_dir: str | None, config_yaml: str) -> None:
+def record_submission(
+    store: RunStore,
+    cfg,
+    *,
+    overrides: list[str],
+    data_overrides: list[str],
+    plans: list,
+    dependency_type: str,
+    sweep_dir: str | None,
+    config_yaml: str,
+) -> None:
     """Append one submission (its stages) to the record and rewrite config.yaml and commands.sh."""
 
     def change(run: RunRecord) -> None:
@@ -20,8 +29,13 @@ def record_submission(store: RunStore, cfg, *, overrides: list[str], data_overri
         run.export_path, run.ckpt_path = str(cfg.paths.export_path), str(cfg.paths.ckpt_path)
         run.log_dir, run.max_training_steps = str(cfg.paths.log_dir), cfg.max_training_steps
         run.overrides, run.data_overrides, run.sweep_dir = list(overrides), list(data_overrides), sweep_dir
-        run.submissions.append(Submission(submitted_at=now(), dependency_type=dependency_type,
-                                          stages=[StageEntry(**plan.to_json()) for plan in plans]))
+        run.submissions.append(
+            Submission(
+                submitted_at=now(),
+                dependency_type=dependency_type,
+                stages=[StageEntry(**plan.to_json()) for plan in plans],
+            )
+        )
 
     store.update(change)
     store.write_config(config_yaml)

@@ -24,13 +24,20 @@ _RECORD_MARGIN_S = 30.0  # for the batch shell to record its end
 
 def build_parser(verb: str = "requeue"):
     """The parser of `requeue` or `stop`; RUN is taken out of argv first (`split_run`)."""
-    what = {"requeue": "save at the next step boundary, then requeue the job (the next attempt resumes from it)",
-            "stop": "save at the next step boundary, then end the job as stopped (resumable with `beam-slurm submit`)"}
-    args = VerbArgs(verb, f"beam-slurm {verb} RUN [key=value ...]: {what[verb]}.\n\nRUN: the run folder (its "
-                    "export path), its run name, or the training job's id.",
-                    keys=["cluster.grace_s", "cluster.stop_grace_s"], inputs="RUN")
-    args.add_argument("--timeout", type=float, default=None,
-                      help="seconds to wait for the save (default: the run's cluster.grace_s)")
+    what = {
+        "requeue": "save at the next step boundary, then requeue the job (the next attempt resumes from it)",
+        "stop": "save at the next step boundary, then end the job as stopped (resumable with `beam-slurm submit`)",
+    }
+    args = VerbArgs(
+        verb,
+        f"beam-slurm {verb} RUN [key=value ...]: {what[verb]}.\n\nRUN: the run folder (its "
+        "export path), its run name, or the training job's id.",
+        keys=["cluster.grace_s", "cluster.stop_grace_s"],
+        inputs="RUN",
+    )
+    args.add_argument(
+        "--timeout", type=float, default=None, help="seconds to wait for the save (default: the run's cluster.grace_s)"
+    )
     args.add_argument("--exports-root", help="where run names are looked up (default $BEAM_EXPORTS_ROOT or ~/exports)")
     return args
 
@@ -42,7 +49,7 @@ def split_run(argv: list[str]) -> tuple[str | None, list[str]]:
     """(RUN, the other arguments): RUN is the first word that is neither a flag, a flag's value nor key=value."""
     for i, word in enumerate(argv):
         if not (word.startswith("-") or (i > 0 and argv[i - 1] in _VALUED_FLAGS) or "=" in word.split("/", 1)[0]):
-            return word, argv[:i] + argv[i + 1:]
+            return word, argv[:i] + argv[i + 1 :]
     return None, list(argv)
 
 
@@ -114,15 +121,20 @@ def _stop_pending(store: RunStore, job_id: str, run: RunRecord, out, parser) -> 
 
     def change(record: RunRecord) -> None:
         job = record.train_job(job_id)
-        job.outcome, job.outcome_reason, job.resumable = "stopped", f"{what} (cancelled while pending)", step is not None
+        job.outcome, job.outcome_reason, job.resumable = (
+            "stopped",
+            f"{what} (cancelled while pending)",
+            step is not None,
+        )
 
     store.update(change)
     out(f"job {job_id} was pending: cancelled, nothing to save; {what}")
     return 0
 
 
-def _signal_and_wait(verb: str, store: RunStore, job_id: str, run: RunRecord, timeout: float, stop_grace: float,
-                     out, parser) -> int:
+def _signal_and_wait(
+    verb: str, store: RunStore, job_id: str, run: RunRecord, timeout: float, stop_grace: float, out, parser
+) -> int:
     ckpt_path = run.ckpt_path
     wanted = runs.set_wanted(store, job_id=job_id, action=verb, timeout_s=timeout)
     asked = float(wanted.requested_time)
@@ -130,15 +142,20 @@ def _signal_and_wait(verb: str, store: RunStore, job_id: str, run: RunRecord, ti
         scheduler.signal_batch(job_id, OPERATOR_SIGNAL)
     except scheduler.SlurmCommandError as exc:
         return parser.fail(f"could not signal job {job_id}'s batch shell: {exc}", status=1)
-    out(f"asked job {job_id} to save at the next step boundary and {'requeue' if verb == 'requeue' else 'stop'} "
-        f"(waiting up to {timeout:.0f}s for the save)")
+    out(
+        f"asked job {job_id} to save at the next step boundary and {'requeue' if verb == 'requeue' else 'stop'} "
+        f"(waiting up to {timeout:.0f}s for the save)"
+    )
     saved = None
     deadline = asked + timeout + stop_grace + _RECORD_MARGIN_S
     while time.time() < deadline:
         if saved is None and ckpt_path:
             saved = notice.saved_since(ckpt_path, asked)
             if saved is not None:
-                out(f"checkpoint of step {saved} saved after {time.time() - asked:.1f}s: {ckpt_path}/global_step_{saved}")
+                out(
+                    f"checkpoint of step {saved} saved after {time.time() - asked:.1f}s: "
+                    f"{ckpt_path}/global_step_{saved}"
+                )
         record = store.read()
         handled = record.wanted.handled_by_attempt if record.wanted else None
         job = record.train_jobs.get(job_id) if handled is not None else None
@@ -154,11 +171,16 @@ def _signal_and_wait(verb: str, store: RunStore, job_id: str, run: RunRecord, ti
 def _report(verb: str, job_id: str, attempt: Attempt, saved: int | None, out) -> int:
     step, saved = attempt.checkpoint_at_end, attempt.saved_step if saved is None else saved
     if saved is None:
-        out(f"no checkpoint saved within the grace time ({attempt.end_reason}); the latest complete "
-            f"checkpoint is {'step ' + str(step) if step is not None else 'none'}")
+        out(
+            f"no checkpoint saved within the grace time ({attempt.end_reason}); the latest complete "
+            f"checkpoint is {'step ' + str(step) if step is not None else 'none'}"
+        )
     if attempt.end_kind == "stopped":
-        out(f"job {job_id} stopped at step {step}, resumable: `beam-slurm submit` with the run's settings resumes "
-            "it" if step is not None else f"job {job_id} stopped before any checkpoint")
+        out(
+            f"job {job_id} stopped at step {step}, resumable: `beam-slurm submit` with the run's settings resumes it"
+            if step is not None
+            else f"job {job_id} stopped before any checkpoint"
+        )
         return 0 if saved is not None else 1
     if attempt.decision in ("requeue", "requeued by Slurm"):
         out(f"job {job_id} requeued: attempt {attempt.attempt + 1} resumes from step {step}")

@@ -58,8 +58,11 @@ class EvalPoint:
     @property
     def ci95(self) -> tuple[float, float] | None:
         interval = self.metrics.get("avg@k_ci95")
-        return (float(interval[0]), float(interval[1])) if isinstance(interval, (list, tuple)) and len(interval) == 2 \
+        return (
+            (float(interval[0]), float(interval[1]))
+            if isinstance(interval, (list, tuple)) and len(interval) == 2
             else None
+        )
 
 
 @dataclass
@@ -101,11 +104,14 @@ def resolve_export_path(run: str, exports_root: str | None = None) -> Path:
             return found[0]
         if len(found) > 1:
             listing = ", ".join(str(p) for p in found[:5])
-            raise ReportInputError(f"{base} holds several runs' results ({listing}); pass one of them, or the "
-                                   "sweep folder (with sweep.json) to compare them")
+            raise ReportInputError(
+                f"{base} holds several runs' results ({listing}); pass one of them, or the "
+                "sweep folder (with sweep.json) to compare them"
+            )
     raise ReportInputError(
         f"no evaluations found for run {run!r} (looked in {base} for {EVALS_DIRNAME}/, {SKYRL_DUMPS_DIRNAME}/ "
-        f"or {TRAIN_METRICS_FILE}); pass the run's export path or set --exports-root")
+        f"or {TRAIN_METRICS_FILE}); pass the run's export path or set --exports-root"
+    )
 
 
 def resolve_targets(targets: list[str], exports_root: str | None = None) -> list[RunTarget]:
@@ -136,8 +142,10 @@ def run_config(export_path: Path) -> dict[str, Any]:
     """The run's resolved recipe (beam_run/config.yaml) as flat `key: value`; {} when the run has none."""
     try:
         # libyaml's safe loader when present: the same result, ~10x faster (status reads every run's recipe).
-        loaded = yaml.load((Path(export_path) / RUN_DIRNAME / CONFIG_FILE).read_text(encoding="utf-8"),
-                           Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+        loaded = yaml.load(
+            (Path(export_path) / RUN_DIRNAME / CONFIG_FILE).read_text(encoding="utf-8"),
+            Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader),
+        )
     except Exception:  # unreadable, or a YAML error in a hand-edited file: no labels from it, the rest stands
         return {}
     return _flatten(loaded) if isinstance(loaded, dict) else {}
@@ -159,8 +167,10 @@ def _recorded_data_files(export_path: Path) -> list[str]:
     """Evaluation files the run's recipe names and those its evaluations recorded (info.json "data")."""
     config = run_config(export_path)
     data_dir = str(config.get("paths.data_dir") or "").rstrip("/")
-    files = [f"{data_dir}/{name}" if data_dir and not str(name).startswith("/") else str(name)
-             for name in config.get("paths.eval_files") or []]
+    files = [
+        f"{data_dir}/{name}" if data_dir and not str(name).startswith("/") else str(name)
+        for name in config.get("paths.eval_files") or []
+    ]
     root = Path(export_path) / EVALS_DIRNAME
     for info_file in sorted(root.glob(f"*/{INFO_FILE}")) if root.is_dir() else []:
         try:
@@ -168,8 +178,12 @@ def _recorded_data_files(export_path: Path) -> list[str]:
         except (OSError, ValueError):
             continue
         infos = [info] + [i for i in (info.get("datasets") or {}).values() if isinstance(i, dict)]
-        files += [str(data["path"]) for one in infos for data in one.get("data") or []
-                  if isinstance(data, dict) and data.get("path")]
+        files += [
+            str(data["path"])
+            for one in infos
+            for data in one.get("data") or []
+            if isinstance(data, dict) and data.get("path")
+        ]
     return list(dict.fromkeys(files))
 
 
@@ -205,9 +219,17 @@ def _collect_ours(report: RunReport, labels: dict[str, str]) -> None:
             if not isinstance(entry, dict) or "avg@k" not in entry:
                 report.problems.append(f"{folder / METRICS_FILE}: entry {source!r} has no avg@k")
                 continue
-            report.evals.append(EvalPoint(step, source, "beam", float(entry["avg@k"]), metrics=entry,
-                                          dataset=entry_label(source, entry, labels),
-                                          rehearsal=entry.get("rehearsal") is True))
+            report.evals.append(
+                EvalPoint(
+                    step,
+                    source,
+                    "beam",
+                    float(entry["avg@k"]),
+                    metrics=entry,
+                    dataset=entry_label(source, entry, labels),
+                    rehearsal=entry.get("rehearsal") is True,
+                )
+            )
 
 
 def _collect_skyrl(report: RunReport, labels: dict[str, str]) -> None:
@@ -233,8 +255,17 @@ def _collect_skyrl(report: RunReport, labels: dict[str, str]) -> None:
             report.rehearsal |= made_up
             if total:
                 seen.add(source)
-                report.evals.append(EvalPoint(step, source, "skyrl", positive / total, responses=total,
-                                              dataset=labels.get(source, source), rehearsal=made_up))
+                report.evals.append(
+                    EvalPoint(
+                        step,
+                        source,
+                        "skyrl",
+                        positive / total,
+                        responses=total,
+                        dataset=labels.get(source, source),
+                        rehearsal=made_up,
+                    )
+                )
         aggregated = folder / "aggregated_results.jsonl"
         if aggregated.is_file():
             try:
@@ -244,10 +275,19 @@ def _collect_skyrl(report: RunReport, labels: dict[str, str]) -> None:
                 continue
             for key, value in values.items():
                 parts = key.split("/")
-                if (len(parts) == 3 and parts[0] == "eval" and parts[2] == "avg_score" and parts[1] != "all"
-                        and parts[1] not in seen and isinstance(value, (int, float))):
-                    report.evals.append(EvalPoint(step, parts[1], "skyrl", (float(value) + 1) / 2,
-                                                  dataset=labels.get(parts[1], parts[1])))
+                if (
+                    len(parts) == 3
+                    and parts[0] == "eval"
+                    and parts[2] == "avg_score"
+                    and parts[1] != "all"
+                    and parts[1] not in seen
+                    and isinstance(value, (int, float))
+                ):
+                    report.evals.append(
+                        EvalPoint(
+                            step, parts[1], "skyrl", (float(value) + 1) / 2, dataset=labels.get(parts[1], parts[1])
+                        )
+                    )
 
 
 def _collect_train(report: RunReport) -> None:

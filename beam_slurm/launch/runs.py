@@ -79,8 +79,10 @@ def resolve_run(target: str, exports_root_given: str | None = None) -> Path:
         return found
     here = f"{layout.RUN_DIRNAME}/{layout.RUN_FILE}"
     if path.exists():
-        raise RunNotFound(f"{path} is not a run folder: it has no {here} (a training job writes it at its first "
-                          "attempt; pass the run's export path)")
+        raise RunNotFound(
+            f"{path} is not a run folder: it has no {here} (a training job writes it at its first "
+            "attempt; pass the run's export path)"
+        )
     root = exports_root(exports_root_given)
     index = layout.state_dir() / layout.JOBS_INDEX_DIRNAME
     if target.isdigit():
@@ -96,8 +98,10 @@ def resolve_run(target: str, exports_root_given: str | None = None) -> Path:
         around = _run_around(target)
         if around is not None:
             return around
-        raise RunNotFound(f"no run knows job {target}: looked in {index}, under {root} and where Slurm says the job "
-                          "wrote; pass the run's export path")
+        raise RunNotFound(
+            f"no run knows job {target}: looked in {index}, under {root} and where Slurm says the job "
+            "wrote; pass the run's export path"
+        )
     candidates = [root / target]
     try:
         candidates.append(Path(load_config([f"run_name={target}"], validate=False).paths.export_path))
@@ -106,8 +110,10 @@ def resolve_run(target: str, exports_root_given: str | None = None) -> Path:
     for candidate in candidates:
         if has_record(candidate):
             return candidate
-    raise RunNotFound(f"no run named {target!r}: looked for {here} under "
-                      f"{', '.join(str(c) for c in candidates)}; pass the run's export folder or a job id")
+    raise RunNotFound(
+        f"no run named {target!r}: looked for {here} under "
+        f"{', '.join(str(c) for c in candidates)}; pass the run's export folder or a job id"
+    )
 
 
 @dataclass(frozen=True)
@@ -141,8 +147,14 @@ def user_name() -> str:
 
 def set_wanted(store: RunStore, *, job_id: str, action: str, timeout_s: float) -> Wanted:
     """Write the operator's wanted outcome for the job (it replaces an earlier unhandled one)."""
-    wanted = Wanted(action=action, job_id=str(job_id), requested_at=now(), requested_time=time.time(), by=user_name(),
-                    timeout_s=float(timeout_s))
+    wanted = Wanted(
+        action=action,
+        job_id=str(job_id),
+        requested_at=now(),
+        requested_time=time.time(),
+        by=user_name(),
+        timeout_s=float(timeout_s),
+    )
     store.update(lambda run: setattr(run, "wanted", wanted))
     return wanted
 
@@ -162,8 +174,10 @@ class RunJob:
     def attempts(self) -> list[str]:
         """Attempts with a log folder (`2`, or `2.1` for an in-job restart), oldest first."""
         tails = [folder.name.rsplit("-", 1)[-1] for folder in self.log_dir.glob(f"{self.job_id}-*") if folder.is_dir()]
-        return sorted((tail for tail in tails if tail.replace(".", "", 1).isdigit()),
-                      key=lambda label: tuple(int(part) for part in label.split(".")))
+        return sorted(
+            (tail for tail in tails if tail.replace(".", "", 1).isdigit()),
+            key=lambda label: tuple(int(part) for part in label.split(".")),
+        )
 
 
 def find_job(target: str, exports_root: str | None = None) -> RunJob:
@@ -172,6 +186,7 @@ def find_job(target: str, exports_root: str | None = None) -> RunJob:
     run = RunStore(export_path).read()
     job_id = target if target.isdigit() else getattr(run.latest_train_job(), "job_id", "")
     if not job_id:
-        raise runs.RunNotFound(f"run {run.run_name or export_path} has no training job yet "
-                               "(its record is written when the job starts)")
+        raise runs.RunNotFound(
+            f"run {run.run_name or export_path} has no training job yet (its record is written when the job starts)"
+        )
     return RunJob(export_path, job_id, Path(run.log_dir or export_path / "logs"), run)

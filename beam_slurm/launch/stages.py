@@ -26,8 +26,12 @@ from beam_slurm.jobs.data.manifest import MANIFEST_NAME, load_manifest, reuse_ve
 from beam_slurm.jobs.data.prepare import plans, reuse_request
 from beam_slurm.slurm.submission import SbatchRequest, submit
 
-TRAIN_SCRIPTS = {"lora_16gpu": "train_lora_16gpu.sh", "lora_32gpu": "train_lora_32gpu.sh",
-                 "bf16_64gpu": "train_bf16.sh", "mxfp8_64gpu": "train_mxfp8.sh"}
+TRAIN_SCRIPTS = {
+    "lora_16gpu": "train_lora_16gpu.sh",
+    "lora_32gpu": "train_lora_32gpu.sh",
+    "bf16_64gpu": "train_bf16.sh",
+    "mxfp8_64gpu": "train_mxfp8.sh",
+}
 _MISSING = "is missing"
 
 
@@ -50,8 +54,11 @@ def script_path(name: str) -> str:
 def account_options(cfg) -> list[str]:
     """--partition/--account/--qos from cfg.cluster (the same for every stage of a run)."""
     c = cfg.cluster
-    return [f"{flag}={value}" for flag, value in (("--partition", c.partition), ("--account", c.account),
-                                                  ("--qos", c.qos)) if value]
+    return [
+        f"{flag}={value}"
+        for flag, value in (("--partition", c.partition), ("--account", c.account), ("--qos", c.qos))
+        if value
+    ]
 
 
 def gpu_job_options(cfg, nodes: int, time_limit: str) -> list[str]:
@@ -94,17 +101,30 @@ class StagePlan:
         return self.job_id
 
     def to_json(self) -> dict:
-        return {"stage": self.stage, "status": self.status, "job_id": self.job_id or None,
-                "reason": self.skip_reason or None, "identity": self.identity, "depends_on": self.depends_on,
-                "command": self.request.shell() if self.request is not None else None}
+        return {
+            "stage": self.stage,
+            "status": self.status,
+            "job_id": self.job_id or None,
+            "reason": self.skip_reason or None,
+            "identity": self.identity,
+            "depends_on": self.depends_on,
+            "command": self.request.shell() if self.request is not None else None,
+        }
 
 
 def _service_plan(stage, script_args: list[str]) -> StagePlan:
     """The plan of a one-task stage (data, container): its own log and job name, no GPUs."""
     cfg, log_dir = stage.cfg, str(stage.cfg.paths.log_dir)
-    request = SbatchRequest(script=script_path(stage.script), options=[
-        f"--job-name={cfg.run_name}-{stage.stage}", f"--output={log_dir}/{stage.stage}-%j.out", *account_options(cfg)],
-        script_args=script_args, export={"BEAM_SLURM_HOME": checkout_home()})
+    request = SbatchRequest(
+        script=script_path(stage.script),
+        options=[
+            f"--job-name={cfg.run_name}-{stage.stage}",
+            f"--output={log_dir}/{stage.stage}-%j.out",
+            *account_options(cfg),
+        ],
+        script_args=script_args,
+        export={"BEAM_SLURM_HOME": checkout_home()},
+    )
     return StagePlan(stage.stage, stage.identity(), request, log_dir=log_dir)
 
 
@@ -161,13 +181,16 @@ class PrepareData:
         if not refused:
             return ""
         listed = "; ".join(f"{Path(self.out_dir) / name} {why}" for name, why in sorted(refused.items()))
-        return (f"the data job would refuse to overwrite: {listed}. Choose: adopt them (beam-slurm prepare-data "
-                f"--adopt data.out_dir={self.out_dir} checks their schema and rows and records them), skip the data "
-                "stage (--stages container,train), or rebuild them (submit --force)")
+        return (
+            f"the data job would refuse to overwrite: {listed}. Choose: adopt them (beam-slurm prepare-data "
+            f"--adopt data.out_dir={self.out_dir} checks their schema and rows and records them), skip the data "
+            "stage (--stages container,train), or rebuild them (submit --force)"
+        )
 
     def render(self) -> StagePlan:
-        return _service_plan(self, [*(["--force"] if self.force else []), override("data.out_dir", self.out_dir),
-                                    *self.data_overrides])
+        return _service_plan(
+            self, [*(["--force"] if self.force else []), override("data.out_dir", self.out_dir), *self.data_overrides]
+        )
 
 
 class PullContainer:
@@ -200,8 +223,14 @@ class PullContainer:
 
     def render(self) -> StagePlan:
         s = self.settings
-        return _service_plan(self, [override("container.runtime", s.runtime), override("container.image", s.image),
-                                    override("container.image_cache_dir", s.image_cache_dir)])
+        return _service_plan(
+            self,
+            [
+                override("container.runtime", s.runtime),
+                override("container.image", s.image),
+                override("container.image_cache_dir", s.image_cache_dir),
+            ],
+        )
 
 
 class Train:
@@ -219,7 +248,8 @@ class Train:
     def completed(self) -> str:
         step = layout.latest_checkpoint_step(self.cfg.paths.ckpt_path)
         if step is not None and step >= self.cfg.max_training_steps:
-            return f"complete: {self.cfg.paths.ckpt_path}/{layout.CHECKPOINT_MARKER} is step {step} of {self.cfg.max_training_steps}"
+            marker = f"{self.cfg.paths.ckpt_path}/{layout.CHECKPOINT_MARKER}"
+            return f"complete: {marker} is step {step} of {self.cfg.max_training_steps}"
         return ""
 
     def script_args(self) -> list[str]:
@@ -232,8 +262,12 @@ class Train:
 
     def pinned(self) -> dict[str, object]:
         cfg = self.cfg
-        return {"run_name": cfg.run_name, "paths.ckpt_path": cfg.paths.ckpt_path,
-                "paths.export_path": cfg.paths.export_path, "paths.log_dir": cfg.paths.log_dir}
+        return {
+            "run_name": cfg.run_name,
+            "paths.ckpt_path": cfg.paths.ckpt_path,
+            "paths.export_path": cfg.paths.export_path,
+            "paths.log_dir": cfg.paths.log_dir,
+        }
 
     def passing_on_problems(self) -> list[ConfigProblem]:
         """What the job's own parser would not read back of its arguments (`read_back_problems`); checked only where
@@ -241,8 +275,7 @@ class Train:
         pinned = self.pinned()
         if all(isinstance(v, str) and BARE_VALUE.match(v) for v in pinned.values()):
             return []
-        return read_back_problems([f"recipe={self.cfg.recipe}", *self.script_args()], pinned,
-                                  env_sources(self.cfg))
+        return read_back_problems([f"recipe={self.cfg.recipe}", *self.script_args()], pinned, env_sources(self.cfg))
 
     def render(self) -> StagePlan:
         cfg = self.cfg
@@ -250,9 +283,16 @@ class Train:
         if script is None:
             raise StageError(f"recipe={cfg.recipe!r} has no batch script; use one of {', '.join(TRAIN_SCRIPTS)}")
         c = cfg.cluster
-        options = [f"--job-name={cfg.run_name}", f"--output={cfg.paths.log_dir}/train-%j.out",
-                   f"--signal=B:USR1@{c.signal_before_s}"]
+        options = [
+            f"--job-name={cfg.run_name}",
+            f"--output={cfg.paths.log_dir}/train-%j.out",
+            f"--signal=B:USR1@{c.signal_before_s}",
+        ]
         options += gpu_job_options(cfg, c.nodes + c.spare_nodes, c.time_limit)  # spares are in the allocation
-        request = SbatchRequest(script=script_path(script), options=options, script_args=self.script_args(),
-                                export={"BEAM_SLURM_HOME": checkout_home()})
+        request = SbatchRequest(
+            script=script_path(script),
+            options=options,
+            script_args=self.script_args(),
+            export={"BEAM_SLURM_HOME": checkout_home()},
+        )
         return StagePlan(self.stage, self.identity(), request, log_dir=str(cfg.paths.log_dir))

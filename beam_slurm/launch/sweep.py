@@ -33,8 +33,15 @@ def parse(overrides: list[str]):
             parsed.extend(parser.parse_overrides([text]))
         except OverrideParseException as exc:
             first = str(exc).splitlines()[0]
-            raise ConfigError([ConfigProblem(text.split("=", 1)[0], text, f"cannot parse this override ({first}); "
-                                             "quote values with commas or spaces: key='a,b'")]) from None
+            raise ConfigError(
+                [
+                    ConfigProblem(
+                        text.split("=", 1)[0],
+                        text,
+                        f"cannot parse this override ({first}); quote values with commas or spaces: key='a,b'",
+                    )
+                ]
+            ) from None
     return parsed
 
 
@@ -45,24 +52,28 @@ def has_sweep(overrides: list[str]) -> list[str]:
 def expand(overrides: list[str]) -> list[Combination]:
     """Every combination, cartesian product over the swept overrides (Hydra basic sweeper order)."""
     axes: list[list[tuple[str, tuple[str, str] | None]]] = []
-    for override in parse(overrides):
-        if override.is_sweep_override():
-            key = override.get_key_element()
-            values = list(override.sweep_string_iterator())
+    for parsed in parse(overrides):
+        if parsed.is_sweep_override():
+            key = parsed.get_key_element()
+            values = list(parsed.sweep_string_iterator())
             if not values:
-                raise ConfigError([ConfigProblem(key, override.input_line, "this sweep has no values")])
+                raise ConfigError([ConfigProblem(key, parsed.input_line, "this sweep has no values")])
             axes.append([(f"{key}={value}", (key.lstrip("+~"), value)) for value in values])
         else:
-            axes.append([(override.input_line, None)])
-    return [Combination([text for text, _ in point], [c for _, c in point if c is not None])
-            for point in itertools.product(*axes)]
+            axes.append([(parsed.input_line, None)])
+    return [
+        Combination([text for text, _ in point], [c for _, c in point if c is not None])
+        for point in itertools.product(*axes)
+    ]
 
 
 def slug(choices: list[tuple[str, str]]) -> str:
     """Short, folder-safe name of a combination: `precision_bf16-rank_64` (last key part unless two collide)."""
     short = [key.split(".")[-1] for key, _ in choices]
-    return "-".join(_UNSAFE.sub("_", f"{name if short.count(name) == 1 else key}_{value}").strip("_")
-                    for (key, value), name in zip(choices, short))
+    return "-".join(
+        _UNSAFE.sub("_", f"{name if short.count(name) == 1 else key}_{value}").strip("_")
+        for (key, value), name in zip(choices, short, strict=False)
+    )
 
 
 def rename_run(cfg, run_slug: str, *, home: str) -> None:

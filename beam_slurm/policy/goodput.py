@@ -23,10 +23,26 @@ from beam_slurm.core.run_store import RunStore
 from beam_slurm.policy.notice_budget import STOP_FILE
 from beam_slurm.slurm import scheduler
 
-PHASES = ("bring_up", "model_load", "productive", "lost", "checkpoint", "evaluation", "hang", "stopping", "spare",
-          "unaccounted")
-_AFTER = {"load": "model_load", "saving": "checkpoint", "after-save": "checkpoint", "eval": "evaluation",
-          "after-eval": "evaluation", "finished": "stopping"}
+PHASES = (
+    "bring_up",
+    "model_load",
+    "productive",
+    "lost",
+    "checkpoint",
+    "evaluation",
+    "hang",
+    "stopping",
+    "spare",
+    "unaccounted",
+)
+_AFTER = {
+    "load": "model_load",
+    "saving": "checkpoint",
+    "after-save": "checkpoint",
+    "eval": "evaluation",
+    "after-eval": "evaluation",
+    "finished": "stopping",
+}
 """The phase a trainer event starts (a step and a save without an after-save are decided in `_attempt_segments`)."""
 FAULT_KINDS = ("node-failure", "hang", "preempted", "slurm-requeue", "lost", "driver-error", "setup-error")
 """Attempt ends that came without a notice: the interruptions the checkpoint interval has to pay for."""
@@ -79,9 +95,11 @@ class Ledger:
             return "goodput: nothing allocated yet"
         share = ", ".join(f"{p} {100 * s / self.allocated_node_seconds:.1f} %" for p, s in self.largest_losses())
         hours = self.allocated_node_seconds * gpus_per_node / 3600
-        return (f"goodput {100 * (self.ratio or 0):.1f} % of {hours:.2f} GPU-h allocated"
-                + (f"; largest losses: {share}" if share else "")
-                + (f"; {self.queue_wait_seconds:.0f} s queued" if self.queue_wait_seconds else ""))
+        return (
+            f"goodput {100 * (self.ratio or 0):.1f} % of {hours:.2f} GPU-h allocated"
+            + (f"; largest losses: {share}" if share else "")
+            + (f"; {self.queue_wait_seconds:.0f} s queued" if self.queue_wait_seconds else "")
+        )
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
@@ -108,8 +126,9 @@ def stop_began(attempt_dir: Path) -> float | None:
     return min(times) if times else None
 
 
-def _attempt_segments(attempt: Attempt, events: list[dict], end: float, nodes: int,
-                      stopped_at: float | None = None) -> list[Segment]:
+def _attempt_segments(
+    attempt: Attempt, events: list[dict], end: float, nodes: int, stopped_at: float | None = None
+) -> list[Segment]:
     """Steps are judged later; one still running when the attempt's end began (`stopped_at`) is cut off there."""
     mine = [e for e in events if e.get("attempt") == attempt.label and attempt.start_time <= e["t"] <= end + 1]
     segments: list[Segment] = []
@@ -140,8 +159,10 @@ def _attempt_segments(attempt: Attempt, events: list[dict], end: float, nodes: i
 def ledger(run: RunRecord, events: list[dict], records: list[dict[str, str]], now: float | None = None) -> Ledger:
     now = time.time() if now is None else now
     out = Ledger()
-    attempts = sorted(((job_id, a) for job_id, job in run.train_jobs.items() for a in job.attempts
-                       if a.start_time), key=lambda item: item[1].start_time)
+    attempts = sorted(
+        ((job_id, a) for job_id, job in run.train_jobs.items() for a in job.attempts if a.start_time),
+        key=lambda item: item[1].start_time,
+    )
     allocations = []
     for row in records:
         start, end = slurm_time(row.get("Start", "")), slurm_time(row.get("End", ""))
@@ -149,25 +170,43 @@ def ledger(run: RunRecord, events: list[dict], records: list[dict[str, str]], no
             continue
         nnodes = int(row["NNodes"]) if row.get("NNodes", "").isdigit() else 0
         elapsed = int(row["ElapsedRaw"]) if row.get("ElapsedRaw", "").isdigit() else 0
-        allocations.append({"job": row["JobID"].split("_")[0].split(".")[0], "start": start,
-                            "end": end if end is not None else start + elapsed, "nodes": nnodes,
-                            "submit": slurm_time(row.get("Submit", ""))})
+        allocations.append(
+            {
+                "job": row["JobID"].split("_")[0].split(".")[0],
+                "start": start,
+                "end": end if end is not None else start + elapsed,
+                "nodes": nnodes,
+                "submit": slurm_time(row.get("Submit", "")),
+            }
+        )
         out.allocated_node_seconds += elapsed * nnodes
     if not allocations:  # no accounting: each attempt's own span stands in for its allocation
-        allocations = [{"job": j, "start": a.start_time, "end": a.end_time or now, "nodes": len(a.nodes) or 1,
-                        "submit": None} for j, a in attempts]
+        allocations = [
+            {"job": j, "start": a.start_time, "end": a.end_time or now, "nodes": len(a.nodes) or 1, "submit": None}
+            for j, a in attempts
+        ]
     steps: list[tuple[int, Segment]] = []  # (timeline index, a step's segment)
     for allocation in allocations:
-        inside = [(j, a) for j, a in attempts if j == allocation["job"]
-                  and allocation["start"] - 2 <= a.start_time <= allocation["end"] + 2]
+        inside = [
+            (j, a)
+            for j, a in attempts
+            if j == allocation["job"] and allocation["start"] - 2 <= a.start_time <= allocation["end"] + 2
+        ]
         cursor = allocation["start"]
         for index, (job_id, attempt) in enumerate(inside):
             # Slurm's allocation ends when it says (a requeued job's batch shell may record its end later).
             end = min(attempt.end_time or now, allocation["end"])
             used = len(attempt.nodes) or allocation["nodes"]
             gap = "bring_up" if index == 0 else "stopping"  # before the first attempt; a restart between two
-            line = AttemptLine(job_id, attempt.label, attempt.start_time, end, used, attempt.end_kind or "running",
-                               attempt.checkpoint_at_end)
+            line = AttemptLine(
+                job_id,
+                attempt.label,
+                attempt.start_time,
+                end,
+                used,
+                attempt.end_kind or "running",
+                attempt.checkpoint_at_end,
+            )
             line.segments.append(Segment(gap, cursor, attempt.start_time, allocation["nodes"]))
             folder = Path(run.log_dir) / f"{job_id}-{attempt.label}" if run.log_dir else None
             line.segments += _attempt_segments(attempt, events, end, used, stop_began(folder) if folder else None)
@@ -219,9 +258,15 @@ def run_ledgers(export_paths: list, now: float | None = None, records: list | No
             records = scheduler.allocation_records([job for run in runs.values() for job in run.train_jobs])
         except scheduler.SlurmCommandError:
             records = []  # no accounting here: the run record's own spans stand in (`accounting` says so)
-    return {path: ledger(run, read_events(run.ckpt_path) if run.ckpt_path else [],
-                         [r for r in records if r["JobID"].split("_")[0].split(".")[0] in run.train_jobs], now)
-            for path, run in runs.items()}
+    return {
+        path: ledger(
+            run,
+            read_events(run.ckpt_path) if run.ckpt_path else [],
+            [r for r in records if r["JobID"].split("_")[0].split(".")[0] in run.train_jobs],
+            now,
+        )
+        for path, run in runs.items()
+    }
 
 
 def run_ledger(export_path, now: float | None = None, records: list | None = None) -> Ledger:
@@ -258,10 +303,20 @@ def measured(result: Ledger) -> Measured:
         if "model_load" in phase_s:
             load.append(phase_s["model_load"])
         # Consecutive checkpoint segments are one save.
-        saves += [sum(s.end - s.start for s in run)
-                  for phase, run in itertools.groupby(line.segments, lambda s: s.phase) if phase == "checkpoint"]
+        saves += [
+            sum(s.end - s.start for s in run)
+            for phase, run in itertools.groupby(line.segments, lambda s: s.phase)
+            if phase == "checkpoint"
+        ]
     hours = sum(line.end - line.start for line in result.timeline) / 3600
     faults = sum(1 for line in result.timeline if line.end_kind in FAULT_KINDS)
-    return Measured(attempts=len(result.timeline), allocated_hours=hours, bring_up_s=_median(bring_up),
-                    model_load_s=_median(load), step_s=_median(list(steps.values())), save_s=_median(saves),
-                    faults=faults, interruptions_per_day=faults / (hours / 24) if hours > 0 else None)
+    return Measured(
+        attempts=len(result.timeline),
+        allocated_hours=hours,
+        bring_up_s=_median(bring_up),
+        model_load_s=_median(load),
+        step_s=_median(list(steps.values())),
+        save_s=_median(saves),
+        faults=faults,
+        interruptions_per_day=faults / (hours / 24) if hours > 0 else None,
+    )

@@ -32,18 +32,22 @@ class HangLimits:
     eval_s: float  # allowance for an evaluation (one step's time: an evaluation is a generation pass)
 
     @classmethod
-    def of(cls, cfg) -> "HangLimits":
+    def of(cls, cfg) -> HangLimits:
         t = cfg.trainer
         step_s = step_seconds(cfg)[0]
         # The rehearsal loads no model: its own load time stands in (as in notice_budget.attempt_progress).
         load_s = t.rehearsal_model_load_s if t.backend == "rehearsal" else t.expected_model_load_s
         timeout = cfg.cluster.hang_timeout_s
-        return cls(timeout_s=None if timeout is None else float(timeout), expected_step_s=step_s,
-                   start_s=float(t.expected_bringup_s + load_s), save_s=float(recipe_save_seconds(cfg)),
-                   eval_s=step_s)
+        return cls(
+            timeout_s=None if timeout is None else float(timeout),
+            expected_step_s=step_s,
+            start_s=float(t.expected_bringup_s + load_s),
+            save_s=float(recipe_save_seconds(cfg)),
+            eval_s=step_s,
+        )
 
     @classmethod
-    def disabled(cls) -> "HangLimits":
+    def disabled(cls) -> HangLimits:
         """For a driver of its own (`train_job -- DRIVER`): it writes no heartbeats."""
         return cls(timeout_s=0, expected_step_s=0, start_s=0, save_s=0, eval_s=0)
 
@@ -66,8 +70,12 @@ class HangLimits:
             return base + self.save_s, f"{progress.phase} after step {progress.step}"
         if progress.phase == "eval":
             return base + self.eval_s, f"evaluation at step {progress.step}"
-        return base, f"{progress.phase} {progress.step}" if progress.phase == "step" else \
-            f"{progress.phase} after step {progress.step}"
+        return (
+            base,
+            f"{progress.phase} {progress.step}"
+            if progress.phase == "step"
+            else f"{progress.phase} after step {progress.step}",
+        )
 
     def longest_s(self) -> float:
         """The longest any phase may go silent before steps are measured: what NCCL's timeout must stay above."""
@@ -76,11 +84,16 @@ class HangLimits:
     def describe(self) -> str:
         if self.off:
             return "off (cluster.hang_timeout_s=0)"
-        head = (f"{self.timeout_s:.0f} s a phase (cluster.hang_timeout_s)" if self.timeout_s else
-                f"{self.base_s(None):.0f} s a phase until steps are measured, then {DERIVED_MULTIPLE:g} x the "
-                f"median step, at least {DERIVED_FLOOR_S:.0f} s (cluster.hang_timeout_s unset)")
-        return (f"{head}; +{self.start_s:.0f} s for bring-up, model load and the first step, +{self.save_s:.0f} s for "
-                f"a save, +{self.eval_s:.0f} s for an evaluation")
+        head = (
+            f"{self.timeout_s:.0f} s a phase (cluster.hang_timeout_s)"
+            if self.timeout_s
+            else f"{self.base_s(None):.0f} s a phase until steps are measured, then {DERIVED_MULTIPLE:g} x the "
+            f"median step, at least {DERIVED_FLOOR_S:.0f} s (cluster.hang_timeout_s unset)"
+        )
+        return (
+            f"{head}; +{self.start_s:.0f} s for bring-up, model load and the first step, +{self.save_s:.0f} s for "
+            f"a save, +{self.eval_s:.0f} s for an evaluation"
+        )
 
 
 @dataclass(frozen=True)
@@ -94,8 +107,11 @@ class Hang:
 
     def describe(self) -> str:
         """'hang at step 6 (step)', as the attempt's end reason begins."""
-        return ("hang in bring-up and model load (no heartbeat yet)" if self.step is None
-                else f"hang at step {self.step} ({self.phase})")
+        return (
+            "hang in bring-up and model load (no heartbeat yet)"
+            if self.step is None
+            else f"hang at step {self.step} ({self.phase})"
+        )
 
     def details(self) -> str:
         return f"no progress for {self.silent_s:.0f} s (limit {self.limit_s:.0f} s)"
@@ -109,8 +125,16 @@ def check(limits: HangLimits, progress: Progress | None, *, watching_since: floa
         return None
     limit, _ = limits.phase_limit_s(progress)
     since = progress.since if progress is not None else watching_since
-    return Hang(step=progress.step if progress else None, phase=progress.phase if progress else "bring-up",
-                silent_s=now - since, limit_s=limit) if now - since > limit else None
+    return (
+        Hang(
+            step=progress.step if progress else None,
+            phase=progress.phase if progress else "bring-up",
+            silent_s=now - since,
+            limit_s=limit,
+        )
+        if now - since > limit
+        else None
+    )
 
 
 def nccl_timeout_s(limits: HangLimits) -> int | None:
@@ -147,7 +171,8 @@ def suspects(processes: list[DumpedProcess]) -> tuple[list[str], str]:
     frozen = [p for p in processes if p.state in ("T", "t", "D")]
     if frozen:
         return sorted({p.node for p in frozen}), ", ".join(
-            f"{p.role} (pid {p.pid}) on {p.node} is {'stopped' if p.state in 'Tt' else 'in D state'}" for p in frozen)
+            f"{p.role} (pid {p.pid}) on {p.node} is {'stopped' if p.state in 'Tt' else 'in D state'}" for p in frozen
+        )
     # Only Ray's workers are compared (the ranks: training and generation actors); daemons are one of a kind per
     # node. Ray titles a worker by the method it runs ('ray::GpuSlot.step'): one role per actor class.
     by_role: dict[str, list[DumpedProcess]] = {}
@@ -163,8 +188,10 @@ def suspects(processes: list[DumpedProcess]) -> tuple[list[str], str]:
         (odd_frame, odd), (common_frame, _) = sorted(frames.items(), key=lambda kv: len(kv[1]))
         if len(odd) == 1 and len(group) - 1 >= 2:
             p = odd[0]
-            return [p.node], (f"{p.role} (pid {p.pid}) on {p.node} is in {odd_frame} while {len(group) - 1} "
-                              f"others of {role} wait in {common_frame}")
+            return [p.node], (
+                f"{p.role} (pid {p.pid}) on {p.node} is in {odd_frame} while {len(group) - 1} "
+                f"others of {role} wait in {common_frame}"
+            )
     return [], "the dumps show no process apart from the others"
 
 
@@ -175,9 +202,16 @@ def plan_rows(limits: HangLimits, extra_env: dict) -> list[tuple[str, str, str]]
         return rows + [("hang watchdog", "NCCL timeout", f"SkyRL's own ({NCCL_TIMEOUT_ENV}, 600 s unless set)")]
     given = extra_env.get(NCCL_TIMEOUT_ENV)
     nccl = int(given) if given not in (None, "") and str(given).isdigit() else nccl_timeout_s(limits)
-    where = "trainer.extra_env" if given not in (None, "") else f"set by the job: the longest phase + {NCCL_TIMEOUT_MARGIN_S:.0f} s"
+    where = (
+        "trainer.extra_env"
+        if given not in (None, "")
+        else f"set by the job: the longest phase + {NCCL_TIMEOUT_MARGIN_S:.0f} s"
+    )
     longest = limits.longest_s()
-    first = ("the watchdog fires first (with stack dumps)" if nccl > longest else
-             f"NCCL's timeout fires first (below the longest phase, {longest:.0f} s): the rank aborts without dumps "
-             f"and the attempt ends as a driver error; raise {NCCL_TIMEOUT_ENV}")
+    first = (
+        "the watchdog fires first (with stack dumps)"
+        if nccl > longest
+        else f"NCCL's timeout fires first (below the longest phase, {longest:.0f} s): the rank aborts without dumps "
+        f"and the attempt ends as a driver error; raise {NCCL_TIMEOUT_ENV}"
+    )
     return rows + [("hang watchdog", "NCCL timeout", f"{NCCL_TIMEOUT_ENV}={nccl} ({where}); {first}")]

@@ -84,8 +84,14 @@ class Budget:
         parts += [f"logs {self.log_copy_s:,.0f} s"] if self.log_copy_s else []
         return f"{' + '.join(parts)} = {_s(self.needed_s)} {sign} lead {self.lead_s:,.0f} s"
 
-    def fixes(self, *, bytes_per_node: float, interval_steps: int, lead_key: str = "cluster.signal_before_s",
-              limit_s: float | None = None) -> list[str]:
+    def fixes(
+        self,
+        *,
+        bytes_per_node: float,
+        interval_steps: int,
+        lead_key: str = "cluster.signal_before_s",
+        limit_s: float | None = None,
+    ) -> list[str]:
         """Each fix names its setting; `limit_s`: the time limit, which a time-limit notice's lead must stay inside."""
         if self.fits:
             return []
@@ -93,24 +99,36 @@ class Budget:
         if not self.fits_lead:
             lead = math.ceil(self.needed_s)
             if lead_key == "cluster.signal_before_s" and limit_s is not None and lead >= limit_s:
-                out.append(f"no lead fits: the save needs {_s(lead)}, the time limit is {_s(limit_s)}; raise "
-                           "cluster.time_limit first")
+                out.append(
+                    f"no lead fits: the save needs {_s(lead)}, the time limit is {_s(limit_s)}; raise "
+                    "cluster.time_limit first"
+                )
             elif lead_key == "cluster.signal_before_s":
-                out.append(f"a larger lead: cluster.signal_before_s={lead} with #SBATCH --signal=B:USR1@{lead} and "
-                           f"cluster.grace_s={math.ceil(self.step_s + self.save_s)}")
+                out.append(
+                    f"a larger lead: cluster.signal_before_s={lead} with #SBATCH --signal=B:USR1@{lead} and "
+                    f"cluster.grace_s={math.ceil(self.step_s + self.save_s)}"
+                )
             else:
                 out.append(f"a longer {lead_key} (>= {lead} s; the cluster's administrators set it)")
             if self.save_window_s > 0 and bytes_per_node > 0:
-                out.append(f"faster storage: >= {bytes_per_node / self.save_window_s / GB:.1f} GB/s per node saves "
-                           f"{bytes_per_node / GB:,.0f} GB in the {self.save_window_s:.0f} s the lead leaves")
+                out.append(
+                    f"faster storage: >= {bytes_per_node / self.save_window_s / GB:.1f} GB/s per node saves "
+                    f"{bytes_per_node / GB:,.0f} GB in the {self.save_window_s:.0f} s the lead leaves"
+                )
             else:
-                out.append(f"no storage is fast enough: the {self.lead_s:,.0f} s lead leaves no time for a save "
-                           "after the step in progress")
+                out.append(
+                    f"no storage is fast enough: the {self.lead_s:,.0f} s lead leaves no time for a save "
+                    "after the step in progress"
+                )
         elif not self.fits_grace:
-            out.append(f"cluster.grace_s={math.ceil(self.step_s + self.save_s)} (the job waits {self.grace_s:.0f} s "
-                       "for the save)")
-        out.append(f"a smaller checkpoint.interval (now {interval_steps}): a notice that cannot save loses the steps "
-                   "since the last periodic checkpoint")
+            out.append(
+                f"cluster.grace_s={math.ceil(self.step_s + self.save_s)} (the job waits {self.grace_s:.0f} s "
+                "for the save)"
+            )
+        out.append(
+            f"a smaller checkpoint.interval (now {interval_steps}): a notice that cannot save loses the steps "
+            "since the last periodic checkpoint"
+        )
         return out
 
 
@@ -143,14 +161,19 @@ class IntervalAdvice:
     optimum_s: float  # Young/Daly's continuous optimum (inf: no interruptions without notice expected)
 
 
-def advise_interval(*, save_s: float, step_s: float, interruptions_per_day: float, configured_steps: int,
-                    max_steps: int) -> IntervalAdvice:
+def advise_interval(
+    *, save_s: float, step_s: float, interruptions_per_day: float, configured_steps: int, max_steps: int
+) -> IntervalAdvice:
     mtbf = DAY_S / interruptions_per_day if interruptions_per_day > 0 else math.inf
     top = max(max_steps, 1)
     best = min(range(1, top + 1), key=lambda k: (waste_share(k * step_s, save_s, mtbf), -k))
-    return IntervalAdvice(advised_steps=best, configured_steps=configured_steps, optimum_s=young_daly_s(save_s, mtbf),
-                          advised_waste=waste_share(best * step_s, save_s, mtbf),
-                          configured_waste=waste_share(min(configured_steps, top) * step_s, save_s, mtbf))
+    return IntervalAdvice(
+        advised_steps=best,
+        configured_steps=configured_steps,
+        optimum_s=young_daly_s(save_s, mtbf),
+        advised_waste=waste_share(best * step_s, save_s, mtbf),
+        configured_waste=waste_share(min(configured_steps, top) * step_s, save_s, mtbf),
+    )
 
 
 def measured_step_seconds(metrics_file: Path) -> float | None:
@@ -194,7 +217,9 @@ def checkpoint_bytes_per_node(cfg) -> tuple[float, str]:
         share = LORA_TRAINABLE_SHARE_PER_RANK * cfg.lora.rank
         total = FULL_CHECKPOINT_TB_TOTAL * 1000 * GB * share
         return total / max(cfg.training_nodes, 1), f"LoRA rank {cfg.lora.rank}: ~{share:.1%} of a full checkpoint"
-    return full_checkpoint_tb_per_node(cfg) * 1000 * GB, f"seed: {FULL_CHECKPOINT_TB_TOTAL:.0f} TB over the training nodes"
+    return full_checkpoint_tb_per_node(
+        cfg
+    ) * 1000 * GB, f"seed: {FULL_CHECKPOINT_TB_TOTAL:.0f} TB over the training nodes"
 
 
 def step_seconds(cfg) -> tuple[float, str]:
@@ -213,8 +238,11 @@ def stop_seconds(cfg) -> tuple[float, float, str]:
     measured = measured_stop_seconds(Path(cfg.paths.log_dir)) if cfg.paths.log_dir else None
     if measured is not None:
         return measured[0], 0.0, f"measured: median of this run's {measured[1]} stops, logs copied included"
-    return (float(cfg.cluster.stop_grace_s), float(cfg.cluster.log_copy_s),
-            "allowances: cluster.stop_grace_s + cluster.log_copy_s, until the run has stopped once")
+    return (
+        float(cfg.cluster.stop_grace_s),
+        float(cfg.cluster.log_copy_s),
+        "allowances: cluster.stop_grace_s + cluster.log_copy_s, until the run has stopped once",
+    )
 
 
 def recipe_save_seconds(cfg, write_gbytes_per_s: float | None = None) -> float:
@@ -231,8 +259,14 @@ def recipe_budget(cfg) -> Budget:
     """The budget of this recipe's time-limit notice (cluster.signal_before_s before the kill)."""
     stop_s, log_copy_s, _ = stop_seconds(cfg)
     c = cfg.cluster
-    return Budget(lead_s=float(c.signal_before_s), step_s=step_seconds(cfg)[0], save_s=recipe_save_seconds(cfg),
-                  stop_s=stop_s, log_copy_s=log_copy_s, grace_s=float(c.grace_s))
+    return Budget(
+        lead_s=float(c.signal_before_s),
+        step_s=step_seconds(cfg)[0],
+        save_s=recipe_save_seconds(cfg),
+        stop_s=stop_s,
+        log_copy_s=log_copy_s,
+        grace_s=float(c.grace_s),
+    )
 
 
 @dataclass(frozen=True)
@@ -246,17 +280,22 @@ class SaveCost:
     job_grace_s: float
 
     @classmethod
-    def of(cls, cfg) -> "SaveCost":
-        return cls(step_s=step_seconds(cfg)[0], bytes_per_node=checkpoint_bytes_per_node(cfg)[0],
-                   min_save_s=min_save_seconds(cfg), write_gbytes_per_s=float(cfg.cluster.storage_write_gbytes_per_s),
-                   job_grace_s=float(cfg.cluster.grace_s))
+    def of(cls, cfg) -> SaveCost:
+        return cls(
+            step_s=step_seconds(cfg)[0],
+            bytes_per_node=checkpoint_bytes_per_node(cfg)[0],
+            min_save_s=min_save_seconds(cfg),
+            write_gbytes_per_s=float(cfg.cluster.storage_write_gbytes_per_s),
+            job_grace_s=float(cfg.cluster.grace_s),
+        )
 
     def preemption_budget(self, grace_s: float, measured_gbytes_per_s: float | None = None) -> Budget:
         """Only step + save must fit: after a complete save the kill loses nothing (stop and log copy may be cut)."""
         rate = self.write_gbytes_per_s if measured_gbytes_per_s is None else measured_gbytes_per_s
         save = max(save_seconds(self.bytes_per_node, rate), self.min_save_s)
-        return Budget(lead_s=float(grace_s), step_s=self.step_s, save_s=save, stop_s=0.0, log_copy_s=0.0,
-                      grace_s=self.job_grace_s)
+        return Budget(
+            lead_s=float(grace_s), step_s=self.step_s, save_s=save, stop_s=0.0, log_copy_s=0.0, grace_s=self.job_grace_s
+        )
 
 
 def term_notice(info, qos: str | None, cost: SaveCost, measured_gbytes_per_s: float | None = None) -> tuple[bool, str]:
@@ -282,14 +321,20 @@ def term_notice(info, qos: str | None, cost: SaveCost, measured_gbytes_per_s: fl
 
 def preflight_budget(cfg) -> dict:
     """What the job's preflight checks the measured bandwidth against: bytes per node and the seconds for the save."""
-    return {"save_bytes_per_node": int(checkpoint_bytes_per_node(cfg)[0]),
-            "save_window_s": recipe_budget(cfg).save_allowance_s}
+    return {
+        "save_bytes_per_node": int(checkpoint_bytes_per_node(cfg)[0]),
+        "save_window_s": recipe_budget(cfg).save_allowance_s,
+    }
 
 
 def recipe_advice(cfg) -> IntervalAdvice:
-    return advise_interval(save_s=recipe_save_seconds(cfg), step_s=step_seconds(cfg)[0],
-                           interruptions_per_day=cfg.cluster.interruptions_per_day,
-                           configured_steps=cfg.checkpoint.interval, max_steps=cfg.max_training_steps)
+    return advise_interval(
+        save_s=recipe_save_seconds(cfg),
+        step_s=step_seconds(cfg)[0],
+        interruptions_per_day=cfg.cluster.interruptions_per_day,
+        configured_steps=cfg.checkpoint.interval,
+        max_steps=cfg.max_training_steps,
+    )
 
 
 @dataclass(frozen=True)
@@ -335,30 +380,45 @@ class AttemptProgress:
 
     def fixes(self) -> list[str]:
         needed = self.start_s + self.interval * self.step_s + self.save_s + self.lead_s
-        out = [f"a longer limit: cluster.time_limit >= {math.ceil(needed / 60)} (minutes; {describe_seconds(needed)}) "
-               f"reaches the first checkpoint"]
+        out = [
+            f"a longer limit: cluster.time_limit >= {math.ceil(needed / 60)} (minutes; {describe_seconds(needed)}) "
+            f"reaches the first checkpoint"
+        ]
         if self.steps >= 1:
             out.append(f"a smaller interval: checkpoint.interval={int(self.steps)} (the steps one attempt trains)")
         if self.limit_s is not None and self.step_s + self.save_s < self.limit_s - self.start_s:
-            out.append("a notice lead that fits inside the limit, for a save on notice: cluster.signal_before_s >= "
-                       f"{math.ceil(self.step_s + self.save_s)} (see the time-limit notice row)")
+            out.append(
+                "a notice lead that fits inside the limit, for a save on notice: cluster.signal_before_s >= "
+                f"{math.ceil(self.step_s + self.save_s)} (see the time-limit notice row)"
+            )
         return out
 
     def rows(self) -> list[tuple[str, str, str]]:
         if self.limit_s is None:
             return [("notice", "one attempt", "no time limit: an attempt trains until the run ends")]
-        head = (f"{describe_seconds(self.limit_s)} limit - {_s(self.start_s)} bring-up and model load - "
-                f"{self.lead_s:,.0f} s notice lead = {_s(max(self.train_s, 0))} of steps of {self.step_s:,.0f} s: ")
+        head = (
+            f"{describe_seconds(self.limit_s)} limit - {_s(self.start_s)} bring-up and model load - "
+            f"{self.lead_s:,.0f} s notice lead = {_s(max(self.train_s, 0))} of steps of {self.step_s:,.0f} s: "
+        )
         if self.finishes_in_one:
             return [("notice", "one attempt", head + f"all {self.max_steps} steps fit in one attempt")]
         if not self.stalls:
-            got = (f"{self.steps} steps, {int(self.steps // self.interval)} periodic checkpoint(s)" if self.reaches_checkpoint
-                   else f"{self.steps} step(s), then a save on the notice")
+            got = (
+                f"{self.steps} steps, {int(self.steps // self.interval)} periodic checkpoint(s)"
+                if self.reaches_checkpoint
+                else f"{self.steps} step(s), then a save on the notice"
+            )
             return [("notice", "one attempt", head + got)]
-        return [("notice", "one attempt", head + f"AN ATTEMPT CANNOT REACH A CHECKPOINT: {self.steps} step(s) before "
-                 f"the notice, the first checkpoint is at step {self.interval} and the save on notice does not fit; "
-                 "every attempt would redo the same steps"),
-                ("notice", "  fix", "; or ".join(self.fixes()))]
+        return [
+            (
+                "notice",
+                "one attempt",
+                head + f"AN ATTEMPT CANNOT REACH A CHECKPOINT: {self.steps} step(s) before "
+                f"the notice, the first checkpoint is at step {self.interval} and the save on notice does not fit; "
+                "every attempt would redo the same steps",
+            ),
+            ("notice", "  fix", "; or ".join(self.fixes())),
+        ]
 
 
 def attempt_progress(cfg) -> AttemptProgress:
@@ -366,11 +426,16 @@ def attempt_progress(cfg) -> AttemptProgress:
     limit = time_limit_seconds(c.time_limit)
     # The rehearsal loads no model: its own load time stands in (as its step time does in step_seconds).
     load_s = t.rehearsal_model_load_s if t.backend == "rehearsal" else t.expected_model_load_s
-    return AttemptProgress(limit_s=None if limit is None else float(limit),
-                           start_s=float(t.expected_bringup_s + load_s), step_s=step_seconds(cfg)[0],
-                           save_s=recipe_save_seconds(cfg), lead_s=float(c.signal_before_s),
-                           interval=int(cfg.checkpoint.interval), max_steps=int(cfg.max_training_steps),
-                           notice_save_fits=recipe_budget(cfg).fits)
+    return AttemptProgress(
+        limit_s=None if limit is None else float(limit),
+        start_s=float(t.expected_bringup_s + load_s),
+        step_s=step_seconds(cfg)[0],
+        save_s=recipe_save_seconds(cfg),
+        lead_s=float(c.signal_before_s),
+        interval=int(cfg.checkpoint.interval),
+        max_steps=int(cfg.max_training_steps),
+        notice_save_fits=recipe_budget(cfg).fits,
+    )
 
 
 def _s(seconds: float) -> str:
@@ -384,12 +449,25 @@ def plan_rows(cfg, preemption=None) -> list[tuple[str, str, str]]:
     step, step_from = step_seconds(cfg)
     save = recipe_save_seconds(cfg)
     interval = cfg.checkpoint.interval
-    rows = [("notice", "save", f"{size / GB:,.1f} GB per training node ({size_from}) at "
-             f"{c.storage_write_gbytes_per_s:g} GB/s (cluster.storage_write_gbytes_per_s) = {_s(save)}"),
-            ("notice", "step", f"{step:,.0f} s ({step_from})")]
+    rows = [
+        (
+            "notice",
+            "save",
+            f"{size / GB:,.1f} GB per training node ({size_from}) at "
+            f"{c.storage_write_gbytes_per_s:g} GB/s (cluster.storage_write_gbytes_per_s) = {_s(save)}",
+        ),
+        ("notice", "step", f"{step:,.0f} s ({step_from})"),
+    ]
     stop_s, log_copy_s, stop_from = stop_seconds(cfg)
-    rows.append(("notice", "stop", f"stop Ray {stop_s:,.0f} s" + (f" + copy logs {log_copy_s:,.0f} s" if log_copy_s
-                                                                  else "") + f" ({stop_from})"))
+    rows.append(
+        (
+            "notice",
+            "stop",
+            f"stop Ray {stop_s:,.0f} s"
+            + (f" + copy logs {log_copy_s:,.0f} s" if log_copy_s else "")
+            + f" ({stop_from})",
+        )
+    )
     budget = recipe_budget(cfg)
     progress = attempt_progress(cfg)
     rows += _verdict_rows("time-limit notice", "", budget, size, interval, "cluster.signal_before_s", progress.limit_s)
@@ -397,32 +475,59 @@ def plan_rows(cfg, preemption=None) -> list[tuple[str, str, str]]:
     if preemption is not None:
         line, budget = _preemption_line(cfg, preemption, interval)
         lead_key = f"GraceTime of partition {preemption.partition}"
-        rows += (_verdict_rows("preemption", line, budget, size, interval, lead_key) if budget is not None
-                 else [("notice", "preemption", line)])
+        rows += (
+            _verdict_rows("preemption", line, budget, size, interval, lead_key)
+            if budget is not None
+            else [("notice", "preemption", line)]
+        )
     advice = recipe_advice(cfg)
     if cfg.cluster.interruptions_per_day > 0:
-        optimum = (f"Young/Daly optimum {advice.optimum_s / step:.1f} steps" if step > 0 and
-                   math.isfinite(advice.optimum_s) else "")
-        rows.append(("notice", "interval advice",
-                     f"every {advice.advised_steps} steps: {advice.advised_waste:.1%} of GPU time to saves and redone "
-                     f"steps; configured every {advice.configured_steps}: {advice.configured_waste:.1%} ({optimum}; "
-                     f"{c.interruptions_per_day:g} interruptions without notice per day, cluster.interruptions_per_day)"))
+        optimum = (
+            f"Young/Daly optimum {advice.optimum_s / step:.1f} steps"
+            if step > 0 and math.isfinite(advice.optimum_s)
+            else ""
+        )
+        rows.append(
+            (
+                "notice",
+                "interval advice",
+                f"every {advice.advised_steps} steps: {advice.advised_waste:.1%} of GPU time to saves and redone "
+                f"steps; configured every {advice.configured_steps}: {advice.configured_waste:.1%} ({optimum}; "
+                f"{c.interruptions_per_day:g} interruptions without notice per day, cluster.interruptions_per_day)",
+            )
+        )
     else:
-        rows.append(("notice", "interval advice", "no interruptions without notice expected "
-                     "(cluster.interruptions_per_day=0): save as rarely as you like; notices save on their own"))
+        rows.append(
+            (
+                "notice",
+                "interval advice",
+                "no interruptions without notice expected "
+                "(cluster.interruptions_per_day=0): save as rarely as you like; notices save on their own",
+            )
+        )
     return rows
 
 
-def _verdict_rows(item: str, head: str, budget: Budget, size: float, interval: int, lead_key: str,
-                  limit_s: float | None = None) -> list:
+def _verdict_rows(
+    item: str, head: str, budget: Budget, size: float, interval: int, lead_key: str, limit_s: float | None = None
+) -> list:
     if budget.fits:
         return [("notice", item, f"{head}{budget.summary()}: fits")]
-    why = budget.summary() if not budget.fits_lead else (
-        f"step {budget.step_s:,.0f} s + save {_s(budget.save_s)} > cluster.grace_s {budget.grace_s:,.0f} s")
+    why = (
+        budget.summary()
+        if not budget.fits_lead
+        else (f"step {budget.step_s:,.0f} s + save {_s(budget.save_s)} > cluster.grace_s {budget.grace_s:,.0f} s")
+    )
     fixes = budget.fixes(bytes_per_node=size, interval_steps=interval, lead_key=lead_key, limit_s=limit_s)
-    return [("notice", item, f"{head}DOES NOT FIT: {why}; the save is cut off and the next attempt resumes from "
-             f"the last complete checkpoint (up to {interval} steps redone)"),
-            ("notice", "  fix", "; or ".join(fixes))]
+    return [
+        (
+            "notice",
+            item,
+            f"{head}DOES NOT FIT: {why}; the save is cut off and the next attempt resumes from "
+            f"the last complete checkpoint (up to {interval} steps redone)",
+        ),
+        ("notice", "  fix", "; or ".join(fixes)),
+    ]
 
 
 def _preemption_line(cfg, info, interval: int) -> tuple[str, Budget | None]:
@@ -434,15 +539,19 @@ def _preemption_line(cfg, info, interval: int) -> tuple[str, Budget | None]:
     qos = cfg.cluster.qos
     where = f"partition {info.partition}" + (f", QOS {qos or 'normal'}" if info.by_qos else "")
     if not info.preemptable(qos):
-        return (f"{where}: not preemptable (PreemptType={info.preempt_type or '?'}, "
-                f"PreemptMode={info.mode(qos) or '?'})"), None
+        return (
+            f"{where}: not preemptable (PreemptType={info.preempt_type or '?'}, PreemptMode={info.mode(qos) or '?'})"
+        ), None
     mode = info.mode(qos)
-    after = {"CANCEL": "then the job is cancelled, not requeued: resubmit it",
-             "SUSPEND": "the job is suspended, nothing is lost (its GPUs stay held)"}.get(mode.split(",")[0],
-                                                                                        "then Slurm requeues the job")
+    after = {
+        "CANCEL": "then the job is cancelled, not requeued: resubmit it",
+        "SUSPEND": "the job is suspended, nothing is lost (its GPUs stay held)",
+    }.get(mode.split(",")[0], "then Slurm requeues the job")
     grace = info.grace_s(qos)
-    lost = (f"lost: the steps since the last checkpoint, up to {interval} (checkpoint.interval), "
-            f"~{interval / 2:g} on average")
+    lost = (
+        f"lost: the steps since the last checkpoint, up to {interval} (checkpoint.interval), "
+        f"~{interval / 2:g} on average"
+    )
     head = f"{where}, PreemptMode={mode}, GraceTime {grace} s; {after}. "
     if mode.startswith("SUSPEND"):
         return head.rstrip(". "), None
@@ -452,15 +561,21 @@ def _preemption_line(cfg, info, interval: int) -> tuple[str, Budget | None]:
     if not info.user_signal:
         # The job's Ray step holds that SIGTERM and relays it as a notice only when the save fits (`term_notice`).
         if not budget.fits:
-            return head + ("A preemption comes WITHOUT a notice: without SlurmctldParameters=preempt_send_user_signal "
-                           "the first SIGTERM reaches only the job's tasks, and the step and the save do not fit in "
-                           f"the GraceTime ({budget.summary()}), so the Ray step stops at once; {lost}. Fix: ask the "
-                           "administrators for preempt_send_user_signal and a longer GraceTime, or lower "
-                           "checkpoint.interval"), None
-        caveat = ("" if "cgroup" not in info.proctrack else
-                  f" (with {info.proctrack} that SIGTERM is expected to reach Ray's own processes too, and then Ray "
-                  "stops and nothing is saved: ask for preempt_send_user_signal to be sure)")
-        return head + ("Without preempt_send_user_signal the first SIGTERM reaches only the job's tasks: the Ray "
-                       f"step holds it and the job saves as on a notice{caveat}, because the step and the save fit: "
-                       ), budget
+            return head + (
+                "A preemption comes WITHOUT a notice: without SlurmctldParameters=preempt_send_user_signal "
+                "the first SIGTERM reaches only the job's tasks, and the step and the save do not fit in "
+                f"the GraceTime ({budget.summary()}), so the Ray step stops at once; {lost}. Fix: ask the "
+                "administrators for preempt_send_user_signal and a longer GraceTime, or lower "
+                "checkpoint.interval"
+            ), None
+        caveat = (
+            ""
+            if "cgroup" not in info.proctrack
+            else f" (with {info.proctrack} that SIGTERM is expected to reach Ray's own processes too, and then Ray "
+            "stops and nothing is saved: ask for preempt_send_user_signal to be sure)"
+        )
+        return head + (
+            "Without preempt_send_user_signal the first SIGTERM reaches only the job's tasks: the Ray "
+            f"step holds it and the job saves as on a notice{caveat}, because the step and the save fit: "
+        ), budget
     return head + "USR1 reaches the batch shell at once (preempt_send_user_signal): ", budget

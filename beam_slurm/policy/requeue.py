@@ -30,12 +30,12 @@ ADVICE = {
     "time-limit": "raise cluster.time_limit, or lower checkpoint.interval so a checkpoint lands within one attempt",
     "notice": "the save does not fit the notice: raise cluster.signal_before_s and cluster.grace_s",
     "node-failure": "check the nodes named in the log (they are excluded from later attempts), or set "
-                    "cluster.extra_sbatch_args=[--exclude=...]",
+    "cluster.extra_sbatch_args=[--exclude=...]",
     "preflight": "fix what preflight named on those nodes, or exclude them",
     "driver-error": "read the driver's log in the attempt folder",
     "storage-full": "free space on the checkpoint storage, raise its quota, or lower checkpoint.max_ckpts_to_keep",
     "hang": "read the stack dumps in the attempt's hang/ folder; raise cluster.hang_timeout_s if the phase is only "
-            "slow",
+    "slow",
 }
 
 
@@ -102,8 +102,9 @@ def preempted(preempt_time: str | None) -> bool:
     return bool(preempt_time) and preempt_time not in ("None", "Unknown", "(null)")
 
 
-def slurm_end_of(*, job_state: str, restarts: int, restart_count: int, preempt_time: str, time_left_s: float | None,
-                 reason: str) -> str | None:
+def slurm_end_of(
+    *, job_state: str, restarts: int, restart_count: int, preempt_time: str, time_left_s: float | None, reason: str
+) -> str | None:
     """What Slurm is doing to the job (`scontrol show job` right after a SIGTERM or the Ray step's death): 'requeued'
     (Restarts above this attempt's count), 'preempted' (PreemptTime set), 'time limit' (Reason=TimeLimit, or no time
     left of TimeLimit - RunTime), 'cancelled' (completing otherwise: `scancel`), or None."""
@@ -140,8 +141,9 @@ def no_progress_streak(attempts: list[Attempt]) -> int:
     return next((i for i, entry in enumerate(reversed(attempts)) if not entry.counts_against_progress), len(attempts))
 
 
-def exclusion(bad_nodes: list[str], user_exclude: list[str], partition_nodes: list[str],
-              nodes_needed: int) -> tuple[list[str] | None, str]:
+def exclusion(
+    bad_nodes: list[str], user_exclude: list[str], partition_nodes: list[str], nodes_needed: int
+) -> tuple[list[str] | None, str]:
     """The job's new ExcNodeList (bad nodes plus the user's own `--exclude`), or None and why not: the partition
     (its usable nodes) must keep `nodes_needed` nodes outside the list. An empty `partition_nodes` means unknown."""
     wanted = sorted(set(bad_nodes) | set(user_exclude))
@@ -151,8 +153,10 @@ def exclusion(bad_nodes: list[str], user_exclude: list[str], partition_nodes: li
         return None, "the partition's nodes are unknown"
     left = [n for n in partition_nodes if n not in wanted]
     if len(left) < nodes_needed:
-        return None, (f"excluding {','.join(wanted)} would leave {len(left)} usable nodes in the partition, the job "
-                      f"needs {nodes_needed}")
+        return None, (
+            f"excluding {','.join(wanted)} would leave {len(left)} usable nodes in the partition, the job "
+            f"needs {nodes_needed}"
+        )
     return wanted, ""
 
 
@@ -179,7 +183,7 @@ def in_job(facts: AttemptFacts, decision: Decision) -> Decision:
         note = f"no in-job restart: {why or no_nodes}"
         return dataclasses.replace(decision, note=f"{decision.note}; {note}" if decision.note else note)
     replaced = sorted(set(facts.nodes) - set(nodes))
-    note = (f"restarting in the job on {','.join(nodes)}" + (f" ({','.join(replaced)} left out)" if replaced else ""))
+    note = f"restarting in the job on {','.join(nodes)}" + (f" ({','.join(replaced)} left out)" if replaced else "")
     return dataclasses.replace(decision, requeue=False, restart_in_job=True, next_nodes=nodes, note=note, outcome="")
 
 
@@ -188,16 +192,25 @@ def decide(facts: AttemptFacts) -> Decision:
     if (decision.requeue or decision.restart_in_job) and decision.counts_against_progress and not facts.progressed:
         in_a_row, limit = facts.earlier_without_progress + 1, facts.max_attempts_without_progress
         if limit > 0 and in_a_row >= limit:
-            since = ("no checkpoint yet" if facts.checkpoint_at_end is None
-                     else f"the newest checkpoint is still step {facts.checkpoint_at_end}")
+            since = (
+                "no checkpoint yet"
+                if facts.checkpoint_at_end is None
+                else f"the newest checkpoint is still step {facts.checkpoint_at_end}"
+            )
             advice = ADVICE.get(decision.end_kind, "")
-            return Decision(False, EXIT_NO_PROGRESS, decision.reason,
-                            f"not requeueing: {in_a_row} attempts in a row ended by a failure without a newer "
-                            f"checkpoint ({since}; cluster.max_attempts_without_progress={limit})"
-                            + (f"; {advice}" if advice else "")
-                            + "; `beam-slurm submit` again resumes from the last checkpoint",
-                            end_kind=decision.end_kind, bad_nodes=decision.bad_nodes, counts_against_progress=True,
-                            outcome="failed")
+            return Decision(
+                False,
+                EXIT_NO_PROGRESS,
+                decision.reason,
+                f"not requeueing: {in_a_row} attempts in a row ended by a failure without a newer "
+                f"checkpoint ({since}; cluster.max_attempts_without_progress={limit})"
+                + (f"; {advice}" if advice else "")
+                + "; `beam-slurm submit` again resumes from the last checkpoint",
+                end_kind=decision.end_kind,
+                bad_nodes=decision.bad_nodes,
+                counts_against_progress=True,
+                outcome="failed",
+            )
     return decision
 
 
@@ -206,50 +219,96 @@ def _decide(facts: AttemptFacts) -> Decision:
         named = [n for n in facts.preflight_failed_nodes if n in facts.nodes]
         if named and len(named) < len(facts.nodes):
             # Some nodes lack a path, space or GPUs that the others have: another allocation without them may work.
-            return _requeue_within_cap(facts, f"preflight failed on {','.join(named)}", EXIT_PREFLIGHT,
-                                       end_kind="preflight", bad_nodes=tuple(named), counts=True)
+            return _requeue_within_cap(
+                facts,
+                f"preflight failed on {','.join(named)}",
+                EXIT_PREFLIGHT,
+                end_kind="preflight",
+                bad_nodes=tuple(named),
+                counts=True,
+            )
         # Every node fails the same way: the setup is wrong, the same allocation would fail the same way.
         return Decision(False, EXIT_PREFLIGHT, "preflight failed", end_kind="preflight", outcome="failed")
     if facts.slurm_end == "requeued":
-        return Decision(False, 0, "Slurm requeued the job (scontrol requeue or a requeue by the scheduler)",
-                        "every step was signalled at once, so nothing was saved; the next attempt resumes from the "
-                        "last complete checkpoint", end_kind="slurm-requeue", already_requeued=True)
+        return Decision(
+            False,
+            0,
+            "Slurm requeued the job (scontrol requeue or a requeue by the scheduler)",
+            "every step was signalled at once, so nothing was saved; the next attempt resumes from the "
+            "last complete checkpoint",
+            end_kind="slurm-requeue",
+            already_requeued=True,
+        )
     if facts.slurm_end == "cancelled" and facts.wanted is None:
-        return Decision(False, EXIT_CANCELLED, "the job was cancelled (scancel)", "not requeueing",
-                        end_kind="cancelled", outcome="cancelled")
+        return Decision(
+            False,
+            EXIT_CANCELLED,
+            "the job was cancelled (scancel)",
+            "not requeueing",
+            end_kind="cancelled",
+            outcome="cancelled",
+        )
     if facts.failure_kind == "storage":
         # The same save fails on any node after any requeue: say what is full instead of burning attempts.
-        return Decision(False, EXIT_STORAGE_FULL, "checkpoint storage full", f"{facts.failure_reason}; not "
-                        f"requeueing; {ADVICE['storage-full']}; the last complete checkpoint is kept (step "
-                        f"{facts.checkpoint_at_end})", end_kind="storage-full", outcome="failed")
+        return Decision(
+            False,
+            EXIT_STORAGE_FULL,
+            "checkpoint storage full",
+            f"{facts.failure_reason}; not "
+            f"requeueing; {ADVICE['storage-full']}; the last complete checkpoint is kept (step "
+            f"{facts.checkpoint_at_end})",
+            end_kind="storage-full",
+            outcome="failed",
+        )
     if facts.hang is not None:
         where = f" on {','.join(facts.hang_nodes)}" if facts.hang_nodes else ""
-        return _requeue_within_cap(facts, facts.hang + where, EXIT_NOT_REQUEUED, end_kind="hang",
-                                   bad_nodes=facts.hang_nodes, counts=True, where=where)
+        return _requeue_within_cap(
+            facts,
+            facts.hang + where,
+            EXIT_NOT_REQUEUED,
+            end_kind="hang",
+            bad_nodes=facts.hang_nodes,
+            counts=True,
+            where=where,
+        )
     if facts.slurm_end == "time limit" and facts.wanted is None and facts.saved_step is None:
         # Slurm is ending the job at its limit (every step signalled): requeue while it still can be.
-        return _requeue_within_cap(facts, "the time limit came without a saved notice", EXIT_NOT_REQUEUED,
-                                   end_kind="time-limit", counts=True)
+        return _requeue_within_cap(
+            facts, "the time limit came without a saved notice", EXIT_NOT_REQUEUED, end_kind="time-limit", counts=True
+        )
     if facts.notice is not None or facts.wanted is not None:
         if facts.wanted == "stop":
             saved = f" at step {facts.saved_step}" if facts.saved_step is not None else ""
-            return Decision(False, EXIT_STOPPED, f"stopped by the operator{saved}",
-                            "resumable: `beam-slurm submit` again resumes from the last checkpoint",
-                            end_kind="stopped", outcome="stopped")
+            return Decision(
+                False,
+                EXIT_STOPPED,
+                f"stopped by the operator{saved}",
+                "resumable: `beam-slurm submit` again resumes from the last checkpoint",
+                end_kind="stopped",
+                outcome="stopped",
+            )
         if facts.wanted == "requeue":
             return _requeue_within_cap(facts, "operator requeue", EXIT_NOT_REQUEUED, end_kind="operator-requeue")
         kind = "preempted" if facts.slurm_end == "preempted" else "notice"
         if not facts.ray_started:
-            return _requeue_within_cap(facts, f"notice {facts.notice} before Ray started", EXIT_NOT_REQUEUED,
-                                       end_kind=kind)
+            return _requeue_within_cap(
+                facts, f"notice {facts.notice} before Ray started", EXIT_NOT_REQUEUED, end_kind=kind
+            )
         if facts.saved_step is None and facts.step_status == 0 and facts.driver_status == 0:
-            return Decision(False, 0, "the run finished during the notice", "not requeueing", end_kind="finished",
-                            outcome="completed")
+            return Decision(
+                False,
+                0,
+                "the run finished during the notice",
+                "not requeueing",
+                end_kind="finished",
+                outcome="completed",
+            )
         # Saved or not, the time is up: the next attempt resumes from the newest complete checkpoint. A time-limit
         # notice whose save did not land counts against progress (the notice lead is too short for the save).
         unsaved_limit = kind == "notice" and facts.saved_step is None and facts.slurm_end != "preempted"
-        return _requeue_within_cap(facts, f"notice {facts.notice}", EXIT_NOT_REQUEUED, end_kind=kind,
-                                   counts=unsaved_limit)
+        return _requeue_within_cap(
+            facts, f"notice {facts.notice}", EXIT_NOT_REQUEUED, end_kind=kind, counts=unsaved_limit
+        )
     if facts.step_status == 0:
         return Decision(False, 0, "the driver finished successfully", end_kind="finished", outcome="completed")
     if facts.slurm_end == "preempted":
@@ -258,38 +317,84 @@ def _decide(facts: AttemptFacts) -> Decision:
     if facts.lost_nodes:
         # Slurm removed failed nodes from the job (--no-kill) and SIGKILLed the step: nothing was saved.
         lost = ",".join(facts.lost_nodes)
-        return _requeue_within_cap(facts, f"node failure: Slurm removed {lost} from the job", facts.step_status
-                                   or EXIT_INFRA, end_kind="node-failure", bad_nodes=facts.lost_nodes, counts=True,
-                                   where=f" on {lost}")
+        return _requeue_within_cap(
+            facts,
+            f"node failure: Slurm removed {lost} from the job",
+            facts.step_status or EXIT_INFRA,
+            end_kind="node-failure",
+            bad_nodes=facts.lost_nodes,
+            counts=True,
+            where=f" on {lost}",
+        )
     if facts.failure_kind == "infra":
         # A node's Ray died or never joined: another allocation may well succeed (without that node).
         bad = (facts.failure_node,) if facts.failure_node else ()
         where = f" on {facts.failure_node}" if facts.failure_node else ""
-        return _requeue_within_cap(facts, "infrastructure failure", facts.step_status or EXIT_INFRA,
-                                   end_kind="node-failure", bad_nodes=bad, counts=True, where=where)
+        return _requeue_within_cap(
+            facts,
+            "infrastructure failure",
+            facts.step_status or EXIT_INFRA,
+            end_kind="node-failure",
+            bad_nodes=bad,
+            counts=True,
+            where=where,
+        )
     # The driver failed (or bring-up found a configuration fault): the same error would come back.
     status = facts.driver_status if facts.driver_status not in (None, 0) else facts.step_status or 1
     kind = "setup-error" if facts.failure_kind == "setup" else "driver-error"
-    return Decision(False, status, "the driver failed" if facts.driver_status else "the Ray step failed",
-                    end_kind=kind, counts_against_progress=not facts.progressed, outcome="failed")
+    return Decision(
+        False,
+        status,
+        "the driver failed" if facts.driver_status else "the Ray step failed",
+        end_kind=kind,
+        counts_against_progress=not facts.progressed,
+        outcome="failed",
+    )
 
 
-def _requeue_within_cap(facts: AttemptFacts, reason: str, status_if_not: int, *, end_kind: str,
-                        bad_nodes: tuple[str, ...] = (), counts: bool = False, where: str = "") -> Decision:
+def _requeue_within_cap(
+    facts: AttemptFacts,
+    reason: str,
+    status_if_not: int,
+    *,
+    end_kind: str,
+    bad_nodes: tuple[str, ...] = (),
+    counts: bool = False,
+    where: str = "",
+) -> Decision:
     counts = counts and not facts.progressed
     if facts.restart_count >= facts.max_requeues:
-        return Decision(False, status_if_not, reason,
-                        f"{where.strip() + ': ' if where else ''}not requeueing, SLURM_RESTART_COUNT="
-                        f"{facts.restart_count} reached max_requeues={facts.max_requeues}",
-                        end_kind=end_kind, bad_nodes=bad_nodes, counts_against_progress=counts, outcome="failed",
-                        retryable=True)
-    return Decision(True, status_if_not, reason, end_kind=end_kind, bad_nodes=bad_nodes,
-                    counts_against_progress=counts, retryable=True)
+        return Decision(
+            False,
+            status_if_not,
+            reason,
+            f"{where.strip() + ': ' if where else ''}not requeueing, SLURM_RESTART_COUNT="
+            f"{facts.restart_count} reached max_requeues={facts.max_requeues}",
+            end_kind=end_kind,
+            bad_nodes=bad_nodes,
+            counts_against_progress=counts,
+            outcome="failed",
+            retryable=True,
+        )
+    return Decision(
+        True,
+        status_if_not,
+        reason,
+        end_kind=end_kind,
+        bad_nodes=bad_nodes,
+        counts_against_progress=counts,
+        retryable=True,
+    )
 
 
-def stop_waiting_for_save(*, now: float, received: float, grace_s: float, saved_step: int | None,
-                          step_running: bool, notices: int) -> str | None:
+def stop_waiting_for_save(
+    *, now: float, received: float, grace_s: float, saved_step: int | None, step_running: bool, notices: int
+) -> str | None:
     """While a notice is handled: None to keep waiting for the trainer's checkpoint, else why to stop waiting."""
-    reasons = ((saved_step is not None, "saved"), (not step_running, "the Ray step ended"),
-               (notices > 1, "second notice"), (now >= received + grace_s, "grace period over"))
+    reasons = (
+        (saved_step is not None, "saved"),
+        (not step_running, "the Ray step ended"),
+        (notices > 1, "second notice"),
+        (now >= received + grace_s, "grace period over"),
+    )
     return next((why for stop, why in reasons if stop), None)

@@ -42,6 +42,8 @@ def node_needs(cfg) -> NodeNeeds:
     if cfg.trainer.backend == "rehearsal" or cfg.is_lora:
         return NodeNeeds(0, 0, 0)
     on_nvme = bool(cfg.paths.optimizer_state_disk_dir)
-    return NodeNeeds(scratch_bytes=int(optimizer_state_tb_per_node(cfg) * _TB) if on_nvme else 0,
-                     host_ram_bytes=0 if on_nvme else int(CPU_OPTIMIZER_HOST_RAM_TB_PER_NODE * _TB),
-                     ckpt_bytes=int(FULL_CHECKPOINT_TB_TOTAL * checkpoints_kept(cfg) * _TB))
+    return NodeNeeds(
+        scratch_bytes=int(optimizer_state_tb_per_node(cfg) * _TB) if on_nvme else 0,
+        host_ram_bytes=0 if on_nvme else int(CPU_OPTIMIZER_HOST_RAM_TB_PER_NODE * _TB),
+        ckpt_bytes=int(FULL_CHECKPOINT_TB_TOTAL * checkpoints_kept(cfg) * _TB),
+    )

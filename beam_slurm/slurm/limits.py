@@ -50,15 +50,24 @@ def job_shape(request: SbatchRequest, environ=None) -> JobShape:
 
     time_text, time_source = options.get("time", ("", ""))
     time_setting = {"the command line": "cluster.time_limit", "": "cluster.time_limit"}.get(
-        time_source, f"SBATCH_TIMELIMIT (the time limit comes from {time_source})")
+        time_source, f"SBATCH_TIMELIMIT (the time limit comes from {time_source})"
+    )
     seconds, partitions = None, ()
     with contextlib.suppress(SlurmValueError):
         seconds = time_limit_seconds(time_text) if time_text else None
     with contextlib.suppress(SlurmValueError):
         partitions = tuple(partition_names(given("partition"))) if given("partition") else ()
-    return JobShape(nodes=number("nodes", 1), gpus_per_node=number("gpus-per-node", 0), time_limit_s=seconds,
-                    time_limit_text=time_text, time_limit_given=bool(time_text), time_setting=time_setting,
-                    partitions=partitions, qos=given("qos"), account=given("account"))
+    return JobShape(
+        nodes=number("nodes", 1),
+        gpus_per_node=number("gpus-per-node", 0),
+        time_limit_s=seconds,
+        time_limit_text=time_text,
+        time_limit_given=bool(time_text),
+        time_setting=time_setting,
+        partitions=partitions,
+        qos=given("qos"),
+        account=given("account"),
+    )
 
 
 @dataclass(frozen=True)
@@ -73,19 +82,25 @@ class PartitionLimits:
     state: str
 
     @classmethod
-    def read(cls, partition: str = "") -> "PartitionLimits":
+    def read(cls, partition: str = "") -> PartitionLimits:
         info = scheduler.partition_info(partition)
         max_nodes = info.get("MaxNodes", "UNLIMITED")
-        return cls(name=info.get("PartitionName", partition), max_time_s=reported_seconds(info.get("MaxTime")),
-                   default_time_s=reported_seconds(info.get("DefaultTime")),
-                   max_nodes=int(max_nodes) if max_nodes.isdigit() else None,
-                   total_nodes=int(info.get("TotalNodes", "0") or 0), state=info.get("State", ""))
+        return cls(
+            name=info.get("PartitionName", partition),
+            max_time_s=reported_seconds(info.get("MaxTime")),
+            default_time_s=reported_seconds(info.get("DefaultTime")),
+            max_nodes=int(max_nodes) if max_nodes.isdigit() else None,
+            total_nodes=int(info.get("TotalNodes", "0") or 0),
+            state=info.get("State", ""),
+        )
 
     def describe(self) -> str:
         nodes = f"MaxNodes {self.max_nodes}" if self.max_nodes is not None else "no MaxNodes"
-        return (f"MaxTime {describe_seconds(self.max_time_s)}, DefaultTime "
-                f"{describe_seconds(self.default_time_s) if self.default_time_s else 'none'}, {nodes}, "
-                f"{self.total_nodes} nodes, {self.state}")
+        return (
+            f"MaxTime {describe_seconds(self.max_time_s)}, DefaultTime "
+            f"{describe_seconds(self.default_time_s) if self.default_time_s else 'none'}, {nodes}, "
+            f"{self.total_nodes} nodes, {self.state}"
+        )
 
 
 @dataclass(frozen=True)
@@ -104,18 +119,34 @@ def partition_breaches(shape: JobShape, limits: PartitionLimits) -> list[LimitBr
     out = []
     where = f"partition {limits.name}"
     # A job that names no limit gets the partition's DefaultTime, else its MaxTime: never over it.
-    if shape.time_limit_given and limits.max_time_s is not None and (
-            shape.time_limit_s is None or shape.time_limit_s > limits.max_time_s):
+    if (
+        shape.time_limit_given
+        and limits.max_time_s is not None
+        and (shape.time_limit_s is None or shape.time_limit_s > limits.max_time_s)
+    ):
         most = describe_seconds(limits.max_time_s)
-        out.append(LimitBreach(f"a time limit of {shape.time_limit_text} ({describe_seconds(shape.time_limit_s)}) "
-                               f"is over {where}'s MaxTime {most}: Slurm keeps the job pending for ever "
-                               "(PartitionTimeLimit)", f"{shape.time_setting} to at most {most}, or cluster.partition"))
+        out.append(
+            LimitBreach(
+                f"a time limit of {shape.time_limit_text} ({describe_seconds(shape.time_limit_s)}) "
+                f"is over {where}'s MaxTime {most}: Slurm keeps the job pending for ever "
+                "(PartitionTimeLimit)",
+                f"{shape.time_setting} to at most {most}, or cluster.partition",
+            )
+        )
     if limits.max_nodes is not None and shape.nodes > limits.max_nodes:
-        out.append(LimitBreach(f"{shape.nodes} nodes are over {where}'s MaxNodes {limits.max_nodes} "
-                               "(PartitionNodeLimit)", "cluster.nodes, or cluster.partition"))
+        out.append(
+            LimitBreach(
+                f"{shape.nodes} nodes are over {where}'s MaxNodes {limits.max_nodes} (PartitionNodeLimit)",
+                "cluster.nodes, or cluster.partition",
+            )
+        )
     elif limits.total_nodes and shape.nodes > limits.total_nodes:
-        out.append(LimitBreach(f"{shape.nodes} nodes are more than {where} has ({limits.total_nodes})",
-                               "cluster.nodes, or cluster.partition"))
+        out.append(
+            LimitBreach(
+                f"{shape.nodes} nodes are more than {where} has ({limits.total_nodes})",
+                "cluster.nodes, or cluster.partition",
+            )
+        )
     return out
 
 
@@ -135,19 +166,30 @@ class AccountingLimits:
 
     def breaches(self, shape: JobShape, reason_prefix: str, setting: str) -> list[LimitBreach]:
         out = []
-        if shape.time_limit_given and self.max_wall_s is not None and (
-                shape.time_limit_s is None or shape.time_limit_s > self.max_wall_s):
-            out.append(LimitBreach(f"a time limit of {describe_seconds(shape.time_limit_s)} is over {self.owner}'s "
-                                   f"MaxWall {describe_seconds(self.max_wall_s)} ({reason_prefix}MaxWallDurationPerJob"
-                                   "Limit)", f"{shape.time_setting} to at most {describe_seconds(self.max_wall_s)}, or "
-                                   f"{setting}"))
+        if (
+            shape.time_limit_given
+            and self.max_wall_s is not None
+            and (shape.time_limit_s is None or shape.time_limit_s > self.max_wall_s)
+        ):
+            out.append(
+                LimitBreach(
+                    f"a time limit of {describe_seconds(shape.time_limit_s)} is over {self.owner}'s "
+                    f"MaxWall {describe_seconds(self.max_wall_s)} ({reason_prefix}MaxWallDurationPerJob"
+                    "Limit)",
+                    f"{shape.time_setting} to at most {describe_seconds(self.max_wall_s)}, or {setting}",
+                )
+            )
         asked = {"node": shape.nodes, "gres/gpu": shape.nodes * shape.gpus_per_node}
         for name, value in asked.items():
             limit = self.max_tres.get(name)
             if limit is not None and value > limit:
                 what = "nodes" if name == "node" else "GPUs"
-                out.append(LimitBreach(f"{value} {what} are over {self.owner}'s MaxTRES {name}={limit} "
-                                       f"({reason_prefix}MaxTRESPerJob)", f"cluster.nodes, or {setting}"))
+                out.append(
+                    LimitBreach(
+                        f"{value} {what} are over {self.owner}'s MaxTRES {name}={limit} ({reason_prefix}MaxTRESPerJob)",
+                        f"cluster.nodes, or {setting}",
+                    )
+                )
         return out
 
 
@@ -163,19 +205,24 @@ def association_limits(shape: JobShape, partition: str, user: str | None = None)
         account = users[0]["DefaultAccount"] if users else ""
     rows = [r for r in rows if not account or r["Account"] == account]
     row = next((r for r in rows if r["Partition"] == partition), None) or next(
-        (r for r in rows if not r["Partition"]), None)
+        (r for r in rows if not r["Partition"]), None
+    )
     if row is None:
         return None, shape.qos or "normal"
-    limits = AccountingLimits(f"association {row['Account']}/{user}", reported_seconds(row["MaxWall"]),
-                              _tres(row["MaxTRES"]))
+    limits = AccountingLimits(
+        f"association {row['Account']}/{user}", reported_seconds(row["MaxWall"]), _tres(row["MaxTRES"])
+    )
     return limits, shape.qos or row["DefaultQOS"] or "normal"
 
 
 def qos_limits(name: str) -> AccountingLimits | None:
     rows = scheduler.accounting_rows("qos", ("Name", "MaxWall", "MaxTRES"), ["where", f"name={name}"])
     row = next((r for r in rows if r["Name"] == name), None)
-    return None if row is None else AccountingLimits(f"QOS {name}", reported_seconds(row["MaxWall"]),
-                                                     _tres(row["MaxTRES"]))
+    return (
+        None
+        if row is None
+        else AccountingLimits(f"QOS {name}", reported_seconds(row["MaxWall"]), _tres(row["MaxTRES"]))
+    )
 
 
 @dataclass
@@ -200,8 +247,13 @@ def check_job(shape: JobShape) -> LimitsAnswer:
     per_partition = [partition_breaches(shape, limits) for limits in partitions]
     breaches: list[LimitBreach] = []
     if per_partition and all(per_partition):
-        breaches += per_partition[0] if len(per_partition) == 1 else [
-            LimitBreach(" and ".join(b.text for found in per_partition for b in found), per_partition[0][0].setting)]
+        breaches += (
+            per_partition[0]
+            if len(per_partition) == 1
+            else [
+                LimitBreach(" and ".join(b.text for found in per_partition for b in found), per_partition[0][0].setting)
+            ]
+        )
     enforced = False
     try:
         # The controller applies QOS and association limits where AccountingStorageEnforce has limits or safe.

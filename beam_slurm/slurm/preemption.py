@@ -6,7 +6,8 @@ Seen on the sandbox (Slurm 22.05, GraceTime 20 s, KillWait 10 s): with preempt_s
 batch shell and the tasks get SIGTERM, SIGKILL KillWait later. Without it the first SIGTERM reaches only the job's
 tasks, our Ray step on every node (with proctrack/linuxproc not Ray's daemons, which left the process tree), not the
 batch shell; when the save fits in the grace time the Ray step holds it and the head relays it as a notice
-(`beam_slurm.policy.notice_budget.term_notice`). The grace time seen was 30 s for GraceTime=20: slurmctld checks the new end
+(`beam_slurm.policy.notice_budget.term_notice`). The grace time seen was 30 s for GraceTime=20: slurmctld checks the
+new end
 time on its own period."""
 
 from __future__ import annotations
@@ -72,8 +73,11 @@ class PreemptionInfo:
         return self.partition_grace_s
 
     def preemptable(self, qos_name: str | None = None) -> bool:
-        if (not self.reachable or self.preempt_type in ("", "preempt/none")
-                or (self.by_qos and not self.preemptors(qos_name))):
+        if (
+            not self.reachable
+            or self.preempt_type in ("", "preempt/none")
+            or (self.by_qos and not self.preemptors(qos_name))
+        ):
             return False
         return not self.mode(qos_name).startswith("OFF")
 
@@ -81,8 +85,13 @@ class PreemptionInfo:
 def parse_qos(text: str) -> tuple[QosPreemption, ...]:
     """`sacctmgr -n -P show qos format=Name,Preempt,PreemptMode,GraceTime` rows."""
     rows = (line.split("|") for line in text.splitlines())
-    return tuple(QosPreemption(name=row[0], preempts=tuple(p for p in row[1].split(",") if p), mode=row[2],
-                               grace_s=_seconds(row[3])) for row in rows if len(row) >= 4 and row[0])
+    return tuple(
+        QosPreemption(
+            name=row[0], preempts=tuple(p for p in row[1].split(",") if p), mode=row[2], grace_s=_seconds(row[3])
+        )
+        for row in rows
+        if len(row) >= 4 and row[0]
+    )
 
 
 def _seconds(text: str) -> int:
@@ -103,11 +112,17 @@ def from_outputs(config: str, partitions: str, qos: str, partition: str | None) 
         row = next((r for r in rows if r.get("Default") == "YES"), rows[0] if rows else {})
     params = [p.strip() for p in conf.get("SlurmctldParameters", "").split(",")]
     return PreemptionInfo(
-        reachable=True, preempt_type=conf.get("PreemptType", ""), cluster_mode=conf.get("PreemptMode", ""),
-        user_signal=USER_SIGNAL_PARAMETER in params, proctrack=conf.get("ProctrackType", ""),
+        reachable=True,
+        preempt_type=conf.get("PreemptType", ""),
+        cluster_mode=conf.get("PreemptMode", ""),
+        user_signal=USER_SIGNAL_PARAMETER in params,
+        proctrack=conf.get("ProctrackType", ""),
         kill_wait_s=_seconds(conf.get("KillWait", "").split()[0] if conf.get("KillWait") else ""),
-        partition=row.get("PartitionName", ""), partition_mode=row.get("PreemptMode", ""),
-        partition_grace_s=_seconds(row.get("GraceTime", "")), qos=parse_qos(qos))
+        partition=row.get("PartitionName", ""),
+        partition_mode=row.get("PreemptMode", ""),
+        partition_grace_s=_seconds(row.get("GraceTime", "")),
+        qos=parse_qos(qos),
+    )
 
 
 def read_preemption(partition: str | None = None) -> PreemptionInfo:
@@ -120,8 +135,10 @@ def read_preemption(partition: str | None = None) -> PreemptionInfo:
     qos = ""
     if scheduler.parse_config(config).get("PreemptType", "").endswith("/qos"):
         try:
-            qos = scheduler.run(["sacctmgr", "-n", "-P", "show", "qos", "format=Name,Preempt,PreemptMode,GraceTime"],
-                                 timeout_s=QUERY_TIMEOUT_S)
+            qos = scheduler.run(
+                ["sacctmgr", "-n", "-P", "show", "qos", "format=Name,Preempt,PreemptMode,GraceTime"],
+                timeout_s=QUERY_TIMEOUT_S,
+            )
         except scheduler.SlurmCommandError as exc:
             return PreemptionInfo(reachable=False, why=f"preemption by QOS, but {str(exc).splitlines()[0]}")
     return from_outputs(config, partitions, qos, partition)

@@ -9,8 +9,8 @@ import os
 import shlex
 import signal
 import subprocess
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
 
 
 class SlurmCommandError(RuntimeError):
@@ -21,14 +21,17 @@ def run(argv: Sequence[str], timeout_s: float = 60.0, *, survive_sigterm: bool =
     """Run a Slurm command; `survive_sigterm`: ignore SIGTERM (sent to the batch step while Slurm ends the job)."""
     try:
         ignore_sigterm = (lambda: signal.signal(signal.SIGTERM, signal.SIG_IGN)) if survive_sigterm else None
-        done = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout_s, check=False,
-                              preexec_fn=ignore_sigterm)
+        done = subprocess.run(
+            list(argv), capture_output=True, text=True, timeout=timeout_s, check=False, preexec_fn=ignore_sigterm
+        )
     except FileNotFoundError as exc:
         raise SlurmCommandError(f"{argv[0]} not found on PATH; run this inside a Slurm cluster") from exc
     except subprocess.TimeoutExpired as exc:
         raise SlurmCommandError(f"{shlex.join(argv)} did not answer within {timeout_s:.0f} s") from exc
     if done.returncode != 0:
-        raise SlurmCommandError(f"{shlex.join(argv)} failed ({done.returncode}): {done.stderr.strip() or done.stdout.strip()}")
+        raise SlurmCommandError(
+            f"{shlex.join(argv)} failed ({done.returncode}): {done.stderr.strip() or done.stdout.strip()}"
+        )
     return done.stdout
 
 
@@ -100,8 +103,11 @@ def partition_node_states(partition: str = "") -> dict[str, str]:
 
 def usable_partition_nodes(partition: str = "") -> list[str]:
     """Nodes of `partition` (the default partition when empty) that are not down, drained or failing (sinfo)."""
-    return [node for node, state in partition_node_states(partition).items()
-            if not state.rstrip("*~#!%$@^-").startswith(("down", "drain", "fail", "maint"))]
+    return [
+        node
+        for node, state in partition_node_states(partition).items()
+        if not state.rstrip("*~#!%$@^-").startswith(("down", "drain", "fail", "maint"))
+    ]
 
 
 def parse_config(text: str) -> dict[str, str]:
@@ -112,8 +118,7 @@ def parse_config(text: str) -> dict[str, str]:
 
 def parse_partitions(text: str) -> list[dict[str, str]]:
     """`scontrol show partition -o` (one partition per line, Key=Value tokens) as dicts."""
-    return [_fields(line)
-            for line in text.splitlines() if line.strip()]
+    return [_fields(line) for line in text.splitlines() if line.strip()]
 
 
 def partition_info(partition: str = "") -> dict[str, str]:
@@ -133,7 +138,11 @@ def config_value(name: str) -> str:
 def accounting_rows(entity: str, fields: Sequence[str], where: Sequence[str] = ()) -> list[dict[str, str]]:
     """`sacctmgr show <entity> [where ...] format=<fields>` as rows of {field: value} (parsable, no header)."""
     out = run(["sacctmgr", "--noheader", "--parsable2", "show", entity, *where, "format=" + ",".join(fields)])
-    return [dict(zip(fields, line.split("|"))) for line in out.splitlines() if line.count("|") >= len(fields) - 1]
+    return [
+        dict(zip(fields, line.split("|"), strict=False))
+        for line in out.splitlines()
+        if line.count("|") >= len(fields) - 1
+    ]
 
 
 QUEUE_FIELDS = ("JobID", "State", "Reason", "TimeUsed", "NodeList", "RestartCnt", "Name", "Dependency")  # squeue -O
@@ -146,7 +155,7 @@ def squeue_rows() -> list[dict[str, str]]:
     fmt = ",".join(f"{name}:|" for name in QUEUE_FIELDS)
     out = run(["squeue", "--noheader", "--states=all", "-O", fmt])
     rows = ([p.strip() for p in line.split("|")] for line in out.splitlines())
-    return [dict(zip(QUEUE_FIELDS, parts)) for parts in rows if len(parts) >= len(QUEUE_FIELDS)]
+    return [dict(zip(QUEUE_FIELDS, parts, strict=False)) for parts in rows if len(parts) >= len(QUEUE_FIELDS)]
 
 
 ACCOUNTING_FIELDS = ("JobID", "State", "Reason", "Elapsed", "NodeList", "ExitCode")  # what `sacct_rows` asks for
@@ -156,10 +165,22 @@ def sacct_rows(job_ids: Sequence[str], fields: Sequence[str] = ACCOUNTING_FIELDS
     """Accounting records of many jobs, ONE sacct call: allocations only (-X), every attempt (-D, oldest first)."""
     if not job_ids:
         return []
-    out = run(["sacct", "--noheader", "--parsable2", "-X", "-D", f"--jobs={','.join(job_ids)}",
-                "--format=" + ",".join(fields)])
-    return [dict(zip(fields, parts)) for parts in (line.split("|") for line in out.splitlines())
-            if len(parts) >= len(fields)]
+    out = run(
+        [
+            "sacct",
+            "--noheader",
+            "--parsable2",
+            "-X",
+            "-D",
+            f"--jobs={','.join(job_ids)}",
+            "--format=" + ",".join(fields),
+        ]
+    )
+    return [
+        dict(zip(fields, parts, strict=False))
+        for parts in (line.split("|") for line in out.splitlines())
+        if len(parts) >= len(fields)
+    ]
 
 
 # What `output_facts` asks sacct for (StdOut only where the accounting keeps it: Slurm 23.02 and later).
@@ -183,7 +204,9 @@ def accounted_output(job_id: str | int) -> dict[str, str]:
         except SlurmCommandError:
             continue  # an older sacct refuses the StdOut field: ask again without it
         rows = [line.split("|", len(fields) - 1) for line in out.splitlines()]  # SubmitLine last: it may hold '|'
-        return next(({**dict(zip(fields, row)), "source": "sacct"} for row in rows if len(row) == len(fields)), {})
+        return next(
+            ({**dict(zip(fields, row, strict=False)), "source": "sacct"} for row in rows if len(row) == len(fields)), {}
+        )
     return {}
 
 
@@ -237,18 +260,41 @@ def allocation_from_env(environ: Mapping[str, str] | None = None) -> AllocationI
         raise SlurmCommandError("SLURM_JOB_ID is not set: run this inside an sbatch/salloc allocation")
     nodelist = environ.get("SLURM_JOB_NODELIST", "") or environ.get("SLURM_NODELIST", "")
     number = lambda name: int(environ.get(name, "0") or 0)  # noqa: E731
-    return AllocationInfo(job_id, number("SLURM_RESTART_COUNT"), expand_hostnames(nodelist),
-                          number("SLURM_CPUS_ON_NODE"), number("SLURM_GPUS_ON_NODE"),
-                          {k: environ[k] for k in ("SLURM_JOB_NAME", "SLURM_SUBMIT_DIR", "SLURM_JOB_PARTITION")
-                           if k in environ})
+    return AllocationInfo(
+        job_id,
+        number("SLURM_RESTART_COUNT"),
+        expand_hostnames(nodelist),
+        number("SLURM_CPUS_ON_NODE"),
+        number("SLURM_GPUS_ON_NODE"),
+        {k: environ[k] for k in ("SLURM_JOB_NAME", "SLURM_SUBMIT_DIR", "SLURM_JOB_PARTITION") if k in environ},
+    )
 
 
-def srun_per_node(nodes: int, command: Sequence[str], *, cpus_per_task: int = 0, gpus_per_node: int = 0,
-                  kill_on_bad_exit: bool = True, job_name: str = "", extra_args: Sequence[str] = ()) -> list[str]:
+def srun_per_node(
+    nodes: int,
+    command: Sequence[str],
+    *,
+    cpus_per_task: int = 0,
+    gpus_per_node: int = 0,
+    kill_on_bad_exit: bool = True,
+    job_name: str = "",
+    extra_args: Sequence[str] = (),
+) -> list[str]:
     """argv of one srun step running `command` once on each of `nodes` nodes, asking for every CPU and GPU of the node:
     by default a step gets one CPU per task, which under task/cgroup is all Ray could use."""
-    optional = [(cpus_per_task > 0, f"--cpus-per-task={cpus_per_task}"),
-                (gpus_per_node > 0, f"--gpus-per-node={gpus_per_node}"), (bool(job_name), f"--job-name={job_name}")]
-    return ["srun", f"--nodes={nodes}", f"--ntasks={nodes}", "--ntasks-per-node=1",
-            f"--kill-on-bad-exit={1 if kill_on_bad_exit else 0}", "--wait=0",
-            *(option for wanted, option in optional if wanted), *extra_args, *command]
+    optional = [
+        (cpus_per_task > 0, f"--cpus-per-task={cpus_per_task}"),
+        (gpus_per_node > 0, f"--gpus-per-node={gpus_per_node}"),
+        (bool(job_name), f"--job-name={job_name}"),
+    ]
+    return [
+        "srun",
+        f"--nodes={nodes}",
+        f"--ntasks={nodes}",
+        "--ntasks-per-node=1",
+        f"--kill-on-bad-exit={1 if kill_on_bad_exit else 0}",
+        "--wait=0",
+        *(option for wanted, option in optional if wanted),
+        *extra_args,
+        *command,
+    ]

@@ -9,19 +9,43 @@ import os
 import re
 import shlex
 import subprocess
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Mapping
 
 from beam_slurm.slurm import scheduler
 from beam_slurm.slurm.scheduler import SlurmCommandError
 
 DEPENDENCY_TYPES = ("afterok", "afterany")
 # States after which a job never runs again (a requeued job goes back to PENDING instead).
-FINAL_STATES = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL",
-                "DEADLINE", "REVOKED", "PREEMPTED", "SPECIAL_EXIT"}
-ACTIVE_STATES = {"PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED",
-                 "RESIZING", "SUSPENDED", "STOPPED", "SIGNALING", "STAGE_OUT", "RESV_DEL_HOLD"}
+FINAL_STATES = {
+    "COMPLETED",
+    "FAILED",
+    "CANCELLED",
+    "TIMEOUT",
+    "NODE_FAIL",
+    "OUT_OF_MEMORY",
+    "BOOT_FAIL",
+    "DEADLINE",
+    "REVOKED",
+    "PREEMPTED",
+    "SPECIAL_EXIT",
+}
+ACTIVE_STATES = {
+    "PENDING",
+    "RUNNING",
+    "CONFIGURING",
+    "COMPLETING",
+    "REQUEUED",
+    "REQUEUE_HOLD",
+    "REQUEUE_FED",
+    "RESIZING",
+    "SUSPENDED",
+    "STOPPED",
+    "SIGNALING",
+    "STAGE_OUT",
+    "RESV_DEL_HOLD",
+}
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -66,16 +90,32 @@ class SbatchRequest:
             if not _ENV_NAME.match(name):
                 out.append(f"exported variable name {name!r} is not a valid environment variable name")
             if "," in value or "\n" in value:
-                out.append(f"exported {name}={value!r}: sbatch --export splits on ',', so the value may not contain "
-                           "',' or a newline; use a path without them")
+                out.append(
+                    f"exported {name}={value!r}: sbatch --export splits on ',', so the value may not contain "
+                    "',' or a newline; use a path without them"
+                )
         return out
 
 
-SBATCH_ENVIRONMENT = {"time": "SBATCH_TIMELIMIT", "partition": "SBATCH_PARTITION", "account": "SBATCH_ACCOUNT",
-                      "qos": "SBATCH_QOS", "gpus-per-node": "SBATCH_GPUS_PER_NODE", "mem": "SBATCH_MEM_PER_NODE"}
+SBATCH_ENVIRONMENT = {
+    "time": "SBATCH_TIMELIMIT",
+    "partition": "SBATCH_PARTITION",
+    "account": "SBATCH_ACCOUNT",
+    "qos": "SBATCH_QOS",
+    "gpus-per-node": "SBATCH_GPUS_PER_NODE",
+    "mem": "SBATCH_MEM_PER_NODE",
+}
 """The sbatch input variables of the options `effective_options` reads (a variable beats the script's header)."""
-_SHORT_OPTIONS = {"-t": "time", "-p": "partition", "-A": "account", "-q": "qos", "-N": "nodes", "-G": "gpus",
-                  "-o": "output", "-J": "job-name"}
+_SHORT_OPTIONS = {
+    "-t": "time",
+    "-p": "partition",
+    "-A": "account",
+    "-q": "qos",
+    "-N": "nodes",
+    "-G": "gpus",
+    "-o": "output",
+    "-J": "job-name",
+}
 
 
 def option_pairs(words: list[str]) -> list[tuple[str, str]]:
@@ -111,10 +151,13 @@ def effective_options(request: SbatchRequest, environ: Mapping[str, str] | None 
         if stripped and not stripped.startswith("#"):
             break
         if stripped.startswith("#SBATCH"):
-            found.update((name, (value, "the script's #SBATCH header"))
-                         for name, value in option_pairs(shlex.split(stripped[len("#SBATCH"):], comments=True)))
-    found.update((name, (environ[variable], variable)) for name, variable in SBATCH_ENVIRONMENT.items()
-                 if environ.get(variable))
+            found.update(
+                (name, (value, "the script's #SBATCH header"))
+                for name, value in option_pairs(shlex.split(stripped[len("#SBATCH") :], comments=True))
+            )
+    found.update(
+        (name, (environ[variable], variable)) for name, variable in SBATCH_ENVIRONMENT.items() if environ.get(variable)
+    )
     found.update((name, (value, "the command line")) for name, value in option_pairs(list(request.options)))
     return found
 
@@ -132,14 +175,24 @@ def submit(request: SbatchRequest, environ: Mapping[str, str] | None = None, tim
     if bad := request.problems():
         raise SlurmCommandError("; ".join(bad))
     try:
-        done = subprocess.run(request.argv(), capture_output=True, text=True, timeout=timeout_s, check=False,
-                              env=submission_environment(environ))
+        done = subprocess.run(
+            request.argv(),
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            check=False,
+            env=submission_environment(environ),
+        )
     except FileNotFoundError as exc:
-        raise SlurmCommandError("sbatch not found on PATH; run this where Slurm's client commands are installed") from exc
+        raise SlurmCommandError(
+            "sbatch not found on PATH; run this where Slurm's client commands are installed"
+        ) from exc
     except subprocess.TimeoutExpired as exc:
         raise SlurmCommandError(f"sbatch did not answer within {timeout_s:.0f} s") from exc
     if done.returncode != 0:
-        raise SlurmCommandError(f"{request.shell()} failed ({done.returncode}): {done.stderr.strip() or done.stdout.strip()}")
+        raise SlurmCommandError(
+            f"{request.shell()} failed ({done.returncode}): {done.stderr.strip() or done.stdout.strip()}"
+        )
     # --parsable prints "<id>" or "<id>;<cluster>".
     job_id = done.stdout.strip().splitlines()[-1].split(";")[0].strip() if done.stdout.strip() else ""
     if not job_id.isdigit():
@@ -155,22 +208,39 @@ class SlurmAnswer:
     text: str
 
 
-_UNREACHABLE = ("Unable to contact slurm controller", "Socket timed out", "Zero Bytes were transmitted",
-                "Connection refused", "Unable to establish", "configuration file", "ClusterName", "s_p_parse_file")
+_UNREACHABLE = (
+    "Unable to contact slurm controller",
+    "Socket timed out",
+    "Zero Bytes were transmitted",
+    "Connection refused",
+    "Unable to establish",
+    "configuration file",
+    "ClusterName",
+    "s_p_parse_file",
+)
 """Answers that say Slurm could not be asked (no controller, no configuration here), not that it refused."""
-REFUSAL_SETTINGS = (("partition", "cluster.partition"), ("account", "cluster.account"), ("qos", "cluster.qos"),
-                    ("time limit", "cluster.time_limit"), ("memory", "cluster.mem_per_node"),
-                    ("node configuration", "cluster.nodes or cluster.gpus_per_node"),
-                    ("node count", "cluster.nodes"), ("gres", "cluster.gpus_per_node"))
+REFUSAL_SETTINGS = (
+    ("partition", "cluster.partition"),
+    ("account", "cluster.account"),
+    ("qos", "cluster.qos"),
+    ("time limit", "cluster.time_limit"),
+    ("memory", "cluster.mem_per_node"),
+    ("node configuration", "cluster.nodes or cluster.gpus_per_node"),
+    ("node count", "cluster.nodes"),
+    ("gres", "cluster.gpus_per_node"),
+)
 
 
-def sbatch_test_only(request: SbatchRequest, environ: Mapping[str, str] | None = None, timeout_s: float = 30.0) -> SlurmAnswer:
+def sbatch_test_only(
+    request: SbatchRequest, environ: Mapping[str, str] | None = None, timeout_s: float = 30.0
+) -> SlurmAnswer:
     """`sbatch --test-only` of the request, less its dependency (test-only ignores them); nothing is queued."""
     argv = dataclasses.replace(request, dependency_ids=[]).argv()
     argv[1:2] = ["--test-only"]  # instead of --parsable
     try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, check=False,
-                              env=submission_environment(environ))
+        done = subprocess.run(
+            argv, capture_output=True, text=True, timeout=timeout_s, check=False, env=submission_environment(environ)
+        )
     except FileNotFoundError:
         return SlurmAnswer(None, "sbatch not found on PATH")
     except subprocess.TimeoutExpired:
@@ -192,12 +262,17 @@ def refusal_setting(text: str, request: SbatchRequest | None = None, environ: Ma
     if request is None or "node configuration" not in lowered:
         return setting
     found = effective_options(request, environ)
-    inherited = [f"--{name}={value} from {source}" for name, (value, source) in found.items()
-                 if name in _RESOURCE_OPTIONS and source != "the command line"]
+    inherited = [
+        f"--{name}={value} from {source}"
+        for name, (value, source) in found.items()
+        if name in _RESOURCE_OPTIONS and source != "the command line"
+    ]
     if not inherited:
         return setting
-    besides = (f"what {Path(request.script).name} asks for ({'; '.join(inherited)}; an SBATCH_* variable such as "
-               "SBATCH_MEM_PER_NODE outranks the header)")
+    besides = (
+        f"what {Path(request.script).name} asks for ({'; '.join(inherited)}; an SBATCH_* variable such as "
+        "SBATCH_MEM_PER_NODE outranks the header)"
+    )
     keyed = any(found.get(name, ("", ""))[1] == "the command line" for name in ("nodes", "gpus-per-node"))
     return f"{setting}, or {besides}" if keyed else besides
 
@@ -224,10 +299,18 @@ class JobRecord:
 
 
 def _squeue(rows: list[dict[str, str]], job_ids: set[str]) -> dict[str, JobRecord]:
-    return {row["JobID"]: JobRecord(row["JobID"], row["State"].split()[0] if row["State"] else "UNKNOWN",
-                                    "" if row["Reason"] == "None" else row["Reason"], row["TimeUsed"], row["NodeList"],
-                                    int(row["RestartCnt"]) if row["RestartCnt"].isdigit() else 0)
-            for row in rows if row["JobID"] in job_ids}
+    return {
+        row["JobID"]: JobRecord(
+            row["JobID"],
+            row["State"].split()[0] if row["State"] else "UNKNOWN",
+            "" if row["Reason"] == "None" else row["Reason"],
+            row["TimeUsed"],
+            row["NodeList"],
+            int(row["RestartCnt"]) if row["RestartCnt"].isdigit() else 0,
+        )
+        for row in rows
+        if row["JobID"] in job_ids
+    }
 
 
 def _sacct(rows: list[dict[str, str]]) -> dict[str, JobRecord]:
@@ -238,8 +321,15 @@ def _sacct(rows: list[dict[str, str]]) -> dict[str, JobRecord]:
         earlier = records.get(job_id)
         restarts = (earlier.restarts + (earlier.state in ("REQUEUED", "PREEMPTED", "NODE_FAIL"))) if earlier else 0
         # sacct lists the attempts oldest first; the last one is the current state.
-        records[job_id] = JobRecord(job_id, state, "" if reason == "None" else reason, row["Elapsed"],
-                                    "" if nodes == "None assigned" else nodes, restarts, row["ExitCode"])
+        records[job_id] = JobRecord(
+            job_id,
+            state,
+            "" if reason == "None" else reason,
+            row["Elapsed"],
+            "" if nodes == "None assigned" else nodes,
+            restarts,
+            row["ExitCode"],
+        )
     return records
 
 

@@ -20,8 +20,9 @@ class SlurmValueError(ValueError):
     """A value Slurm would refuse; the message says which forms it takes."""
 
 
-TIME_FORMS = ("minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS (e.g. 90, 30:00, 24:00:00, 2-00:00:00), or "
-              "UNLIMITED")
+TIME_FORMS = (
+    "minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS (e.g. 90, 30:00, 24:00:00, 2-00:00:00), or UNLIMITED"
+)
 
 
 def time_limit_seconds(text: str | int) -> int | None:
@@ -76,8 +77,10 @@ def memory_megabytes(text: str | int) -> int:
     value = str(text).strip()
     match = _MEMORY.match(value)
     if not match:
-        raise SlurmValueError(f"{value!r} is not a Slurm memory size; use a number with K, M, G or T (M when none), "
-                              "e.g. 1800G, or 0 for all of each node's memory")
+        raise SlurmValueError(
+            f"{value!r} is not a Slurm memory size; use a number with K, M, G or T (M when none), "
+            "e.g. 1800G, or 0 for all of each node's memory"
+        )
     return math.ceil(int(match.group(1)) * _MEGABYTES[(match.group(2) or "M").upper()])
 
 
@@ -85,6 +88,7 @@ def partition_names(text: str) -> list[str]:
     """`--partition` as Slurm reads it: one name or a comma-separated list. Raises SlurmValueError."""
     names = [name.strip() for name in str(text).split(",")]
     if not names or not all(_PARTITION.match(name) for name in names):
-        raise SlurmValueError(f"{text!r} is not a partition or a comma-separated list of partitions (e.g. gpu or "
-                              "gpu,gpu-long)")
+        raise SlurmValueError(
+            f"{text!r} is not a partition or a comma-separated list of partitions (e.g. gpu or gpu,gpu-long)"
+        )
     return names

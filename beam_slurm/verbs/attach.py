@@ -46,22 +46,30 @@ def running_target(job: RunJob, node: str | None) -> Target:
     try:
         info = scheduler.job_info(job.job_id)
     except scheduler.SlurmCommandError as exc:
-        raise AttachRefused(f"job {job.job_id} is not running (Slurm no longer knows it: {exc}); "
-                            f"`beam-slurm logs {job.job_id}` shows what it left") from None
+        raise AttachRefused(
+            f"job {job.job_id} is not running (Slurm no longer knows it: {exc}); "
+            f"`beam-slurm logs {job.job_id}` shows what it left"
+        ) from None
     state = info.get("JobState", "")
     if state != "RUNNING":
         why = f"; {info['Reason']}" if info.get("Reason") not in (None, "", "None") else ""
-        raise AttachRefused(f"job {job.job_id} is {state.lower() or 'unknown'}{why}: attach needs a running job "
-                            f"(`beam-slurm status {job.export_path}`, `beam-slurm logs {job.job_id}`)")
+        raise AttachRefused(
+            f"job {job.job_id} is {state.lower() or 'unknown'}{why}: attach needs a running job "
+            f"(`beam-slurm status {job.export_path}`, `beam-slurm logs {job.job_id}`)"
+        )
     restarts = info.get("Restarts", "0") if info.get("Restarts", "0").isdigit() else "0"
     # The allocation's latest Ray step: an in-job restart (`2.1`) runs in the folder of its label.
     attempt = ([a for a in job.attempts() if a.split(".")[0] == restarts] or [restarts])[-1]
     head = read_json(job.attempt_dir(attempt) / HEAD_FILE)
     if head is None or str(head.get("job_id")) != job.job_id:
-        raise AttachRefused(f"job {job.job_id} runs, but the Ray head of attempt {attempt} has not started yet (no "
-                            f"{job.attempt_dir(attempt) / HEAD_FILE}); try again once `beam-slurm logs "
-                            f"{job.job_id}` shows the head up")
-    nodes = scheduler.expand_hostnames(info.get("NodeList", "")) if info.get("NodeList") else list(head.get("nodes") or [])
+        raise AttachRefused(
+            f"job {job.job_id} runs, but the Ray head of attempt {attempt} has not started yet (no "
+            f"{job.attempt_dir(attempt) / HEAD_FILE}); try again once `beam-slurm logs "
+            f"{job.job_id}` shows the head up"
+        )
+    nodes = (
+        scheduler.expand_hostnames(info.get("NodeList", "")) if info.get("NodeList") else list(head.get("nodes") or [])
+    )
     chosen = node or str(head["host"])
     if nodes and chosen not in nodes:
         raise AttachRefused(f"--node {chosen}: not a node of job {job.job_id}; its nodes are {', '.join(nodes)}")
@@ -81,8 +89,16 @@ def ray_environment(head: dict, environ: dict[str, str], python_bin: str | None)
 
 def attach_argv(target: Target, command: list[str], hook, *, shell: str) -> list[str]:
     """The srun command line of the attach step (`hook`: the job's `steps.ContainerHook`)."""
-    argv = ["srun", "--overlap", f"--jobid={target.job_id}", "--nodes=1", "--ntasks=1", f"--nodelist={target.node}",
-            f"--job-name={ATTACH_STEP}", *([] if command else ["--pty"])]  # a shell of its own is interactive
+    argv = [
+        "srun",
+        "--overlap",
+        f"--jobid={target.job_id}",
+        "--nodes=1",
+        "--ntasks=1",
+        f"--nodelist={target.node}",
+        f"--job-name={ATTACH_STEP}",
+        *([] if command else ["--pty"]),
+    ]  # a shell of its own is interactive
     return argv + list(hook.srun_args) + list(hook.command_prefix) + (command or [shell, "-i"])
 
 
@@ -91,8 +107,10 @@ def container_hook_of(job: RunJob):
     try:
         cfg = saved_config(job.export_path)
     except Exception as exc:  # a record this version cannot read: say so, attach outside any container
-        print(f"beam-slurm attach: warning: cannot read the run's recipe ({exc}); attaching without its container",
-              file=sys.stderr)
+        print(
+            f"beam-slurm attach: warning: cannot read the run's recipe ({exc}); attaching without its container",
+            file=sys.stderr,
+        )
         cfg = None
     none = cfg is None or cfg.container.runtime == "none"
     return (ContainerHook() if none else container_hook(cfg.container, job_mounts(cfg), job.job_id)), cfg
@@ -107,10 +125,15 @@ def saved_config(export_path: Path):
 
 
 def build_parser():
-    args = VerbArgs("attach", "beam-slurm attach RUN [--node NAME] [-- CMD ...]: a shell (or CMD) on a node of a running "
-                    "training job, inside its allocation and container, with its Ray address and token set (`ray "
-                    "status` works).\n\nRUN: the run folder (its export path), its run name, or the training job's "
-                    "id.", settings=False, inputs="RUN [-- CMD ...]")
+    args = VerbArgs(
+        "attach",
+        "beam-slurm attach RUN [--node NAME] [-- CMD ...]: a shell (or CMD) on a node of a running "
+        "training job, inside its allocation and container, with its Ray address and token set (`ray "
+        "status` works).\n\nRUN: the run folder (its export path), its run name, or the training job's "
+        "id.",
+        settings=False,
+        inputs="RUN [-- CMD ...]",
+    )
     args.add_argument("run", metavar="RUN", help="run folder, run name or training job id")
     args.add_argument("--node", help="node to attach to (default: the Ray head's node)")
     args.add_argument("--exports-root", help="where run names are looked up (default $BEAM_EXPORTS_ROOT or ~/exports)")
@@ -119,7 +142,7 @@ def build_parser():
 
 def main(argv: list[str], *, execute=None) -> int:
     """Parse, resolve, then replace this process with the srun step (`execute(argv, env)`; tests pass their own)."""
-    argv, command = (argv[: argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (list(argv), [])
+    argv, command = (argv[: argv.index("--")], argv[argv.index("--") + 1 :]) if "--" in argv else (list(argv), [])
     parser = build_parser()
     try:
         args = parser.parse(argv).args
@@ -134,8 +157,12 @@ def main(argv: list[str], *, execute=None) -> int:
     shell = "/bin/bash" if in_container else (os.environ.get("SHELL") or "/bin/bash")
     srun = attach_argv(target, command, hook, shell=shell)
     where = "the Ray head" if target.node == target.head.get("host") else "a Ray worker"
-    print(f"{parser.prefix}job {target.job_id} attempt {target.attempt}, {target.node} ({where}), "
-          f"RAY_ADDRESS={env['RAY_ADDRESS']}: {shlex.join(srun)}", file=sys.stderr, flush=True)
+    print(
+        f"{parser.prefix}job {target.job_id} attempt {target.attempt}, {target.node} ({where}), "
+        f"RAY_ADDRESS={env['RAY_ADDRESS']}: {shlex.join(srun)}",
+        file=sys.stderr,
+        flush=True,
+    )
     if execute is None:
         os.execvpe(srun[0], srun, env)
     return int(execute(srun, env) or 0)

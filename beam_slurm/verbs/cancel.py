@@ -1,4 +1,5 @@
-"""`beam-slurm cancel RUN|SWEEP`: end every queued and running job of runs at once (nothing is saved; `stop` saves first)."""
+"""`beam-slurm cancel RUN|SWEEP`: end every queued and running job of runs at once (nothing is saved; `stop` saves
+first)."""
 
 from __future__ import annotations
 
@@ -13,8 +14,12 @@ from beam_slurm.slurm.submission import job_records
 
 
 def build_parser():
-    verb = VerbArgs("cancel", "beam-slurm cancel RUN|SWEEP [--yes]: cancel the run's (or every point of the sweep's) "
-                    "queued and running jobs, asking first; nothing is saved (`stop` saves first).", settings=False)
+    verb = VerbArgs(
+        "cancel",
+        "beam-slurm cancel RUN|SWEEP [--yes]: cancel the run's (or every point of the sweep's) "
+        "queued and running jobs, asking first; nothing is saved (`stop` saves first).",
+        settings=False,
+    )
     verb.add_argument("target", metavar="RUN|SWEEP", help="run folder, run name, job id, or sweep folder")
     verb.add_argument("--yes", action="store_true", help="cancel without asking (needed where there is no terminal)")
     verb.add_argument("--exports-root", help="where run names are looked up (default $BEAM_EXPORTS_ROOT or ~/exports)")
@@ -64,7 +69,10 @@ def main(argv: list[str]) -> int:
     when, user = now(), runs.user_name()
     for store in stores.values():
         mine = [j for j in live if store in owners[j]]
-        store.update(lambda record: record.record_cancel(
-            Cancel(requested_at=when, by=user, job_ids=mine, states={j: live[j] for j in mine})))
+        store.update(
+            lambda record, mine=mine: record.record_cancel(
+                Cancel(requested_at=when, by=user, job_ids=mine, states={j: live[j] for j in mine})
+            )
+        )
     print(f"{verb.prefix}cancelled {len(live)} job(s) of {len(stores)} run(s): {' '.join(live)}")
     return 0

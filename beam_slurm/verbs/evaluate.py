@@ -44,8 +44,10 @@ def _check_data_sources(files: list[str], limit: int | None) -> None:
         path = Path(name).expanduser().resolve()
         for source in {p.data_source for p in read_problems(path, limit)}:
             if source_of.setdefault(source, str(path)) != str(path):
-                raise DatasetError(f"--data: {path} and {source_of[source]} both hold data_source {source!r}; their "
-                                   "metrics would mix. Pass each benchmark once")
+                raise DatasetError(
+                    f"--data: {path} and {source_of[source]} both hold data_source {source!r}; their "
+                    "metrics would mix. Pass each benchmark once"
+                )
 
 
 def _resolve_out(args: argparse.Namespace) -> Path:
@@ -53,8 +55,10 @@ def _resolve_out(args: argparse.Namespace) -> Path:
         return Path(args.out).expanduser().resolve()
     step, run_root = step_of(Path(args.checkpoint).expanduser().resolve()) if args.checkpoint else (None, None)
     if step is None:
-        raise UsageError("--out is required: the checkpoint is not inside a run's global_step_N directory, so there "
-                         "is no default <export_path>/beam_evals/global_step_N/")
+        raise UsageError(
+            "--out is required: the checkpoint is not inside a run's global_step_N directory, so there "
+            "is no default <export_path>/beam_evals/global_step_N/"
+        )
     return evaluation_dir(run_root, step)
 
 
@@ -67,15 +71,21 @@ def _checkpoint_from_list(args: argparse.Namespace) -> str:
         raise UsageError(f"--checkpoint-list: cannot read {args.checkpoint_list} ({exc})") from exc
     task = os.environ.get("SLURM_ARRAY_TASK_ID", "")
     if not task.isdigit() or int(task) >= len(lines):
-        raise UsageError(f"--checkpoint-list needs SLURM_ARRAY_TASK_ID between 0 and {len(lines) - 1} (got {task!r}); "
-                         f"submit with sbatch --array=0-{len(lines) - 1}")
+        raise UsageError(
+            f"--checkpoint-list needs SLURM_ARRAY_TASK_ID between 0 and {len(lines) - 1} (got {task!r}); "
+            f"submit with sbatch --array=0-{len(lines) - 1}"
+        )
     return lines[int(task)]
 
 
 def _summary_lines(metrics: dict[str, dict[str, Any]]) -> list[str]:
     keys = ("avg@k", "pass@1", "pass@2", "pass@4", "pass@8", "maj@k")
-    return [f"  {source}: k={entry.get('k')}  " + "  ".join(f"{key}={entry[key]:.4f}" for key in keys if key in entry)
-            + f"  timeouts={entry.get('timeouts', 0)}" for source, entry in sorted(metrics.items())]
+    return [
+        f"  {source}: k={entry.get('k')}  "
+        + "  ".join(f"{key}={entry[key]:.4f}" for key in keys if key in entry)
+        + f"  timeouts={entry.get('timeouts', 0)}"
+        for source, entry in sorted(metrics.items())
+    ]
 
 
 def _split_target(verb, argv: list[str]) -> tuple[str | None, list[str]]:
@@ -88,7 +98,7 @@ def _split_target(verb, argv: list[str]) -> tuple[str | None, list[str]]:
             index += 2 if action is not None and action.nargs != 0 and "=" not in word else 1
             continue
         if "=" not in word and not word.startswith("~"):
-            return word, argv[:index] + argv[index + 1:]
+            return word, argv[:index] + argv[index + 1 :]
         index += 1
     return None, argv
 
@@ -97,18 +107,25 @@ def _targets(args: argparse.Namespace, target: str | None, cfg) -> list[tuple[st
     """(checkpoint, None, evaluation folder) of --checkpoint, or of every complete HF export of a run or sweep."""
     if args.checkpoint:
         if target:
-            raise UsageError(f"unexpected argument {target!r}: settings are key=value, and a run or sweep is "
-                             "evaluated without --checkpoint")
+            raise UsageError(
+                f"unexpected argument {target!r}: settings are key=value, and a run or sweep is "
+                "evaluated without --checkpoint"
+            )
         resolve_checkpoint(args.checkpoint, args.base_model)  # a bad checkpoint fails here
         return [(str(Path(args.checkpoint).expanduser().resolve()), None, _resolve_out(args))]
     if not target:
         raise UsageError("what to evaluate: a run (folder, name or job id), a sweep folder, or --checkpoint DIR")
     exports = _run_exports(target, args.exports_root)
-    found = [(str(path), None, evaluation_dir(export, step)) for export in exports
-             for step, path in complete_checkpoints(ChainSettings(run_dir=export, settle_s=cfg.eval.chain_settle_s))]
+    found = [
+        (str(path), None, evaluation_dir(export, step))
+        for export in exports
+        for step, path in complete_checkpoints(ChainSettings(run_dir=export, settle_s=cfg.eval.chain_settle_s))
+    ]
     if not found:
-        raise UsageError(f"{target}: no complete global_step_N export under {', '.join(map(str, exports))} "
-                         "(the training job writes them every checkpoint.hf_save_interval steps)")
+        raise UsageError(
+            f"{target}: no complete global_step_N export under {', '.join(map(str, exports))} "
+            "(the training job writes them every checkpoint.hf_save_interval steps)"
+        )
     if args.out and len(found) > 1:
         raise UsageError(f"--out takes one checkpoint; {target} has {len(found)}: leave --out out")
     return [(found[0][0], None, Path(args.out).expanduser().resolve())] if args.out else found
@@ -142,10 +159,15 @@ def _table(results: dict[str, dict], title: str) -> None:
         table.add_column(column, justify="left" if column in ("evaluation", "dataset") else "right")
     for folder, entry in entries:
         low, high = entry.get("avg@k_ci95", [float("nan")] * 2)
-        table.add_row(str(Path(folder).parent.parent.name), str(entry.get("dataset")), str(entry["k"]),
-                      f"{entry['avg@k']:.4f}", f"[{low:.3f}, {high:.3f}]",
-                      *(f"{entry[f'pass@{j}']:.4f}" if f"pass@{j}" in entry else "-" for j in levels),
-                      f"{entry['maj@k']:.4f}")
+        table.add_row(
+            str(Path(folder).parent.parent.name),
+            str(entry.get("dataset")),
+            str(entry["k"]),
+            f"{entry['avg@k']:.4f}",
+            f"[{low:.3f}, {high:.3f}]",
+            *(f"{entry[f'pass@{j}']:.4f}" if f"pass@{j}" in entry else "-" for j in levels),
+            f"{entry['maj@k']:.4f}",
+        )
     table_console().print(table)
 
 
@@ -165,8 +187,9 @@ def main(argv: list[str] | None = None, *, in_job: bool = False) -> int:
         here = in_job or bool(args.server) or bool(args.checkpoint_list) or args.check
         if args.served_model and not args.server:
             raise UsageError("--served-model only applies with --server")
-        points = _points(parsed, args.multirun, lambda overrides: verb.load(dataclasses.replace(parsed,
-                                                                                                 overrides=overrides)))
+        points = _points(
+            parsed, args.multirun, lambda overrides: verb.load(dataclasses.replace(parsed, overrides=overrides))
+        )
         for _, cfg in points:
             if cfg.eval.limit is not None and cfg.eval.limit < 1:
                 raise UsageError(f"eval.limit must be at least 1 (got {cfg.eval.limit})")
@@ -178,16 +201,23 @@ def main(argv: list[str] | None = None, *, in_job: bool = False) -> int:
                 EngineSettings.from_config(cfg, ray_cluster=bool(os.environ.get("RAY_ADDRESS")))
         if here:
             if target or args.multirun or args.wait:
-                raise UsageError("the evaluation job (and --server, --checkpoint-list, --check) evaluates one "
-                                 "checkpoint in this process: no run, sweep, -m or --wait")
+                raise UsageError(
+                    "the evaluation job (and --server, --checkpoint-list, --check) evaluates one "
+                    "checkpoint in this process: no run, sweep, -m or --wait"
+                )
             if args.checkpoint_list:
                 args.checkpoint = _checkpoint_from_list(args)
             if not args.server and not args.checkpoint:
                 raise UsageError("--checkpoint is required (or --server URL to use an already running server)")
             if not args.server:
                 resolve_checkpoint(args.checkpoint, args.base_model)  # a bad checkpoint fails here
-            targets = [(str(Path(args.checkpoint).expanduser().resolve()) if args.checkpoint else None, None,
-                        _resolve_out(args))]
+            targets = [
+                (
+                    str(Path(args.checkpoint).expanduser().resolve()) if args.checkpoint else None,
+                    None,
+                    _resolve_out(args),
+                )
+            ]
         else:
             targets = _targets(args, target, points[0][1])
         for _, _, out_dir in targets:
@@ -195,23 +225,35 @@ def main(argv: list[str] | None = None, *, in_job: bool = False) -> int:
                 raise UsageError(f"--out: {out_dir} exists and is not a directory")
         if here:
             overrides, cfg = points[0]
-            specs = [array.TaskSpec(checkpoint=targets[0][0], data_file=name, out_dir=str(targets[0][2]),
-                                    ks=(cfg.eval.responses_per_problem,), overrides=tuple(overrides),
-                                    base_model=args.base_model, server=args.server, served_model=args.served_model)
-                     for name in data_files(args.data, cfg)]
+            specs = [
+                array.TaskSpec(
+                    checkpoint=targets[0][0],
+                    data_file=name,
+                    out_dir=str(targets[0][2]),
+                    ks=(cfg.eval.responses_per_problem,),
+                    overrides=tuple(overrides),
+                    base_model=args.base_model,
+                    server=args.server,
+                    served_model=args.served_model,
+                )
+                for name in data_files(args.data, cfg)
+            ]
             prepared = [array.prepare(spec) for spec in specs]
             _check_data_sources([p.data["path"] for p in prepared], cfg.eval.limit)
         else:
             for _, cfg in points:
                 _check_data_sources(data_files(args.data, cfg), cfg.eval.limit)
-            found = array.plan(points, targets, lambda cfg: data_files(args.data, cfg), force=args.force,
-                               base_model=args.base_model)
+            found = array.plan(
+                points, targets, lambda cfg: data_files(args.data, cfg), force=args.force, base_model=args.base_model
+            )
     except UserError as exc:  # bad input of any kind (usage, checkpoint, dataset, settings): exit 2
         return verb.report(exc)
 
     if args.check:
-        log(f"evaluate: inputs OK: {sum(len(p.problems) for p in prepared)} problems from {len(prepared)} file(s), "
-            f"k={prepared[0].sampling.n}, on {args.server or targets[0][0]}, results in {targets[0][2]}")
+        log(
+            f"evaluate: inputs OK: {sum(len(p.problems) for p in prepared)} problems from {len(prepared)} file(s), "
+            f"k={prepared[0].sampling.n}, on {args.server or targets[0][0]}, results in {targets[0][2]}"
+        )
         return 0
     if here:
         # 2. In this process (inside an allocation, or with --server): resumable generation, grading, results.
@@ -242,12 +284,19 @@ def main(argv: list[str] | None = None, *, in_job: bool = False) -> int:
     failed = {j: s for j, s in (array.wait_for(job_ids) if job_ids else {}).items() if s != "COMPLETED"}
     results = {folder: finished_metrics(folder) for folder in found.finished}
     for p in (prepare(spec) for specs, _ in found.to_submit for spec in specs):
-        results.update({str(p.out_dir / key.task_dir): finished_metrics(p.out_dir / key.task_dir) for key in p.keys
-                        if task_finished(p.out_dir, key)})
+        results.update(
+            {
+                str(p.out_dir / key.task_dir): finished_metrics(p.out_dir / key.task_dir)
+                for key in p.keys
+                if task_finished(p.out_dir, key)
+            }
+        )
     _table({k: v for k, v in results.items() if v}, "evaluations")
     if failed:
-        return verb.fail(f"{len(failed)} task(s) did not complete: "
-                         + ", ".join(f"{j} {s}" for j, s in sorted(failed.items())), status=1)
+        return verb.fail(
+            f"{len(failed)} task(s) did not complete: " + ", ".join(f"{j} {s}" for j, s in sorted(failed.items())),
+            status=1,
+        )
     return 0
 
 
@@ -265,10 +314,13 @@ def stage_main(argv: list[str], entry: str) -> int:
     if status != 0:
         return status
     allocation = allocation_from_env()
-    command = srun_per_node(nodes, [sys.executable, "-m", "beam_slurm.jobs.ray_cluster.node", "--", sys.executable,
-                                    entry, *argv],
-                            cpus_per_task=allocation.cpus_on_node, gpus_per_node=allocation.gpus_on_node,
-                            job_name="eval-ray")
+    command = srun_per_node(
+        nodes,
+        [sys.executable, "-m", "beam_slurm.jobs.ray_cluster.node", "--", sys.executable, entry, *argv],
+        cpus_per_task=allocation.cpus_on_node,
+        gpus_per_node=allocation.gpus_on_node,
+        job_name="eval-ray",
+    )
     sys.stdout.flush()
     os.execvp(command[0], command)
 

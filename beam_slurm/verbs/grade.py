@@ -22,8 +22,9 @@ from beam_slurm.jobs.evaluation.results import METRICS_FILE, write_results
 
 
 def build_parser():
-    verb = VerbArgs("grade", __doc__.split("\n\n")[0], keys=keys_under("grade"),
-                    inputs="--responses FILE.jsonl --out DIR")
+    verb = VerbArgs(
+        "grade", __doc__.split("\n\n")[0], keys=keys_under("grade"), inputs="--responses FILE.jsonl --out DIR"
+    )
     verb.add_argument("--responses", required=True, type=Path, help="JSONL file of responses to grade")
     verb.add_argument("--out", required=True, type=Path, help="output folder for metrics.json, grades.jsonl, ...")
     verb.add_argument("--force", action="store_true", help="replace the results already in --out")
@@ -50,18 +51,32 @@ def read_responses(path: Path) -> list[dict[str, Any]]:
 def print_summary(metrics: dict[str, dict[str, Any]], details: dict[str, dict[str, Any]], file=None) -> None:
     """A table of the metrics per data source, with math-verify's view beside the primary rule's."""
     table = Table(title="AIME grading (primary rule = training reward; math-verify as second opinion)")
-    for column in ("data source", "k", "avg@k", *(f"pass@{j}" for j in PASS_AT), "maj@k", "math-verify avg@k",
-                   "agree", "no answer", "timeouts"):
+    for column in (
+        "data source",
+        "k",
+        "avg@k",
+        *(f"pass@{j}" for j in PASS_AT),
+        "maj@k",
+        "math-verify avg@k",
+        "agree",
+        "no answer",
+        "timeouts",
+    ):
         table.add_column(column, justify="left" if column == "data source" else "right")
     for source, entry in metrics.items():
         extra = details.get(source, {})
         agreement = extra.get("agreement")
-        table.add_row(source, str(entry["k"]), f"{entry['avg@k']:.4f}",
-                      *(f"{entry[f'pass@{j}']:.4f}" if f"pass@{j}" in entry else "-" for j in PASS_AT),
-                      f"{entry['maj@k']:.4f}",
-                      f"{extra['math_verify_avg@k']:.4f}" if "math_verify_avg@k" in extra else "-",
-                      f"{agreement:.3f}" if agreement is not None else "-", str(extra.get("no_answer", "-")),
-                      str(entry["timeouts"]))
+        table.add_row(
+            source,
+            str(entry["k"]),
+            f"{entry['avg@k']:.4f}",
+            *(f"{entry[f'pass@{j}']:.4f}" if f"pass@{j}" in entry else "-" for j in PASS_AT),
+            f"{entry['maj@k']:.4f}",
+            f"{extra['math_verify_avg@k']:.4f}" if "math_verify_avg@k" in extra else "-",
+            f"{agreement:.3f}" if agreement is not None else "-",
+            str(extra.get("no_answer", "-")),
+            str(entry["timeouts"]),
+        )
     table_console(file).print(table)
 
 
@@ -72,17 +87,24 @@ def main(argv: list[str]) -> int:
         args = parsed.args
         cfg = verb.load(parsed)
         if (args.out / METRICS_FILE).exists() and not args.force:
-            raise GradingInputError(f"{args.out} already holds results ({METRICS_FILE}); "
-                                    "pass --force to replace them or choose another --out")
+            raise GradingInputError(
+                f"{args.out} already holds results ({METRICS_FILE}); "
+                "pass --force to replace them or choose another --out"
+            )
         limits = GradingLimits.from_settings(cfg.grade)
         rows = read_responses(args.responses)
-        padded = grading.zero_padded_ground_truths([str(r.get("ground_truth", "")) for r in rows if isinstance(r, dict)])
+        padded = grading.zero_padded_ground_truths(
+            [str(r.get("ground_truth", "")) for r in rows if isinstance(r, dict)]
+        )
         outcome = grade_rows_detailed(rows, limits)
     except (ConfigError, VerbUsageError, GradingInputError, GradingSetupError) as error:
         return verb.report(error)
     if padded:
-        print(f"{verb.prefix}warning: zero-padded ground truth(s) {', '.join(padded[:5])}: the training reward "
-              "compares strings, so '025' never matches '25'; write integer answers unpadded", file=sys.stderr)
+        print(
+            f"{verb.prefix}warning: zero-padded ground truth(s) {', '.join(padded[:5])}: the training reward "
+            "compares strings, so '025' never matches '25'; write integer answers unpadded",
+            file=sys.stderr,
+        )
     metrics = compute_metrics(outcome.grades)
     details = compute_details(outcome.grades)
     write_results(args.out, outcome.grades, metrics)
@@ -91,8 +113,10 @@ def main(argv: list[str]) -> int:
         return 0
     print_summary(metrics, details)
     primary, verified = outcome.phases["primary"], outcome.phases["math_verify"]
-    print(f"graded {len(outcome.grades)} responses with {limits.worker_count} worker(s): primary rule "
-          f"{primary.per_second:,.0f}/s, math-verify {verified.per_second:,.0f}/s, slowest item "
-          f"{max(primary.worst_item_s, verified.worst_item_s):.2f} s (bound {limits.item_bound_s:.2f} s), "
-          f"{outcome.timeouts} over a bound; results in {args.out}")
+    print(
+        f"graded {len(outcome.grades)} responses with {limits.worker_count} worker(s): primary rule "
+        f"{primary.per_second:,.0f}/s, math-verify {verified.per_second:,.0f}/s, slowest item "
+        f"{max(primary.worst_item_s, verified.worst_item_s):.2f} s (bound {limits.item_bound_s:.2f} s), "
+        f"{outcome.timeouts} over a bound; results in {args.out}"
+    )
     return 0

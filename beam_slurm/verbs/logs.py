@@ -11,8 +11,9 @@ import re
 import shlex
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Mapping, TextIO
+from typing import TextIO
 
 from beam_slurm.config.verb_args import VerbArgs, VerbUsageError
 from beam_slurm.core.atomic_files import read_json
@@ -23,8 +24,19 @@ from beam_slurm.launch.runs import find_job
 from beam_slurm.slurm import scheduler
 from beam_slurm.slurm.submission import option_pairs
 
-_ACTIVE = ("RUNNING", "PENDING", "CONFIGURING", "COMPLETING", "REQUEUED", "REQUEUE_FED", "REQUEUE_HOLD",
-           "RESIZING", "SUSPENDED", "SIGNALING", "STAGE_OUT")
+_ACTIVE = (
+    "RUNNING",
+    "PENDING",
+    "CONFIGURING",
+    "COMPLETING",
+    "REQUEUED",
+    "REQUEUE_FED",
+    "REQUEUE_HOLD",
+    "RESIZING",
+    "SUSPENDED",
+    "SIGNALING",
+    "STAGE_OUT",
+)
 NO_ARRAY_TASK = "4294967294"  # what Slurm writes for %a of a job that is not an array task (its NO_VAL)
 _PATTERN = re.compile(r"%(\d*)([%AajNux])")
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)")
@@ -50,9 +62,13 @@ def pattern_fields(job_id: str, facts: Mapping[str, str], job_name: str = "") ->
     """The values of the pattern symbols for a job from `scheduler.output_facts` (scontrol's or sacct's names)."""
     array_job, _, task = facts.get("JobID", "").partition("_")
     user = (facts.get("User") or facts.get("UserId", "")).split("(")[0] or getpass.getuser()
-    fields = {"j": job_id, "A": facts.get("ArrayJobId") or array_job or job_id, "u": user,
-              "a": facts.get("ArrayTaskId") or (task if task.isdigit() else NO_ARRAY_TASK),
-              "x": facts.get("JobName") or job_name}
+    fields = {
+        "j": job_id,
+        "A": facts.get("ArrayJobId") or array_job or job_id,
+        "u": user,
+        "a": facts.get("ArrayTaskId") or (task if task.isdigit() else NO_ARRAY_TASK),
+        "x": facts.get("JobName") or job_name,
+    }
     return {**fields, **({"N": facts["BatchHost"]} if facts.get("BatchHost") else {})}
 
 
@@ -86,8 +102,12 @@ def batch_log_candidates(job, facts: Mapping[str, str]) -> list[tuple[Path, str]
     fields = pattern_fields(job.job_id, facts, name)
     recorded = job.run.train_jobs.get(job.job_id)
     workdir = "" if facts.get("WorkDir") in (None, "(null)") else facts["WorkDir"]
-    given = [(facts.get("StdOut"), f"{facts.get('source')} StdOut"), (recorded and recorded.stdout, "the run record"),
-             (submitted.get("output"), "sacct SubmitLine"), (command.get("output"), "the run's sbatch command")]
+    given = [
+        (facts.get("StdOut"), f"{facts.get('source')} StdOut"),
+        (recorded and recorded.stdout, "the run record"),
+        (submitted.get("output"), "sacct SubmitLine"),
+        (command.get("output"), "the run's sbatch command"),
+    ]
     if not any(pattern for pattern, _ in given) and workdir:
         given.append(("slurm-%A_%a.out" if "_" in facts.get("JobID", "") else "slurm-%j.out", "sbatch's default"))
     expanded = [(Path(expand_output(p, fields)), how) for p, how in given if p and p != "(null)"]
@@ -128,10 +148,15 @@ def describe_copy(folder: Path) -> str:
     if copy is None:
         return "no copy record"
     when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(copy.get("time", 0)))
-    what = {"periodic": "a periodic copy (the node's last one: it ended without its final copy, or still runs)",
-            "end": "the copy at the end of the attempt", "stop": "the copy after the step was stopped (a notice or "
-            "an operator)", "failure": "the copy after a failure"}.get(copy.get("reason"), copy.get("reason", "?"))
-    extra = f"; {copy['files_left_out']} older files left out (over the size bound)" if copy.get("files_left_out") else ""
+    what = {
+        "periodic": "a periodic copy (the node's last one: it ended without its final copy, or still runs)",
+        "end": "the copy at the end of the attempt",
+        "stop": "the copy after the step was stopped (a notice or an operator)",
+        "failure": "the copy after a failure",
+    }.get(copy.get("reason"), copy.get("reason", "?"))
+    extra = (
+        f"; {copy['files_left_out']} older files left out (over the size bound)" if copy.get("files_left_out") else ""
+    )
     cut = "" if copy.get("finished", True) else "; cut short by cluster.log_copy_s"
     return f"copied {when}, {what}, {copy.get('bytes', 0) / 1e6:.1f} MB{extra}{cut}"
 
@@ -170,24 +195,30 @@ def show(job, attempt: str, node: str | None, lines: int, out: TextIO, every: bo
         hang = attempt_dir / "hang"
         if hang.is_dir():
             dumps = sorted(d for d in hang.glob("*/*.txt") if d.name != "nvidia-smi.txt")
-            print(f"\n== a hang ended this attempt: stack dumps of {len(dumps)} processes on "
-                  f"{len({d.parent.name for d in dumps})} nodes in {hang} (one folder per node, processes.json lists "
-                  "each process's state and innermost frame) ==", file=out)
+            print(
+                f"\n== a hang ended this attempt: stack dumps of {len(dumps)} processes on "
+                f"{len({d.parent.name for d in dumps})} nodes in {hang} (one folder per node, processes.json lists "
+                "each process's state and innermost frame) ==",
+                file=out,
+            )
         if (attempt_dir / "train_job.log").is_file():
             print_tail("\n== train_job.log", attempt_dir / "train_job.log")
         if not nodes:
             print("\n== Ray logs: no node has copied its Ray logs for this attempt ==", file=out)
         for name, folder in nodes.items():
             files, hidden = shown_files(ray_log_files(folder), every)
-            print(f"\n== Ray logs of {name}: {folder} ({len(files)} files{hidden}; {describe_copy(folder)}) ==",
-                  file=out)
+            print(
+                f"\n== Ray logs of {name}: {folder} ({len(files)} files{hidden}; {describe_copy(folder)}) ==", file=out
+            )
             for path in files:
                 print(f"  {str(path.relative_to(folder)):<60} {path.stat().st_size:>12,} bytes", file=out)
         return 0
     if node not in nodes and not (attempt_dir / f"ray-{node}.log").is_file():
         known = ", ".join(nodes) or "none"
-        print(f"beam-slurm logs: --node {node}: no logs of that node in {attempt_dir} (nodes with Ray logs: {known})",
-              file=sys.stderr)
+        print(
+            f"beam-slurm logs: --node {node}: no logs of that node in {attempt_dir} (nodes with Ray logs: {known})",
+            file=sys.stderr,
+        )
         return 2
     own = attempt_dir / f"ray-{node}.log"
     if own.is_file():
@@ -206,16 +237,33 @@ def listing(job, attempt: str, node: str | None = None) -> dict:
     attempt_dir = job.attempt_dir(attempt)
     path, how = batch_log(job)
     sized = lambda paths, base=None: [  # noqa: E731
-        {"path": str(p.relative_to(base) if base else p), "bytes": p.stat().st_size} for p in paths]
-    nodes = [{"node": name, "folder": str(folder), "copy": read_json(folder / COPY_RECORD),
-              "files": sized(ray_log_files(folder), folder)}
-             for name, folder in node_sections(attempt_dir).items() if node is None or name == node]
+        {"path": str(p.relative_to(base) if base else p), "bytes": p.stat().st_size} for p in paths
+    ]
+    nodes = [
+        {
+            "node": name,
+            "folder": str(folder),
+            "copy": read_json(folder / COPY_RECORD),
+            "files": sized(ray_log_files(folder), folder),
+        }
+        for name, folder in node_sections(attempt_dir).items()
+        if node is None or name == node
+    ]
     hang = attempt_dir / "hang"
-    return {"job_id": job.job_id, "attempt": attempt, "attempts": job.attempts(), "attempt_dir": str(attempt_dir),
-            "batch_log": {"path": str(path) if path else None, "found_by": how if path else None,
-                          "not_found": None if path else how},
-            "files": sized(sorted(p for p in attempt_dir.iterdir() if p.is_file())),
-            "hang_dumps": str(hang) if hang.is_dir() else None, "ray_logs": nodes}
+    return {
+        "job_id": job.job_id,
+        "attempt": attempt,
+        "attempts": job.attempts(),
+        "attempt_dir": str(attempt_dir),
+        "batch_log": {
+            "path": str(path) if path else None,
+            "found_by": how if path else None,
+            "not_found": None if path else how,
+        },
+        "files": sized(sorted(p for p in attempt_dir.iterdir() if p.is_file())),
+        "hang_dumps": str(hang) if hang.is_dir() else None,
+        "ray_logs": nodes,
+    }
 
 
 def _alive(job_id: str) -> bool:
@@ -245,14 +293,21 @@ def follow(job, path: Path, out: TextIO) -> int:
 
 
 def build_parser():
-    args = VerbArgs("logs", "beam-slurm logs RUN [--attempt N] [--node NAME] [--follow | --json] [--lines N] [--all]: the batch "
-                    "log, the attempt's logs and each node's Ray logs of a training job.\n\nRUN: the run folder (its "
-                    "export path), its run name, or the training job's id.", settings=False)
+    args = VerbArgs(
+        "logs",
+        "beam-slurm logs RUN [--attempt N] [--node NAME] [--follow | --json] [--lines N] [--all]: the batch "
+        "log, the attempt's logs and each node's Ray logs of a training job.\n\nRUN: the run folder (its "
+        "export path), its run name, or the training job's id.",
+        settings=False,
+    )
     args.add_argument("run", metavar="RUN", help="run folder, run name or training job id")
     args.add_argument("--attempt", help="attempt: 2, or 2.1 for an in-job restart (default: the latest with logs)")
     args.add_argument("--node", help="one node: its ray-<node>.log and the tail of each of its Ray logs")
-    args.add_argument("--follow", action="store_true",
-                      help="keep printing the batch log (with --node: the node's ray-<node>.log) until the job ends")
+    args.add_argument(
+        "--follow",
+        action="store_true",
+        help="keep printing the batch log (with --node: the node's ray-<node>.log) until the job ends",
+    )
     args.add_argument("--lines", type=int, default=40, help="lines from the end of each log (0: list the logs only)")
     args.add_argument("--all", action="store_true", help="list empty files too")
     args.add_argument("--json", action="store_true", help="list the logs (paths, sizes, copy records) as JSON")
@@ -265,8 +320,10 @@ def main(argv: list[str]) -> int:
     try:
         args = parser.parse(argv).args
         if args.lines < 0:
-            raise VerbUsageError(f"--lines {args.lines}: give how many lines of each log to show, 0 or more (0 lists "
-                                 "the logs without their lines)")
+            raise VerbUsageError(
+                f"--lines {args.lines}: give how many lines of each log to show, 0 or more (0 lists "
+                "the logs without their lines)"
+            )
         job = find_job(args.run, args.exports_root)
     except (VerbUsageError, runs.RunNotFound) as exc:
         return parser.fail(exc)
@@ -275,8 +332,9 @@ def main(argv: list[str]) -> int:
         return parser.fail(f"job {job.job_id} has no log folder under {job.log_dir} yet (it has not started)")
     attempt = attempts[-1] if args.attempt is None else args.attempt
     if attempt not in attempts:
-        return parser.fail(f"--attempt {attempt}: job {job.job_id} has logs of attempts "
-                           f"{', '.join(map(str, attempts))}")
+        return parser.fail(
+            f"--attempt {attempt}: job {job.job_id} has logs of attempts {', '.join(map(str, attempts))}"
+        )
     if args.json:
         if args.follow:
             return parser.fail("--json and --follow: choose one")

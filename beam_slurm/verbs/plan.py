@@ -60,9 +60,15 @@ def _spare_rows(cfg) -> list[tuple[str, str, str]]:
     if not spares:
         return []
     total = cfg.cluster.nodes + spares
-    return [("resources", "spare nodes", f"{spares} (idle until a node fails: {spares * cfg.cluster.gpus_per_node * 24} "
-             f"GPU-hours per day); allocation {total} nodes: `submit` asks for --nodes={total}, with plain sbatch "
-             f"pass --nodes={total}")]
+    return [
+        (
+            "resources",
+            "spare nodes",
+            f"{spares} (idle until a node fails: {spares * cfg.cluster.gpus_per_node * 24} "
+            f"GPU-hours per day); allocation {total} nodes: `submit` asks for --nodes={total}, with plain sbatch "
+            f"pass --nodes={total}",
+        )
+    ]
 
 
 def plan_rows(cfg, preemption=None) -> list[tuple[str, str, str]]:
@@ -72,53 +78,125 @@ def plan_rows(cfg, preemption=None) -> list[tuple[str, str, str]]:
     updates = b.mini_batches * cfg.max_training_steps
     rows = [
         ("run", "recipe / run name", f"{cfg.recipe} / {cfg.run_name}"),
-        ("run", "trainer backend", cfg.trainer.backend + ("  (checks plumbing, does not train)" if cfg.trainer.backend == "rehearsal" else "")),
-        ("run", "precision", cfg.precision + (f", rollouts {cfg.rollout.quantization}" if cfg.rollout.quantization else "")),
-        ("run", "training", f"LoRA rank {cfg.lora.rank} alpha {cfg.lora.alpha} ({cfg.lora.target_modules}), lr {cfg.learning_rate:g}"
-         if cfg.is_lora else f"full-parameter, lr {cfg.learning_rate:g}"),
+        (
+            "run",
+            "trainer backend",
+            cfg.trainer.backend + ("  (checks plumbing, does not train)" if cfg.trainer.backend == "rehearsal" else ""),
+        ),
+        (
+            "run",
+            "precision",
+            cfg.precision + (f", rollouts {cfg.rollout.quantization}" if cfg.rollout.quantization else ""),
+        ),
+        (
+            "run",
+            "training",
+            f"LoRA rank {cfg.lora.rank} alpha {cfg.lora.alpha} ({cfg.lora.target_modules}), lr {cfg.learning_rate:g}"
+            if cfg.is_lora
+            else f"full-parameter, lr {cfg.learning_rate:g}",
+        ),
         ("resources", "nodes x GPUs", f"{cfg.cluster.nodes} x {cfg.cluster.gpus_per_node} = {cfg.total_gpus} GPUs"),
         *_spare_rows(cfg),
-        ("resources", "placement", "colocated (training and vLLM share every GPU)" if cfg.trainer.placement_colocated
-         else f"split: {cfg.training_nodes} training nodes, {cfg.trainer.rollout_nodes} rollout nodes"),
-        ("resources", "partition / account / qos", " / ".join(
-            f"{getattr(cfg.cluster, key) or '(default)'}{_source(cfg, 'cluster.' + key)}"
-            for key in ("partition", "account", "qos"))),
-        ("resources", "time limit / notice", f"{cfg.cluster.time_limit}{_source(cfg, 'cluster.time_limit')} = "
-         f"{describe_seconds(time_limit_seconds(cfg.cluster.time_limit))}, USR1 {cfg.cluster.signal_before_s} s before, "
-         f"save grace {cfg.cluster.grace_s} s, max requeues {cfg.cluster.max_requeues}"),
-        ("parallelism", "Megatron", f"TP{m.tensor_parallel} PP{m.pipeline_parallel} CP{m.context_parallel} "
-         f"EP{m.expert_parallel} ETP{m.expert_tensor_parallel} on {cfg.training_gpus} GPUs"),
+        (
+            "resources",
+            "placement",
+            "colocated (training and vLLM share every GPU)"
+            if cfg.trainer.placement_colocated
+            else f"split: {cfg.training_nodes} training nodes, {cfg.trainer.rollout_nodes} rollout nodes",
+        ),
+        (
+            "resources",
+            "partition / account / qos",
+            " / ".join(
+                f"{getattr(cfg.cluster, key) or '(default)'}{_source(cfg, 'cluster.' + key)}"
+                for key in ("partition", "account", "qos")
+            ),
+        ),
+        (
+            "resources",
+            "time limit / notice",
+            f"{cfg.cluster.time_limit}{_source(cfg, 'cluster.time_limit')} = "
+            f"{describe_seconds(time_limit_seconds(cfg.cluster.time_limit))}, "
+            f"USR1 {cfg.cluster.signal_before_s} s before, "
+            f"save grace {cfg.cluster.grace_s} s, max requeues {cfg.cluster.max_requeues}",
+        ),
+        (
+            "parallelism",
+            "Megatron",
+            f"TP{m.tensor_parallel} PP{m.pipeline_parallel} CP{m.context_parallel} "
+            f"EP{m.expert_parallel} ETP{m.expert_tensor_parallel} on {cfg.training_gpus} GPUs",
+        ),
         ("parallelism", "data-parallel size", str(cfg.data_parallel)),
-        ("parallelism", "vLLM replicas", f"{cfg.num_engines} x (TP{cfg.rollout.tensor_parallel} x PP{cfg.rollout.pipeline_parallel})"
-         f" = {cfg.num_engines * cfg.gpus_per_engine} GPUs, {cfg.executor_backend} executor"),
-        ("parallelism", "per vLLM replica", f"{responses / max(cfg.num_engines, 1):g} responses "
-         f"({b.prompts_per_step / max(cfg.num_engines, 1):g} prompts) per step"),
-        ("batch", "prompts x responses", f"{b.prompts_per_step} x {b.responses_per_prompt} = {responses} responses per step"),
-        ("batch", "mini-batches", f"{b.mini_batches} per step of {cfg.mini_batch_prompts} prompts "
-         f"({cfg.mini_batch_prompts * b.responses_per_prompt // max(cfg.data_parallel, 1)} responses per DP rank)"),
+        (
+            "parallelism",
+            "vLLM replicas",
+            f"{cfg.num_engines} x (TP{cfg.rollout.tensor_parallel} x PP{cfg.rollout.pipeline_parallel})"
+            f" = {cfg.num_engines * cfg.gpus_per_engine} GPUs, {cfg.executor_backend} executor",
+        ),
+        (
+            "parallelism",
+            "per vLLM replica",
+            f"{responses / max(cfg.num_engines, 1):g} responses "
+            f"({b.prompts_per_step / max(cfg.num_engines, 1):g} prompts) per step",
+        ),
+        (
+            "batch",
+            "prompts x responses",
+            f"{b.prompts_per_step} x {b.responses_per_prompt} = {responses} responses per step",
+        ),
+        (
+            "batch",
+            "mini-batches",
+            f"{b.mini_batches} per step of {cfg.mini_batch_prompts} prompts "
+            f"({cfg.mini_batch_prompts * b.responses_per_prompt // max(cfg.data_parallel, 1)} responses per DP rank)",
+        ),
         ("batch", "optimizer updates", f"{updates} over {cfg.max_training_steps} steps"),
-        ("tokens", "budget", f"{g.max_prompt_tokens} prompt + {g.max_response_tokens} response tokens; "
-         f"<= {responses * (g.max_prompt_tokens + g.max_response_tokens) / 1e6:.2f} M tokens per step"),
+        (
+            "tokens",
+            "budget",
+            f"{g.max_prompt_tokens} prompt + {g.max_response_tokens} response tokens; "
+            f"<= {responses * (g.max_prompt_tokens + g.max_response_tokens) / 1e6:.2f} M tokens per step",
+        ),
         ("tokens", "sampling", f"temperature {g.temperature}, top-p {g.top_p}, reasoning effort {g.reasoning_effort}"),
-        ("eval", "AIME", f"every {cfg.eval.interval} steps, {cfg.eval.responses_per_problem} responses per problem "
-         f"({', '.join(cfg.paths.eval_files)})" + ("" if cfg.eval.in_training else "; chained jobs only")),
-        ("checkpoints", "interval / kept", f"every {cfg.checkpoint.interval} steps, {checkpoints_kept(cfg)} kept, "
-         f"resume {cfg.checkpoint.resume_mode}"),
+        (
+            "eval",
+            "AIME",
+            f"every {cfg.eval.interval} steps, {cfg.eval.responses_per_problem} responses per problem "
+            f"({', '.join(cfg.paths.eval_files)})" + ("" if cfg.eval.in_training else "; chained jobs only"),
+        ),
+        (
+            "checkpoints",
+            "interval / kept",
+            f"every {cfg.checkpoint.interval} steps, {checkpoints_kept(cfg)} kept, resume {cfg.checkpoint.resume_mode}",
+        ),
     ]
     rows.append(("ray", "ports", describe_block(cfg.ray)))
     rows += storage_rows(cfg)
     rows += notice_rows(cfg, preemption)  # the notice budget and interval advice
     rows += hang_watch.plan_rows(hang_watch.HangLimits.of(cfg), cfg.trainer.extra_env)
-    rows.append(("hang watchdog", "evaluation tasks", hang_guard.describe(
-        cfg.eval.hang_timeout_s, float(cfg.trainer.expected_model_load_s))))
+    rows.append(
+        (
+            "hang watchdog",
+            "evaluation tasks",
+            hang_guard.describe(cfg.eval.hang_timeout_s, float(cfg.trainer.expected_model_load_s)),
+        )
+    )
     if cfg.rollout.routing_replay and cfg.executor_backend == "ray":
-        rows.append(("notes", "SkyRL version", "R3 with a vLLM replica spanning nodes (executor ray) needs the Beam "
-                     "branch of SkyRL; stock 0.3.0 accepts R3 only with replicas inside one node (mp)"))
-    return rows + [("paths", "model", str(cfg.paths.model_path)), ("paths", "data", str(cfg.paths.data_dir)),
-                   ("paths", "checkpoints", str(cfg.paths.ckpt_path)),
-                   ("paths", "exports / evals", str(cfg.paths.export_path)),
-                   ("paths", "container", f"{cfg.container.runtime}" + (f" {cfg.container.image}"
-                                                                           if cfg.container.image else ""))]
+        rows.append(
+            (
+                "notes",
+                "SkyRL version",
+                "R3 with a vLLM replica spanning nodes (executor ray) needs the Beam "
+                "branch of SkyRL; stock 0.3.0 accepts R3 only with replicas inside one node (mp)",
+            )
+        )
+    return rows + [
+        ("paths", "model", str(cfg.paths.model_path)),
+        ("paths", "data", str(cfg.paths.data_dir)),
+        ("paths", "checkpoints", str(cfg.paths.ckpt_path)),
+        ("paths", "exports / evals", str(cfg.paths.export_path)),
+        ("paths", "container", f"{cfg.container.runtime}" + (f" {cfg.container.image}" if cfg.container.image else "")),
+    ]
 
 
 def storage_rows(cfg) -> list[tuple[str, str, str]]:
@@ -128,13 +206,27 @@ def storage_rows(cfg) -> list[tuple[str, str, str]]:
         rows.append(("storage", "checkpoints", f"{kept} LoRA adapter checkpoints (adapters and their optimizer only)"))
         return rows
     per_node_ckpt = full_checkpoint_tb_per_node(cfg)
-    rows.append(("storage", "checkpoints", f"~{per_node_ckpt:.2f} TB per training node per checkpoint "
-                 f"(~{FULL_CHECKPOINT_TB_TOTAL:.0f} TB total); {kept} kept = ~{kept * FULL_CHECKPOINT_TB_TOTAL:.0f} TB"))
+    rows.append(
+        (
+            "storage",
+            "checkpoints",
+            f"~{per_node_ckpt:.2f} TB per training node per checkpoint "
+            f"(~{FULL_CHECKPOINT_TB_TOTAL:.0f} TB total); {kept} kept = ~{kept * FULL_CHECKPOINT_TB_TOTAL:.0f} TB",
+        )
+    )
     if cfg.paths.optimizer_state_disk_dir:
-        rows.append(("storage", "optimizer state", f"~{optimizer_state_tb_per_node(cfg):.2f} TB per node on node-local "
-                     f"NVMe at {cfg.paths.optimizer_state_disk_dir}"))
+        rows.append(
+            (
+                "storage",
+                "optimizer state",
+                f"~{optimizer_state_tb_per_node(cfg):.2f} TB per node on node-local "
+                f"NVMe at {cfg.paths.optimizer_state_disk_dir}",
+            )
+        )
     else:
-        rows.append(("storage", "optimizer state", f"CPU optimizer: ~{CPU_OPTIMIZER_HOST_RAM_TB_PER_NODE} TB host RAM per node"))
+        rows.append(
+            ("storage", "optimizer state", f"CPU optimizer: ~{CPU_OPTIMIZER_HOST_RAM_TB_PER_NODE} TB host RAM per node")
+        )
     return rows
 
 
@@ -154,12 +246,19 @@ def print_plan(cfg, launch, extra_rows: list[tuple[str, str, str]] = (), preempt
 
 
 def build_parser():
-    verb = VerbArgs("plan", "The resource plan of a recipe, validated, and the exact SkyRL command; nothing is "
-                    "submitted.", keys=list(schema_keys()))
+    verb = VerbArgs(
+        "plan",
+        "The resource plan of a recipe, validated, and the exact SkyRL command; nothing is submitted.",
+        keys=list(schema_keys()),
+    )
     verb.add_argument("--skyrl-overrides", action="store_true", help="print only SkyRL's key=value list")
     verb.add_argument("--json", action="store_true", help="print the plan, the SkyRL command and its env as JSON")
-    verb.add_argument("--from", dest="history", metavar="RUN",
-                      help="advise from this run's measurements (default: the run of this run name, if it has run)")
+    verb.add_argument(
+        "--from",
+        dest="history",
+        metavar="RUN",
+        help="advise from this run's measurements (default: the run of this run name, if it has run)",
+    )
     return verb
 
 
@@ -186,8 +285,13 @@ def main(argv: list[str]) -> int:
     preemption = read_preemption(cfg.cluster.partition)
     slurm = slurm_check(cfg, parsed.overrides)
     if parsed.args.json:
-        print(json.dumps({**plan_json(cfg, launch, preemption, slurm, parsed.overrides), "history": measured_history},
-                         indent=2, default=str))
+        print(
+            json.dumps(
+                {**plan_json(cfg, launch, preemption, slurm, parsed.overrides), "history": measured_history},
+                indent=2,
+                default=str,
+            )
+        )
     else:
         print_plan(cfg, launch, slurm_rows(slurm) + history_rows(measured_history), preemption)
     return 2 if slurm["accepted"] is False or slurm["never_starts"] else 0
@@ -202,24 +306,50 @@ def history(cfg, run: str | None) -> dict | None:
     if not m.attempts:
         return None
     t, c = cfg.trainer, cfg.cluster
-    numbers = {name: {"value": float(value if value is not None else default),
-                      "source": "measured" if value is not None else key} for name, value, default, key in (
-        ("step_s", m.step_s, step_seconds(cfg)[0], "the recipe's step time"),
-        ("save_s", m.save_s, recipe_save_seconds(cfg), "the recipe's save estimate"),
-        ("bring_up_s", m.bring_up_s, t.expected_bringup_s, "trainer.expected_bringup_s"),
-        ("model_load_s", m.model_load_s, t.expected_model_load_s, "trainer.expected_model_load_s"),
-        ("interruptions_per_day", m.interruptions_per_day, c.interruptions_per_day, "cluster.interruptions_per_day"))}
+    numbers = {
+        name: {
+            "value": float(value if value is not None else default),
+            "source": "measured" if value is not None else key,
+        }
+        for name, value, default, key in (
+            ("step_s", m.step_s, step_seconds(cfg)[0], "the recipe's step time"),
+            ("save_s", m.save_s, recipe_save_seconds(cfg), "the recipe's save estimate"),
+            ("bring_up_s", m.bring_up_s, t.expected_bringup_s, "trainer.expected_bringup_s"),
+            ("model_load_s", m.model_load_s, t.expected_model_load_s, "trainer.expected_model_load_s"),
+            (
+                "interruptions_per_day",
+                m.interruptions_per_day,
+                c.interruptions_per_day,
+                "cluster.interruptions_per_day",
+            ),
+        )
+    }
     value = {name: entry["value"] for name, entry in numbers.items()}
-    advice = advise_interval(save_s=value["save_s"], step_s=value["step_s"],
-                             interruptions_per_day=value["interruptions_per_day"],
-                             configured_steps=cfg.checkpoint.interval, max_steps=cfg.max_training_steps)
+    advice = advise_interval(
+        save_s=value["save_s"],
+        step_s=value["step_s"],
+        interruptions_per_day=value["interruptions_per_day"],
+        configured_steps=cfg.checkpoint.interval,
+        max_steps=cfg.max_training_steps,
+    )
     limit = time_limit_seconds(c.time_limit)
-    reach = (max(int((limit - value["bring_up_s"] - value["model_load_s"]) // value["step_s"]), 0)
-             if limit and value["step_s"] > 0 else None)
-    return {"export_path": str(export_path), "attempts": m.attempts, "allocated_hours": m.allocated_hours,
-            "faults": m.faults, **numbers, "steps_per_attempt": reach, "advised_interval": advice.advised_steps,
-            "advised_waste": advice.advised_waste, "configured_interval": advice.configured_steps,
-            "configured_waste": advice.configured_waste}
+    reach = (
+        max(int((limit - value["bring_up_s"] - value["model_load_s"]) // value["step_s"]), 0)
+        if limit and value["step_s"] > 0
+        else None
+    )
+    return {
+        "export_path": str(export_path),
+        "attempts": m.attempts,
+        "allocated_hours": m.allocated_hours,
+        "faults": m.faults,
+        **numbers,
+        "steps_per_attempt": reach,
+        "advised_interval": advice.advised_steps,
+        "advised_waste": advice.advised_waste,
+        "configured_interval": advice.configured_steps,
+        "configured_waste": advice.configured_waste,
+    }
 
 
 def history_rows(h: dict | None) -> list[tuple[str, str, str]]:
@@ -230,20 +360,38 @@ def history_rows(h: dict | None) -> list[tuple[str, str, str]]:
         return f"{h[name]['value']:,.1f}{unit} ({h[name]['source']})"
 
     reach = f"; one attempt reaches about {h['steps_per_attempt']} steps" if h["steps_per_attempt"] is not None else ""
-    return [("history", "measured in", f"{h['export_path']}: {h['attempts']} attempts, {h['allocated_hours']:.2f} h "
-             f"of allocation, {h['faults']} ended without a notice"),
-            ("history", "bring-up / model load", f"{shown('bring_up_s')} / {shown('model_load_s')}{reach}"),
-            ("history", "step / save", f"{shown('step_s')} / {shown('save_s')}"),
-            ("history", "interruptions", shown("interruptions_per_day", " per day of allocation")),
-            ("history", "interval advice", f"every {h['advised_interval']} steps: {h['advised_waste']:.1%} of GPU "
-             f"time to saves and redone steps; configured every {h['configured_interval']}: "
-             f"{h['configured_waste']:.1%} (from the numbers above)")]
+    return [
+        (
+            "history",
+            "measured in",
+            f"{h['export_path']}: {h['attempts']} attempts, {h['allocated_hours']:.2f} h "
+            f"of allocation, {h['faults']} ended without a notice",
+        ),
+        ("history", "bring-up / model load", f"{shown('bring_up_s')} / {shown('model_load_s')}{reach}"),
+        ("history", "step / save", f"{shown('step_s')} / {shown('save_s')}"),
+        ("history", "interruptions", shown("interruptions_per_day", " per day of allocation")),
+        (
+            "history",
+            "interval advice",
+            f"every {h['advised_interval']} steps: {h['advised_waste']:.1%} of GPU "
+            f"time to saves and redone steps; configured every {h['configured_interval']}: "
+            f"{h['configured_waste']:.1%} (from the numbers above)",
+        ),
+    ]
 
 
 def slurm_check(cfg, overrides: list[str]) -> dict:
     """`sbatch --test-only`, then the limits it would wait on for ever; skipped by cluster.ask_slurm_on_submit=false."""
-    out = {"asked": False, "accepted": None, "answer": "", "fix": None, "partitions": [], "limits_unread": [],
-           "never_starts": [], "accounting_enforced": None}
+    out = {
+        "asked": False,
+        "accepted": None,
+        "answer": "",
+        "fix": None,
+        "partitions": [],
+        "limits_unread": [],
+        "never_starts": [],
+        "accounting_enforced": None,
+    }
     if not cfg.cluster.ask_slurm_on_submit:
         return {**out, "answer": "not asked (cluster.ask_slurm_on_submit=false)"}
     try:
@@ -258,9 +406,12 @@ def slurm_check(cfg, overrides: list[str]) -> dict:
         out["fix"] = f"change {refusal_setting(answer.text, request)}"
     # Read on a refusal too: "node configuration is not available" does not say it was the partition's MaxNodes.
     found = limits.check_job(limits.job_shape(request))
-    out.update(partitions=[{**dataclasses.asdict(p), "text": p.describe()} for p in found.partitions],
-               limits_unread=list(found.unread), accounting_enforced=found.accounting_enforced,
-               never_starts=[{"text": b.text, "fix": f"change {b.setting}"} for b in found.breaches])
+    out.update(
+        partitions=[{**dataclasses.asdict(p), "text": p.describe()} for p in found.partitions],
+        limits_unread=list(found.unread),
+        accounting_enforced=found.accounting_enforced,
+        never_starts=[{"text": b.text, "fix": f"change {b.setting}"} for b in found.breaches],
+    )
     return out
 
 
@@ -269,14 +420,25 @@ def slurm_rows(check: dict) -> list[tuple[str, str, str]]:
     if not check["asked"]:
         return [("slurm", item, check["answer"])]
     refused = not check["accepted"]
-    rows = [("slurm", item, f"REFUSED: {check['answer']}; {check['fix']}" if refused else f"accepted: {check['answer']}")]
+    rows = [
+        ("slurm", item, f"REFUSED: {check['answer']}; {check['fix']}" if refused else f"accepted: {check['answer']}")
+    ]
     rows += [("slurm", f"partition {p['name']}", p["text"]) for p in check["partitions"]]
     rows += [("slurm", "limits", f"not read: {text}") for text in check["limits_unread"]]
     rows += [("slurm", "limits", f"NEVER STARTS: {b['text']}; {b['fix']}") for b in check["never_starts"]]
     if not check["never_starts"] and not check["limits_unread"] and not refused:
-        rows.append(("slurm", "limits", "within the partition's limits" + (
-            " and the QOS's and association's" if check["accounting_enforced"] else
-            " (QOS and association limits are not enforced here)")))
+        rows.append(
+            (
+                "slurm",
+                "limits",
+                "within the partition's limits"
+                + (
+                    " and the QOS's and association's"
+                    if check["accounting_enforced"]
+                    else " (QOS and association limits are not enforced here)"
+                ),
+            )
+        )
     return rows
 
 
@@ -306,8 +468,13 @@ def stage_commands(cfg, overrides: list[str]) -> list[dict]:
             command = stage.render().request.shell()
         except StageError as exc:
             command, not_needed = None, str(exc)
-        out.append({"stage": stage.stage, "command": command,
-                    "not_needed": not_needed if not_needed.startswith(("not needed", "recipe=")) else None})
+        out.append(
+            {
+                "stage": stage.stage,
+                "command": command,
+                "not_needed": not_needed if not_needed.startswith(("not needed", "recipe=")) else None,
+            }
+        )
     return out
 
 
@@ -319,55 +486,130 @@ def plan_json(cfg, launch, preemption, slurm: dict, overrides: list[str]) -> dic
     step, step_from = step_seconds(cfg)
     stop_s, log_copy_s, stop_from = stop_seconds(cfg)
     budget, progress, advice = recipe_budget(cfg), attempt_progress(cfg), recipe_advice(cfg)
-    preempt = {"asked": preemption.reachable, "why_not": preemption.why or None, "partition": preemption.partition,
-               "preemptable": None, "mode": None, "grace_s": None, "user_signal": None, "save_fits": None}
+    preempt = {
+        "asked": preemption.reachable,
+        "why_not": preemption.why or None,
+        "partition": preemption.partition,
+        "preemptable": None,
+        "mode": None,
+        "grace_s": None,
+        "user_signal": None,
+        "save_fits": None,
+    }
     if preemption.reachable:
         qos = c.qos
-        preempt.update(preemptable=preemption.preemptable(qos), mode=preemption.mode(qos) or None,
-                       grace_s=preemption.grace_s(qos), user_signal=preemption.user_signal)
+        preempt.update(
+            preemptable=preemption.preemptable(qos),
+            mode=preemption.mode(qos) or None,
+            grace_s=preemption.grace_s(qos),
+            user_signal=preemption.user_signal,
+        )
         if preempt["preemptable"] and preempt["grace_s"] > 0 and not (preempt["mode"] or "").startswith("SUSPEND"):
             preempt["save_fits"] = SaveCost.of(cfg).preemption_budget(preempt["grace_s"]).fits
     rows = _row_objects([*plan_rows(cfg, preemption), *slurm_rows(slurm)])
     return {
-        "recipe": cfg.recipe, "run_name": cfg.run_name, "trainer_backend": cfg.trainer.backend,
-        "rehearsal": cfg.trainer.backend == "rehearsal", "precision": cfg.precision, "lora": cfg.is_lora,
-        "resources": {"nodes": c.nodes, "spare_nodes": c.spare_nodes, "gpus_per_node": c.gpus_per_node,
-                      "total_gpus": cfg.total_gpus, "training_nodes": cfg.training_nodes,
-                      "rollout_nodes": cfg.trainer.rollout_nodes, "colocated": cfg.trainer.placement_colocated,
-                      "partition": c.partition, "account": c.account, "qos": c.qos, "time_limit": c.time_limit,
-                      "time_limit_s": time_limit_seconds(c.time_limit), "signal_before_s": c.signal_before_s,
-                      "grace_s": c.grace_s, "max_requeues": c.max_requeues, "from_env": env_sources(cfg)},
-        "parallelism": {"tensor_parallel": m.tensor_parallel, "pipeline_parallel": m.pipeline_parallel,
-                        "context_parallel": m.context_parallel, "expert_parallel": m.expert_parallel,
-                        "expert_tensor_parallel": m.expert_tensor_parallel, "training_gpus": cfg.training_gpus,
-                        "data_parallel": cfg.data_parallel, "vllm_replicas": cfg.num_engines,
-                        "vllm_tensor_parallel": r.tensor_parallel, "vllm_pipeline_parallel": r.pipeline_parallel,
-                        "vllm_gpus": cfg.num_engines * cfg.gpus_per_engine, "executor_backend": cfg.executor_backend},
-        "batch": {"prompts_per_step": b.prompts_per_step, "responses_per_prompt": b.responses_per_prompt,
-                  "responses_per_step": responses, "mini_batches": b.mini_batches,
-                  "mini_batch_prompts": cfg.mini_batch_prompts, "max_training_steps": cfg.max_training_steps,
-                  "optimizer_updates": b.mini_batches * cfg.max_training_steps},
-        "tokens": {"max_prompt_tokens": g.max_prompt_tokens, "max_response_tokens": g.max_response_tokens,
-                   "max_tokens_per_step": responses * (g.max_prompt_tokens + g.max_response_tokens)},
-        "checkpoints": {"interval": cfg.checkpoint.interval, "kept": checkpoints_kept(cfg),
-                        "resume_mode": cfg.checkpoint.resume_mode, "bytes_per_node": size, "bytes_from": size_from},
-        "notice": {"lead_s": budget.lead_s, "step_s": step, "step_from": step_from, "save_s": _number(budget.save_s),
-                   "write_gbytes_per_s": c.storage_write_gbytes_per_s, "stop_ray_s": stop_s,
-                   "log_copy_s": log_copy_s, "stop_from": stop_from, "needed_s": _number(budget.needed_s),
-                   "save_fits": budget.fits, "fits_lead": budget.fits_lead, "fits_grace": budget.fits_grace,
-                   "fix": budget.fixes(bytes_per_node=size, interval_steps=cfg.checkpoint.interval,
-                                       limit_s=progress.limit_s)},
-        "attempt": {"time_limit_s": progress.limit_s, "start_s": progress.start_s, "train_s": _number(progress.train_s),
-                    "steps": _number(progress.steps), "finishes_in_one": progress.finishes_in_one,
-                    "reaches_checkpoint": progress.reaches_checkpoint, "stalls": progress.stalls,
-                    "fix": progress.fixes() if progress.stalls else []},
+        "recipe": cfg.recipe,
+        "run_name": cfg.run_name,
+        "trainer_backend": cfg.trainer.backend,
+        "rehearsal": cfg.trainer.backend == "rehearsal",
+        "precision": cfg.precision,
+        "lora": cfg.is_lora,
+        "resources": {
+            "nodes": c.nodes,
+            "spare_nodes": c.spare_nodes,
+            "gpus_per_node": c.gpus_per_node,
+            "total_gpus": cfg.total_gpus,
+            "training_nodes": cfg.training_nodes,
+            "rollout_nodes": cfg.trainer.rollout_nodes,
+            "colocated": cfg.trainer.placement_colocated,
+            "partition": c.partition,
+            "account": c.account,
+            "qos": c.qos,
+            "time_limit": c.time_limit,
+            "time_limit_s": time_limit_seconds(c.time_limit),
+            "signal_before_s": c.signal_before_s,
+            "grace_s": c.grace_s,
+            "max_requeues": c.max_requeues,
+            "from_env": env_sources(cfg),
+        },
+        "parallelism": {
+            "tensor_parallel": m.tensor_parallel,
+            "pipeline_parallel": m.pipeline_parallel,
+            "context_parallel": m.context_parallel,
+            "expert_parallel": m.expert_parallel,
+            "expert_tensor_parallel": m.expert_tensor_parallel,
+            "training_gpus": cfg.training_gpus,
+            "data_parallel": cfg.data_parallel,
+            "vllm_replicas": cfg.num_engines,
+            "vllm_tensor_parallel": r.tensor_parallel,
+            "vllm_pipeline_parallel": r.pipeline_parallel,
+            "vllm_gpus": cfg.num_engines * cfg.gpus_per_engine,
+            "executor_backend": cfg.executor_backend,
+        },
+        "batch": {
+            "prompts_per_step": b.prompts_per_step,
+            "responses_per_prompt": b.responses_per_prompt,
+            "responses_per_step": responses,
+            "mini_batches": b.mini_batches,
+            "mini_batch_prompts": cfg.mini_batch_prompts,
+            "max_training_steps": cfg.max_training_steps,
+            "optimizer_updates": b.mini_batches * cfg.max_training_steps,
+        },
+        "tokens": {
+            "max_prompt_tokens": g.max_prompt_tokens,
+            "max_response_tokens": g.max_response_tokens,
+            "max_tokens_per_step": responses * (g.max_prompt_tokens + g.max_response_tokens),
+        },
+        "checkpoints": {
+            "interval": cfg.checkpoint.interval,
+            "kept": checkpoints_kept(cfg),
+            "resume_mode": cfg.checkpoint.resume_mode,
+            "bytes_per_node": size,
+            "bytes_from": size_from,
+        },
+        "notice": {
+            "lead_s": budget.lead_s,
+            "step_s": step,
+            "step_from": step_from,
+            "save_s": _number(budget.save_s),
+            "write_gbytes_per_s": c.storage_write_gbytes_per_s,
+            "stop_ray_s": stop_s,
+            "log_copy_s": log_copy_s,
+            "stop_from": stop_from,
+            "needed_s": _number(budget.needed_s),
+            "save_fits": budget.fits,
+            "fits_lead": budget.fits_lead,
+            "fits_grace": budget.fits_grace,
+            "fix": budget.fixes(bytes_per_node=size, interval_steps=cfg.checkpoint.interval, limit_s=progress.limit_s),
+        },
+        "attempt": {
+            "time_limit_s": progress.limit_s,
+            "start_s": progress.start_s,
+            "train_s": _number(progress.train_s),
+            "steps": _number(progress.steps),
+            "finishes_in_one": progress.finishes_in_one,
+            "reaches_checkpoint": progress.reaches_checkpoint,
+            "stalls": progress.stalls,
+            "fix": progress.fixes() if progress.stalls else [],
+        },
         "preemption": preempt,
-        "interval_advice": {"advised_steps": advice.advised_steps, "configured_steps": advice.configured_steps,
-                            "advised_waste": _number(advice.advised_waste),
-                            "configured_waste": _number(advice.configured_waste),
-                            "interruptions_per_day": c.interruptions_per_day},
-        "slurm": slurm, "sbatch": stage_commands(cfg, overrides),
-        "skyrl": {"module": launch.module, "overrides": launch.overrides, "env": launch.env, "cwd": launch.cwd,
-                  "command": launch.shell(cfg.trainer.python)},
+        "interval_advice": {
+            "advised_steps": advice.advised_steps,
+            "configured_steps": advice.configured_steps,
+            "advised_waste": _number(advice.advised_waste),
+            "configured_waste": _number(advice.configured_waste),
+            "interruptions_per_day": c.interruptions_per_day,
+        },
+        "slurm": slurm,
+        "sbatch": stage_commands(cfg, overrides),
+        "skyrl": {
+            "module": launch.module,
+            "overrides": launch.overrides,
+            "env": launch.env,
+            "cwd": launch.cwd,
+            "command": launch.shell(cfg.trainer.python),
+        },
         "findings": [row for row in rows if "fix" in row or row["text"].startswith(("REFUSED", "NEVER STARTS"))],
-        "rows": rows, "config": dataclasses.asdict(cfg)}
+        "rows": rows,
+        "config": dataclasses.asdict(cfg),
+    }

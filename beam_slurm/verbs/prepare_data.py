@@ -14,14 +14,20 @@ from beam_slurm.jobs.data.prepare import prepare
 
 
 def build_parser():
-    verb = VerbArgs("prepare-data",
-                    "Build dapo-math-17k-cleaned.parquet, aime-2024-cleaned.parquet, aime-2025-cleaned.parquet and\n"
-                    "prepare-data-manifest.json in data.out_dir (default paths.data_dir, env DATA_DIR). Sources are "
-                    "local\nfiles or hf://datasets/<owner>/<name>[@<revision>][/<path-in-repo>].",
-                    keys=[*keys_under("data"), "paths.data_dir"])
+    verb = VerbArgs(
+        "prepare-data",
+        "Build dapo-math-17k-cleaned.parquet, aime-2024-cleaned.parquet, aime-2025-cleaned.parquet and\n"
+        "prepare-data-manifest.json in data.out_dir (default paths.data_dir, env DATA_DIR). Sources are "
+        "local\nfiles or hf://datasets/<owner>/<name>[@<revision>][/<path-in-repo>].",
+        keys=[*keys_under("data"), "paths.data_dir"],
+    )
     verb.add_argument("--force", action="store_true", help="rebuild outputs even when they are up to date")
-    verb.add_argument("--adopt", action="store_true", help="record cleaned files already in data.out_dir without a "
-                      "manifest entry (schema and rows checked) instead of refusing them")
+    verb.add_argument(
+        "--adopt",
+        action="store_true",
+        help="record cleaned files already in data.out_dir without a "
+        "manifest entry (schema and rows checked) instead of refusing them",
+    )
     return verb
 
 

@@ -16,8 +16,13 @@ def build_parser():
         "Import the recipe's container image once into shared storage (enroot squashfs for pyxis, SIF for\n"
         "Apptainer). Safe to run from several jobs at once. Example:\n"
         "  beam-slurm pull-container container.runtime=pyxis container.image=REF container.image_cache_dir=DIR",
-        keys=["container.runtime", "container.image", "container.image_cache_dir", "container.lock_stale_after_s",
-              "container.lock_timeout_s"],
+        keys=[
+            "container.runtime",
+            "container.image",
+            "container.image_cache_dir",
+            "container.lock_stale_after_s",
+            "container.lock_timeout_s",
+        ],
         epilog="Registry credentials: enroot reads $ENROOT_CONFIG_PATH/.credentials (default "
         "~/.config/enroot/.credentials, netrc format); Apptainer uses `apptainer registry login` or "
         "APPTAINER_DOCKER_USERNAME / APPTAINER_DOCKER_PASSWORD. Never put them in container.image.",

@@ -2,7 +2,8 @@
 by side, in one table and one figure (PNG and SVG).
 
 Sources under each run's export path: our evaluations (``beam_evals/global_step_<N>/metrics.json``, see
-:mod:`beam_slurm.jobs.evaluation.results`); SkyRL's eval dumps (``dumped_evals/global_step_<N>_evals/*.jsonl``: accuracy =
+:mod:`beam_slurm.jobs.evaluation.results`); SkyRL's eval dumps (``dumped_evals/global_step_<N>_evals/*.jsonl``:
+accuracy =
 share of positively scored responses, else ``(avg_score + 1) / 2`` from ``aggregated_results.jsonl``); and
 ``train_metrics.jsonl`` (a later line for a step replaces an earlier one, as a requeued job redoes it). Datasets are
 named by the file they came from (`problems.dataset_label`), runs by the settings that differ between them
@@ -69,8 +70,14 @@ def label_runs(reports: list[RunReport], max_keys: int = 4) -> None:
     differ) recipe keys other than names and paths. One run alone: its swept keys, else its name."""
     configs = [run_config(r.export_path) for r in reports]
     given = [{**_pairs(list(RunStore(r.export_path).read().overrides)), **_pairs(r.choices or [])} for r in reports]
-    keys = list(dict.fromkeys(key for report, pairs in zip(reports, given)
-                              for key in [*_pairs(report.choices or []), *pairs] if not _NOT_A_SETTING.match(key)))
+    keys = list(
+        dict.fromkeys(
+            key
+            for report, pairs in zip(reports, given, strict=False)
+            for key in [*_pairs(report.choices or []), *pairs]
+            if not _NOT_A_SETTING.match(key)
+        )
+    )
 
     def value(index: int, key: str) -> str:
         if key in given[index]:
@@ -84,9 +91,13 @@ def label_runs(reports: list[RunReport], max_keys: int = 4) -> None:
         if not chosen and all(configs):
             every = sorted(set().union(*configs))
             names = [r.name for r in reports]
-            chosen = [k for k in every if not _NOT_A_SETTING.match(k)
-                      and len({_text(c.get(k)) for c in configs}) > 1
-                      and not any(n and n in _text(c.get(k)) for c in configs for n in names)]
+            chosen = [
+                k
+                for k in every
+                if not _NOT_A_SETTING.match(k)
+                and len({_text(c.get(k)) for c in configs}) > 1
+                and not any(n and n in _text(c.get(k)) for c in configs for n in names)
+            ]
     chosen = chosen[:max_keys]
     for index, report in enumerate(reports):
         report.settings = {k: value(index, k) for k in chosen}
@@ -112,10 +123,24 @@ def print_table(reports: RunReport | list[RunReport], file=None) -> None:
     reports = [reports] if isinstance(reports, RunReport) else reports
     console = table_console(file, pipe_width=180)
     several = len(reports) > 1
-    table = verb_table(f"Evaluations of {len(reports)} runs" if several
-                       else f"Evaluations of {reports[0].export_path}{reports[0].rehearsal_note}")
-    columns = (["run"] if several else []) + ["step", "dataset", "avg@k", "95% CI", "pass@k", "maj@k", "k", "timeouts",
-                                              "SkyRL acc", "reward", "mean tokens"]
+    table = verb_table(
+        f"Evaluations of {len(reports)} runs"
+        if several
+        else f"Evaluations of {reports[0].export_path}{reports[0].rehearsal_note}"
+    )
+    columns = (["run"] if several else []) + [
+        "step",
+        "dataset",
+        "avg@k",
+        "95% CI",
+        "pass@k",
+        "maj@k",
+        "k",
+        "timeouts",
+        "SkyRL acc",
+        "reward",
+        "mean tokens",
+    ]
     for column in columns:
         table.add_column(column, justify="left" if column in ("run", "dataset") else "right", overflow="fold")
     for report in reports:
@@ -133,12 +158,19 @@ def print_table(reports: RunReport | list[RunReport], file=None) -> None:
             k = ours.metrics.get("k") if ours else None
             interval = ours.ci95 if ours else None
             made_up = any(p.rehearsal for p in by_origin.values())
-            cells = [str(step), dataset + (" (rehearsal)" if made_up else ""), _fmt(ours.accuracy) if ours else "-",
-                     f"[{interval[0]:.3f}, {interval[1]:.3f}]" if interval else "-",
-                     _fmt(ours.metrics.get(f"pass@{k}")) if ours and k else "-",
-                     _fmt(ours.metrics.get("maj@k")) if ours else "-", str(k) if k else "-",
-                     str(ours.metrics.get("timeouts", "-")) if ours else "-", _fmt(skyrl.accuracy) if skyrl else "-",
-                     _fmt(train.get(REWARD_KEY)), _fmt(train.get(LENGTH_KEY), 0)]
+            cells = [
+                str(step),
+                dataset + (" (rehearsal)" if made_up else ""),
+                _fmt(ours.accuracy) if ours else "-",
+                f"[{interval[0]:.3f}, {interval[1]:.3f}]" if interval else "-",
+                _fmt(ours.metrics.get(f"pass@{k}")) if ours and k else "-",
+                _fmt(ours.metrics.get("maj@k")) if ours else "-",
+                str(k) if k else "-",
+                str(ours.metrics.get("timeouts", "-")) if ours else "-",
+                _fmt(skyrl.accuracy) if skyrl else "-",
+                _fmt(train.get(REWARD_KEY)),
+                _fmt(train.get(LENGTH_KEY), 0),
+            ]
             if several:
                 cells = [report.label if index == 0 else ""] + cells
             table.add_row(*cells)
@@ -151,13 +183,16 @@ def print_table(reports: RunReport | list[RunReport], file=None) -> None:
         where = f"{report.label}: " if several else ""
         if report.train:
             steps = sorted(report.train)
-            console.print(f"{where}training metrics: {len(steps)} steps ({steps[0]}..{steps[-1]}) in "
-                          f"{report.export_path / TRAIN_METRICS_FILE}")
+            console.print(
+                f"{where}training metrics: {len(steps)} steps ({steps[0]}..{steps[-1]}) in "
+                f"{report.export_path / TRAIN_METRICS_FILE}"
+            )
         if not report.evals and not report.train:
             console.print(f"{where}no finished evaluation or training metrics yet in {report.export_path}")
         if report.rehearsal:
-            console.print(f"{where}[red]{REHEARSAL_RUN}[/red]: its numbers are made up or from the unchanged base "
-                          "weights")
+            console.print(
+                f"{where}[red]{REHEARSAL_RUN}[/red]: its numbers are made up or from the unchanged base weights"
+            )
         for problem in report.problems:
             console.print(f"{where}[yellow]skipped[/yellow] {problem}")
 
@@ -173,13 +208,23 @@ def print_ledger(reports: list[RunReport], console) -> None:
     hours = [r.goodput.allocated_node_seconds * r.gpus_per_node / 3600 for r in measured]
 
     def add_row(label: str, allocated: float, gpu_hours: float, goodput: float, phases: dict[str, float]) -> None:
-        table.add_row(label, f"{allocated:.0f}", f"{gpu_hours:.2f}", f"{goodput:.1f} %",
-                      *(f"{100 * phases[p] / allocated:.1f}" for p in PHASES))
+        table.add_row(
+            label,
+            f"{allocated:.0f}",
+            f"{gpu_hours:.2f}",
+            f"{goodput:.1f} %",
+            *(f"{100 * phases[p] / allocated:.1f}" for p in PHASES),
+        )
 
-    for report, gpu_hours in zip(measured, hours):
+    for report, gpu_hours in zip(measured, hours, strict=False):
         ledger = report.goodput
-        add_row(report.label or report.name, ledger.allocated_node_seconds, gpu_hours, 100 * (ledger.ratio or 0),
-                ledger.phases)
+        add_row(
+            report.label or report.name,
+            ledger.allocated_node_seconds,
+            gpu_hours,
+            100 * (ledger.ratio or 0),
+            ledger.phases,
+        )
     if len(measured) > 1:
         allocated = sum(r.goodput.allocated_node_seconds for r in measured)
         phases = {p: sum(r.goodput.phases[p] for r in measured) for p in PHASES}
@@ -189,9 +234,18 @@ def print_ledger(reports: list[RunReport], console) -> None:
     console.print(table)
 
 
-PHASE_COLOURS = {"bring_up": "#9e9e9e", "model_load": "#bcaaa4", "productive": "#43a047", "lost": "#e53935",
-                 "checkpoint": "#1e88e5", "evaluation": "#8e24aa", "hang": "#fb8c00", "stopping": "#616161",
-                 "spare": "#e0e0e0", "unaccounted": "#ffffff"}
+PHASE_COLOURS = {
+    "bring_up": "#9e9e9e",
+    "model_load": "#bcaaa4",
+    "productive": "#43a047",
+    "lost": "#e53935",
+    "checkpoint": "#1e88e5",
+    "evaluation": "#8e24aa",
+    "hang": "#fb8c00",
+    "stopping": "#616161",
+    "spare": "#e0e0e0",
+    "unaccounted": "#ffffff",
+}
 
 
 def write_timeline(reports: list[RunReport], path: Path) -> Path | None:
@@ -207,20 +261,37 @@ def write_timeline(reports: list[RunReport], path: Path) -> Path | None:
 
     start = min(line.segments[0].start if line.segments else line.start for _, line in lines)
     fig, ax = plt.subplots(figsize=(11, 0.45 * len(lines) + 1.6))
-    for row, (report, line) in enumerate(reversed(lines)):
+    for row, (_, line) in enumerate(reversed(lines)):
         for segment in line.segments:
             if segment.phase != "spare":
-                ax.barh(row, segment.end - segment.start, left=segment.start - start, height=0.6,
-                        color=PHASE_COLOURS[segment.phase], edgecolor="none")
+                ax.barh(
+                    row,
+                    segment.end - segment.start,
+                    left=segment.start - start,
+                    height=0.6,
+                    color=PHASE_COLOURS[segment.phase],
+                    edgecolor="none",
+                )
         step = "-" if line.step_at_end is None else line.step_at_end
         ax.text(line.end - start, row, f"  {line.end_kind}, step {step}", va="center", fontsize=8)
     ax.set_yticks(range(len(lines)))
-    ax.set_yticklabels([f"{(r.label or r.name) + ' ' if len(reports) > 1 else ''}job {line.job_id} attempt "
-                        f"{line.attempt}" for r, line in reversed(lines)], fontsize=8)
+    ax.set_yticklabels(
+        [
+            f"{(r.label or r.name) + ' ' if len(reports) > 1 else ''}job {line.job_id} attempt {line.attempt}"
+            for r, line in reversed(lines)
+        ],
+        fontsize=8,
+    )
     ax.set_xlabel("seconds since the first allocation started")
     drawn = [p for p in PHASES if p not in ("spare", "unaccounted")]
-    ax.legend([plt.Rectangle((0, 0), 1, 1, color=PHASE_COLOURS[p]) for p in drawn], drawn, ncol=4, fontsize=7,
-              loc="upper left", bbox_to_anchor=(0, -0.35 if len(lines) < 4 else -0.15))
+    ax.legend(
+        [plt.Rectangle((0, 0), 1, 1, color=PHASE_COLOURS[p]) for p in drawn],
+        drawn,
+        ncol=4,
+        fontsize=7,
+        loc="upper left",
+        bbox_to_anchor=(0, -0.35 if len(lines) < 4 else -0.15),
+    )
     ax.set_title("Attempts by phase (goodput ledger)")
     fig.tight_layout()
     with atomic_writer(path, "wb") as handle:
@@ -235,14 +306,23 @@ def series(report: RunReport) -> dict[str, Any]:
     for point in sorted(report.evals, key=lambda p: p.step):
         lines = accuracy.setdefault(point.dataset, {"beam": [], "skyrl": []})
         if point.origin == "beam":
-            lines["beam"].append({"step": point.step, "avg@k": point.accuracy, "k": point.metrics.get("k"),
-                                  "ci95": list(point.ci95) if point.ci95 else None, "rehearsal": point.rehearsal})
+            lines["beam"].append(
+                {
+                    "step": point.step,
+                    "avg@k": point.accuracy,
+                    "k": point.metrics.get("k"),
+                    "ci95": list(point.ci95) if point.ci95 else None,
+                    "rehearsal": point.rehearsal,
+                }
+            )
         else:
             lines["skyrl"].append({"step": point.step, "accuracy": point.accuracy, "rehearsal": point.rehearsal})
     steps = sorted(report.train)
-    return {"accuracy": {name: accuracy[name] for name in sorted(accuracy, key=_dataset_order)},
-            "reward": [[s, report.train[s][REWARD_KEY]] for s in steps if REWARD_KEY in report.train[s]],
-            "response_length": [[s, report.train[s][LENGTH_KEY]] for s in steps if LENGTH_KEY in report.train[s]]}
+    return {
+        "accuracy": {name: accuracy[name] for name in sorted(accuracy, key=_dataset_order)},
+        "reward": [[s, report.train[s][REWARD_KEY]] for s in steps if REWARD_KEY in report.train[s]],
+        "response_length": [[s, report.train[s][LENGTH_KEY]] for s in steps if LENGTH_KEY in report.train[s]],
+    }
 
 
 def write_plot(reports: RunReport | list[RunReport], path: Path) -> tuple[Path, Path]:
@@ -263,21 +343,38 @@ def write_plot(reports: RunReport | list[RunReport], path: Path) -> tuple[Path, 
     fig, axes = plt.subplots(rows, columns, figsize=(6.5 * columns, 4.2 * rows), squeeze=False)
     for index, (kind, name) in enumerate(panels):
         ax = axes[index // columns][index % columns]
-        for number, (report, curve) in enumerate(zip(reports, curves)):
+        for number, (report, curve) in enumerate(zip(reports, curves, strict=False)):
             colour = f"C{number % 10}"
             if kind == "accuracy":
                 lines = curve["accuracy"].get(name, {"beam": [], "skyrl": []})
                 ours = lines["beam"]
                 if ours:
-                    ax.plot([p["step"] for p in ours], [100 * p["avg@k"] for p in ours], "-o", color=colour,
-                            label=report.label)
+                    ax.plot(
+                        [p["step"] for p in ours],
+                        [100 * p["avg@k"] for p in ours],
+                        "-o",
+                        color=colour,
+                        label=report.label,
+                    )
                     banded = [p for p in ours if p["ci95"]]
                     if banded:
-                        ax.fill_between([p["step"] for p in banded], [100 * p["ci95"][0] for p in banded],
-                                        [100 * p["ci95"][1] for p in banded], color=colour, alpha=0.18, linewidth=0)
+                        ax.fill_between(
+                            [p["step"] for p in banded],
+                            [100 * p["ci95"][0] for p in banded],
+                            [100 * p["ci95"][1] for p in banded],
+                            color=colour,
+                            alpha=0.18,
+                            linewidth=0,
+                        )
                 if lines["skyrl"]:
-                    ax.plot([p["step"] for p in lines["skyrl"]], [100 * p["accuracy"] for p in lines["skyrl"]],
-                            "--x", color=colour, alpha=0.7, label=None if ours else report.label)
+                    ax.plot(
+                        [p["step"] for p in lines["skyrl"]],
+                        [100 * p["accuracy"] for p in lines["skyrl"]],
+                        "--x",
+                        color=colour,
+                        alpha=0.7,
+                        label=None if ours else report.label,
+                    )
             else:
                 points = curve[kind]
                 if points:
@@ -312,17 +409,35 @@ def write_plot(reports: RunReport | list[RunReport], path: Path) -> tuple[Path, 
 
 def summary(report: RunReport) -> dict[str, Any]:
     """Machine-readable form of one run's report (an element of report.json's "runs")."""
-    return {"name": report.name, "label": report.label, "settings": report.settings,
-            "export_path": str(report.export_path), "rehearsal": report.rehearsal, "series": series(report),
-            "evaluations": [{"step": p.step, "dataset": p.dataset, "data_source": p.data_source, "origin": p.origin,
-                             "accuracy": p.accuracy, "responses": p.responses, "metrics": p.metrics,
-                             "rehearsal": p.rehearsal} for p in report.evals],
-            "train": {str(step): values for step, values in sorted(report.train.items())},
-            "goodput": report.goodput.to_json() if report.goodput else None, "skipped": report.problems}
+    return {
+        "name": report.name,
+        "label": report.label,
+        "settings": report.settings,
+        "export_path": str(report.export_path),
+        "rehearsal": report.rehearsal,
+        "series": series(report),
+        "evaluations": [
+            {
+                "step": p.step,
+                "dataset": p.dataset,
+                "data_source": p.data_source,
+                "origin": p.origin,
+                "accuracy": p.accuracy,
+                "responses": p.responses,
+                "metrics": p.metrics,
+                "rehearsal": p.rehearsal,
+            }
+            for p in report.evals
+        ],
+        "train": {str(step): values for step, values in sorted(report.train.items())},
+        "goodput": report.goodput.to_json() if report.goodput else None,
+        "skipped": report.problems,
+    }
 
 
 def output_paths(targets: list[RunTarget], plot: Path | None) -> tuple[Path, Path]:
-    """(PNG, report.json): --plot; else one run's beam_evals/, one sweep's folder, or compare.* beside the first run's."""
+    """(PNG, report.json): --plot; else one run's beam_evals/, one sweep's folder, or compare.* beside the first
+    run's."""
     if plot is not None:
         return plot, plot.with_suffix(".json")
     sweeps = {t.sweep_dir for t in targets}
@@ -336,13 +451,20 @@ def output_paths(targets: list[RunTarget], plot: Path | None) -> tuple[Path, Pat
 
 def build_parser():
     verb = VerbArgs("report", __doc__.split("\n\n")[0].replace("`", ""), settings=False)
-    verb.add_argument("runs", nargs="+", metavar="RUN_OR_SWEEP",
-                      help="a run (export path or a folder holding it, run name, training job id) or a sweep folder; "
-                           "several are compared side by side")
+    verb.add_argument(
+        "runs",
+        nargs="+",
+        metavar="RUN_OR_SWEEP",
+        help="a run (export path or a folder holding it, run name, training job id) or a sweep folder; "
+        "several are compared side by side",
+    )
     verb.add_argument("--exports-root", help="where run names are looked up (default $BEAM_EXPORTS_ROOT or ~/exports)")
-    verb.add_argument("--plot", type=Path,
-                      help=f"PNG to write, with the SVG and JSON beside it (default: one run's {EVALS_DIRNAME}/"
-                           f"{PLOT_FILE}, a sweep's folder, or {COMPARE_STEM}.png beside the first run's evaluations)")
+    verb.add_argument(
+        "--plot",
+        type=Path,
+        help=f"PNG to write, with the SVG and JSON beside it (default: one run's {EVALS_DIRNAME}/"
+        f"{PLOT_FILE}, a sweep's folder, or {COMPARE_STEM}.png beside the first run's evaluations)",
+    )
     verb.add_argument("--json", action="store_true", help="print the report (series per run) as JSON, not a table")
     return verb
 
@@ -368,8 +490,12 @@ def main(argv: list[str]) -> int:
     plot, summary_file = output_paths(targets, args.plot)
     png, svg = write_plot(reports, plot)
     timeline = write_timeline(reports, png.with_name(png.stem + "-timeline.png"))
-    payload = {"runs": [summary(r) for r in reports], "plot": str(png), "svg": str(svg),
-               "timeline_plot": str(timeline) if timeline else None}
+    payload = {
+        "runs": [summary(r) for r in reports],
+        "plot": str(png),
+        "svg": str(svg),
+        "timeline_plot": str(timeline) if timeline else None,
+    }
     write_json(summary_file, payload)
     if args.json:
         print(json.dumps(payload, indent=2))

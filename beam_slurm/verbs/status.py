@@ -73,15 +73,18 @@ def resolve_targets(target: str | None) -> tuple[list[Path], str]:
     """(export paths of the runs to show, title). Raises StatusInputError."""
     target = target or last_target()
     if not target:
-        raise StatusInputError("no run given and nothing submitted from this account yet; pass a run folder, "
-                               "run name or sweep folder")
+        raise StatusInputError(
+            "no run given and nothing submitted from this account yet; pass a run folder, run name or sweep folder"
+        )
     path = Path(target).expanduser()
     try:
         found = resolve_runs(target)
     except RunNotFound as exc:
         if path.is_dir():
-            raise StatusInputError(f"{path} is neither a run folder (with {layout.RUN_DIRNAME}/{layout.RUN_FILE}) nor "
-                                   f"a sweep folder (with {layout.SWEEP_FILE})") from None
+            raise StatusInputError(
+                f"{path} is neither a run folder (with {layout.RUN_DIRNAME}/{layout.RUN_FILE}) nor "
+                f"a sweep folder (with {layout.SWEEP_FILE})"
+            ) from None
         raise StatusInputError(str(exc)) from None
     sweep = sweep_folder(path)
     if sweep is not None:
@@ -92,8 +95,12 @@ def resolve_targets(target: str | None) -> tuple[list[Path], str]:
 
 def _results(step: int, origin: str, scores: list[tuple[str, float, bool]]) -> dict:
     """An evaluation as --json shows it; (dataset, accuracy, made up by a rehearsal) each."""
-    return {"step": step, "origin": origin, "rehearsal": any(r for _, _, r in scores),
-            "accuracy": {name: value if math.isfinite(value) else None for name, value, _ in scores}}
+    return {
+        "step": step,
+        "origin": origin,
+        "rehearsal": any(r for _, _, r in scores),
+        "accuracy": {name: value if math.isfinite(value) else None for name, value, _ in scores},
+    }
 
 
 def _results_text(scores: list[tuple[str, float, bool]]) -> str:
@@ -125,8 +132,10 @@ def _eval_at(export_path: Path, step: int) -> tuple[str, dict | None]:
         return "", None
     entries = {source: entry for source, entry in metrics.items() if isinstance(entry, dict)}
     labels = {} if all(e.get("dataset") for e in entries.values()) else dataset_labels(export_path)
-    scores = [(entry_label(source, entry, labels), float(entry.get("avg@k", math.nan)), entry.get("rehearsal") is True)
-              for source, entry in entries.items()]
+    scores = [
+        (entry_label(source, entry, labels), float(entry.get("avg@k", math.nan)), entry.get("rehearsal") is True)
+        for source, entry in entries.items()
+    ]
     return _results_text(scores), _results(step, "beam", scores)
 
 
@@ -167,11 +176,17 @@ def collect_view(export_paths: list[Path]) -> tuple[list[StatusRow], list[dict[s
                 steps = run.max_training_steps if run.max_training_steps is not None else "?"
                 checkpoint = f"{step}/{steps}" if step is not None else "-"
                 evaluation, results = _latest_eval(export_path)
-            typed = {"step": step, "max_steps": run.max_training_steps if entry.stage == "train" else None,
-                     "results": results}
+            typed = {
+                "step": step,
+                "max_steps": run.max_training_steps if entry.stage == "train" else None,
+                "results": results,
+            }
             if record is None:
-                rows.append(StatusRow(name, entry.stage, "", "SKIPPED", 0, "", "", checkpoint, evaluation,
-                                      entry.reason or "", **typed))
+                rows.append(
+                    StatusRow(
+                        name, entry.stage, "", "SKIPPED", 0, "", "", checkpoint, evaluation, entry.reason or "", **typed
+                    )
+                )
                 continue
             state, reason = record.state, _reason(record, entry, records, stage_of_job)
             job = run.train_jobs.get(job_id) if entry.stage == "train" else None
@@ -186,9 +201,22 @@ def collect_view(export_paths: list[Path]) -> tuple[list[StatusRow], list[dict[s
                     stuck = [f"{j} ({n})" for j, n in view.waiting_on.get(job_id, [])]
                     if stuck:
                         reason += f"; waiting on it and can no longer run: {', '.join(stuck)}"
-            rows.append(StatusRow(name, entry.stage, job_id, state, record.restarts, record.elapsed,
-                                  record.nodes, checkpoint, evaluation, reason, **typed,
-                                  attempts=list(job.attempts) if job else []))
+            rows.append(
+                StatusRow(
+                    name,
+                    entry.stage,
+                    job_id,
+                    state,
+                    record.restarts,
+                    record.elapsed,
+                    record.nodes,
+                    checkpoint,
+                    evaluation,
+                    reason,
+                    **typed,
+                    attempts=list(job.attempts) if job else [],
+                )
+            )
             for attempt in job.attempts if job else []:
                 rows.append(_attempt_row(name, attempt, ended_by_slurm=record.final))
         for evaluation_entry in evals:
@@ -198,12 +226,25 @@ def collect_view(export_paths: list[Path]) -> tuple[list[StatusRow], list[dict[s
                 continue
             step = evaluation_entry.step
             text, results = _eval_at(export_path, step)
-            rows.append(StatusRow(name, f"evaluate {step}", job_id, record.state, record.restarts,
-                                  record.elapsed, record.nodes, str(step), text,
-                                  _reason(record, evaluation_entry, records, stage_of_job), step=step,
-                                  results=results))
-    rehearsal_runs = {run.run_name or export_path.name for export_path, run, _, _ in runs
-                      if is_rehearsal_run(export_path)}
+            rows.append(
+                StatusRow(
+                    name,
+                    f"evaluate {step}",
+                    job_id,
+                    record.state,
+                    record.restarts,
+                    record.elapsed,
+                    record.nodes,
+                    str(step),
+                    text,
+                    _reason(record, evaluation_entry, records, stage_of_job),
+                    step=step,
+                    results=results,
+                )
+            )
+    rehearsal_runs = {
+        run.run_name or export_path.name for export_path, run, _, _ in runs if is_rehearsal_run(export_path)
+    }
     for row in rows:
         row.rehearsal = row.run in rehearsal_runs
     return rows, view.accounting
@@ -212,8 +253,11 @@ def collect_view(export_paths: list[Path]) -> tuple[list[StatusRow], list[dict[s
 def _attempt_row(name: str, attempt: Attempt, ended_by_slurm: bool = False) -> StatusRow:
     """One attempt of a training job: nodes, checkpoint at start -> end, how it ended."""
     start, end = attempt.checkpoint_at_start, attempt.checkpoint_at_end
-    checkpoint = f"{'-' if start is None else start} -> {'-' if end is None else end}" if attempt.ended else \
-        f"from {'-' if start is None else start}"
+    checkpoint = (
+        f"{'-' if start is None else start} -> {'-' if end is None else end}"
+        if attempt.ended
+        else f"from {'-' if start is None else start}"
+    )
     kind = attempt.end_kind or ("running" if not attempt.ended else "")
     reason = attempt.end_reason or ""
     if not attempt.ended and ended_by_slurm:
@@ -226,8 +270,18 @@ def _attempt_row(name: str, attempt: Attempt, ended_by_slurm: bool = False) -> S
     if attempt.in_job:
         replaced = f", replaced {', '.join(attempt.replaced)}" if attempt.replaced else ", same nodes"
         reason = f"in-job restart{replaced}" + (f"; {reason}" if reason else "")
-    return StatusRow(name, f"  attempt {attempt.label}", "", kind, attempt.attempt,
-                     "", ",".join(attempt.nodes), checkpoint, "", reason)
+    return StatusRow(
+        name,
+        f"  attempt {attempt.label}",
+        "",
+        kind,
+        attempt.attempt,
+        "",
+        ",".join(attempt.nodes),
+        checkpoint,
+        "",
+        reason,
+    )
 
 
 def _iso(stamp: float | None, text: str | None) -> str | None:
@@ -242,21 +296,45 @@ def _iso(stamp: float | None, text: str | None) -> str | None:
 
 def status_json(rows: list[StatusRow], title: str) -> dict:
     """`status --json`: one object per job (schema in the README's "JSON output"); attempts nested in their job."""
-    jobs = [{
-        "run": r.run, "stage": r.stage.partition(" ")[0], "job_id": r.job_id or None, "state": r.state,
-        "restarts": r.restarts, "elapsed_s": reported_seconds(r.elapsed), "nodes": r.nodes or None,
-        "checkpoint": r.step, "max_training_steps": r.max_steps, "evaluation": r.results, "reason": r.reason,
-        "rehearsal": r.rehearsal,
-        "attempts": [{"attempt": a.attempt, "in_job": a.in_job, "label": a.label, "replaced": list(a.replaced),
-                      "state": a.end_kind or ("lost" if r.state in FINAL_STATES else "running"
-                                              if not a.ended else "ended"),
-                      "started_at": _iso(a.start_time, a.start), "ended_at": _iso(a.end_time, a.end),
-                      "nodes": list(a.nodes), "checkpoint_at_start": a.checkpoint_at_start,
-                      "checkpoint_at_end": a.checkpoint_at_end, "saved_step": a.saved_step,
-                      "decision": a.decision or None, "exit_status": a.exit_status,
-                      "reason": a.end_reason or (LOST_REASON if not a.ended and r.state in FINAL_STATES else ""),
-                      "hang_dumps": a.hang_dumps} for a in r.attempts]}
-        for r in rows if not r.stage.startswith(" ")]  # an attempt's row is nested in its job
+    jobs = [
+        {
+            "run": r.run,
+            "stage": r.stage.partition(" ")[0],
+            "job_id": r.job_id or None,
+            "state": r.state,
+            "restarts": r.restarts,
+            "elapsed_s": reported_seconds(r.elapsed),
+            "nodes": r.nodes or None,
+            "checkpoint": r.step,
+            "max_training_steps": r.max_steps,
+            "evaluation": r.results,
+            "reason": r.reason,
+            "rehearsal": r.rehearsal,
+            "attempts": [
+                {
+                    "attempt": a.attempt,
+                    "in_job": a.in_job,
+                    "label": a.label,
+                    "replaced": list(a.replaced),
+                    "state": a.end_kind
+                    or ("lost" if r.state in FINAL_STATES else "running" if not a.ended else "ended"),
+                    "started_at": _iso(a.start_time, a.start),
+                    "ended_at": _iso(a.end_time, a.end),
+                    "nodes": list(a.nodes),
+                    "checkpoint_at_start": a.checkpoint_at_start,
+                    "checkpoint_at_end": a.checkpoint_at_end,
+                    "saved_step": a.saved_step,
+                    "decision": a.decision or None,
+                    "exit_status": a.exit_status,
+                    "reason": a.end_reason or (LOST_REASON if not a.ended and r.state in FINAL_STATES else ""),
+                    "hang_dumps": a.hang_dumps,
+                }
+                for a in r.attempts
+            ],
+        }
+        for r in rows
+        if not r.stage.startswith(" ")
+    ]  # an attempt's row is nested in its job
     return {"title": title, "jobs": jobs}
 
 
@@ -266,9 +344,14 @@ def _reason(record, entry: StageEntry | EvaluationEntry, records: dict, stage_of
         reason = record.reason or "waiting"
         if reason.startswith("Dependency"):
             upstream = [str(j) for j in getattr(entry, "depends_on", None) or []]
-            failed = [f"{stage_of_job.get(j, 'job')} job {j} {records[j].state}" for j in upstream
-                      if j in records and records[j].final and records[j].state != "COMPLETED"]
-            waiting = [f"{stage_of_job.get(j, 'job')} job {j}" for j in upstream if j in records and not records[j].final]
+            failed = [
+                f"{stage_of_job.get(j, 'job')} job {j} {records[j].state}"
+                for j in upstream
+                if j in records and records[j].final and records[j].state != "COMPLETED"
+            ]
+            waiting = [
+                f"{stage_of_job.get(j, 'job')} job {j}" for j in upstream if j in records and not records[j].final
+            ]
             if failed:
                 reason += f": {', '.join(failed)}; this job will not start (cancel it or resubmit after a fix)"
             elif waiting:
@@ -283,22 +366,44 @@ def _reason(record, entry: StageEntry | EvaluationEntry, records: dict, stage_of
 
 def render_table(rows: list[StatusRow], title: str, width: int = 160, notes_below: bool = False):
     """The table `width` columns wide; where even that splits words, the evaluation and reason go below it."""
-    colours = {"COMPLETED": "green", "RUNNING": "cyan", "PENDING": "yellow", "SKIPPED": "dim", "FAILED": "red",
-               "STOPPED": "magenta", "CANCELLED": "red", "TIMEOUT": "red", "NODE_FAIL": "red", "OUT_OF_MEMORY": "red"}
+    colours = {
+        "COMPLETED": "green",
+        "RUNNING": "cyan",
+        "PENDING": "yellow",
+        "SKIPPED": "dim",
+        "FAILED": "red",
+        "STOPPED": "magenta",
+        "CANCELLED": "red",
+        "TIMEOUT": "red",
+        "NODE_FAIL": "red",
+        "OUT_OF_MEMORY": "red",
+    }
     rehearsals = sorted({r.run for r in rows if r.rehearsal})
     caption = f"{', '.join(rehearsals)}: {REHEARSAL_RUN}" if rehearsals else None
     table = verb_table(title, caption=caption, caption_style="red")
     show_run = len({r.run for r in rows}) > 1
-    columns = (["run"] if show_run else []) + ["stage", "job", "state", "restarts", "elapsed", "nodes",
-                                               "checkpoint"] + ([] if notes_below else ["evaluation", "reason"])
+    columns = (
+        (["run"] if show_run else [])
+        + ["stage", "job", "state", "restarts", "elapsed", "nodes", "checkpoint"]
+        + ([] if notes_below else ["evaluation", "reason"])
+    )
     for column in columns:
         table.add_column(column, overflow="fold", no_wrap=column in ("stage", "job", "state", "restarts", "elapsed"))
     previous = None
     for r in rows:
         state = f"[{colours.get(r.state, 'white')}]{r.state}[/]"
         stage = f"{r.stage} [red](rehearsal)[/red]" if r.rehearsal and r.stage == "train" else r.stage
-        cells = [stage, r.job_id or "-", state, str(r.restarts), r.elapsed or "-", r.nodes or "-",
-                 r.checkpoint, r.evaluation, r.reason][:len(columns) - show_run]
+        cells = [
+            stage,
+            r.job_id or "-",
+            state,
+            str(r.restarts),
+            r.elapsed or "-",
+            r.nodes or "-",
+            r.checkpoint,
+            r.evaluation,
+            r.reason,
+        ][: len(columns) - show_run]
         if show_run:
             cells = [r.run if r.run != previous else ""] + cells
             previous = r.run
@@ -308,13 +413,25 @@ def render_table(rows: list[StatusRow], title: str, width: int = 160, notes_belo
     if not notes_below:
         return table
     labels = [" ".join(part for part in (r.run if show_run else "", r.stage.strip(), r.job_id) if part) for r in rows]
-    return Group(table, *(Text(f"{label}: {text}") for label, r in zip(labels, rows) for text in (r.evaluation, r.reason)
-                          if text))
+    return Group(
+        table,
+        *(
+            Text(f"{label}: {text}")
+            for label, r in zip(labels, rows, strict=False)
+            for text in (r.evaluation, r.reason)
+            if text
+        ),
+    )
 
 
 def build_parser():
     verb = VerbArgs("status", __doc__.split("\n\n")[0], settings=False)
-    verb.add_argument("target", nargs="?", metavar="RUN_OR_SWEEP", help="run folder, run name or sweep folder (default: the last submitted)")
+    verb.add_argument(
+        "target",
+        nargs="?",
+        metavar="RUN_OR_SWEEP",
+        help="run folder, run name or sweep folder (default: the last submitted)",
+    )
     verb.add_argument("--watch", action="store_true", help="refresh until every job has ended (Ctrl-C to stop)")
     verb.add_argument("--interval", type=float, default=10.0, help="seconds between refreshes with --watch")
     verb.add_argument("--json", action="store_true", help="print the rows as JSON instead of a table")
@@ -333,9 +450,11 @@ def main(argv: list[str]) -> int:
     try:
         rows, accounting = collect_view(export_paths)  # the one sacct call serves the rows and the ledger
         if args.json:
-            ledgers = {RunStore(path).read().run_name or path.name:  # the timeline: report.json has it
-                       {key: value for key, value in ledger.to_json().items() if key != "timeline"}
-                       for path, ledger in run_ledgers(export_paths, records=accounting).items()}
+            ledgers = {
+                RunStore(path).read().run_name or path.name:  # the timeline: report.json has it
+                {key: value for key, value in ledger.to_json().items() if key != "timeline"}
+                for path, ledger in run_ledgers(export_paths, records=accounting).items()
+            }
             goodput = next(iter(ledgers.values())) if len(ledgers) == 1 else ledgers
             print(json.dumps({**status_json(rows, title), "goodput": goodput}, indent=2))
             return 0
@@ -348,8 +467,13 @@ def main(argv: list[str]) -> int:
             return 0
         with Live(render_table(rows, title, console.width), console=console, refresh_per_second=1) as live:
             # Done when every job has ended, or waits for a dependency that can never be satisfied.
-            while not all(r.state in ("SKIPPED", "STOPPED") or r.state in FINAL_STATES or r.stage.startswith(" ")
-                          or r.reason.startswith("DependencyNeverSatisfied") for r in rows):
+            while not all(
+                r.state in ("SKIPPED", "STOPPED")
+                or r.state in FINAL_STATES
+                or r.stage.startswith(" ")
+                or r.reason.startswith("DependencyNeverSatisfied")
+                for r in rows
+            ):
                 time.sleep(args.interval)
                 rows = collect(export_paths)
                 live.update(render_table(rows, f"{title}  ({time.strftime('%H:%M:%S')})", console.width))

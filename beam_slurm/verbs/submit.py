@@ -58,8 +58,12 @@ def build_parser():
     verb.add_argument("-m", "--multirun", action="store_true", help="sweep: key=a,b expands to one run per value")
     verb.add_argument("--dry-run", action="store_true", help="render and print everything, submit and write nothing")
     verb.add_argument("--stages", default=",".join(STAGES), help="comma-separated subset of data,container,train")
-    verb.add_argument("--dependency-type", default="afterok", choices=("afterok", "afterany"),
-                      help="how a stage waits for the one before it (default afterok)")
+    verb.add_argument(
+        "--dependency-type",
+        default="afterok",
+        choices=("afterok", "afterany"),
+        help="how a stage waits for the one before it (default afterok)",
+    )
     verb.add_argument("--skip-invalid", action="store_true", help="submit a sweep's valid points, list the others")
     verb.add_argument("--force", action="store_true", help="rebuild the data even when it is up to date")
     verb.add_argument("--json", action="store_true", help="print what was queued (job ids, sbatch commands) as JSON")
@@ -74,15 +78,37 @@ def submission_json(runs: list[RunSpec], invalid: list[RunSpec], dry_run: bool, 
         stages = []
         for plan in run.plans:
             first = owner.setdefault(id(plan), run.cfg.run_name)
-            stages.append({**plan.to_json(), "dependency_type": plan.request.dependency_type if plan.request else None,
-                           "shared_with": first if first != run.cfg.run_name else None})
-        out.append({"run_name": run.cfg.run_name, "export_path": str(run.cfg.paths.export_path),
-                    "run_dir": str(layout.run_dir(run.cfg.paths.export_path)),
-                    "rehearsal": run.cfg.trainer.backend == "rehearsal", "choices": [f"{k}={v}" for k, v in run.choices],
-                    "wandb_group": run.cfg.trainer.wandb_group or None, "stages": stages})
-    return {"dry_run": dry_run, "sweep_dir": str(sweep_dir) if sweep_dir else None, "runs": out,
-            "invalid": [{"choices": [f"{k}={v}" for k, v in r.choices], "label": r.label,
-                         "problems": [dataclasses.asdict(p) for p in r.problems]} for r in invalid]}
+            stages.append(
+                {
+                    **plan.to_json(),
+                    "dependency_type": plan.request.dependency_type if plan.request else None,
+                    "shared_with": first if first != run.cfg.run_name else None,
+                }
+            )
+        out.append(
+            {
+                "run_name": run.cfg.run_name,
+                "export_path": str(run.cfg.paths.export_path),
+                "run_dir": str(layout.run_dir(run.cfg.paths.export_path)),
+                "rehearsal": run.cfg.trainer.backend == "rehearsal",
+                "choices": [f"{k}={v}" for k, v in run.choices],
+                "wandb_group": run.cfg.trainer.wandb_group or None,
+                "stages": stages,
+            }
+        )
+    return {
+        "dry_run": dry_run,
+        "sweep_dir": str(sweep_dir) if sweep_dir else None,
+        "runs": out,
+        "invalid": [
+            {
+                "choices": [f"{k}={v}" for k, v in r.choices],
+                "label": r.label,
+                "problems": [dataclasses.asdict(p) for p in r.problems],
+            }
+            for r in invalid
+        ],
+    }
 
 
 def _fail(problems: list[str]) -> int:
@@ -96,13 +122,21 @@ def build_runs(overrides: list[str], multirun: bool, stages: tuple[str, ...] | l
     """Load and validate every run (every sweep point); raises ConfigError for a bad override outside a sweep."""
     swept = [] if multirun else has_sweep(overrides)
     if swept:
-        raise ConfigError([ConfigProblem(s.split("=", 1)[0], s, "is a sweep: add -m to submit one run per value, "
-                                         "or quote a literal comma (key='a,b')") for s in swept])
+        raise ConfigError(
+            [
+                ConfigProblem(
+                    s.split("=", 1)[0],
+                    s,
+                    "is a sweep: add -m to submit one run per value, or quote a literal comma (key='a,b')",
+                )
+                for s in swept
+            ]
+        )
     home = os.environ.get("HOME", str(Path.home()))
     runs = []
     combos = expand(overrides)
     # One composition per distinct recipe (config group) choice; each point's values applied to a copy.
-    for combo, loaded in zip(combos, load_many([c.overrides for c in combos])):
+    for combo, loaded in zip(combos, load_many([c.overrides for c in combos]), strict=False):
         run = RunSpec(combo.overrides, combo.choices)
         runs.append(run)
         if isinstance(loaded, ConfigError):
@@ -120,8 +154,11 @@ def build_runs(overrides: list[str], multirun: bool, stages: tuple[str, ...] | l
     seen: set[str] = set()
     for run in (r for r in runs if r.cfg is not None):
         if run.cfg.run_name in seen:
-            run.problems.append(ConfigProblem("run_name", run.cfg.run_name, "two sweep points have the same run name; "
-                                              "remove the repeated value"))
+            run.problems.append(
+                ConfigProblem(
+                    "run_name", run.cfg.run_name, "two sweep points have the same run name; remove the repeated value"
+                )
+            )
         seen.add(run.cfg.run_name)
     return runs
 
@@ -133,15 +170,26 @@ def ask_slurm(runs: list[RunSpec], out=None) -> list[str]:
     for run in runs:
         for plan in run.plans:
             # One question per job shape: a sweep's points differ in their names and settings, not in what Slurm checks.
-            shape = None if plan.request is None else (plan.request.script, tuple(
-                o for o in plan.request.options if not o.startswith(("--job-name=", "--output=", "--error="))))
+            shape = (
+                None
+                if plan.request is None
+                else (
+                    plan.request.script,
+                    tuple(
+                        o for o in plan.request.options if not o.startswith(("--job-name=", "--output=", "--error="))
+                    ),
+                )
+            )
             if shape is None or shape in asked:
                 continue
             asked.add(shape)
             answer = sbatch_test_only(plan.request)
             if answer.accepted is None:
-                print(f"beam-slurm submit: Slurm could not be asked ({answer.text}); the jobs were not tested "
-                      "(cluster.ask_slurm_on_submit=false skips this)", file=out)
+                print(
+                    f"beam-slurm submit: Slurm could not be asked ({answer.text}); the jobs were not tested "
+                    "(cluster.ask_slurm_on_submit=false skips this)",
+                    file=out,
+                )
                 return refused
             what = f"the {plan.stage} job of {run.cfg.run_name}"
             if answer.accepted:
@@ -150,8 +198,11 @@ def ask_slurm(runs: list[RunSpec], out=None) -> list[str]:
                 refused += [f"Slurm would never start {what}: {breach}" for breach in found.breaches]
                 continue
             if "node configuration is not available" in answer.text and _some_nodes_unusable(run.cfg.cluster.partition):
-                print(f"beam-slurm submit: warning: Slurm cannot give {what} its nodes now ({answer.text}) while some "
-                      "of the partition's nodes are down or drained; it waits for them", file=out)
+                print(
+                    f"beam-slurm submit: warning: Slurm cannot give {what} its nodes now ({answer.text}) while some "
+                    "of the partition's nodes are down or drained; it waits for them",
+                    file=out,
+                )
                 continue
             refused.append(f"Slurm refuses {what}: {answer.text}; change {refusal_setting(answer.text, plan.request)}")
     return refused
@@ -160,7 +211,8 @@ def ask_slurm(runs: list[RunSpec], out=None) -> list[str]:
 def _some_nodes_unusable(partition: str | None) -> bool:
     try:
         return len(scheduler.partition_node_states(partition or "")) > len(
-            scheduler.usable_partition_nodes(partition or ""))
+            scheduler.usable_partition_nodes(partition or "")
+        )
     except SlurmCommandError:
         return False
 
@@ -172,18 +224,24 @@ def stalled_attempt_problems(cfg) -> list[ConfigProblem]:
     progress = attempt_progress(cfg)
     if not progress.stalls:
         return []
-    return [ConfigProblem("cluster.time_limit", cfg.cluster.time_limit,
-                          f"an attempt cannot reach a checkpoint ({progress.steps} step(s) of {progress.step_s:,.0f} s "
-                          f"before the notice, the first checkpoint at step {progress.interval}, no save on notice "
-                          f"fits): {'; or '.join(progress.fixes())}; or cluster.allow_no_checkpoint=true to submit "
-                          "it anyway")]
+    return [
+        ConfigProblem(
+            "cluster.time_limit",
+            cfg.cluster.time_limit,
+            f"an attempt cannot reach a checkpoint ({progress.steps} step(s) of {progress.step_s:,.0f} s "
+            f"before the notice, the first checkpoint at step {progress.interval}, no save on notice "
+            f"fits): {'; or '.join(progress.fixes())}; or cluster.allow_no_checkpoint=true to submit "
+            "it anyway",
+        )
+    ]
 
 
 def resume_stopped(runs: list[RunSpec], out=None) -> None:
     """Resume each run whose last training job ended resumable from its latest checkpoint, unless a mode was chosen."""
     for run in runs:
-        if run.cfg is None or any(override_key(o) in ("checkpoint.resume_mode", "checkpoint.resume_path")
-                                  for o in run.overrides):
+        if run.cfg is None or any(
+            override_key(o) in ("checkpoint.resume_mode", "checkpoint.resume_path") for o in run.overrides
+        ):
             continue
         job = RunStore(run.cfg.paths.export_path).read().resumable_job()
         step = layout.latest_checkpoint_step(run.cfg.paths.ckpt_path)
@@ -191,8 +249,11 @@ def resume_stopped(runs: list[RunSpec], out=None) -> None:
             continue
         run.overrides = [*run.overrides, "checkpoint.resume_mode=latest", "checkpoint.resume_path=null"]
         run.cfg.checkpoint.resume_mode, run.cfg.checkpoint.resume_path = "latest", None
-        print(f"run {run.cfg.run_name}: job {job.job_id} ended {job.outcome} "
-              f"({job.outcome_reason}); the new training job resumes from step {step}", file=out or sys.stdout)
+        print(
+            f"run {run.cfg.run_name}: job {job.job_id} ended {job.outcome} "
+            f"({job.outcome_reason}); the new training job resumes from step {step}",
+            file=out or sys.stdout,
+        )
 
 
 def _earlier_jobs(runs: list[RunSpec]) -> dict[str, list[str]]:
@@ -212,8 +273,12 @@ def plan_stages(runs: list[RunSpec], stages: list[str], data_overrides: list[str
     for run in runs:
         run.plans = []
         for name in stages:
-            stage = {"data": lambda: PrepareData(run.cfg, data_overrides, force=force), "container": lambda: PullContainer(run.cfg),
-                     "train": lambda: Train(run.cfg, run.overrides)}[name]()
+            if name == "data":
+                stage = PrepareData(run.cfg, data_overrides, force=force)
+            elif name == "container":
+                stage = PullContainer(run.cfg)
+            else:
+                stage = Train(run.cfg, run.overrides)
             identity = stage.identity()
             if identity in shared:
                 run.plans.append(shared[identity])
@@ -285,28 +350,57 @@ def _print_runs(runs: list[RunSpec], dry_run: bool, out=None) -> None:
                 print(f"  {plan.stage:<10} job {plan.job_id:<7} {plan.skip_reason}; not submitted again", file=out)
             elif dry_run:
                 before = [p.stage for p in run.plans[:index] if p.job_id or p.reused_job_id or not p.skip_reason]
-                note = f" (after {'+'.join(before)}, {plan.request.dependency_type})" if plan.stage == "train" and before else ""
+                note = (
+                    f" (after {'+'.join(before)}, {plan.request.dependency_type})"
+                    if plan.stage == "train" and before
+                    else ""
+                )
                 print(f"  {plan.stage:<10} would submit{note}: {plan.request.shell()}", file=out)
             else:
-                deps = f"  waits for {'+'.join(plan.depends_on)} ({plan.request.dependency_type})" if plan.depends_on else ""
+                deps = (
+                    f"  waits for {'+'.join(plan.depends_on)} ({plan.request.dependency_type})"
+                    if plan.depends_on
+                    else ""
+                )
                 print(f"  {plan.stage:<10} job {plan.job_id:<7} submitted{deps}", file=out)
 
 
-def _write_records(runs: list[RunSpec], invalid: list[RunSpec], args, data_overrides: list[str],
-                   sweep_dir: Path | None) -> None:
+def _write_records(
+    runs: list[RunSpec], invalid: list[RunSpec], args, data_overrides: list[str], sweep_dir: Path | None
+) -> None:
     for run in runs:
         for plan in (p for p in run.plans if p.stage == "train" and p.job_id):
             remember_job(plan.job_id, run.cfg.paths.export_path)
-        record_submission(RunStore(run.cfg.paths.export_path), run.cfg, overrides=run.overrides,
-                          data_overrides=data_overrides, plans=run.plans, dependency_type=args.dependency_type,
-                          sweep_dir=str(sweep_dir) if sweep_dir else None, config_yaml=to_yaml(run.cfg))
+        record_submission(
+            RunStore(run.cfg.paths.export_path),
+            run.cfg,
+            overrides=run.overrides,
+            data_overrides=data_overrides,
+            plans=run.plans,
+            dependency_type=args.dependency_type,
+            sweep_dir=str(sweep_dir) if sweep_dir else None,
+            config_yaml=to_yaml(run.cfg),
+        )
     if sweep_dir is not None:
-        record = {"created_at": now(), "overrides": args.overrides, "stages": args.stages,
-                  "runs": [{"run_name": r.cfg.run_name, "choices": [f"{k}={v}" for k, v in r.choices],
-                            "export_path": str(r.cfg.paths.export_path), "ckpt_path": str(r.cfg.paths.ckpt_path),
-                            "run_dir": f"{r.cfg.paths.export_path}/beam_run"} for r in runs],
-                  "invalid": [{"choices": [f"{k}={v}" for k, v in r.choices], "problems": [str(p) for p in r.problems]}
-                              for r in invalid]}
+        record = {
+            "created_at": now(),
+            "overrides": args.overrides,
+            "stages": args.stages,
+            "runs": [
+                {
+                    "run_name": r.cfg.run_name,
+                    "choices": [f"{k}={v}" for k, v in r.choices],
+                    "export_path": str(r.cfg.paths.export_path),
+                    "ckpt_path": str(r.cfg.paths.ckpt_path),
+                    "run_dir": f"{r.cfg.paths.export_path}/beam_run",
+                }
+                for r in runs
+            ],
+            "invalid": [
+                {"choices": [f"{k}={v}" for k, v in r.choices], "problems": [str(p) for p in r.problems]}
+                for r in invalid
+            ],
+        }
         write_text(sweep_dir / layout.SWEEP_FILE, json.dumps(record, indent=2) + "\n")
         remember_last(sweep_dir)
     elif runs:
@@ -355,8 +449,11 @@ def main(argv: list[str]) -> int:
         resume_stopped(valid, out=sys.stderr if args.json else None)
     sweep_dir = None
     if args.multirun:
-        sweep_dir = sweep_root([str(r.cfg.paths.export_path) for r in valid]) / layout.SWEEPS_DIRNAME / \
-            f"{valid[0].base_name}-{time.strftime('%Y%m%d-%H%M%S')}"
+        sweep_dir = (
+            sweep_root([str(r.cfg.paths.export_path) for r in valid])
+            / layout.SWEEPS_DIRNAME
+            / f"{valid[0].base_name}-{time.strftime('%Y%m%d-%H%M%S')}"
+        )
         for run in valid:
             run.overrides = share_group(run.cfg, run.overrides, sweep_dir.name)
     try:
@@ -398,11 +495,15 @@ def main(argv: list[str]) -> int:
 
 def _data_problems(data_overrides: list[str]) -> list[str]:
     """Check the data stage's settings now, so a typo fails before anything is queued."""
-    problems = [f"{o}: data settings cannot be swept (one data folder serves every run)" for o in has_sweep(data_overrides)]
+    problems = [
+        f"{o}: data settings cannot be swept (one data folder serves every run)" for o in has_sweep(data_overrides)
+    ]
     if problems:
         return problems
     if any(o.split("=", 1)[0].lstrip("+") == "data.out_dir" for o in data_overrides):
-        return ["data.out_dir: the data stage writes to paths.data_dir (DATA_DIR), which training reads; set that instead"]
+        return [
+            "data.out_dir: the data stage writes to paths.data_dir (DATA_DIR), which training reads; set that instead"
+        ]
     try:  # the data section of the same schema
         cfg = load_config(data_overrides, validate=False)
     except ConfigError as exc:

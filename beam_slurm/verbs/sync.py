@@ -1,5 +1,6 @@
 """`beam-slurm sync RUN [--dry-run]`: upload a run's offline W&B folders into its one W&B run, `wandb sync --id <id>
-<folder>` per attempt in order (wandb >= 0.31 appends to the run `--id` names); why one id: `beam_slurm.jobs.training.tracking`.
+<folder>` per attempt in order (wandb >= 0.31 appends to the run `--id` names); why one id:
+`beam_slurm.jobs.training.tracking`.
 """
 
 from __future__ import annotations
@@ -31,11 +32,17 @@ def offline_folders(export_path: Path, run: RunRecord) -> list[Path]:
 
     def order(folder: Path) -> tuple:
         job_id, _, attempt = folder.name.rpartition("-")
-        return (job_order.get(job_id, len(job_order)), int(job_id) if job_id.isdigit() else 0,
-                int(attempt) if attempt.isdigit() else 0)
+        return (
+            job_order.get(job_id, len(job_order)),
+            int(job_id) if job_id.isdigit() else 0,
+            int(attempt) if attempt.isdigit() else 0,
+        )
 
-    return [found for attempt_folder in sorted((p for p in base.iterdir() if p.is_dir()), key=order)
-            for found in sorted((attempt_folder / "wandb").glob(f"offline-run-*-{run_id}"))]
+    return [
+        found
+        for attempt_folder in sorted((p for p in base.iterdir() if p.is_dir()), key=order)
+        for found in sorted((attempt_folder / "wandb").glob(f"offline-run-*-{run_id}"))
+    ]
 
 
 def sync_commands(export_path: Path, run: RunRecord) -> list[list[str]]:
@@ -45,8 +52,9 @@ def sync_commands(export_path: Path, run: RunRecord) -> list[list[str]]:
 
 
 def build_parser():
-    verb = VerbArgs("sync", "Upload a run's offline W&B folders, attempt by attempt, into its one W&B run.",
-                    settings=False)
+    verb = VerbArgs(
+        "sync", "Upload a run's offline W&B folders, attempt by attempt, into its one W&B run.", settings=False
+    )
     verb.add_argument("target", metavar="RUN", help="run folder, run name or training job id")
     verb.add_argument("--dry-run", action="store_true", help="print the wandb sync commands, run nothing")
     verb.add_argument("--exports-root", default=None, help="where run names are looked up")
@@ -63,8 +71,9 @@ def main(argv: list[str]) -> int:
     run = RunStore(export_path).read()
     run_id = _wandb_run_id(run)
     if not run_id:
-        return verb.fail(f"{export_path} has no W&B run id in {RUN_DIRNAME}/run.json: the run did not log with "
-                         "trainer.logger=wandb")
+        return verb.fail(
+            f"{export_path} has no W&B run id in {RUN_DIRNAME}/run.json: the run did not log with trainer.logger=wandb"
+        )
     commands = sync_commands(export_path, run)
     if not commands:
         return verb.fail(f"no offline W&B folders of run {run_id} under {export_path / RUN_DIRNAME / WANDB_FOLDER}")
@@ -73,8 +82,11 @@ def main(argv: list[str]) -> int:
         print(shlex.join(command), flush=True)
         done = None if args.dry_run else subprocess.run(command, check=False)
         if done is not None and done.returncode != 0:
-            return verb.fail(f"wandb sync failed ({done.returncode}) on {command[-1]}; the attempts after it were "
-                             "not synced (run the verb again once fixed)", status=1)
+            return verb.fail(
+                f"wandb sync failed ({done.returncode}) on {command[-1]}; the attempts after it were "
+                "not synced (run the verb again once fixed)",
+                status=1,
+            )
     if args.dry_run:  # what W&B itself would do with these folders (reads them, needs no network)
         listing = [commands[0][0], "sync", "--dry-run", "--id", run_id, *(c[-1] for c in commands)]
         return subprocess.run(listing, check=False).returncode

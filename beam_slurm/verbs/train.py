@@ -1,5 +1,6 @@
 """`beam-slurm train [overrides]`: the recipe, inside the allocation that `sbatch/train_*.sh` got, as the job settings
-(`beam_slurm.jobs.training.job_settings`) that `beam_slurm.jobs.training.train_job` runs; with `eval.chain=true` the `EvalChain` too."""
+(`beam_slurm.jobs.training.job_settings`) that `beam_slurm.jobs.training.train_job` runs; with `eval.chain=true` the
+`EvalChain` too."""
 
 from __future__ import annotations
 
@@ -25,8 +26,9 @@ class EvalChain:
 
     def __init__(self, cfg, log):
         self.cfg, self.log = cfg, log
-        self.settings = ChainSettings(run_dir=Path(cfg.paths.export_path), poll_interval_s=cfg.eval.chain_poll_s,
-                                      settle_s=cfg.eval.chain_settle_s)
+        self.settings = ChainSettings(
+            run_dir=Path(cfg.paths.export_path), poll_interval_s=cfg.eval.chain_poll_s, settle_s=cfg.eval.chain_settle_s
+        )
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._run, name="eval-chain", daemon=True)
 
@@ -58,8 +60,12 @@ class EvalChain:
 
 
 def build_parser():
-    verb = VerbArgs("train", "Run inside the allocation of sbatch/train_*.sh: preflight, Ray across the nodes, the "
-                    "driver, notices and requeue.", keys=list(schema_keys()))
+    verb = VerbArgs(
+        "train",
+        "Run inside the allocation of sbatch/train_*.sh: preflight, Ray across the nodes, the "
+        "driver, notices and requeue.",
+        keys=list(schema_keys()),
+    )
     verb.add_argument("--no-preflight", action="store_true", help="skip the per-node preflight checks")
     return verb
 
@@ -77,6 +83,7 @@ def main(argv: list[str]) -> int:
     os.environ.setdefault("BEAM_SLURM_HOME", str(REPO_ROOT))
     pythonpath = os.environ.get("PYTHONPATH", "")
     os.environ["PYTHONPATH"] = os.environ["BEAM_SLURM_HOME"] + (os.pathsep + pythonpath if pythonpath else "")
+
     def rebuild():  # for a restart in the allocation: the driver resumes from the latest checkpoint
         return job_settings(load_job_config(parsed.overrides, os.environ), preflight=preflight)[0]
 

@@ -48,8 +48,11 @@ def canonical_answer(value: object, where: str) -> str:
         raise BadDataInput(f"{where}: empty ground truth (answer)")
     if isinstance(value, bool):
         raise BadDataInput(f"{where}: answer {value!r} is not an integer")
-    if not (isinstance(value, int) or (isinstance(value, float) and math.isfinite(value) and value.is_integer())
-            or (isinstance(value, str) and canonical_integer(value) is not None)):
+    if not (
+        isinstance(value, int)
+        or (isinstance(value, float) and math.isfinite(value) and value.is_integer())
+        or (isinstance(value, str) and canonical_integer(value) is not None)
+    ):
         raise BadDataInput(f"{where}: answer {value!r} is not an integer (AIME answers are integers 0-999)")
     number = int(value)
     if number not in AIME_ANSWER_RANGE:
@@ -67,15 +70,25 @@ def convert_aime_files(files: list[Path], where: str, data_source: str) -> pa.Ta
         columns = list(records[0].keys())
         problem_column, answer_column = _pick(columns, PROBLEM_COLUMNS), _pick(columns, ANSWER_COLUMNS)
         if problem_column is None or answer_column is None:
-            raise BadDataInput(f"{where} ({path}): found columns {', '.join(columns)}; expected a problem column "
-                               f"({' or '.join(PROBLEM_COLUMNS)}) and an answer column ({' or '.join(ANSWER_COLUMNS)})")
+            raise BadDataInput(
+                f"{where} ({path}): found columns {', '.join(columns)}; expected a problem column "
+                f"({' or '.join(PROBLEM_COLUMNS)}) and an answer column ({' or '.join(ANSWER_COLUMNS)})"
+            )
         for row_number, record in enumerate(records):
             at = f"{where} ({path}) row {row_number}"
             problem = record.get(problem_column)
             if not isinstance(problem, str) or not problem.strip():
                 raise BadDataInput(f"{at}: empty or non-text {problem_column!r}")
-            rows.append({"data_source": data_source, "prompt": dapo_prompt(problem.strip()), "ability": ABILITY,
-                         "reward_model": {"ground_truth": canonical_answer(record.get(answer_column), at),
-                                          "style": REWARD_STYLE},
-                         "extra_info": {"index": str(len(rows))}})
+            rows.append(
+                {
+                    "data_source": data_source,
+                    "prompt": dapo_prompt(problem.strip()),
+                    "ability": ABILITY,
+                    "reward_model": {
+                        "ground_truth": canonical_answer(record.get(answer_column), at),
+                        "style": REWARD_STYLE,
+                    },
+                    "extra_info": {"index": str(len(rows))},
+                }
+            )
     return pa.Table.from_pylist(rows, schema=DAPO_SCHEMA)

@@ -13,11 +13,11 @@ occurrences go to a small candidates file. Pass 2 takes the kept rows by row num
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator, Optional
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -81,7 +81,11 @@ class StringInterner:
         else:
             assigned = []
             for value in new.dictionary.cast(pa.large_binary()).to_pylist():
-                identity = b"=" + value if len(value) <= _INLINE_LIMIT else b"#" + hashlib.blake2b(value, digest_size=16).digest()
+                identity = (
+                    b"=" + value
+                    if len(value) <= _INLINE_LIMIT
+                    else b"#" + hashlib.blake2b(value, digest_size=16).digest()
+                )
                 if identity not in self.overflow:
                     self.overflow[identity] = self.next_id
                     self.next_id += 1
@@ -90,7 +94,7 @@ class StringInterner:
         return pc.replace_with_mask(found, missing, new_ids.take(new.indices))
 
     def codes(self, text: pa.Array) -> pa.Array:
-        """"I<id>;" per row, "N" for nulls."""
+        """ "I<id>;" per row, "N" for nulls."""
         ids = self.ids(text).cast(pa.large_string())
         return pc.fill_null(pc.binary_join_element_wise(_large("I"), ids, _large(";"), _EMPTY), _NULL)
 
@@ -105,8 +109,10 @@ def encode_rows(array: pa.Array, interners: dict[str, StringInterner], path: str
     if pa.types.is_string(type_) or pa.types.is_large_string(type_):
         return interners.setdefault(path, StringInterner()).codes(array)
     if pa.types.is_struct(type_):
-        parts = [encode_rows(child, interners, f"{path}.{field.name}")
-                 for child, field in zip(array.flatten(), array.type)]
+        parts = [
+            encode_rows(child, interners, f"{path}.{field.name}")
+            for child, field in zip(array.flatten(), array.type, strict=False)
+        ]
         encoded = pc.binary_join_element_wise(_large("T"), *parts, _EMPTY)
         if array.null_count:
             encoded = pc.if_else(array.is_valid(), encoded, _NULL)
@@ -156,9 +162,11 @@ def _check_ground_truth(reward_model: pa.Array, first_row: int, where: str) -> N
     empty = pc.fill_null(pc.equal(pc.utf8_trim_whitespace(truth), ""), True)
     if pc.any(empty).as_py():
         bad = pc.indices_nonzero(empty)
-        raise BadDataInput(f"{where}: empty reward_model.ground_truth at row {first_row + bad[0].as_py()} "
-                           f"({len(bad)} such row(s) in rows {first_row}-{first_row + len(reward_model) - 1}); "
-                           "every row needs a non-empty answer")
+        raise BadDataInput(
+            f"{where}: empty reward_model.ground_truth at row {first_row + bad[0].as_py()} "
+            f"({len(bad)} such row(s) in rows {first_row}-{first_row + len(reward_model) - 1}); "
+            "every row needs a non-empty answer"
+        )
 
 
 def read_ahead(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -170,19 +178,29 @@ def read_ahead(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
             yield batch
 
 
-def _kept_rows(candidates_path: Path, prompt_reward: list, key_schema: pa.Schema,
-               batch_rows: int) -> Iterator[tuple[pa.Array, pa.RecordBatch]]:
+def _kept_rows(
+    candidates_path: Path, prompt_reward: list, key_schema: pa.Schema, batch_rows: int
+) -> Iterator[tuple[pa.Array, pa.RecordBatch]]:
     """(global row indices, key columns) of the first occurrences whose prompt has one reward_model, in input order."""
     for batch in pq.ParquetFile(candidates_path).iter_batches(batch_size=batch_rows):
         ids = batch.column(PROMPT_ID_COLUMN).to_pylist()
         kept = batch.filter(pa.array([prompt_reward[i] is not None for i in ids], pa.bool_()))
         if len(kept):
-            yield kept.column(ROW_COLUMN), pa.RecordBatch.from_arrays([kept.column(name) for name in key_schema.names],
-                                                                      schema=key_schema)
+            yield (
+                kept.column(ROW_COLUMN),
+                pa.RecordBatch.from_arrays([kept.column(name) for name in key_schema.names], schema=key_schema),
+            )
 
 
-def clean_dapo_files(files: list[Path], destination: Path, *, where: str, batch_rows: int = 32768,
-                     canonical_answers: bool = False, progress: Optional[Progress] = None) -> CleaningStats:
+def clean_dapo_files(
+    files: list[Path],
+    destination: Path,
+    *,
+    where: str,
+    batch_rows: int = 32768,
+    canonical_answers: bool = False,
+    progress: Progress | None = None,
+) -> CleaningStats:
     """Apply the rule to the rows of `files` and write `destination` in place (callers pass a temporary path).
     Raises BadDataInput on a wrong schema, a corrupt or truncated file, or an empty ground truth."""
     readers = []
@@ -195,24 +213,27 @@ def clean_dapo_files(files: list[Path], destination: Path, *, where: str, batch_
         if not reader.schema_arrow.equals(input_schema, check_metadata=False):
             raise BadDataInput(f"{where}: {path} has a different schema than {readers[0][0]}; give files of one schema")
     # pandas metadata describes the source's index and row count, which no longer hold after cleaning.
-    schema = input_schema.with_metadata({k: v for k, v in (input_schema.metadata or {}).items() if k != b"pandas"}
-                                        or None)
+    schema = input_schema.with_metadata(
+        {k: v for k, v in (input_schema.metadata or {}).items() if k != b"pandas"} or None
+    )
     key_schema = pa.schema([schema.field(name) for name in KEY_COLUMNS])
-    candidate_schema = key_schema.append(pa.field(ROW_COLUMN, pa.int64())).append(pa.field(PROMPT_ID_COLUMN, pa.int64()))
+    candidate_schema = key_schema.append(pa.field(ROW_COLUMN, pa.int64())).append(
+        pa.field(PROMPT_ID_COLUMN, pa.int64())
+    )
 
     candidates_path = destination.with_name(destination.name + ".candidates")
     interners: dict[str, StringInterner] = {}
     seen_keys: set[bytes] = set()
     prompt_ids: dict[bytes, int] = {}
     # Per prompt id: the code of its one reward_model so far, or None once a second distinct one showed up.
-    prompt_reward: list[Optional[bytes]] = []
+    prompt_reward: list[bytes | None] = []
     rows_in = rows_distinct = rewritten_total = 0
 
     try:
         # Pass 1, key columns only: find first occurrences, track reward_models per prompt.
         with pq.ParquetWriter(candidates_path, candidate_schema, compression="lz4") as candidates:
             for path, reader in readers:
-                with _read_errors(where, path, lambda: rows_in):
+                with _read_errors(where, path, lambda: rows_in):  # noqa: B023 (read late on purpose: the rows so far)
                     for batch in read_ahead(reader.iter_batches(batch_size=batch_rows, columns=list(KEY_COLUMNS))):
                         reward_model = batch.column("reward_model")
                         if canonical_answers:
@@ -227,14 +248,19 @@ def clean_dapo_files(files: list[Path], destination: Path, *, where: str, batch_
                         encoded_prompt = encode_rows(batch.column("prompt"), interners, "prompt")
                         encoded_reward = encode_rows(reward_model, interners, "reward_model")
                         key = pc.binary_join_element_wise(
-                            encode_rows(batch.column("data_source"), interners, "data_source"), encoded_prompt,
-                            encode_rows(batch.column("ability"), interners, "ability"), encoded_reward, _EMPTY)
+                            encode_rows(batch.column("data_source"), interners, "data_source"),
+                            encoded_prompt,
+                            encode_rows(batch.column("ability"), interners, "ability"),
+                            encoded_reward,
+                            _EMPTY,
+                        )
                         codes = pc.dictionary_encode(key)
                         indices = codes.indices
                         # Codes number by first appearance: a first occurrence has a code above all before it.
                         running_max = pc.cumulative_max(indices)
-                        previous_max = pa.concat_arrays([pa.array([-1], indices.type),
-                                                         running_max.slice(0, len(indices) - 1)])
+                        previous_max = pa.concat_arrays(
+                            [pa.array([-1], indices.type), running_max.slice(0, len(indices) - 1)]
+                        )
                         first_rows = pc.indices_nonzero(pc.greater(indices, previous_max))
                         values = codes.dictionary.cast(pa.large_binary()).to_pylist()
                         new_codes = [code for code, value in enumerate(values) if value not in seen_keys]
@@ -244,7 +270,7 @@ def clean_dapo_files(files: list[Path], destination: Path, *, where: str, batch_
                             prompts = encoded_prompt.take(positions).cast(pa.large_binary()).to_pylist()
                             rewards = encoded_reward.take(positions).cast(pa.large_binary()).to_pylist()
                             ids = []
-                            for prompt, reward in zip(prompts, rewards):
+                            for prompt, reward in zip(prompts, rewards, strict=False):
                                 prompt_id = prompt_ids.setdefault(prompt, len(prompt_ids))
                                 if prompt_id == len(prompt_reward):
                                     prompt_reward.append(reward)
@@ -254,19 +280,28 @@ def clean_dapo_files(files: list[Path], destination: Path, *, where: str, batch_
                             rows_distinct += len(ids)
                             picked = batch.take(positions)
                             global_rows = pc.add(positions.cast(pa.int64()), pa.scalar(rows_in, pa.int64()))
-                            candidates.write_batch(pa.RecordBatch.from_arrays(
-                                [*picked.columns, global_rows, pa.array(ids, pa.int64())], schema=candidate_schema))
+                            candidates.write_batch(
+                                pa.RecordBatch.from_arrays(
+                                    [*picked.columns, global_rows, pa.array(ids, pa.int64())], schema=candidate_schema
+                                )
+                            )
                         rows_in += len(batch)
                         if progress:
                             progress(len(batch))
 
         # Pass 2: join the kept rows' other columns (extra_info) back on, in input order.
-        rows_out = _write_kept(readers, where, candidates_path, destination, schema, key_schema, prompt_reward, batch_rows)
+        rows_out = _write_kept(
+            readers, where, candidates_path, destination, schema, key_schema, prompt_reward, batch_rows
+        )
     finally:
         candidates_path.unlink(missing_ok=True)
-    return CleaningStats(rows_in=rows_in, rows_distinct=rows_distinct, rows_out=rows_out,
-                         prompts_conflicting=sum(1 for reward in prompt_reward if reward is None),
-                         answers_canonicalised=rewritten_total)
+    return CleaningStats(
+        rows_in=rows_in,
+        rows_distinct=rows_distinct,
+        rows_out=rows_out,
+        prompts_conflicting=sum(1 for reward in prompt_reward if reward is None),
+        answers_canonicalised=rewritten_total,
+    )
 
 
 @contextmanager
@@ -279,22 +314,31 @@ def _read_errors(where: str, path: Path, rows_read: Callable[[], int]) -> Iterat
         ) from None
 
 
-def _write_kept(readers: list, where: str, candidates_path: Path, destination: Path, schema: pa.Schema,
-                key_schema: pa.Schema, prompt_reward: list, batch_rows: int) -> int:
+def _write_kept(
+    readers: list,
+    where: str,
+    candidates_path: Path,
+    destination: Path,
+    schema: pa.Schema,
+    key_schema: pa.Schema,
+    prompt_reward: list,
+    batch_rows: int,
+) -> int:
     other_columns = [name for name in schema.names if name not in KEY_COLUMNS]
     kept = _kept_rows(candidates_path, prompt_reward, key_schema, batch_rows)
     rows_out = 0
     with pq.ParquetWriter(destination, schema, compression=COMPRESSION) as writer:
         if not other_columns:
             for _, key_batch in kept:
-                writer.write_batch(pa.RecordBatch.from_arrays([key_batch.column(n) for n in schema.names],
-                                                              schema=schema))
+                writer.write_batch(
+                    pa.RecordBatch.from_arrays([key_batch.column(n) for n in schema.names], schema=schema)
+                )
                 rows_out += len(key_batch)
         else:
             pending_rows, pending_keys = next(kept, (None, None))
             offset = 0
             for path, reader in readers:
-                with _read_errors(where, path, lambda: offset):
+                with _read_errors(where, path, lambda: offset):  # noqa: B023 (read late on purpose: the row reached)
                     for batch in reader.iter_batches(batch_size=batch_rows, columns=other_columns):
                         end = offset + len(batch)
                         while pending_rows is not None and len(pending_rows) and pending_rows[0].as_py() < end:
@@ -303,9 +347,12 @@ def _write_kept(readers: list, where: str, candidates_path: Path, destination: P
                             local = pc.subtract(pending_rows.slice(0, inside), pa.scalar(offset, pa.int64()))
                             others = batch.take(local)
                             keys = pending_keys.slice(0, inside)
-                            writer.write_batch(pa.RecordBatch.from_arrays(
-                                [(keys if n in KEY_COLUMNS else others).column(n) for n in schema.names],
-                                schema=schema))
+                            writer.write_batch(
+                                pa.RecordBatch.from_arrays(
+                                    [(keys if n in KEY_COLUMNS else others).column(n) for n in schema.names],
+                                    schema=schema,
+                                )
+                            )
                             rows_out += inside
                             pending_rows, pending_keys = pending_rows.slice(inside), pending_keys.slice(inside)
                             if not len(pending_rows):

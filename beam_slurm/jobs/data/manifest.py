@@ -7,7 +7,6 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import Optional
 
 from beam_slurm.core.atomic_files import read_json, write_text
 
@@ -33,11 +32,13 @@ def load_manifest(out_dir: Path) -> dict:
 
 def write_manifest(out_dir: Path, outputs: dict) -> None:
     """Write the manifest atomically."""
-    write_text(out_dir / MANIFEST_NAME,
-               json.dumps({"version": MANIFEST_VERSION, "outputs": outputs}, indent=2, sort_keys=True) + "\n")
+    write_text(
+        out_dir / MANIFEST_NAME,
+        json.dumps({"version": MANIFEST_VERSION, "outputs": outputs}, indent=2, sort_keys=True) + "\n",
+    )
 
 
-def reuse_verdict(output: Path, entry: Optional[dict], request: dict) -> Optional[str]:
+def reuse_verdict(output: Path, entry: dict | None, request: dict) -> str | None:
     """None when `output` can be kept for `request` (source, settings, local source_files); else why not."""
     if entry is None:
         return "is not recorded in the manifest (it was not written by prepare-data, or the manifest is gone)"

@@ -7,10 +7,11 @@ import fcntl
 import os
 import sys
 import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import pyarrow.parquet as pq
 from rich.console import Console
@@ -44,11 +45,18 @@ class OutputPlan:
 
 
 def plans(config: DataConfig) -> list[OutputPlan]:
-    return [OutputPlan(DAPO_MATH_OUTPUT, "data.dapo_math", config.dapo_math, {}),
-            OutputPlan(AIME2024_OUTPUT, "data.aime2024", config.aime2024,
-                       {"canonical_aime_answers": config.canonical_aime_answers}),
-            OutputPlan(AIME2025_OUTPUT, "data.aime2025", config.aime2025_sources(),
-                       {"aime2025_data_source": config.aime2025_data_source})]
+    return [
+        OutputPlan(DAPO_MATH_OUTPUT, "data.dapo_math", config.dapo_math, {}),
+        OutputPlan(
+            AIME2024_OUTPUT, "data.aime2024", config.aime2024, {"canonical_aime_answers": config.canonical_aime_answers}
+        ),
+        OutputPlan(
+            AIME2025_OUTPUT,
+            "data.aime2025",
+            config.aime2025_sources(),
+            {"aime2025_data_source": config.aime2025_data_source},
+        ),
+    ]
 
 
 def _specs(plan: OutputPlan) -> list[str]:
@@ -75,8 +83,13 @@ class RowProgress:
         self.done, self.next_report, self.started = 0, 0.1, time.monotonic()
         self.bar = None
         if sys.stderr.isatty():
-            self.bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                                TimeElapsedColumn(), console=Console(stderr=True))
+            self.bar = Progress(
+                TextColumn("{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                console=Console(stderr=True),
+            )
             self.task = self.bar.add_task(label, total=total)
             self.bar.start()
 
@@ -116,7 +129,9 @@ def _prepare_out_dir(config: DataConfig, data_dir: str | None) -> Path:
     return out_dir.resolve()
 
 
-def _build(plan: OutputPlan, sources: list[ResolvedSource], config: DataConfig, temporary: Path, log: Log) -> CleaningStats:
+def _build(
+    plan: OutputPlan, sources: list[ResolvedSource], config: DataConfig, temporary: Path, log: Log
+) -> CleaningStats:
     files = [path for source in sources for path in source.files]
     if plan.file_name == AIME2025_OUTPUT:
         table = convert_aime_files(files, plan.setting, config.aime2025_data_source)
@@ -126,12 +141,20 @@ def _build(plan: OutputPlan, sources: list[ResolvedSource], config: DataConfig, 
             return clean_dapo_files([converted], temporary, where=plan.setting, batch_rows=config.batch_rows)
         finally:
             converted.unlink(missing_ok=True)
-    progress = RowProgress(plan.file_name, sum(open_parquet(p, plan.setting).metadata.num_rows for p in files
-                                               if p.suffix == ".parquet"), log)
+    progress = RowProgress(
+        plan.file_name,
+        sum(open_parquet(p, plan.setting).metadata.num_rows for p in files if p.suffix == ".parquet"),
+        log,
+    )
     try:
-        return clean_dapo_files(files, temporary, where=plan.setting, batch_rows=config.batch_rows,
-                                canonical_answers=plan.file_name == AIME2024_OUTPUT and config.canonical_aime_answers,
-                                progress=progress)
+        return clean_dapo_files(
+            files,
+            temporary,
+            where=plan.setting,
+            batch_rows=config.batch_rows,
+            canonical_answers=plan.file_name == AIME2024_OUTPUT and config.canonical_aime_answers,
+            progress=progress,
+        )
     finally:
         progress.close()
 
@@ -144,15 +167,22 @@ def _adopted_entry(plan: OutputPlan, output: Path, request: dict, log: Log) -> d
         check_dapo_schema(parquet.schema_arrow, where)
     rows = parquet.metadata.num_rows
     if rows < 1 or (plan.file_name != DAPO_MATH_OUTPUT and rows != 30):
-        raise BadDataInput(f"{where}: {rows} rows; {'an AIME year has 30' if rows else 'it is empty'}: rebuild it "
-                           "with --force")
+        raise BadDataInput(
+            f"{where}: {rows} rows; {'an AIME year has 30' if rows else 'it is empty'}: rebuild it with --force"
+        )
     log(f"{plan.file_name}: adopted ({rows} rows, schema checked; recorded in the manifest)")
-    return {**request, "adopted": True, "rows_out": rows, "sha256": sha256_file(output),
-            "written_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    return {
+        **request,
+        "adopted": True,
+        "rows_out": rows,
+        "sha256": sha256_file(output),
+        "written_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
 
 
-def prepare(config: DataConfig, log: Log = default_log, *, force: bool = False, data_dir: str | None = None,
-            adopt: bool = False) -> dict:
+def prepare(
+    config: DataConfig, log: Log = default_log, *, force: bool = False, data_dir: str | None = None, adopt: bool = False
+) -> dict:
     """Write the outputs that are missing or stale into out_dir (renamed into place only when all succeeded) and
     return the manifest entries; `adopt` records cleaned files found without an entry once they check out."""
     problems = config.problems()
@@ -175,8 +205,9 @@ def prepare(config: DataConfig, log: Log = default_log, *, force: bool = False, 
             elif adopt and manifest.get(plan.file_name) is None:
                 adopted[plan.file_name] = _adopted_entry(plan, output, request, log)
             else:
-                raise BadDataInput(f"{output} already exists and {reason}; pass --force to replace it "
-                                   "or choose another data.out_dir")
+                raise BadDataInput(
+                    f"{output} already exists and {reason}; pass --force to replace it or choose another data.out_dir"
+                )
 
         resolved: dict[str, list[ResolvedSource]] = {}
         for plan in to_build:
@@ -185,8 +216,9 @@ def prepare(config: DataConfig, log: Log = default_log, *, force: bool = False, 
             for path in [p for s in sources for p in s.files] if plan.file_name != AIME2025_OUTPUT else []:
                 where = f"{plan.setting} ({path})"
                 if path.suffix != ".parquet":
-                    raise BadDataInput(f"{plan.setting}: {path} is not a .parquet file (DAPO-format sources are "
-                                       "parquet)")
+                    raise BadDataInput(
+                        f"{plan.setting}: {path} is not a .parquet file (DAPO-format sources are parquet)"
+                    )
                 check_dapo_schema(open_parquet(path, where).schema_arrow, where)
 
         temporaries = {plan.file_name: temporary_sibling(out_dir / plan.file_name) for plan in to_build}
@@ -195,16 +227,22 @@ def prepare(config: DataConfig, log: Log = default_log, *, force: bool = False, 
             for plan in to_build:
                 started, sources = time.monotonic(), resolved[plan.file_name]
                 stats = _build(plan, sources, config, temporaries[plan.file_name], log)
-                log(f"{plan.file_name}: {stats.rows_in} rows -> {stats.rows_distinct} distinct -> {stats.rows_out} "
+                log(
+                    f"{plan.file_name}: {stats.rows_in} rows -> {stats.rows_distinct} distinct -> {stats.rows_out} "
                     f"kept ({stats.prompts_conflicting} prompts with conflicting answers dropped) "
-                    f"in {time.monotonic() - started:.1f} s")
+                    f"in {time.monotonic() - started:.1f} s"
+                )
                 if plan.file_name != DAPO_MATH_OUTPUT and stats.rows_out != 30:
                     log(f"warning: {plan.file_name} has {stats.rows_out} problems; an AIME year has 30")
-                entries[plan.file_name] = {"source": plan.source, "settings": plan.settings,
-                                           "source_files": _file_records(sources),
-                                           "revisions": [s.revision for s in sources], **asdict(stats),
-                                           "sha256": sha256_file(temporaries[plan.file_name]),
-                                           "written_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+                entries[plan.file_name] = {
+                    "source": plan.source,
+                    "settings": plan.settings,
+                    "source_files": _file_records(sources),
+                    "revisions": [s.revision for s in sources],
+                    **asdict(stats),
+                    "sha256": sha256_file(temporaries[plan.file_name]),
+                    "written_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                }
             for plan in to_build:
                 publish(temporaries[plan.file_name], out_dir / plan.file_name)
             manifest.update({**entries, **adopted})
@@ -214,5 +252,3 @@ def prepare(config: DataConfig, log: Log = default_log, *, force: bool = False, 
             for temporary in temporaries.values():
                 temporary.unlink(missing_ok=True)
     return manifest
-
-

@@ -12,7 +12,6 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
 from urllib.parse import unquote
 
 from beam_slurm.core.errors import BadDataInput
@@ -28,8 +27,8 @@ class HubAddress:
     """A parsed `hf://datasets/...` address."""
 
     repo_id: str  # `<owner>/<name>` of the dataset repository
-    revision: Optional[str]  # Branch, tag or commit; None = the default branch
-    path_in_repo: Optional[str]  # File inside the repository; None = every data file
+    revision: str | None  # Branch, tag or commit; None = the default branch
+    path_in_repo: str | None  # File inside the repository; None = every data file
 
 
 @dataclass
@@ -39,14 +38,14 @@ class ResolvedSource:
     setting: str  # The setting that named the source, e.g. `data.dapo_math`
     spec: str  # The value as the user gave it
     files: list[Path] = field(default_factory=list)  # Local files to read, in order
-    revision: Optional[str] = None  # Commit the hub files were resolved to; None for local files
+    revision: str | None = None  # Commit the hub files were resolved to; None for local files
 
 
 def parse_hub_address(spec: str, setting: str) -> HubAddress:
     """Parse `hf://datasets/<owner>/<name>[@<revision>][/<path>]`; raises BadDataInput naming the setting."""
-    rest = spec[len(HUB_SCHEME):]
+    rest = spec[len(HUB_SCHEME) :]
     if rest.startswith("datasets/"):
-        rest = rest[len("datasets/"):]
+        rest = rest[len("datasets/") :]
     elif rest.split("/", 1)[0] in ("models", "spaces"):
         raise BadDataInput(f"{setting}={spec}: only dataset repositories are supported (hf://datasets/...)")
     parts = rest.split("/", 2)
@@ -72,7 +71,7 @@ def _local_files(spec: str, setting: str) -> list[Path]:
     return [path]
 
 
-def _commit_of_cached_path(path: Path) -> Optional[str]:
+def _commit_of_cached_path(path: Path) -> str | None:
     # The hub cache lays files out as .../snapshots/<commit>/<path-in-repo>.
     parts = path.parts
     index = len(parts) - 1 - parts[::-1].index("snapshots") if "snapshots" in parts else len(parts)
@@ -82,8 +81,14 @@ def _commit_of_cached_path(path: Path) -> Optional[str]:
 def _is_permanent_hub_error(error: Exception) -> bool:
     from huggingface_hub import errors as hub_errors
 
-    permanent = (hub_errors.RepositoryNotFoundError, hub_errors.RevisionNotFoundError, hub_errors.EntryNotFoundError,
-                 hub_errors.GatedRepoError, hub_errors.LocalEntryNotFoundError, hub_errors.OfflineModeIsEnabled)
+    permanent = (
+        hub_errors.RepositoryNotFoundError,
+        hub_errors.RevisionNotFoundError,
+        hub_errors.EntryNotFoundError,
+        hub_errors.GatedRepoError,
+        hub_errors.LocalEntryNotFoundError,
+        hub_errors.OfflineModeIsEnabled,
+    )
     if isinstance(error, permanent):
         return True
     status = getattr(getattr(error, "response", None), "status_code", None)
@@ -100,7 +105,10 @@ def _with_retries(action, what: str, setting: str, spec: str, attempts: int, log
             if _is_permanent_hub_error(error) or attempt == attempts:
                 raise BadDataInput(_hub_failure_message(error, what, setting, spec, attempt)) from None
             if log:
-                log(f"{setting}: {what} failed ({type(error).__name__}); retry {attempt}/{attempts - 1} in {delay:.0f} s")
+                log(
+                    f"{setting}: {what} failed ({type(error).__name__}); "
+                    f"retry {attempt}/{attempts - 1} in {delay:.0f} s"
+                )
             time.sleep(delay)
             delay = min(delay * 2, 30.0)
     raise AssertionError("unreachable")
@@ -110,15 +118,20 @@ def _hub_failure_message(error: Exception, what: str, setting: str, spec: str, a
     from huggingface_hub import constants
     from huggingface_hub import errors as hub_errors
 
-    if constants.HF_HUB_OFFLINE or isinstance(error, (hub_errors.LocalEntryNotFoundError, hub_errors.OfflineModeIsEnabled)):
-        return (f"{setting}={spec}: not in the local hub cache ({constants.HF_HUB_CACHE}) and the hub is not reachable "
-                f"(HF_HUB_OFFLINE={'1' if constants.HF_HUB_OFFLINE else '0'}). Download it where the hub is reachable "
-                f"with the same HF_HOME, or pass a local file: {setting}=/path/to/file")
-    for kind, text in ((hub_errors.GatedRepoError, "the repository is gated; accept its terms on the hub and export "
-                                                    "HF_TOKEN"),
-                       (hub_errors.RepositoryNotFoundError, "repository not found (or private: export HF_TOKEN)"),
-                       (hub_errors.RevisionNotFoundError, "revision not found in the repository"),
-                       (hub_errors.EntryNotFoundError, "file not found in the repository")):
+    if constants.HF_HUB_OFFLINE or isinstance(
+        error, (hub_errors.LocalEntryNotFoundError, hub_errors.OfflineModeIsEnabled)
+    ):
+        return (
+            f"{setting}={spec}: not in the local hub cache ({constants.HF_HUB_CACHE}) and the hub is not reachable "
+            f"(HF_HUB_OFFLINE={'1' if constants.HF_HUB_OFFLINE else '0'}). Download it where the hub is reachable "
+            f"with the same HF_HOME, or pass a local file: {setting}=/path/to/file"
+        )
+    for kind, text in (
+        (hub_errors.GatedRepoError, "the repository is gated; accept its terms on the hub and export HF_TOKEN"),
+        (hub_errors.RepositoryNotFoundError, "repository not found (or private: export HF_TOKEN)"),
+        (hub_errors.RevisionNotFoundError, "revision not found in the repository"),
+        (hub_errors.EntryNotFoundError, "file not found in the repository"),
+    ):
         if isinstance(error, kind):
             return f"{setting}={spec}: {text}"
     # Only the class name and the library's message: neither carries the token.
@@ -131,15 +144,27 @@ def _resolve_hub(spec: str, setting: str, attempts: int, log=None) -> ResolvedSo
     address = parse_hub_address(spec, setting)
     download = functools.partial(_with_retries, what="download", setting=setting, spec=spec, attempts=attempts, log=log)
     if address.path_in_repo:
-        path = Path(download(lambda: hf_hub_download(address.repo_id, address.path_in_repo, repo_type="dataset",
-                                                     revision=address.revision)))
+        path = Path(
+            download(
+                lambda: hf_hub_download(
+                    address.repo_id, address.path_in_repo, repo_type="dataset", revision=address.revision
+                )
+            )
+        )
         return ResolvedSource(setting, spec, [path], _commit_of_cached_path(path) or address.revision)
-    snapshot = Path(download(lambda: snapshot_download(address.repo_id, repo_type="dataset", revision=address.revision,
-                                                       allow_patterns=["*.parquet", "*.jsonl"])))
+    snapshot = Path(
+        download(
+            lambda: snapshot_download(
+                address.repo_id, repo_type="dataset", revision=address.revision, allow_patterns=["*.parquet", "*.jsonl"]
+            )
+        )
+    )
     found = sorted(p for p in snapshot.rglob("*") if p.is_file() and p.suffix in (".parquet", ".jsonl"))
     files = [p for p in found if p.suffix == ".parquet"] or found
     if not files:
-        raise BadDataInput(f"{setting}={spec}: the repository has no .parquet or .jsonl file; name one after the revision")
+        raise BadDataInput(
+            f"{setting}={spec}: the repository has no .parquet or .jsonl file; name one after the revision"
+        )
     return ResolvedSource(setting, spec, files, _commit_of_cached_path(snapshot / "x") or address.revision)
 
 

@@ -48,8 +48,12 @@ class EvalInput:
 
     def describe(self) -> dict[str, Any]:
         """JSON-ready summary kept with the results."""
-        return {"model_path": str(self.model_path), "lora_path": str(self.lora_path) if self.lora_path else None,
-                "lora_rank": self.lora_rank, "global_step": self.global_step}
+        return {
+            "model_path": str(self.model_path),
+            "lora_path": str(self.lora_path) if self.lora_path else None,
+            "lora_rank": self.lora_rank,
+            "global_step": self.global_step,
+        }
 
 
 def step_of(directory: Path) -> tuple[int | None, Path | None]:
@@ -66,8 +70,10 @@ def check_model_dir(directory: Path, option: str) -> None:
     if not (directory / "config.json").is_file():
         raise CheckpointError(f"{option}: {directory} has no config.json; point it at a Hugging Face model directory")
     if not any(next(directory.glob(pattern), None) for pattern in WEIGHT_GLOBS):
-        raise CheckpointError(f"{option}: {directory} has config.json but no weights (*.safetensors or "
-                              "pytorch_model*.bin); is the export still being written?")
+        raise CheckpointError(
+            f"{option}: {directory} has config.json but no weights (*.safetensors or "
+            "pytorch_model*.bin); is the export still being written?"
+        )
     indexes = [directory / name for name in ("model.safetensors.index.json", "pytorch_model.bin.index.json")]
     for index_file in (index for index in indexes if index.is_file()):
         try:
@@ -76,8 +82,10 @@ def check_model_dir(directory: Path, option: str) -> None:
             raise CheckpointError(f"{option}: {index_file} is not a valid weight index ({exc})") from exc
         missing = sorted(s for s in shards if not (directory / s).is_file())
         if missing:
-            raise CheckpointError(f"{option}: {directory} lists {len(missing)} missing weight shard(s), e.g. "
-                                  f"{missing[0]}; the export is incomplete")
+            raise CheckpointError(
+                f"{option}: {directory} lists {len(missing)} missing weight shard(s), e.g. "
+                f"{missing[0]}; the export is incomplete"
+            )
 
 
 def _adapter_rank(adapter_dir: Path) -> tuple[int, str | None]:
@@ -90,8 +98,9 @@ def _adapter_rank(adapter_dir: Path) -> tuple[int, str | None]:
     if not isinstance(rank, int) or rank < 1:
         raise CheckpointError(f"--checkpoint: {config_file} has no positive integer rank 'r'")
     if not any((adapter_dir / name).is_file() for name in ADAPTER_WEIGHTS):
-        raise CheckpointError(f"--checkpoint: {adapter_dir} has adapter_config.json but no "
-                              f"{' or '.join(ADAPTER_WEIGHTS)}")
+        raise CheckpointError(
+            f"--checkpoint: {adapter_dir} has adapter_config.json but no {' or '.join(ADAPTER_WEIGHTS)}"
+        )
     return rank, config.get("base_model_name_or_path")
 
 
@@ -116,17 +125,21 @@ def resolve_checkpoint(checkpoint: str | Path, base_model: str | Path | None = N
     if is_adapter(path):
         rank, recorded_base = _adapter_rank(path)
         if base_model is None and not (recorded_base and Path(recorded_base).is_dir()):
-            raise CheckpointError(f"--checkpoint: {path} is a LoRA adapter; pass --base-model DIR with the base model "
-                                  f"it was trained on (the adapter records {recorded_base!r}, which is not a local "
-                                  "directory)")
+            raise CheckpointError(
+                f"--checkpoint: {path} is a LoRA adapter; pass --base-model DIR with the base model "
+                f"it was trained on (the adapter records {recorded_base!r}, which is not a local "
+                "directory)"
+            )
         base_model = recorded_base if base_model is None else base_model
         base = Path(base_model).expanduser().resolve()
         check_model_dir(base, "--base-model")
         return EvalInput(model_path=base, lora_path=path, lora_rank=rank, global_step=step, run_root=run_root)
 
     if base_model is not None:
-        raise CheckpointError(f"--base-model is only for LoRA adapters, and {path} has no adapter_config.json; drop "
-                              "--base-model to evaluate the full model")
+        raise CheckpointError(
+            f"--base-model is only for LoRA adapters, and {path} has no adapter_config.json; drop "
+            "--base-model to evaluate the full model"
+        )
     check_model_dir(path, "--checkpoint")
     return EvalInput(model_path=path, global_step=step, run_root=run_root)
 

@@ -13,9 +13,10 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any, Callable
+from typing import Any
 
 from beam_slurm.core.errors import UserError
 from beam_slurm.jobs.evaluation.checkpoints import EvalInput, lora_request
@@ -42,21 +43,27 @@ class SamplingSettings:
 
     def __post_init__(self) -> None:
         for wrong, message in (
-                (self.n < 1, f"eval.responses_per_problem must be at least 1 (got {self.n})"),
-                (self.max_tokens < 1, f"generation.max_response_tokens must be at least 1 (got {self.max_tokens})"),
-                (not 0.0 < self.top_p <= 1.0, f"generation.top_p must be in (0, 1] (got {self.top_p})"),
-                (self.temperature < 0.0, f"generation.temperature must be >= 0 (got {self.temperature})"),
-                (self.n > MAX_K, f"eval.responses_per_problem must be at most {MAX_K} (got {self.n})")):
+            (self.n < 1, f"eval.responses_per_problem must be at least 1 (got {self.n})"),
+            (self.max_tokens < 1, f"generation.max_response_tokens must be at least 1 (got {self.max_tokens})"),
+            (not 0.0 < self.top_p <= 1.0, f"generation.top_p must be in (0, 1] (got {self.top_p})"),
+            (self.temperature < 0.0, f"generation.temperature must be >= 0 (got {self.temperature})"),
+            (self.n > MAX_K, f"eval.responses_per_problem must be at most {MAX_K} (got {self.n})"),
+        ):
             if wrong:
                 raise SettingsError(message)
 
     @classmethod
-    def from_config(cls, cfg) -> "SamplingSettings":
+    def from_config(cls, cfg) -> SamplingSettings:
         """The recipe's sampling; generation.reasoning_effort=none leaves the template's default."""
         g = cfg.generation
         effort = None if str(g.reasoning_effort).lower() == "none" else g.reasoning_effort
-        return cls(n=cfg.eval.responses_per_problem, temperature=g.temperature, top_p=g.top_p,
-                   max_tokens=g.max_response_tokens, reasoning_effort=effort)
+        return cls(
+            n=cfg.eval.responses_per_problem,
+            temperature=g.temperature,
+            top_p=g.top_p,
+            max_tokens=g.max_response_tokens,
+            reasoning_effort=effort,
+        )
 
     def chat_template_kwargs(self) -> dict[str, Any]:
         return {} if self.reasoning_effort is None else {"reasoning_effort": self.reasoning_effort}
@@ -84,41 +91,61 @@ class EngineSettings:
         if self.tensor_parallel_size < 1 or self.pipeline_parallel_size < 1:
             raise SettingsError("rollout.tensor_parallel and rollout.pipeline_parallel must be at least 1")
         if self.distributed_executor_backend not in (None, "ray", "mp", "uni"):
-            raise SettingsError(f"rollout.executor_backend must be one of {', '.join(EXECUTORS)} "
-                                f"(got {self.distributed_executor_backend!r})")
+            raise SettingsError(
+                f"rollout.executor_backend must be one of {', '.join(EXECUTORS)} "
+                f"(got {self.distributed_executor_backend!r})"
+            )
         if not 0.0 < self.gpu_memory_utilization <= 1.0:
             raise SettingsError(f"eval.gpu_memory_utilization must be in (0, 1] (got {self.gpu_memory_utilization})")
 
     @classmethod
-    def from_config(cls, cfg, *, ray_cluster: bool) -> "EngineSettings":
+    def from_config(cls, cfg, *, ray_cluster: bool) -> EngineSettings:
         """The recipe's engine; executor `auto` is ray when TP x PP > 1 on a Ray cluster, else vLLM's choice."""
         r = cfg.rollout
         executor = r.executor_backend  # anything but auto is checked by __post_init__
         if executor == "auto":
             executor = "ray" if r.tensor_parallel * r.pipeline_parallel > 1 and ray_cluster else None
         e = cfg.eval
-        return cls(tensor_parallel_size=r.tensor_parallel, pipeline_parallel_size=r.pipeline_parallel,
-                   distributed_executor_backend=executor, max_prompt_tokens=cfg.generation.max_prompt_tokens,
-                   dtype=e.dtype, gpu_memory_utilization=e.gpu_memory_utilization, enforce_eager=e.enforce_eager)
+        return cls(
+            tensor_parallel_size=r.tensor_parallel,
+            pipeline_parallel_size=r.pipeline_parallel,
+            distributed_executor_backend=executor,
+            max_prompt_tokens=cfg.generation.max_prompt_tokens,
+            dtype=e.dtype,
+            gpu_memory_utilization=e.gpu_memory_utilization,
+            enforce_eager=e.enforce_eager,
+        )
 
 
 def engine_kwargs(eval_input: EvalInput, sampling: SamplingSettings, engine: EngineSettings) -> dict[str, Any]:
     """Keyword arguments for vllm.LLM (kept separate so the layout can be checked without loading a model)."""
     executor, lora = engine.distributed_executor_backend, eval_input.lora_path is not None
-    return {"model": str(eval_input.model_path), "tokenizer": str(eval_input.model_path),
-            "tensor_parallel_size": engine.tensor_parallel_size,
-            "pipeline_parallel_size": engine.pipeline_parallel_size,
-            "max_model_len": engine.max_model_len or engine.max_prompt_tokens + sampling.max_tokens,
-            "dtype": engine.dtype, "gpu_memory_utilization": engine.gpu_memory_utilization,
-            "enforce_eager": engine.enforce_eager, "seed": engine.seed,
-            **({"distributed_executor_backend": executor} if executor else {}),
-            **({"enable_lora": True, "max_loras": 1, "max_lora_rank": eval_input.lora_rank} if lora else {}),
-            **engine.extra_engine_kwargs}
+    return {
+        "model": str(eval_input.model_path),
+        "tokenizer": str(eval_input.model_path),
+        "tensor_parallel_size": engine.tensor_parallel_size,
+        "pipeline_parallel_size": engine.pipeline_parallel_size,
+        "max_model_len": engine.max_model_len or engine.max_prompt_tokens + sampling.max_tokens,
+        "dtype": engine.dtype,
+        "gpu_memory_utilization": engine.gpu_memory_utilization,
+        "enforce_eager": engine.enforce_eager,
+        "seed": engine.seed,
+        **({"distributed_executor_backend": executor} if executor else {}),
+        **({"enable_lora": True, "max_loras": 1, "max_lora_rank": eval_input.lora_rank} if lora else {}),
+        **engine.extra_engine_kwargs,
+    }
 
 
 def _row(problem: Problem, sample: int, text: str, finish_reason: str | None, tokens: int | None) -> dict[str, Any]:
-    return {"data_source": problem.data_source, "problem_id": problem.problem_id, "sample": sample, "response": text,
-            "ground_truth": problem.ground_truth, "finish_reason": finish_reason, "response_tokens": tokens}
+    return {
+        "data_source": problem.data_source,
+        "problem_id": problem.problem_id,
+        "sample": sample,
+        "response": text,
+        "ground_truth": problem.ground_truth,
+        "finish_reason": finish_reason,
+        "response_tokens": tokens,
+    }
 
 
 Request = tuple[Problem, int, int]  # (problem, responses wanted, index of the first)
@@ -127,8 +154,13 @@ Request = tuple[Problem, int, int]  # (problem, responses wanted, index of the f
 class OfflineEngine:
     """vLLM's offline engine, loaded on first use and kept for every chunk (and dataset) of one process."""
 
-    def __init__(self, eval_input: EvalInput, sampling: SamplingSettings, engine: EngineSettings,
-                 log: Callable[[str], None] = print):
+    def __init__(
+        self,
+        eval_input: EvalInput,
+        sampling: SamplingSettings,
+        engine: EngineSettings,
+        log: Callable[[str], None] = print,
+    ):
         self.eval_input, self.sampling, self.engine, self.log = eval_input, sampling, engine, log
         self._llm = None
 
@@ -141,14 +173,22 @@ class OfflineEngine:
             self._llm = LLM(**engine_kwargs(self.eval_input, self.sampling, self.engine))
             self.log(f"evaluate: engine ready in {time.monotonic() - started:.1f} s ({self.eval_input.label})")
         s = self.sampling
-        params = [SamplingParams(n=n, temperature=s.temperature, top_p=s.top_p, max_tokens=s.max_tokens, seed=s.seed)
-                  for _, n, _ in requests]
-        outputs = self._llm.chat([problem.messages for problem, _, _ in requests], params, use_tqdm=False,
-                                 lora_request=lora_request(self.eval_input),
-                                 chat_template_kwargs=s.chat_template_kwargs() or None)
-        return [_row(problem, first + offset, completion.text, completion.finish_reason, len(completion.token_ids))
-                for (problem, _, first), output in zip(requests, outputs, strict=True)
-                for offset, completion in enumerate(output.outputs)]
+        params = [
+            SamplingParams(n=n, temperature=s.temperature, top_p=s.top_p, max_tokens=s.max_tokens, seed=s.seed)
+            for _, n, _ in requests
+        ]
+        outputs = self._llm.chat(
+            [problem.messages for problem, _, _ in requests],
+            params,
+            use_tqdm=False,
+            lora_request=lora_request(self.eval_input),
+            chat_template_kwargs=s.chat_template_kwargs() or None,
+        )
+        return [
+            _row(problem, first + offset, completion.text, completion.finish_reason, len(completion.token_ids))
+            for (problem, _, first), output in zip(requests, outputs, strict=True)
+            for offset, completion in enumerate(output.outputs)
+        ]
 
     def close(self) -> None:
         """Free the accelerator memory and the engine's child process (before grading starts its workers)."""
@@ -159,7 +199,7 @@ class OfflineEngine:
 class ServerEngine:
     """An already running OpenAI-compatible server, with the interface of OfflineEngine."""
 
-    def __init__(self, client: "ClientSettings", sampling: SamplingSettings, log: Callable[[str], None] = print):
+    def __init__(self, client: ClientSettings, sampling: SamplingSettings, log: Callable[[str], None] = print):
         self.client, self.sampling, self.log = client, sampling, log
 
     def generate(self, requests: list[Request]) -> list[dict[str, Any]]:
@@ -189,17 +229,23 @@ class ClientSettings:
     max_backoff_s: float = 10.0
 
     @classmethod
-    def from_config(cls, cfg, base_url: str, model: str | None) -> "ClientSettings":
+    def from_config(cls, cfg, base_url: str, model: str | None) -> ClientSettings:
         e = cfg.eval
-        return cls(base_url=base_url, model=model, request_timeout_s=e.server_request_timeout_s,
-                   max_attempts=e.server_max_attempts, concurrency=e.server_concurrency)
+        return cls(
+            base_url=base_url,
+            model=model,
+            request_timeout_s=e.server_request_timeout_s,
+            max_attempts=e.server_max_attempts,
+            concurrency=e.server_concurrency,
+        )
 
     def __post_init__(self) -> None:
         if not self.base_url.startswith(("http://", "https://")):
             raise SettingsError(f"--server must be an http:// or https:// URL (got {self.base_url!r})")
         if self.max_attempts < 1 or self.concurrency < 1 or self.request_timeout_s <= 0:
-            raise SettingsError("eval.server_max_attempts, eval.server_concurrency and eval.server_request_timeout_s "
-                                "must be positive")
+            raise SettingsError(
+                "eval.server_max_attempts, eval.server_concurrency and eval.server_request_timeout_s must be positive"
+            )
 
     @property
     def api_root(self) -> str:
@@ -247,16 +293,22 @@ def served_model(client: ClientSettings) -> str:
     return models[0]["id"]
 
 
-def generate_with_server(problems: list[Problem], client: ClientSettings, sampling: SamplingSettings,
-                         log: Callable[[str], None] = print) -> list[dict[str, Any]]:
+def generate_with_server(
+    problems: list[Problem], client: ClientSettings, sampling: SamplingSettings, log: Callable[[str], None] = print
+) -> list[dict[str, Any]]:
     """Sample sampling.n responses per problem from an OpenAI-compatible chat completions endpoint."""
     model = served_model(client)
     started = time.monotonic()
 
     def one(problem: Problem) -> list[dict[str, Any]]:
-        body: dict[str, Any] = {"model": model, "messages": problem.messages, "n": sampling.n,
-                                "temperature": sampling.temperature, "top_p": sampling.top_p,
-                                "max_tokens": sampling.max_tokens}
+        body: dict[str, Any] = {
+            "model": model,
+            "messages": problem.messages,
+            "n": sampling.n,
+            "temperature": sampling.temperature,
+            "top_p": sampling.top_p,
+            "max_tokens": sampling.max_tokens,
+        }
         if sampling.chat_template_kwargs():
             # vLLM's server reads this extension field; other servers ignore unknown fields.
             body["chat_template_kwargs"] = sampling.chat_template_kwargs()
@@ -265,10 +317,14 @@ def generate_with_server(problems: list[Problem], client: ClientSettings, sampli
         reply = _request_json(client, "POST", "/chat/completions", body)
         choices = sorted(reply.get("choices") or [], key=lambda choice: choice.get("index", 0))
         if len(choices) != sampling.n:
-            raise ServerError(f"{client.api_root}/chat/completions returned {len(choices)} choices for n={sampling.n} "
-                              f"(problem {problem.problem_id}); the server must support n > 1")
-        return [_row(problem, sample, (choice.get("message") or {}).get("content") or "", choice.get("finish_reason"),
-                     None) for sample, choice in enumerate(choices)]
+            raise ServerError(
+                f"{client.api_root}/chat/completions returned {len(choices)} choices for n={sampling.n} "
+                f"(problem {problem.problem_id}); the server must support n > 1"
+            )
+        return [
+            _row(problem, sample, (choice.get("message") or {}).get("content") or "", choice.get("finish_reason"), None)
+            for sample, choice in enumerate(choices)
+        ]
 
     with ThreadPoolExecutor(max_workers=client.concurrency) as pool:
         rows = [row for rows in pool.map(one, problems) for row in rows]
@@ -278,5 +334,9 @@ def generate_with_server(problems: list[Problem], client: ClientSettings, sampli
 
 def settings_record(sampling: SamplingSettings, engine: EngineSettings | None, client: ClientSettings | None) -> dict:
     """JSON-ready record of the settings, kept with the results (no secrets: only the key's variable name)."""
-    return {"sampling": asdict(sampling), "engine": asdict(engine) if engine else None,
-            "server": asdict(client) if client else None, "python": sys.version.split()[0]}
+    return {
+        "sampling": asdict(sampling),
+        "engine": asdict(engine) if engine else None,
+        "server": asdict(client) if client else None,
+        "python": sys.version.split()[0],
+    }

@@ -25,19 +25,66 @@ _ANSWER_LINE = re.compile(r"(?i)Answer\s*:\s*([^\n<]+)")
 
 # Textual substitutions, applied in this order (the order matters: "an " is removed before spaces are).
 _SUBSTITUTIONS: tuple[tuple[str, str], ...] = (
-    ("an ", ""), ("a ", ""), (".$", "$"), ("\\$", ""), ("\\ ", ""), (" ", ""), ("mbox", "text"), (",\\text{and}", ","),
-    ("\\text{and}", ","), ("\\text{m}", "\\text{}"))
+    ("an ", ""),
+    ("a ", ""),
+    (".$", "$"),
+    ("\\$", ""),
+    ("\\ ", ""),
+    (" ", ""),
+    ("mbox", "text"),
+    (",\\text{and}", ","),
+    ("\\text{and}", ","),
+    ("\\text{m}", "\\text{}"),
+)
 
 # Units, filler words and TeX spacing dropped from answers, in this order.
-_REMOVED: tuple[str, ...] = ("square", "ways", "integers", "dollars", "mph", "inches", "hours", "km", "units",
-                             "\\ldots", "sue", "points", "feet", "minutes", "digits", "cents", "degrees", "cm", "gm",
-                             "pounds", "meters", "meals", "edges", "students", "childrentickets", "multiples",
-                             "\\text{s}", "\\text{.}", "\\text{\ns}", "\\text{}^2", "\\text{}^3", "\\text{\n}",
-                             "\\text{}", "\\mathrm{th}", "^\\circ", "^{\\circ}", "\\;", ",\\!", "{,}", '"', "\\dots")
+_REMOVED: tuple[str, ...] = (
+    "square",
+    "ways",
+    "integers",
+    "dollars",
+    "mph",
+    "inches",
+    "hours",
+    "km",
+    "units",
+    "\\ldots",
+    "sue",
+    "points",
+    "feet",
+    "minutes",
+    "digits",
+    "cents",
+    "degrees",
+    "cm",
+    "gm",
+    "pounds",
+    "meters",
+    "meals",
+    "edges",
+    "students",
+    "childrentickets",
+    "multiples",
+    "\\text{s}",
+    "\\text{.}",
+    "\\text{\ns}",
+    "\\text{}^2",
+    "\\text{}^3",
+    "\\text{\n}",
+    "\\text{}",
+    "\\mathrm{th}",
+    "^\\circ",
+    "^{\\circ}",
+    "\\;",
+    ",\\!",
+    "{,}",
+    '"',
+    "\\dots",
+)
 
 # With two or more "$" on a line, only the text between the first two survives.
 _FIRST_DOLLAR_PAIR = re.compile(r".*?\$(.*?)\$.*")
-_UNWRAP_LAZY = tuple(re.compile(r"\\%s\{(.*?)\}" % name) for name in ("text", "textbf", "overline"))
+_UNWRAP_LAZY = tuple(re.compile(rf"\\{name}\{{(.*?)\}}") for name in ("text", "textbf", "overline"))
 _UNWRAP_BOXED = re.compile(r"\\boxed\{(.*)\}")
 _SHORT_FRAC = re.compile(r"frac([^{])(.)")
 _SHORT_SQRT = re.compile(r"sqrt([^{])")

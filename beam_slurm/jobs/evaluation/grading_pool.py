@@ -19,8 +19,9 @@ import os
 import resource
 import signal
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
 from beam_slurm.jobs.evaluation import grading
 from beam_slurm.jobs.evaluation.metrics import GradingInputError, validate_rows
@@ -49,16 +50,19 @@ class GradingLimits:
     """Seconds after ``timeout_s`` before the parent kills a worker that ignored its alarm (not a setting)."""
 
     @classmethod
-    def from_settings(cls, grade) -> "GradingLimits":
+    def from_settings(cls, grade) -> GradingLimits:
         return cls(timeout_s=grade.timeout_s, memory_mb=grade.memory_mb, workers=grade.workers)
 
     def __post_init__(self) -> None:
         for wrong, message in (
-                (not self.timeout_s > 0, f"grading timeout must be > 0 seconds, got {self.timeout_s}"),
-                (self.kill_grace_s < 0, f"grading kill grace must be >= 0 seconds, got {self.kill_grace_s}"),
-                (self.memory_mb < 256,
-                 f"grading memory cap must be >= 256 MiB (math-verify imports sympy), got {self.memory_mb}"),
-                (self.workers < 0, f"grading workers must be >= 0 (0 = all usable CPUs), got {self.workers}")):
+            (not self.timeout_s > 0, f"grading timeout must be > 0 seconds, got {self.timeout_s}"),
+            (self.kill_grace_s < 0, f"grading kill grace must be >= 0 seconds, got {self.kill_grace_s}"),
+            (
+                self.memory_mb < 256,
+                f"grading memory cap must be >= 256 MiB (math-verify imports sympy), got {self.memory_mb}",
+            ),
+            (self.workers < 0, f"grading workers must be >= 0 (0 = all usable CPUs), got {self.workers}"),
+        ):
             if wrong:
                 raise GradingInputError(message)
 
@@ -174,9 +178,12 @@ class _Worker:
     def __init__(self, context, limits: GradingLimits):
         self.progress = context.RawArray("d", 2)
         self.conn, child_conn = context.Pipe()
-        self.process = context.Process(target=_worker_main,
-                                       args=(child_conn, self.progress, limits.memory_mb, limits.timeout_s),
-                                       daemon=True, name="beam-grading-worker")
+        self.process = context.Process(
+            target=_worker_main,
+            args=(child_conn, self.progress, limits.memory_mb, limits.timeout_s),
+            daemon=True,
+            name="beam-grading-worker",
+        )
         self.process.start()
         child_conn.close()
         self.task: _Task | None = None
@@ -205,15 +212,17 @@ class GradingPool:
 
     def __init__(self, limits: GradingLimits):
         if importlib.util.find_spec("math_verify") is None:
-            raise GradingSetupError("math-verify is not installed in this environment; install the eval extra "
-                                    "(pip install 'beam-slurm[eval]') or the dev extra")
+            raise GradingSetupError(
+                "math-verify is not installed in this environment; install the eval extra "
+                "(pip install 'beam-slurm[eval]') or the dev extra"
+            )
         self.limits = limits
         self._context = multiprocessing.get_context("forkserver")
         # Honoured only when this process starts its first forkserver; later calls are harmless.
         self._context.set_forkserver_preload(["beam_slurm.jobs.evaluation.grading_pool", "math_verify", "sympy"])
         self._workers = [_Worker(self._context, limits) for _ in range(limits.worker_count)]
 
-    def __enter__(self) -> "GradingPool":
+    def __enter__(self) -> GradingPool:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -231,7 +240,9 @@ class GradingPool:
         started = time.monotonic()
         results: list[Any] = [None] * len(items)
         size = _BATCH_SIZE[kind]
-        pending = collections.deque(_Task(kind, start, items[start : start + size]) for start in range(0, len(items), size))
+        pending = collections.deque(
+            _Task(kind, start, items[start : start + size]) for start in range(0, len(items), size)
+        )
         hard_limit = self.limits.timeout_s + self.limits.kill_grace_s
         while pending or any(w.task is not None for w in self._workers):
             for worker in self._workers:
@@ -285,21 +296,22 @@ def grade_rows_detailed(rows: Iterable[dict[str, Any]], limits: GradingLimits) -
     return outcome
 
 
-def grade_with_pool(pool: GradingPool, rows: list[dict[str, Any]], outcome: GradingOutcome | None = None
-                    ) -> list[dict[str, Any]]:
+def grade_with_pool(
+    pool: GradingPool, rows: list[dict[str, Any]], outcome: GradingOutcome | None = None
+) -> list[dict[str, Any]]:
     """Grade validated `rows` in an open pool; returns the graded rows, also appended to `outcome.grades`."""
     outcome = outcome if outcome is not None else GradingOutcome(grades=[])
     first = len(outcome.grades)
     gts = [str(row["ground_truth"]) for row in rows]
-    primary_items = [(row["response"][-grading.PRIMARY_TAIL_CHARS :], gt) for row, gt in zip(rows, gts)]
+    primary_items = [(row["response"][-grading.PRIMARY_TAIL_CHARS :], gt) for row, gt in zip(rows, gts, strict=False)]
     primary, outcome.phases[PRIMARY] = pool.run(PRIMARY, primary_items)
     del primary_items
-    mv_items = [(row["response"][-grading.MATH_VERIFY_TAIL_CHARS :], gt) for row, gt in zip(rows, gts)]
+    mv_items = [(row["response"][-grading.MATH_VERIFY_TAIL_CHARS :], gt) for row, gt in zip(rows, gts, strict=False)]
     verified, outcome.phases[MATH_VERIFY] = pool.run(MATH_VERIFY, mv_items)
-    for row, primary_value, mv_value in zip(rows, primary, verified):
+    for row, primary_value, mv_value in zip(rows, primary, verified, strict=False):
         # None: the rule itself overran its bound: wrong, and counted through the null second opinion.
         correct, pred = (False, None) if primary_value is None else primary_value
-        outcome.grades.append({**row, "correct": correct, "pred": pred,
-                               "math_verify": None if primary_value is None else mv_value})
+        outcome.grades.append(
+            {**row, "correct": correct, "pred": pred, "math_verify": None if primary_value is None else mv_value}
+        )
     return outcome.grades[first:]
-

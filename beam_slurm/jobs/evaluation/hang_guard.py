@@ -14,8 +14,8 @@ import os
 import statistics
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from beam_slurm.core.atomic_files import write_text
 from beam_slurm.jobs.ray_cluster.hang_dump import dump_process, parent_pid, py_spy, role_of
@@ -36,8 +36,12 @@ def describe(timeout_s: float | None, start_allowance_s: float) -> str:
     """`plan`'s row for evaluation tasks."""
     if timeout_s == 0:
         return "off (eval.hang_timeout_s=0)"
-    head = (f"{timeout_s:.0f} s a chunk (eval.hang_timeout_s)" if timeout_s else
-            f"{DERIVED_MULTIPLE:g} x the median chunk time, at least {DERIVED_FLOOR_S:.0f} s (eval.hang_timeout_s unset)")
+    head = (
+        f"{timeout_s:.0f} s a chunk (eval.hang_timeout_s)"
+        if timeout_s
+        else f"{DERIVED_MULTIPLE:g} x the median chunk time, at least {DERIVED_FLOOR_S:.0f} s "
+        "(eval.hang_timeout_s unset)"
+    )
     return f"{head}; +{start_allowance_s:.0f} s before the first chunk (engine start and model load)"
 
 
@@ -60,8 +64,10 @@ def requeue_this_task(max_requeues: int, log: Callable[[str], None]) -> None:
     job = os.environ.get("SLURM_JOB_ID")
     restarts = int(os.environ.get("SLURM_RESTART_COUNT", "0") or 0)
     if job and restarts < max_requeues:
-        log(f"evaluate: requeueing task {job} (attempt {restarts + 1} of at most {max_requeues + 1}); its saved "
-            "chunks are kept")
+        log(
+            f"evaluate: requeueing task {job} (attempt {restarts + 1} of at most {max_requeues + 1}); its saved "
+            "chunks are kept"
+        )
         try:
             scheduler.requeue(job)
             time.sleep(120)  # Slurm ends this process as it requeues the job
@@ -75,8 +81,14 @@ def requeue_this_task(max_requeues: int, log: Callable[[str], None]) -> None:
 class GenerationWatchdog:
     """Hung if no chunk is saved (`chunk_saved`) in `chunk_limit_s`; `on_hang` (default requeue) runs after dumps."""
 
-    def __init__(self, timeout_s: float | None, start_allowance_s: float, folder: Path,
-                 log: Callable[[str], None], on_hang: Callable[[], None]):
+    def __init__(
+        self,
+        timeout_s: float | None,
+        start_allowance_s: float,
+        folder: Path,
+        log: Callable[[str], None],
+        on_hang: Callable[[], None],
+    ):
         self.timeout_s, self.start_allowance_s, self.folder, self.log = timeout_s, start_allowance_s, folder, log
         self.on_hang = on_hang
         self.chunk_seconds: list[float] = []
@@ -84,7 +96,7 @@ class GenerationWatchdog:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._watch, name="eval-hang-watchdog", daemon=True)
 
-    def __enter__(self) -> "GenerationWatchdog":
+    def __enter__(self) -> GenerationWatchdog:
         if self.timeout_s != 0:
             self._thread.start()
         return self
@@ -102,8 +114,10 @@ class GenerationWatchdog:
             limit = chunk_limit_s(self.timeout_s, self.chunk_seconds, self.start_allowance_s)
             silent = time.monotonic() - self.last
             if silent > limit:
-                self.log(f"evaluate: hang: no chunk saved for {silent:.0f} s (limit {limit:.0f} s, "
-                         f"{len(self.chunk_seconds)} chunks saved by this attempt); stacks in {self.dump()}")
+                self.log(
+                    f"evaluate: hang: no chunk saved for {silent:.0f} s (limit {limit:.0f} s, "
+                    f"{len(self.chunk_seconds)} chunks saved by this attempt); stacks in {self.dump()}"
+                )
                 self.on_hang()
                 return
 
@@ -117,6 +131,8 @@ class GenerationWatchdog:
         spy = py_spy()
         for pid in child_pids(os.getpid()):
             text, error = dump_process(pid, spy)
-            write_text(folder / f"{pid}-{role_of(pid).replace('/', '_').replace(' ', '_')[:60]}.txt",
-                       text or f"# no stack: {error}\n")
+            write_text(
+                folder / f"{pid}-{role_of(pid).replace('/', '_').replace(' ', '_')[:60]}.txt",
+                text or f"# no stack: {error}\n",
+            )
         return folder

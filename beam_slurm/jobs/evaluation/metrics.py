@@ -12,7 +12,8 @@ import collections
 import math
 import random
 import statistics
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from beam_slurm.core.errors import UserError
 
@@ -44,8 +45,9 @@ def validate_rows(rows: list[dict[str, Any]]) -> None:
             raise GradingInputError(f"row {number}: expected a JSON object, got {type(row).__name__}")
         missing = [name for name in required if name not in row]
         if missing:
-            raise GradingInputError(f"row {number}: missing field(s) {', '.join(missing)}; each row needs "
-                                    f"{', '.join(required)}")
+            raise GradingInputError(
+                f"row {number}: missing field(s) {', '.join(missing)}; each row needs {', '.join(required)}"
+            )
         if not isinstance(row["response"], str):
             raise GradingInputError(f"row {number}: 'response' must be a string, got {type(row['response']).__name__}")
         if not isinstance(row["data_source"], str) or not row["data_source"]:
@@ -58,23 +60,28 @@ def validate_rows(rows: list[dict[str, Any]]) -> None:
         source, problem = row["data_source"], str(row["problem_id"])
         key = (source, problem, row["sample"])
         if key in seen:
-            raise GradingInputError(f"row {number}: duplicate sample {row['sample']} of problem {problem!r} in data "
-                                    f"source {source!r}")
+            raise GradingInputError(
+                f"row {number}: duplicate sample {row['sample']} of problem {problem!r} in data source {source!r}"
+            )
         seen.add(key)
         truth = str(row["ground_truth"])
         previous = truths.setdefault((source, problem), truth)
         if previous != truth:
-            raise GradingInputError(f"row {number}: problem {problem!r} of data source {source!r} has two ground "
-                                    f"truths, {previous!r} and {truth!r}")
+            raise GradingInputError(
+                f"row {number}: problem {problem!r} of data source {source!r} has two ground "
+                f"truths, {previous!r} and {truth!r}"
+            )
         samples[source][problem] += 1
     for source, per_problem in samples.items():
         counts = collections.Counter(per_problem.values())
         if len(counts) > 1:
             k = counts.most_common(1)[0][0]
             odd = sorted((p for p, n in per_problem.items() if n != k), key=_problem_sort_key)
-            raise GradingInputError(f"data source {source!r}: problem {odd[0]!r} has {per_problem[odd[0]]} samples "
-                                    f"but most problems have {k} (k must be equal for every problem; {len(odd)} "
-                                    "problem(s) differ)")
+            raise GradingInputError(
+                f"data source {source!r}: problem {odd[0]!r} has {per_problem[odd[0]]} samples "
+                f"but most problems have {k} (k must be equal for every problem; {len(odd)} "
+                "problem(s) differ)"
+            )
 
 
 def pass_at(k: int, correct: int, j: int) -> float:
@@ -90,8 +97,9 @@ def pass_at_levels(k: int) -> list[int]:
     return levels + ([k] if levels[-1] != k else [])
 
 
-def bootstrap_interval(per_problem: list[float], *, draws: int = BOOTSTRAP_DRAWS, seed: int = BOOTSTRAP_SEED,
-                       level: float = 0.95) -> tuple[float, float]:
+def bootstrap_interval(
+    per_problem: list[float], *, draws: int = BOOTSTRAP_DRAWS, seed: int = BOOTSTRAP_SEED, level: float = 0.95
+) -> tuple[float, float]:
     """Percentile bootstrap interval of the mean of `per_problem` (each problem's c/k)."""
     n = len(per_problem)
     if n == 0:
@@ -130,16 +138,22 @@ def compute_metrics(grades: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
             "avg@k": statistics.fmean(c / k for c in n_correct),
             "avg@k_ci95": list(bootstrap_interval([c / k for c in n_correct])),
             **{f"pass@{j}": statistics.fmean(pass_at(k, c, j) for c in n_correct) for j in pass_at_levels(k)},
-            "maj@k": statistics.fmean(1.0 if majority_answer(s)[2] else 0.0 for s in problems.values()), "k": k,
-            "timeouts": sum(1 for samples in problems.values() for g in samples if g["math_verify"] is None)}
+            "maj@k": statistics.fmean(1.0 if majority_answer(s)[2] else 0.0 for s in problems.values()),
+            "k": k,
+            "timeouts": sum(1 for samples in problems.values() for g in samples if g["math_verify"] is None),
+        }
     return metrics
 
 
 def _length_stats(values: list[int]) -> dict[str, float]:
     ordered = sorted(values)
-    return {"mean": statistics.fmean(ordered), "median": statistics.median(ordered),
-            "p90": ordered[min(len(ordered) - 1, math.ceil(0.9 * len(ordered)) - 1)], "min": ordered[0],
-            "max": ordered[-1]}
+    return {
+        "mean": statistics.fmean(ordered),
+        "median": statistics.median(ordered),
+        "p90": ordered[min(len(ordered) - 1, math.ceil(0.9 * len(ordered)) - 1)],
+        "min": ordered[0],
+        "max": ordered[-1],
+    }
 
 
 def compute_details(grades: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -153,21 +167,33 @@ def compute_details(grades: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
         for problem_id in sorted(problems, key=_problem_sort_key):
             samples = problems[problem_id]
             answer, votes, majority_correct = majority_answer(samples)
-            table.append({"problem_id": samples[0]["problem_id"], "ground_truth": samples[0]["ground_truth"], "k": k,
-                          "correct": sum(1 for g in samples if g["correct"]),
-                          "math_verify_correct": sum(1 for g in samples if g["math_verify"]), "majority": answer,
-                          "majority_votes": votes, "majority_correct": majority_correct,
-                          "no_answer": sum(1 for g in samples if g["pred"] is None),
-                          "mean_chars": statistics.fmean(len(g["response"]) for g in samples)})
+            table.append(
+                {
+                    "problem_id": samples[0]["problem_id"],
+                    "ground_truth": samples[0]["ground_truth"],
+                    "k": k,
+                    "correct": sum(1 for g in samples if g["correct"]),
+                    "math_verify_correct": sum(1 for g in samples if g["math_verify"]),
+                    "majority": answer,
+                    "majority_votes": votes,
+                    "majority_correct": majority_correct,
+                    "no_answer": sum(1 for g in samples if g["pred"] is None),
+                    "mean_chars": statistics.fmean(len(g["response"]) for g in samples),
+                }
+            )
         entry: dict[str, Any] = {
-            "problems_count": len(problems), "responses": len(rows),
+            "problems_count": len(problems),
+            "responses": len(rows),
             "math_verify_avg@k": statistics.fmean(p["math_verify_correct"] / k for p in table),
             "agreement": sum(1 for g in judged if bool(g["math_verify"]) == bool(g["correct"])) / len(judged)
-            if judged else None,
+            if judged
+            else None,
             "no_answer": sum(p["no_answer"] for p in table),
-            "finish_reasons": dict(sorted(collections.Counter(str(g.get("finish_reason") or "unknown")
-                                                              for g in rows).items())),
-            "response_chars": _length_stats([len(g["response"]) for g in rows])}
+            "finish_reasons": dict(
+                sorted(collections.Counter(str(g.get("finish_reason") or "unknown") for g in rows).items())
+            ),
+            "response_chars": _length_stats([len(g["response"]) for g in rows]),
+        }
         tokens = [g["response_tokens"] for g in rows if isinstance(g.get("response_tokens"), int)]
         if len(tokens) == len(rows):
             entry["response_tokens"] = _length_stats(tokens)

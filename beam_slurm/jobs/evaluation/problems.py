@@ -33,8 +33,9 @@ class Problem:
 def _messages(value: Any, where: str) -> list[dict[str, str]]:
     if not isinstance(value, list) or not value:
         raise DatasetError(f"{where}: prompt must be a non-empty list of {{role, content}} messages")
-    if not all(isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
-               for m in value):
+    if not all(
+        isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str) for m in value
+    ):
         raise DatasetError(f"{where}: every prompt message needs string 'role' and 'content'")
     return [{"role": message["role"], "content": message["content"]} for message in value]
 
@@ -52,8 +53,10 @@ def read_problems(path: str | Path, limit: int | None = None) -> list[Problem]:
         raise DatasetError(f"--data: {path} is not a readable parquet file ({exc})") from exc
     missing = [column for column in REQUIRED_COLUMNS if column not in table.column_names]
     if missing:
-        raise DatasetError(f"--data: {path} lacks column(s) {', '.join(missing)}; expected the cleaned DAPO/AIME "
-                           "format (prompt, reward_model.ground_truth, data_source)")
+        raise DatasetError(
+            f"--data: {path} lacks column(s) {', '.join(missing)}; expected the cleaned DAPO/AIME "
+            "format (prompt, reward_model.ground_truth, data_source)"
+        )
     problems: list[Problem] = []
     seen: set[str] = set()
     for number, row in enumerate(table.to_pylist()[:limit]):

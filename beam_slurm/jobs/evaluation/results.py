@@ -34,12 +34,23 @@ def write_json(path: Path, payload: Any) -> None:
 def _grades_table(grades: list[dict[str, Any]]):
     import pyarrow as pa
 
-    known = {"data_source": (pa.string(), str), "problem_id": (pa.string(), str), "sample": (pa.int64(), int),
-             "response": (pa.large_string(), str), "ground_truth": (pa.string(), str), "correct": (pa.bool_(), bool),
-             "pred": (pa.string(), None), "math_verify": (pa.bool_(), None)}  # None: taken as it is
+    known = {
+        "data_source": (pa.string(), str),
+        "problem_id": (pa.string(), str),
+        "sample": (pa.int64(), int),
+        "response": (pa.large_string(), str),
+        "ground_truth": (pa.string(), str),
+        "correct": (pa.bool_(), bool),
+        "pred": (pa.string(), None),
+        "math_verify": (pa.bool_(), None),
+    }  # None: taken as it is
     columns: dict[str, Any] = {
-        name: pa.array([g.get(name) if convert is None or g.get(name) is None else convert(g[name]) for g in grades],
-                       type=arrow_type) for name, (arrow_type, convert) in known.items()}
+        name: pa.array(
+            [g.get(name) if convert is None or g.get(name) is None else convert(g[name]) for g in grades],
+            type=arrow_type,
+        )
+        for name, (arrow_type, convert) in known.items()
+    }
     for name in sorted({key for g in grades for key in g} - set(known)):
         values = [g.get(name) for g in grades]
         try:
@@ -59,13 +70,21 @@ def rehearsal_export(extra: dict[str, Any] | None) -> str | None:
         model = holder.get("model") if isinstance(holder, dict) else None
         if isinstance(model, dict):
             candidates += [model.get("model_path"), model.get("lora_path")]
-    markers = (Path(candidate) / folder / REHEARSAL_MARKER for candidate in candidates
-               if isinstance(candidate, str) and candidate for folder in ("", POLICY_SUBDIR))
+    markers = (
+        Path(candidate) / folder / REHEARSAL_MARKER
+        for candidate in candidates
+        if isinstance(candidate, str) and candidate
+        for folder in ("", POLICY_SUBDIR)
+    )
     return next((str(marker) for marker in markers if marker.is_file()), None)
 
 
-def write_results(out_dir: str | os.PathLike, grades: list[dict[str, Any]], metrics: dict[str, dict[str, Any]],
-                  extra: dict[str, Any] | None = None) -> Path:
+def write_results(
+    out_dir: str | os.PathLike,
+    grades: list[dict[str, Any]],
+    metrics: dict[str, dict[str, Any]],
+    extra: dict[str, Any] | None = None,
+) -> Path:
     """Write one evaluation's files into ``out_dir`` (atomically, ``metrics.json`` last) and return the folder."""
     import pyarrow.parquet as pq
 
@@ -73,8 +92,10 @@ def write_results(out_dir: str | os.PathLike, grades: list[dict[str, Any]], metr
     marker = rehearsal_export(extra)
     if marker is not None:  # made-up weights: every file a reader might take as the step's result says so
         extra = {**extra, "rehearsal": True, "rehearsal_marker": marker}
-        metrics = {source: {**entry, "rehearsal": True} if isinstance(entry, dict) else entry
-                   for source, entry in metrics.items()}
+        metrics = {
+            source: {**entry, "rehearsal": True} if isinstance(entry, dict) else entry
+            for source, entry in metrics.items()
+        }
 
     with atomic_writer(out / GRADES_FILE) as handle:
         for grade in grades:

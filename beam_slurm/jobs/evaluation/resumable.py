@@ -19,9 +19,10 @@ import hashlib
 import json
 import time
 import uuid
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from beam_slurm.core.atomic_files import write_text
 from beam_slurm.jobs.evaluation.grading_pool import GradingPool, grade_with_pool
@@ -41,8 +42,15 @@ def _digest(payload: Any) -> str:
 
 def sampling_identity(model: dict | None, server: dict | None, data_sha256: str, sampling) -> dict[str, Any]:
     """What makes two sets of samples interchangeable (k excluded: samples are drawn independently)."""
-    return {"model": model, "server": server, "data_sha256": data_sha256, "temperature": sampling.temperature,
-            "top_p": sampling.top_p, "max_tokens": sampling.max_tokens, "reasoning_effort": sampling.reasoning_effort}
+    return {
+        "model": model,
+        "server": server,
+        "data_sha256": data_sha256,
+        "temperature": sampling.temperature,
+        "top_p": sampling.top_p,
+        "max_tokens": sampling.max_tokens,
+        "reasoning_effort": sampling.reasoning_effort,
+    }
 
 
 @dataclass(frozen=True)
@@ -120,8 +128,12 @@ class SampleStore:
 
     def grades(self) -> list[dict[str, Any]]:
         """Every graded response (chunks not graded yet are left out)."""
-        return [row for chunk in self.response_chunks() if self.grades_of(chunk).is_file()
-                for row in _read_jsonl(self.grades_of(chunk))]
+        return [
+            row
+            for chunk in self.response_chunks()
+            if self.grades_of(chunk).is_file()
+            for row in _read_jsonl(self.grades_of(chunk))
+        ]
 
 
 @dataclass
@@ -135,29 +147,43 @@ class Progress:
     grading_s: float = 0.0
 
 
-def generate_missing(store: SampleStore, problems: list[Problem], k: int, engine_factory: Callable[[], Any],
-                     chunk_problems: int, progress: Progress, log: Callable[[str], None] = print,
-                     chunk_saved: Callable[[], None] = lambda: None) -> None:
+def generate_missing(
+    store: SampleStore,
+    problems: list[Problem],
+    k: int,
+    engine_factory: Callable[[], Any],
+    chunk_problems: int,
+    progress: Progress,
+    log: Callable[[str], None] = print,
+    chunk_saved: Callable[[], None] = lambda: None,
+) -> None:
     """Generate what k responses per problem lack, one saved chunk at a time; `chunk_saved` after each (heartbeat)."""
     counts = store.counts()
     progress.reused += sum(min(counts.get(p.problem_id, 0), k) for p in problems)
     # (problem, responses still needed, index of the first) for every problem with fewer than k saved
-    todo = [(p, k - counts.get(p.problem_id, 0), counts.get(p.problem_id, 0))
-            for p in problems if counts.get(p.problem_id, 0) < k]
+    todo = [
+        (p, k - counts.get(p.problem_id, 0), counts.get(p.problem_id, 0))
+        for p in problems
+        if counts.get(p.problem_id, 0) < k
+    ]
     if not todo:
         return
     started = time.monotonic()
     engine = engine_factory()
-    log(f"evaluate: {sum(n for _, n, _ in todo)} responses to generate for {len(todo)} problems "
-        f"({progress.reused} reused), {chunk_problems} problems per chunk")
+    log(
+        f"evaluate: {sum(n for _, n, _ in todo)} responses to generate for {len(todo)} problems "
+        f"({progress.reused} reused), {chunk_problems} problems per chunk"
+    )
     try:
         for first in range(0, len(todo), chunk_problems):
-            rows = engine.generate(todo[first:first + chunk_problems])
+            rows = engine.generate(todo[first : first + chunk_problems])
             store.add_chunk(rows)
             progress.generated += len(rows)
             chunk_saved()
-            log(f"evaluate: saved chunk {first // chunk_problems + 1}/{-(-len(todo) // chunk_problems)} "
-                f"({len(rows)} responses)")
+            log(
+                f"evaluate: saved chunk {first // chunk_problems + 1}/{-(-len(todo) // chunk_problems)} "
+                f"({len(rows)} responses)"
+            )
     finally:
         progress.generation_s += time.monotonic() - started
 
@@ -188,8 +214,15 @@ def write_task_results(out_dir: Path, key: TaskKey, grades: list[dict[str, Any]]
     metrics = compute_metrics(grades)
     for entry in metrics.values():
         entry["dataset"] = key.dataset
-    write_results(out_dir / key.task_dir, grades, metrics, extra={**record, "task_key": {
-        "dataset": key.dataset, "k": key.k, "limit": key.limit, "sampling": key.identity}})
+    write_results(
+        out_dir / key.task_dir,
+        grades,
+        metrics,
+        extra={
+            **record,
+            "task_key": {"dataset": key.dataset, "k": key.k, "limit": key.limit, "sampling": key.identity},
+        },
+    )
     return metrics
 
 

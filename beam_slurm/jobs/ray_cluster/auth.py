@@ -33,8 +33,10 @@ def _check_private(path: Path) -> None:
     if info.st_uid != os.getuid():
         raise PermissionError(f"{path} belongs to uid {info.st_uid}, not to you; remove it and resubmit")
     if stat.S_IMODE(info.st_mode) & 0o077:
-        raise PermissionError(f"{path} is readable by others (mode {stat.S_IMODE(info.st_mode):o}); "
-                              f"remove it and resubmit so a new token is made")
+        raise PermissionError(
+            f"{path} is readable by others (mode {stat.S_IMODE(info.st_mode):o}); "
+            f"remove it and resubmit so a new token is made"
+        )
 
 
 def ensure_token(settings: RaySettings, job_id: str | int) -> Path:

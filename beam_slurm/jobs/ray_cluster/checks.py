@@ -17,9 +17,12 @@ def check_gpu_count(host: str, gpus: list[str], source: str, expected: int | Non
     """NodeFailure('setup') unless Slurm gave this node's step `expected` GPUs (no check when None)."""
     if expected is not None and len(gpus) != expected:
         source = source or "CUDA_VISIBLE_DEVICES/SLURM_STEP_GPUS/SLURM_JOB_GPUS (none set)"
-        raise NodeFailure("setup", f"node {host}: Slurm gave this step {len(gpus)} GPUs (from {source}) but the job "
-                                   f"expects {expected} per node; request them with --gpus-per-node={expected} "
-                                   f"(or --gres=gpu:{expected})")
+        raise NodeFailure(
+            "setup",
+            f"node {host}: Slurm gave this step {len(gpus)} GPUs (from {source}) but the job "
+            f"expects {expected} per node; request them with --gpus-per-node={expected} "
+            f"(or --gres=gpu:{expected})",
+        )
 
 
 class GpuVisibilityCheck:
@@ -60,7 +63,9 @@ class GpuVisibilityCheck:
             view = ray.get(ref)
             problem = compare_gpu_view(info["host"], [str(g) for g in info.get("gpus", [])], view, None)
             if problem is None and view.get("noset"):
-                problem = (f"node {info['host']}: RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES is set, so Ray workers "
-                           "keep every GPU visible and all use GPU 0 (SkyRL issue 1577); unset it")
+                problem = (
+                    f"node {info['host']}: RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES is set, so Ray workers "
+                    "keep every GPU visible and all use GPU 0 (SkyRL issue 1577); unset it"
+                )
             if problem:
                 raise NodeFailure("setup", problem)

@@ -30,7 +30,7 @@ class NodeContext:
     spec: JobSpec = field(default_factory=JobSpec)
 
     @classmethod
-    def from_env(cls, environ: dict[str, str] | None = None) -> "NodeContext":
+    def from_env(cls, environ: dict[str, str] | None = None) -> NodeContext:
         env = dict(os.environ if environ is None else environ)
         missing = [name for name in ("SLURM_JOB_ID", "SLURM_PROCID") if name not in env]
         if missing:
@@ -38,8 +38,11 @@ class NodeContext:
         num_nodes = int(env.get("SLURM_STEP_NUM_NODES") or env.get("SLURM_NNODES") or 1)
         num_tasks = int(env.get("SLURM_STEP_NUM_TASKS") or env.get("SLURM_NTASKS") or num_nodes)
         if num_tasks != num_nodes:
-            raise NodeFailure("setup", f"the Ray step has {num_tasks} tasks on {num_nodes} nodes; run it with "
-                                       "--ntasks-per-node=1 (one Ray node per host)")
+            raise NodeFailure(
+                "setup",
+                f"the Ray step has {num_tasks} tasks on {num_nodes} nodes; run it with "
+                "--ntasks-per-node=1 (one Ray node per host)",
+            )
         nodelist = env.get("SLURM_STEP_NODELIST") or env.get("SLURM_JOB_NODELIST") or ""
         try:
             hosts = expand_hostnames(nodelist) if nodelist else []
@@ -50,11 +53,19 @@ class NodeContext:
             spec = JobSpec.read(folder)
         except (OSError, ValueError, TypeError) as exc:
             raise NodeFailure("setup", f"the attempt's job spec in {folder} cannot be read: {exc}") from None
-        return cls(job_id=env["SLURM_JOB_ID"], attempt=int(env.get("SLURM_RESTART_COUNT") or 0),
-                   attempt_label=environ_attempt_label(env),
-                   step=env.get("SLURM_STEP_ID", "0"), rank=int(env["SLURM_PROCID"]), num_nodes=num_nodes,
-                   host=env.get("SLURMD_NODENAME") or socket.gethostname(), step_hosts=hosts, attempt_dir=folder,
-                   cpus=int(env.get("SLURM_CPUS_ON_NODE") or os.cpu_count() or 1), spec=spec)
+        return cls(
+            job_id=env["SLURM_JOB_ID"],
+            attempt=int(env.get("SLURM_RESTART_COUNT") or 0),
+            attempt_label=environ_attempt_label(env),
+            step=env.get("SLURM_STEP_ID", "0"),
+            rank=int(env["SLURM_PROCID"]),
+            num_nodes=num_nodes,
+            host=env.get("SLURMD_NODENAME") or socket.gethostname(),
+            step_hosts=hosts,
+            attempt_dir=folder,
+            cpus=int(env.get("SLURM_CPUS_ON_NODE") or os.cpu_count() or 1),
+            spec=spec,
+        )
 
     def host_of_rank(self, rank: int) -> str:
         return self.step_hosts[rank] if rank < len(self.step_hosts) else f"rank {rank}"

@@ -30,8 +30,12 @@ def hold_first_sigterm() -> None:
         global _held
         if not _held and (folder := attempt_dir()) is not None and not stopping(folder):
             _held = True
-            print(f"[driver {time.strftime('%H:%M:%S')}] SIGTERM held: it may be a preemption's notice; the batch "
-                  "shell asks for a save or stops the step", file=sys.stderr, flush=True)
+            print(
+                f"[driver {time.strftime('%H:%M:%S')}] SIGTERM held: it may be a preemption's notice; the batch "
+                "shell asks for a save or stops the step",
+                file=sys.stderr,
+                flush=True,
+            )
             return
         if callable(previous):
             previous(signum, frame)

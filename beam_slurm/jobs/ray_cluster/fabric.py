@@ -23,10 +23,11 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from beam_slurm.config.ports import FIXED_PORTS, first_block
 from beam_slurm.jobs.ray_cluster.gpus import allocated_gpus
@@ -63,17 +64,34 @@ class FabricSettings:
 def fabric_settings(cfg: Any) -> FabricSettings:
     """The recipe's `cluster.fabric_*` keys and every configured interface name; the job fills in the port."""
     cluster, ray, trainer = cfg.cluster, cfg.ray, cfg.trainer
-    named = {key: value for key, value in (("cluster.fabric_interface", cluster.fabric_interface),
-                                           ("ray.network_interface", ray.network_interface)) if value}
+    named = {
+        key: value
+        for key, value in (
+            ("cluster.fabric_interface", cluster.fabric_interface),
+            ("ray.network_interface", ray.network_interface),
+        )
+        if value
+    }
     for section, extra in (("ray.extra_env", ray.extra_env), ("trainer.extra_env", trainer.extra_env)):
         for variable in INTERFACE_VARIABLES:
             if extra.get(variable):
                 named[f"{section}.{variable}"] = extra[variable]
-    plain_nccl = next((v.lstrip("=") for k, v in named.items() if k.endswith("NCCL_SOCKET_IFNAME")
-                       and not v.startswith("^") and "," not in v), "")
+    plain_nccl = next(
+        (
+            v.lstrip("=")
+            for k, v in named.items()
+            if k.endswith("NCCL_SOCKET_IFNAME") and not v.startswith("^") and "," not in v
+        ),
+        "",
+    )
     interface = cluster.fabric_interface or plain_nccl or ray.network_interface
-    return FabricSettings(enabled=bool(cluster.fabric_check), timeout_s=float(cluster.fabric_check_timeout_s),
-                          bytes=int(cluster.fabric_check_bytes), interface=interface, interface_settings=named)
+    return FabricSettings(
+        enabled=bool(cluster.fabric_check),
+        timeout_s=float(cluster.fabric_check_timeout_s),
+        bytes=int(cluster.fabric_check_bytes),
+        interface=interface,
+        interface_settings=named,
+    )
 
 
 def with_job_port(settings: dict[str, Any], ray_settings: Any, job_id: str) -> dict[str, Any]:
@@ -126,8 +144,11 @@ def interface_problems(settings: FabricSettings, environ: Mapping[str, str]) -> 
     for variable in INTERFACE_VARIABLES:
         if environ.get(variable) and variable not in specs:
             specs[f"{variable} (from the environment)"] = environ[variable]
-    problems = [f"{setting}={spec!r} matches no network interface ({here}); fix {setting.split(' ')[0]}"
-                for setting, spec in sorted(specs.items()) if spec and not spec_matches(spec, names)]
+    problems = [
+        f"{setting}={spec!r} matches no network interface ({here}); fix {setting.split(' ')[0]}"
+        for setting, spec in sorted(specs.items())
+        if spec and not spec_matches(spec, names)
+    ]
     iface = settings.interface
     if iface and iface in names:
         if not interface_running(iface):
@@ -142,9 +163,19 @@ def interface_problems(settings: FabricSettings, environ: Mapping[str, str]) -> 
 def ring_rounds(hosts_by_rank: Mapping[int, str], local_by_rank: Mapping[int, int]) -> list[list[tuple[int, int]]]:
     """Rounds of rank pairs: a ring over the hosts per local rank (over all ranks on one host)."""
     host_order = list(dict.fromkeys(hosts_by_rank[r] for r in sorted(hosts_by_rank)))
-    rings = [sorted(hosts_by_rank)] if len(host_order) == 1 else [
-        [r for h in host_order for r in sorted(hosts_by_rank) if hosts_by_rank[r] == h and local_by_rank[r] == local]
-        for local in sorted(set(local_by_rank.values()))]
+    rings = (
+        [sorted(hosts_by_rank)]
+        if len(host_order) == 1
+        else [
+            [
+                r
+                for h in host_order
+                for r in sorted(hosts_by_rank)
+                if hosts_by_rank[r] == h and local_by_rank[r] == local
+            ]
+            for local in sorted(set(local_by_rank.values()))
+        ]
+    )
     rounds: list[list[tuple[int, int]]] = [[], [], []]
     for ring in rings:
         n = len(ring)
@@ -172,8 +203,11 @@ def _group(dist: Any, backend: str, store: Any, rank: int, size: int, timeout_s:
     options = dist.ProcessGroupGloo._Options()
     options._timeout = timeout
     interface = interface or os.environ.get("GLOO_SOCKET_IFNAME", "").split(",")[0]
-    options._devices = [dist.ProcessGroupGloo.create_device(interface=interface) if interface
-                        else dist.ProcessGroupGloo.create_default_device()]
+    options._devices = [
+        dist.ProcessGroupGloo.create_device(interface=interface)
+        if interface
+        else dist.ProcessGroupGloo.create_default_device()
+    ]
     return dist.ProcessGroupGloo(store, rank, size, options)
 
 
@@ -183,8 +217,18 @@ def _finish(torch: Any, work: Any, device: Any, timeout_s: float) -> None:
         torch.cuda.synchronize(device)
 
 
-def _pair_exchange(dist: Any, torch: Any, store: Any, me: int, peer: int, backend: str, nbytes: int,
-                   timeout_s: float, device: Any, interface: str) -> dict[str, Any]:
+def _pair_exchange(
+    dist: Any,
+    torch: Any,
+    store: Any,
+    me: int,
+    peer: int,
+    backend: str,
+    nbytes: int,
+    timeout_s: float,
+    device: Any,
+    interface: str,
+) -> dict[str, Any]:
     """Ping-pong `nbytes` with `peer` in a 2-rank group of its own; seconds and GB/s (both directions counted)."""
     pair_rank = 0 if me < peer else 1
     other = 1 - pair_rank
@@ -206,8 +250,18 @@ def _pair_exchange(dist: Any, torch: Any, store: Any, me: int, peer: int, backen
     return {"seconds": round(seconds, 4), "bytes": moved, "gbytes_per_s": round(moved / seconds / 1e9, 3)}
 
 
-def _world_all_reduce(dist: Any, torch: Any, store: Any, rank: int, world: int, backend: str, nbytes: int,
-                      timeout_s: float, device: Any, interface: str) -> dict[str, Any]:
+def _world_all_reduce(
+    dist: Any,
+    torch: Any,
+    store: Any,
+    rank: int,
+    world: int,
+    backend: str,
+    nbytes: int,
+    timeout_s: float,
+    device: Any,
+    interface: str,
+) -> dict[str, Any]:
     group = _group(dist, backend, store, rank, world, timeout_s, interface)
     tensor = torch.ones(max(nbytes // 4, 1), dtype=torch.float32, device=device)
     _finish(torch, group.allreduce([tensor[:1024]]), device, timeout_s)
@@ -216,8 +270,11 @@ def _world_all_reduce(dist: Any, torch: Any, store: Any, rank: int, world: int, 
     seconds = time.perf_counter() - started
     size = tensor.numel() * 4
     # Bus bandwidth as nccl-tests reports it for all_reduce: algbw x 2(n-1)/n.
-    return {"seconds": round(seconds, 4), "bytes": size,
-            "bus_gbytes_per_s": round(size / seconds / 1e9 * 2 * (world - 1) / world, 3)}
+    return {
+        "seconds": round(seconds, 4),
+        "bytes": size,
+        "bus_gbytes_per_s": round(size / seconds / 1e9 * 2 * (world - 1) / world, 3),
+    }
 
 
 def _bounded(seconds: float, call: Any, *args: Any) -> dict[str, Any]:
@@ -237,15 +294,22 @@ def _bounded(seconds: float, call: Any, *args: Any) -> dict[str, Any]:
     return {"error": f"no answer within {seconds:.0f}s"} if thread.is_alive() else outcome
 
 
-def run_rank(settings: FabricSettings, environ: Mapping[str, str], host: str | None = None,
-             run_id: str = "0") -> dict[str, Any]:
+def run_rank(
+    settings: FabricSettings, environ: Mapping[str, str], host: str | None = None, run_id: str = "0"
+) -> dict[str, Any]:
     """This rank's record (torchrun-style environment); rank 0 also gathers every rank's; `run_id` prefixes the keys."""
     rank, world = int(environ["RANK"]), int(environ["WORLD_SIZE"])
     local = int(environ.get("LOCAL_RANK", "0"))
     host = host or socket.gethostname()
-    record: dict[str, Any] = {"rank": rank, "local_rank": local, "host": host, "interface": settings.interface,
-                              "address": interface_ipv4(settings.interface) if settings.interface else None,
-                              "pairs": [], "errors": []}
+    record: dict[str, Any] = {
+        "rank": rank,
+        "local_rank": local,
+        "host": host,
+        "interface": settings.interface,
+        "address": interface_ipv4(settings.interface) if settings.interface else None,
+        "pairs": [],
+        "errors": [],
+    }
     started = time.monotonic()
     phases: dict[str, float] = record.setdefault("phases", {})
     import torch
@@ -269,9 +333,14 @@ def run_rank(settings: FabricSettings, environ: Mapping[str, str], host: str | N
     # The rendezvous runs over the Slurm network: a broken fabric must not hide who answered. Connecting waits for
     # the slowest node's start-up (torch's import) on top of the timeout.
     agent_store = environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
-    store = dist.TCPStore(environ["MASTER_ADDR"], int(environ["MASTER_PORT"]), None,
-                          rank == 0 and not agent_store, timedelta(seconds=settings.timeout_s + _START_UP_S),
-                          wait_for_workers=False)
+    store = dist.TCPStore(
+        environ["MASTER_ADDR"],
+        int(environ["MASTER_PORT"]),
+        None,
+        rank == 0 and not agent_store,
+        timedelta(seconds=settings.timeout_s + _START_UP_S),
+        wait_for_workers=False,
+    )
     store = dist.PrefixStore(f"beam-fabric-{run_id}", store)
     store.set(f"join/{rank}", json.dumps({"host": host, "local": local}))
     if rank == 0:
@@ -296,9 +365,22 @@ def run_rank(settings: FabricSettings, environ: Mapping[str, str], host: str | N
                 continue
             peer = b if rank == a else a
             entry: dict[str, Any] = {"peer": peer, "peer_host": plan[peer]["host"], "round": index}
-            entry.update(_bounded(settings.timeout_s, _pair_exchange, dist, torch,
-                                  dist.PrefixStore(f"pair-{index}-{a}-{b}", store), rank, peer, backend,
-                                  settings.bytes, settings.timeout_s, device, settings.interface))
+            entry.update(
+                _bounded(
+                    settings.timeout_s,
+                    _pair_exchange,
+                    dist,
+                    torch,
+                    dist.PrefixStore(f"pair-{index}-{a}-{b}", store),
+                    rank,
+                    peer,
+                    backend,
+                    settings.bytes,
+                    settings.timeout_s,
+                    device,
+                    settings.interface,
+                )
+            )
             record["pairs"].append(entry)
         _barrier(store, f"round-{index}", len(plan), deadline)
     phases["pairs"] = round(time.monotonic() - started, 2)
@@ -307,8 +389,20 @@ def run_rank(settings: FabricSettings, environ: Mapping[str, str], host: str | N
     if len(plan) == world and world > 1:
         _barrier(store, "pairs-done", world, time.monotonic() + settings.timeout_s)
         if store.check([f"pairs-ok/{r}" for r in range(world)]):
-            outcome = _bounded(settings.timeout_s, _world_all_reduce, dist, torch, dist.PrefixStore("world", store),
-                               rank, world, backend, settings.bytes, settings.timeout_s, device, settings.interface)
+            outcome = _bounded(
+                settings.timeout_s,
+                _world_all_reduce,
+                dist,
+                torch,
+                dist.PrefixStore("world", store),
+                rank,
+                world,
+                backend,
+                settings.bytes,
+                settings.timeout_s,
+                device,
+                settings.interface,
+            )
             if "error" in outcome:
                 record["errors"].append(f"all_reduce over {world} ranks failed: {outcome['error']}")
             else:
@@ -340,8 +434,10 @@ def run_node(settings: FabricSettings, environ: Mapping[str, str] | None = None)
         result["skipped"] = "one node: no fabric between nodes to measure"
         return result
     if importlib.util.find_spec("torch") is None:
-        result["skipped"] = (f"torch is not installed for {sys.executable}, so the fabric was not measured here; "
-                             "install torch there or set cluster.fabric_check=false")
+        result["skipped"] = (
+            f"torch is not installed for {sys.executable}, so the fabric was not measured here; "
+            "install torch there or set cluster.fabric_check=false"
+        )
         return result
     hosts = expand_hostnames(env.get("SLURM_STEP_NODELIST") or env.get("SLURM_JOB_NODELIST") or host)
     gpus, _ = allocated_gpus(env)
@@ -353,13 +449,25 @@ def run_node(settings: FabricSettings, environ: Mapping[str, str] | None = None)
     run_id = "-".join(env.get(k, "0") for k in ("SLURM_JOB_ID", "SLURM_RESTART_COUNT", "SLURM_STEP_ID"))
     workers = []
     for local in range(per_node):
-        worker_env = {**env, "MASTER_ADDR": socket.gethostbyname(hosts[0]), "MASTER_PORT": str(settings.port),
-                      "RANK": str(node_rank * per_node + local), "WORLD_SIZE": str(nodes * per_node),
-                      "LOCAL_RANK": str(local), "LOCAL_WORLD_SIZE": str(per_node)}
+        worker_env = {
+            **env,
+            "MASTER_ADDR": socket.gethostbyname(hosts[0]),
+            "MASTER_PORT": str(settings.port),
+            "RANK": str(node_rank * per_node + local),
+            "WORLD_SIZE": str(nodes * per_node),
+            "LOCAL_RANK": str(local),
+            "LOCAL_WORLD_SIZE": str(per_node),
+        }
         worker_env.pop("TORCHELASTIC_USE_AGENT_STORE", None)
-        workers.append(subprocess.Popen([sys.executable, "-m", __name__, "--settings", worker_settings, "--host", host,
-                                         "--run", run_id], env=worker_env, stdout=subprocess.PIPE,
-                                        stderr=subprocess.PIPE, text=True))
+        workers.append(
+            subprocess.Popen(
+                [sys.executable, "-m", __name__, "--settings", worker_settings, "--host", host, "--run", run_id],
+                env=worker_env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        )
     # Join, up to three rounds, the all_reduce and the gather each end within the timeout; the rest is start-up.
     limit = settings.timeout_s * 7 + 120
     for local, worker in enumerate(workers):
@@ -369,7 +477,9 @@ def run_node(settings: FabricSettings, environ: Mapping[str, str] | None = None)
             worker.kill()
             out, err = worker.communicate()
             result["problems"].append(f"fabric check rank of local GPU {local} did not finish within {limit:.0f}s")
-        records = [json.loads(line[len(RESULT_PREFIX):]) for line in out.splitlines() if line.startswith(RESULT_PREFIX)]
+        records = [
+            json.loads(line[len(RESULT_PREFIX) :]) for line in out.splitlines() if line.startswith(RESULT_PREFIX)
+        ]
         if records:  # a rank prints its record without what rank 0 gathered
             result["ranks"].append(records[0])
         elif not any("did not finish" in p for p in result["problems"]):
@@ -378,7 +488,9 @@ def run_node(settings: FabricSettings, environ: Mapping[str, str] | None = None)
     return result
 
 
-def verdict(node_records: list[dict[str, Any]], settings: FabricSettings) -> tuple[dict[str, list[str]], dict[str, Any]]:
+def verdict(
+    node_records: list[dict[str, Any]], settings: FabricSettings
+) -> tuple[dict[str, list[str]], dict[str, Any]]:
     """Problems by host (only failing hosts), and a summary for the logs and fabric.json."""
     problems: dict[str, list[str]] = {rec["host"]: list(rec.get("problems", [])) for rec in node_records}
     skipped = {rec["host"]: rec["skipped"] for rec in node_records if rec.get("skipped")}
@@ -389,8 +501,10 @@ def verdict(node_records: list[dict[str, Any]], settings: FabricSettings) -> tup
         problems.setdefault(r["host"], []).extend(f"fabric check: {e}" for e in r.get("errors", []))
         for pair in r.get("pairs", []):
             key = (min(r["rank"], pair["peer"]), max(r["rank"], pair["peer"]))
-            seen = edges.setdefault(key, {"local": r["local_rank"], "hosts": (host_of.get(key[0], "?"),
-                                                                             host_of.get(key[1], pair["peer_host"]))})
+            seen = edges.setdefault(
+                key,
+                {"local": r["local_rank"], "hosts": (host_of.get(key[0], "?"), host_of.get(key[1], pair["peer_host"]))},
+            )
             if "error" in pair:
                 seen.setdefault("error", pair["error"])
             elif r["rank"] == key[0] or "gbytes_per_s" not in seen:
@@ -408,15 +522,15 @@ def verdict(node_records: list[dict[str, Any]], settings: FabricSettings) -> tup
     for h, its in by_host.items():
         peers = {x for e in its for x in e["hosts"] if x != h}
         if its and all("error" in e for e in its) and len(peers) >= 2 and not problems.get(h):
-            problems[h].append(f"no answer over the fabric from {', '.join(sorted(peers))} {wait} "
-                               f"({its[0]['error']})")
+            problems[h].append(f"no answer over the fabric from {', '.join(sorted(peers))} {wait} ({its[0]['error']})")
     # What is left unexplained: both ends of the failed pair (two nodes cannot tell which one is at fault).
     for edge in edges.values():
         a, b = edge["hosts"]
         if "error" in edge and not problems.get(a) and not problems.get(b):
-            for h, other in ((a, b), (b, a)):
-                problems[h].append(f"no answer over the fabric between {a} and {b} {wait}, cannot tell which node "
-                                   f"({edge['error']})")
+            for h in (a, b):
+                problems[h].append(
+                    f"no answer over the fabric between {a} and {b} {wait}, cannot tell which node ({edge['error']})"
+                )
     # Bandwidth per node: its best pair on each rail, the worst rail counts.
     scores: dict[str, float] = {}
     for h, its in by_host.items():
@@ -430,21 +544,33 @@ def verdict(node_records: list[dict[str, Any]], settings: FabricSettings) -> tup
     if median:
         for h, score in scores.items():
             if score < settings.min_bandwidth_ratio * median:
-                problems[h].append(f"fabric bandwidth {score:.2f} GB/s is below {settings.min_bandwidth_ratio:g} x "
-                                   f"the median {median:.2f} GB/s of the job's nodes (a slow link or NIC)")
+                problems[h].append(
+                    f"fabric bandwidth {score:.2f} GB/s is below {settings.min_bandwidth_ratio:g} x "
+                    f"the median {median:.2f} GB/s of the job's nodes (a slow link or NIC)"
+                )
     all_reduce = next((r["all_reduce"] for r in ranks if r["rank"] == 0 and "all_reduce" in r), None)
     failing = {h: p for h, p in problems.items() if p}
     summary = {
         "backend": next((r.get("backend") for r in ranks), None),
         "interface": settings.interface or "(the hostname's network)",
         "addresses": {r["host"]: r.get("address") for r in ranks if r["local_rank"] == 0},
-        "socket_ifname": next((r.get("socket_ifname") for r in ranks), {}), "ranks": len(ranks),
+        "socket_ifname": next((r.get("socket_ifname") for r in ranks), {}),
+        "ranks": len(ranks),
         "seconds": max((r.get("seconds", 0.0) for r in ranks), default=0.0),
-        "pairs": [{"hosts": list(e["hosts"]), "local_rank": e["local"],
-                   **{k: e[k] for k in ("gbytes_per_s", "seconds", "error") if k in e}}
-                  for _, e in sorted(edges.items())],
-        "node_gbytes_per_s": scores, "median_gbytes_per_s": median, "all_reduce": all_reduce,
-        "bad_nodes": sorted(failing), "skipped": skipped}
+        "pairs": [
+            {
+                "hosts": list(e["hosts"]),
+                "local_rank": e["local"],
+                **{k: e[k] for k in ("gbytes_per_s", "seconds", "error") if k in e},
+            }
+            for _, e in sorted(edges.items())
+        ],
+        "node_gbytes_per_s": scores,
+        "median_gbytes_per_s": median,
+        "all_reduce": all_reduce,
+        "bad_nodes": sorted(failing),
+        "skipped": skipped,
+    }
     return failing, summary
 
 
@@ -452,22 +578,26 @@ def summary_lines(summary: dict[str, Any]) -> list[str]:
     lines = [f"fabric check skipped on {host}: {why}" for host, why in sorted(summary.get("skipped", {}).items())]
     if not summary["ranks"]:
         return lines
-    lines += [f"fabric check: {summary['ranks']} ranks, {summary['backend']} over {summary['interface']} "
-             f"({', '.join(f'{h} {a}' for h, a in sorted(summary['addresses'].items()) if a) or 'addresses as resolved'}"
-             f"), {summary['seconds']:.1f}s"]
+    lines += [
+        f"fabric check: {summary['ranks']} ranks, {summary['backend']} over {summary['interface']} "
+        f"({', '.join(f'{h} {a}' for h, a in sorted(summary['addresses'].items()) if a) or 'addresses as resolved'}"
+        f"), {summary['seconds']:.1f}s"
+    ]
     for pair in summary["pairs"]:
         what = f"{pair['gbytes_per_s']:.2f} GB/s" if "gbytes_per_s" in pair else f"FAILED: {pair['error']}"
         lines.append(f"fabric pair {pair['hosts'][0]} <-> {pair['hosts'][1]} (local rank {pair['local_rank']}): {what}")
     if summary.get("all_reduce"):
         ar = summary["all_reduce"]
-        lines.append(f"fabric all_reduce of {ar['bytes'] / 1024**2:.0f} MiB over {summary['ranks']} ranks: "
-                     f"{ar['seconds']:.3f}s, bus bandwidth {ar['bus_gbytes_per_s']:.2f} GB/s")
+        lines.append(
+            f"fabric all_reduce of {ar['bytes'] / 1024**2:.0f} MiB over {summary['ranks']} ranks: "
+            f"{ar['seconds']:.3f}s, bus bandwidth {ar['bus_gbytes_per_s']:.2f} GB/s"
+        )
     return lines
 
 
 def report(output: str, prefix: str, settings: dict[str, Any], attempt_dir: Any, log: Any) -> dict[str, list[str]]:
     """In the batch shell: the verdict over the preflight's output, logged and written to fabric.json; by host."""
-    records = (json.loads(line[len(prefix):]) for line in output.splitlines() if line.startswith(prefix))
+    records = (json.loads(line[len(prefix) :]) for line in output.splitlines() if line.startswith(prefix))
     failing, summary = verdict([r["fabric"] for r in records if "fabric" in r], FabricSettings(**settings))
     for line in summary_lines(summary):
         log(line)
@@ -479,12 +609,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m beam_slurm.jobs.ray_cluster.fabric",
         description="One rank of the fabric check (environment: MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE, "
-                    "LOCAL_RANK, as torchrun sets them). Rank 0 prints the verdict of all ranks.")
+        "LOCAL_RANK, as torchrun sets them). Rank 0 prints the verdict of all ranks.",
+    )
     parser.add_argument("--settings", default="", help="FabricSettings as JSON (what the preflight passes)")
     parser.add_argument("--backend", choices=("auto", "gloo", "nccl"), default=None)
     parser.add_argument("--bytes", type=int, default=None, help="bytes per transfer")
-    parser.add_argument("--timeout", dest="timeout_s", type=float, default=None,
-                        help="seconds to join, and for each pair")
+    parser.add_argument(
+        "--timeout", dest="timeout_s", type=float, default=None, help="seconds to join, and for each pair"
+    )
     parser.add_argument("--interface", default=None, help="interface for the traffic (GLOO/NCCL_SOCKET_IFNAME)")
     parser.add_argument("--host", default=None, help="this node's name in the records (default: the host name)")
     parser.add_argument("--run", default=None, help="the preflight's check id; the preflight gives the verdict")
@@ -500,9 +632,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         record = run_rank(settings, os.environ, args.host, args.run or "0")
     except Exception as exc:  # reported as this rank's error; the verdict names the node
-        record = {"rank": int(os.environ["RANK"]), "local_rank": int(os.environ.get("LOCAL_RANK", "0")),
-                  "host": args.host or socket.gethostname(), "pairs": [],
-                  "errors": [f"{type(exc).__name__}: {str(exc).strip()[:300]}"]}
+        record = {
+            "rank": int(os.environ["RANK"]),
+            "local_rank": int(os.environ.get("LOCAL_RANK", "0")),
+            "host": args.host or socket.gethostname(),
+            "pairs": [],
+            "errors": [f"{type(exc).__name__}: {str(exc).strip()[:300]}"],
+        }
     gathered = record.pop("gathered", None)
     print(RESULT_PREFIX + json.dumps(record), flush=True)
     if gathered is None or args.run is not None:
@@ -510,8 +646,13 @@ def main(argv: list[str] | None = None) -> int:
     missing = [r for r in range(int(os.environ["WORLD_SIZE"])) if r not in {g["rank"] for g in gathered}]
     if missing:
         print(f"fabric FAILED: ranks {missing} did not report within {settings.timeout_s:.0f}s", flush=True)
-    failing, summary = verdict([{"host": host, "problems": [], "ranks": [g for g in gathered if g["host"] == host]}
-                                for host in dict.fromkeys(g["host"] for g in gathered)], settings)
+    failing, summary = verdict(
+        [
+            {"host": host, "problems": [], "ranks": [g for g in gathered if g["host"] == host]}
+            for host in dict.fromkeys(g["host"] for g in gathered)
+        ],
+        settings,
+    )
     for line in summary_lines(summary):
         print(line, flush=True)
     for host, found in sorted(failing.items()):

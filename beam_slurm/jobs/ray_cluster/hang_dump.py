@@ -86,9 +86,13 @@ def step_processes(job_id: str, step_id: str) -> list[int]:
     # node's when the task that started it ran here (SLURMD_NODENAME).
     node = os.environ.get("SLURMD_NODENAME")
     pids = (int(entry) for entry in os.listdir("/proc") if entry.isdigit() and int(entry) not in mine)
-    return sorted(pid for pid in pids if (env := _environ(pid)).get("SLURM_JOB_ID") == job_id
-                  and env.get("SLURM_STEP_ID") == step_id
-                  and (node is None or env.get("SLURMD_NODENAME", node) == node))
+    return sorted(
+        pid
+        for pid in pids
+        if (env := _environ(pid)).get("SLURM_JOB_ID") == job_id
+        and env.get("SLURM_STEP_ID") == step_id
+        and (node is None or env.get("SLURMD_NODENAME", node) == node)
+    )
 
 
 def py_spy() -> str | None:
@@ -102,8 +106,13 @@ def dump_process(pid: int, spy: str | None) -> tuple[str, str]:
     if spy is None:
         return "", "py-spy is not installed where beam_slurm runs on this node"
     try:
-        done = subprocess.run([spy, "dump", "--pid", str(pid), "--nonblocking"], capture_output=True, text=True,
-                              timeout=PY_SPY_TIMEOUT_S, check=False)
+        done = subprocess.run(
+            [spy, "dump", "--pid", str(pid), "--nonblocking"],
+            capture_output=True,
+            text=True,
+            timeout=PY_SPY_TIMEOUT_S,
+            check=False,
+        )
     except subprocess.TimeoutExpired:
         return "", f"py-spy did not answer within {PY_SPY_TIMEOUT_S:.0f} s"
     if done.returncode != 0:
@@ -126,14 +135,18 @@ def dump_node(folder: Path, job_id: str, step_id: str) -> list[dict]:
             began = time.monotonic()
             text, error = dump_process(pid, spy)
             name = f"{pid}-{role.replace('/', '_').replace(' ', '_')[:60]}.txt"
-            write_text(out / name, f"# pid {pid} on {node}: {role}, state {state}\n"
-                       + (text if text else f"# no stack: {error}\n"))
+            write_text(
+                out / name,
+                f"# pid {pid} on {node}: {role}, state {state}\n" + (text if text else f"# no stack: {error}\n"),
+            )
             row.update(dump=name, error=error, frame=innermost_frame(text), dump_s=round(time.monotonic() - began, 3))
         rows.append(row)
     if shutil.which("nvidia-smi"):
         parts = []
-        for argv in (["nvidia-smi"], ["nvidia-smi", "--query-compute-apps=pid,process_name,used_memory",
-                                      "--format=csv"]):
+        for argv in (
+            ["nvidia-smi"],
+            ["nvidia-smi", "--query-compute-apps=pid,process_name,used_memory", "--format=csv"],
+        ):
             try:
                 done = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False)
                 parts.append(f"$ {' '.join(argv)}\n{done.stdout}{done.stderr}")
@@ -175,8 +188,9 @@ def end_processes(pids: list[int], grace_s: float) -> tuple[list[int], list[dict
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
     time.sleep(2.0 if killed else 0)
-    return killed, [{"pid": p, "role": role_of(p), "state": process_state(p)} for p in killed
-                    if process_state(p) not in ("", "Z")]
+    return killed, [
+        {"pid": p, "role": role_of(p), "state": process_state(p)} for p in killed if process_state(p) not in ("", "Z")
+    ]
 
 
 def end_node(folder: Path, job_id: str, step_id: str, grace_s: float) -> list[dict]:
@@ -185,13 +199,16 @@ def end_node(folder: Path, job_id: str, step_id: str, grace_s: float) -> list[di
     pids = step_processes(job_id, step_id)
     killed, survivors = end_processes(pids, grace_s)
     (folder / node).mkdir(parents=True, exist_ok=True)
-    write_json(folder / node / "ended.json", {"node": node, "signalled": pids, "killed": killed,
-                                              "survivors": survivors})
+    write_json(
+        folder / node / "ended.json", {"node": node, "signalled": pids, "killed": killed, "survivors": survivors}
+    )
     return survivors
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m beam_slurm.jobs.ray_cluster.hang_dump", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m beam_slurm.jobs.ray_cluster.hang_dump", description=__doc__.split("\n")[0]
+    )
     parser.add_argument("--dir", required=True, type=Path, help="the attempt's hang/ folder")
     parser.add_argument("--job", required=True, help="SLURM_JOB_ID of the job")
     parser.add_argument("--step", required=True, help="SLURM_STEP_ID of the Ray step")
@@ -201,8 +218,16 @@ def main(argv: list[str] | None = None) -> int:
     if args.end:
         return EXIT_SURVIVORS if end_node(args.dir, args.job, args.step, args.grace) else 0
     rows = dump_node(args.dir, args.job, args.step)
-    print(json.dumps({"node": socket.gethostname(), "processes": len(rows),
-                      "dumped": sum(1 for r in rows if r.get("dump") and not r.get("error"))}), flush=True)
+    print(
+        json.dumps(
+            {
+                "node": socket.gethostname(),
+                "processes": len(rows),
+                "dumped": sum(1 for r in rows if r.get("dump") and not r.get("error")),
+            }
+        ),
+        flush=True,
+    )
     return 0
 
 

@@ -50,10 +50,19 @@ class Head(NodeRole):
             head = {"address": f"{ip}:{ports.gcs}", "block": ports.block, "host": self.ctx.host, "time": time.time()}
             write_json(self.rendezvous.head_file, head)
             if self.ctx.attempt_dir is not None:  # for `beam-slurm attach` and `logs`
-                write_json(self.ctx.attempt_dir / HEAD_FILE, {
-                    **head, "ip": ip, "token_path": str(self.token_path) if self.token_path else None,
-                    "temp_dir": str(self.ray.temp_dir), "job_id": self.ctx.job_id, "attempt": self.ctx.attempt,
-                    "nodes": self.ctx.step_hosts, "ports": ports.record(head=True)})
+                write_json(
+                    self.ctx.attempt_dir / HEAD_FILE,
+                    {
+                        **head,
+                        "ip": ip,
+                        "token_path": str(self.token_path) if self.token_path else None,
+                        "temp_dir": str(self.ray.temp_dir),
+                        "job_id": self.ctx.job_id,
+                        "attempt": self.ctx.attempt,
+                        "nodes": self.ctx.step_hosts,
+                        "ports": ports.record(head=True),
+                    },
+                )
             self.log(f"GCS listening at {ip}:{ports.gcs} (port block {ports.block}); address published")
 
         ports = self.start_ray(head=True, ip=ip, start_block=None, on_gcs_up=publish)
@@ -63,10 +72,17 @@ class Head(NodeRole):
         self.log(f"head up at {address} (temp dir {self.ray.temp_dir})")
         registered = self.wait_for_cluster(address)
         self.log(f"all {self.ctx.num_nodes} nodes and {registered} GPUs registered")
-        timing = {"job_start": self.ctx.spec.job_start_time, "node_start": self.started, "head_up": head_up,
-                  "registered": self.registered_at, "gpus_checked": self.checked_at or time.time(),
-                  "client_released": time.time(), "nodes": self.ctx.num_nodes, "gpus": registered,
-                  **self.bringup_windows()}
+        timing = {
+            "job_start": self.ctx.spec.job_start_time,
+            "node_start": self.started,
+            "head_up": head_up,
+            "registered": self.registered_at,
+            "gpus_checked": self.checked_at or time.time(),
+            "client_released": time.time(),
+            "nodes": self.ctx.num_nodes,
+            "gpus": registered,
+            **self.bringup_windows(),
+        }
         write_json(self.rendezvous.ready_file, timing)
         if self.ctx.attempt_dir is not None:
             write_json(self.ctx.attempt_dir / READY_FILE, timing)
@@ -79,8 +95,12 @@ class Head(NodeRole):
         node_start = {host: info.get("node_start") for host, info in nodes.items() if info.get("node_start")}
         ray_start[self.ctx.host], node_start[self.ctx.host] = self.ray_start_window, self.started
         spec = self.ctx.spec
-        return {"preflight": list(spec.preflight_window) if spec.preflight_window else None,
-                "ray_step_launch": spec.ray_step_launch_time, "node_starts": node_start, "ray_starts": ray_start}
+        return {
+            "preflight": list(spec.preflight_window) if spec.preflight_window else None,
+            "ray_step_launch": spec.ray_step_launch_time,
+            "node_starts": node_start,
+            "ray_starts": ray_start,
+        }
 
     def wait_for_cluster(self, address: str) -> int:
         """Poll the GCS until every node and GPU registered, then check GPU visibility; returns the GPU count."""
@@ -90,10 +110,17 @@ class Head(NodeRole):
 
         deadline = self.started_clock + self.settings.readiness_timeout_s
         try:
-            ray.init(address=address, logging_level=logging.ERROR, log_to_driver=False, configure_logging=False,
-                     include_dashboard=False)
+            ray.init(
+                address=address,
+                logging_level=logging.ERROR,
+                log_to_driver=False,
+                configure_logging=False,
+                include_dashboard=False,
+            )
         except ConnectionError as exc:
-            raise NodeFailure("infra", f"node {self.ctx.host}: cannot reach the head's GCS at {address}: {exc}") from exc
+            raise NodeFailure(
+                "infra", f"node {self.ctx.host}: cannot reach the head's GCS at {address}: {exc}"
+            ) from exc
         check = GpuVisibilityCheck(ray) if self.settings.check_gpus else None
         # 0.1 s on a small cluster, 1 s per 200 nodes up to ray.poll_interval_s: a large cluster's GCS is not asked
         # for its long node list many times a second.
@@ -114,8 +141,11 @@ class Head(NodeRole):
                 if check is not None:
                     check.launch_ready(nodes, node_files)  # nodes already in: their probes run while others join
                 if not self.ray.alive(("/raylet/raylet", "gcs_server")):
-                    raise NodeFailure("infra", f"node {self.ctx.host}: the head's Ray died during bring-up "
-                                               f"(see {self.ray.log_path} and {self.ray.temp_dir})")
+                    raise NodeFailure(
+                        "infra",
+                        f"node {self.ctx.host}: the head's Ray died during bring-up "
+                        f"(see {self.ray.log_path} and {self.ray.temp_dir})",
+                    )
                 if self.clock() > deadline:
                     raise NodeFailure("infra", self.missing_nodes_message(nodes, node_files))
                 self.sleep(poll_s)
@@ -137,12 +167,16 @@ class Head(NodeRole):
             if info is None:
                 problems.append(f"{host}: its task never started (no registration file)")
             elif info.get("ip") not in alive_ips:
-                problems.append(f"{info.get('host', host)} ({info.get('ip')}): started but its Ray did not register "
-                                f"with the head (see ray-{info.get('host', host)}.log)")
+                problems.append(
+                    f"{info.get('host', host)} ({info.get('ip')}): started but its Ray did not register "
+                    f"with the head (see ray-{info.get('host', host)}.log)"
+                )
         if not problems:
             problems.append("every node joined but fewer GPUs than allocated registered")
-        return (f"Ray cluster not complete after ray.readiness_timeout_s={self.settings.readiness_timeout_s:.0f}s: "
-                + "; ".join(problems))
+        return (
+            f"Ray cluster not complete after ray.readiness_timeout_s={self.settings.readiness_timeout_s:.0f}s: "
+            + "; ".join(problems)
+        )
 
     def can_hold_sigterm(self) -> bool:
         return self.driver_running  # before the driver runs there is nothing to save
@@ -160,16 +194,25 @@ class Head(NodeRole):
         if not preempted(preempt_time):
             return self.obey_held_sigterm("SIGTERM: the job is not being preempted (no PreemptTime); stopping")
         if self.ctx.attempt_dir is not None:
-            write_json(self.ctx.attempt_dir / TERM_RELAYED_FILE,
-                       {"time": time.time(), "held_at": self.sigterm_held_at, "node": self.ctx.host,
-                        "preempt_time": preempt_time})
+            write_json(
+                self.ctx.attempt_dir / TERM_RELAYED_FILE,
+                {
+                    "time": time.time(),
+                    "held_at": self.sigterm_held_at,
+                    "node": self.ctx.host,
+                    "preempt_time": preempt_time,
+                },
+            )
         try:
             scheduler.signal_batch(self.ctx.job_id, "USR1")
         except scheduler.SlurmCommandError as exc:
-            return self.obey_held_sigterm(f"SIGTERM of a preemption: could not relay it to the batch shell ({exc}); "
-                                          "stopping")
-        self.log(f"SIGTERM of a preemption (PreemptTime={preempt_time}) without a user signal: relayed to the batch "
-                 "shell as a notice; the driver runs on until the batch shell has its checkpoint")
+            return self.obey_held_sigterm(
+                f"SIGTERM of a preemption: could not relay it to the batch shell ({exc}); stopping"
+            )
+        self.log(
+            f"SIGTERM of a preemption (PreemptTime={preempt_time}) without a user signal: relayed to the batch "
+            "shell as a notice; the driver runs on until the batch shell has its checkpoint"
+        )
 
     def run_driver(self, driver: list[str], address: str) -> int:
         env = {**self.ray_env(), "RAY_ADDRESS": address}
@@ -191,11 +234,15 @@ class Head(NodeRole):
                     status = stop_process_group(proc, self.settings.driver_stop_grace_s)
                     status = EXIT_STOPPED if status in (0, 15, -signal.SIGTERM, EXIT_STOPPED) else shell_status(status)
                     break
-                lost = "" if self.ray.alive(("/raylet/raylet", "gcs_server")) else \
-                    f"node {self.ctx.host}: the head's Ray died while the driver ran"
+                lost = (
+                    ""
+                    if self.ray.alive(("/raylet/raylet", "gcs_server"))
+                    else f"node {self.ctx.host}: the head's Ray died while the driver ran"
+                )
                 if lost and self.sigterm_held_at is not None:
-                    self.obey_held_sigterm("the head's Ray ended after the SIGTERM: it reached Ray too, so no save can "
-                                           "follow")
+                    self.obey_held_sigterm(
+                        "the head's Ray ended after the SIGTERM: it reached Ray too, so no save can follow"
+                    )
                     continue
                 lost = lost or watch.lost_node()
                 if lost:

@@ -17,8 +17,8 @@ import stat
 import string
 import subprocess
 import time
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Callable, Mapping, Sequence
 
 
 def proc_file(pid: int, name: str) -> bytes:
@@ -127,7 +127,7 @@ class LocalRay:
         self._started_here = False
 
     @classmethod
-    def create(cls, root: Path, prefix: str, log_path: Path | None = None) -> "LocalRay":
+    def create(cls, root: Path, prefix: str, log_path: Path | None = None) -> LocalRay:
         """A fresh job folder under `root` (see `make_private_dir`); `ray start`'s log in it unless given."""
         job_dir = make_private_dir(root, prefix)
         return cls(job_dir, log_path or job_dir / "ray-start.log")
@@ -136,16 +136,27 @@ class LocalRay:
     def _pgid_file(self) -> Path:
         return self.job_dir / PGID_FILE
 
-    def start(self, ray_start_args: Sequence[str], env: Mapping[str, str], ray_executable: str,
-              while_starting: Callable[[], bool | None] | None = None) -> None:
+    def start(
+        self,
+        ray_start_args: Sequence[str],
+        env: Mapping[str, str],
+        ray_executable: str,
+        while_starting: Callable[[], bool | None] | None = None,
+    ) -> None:
         """`ray start` in a new session; RuntimeError with the log tail; `while_starting()` True gives it up."""
         problem = not_private(self.job_dir)
         if problem:
             raise PermissionError(f"the job's Ray folder {self.job_dir} {problem}; Ray is not started in it")
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open_log(self.log_path) as log:
-            proc = subprocess.Popen([ray_executable, "start", *ray_start_args], env=dict(env), stdout=log,
-                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+            proc = subprocess.Popen(
+                [ray_executable, "start", *ray_start_args],
+                env=dict(env),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
             self.pgid = proc.pid
             self._started_here = True
             self._pgid_file.unlink(missing_ok=True)  # a retried start's
@@ -159,7 +170,9 @@ class LocalRay:
         if status != 0:
             tail = self.log_path.read_text(errors="replace").strip().splitlines()[-8:]
             self.stop(grace_s=2.0)
-            raise RuntimeError(f"ray start exited with {status}; last lines of {self.log_path}:\n  " + "\n  ".join(tail))
+            raise RuntimeError(
+                f"ray start exited with {status}; last lines of {self.log_path}:\n  " + "\n  ".join(tail)
+            )
 
     def process_pid(self, needle: str) -> int | None:
         """PID of the first process of this job's Ray whose command line contains `needle` (e.g. '/raylet')."""

@@ -14,9 +14,9 @@ import secrets
 import stat
 import threading
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
 
 from beam_slurm.config.job_spec import LogCopySettings
 from beam_slurm.core.atomic_files import write_json
@@ -127,8 +127,16 @@ def _identity(path: Path) -> tuple[int, int] | None:
     return info.st_dev, info.st_ino
 
 
-def copy_logs(temp_dir: Path, dest: Path, max_bytes: int, *, reason: str, deadline: float | None = None,
-              clock: Callable[[], float] = time.monotonic, private: Sequence[Path] = ()) -> dict:
+def copy_logs(
+    temp_dir: Path,
+    dest: Path,
+    max_bytes: int,
+    *,
+    reason: str,
+    deadline: float | None = None,
+    clock: Callable[[], float] = time.monotonic,
+    private: Sequence[Path] = (),
+) -> dict:
     """Copy the node's Ray logs to `dest`, newest first, up to `max_bytes` and `deadline`; what was done (COPY.json).
     Nothing is read through a symlink, nor a file of another user, nor one of `private` (the job's token)."""
     dest.mkdir(parents=True, exist_ok=True)
@@ -178,10 +186,21 @@ def copy_logs(temp_dir: Path, dest: Path, max_bytes: int, *, reason: str, deadli
     finally:
         tree.close()
         os.close(dest_fd)
-    summary = {"reason": reason, "time": started, "seconds": round(time.time() - started, 3), "finished": finished,
-               "bytes": used, "max_bytes": max_bytes, "files_copied": copied, "files_unchanged": kept,
-               "files_cut_to_their_tail": truncated, "files_left_out": len(left_out),
-               "left_out": left_out[:50], "stale_removed": removed, "skipped": tree.skipped[:50]}
+    summary = {
+        "reason": reason,
+        "time": started,
+        "seconds": round(time.time() - started, 3),
+        "finished": finished,
+        "bytes": used,
+        "max_bytes": max_bytes,
+        "files_copied": copied,
+        "files_unchanged": kept,
+        "files_cut_to_their_tail": truncated,
+        "files_left_out": len(left_out),
+        "left_out": left_out[:50],
+        "stale_removed": removed,
+        "skipped": tree.skipped[:50],
+    }
     write_json(dest / COPY_RECORD, summary, indent=1)
     return summary
 
@@ -280,8 +299,15 @@ def _remove_other_files(dir_fd: int, parts: tuple[str, ...], wanted: set[tuple[s
 class LogCopier:
     """The periodic copy in a thread, and the last copy at the end of the attempt."""
 
-    def __init__(self, temp_dir: Path, attempt_dir: Path | None, host: str, settings: LogCopySettings,
-                 log: Callable[[str], None], private: Sequence[Path] = ()):
+    def __init__(
+        self,
+        temp_dir: Path,
+        attempt_dir: Path | None,
+        host: str,
+        settings: LogCopySettings,
+        log: Callable[[str], None],
+        private: Sequence[Path] = (),
+    ):
         self.temp_dir = temp_dir
         self.private = list(private)  # files that must never reach the copy (the job's token)
         self._said: set[str] = set()  # skipped files already named in the log
@@ -297,8 +323,14 @@ class LogCopier:
             return None
         with self._lock:
             try:
-                summary = copy_logs(self.temp_dir, self.dest, self.settings.max_bytes, reason=reason,
-                                    deadline=deadline, private=self.private)
+                summary = copy_logs(
+                    self.temp_dir,
+                    self.dest,
+                    self.settings.max_bytes,
+                    reason=reason,
+                    deadline=deadline,
+                    private=self.private,
+                )
             except OSError as exc:
                 self.log(f"copying the Ray logs to {self.dest} failed: {exc}")
                 return None
@@ -333,5 +365,6 @@ class LogCopier:
             return
         note = "" if summary["finished"] else f"; stopped after cluster.log_copy_s={self.settings.final_s:g}s"
         left = f", {summary['files_left_out']} older files left out" if summary["files_left_out"] else ""
-        self.log(f"Ray logs copied to {self.dest} ({summary['bytes'] / 1e6:.1f} MB in {summary['seconds']:.1f}s"
-                 f"{left}{note})")
+        self.log(
+            f"Ray logs copied to {self.dest} ({summary['bytes'] / 1e6:.1f} MB in {summary['seconds']:.1f}s{left}{note})"
+        )

@@ -19,8 +19,10 @@ def interface_ipv4(interface: str) -> str:
             packed = fcntl.ioctl(probe.fileno(), _SIOCGIFADDR, struct.pack("256s", interface.encode()[:15]))
         except OSError as exc:
             names = ", ".join(name for _, name in socket.if_nameindex())
-            raise OSError(f"network interface {interface!r} has no IPv4 address on {socket.gethostname()} "
-                          f"(interfaces here: {names}); fix ray.network_interface") from exc
+            raise OSError(
+                f"network interface {interface!r} has no IPv4 address on {socket.gethostname()} "
+                f"(interfaces here: {names}); fix ray.network_interface"
+            ) from exc
     return socket.inet_ntoa(packed[20:24])
 
 
@@ -40,8 +42,10 @@ def node_ipv4(interface: str = "", head_ip: str | None = None) -> str:
             probe.connect((head_ip or _ANY_PUBLIC_ADDRESS, 9))  # no packet is sent: connect() only picks the route
             return probe.getsockname()[0]
     except OSError:
-        raise OSError(f"{socket.gethostname()} resolves only to a loopback address; set ray.network_interface "
-                      "to the interface of the cluster network (e.g. eth0 or ib0)") from None
+        raise OSError(
+            f"{socket.gethostname()} resolves only to a loopback address; set ray.network_interface "
+            "to the interface of the cluster network (e.g. eth0 or ib0)"
+        ) from None
 
 
 def tcp_reachable(host: str, port: int, timeout_s: float = 1.0) -> bool:

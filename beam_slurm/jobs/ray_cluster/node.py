@@ -64,7 +64,7 @@ def run_node(ctx: NodeContext, settings: RaySettings, driver: list[str]) -> int:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if "--" in argv:
-        argv = argv[argv.index("--") + 1:]
+        argv = argv[argv.index("--") + 1 :]
     try:
         ctx = NodeContext.from_env()
         settings = ctx.spec.ray.validate()
@@ -72,8 +72,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"ray-node: {exc}", file=sys.stderr)
         return EXIT_SETUP
     if ctx.rank == 0 and not argv:
-        print("ray-node: no driver command; usage: python -m beam_slurm.jobs.ray_cluster.node -- DRIVER ARGV...",
-              file=sys.stderr)
+        print(
+            "ray-node: no driver command; usage: python -m beam_slurm.jobs.ray_cluster.node -- DRIVER ARGV...",
+            file=sys.stderr,
+        )
         return 2
     return run_node(ctx, settings, argv)
 

@@ -22,8 +22,9 @@ class Rendezvous:
 
     def __init__(self, job_folder: Path, attempt: int, step: str):
         self.folder = job_folder / "rendezvous" / f"{attempt}.{step}"
-        self.head_file, self.ready_file, self.ended_file = (self.folder / f"{name}.json"
-                                                            for name in ("head", "ready", "ended"))
+        self.head_file, self.ready_file, self.ended_file = (
+            self.folder / f"{name}.json" for name in ("head", "ready", "ended")
+        )
 
     def publish_node(self, rank: int, info: dict[str, Any]) -> None:
         write_json(self.folder / f"node-{rank}.json", {**info, "rank": rank, "time": time.time()})

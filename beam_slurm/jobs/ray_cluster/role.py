@@ -6,8 +6,8 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from beam_slurm.config import env_manifest
 from beam_slurm.config.ports import RayPorts, choose_ports
@@ -29,8 +29,14 @@ BIND_HOOK_DIR = Path(__file__).with_name("bind_hook")
 class NodeRole:
     """This node's part of the job's Ray cluster; `Head` and `Worker` add what each side does."""
 
-    def __init__(self, ctx: NodeContext, settings: RaySettings, *, clock: Callable[[], float] = time.monotonic,
-                 sleep: Callable[[float], None] = time.sleep):
+    def __init__(
+        self,
+        ctx: NodeContext,
+        settings: RaySettings,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+    ):
         self.ctx = ctx
         self.settings = settings
         self.clock = clock  # monotonic, for deadlines and liveness watches
@@ -43,14 +49,21 @@ class NodeRole:
         job_folder = auth.ensure_job_dir(settings, ctx.job_id)
         self.rendezvous = Rendezvous(job_folder, ctx.attempt, ctx.step)
         self.token_path = auth.ensure_token(settings, ctx.job_id) if settings.auth else None
-        # A fresh 0700 folder under a random name (beam_slurm.jobs.ray_cluster.local_ray): a name another user of the node
+        # A fresh 0700 folder under a random name (beam_slurm.jobs.ray_cluster.local_ray): a name another user of the
+        # node
         # planted for this job id is never used, and so cannot stop the job either.
         job_tmp = make_private_dir(Path(settings.temp_dir_root), f"ray-{ctx.job_id}-{ctx.attempt_label}-")
         log_dir = ctx.attempt_dir if ctx.attempt_dir else job_tmp
         self.ray = LocalRay(job_tmp, log_dir / f"ray-{ctx.host}.log")
         self.gpus, self.gpu_source = allocated_gpus()
-        self.log_copier = LogCopier(self.ray.temp_dir, ctx.attempt_dir, ctx.host, ctx.spec.log_copy_settings(),
-                                    self.log, private=[self.token_path] if self.token_path else [])
+        self.log_copier = LogCopier(
+            self.ray.temp_dir,
+            ctx.attempt_dir,
+            ctx.host,
+            ctx.spec.log_copy_settings(),
+            self.log,
+            private=[self.token_path] if self.token_path else [],
+        )
         self.ray_start_window: tuple[float, float] | None = None  # (began, returned) of `ray start`, retries included
         self.ports: RayPorts | None = None  # the block `ray start` took (in the Ray record: which port is what)
         self.manifest_env: dict[str, str] = {}  # `export_manifest`'s variables, exported to Ray and the driver
@@ -81,8 +94,11 @@ class NodeRole:
             self.log(f"warning: the recipe's variables {', '.join(missing)} did not reach this node")
 
     def log(self, message: str) -> None:
-        print(f"[ray-node {self.ctx.host} rank {self.ctx.rank} +{time.time() - self.started:5.1f}s] {message}",
-              file=sys.stderr, flush=True)
+        print(
+            f"[ray-node {self.ctx.host} rank {self.ctx.rank} +{time.time() - self.started:5.1f}s] {message}",
+            file=sys.stderr,
+            flush=True,
+        )
 
     def ray_start_env(self, ip: str, ports: RayPorts) -> dict[str, str]:
         """`ray_env` for `ray start`: the metrics ports of the block, and the start-up hook that binds the metrics
@@ -93,7 +109,8 @@ class NodeRole:
 
     def ray_env(self) -> dict[str, str]:
         env = {**os.environ, **self.manifest_env}
-        # Large clusters: GCS threads and timeouts, worker start-up (beam_slurm.jobs.ray_cluster.scale); ray.extra_env wins.
+        # Large clusters: GCS threads and timeouts, worker start-up (beam_slurm.jobs.ray_cluster.scale); ray.extra_env
+        # wins.
         scale.apply_to(env, self.settings, self.ctx.num_nodes, self.ctx.cpus)
         env.update(self.settings.extra_env)
         env.update(auth.auth_env(self.settings, self.token_path))
@@ -104,19 +121,31 @@ class NodeRole:
     def record_bringup(self) -> None:
         """This node's start and `ray start` window in bringup/<host>.json (kept, unlike the rendezvous files)."""
         if self.ctx.attempt_dir is not None:
-            write_json(self.ctx.attempt_dir / BRINGUP_DIR / f"{self.ctx.host}.json",
-                       {"host": self.ctx.host, "rank": self.ctx.rank, "node_start": self.started,
-                        "ray_start": self.ray_start_window,
-                        "ports": self.ports.record(self.ctx.rank == 0) if self.ports else None})
+            write_json(
+                self.ctx.attempt_dir / BRINGUP_DIR / f"{self.ctx.host}.json",
+                {
+                    "host": self.ctx.host,
+                    "rank": self.ctx.rank,
+                    "node_start": self.started,
+                    "ray_start": self.ray_start_window,
+                    "ports": self.ports.record(self.ctx.rank == 0) if self.ports else None,
+                },
+            )
 
     def record_failure(self, kind: str, reason: str) -> None:
         """Keep the first failure of the attempt for the batch shell (and print it)."""
         self.log(f"FAILED ({kind}): {reason}")
         record_first_failure(self.ctx.attempt_dir, kind, self.ctx.host, self.ctx.rank, reason)
 
-    def start_ray(self, head: bool, ip: str, start_block: int | None, head_address: str = "",
-                  on_gcs_up: Callable[[RayPorts], None] | None = None,
-                  follow_head: Callable[[str], tuple[str, int] | None] | None = None) -> RayPorts:
+    def start_ray(
+        self,
+        head: bool,
+        ip: str,
+        start_block: int | None,
+        head_address: str = "",
+        on_gcs_up: Callable[[RayPorts], None] | None = None,
+        follow_head: Callable[[str], tuple[str, int] | None] | None = None,
+    ) -> RayPorts:
         """`ray start` with this job's ports; on a bind race, the next block (up to 3 tries). After a failed try a
         worker's `follow_head(address)` says where a restarted head is now ((address, block) or None)."""
         block = start_block
@@ -124,38 +153,54 @@ class NodeRole:
         _, after = scale.raise_open_files_limit(self.settings.open_files_limit)  # inherited by every Ray process
         added = scale.large_cluster_env(self.settings, self.ctx.num_nodes, self.ctx.cpus)
         if added and head and after < self.settings.open_files_limit:
-            self.log(f"warning: open-file limit {after} (the hard limit) is below ray.open_files_limit="
-                     f"{self.settings.open_files_limit}; at {self.ctx.num_nodes} nodes the GCS may run out of descriptors")
+            self.log(
+                f"warning: open-file limit {after} (the hard limit) is below ray.open_files_limit="
+                f"{self.settings.open_files_limit}; at {self.ctx.num_nodes} nodes the GCS may run out of descriptors"
+            )
         if added and head:
-            self.log(f"large-cluster settings for {self.ctx.num_nodes} nodes: "
-                     + " ".join(f"{k}={v}" for k, v in added.items() if k not in self.settings.extra_env))
+            self.log(
+                f"large-cluster settings for {self.ctx.num_nodes} nodes: "
+                + " ".join(f"{k}={v}" for k, v in added.items() if k not in self.settings.extra_env)
+            )
         beside = Path(sys.executable).with_name("ray")
         executable = str(beside) if beside.exists() else "ray"
         began = time.time()
         for _ in range(_RAY_START_TRIES):
             ports = choose_ports(self.settings, int(self.ctx.job_id), head=head, start_block=block)
-            args = [f"--node-ip-address={ip}", f"--temp-dir={self.ray.temp_dir}", f"--num-gpus={len(self.gpus)}",
-                    f"--num-cpus={self.settings.num_cpus or self.ctx.cpus}", "--disable-usage-stats"]
+            args = [
+                f"--node-ip-address={ip}",
+                f"--temp-dir={self.ray.temp_dir}",
+                f"--num-gpus={len(self.gpus)}",
+                f"--num-cpus={self.settings.num_cpus or self.ctx.cpus}",
+                "--disable-usage-stats",
+            ]
             args += ports.ray_start_args(head)
             if head:
-                args += ["--head", f"--dashboard-host={self.settings.dashboard_host}",
-                         f"--include-dashboard={'true' if self.settings.include_dashboard else 'false'}"]
+                args += [
+                    "--head",
+                    f"--dashboard-host={self.settings.dashboard_host}",
+                    f"--include-dashboard={'true' if self.settings.include_dashboard else 'false'}",
+                ]
             else:
                 args.append(f"--address={head_address}")
             if self.settings.object_store_memory_bytes:
                 args.append(f"--object-store-memory={self.settings.object_store_memory_bytes}")
             announced = False
 
+            # Called only while this try's ray.start runs, so the loop's current ports are the ones meant.
             def announce_when_gcs_listens() -> None:
                 nonlocal announced
-                if not announced and on_gcs_up is not None and tcp_reachable(ip, ports.gcs, timeout_s=0.05):
+                if not announced and on_gcs_up is not None and tcp_reachable(ip, ports.gcs, timeout_s=0.05):  # noqa: B023
                     announced = True
-                    on_gcs_up(ports)
+                    on_gcs_up(ports)  # noqa: B023
 
             try:
-                self.ray.start(args, self.ray_start_env(ip, ports), ray_executable=executable,
-                               while_starting=announce_when_gcs_listens if head
-                               else self.head_republished_elsewhere(head_address))
+                self.ray.start(
+                    args,
+                    self.ray_start_env(ip, ports),
+                    ray_executable=executable,
+                    while_starting=announce_when_gcs_listens if head else self.head_republished_elsewhere(head_address),
+                )
                 self.ray_start_window = (began, time.time())  # failed tries included: Ray's time too
                 self.ports = ports
                 if head and not announced and on_gcs_up is not None:
@@ -184,8 +229,10 @@ class NodeRole:
             next_read = time.monotonic() + 0.5
             published = read_json(self.rendezvous.head_file)
             if published is not None and published["address"] != address:
-                self.log(f"the head republished its address ({published['address']}) while this node's ray start "
-                         f"waited on {address}: giving that start up")
+                self.log(
+                    f"the head republished its address ({published['address']}) while this node's ray start "
+                    f"waited on {address}: giving that start up"
+                )
                 return True
             return False
 
@@ -200,8 +247,10 @@ class NodeRole:
                 continue
             problem = not_private(folder)
             if problem:
-                self.log(f"refused {folder}: it {problem}; not made by this job, so nothing in it is read, written "
-                         "or followed")
+                self.log(
+                    f"refused {folder}: it {problem}; not made by this job, so nothing in it is read, written "
+                    "or followed"
+                )
                 continue
             leftover = LocalRay(folder, self.ray.log_path)
             if leftover.stop(grace_s=2.0):

@@ -7,7 +7,7 @@ import os
 import signal
 import subprocess
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from beam_slurm.jobs.ray_cluster.network import tcp_reachable
 from beam_slurm.jobs.ray_cluster.rendezvous import Rendezvous
@@ -16,9 +16,15 @@ from beam_slurm.jobs.ray_cluster.rendezvous import Rendezvous
 class WorkerWatch:
     """The head's view of the workers while the driver runs: each worker's raylet port must stay reachable."""
 
-    def __init__(self, rendezvous: Rendezvous, lost_after_s: float, probe_every_s: float = 2.0, *,
-                 clock: Callable[[], float] = time.monotonic,
-                 reachable: Callable[[str, int], bool] = tcp_reachable):
+    def __init__(
+        self,
+        rendezvous: Rendezvous,
+        lost_after_s: float,
+        probe_every_s: float = 2.0,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        reachable: Callable[[str, int], bool] = tcp_reachable,
+    ):
         self.rendezvous = rendezvous
         self.lost_after_s = lost_after_s
         self.probe_every_s = probe_every_s
@@ -40,17 +46,26 @@ class WorkerWatch:
             if self.reachable(info["ip"], int(port)):
                 self.last_seen[rank] = now
             elif now - self.last_seen.setdefault(rank, now) > self.lost_after_s:
-                return (f"node {info.get('host')} ({info['ip']}): its Ray has not answered for "
-                        f"{self.lost_after_s:.0f}s (node down or unreachable)")
+                return (
+                    f"node {info.get('host')} ({info['ip']}): its Ray has not answered for "
+                    f"{self.lost_after_s:.0f}s (node down or unreachable)"
+                )
         return ""
 
 
 class HeadWatch:
     """A worker's view of the head: its GCS port must stay reachable."""
 
-    def __init__(self, head_ip: str, gcs_port: int, lost_after_s: float, probe_every_s: float = 1.0, *,
-                 clock: Callable[[], float] = time.monotonic,
-                 reachable: Callable[[str, int], bool] = tcp_reachable):
+    def __init__(
+        self,
+        head_ip: str,
+        gcs_port: int,
+        lost_after_s: float,
+        probe_every_s: float = 1.0,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        reachable: Callable[[str, int], bool] = tcp_reachable,
+    ):
         self.head_ip = head_ip
         self.gcs_port = gcs_port
         self.lost_after_s = lost_after_s

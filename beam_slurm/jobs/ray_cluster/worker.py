@@ -36,8 +36,13 @@ class Worker(NodeRole):
             ip = node_ipv4(self.settings.network_interface, head_ip=head_ip)
             self.rendezvous.publish_node(self.ctx.rank, {"host": self.ctx.host, "ip": ip, "gpus": self.gpus})
         try:
-            ports = self.start_ray(head=False, ip=ip, start_block=int(head["block"]) if int(head["block"]) >= 0 else None,
-                                   head_address=head["address"], follow_head=self.head_moved)
+            ports = self.start_ray(
+                head=False,
+                ip=ip,
+                start_block=int(head["block"]) if int(head["block"]) >= 0 else None,
+                head_address=head["address"],
+                follow_head=self.head_moved,
+            )
         except NodeFailure:
             # The head may have restarted on another port block after publishing: follow it once.
             again = read_json(self.rendezvous.head_file)
@@ -48,9 +53,17 @@ class Worker(NodeRole):
         head = self.followed_head or head  # where this node joined: the head may have moved during its start
         head_ip, gcs_port = head["address"].rsplit(":", 1)
         # The head watches this port: a node that vanishes ends the step in seconds.
-        self.rendezvous.publish_node(self.ctx.rank, {"host": self.ctx.host, "ip": ip, "gpus": self.gpus,
-                                                     "node_manager_port": ports.node_manager,
-                                                     "node_start": self.started, "ray_start": self.ray_start_window})
+        self.rendezvous.publish_node(
+            self.ctx.rank,
+            {
+                "host": self.ctx.host,
+                "ip": ip,
+                "gpus": self.gpus,
+                "node_manager_port": ports.node_manager,
+                "node_start": self.started,
+                "ray_start": self.ray_start_window,
+            },
+        )
         self.record_bringup()
         self.rendezvous.mark_joined(self.ctx.rank)
         self.log(f"joined {head['address']}")
@@ -67,8 +80,10 @@ class Worker(NodeRole):
                 if tcp_reachable(head_ip, int(port), timeout_s=0.5):
                     if head["address"] == address:
                         return None
-                    self.log(f"the head restarted its Ray at {head['address']} (port block {head['block']}): "
-                             "joining it there")
+                    self.log(
+                        f"the head restarted its Ray at {head['address']} (port block {head['block']}): "
+                        "joining it there"
+                    )
                     self.followed_head = head
                     return head["address"], int(head["block"])
             self.sleep(min(0.5, self.settings.poll_interval_s))
@@ -81,8 +96,11 @@ class Worker(NodeRole):
             return True
         deadline = self.started_clock + self.settings.readiness_timeout_s
         waited = False
-        while (not self.stop_requested and self.rendezvous.joined_count() < self.ctx.rank - limit
-               and self.clock() <= deadline):
+        while (
+            not self.stop_requested
+            and self.rendezvous.joined_count() < self.ctx.rank - limit
+            and self.clock() <= deadline
+        ):
             waited = True
             self.sleep(min(0.5, self.settings.poll_interval_s))
         if waited:
@@ -96,8 +114,11 @@ class Worker(NodeRole):
             if head is not None:
                 return head
             if self.clock() > deadline:
-                self.record_failure("infra", f"node {self.ctx.host}: the head ({self.ctx.host_of_rank(0)}) did not "
-                                             f"publish its address within {self.settings.readiness_timeout_s:.0f}s")
+                self.record_failure(
+                    "infra",
+                    f"node {self.ctx.host}: the head ({self.ctx.host_of_rank(0)}) did not "
+                    f"publish its address within {self.settings.readiness_timeout_s:.0f}s",
+                )
                 return None
             self.sleep(min(0.2, self.settings.poll_interval_s))
         return None
@@ -116,8 +137,11 @@ class Worker(NodeRole):
             if head.lost():
                 if self.rendezvous.ended_file.exists() or self.sigterm_held_at is not None:
                     return 0  # the driver ended, or the head stopped on the SIGTERM this node holds
-                self.record_failure("infra", f"node {self.ctx.host}: the head's GCS at {head.head_ip}:{head.gcs_port} "
-                                             f"has been unreachable for {self.settings.head_lost_after_s:.0f}s")
+                self.record_failure(
+                    "infra",
+                    f"node {self.ctx.host}: the head's GCS at {head.head_ip}:{head.gcs_port} "
+                    f"has been unreachable for {self.settings.head_lost_after_s:.0f}s",
+                )
                 return EXIT_INFRA
             self.sleep(self.settings.poll_interval_s)
         return 0

@@ -1,5 +1,6 @@
 """One attempt of the training job, in the batch shell: preflight on every node, the Ray step in the background (one
-`srun` over all nodes, `python -m beam_slurm.jobs.ray_cluster.node -- DRIVER...`, the driver on the head), then waiting. A
+`srun` over all nodes, `python -m beam_slurm.jobs.ray_cluster.node -- DRIVER...`, the driver on the head), then
+waiting. A
 notice (USR1 before the time limit from `#SBATCH --signal=B:USR1@N`, to this shell only; SIGTERM: preemption; USR2:
 `beam-slurm requeue|stop`, after writing the wanted outcome into the run record) starts the save sequence: ask the
 trainer to save at the next step boundary (`notice.request_save`), wait up to `grace_s` for its acknowledgement
@@ -91,9 +92,16 @@ def process_start_time() -> float:
 class Attempt:
     """One attempt of the training job, run in the batch shell."""
 
-    def __init__(self, settings: TrainJobSettings, allocation: scheduler.AllocationInfo, in_job: int = 0,
-                 step_nodes: list[str] | None = None, allocation_bad: tuple[str, ...] = (),
-                 replaced: list[str] | None = None, notices: list[tuple[str, float]] | None = None):
+    def __init__(
+        self,
+        settings: TrainJobSettings,
+        allocation: scheduler.AllocationInfo,
+        in_job: int = 0,
+        step_nodes: list[str] | None = None,
+        allocation_bad: tuple[str, ...] = (),
+        replaced: list[str] | None = None,
+        notices: list[tuple[str, float]] | None = None,
+    ):
         self.settings, self.alloc = settings, allocation
         self.in_job = in_job  # 0 for the allocation's first Ray step, then 1, 2, ... for each restart in it
         self.label = layout.attempt_label(allocation.restart_count, in_job)
@@ -110,9 +118,14 @@ class Attempt:
         self.nodes = len(self.step_nodes)
         hook = settings.container(allocation.job_id) if callable(settings.container) else settings.container
         pinned = self.step_nodes if in_job or len(self.step_nodes) < len(allocation.nodes) else []
-        self.launcher = StepLauncher(hook=hook, python=settings.python, nodes=self.nodes,
-                                     gpus_per_node=settings.gpus_per_node, cpus_per_task=allocation.cpus_on_node,
-                                     nodelist=pinned)
+        self.launcher = StepLauncher(
+            hook=hook,
+            python=settings.python,
+            nodes=self.nodes,
+            gpus_per_node=settings.gpus_per_node,
+            cpus_per_task=allocation.cpus_on_node,
+            nodelist=pinned,
+        )
         self._log_file = None
         self.requeued = False  # asked Slurm to requeue the job (the job folder and token are then kept)
         self.record: RunStore | None = None  # None when the job has no run record (a driver run under train_job)
@@ -141,9 +154,13 @@ class Attempt:
         nccl_timeout = hang_watch.nccl_timeout_s(self.settings.hang)
         if nccl_timeout is not None:
             # NCCL's own timeout stays behind the watchdog's; its flight recorder dumps into the hang folder.
-            env = {hang_watch.NCCL_TIMEOUT_ENV: str(nccl_timeout), "TORCH_NCCL_TRACE_BUFFER_SIZE": "2000",
-                   "TORCH_NCCL_DUMP_ON_TIMEOUT": "1",
-                   "TORCH_NCCL_DEBUG_INFO_TEMP_FILE": str(self.attempt_dir / HANG_FOLDER / "nccl_trace_rank_"), **env}
+            env = {
+                hang_watch.NCCL_TIMEOUT_ENV: str(nccl_timeout),
+                "TORCH_NCCL_TRACE_BUFFER_SIZE": "2000",
+                "TORCH_NCCL_DUMP_ON_TIMEOUT": "1",
+                "TORCH_NCCL_DEBUG_INFO_TEMP_FILE": str(self.attempt_dir / HANG_FOLDER / "nccl_trace_rank_"),
+                **env,
+            }
         if self.alloc.restart_count > 0 or self.in_job > 0:
             env["RESUME_MODE"] = "latest"
         return env
@@ -161,16 +178,19 @@ class Attempt:
             return
         left = time_left_s(self.job_info())
         if left is not None and left <= self.settings.signal_before_s + 60:
-            self.log(f"{left:.0f} s left of the time limit at the start, inside the notice lead "
-                     f"({self.settings.signal_before_s:.0f} s): the notice Slurm sent before this process listened "
-                     "is taken now")
+            self.log(
+                f"{left:.0f} s left of the time limit at the start, inside the notice lead "
+                f"({self.settings.signal_before_s:.0f} s): the notice Slurm sent before this process listened "
+                "is taken now"
+            )
             self.notices.append(("SIGUSR1", time.time()))
 
     def run_preflight(self, env: dict[str, str]) -> bool:
         canary = self.attempt_dir / "shared-storage-canary"
         canary.write_text(f"{self.alloc.job_id}\n")
-        checks = dataclasses.replace(self.settings.preflight_checks, gpus_per_node=self.settings.gpus_per_node,
-                                     shared_canary=str(canary))
+        checks = dataclasses.replace(
+            self.settings.preflight_checks, gpus_per_node=self.settings.gpus_per_node, shared_canary=str(canary)
+        )
         hosts = self.step_nodes  # the step is pinned to them when the allocation has more
 
         def log(message: str) -> None:
@@ -186,24 +206,35 @@ class Attempt:
         """Whether the Ray step holds a preemption's first SIGTERM and the head relays it as a notice: when the
         partition's (or QOS's) grace time fits the save at the preflight's bandwidth (`notice_budget.term_notice`)."""
         info = read_preemption(os.environ.get("SLURM_JOB_PARTITION") or None)
-        held, why = term_notice(info, self.settings.qos or None, self.settings.save_cost,
-                                storage_probe.slowest_recorded(self.attempt_dir))
-        self.log(f"a preemption's SIGTERM to the tasks {'is held as a notice' if held else 'stops the Ray step'}: "
-                 f"{why}")
+        held, why = term_notice(
+            info, self.settings.qos or None, self.settings.save_cost, storage_probe.slowest_recorded(self.attempt_dir)
+        )
+        self.log(
+            f"a preemption's SIGTERM to the tasks {'is held as a notice' if held else 'stops the Ray step'}: {why}"
+        )
         return held
 
     def write_job_spec(self, sigterm_notice: bool, preflight_window: tuple[float, float] | None) -> None:
         """What the nodes and the driver of this attempt need, in the attempt's folder (`ray_cluster.job_spec`)."""
         s = self.settings
-        JobSpec(ray=s.ray, gpus_per_node=s.gpus_per_node, log_copy=s.log_copy, env_manifest=s.env_manifest,
-                sigterm_notice=sigterm_notice, job_start_time=self.started_at, preflight_window=preflight_window,
-                ray_step_launch_time=time.time()).write(self.attempt_dir)
+        JobSpec(
+            ray=s.ray,
+            gpus_per_node=s.gpus_per_node,
+            log_copy=s.log_copy,
+            env_manifest=s.env_manifest,
+            sigterm_notice=sigterm_notice,
+            job_start_time=self.started_at,
+            preflight_window=preflight_window,
+            ray_step_launch_time=time.time(),
+        ).write(self.attempt_dir)
 
     def start_ray_step(self, env: dict[str, str]) -> None:
-        argv = self.launcher.module_argv(["beam_slurm.jobs.ray_cluster.node", "--", *self.settings.driver],
-                                         kill_on_bad_exit=True, name=RAY_STEP)
-        self.log(f"starting the Ray step on {self.nodes} nodes: "
-                 f"{shlex.join(argv[: argv.index(self.settings.python)])} ...")
+        argv = self.launcher.module_argv(
+            ["beam_slurm.jobs.ray_cluster.node", "--", *self.settings.driver], kill_on_bad_exit=True, name=RAY_STEP
+        )
+        self.log(
+            f"starting the Ray step on {self.nodes} nodes: {shlex.join(argv[: argv.index(self.settings.python)])} ..."
+        )
         # Own process group: a SIGINT typed at an interactive salloc shell must reach us, not srun directly.
         self.step = subprocess.Popen(argv, env=env, start_new_session=True)
         self.ray_step_started = time.time()
@@ -235,13 +266,20 @@ class Attempt:
                     self.slurm_end = self.ask_slurm()
                     failure = records.read_failure(self.attempt_dir)
                     driver = records.read_driver_status(self.attempt_dir)
-                    self.log(f"{failure.get('kind')} failure on {failure.get('node')}: {failure.get('reason')}"
-                             if failure else f"the Ray step ended with status {status} (driver status {driver})")
+                    self.log(
+                        f"{failure.get('kind')} failure on {failure.get('node')}: {failure.get('reason')}"
+                        if failure
+                        else f"the Ray step ended with status {status} (driver status {driver})"
+                    )
                 return self.facts(step_status=status)
             if time.monotonic() >= next_look:
                 next_look = time.monotonic() + HANG_POLL_S
-                hang = hang_watch.check(self.settings.hang, read_progress(self.settings.ckpt_path),
-                                        watching_since=self.ray_step_started or 0.0, now=time.time())
+                hang = hang_watch.check(
+                    self.settings.hang,
+                    read_progress(self.settings.ckpt_path),
+                    watching_since=self.ray_step_started or 0.0,
+                    now=time.time(),
+                )
                 if hang is not None:
                     return self.handle_hang(hang)
             time.sleep(_POLL_S)
@@ -251,8 +289,10 @@ class Attempt:
         SIGTERM, SIGKILL); the nodes the dumps point at, or where a process survived SIGKILL, are bad."""
         folder = self.attempt_dir / HANG_FOLDER
         self.hang_detected_at = time.time()
-        self.log(f"{hang.describe()}: {hang.details()}; saving the stacks of the Ray step's processes on every node "
-                 f"in {folder}")
+        self.log(
+            f"{hang.describe()}: {hang.details()}; saving the stacks of the Ray step's processes on every node "
+            f"in {folder}"
+        )
         try:
             step_id = next(iter(scheduler.step_ids(self.alloc.job_id, RAY_STEP)), "")
         except scheduler.SlurmCommandError as exc:
@@ -262,8 +302,10 @@ class Attempt:
         began = time.time()
         processes = self.run_dump_step(folder, step_id, end=False) if step_id else []
         suspects, why = hang_watch.suspects(processes)
-        self.log(f"dumped {sum(1 for p in processes if p.frame)} of {len(processes)} processes in "
-                 f"{time.time() - began:.1f}s; {why}")
+        self.log(
+            f"dumped {sum(1 for p in processes if p.frame)} of {len(processes)} processes in "
+            f"{time.time() - began:.1f}s; {why}"
+        )
         status = self.stop_ray_step()
         survivors = self.run_dump_step(folder, step_id, end=True) if step_id else []
         for row in survivors:
@@ -275,25 +317,47 @@ class Attempt:
     def run_dump_step(self, folder: Path, step_id: str, *, end: bool) -> list:
         """One `hang_dump` task per node beside the Ray step (`--overlap`); what each node wrote."""
         argv = scheduler.srun_per_node(
-            self.nodes, [*self.launcher.hook.command_prefix, self.settings.python, "-m",
-                         "beam_slurm.jobs.ray_cluster.hang_dump", "--dir", str(folder), "--job", str(self.alloc.job_id),
-                         "--step", step_id, *(["--end"] if end else [])],
+            self.nodes,
+            [
+                *self.launcher.hook.command_prefix,
+                self.settings.python,
+                "-m",
+                "beam_slurm.jobs.ray_cluster.hang_dump",
+                "--dir",
+                str(folder),
+                "--job",
+                str(self.alloc.job_id),
+                "--step",
+                step_id,
+                *(["--end"] if end else []),
+            ],
             # --overlap shares Ray's CPUs; --mem=0 its memory (else "Memory required by task is not available").
-            kill_on_bad_exit=False, job_name=DUMP_STEP,
-            extra_args=["--overlap", "--mem=0", *self.launcher.placement_args()])
+            kill_on_bad_exit=False,
+            job_name=DUMP_STEP,
+            extra_args=["--overlap", "--mem=0", *self.launcher.placement_args()],
+        )
         try:
             done = subprocess.run(argv, capture_output=True, text=True, timeout=DUMP_STEP_TIMEOUT_S, check=False)
             if done.returncode not in (0, EXIT_SURVIVORS):
-                self.log(f"the {DUMP_STEP} step ended with status {done.returncode}: "
-                         f"{' '.join((done.stderr or done.stdout).split())[-600:]}")
+                self.log(
+                    f"the {DUMP_STEP} step ended with status {done.returncode}: "
+                    f"{' '.join((done.stderr or done.stdout).split())[-600:]}"
+                )
         except subprocess.TimeoutExpired:
             self.log(f"the {DUMP_STEP} step did not end within {DUMP_STEP_TIMEOUT_S:.0f}s")
         if end:
-            return [{**row, "node": node.name} for node in sorted(folder.glob("*/"))
-                    for row in (read_json(node / "ended.json") or {}).get("survivors", [])]
-        return [hang_watch.DumpedProcess(node=row["node"], pid=row["pid"], role=row["role"], state=row["state"],
-                                         frame=row.get("frame", ""))
-                for node in sorted(folder.glob("*/")) for row in read_json(node / "processes.json") or []]
+            return [
+                {**row, "node": node.name}
+                for node in sorted(folder.glob("*/"))
+                for row in (read_json(node / "ended.json") or {}).get("survivors", [])
+            ]
+        return [
+            hang_watch.DumpedProcess(
+                node=row["node"], pid=row["pid"], role=row["role"], state=row["state"], frame=row.get("frame", "")
+            )
+            for node in sorted(folder.glob("*/"))
+            for row in read_json(node / "processes.json") or []
+        ]
 
     def handle_notice(self) -> AttemptFacts:
         assert self.step is not None
@@ -303,21 +367,32 @@ class Attempt:
             self.slurm_end = self.ask_slurm()
             if self.slurm_end in _SLURM_ENDS_EVERYTHING:
                 # Every step got the same SIGTERM: the trainer stops now, there is nothing to wait for.
-                self.log(f"notice SIGTERM: Slurm is ending this attempt ({self.slurm_end}); every step was "
-                         "signalled, so no checkpoint can be saved")
+                self.log(
+                    f"notice SIGTERM: Slurm is ending this attempt ({self.slurm_end}); every step was "
+                    "signalled, so no checkpoint can be saved"
+                )
                 return self.facts(notice=name, step_status=self.stop_ray_step())
         grace_s = float(self.wanted.timeout_s or self.settings.grace_s) if self.wanted else self.settings.grace_s
         relayed = (self.attempt_dir / records.TERM_RELAYED_FILE).exists()
-        why_save = (f"beam-slurm {self.wanted.action} by {self.wanted.by or '?'}" if self.wanted
-                    else "the preemption's SIGTERM to the tasks, relayed by the Ray head" if relayed and name == "SIGUSR1"
-                    else f"{name} (time limit or preemption)")
+        why_save = (
+            f"beam-slurm {self.wanted.action} by {self.wanted.by or '?'}"
+            if self.wanted
+            else "the preemption's SIGTERM to the tasks, relayed by the Ray head"
+            if relayed and name == "SIGUSR1"
+            else f"{name} (time limit or preemption)"
+        )
         self.log(f"notice {name} received ({why_save}): asking the trainer to save a checkpoint (grace {grace_s:.0f}s)")
         notice.request_save(self.settings.ckpt_path, why_save)
         while True:
             saved = notice.saved_since(self.settings.ckpt_path, received)
-            why = stop_waiting_for_save(now=time.time(), received=received, grace_s=grace_s,
-                                        saved_step=saved, step_running=self.step.poll() is None,
-                                        notices=len(self.notices))
+            why = stop_waiting_for_save(
+                now=time.time(),
+                received=received,
+                grace_s=grace_s,
+                saved_step=saved,
+                step_running=self.step.poll() is None,
+                notices=len(self.notices),
+            )
             if why is not None:
                 break
             time.sleep(_SAVE_POLL_S)
@@ -328,8 +403,10 @@ class Attempt:
         if saved is not None:
             self.log(f"checkpoint of step {saved} saved on notice after {time.time() - received:.1f}s")
         elif self.step.poll() is None:
-            self.log("no checkpoint saved on notice within the grace period; the next attempt resumes from the last "
-                     "periodic checkpoint")
+            self.log(
+                "no checkpoint saved on notice within the grace period; the next attempt resumes from the last "
+                "periodic checkpoint"
+            )
         return self.facts(notice=name, saved_step=saved, step_status=self.stop_ray_step())
 
     def facts(self, **seen: Any) -> AttemptFacts:
@@ -342,17 +419,28 @@ class Attempt:
         unusable = set(self.allocation_bad) | set(self.preflight_failed_nodes)
         s = self.settings
         return AttemptFacts(
-            restart_count=self.alloc.restart_count, max_requeues=s.max_requeues,
-            driver_status=records.read_driver_status(self.attempt_dir), failure_reason=self.failure_reason(failure),
-            failure_kind=failure.get("kind") if failure else None, nodes=nodes,
+            restart_count=self.alloc.restart_count,
+            max_requeues=s.max_requeues,
+            driver_status=records.read_driver_status(self.attempt_dir),
+            failure_reason=self.failure_reason(failure),
+            failure_kind=failure.get("kind") if failure else None,
+            nodes=nodes,
             failure_node=failed_node(failure, nodes[0] if nodes else None),
-            lost_nodes=tuple(n for n in nodes if n not in now_nodes), in_job_attempt=self.in_job,
-            max_in_job_attempts=s.max_in_job_attempts, usable_nodes=tuple(n for n in now_nodes if n not in unusable),
-            nodes_needed=s.nodes, time_left_s=left, restart_needs_s=s.signal_before_s + RESTART_BRING_UP_S,
-            preflight_failed_nodes=tuple(self.preflight_failed_nodes), wanted=wanted.action if wanted else None,
-            checkpoint_at_start=self.checkpoint_at_start, checkpoint_at_end=self.checkpoint(),
+            lost_nodes=tuple(n for n in nodes if n not in now_nodes),
+            in_job_attempt=self.in_job,
+            max_in_job_attempts=s.max_in_job_attempts,
+            usable_nodes=tuple(n for n in now_nodes if n not in unusable),
+            nodes_needed=s.nodes,
+            time_left_s=left,
+            restart_needs_s=s.signal_before_s + RESTART_BRING_UP_S,
+            preflight_failed_nodes=tuple(self.preflight_failed_nodes),
+            wanted=wanted.action if wanted else None,
+            checkpoint_at_start=self.checkpoint_at_start,
+            checkpoint_at_end=self.checkpoint(),
             earlier_without_progress=no_progress_streak([a for a in self.job_entry.attempts if a.ended]),
-            max_attempts_without_progress=s.max_attempts_without_progress, **seen)
+            max_attempts_without_progress=s.max_attempts_without_progress,
+            **seen,
+        )
 
     def failure_reason(self, failure: dict | None) -> str:
         """The recorded failure's reason; for full storage with what the checkpoint folder has left."""
@@ -362,8 +450,10 @@ class Attempt:
         if failure.get("kind") == "storage":
             try:
                 usage = shutil.disk_usage(self.settings.ckpt_path)
-                reason += (f"; checkpoint storage {self.settings.ckpt_path}: {usage.free / 2**20:.1f} MiB free of "
-                           f"{usage.total / 2**20:.1f} MiB")
+                reason += (
+                    f"; checkpoint storage {self.settings.ckpt_path}: {usage.free / 2**20:.1f} MiB free of "
+                    f"{usage.total / 2**20:.1f} MiB"
+                )
             except OSError:
                 reason += f"; checkpoint storage {self.settings.ckpt_path}"
         return reason
@@ -383,9 +473,11 @@ class Attempt:
         self.record_end(decision, facts)
         if decision.restart_in_job:
             self.restart = decision
-            self.log(f"{decision.reason}: {decision.note} (attempt "
-                     f"{layout.attempt_label(self.alloc.restart_count, self.in_job + 1)}, "
-                     "from the latest checkpoint; no requeue)")
+            self.log(
+                f"{decision.reason}: {decision.note} (attempt "
+                f"{layout.attempt_label(self.alloc.restart_count, self.in_job + 1)}, "
+                "from the latest checkpoint; no requeue)"
+            )
             return 0
         # Slurm signals this shell (and its children) once the job is requeued: ask sinfo before that.
         exclude = self.plan_exclusion(decision) if decision.requeue or decision.already_requeued else None
@@ -406,8 +498,10 @@ class Attempt:
             self.log(f"{decision.reason}: Slurm had already requeued the job")
         self.requeued = True
         where = f" ({decision.note})" if decision.note else ""
-        self.log(f"{decision.reason}{where}: job requeued (attempt {self.alloc.restart_count + 1} of at most "
-                 f"{self.settings.max_requeues + 1} will resume from the latest checkpoint)")
+        self.log(
+            f"{decision.reason}{where}: job requeued (attempt {self.alloc.restart_count + 1} of at most "
+            f"{self.settings.max_requeues + 1} will resume from the latest checkpoint)"
+        )
         self.exclude_bad_nodes(exclude)
         return 0
 
@@ -428,9 +522,14 @@ class Attempt:
             self.log(f"could not ask Slurm about the job: {exc}")
             return None
         restarts = info.get("Restarts", "0")
-        return slurm_end_of(job_state=info.get("JobState", ""), restarts=int(restarts) if restarts.isdigit() else 0,
-                            restart_count=self.alloc.restart_count, preempt_time=info.get("PreemptTime", ""),
-                            time_left_s=time_left_s(info), reason=info.get("Reason", ""))
+        return slurm_end_of(
+            job_state=info.get("JobState", ""),
+            restarts=int(restarts) if restarts.isdigit() else 0,
+            restart_count=self.alloc.restart_count,
+            preempt_time=info.get("PreemptTime", ""),
+            time_left_s=time_left_s(info),
+            reason=info.get("Reason", ""),
+        )
 
     def _record_call(self, what: str, call, *args, **kwargs):
         """Write to the run record; a record that cannot be written never stops training (logged)."""
@@ -462,48 +561,87 @@ class Attempt:
         user_exclude = [n for n in (job.get("ExcNodeList") or "").split(",") if n and n != "(null)"]
         with contextlib.suppress(scheduler.SlurmCommandError):
             user_exclude = scheduler.expand_hostnames(",".join(user_exclude))
+
         def begin(run: RunRecord) -> tuple[TrainJob, list[str]]:
             run.fill_in(info)
             return run.begin_attempt(
-                job_id=self.alloc.job_id, attempt=self.alloc.restart_count, in_job=self.in_job, replaced=self.replaced,
-                nodes=self.step_nodes, checkpoint=self.checkpoint_at_start, when=now(),
+                job_id=self.alloc.job_id,
+                attempt=self.alloc.restart_count,
+                in_job=self.in_job,
+                replaced=self.replaced,
+                nodes=self.step_nodes,
+                checkpoint=self.checkpoint_at_start,
+                when=now(),
                 partition=job.get("Partition", "") or self.alloc.extra.get("SLURM_JOB_PARTITION", ""),
-                nodes_needed=self.nodes, user_exclude=user_exclude,
-                stdout="" if job.get("StdOut") in (None, "(null)") else job["StdOut"])
+                nodes_needed=self.nodes,
+                user_exclude=user_exclude,
+                stdout="" if job.get("StdOut") in (None, "(null)") else job["StdOut"],
+            )
 
         snapshot = self._record_call("record the attempt's start", lambda store: store.update(begin))
         if snapshot:
             self.job_entry, self.bad_nodes = snapshot
         if first:
             remember_job(self.alloc.job_id, info["export_path"])
-        self.job_entry.attempts = [a for a in self.job_entry.attempts
-                                   if (a.attempt, a.in_job) != (self.alloc.restart_count, self.in_job)]
+        self.job_entry.attempts = [
+            a for a in self.job_entry.attempts if (a.attempt, a.in_job) != (self.alloc.restart_count, self.in_job)
+        ]
 
     def record_end(self, decision: Decision, facts: AttemptFacts | None) -> None:
         checkpoint = self.checkpoint()
         reason = decision.reason + (f": {decision.note}" if decision.note else "")
         saved = facts.saved_step if facts is not None else None
-        end = {"end_kind": decision.end_kind, "end_reason": reason, "saved_step": saved,
-               "checkpoint_at_end": checkpoint, "counts_against_progress": decision.counts_against_progress,
-               "decision": ("requeued by Slurm" if decision.already_requeued else "restart in job"
-                            if decision.restart_in_job else "requeue" if decision.requeue
-                            else f"end ({decision.exit_status})"),
-               "exit_status": None if decision.requeue or decision.restart_in_job else decision.exit_status,
-               "hang_dumps": self.hang_dumps, **({"hang_detected_at": self.hang_detected_at}
-                                                 if self.hang_detected_at else {})}
+        end = {
+            "end_kind": decision.end_kind,
+            "end_reason": reason,
+            "saved_step": saved,
+            "checkpoint_at_end": checkpoint,
+            "counts_against_progress": decision.counts_against_progress,
+            "decision": (
+                "requeued by Slurm"
+                if decision.already_requeued
+                else "restart in job"
+                if decision.restart_in_job
+                else "requeue"
+                if decision.requeue
+                else f"end ({decision.exit_status})"
+            ),
+            "exit_status": None if decision.requeue or decision.restart_in_job else decision.exit_status,
+            "hang_dumps": self.hang_dumps,
+            **({"hang_detected_at": self.hang_detected_at} if self.hang_detected_at else {}),
+        }
         failure_node = facts.failure_node if facts is not None else None
         default = "preflight failed there" if decision.end_kind == "preflight" else decision.reason
-        bad = [(node, str((records.read_failure(self.attempt_dir) or {}).get("reason", "node failure"))
-                if node == failure_node else default) for node in decision.bad_nodes]
+        bad = [
+            (
+                node,
+                str((records.read_failure(self.attempt_dir) or {}).get("reason", "node failure"))
+                if node == failure_node
+                else default,
+            )
+            for node in decision.bad_nodes
+        ]
         outcome = decision.outcome or None
         at = f" at step {checkpoint}" if checkpoint is not None else ""
         reasons = {"completed": f"finished{at}", "stopped": f"stopped{at or ' before any checkpoint'}, resumable"}
         outcome_reason = reasons.get(outcome or "", reason)
-        self._record_call("record the attempt's end", lambda store: store.update(lambda run: run.end_attempt(
-            job_id=self.alloc.job_id, attempt=self.alloc.restart_count, in_job=self.in_job, when=now(), end=end,
-            bad_nodes=bad, outcome=outcome, outcome_reason=outcome_reason,
-            resumable_end=outcome in ("stopped", "failed") and checkpoint is not None,
-            wanted_handled=facts is not None and facts.wanted is not None)))
+        self._record_call(
+            "record the attempt's end",
+            lambda store: store.update(
+                lambda run: run.end_attempt(
+                    job_id=self.alloc.job_id,
+                    attempt=self.alloc.restart_count,
+                    in_job=self.in_job,
+                    when=now(),
+                    end=end,
+                    bad_nodes=bad,
+                    outcome=outcome,
+                    outcome_reason=outcome_reason,
+                    resumable_end=outcome in ("stopped", "failed") and checkpoint is not None,
+                    wanted_handled=facts is not None and facts.wanted is not None,
+                )
+            ),
+        )
 
     def plan_exclusion(self, decision: Decision) -> tuple[list[str], list[str]] | None:
         """(bad nodes, the new ExcNodeList: bad nodes plus the user's own --exclude) when the partition keeps enough
@@ -534,8 +672,12 @@ class Attempt:
             self.log(f"bad nodes {','.join(bad)} not excluded: {exc}; the next attempt checks its nodes itself")
             return
         self.log(f"the next attempt avoids {','.join(bad)}: ExcNodeList={','.join(wanted)}")
-        self._record_call("record the excluded nodes", lambda store: store.update(
-            lambda run: setattr(run.train_job(self.alloc.job_id), "excluded_nodes", list(wanted))))
+        self._record_call(
+            "record the excluded nodes",
+            lambda store: store.update(
+                lambda run: setattr(run.train_job(self.alloc.job_id), "excluded_nodes", list(wanted))
+            ),
+        )
 
     def avoid_bad_nodes(self) -> bool:
         """The fallback when the exclusion could not be set: if this attempt landed on a recorded bad node, set the
@@ -546,10 +688,16 @@ class Attempt:
         if self.plan_exclusion(Decision(True, 0, "")) is None:
             self.log(f"this attempt runs on bad node(s) {','.join(landed)} anyway")
             return False
-        self.log(f"this attempt landed on bad node(s) {','.join(landed)} (the exclusion was not set): requeueing "
-                 "once without them")
-        self._record_call("record the bad-node requeue", lambda store: store.update(
-            lambda run: setattr(run.train_job(self.alloc.job_id), "avoided_bad_nodes", True)))
+        self.log(
+            f"this attempt landed on bad node(s) {','.join(landed)} (the exclusion was not set): requeueing "
+            "once without them"
+        )
+        self._record_call(
+            "record the bad-node requeue",
+            lambda store: store.update(
+                lambda run: setattr(run.train_job(self.alloc.job_id), "avoided_bad_nodes", True)
+            ),
+        )
         decision = Decision(True, 0, f"landed on bad node(s) {','.join(landed)}", end_kind="bad-node-avoided")
         return self.carry_out(decision) == 0 and self.requeued
 
@@ -558,8 +706,10 @@ class Attempt:
         self.attempt_dir.mkdir(parents=True, exist_ok=True)
         self._log_file = open(self.attempt_dir / "train_job.log", "a")
         try:
-            self.log(f"{self.nodes} nodes ({','.join(self.step_nodes)}), "
-                     f"{self.settings.gpus_per_node} GPUs per node, logs in {self.attempt_dir}")
+            self.log(
+                f"{self.nodes} nodes ({','.join(self.step_nodes)}), "
+                f"{self.settings.gpus_per_node} GPUs per node, logs in {self.attempt_dir}"
+            )
             self.warn_port_range()
             self.record_start()
             self.notice_before_listening()
@@ -568,8 +718,10 @@ class Attempt:
             notice.clear(self.settings.ckpt_path)
             first = self.alloc.restart_count == 0 and self.in_job == 0
             if first and auth.remove_stale_job_dir(self.settings.ray, self.alloc.job_id):
-                self.log(f"removed {auth.job_dir(self.settings.ray, self.alloc.job_id)}, left by an earlier job "
-                         "with the same id")
+                self.log(
+                    f"removed {auth.job_dir(self.settings.ray, self.alloc.job_id)}, left by an earlier job "
+                    "with the same id"
+                )
             if self.settings.ray.auth:
                 auth.ensure_token(self.settings.ray, self.alloc.job_id)
             env = self.step_env()
@@ -596,5 +748,7 @@ class Attempt:
         ephemeral = ephemeral_range()
         ray = self.settings.ray
         if ephemeral and ray.port_range_start <= ephemeral[1] and ray.port_range_end > ephemeral[0]:
-            self.log(f"warning: ray.port_range {ray.port_range_start}-{ray.port_range_end} overlaps this host's "
-                     f"ephemeral ports {ephemeral[0]}-{ephemeral[1]}; Ray may race outgoing connections for ports")
+            self.log(
+                f"warning: ray.port_range {ray.port_range_start}-{ray.port_range_end} overlaps this host's "
+                f"ephemeral ports {ephemeral[0]}-{ephemeral[1]}; Ray may race outgoing connections for ports"
+            )

@@ -31,9 +31,11 @@ def dapo_config_class():
         pass
     from skyrl.train.config import AlgorithmConfig, make_config
 
-    algorithm_cls = make_dataclass("DAPOAlgorithmConfig", [(name, type_, field(default=default))
-                                                           for name, (type_, default) in DAPO_FIELDS.items()],
-                                   bases=(AlgorithmConfig,))
+    algorithm_cls = make_dataclass(
+        "DAPOAlgorithmConfig",
+        [(name, type_, field(default=default)) for name, (type_, default) in DAPO_FIELDS.items()],
+        bases=(AlgorithmConfig,),
+    )
     return make_config(algorithm_cls=dataclass(algorithm_cls)), "make_config + field list read from skyrl-v0.3.0"
 
 
@@ -56,7 +58,7 @@ def check(overrides: list[str], dapo_only_keys: list[str], validate: bool = Fals
     try:
         cfg = dapo_cls.from_cli_overrides([item for item in overrides if item not in malformed])
         for key in dapo_only_keys:
-            name = key[len(DAPO_KEY_PREFIX):] if key.startswith(DAPO_KEY_PREFIX) else key
+            name = key[len(DAPO_KEY_PREFIX) :] if key.startswith(DAPO_KEY_PREFIX) else key
             if not key.startswith(DAPO_KEY_PREFIX) or name not in DAPO_FIELDS:
                 errors.append(f"{key} is listed as DAPO-only but the DAPO config has no such field")
                 continue

@@ -121,8 +121,10 @@ class SaveOnNoticeCallback(_CallbackBase):
             append_step_metrics(self.export_path, callback_input.global_step, callback_input.logs)
         except Exception as exc:  # a metrics file is never worth a training run
             self.metrics_write_failures += 1
-            _log(f"could not append step {callback_input.global_step} to {self.export_path}/{TRAIN_METRICS_FILE} "
-                 f"({type(exc).__name__}: {exc}); training continues")
+            _log(
+                f"could not append step {callback_input.global_step} to {self.export_path}/{TRAIN_METRICS_FILE} "
+                f"({type(exc).__name__}: {exc}); training continues"
+            )
 
 
 def _experiment_classes(kind: str):
@@ -138,8 +140,11 @@ def _experiment_classes(kind: str):
     try:
         dapo = import_module(DAPO_MODULE)
     except ModuleNotFoundError as exc:
-        print(f"cannot import {DAPO_MODULE} ({exc}); run this entrypoint from the root of a SkyRL checkout matching "
-              f"the installed skyrl version (cwd is {os.getcwd()}), or set {EXPERIMENT_ENV}=base", file=sys.stderr)
+        print(
+            f"cannot import {DAPO_MODULE} ({exc}); run this entrypoint from the root of a SkyRL checkout matching "
+            f"the installed skyrl version (cwd is {os.getcwd()}), or set {EXPERIMENT_ENV}=base",
+            file=sys.stderr,
+        )
         raise SystemExit(2) from exc
     return dapo.DAPOConfig, dapo.DAPOExp
 
@@ -187,8 +192,12 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:
         note_driver_error(exc)  # a full checkpoint storage or a dead Ray worker: the requeue policy reads it
         raise
-    print("training finished" if stopped_at is None else
-          f"stopped on notice after saving step {stopped_at}; the next attempt resumes from it", flush=True)
+    print(
+        "training finished"
+        if stopped_at is None
+        else f"stopped on notice after saving step {stopped_at}; the next attempt resumes from it",
+        flush=True,
+    )
     return 0
 
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Mapping
 
 from beam_slurm.config import env_manifest
 from beam_slurm.config.container import same_path_mounts
@@ -58,14 +58,20 @@ class TrainJobSettings:
 
     def problems(self) -> list[ConfigProblem]:
         shared, isabs = "an absolute path on shared storage", os.path.isabs
-        checks = [(not self.driver, "driver", self.driver, "give the driver command after `--`"),
-                  (not isabs(self.ckpt_path or ""), "paths.ckpt_path", self.ckpt_path, f"set CKPT_PATH to {shared}"),
-                  (not isabs(self.log_dir or ""), "paths.log_dir", self.log_dir, f"set BEAM_LOG_DIR to {shared}"),
-                  (self.nodes < 1, "cluster.nodes", self.nodes, "use a node count of 1 or more"),
-                  (self.gpus_per_node < 0, "cluster.gpus_per_node", self.gpus_per_node, "use 0 or a GPU count"),
-                  (self.max_requeues < 0, "cluster.max_requeues", self.max_requeues, "use 0 (never requeue) or more"),
-                  (self.grace_s < 0 or self.stop_grace_s < 0, "cluster.grace_s/stop_grace_s",
-                   (self.grace_s, self.stop_grace_s), "use seconds >= 0")]
+        checks = [
+            (not self.driver, "driver", self.driver, "give the driver command after `--`"),
+            (not isabs(self.ckpt_path or ""), "paths.ckpt_path", self.ckpt_path, f"set CKPT_PATH to {shared}"),
+            (not isabs(self.log_dir or ""), "paths.log_dir", self.log_dir, f"set BEAM_LOG_DIR to {shared}"),
+            (self.nodes < 1, "cluster.nodes", self.nodes, "use a node count of 1 or more"),
+            (self.gpus_per_node < 0, "cluster.gpus_per_node", self.gpus_per_node, "use 0 or a GPU count"),
+            (self.max_requeues < 0, "cluster.max_requeues", self.max_requeues, "use 0 (never requeue) or more"),
+            (
+                self.grace_s < 0 or self.stop_grace_s < 0,
+                "cluster.grace_s/stop_grace_s",
+                (self.grace_s, self.stop_grace_s),
+                "use seconds >= 0",
+            ),
+        ]
         return [*self.ray.problems(), *(ConfigProblem(key, value, fix) for bad, key, value, fix in checks if bad)]
 
 
@@ -112,12 +118,17 @@ def job_mounts(cfg):
     p = cfg.paths
     read_only = [x for x in (p.model_path, p.data_dir, p.skyrl_dir, os.environ.get("BEAM_SLURM_HOME")) if x]
     # The Ray state dir holds the job's token and rendezvous files; it must be visible inside the container too.
-    writable = [x for x in (p.ckpt_path, p.export_path, p.log_dir, p.optimizer_state_disk_dir,
-                            cfg.ray.resolved_state_dir()) if x]
+    writable = [
+        x
+        for x in (p.ckpt_path, p.export_path, p.log_dir, p.optimizer_state_disk_dir, cfg.ray.resolved_state_dir())
+        if x
+    ]
     return same_path_mounts(read_only=read_only, writable=writable)
 
 
-def job_settings(cfg, *, preflight: bool = True, driver: list[str] | None = None) -> tuple[TrainJobSettings, dict[str, str]]:
+def job_settings(
+    cfg, *, preflight: bool = True, driver: list[str] | None = None
+) -> tuple[TrainJobSettings, dict[str, str]]:
     """The recipe as `TrainJobSettings` and its driver's environment; `driver` replaces the recipe's trainer."""
     python = cfg.trainer.python if cfg.container.runtime != "none" else sys.executable
     driver_env: dict[str, str] = {}
@@ -136,21 +147,47 @@ def job_settings(cfg, *, preflight: bool = True, driver: list[str] | None = None
     needs, mounts, paths, cluster = node_needs(cfg), job_mounts(cfg), cfg.paths, cfg.cluster
     checks = PreflightSettings(
         readable_paths=[x for x in (paths.model_path, paths.data_dir) if x],
-        skyrl_dir=paths.skyrl_dir if runs_skyrl else "", scratch_dir=paths.optimizer_state_disk_dir or "",
-        scratch_need_bytes=needs.scratch_bytes, host_ram_need_bytes=needs.host_ram_bytes, ckpt_dir=paths.ckpt_path,
+        skyrl_dir=paths.skyrl_dir if runs_skyrl else "",
+        scratch_dir=paths.optimizer_state_disk_dir or "",
+        scratch_need_bytes=needs.scratch_bytes,
+        host_ram_need_bytes=needs.host_ram_bytes,
+        ckpt_dir=paths.ckpt_path,
         ckpt_need_bytes=needs.ckpt_bytes,
         **preflight_budget(cfg),  # the measured write bandwidth is checked against the notice budget
-        storage_probe_s=float(cluster.storage_probe_s), fabric=fabric_settings(cfg).to_dict())
-    run_info = {"run_name": cfg.run_name, "recipe": cfg.recipe, "export_path": str(paths.export_path),
-                "ckpt_path": str(paths.ckpt_path), "log_dir": str(paths.log_dir),
-                "max_training_steps": cfg.max_training_steps, "config_yaml": to_yaml(cfg)}
+        storage_probe_s=float(cluster.storage_probe_s),
+        fabric=fabric_settings(cfg).to_dict(),
+    )
+    run_info = {
+        "run_name": cfg.run_name,
+        "recipe": cfg.recipe,
+        "export_path": str(paths.export_path),
+        "ckpt_path": str(paths.ckpt_path),
+        "log_dir": str(paths.log_dir),
+        "max_training_steps": cfg.max_training_steps,
+        "config_yaml": to_yaml(cfg),
+    }
     return TrainJobSettings(
-        driver=list(driver), ckpt_path=paths.ckpt_path, log_dir=paths.log_dir, nodes=cluster.nodes,
-        gpus_per_node=cluster.gpus_per_node, max_requeues=cluster.max_requeues, spare_nodes=cluster.spare_nodes,
-        max_in_job_attempts=cluster.max_in_job_attempts, grace_s=float(cluster.grace_s),
-        stop_grace_s=float(cluster.stop_grace_s) + float(cluster.log_copy_s), preflight=preflight,
-        preflight_checks=checks, container=lambda job_id: container_hook(cfg.container, mounts, job_id),
-        ray=cfg.ray, python=python, max_attempts_without_progress=cluster.max_attempts_without_progress,
-        save_cost=SaveCost.of(cfg), qos=cluster.qos or "", signal_before_s=cluster.signal_before_s,
-        hang=HangLimits.of(cfg) if writes_heartbeats else HangLimits.disabled(), run_info=run_info,
-        env_manifest=manifest, log_copy=copy_settings), driver_env
+        driver=list(driver),
+        ckpt_path=paths.ckpt_path,
+        log_dir=paths.log_dir,
+        nodes=cluster.nodes,
+        gpus_per_node=cluster.gpus_per_node,
+        max_requeues=cluster.max_requeues,
+        spare_nodes=cluster.spare_nodes,
+        max_in_job_attempts=cluster.max_in_job_attempts,
+        grace_s=float(cluster.grace_s),
+        stop_grace_s=float(cluster.stop_grace_s) + float(cluster.log_copy_s),
+        preflight=preflight,
+        preflight_checks=checks,
+        container=lambda job_id: container_hook(cfg.container, mounts, job_id),
+        ray=cfg.ray,
+        python=python,
+        max_attempts_without_progress=cluster.max_attempts_without_progress,
+        save_cost=SaveCost.of(cfg),
+        qos=cluster.qos or "",
+        signal_before_s=cluster.signal_before_s,
+        hang=HangLimits.of(cfg) if writes_heartbeats else HangLimits.disabled(),
+        run_info=run_info,
+        env_manifest=manifest,
+        log_copy=copy_settings,
+    ), driver_env

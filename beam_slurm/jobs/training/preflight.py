@@ -1,4 +1,5 @@
-"""Preflight: one quick step on every node of the allocation before Ray starts. `python -m beam_slurm.jobs.training.preflight
+"""Preflight: one quick step on every node of the allocation before Ray starts. `python -m
+beam_slurm.jobs.training.preflight
 '<PreflightSettings as JSON>'` runs once per node and prints one line `BEAM_PREFLIGHT {"host": ..., "problems": [...]}`;
 the batch shell collects the lines (`run_step`) and ends the job naming each failing node and reason, before GPUs are
 held idle by a job that would fail an hour later."""
@@ -13,9 +14,10 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 from beam_slurm.config.ray import RaySettings
 from beam_slurm.jobs.ray_cluster import fabric
@@ -85,8 +87,10 @@ def check_node(settings: PreflightSettings, environ: dict[str, str] | None = Non
         root = Path(settings.skyrl_dir)
         missing = [name for name in ("pyproject.toml", "examples") if not (root / name).exists()]
         if missing:
-            problems.append(f"SkyRL checkout {root} lacks {', '.join(missing)}; clone SkyRL there (same path on every "
-                            "node) or fix the SkyRL checkout setting")
+            problems.append(
+                f"SkyRL checkout {root} lacks {', '.join(missing)}; clone SkyRL there (same path on every "
+                "node) or fix the SkyRL checkout setting"
+            )
     if settings.scratch_dir:
         scratch = Path(settings.scratch_dir)
         try:
@@ -97,53 +101,73 @@ def check_node(settings: PreflightSettings, environ: dict[str, str] | None = Non
             if not os.access(scratch, os.W_OK):
                 problems.append(f"scratch dir {scratch} is not writable")
             elif settings.scratch_need_bytes and _free_bytes(scratch) < settings.scratch_need_bytes:
-                problems.append(f"scratch dir {scratch} has {_free_bytes(scratch) / GB:.1f} GiB free, the optimizer "
-                                f"state needs {settings.scratch_need_bytes / GB:.1f} GiB")
+                problems.append(
+                    f"scratch dir {scratch} has {_free_bytes(scratch) / GB:.1f} GiB free, the optimizer "
+                    f"state needs {settings.scratch_need_bytes / GB:.1f} GiB"
+                )
     if settings.host_ram_need_bytes and _available_ram_bytes() < settings.host_ram_need_bytes:
-        problems.append(f"host has {_available_ram_bytes() / GB:.1f} GiB RAM available, the CPU optimizer needs "
-                        f"{settings.host_ram_need_bytes / GB:.1f} GiB")
+        problems.append(
+            f"host has {_available_ram_bytes() / GB:.1f} GiB RAM available, the CPU optimizer needs "
+            f"{settings.host_ram_need_bytes / GB:.1f} GiB"
+        )
     if settings.ckpt_dir:
         ckpt = Path(settings.ckpt_dir)
         parent = _existing_parent(ckpt)
         if not os.access(parent, os.W_OK):
             problems.append(f"checkpoint dir {ckpt} is not writable (nearest existing folder {parent})")
         elif settings.ckpt_need_bytes and _free_bytes(ckpt) < settings.ckpt_need_bytes:
-            problems.append(f"checkpoint storage {ckpt} has {_free_bytes(ckpt) / GB:.1f} GiB free, the kept "
-                            f"checkpoints need {settings.ckpt_need_bytes / GB:.1f} GiB")
+            problems.append(
+                f"checkpoint storage {ckpt} has {_free_bytes(ckpt) / GB:.1f} GiB free, the kept "
+                f"checkpoints need {settings.ckpt_need_bytes / GB:.1f} GiB"
+            )
     if settings.shared_canary and not Path(settings.shared_canary).exists():
-        problems.append(f"{settings.shared_canary} (written by the batch host) is not visible here: the log "
-                        "folder is not on storage shared by all nodes")
+        problems.append(
+            f"{settings.shared_canary} (written by the batch host) is not visible here: the log "
+            "folder is not on storage shared by all nodes"
+        )
     if settings.gpus_per_node:
         gpus, source = allocated_gpus(environ)
         if len(gpus) != settings.gpus_per_node:
-            problems.append(f"step sees {len(gpus)} GPUs ({source or 'no CUDA_VISIBLE_DEVICES/SLURM_STEP_GPUS'}), "
-                            f"expected {settings.gpus_per_node}; request --gpus-per-node={settings.gpus_per_node}")
+            problems.append(
+                f"step sees {len(gpus)} GPUs ({source or 'no CUDA_VISIBLE_DEVICES/SLURM_STEP_GPUS'}), "
+                f"expected {settings.gpus_per_node}; request --gpus-per-node={settings.gpus_per_node}"
+            )
         elif shutil.which("nvidia-smi"):
             listed = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=60)
             count = sum(1 for line in listed.stdout.splitlines() if line.startswith("GPU "))
             if listed.returncode != 0 or count < settings.gpus_per_node:
-                problems.append(f"nvidia-smi lists {count} GPUs (status {listed.returncode}), expected "
-                                f"{settings.gpus_per_node}: driver or device problem on this node")
+                problems.append(
+                    f"nvidia-smi lists {count} GPUs (status {listed.returncode}), expected "
+                    f"{settings.gpus_per_node}: driver or device problem on this node"
+                )
     return problems
 
 
 def collect_results(output: str, expected_hosts: list[str]) -> dict[str, list[str]]:
     """Problems by host from the step's output; a host that printed no result line is itself a problem."""
-    records = (json.loads(line[len(RESULT_PREFIX):]) for line in output.splitlines() if line.startswith(RESULT_PREFIX))
+    records = (json.loads(line[len(RESULT_PREFIX) :]) for line in output.splitlines() if line.startswith(RESULT_PREFIX))
     results = {record["host"]: list(record["problems"]) for record in records}
     for host in expected_hosts:
         results.setdefault(host, ["preflight did not report (the task failed to start or crashed)"])
     return {host: problems for host, problems in results.items() if problems}
 
 
-def run_step(launcher: "StepLauncher", checks: PreflightSettings, hosts: list[str], env: dict[str, str],
-             attempt_dir: Path, log: Callable[[str], None], ray: RaySettings) -> bool:
+def run_step(
+    launcher: StepLauncher,
+    checks: PreflightSettings,
+    hosts: list[str],
+    env: dict[str, str],
+    attempt_dir: Path,
+    log: Callable[[str], None],
+    ray: RaySettings,
+) -> bool:
     """Run the preflight step on every node and log each failing node and problem; True when all passed. `hosts`:
     the step's nodes in order, [] when srun picks them (then only the count of reports is checked)."""
     if checks.fabric.get("enabled") and env.get("SLURM_JOB_ID"):
         checks = dataclasses.replace(checks, fabric=fabric.with_job_port(checks.fabric, ray, env["SLURM_JOB_ID"]))
-    argv = launcher.module_argv(["beam_slurm.jobs.training.preflight", checks.to_json()], kill_on_bad_exit=False,
-                                name="preflight")
+    argv = launcher.module_argv(
+        ["beam_slurm.jobs.training.preflight", checks.to_json()], kill_on_bad_exit=False, name="preflight"
+    )
     started = time.time()
     try:
         proc = subprocess.run(argv, env=env, capture_output=True, text=True, check=False, timeout=PREFLIGHT_TIMEOUT_S)

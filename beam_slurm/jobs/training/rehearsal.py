@@ -97,17 +97,33 @@ class RehearsalSettings:
 
 
 # RehearsalSettings field -> SkyRL key; the field is the key's last part, but for policy_model_path.
-_KEYS = {key.rsplit(".", 1)[1]: key for key in (
-    "trainer.placement.policy_num_nodes", "trainer.placement.policy_num_gpus_per_node", "trainer.max_training_steps",
-    "trainer.ckpt_interval", "trainer.hf_save_interval", "trainer.eval_interval", "trainer.eval_before_train",
-    "trainer.ckpt_path", "trainer.export_path", "trainer.resume_mode", "trainer.resume_path",
-    "trainer.max_ckpts_to_keep", "data.val_data", "generator.eval_n_samples_per_prompt", "trainer.run_name")}
+_KEYS = {
+    key.rsplit(".", 1)[1]: key
+    for key in (
+        "trainer.placement.policy_num_nodes",
+        "trainer.placement.policy_num_gpus_per_node",
+        "trainer.max_training_steps",
+        "trainer.ckpt_interval",
+        "trainer.hf_save_interval",
+        "trainer.eval_interval",
+        "trainer.eval_before_train",
+        "trainer.ckpt_path",
+        "trainer.export_path",
+        "trainer.resume_mode",
+        "trainer.resume_path",
+        "trainer.max_ckpts_to_keep",
+        "data.val_data",
+        "generator.eval_n_samples_per_prompt",
+        "trainer.run_name",
+    )
+}
 _KEYS["policy_model_path"] = "trainer.policy.model.path"
 
 
 def _lookup(cfg, dotted: str):
-    return functools.reduce(lambda node, part: node[part] if isinstance(node, dict) else getattr(node, part),
-                            dotted.split("."), cfg)
+    return functools.reduce(
+        lambda node, part: node[part] if isinstance(node, dict) else getattr(node, part), dotted.split("."), cfg
+    )
 
 
 def parse_settings(argv: list[str]) -> RehearsalSettings:
@@ -163,8 +179,10 @@ def read_costs(settings: RehearsalSettings, environ) -> None:
 
 def _check(s: RehearsalSettings) -> None:
     if not isinstance(s.max_training_steps, int) or s.max_training_steps <= 0:
-        raise SettingsError(f"trainer.max_training_steps={s.max_training_steps!r}: the rehearsal needs a positive step "
-                            "count; pass trainer.max_training_steps=50 (or MAX_TRAINING_STEPS)")
+        raise SettingsError(
+            f"trainer.max_training_steps={s.max_training_steps!r}: the rehearsal needs a positive step "
+            "count; pass trainer.max_training_steps=50 (or MAX_TRAINING_STEPS)"
+        )
     for name in ("policy_num_nodes", "policy_num_gpus_per_node"):
         value = getattr(s, name)
         if not isinstance(value, int) or value < 1:
@@ -175,8 +193,9 @@ def _check(s: RehearsalSettings) -> None:
         if not s.resume_path:
             raise SettingsError("trainer.resume_mode=from_path needs trainer.resume_path=<ckpt_path>/global_step_N")
         if not Path(s.resume_path).name.startswith(STEP_PREFIX):
-            raise SettingsError(f"trainer.resume_path={s.resume_path!r}: must name a {STEP_PREFIX}N directory (as "
-                                "SkyRL requires)")
+            raise SettingsError(
+                f"trainer.resume_path={s.resume_path!r}: must name a {STEP_PREFIX}N directory (as SkyRL requires)"
+            )
     if s.max_ckpts_to_keep == 0:
         raise SettingsError("trainer.max_ckpts_to_keep=0: use -1 to keep all checkpoints or N > 0 to keep the last N")
 
@@ -191,23 +210,27 @@ def resume_step(s: RehearsalSettings) -> int:
     root = Path(s.ckpt_path)
     marker = None if s.resume_mode == "from_path" else notice.read_marker(root)
     if s.resume_mode == "none" and marker is not None:
-        raise SettingsError(f"trainer.resume_mode=none but {root} already holds checkpoints (latest step "
-                            f"{marker}); they would be overwritten. Use trainer.resume_mode=latest, or a new "
-                            "trainer.ckpt_path")
+        raise SettingsError(
+            f"trainer.resume_mode=none but {root} already holds checkpoints (latest step "
+            f"{marker}); they would be overwritten. Use trainer.resume_mode=latest, or a new "
+            "trainer.ckpt_path"
+        )
     if marker is None and s.resume_mode != "from_path":
         return 0  # none, or latest without a checkpoint: a fresh start
     if s.resume_mode == "latest":
         dirs = _step_dirs(root)
         if dirs and max(dirs) - marker > max(s.ckpt_interval, 0):
-            raise SettingsError(f"inconsistent checkpoint folder {root}: latest_ckpt_global_step.txt names {marker} "
-                                f"but {dirs[max(dirs)]} is more than ckpt_interval={s.ckpt_interval} steps ahead; move "
-                                "the checkpoints of the older run away (as SkyRL requires)")
+            raise SettingsError(
+                f"inconsistent checkpoint folder {root}: latest_ckpt_global_step.txt names {marker} "
+                f"but {dirs[max(dirs)]} is more than ckpt_interval={s.ckpt_interval} steps ahead; move "
+                "the checkpoints of the older run away (as SkyRL requires)"
+            )
         path = root / f"{STEP_PREFIX}{marker}"
     else:
         path = Path(s.resume_path)
     if not (path / "trainer_state.pt").is_file():
         raise SettingsError(f"checkpoint {path} is missing or incomplete (no trainer_state.pt); cannot resume from it")
-    return int(path.name[len(STEP_PREFIX):])
+    return int(path.name[len(STEP_PREFIX) :])
 
 
 def write_payload(path: Path, size: int, seconds: float) -> float:
@@ -237,8 +260,14 @@ def save_checkpoint(s: RehearsalSettings, step: int, attempt: int, in_job: int =
     """A checkpoint in SkyRL's layout: the policy (and its payload) first, trainer_state.pt after, the marker last."""
     root = Path(s.ckpt_path)
     step_dir = root / f"{STEP_PREFIX}{step}"
-    stamp = {"rehearsal": True, "note": "written by the rehearsal trainer, not SkyRL; not a torch file",
-             "global_step": step, "attempt": attempt, "in_job": in_job, "time": time.time()}
+    stamp = {
+        "rehearsal": True,
+        "note": "written by the rehearsal trainer, not SkyRL; not a torch file",
+        "global_step": step,
+        "attempt": attempt,
+        "in_job": in_job,
+        "time": time.time(),
+    }
     (step_dir / "trainer_state.pt").unlink(missing_ok=True)  # redoing a step: never complete before the payload
     write_text(step_dir / "policy" / "rehearsal_policy.json", json.dumps({**stamp, "what": "policy"}) + "\n")
     if s.save_bytes > 0 or s.save_s > 0:
@@ -281,18 +310,38 @@ def export_hf(s: RehearsalSettings, step: int) -> Path:
     policy = Path(s.export_path) / f"{STEP_PREFIX}{step}" / "policy"
     base = Path(str(s.policy_model_path)).expanduser() if s.policy_model_path else None
     if base is None or not (base / "config.json").is_file():  # a hub id, missing or unset: not a local HF folder
-        write_text(policy / "rehearsal_model.json", json.dumps(
-            {"rehearsal": True, "global_step": step, "what": "HF export stand-in",
-             "why": f"trainer.policy.model.path={s.policy_model_path!r} is not a local Hugging Face directory"}) + "\n")
+        write_text(
+            policy / "rehearsal_model.json",
+            json.dumps(
+                {
+                    "rehearsal": True,
+                    "global_step": step,
+                    "what": "HF export stand-in",
+                    "why": f"trainer.policy.model.path={s.policy_model_path!r} is not a local Hugging Face directory",
+                }
+            )
+            + "\n",
+        )
         return policy
     policy.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".policy.", suffix=".tmp", dir=policy.parent))
     try:
         linked, copied = _link_or_copy_tree(base, staging)
-        write_text(staging / "rehearsal.json", json.dumps({
-            "rehearsal": True, "global_step": step, "base_model": str(base.resolve()),
-            "weights": "the base model's weights, unchanged: the rehearsal trainer does not train",
-            "files_hard_linked": linked, "files_copied": copied}, indent=1) + "\n")
+        write_text(
+            staging / "rehearsal.json",
+            json.dumps(
+                {
+                    "rehearsal": True,
+                    "global_step": step,
+                    "base_model": str(base.resolve()),
+                    "weights": "the base model's weights, unchanged: the rehearsal trainer does not train",
+                    "files_hard_linked": linked,
+                    "files_copied": copied,
+                },
+                indent=1,
+            )
+            + "\n",
+        )
         if policy.exists():  # an earlier attempt exported this step: swap, so `policy` is never half-written
             retired = Path(tempfile.mkdtemp(prefix=".policy.old.", dir=policy.parent))
             os.replace(policy, retired / "policy")
@@ -330,11 +379,21 @@ def dump_eval(s: RehearsalSettings, step: int, rng: random.Random) -> dict:
     sources = [_data_source(f) for f in s.val_data] or ["unknown"]
     for source in sources:
         scores = [1.0 if rng.random() < 0.5 else -1.0 for _ in range(3 * n)]  # 3 problems, n samples each
-        lines = [json.dumps({"input_prompt": f"[rehearsal] problem {i // n} of {source}",
-                             "output_response": f"[rehearsal] made-up response {i % n}. Answer: {i // n}",
-                             "score": score, "stop_reason": "stop", "env_class": "aime",
-                             "env_extras": {"rehearsal": True}, "data_source": source, "rehearsal": True})
-                 for i, score in enumerate(scores)]
+        lines = [
+            json.dumps(
+                {
+                    "input_prompt": f"[rehearsal] problem {i // n} of {source}",
+                    "output_response": f"[rehearsal] made-up response {i % n}. Answer: {i // n}",
+                    "score": score,
+                    "stop_reason": "stop",
+                    "env_class": "aime",
+                    "env_extras": {"rehearsal": True},
+                    "data_source": source,
+                    "rehearsal": True,
+                }
+            )
+            for i, score in enumerate(scores)
+        ]
         write_text(out / f"{source}.jsonl", "\n".join(lines) + "\n")
         metrics[f"eval/{source}/avg_score"] = sum(scores) / len(scores)
     metrics["rehearsal"] = True
@@ -359,9 +418,13 @@ def place_actors(s: RehearsalSettings, attempt: int):
 
         def where(self) -> dict:
             ctx = ray.get_runtime_context()
-            return {"hostname": socket.gethostname(), "node_ip": ray.util.get_node_ip_address(),
-                    "node_id": ctx.get_node_id(), "gpu_ids": [str(g) for g in ray.get_gpu_ids()],
-                    "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")}
+            return {
+                "hostname": socket.gethostname(),
+                "node_ip": ray.util.get_node_ip_address(),
+                "node_id": ctx.get_node_id(),
+                "gpu_ids": [str(g) for g in ray.get_gpu_ids()],
+                "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+            }
 
         def step(self, seconds: float, step: int = 0) -> float:
             if self.hang_at_step and step == self.hang_at_step:
@@ -375,12 +438,18 @@ def place_actors(s: RehearsalSettings, attempt: int):
     timeout = float(os.environ.get(PG_TIMEOUT_ENV, "120"))
     ready, _ = ray.wait([group.ready()], timeout=timeout)
     if not ready:
-        raise RuntimeError(f"placement group of {world} GPU bundles ({s.policy_num_nodes} nodes x "
-                           f"{s.policy_num_gpus_per_node}) not ready after {timeout:.0f} s; the Ray cluster has "
-                           f"{ray.cluster_resources().get('GPU', 0):g} GPUs")
+        raise RuntimeError(
+            f"placement group of {world} GPU bundles ({s.policy_num_nodes} nodes x "
+            f"{s.policy_num_gpus_per_node}) not ready after {timeout:.0f} s; the Ray cluster has "
+            f"{ray.cluster_resources().get('GPU', 0):g} GPUs"
+        )
     hang_at = [0] * (world - 1) + [s.hang_at_step if attempt == 0 else 0]  # the last bundle's actor hangs
-    actors = [GpuSlot.options(scheduling_strategy=PlacementGroupSchedulingStrategy(
-        placement_group=group, placement_group_bundle_index=i)).remote(hang_at[i]) for i in range(world)]
+    actors = [
+        GpuSlot.options(
+            scheduling_strategy=PlacementGroupSchedulingStrategy(placement_group=group, placement_group_bundle_index=i)
+        ).remote(hang_at[i])
+        for i in range(world)
+    ]
     report = ray.get([a.where.remote() for a in actors])
     seen: dict[tuple[str, str], int] = {}
     for index, slot in enumerate(report):
@@ -426,10 +495,15 @@ def run(s: RehearsalSettings) -> int:
             heartbeat.step_end(step)
             progress = step / total
             reward = max(-1.0, min(1.0, math.tanh(3 * progress - 1) + rng.uniform(-0.05, 0.05)))
-            metrics = {"reward/avg_raw_reward": round(reward, 4),
-                       "generate/avg_num_tokens": round(950 + 450 * progress + rng.uniform(-20, 20), 1),
-                       "trainer/global_step": step, "time": time.time(), "attempt": attempt,
-                       "in_job": in_job, "rehearsal": True}
+            metrics = {
+                "reward/avg_raw_reward": round(reward, 4),
+                "generate/avg_num_tokens": round(950 + 450 * progress + rng.uniform(-20, 20), 1),
+                "trainer/global_step": step,
+                "time": time.time(),
+                "attempt": attempt,
+                "in_job": in_job,
+                "rehearsal": True,
+            }
             append_step_metrics(s.export_path, step, metrics)
             tracking.log(tracker, metrics, step)
             request = notice.pending_request(s.ckpt_path)
@@ -443,8 +517,10 @@ def run(s: RehearsalSettings) -> int:
                 hf_at = step
             if request is not None:
                 notice.acknowledge(s.ckpt_path, step)
-                _log(f"stopped on notice after saving step {step} ({request.get('reason')}); resume with "
-                     "trainer.resume_mode=latest")
+                _log(
+                    f"stopped on notice after saving step {step} ({request.get('reason')}); resume with "
+                    "trainer.resume_mode=latest"
+                )
                 return 0
             if s.eval_interval > 0 and (step % s.eval_interval == 0 or step == total):
                 heartbeat.eval_start(step)

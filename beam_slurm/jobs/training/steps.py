@@ -5,8 +5,9 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from beam_slurm.config import container_runtime as runtime
 from beam_slurm.slurm import scheduler
@@ -27,10 +28,13 @@ def container_hook(container_settings: Any, mounts: list[Any], job_id: str) -> C
     """The hook for a `beam_slurm.config.container.ContainerSettings` (runtime none/pyxis/apptainer)."""
     if container_settings is None or getattr(container_settings, "runtime", "none") == "none":
         return ContainerHook()
-    return ContainerHook(srun_args=runtime.srun_container_args(container_settings, mounts,
-                                                               container_name=runtime.default_container_name(job_id)),
-                         command_prefix=runtime.command_prefix(container_settings, mounts),
-                         env=runtime.container_environment(container_settings, os.environ))
+    return ContainerHook(
+        srun_args=runtime.srun_container_args(
+            container_settings, mounts, container_name=runtime.default_container_name(job_id)
+        ),
+        command_prefix=runtime.command_prefix(container_settings, mounts),
+        env=runtime.container_environment(container_settings, os.environ),
+    )
 
 
 @dataclass
@@ -50,13 +54,20 @@ class StepLauncher:
 
     def module_argv(self, module_argv: list[str], *, kill_on_bad_exit: bool, name: str) -> list[str]:
         command = [*self.hook.command_prefix, self.python, "-m", *module_argv]
-        return scheduler.srun_per_node(self.nodes, command, cpus_per_task=self.cpus_per_task,
-                                       gpus_per_node=self.gpus_per_node, kill_on_bad_exit=kill_on_bad_exit,
-                                       job_name=name, extra_args=self.placement_args())
+        return scheduler.srun_per_node(
+            self.nodes,
+            command,
+            cpus_per_task=self.cpus_per_task,
+            gpus_per_node=self.gpus_per_node,
+            kill_on_bad_exit=kill_on_bad_exit,
+            job_name=name,
+            extra_args=self.placement_args(),
+        )
 
 
-def stop_step(step: subprocess.Popen, job_id: str, name: str, grace_s: float, log: Callable[[str], None],
-              label: str = "") -> int:
+def stop_step(
+    step: subprocess.Popen, job_id: str, name: str, grace_s: float, log: Callable[[str], None], label: str = ""
+) -> int:
     """SIGTERM every task of the step `name`, wait `grace_s`, then make srun end the step; srun's status."""
     if step.poll() is not None:
         return step.returncode

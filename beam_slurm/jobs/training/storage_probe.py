@@ -8,8 +8,8 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from beam_slurm.core.atomic_files import read_json
 from beam_slurm.policy.notice_budget import GB, save_seconds
@@ -37,8 +37,11 @@ def measure_write(folder: Path, max_seconds: float, max_bytes: int = PROBE_BYTES
         seconds = time.monotonic() - started
     finally:
         path.unlink(missing_ok=True)
-    return {"bytes": written, "seconds": round(seconds, 3),
-            "gbytes_per_s": round(written / seconds / 1e9, 3) if seconds > 0 else 0.0}
+    return {
+        "bytes": written,
+        "seconds": round(seconds, 3),
+        "gbytes_per_s": round(written / seconds / 1e9, 3) if seconds > 0 else 0.0,
+    }
 
 
 def probe_record(ckpt_dir: str, max_seconds: float) -> dict:
@@ -62,27 +65,32 @@ def slowest_recorded(attempt_dir: Path) -> float | None:
     return min(rates) if rates else None
 
 
-def check_budget(rates: dict[str, float], save_bytes_per_node: int, save_window_s: float,
-                 log: Callable[[str], None]) -> bool:
+def check_budget(
+    rates: dict[str, float], save_bytes_per_node: int, save_window_s: float, log: Callable[[str], None]
+) -> bool:
     """Log the slowest node's bandwidth, warning when a save at that speed breaks the notice budget; True if it fits."""
     if not rates:
         return True
     host = min(rates, key=rates.get)
     slowest = rates[host]
-    log(f"storage writes {slowest:.2f} GB/s per node at the slowest ({host}), "
-        f"{max(rates.values()):.2f} at the fastest, all {len(rates)} nodes writing at once")
+    log(
+        f"storage writes {slowest:.2f} GB/s per node at the slowest ({host}), "
+        f"{max(rates.values()):.2f} at the fastest, all {len(rates)} nodes writing at once"
+    )
     if save_bytes_per_node <= 0 or (save_s := save_seconds(save_bytes_per_node, slowest)) <= save_window_s:
         return True
     need = save_bytes_per_node / max(save_window_s, 1e-9) / GB if save_window_s > 0 else float("inf")
-    log(f"warning: at {slowest:.2f} GB/s a checkpoint of {save_bytes_per_node / GB:,.1f} GB per node takes "
+    log(
+        f"warning: at {slowest:.2f} GB/s a checkpoint of {save_bytes_per_node / GB:,.1f} GB per node takes "
         f"{save_s:,.0f} s, more than the {max(save_window_s, 0):,.0f} s a notice leaves for it: a save on notice "
         f"will be cut off. Raise cluster.signal_before_s and cluster.grace_s (see `beam-slurm plan`), use storage "
-        f"faster than {need:.1f} GB/s per node, or lower checkpoint.interval")
+        f"faster than {need:.1f} GB/s per node, or lower checkpoint.interval"
+    )
     return False
 
 
 def records_from_output(output: str, prefix: str) -> dict[str, dict]:
     """host -> its write measure (or error) from the preflight step's result lines."""
-    records = (json.loads(line[len(prefix):]) for line in output.splitlines() if line.startswith(prefix))
+    records = (json.loads(line[len(prefix) :]) for line in output.splitlines() if line.startswith(prefix))
     found = {record["host"]: {k: v for k, v in record.items() if k in ("write", "write_error")} for record in records}
     return {host: r for host, r in found.items() if r}

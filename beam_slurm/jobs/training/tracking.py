@@ -10,8 +10,9 @@ from __future__ import annotations
 import os
 import secrets
 import string
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from beam_slurm.core.layout import RUN_DIRNAME
 from beam_slurm.core.run_record import RunRecord, Tracking
@@ -47,8 +48,12 @@ def job_env(cfg: Any, environ: Mapping[str, str]) -> dict[str, str]:
     attempt = int(environ.get("SLURM_RESTART_COUNT", "0") or 0)
     folder = attempt_dir(cfg.paths.export_path, job_id, attempt)
     folder.mkdir(parents=True, exist_ok=True)
-    return {"WANDB_RUN_ID": ensure_run_id(cfg.paths.export_path, job_id), "WANDB_RESUME": "allow",
-            "WANDB_MODE": cfg.trainer.wandb_mode, "WANDB_DIR": str(folder)}
+    return {
+        "WANDB_RUN_ID": ensure_run_id(cfg.paths.export_path, job_id),
+        "WANDB_RESUME": "allow",
+        "WANDB_MODE": cfg.trainer.wandb_mode,
+        "WANDB_DIR": str(folder),
+    }
 
 
 def open_run(environ: Mapping[str, str], name: str, config: dict | None = None) -> Any:

@@ -1,5 +1,6 @@
 """The training job inside its allocation: validate the settings, read the allocation, run this attempt
-(`beam_slurm.jobs.training.attempt`), whose end `beam_slurm.policy.requeue` decides. `python -m beam_slurm.jobs.training.train_job
+(`beam_slurm.jobs.training.attempt`), whose end `beam_slurm.policy.requeue` decides. `python -m
+beam_slurm.jobs.training.train_job
 [--no-preflight] [overrides] -- DRIVER ARGV...` runs another Ray driver under the same job settings: the benchmarks and
 the Ray-on-Slurm tests use it with their own drivers."""
 
@@ -7,7 +8,7 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Callable
+from collections.abc import Callable
 
 from beam_slurm.core.errors import ConfigError, ConfigProblem
 from beam_slurm.core.layout import IN_JOB_ATTEMPT_ENV
@@ -31,9 +32,17 @@ def run(settings: TrainJobSettings, rebuild: Callable[[], TrainJobSettings] | No
     if need > len(allocation.nodes):
         spares = f" + cluster.spare_nodes={settings.spare_nodes}" if settings.spare_nodes else ""
         key = "cluster.spare_nodes" if settings.spare_nodes else "cluster.nodes"
-        ConfigError([ConfigProblem(key, getattr(settings, key.split(".")[1]), f"the allocation has "
-                                   f"{len(allocation.nodes)} nodes; cluster.nodes={settings.nodes}{spares} need "
-                                   f"{need}: submit with --nodes={need}")]).report()
+        ConfigError(
+            [
+                ConfigProblem(
+                    key,
+                    getattr(settings, key.split(".")[1]),
+                    f"the allocation has "
+                    f"{len(allocation.nodes)} nodes; cluster.nodes={settings.nodes}{spares} need "
+                    f"{need}: submit with --nodes={need}",
+                )
+            ]
+        ).report()
         return 2
     attempt = Attempt(settings, allocation)
     while True:
@@ -41,21 +50,40 @@ def run(settings: TrainJobSettings, rebuild: Callable[[], TrainJobSettings] | No
         if (decision := attempt.restart) is None:
             return status
         before, after = attempt.step_nodes, list(decision.next_nodes)
-        replaced = [f"{old} -> {new}" for old, new in zip([n for n in before if n not in after],
-                                                           [n for n in after if n not in before])]
+        replaced = [
+            f"{old} -> {new}"
+            for old, new in zip(
+                [n for n in before if n not in after], [n for n in after if n not in before], strict=False
+            )
+        ]
         os.environ[IN_JOB_ATTEMPT_ENV] = str(attempt.in_job + 1)  # the driver's resume and the nodes' labels
         settings = rebuild() if rebuild is not None else settings
-        attempt = Attempt(settings, allocation, attempt.in_job + 1, after,
-                          attempt.allocation_bad + tuple(attempt.preflight_failed_nodes), replaced, attempt.notices)
+        attempt = Attempt(
+            settings,
+            allocation,
+            attempt.in_job + 1,
+            after,
+            attempt.allocation_bad + tuple(attempt.preflight_failed_nodes),
+            replaced,
+            attempt.notices,
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if "--" not in argv:
-        ConfigError([ConfigProblem("driver", argv, "put the driver command after `--`: python -m "
-                                   "beam_slurm.jobs.training.train_job [key=value ...] -- python -m ...")]).report()
+        ConfigError(
+            [
+                ConfigProblem(
+                    "driver",
+                    argv,
+                    "put the driver command after `--`: python -m "
+                    "beam_slurm.jobs.training.train_job [key=value ...] -- python -m ...",
+                )
+            ]
+        ).report()
         return 2
-    overrides, driver = argv[: argv.index("--")], argv[argv.index("--") + 1:]
+    overrides, driver = argv[: argv.index("--")], argv[argv.index("--") + 1 :]
     preflight = "--no-preflight" not in overrides
     overrides = [o for o in overrides if o != "--no-preflight"]
     try:
@@ -64,8 +92,9 @@ def main(argv: list[str] | None = None) -> int:
         exc.report()
         return exc.exit_code
     settings, _ = job_settings(cfg, preflight=preflight, driver=driver)
-    return run(settings, lambda: job_settings(load_job_config(overrides, os.environ), preflight=preflight,
-                                              driver=driver)[0])
+    return run(
+        settings, lambda: job_settings(load_job_config(overrides, os.environ), preflight=preflight, driver=driver)[0]
+    )
 
 
 if __name__ == "__main__":
