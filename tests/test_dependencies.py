@@ -26,7 +26,9 @@ PROGRAMS = {"py-spy": ("py-spy", ROOT / "beam_slurm" / "jobs" / "ray_cluster" / 
 # the tests run as commands (distribution -> what names it, where).
 PYTEST_PLUGINS = {"pytest-timeout": ("--timeout=", ROOT / "tools" / "run_tests.sh"),
                   "pytest-xdist": ("--dist=loadscope", ROOT / "tools" / "run_tests.sh"),
-                  "import-linter": ("lint-imports", ROOT / "tests" / "test_layers.py")}
+                  "import-linter": ("lint-imports", ROOT / "tests" / "test_layers.py"),
+                  "ruff": ('"ruff"', ROOT / "tests" / "test_code_checks.py"),
+                  "mypy": ('"mypy"', ROOT / "tests" / "test_code_checks.py")}
 
 
 def distribution(requirement: str) -> str:
