@@ -11,6 +11,7 @@ import difflib
 import functools
 import os
 import re
+import types
 import typing
 from dataclasses import fields, is_dataclass
 from pathlib import Path
@@ -405,7 +406,7 @@ def describe_type(key: str) -> str:
 
 def _without_none(hint) -> tuple[object, bool]:
     args = typing.get_args(hint)
-    if typing.get_origin(hint) is typing.Union and type(None) in args:
+    if typing.get_origin(hint) in (typing.Union, types.UnionType) and type(None) in args:  # Optional[X] or X | None
         rest = [a for a in args if a is not type(None)]
         return (rest[0] if len(rest) == 1 else hint), True
     return hint, False
