@@ -12,9 +12,20 @@ import functools
 import os
 import re
 import socket
+import typing
 from collections.abc import Collection
 from pathlib import Path
 
+from beam_slurm.config.choices import (
+    Attention,
+    ExecutorBackend,
+    KvCacheDtype,
+    Precision,
+    Quantization,
+    RecipeBackend,
+    ResumeMode,
+    WandbMode,
+)
 from beam_slurm.config.container_runtime import validate as container_problems
 from beam_slurm.config.env_manifest import problems as env_manifest_problems
 from beam_slurm.config.overrides import value_at
@@ -23,11 +34,11 @@ from beam_slurm.config.skyrl_command import DAPO_MODULE, reads_back
 from beam_slurm.core.errors import ConfigError, ConfigProblem
 from beam_slurm.slurm import values
 
-RECIPE_BACKENDS = ("skyrl", "rehearsal")
-PRECISIONS = ("bf16", "mxfp8")
-KV_CACHE_DTYPES = ("auto", "bf16", "fp8", "fp8_e4m3", "fp8_e5m2")
-ATTENTION = ("fa4", "fa2")
-RESUME_MODES = ("none", "latest", "from_path")
+RECIPE_BACKENDS = typing.get_args(RecipeBackend)
+PRECISIONS = typing.get_args(Precision)
+KV_CACHE_DTYPES = typing.get_args(KvCacheDtype)
+ATTENTION = typing.get_args(Attention)
+RESUME_MODES = typing.get_args(ResumeMode)
 _RUN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 # Settings that name files or folders (a list or a mapping: each value), and names that end up in paths and job names
 PATH_KEYS = (
@@ -100,7 +111,7 @@ def problems(cfg) -> list[ConfigProblem]:
         )
     if cfg.rollout.attention not in ATTENTION:
         bad("rollout.attention", cfg.rollout.attention, "use fa4 (Flash Attention 4) or fa2 (Flash Attention 2)")
-    if cfg.rollout.executor_backend not in ("auto", "ray", "mp"):
+    if cfg.rollout.executor_backend not in typing.get_args(ExecutorBackend):
         bad(
             "rollout.executor_backend",
             cfg.rollout.executor_backend,
@@ -249,7 +260,7 @@ def problems(cfg) -> list[ConfigProblem]:
             f"must be positive and below cluster.signal_before_s ({cfg.cluster.signal_before_s}) minus "
             f"cluster.stop_grace_s ({cfg.cluster.stop_grace_s}), so the job requeues before its time limit",
         )
-    if cfg.trainer.wandb_mode not in ("offline", "online", "disabled"):
+    if cfg.trainer.wandb_mode not in typing.get_args(WandbMode):
         bad("trainer.wandb_mode", cfg.trainer.wandb_mode, "use offline, online or disabled")
     if not cfg.trainer.project_name.strip() or len(cfg.trainer.project_name) > 128:
         bad("trainer.project_name", cfg.trainer.project_name, "use a project name of 1 to 128 characters")
@@ -275,7 +286,7 @@ def problems(cfg) -> list[ConfigProblem]:
 
     if cfg.precision == "mxfp8" and cfg.is_lora:
         bad("precision", cfg.precision, "MXFP8 is a full-parameter recipe: set lora.rank=0 or precision=bf16")
-    if cfg.rollout.quantization not in (None, "mxfp8", "fp8"):
+    if cfg.rollout.quantization not in (None, *typing.get_args(Quantization)):
         bad("rollout.quantization", cfg.rollout.quantization, "use mxfp8, fp8 or leave empty (follows precision)")
     if cfg.checkpoint.resume_mode == "from_path":
         rp = cfg.checkpoint.resume_path
