@@ -283,7 +283,7 @@ class AlgorithmConfig:
 
 
 @dataclass
-class EvalLauncherConfig(SlurmQueueConf):
+class EvalLauncherConfig(SlurmQueueConf):  # type: ignore[misc]  # the launcher plugin has no type information
     """Slurm settings of the evaluation job array (`beam-slurm evaluate`), with the keys and classes of Hydra's submitit
     launcher (hydra/launcher=submitit_slurm: partition, timeout_min, gpus_per_node, nodes, array_parallelism, qos,
     account, constraint, exclude, setup, additional_parameters, ...), so a user's launcher settings carry over. The
@@ -604,7 +604,7 @@ class BeamConfig:
         return self.algorithm.lr if self.algorithm.lr is not None else 1e-5 if self.is_lora else 1e-6
 
 
-def env_sources(cfg) -> dict[str, str]:
+def env_sources(cfg: BeamConfig) -> dict[str, str]:
     """Keys of a loaded recipe whose value came from an environment variable: key -> variable name (set by
     beam_slurm.config.load on the object it returns)."""
     return dict(getattr(cfg, "_env_sources", None) or {})

@@ -13,8 +13,9 @@ import os
 import re
 import socket
 import typing
-from collections.abc import Collection
+from collections.abc import Collection, Iterator
 from pathlib import Path
+from typing import Any
 
 from beam_slurm.config.choices import (
     Attention,
@@ -29,7 +30,7 @@ from beam_slurm.config.choices import (
 from beam_slurm.config.container_runtime import validate as container_problems
 from beam_slurm.config.env_manifest import problems as env_manifest_problems
 from beam_slurm.config.overrides import value_at
-from beam_slurm.config.schema import env_sources
+from beam_slurm.config.schema import BeamConfig, env_sources
 from beam_slurm.config.skyrl_command import DAPO_MODULE, reads_back
 from beam_slurm.core.errors import ConfigError, ConfigProblem
 from beam_slurm.slurm import values
@@ -88,14 +89,14 @@ FIRST_CLASS_SBATCH_OPTIONS = {
 }
 
 
-def problems(cfg) -> list[ConfigProblem]:
+def problems(cfg: BeamConfig) -> list[ConfigProblem]:
     """All problems of a typed, default-filled BeamConfig (empty list = valid)."""
     unusable = unusable_text_problems(cfg)
     if unusable:  # the checks below read these paths and parse these texts: report them alone
         return unusable
     out: list[ConfigProblem] = []
 
-    def bad(key: str, value, fix: str) -> None:
+    def bad(key: str, value: object, fix: str) -> None:
         out.append(ConfigProblem(key, value, fix))
 
     for key, choices in (("precision", PRECISIONS), ("trainer.backend", RECIPE_BACKENDS)):
@@ -207,7 +208,7 @@ def problems(cfg) -> list[ConfigProblem]:
             bad(f"cluster.{key}", getattr(cfg.cluster, key), fix)
 
     try:
-        limit = values.time_limit_seconds(cfg.cluster.time_limit)
+        limit = values.time_limit_seconds(str(cfg.cluster.time_limit))  # None reads as "None": refused, as before
     except values.SlurmValueError:
         bad("cluster.time_limit", cfg.cluster.time_limit, f"use what sbatch --time takes: {values.TIME_FORMS}")
     else:
@@ -345,13 +346,13 @@ def problems(cfg) -> list[ConfigProblem]:
     return _named(cfg, out)
 
 
-def _named(cfg, found: list[ConfigProblem]) -> list[ConfigProblem]:
+def _named(cfg: BeamConfig, found: list[ConfigProblem]) -> list[ConfigProblem]:
     """Each problem naming the environment variable its key was read from."""
     sources = env_sources(cfg)
     return [problem.from_env(sources) for problem in found]
 
 
-def unusable_text_problems(cfg) -> list[ConfigProblem]:
+def unusable_text_problems(cfg: BeamConfig) -> list[ConfigProblem]:
     """Paths and names the file system or the batch scripts would refuse: control characters (a tab, a newline),
     a folder or file name over NAME_MAX bytes, a path over PATH_MAX bytes."""
     out: list[ConfigProblem] = []
@@ -395,11 +396,11 @@ def unusable_text_problems(cfg) -> list[ConfigProblem]:
     return _named(cfg, out)
 
 
-def layout_problems(cfg, *, sizes_ok: bool = True) -> list[ConfigProblem]:
+def layout_problems(cfg: BeamConfig, *, sizes_ok: bool = True) -> list[ConfigProblem]:
     """Placement, parallelism and SkyRL's batch arithmetic; divisibility only when `sizes_ok` (sizes positive)."""
     out: list[ConfigProblem] = []
 
-    def bad(key: str, value, fix: str) -> None:
+    def bad(key: str, value: object, fix: str) -> None:
         out.append(ConfigProblem(key, value, fix))
 
     m = cfg.megatron
@@ -478,7 +479,7 @@ def layout_problems(cfg, *, sizes_ok: bool = True) -> list[ConfigProblem]:
     return out
 
 
-def scaled_layout_hint(cfg, *, up_to: int = 0) -> str:
+def scaled_layout_hint(cfg: BeamConfig, *, up_to: int = 0) -> str:
     """Node (and rollout node) counts near cluster.nodes whose layout passes with every other setting unchanged."""
     nodes = cfg.cluster.nodes
     up_to = up_to or max(2 * nodes, 16)
@@ -505,7 +506,7 @@ def scaled_layout_hint(cfg, *, up_to: int = 0) -> str:
     return "; ".join(parts)
 
 
-def skyrl_value_problems(cfg) -> list[ConfigProblem]:
+def skyrl_value_problems(cfg: BeamConfig) -> list[ConfigProblem]:
     """Settings whose text SkyRL's command-line parser would not read back exactly, even escaped (none known)."""
     return [
         ConfigProblem(
@@ -516,7 +517,7 @@ def skyrl_value_problems(cfg) -> list[ConfigProblem]:
     ]
 
 
-def _text_settings(node, prefix: str = ""):
+def _text_settings(node: Any, prefix: str = "") -> Iterator[tuple[str, str]]:
     """(dotted key, text) of every text setting of a typed config, list items included."""
     for f in dataclasses.fields(node):
         value, key = getattr(node, f.name), f"{prefix}{f.name}"
@@ -528,7 +529,7 @@ def _text_settings(node, prefix: str = ""):
             yield from ((f"{key}[{i}]", v) for i, v in enumerate(value) if isinstance(v, str))
 
 
-def path_problems(cfg, *, produced: Collection[str] = ()) -> list[ConfigProblem]:
+def path_problems(cfg: BeamConfig, *, produced: Collection[str] = ()) -> list[ConfigProblem]:
     """Paths the job will read that are missing or unreadable on this host (the submit host for `plan`/`submit`);
     not the data files when `produced` holds "data" (an earlier stage writes them)."""
     if not cfg.cluster.check_paths_on_submit or unusable_text_problems(cfg):
@@ -584,15 +585,15 @@ def path_problems(cfg, *, produced: Collection[str] = ()) -> list[ConfigProblem]
     return _named(cfg, out)
 
 
-def validate_config(cfg, *, check_paths: bool = False) -> None:
+def validate_config(cfg: BeamConfig, *, check_paths: bool = False) -> None:
     """Raise ConfigError (exit status 2) listing every problem of `cfg`; `check_paths` adds `path_problems`."""
     found = problems(cfg) + (path_problems(cfg) if check_paths else [])
     if found:
         raise ConfigError(found)
 
 
-def budget_problems(cfg) -> list:
-    out = []
+def budget_problems(cfg: BeamConfig) -> list[ConfigProblem]:
+    out: list[ConfigProblem] = []
     if not cfg.cluster.storage_write_gbytes_per_s > 0:
         out.append(
             ConfigProblem(
