@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import typing
 from dataclasses import dataclass, field
 
-RUNTIMES = ("none", "pyxis", "apptainer")
-ROOT_FILESYSTEM_MODES = ("default", "writable", "readonly")
+from beam_slurm.config.choices import ContainerRuntime, ContainerRuntimeField, RootFilesystem, RootFilesystemField
+
+RUNTIMES = typing.get_args(ContainerRuntime)
+ROOT_FILESYSTEM_MODES = typing.get_args(RootFilesystem)
 
 
 @dataclass
 class ContainerSettings:
     """How the Ray head, the Ray workers and the driver are containerised on every node."""
 
-    runtime: str = "none"
+    runtime: ContainerRuntimeField = "none"
     """`none` runs on the host (the venv or modules must provide SkyRL); `pyxis` adds `--container-*` options to
     every `srun` step (pyxis/enroot SPANK plugin); `apptainer` prefixes every command with `apptainer exec --nv`."""
 
@@ -38,7 +41,7 @@ class ContainerSettings:
     """Working directory inside the container (pyxis `--container-workdir`, Apptainer `--pwd`). Empty: the
     runtime's default (the image's WORKDIR for pyxis, the current directory for Apptainer)."""
 
-    root_filesystem: str = "default"
+    root_filesystem: RootFilesystemField = "default"
     """Whether processes may write to the image's own filesystem: `default` (the runtime's setting: enroot is
     usually writable, a SIF read-only), `writable` (pyxis `--container-writable`; Apptainer `--writable-tmpfs`,
     changes lost at exit), or `readonly` (pyxis `--container-readonly`). Writes that matter belong in mounts."""

@@ -11,7 +11,7 @@ import os
 import re
 import shutil
 import subprocess
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from beam_slurm.config.container import ROOT_FILESYSTEM_MODES, RUNTIMES, ContainerSettings, Mount, parse_mount
@@ -140,7 +140,9 @@ def container_environment(settings: ContainerSettings, environ: Mapping[str, str
     return {f"APPTAINERENV_{name}": environ[name] for name in settings.env_passthrough if name in environ}
 
 
-_PATH_RULES = (  # (whether a path breaks it, what is wrong, the fix)
+_PATH_RULES: tuple[
+    tuple[Callable[[str], bool], str, str], ...
+] = (  # (whether a path breaks it, what is wrong, the fix)
     (lambda path: not path.startswith("/"), "is not an absolute path", "give the full path, starting with /"),
     (
         lambda path: "," in path,

@@ -17,9 +17,13 @@ import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from beam_slurm.core.atomic_files import write_json
 from beam_slurm.core.errors import ConfigProblem
+
+if TYPE_CHECKING:
+    from beam_slurm.config.schema import BeamConfig
 
 MASK = "<set>"  # shown in place of a secret value
 RECORD_DIR = "env"  # per-node records in the attempt's log folder: env/<node>.json
@@ -40,9 +44,9 @@ def masked(env: Mapping[str, str]) -> dict[str, str]:
     return {name: (MASK if is_secret(name) else value) for name, value in env.items()}
 
 
-def problems(cfg) -> list:
+def problems(cfg: BeamConfig) -> list[ConfigProblem]:
     """Secret values written into the recipe, bad names and unreadable secret files; each names its key."""
-    found = []
+    found: list[ConfigProblem] = []
     for section, extra in (("trainer.extra_env", cfg.trainer.extra_env), ("ray.extra_env", cfg.ray.extra_env)):
         for name in extra:
             if is_secret(name):
@@ -77,7 +81,7 @@ def problems(cfg) -> list:
     return found
 
 
-def describe(cfg, recipe_env: Mapping[str, str]) -> dict:
+def describe(cfg: BeamConfig, recipe_env: Mapping[str, str]) -> dict[str, Any]:
     """The manifest's description for the job spec: names, patterns and file paths, no value."""
     return {
         "inherit": list(cfg.trainer.env_inherit),
@@ -90,7 +94,7 @@ class ManifestError(RuntimeError):
     """A secret file named by the manifest cannot be read on this node."""
 
 
-def resolve(spec: Mapping | None, environ: Mapping[str, str]) -> tuple[dict[str, str], list[str]]:
+def resolve(spec: Mapping[str, Any] | None, environ: Mapping[str, str]) -> tuple[dict[str, str], list[str]]:
     """On a node: (the manifest's variables with their values here, the names it lists that are unset here)."""
     if not spec:
         return {}, []

@@ -11,11 +11,13 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import SimpleNamespace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from beam_slurm.config.ray import RaySettings
 from beam_slurm.core.atomic_files import write_json
+
+if TYPE_CHECKING:
+    from beam_slurm.config.schema import BeamConfig
 
 SPEC_FILE = "job_spec.json"
 SCHEMA_VERSION = 1
@@ -36,7 +38,7 @@ class JobSpec:
     ray_step_launch_time: float | None = None
     schema_version: int = SCHEMA_VERSION
 
-    def write(self, attempt_dir: str | os.PathLike) -> Path:
+    def write(self, attempt_dir: str | os.PathLike[str]) -> Path:
         path = Path(attempt_dir) / SPEC_FILE
         write_json(path, dataclasses.asdict(self))
         return path
@@ -58,7 +60,7 @@ class JobSpec:
         return cls(**given)
 
     @classmethod
-    def read(cls, attempt_dir: str | os.PathLike | None) -> JobSpec:
+    def read(cls, attempt_dir: str | os.PathLike[str] | None) -> JobSpec:
         """The attempt's spec; the defaults when there is no folder or no file in it."""
         if not attempt_dir:
             return cls()
@@ -81,7 +83,7 @@ class LogCopySettings:
     final_s: float
 
     @classmethod
-    def from_config(cls, cfg) -> LogCopySettings:
+    def from_config(cls, cfg: BeamConfig) -> LogCopySettings:
         c = cfg.cluster
         return cls(
             interval_s=float(c.log_copy_interval_s),
@@ -94,6 +96,6 @@ class LogCopySettings:
         """The schema's settings, for a node started without the batch shell's job spec."""
         # Deferred: only a node started without the batch shell reads the schema, and the schema brings Hydra
         # (~0.5 s) into every node's start.
-        from beam_slurm.config.schema import ClusterConfig
+        from beam_slurm.config.schema import BeamConfig
 
-        return cls.from_config(SimpleNamespace(cluster=ClusterConfig()))
+        return cls.from_config(BeamConfig())

@@ -13,17 +13,19 @@ import os
 import re
 import types
 import typing
-from dataclasses import fields, is_dataclass
+from collections.abc import Iterator, Mapping
+from dataclasses import Field, fields, is_dataclass
 from pathlib import Path
-from typing import get_origin, get_type_hints
+from typing import Any, get_origin, get_type_hints
 
 import yaml
 from hydra import compose as hydra_compose
 from hydra import initialize_config_dir
 from hydra.core.config_store import ConfigStore
 from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.override_parser.types import Override
 from hydra.errors import ConfigCompositionException, MissingConfigException, OverrideParseException
-from omegaconf import OmegaConf, open_dict
+from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import (
     ConfigAttributeError,
     ConfigKeyError,
@@ -41,10 +43,10 @@ from beam_slurm.core.errors import ConfigError, ConfigProblem
 _ENV_REF = re.compile(r"^\$\{oc\.env:([A-Za-z_][A-Za-z0-9_]*)(?:,.*)?\}$", re.S)
 # YAML 1.1's words for true and false: OmegaConf reads them back as booleans, so text spelled so is quoted.
 _YAML_BOOL = re.compile(r"^(?:y|Y|yes|Yes|YES|n|N|no|No|NO|true|True|TRUE|false|False|FALSE|on|On|ON|off|Off|OFF)$")
-_ENV_PROBLEMS_SEEN: dict[tuple, tuple] = {}
+_ENV_PROBLEMS_SEEN: dict[tuple[tuple[str, str, str], ...], tuple[ConfigProblem, ...]] = {}
 
 
-def compose(overrides: list[str], *, config_dir: Path = CONF_DIR):
+def compose(overrides: list[str], *, config_dir: Path = CONF_DIR) -> DictConfig:
     """Return the composed (untyped) DictConfig for `overrides`; a bad override -> ConfigError naming it."""
     _register_schema()
     try:
@@ -62,7 +64,13 @@ def _register_schema() -> None:
     ConfigStore.instance().store(name="beam_schema", node=BeamConfig)
 
 
-def load_config(overrides: list[str] | None = None, *, validate: bool = True, check_paths: bool = False, environ=None):
+def load_config(
+    overrides: list[str] | None = None,
+    *,
+    validate: bool = True,
+    check_paths: bool = False,
+    environ: Mapping[str, str] | None = None,
+) -> BeamConfig:
     """Compose, type-check and (by default) validate the recipe. Raises ConfigError listing every problem."""
     unknown = key_problems(list(overrides or []))
     if unknown:
@@ -75,12 +83,12 @@ def load_config(overrides: list[str] | None = None, *, validate: bool = True, ch
     )
 
 
-def load_many(override_lists: list[list[str]]) -> list:
+def load_many(override_lists: list[list[str]]) -> list[BeamConfig | ConfigError]:
     """`load_config(overrides, validate=False)` for each list (a sweep's points): a config or its ConfigError.
     Each distinct set of group overrides is composed once; value overrides go onto a copy, as Hydra applies them."""
     parser = OverridesParser.create()
-    composed: dict[tuple[str, ...], object] = {}
-    out: list = []
+    composed: dict[tuple[str, ...], DictConfig | ConfigError] = {}
+    out: list[BeamConfig | ConfigError] = []
     for overrides in override_lists:
         overrides = list(overrides)
         try:
@@ -108,7 +116,7 @@ def load_many(override_lists: list[list[str]]) -> list:
     return out
 
 
-def _apply_values(overrides: list, cfg) -> None:
+def _apply_values(overrides: list[Override], cfg: DictConfig) -> None:
     """Apply parsed value overrides to a composed config as compose's last step does, through OmegaConf's public
     select and update: `~key` deletes, `+key` adds (refused where a value is), `++key` adds or sets, `key` sets.
     A failure is a ConfigCompositionException whose text names the override, as compose's own."""
@@ -135,7 +143,7 @@ def _apply_values(overrides: list, cfg) -> None:
             ):
                 raise ConfigCompositionException(
                     f"Could not append to config. An item is already at '{key}'.\n"
-                    f"Either remove + prefix: '{ov.input_line[1:]}'\n"
+                    f"Either remove + prefix: '{(ov.input_line or '')[1:]}'\n"
                     f"Or add a second + to add or override '{key}': '+{ov.input_line}'\n"
                 )
             elif ov.is_add() or ov.is_force_add():
@@ -151,7 +159,7 @@ def _apply_values(overrides: list, cfg) -> None:
             raise ConfigCompositionException(f"Error merging override {ov.input_line}") from exc
 
 
-def schema_fields(cls: type = BeamConfig, prefix: str = ""):
+def schema_fields(cls: type = BeamConfig, prefix: str = "") -> Iterator[tuple[str, type, Field[Any], Any]]:
     """(dotted key, dataclass, field, default) of every setting below `cls` in schema order, sections first."""
     for f in fields(cls):
         default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
@@ -219,7 +227,7 @@ def _is_value_override(override: str) -> bool:
     return bool(key) and "@" not in key and head != "hydra" and not (CONF_DIR / head).is_dir()
 
 
-def _typed(cfg, *, validate: bool, check_paths: bool, environ):
+def _typed(cfg: DictConfig, *, validate: bool, check_paths: bool, environ: Mapping[str, str]) -> BeamConfig:
     """A composed config typed with the schema, its environment sources recorded, derived defaults filled."""
     raw = OmegaConf.to_container(cfg, resolve=False)
     sources = _env_sources(raw, environ)
@@ -231,7 +239,9 @@ def _typed(cfg, *, validate: bool, check_paths: bool, environ):
         obj: BeamConfig = OmegaConf.to_object(typed)  # type: ignore[assignment]
     except OmegaConfBaseException as exc:
         raise ConfigError([_value_problem(exc, raw)]) from None
-    obj._env_sources = sources  # read back by env_sources(); not a dataclass field, so never part of the recipe
+    vars(obj)["_env_sources"] = (
+        sources  # read back by env_sources(); not a dataclass field, so never part of the recipe
+    )
     fill_defaults(obj, environ=environ)
     if validate:
         validate_config(obj, check_paths=check_paths)
@@ -239,12 +249,13 @@ def _typed(cfg, *, validate: bool, check_paths: bool, environ):
 
 
 @functools.lru_cache(maxsize=1)
-def _schema_node():
+def _schema_node() -> DictConfig:
     """The schema as an OmegaConf node, built once per process (never modified: merge and update work on copies)."""
-    return OmegaConf.structured(BeamConfig)
+    node: DictConfig = OmegaConf.structured(BeamConfig)
+    return node
 
 
-def fill_defaults(cfg, *, environ) -> None:
+def fill_defaults(cfg: BeamConfig, *, environ: Mapping[str, str]) -> None:
     """Fill what the seed defines relative to other settings: run name and the $HOME-relative output paths."""
     home = environ.get("HOME", str(Path.home()))
     if not cfg.run_name:
@@ -260,10 +271,10 @@ def fill_defaults(cfg, *, environ) -> None:
     if cfg.precision == "mxfp8" and cfg.rollout.quantization is None:
         cfg.rollout.quantization = "mxfp8"
     if cfg.cluster.time_limit is None:  # conf/ reads SBATCH_TIMELIMIT, null when unset: the schema's default then
-        cfg.cluster.time_limit = ClusterConfig.__dataclass_fields__["time_limit"].default
+        cfg.cluster.time_limit = ClusterConfig().time_limit
 
 
-class _RecipeDumper(yaml.Dumper):
+class _RecipeDumper(yaml.Dumper):  # type: ignore[misc]  # yaml has no type information here
     """Writes text as OmegaConf.to_yaml does: quoted where OmegaConf would read it back as a number or a boolean."""
 
 
@@ -281,16 +292,17 @@ def _represent_text(dumper: yaml.Dumper, text: str) -> yaml.ScalarNode:
 _RecipeDumper.add_representer(str, _represent_text)
 
 
-def to_yaml(cfg) -> str:
+def to_yaml(cfg: BeamConfig) -> str:
     """The resolved recipe as YAML, to save beside a job; `${` is escaped so it reads back to the same values."""
     # Dumped without building an OmegaConf node first: a third of the time of OmegaConf.to_yaml, the same text.
-    return yaml.dump(
+    text: str = yaml.dump(
         escape_values(dataclasses.asdict(cfg)),
         default_flow_style=False,
         allow_unicode=True,
         sort_keys=False,
         Dumper=_RecipeDumper,
     )
+    return text
 
 
 def _mapping_override(override: str) -> str:
@@ -303,16 +315,14 @@ def _mapping_override(override: str) -> str:
 
 def valid_keys(section: str = "") -> list[str]:
     """Dotted keys the schema accepts under `section` ('' = top level)."""
-    node = BeamConfig
+    node: object = BeamConfig
     for part in filter(None, section.split(".")):
-        match = next((f for f in fields(node) if f.name == part), None)
-        node = match.default_factory if match and callable(match.default_factory) else None  # type: ignore[arg-type]
-        if node is None or not is_dataclass(node):
-            return []
-    return [f.name for f in fields(node)]
+        match = next((f for f in fields(node) if f.name == part), None) if is_dataclass(node) else None
+        node = match.default_factory if match and callable(match.default_factory) else None
+    return [f.name for f in fields(node)] if is_dataclass(node) else []
 
 
-def _leaves(node, prefix: str = ""):
+def _leaves(node: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
     """(dotted key, raw value) of every leaf of a plain container."""
     if isinstance(node, dict):
         for name, value in node.items():
@@ -321,13 +331,13 @@ def _leaves(node, prefix: str = ""):
         yield prefix, node
 
 
-def _env_sources(raw: dict, environ) -> dict[str, str]:
+def _env_sources(raw: Any, environ: Mapping[str, str]) -> dict[str, str]:
     """key -> variable for every value conf/ reads with `${oc.env:NAME,default}` while NAME is set."""
     matches = ((key, _ENV_REF.match(value)) for key, value in _leaves(raw) if isinstance(value, str))
     return {key: match.group(1) for key, match in matches if match and match.group(1) in environ}
 
 
-def _env_value_problems(sources: dict[str, str], environ) -> list[ConfigProblem]:
+def _env_value_problems(sources: dict[str, str], environ: Mapping[str, str]) -> list[ConfigProblem]:
     """Every value read from the environment that does not fit its setting's type, each naming its variable."""
     if not sources:
         return []
@@ -347,7 +357,7 @@ def _env_value_problems(sources: dict[str, str], environ) -> list[ConfigProblem]
     return found
 
 
-def _raw_value(raw: dict, key: str):
+def _raw_value(raw: Any, key: str) -> Any:
     node = raw
     for part in re.split(r"\.|\[(\d+)\]", key):
         if not part:
@@ -359,7 +369,7 @@ def _raw_value(raw: dict, key: str):
     return node
 
 
-def _value_problem(exc: Exception, raw: dict) -> ConfigProblem:
+def _value_problem(exc: Exception, raw: Any) -> ConfigProblem:
     """A value that does not fit the schema, said in our words (the underlying library's text stays out)."""
     key = str(getattr(exc, "full_key", "") or "")
     value = _raw_value(raw, key) if key else None
@@ -404,7 +414,7 @@ def describe_type(key: str) -> str:
     return _type_words(node, key)
 
 
-def _without_none(hint) -> tuple[object, bool]:
+def _without_none(hint: Any) -> tuple[Any, bool]:
     args = typing.get_args(hint)
     if typing.get_origin(hint) in (typing.Union, types.UnionType) and type(None) in args:  # Optional[X] or X | None
         rest = [a for a in args if a is not type(None)]
@@ -412,7 +422,7 @@ def _without_none(hint) -> tuple[object, bool]:
     return hint, False
 
 
-def _type_words(hint, key: str) -> str:
+def _type_words(hint: Any, key: str) -> str:
     base, optional = _without_none(hint)
     origin = typing.get_origin(base)
     if is_dataclass(base):
@@ -473,10 +483,10 @@ def _unparsable(overrides: list[str]) -> str | None:
 def _override_problem(exc: Exception, overrides: list[str]) -> ConfigProblem:
     bad = _unparsable(overrides)
     if bad is not None:
-        key, _, value = bad.partition("=")
+        key, _, given = bad.partition("=")
         return ConfigProblem(
             key.lstrip("+~") or bad,
-            value or None,
+            given or None,
             "cannot parse this override; quote the value (key='...') or avoid spaces and ;",
         )
     text = str(exc)
@@ -489,8 +499,8 @@ def _override_problem(exc: Exception, overrides: list[str]) -> ConfigProblem:
             " ".join(overrides),
             "cannot apply these overrides; use key=value with keys from beam_slurm/config/schema.py",
         )
-    key, _, value = culprit.partition("=")
-    key, value = key.lstrip("+~"), value if "=" in culprit else None
+    key, _, rest = culprit.partition("=")
+    key, value = key.lstrip("+~"), rest if "=" in culprit else None
     section, _, name = key.rpartition(".")
     keys = valid_keys(section)
     if keys and name not in keys:

@@ -172,9 +172,9 @@ class RaySettings:
             found += [
                 ConfigProblem(f"ray.{name}", getattr(self, name), fix) for name in names if getattr(self, name) < least
             ]
-        for key, value in self.extra_env.items():
-            if not key or "=" in key or not isinstance(value, str):
-                found.append(ConfigProblem(f"ray.extra_env.{key}", value, "use NAME: string value pairs"))
+        for key, text in self.extra_env.items():
+            if not key or "=" in key or not isinstance(text, str):
+                found.append(ConfigProblem(f"ray.extra_env.{key}", text, "use NAME: string value pairs"))
         return found
 
     def validate(self) -> RaySettings:
@@ -200,4 +200,7 @@ class RaySettings:
                     for key in unknown
                 ]
             )
-        return cls(**{key: (dict(value) if isinstance(value, Mapping) else value) for key, value in values.items()})
+        given: dict[str, Any] = {
+            key: (dict(value) if isinstance(value, Mapping) else value) for key, value in values.items()
+        }
+        return cls(**given)

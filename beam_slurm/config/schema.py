@@ -12,6 +12,16 @@ from typing import Any
 
 from hydra_plugins.hydra_submitit_launcher.config import SlurmQueueConf
 
+from beam_slurm.config.choices import (
+    AttentionField,
+    ExecutorBackendField,
+    KvCacheDtypeField,
+    PrecisionField,
+    QuantizationField,
+    RecipeBackendField,
+    ResumeModeField,
+    WandbModeField,
+)
 from beam_slurm.config.container import ContainerSettings
 from beam_slurm.config.data import DataConfig
 from beam_slurm.config.ray import RaySettings
@@ -196,14 +206,14 @@ class RolloutConfig:
     """vLLM pipeline parallel size per replica (seed: PP2)."""
     gpu_memory_utilization: float = 0.8
     """Fraction of GPU memory vLLM may take (ours; lower it when colocated training runs out of memory)."""
-    kv_cache_dtype: str = "auto"
+    kv_cache_dtype: KvCacheDtypeField = "auto"
     """KV cache dtype (env KV_CACHE_DTYPE): auto (= BF16, seed default) or fp8_e4m3 (faster decode, ~0.01 higher
     log-prob gap)."""
-    quantization: str | None = None
+    quantization: QuantizationField | None = None
     """vLLM weight quantization; set to mxfp8 by precision=mxfp8 (MXFP8 rollouts)."""
-    attention: str = "fa4"
+    attention: AttentionField = "fa4"
     """Flash Attention version for rollouts: fa4 or fa2 (fa2 lowers the MXFP8 log-prob gap from ~0.03 to ~0.02)."""
-    executor_backend: str = "auto"
+    executor_backend: ExecutorBackendField = "auto"
     """vLLM's distributed executor: mp (a replica within one node), ray (a replica spanning nodes, as the seed's
     TP8 x PP2 does) or auto (mp when TP x PP fits a node, else ray). Stock SkyRL 0.3.0 accepts Rollout Routing
     Replay only with mp; the seed's Beam branch of SkyRL is needed for R3 with replicas spanning nodes."""
@@ -273,7 +283,7 @@ class AlgorithmConfig:
 
 
 @dataclass
-class EvalLauncherConfig(SlurmQueueConf):
+class EvalLauncherConfig(SlurmQueueConf):  # type: ignore[misc]  # the launcher plugin has no type information
     """Slurm settings of the evaluation job array (`beam-slurm evaluate`), with the keys and classes of Hydra's submitit
     launcher (hydra/launcher=submitit_slurm: partition, timeout_min, gpus_per_node, nodes, array_parallelism, qos,
     account, constraint, exclude, setup, additional_parameters, ...), so a user's launcher settings carry over. The
@@ -410,7 +420,7 @@ class CheckpointConfig:
     """Write an HF export every N steps (-1 = never); the evaluation chain needs exports or LoRA adapters."""
     max_to_keep: int = -1
     """Checkpoints kept (-1 = all, seed). Each full checkpoint needs ~0.9 TB per node."""
-    resume_mode: str = "none"
+    resume_mode: ResumeModeField = "none"
     """none | latest | from_path (env RESUME_MODE). A requeued attempt always resumes with latest."""
     resume_path: str | None = None
     """Checkpoint directory global_step_N for resume_mode=from_path (trainer.resume_path)."""
@@ -424,7 +434,7 @@ class CheckpointConfig:
 class TrainerConfig:
     """Which trainer runs and how."""
 
-    backend: str = "skyrl"
+    backend: RecipeBackendField = "skyrl"
     """skyrl (the real run, GPUs) or rehearsal (checks the plumbing on any cluster; it does not train)."""
     python: str = "python"
     """Interpreter inside the container/allocation that runs the driver."""
@@ -436,7 +446,7 @@ class TrainerConfig:
     """SkyRL metrics logger: console, wandb, mlflow, swanlab or tensorboard (ours: console works without network).
     wandb keeps one W&B run across requeues: its id is chosen at the first attempt and kept in the run record, every
     attempt logs into its own folder (see trainer.wandb_mode) and `beam-slurm sync RUN` uploads them in order."""
-    wandb_mode: str = "offline"
+    wandb_mode: WandbModeField = "offline"
     """W&B mode for trainer.logger=wandb (WANDB_MODE): offline (ours: compute nodes often have no internet; upload
     afterwards with `beam-slurm sync RUN`), online, or disabled."""
     project_name: str = "beam"
@@ -518,7 +528,7 @@ class BeamConfig:
     """Recipe name: lora_16gpu, lora_32gpu, bf16_64gpu or mxfp8_64gpu."""
     run_name: str | None = None
     """Run name (env RUN_NAME); empty = beam_<recipe>. Names ckpt/export folders and the Slurm job."""
-    precision: str = "bf16"
+    precision: PrecisionField = "bf16"
     """Training and rollout precision: bf16 or mxfp8 (sweepable)."""
     max_training_steps: int = 50
     """Training steps (env MAX_TRAINING_STEPS; seed: 50)."""
@@ -594,7 +604,7 @@ class BeamConfig:
         return self.algorithm.lr if self.algorithm.lr is not None else 1e-5 if self.is_lora else 1e-6
 
 
-def env_sources(cfg) -> dict[str, str]:
+def env_sources(cfg: BeamConfig) -> dict[str, str]:
     """Keys of a loaded recipe whose value came from an environment variable: key -> variable name (set by
     beam_slurm.config.load on the object it returns)."""
     return dict(getattr(cfg, "_env_sources", None) or {})

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import shlex
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 import yaml
 from omegaconf import OmegaConf
@@ -16,6 +17,9 @@ from omegaconf.errors import OmegaConfBaseException
 
 from beam_slurm.config.env_manifest import masked
 from beam_slurm.config.overrides import escape_interpolation, escape_values, scalar_text
+
+if TYPE_CHECKING:
+    from beam_slurm.config.schema import BeamConfig
 
 DAPO_MODULE = "examples.train.algorithms.dapo.main_dapo"  # in the SkyRL checkout (examples/ is not in the wheel)
 ENTRYPOINT_MODULE = "beam_slurm.jobs.training.entrypoint"
@@ -52,7 +56,7 @@ class SkyRLLaunch:
         return f"{cd}{env + ' ' if env else ''}{shlex.join(self.argv(python))}"
 
 
-def render_value(value) -> str:
+def render_value(value: object) -> str:
     """Render a Python value so OmegaConf.from_cli (SkyRL's parser) reads it back to the same value."""
     scalar = scalar_text(value)
     if scalar is not None:
@@ -63,15 +67,16 @@ def render_value(value) -> str:
     return text if "\n" not in text and _parses_to(text, str(value)) else json.dumps(text)
 
 
-def _parses_to(rendered: str, value) -> bool:
+def _parses_to(rendered: str, value: object) -> bool:
     """True when OmegaConf's CLI parser, resolving references as SkyRL does, reads `rendered` back as `value`."""
     try:
-        return OmegaConf.to_container(OmegaConf.from_cli([f"k={rendered}"]), resolve=True)["k"] == value
+        parsed: Any = OmegaConf.to_container(OmegaConf.from_cli([f"k={rendered}"]), resolve=True)
+        return bool(parsed["k"] == value)
     except (OmegaConfBaseException, yaml.YAMLError, ValueError, TypeError):  # YAML refuses a tab, for one
         return False
 
 
-def reads_back(value) -> bool:
+def reads_back(value: object) -> bool:
     """True when `render_value(value)` parses back to `value` exactly (tuples compare as lists)."""
     return _parses_to(render_value(value), list(value) if isinstance(value, tuple) else value)
 
@@ -80,7 +85,7 @@ def _under(prefix: str, **values: object) -> list[tuple[str, object]]:
     return [(f"{prefix}.{key}", value) for key, value in values.items()]
 
 
-def skyrl_settings(cfg) -> list[tuple[str, object]]:
+def skyrl_settings(cfg: BeamConfig) -> list[tuple[str, object]]:
     """The recipe as ordered (SkyRL key, value) pairs: the single mapping from our schema to SkyRL's."""
     p, g, a, b, m, r = cfg.paths, cfg.generation, cfg.algorithm, cfg.batch, cfg.megatron, cfg.rollout
     data_dir = (p.data_dir or "").rstrip("/")
@@ -198,12 +203,12 @@ def skyrl_settings(cfg) -> list[tuple[str, object]]:
     return kv
 
 
-def skyrl_overrides(cfg) -> list[str]:
+def skyrl_overrides(cfg: BeamConfig) -> list[str]:
     """The `key=value` list passed to SkyRL, extra overrides last so they win."""
     return [f"{k}={render_value(v)}" for k, v in skyrl_settings(cfg)] + list(cfg.trainer.extra_overrides)
 
 
-def skyrl_env(cfg) -> dict[str, str]:
+def skyrl_env(cfg: BeamConfig) -> dict[str, str]:
     """Environment the driver and Ray workers need for this recipe."""
     env = {
         # SkyRL waits this long for its placement groups; 64-GPU bundles on a busy cluster take a while.
@@ -238,7 +243,7 @@ def skyrl_env(cfg) -> dict[str, str]:
     return env
 
 
-def skyrl_launch(cfg) -> SkyRLLaunch:
+def skyrl_launch(cfg: BeamConfig) -> SkyRLLaunch:
     """The driver command for the configured trainer backend."""
     if cfg.trainer.backend == "rehearsal":
         costs = {env: str(getattr(cfg.trainer, key.split(".")[1])) for env, key, _ in COST_ENV.values()}

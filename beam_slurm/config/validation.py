@@ -12,22 +12,34 @@ import functools
 import os
 import re
 import socket
-from collections.abc import Collection
+import typing
+from collections.abc import Collection, Iterator
 from pathlib import Path
+from typing import Any
 
+from beam_slurm.config.choices import (
+    Attention,
+    ExecutorBackend,
+    KvCacheDtype,
+    Precision,
+    Quantization,
+    RecipeBackend,
+    ResumeMode,
+    WandbMode,
+)
 from beam_slurm.config.container_runtime import validate as container_problems
 from beam_slurm.config.env_manifest import problems as env_manifest_problems
 from beam_slurm.config.overrides import value_at
-from beam_slurm.config.schema import env_sources
+from beam_slurm.config.schema import BeamConfig, env_sources
 from beam_slurm.config.skyrl_command import DAPO_MODULE, reads_back
 from beam_slurm.core.errors import ConfigError, ConfigProblem
 from beam_slurm.slurm import values
 
-RECIPE_BACKENDS = ("skyrl", "rehearsal")
-PRECISIONS = ("bf16", "mxfp8")
-KV_CACHE_DTYPES = ("auto", "bf16", "fp8", "fp8_e4m3", "fp8_e5m2")
-ATTENTION = ("fa4", "fa2")
-RESUME_MODES = ("none", "latest", "from_path")
+RECIPE_BACKENDS = typing.get_args(RecipeBackend)
+PRECISIONS = typing.get_args(Precision)
+KV_CACHE_DTYPES = typing.get_args(KvCacheDtype)
+ATTENTION = typing.get_args(Attention)
+RESUME_MODES = typing.get_args(ResumeMode)
 _RUN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 # Settings that name files or folders (a list or a mapping: each value), and names that end up in paths and job names
 PATH_KEYS = (
@@ -77,14 +89,14 @@ FIRST_CLASS_SBATCH_OPTIONS = {
 }
 
 
-def problems(cfg) -> list[ConfigProblem]:
+def problems(cfg: BeamConfig) -> list[ConfigProblem]:
     """All problems of a typed, default-filled BeamConfig (empty list = valid)."""
     unusable = unusable_text_problems(cfg)
     if unusable:  # the checks below read these paths and parse these texts: report them alone
         return unusable
     out: list[ConfigProblem] = []
 
-    def bad(key: str, value, fix: str) -> None:
+    def bad(key: str, value: object, fix: str) -> None:
         out.append(ConfigProblem(key, value, fix))
 
     for key, choices in (("precision", PRECISIONS), ("trainer.backend", RECIPE_BACKENDS)):
@@ -100,7 +112,7 @@ def problems(cfg) -> list[ConfigProblem]:
         )
     if cfg.rollout.attention not in ATTENTION:
         bad("rollout.attention", cfg.rollout.attention, "use fa4 (Flash Attention 4) or fa2 (Flash Attention 2)")
-    if cfg.rollout.executor_backend not in ("auto", "ray", "mp"):
+    if cfg.rollout.executor_backend not in typing.get_args(ExecutorBackend):
         bad(
             "rollout.executor_backend",
             cfg.rollout.executor_backend,
@@ -196,7 +208,7 @@ def problems(cfg) -> list[ConfigProblem]:
             bad(f"cluster.{key}", getattr(cfg.cluster, key), fix)
 
     try:
-        limit = values.time_limit_seconds(cfg.cluster.time_limit)
+        limit = values.time_limit_seconds(str(cfg.cluster.time_limit))  # None reads as "None": refused, as before
     except values.SlurmValueError:
         bad("cluster.time_limit", cfg.cluster.time_limit, f"use what sbatch --time takes: {values.TIME_FORMS}")
     else:
@@ -249,7 +261,7 @@ def problems(cfg) -> list[ConfigProblem]:
             f"must be positive and below cluster.signal_before_s ({cfg.cluster.signal_before_s}) minus "
             f"cluster.stop_grace_s ({cfg.cluster.stop_grace_s}), so the job requeues before its time limit",
         )
-    if cfg.trainer.wandb_mode not in ("offline", "online", "disabled"):
+    if cfg.trainer.wandb_mode not in typing.get_args(WandbMode):
         bad("trainer.wandb_mode", cfg.trainer.wandb_mode, "use offline, online or disabled")
     if not cfg.trainer.project_name.strip() or len(cfg.trainer.project_name) > 128:
         bad("trainer.project_name", cfg.trainer.project_name, "use a project name of 1 to 128 characters")
@@ -275,7 +287,7 @@ def problems(cfg) -> list[ConfigProblem]:
 
     if cfg.precision == "mxfp8" and cfg.is_lora:
         bad("precision", cfg.precision, "MXFP8 is a full-parameter recipe: set lora.rank=0 or precision=bf16")
-    if cfg.rollout.quantization not in (None, "mxfp8", "fp8"):
+    if cfg.rollout.quantization not in (None, *typing.get_args(Quantization)):
         bad("rollout.quantization", cfg.rollout.quantization, "use mxfp8, fp8 or leave empty (follows precision)")
     if cfg.checkpoint.resume_mode == "from_path":
         rp = cfg.checkpoint.resume_path
@@ -334,13 +346,13 @@ def problems(cfg) -> list[ConfigProblem]:
     return _named(cfg, out)
 
 
-def _named(cfg, found: list[ConfigProblem]) -> list[ConfigProblem]:
+def _named(cfg: BeamConfig, found: list[ConfigProblem]) -> list[ConfigProblem]:
     """Each problem naming the environment variable its key was read from."""
     sources = env_sources(cfg)
     return [problem.from_env(sources) for problem in found]
 
 
-def unusable_text_problems(cfg) -> list[ConfigProblem]:
+def unusable_text_problems(cfg: BeamConfig) -> list[ConfigProblem]:
     """Paths and names the file system or the batch scripts would refuse: control characters (a tab, a newline),
     a folder or file name over NAME_MAX bytes, a path over PATH_MAX bytes."""
     out: list[ConfigProblem] = []
@@ -384,11 +396,11 @@ def unusable_text_problems(cfg) -> list[ConfigProblem]:
     return _named(cfg, out)
 
 
-def layout_problems(cfg, *, sizes_ok: bool = True) -> list[ConfigProblem]:
+def layout_problems(cfg: BeamConfig, *, sizes_ok: bool = True) -> list[ConfigProblem]:
     """Placement, parallelism and SkyRL's batch arithmetic; divisibility only when `sizes_ok` (sizes positive)."""
     out: list[ConfigProblem] = []
 
-    def bad(key: str, value, fix: str) -> None:
+    def bad(key: str, value: object, fix: str) -> None:
         out.append(ConfigProblem(key, value, fix))
 
     m = cfg.megatron
@@ -467,7 +479,7 @@ def layout_problems(cfg, *, sizes_ok: bool = True) -> list[ConfigProblem]:
     return out
 
 
-def scaled_layout_hint(cfg, *, up_to: int = 0) -> str:
+def scaled_layout_hint(cfg: BeamConfig, *, up_to: int = 0) -> str:
     """Node (and rollout node) counts near cluster.nodes whose layout passes with every other setting unchanged."""
     nodes = cfg.cluster.nodes
     up_to = up_to or max(2 * nodes, 16)
@@ -494,7 +506,7 @@ def scaled_layout_hint(cfg, *, up_to: int = 0) -> str:
     return "; ".join(parts)
 
 
-def skyrl_value_problems(cfg) -> list[ConfigProblem]:
+def skyrl_value_problems(cfg: BeamConfig) -> list[ConfigProblem]:
     """Settings whose text SkyRL's command-line parser would not read back exactly, even escaped (none known)."""
     return [
         ConfigProblem(
@@ -505,7 +517,7 @@ def skyrl_value_problems(cfg) -> list[ConfigProblem]:
     ]
 
 
-def _text_settings(node, prefix: str = ""):
+def _text_settings(node: Any, prefix: str = "") -> Iterator[tuple[str, str]]:
     """(dotted key, text) of every text setting of a typed config, list items included."""
     for f in dataclasses.fields(node):
         value, key = getattr(node, f.name), f"{prefix}{f.name}"
@@ -517,7 +529,7 @@ def _text_settings(node, prefix: str = ""):
             yield from ((f"{key}[{i}]", v) for i, v in enumerate(value) if isinstance(v, str))
 
 
-def path_problems(cfg, *, produced: Collection[str] = ()) -> list[ConfigProblem]:
+def path_problems(cfg: BeamConfig, *, produced: Collection[str] = ()) -> list[ConfigProblem]:
     """Paths the job will read that are missing or unreadable on this host (the submit host for `plan`/`submit`);
     not the data files when `produced` holds "data" (an earlier stage writes them)."""
     if not cfg.cluster.check_paths_on_submit or unusable_text_problems(cfg):
@@ -573,15 +585,15 @@ def path_problems(cfg, *, produced: Collection[str] = ()) -> list[ConfigProblem]
     return _named(cfg, out)
 
 
-def validate_config(cfg, *, check_paths: bool = False) -> None:
+def validate_config(cfg: BeamConfig, *, check_paths: bool = False) -> None:
     """Raise ConfigError (exit status 2) listing every problem of `cfg`; `check_paths` adds `path_problems`."""
     found = problems(cfg) + (path_problems(cfg) if check_paths else [])
     if found:
         raise ConfigError(found)
 
 
-def budget_problems(cfg) -> list:
-    out = []
+def budget_problems(cfg: BeamConfig) -> list[ConfigProblem]:
+    out: list[ConfigProblem] = []
     if not cfg.cluster.storage_write_gbytes_per_s > 0:
         out.append(
             ConfigProblem(

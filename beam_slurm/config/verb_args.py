@@ -17,9 +17,9 @@ import os
 import sys
 import textwrap
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import IO, Any, NoReturn
 
 from rich import box
 from rich.console import Console
@@ -104,11 +104,11 @@ def field_docs(cls: type) -> dict[str, str]:
     return docs
 
 
-def _default(f: dataclasses.Field) -> Any:
+def _default(f: dataclasses.Field[Any]) -> Any:
     if f.default is not dataclasses.MISSING:
         return f.default
-    if f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
-        return f.default_factory()  # type: ignore[misc]
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
     return dataclasses.MISSING
 
 
@@ -132,7 +132,7 @@ def _show_default(value: Any) -> str:
     return hydra_value(value) if value != "" else "''"
 
 
-def keys_help(keys: Sequence[str], cfg, width: int = 100) -> str:
+def keys_help(keys: Sequence[str], cfg: BeamConfig, width: int = 100) -> str:
     """The block listing `keys` with their values in `cfg` and docstrings; a non-default value names the default."""
     known = schema_keys()
     lines = [
@@ -203,10 +203,10 @@ def old_spelling_problem(verb: str, argv: Sequence[str]) -> str | None:
 class _Group:
     """An argument group whose options the verb records too (argparse keeps its own table of them private)."""
 
-    def __init__(self, group, record):
+    def __init__(self, group: argparse._ArgumentGroup, record: Callable[[argparse.Action], object]) -> None:
         self._group, self._record = group, record
 
-    def add_argument(self, *names, **kwargs):
+    def add_argument(self, *names: str, **kwargs: Any) -> argparse.Action:
         action = self._group.add_argument(*names, **kwargs)
         self._record(action)
         return action
@@ -215,7 +215,9 @@ class _Group:
 class _Parser(argparse.ArgumentParser):
     _verb_args: VerbArgs
 
-    def error(self, message: str):  # argparse's own errors: the verb reports them with its prefix and exit 2
+    def error(
+        self, message: str
+    ) -> NoReturn:  # argparse's own errors: the verb reports them with its prefix and exit 2
         self.print_usage(sys.stderr)
         raise VerbUsageError(message)
 
@@ -296,12 +298,12 @@ class VerbArgs:
                 "the values of the recipe given, and exit",
             )
 
-    def add_argument(self, *names, **kwargs):
+    def add_argument(self, *names: str, **kwargs: Any) -> argparse.Action:
         action = self.parser.add_argument(*names, **kwargs)
         self.actions.append(action)
         return action
 
-    def add_argument_group(self, *args, **kwargs):
+    def add_argument_group(self, *args: Any, **kwargs: Any) -> _Group:
         return _Group(self.parser.add_argument_group(*args, **kwargs), self.actions.append)
 
     def option(self, word: str) -> argparse.Action | None:
@@ -357,7 +359,7 @@ class VerbArgs:
         print(keys_help(keys, cfg))
         sys.exit(0)
 
-    def load(self, parsed: Parsed, *, validate: bool = False, environ=None):
+    def load(self, parsed: Parsed, *, validate: bool = False, environ: Mapping[str, str] | None = None) -> BeamConfig:
         """Compose the recipe with the overrides (Hydra, typed by the schema); raises ConfigError, also (unvalidated)
         for a path or name the verb reads that the file system or the batch scripts would refuse."""
         cfg = load_config(parsed.overrides, validate=validate, environ=environ)
@@ -381,7 +383,7 @@ class VerbArgs:
         return EXIT_USAGE
 
 
-def table_console(file=None, *, pipe_width: int = 160) -> Console:
+def table_console(file: IO[str] | None = None, *, pipe_width: int = 160) -> Console:
     """Where a verb prints its tables: the terminal's width, or COLUMNS where set (rich reads it); a log or a pipe
     without COLUMNS gets `pipe_width` columns (rich's 80 would squeeze them)."""
     console = Console(file=file)
@@ -389,12 +391,12 @@ def table_console(file=None, *, pipe_width: int = 160) -> Console:
     return Console(file=file, width=pipe_width) if wide else console
 
 
-def verb_table(title: str, **options) -> Table:
+def verb_table(title: str, **options: Any) -> Table:
     """A table in the verbs' one style: a rule under the header, one space and no border between columns."""
     return Table(title=title, box=box.SIMPLE_HEAD, show_edge=False, padding=(0, 1, 0, 0), **options)
 
 
-def _plain(cell) -> str:
+def _plain(cell: object) -> str:
     try:
         return Text.from_markup(str(cell)).plain
     except Exception:  # text that only looks like markup

@@ -18,7 +18,7 @@ from typing import IO, Any
 
 
 @contextlib.contextmanager
-def atomic_writer(path: str | os.PathLike, mode: str = "w") -> Iterator[IO[Any]]:
+def atomic_writer(path: str | os.PathLike[str], mode: str = "w") -> Iterator[IO[Any]]:
     """Open a temporary sibling of `path` for writing; on a clean exit it replaces `path`, on an error it vanishes."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -26,7 +26,7 @@ def atomic_writer(path: str | os.PathLike, mode: str = "w") -> Iterator[IO[Any]]
     tmp = path.parent / f".{path.name}.{secrets.token_hex(6)}.tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
-        with os.fdopen(fd, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as handle:
+        with os.fdopen(fd, mode, encoding=None if "b" in mode else "utf-8") as handle:
             yield handle
             handle.flush()
             os.fsync(handle.fileno())
@@ -36,20 +36,20 @@ def atomic_writer(path: str | os.PathLike, mode: str = "w") -> Iterator[IO[Any]]
         raise
 
 
-def temporary_sibling(final: str | os.PathLike) -> Path:
+def temporary_sibling(final: str | os.PathLike[str]) -> Path:
     """A hidden sibling of `final` (same filesystem, so the rename is atomic), unique per process."""
     final = Path(final)
     return final.with_name(f".{final.name}.tmp-{os.getpid()}")
 
 
-def publish(temporary: str | os.PathLike, final: str | os.PathLike) -> None:
+def publish(temporary: str | os.PathLike[str], final: str | os.PathLike[str]) -> None:
     """Flush the finished `temporary` to disk and rename it over `final` in one step."""
     with open(temporary, "rb") as handle:
         os.fsync(handle.fileno())
     os.replace(temporary, final)
 
 
-def sync_directory(directory: str | os.PathLike) -> None:
+def sync_directory(directory: str | os.PathLike[str]) -> None:
     descriptor = os.open(directory, os.O_RDONLY)
     try:
         os.fsync(descriptor)
@@ -57,17 +57,17 @@ def sync_directory(directory: str | os.PathLike) -> None:
         os.close(descriptor)
 
 
-def write_text(path: str | os.PathLike, text: str) -> None:
+def write_text(path: str | os.PathLike[str], text: str) -> None:
     with atomic_writer(path) as handle:
         handle.write(text)
 
 
-def write_json(path: str | os.PathLike, payload: Any, *, indent: int | None = None) -> None:
+def write_json(path: str | os.PathLike[str], payload: Any, *, indent: int | None = None) -> None:
     """Replace `path` with `payload` as JSON (sorted keys, trailing newline) atomically."""
     write_text(path, json.dumps(payload, sort_keys=True, indent=indent) + "\n")
 
 
-def read_json(path: str | os.PathLike) -> Any:
+def read_json(path: str | os.PathLike[str]) -> Any:
     """Parsed JSON, or None when the file is missing or unreadable (the files written here appear whole)."""
     try:
         return json.loads(Path(path).read_text(encoding="utf-8"))

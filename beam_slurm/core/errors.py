@@ -7,6 +7,7 @@ import dataclasses
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TextIO
 
 
 class UserError(Exception):
@@ -65,7 +66,9 @@ class ConfigError(UserError):
         self.problems = list(problems)
         super().__init__("\n".join(str(p) for p in self.problems))
 
-    def report(self, stream=None, *, prefix: str = "beam-slurm: ", what: str = "; nothing was submitted") -> None:
+    def report(
+        self, stream: TextIO | None = None, *, prefix: str = "beam-slurm: ", what: str = "; nothing was submitted"
+    ) -> None:
         """Print every problem, after `prefix` (a verb's: `beam-slurm plan: `)."""
         stream = stream or sys.stderr
         n = len(self.problems)

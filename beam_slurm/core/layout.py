@@ -43,7 +43,7 @@ def attempt_label(restarts: int | str, in_job: int | str = 0) -> str:
     return f"{restarts}" if str(in_job) in ("", "0") else f"{restarts}.{in_job}"
 
 
-def environ_attempt_label(environ) -> str:
+def environ_attempt_label(environ: Mapping[str, str]) -> str:
     """The label of the attempt a process of the job runs in (SLURM_RESTART_COUNT and BEAM_IN_JOB_ATTEMPT)."""
     return attempt_label(environ.get("SLURM_RESTART_COUNT") or "0", environ.get(IN_JOB_ATTEMPT_ENV) or "0")
 
@@ -52,19 +52,19 @@ def step_dirname(step: int) -> str:
     return f"global_step_{int(step)}"
 
 
-def run_dir(export_path: str | os.PathLike) -> Path:
+def run_dir(export_path: str | os.PathLike[str]) -> Path:
     return Path(export_path) / RUN_DIRNAME
 
 
-def run_file(export_path: str | os.PathLike) -> Path:
+def run_file(export_path: str | os.PathLike[str]) -> Path:
     return run_dir(export_path) / RUN_FILE
 
 
-def evaluation_dir(export_path: str | os.PathLike, step: int) -> Path:
+def evaluation_dir(export_path: str | os.PathLike[str], step: int) -> Path:
     return Path(export_path) / EVALS_DIRNAME / step_dirname(step)
 
 
-def latest_checkpoint_step(ckpt_path: str | os.PathLike) -> int | None:
+def latest_checkpoint_step(ckpt_path: str | os.PathLike[str]) -> int | None:
     """The step in SkyRL's marker under `ckpt_path`, or None when there is none or it holds no step number."""
     try:
         text = (Path(ckpt_path) / CHECKPOINT_MARKER).read_text().strip()
@@ -73,7 +73,7 @@ def latest_checkpoint_step(ckpt_path: str | os.PathLike) -> int | None:
     return int(text) if text.isdigit() else None
 
 
-def state_dir(environ=None) -> Path:
+def state_dir(environ: Mapping[str, str] | None = None) -> Path:
     """Per-user folder remembering the latest submission and the job index ($XDG_STATE_HOME/beam-slurm)."""
     environ = os.environ if environ is None else environ
     base = environ.get("XDG_STATE_HOME") or os.path.join(environ.get("HOME", str(Path.home())), ".local", "state")

@@ -16,6 +16,7 @@ import os
 import socket
 import time
 from pathlib import Path
+from typing import Any
 
 from beam_slurm.core.atomic_files import write_json
 
@@ -29,7 +30,7 @@ def _protocol_dir(ckpt_path: str | os.PathLike[str]) -> Path:
     return Path(ckpt_path) / PROTOCOL_DIR
 
 
-def _read_json(path: Path) -> dict | None:
+def _read_json(path: Path) -> dict[str, Any] | None:
     try:
         text = path.read_text()
     except FileNotFoundError:
@@ -68,14 +69,14 @@ def request_save(ckpt_path: str | os.PathLike[str], reason: str) -> None:
     write_json(_protocol_dir(ckpt_path) / REQUEST_FILE, payload)
 
 
-def _answers(ack: dict | None, request_time: float) -> bool:
+def _answers(ack: dict[str, Any] | None, request_time: float) -> bool:
     if not ack or "global_step" not in ack:
         return False
     # The echoed request time is exact; the save time covers a second request that arrived during the save.
     return float(ack.get("request_time", -1.0)) >= request_time or float(ack.get("time", -1.0)) >= request_time
 
 
-def pending_request(ckpt_path: str | os.PathLike[str]) -> dict | None:
+def pending_request(ckpt_path: str | os.PathLike[str]) -> dict[str, Any] | None:
     """The save request not yet answered by a checkpoint (``{"time", "reason", ...}``), or None."""
     request = _read_json(_protocol_dir(ckpt_path) / REQUEST_FILE)
     if request is None:
@@ -108,7 +109,7 @@ def acknowledge(ckpt_path: str | os.PathLike[str], global_step: int) -> None:
 def saved_since(ckpt_path: str | os.PathLike[str], request_time: float) -> int | None:
     """The step saved in answer to a request made at ``request_time`` (epoch seconds), or None if not yet."""
     ack = _read_json(_protocol_dir(ckpt_path) / ACK_FILE)
-    return int(ack["global_step"]) if _answers(ack, float(request_time)) else None
+    return int(ack["global_step"]) if ack and _answers(ack, float(request_time)) else None
 
 
 def clear(ckpt_path: str | os.PathLike[str]) -> None:

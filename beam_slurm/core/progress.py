@@ -19,6 +19,7 @@ import statistics
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from beam_slurm.core.atomic_files import write_json
 from beam_slurm.core.layout import IN_JOB_ATTEMPT_ENV, attempt_label
@@ -34,7 +35,7 @@ def progress_path(ckpt_path: str | os.PathLike[str]) -> Path:
     return Path(ckpt_path) / ".beam" / PROGRESS_FILE
 
 
-def read_events(ckpt_path: str | os.PathLike[str]) -> list[dict]:
+def read_events(ckpt_path: str | os.PathLike[str]) -> list[dict[str, Any]]:
     """Every phase change the trainer appended, oldest first; a torn last line is skipped."""
     try:
         lines = (Path(ckpt_path) / ".beam" / EVENTS_FILE).read_text().splitlines()

@@ -85,7 +85,8 @@ _INFRA_TEXT = (
 def classify_driver_error(exc: BaseException) -> tuple[str, str] | None:
     """(kind, reason) of a driver's exception: 'storage' (the checkpoint storage is full: every attempt would fail the
     same save), 'infra' (a Ray worker, node or NCCL peer died: another Ray step may succeed); None for the rest."""
-    chain, seen = [], exc
+    chain: list[BaseException] = []
+    seen: BaseException | None = exc
     while seen is not None and len(chain) < 10:  # Ray wraps a task's error (RayTaskError(cause)); follow it
         chain.append(seen)
         seen = getattr(seen, "cause", None) or seen.__cause__ or seen.__context__
@@ -116,7 +117,8 @@ def record_driver_exit(attempt_dir: Path | None, status: int) -> None:
 
 def read_failure(attempt_dir: Path) -> dict[str, Any] | None:
     """The attempt's first failure ({kind, node, reason, ...}), None when no node recorded one."""
-    return read_json(attempt_dir / FAILURE_FILE)
+    failure: dict[str, Any] | None = read_json(attempt_dir / FAILURE_FILE)
+    return failure
 
 
 def read_driver_status(attempt_dir: Path) -> int | None:

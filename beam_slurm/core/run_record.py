@@ -346,7 +346,7 @@ def _convert(hint: Any, value: Any, where: str) -> Any:
     if origin in (typing.Union, types.UnionType):
         (inner,) = [a for a in typing.get_args(hint) if a is not type(None)]
         return _convert(inner, value, where)
-    if dataclasses.is_dataclass(hint):
+    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
         return from_json(hint, value, where)
     if origin in (list, dict):
         item = typing.get_args(hint)[-1]

@@ -11,7 +11,7 @@ import os
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from beam_slurm.core import layout
 from beam_slurm.core.atomic_files import write_text
@@ -29,7 +29,7 @@ def now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S%z")
 
 
-def remember_job(job_id: str, export_path: str | os.PathLike) -> None:
+def remember_job(job_id: str, export_path: str | os.PathLike[str]) -> None:
     """Index a training job id under this user's state folder, so `RUN` may be the job id (best effort)."""
     try:
         write_text(layout.state_dir() / layout.JOBS_INDEX_DIRNAME / str(job_id), str(export_path) + "\n")
@@ -37,7 +37,7 @@ def remember_job(job_id: str, export_path: str | os.PathLike) -> None:
         pass
 
 
-def _parsed(path: Path):
+def _parsed(path: Path) -> Any:
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -52,7 +52,7 @@ def _parsed(path: Path):
 class RunStore:
     def __init__(
         self,
-        export_path: str | os.PathLike,
+        export_path: str | os.PathLike[str],
         *,
         stale_after: float = LOCK_STALE_AFTER_S,
         lock_timeout: float = LOCK_TIMEOUT_S,

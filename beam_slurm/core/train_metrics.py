@@ -26,7 +26,7 @@ def _plain(value: Any) -> Any:
     return str(value)
 
 
-def append_step_metrics(export_path: str | os.PathLike, step: int, metrics: Mapping[str, Any]) -> Path:
+def append_step_metrics(export_path: str | os.PathLike[str], step: int, metrics: Mapping[str, Any]) -> Path:
     """Append ``{"step": step, **metrics}`` as one line, in one ``O_APPEND`` ``write`` (no half lines); the file."""
     record = {"step": int(step), **{k: v for k, v in metrics.items() if k != "step"}}
     data = (json.dumps(record, default=_plain) + "\n").encode()

@@ -8,12 +8,14 @@ before Slurm resized it). Standard library only.
 from __future__ import annotations
 
 import itertools
+import os
 import statistics
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict, TypeVar
 
 from beam_slurm.core.atomic_files import read_json
 from beam_slurm.core.progress import read_events
@@ -23,6 +25,7 @@ from beam_slurm.core.run_store import RunStore
 from beam_slurm.policy.notice_budget import STOP_FILE
 from beam_slurm.slurm import scheduler
 
+P = TypeVar("P", bound="str | os.PathLike[str]")  # an export path, as the caller gives it
 PHASES = (
     "bring_up",
     "model_load",
@@ -46,6 +49,14 @@ _AFTER = {
 """The phase a trainer event starts (a step and a save without an after-save are decided in `_attempt_segments`)."""
 FAULT_KINDS = ("node-failure", "hang", "preempted", "slurm-requeue", "lost", "driver-error", "setup-error")
 """Attempt ends that came without a notice: the interruptions the checkpoint interval has to pay for."""
+
+
+class _Allocation(TypedDict):
+    job: str
+    start: float
+    end: float
+    nodes: int
+    submit: float | None
 
 
 @dataclass
@@ -127,12 +138,17 @@ def stop_began(attempt_dir: Path) -> float | None:
 
 
 def _attempt_segments(
-    attempt: Attempt, events: list[dict], end: float, nodes: int, stopped_at: float | None = None
+    attempt: Attempt,
+    start: float,
+    events: list[dict[str, Any]],
+    end: float,
+    nodes: int,
+    stopped_at: float | None = None,
 ) -> list[Segment]:
     """Steps are judged later; one still running when the attempt's end began (`stopped_at`) is cut off there."""
-    mine = [e for e in events if e.get("attempt") == attempt.label and attempt.start_time <= e["t"] <= end + 1]
+    mine = [e for e in events if e.get("attempt") == attempt.label and start <= e["t"] <= end + 1]
     segments: list[Segment] = []
-    begin, phase, step = attempt.start_time, "bring_up", None
+    begin, phase, step = start, "bring_up", None
     for index, event in enumerate(mine):
         following = mine[index + 1]["phase"] if index + 1 < len(mine) else None
         segments.append(Segment(phase, begin, event["t"], nodes, step))
@@ -156,14 +172,16 @@ def _attempt_segments(
     return [s for s in segments if s.end > s.start]
 
 
-def ledger(run: RunRecord, events: list[dict], records: list[dict[str, str]], now: float | None = None) -> Ledger:
+def ledger(
+    run: RunRecord, events: list[dict[str, Any]], records: list[dict[str, str]], now: float | None = None
+) -> Ledger:
     now = time.time() if now is None else now
     out = Ledger()
-    attempts = sorted(
-        ((job_id, a) for job_id, job in run.train_jobs.items() for a in job.attempts if a.start_time),
-        key=lambda item: item[1].start_time,
+    attempts = sorted(  # (job id, attempt, its start) of every attempt that started
+        ((job_id, a, a.start_time) for job_id, job in run.train_jobs.items() for a in job.attempts if a.start_time),
+        key=lambda item: item[2],
     )
-    allocations = []
+    allocations: list[_Allocation] = []
     for row in records:
         start, end = slurm_time(row.get("Start", "")), slurm_time(row.get("End", ""))
         if start is None or row.get("State", "").startswith("PENDING"):
@@ -182,18 +200,18 @@ def ledger(run: RunRecord, events: list[dict], records: list[dict[str, str]], no
         out.allocated_node_seconds += elapsed * nnodes
     if not allocations:  # no accounting: each attempt's own span stands in for its allocation
         allocations = [
-            {"job": j, "start": a.start_time, "end": a.end_time or now, "nodes": len(a.nodes) or 1, "submit": None}
-            for j, a in attempts
+            {"job": j, "start": began, "end": a.end_time or now, "nodes": len(a.nodes) or 1, "submit": None}
+            for j, a, began in attempts
         ]
     steps: list[tuple[int, Segment]] = []  # (timeline index, a step's segment)
     for allocation in allocations:
         inside = [
-            (j, a)
-            for j, a in attempts
-            if j == allocation["job"] and allocation["start"] - 2 <= a.start_time <= allocation["end"] + 2
+            (j, a, began)
+            for j, a, began in attempts
+            if j == allocation["job"] and allocation["start"] - 2 <= began <= allocation["end"] + 2
         ]
         cursor = allocation["start"]
-        for index, (job_id, attempt) in enumerate(inside):
+        for index, (job_id, attempt, began) in enumerate(inside):
             # Slurm's allocation ends when it says (a requeued job's batch shell may record its end later).
             end = min(attempt.end_time or now, allocation["end"])
             used = len(attempt.nodes) or allocation["nodes"]
@@ -201,17 +219,19 @@ def ledger(run: RunRecord, events: list[dict], records: list[dict[str, str]], no
             line = AttemptLine(
                 job_id,
                 attempt.label,
-                attempt.start_time,
+                began,
                 end,
                 used,
                 attempt.end_kind or "running",
                 attempt.checkpoint_at_end,
             )
-            line.segments.append(Segment(gap, cursor, attempt.start_time, allocation["nodes"]))
+            line.segments.append(Segment(gap, cursor, began, allocation["nodes"]))
             folder = Path(run.log_dir) / f"{job_id}-{attempt.label}" if run.log_dir else None
-            line.segments += _attempt_segments(attempt, events, end, used, stop_began(folder) if folder else None)
+            line.segments += _attempt_segments(
+                attempt, began, events, end, used, stop_began(folder) if folder else None
+            )
             if allocation["nodes"] > used:
-                line.segments.append(Segment("spare", attempt.start_time, end, allocation["nodes"] - used))
+                line.segments.append(Segment("spare", began, end, allocation["nodes"] - used))
             line.segments = [s for s in line.segments if s.end > s.start]
             steps += [(len(out.timeline), s) for s in line.segments if s.phase in ("step", "cut-off")]
             out.timeline.append(line)
@@ -238,7 +258,7 @@ def ledger(run: RunRecord, events: list[dict], records: list[dict[str, str]], no
     return out
 
 
-def _queue_wait(allocations: list[dict]) -> float:
+def _queue_wait(allocations: list[_Allocation]) -> float:
     """Pending time: submit -> first start, then each requeued instance's end -> the next start."""
     wait, previous_end = 0.0, None
     for allocation in sorted(allocations, key=lambda a: a["start"]):
@@ -249,7 +269,11 @@ def _queue_wait(allocations: list[dict]) -> float:
     return round(wait, 1)
 
 
-def run_ledgers(export_paths: list, now: float | None = None, records: list | None = None) -> dict:
+def run_ledgers(
+    export_paths: Sequence[P],
+    now: float | None = None,
+    records: list[dict[str, str]] | None = None,
+) -> dict[P, Ledger]:
     """export path -> its run's ledger, with ONE sacct call for every run's jobs (a 64-point sweep asks once), or
     none where the caller already read the allocation `records` (status: in the same call as its job rows)."""
     runs = {path: RunStore(path).read() for path in export_paths}
@@ -269,7 +293,7 @@ def run_ledgers(export_paths: list, now: float | None = None, records: list | No
     }
 
 
-def run_ledger(export_path, now: float | None = None, records: list | None = None) -> Ledger:
+def run_ledger(export_path: P, now: float | None = None, records: list[dict[str, str]] | None = None) -> Ledger:
     return run_ledgers([export_path], now, records)[export_path]
 
 
@@ -292,9 +316,12 @@ def _median(values: list[float]) -> float | None:
 
 
 def measured(result: Ledger) -> Measured:
-    bring_up, load, steps, saves = [], [], {}, []
+    bring_up: list[float] = []
+    load: list[float] = []
+    saves: list[float] = []
+    steps: dict[tuple[int, int | None], float] = {}
     for index, line in enumerate(result.timeline):
-        phase_s = {}
+        phase_s: dict[str, float] = {}
         for segment in line.segments:
             phase_s[segment.phase] = phase_s.get(segment.phase, 0.0) + segment.end - segment.start
             if segment.phase == "productive":

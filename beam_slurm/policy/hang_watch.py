@@ -8,9 +8,13 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from beam_slurm.core.progress import Progress
 from beam_slurm.policy.notice_budget import recipe_save_seconds, step_seconds
+
+if TYPE_CHECKING:
+    from beam_slurm.config.schema import BeamConfig
 
 # An unset timeout is DERIVED_MULTIPLE median steps (a step that takes five times the usual is no longer slow), never
 # below DERIVED_FLOOR_S (short steps vary more than long ones, and a hang is never that short).
@@ -32,7 +36,7 @@ class HangLimits:
     eval_s: float  # allowance for an evaluation (one step's time: an evaluation is a generation pass)
 
     @classmethod
-    def of(cls, cfg) -> HangLimits:
+    def of(cls, cfg: BeamConfig) -> HangLimits:
         t = cfg.trainer
         step_s = step_seconds(cfg)[0]
         # The rehearsal loads no model: its own load time stands in (as in notice_budget.attempt_progress).
@@ -195,13 +199,14 @@ def suspects(processes: list[DumpedProcess]) -> tuple[list[str], str]:
     return [], "the dumps show no process apart from the others"
 
 
-def plan_rows(limits: HangLimits, extra_env: dict) -> list[tuple[str, str, str]]:
+def plan_rows(limits: HangLimits, extra_env: dict[str, str]) -> list[tuple[str, str, str]]:
     """`plan`'s rows: the timeout in force and where it comes from, and which of it and NCCL's fires first."""
     rows = [("hang watchdog", "timeout", limits.describe())]
-    if limits.off:
+    derived = nccl_timeout_s(limits)
+    if derived is None:  # the watchdog is off
         return rows + [("hang watchdog", "NCCL timeout", f"SkyRL's own ({NCCL_TIMEOUT_ENV}, 600 s unless set)")]
     given = extra_env.get(NCCL_TIMEOUT_ENV)
-    nccl = int(given) if given not in (None, "") and str(given).isdigit() else nccl_timeout_s(limits)
+    nccl = int(given) if given not in (None, "") and str(given).isdigit() else derived
     where = (
         "trainer.extra_env"
         if given not in (None, "")

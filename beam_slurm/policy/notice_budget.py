@@ -20,9 +20,14 @@ import math
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from beam_slurm.policy.sizing import FULL_CHECKPOINT_TB_TOTAL, full_checkpoint_tb_per_node
 from beam_slurm.slurm.values import describe_seconds, time_limit_seconds
+
+if TYPE_CHECKING:
+    from beam_slurm.config.schema import BeamConfig
+    from beam_slurm.slurm.preemption import PreemptionInfo
 
 GB = 1e9  # decimal, as storage vendors quote bandwidth
 DAY_S = 86400.0
@@ -182,8 +187,8 @@ def measured_step_seconds(metrics_file: Path) -> float | None:
         lines = Path(metrics_file).read_text().splitlines()
     except OSError:
         return None
-    previous: dict = {}
-    gaps = []
+    previous: dict[Any, tuple[int, float]] = {}  # attempt -> its last (step, time)
+    gaps: list[float] = []
     for line in lines:
         try:
             row = json.loads(line)
@@ -208,7 +213,7 @@ def measured_stop_seconds(log_dir: Path) -> tuple[float, int] | None:
     return (statistics.median(seconds), len(seconds)) if seconds else None
 
 
-def checkpoint_bytes_per_node(cfg) -> tuple[float, str]:
+def checkpoint_bytes_per_node(cfg: BeamConfig) -> tuple[float, str]:
     if cfg.checkpoint.gbytes_per_node is not None:
         return cfg.checkpoint.gbytes_per_node * GB, "checkpoint.gbytes_per_node"
     if cfg.trainer.backend == "rehearsal":
@@ -222,7 +227,7 @@ def checkpoint_bytes_per_node(cfg) -> tuple[float, str]:
     ) * 1000 * GB, f"seed: {FULL_CHECKPOINT_TB_TOTAL:.0f} TB over the training nodes"
 
 
-def step_seconds(cfg) -> tuple[float, str]:
+def step_seconds(cfg: BeamConfig) -> tuple[float, str]:
     """Seconds per step: measured from the run's train_metrics.jsonl once it has steps, else the recipe's estimate."""
     if cfg.trainer.backend == "rehearsal":
         return float(cfg.trainer.rehearsal_step_s), "trainer.rehearsal_step_s (rehearsal)"
@@ -233,7 +238,7 @@ def step_seconds(cfg) -> tuple[float, str]:
     return float(cfg.trainer.expected_step_s), "trainer.expected_step_s (estimate)"
 
 
-def stop_seconds(cfg) -> tuple[float, float, str]:
+def stop_seconds(cfg: BeamConfig) -> tuple[float, float, str]:
     """Measured over the run's own stops (the two together, as the job times them), else the recipe's allowances."""
     measured = measured_stop_seconds(Path(cfg.paths.log_dir)) if cfg.paths.log_dir else None
     if measured is not None:
@@ -245,17 +250,17 @@ def stop_seconds(cfg) -> tuple[float, float, str]:
     )
 
 
-def recipe_save_seconds(cfg, write_gbytes_per_s: float | None = None) -> float:
+def recipe_save_seconds(cfg: BeamConfig, write_gbytes_per_s: float | None = None) -> float:
     bandwidth = cfg.cluster.storage_write_gbytes_per_s if write_gbytes_per_s is None else write_gbytes_per_s
     return max(save_seconds(checkpoint_bytes_per_node(cfg)[0], bandwidth), min_save_seconds(cfg))
 
 
-def min_save_seconds(cfg) -> float:
+def min_save_seconds(cfg: BeamConfig) -> float:
     """The rehearsal's save lasts at least trainer.rehearsal_save_s; a real trainer's has no floor."""
     return float(cfg.trainer.rehearsal_save_s) if cfg.trainer.backend == "rehearsal" else 0.0
 
 
-def recipe_budget(cfg) -> Budget:
+def recipe_budget(cfg: BeamConfig) -> Budget:
     """The budget of this recipe's time-limit notice (cluster.signal_before_s before the kill)."""
     stop_s, log_copy_s, _ = stop_seconds(cfg)
     c = cfg.cluster
@@ -280,7 +285,7 @@ class SaveCost:
     job_grace_s: float
 
     @classmethod
-    def of(cls, cfg) -> SaveCost:
+    def of(cls, cfg: BeamConfig) -> SaveCost:
         return cls(
             step_s=step_seconds(cfg)[0],
             bytes_per_node=checkpoint_bytes_per_node(cfg)[0],
@@ -298,7 +303,9 @@ class SaveCost:
         )
 
 
-def term_notice(info, qos: str | None, cost: SaveCost, measured_gbytes_per_s: float | None = None) -> tuple[bool, str]:
+def term_notice(
+    info: PreemptionInfo, qos: str | None, cost: SaveCost, measured_gbytes_per_s: float | None = None
+) -> tuple[bool, str]:
     """Whether a preemption's first SIGTERM (it reaches only the job's tasks) is a notice, and why: step + save fit."""
     if not info.reachable:
         return False, f"Slurm did not say how a preemption comes ({info.why})"
@@ -319,7 +326,7 @@ def term_notice(info, qos: str | None, cost: SaveCost, measured_gbytes_per_s: fl
     return True, summary
 
 
-def preflight_budget(cfg) -> dict:
+def preflight_budget(cfg: BeamConfig) -> dict[str, Any]:
     """What the job's preflight checks the measured bandwidth against: bytes per node and the seconds for the save."""
     return {
         "save_bytes_per_node": int(checkpoint_bytes_per_node(cfg)[0]),
@@ -327,7 +334,7 @@ def preflight_budget(cfg) -> dict:
     }
 
 
-def recipe_advice(cfg) -> IntervalAdvice:
+def recipe_advice(cfg: BeamConfig) -> IntervalAdvice:
     return advise_interval(
         save_s=recipe_save_seconds(cfg),
         step_s=step_seconds(cfg)[0],
@@ -381,8 +388,8 @@ class AttemptProgress:
     def fixes(self) -> list[str]:
         needed = self.start_s + self.interval * self.step_s + self.save_s + self.lead_s
         out = [
-            f"a longer limit: cluster.time_limit >= {math.ceil(needed / 60)} (minutes; {describe_seconds(needed)}) "
-            f"reaches the first checkpoint"
+            f"a longer limit: cluster.time_limit >= {math.ceil(needed / 60)} "
+            f"(minutes; {describe_seconds(int(needed))}) reaches the first checkpoint"
         ]
         if self.steps >= 1:
             out.append(f"a smaller interval: checkpoint.interval={int(self.steps)} (the steps one attempt trains)")
@@ -397,7 +404,7 @@ class AttemptProgress:
         if self.limit_s is None:
             return [("notice", "one attempt", "no time limit: an attempt trains until the run ends")]
         head = (
-            f"{describe_seconds(self.limit_s)} limit - {_s(self.start_s)} bring-up and model load - "
+            f"{describe_seconds(int(self.limit_s))} limit - {_s(self.start_s)} bring-up and model load - "
             f"{self.lead_s:,.0f} s notice lead = {_s(max(self.train_s, 0))} of steps of {self.step_s:,.0f} s: "
         )
         if self.finishes_in_one:
@@ -421,9 +428,9 @@ class AttemptProgress:
         ]
 
 
-def attempt_progress(cfg) -> AttemptProgress:
+def attempt_progress(cfg: BeamConfig) -> AttemptProgress:
     c, t = cfg.cluster, cfg.trainer
-    limit = time_limit_seconds(c.time_limit)
+    limit = time_limit_seconds(str(c.time_limit))  # the function reads str(); None stays refused
     # The rehearsal loads no model: its own load time stands in (as its step time does in step_seconds).
     load_s = t.rehearsal_model_load_s if t.backend == "rehearsal" else t.expected_model_load_s
     return AttemptProgress(
@@ -442,7 +449,7 @@ def _s(seconds: float) -> str:
     return "never (no bandwidth)" if not math.isfinite(seconds) else f"{seconds:,.0f} s"
 
 
-def plan_rows(cfg, preemption=None) -> list[tuple[str, str, str]]:
+def plan_rows(cfg: BeamConfig, preemption: PreemptionInfo | None = None) -> list[tuple[str, str, str]]:
     """(section, item, value) rows of `plan`; `preemption`: a `slurm.preemption.PreemptionInfo`, None = not asked."""
     c = cfg.cluster
     size, size_from = checkpoint_bytes_per_node(cfg)
@@ -473,11 +480,11 @@ def plan_rows(cfg, preemption=None) -> list[tuple[str, str, str]]:
     rows += _verdict_rows("time-limit notice", "", budget, size, interval, "cluster.signal_before_s", progress.limit_s)
     rows += progress.rows()
     if preemption is not None:
-        line, budget = _preemption_line(cfg, preemption, interval)
+        line, preemption_budget = _preemption_line(cfg, preemption, interval)
         lead_key = f"GraceTime of partition {preemption.partition}"
         rows += (
-            _verdict_rows("preemption", line, budget, size, interval, lead_key)
-            if budget is not None
+            _verdict_rows("preemption", line, preemption_budget, size, interval, lead_key)
+            if preemption_budget is not None
             else [("notice", "preemption", line)]
         )
     advice = recipe_advice(cfg)
@@ -510,7 +517,7 @@ def plan_rows(cfg, preemption=None) -> list[tuple[str, str, str]]:
 
 def _verdict_rows(
     item: str, head: str, budget: Budget, size: float, interval: int, lead_key: str, limit_s: float | None = None
-) -> list:
+) -> list[tuple[str, str, str]]:
     if budget.fits:
         return [("notice", item, f"{head}{budget.summary()}: fits")]
     why = (
@@ -530,7 +537,7 @@ def _verdict_rows(
     ]
 
 
-def _preemption_line(cfg, info, interval: int) -> tuple[str, Budget | None]:
+def _preemption_line(cfg: BeamConfig, info: PreemptionInfo, interval: int) -> tuple[str, Budget | None]:
     """The preemption line, and the budget to check when a preemption comes with a notice (else None)."""
     if not info.reachable:
         if info.why.startswith("Slurm has no partition"):  # Slurm answered: the setting is wrong, not the network

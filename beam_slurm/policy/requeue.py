@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import Any
 
 from beam_slurm.core.ray_records import EXIT_INFRA
 from beam_slurm.core.run_record import Attempt
@@ -118,7 +119,7 @@ def slurm_end_of(
     return "cancelled" if state in ("COMPLETING", "CANCELLED") else None
 
 
-def failed_node(failure: dict | None, head: str | None) -> str | None:
+def failed_node(failure: dict[str, Any] | None, head: str | None) -> str | None:
     """The node a failure reason names (`node <host>:`), or None; when a worker saw the head vanish, the head is bad."""
     if not failure or failure.get("kind") != "infra":
         return None

@@ -5,6 +5,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from beam_slurm.config.schema import BeamConfig
 
 BF16_WEIGHTS_TB = 1.0  # read by every node from shared storage
 OPTIMIZER_STATE_TB_TOTAL = 5.2  # full fine-tuning, all training nodes
@@ -13,17 +17,17 @@ CPU_OPTIMIZER_HOST_RAM_TB_PER_NODE = 1.7  # without a node-local NVMe folder
 _TB = 1000**4
 
 
-def checkpoints_kept(cfg) -> int:
+def checkpoints_kept(cfg: BeamConfig) -> int:
     """Checkpoints on disk at the end: every interval plus the final step, capped by max_to_keep."""
     saved = math.ceil(cfg.max_training_steps / cfg.checkpoint.interval)  # SkyRL also saves at the last step
     return min(saved, cfg.checkpoint.max_to_keep) if cfg.checkpoint.max_to_keep > 0 else saved
 
 
-def full_checkpoint_tb_per_node(cfg) -> float:
+def full_checkpoint_tb_per_node(cfg: BeamConfig) -> float:
     return FULL_CHECKPOINT_TB_TOTAL / max(cfg.training_nodes, 1)
 
 
-def optimizer_state_tb_per_node(cfg) -> float:
+def optimizer_state_tb_per_node(cfg: BeamConfig) -> float:
     """TB of streamed optimizer state one training node keeps on its node-local NVMe."""
     return OPTIMIZER_STATE_TB_TOTAL / max(cfg.training_nodes, 1)
 
@@ -37,7 +41,7 @@ class NodeNeeds:
     ckpt_bytes: int  # Shared checkpoint storage for every kept checkpoint, as one node sees the shared folder
 
 
-def node_needs(cfg) -> NodeNeeds:
+def node_needs(cfg: BeamConfig) -> NodeNeeds:
     """What preflight asks of each node: nothing for the rehearsal (tiny files) or LoRA, the seed's numbers else."""
     if cfg.trainer.backend == "rehearsal" or cfg.is_lora:
         return NodeNeeds(0, 0, 0)
