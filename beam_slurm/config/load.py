@@ -61,7 +61,9 @@ def _register_schema() -> None:
     ConfigStore.instance().store(name="beam_schema", node=BeamConfig)
 
 
-def load_config(overrides: list[str] | None = None, *, validate: bool = True, check_paths: bool = False, environ=None):
+def load_config(
+    overrides: list[str] | None = None, *, validate: bool = True, check_paths: bool = False, environ=None
+) -> BeamConfig:
     """Compose, type-check and (by default) validate the recipe. Raises ConfigError listing every problem."""
     unknown = key_problems(list(overrides or []))
     if unknown:
@@ -74,7 +76,7 @@ def load_config(overrides: list[str] | None = None, *, validate: bool = True, ch
     )
 
 
-def load_many(override_lists: list[list[str]]) -> list:
+def load_many(override_lists: list[list[str]]) -> list[BeamConfig]:
     """`load_config(overrides, validate=False)` for each list (a sweep's points): a config or its ConfigError.
     Each distinct set of group overrides is composed once; value overrides go onto a copy, as Hydra applies them."""
     parser = OverridesParser.create()
