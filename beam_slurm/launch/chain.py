@@ -72,6 +72,7 @@ def complete_checkpoints(settings: ChainSettings, now: float | None = None) -> l
 
 def claim_path(settings: ChainSettings, step: int) -> Path:
     """The claim file of one step."""
+    assert settings.claims_dir is not None  # __post_init__ sets it
     return settings.claims_dir / f"global_step_{step}.json"
 
 
@@ -159,7 +160,7 @@ def watch(
     submit: Submit,
     should_stop: Callable[[], bool],
     log: Callable[[str], None] = print,
-    sleep: Callable[[float], None] = time.sleep,
+    sleep: Callable[[float], object] = time.sleep,
 ) -> list[tuple[int, str]]:
     """Submit evaluations as checkpoints complete until should_stop() is true, then make one last pass."""
     submitted: list[tuple[int, str]] = []

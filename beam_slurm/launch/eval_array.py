@@ -18,17 +18,19 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
 import submitit
+import submitit.slurm.slurm  # loaded by `import submitit` too, but mypy knows the attribute only from this
 from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from beam_slurm import REPO_ROOT
 from beam_slurm.config.load import load_config
+from beam_slurm.config.schema import BeamConfig
 from beam_slurm.core.atomic_files import write_json
 from beam_slurm.jobs.data.manifest import sha256_file
 from beam_slurm.jobs.evaluation import hang_guard, resumable
@@ -68,7 +70,7 @@ class Prepared:
     """A spec with its inputs read and checked (no model loaded)."""
 
     spec: TaskSpec
-    cfg: Any
+    cfg: BeamConfig
     eval_input: Any
     problems: list
     data: dict
@@ -94,11 +96,12 @@ def prepare(spec: TaskSpec) -> Prepared:
     if spec.server:
         client = ClientSettings.from_config(cfg, spec.server, spec.served_model)
     else:
+        assert spec.checkpoint is not None  # a task without a server has a checkpoint
         eval_input = resolve_checkpoint(spec.checkpoint, spec.base_model)
         engine = EngineSettings.from_config(cfg, ray_cluster=bool(os.environ.get("RAY_ADDRESS")))
     path = Path(spec.data_file).expanduser().resolve()
     problems = read_problems(path, cfg.eval.limit)
-    data = {"path": str(path), "sha256": sha256_file(path), "problems": len(problems)}
+    data: dict[str, Any] = {"path": str(path), "sha256": sha256_file(path), "problems": len(problems)}
     label = dataset_label(path, problems[0].data_source)
     identity = resumable.sampling_identity(
         eval_input.describe() if eval_input else None,
@@ -230,7 +233,11 @@ class EvalTask(submitit.helpers.Checkpointable):
             f"eval.responses_per_problem={max(spec.ks)}",
             *(arg for one in self.specs for arg in ("--data", one.data_file)),
         ]
-        argv += ["--checkpoint", spec.checkpoint] if spec.checkpoint else ["--server", spec.server]
+        if spec.checkpoint:
+            argv += ["--checkpoint", spec.checkpoint]
+        else:
+            assert spec.server is not None  # a task without a checkpoint has a server
+            argv += ["--server", spec.server]
         argv += ["--base-model", spec.base_model] if spec.base_model else []
         status = subprocess.run(
             [
@@ -254,7 +261,7 @@ class EvalTask(submitit.helpers.Checkpointable):
         return run_tasks(smaller) if smaller else {}
 
 
-def launcher_parameters(cfg) -> dict[str, Any]:
+def launcher_parameters(cfg: BeamConfig) -> dict[str, Any]:
     """The array's Slurm settings from eval.launcher, with the recipe's layout and cluster filling the empty ones."""
     params = {k: v for k, v in asdict(cfg.eval.launcher).items() if k != "_target_"}
     gpus = cfg.rollout.tensor_parallel * cfg.rollout.pipeline_parallel
@@ -333,9 +340,9 @@ def _active_job(spec: TaskSpec) -> str | None:
 
 
 def plan(
-    points: list[tuple[list[str], Any]],
-    targets: list[tuple[str, str | None, Path]],
-    data_files: Callable,
+    points: list[tuple[list[str], BeamConfig]],
+    targets: Sequence[tuple[str | None, str | None, Path]],
+    data_files: Callable[[BeamConfig], list[str]],
     *,
     force: bool,
     base_model: str | None = None,

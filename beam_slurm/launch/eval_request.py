@@ -3,10 +3,12 @@ reads, its arguments, and the chained evaluation of one export."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from beam_slurm.config.load import load_config
 from beam_slurm.config.overrides import hydra_value, override, value_at
+from beam_slurm.config.schema import BeamConfig
 from beam_slurm.config.verb_args import VerbArgs, keys_under
 from beam_slurm.core.errors import UserError
 from beam_slurm.core.layout import evaluation_dir
@@ -102,7 +104,7 @@ class UsageError(UserError, ValueError):
     """Bad command-line input; reported with exit status 2."""
 
 
-def data_files(given: list[str] | None, cfg) -> list[str]:
+def data_files(given: list[str] | None, cfg: BeamConfig) -> list[str]:
     if given:
         return list(given)
     if not cfg.paths.data_dir:
@@ -113,7 +115,7 @@ def data_files(given: list[str] | None, cfg) -> list[str]:
     return [str(Path(cfg.paths.data_dir) / name) for name in cfg.paths.eval_files]
 
 
-def chained_overrides(cfg, step: int, extra_args: list[str] | None = None) -> list[str]:
+def chained_overrides(cfg: BeamConfig, step: int, extra_args: list[str] | None = None) -> list[str]:
     """The keys of step `step`'s chained evaluation: the run's own values (also of the eval.launcher.* and cluster
     keys the array reads, so a chained array gets the run's), then `extra_args` last, so they win."""
     launcher = {key: value_at(cfg, key) for key in [*keys_under("eval.launcher"), *CLUSTER_KEYS]}
@@ -130,8 +132,11 @@ def chained_overrides(cfg, step: int, extra_args: list[str] | None = None) -> li
     return overrides + build_parser().parse(list(extra_args or [])).overrides
 
 
-def submit_for_checkpoint(cfg, step: int, checkpoint: str, extra_args: list[str] | None = None, log=print) -> str:
+def submit_for_checkpoint(
+    cfg: BeamConfig, step: int, checkpoint: str, extra_args: list[str] | None = None, log: Callable[[str], None] = print
+) -> str:
     """The chained evaluation of one export, by `evaluate --checkpoint`'s path; the job id, or 'finished'."""
+    assert cfg.paths.export_path is not None  # fill_defaults sets it
     overrides = chained_overrides(cfg, step, extra_args)
     folder = Path(checkpoint)
     base_model = str(cfg.paths.model_path) if cfg.is_lora and is_adapter(folder) else None

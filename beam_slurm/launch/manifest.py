@@ -5,19 +5,21 @@ from __future__ import annotations
 
 import os
 
+from beam_slurm.config.schema import BeamConfig
 from beam_slurm.core import layout
 from beam_slurm.core.atomic_files import write_text
 from beam_slurm.core.run_record import RunRecord, StageEntry, Submission
 from beam_slurm.core.run_store import RunStore, now
+from beam_slurm.launch.stages import StagePlan
 
 
 def record_submission(
     store: RunStore,
-    cfg,
+    cfg: BeamConfig,
     *,
     overrides: list[str],
     data_overrides: list[str],
-    plans: list,
+    plans: list[StagePlan],
     dependency_type: str,
     sweep_dir: str | None,
     config_yaml: str,
@@ -25,6 +27,7 @@ def record_submission(
     """Append one submission (its stages) to the record and rewrite config.yaml and commands.sh."""
 
     def change(run: RunRecord) -> None:
+        assert cfg.run_name is not None  # fill_defaults names every run
         run.run_name, run.recipe = cfg.run_name, cfg.recipe
         run.export_path, run.ckpt_path = str(cfg.paths.export_path), str(cfg.paths.ckpt_path)
         run.log_dir, run.max_training_steps = str(cfg.paths.log_dir), cfg.max_training_steps

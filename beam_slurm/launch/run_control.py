@@ -9,6 +9,7 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from beam_slurm.config.overrides import override_key
+from beam_slurm.config.schema import BeamConfig
 from beam_slurm.config.verb_args import VerbArgs, VerbUsageError
 from beam_slurm.core import layout, notice
 from beam_slurm.core.errors import ConfigError
@@ -53,7 +54,7 @@ def split_run(argv: list[str]) -> tuple[str | None, list[str]]:
     return None, list(argv)
 
 
-def _run_setting(export_path: Path, key: str, given: dict[str, str], cfg) -> float:
+def _run_setting(export_path: Path, key: str, given: dict[str, str], cfg: BeamConfig) -> float:
     """A cluster.* number: given on the command line, else the run's own config.yaml, else the recipe's."""
     if key not in given:
         try:
@@ -159,7 +160,13 @@ def _signal_and_wait(
         record = store.read()
         handled = record.wanted.handled_by_attempt if record.wanted else None
         job = record.train_jobs.get(job_id) if handled is not None else None
-        if job is not None and (attempt := job.attempt(handled, record.wanted.handled_in_job)) is not None:
+        # job is only looked up once record.wanted names the attempt that handled it
+        if (
+            job is not None
+            and handled is not None
+            and record.wanted
+            and (attempt := job.attempt(handled, record.wanted.handled_in_job)) is not None
+        ):
             return _report(verb, job_id, attempt, saved, out)
         if time.time() > asked + timeout and saved is None and not ckpt_path:
             break

@@ -18,7 +18,7 @@ from beam_slurm.config.load import load_config
 from beam_slurm.core import layout
 from beam_slurm.core.atomic_files import read_json
 from beam_slurm.core.errors import UserError
-from beam_slurm.core.run_record import Wanted, read_record
+from beam_slurm.core.run_record import RunRecord, Wanted, read_record
 from beam_slurm.core.run_store import RunStore, now
 from beam_slurm.launch import runs
 from beam_slurm.slurm import scheduler
@@ -104,7 +104,9 @@ def resolve_run(target: str, exports_root_given: str | None = None) -> Path:
         )
     candidates = [root / target]
     try:
-        candidates.append(Path(load_config([f"run_name={target}"], validate=False).paths.export_path))
+        export_path = load_config([f"run_name={target}"], validate=False).paths.export_path
+        assert export_path is not None  # fill_defaults derives it
+        candidates.append(Path(export_path))
     except Exception:  # a broken environment must not hide the other candidates
         pass
     for candidate in candidates:
@@ -166,7 +168,7 @@ class RunJob:
     export_path: Path
     job_id: str
     log_dir: Path
-    run: dict = field(default_factory=dict)
+    run: RunRecord = field(default_factory=RunRecord)
 
     def attempt_dir(self, attempt: int | str) -> Path:
         return self.log_dir / f"{self.job_id}-{attempt}"

@@ -18,7 +18,7 @@ from beam_slurm import REPO_ROOT
 from beam_slurm.config.container_runtime import cached_image_path, is_local_image
 from beam_slurm.config.load import load_config, read_back_problems
 from beam_slurm.config.overrides import BARE_VALUE, override
-from beam_slurm.config.schema import env_sources
+from beam_slurm.config.schema import BeamConfig, env_sources
 from beam_slurm.core import layout
 from beam_slurm.core.errors import BadDataInput, ConfigProblem, UserError
 from beam_slurm.jobs.container_pull import image_is_current
@@ -51,7 +51,7 @@ def script_path(name: str) -> str:
     return str(path)
 
 
-def account_options(cfg) -> list[str]:
+def account_options(cfg: BeamConfig) -> list[str]:
     """--partition/--account/--qos from cfg.cluster (the same for every stage of a run)."""
     c = cfg.cluster
     return [
@@ -61,7 +61,7 @@ def account_options(cfg) -> list[str]:
     ]
 
 
-def gpu_job_options(cfg, nodes: int, time_limit: str) -> list[str]:
+def gpu_job_options(cfg: BeamConfig, nodes: int, time_limit: str) -> list[str]:
     """Resources of a GPU job (training, evaluation): nodes, GPUs, memory, CPUs, time, then the user's extras."""
     c = cfg.cluster
     out = [f"--nodes={nodes}", f"--gpus-per-node={c.gpus_per_node}", f"--time={time_limit}"]
@@ -112,7 +112,7 @@ class StagePlan:
         }
 
 
-def _service_plan(stage, script_args: list[str]) -> StagePlan:
+def _service_plan(stage: PrepareData | PullContainer, script_args: list[str]) -> StagePlan:
     """The plan of a one-task stage (data, container): its own log and job name, no GPUs."""
     cfg, log_dir = stage.cfg, str(stage.cfg.paths.log_dir)
     request = SbatchRequest(
@@ -134,7 +134,7 @@ class PrepareData:
     stage = "data"
     script = "prepare_data.sh"
 
-    def __init__(self, cfg, data_overrides: list[str], *, force: bool = False):
+    def __init__(self, cfg: BeamConfig, data_overrides: list[str], *, force: bool = False):
         self.cfg = cfg
         self.force = force
         self.data_overrides = list(data_overrides)
@@ -199,7 +199,7 @@ class PullContainer:
     stage = "container"
     script = "pull_container.sh"
 
-    def __init__(self, cfg):
+    def __init__(self, cfg: BeamConfig):
         self.cfg = cfg
         self.settings = cfg.container
 
@@ -238,7 +238,7 @@ class Train:
 
     stage = "train"
 
-    def __init__(self, cfg, overrides: list[str]):
+    def __init__(self, cfg: BeamConfig, overrides: list[str]):
         self.cfg = cfg
         self.overrides = list(overrides)
 
@@ -246,6 +246,7 @@ class Train:
         return f"train:{self.cfg.paths.ckpt_path}"
 
     def completed(self) -> str:
+        assert self.cfg.paths.ckpt_path is not None  # fill_defaults sets it
         step = layout.latest_checkpoint_step(self.cfg.paths.ckpt_path)
         if step is not None and step >= self.cfg.max_training_steps:
             marker = f"{self.cfg.paths.ckpt_path}/{layout.CHECKPOINT_MARKER}"
@@ -283,6 +284,7 @@ class Train:
         if script is None:
             raise StageError(f"recipe={cfg.recipe!r} has no batch script; use one of {', '.join(TRAIN_SCRIPTS)}")
         c = cfg.cluster
+        assert c.time_limit is not None  # fill_defaults puts the schema's default back
         options = [
             f"--job-name={cfg.run_name}",
             f"--output={cfg.paths.log_dir}/train-%j.out",

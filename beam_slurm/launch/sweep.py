@@ -13,6 +13,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import OverrideParseException
 
 from beam_slurm.config.overrides import override
+from beam_slurm.config.schema import BeamConfig
 from beam_slurm.core.errors import ConfigError, ConfigProblem
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
@@ -76,11 +77,12 @@ def slug(choices: list[tuple[str, str]]) -> str:
     )
 
 
-def rename_run(cfg, run_slug: str, *, home: str) -> None:
+def rename_run(cfg: BeamConfig, run_slug: str, *, home: str) -> None:
     """Give a sweep point its own run name and paths (derived again, or a per-run subfolder of paths the user set)."""
     old = cfg.run_name
     new = f"{old}-{run_slug}" if run_slug else old
     p = cfg.paths
+    assert p.ckpt_path is not None and p.export_path is not None and p.log_dir is not None  # fill_defaults sets them
     default_ckpt, default_export = f"{home}/ckpts/{old}", f"{home}/exports/{old}"
     default_logs = f"{p.export_path}/logs"
     cfg.run_name = new
@@ -95,7 +97,7 @@ def sweep_root(export_paths: list[str]) -> Path:
     return Path(parents.pop() if len(parents) == 1 else os.path.commonpath(export_paths))
 
 
-def share_group(cfg, overrides: list[str], sweep_name: str) -> list[str]:
+def share_group(cfg: BeamConfig, overrides: list[str], sweep_name: str) -> list[str]:
     """Unless trainer.wandb_group was set, a point's overrides carry its sweep's name as W&B group to the job."""
     if cfg.trainer.wandb_group:
         return overrides

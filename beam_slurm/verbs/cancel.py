@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 
 from beam_slurm.config.verb_args import VerbArgs, VerbUsageError
-from beam_slurm.core.run_record import Cancel
+from beam_slurm.core.run_record import Cancel, RunRecord
 from beam_slurm.core.run_store import RunStore, now
 from beam_slurm.launch import runs
 from beam_slurm.slurm import scheduler
@@ -69,10 +69,10 @@ def main(argv: list[str]) -> int:
     when, user = now(), runs.user_name()
     for store in stores.values():
         mine = [j for j in live if store in owners[j]]
-        store.update(
-            lambda record, mine=mine: record.record_cancel(
-                Cancel(requested_at=when, by=user, job_ids=mine, states={j: live[j] for j in mine})
-            )
-        )
+
+        def change(record: RunRecord, mine: list[str] = mine) -> None:
+            record.record_cancel(Cancel(requested_at=when, by=user, job_ids=mine, states={j: live[j] for j in mine}))
+
+        store.update(change)
     print(f"{verb.prefix}cancelled {len(live)} job(s) of {len(stores)} run(s): {' '.join(live)}")
     return 0

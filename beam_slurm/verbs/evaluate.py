@@ -13,11 +13,13 @@ import dataclasses
 import os
 import shutil
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from rich.table import Table
 
+from beam_slurm.config.schema import BeamConfig
 from beam_slurm.config.verb_args import table_console
 from beam_slurm.core.errors import UserError
 from beam_slurm.core.layout import evaluation_dir
@@ -59,6 +61,7 @@ def _resolve_out(args: argparse.Namespace) -> Path:
             "--out is required: the checkpoint is not inside a run's global_step_N directory, so there "
             "is no default <export_path>/beam_evals/global_step_N/"
         )
+    assert run_root is not None  # step_of finds both or neither
     return evaluation_dir(run_root, step)
 
 
@@ -103,7 +106,7 @@ def _split_target(verb, argv: list[str]) -> tuple[str | None, list[str]]:
     return None, argv
 
 
-def _targets(args: argparse.Namespace, target: str | None, cfg) -> list[tuple[str, None, Path]]:
+def _targets(args: argparse.Namespace, target: str | None, cfg: BeamConfig) -> list[tuple[str, None, Path]]:
     """(checkpoint, None, evaluation folder) of --checkpoint, or of every complete HF export of a run or sweep."""
     if args.checkpoint:
         if target:
@@ -141,7 +144,7 @@ def _run_exports(target: str, exports_root: str | None) -> list[Path]:
         raise UsageError(str(exc)) from None
 
 
-def _points(parsed, multirun: bool, load) -> list[tuple[list[str], object]]:
+def _points(parsed, multirun: bool, load) -> list[tuple[list[str], BeamConfig]]:
     """(overrides, recipe) of every sweep point: `-m` expands key=a,b as `submit -m` does (Hydra's grammar)."""
     overrides = list(parsed.overrides)
     swept = sweep.has_sweep(overrides)
@@ -211,7 +214,7 @@ def main(argv: list[str] | None = None, *, in_job: bool = False) -> int:
                 raise UsageError("--checkpoint is required (or --server URL to use an already running server)")
             if not args.server:
                 resolve_checkpoint(args.checkpoint, args.base_model)  # a bad checkpoint fails here
-            targets = [
+            targets: Sequence[tuple[str | None, None, Path]] = [
                 (
                     str(Path(args.checkpoint).expanduser().resolve()) if args.checkpoint else None,
                     None,

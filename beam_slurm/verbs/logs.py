@@ -341,8 +341,9 @@ def main(argv: list[str]) -> int:
         print(json.dumps(listing(job, attempt, args.node), indent=2))
         return 0
     if args.follow:
+        path: Path | None
         if args.node:
-            path: Path | None = job.attempt_dir(attempt) / f"ray-{args.node}.log"
+            path = job.attempt_dir(attempt) / f"ray-{args.node}.log"
         else:
             path, how = batch_log(job)
             if path is None or not (path.is_file() or _alive(job.job_id)):

@@ -6,13 +6,15 @@ import dataclasses
 import json
 import math
 import sys
+from collections.abc import Sequence
+from typing import Any
 
 from rich.table import Table
 
 from beam_slurm.config.load import load_config
 from beam_slurm.config.overrides import override_key
 from beam_slurm.config.ports import describe_block
-from beam_slurm.config.schema import env_sources
+from beam_slurm.config.schema import BeamConfig, env_sources
 from beam_slurm.config.skyrl_command import skyrl_launch
 from beam_slurm.config.verb_args import VerbArgs, VerbUsageError, schema_keys, table_console
 from beam_slurm.core.errors import ConfigError
@@ -48,13 +50,13 @@ from beam_slurm.slurm.submission import refusal_setting, sbatch_test_only
 from beam_slurm.slurm.values import describe_seconds, time_limit_seconds
 
 
-def _source(cfg, key: str) -> str:
+def _source(cfg: BeamConfig, key: str) -> str:
     """Where a value the job gets from sbatch's side came from, when not the recipe: ' (from SBATCH_PARTITION)'."""
     variable = env_sources(cfg).get(key)
     return f" (from {variable})" if variable else ""
 
 
-def _spare_rows(cfg) -> list[tuple[str, str, str]]:
+def _spare_rows(cfg: BeamConfig) -> list[tuple[str, str, str]]:
     """What the hot spares hold (cluster.spare_nodes) and what a plain sbatch needs for them."""
     spares = cfg.cluster.spare_nodes
     if not spares:
@@ -71,8 +73,9 @@ def _spare_rows(cfg) -> list[tuple[str, str, str]]:
     ]
 
 
-def plan_rows(cfg, preemption=None) -> list[tuple[str, str, str]]:
+def plan_rows(cfg: BeamConfig, preemption=None) -> list[tuple[str, str, str]]:
     """(section, item, value) rows: the numbers `plan` shows, computed from the config alone."""
+    assert cfg.cluster.time_limit is not None  # fill_defaults puts the schema's default back
     m, b, g = cfg.megatron, cfg.batch, cfg.generation
     responses = b.prompts_per_step * b.responses_per_prompt
     updates = b.mini_batches * cfg.max_training_steps
@@ -199,7 +202,7 @@ def plan_rows(cfg, preemption=None) -> list[tuple[str, str, str]]:
     ]
 
 
-def storage_rows(cfg) -> list[tuple[str, str, str]]:
+def storage_rows(cfg: BeamConfig) -> list[tuple[str, str, str]]:
     kept = checkpoints_kept(cfg)
     rows = [("storage", "model weights (BF16)", f"~{BF16_WEIGHTS_TB:.1f} TB on shared storage, read by every node")]
     if cfg.is_lora:
@@ -230,7 +233,7 @@ def storage_rows(cfg) -> list[tuple[str, str, str]]:
     return rows
 
 
-def print_plan(cfg, launch, extra_rows: list[tuple[str, str, str]] = (), preemption=None) -> None:
+def print_plan(cfg: BeamConfig, launch, extra_rows: Sequence[tuple[str, str, str]] = (), preemption=None) -> None:
     table = Table(title=f"beam-slurm plan: {cfg.recipe}", show_lines=False)
     table.add_column("section", style="cyan", no_wrap=True)
     table.add_column("item", style="bold")
@@ -297,7 +300,7 @@ def main(argv: list[str]) -> int:
     return 2 if slurm["accepted"] is False or slurm["never_starts"] else 0
 
 
-def history(cfg, run: str | None) -> dict | None:
+def history(cfg: BeamConfig, run: str | None) -> dict | None:
     """What the run's own attempts measured (`--from RUN`, else this run name's run), each with its source."""
     export_path = resolve_run(run) if run else cfg.paths.export_path
     if not export_path or not run_file(export_path).is_file():
@@ -306,7 +309,8 @@ def history(cfg, run: str | None) -> dict | None:
     if not m.attempts:
         return None
     t, c = cfg.trainer, cfg.cluster
-    numbers = {
+    assert c.time_limit is not None  # fill_defaults puts the schema's default back
+    numbers: dict[str, dict[str, Any]] = {
         name: {
             "value": float(value if value is not None else default),
             "source": "measured" if value is not None else key,
@@ -380,9 +384,9 @@ def history_rows(h: dict | None) -> list[tuple[str, str, str]]:
     ]
 
 
-def slurm_check(cfg, overrides: list[str]) -> dict:
+def slurm_check(cfg: BeamConfig, overrides: list[str]) -> dict:
     """`sbatch --test-only`, then the limits it would wait on for ever; skipped by cluster.ask_slurm_on_submit=false."""
-    out = {
+    out: dict[str, Any] = {
         "asked": False,
         "accepted": None,
         "answer": "",
@@ -398,6 +402,7 @@ def slurm_check(cfg, overrides: list[str]) -> dict:
         request = Train(cfg, overrides).render().request
     except StageError as exc:
         return {**out, "answer": f"not asked: {exc}"}
+    assert request is not None  # a rendered stage has its sbatch call (only a skipped one has none)
     answer = sbatch_test_only(request)
     if answer.accepted is None:
         return {**out, "answer": f"not asked: Slurm could not be reached ({answer.text})"}
@@ -458,14 +463,16 @@ def _row_objects(rows: list[tuple[str, str, str]]) -> list[dict]:
     return out
 
 
-def stage_commands(cfg, overrides: list[str]) -> list[dict]:
+def stage_commands(cfg: BeamConfig, overrides: list[str]) -> list[dict]:
     """The sbatch command of each stage `submit` would queue (the container stage only where an image is pulled)."""
     data = [o for o in overrides if override_key(o).startswith("data.")]
     out = []
     for stage in (PrepareData(cfg, data), PullContainer(cfg), Train(cfg, [o for o in overrides if o not in data])):
         not_needed = stage.completed() if isinstance(stage, PullContainer) else ""
         try:
-            command = stage.render().request.shell()
+            request = stage.render().request
+            assert request is not None  # a rendered stage has its sbatch call (only a skipped one has none)
+            command = request.shell()
         except StageError as exc:
             command, not_needed = None, str(exc)
         out.append(
@@ -478,9 +485,10 @@ def stage_commands(cfg, overrides: list[str]) -> list[dict]:
     return out
 
 
-def plan_json(cfg, launch, preemption, slurm: dict, overrides: list[str]) -> dict:
+def plan_json(cfg: BeamConfig, launch, preemption, slurm: dict, overrides: list[str]) -> dict:
     """`plan --json`: its schema is in the README's "JSON output"."""
     c, m, b, g, r = cfg.cluster, cfg.megatron, cfg.batch, cfg.generation, cfg.rollout
+    assert c.time_limit is not None  # fill_defaults puts the schema's default back
     responses = b.prompts_per_step * b.responses_per_prompt
     size, size_from = checkpoint_bytes_per_node(cfg)
     step, step_from = step_seconds(cfg)

@@ -199,13 +199,13 @@ def print_table(reports: RunReport | list[RunReport], file=None) -> None:
 
 def print_ledger(reports: list[RunReport], console) -> None:
     """One row per run: allocated node-seconds and GPU-hours, the goodput ratio, each phase's share; a sweep's sum."""
-    measured = [r for r in reports if r.goodput is not None and r.goodput.allocated_node_seconds]
+    measured = [(r, r.goodput) for r in reports if r.goodput is not None and r.goodput.allocated_node_seconds]
     if not measured:
         return
     table = verb_table("Where the GPU-hours went (node-seconds; % of allocated)")
     for column in ["run", "allocated", "GPU-h", "goodput", *PHASES]:
         table.add_column(column, justify="left" if column == "run" else "right", overflow="fold")
-    hours = [r.goodput.allocated_node_seconds * r.gpus_per_node / 3600 for r in measured]
+    hours = [ledger.allocated_node_seconds * r.gpus_per_node / 3600 for r, ledger in measured]
 
     def add_row(label: str, allocated: float, gpu_hours: float, goodput: float, phases: dict[str, float]) -> None:
         table.add_row(
@@ -216,8 +216,7 @@ def print_ledger(reports: list[RunReport], console) -> None:
             *(f"{100 * phases[p] / allocated:.1f}" for p in PHASES),
         )
 
-    for report, gpu_hours in zip(measured, hours, strict=False):
-        ledger = report.goodput
+    for (report, ledger), gpu_hours in zip(measured, hours, strict=False):
         add_row(
             report.label or report.name,
             ledger.allocated_node_seconds,
@@ -226,8 +225,8 @@ def print_ledger(reports: list[RunReport], console) -> None:
             ledger.phases,
         )
     if len(measured) > 1:
-        allocated = sum(r.goodput.allocated_node_seconds for r in measured)
-        phases = {p: sum(r.goodput.phases[p] for r in measured) for p in PHASES}
+        allocated = sum(ledger.allocated_node_seconds for _, ledger in measured)
+        phases = {p: sum(ledger.phases[p] for _, ledger in measured) for p in PHASES}
         table.add_section()
         add_row("all runs", allocated, sum(hours), 100 * phases["productive"] / allocated, phases)
     fit_columns(table, console.width)
@@ -443,7 +442,9 @@ def output_paths(targets: list[RunTarget], plot: Path | None) -> tuple[Path, Pat
     sweeps = {t.sweep_dir for t in targets}
     folder = targets[0].export_path / EVALS_DIRNAME
     if len(targets) > 1 and len(sweeps) == 1 and None not in sweeps:
-        folder = sweeps.pop()
+        sweep = sweeps.pop()
+        assert sweep is not None  # (checked above)
+        folder = sweep
     elif len(targets) > 1:
         return folder / f"{COMPARE_STEM}.png", folder / f"{COMPARE_STEM}.json"
     return folder / PLOT_FILE, folder / SUMMARY_FILE

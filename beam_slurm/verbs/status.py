@@ -16,6 +16,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 from rich.console import Group
 from rich.live import Live
@@ -176,7 +177,7 @@ def collect_view(export_paths: list[Path]) -> tuple[list[StatusRow], list[dict[s
                 steps = run.max_training_steps if run.max_training_steps is not None else "?"
                 checkpoint = f"{step}/{steps}" if step is not None else "-"
                 evaluation, results = _latest_eval(export_path)
-            typed = {
+            typed: dict[str, Any] = {
                 "step": step,
                 "max_steps": run.max_training_steps if entry.stage == "train" else None,
                 "results": results,

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from beam_slurm.config.load import load_config, load_many, to_yaml
 from beam_slurm.config.overrides import override_key
+from beam_slurm.config.schema import BeamConfig
 from beam_slurm.config.validation import path_problems, unusable_text_problems
 from beam_slurm.config.validation import problems as config_problems
 from beam_slurm.config.verb_args import VerbArgs, VerbUsageError, schema_keys
@@ -27,7 +28,7 @@ from beam_slurm.core.errors import ConfigError, ConfigProblem
 from beam_slurm.core.run_store import RunStore, now, remember_job
 from beam_slurm.launch.manifest import record_submission, remember_last
 from beam_slurm.launch.run_results import REHEARSAL_RUN
-from beam_slurm.launch.stages import PrepareData, PullContainer, StageError, Train
+from beam_slurm.launch.stages import PrepareData, PullContainer, StageError, StagePlan, Train
 from beam_slurm.launch.sweep import expand, has_sweep, rename_run, share_group, slug, sweep_root
 from beam_slurm.policy.notice_budget import attempt_progress
 from beam_slurm.slurm import limits, scheduler
@@ -41,14 +42,15 @@ STAGES = ("data", "container", "train")
 class RunSpec:
     overrides: list[str]  # Its Hydra overrides
     choices: list[tuple[str, str]] = field(default_factory=list)  # swept (key, value) pairs
-    cfg: object = None  # The loaded config (run name and paths already per point); None when it did not compose
+    # The loaded config (run name and paths already per point); None when it did not compose
+    cfg: BeamConfig | None = None
     problems: list[ConfigProblem] = field(default_factory=list)  # Why this run is invalid (empty = valid)
     base_name: str = ""  # The run name before a sweep point's suffix was added
-    plans: list = field(default_factory=list)  # Its stage plans, in chain order
+    plans: list[StagePlan] = field(default_factory=list)  # Its stage plans, in chain order
 
     @property
     def label(self) -> str:
-        if self.cfg is not None:
+        if self.cfg is not None and self.cfg.run_name is not None:  # (fill_defaults names every run)
             return self.cfg.run_name
         return " ".join(f"{k}={v}" for k, v in self.choices) or " ".join(self.overrides) or "(defaults)"
 
@@ -75,6 +77,8 @@ def submission_json(runs: list[RunSpec], invalid: list[RunSpec], dry_run: bool, 
     owner: dict[int, str] = {}
     out = []
     for run in runs:
+        assert run.cfg is not None  # only valid runs are submitted
+        assert run.cfg.run_name is not None and run.cfg.paths.export_path is not None  # fill_defaults sets them
         stages = []
         for plan in run.plans:
             first = owner.setdefault(id(plan), run.cfg.run_name)
@@ -142,6 +146,7 @@ def build_runs(overrides: list[str], multirun: bool, stages: tuple[str, ...] | l
         if isinstance(loaded, ConfigError):
             run.problems = loaded.problems
             continue
+        assert loaded.run_name is not None  # fill_defaults names every run
         run.cfg, run.base_name = loaded, loaded.run_name
         if combo.choices:
             rename_run(run.cfg, slug(combo.choices), home=home)
@@ -151,8 +156,9 @@ def build_runs(overrides: list[str], multirun: bool, stages: tuple[str, ...] | l
             run.problems += Train(run.cfg, run.overrides).passing_on_problems()
             if not unusable_text_problems(run.cfg):  # it reads the run's folders
                 run.problems += stalled_attempt_problems(run.cfg)
-    seen: set[str] = set()
+    seen: set[str | None] = set()
     for run in (r for r in runs if r.cfg is not None):
+        assert run.cfg is not None  # (the filter above)
         if run.cfg.run_name in seen:
             run.problems.append(
                 ConfigProblem(
@@ -166,8 +172,10 @@ def build_runs(overrides: list[str], multirun: bool, stages: tuple[str, ...] | l
 def ask_slurm(runs: list[RunSpec], out=None) -> list[str]:
     """Refusals and never-met limits, each with its setting; nodes down or drained only warn (they may come back)."""
     out = out or sys.stderr
-    refused, asked = [], set()
+    refused: list[str] = []
+    asked = set()
     for run in runs:
+        assert run.cfg is not None  # only valid runs are submitted
         for plan in run.plans:
             # One question per job shape: a sweep's points differ in their names and settings, not in what Slurm checks.
             shape = (
@@ -182,6 +190,7 @@ def ask_slurm(runs: list[RunSpec], out=None) -> list[str]:
             )
             if shape is None or shape in asked:
                 continue
+            assert plan.request is not None  # (shape is None without one)
             asked.add(shape)
             answer = sbatch_test_only(plan.request)
             if answer.accepted is None:
@@ -217,7 +226,7 @@ def _some_nodes_unusable(partition: str | None) -> bool:
         return False
 
 
-def stalled_attempt_problems(cfg) -> list[ConfigProblem]:
+def stalled_attempt_problems(cfg: BeamConfig) -> list[ConfigProblem]:
     """An attempt that can reach no checkpoint burns its GPUs and requeues: refused unless allow_no_checkpoint."""
     if cfg.cluster.allow_no_checkpoint:
         return []
@@ -243,6 +252,7 @@ def resume_stopped(runs: list[RunSpec], out=None) -> None:
             override_key(o) in ("checkpoint.resume_mode", "checkpoint.resume_path") for o in run.overrides
         ):
             continue
+        assert run.cfg.paths.export_path is not None and run.cfg.paths.ckpt_path is not None  # fill_defaults sets them
         job = RunStore(run.cfg.paths.export_path).read().resumable_job()
         step = layout.latest_checkpoint_step(run.cfg.paths.ckpt_path)
         if job is None or step is None:
@@ -260,6 +270,7 @@ def _earlier_jobs(runs: list[RunSpec]) -> dict[str, list[str]]:
     """identity -> job ids earlier submissions of these runs gave that stage (newest first)."""
     found: dict[str, list[str]] = {}
     for run in runs:
+        assert run.cfg is not None and run.cfg.paths.export_path is not None  # a valid run, its paths filled
         for submission in reversed(RunStore(run.cfg.paths.export_path).read().submissions):
             for entry in submission.stages:
                 if entry.job_id and entry.identity:
@@ -269,10 +280,12 @@ def _earlier_jobs(runs: list[RunSpec]) -> dict[str, list[str]]:
 
 def plan_stages(runs: list[RunSpec], stages: list[str], data_overrides: list[str], force: bool = False) -> None:
     """Skip (complete) or reuse (earlier job active); runs sharing a data folder or image share one plan (one job)."""
-    shared: dict[str, object] = {}
+    shared: dict[str, StagePlan] = {}
     for run in runs:
+        assert run.cfg is not None  # only valid runs are submitted
         run.plans = []
         for name in stages:
+            stage: PrepareData | PullContainer | Train
             if name == "data":
                 stage = PrepareData(run.cfg, data_overrides, force=force)
             elif name == "container":
@@ -312,7 +325,8 @@ def plan_stages(runs: list[RunSpec], stages: list[str], data_overrides: list[str
 
 def _chain_dependencies(run: RunSpec) -> dict[int, list[str]]:
     """Which job ids each stage waits for: data and container none, train both (when they have jobs)."""
-    out, before = {}, []
+    out: dict[int, list[str]] = {}
+    before: list[str] = []
     for index, plan in enumerate(run.plans):
         out[index] = list(before) if plan.stage == "train" else []
         if plan.job_id or plan.reused_job_id:
@@ -336,6 +350,7 @@ def _print_runs(runs: list[RunSpec], dry_run: bool, out=None) -> None:
     first_run_of: dict[int, str] = {}
     for run in runs:
         cfg = run.cfg
+        assert cfg is not None and cfg.run_name is not None  # a valid run, named by fill_defaults
         print(f"run {cfg.run_name}  ({cfg.paths.export_path}/beam_run)", file=out)
         if cfg.trainer.backend == "rehearsal":
             print(f"  {REHEARSAL_RUN}", file=out)
@@ -349,6 +364,7 @@ def _print_runs(runs: list[RunSpec], dry_run: bool, out=None) -> None:
             elif plan.job_id and plan.job_id == plan.reused_job_id:
                 print(f"  {plan.stage:<10} job {plan.job_id:<7} {plan.skip_reason}; not submitted again", file=out)
             elif dry_run:
+                assert plan.request is not None  # neither skipped nor submitted: it has its sbatch call
                 before = [p.stage for p in run.plans[:index] if p.job_id or p.reused_job_id or not p.skip_reason]
                 note = (
                     f" (after {'+'.join(before)}, {plan.request.dependency_type})"
@@ -357,6 +373,7 @@ def _print_runs(runs: list[RunSpec], dry_run: bool, out=None) -> None:
                 )
                 print(f"  {plan.stage:<10} would submit{note}: {plan.request.shell()}", file=out)
             else:
+                assert plan.request is not None  # submitted
                 deps = (
                     f"  waits for {'+'.join(plan.depends_on)} ({plan.request.dependency_type})"
                     if plan.depends_on
@@ -369,6 +386,7 @@ def _write_records(
     runs: list[RunSpec], invalid: list[RunSpec], args, data_overrides: list[str], sweep_dir: Path | None
 ) -> None:
     for run in runs:
+        assert run.cfg is not None and run.cfg.paths.export_path is not None  # a valid run, its paths filled
         for plan in (p for p in run.plans if p.stage == "train" and p.job_id):
             remember_job(plan.job_id, run.cfg.paths.export_path)
         record_submission(
@@ -395,6 +413,7 @@ def _write_records(
                     "run_dir": f"{r.cfg.paths.export_path}/beam_run",
                 }
                 for r in runs
+                if r.cfg is not None  # all of them (asserted above)
             ],
             "invalid": [
                 {"choices": [f"{k}={v}" for k, v in r.choices], "problems": [str(p) for p in r.problems]}
@@ -404,7 +423,9 @@ def _write_records(
         write_text(sweep_dir / layout.SWEEP_FILE, json.dumps(record, indent=2) + "\n")
         remember_last(sweep_dir)
     elif runs:
-        remember_last(layout.run_dir(runs[0].cfg.paths.export_path))
+        first = runs[0].cfg
+        assert first is not None and first.paths.export_path is not None  # a valid run, its paths filled
+        remember_last(layout.run_dir(first.paths.export_path))
 
 
 def main(argv: list[str]) -> int:
@@ -450,11 +471,12 @@ def main(argv: list[str]) -> int:
     sweep_dir = None
     if args.multirun:
         sweep_dir = (
-            sweep_root([str(r.cfg.paths.export_path) for r in valid])
+            sweep_root([str(r.cfg.paths.export_path) for r in valid if r.cfg is not None])  # (all valid runs have one)
             / layout.SWEEPS_DIRNAME
             / f"{valid[0].base_name}-{time.strftime('%Y%m%d-%H%M%S')}"
         )
         for run in valid:
+            assert run.cfg is not None  # only valid runs are submitted
             run.overrides = share_group(run.cfg, run.overrides, sweep_dir.name)
     try:
         plan_stages(valid, stages, data_overrides, args.force)
@@ -462,8 +484,9 @@ def main(argv: list[str]) -> int:
         return _fail([str(exc)])
 
     for plan in (p for run in valid for p in run.plans if p.request is not None):
+        assert plan.request is not None  # (the filter above)
         plan.request.dependency_type = args.dependency_type
-    if valid and valid[0].cfg.cluster.ask_slurm_on_submit:
+    if valid and valid[0].cfg is not None and valid[0].cfg.cluster.ask_slurm_on_submit:
         refused = ask_slurm(valid)
         if refused:
             return _fail(refused)

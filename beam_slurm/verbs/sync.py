@@ -47,6 +47,8 @@ def offline_folders(export_path: Path, run: RunRecord) -> list[Path]:
 
 def sync_commands(export_path: Path, run: RunRecord) -> list[list[str]]:
     run_id = _wandb_run_id(run)
+    if not run_id:
+        return []  # no W&B run id: no offline folders either
     wandb = str(Path(sys.executable).with_name("wandb"))
     return [[wandb, "sync", "--id", run_id, str(folder)] for folder in offline_folders(export_path, run)]
 

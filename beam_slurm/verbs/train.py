@@ -9,9 +9,11 @@ import dataclasses
 import os
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 from beam_slurm import REPO_ROOT
+from beam_slurm.config.schema import BeamConfig
 from beam_slurm.config.verb_args import VerbArgs, VerbUsageError, schema_keys
 from beam_slurm.core import layout
 from beam_slurm.core.errors import ConfigError
@@ -24,8 +26,9 @@ from beam_slurm.launch.eval_request import submit_for_checkpoint
 class EvalChain:
     """Submits one evaluation per complete HF export while training runs, then makes a last pass."""
 
-    def __init__(self, cfg, log):
+    def __init__(self, cfg: BeamConfig, log: Callable[[str], None]):
         self.cfg, self.log = cfg, log
+        assert cfg.paths.export_path is not None  # fill_defaults sets it
         self.settings = ChainSettings(
             run_dir=Path(cfg.paths.export_path), poll_interval_s=cfg.eval.chain_poll_s, settle_s=cfg.eval.chain_settle_s
         )
@@ -49,6 +52,7 @@ class EvalChain:
     def __exit__(self, *exc) -> None:
         self.stop.set()
         self.thread.join(timeout=120)
+        assert self.cfg.paths.ckpt_path is not None  # fill_defaults sets it
         step = layout.latest_checkpoint_step(self.cfg.paths.ckpt_path)
         if step is not None and step >= self.cfg.max_training_steps:
             # The run is over and nothing writes exports any more: the last export, seconds old, need not settle
