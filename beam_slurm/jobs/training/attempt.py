@@ -94,7 +94,8 @@ def process_start_time() -> float:
 
 
 class Attempt:
-    """One attempt of the training job, run in the batch shell."""
+    """One attempt of the training job, run in the batch shell: the signals, steps and run record; what it recorded
+    is `state` (`policy.attempt.AttemptState`), and each decision is asked of `policy.attempt` or `policy.requeue`."""
 
     def __init__(
         self,
