@@ -25,7 +25,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from beam_slurm.config.job_spec import JobSpec
 from beam_slurm.config.ports import ephemeral_range
@@ -43,6 +43,19 @@ from beam_slurm.jobs.training import preflight, storage_probe
 from beam_slurm.jobs.training.job_settings import TrainJobSettings
 from beam_slurm.jobs.training.steps import StepLauncher, stop_step
 from beam_slurm.policy import hang_watch
+from beam_slurm.policy.attempt import (
+    AttemptState,
+    bad_node_reasons,
+    bad_nodes_to_avoid,
+    decision_summary,
+    failure_reason,
+    notice_missed_at_start,
+    outcome_reason,
+    save_grace_s,
+    save_reason,
+    slurm_end_of_job,
+    time_left_s,
+)
 from beam_slurm.policy.notice_budget import STOP_FILE, term_notice
 from beam_slurm.policy.requeue import (
     AttemptFacts,
@@ -51,10 +64,9 @@ from beam_slurm.policy.requeue import (
     exclusion,
     failed_node,
     no_progress_streak,
-    slurm_end_of,
     stop_waiting_for_save,
 )
-from beam_slurm.slurm import scheduler, values
+from beam_slurm.slurm import scheduler
 from beam_slurm.slurm.preemption import read_preemption
 
 RAY_STEP = "ray"  # the Ray step's job name (how `scontrol` finds it to signal it)
@@ -70,14 +82,6 @@ _SLURM_ENDS_EVERYTHING = ("requeued", "cancelled", "time limit")
 """What Slurm may be doing when a SIGTERM arrives that signals every step at once: no save can be made."""
 
 
-def time_left_s(info: dict[str, str]) -> float | None:
-    """Seconds left of the job's time limit (`scontrol show job`: TimeLimit - RunTime); None when unlimited. Not
-    EndTime: a scancel sets it to now too (22.05: COMPLETING, Reason=None), so it cannot tell a cancel from the time
-    limit."""
-    limit, run = values.reported_seconds(info.get("TimeLimit")), values.reported_seconds(info.get("RunTime"))
-    return float(limit - run) if limit is not None and run is not None else None
-
-
 def process_start_time() -> float:
     """When this process started (Linux: from /proc, in clock ticks since boot), so bring-up timing counts the
     interpreter's start and the recipe's loading; else now."""
@@ -90,7 +94,8 @@ def process_start_time() -> float:
 
 
 class Attempt:
-    """One attempt of the training job, run in the batch shell."""
+    """One attempt of the training job, run in the batch shell: the signals, steps and run record; what it recorded
+    is `state` (`policy.attempt.AttemptState`), and each decision is asked of `policy.attempt` or `policy.requeue`."""
 
     def __init__(
         self,
@@ -103,21 +108,22 @@ class Attempt:
         notices: list[tuple[str, float]] | None = None,
     ):
         self.settings, self.alloc = settings, allocation
-        self.in_job = in_job  # 0 for the allocation's first Ray step, then 1, 2, ... for each restart in it
+        self.state = AttemptState(
+            in_job=in_job,
+            # Spares and failed nodes left out.
+            step_nodes=list(step_nodes or allocation.nodes[: settings.nodes]),
+            allocation_bad=tuple(allocation_bad),
+            replaced=list(replaced or []),
+            notices=[] if notices is None else notices,
+            started_at=process_start_time(),
+            job_entry=TrainJob(job_id=str(allocation.job_id)),
+        )
         self.label = layout.attempt_label(allocation.restart_count, in_job)
         self.attempt_dir = Path(settings.log_dir) / f"{allocation.job_id}-{self.label}"
-        # The Ray step's nodes in allocation order (the first is the head); spares and failed nodes left out.
-        self.step_nodes = list(step_nodes or allocation.nodes[: settings.nodes])
-        self.allocation_bad = tuple(allocation_bad)  # failed a preflight in an earlier in-job attempt: never again
-        self.replaced = list(replaced or [])  # `old -> new` for each node an in-job restart replaced
-        self.restart: Decision | None = None  # set when this attempt ends in a restart in the job (the caller runs it)
-        self.started_at = process_start_time()  # the bring-up timing's job_start
-        # Shared with the next in-job attempt: a notice between two Ray steps is not lost.
-        self.notices: list[tuple[str, float]] = [] if notices is None else notices
-        self.step: subprocess.Popen | None = None
-        self.nodes = len(self.step_nodes)
+        self.step: subprocess.Popen[bytes] | None = None
+        self.nodes = len(self.state.step_nodes)
         hook = settings.container(allocation.job_id) if callable(settings.container) else settings.container
-        pinned = self.step_nodes if in_job or len(self.step_nodes) < len(allocation.nodes) else []
+        pinned = self.state.step_nodes if in_job or self.nodes < len(allocation.nodes) else []
         self.launcher = StepLauncher(
             hook=hook,
             python=settings.python,
@@ -126,18 +132,8 @@ class Attempt:
             cpus_per_task=allocation.cpus_on_node,
             nodelist=pinned,
         )
-        self._log_file = None
-        self.requeued = False  # asked Slurm to requeue the job (the job folder and token are then kept)
+        self._log_file: TextIO | None = None
         self.record: RunStore | None = None  # None when the job has no run record (a driver run under train_job)
-        self.job_entry = TrainJob(job_id=str(allocation.job_id))  # in the run record at the start of the attempt
-        self.bad_nodes: list[str] = []  # the run's, at the start of the attempt
-        self.checkpoint_at_start: int | None = None
-        self.slurm_end: str | None = None
-        self.wanted: Wanted | None = None
-        self.preflight_failed_nodes: list[str] = []
-        self.ray_step_started: float | None = None
-        self.hang_dumps: str | None = None
-        self.hang_detected_at: float | None = None
 
     def log(self, message: str) -> None:
         line = f"[beam-slurm train {time.strftime('%H:%M:%S')} job {self.alloc.job_id} attempt {self.label}] {message}"
@@ -150,7 +146,7 @@ class Attempt:
         env = dict(os.environ)
         env.update(self.launcher.hook.env)
         env[ATTEMPT_DIR_ENV] = str(self.attempt_dir)  # where every node and the driver find the job spec
-        env[layout.IN_JOB_ATTEMPT_ENV] = str(self.in_job)
+        env[layout.IN_JOB_ATTEMPT_ENV] = str(self.state.in_job)
         nccl_timeout = hang_watch.nccl_timeout_s(self.settings.hang)
         if nccl_timeout is not None:
             # NCCL's own timeout stays behind the watchdog's; its flight recorder dumps into the hang folder.
@@ -161,13 +157,15 @@ class Attempt:
                 "TORCH_NCCL_DEBUG_INFO_TEMP_FILE": str(self.attempt_dir / HANG_FOLDER / "nccl_trace_rank_"),
                 **env,
             }
-        if self.alloc.restart_count > 0 or self.in_job > 0:
+        if self.alloc.restart_count > 0 or self.state.in_job > 0:
             env["RESUME_MODE"] = "latest"
         return env
 
     def install_signal_handlers(self) -> None:
         for sig in (signal.SIGUSR1, signal.SIGUSR2, signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, lambda signum, _frame: self.notices.append((signal.Signals(signum).name, time.time())))
+            signal.signal(
+                sig, lambda signum, _frame: self.state.notices.append((signal.Signals(signum).name, time.time()))
+            )
 
     def notice_before_listening(self) -> None:
         """The batch scripts ignore USR1 until this process listens (`trap '' USR1`: its default action would end the
@@ -177,13 +175,13 @@ class Attempt:
         if not os.environ.get(NOTICE_IGNORED_ENV):
             return
         left = time_left_s(self.job_info())
-        if left is not None and left <= self.settings.signal_before_s + 60:
+        if notice_missed_at_start(left, self.settings.signal_before_s):
             self.log(
                 f"{left:.0f} s left of the time limit at the start, inside the notice lead "
                 f"({self.settings.signal_before_s:.0f} s): the notice Slurm sent before this process listened "
                 "is taken now"
             )
-            self.notices.append(("SIGUSR1", time.time()))
+            self.state.notices.append(("SIGUSR1", time.time()))
 
     def run_preflight(self, env: dict[str, str]) -> bool:
         canary = self.attempt_dir / "shared-storage-canary"
@@ -191,13 +189,13 @@ class Attempt:
         checks = dataclasses.replace(
             self.settings.preflight_checks, gpus_per_node=self.settings.gpus_per_node, shared_canary=str(canary)
         )
-        hosts = self.step_nodes  # the step is pinned to them when the allocation has more
+        hosts = self.state.step_nodes  # the step is pinned to them when the allocation has more
 
         def log(message: str) -> None:
             # preflight logs one line per failing node ("preflight FAILED on <host>: <problem>"): the bad nodes
             failed = re.match(r"preflight FAILED on (\S+): ", message)
-            if failed and failed.group(1) not in self.preflight_failed_nodes:
-                self.preflight_failed_nodes.append(failed.group(1))
+            if failed and failed.group(1) not in self.state.preflight_failed_nodes:
+                self.state.preflight_failed_nodes.append(failed.group(1))
             self.log(message)
 
         return preflight.run_step(self.launcher, checks, hosts, env, self.attempt_dir, log, self.settings.ray)
@@ -223,7 +221,7 @@ class Attempt:
             log_copy=s.log_copy,
             env_manifest=s.env_manifest,
             sigterm_notice=sigterm_notice,
-            job_start_time=self.started_at,
+            job_start_time=self.state.started_at,
             preflight_window=preflight_window,
             ray_step_launch_time=time.time(),
         ).write(self.attempt_dir)
@@ -237,7 +235,7 @@ class Attempt:
         )
         # Own process group: a SIGINT typed at an interactive salloc shell must reach us, not srun directly.
         self.step = subprocess.Popen(argv, env=env, start_new_session=True)
-        self.ray_step_started = time.time()
+        self.state.ray_step_started = time.time()
 
     def stop_ray_step(self) -> int:
         assert self.step is not None
@@ -258,12 +256,12 @@ class Attempt:
         assert self.step is not None
         next_look = 0.0
         while True:
-            if self.notices:
+            if self.state.notices:
                 return self.handle_notice()
             status = self.step.poll()
             if status is not None:
                 if status != 0:  # say why it failed: the first failure a node recorded
-                    self.slurm_end = self.ask_slurm()
+                    self.state.slurm_end = self.ask_slurm()
                     failure = records.read_failure(self.attempt_dir)
                     driver = records.read_driver_status(self.attempt_dir)
                     self.log(
@@ -277,7 +275,7 @@ class Attempt:
                 hang = hang_watch.check(
                     self.settings.hang,
                     read_progress(self.settings.ckpt_path),
-                    watching_since=self.ray_step_started or 0.0,
+                    watching_since=self.state.ray_step_started or 0.0,
                     now=time.time(),
                 )
                 if hang is not None:
@@ -288,7 +286,7 @@ class Attempt:
         """Dump every process's stacks of the Ray step on every node, stop the step and end what is left (SIGCONT,
         SIGTERM, SIGKILL); the nodes the dumps point at, or where a process survived SIGKILL, are bad."""
         folder = self.attempt_dir / HANG_FOLDER
-        self.hang_detected_at = time.time()
+        self.state.hang_detected_at = time.time()
         self.log(
             f"{hang.describe()}: {hang.details()}; saving the stacks of the Ray step's processes on every node "
             f"in {folder}"
@@ -311,7 +309,7 @@ class Attempt:
         for row in survivors:
             self.log(f"pid {row['pid']} ({row['role']}) on {row['node']} survived SIGKILL (state {row['state']})")
         nodes = tuple(sorted(set(suspects) | {row["node"] for row in survivors}))
-        self.hang_dumps = str(folder)
+        self.state.hang_dumps = str(folder)
         return self.facts(hang=hang.describe(), hang_nodes=nodes, step_status=status)
 
     def run_dump_step(self, folder: Path, step_id: str, *, end: bool) -> list:
@@ -361,26 +359,19 @@ class Attempt:
 
     def handle_notice(self) -> AttemptFacts:
         assert self.step is not None
-        name, received = self.notices[0]
-        self.wanted = self.read_wanted()
-        if name == "SIGTERM" and self.wanted is None:
-            self.slurm_end = self.ask_slurm()
-            if self.slurm_end in _SLURM_ENDS_EVERYTHING:
+        name, received = self.state.notices[0]
+        self.state.wanted = self.read_wanted()
+        if name == "SIGTERM" and self.state.wanted is None:
+            self.state.slurm_end = self.ask_slurm()
+            if self.state.slurm_end in _SLURM_ENDS_EVERYTHING:
                 # Every step got the same SIGTERM: the trainer stops now, there is nothing to wait for.
                 self.log(
-                    f"notice SIGTERM: Slurm is ending this attempt ({self.slurm_end}); every step was "
+                    f"notice SIGTERM: Slurm is ending this attempt ({self.state.slurm_end}); every step was "
                     "signalled, so no checkpoint can be saved"
                 )
                 return self.facts(notice=name, step_status=self.stop_ray_step())
-        grace_s = float(self.wanted.timeout_s or self.settings.grace_s) if self.wanted else self.settings.grace_s
-        relayed = (self.attempt_dir / records.TERM_RELAYED_FILE).exists()
-        why_save = (
-            f"beam-slurm {self.wanted.action} by {self.wanted.by or '?'}"
-            if self.wanted
-            else "the preemption's SIGTERM to the tasks, relayed by the Ray head"
-            if relayed and name == "SIGUSR1"
-            else f"{name} (time limit or preemption)"
-        )
+        grace_s = save_grace_s(self.state.wanted, self.settings.grace_s)
+        why_save = save_reason(name, self.state.wanted, (self.attempt_dir / records.TERM_RELAYED_FILE).exists())
         self.log(f"notice {name} received ({why_save}): asking the trainer to save a checkpoint (grace {grace_s:.0f}s)")
         notice.request_save(self.settings.ckpt_path, why_save)
         while True:
@@ -391,7 +382,7 @@ class Attempt:
                 grace_s=grace_s,
                 saved_step=saved,
                 step_running=self.step.poll() is None,
-                notices=len(self.notices),
+                notices=len(self.state.notices),
             )
             if why is not None:
                 break
@@ -399,7 +390,7 @@ class Attempt:
         if saved is None:  # a save acknowledged as the step ended or the grace ran out still counts
             saved = notice.saved_since(self.settings.ckpt_path, received)
         if why == "second notice":
-            self.log(f"second notice {self.notices[-1][0]}: stopping without waiting for the save")
+            self.log(f"second notice {self.state.notices[-1][0]}: stopping without waiting for the save")
         if saved is not None:
             self.log(f"checkpoint of step {saved} saved on notice after {time.time() - received:.1f}s")
         elif self.step.poll() is None:
@@ -412,51 +403,46 @@ class Attempt:
     def facts(self, **seen: Any) -> AttemptFacts:
         """This attempt's facts: what the caller saw plus what the nodes and the run record say."""
         failure = records.read_failure(self.attempt_dir)
-        nodes = tuple(self.step_nodes)
-        wanted = self.wanted if self.wanted is not None else (self.read_wanted() if self.notices else None)
-        seen.setdefault("slurm_end", self.slurm_end)
+        nodes = tuple(self.state.step_nodes)
+        wanted = (
+            self.state.wanted if self.state.wanted is not None else (self.read_wanted() if self.state.notices else None)
+        )
+        seen.setdefault("slurm_end", self.state.slurm_end)
         now_nodes, left = self.allocation_now()
-        unusable = set(self.allocation_bad) | set(self.preflight_failed_nodes)
+        unusable = set(self.state.allocation_bad) | set(self.state.preflight_failed_nodes)
+        storage_full = failure is not None and failure.get("kind") == "storage"
         s = self.settings
         return AttemptFacts(
             restart_count=self.alloc.restart_count,
             max_requeues=s.max_requeues,
             driver_status=records.read_driver_status(self.attempt_dir),
-            failure_reason=self.failure_reason(failure),
+            failure_reason=failure_reason(failure, s.ckpt_path, self.storage_usage() if storage_full else None),
             failure_kind=failure.get("kind") if failure else None,
             nodes=nodes,
             failure_node=failed_node(failure, nodes[0] if nodes else None),
             lost_nodes=tuple(n for n in nodes if n not in now_nodes),
-            in_job_attempt=self.in_job,
+            in_job_attempt=self.state.in_job,
             max_in_job_attempts=s.max_in_job_attempts,
             usable_nodes=tuple(n for n in now_nodes if n not in unusable),
             nodes_needed=s.nodes,
             time_left_s=left,
             restart_needs_s=s.signal_before_s + RESTART_BRING_UP_S,
-            preflight_failed_nodes=tuple(self.preflight_failed_nodes),
+            preflight_failed_nodes=tuple(self.state.preflight_failed_nodes),
             wanted=wanted.action if wanted else None,
-            checkpoint_at_start=self.checkpoint_at_start,
+            checkpoint_at_start=self.state.checkpoint_at_start,
             checkpoint_at_end=self.checkpoint(),
-            earlier_without_progress=no_progress_streak([a for a in self.job_entry.attempts if a.ended]),
+            earlier_without_progress=no_progress_streak([a for a in self.state.job_entry.attempts if a.ended]),
             max_attempts_without_progress=s.max_attempts_without_progress,
             **seen,
         )
 
-    def failure_reason(self, failure: dict | None) -> str:
-        """The recorded failure's reason; for full storage with what the checkpoint folder has left."""
-        if not failure:
-            return ""
-        reason = str(failure.get("reason", ""))
-        if failure.get("kind") == "storage":
-            try:
-                usage = shutil.disk_usage(self.settings.ckpt_path)
-                reason += (
-                    f"; checkpoint storage {self.settings.ckpt_path}: {usage.free / 2**20:.1f} MiB free of "
-                    f"{usage.total / 2**20:.1f} MiB"
-                )
-            except OSError:
-                reason += f"; checkpoint storage {self.settings.ckpt_path}"
-        return reason
+    def storage_usage(self) -> tuple[int, int] | None:
+        """Free and total bytes of the checkpoint storage; None when it cannot be read."""
+        try:
+            usage = shutil.disk_usage(self.settings.ckpt_path)
+        except OSError:
+            return None
+        return usage.free, usage.total
 
     def allocation_now(self) -> tuple[list[str], float | None]:
         """The job's nodes as Slurm has them now (fewer after it removed a failed node: --no-kill) and the time
@@ -472,17 +458,17 @@ class Attempt:
         """Requeue, restart in the job or end as decided, told in the run record; the batch shell's exit status."""
         self.record_end(decision, facts)
         if decision.restart_in_job:
-            self.restart = decision
+            self.state.restart = decision
             self.log(
                 f"{decision.reason}: {decision.note} (attempt "
-                f"{layout.attempt_label(self.alloc.restart_count, self.in_job + 1)}, "
+                f"{layout.attempt_label(self.alloc.restart_count, self.state.in_job + 1)}, "
                 "from the latest checkpoint; no requeue)"
             )
             return 0
         # Slurm signals this shell (and its children) once the job is requeued: ask sinfo before that.
         exclude = self.plan_exclusion(decision) if decision.requeue or decision.already_requeued else None
         if decision.already_requeued:
-            self.requeued = True
+            self.state.requeued = True
             self.log(f"{decision.reason}: the job is already requeued; {decision.note}")
             self.exclude_bad_nodes(exclude)
             return 0
@@ -496,7 +482,7 @@ class Attempt:
                 self.log(f"{decision.reason}: requeue failed: {exc} (is the job submitted with --requeue?)")
                 return decision.exit_status
             self.log(f"{decision.reason}: Slurm had already requeued the job")
-        self.requeued = True
+        self.state.requeued = True
         where = f" ({decision.note})" if decision.note else ""
         self.log(
             f"{decision.reason}{where}: job requeued (attempt {self.alloc.restart_count + 1} of at most "
@@ -521,15 +507,7 @@ class Attempt:
         except scheduler.SlurmCommandError as exc:
             self.log(f"could not ask Slurm about the job: {exc}")
             return None
-        restarts = info.get("Restarts", "0")
-        return slurm_end_of(
-            job_state=info.get("JobState", ""),
-            restarts=int(restarts) if restarts.isdigit() else 0,
-            restart_count=self.alloc.restart_count,
-            preempt_time=info.get("PreemptTime", ""),
-            time_left_s=time_left_s(info),
-            reason=info.get("Reason", ""),
-        )
+        return slurm_end_of_job(info, self.alloc.restart_count)
 
     def _record_call(self, what: str, call, *args, **kwargs):
         """Write to the run record; a record that cannot be written never stops training (logged)."""
@@ -548,13 +526,13 @@ class Attempt:
 
     def record_start(self) -> None:
         """Write the run record's entry for this attempt (and the job, and the run when started with sbatch)."""
-        self.checkpoint_at_start = self.checkpoint()
+        self.state.checkpoint_at_start = self.checkpoint()
         info = dict(self.settings.run_info or {})
         if not info.get("export_path"):
             return
         self.record = RunStore(info["export_path"])
         config_yaml = info.pop("config_yaml", None)
-        first = self.alloc.restart_count == 0 and self.in_job == 0
+        first = self.alloc.restart_count == 0 and self.state.in_job == 0
         if first and config_yaml:
             self._record_call("write the resolved recipe", RunStore.write_config, config_yaml)
         job = self.job_info() if first else {}
@@ -567,10 +545,10 @@ class Attempt:
             return run.begin_attempt(
                 job_id=self.alloc.job_id,
                 attempt=self.alloc.restart_count,
-                in_job=self.in_job,
-                replaced=self.replaced,
-                nodes=self.step_nodes,
-                checkpoint=self.checkpoint_at_start,
+                in_job=self.state.in_job,
+                replaced=self.state.replaced,
+                nodes=self.state.step_nodes,
+                checkpoint=self.state.checkpoint_at_start,
                 when=now(),
                 partition=job.get("Partition", "") or self.alloc.extra.get("SLURM_JOB_PARTITION", ""),
                 nodes_needed=self.nodes,
@@ -580,11 +558,13 @@ class Attempt:
 
         snapshot = self._record_call("record the attempt's start", lambda store: store.update(begin))
         if snapshot:
-            self.job_entry, self.bad_nodes = snapshot
+            self.state.job_entry, self.state.bad_nodes = snapshot
         if first:
             remember_job(self.alloc.job_id, info["export_path"])
-        self.job_entry.attempts = [
-            a for a in self.job_entry.attempts if (a.attempt, a.in_job) != (self.alloc.restart_count, self.in_job)
+        self.state.job_entry.attempts = [
+            a
+            for a in self.state.job_entry.attempts
+            if (a.attempt, a.in_job) != (self.alloc.restart_count, self.state.in_job)
         ]
 
     def record_end(self, decision: Decision, facts: AttemptFacts | None) -> None:
@@ -597,46 +577,27 @@ class Attempt:
             "saved_step": saved,
             "checkpoint_at_end": checkpoint,
             "counts_against_progress": decision.counts_against_progress,
-            "decision": (
-                "requeued by Slurm"
-                if decision.already_requeued
-                else "restart in job"
-                if decision.restart_in_job
-                else "requeue"
-                if decision.requeue
-                else f"end ({decision.exit_status})"
-            ),
+            "decision": decision_summary(decision),
             "exit_status": None if decision.requeue or decision.restart_in_job else decision.exit_status,
-            "hang_dumps": self.hang_dumps,
-            **({"hang_detected_at": self.hang_detected_at} if self.hang_detected_at else {}),
+            "hang_dumps": self.state.hang_dumps,
+            **({"hang_detected_at": self.state.hang_detected_at} if self.state.hang_detected_at else {}),
         }
         failure_node = facts.failure_node if facts is not None else None
-        default = "preflight failed there" if decision.end_kind == "preflight" else decision.reason
-        bad = [
-            (
-                node,
-                str((records.read_failure(self.attempt_dir) or {}).get("reason", "node failure"))
-                if node == failure_node
-                else default,
-            )
-            for node in decision.bad_nodes
-        ]
+        failure = records.read_failure(self.attempt_dir) if failure_node in decision.bad_nodes else None
+        bad = bad_node_reasons(decision, failure_node, failure)
         outcome = decision.outcome or None
-        at = f" at step {checkpoint}" if checkpoint is not None else ""
-        reasons = {"completed": f"finished{at}", "stopped": f"stopped{at or ' before any checkpoint'}, resumable"}
-        outcome_reason = reasons.get(outcome or "", reason)
         self._record_call(
             "record the attempt's end",
             lambda store: store.update(
                 lambda run: run.end_attempt(
                     job_id=self.alloc.job_id,
                     attempt=self.alloc.restart_count,
-                    in_job=self.in_job,
+                    in_job=self.state.in_job,
                     when=now(),
                     end=end,
                     bad_nodes=bad,
                     outcome=outcome,
-                    outcome_reason=outcome_reason,
+                    outcome_reason=outcome_reason(outcome, checkpoint, reason),
                     resumable_end=outcome in ("stopped", "failed") and checkpoint is not None,
                     wanted_handled=facts is not None and facts.wanted is not None,
                 )
@@ -646,16 +607,16 @@ class Attempt:
     def plan_exclusion(self, decision: Decision) -> tuple[list[str], list[str]] | None:
         """(bad nodes, the new ExcNodeList: bad nodes plus the user's own --exclude) when the partition keeps enough
         other nodes; None (and the log says why) when there is nothing to exclude or it cannot be done."""
-        bad = sorted(set(self.bad_nodes) | set(decision.bad_nodes))
+        bad = sorted(set(self.state.bad_nodes) | set(decision.bad_nodes))
         if not bad:
             return None
-        partition = self.job_entry.partition or self.alloc.extra.get("SLURM_JOB_PARTITION", "")
+        partition = self.state.job_entry.partition or self.alloc.extra.get("SLURM_JOB_PARTITION", "")
         try:
             usable = scheduler.usable_partition_nodes(partition)
         except scheduler.SlurmCommandError as exc:
             self.log(f"bad nodes {','.join(bad)} not excluded: cannot list the partition's nodes ({exc})")
             return None
-        wanted, why = exclusion(bad, list(self.job_entry.user_exclude), usable, self.nodes)
+        wanted, why = exclusion(bad, list(self.state.job_entry.user_exclude), usable, self.nodes)
         if wanted is None:
             self.log(f"bad nodes {','.join(bad)} not excluded: {why}; requeued as before")
             return None
@@ -682,8 +643,8 @@ class Attempt:
     def avoid_bad_nodes(self) -> bool:
         """The fallback when the exclusion could not be set: if this attempt landed on a recorded bad node, set the
         list now and requeue once (per job). True when the job was requeued."""
-        landed = sorted(set(self.step_nodes) & set(self.bad_nodes))
-        if not landed or self.job_entry.avoided_bad_nodes or self.in_job:
+        landed = bad_nodes_to_avoid(self.state)
+        if not landed:
             return False
         if self.plan_exclusion(Decision(True, 0, "")) is None:
             self.log(f"this attempt runs on bad node(s) {','.join(landed)} anyway")
@@ -699,15 +660,15 @@ class Attempt:
             ),
         )
         decision = Decision(True, 0, f"landed on bad node(s) {','.join(landed)}", end_kind="bad-node-avoided")
-        return self.carry_out(decision) == 0 and self.requeued
+        return self.carry_out(decision) == 0 and self.state.requeued
 
     def run(self) -> int:
         self.install_signal_handlers()
         self.attempt_dir.mkdir(parents=True, exist_ok=True)
-        self._log_file = open(self.attempt_dir / "train_job.log", "a")
+        self._log_file = log_file = open(self.attempt_dir / "train_job.log", "a")
         try:
             self.log(
-                f"{self.nodes} nodes ({','.join(self.step_nodes)}), "
+                f"{self.nodes} nodes ({','.join(self.state.step_nodes)}), "
                 f"{self.settings.gpus_per_node} GPUs per node, logs in {self.attempt_dir}"
             )
             self.warn_port_range()
@@ -716,7 +677,7 @@ class Attempt:
             if self.avoid_bad_nodes():
                 return 0
             notice.clear(self.settings.ckpt_path)
-            first = self.alloc.restart_count == 0 and self.in_job == 0
+            first = self.alloc.restart_count == 0 and self.state.in_job == 0
             if first and auth.remove_stale_job_dir(self.settings.ray, self.alloc.job_id):
                 self.log(
                     f"removed {auth.job_dir(self.settings.ray, self.alloc.job_id)}, left by an earlier job "
@@ -729,17 +690,17 @@ class Attempt:
             if self.settings.preflight and not self.run_preflight(env):
                 return self.end(self.facts(preflight_failed=True, ray_started=False))
             window = (began, time.time()) if self.settings.preflight else None  # bring-up timing in ray_ready.json
-            if self.notices:
-                return self.end(self.facts(notice=self.notices[0][0], ray_started=False))
+            if self.state.notices:
+                return self.end(self.facts(notice=self.state.notices[0][0], ray_started=False))
             self.write_job_spec(self.sigterm_is_notice(), window)
             self.start_ray_step(env)
             return self.end(self.wait_step())
         finally:
             if self.step is not None and self.step.poll() is None:
                 self.stop_ray_step()
-            if not self.requeued and self.restart is None:
+            if not self.state.requeued and self.state.restart is None:
                 auth.remove_job_dir(self.settings.ray, self.alloc.job_id)
-            self._log_file.close()
+            log_file.close()
 
     def end(self, facts: AttemptFacts) -> int:
         return self.carry_out(decide(facts), facts)

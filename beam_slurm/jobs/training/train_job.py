@@ -47,25 +47,25 @@ def run(settings: TrainJobSettings, rebuild: Callable[[], TrainJobSettings] | No
     attempt = Attempt(settings, allocation)
     while True:
         status = attempt.run()
-        if (decision := attempt.restart) is None:
+        if (decision := attempt.state.restart) is None:
             return status
-        before, after = attempt.step_nodes, list(decision.next_nodes)
+        before, after = attempt.state.step_nodes, list(decision.next_nodes)
         replaced = [
             f"{old} -> {new}"
             for old, new in zip(
                 [n for n in before if n not in after], [n for n in after if n not in before], strict=False
             )
         ]
-        os.environ[IN_JOB_ATTEMPT_ENV] = str(attempt.in_job + 1)  # the driver's resume and the nodes' labels
+        os.environ[IN_JOB_ATTEMPT_ENV] = str(attempt.state.in_job + 1)  # the driver's resume and the nodes' labels
         settings = rebuild() if rebuild is not None else settings
         attempt = Attempt(
             settings,
             allocation,
-            attempt.in_job + 1,
+            attempt.state.in_job + 1,
             after,
-            attempt.allocation_bad + tuple(attempt.preflight_failed_nodes),
+            attempt.state.allocation_bad + tuple(attempt.state.preflight_failed_nodes),
             replaced,
-            attempt.notices,
+            attempt.state.notices,
         )
 
 
