@@ -61,7 +61,9 @@ def _register_schema() -> None:
     ConfigStore.instance().store(name="beam_schema", node=BeamConfig)
 
 
-def load_config(overrides: list[str] | None = None, *, validate: bool = True, check_paths: bool = False, environ=None):
+def load_config(
+    overrides: list[str] | None = None, *, validate: bool = True, check_paths: bool = False, environ=None
+) -> BeamConfig:
     """Compose, type-check and (by default) validate the recipe. Raises ConfigError listing every problem."""
     unknown = key_problems(list(overrides or []))
     if unknown:
