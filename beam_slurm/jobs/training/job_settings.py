@@ -147,8 +147,7 @@ def job_settings(
     manifest = env_manifest.describe(cfg, driver_env) if driver_env else None
     copy_settings = LogCopySettings.from_config(cfg) if driver_env else None
     needs, mounts, paths, cluster = node_needs(cfg), job_mounts(cfg), cfg.paths, cfg.cluster
-    # load_config fills both when the recipe leaves them unset
-    assert paths.ckpt_path is not None and paths.log_dir is not None
+    assert paths.ckpt_path is not None and paths.log_dir is not None  # load_config fills both when unset
     checks = PreflightSettings(
         readable_paths=[x for x in (paths.model_path, paths.data_dir) if x],
         skyrl_dir=(paths.skyrl_dir or "") if runs_skyrl else "",
