@@ -52,7 +52,8 @@ def job_shape(request: SbatchRequest, environ=None) -> JobShape:
     time_setting = {"the command line": "cluster.time_limit", "": "cluster.time_limit"}.get(
         time_source, f"SBATCH_TIMELIMIT (the time limit comes from {time_source})"
     )
-    seconds, partitions = None, ()
+    seconds: int | None = None
+    partitions: tuple[str, ...] = ()
     with contextlib.suppress(SlurmValueError):
         seconds = time_limit_seconds(time_text) if time_text else None
     with contextlib.suppress(SlurmValueError):

@@ -27,7 +27,7 @@ def _records(path: Path, where: str) -> list[dict]:
     try:
         text = path.read_text(encoding="utf-8")
         if path.suffix == ".jsonl":
-            records = [json.loads(line) for line in text.splitlines() if line.strip()]
+            records: list[dict] | None = [json.loads(line) for line in text.splitlines() if line.strip()]
         else:
             loaded = json.loads(text)
             records = loaded if isinstance(loaded, list) else None
@@ -62,7 +62,7 @@ def canonical_answer(value: object, where: str) -> str:
 
 def convert_aime_files(files: list[Path], where: str, data_source: str) -> pa.Table:
     """Read problem/answer files (parquet, jsonl, json) in order and return the rows in the DAPO format."""
-    rows = []
+    rows: list[dict] = []
     for path in files:
         records = _records(path, f"{where} ({path})")
         if not records:

@@ -342,6 +342,7 @@ def _write_kept(
                     for batch in reader.iter_batches(batch_size=batch_rows, columns=other_columns):
                         end = offset + len(batch)
                         while pending_rows is not None and len(pending_rows) and pending_rows[0].as_py() < end:
+                            assert pending_keys is not None  # comes and goes with pending_rows
                             # The kept rows of this input batch: the prefix of the pending ones below `end`.
                             inside = pc.sum(pc.less(pending_rows, end)).as_py()
                             local = pc.subtract(pending_rows.slice(0, inside), pa.scalar(offset, pa.int64()))

@@ -131,6 +131,7 @@ def resolve_checkpoint(checkpoint: str | Path, base_model: str | Path | None = N
                 "directory)"
             )
         base_model = recorded_base if base_model is None else base_model
+        assert base_model is not None  # given, or else the recorded one (checked above)
         base = Path(base_model).expanduser().resolve()
         check_model_dir(base, "--base-model")
         return EvalInput(model_path=base, lora_path=path, lora_rank=rank, global_step=step, run_root=run_root)

@@ -16,12 +16,17 @@ import urllib.request
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from beam_slurm.core.errors import UserError
 from beam_slurm.jobs.evaluation.checkpoints import EvalInput, lora_request
 from beam_slurm.jobs.evaluation.metrics import MAX_K
 from beam_slurm.jobs.evaluation.problems import Problem
+
+if TYPE_CHECKING:
+    from vllm import LLM
+
+    from beam_slurm.config.schema import BeamConfig
 
 # vllm is imported inside the functions that use it: seconds to import, and --check and --server never need it.
 
@@ -53,7 +58,7 @@ class SamplingSettings:
                 raise SettingsError(message)
 
     @classmethod
-    def from_config(cls, cfg) -> SamplingSettings:
+    def from_config(cls, cfg: BeamConfig) -> SamplingSettings:
         """The recipe's sampling; generation.reasoning_effort=none leaves the template's default."""
         g = cfg.generation
         effort = None if str(g.reasoning_effort).lower() == "none" else g.reasoning_effort
@@ -99,10 +104,10 @@ class EngineSettings:
             raise SettingsError(f"eval.gpu_memory_utilization must be in (0, 1] (got {self.gpu_memory_utilization})")
 
     @classmethod
-    def from_config(cls, cfg, *, ray_cluster: bool) -> EngineSettings:
+    def from_config(cls, cfg: BeamConfig, *, ray_cluster: bool) -> EngineSettings:
         """The recipe's engine; executor `auto` is ray when TP x PP > 1 on a Ray cluster, else vLLM's choice."""
         r = cfg.rollout
-        executor = r.executor_backend  # anything but auto is checked by __post_init__
+        executor: str | None = r.executor_backend  # anything but auto is checked by __post_init__
         if executor == "auto":
             executor = "ray" if r.tensor_parallel * r.pipeline_parallel > 1 and ray_cluster else None
         e = cfg.eval
@@ -162,7 +167,7 @@ class OfflineEngine:
         log: Callable[[str], None] = print,
     ):
         self.eval_input, self.sampling, self.engine, self.log = eval_input, sampling, engine, log
-        self._llm = None
+        self._llm: LLM | None = None
 
     def generate(self, requests: list[Request]) -> list[dict[str, Any]]:
         """Sample each request's responses in one vLLM call; rows numbered from the request's first index."""
@@ -177,8 +182,10 @@ class OfflineEngine:
             SamplingParams(n=n, temperature=s.temperature, top_p=s.top_p, max_tokens=s.max_tokens, seed=s.seed)
             for _, n, _ in requests
         ]
+        # Plain {role, content} dicts: what chat() takes, though its stubs want OpenAI's TypedDicts.
+        conversations: list[Any] = [problem.messages for problem, _, _ in requests]
         outputs = self._llm.chat(
-            [problem.messages for problem, _, _ in requests],
+            conversations,
             params,
             use_tqdm=False,
             lora_request=lora_request(self.eval_input),
@@ -229,7 +236,7 @@ class ClientSettings:
     max_backoff_s: float = 10.0
 
     @classmethod
-    def from_config(cls, cfg, base_url: str, model: str | None) -> ClientSettings:
+    def from_config(cls, cfg: BeamConfig, base_url: str, model: str | None) -> ClientSettings:
         e = cfg.eval
         return cls(
             base_url=base_url,

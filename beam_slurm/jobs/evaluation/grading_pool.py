@@ -21,10 +21,13 @@ import signal
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from beam_slurm.jobs.evaluation import grading
 from beam_slurm.jobs.evaluation.metrics import GradingInputError, validate_rows
+
+if TYPE_CHECKING:  # the workers' forkserver preloads this module: no Hydra there
+    from beam_slurm.config.schema import GradeConfig
 
 PRIMARY = "primary"
 MATH_VERIFY = "math_verify"
@@ -50,7 +53,7 @@ class GradingLimits:
     """Seconds after ``timeout_s`` before the parent kills a worker that ignored its alarm (not a setting)."""
 
     @classmethod
-    def from_settings(cls, grade) -> GradingLimits:
+    def from_settings(cls, grade: GradeConfig) -> GradingLimits:
         return cls(timeout_s=grade.timeout_s, memory_mb=grade.memory_mb, workers=grade.workers)
 
     def __post_init__(self) -> None:
@@ -252,8 +255,9 @@ class GradingPool:
             busy = {w.conn: w for w in self._workers if w.task is not None}
             for conn in multiprocessing.connection.wait(list(busy), timeout=_POLL_S):
                 worker = busy[conn]
+                assert worker.task is not None  # busy holds only the workers with a task
                 try:
-                    values, worst = conn.recv()
+                    values, worst = worker.conn.recv()  # conn itself; wait() types it as any waitable
                 except (EOFError, OSError):
                     continue  # died: handled below as a dead worker
                 results[worker.task.offset : worker.task.offset + len(values)] = values

@@ -91,6 +91,7 @@ def write_results(
     out = Path(out_dir)  # made by the first write
     marker = rehearsal_export(extra)
     if marker is not None:  # made-up weights: every file a reader might take as the step's result says so
+        assert extra is not None  # the marker was found in it
         extra = {**extra, "rehearsal": True, "rehearsal_marker": marker}
         metrics = {
             source: {**entry, "rehearsal": True} if isinstance(entry, dict) else entry

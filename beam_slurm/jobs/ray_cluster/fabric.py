@@ -27,12 +27,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from beam_slurm.config.ports import FIXED_PORTS, first_block
+from beam_slurm.config.ray import RaySettings
 from beam_slurm.jobs.ray_cluster.gpus import allocated_gpus
 from beam_slurm.jobs.ray_cluster.network import interface_ipv4 as address_of
 from beam_slurm.slurm.scheduler import expand_hostnames
+
+if TYPE_CHECKING:  # every node's preflight imports this module: the schema (and Hydra) only for the type
+    from beam_slurm.config.schema import BeamConfig
 
 # torch is imported inside run_rank, on purpose: only the probe's worker processes need it.
 
@@ -61,7 +65,7 @@ class FabricSettings:
         return dataclasses.asdict(self)
 
 
-def fabric_settings(cfg: Any) -> FabricSettings:
+def fabric_settings(cfg: BeamConfig) -> FabricSettings:
     """The recipe's `cluster.fabric_*` keys and every configured interface name; the job fills in the port."""
     cluster, ray, trainer = cfg.cluster, cfg.ray, cfg.trainer
     named = {
@@ -94,11 +98,13 @@ def fabric_settings(cfg: Any) -> FabricSettings:
     )
 
 
-def with_job_port(settings: dict[str, Any], ray_settings: Any, job_id: str) -> dict[str, Any]:
+def with_job_port(settings: dict[str, Any], ray_settings: RaySettings, job_id: str) -> dict[str, Any]:
     """The last spare fixed port of the job's Ray port block: Ray is not up yet, and the site opened that range."""
     if settings.get("port"):
         return settings
-    base = ray_settings.port_range_start + first_block(int(job_id), ray_settings) * ray_settings.ports_per_job
+    # PortRange declares port_overrides a mutable Mapping member, which a dict field cannot match
+    block = first_block(int(job_id), ray_settings)  # type: ignore[arg-type]
+    base = ray_settings.port_range_start + block * ray_settings.ports_per_job
     return {**settings, "port": base + FIXED_PORTS - 1}
 
 
@@ -333,7 +339,7 @@ def run_rank(
     # The rendezvous runs over the Slurm network: a broken fabric must not hide who answered. Connecting waits for
     # the slowest node's start-up (torch's import) on top of the timeout.
     agent_store = environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
-    store = dist.TCPStore(
+    store: dist.Store = dist.TCPStore(
         environ["MASTER_ADDR"],
         int(environ["MASTER_PORT"]),
         None,
@@ -643,9 +649,9 @@ def main(argv: list[str] | None = None) -> int:
     print(RESULT_PREFIX + json.dumps(record), flush=True)
     if gathered is None or args.run is not None:
         return 0
-    missing = [r for r in range(int(os.environ["WORLD_SIZE"])) if r not in {g["rank"] for g in gathered}]
-    if missing:
-        print(f"fabric FAILED: ranks {missing} did not report within {settings.timeout_s:.0f}s", flush=True)
+    silent = [r for r in range(int(os.environ["WORLD_SIZE"])) if r not in {g["rank"] for g in gathered}]
+    if silent:
+        print(f"fabric FAILED: ranks {silent} did not report within {settings.timeout_s:.0f}s", flush=True)
     failing, summary = verdict(
         [
             {"host": host, "problems": [], "ranks": [g for g in gathered if g["host"] == host]}
@@ -658,7 +664,7 @@ def main(argv: list[str] | None = None) -> int:
     for host, found in sorted(failing.items()):
         for problem in found:
             print(f"fabric FAILED on {host}: {problem}", flush=True)
-    return 1 if failing or missing else 0
+    return 1 if failing or silent else 0
 
 
 if __name__ == "__main__":

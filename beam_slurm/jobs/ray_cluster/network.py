@@ -36,7 +36,7 @@ def node_ipv4(interface: str = "", head_ip: str | None = None) -> str:
         infos = []
     address = next((address for *_, (address, *_) in infos if not ipaddress.ip_address(address).is_loopback), None)
     if address:
-        return address
+        return str(address)  # an AF_INET address: already a str
     try:
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
             probe.connect((head_ip or _ANY_PUBLIC_ADDRESS, 9))  # no packet is sent: connect() only picks the route

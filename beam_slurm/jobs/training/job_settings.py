@@ -11,10 +11,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from beam_slurm.config import env_manifest
-from beam_slurm.config.container import same_path_mounts
+from beam_slurm.config.container import Mount, same_path_mounts
 from beam_slurm.config.job_spec import LogCopySettings
 from beam_slurm.config.load import load_config, to_yaml
 from beam_slurm.config.ray import RaySettings
+from beam_slurm.config.schema import BeamConfig
 from beam_slurm.config.skyrl_command import skyrl_launch
 from beam_slurm.config.validation import validate_config
 from beam_slurm.core.errors import ConfigProblem
@@ -100,12 +101,13 @@ def resume_overrides(cfg_ckpt_path: str, environ: Mapping[str, str]) -> list[str
     return ["checkpoint.resume_mode=latest", "checkpoint.resume_path=null"]
 
 
-def load_job_config(overrides: list[str], environ: Mapping[str, str]):
+def load_job_config(overrides: list[str], environ: Mapping[str, str]) -> BeamConfig:
     """The recipe as this attempt of the job runs it (allocation and resume applied); ConfigError when invalid."""
     following = allocation_overrides(overrides, environ)
     cfg = load_config(list(overrides) + following, validate=False)
     kept = [o for o in following if not o.startswith("cluster.nodes=")] if cfg.cluster.spare_nodes > 0 else following
     # With spares the allocation is nodes + spares: the recipe's node count trains (train_job checks the sum).
+    assert cfg.paths.ckpt_path is not None  # load_config fills it when the recipe leaves it unset
     resume = resume_overrides(cfg.paths.ckpt_path, environ)
     if resume or kept != following:  # loaded again (~0.4 s of the job's bring-up) only when the first load changes it
         return load_config(list(overrides) + kept + resume)
@@ -113,7 +115,7 @@ def load_job_config(overrides: list[str], environ: Mapping[str, str]):
     return cfg
 
 
-def job_mounts(cfg):
+def job_mounts(cfg: BeamConfig) -> list[Mount]:
     """Same-path mounts for every directory the job touches, so paths mean the same inside a container."""
     p = cfg.paths
     read_only = [x for x in (p.model_path, p.data_dir, p.skyrl_dir, os.environ.get("BEAM_SLURM_HOME")) if x]
@@ -127,7 +129,7 @@ def job_mounts(cfg):
 
 
 def job_settings(
-    cfg, *, preflight: bool = True, driver: list[str] | None = None
+    cfg: BeamConfig, *, preflight: bool = True, driver: list[str] | None = None
 ) -> tuple[TrainJobSettings, dict[str, str]]:
     """The recipe as `TrainJobSettings` and its driver's environment; `driver` replaces the recipe's trainer."""
     python = cfg.trainer.python if cfg.container.runtime != "none" else sys.executable
@@ -145,9 +147,10 @@ def job_settings(
     manifest = env_manifest.describe(cfg, driver_env) if driver_env else None
     copy_settings = LogCopySettings.from_config(cfg) if driver_env else None
     needs, mounts, paths, cluster = node_needs(cfg), job_mounts(cfg), cfg.paths, cfg.cluster
+    assert paths.ckpt_path is not None and paths.log_dir is not None  # load_config fills both when unset
     checks = PreflightSettings(
         readable_paths=[x for x in (paths.model_path, paths.data_dir) if x],
-        skyrl_dir=paths.skyrl_dir if runs_skyrl else "",
+        skyrl_dir=(paths.skyrl_dir or "") if runs_skyrl else "",
         scratch_dir=paths.optimizer_state_disk_dir or "",
         scratch_need_bytes=needs.scratch_bytes,
         host_ram_need_bytes=needs.host_ram_bytes,

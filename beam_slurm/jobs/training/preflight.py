@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from beam_slurm.config.ray import RaySettings
 from beam_slurm.jobs.ray_cluster import fabric
@@ -205,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
         problems = check_node(settings)
     except Exception as exc:  # report, do not crash: the batch shell names the node
         problems = [f"preflight crashed: {exc!r}"]
-    record = {"host": host, "problems": problems}
+    record: dict[str, Any] = {"host": host, "problems": problems}
     if settings.fabric.get("enabled"):  # every node takes part, whatever it found: the others pair with it
         try:
             record["fabric"] = fabric.run_node(fabric.FabricSettings(**settings.fabric))

@@ -218,6 +218,7 @@ def resume_step(s: RehearsalSettings) -> int:
     if marker is None and s.resume_mode != "from_path":
         return 0  # none, or latest without a checkpoint: a fresh start
     if s.resume_mode == "latest":
+        assert marker is not None  # latest without a marker returned above
         dirs = _step_dirs(root)
         if dirs and max(dirs) - marker > max(s.ckpt_interval, 0):
             raise SettingsError(
@@ -227,6 +228,7 @@ def resume_step(s: RehearsalSettings) -> int:
             )
         path = root / f"{STEP_PREFIX}{marker}"
     else:
+        assert s.resume_path is not None  # from_path: `_check` requires it
         path = Path(s.resume_path)
     if not (path / "trainer_state.pt").is_file():
         raise SettingsError(f"checkpoint {path} is missing or incomplete (no trainer_state.pt); cannot resume from it")
@@ -445,7 +447,7 @@ def place_actors(s: RehearsalSettings, attempt: int):
         )
     hang_at = [0] * (world - 1) + [s.hang_at_step if attempt == 0 else 0]  # the last bundle's actor hangs
     actors = [
-        GpuSlot.options(
+        GpuSlot.options(  # type: ignore[attr-defined]  # ray.remote made it an actor class; its stubs say not
             scheduling_strategy=PlacementGroupSchedulingStrategy(placement_group=group, placement_group_bundle_index=i)
         ).remote(hang_at[i])
         for i in range(world)
@@ -488,6 +490,7 @@ def run(s: RehearsalSettings) -> int:
             dump_eval(s, start, rng)
             heartbeat.eval_end(start)
         total = s.max_training_steps
+        assert total is not None  # `_check` requires a positive step count
         saved_at = hf_at = None
         for step in range(start + 1, total + 1):
             heartbeat.step_start(step)

@@ -7,9 +7,9 @@ import signal
 import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 from beam_slurm.config import container_runtime as runtime
+from beam_slurm.config.container import ContainerSettings, Mount
 from beam_slurm.slurm import scheduler
 
 STOP_AFTER_SRUN_TERM_S = 30.0  # srun got SIGTERM: how long before it is killed
@@ -24,7 +24,7 @@ class ContainerHook:
     env: dict[str, str] = field(default_factory=dict)  # srun's environment (APPTAINERENV_*)
 
 
-def container_hook(container_settings: Any, mounts: list[Any], job_id: str) -> ContainerHook:
+def container_hook(container_settings: ContainerSettings | None, mounts: list[Mount], job_id: str) -> ContainerHook:
     """The hook for a `beam_slurm.config.container.ContainerSettings` (runtime none/pyxis/apptainer)."""
     if container_settings is None or getattr(container_settings, "runtime", "none") == "none":
         return ContainerHook()

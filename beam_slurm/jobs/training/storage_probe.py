@@ -71,7 +71,7 @@ def check_budget(
     """Log the slowest node's bandwidth, warning when a save at that speed breaks the notice budget; True if it fits."""
     if not rates:
         return True
-    host = min(rates, key=rates.get)
+    host = min(rates, key=rates.__getitem__)
     slowest = rates[host]
     log(
         f"storage writes {slowest:.2f} GB/s per node at the slowest ({host}), "

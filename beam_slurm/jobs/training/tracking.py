@@ -12,11 +12,14 @@ import secrets
 import string
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from beam_slurm.core.layout import RUN_DIRNAME
 from beam_slurm.core.run_record import RunRecord, Tracking
 from beam_slurm.core.run_store import RunStore, now
+
+if TYPE_CHECKING:  # the rehearsal imports this module and loads the schema only when started by hand
+    from beam_slurm.config.schema import BeamConfig
 
 # Imported inside the functions that use it, on purpose: wandb (only a run with trainer.logger=wandb opens a W&B run).
 
@@ -31,6 +34,7 @@ def ensure_run_id(export_path: str | os.PathLike, job_id: str) -> str:
         if run.tracking is None or not run.tracking.wandb_run_id:
             run_id = "".join(secrets.choice(_ID_ALPHABET) for _ in range(8))  # W&B-style: 8 letters and digits
             run.tracking = Tracking(logger="wandb", wandb_run_id=run_id, chosen_by_job=str(job_id), chosen_at=now())
+        assert run.tracking.wandb_run_id is not None  # recorded, or chosen just above
         return run.tracking.wandb_run_id
 
     return RunStore(export_path).update(change)
@@ -40,10 +44,11 @@ def attempt_dir(export_path: str | os.PathLike, job_id: str, attempt: int) -> Pa
     return Path(export_path) / RUN_DIRNAME / WANDB_FOLDER / f"{job_id}-{attempt}"
 
 
-def job_env(cfg: Any, environ: Mapping[str, str]) -> dict[str, str]:
+def job_env(cfg: BeamConfig, environ: Mapping[str, str]) -> dict[str, str]:
     """The per-attempt W&B environment for the trainer (inside the allocation); {} unless trainer.logger=wandb."""
     if cfg.trainer.logger != "wandb":
         return {}
+    assert cfg.paths.export_path is not None  # load_config fills it when the recipe leaves it unset
     job_id = environ.get("SLURM_JOB_ID", "local")
     attempt = int(environ.get("SLURM_RESTART_COUNT", "0") or 0)
     folder = attempt_dir(cfg.paths.export_path, job_id, attempt)

@@ -23,7 +23,7 @@ def _bind_metrics_to_the_node() -> None:
     def make_server(address, port, app, *args, **kwargs):
         return original(host if address in wildcard else address, port, app, *args, **kwargs)
 
-    simple_server.make_server = make_server
+    simple_server.make_server = make_server  # type: ignore[assignment]  # one wrapper for all of the stub's overloads
 
 
 def _run_the_next_sitecustomize() -> None:
