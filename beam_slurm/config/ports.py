@@ -19,7 +19,10 @@ class PortRange(Protocol):
     port_range_start: int
     port_range_end: int
     ports_per_job: int
-    port_overrides: Mapping[str, int]
+
+    # Read-only here, so a dataclass whose field is a dict fits (Mapping is not a settable dict).
+    @property
+    def port_overrides(self) -> Mapping[str, int]: ...
 
 
 # Offsets of the fixed ports inside a block; the worker ports take the rest of the block from FIXED_PORTS on.

@@ -102,8 +102,7 @@ def with_job_port(settings: dict[str, Any], ray_settings: RaySettings, job_id: s
     """The last spare fixed port of the job's Ray port block: Ray is not up yet, and the site opened that range."""
     if settings.get("port"):
         return settings
-    # PortRange declares port_overrides a mutable Mapping member, which a dict field cannot match
-    block = first_block(int(job_id), ray_settings)  # type: ignore[arg-type]
+    block = first_block(int(job_id), ray_settings)
     base = ray_settings.port_range_start + block * ray_settings.ports_per_job
     return {**settings, "port": base + FIXED_PORTS - 1}
 

@@ -166,8 +166,7 @@ class NodeRole:
         executable = str(beside) if beside.exists() else "ray"
         began = time.time()
         for _ in range(_RAY_START_TRIES):
-            # PortRange declares port_overrides a mutable Mapping member, which a dict field cannot match
-            ports = choose_ports(self.settings, int(self.ctx.job_id), head=head, start_block=block)  # type: ignore[arg-type]
+            ports = choose_ports(self.settings, int(self.ctx.job_id), head=head, start_block=block)
             args = [
                 f"--node-ip-address={ip}",
                 f"--temp-dir={self.ray.temp_dir}",
