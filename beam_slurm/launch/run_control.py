@@ -167,7 +167,7 @@ def _signal_and_wait(
             and record.wanted
             and (attempt := job.attempt(handled, record.wanted.handled_in_job)) is not None
         ):
-            return _report(verb, job_id, attempt, saved, out)
+            return _report(job_id, attempt, saved, out)
         if time.time() > asked + timeout and saved is None and not ckpt_path:
             break
         time.sleep(_POLL_S)
@@ -175,7 +175,7 @@ def _signal_and_wait(
     return 1
 
 
-def _report(verb: str, job_id: str, attempt: Attempt, saved: int | None, out) -> int:
+def _report(job_id: str, attempt: Attempt, saved: int | None, out) -> int:
     step, saved = attempt.checkpoint_at_end, attempt.saved_step if saved is None else saved
     if saved is None:
         out(

@@ -20,7 +20,6 @@ from beam_slurm.core.atomic_files import read_json
 from beam_slurm.core.errors import UserError
 from beam_slurm.core.run_record import RunRecord, Wanted, read_record
 from beam_slurm.core.run_store import RunStore, now
-from beam_slurm.launch import runs
 from beam_slurm.slurm import scheduler
 
 EXPORTS_ROOT_ENV = "BEAM_EXPORTS_ROOT"  # where run names are looked up
@@ -184,11 +183,11 @@ class RunJob:
 
 def find_job(target: str, exports_root: str | None = None) -> RunJob:
     """The training job RUN names: that job for a job id, else the run's latest one. RunNotFound when none."""
-    export_path = runs.resolve_run(target, exports_root)
+    export_path = resolve_run(target, exports_root)
     run = RunStore(export_path).read()
     job_id = target if target.isdigit() else getattr(run.latest_train_job(), "job_id", "")
     if not job_id:
-        raise runs.RunNotFound(
+        raise RunNotFound(
             f"run {run.run_name or export_path} has no training job yet (its record is written when the job starts)"
         )
     return RunJob(export_path, job_id, Path(run.log_dir or export_path / "logs"), run)

@@ -110,15 +110,6 @@ class _Tree:
                 found.append(LogFile((*parts, entry.name), dir_fd, info.st_mtime, info.st_size))
 
 
-def session_log_files(temp_dir: Path) -> list[str]:
-    """The relative paths of every log `copy_logs` would take, newest first."""
-    tree = _Tree(os.getuid())
-    try:
-        return [f.relative for f in tree.files(temp_dir)]
-    finally:
-        tree.close()
-
-
 def _identity(path: Path) -> tuple[int, int] | None:
     try:
         info = os.stat(path)
