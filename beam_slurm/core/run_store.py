@@ -6,6 +6,7 @@ then an atomic rename, so readers need no lock; a writer whose lock was taken ov
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
@@ -31,10 +32,8 @@ def now() -> str:
 
 def remember_job(job_id: str, export_path: str | os.PathLike[str]) -> None:
     """Index a training job id under this user's state folder, so `RUN` may be the job id (best effort)."""
-    try:
+    with contextlib.suppress(OSError):
         write_text(layout.state_dir() / layout.JOBS_INDEX_DIRNAME / str(job_id), str(export_path) + "\n")
-    except OSError:
-        pass
 
 
 def _parsed(path: Path) -> Any:

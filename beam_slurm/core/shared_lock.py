@@ -11,6 +11,7 @@ heartbeat finds the file gone or another token sets `lost`; its work must still 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -124,10 +125,8 @@ class SharedFileLock:
         moved = _read_holder(tombstone)
         if (moved.token if moved else None) != (judged.token if judged else None):
             # A fresh lock appeared between our check and the rename: give it back unless yet another exists.
-            try:
+            with contextlib.suppress(FileExistsError):
                 os.link(tombstone, self.path)
-            except FileExistsError:
-                pass
         else:
             self.log(f"lock {self.path.name}: taking over, {reason}")
         tombstone.unlink(missing_ok=True)

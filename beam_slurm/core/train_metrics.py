@@ -6,6 +6,7 @@ only appended: a redone step is appended again, the report keeps the later line.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from collections.abc import Mapping
@@ -19,10 +20,8 @@ def _plain(value: Any) -> Any:
     # numpy scalars and 0-d tensors (both have .item()) become plain numbers; anything else its text
     item = getattr(value, "item", None)
     if callable(item):
-        try:
+        with contextlib.suppress(TypeError, ValueError, RuntimeError):
             return item()
-        except (TypeError, ValueError, RuntimeError):
-            pass
     return str(value)
 
 

@@ -3,6 +3,7 @@ sbatch commands) and the per-user pointer to the latest submission, for bare `st
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 from beam_slurm.config.schema import BeamConfig
@@ -60,10 +61,8 @@ def latest_stages(run: RunRecord) -> list[StageEntry]:
 
 def remember_last(target: str | os.PathLike) -> None:
     """Point `status` without an argument at this run or sweep folder (best effort: a read-only home is fine)."""
-    try:
+    with contextlib.suppress(OSError):
         write_text(layout.state_dir() / layout.LAST_POINTER, str(target) + "\n")
-    except OSError:
-        pass
 
 
 def last_target() -> str | None:

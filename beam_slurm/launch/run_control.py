@@ -3,6 +3,7 @@ outcome in the run record, USR2 to the batch shell only, a wait for the save; RE
 
 from __future__ import annotations
 
+import contextlib
 import time
 from pathlib import Path
 
@@ -57,10 +58,8 @@ def split_run(argv: list[str]) -> tuple[str | None, list[str]]:
 def _run_setting(export_path: Path, key: str, given: dict[str, str], cfg: BeamConfig) -> float:
     """A cluster.* number: given on the command line, else the run's own config.yaml, else the recipe's."""
     if key not in given:
-        try:
+        with contextlib.suppress(Exception):  # no config.yaml (yet), or an older one without the key
             return float(OmegaConf.select(OmegaConf.load(layout.run_dir(export_path) / layout.CONFIG_FILE), key))
-        except Exception:  # no config.yaml (yet), or an older one without the key
-            pass
     return float(getattr(cfg.cluster, key.split(".", 1)[1]))
 
 

@@ -3,6 +3,7 @@ a node that vanishes ends the step in seconds, not after Slurm's node timeout (t
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -90,10 +91,8 @@ class HeadWatch:
 def stop_process_group(proc: subprocess.Popen, grace_s: float) -> int:
     """SIGTERM the process group led by `proc`, SIGKILL after `grace_s`; its return code."""
     for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            pass
         try:
             return proc.wait(timeout=wait_s)
         except subprocess.TimeoutExpired:

@@ -3,6 +3,7 @@ the head becomes unreachable (exit 75, so `srun --kill-on-bad-exit=1` ends the w
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 from beam_slurm.core.atomic_files import read_json
@@ -21,11 +22,9 @@ class Worker(NodeRole):
     def run(self) -> int:
         check_gpu_count(self.ctx.host, self.gpus, self.gpu_source, self.ctx.spec.gpus_per_node)
         ip = None
-        try:
+        with contextlib.suppress(OSError):  # resolve through the route to the head once its address is known
             ip = node_ipv4(self.settings.network_interface)
             self.rendezvous.publish_node(self.ctx.rank, {"host": self.ctx.host, "ip": ip, "gpus": self.gpus})
-        except OSError:
-            pass  # resolve through the route to the head once its address is known
         head = self.wait_for_head()
         if head is None:
             return 0 if self.stop_requested else EXIT_INFRA
