@@ -61,9 +61,6 @@ class FabricSettings:
     port: int = 0  # rendezvous port on the first node (the spare port of the job's Ray port block)
     min_bandwidth_ratio: float = 0.5
 
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
 
 def fabric_settings(cfg: BeamConfig) -> FabricSettings:
     """The recipe's `cluster.fabric_*` keys and every configured interface name; the job fills in the port."""
@@ -450,7 +447,7 @@ def run_node(settings: FabricSettings, environ: Mapping[str, str] | None = None)
     if backend == "auto":  # NCCL where the node has GPUs and a driver
         backend = "nccl" if gpus and shutil.which("nvidia-smi") else "gloo"
     per_node = max(len(gpus), 1) if backend == "nccl" else 1
-    worker_settings = json.dumps({**settings.to_dict(), "backend": backend})
+    worker_settings = json.dumps({**dataclasses.asdict(settings), "backend": backend})
     run_id = "-".join(env.get(k, "0") for k in ("SLURM_JOB_ID", "SLURM_RESTART_COUNT", "SLURM_STEP_ID"))
     workers = []
     for local in range(per_node):

@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from beam_slurm.config import env_manifest
@@ -158,7 +158,7 @@ def job_settings(
         ckpt_need_bytes=needs.ckpt_bytes,
         **preflight_budget(cfg),  # the measured write bandwidth is checked against the notice budget
         storage_probe_s=float(cluster.storage_probe_s),
-        fabric=fabric_settings(cfg).to_dict(),
+        fabric=asdict(fabric_settings(cfg)),
     )
     run_info = {
         "run_name": cfg.run_name,

@@ -2,6 +2,7 @@
 its keys in the recipe. The check across sandbox nodes: tests/sandbox/test_fabric_check.py."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import socket
@@ -111,7 +112,7 @@ def test_the_recipe_keys_resolve_the_interface_and_what_to_check():
     assert settings.enabled and settings.timeout_s == 7 and settings.bytes == 64 * 1024**2
     assert settings.interface == "ib0", "NCCL's interface is what the check must measure"
     assert settings.interface_settings == {"ray.network_interface": "eth0", "trainer.extra_env.NCCL_SOCKET_IFNAME": "=ib0"}
-    port = fabric.with_job_port(settings.to_dict(), cfg.ray, "1234")["port"]
+    port = fabric.with_job_port(dataclasses.asdict(settings), cfg.ray, "1234")["port"]
     assert cfg.ray.port_range_start <= port < cfg.ray.port_range_end
 
 
