@@ -41,6 +41,7 @@ On a Debian 13 host the host's own Slurm (24.11) is used and no root is needed (
 from __future__ import annotations
 
 import argparse
+import ast
 import contextlib
 import dataclasses
 import fcntl
@@ -913,7 +914,8 @@ def is_within(path: str, folder: str) -> bool:
 
 
 def venv_paths(venv: Path) -> list[Path]:
-    """A venv's folder and its interpreter's installation (a pyenv Python lives outside the venv), symlinks resolved."""
+    """A venv's folder, its interpreter's installation (a pyenv Python lives outside the venv) and the sources of
+    its editable installs (a venv shared from another checkout imports that checkout's code), symlinks resolved."""
     if not (venv / "bin").is_dir():
         return []
     paths = [venv.resolve()]
@@ -922,7 +924,24 @@ def venv_paths(venv: Path) -> list[Path]:
         interpreter = python.resolve()
         # <prefix>/bin/python3.11: the prefix holds its standard library and shared libraries.
         paths.append(interpreter.parent.parent if interpreter.parent.name == "bin" else interpreter.parent)
+    for site in venv.resolve().glob("lib/python*/site-packages"):
+        paths += editable_sources(site)
     return paths
+
+
+def editable_sources(site_packages: Path) -> list[Path]:
+    """Folders a site-packages imports from outside itself: absolute paths in its .pth files and the package
+    folders of setuptools' editable finders (`MAPPING = {'beam_slurm': '/work/main/beam_slurm'}`)."""
+    found: list[str] = []
+    for pth in site_packages.glob("*.pth"):
+        with contextlib.suppress(OSError):
+            found += [line.strip() for line in pth.read_text().splitlines() if line.startswith("/")]
+    for finder in site_packages.glob("__editable__*finder.py"):
+        with contextlib.suppress(OSError, ValueError, SyntaxError):
+            for line in finder.read_text().splitlines():
+                if line.startswith("MAPPING"):
+                    found += [str(value) for value in ast.literal_eval(line.split("=", 1)[1].strip()).values()]
+    return [Path(path).resolve() for path in found if os.path.isdir(path)]
 
 
 def bind_paths(checkout: Path, state_dir: Path, extra: str = "", mounts: list[str] | None = None) -> list[Path]:
@@ -956,9 +975,11 @@ def root_mounts(root: Path) -> list[str]:
     return [m for m in mount_points() if is_within(m, str(root)) and m != str(root)]
 
 
-def ensure_root_mounts(root: Path, layout: Layout) -> None:
-    """Bind /proc, /sys, /dev and bind_paths() into the root, each at its own path; adds only what is missing.
-    Each bind is private, so nothing mounted later on this machine propagates into it (or out of it)."""
+def ensure_root_mounts(root: Path, layout: Layout) -> list[str]:
+    """Bind /proc, /sys, /dev and bind_paths() into the root, each at its own path; adds only what is missing and
+    returns what it added. Each bind is private, so nothing mounted later on this machine propagates into it (or
+    out of it), nor into the namespaces of daemons already running: those must start again to see a new bind."""
+    added = []
     present = set(root_mounts(root))
     binds = [Path(p) for p in ROOT_SYSTEM_BINDS] + bind_paths(CHECKOUT, layout.root, os.environ.get(BIND_ENV, ""))
     for source in binds:
@@ -972,6 +993,8 @@ def ensure_root_mounts(root: Path, layout: Layout) -> None:
             target.touch()
         run_command(["mount", "--bind", str(source), str(target)])
         run_command(["mount", "--make-private", str(target)])
+        added.append(str(source))
+    return added
 
 
 def missing_root_binds(root: Path, layout: Layout) -> list[str]:
@@ -1283,7 +1306,11 @@ def cmd_up(layout: Layout, node_count: int | None) -> int:
             if root_is_stale(SLURM_ROOT):
                 log(f"note: {SLURM_ROOT} was built by another recipe than {ROOT_INSTALL_PART.name}; rebuild it "
                     f"(after `down --slurm-version 24.11`) with: {ROOT_BUILD_COMMAND}")
-            ensure_root_mounts(SLURM_ROOT, layout)
+            added = ensure_root_mounts(SLURM_ROOT, layout)
+            running = [pid for name in slurm_daemon_names(make_nodes(64)) if (pid := daemon_pid(layout, name))]
+            if added and running:
+                log(f"bound {', '.join(added)} into the root: restarting the Slurm daemons so that jobs see it")
+                stop_pids(running)
         fingerprint = prepare_files(layout, nodes)
         fingerprint_file = layout.run / "config.sha"
         previous = fingerprint_file.read_text().strip() if fingerprint_file.exists() else None
