@@ -963,7 +963,7 @@ def bind_paths(checkout: Path, state_dir: Path, extra: str = "", mounts: list[st
                for system in SYSTEM_DIRS):
             log(f"not binding {path} into the root: it would cover the root's own {path}")
             continue
-        parent = next((c for c in chosen if is_within(path, c)), None)
+        parent = max((c for c in chosen if is_within(path, c)), key=len, default=None)
         if parent is not None and not any(m != parent and is_within(m, parent) and is_within(path, m) for m in mounts):
             continue
         chosen.append(path)
