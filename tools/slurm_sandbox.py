@@ -1424,10 +1424,16 @@ def is_healthy(layout: Layout, nodes: list[Node], quiet: bool) -> bool:
     return not problems
 
 
+def up_command() -> str:
+    """The command that brings this version's sandbox up, for messages."""
+    version = "" if SLURM_VERSION == DEFAULT_SLURM_VERSION else f" --slurm-version {SLURM_VERSION}"
+    return f"tools/slurm_sandbox.py up{version}"
+
+
 def cmd_status(layout: Layout) -> int:
     node_count = configured_nodes(layout)
     if node_count is None:
-        print(f"no sandbox in {layout.root} (run: tools/slurm_sandbox.py up)")
+        print(f"no sandbox in {layout.root} (run: {up_command()})")
         return 1
     nodes = make_nodes(node_count)
     print(f"state dir {layout.root}, {node_count} nodes, SLURM_CONF={layout.slurm_conf}")
@@ -1442,7 +1448,7 @@ def cmd_status(layout: Layout) -> int:
     if daemon_pid(layout, "slurmctld"):
         env = slurm_env(layout)
         print(run_command(["sinfo"], check=False, env=env, timeout=20).stdout.rstrip())
-    print("healthy" if healthy else "NOT healthy (run: tools/slurm_sandbox.py up)")
+    print("healthy" if healthy else f"NOT healthy (run: {up_command()})")
     return 0 if healthy else 1
 
 
@@ -1452,7 +1458,7 @@ def cmd_run(layout: Layout, node_name: str, command: list[str]) -> int:
         raise SandboxError("run: give a command after `--`, e.g. tools/slurm_sandbox.py run -- hostname")
     pid = daemon_pid(layout, f"slurmd-{node_name}")
     if not pid:
-        raise SandboxError(f"node {node_name} is not running (run: tools/slurm_sandbox.py up)")
+        raise SandboxError(f"node {node_name} is not running (run: {up_command()})")
     env = slurm_env(layout)
     enter = ["nsenter", "-t", str(pid), "-n", "-u", "-m"]
     if SLURM_ROOT:
@@ -1499,7 +1505,8 @@ def main(argv: list[str] | None = None) -> int:
         return cmd_run(layout, args.node, command)
     except SandboxError as exc:
         print(f"slurm-sandbox: error: {exc}", file=sys.stderr)
-        return 2 if "must run as root" in str(exc) or "missing Debian packages" in str(exc) else 1
+        setup = ("must run as root", "missing Debian packages", "root is missing")
+        return 2 if any(text in str(exc) for text in setup) else 1
 
 
 if __name__ == "__main__":

@@ -18,7 +18,6 @@ import uuid
 from pathlib import Path
 
 import pytest
-
 from test_slurm_2411_tool import TOOL, load_tool
 
 pytestmark = [

@@ -11,7 +11,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from test_sandbox_tool import TOOL, load_tool
 
 REPO = Path(__file__).resolve().parents[2]
@@ -94,7 +93,8 @@ def test_env_verb_prints_one_literal_export_a_line(tmp_path):
     assert new[0] == f"export SLURM_CONF={tmp_path}/s24/etc/slurm.conf"
     assert new[1].startswith("export PATH=") and new[1].endswith(":/usr/bin:/bin")
     assert new[2] == f"export BEAM_SANDBOX_SHARED={tmp_path}/s24/shared"
-    assert old == [f"export SLURM_CONF={tmp_path}/s22/etc/slurm.conf", f"export BEAM_SANDBOX_SHARED={tmp_path}/s22/shared"]
+    assert old == [f"export SLURM_CONF={tmp_path}/s22/etc/slurm.conf",
+                   f"export BEAM_SANDBOX_SHARED={tmp_path}/s22/shared"]
 
 
 def fake_venv(path: Path, interpreter: Path, editable: Path | None = None, pth: Path | None = None) -> Path:

@@ -19,18 +19,6 @@ BOOKWORM_MARIADB_DIR="opt/beam-bookworm-libmariadb"
 
 if [ "$(id -u)" != 0 ]; then echo "15-slurm-24.11-root: run as root (debootstrap, chroot)" >&2; exit 2; fi
 
-if [[ "$(cat /etc/debian_version 2>/dev/null)" == 13* ]]; then
-  # Debian 13's own Slurm is 24.11: the sandbox uses the host's programs, no root is needed. (Not tried yet.)
-  apt-get install -y -qq --no-install-recommends slurmctld slurmd slurmdbd slurm-client munge >/dev/null
-  echo "15-slurm-24.11-root: Debian 13 host: its own Slurm $(dpkg-query -W -f '${Version}' slurmctld) is used, no root"
-  exit 0
-fi
-
-if [ -f "$ROOTFS/$STAMP_NAME" ] && [ "$(cat "$ROOTFS/$STAMP_NAME")" = "$RECIPE" ]; then
-  echo "15-slurm-24.11-root: $ROOTFS is up to date"
-  exit 0
-fi
-
 # The mirror apt already uses (deb822 URIs line, else a one-line `deb` entry), the Debian archive itself.
 MIRROR="${BEAM_DEBIAN_MIRROR:-}"
 if [ -z "$MIRROR" ]; then
@@ -43,6 +31,32 @@ if [ -z "$MIRROR" ]; then
 fi
 MIRROR="${MIRROR:-http://deb.debian.org/debian}"
 MIRROR="${MIRROR%/}"
+
+if [[ "$(cat /etc/debian_version 2>/dev/null)" == 13* ]]; then
+  # Debian 13's own Slurm is 24.11: the sandbox uses the host's programs, no root is needed. Not tried yet.
+  apt-get install -y -qq --no-install-recommends slurmctld slurmd slurmdbd slurm-client munge >/dev/null
+  # slurmdbd still needs Debian 12's libmariadb3: fetched from the same mirror's bookworm with an apt of its own.
+  if [ ! -e "/$BOOKWORM_MARIADB_DIR/libmariadb.so.3" ]; then
+    apt_dir="$(mktemp -d)"
+    mkdir -p "$apt_dir/lists/partial" "$apt_dir/cache/archives/partial"
+    echo "deb $MIRROR bookworm main" > "$apt_dir/sources.list"
+    apt_opts=(-o "Dir::Etc::SourceList=$apt_dir/sources.list" -o Dir::Etc::SourceParts=/dev/null
+              -o "Dir::State::Lists=$apt_dir/lists" -o "Dir::Cache=$apt_dir/cache")
+    apt-get "${apt_opts[@]}" update -qq
+    (cd "$apt_dir" && apt-get "${apt_opts[@]}" download -qq libmariadb3 >/dev/null)
+    dpkg-deb -x "$apt_dir"/libmariadb3_*.deb "$apt_dir/x"
+    mkdir -p "/$BOOKWORM_MARIADB_DIR"
+    cp -a "$apt_dir"/x/usr/lib/*/libmariadb.so.3 "/$BOOKWORM_MARIADB_DIR/"
+    rm -rf "$apt_dir"
+  fi
+  echo "15-slurm-24.11-root: Debian 13 host: its own Slurm $(dpkg-query -W -f '${Version}' slurmctld) is used, no root"
+  exit 0
+fi
+
+if [ -f "$ROOTFS/$STAMP_NAME" ] && [ "$(cat "$ROOTFS/$STAMP_NAME")" = "$RECIPE" ]; then
+  echo "15-slurm-24.11-root: $ROOTFS is up to date"
+  exit 0
+fi
 
 if ! timeout 30 python3 -c 'import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=20).read(64)' \
      "$MIRROR/dists/trixie/Release" 2>/dev/null; then
