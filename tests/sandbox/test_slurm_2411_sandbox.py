@@ -144,4 +144,5 @@ def test_24_11_down_and_up_leave_the_22_05_sandbox_alone(cluster):
         up = sandbox("up", *VERSION)
     assert up.returncode == 0, up.stdout + up.stderr
     assert daemons("22.05") == before, "the 24.11 up took nothing of 22.05's over"
-    assert cluster.run("sinfo", "-h", "-N", "-p", "batch", "-o", "%t").stdout.split() == ["idle"] * 4
+    nodes = load_tool().configured_nodes(load_tool().Layout(Path(cluster.env["SLURM_CONF"]).parent.parent))
+    assert cluster.run("sinfo", "-h", "-N", "-p", "batch", "-o", "%t").stdout.split() == ["idle"] * nodes
