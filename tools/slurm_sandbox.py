@@ -946,11 +946,11 @@ def editable_sources(site_packages: Path) -> list[Path]:
 
 def bind_paths(checkout: Path, state_dir: Path, extra: str = "", mounts: list[str] | None = None) -> list[Path]:
     """Folders of this machine that the root shows at the same paths, shallowest first: what jobs touch (/tmp,
-    /var/tmp, /root, the checkout, its venvs and their interpreters, the state dir) and the colon-separated extra
+    /var/tmp, /root and the home folder, the checkout, its venvs and their interpreters, the state dir) and the colon-separated extra
     paths (BEAM_SANDBOX_BIND). Missing paths and the root's own system folders (/usr, /etc, ...; /usr/local and
     /var/tmp are fine) are left out; a path inside another one is left out unless a mount point lies between them
     (a bind mount does not carry the mounts below it)."""
-    wanted: list[Path] = [Path("/tmp"), Path("/var/tmp"), Path("/root"), checkout.resolve(), state_dir]
+    wanted: list[Path] = [Path("/tmp"), Path("/var/tmp"), Path("/root"), Path.home(), checkout.resolve(), state_dir]
     for name in CHECKOUT_VENVS:
         wanted += venv_paths(checkout / name)
     wanted += [Path(item) for item in extra.split(":") if item.strip()]
@@ -1240,11 +1240,12 @@ def missing_packages(search_path: str = DAEMON_PATH) -> list[str]:
     return sorted({pkg for prog, pkg in programs.items() if not shutil.which(prog, path=search_path)})
 
 
-def require_root_and_programs() -> None:
+def require_root_and_programs(slurm_root: bool = True) -> None:
+    """Refuse early, with what to install; slurm_root False: the Debian 13 root need not be there (`down`)."""
     if os.geteuid() != 0:
         raise SandboxError("must run as root (it creates network namespaces and starts system daemons); "
                            "try: sudo tools/slurm_sandbox.py ...")
-    if SLURM_ROOT:
+    if SLURM_ROOT and slurm_root:
         problem = root_problem(SLURM_ROOT)
         if problem:
             raise SandboxError(problem)
@@ -1368,7 +1369,7 @@ def print_env_hint(layout: Layout) -> None:
 
 
 def cmd_down(layout: Layout, purge: bool) -> int:
-    require_root_and_programs()
+    require_root_and_programs(slurm_root=False)
     with sandbox_lock():
         # Everything any sandbox started (found by marker), then whatever still runs inside the namespaces (jobs).
         daemons = sandbox_daemons()
