@@ -13,6 +13,9 @@ STAMPS="$ROOT/.venv-stamps"
 mkdir -p "$STAMPS"
 parts=("$@")
 declare -A OPTIONAL_PARTS=([15-slurm-24.11-root]=BEAM_SLURM_2411)
+# Parts that keep their own stamp where their result lives (the 24.11 root is shared by every checkout and may be
+# removed or rebuilt from another one): they always run and say themselves when they are up to date.
+declare -A SELF_STAMPED=([15-slurm-24.11-root]=1)
 if [ ${#parts[@]} -eq 0 ]; then
   for f in "$ROOT"/tools/install.d/*.sh; do
     part="$(basename "$f" .sh)"
@@ -29,7 +32,7 @@ for part in "${parts[@]}"; do
   [ -f "$script" ] || { echo "install: no part named $part (see tools/install.d)" >&2; exit 2; }
   # Keyed on the part and on pyproject.toml (its dependencies), so a new dependency reaches an installed machine.
   sum=$(cat "$script" "$ROOT/pyproject.toml" | sha256sum | cut -c1-16)
-  if [ -f "$STAMPS/$part.$sum" ]; then
+  if [ -z "${SELF_STAMPED[$part]:-}" ] && [ -f "$STAMPS/$part.$sum" ]; then
     echo "install: $part up to date"
     continue
   fi
@@ -44,6 +47,6 @@ for part in "${parts[@]}"; do
   fi
   [ "$rc" -eq 0 ] || exit "$rc"
   rm -f "$STAMPS/$part".*
-  touch "$STAMPS/$part.$sum"
+  [ -n "${SELF_STAMPED[$part]:-}" ] || touch "$STAMPS/$part.$sum"
   echo "install: $part done in $(( $(date +%s) - start )) s"
 done

@@ -96,6 +96,7 @@ printf '127.0.0.1 localhost\n' > "$BUILD/etc/hosts"
 
 # bookworm's MariaDB client library, from the host's own apt (the same Debian 12 the host runs).
 work="$(mktemp -d)"
+chown _apt "$work" 2>/dev/null || true  # apt downloads as _apt where it can
 (cd "$work" && apt-get download -qq libmariadb3 >/dev/null)
 dpkg-deb -x "$work"/libmariadb3_*.deb "$work/x"
 mkdir -p "$BUILD/$BOOKWORM_MARIADB_DIR"
