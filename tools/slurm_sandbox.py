@@ -1461,12 +1461,13 @@ def cmd_run(layout: Layout, node_name: str, command: list[str]) -> int:
     if not pid:
         raise SandboxError(f"node {node_name} is not running (run: {up_command()})")
     env = slurm_env(layout)
-    enter = ["nsenter", "-t", str(pid), "-n", "-u", "-m"]
+    enter = ["nsenter", "-t", str(pid), "-n", "-u", "-m", "--"]
     if SLURM_ROOT:
-        # Inside the root, as the node's jobs are; in this working directory where the root has it.
-        here = os.getcwd()
-        enter += ["-r", f"--wd={here if (SLURM_ROOT / here.lstrip('/')).is_dir() else '/'}"]
-    return subprocess.call([*enter, "--", *command], env=env)
+        # Inside the root as the node's jobs are (chroot, like slurmd: `nsenter -r` left torch's MKL unable to load
+        # its libraries here), in this working directory where the root has it.
+        enter += ["chroot", str(SLURM_ROOT), "/bin/sh", "-c", 'cd "$1" 2>/dev/null || cd /; shift; exec "$@"', "sh",
+                  os.getcwd()]
+    return subprocess.call([*enter, *command], env=env)
 
 
 def main(argv: list[str] | None = None) -> int:

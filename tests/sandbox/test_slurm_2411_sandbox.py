@@ -146,3 +146,10 @@ def test_24_11_down_and_up_leave_the_22_05_sandbox_alone(cluster):
     assert daemons("22.05") == before, "the 24.11 up took nothing of 22.05's over"
     nodes = load_tool().configured_nodes(load_tool().Layout(Path(cluster.env["SLURM_CONF"]).parent.parent))
     assert cluster.run("sinfo", "-h", "-N", "-p", "batch", "-o", "%t").stdout.split() == ["idle"] * nodes
+
+
+def test_run_enters_a_node_inside_the_root(cluster):
+    proc = sandbox("run", *VERSION, "--node", "n2", "--", "sh", "-c", "hostname; hostname -I; cat /etc/debian_version")
+    assert proc.returncode == 0, proc.stderr
+    hostname, ips, debian = proc.stdout.split("\n")[:3]
+    assert hostname == "n2" and ips.split() == ["10.79.0.12", "10.80.0.12"] and debian.startswith("13")
