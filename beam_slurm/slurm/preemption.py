@@ -8,7 +8,8 @@ tasks, our Ray step on every node (with proctrack/linuxproc not Ray's daemons, w
 batch shell; when the save fits in the grace time the Ray step holds it and the head relays it as a notice
 (`beam_slurm.policy.notice_budget.term_notice`). The grace time seen was 30 s for GraceTime=20: slurmctld checks the
 new end
-time on its own period."""
+time on its own period. Slurm 24.11's sandbox (PreemptParameters=send_user_signal, the same partitions): USR1 at once,
+the job requeued 33 s later."""
 
 from __future__ import annotations
 
@@ -18,6 +19,9 @@ from beam_slurm.slurm import scheduler, values
 
 QUERY_TIMEOUT_S = 10.0  # `plan` must not hang on a silent controller
 USER_SIGNAL_PARAMETER = "preempt_send_user_signal"
+"""SlurmctldParameters' name for "send the job's --signal on preemption" (22.05; still read by later releases)."""
+PREEMPT_USER_SIGNAL_PARAMETER = "send_user_signal"
+"""The same as PreemptParameters' entry, its place since 23.02 (what a 24.11 cluster sets)."""
 
 
 @dataclass(frozen=True)
@@ -38,7 +42,8 @@ class PreemptionInfo:
     why: str = ""
     preempt_type: str = ""  # preempt/none, preempt/partition_prio or preempt/qos
     cluster_mode: str = ""  # PreemptMode of slurm.conf (OFF, CANCEL, REQUEUE, SUSPEND, with GANG)
-    user_signal: bool = False  # preempt_send_user_signal: the job's --signal is sent
+    # SlurmctldParameters=preempt_send_user_signal or PreemptParameters=send_user_signal: the job's --signal is sent
+    user_signal: bool = False
     kill_wait_s: int = 0
     # What a signal to a step reaches: proctrack/cgroup every process, Ray's daemons too; linuxproc the tree they left.
     proctrack: str = ""
@@ -111,11 +116,12 @@ def from_outputs(config: str, partitions: str, qos: str, partition: str | None) 
     else:
         row = next((r for r in rows if r.get("Default") == "YES"), rows[0] if rows else {})
     params = [p.strip() for p in conf.get("SlurmctldParameters", "").split(",")]
+    preempt_params = [p.strip() for p in conf.get("PreemptParameters", "").split(",")]
     return PreemptionInfo(
         reachable=True,
         preempt_type=conf.get("PreemptType", ""),
         cluster_mode=conf.get("PreemptMode", ""),
-        user_signal=USER_SIGNAL_PARAMETER in params,
+        user_signal=USER_SIGNAL_PARAMETER in params or PREEMPT_USER_SIGNAL_PARAMETER in preempt_params,
         proctrack=conf.get("ProctrackType", ""),
         kill_wait_s=_seconds(conf.get("KillWait", "").split()[0] if conf.get("KillWait") else ""),
         partition=row.get("PartitionName", ""),

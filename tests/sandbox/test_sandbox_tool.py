@@ -131,7 +131,7 @@ def test_down_leaves_nothing_behind_and_up_restores(slurm_sandbox):
     assert down.returncode == 0, down.stderr
     try:
         assert not [ns for ns in tool.netns_list() if ns.startswith(tool.NETNS_PREFIX)]
-        assert not [link.name for link in Path("/sys/class/net").iterdir() if link.name.startswith("beamsb")]
+        assert not [link.name for link in Path("/sys/class/net").iterdir() if link.name.startswith("beamsb-")]
         assert tool.sandbox_daemons() == {}
         assert not (tool.SLURM_CONF_LINK.is_symlink()
                     and os.readlink(tool.SLURM_CONF_LINK) == str(slurm_sandbox.slurm_conf))
