@@ -56,31 +56,6 @@ def parse_job(text: str) -> dict[str, str]:
     return _fields(text)
 
 
-NO_VALUE = "(null)"
-"""What scontrol prints for a field without a value (24.11's AllocTRES of a job not started yet)."""
-
-
-def parse_tres(text: str) -> dict[str, str]:
-    """`cpu=8,mem=100M,node=1,billing=8,gres/gpu=8` -> {'cpu': '8', 'mem': '100M', ...}; {} for '' and '(null)'."""
-    if text in ("", NO_VALUE):
-        return {}
-    return {name: value for name, sep, value in (item.partition("=") for item in text.split(",")) if sep}
-
-
-def allocated_tres(info: Mapping[str, str]) -> dict[str, str]:
-    """What a job holds, from `scontrol show job`: 24.11's AllocTRES ((null) until the job starts); 22.05 prints one
-    `TRES=`, the allocation once the job has started and the request before. {} while the job holds nothing."""
-    if "AllocTRES" in info:
-        return parse_tres(info["AllocTRES"])
-    return {} if info.get("JobState") == "PENDING" else parse_tres(info.get("TRES", ""))
-
-
-def job_tres(info: Mapping[str, str]) -> dict[str, str]:
-    """A job's trackable resources from `scontrol show job`: what it holds, else what it asked for (24.11's ReqTRES;
-    22.05's `TRES=`, which is the request while the job is pending)."""
-    return allocated_tres(info) or parse_tres(info.get("ReqTRES", info.get("TRES", "")))
-
-
 def _fields(line: str) -> dict[str, str]:
     """`Key=Value ...` of scontrol's one-line output. Split at whitespace only: scontrol quotes nothing, so a quote
     in a value (a path, the command) is part of it, not the start of a quoted word."""

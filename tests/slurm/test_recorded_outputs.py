@@ -1,6 +1,7 @@
 """Slurm's own output as recorded from Slurm 22.05.8 and 24.11.5 on this machine (tests/slurm/fixtures/<version>/),
-read back: `scontrol show job` (22.05's `TRES=`, 24.11's `ReqTRES=`/`AllocTRES=`, `(null)` before a job starts) and
-`scontrol show config` (the preemption signal: 22.05's SlurmctldParameters, 24.11's PreemptParameters).
+read back: `scontrol show job` (the fields the attempt runner reads; 22.05's `TRES=` became 24.11's
+`ReqTRES=`/`AllocTRES=`, which nothing reads) and `scontrol show config` (the preemption signal: 22.05's
+SlurmctldParameters, 24.11's PreemptParameters).
 
 The 24.11 files come from `tools/slurm_sandbox.py up --slurm-version 24.11`; the 22.05 ones from a one-node 22.05
 controller with the sandbox's settings (its partitions batch/low/high, partition_prio preemption, no GPUs)."""
@@ -11,7 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from beam_slurm.policy import attempt
 from beam_slurm.slurm import preemption, scheduler
+from beam_slurm.slurm.values import reported_seconds
 
 FIXTURES = Path(__file__).with_name("fixtures")
 VERSIONS = ["22.05", "24.11"]
@@ -27,37 +30,29 @@ def test_recordings_are_of_their_version(version):
 
 
 @pytest.mark.parametrize("version", VERSIONS)
-def test_a_running_job_holds_what_it_was_given(version):
-    for name in ("show_job_running.txt", "show_job_running_multiline.txt"):
-        info = scheduler.parse_job(recorded(version, name))
-        assert info["JobState"] == "RUNNING" and info["JobName"] == "running"
-        held = scheduler.allocated_tres(info)
-        # --exclusive: the whole node's 8 CPUs, whatever the request said.
-        assert held["cpu"] == "8" and held["node"] == "1" and held["mem"] == "100M", (name, held)
-        assert scheduler.job_tres(info) == held
+@pytest.mark.parametrize("name", ["show_job_running.txt", "show_job_running_multiline.txt"])
+def test_what_the_attempt_reads_of_a_running_job(version, name):
+    """The fields the attempt runner reads (policy.attempt): state, node list, restarts, the time left."""
+    info = scheduler.parse_job(recorded(version, name))
+    assert info["JobState"] == "RUNNING" and info["JobName"] == "running"
+    assert info["NodeList"] not in ("", "(null)") and info["Restarts"] == "0"
+    assert attempt.time_left_s(info) is None, "TimeLimit=UNLIMITED"
+    assert attempt.time_left_s({**info, "TimeLimit": "00:10:00"}) == 600 - reported_seconds(info["RunTime"])
+    assert attempt.slurm_end_of_job(info, restart_count=0) is None
 
 
 @pytest.mark.parametrize("version", VERSIONS)
-def test_a_pending_job_holds_nothing_yet(version):
+def test_what_the_attempt_reads_of_a_pending_job(version):
     info = scheduler.parse_job(recorded(version, "show_job_pending.txt"))
-    assert info["JobState"] == "PENDING"
-    assert scheduler.allocated_tres(info) == {}
-    assert scheduler.job_tres(info) == {"cpu": "1", "mem": "100M", "node": "1", "billing": "1"}
+    assert info["JobState"] == "PENDING" and info["Reason"] == "Resources" and info["RunTime"] == "00:00:00"
 
 
 def test_the_two_versions_print_tres_differently():
+    """Nothing of the product reads TRES from `scontrol show job`; the difference is kept here as recorded."""
     old = scheduler.parse_job(recorded("22.05", "show_job_pending.txt"))
     new = scheduler.parse_job(recorded("24.11", "show_job_pending.txt"))
     assert "TRES" in old and "ReqTRES" not in old and "AllocTRES" not in old
     assert "TRES" not in new and new["AllocTRES"] == "(null)" and new["ReqTRES"].startswith("cpu=1,")
-    running = scheduler.parse_job(recorded("24.11", "show_job_running.txt"))
-    assert scheduler.parse_tres(running["AllocTRES"])["gres/gpu"] == "8", "24.11's sandbox nodes have 8 fake GPUs"
-
-
-def test_parse_tres():
-    assert scheduler.parse_tres("cpu=2,mem=200M,node=2,billing=2,gres/gpu=4") == {
-        "cpu": "2", "mem": "200M", "node": "2", "billing": "2", "gres/gpu": "4"}
-    assert scheduler.parse_tres("(null)") == {} and scheduler.parse_tres("") == {}
 
 
 @pytest.mark.parametrize("version", VERSIONS)
