@@ -6,7 +6,6 @@ logs in `<log_dir>/<jobid>-<attempt>/` and each node's Ray session logs copied t
 from __future__ import annotations
 
 import getpass
-import json
 import re
 import shlex
 import sys
@@ -17,6 +16,7 @@ from typing import TextIO
 
 from beam_slurm.config.verb_args import VerbArgs, VerbUsageError
 from beam_slurm.core.atomic_files import read_json
+from beam_slurm.core.json_text import json_text
 from beam_slurm.core.layout import COMMANDS_FILE, RUN_DIRNAME
 from beam_slurm.jobs.ray_cluster.log_copy import COPY_RECORD, RAY_LOGS_DIR
 from beam_slurm.launch import runs
@@ -338,7 +338,7 @@ def main(argv: list[str]) -> int:
     if args.json:
         if args.follow:
             return parser.fail("--json and --follow: choose one")
-        print(json.dumps(listing(job, attempt, args.node), indent=2))
+        print(json_text(listing(job, attempt, args.node)))
         return 0
     if args.follow:
         path: Path | None

@@ -13,7 +13,6 @@ named by the file they came from (`problems.dataset_label`), runs by the setting
 from __future__ import annotations
 
 import collections
-import json
 import math
 import re
 from dataclasses import replace
@@ -22,6 +21,7 @@ from typing import Any
 
 from beam_slurm.config.verb_args import VerbArgs, VerbUsageError, fit_columns, table_console, verb_table
 from beam_slurm.core.atomic_files import atomic_writer
+from beam_slurm.core.json_text import json_text
 from beam_slurm.core.layout import run_file
 from beam_slurm.core.run_store import RunStore
 from beam_slurm.jobs.evaluation.results import EVALS_DIRNAME, write_json
@@ -499,7 +499,7 @@ def main(argv: list[str]) -> int:
     }
     write_json(summary_file, payload)
     if args.json:
-        print(json.dumps(payload, indent=2))
+        print(json_text(payload))
         return 0
     print_table(reports)
     print(f"figure: {png} (and {svg.name}){f'; timeline: {timeline}' if timeline else ''}; data: {summary_file}")

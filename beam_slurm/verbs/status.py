@@ -10,7 +10,6 @@ its later attempts excluded.
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from dataclasses import dataclass, field
@@ -25,6 +24,7 @@ from rich.text import Text
 from beam_slurm.config.verb_args import VerbArgs, VerbUsageError, fit_columns, table_console, verb_table
 from beam_slurm.core import layout
 from beam_slurm.core.errors import UserError
+from beam_slurm.core.json_text import json_text
 from beam_slurm.core.run_record import Attempt, EvaluationEntry, StageEntry
 from beam_slurm.core.run_store import RunStore
 from beam_slurm.jobs.evaluation.results import evaluation_dir, finished_metrics
@@ -457,7 +457,7 @@ def main(argv: list[str]) -> int:
                 for path, ledger in run_ledgers(export_paths, records=accounting).items()
             }
             goodput = next(iter(ledgers.values())) if len(ledgers) == 1 else ledgers
-            print(json.dumps({**status_json(rows, title), "goodput": goodput}, indent=2))
+            print(json_text({**status_json(rows, title), "goodput": goodput}))
             return 0
         console = table_console()
         if not args.watch:

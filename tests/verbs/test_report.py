@@ -155,6 +155,28 @@ def test_report_table_plot_and_summary(run_export, capsys):
     assert summary["train"]["10"]["generate/avg_num_tokens"] == pytest.approx(4000)
 
 
+def _refuse_constant(name: str):
+    raise ValueError(f"{name} is not JSON")
+
+
+def test_report_json_of_nan_scores_is_valid_json(run_export, capsys):
+    # SkyRL writes NaN where a dataset had no score (and a metric can be infinite): the report shows null, in --json
+    # and in report.json alike, so jq and JavaScript read both.
+    folder = run_export / "dumped_evals" / "global_step_10_evals"
+    (folder / "aggregated_results.jsonl").write_text('{"eval/aime2025/avg_score": NaN}\n')
+    with open(run_export / TRAIN_METRICS_FILE, "a") as handle:
+        handle.write('{"step": 11, "reward/avg_raw_reward": NaN, "generate/avg_num_tokens": Infinity}\n')
+    assert beam_slurm(["report", str(run_export), "--json"]) == 0
+    printed = json.loads(capsys.readouterr().out, parse_constant=_refuse_constant)
+    written = json.loads((run_export / "beam_evals" / "report.json").read_text(), parse_constant=_refuse_constant)
+    assert printed == written
+    (run,) = printed["runs"]
+    points = {(e["step"], e["data_source"], e["origin"]): e["accuracy"] for e in run["evaluations"]}
+    assert points[(10, "aime2025", "skyrl")] is None and points[(10, "aime2024", "skyrl")] == pytest.approx(0.5)
+    assert run["train"]["11"]["reward/avg_raw_reward"] is None and run["train"]["11"]["generate/avg_num_tokens"] is None
+    assert [11, None] in run["series"]["reward"]
+
+
 def test_report_finds_a_run_by_name(run_export, tmp_path, capsys):
     plot = tmp_path / "plots" / "curve.png"
     assert beam_slurm(["report", "beam-lora-16", "--exports-root", str(run_export.parent), "--plot", str(plot)]) == 0
