@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from beam_slurm.config.load import load_config, load_many, to_yaml
+from beam_slurm.config.load import has_sweep, load_config, load_many, to_yaml
 from beam_slurm.config.overrides import override_key
 from beam_slurm.config.schema import BeamConfig
 from beam_slurm.config.validation import path_problems, unusable_text_problems
@@ -30,7 +30,7 @@ from beam_slurm.core.run_store import RunStore, now, remember_job
 from beam_slurm.launch.manifest import record_submission, remember_last
 from beam_slurm.launch.run_results import REHEARSAL_RUN
 from beam_slurm.launch.stages import PrepareData, PullContainer, StageError, StagePlan, Train
-from beam_slurm.launch.sweep import expand, has_sweep, rename_run, share_group, slug, sweep_root
+from beam_slurm.launch.sweep import expand, rename_run, share_group, slug, sweep_root
 from beam_slurm.policy.notice_budget import attempt_progress
 from beam_slurm.slurm import limits, scheduler
 from beam_slurm.slurm.scheduler import SlurmCommandError
