@@ -466,18 +466,22 @@ def main(argv: list[str]) -> int:
                 gpus = run_config(export_paths[0]).get("cluster.gpus_per_node") or 1
                 console.print(run_ledger(export_paths[0], records=accounting).summary(int(gpus)))
             return 0
-        with Live(render_table(rows, title, console.width), console=console, refresh_per_second=1) as live:
-            # Done when every job has ended, or waits for a dependency that can never be satisfied.
-            while not all(
-                r.state in ("SKIPPED", "STOPPED")
-                or r.state in FINAL_STATES
-                or r.stage.startswith(" ")
-                or r.reason.startswith("DependencyNeverSatisfied")
-                for r in rows
-            ):
-                time.sleep(args.interval)
-                rows = collect(export_paths)
-                live.update(render_table(rows, f"{title}  ({time.strftime('%H:%M:%S')})", console.width))
+        try:
+            with Live(render_table(rows, title, console.width), console=console, refresh_per_second=1) as live:
+                # Done when every job has ended, or waits for a dependency that can never be satisfied.
+                while not all(
+                    r.state in ("SKIPPED", "STOPPED")
+                    or r.state in FINAL_STATES
+                    or r.stage.startswith(" ")
+                    or r.reason.startswith("DependencyNeverSatisfied")
+                    for r in rows
+                ):
+                    time.sleep(args.interval)
+                    rows = collect(export_paths)
+                    live.update(render_table(rows, f"{title}  ({time.strftime('%H:%M:%S')})", console.width))
+        finally:
+            if not console.is_terminal:  # Live ends a terminal's last line, not a log's or a pipe's
+                console.line()
     except SlurmCommandError as exc:
         return verb.fail(exc, status=1)
     except KeyboardInterrupt:
