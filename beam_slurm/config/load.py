@@ -209,7 +209,7 @@ def parse_overrides(overrides: list[str]) -> list[Override]:
 
 def has_sweep(overrides: list[str]) -> list[str]:
     """The overrides (as typed) that Hydra reads as a sweep (`key=a,b`, `range(...)`, `choice(...)`)."""
-    return [o.input_line for o in parse_overrides(overrides) if o.is_sweep_override()]
+    return [str(o.input_line) for o in parse_overrides(overrides) if o.is_sweep_override()]
 
 
 def key_problems(overrides: list[str]) -> list[ConfigProblem]:

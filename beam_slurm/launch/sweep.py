@@ -34,7 +34,7 @@ def expand(overrides: list[str]) -> list[Combination]:
                 raise ConfigError([ConfigProblem(key, parsed.input_line, "this sweep has no values")])
             axes.append([(f"{key}={value}", (key.lstrip("+~"), value)) for value in values])
         else:
-            axes.append([(parsed.input_line, None)])
+            axes.append([(str(parsed.input_line), None)])
     return [
         Combination([text for text, _ in point], [c for _, c in point if c is not None])
         for point in itertools.product(*axes)
