@@ -186,6 +186,32 @@ def _schema_names() -> tuple[tuple[str, ...], frozenset[str], frozenset[str]]:
     )
 
 
+def parse_overrides(overrides: list[str]) -> list[Override]:
+    """Hydra's parsed overrides; a syntax error becomes a ConfigError naming the override."""
+    parser = OverridesParser.create()
+    parsed = []
+    for text in overrides:
+        try:
+            parsed.extend(parser.parse_overrides([text]))
+        except OverrideParseException as exc:
+            first = str(exc).splitlines()[0]
+            raise ConfigError(
+                [
+                    ConfigProblem(
+                        text.split("=", 1)[0],
+                        text,
+                        f"cannot parse this override ({first}); quote values with commas or spaces: key='a,b'",
+                    )
+                ]
+            ) from None
+    return parsed
+
+
+def has_sweep(overrides: list[str]) -> list[str]:
+    """The overrides (as typed) that Hydra reads as a sweep (`key=a,b`, `range(...)`, `choice(...)`)."""
+    return [str(o.input_line) for o in parse_overrides(overrides) if o.is_sweep_override()]
+
+
 def key_problems(overrides: list[str]) -> list[ConfigProblem]:
     """Each override of a key the schema does not have, with the nearest known name (`+key=` only in open mappings)."""
     leaves, sections, mappings = _schema_names()

@@ -26,7 +26,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from beam_slurm.config.load import load_config, schema_fields
+from beam_slurm.config.load import has_sweep, load_config, schema_fields
 from beam_slurm.config.overrides import BARE_VALUE, hydra_value, override_key, value_at
 from beam_slurm.config.schema import BeamConfig
 from beam_slurm.config.validation import unusable_text_problems
@@ -353,7 +353,13 @@ class VerbArgs:
             sections = ", ".join(dict.fromkeys(section_of(k) for k in self.keys))
             self.parser.error(f"--help-keys {section}: not a section this verb reads; use one of {sections}, or all")
         try:
-            cfg = load_config(overrides, validate=False)
+            swept = has_sweep(overrides)  # a sweep's values are many: the keys are shown without them
+            if swept:
+                print(
+                    f"{self.prefix}--help-keys: values shown without the swept {', '.join(swept)} (one per run)",
+                    file=sys.stderr,
+                )
+            cfg = load_config([o for o in overrides if o not in swept], validate=False)
         except ConfigError as error:
             sys.exit(self.config_failed(error))
         print(keys_help(keys, cfg))

@@ -13,6 +13,7 @@ import yaml
 
 from beam_slurm.core.errors import UserError
 from beam_slurm.core.layout import CONFIG_FILE, RUN_DIRNAME, STEP_DIR, SWEEP_FILE
+from beam_slurm.core.run_record import RunRecord
 from beam_slurm.core.run_store import RunStore
 from beam_slurm.jobs.evaluation.problems import labels_by_source
 from beam_slurm.jobs.evaluation.results import EVALS_DIRNAME, INFO_FILE, METRICS_FILE
@@ -309,10 +310,12 @@ def _collect_train(report: RunReport) -> None:
             report.train.setdefault(step, {}).update(numbers)
 
 
-def gather(export_path: Path) -> RunReport:
-    """Read every evaluation and the training metrics found under a run's export path."""
+def gather(export_path: Path, run: RunRecord | None = None) -> RunReport:
+    """Read every evaluation and the training metrics found under a run's export path (`run`: its record, when the
+    caller has read it)."""
     export_path = Path(export_path)
-    report = RunReport(export_path=export_path, name=RunStore(export_path).read().run_name or export_path.name)
+    run = RunStore(export_path).read() if run is None else run
+    report = RunReport(export_path=export_path, name=run.run_name or export_path.name)
     labels = dataset_labels(export_path)
     _collect_ours(report, labels)
     _collect_skyrl(report, labels)

@@ -9,9 +9,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hydra.core.override_parser.overrides_parser import OverridesParser
-from hydra.errors import OverrideParseException
-
+from beam_slurm.config.load import parse_overrides
 from beam_slurm.config.overrides import override
 from beam_slurm.config.schema import BeamConfig
 from beam_slurm.core.errors import ConfigError, ConfigProblem
@@ -25,35 +23,10 @@ class Combination:
     choices: list[tuple[str, str]] = field(default_factory=list)  # (key, value) of each swept override at this point
 
 
-def parse(overrides: list[str]):
-    """Hydra's parsed overrides; a syntax error becomes a ConfigError naming the override."""
-    parser = OverridesParser.create()
-    parsed = []
-    for text in overrides:
-        try:
-            parsed.extend(parser.parse_overrides([text]))
-        except OverrideParseException as exc:
-            first = str(exc).splitlines()[0]
-            raise ConfigError(
-                [
-                    ConfigProblem(
-                        text.split("=", 1)[0],
-                        text,
-                        f"cannot parse this override ({first}); quote values with commas or spaces: key='a,b'",
-                    )
-                ]
-            ) from None
-    return parsed
-
-
-def has_sweep(overrides: list[str]) -> list[str]:
-    return [o.input_line for o in parse(overrides) if o.is_sweep_override()]
-
-
 def expand(overrides: list[str]) -> list[Combination]:
     """Every combination, cartesian product over the swept overrides (Hydra basic sweeper order)."""
     axes: list[list[tuple[str, tuple[str, str] | None]]] = []
-    for parsed in parse(overrides):
+    for parsed in parse_overrides(overrides):
         if parsed.is_sweep_override():
             key = parsed.get_key_element()
             values = list(parsed.sweep_string_iterator())
@@ -61,7 +34,7 @@ def expand(overrides: list[str]) -> list[Combination]:
                 raise ConfigError([ConfigProblem(key, parsed.input_line, "this sweep has no values")])
             axes.append([(f"{key}={value}", (key.lstrip("+~"), value)) for value in values])
         else:
-            axes.append([(parsed.input_line, None)])
+            axes.append([(str(parsed.input_line), None)])
     return [
         Combination([text for text, _ in point], [c for _, c in point if c is not None])
         for point in itertools.product(*axes)

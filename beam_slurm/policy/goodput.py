@@ -11,7 +11,7 @@ import itertools
 import os
 import statistics
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -270,13 +270,18 @@ def _queue_wait(allocations: list[_Allocation]) -> float:
 
 
 def run_ledgers(
-    export_paths: Sequence[P],
+    export_paths: Sequence[P] | Mapping[P, RunRecord],
     now: float | None = None,
     records: list[dict[str, str]] | None = None,
 ) -> dict[P, Ledger]:
     """export path -> its run's ledger, with ONE sacct call for every run's jobs (a 64-point sweep asks once), or
-    none where the caller already read the allocation `records` (status: in the same call as its job rows)."""
-    runs = {path: RunStore(path).read() for path in export_paths}
+    none where the caller already read the allocation `records` (status: in the same call as its job rows).
+    `export_paths` may map each to its run's record, read already (status reads each once)."""
+    runs = (
+        dict(export_paths)
+        if isinstance(export_paths, Mapping)
+        else {path: RunStore(path).read() for path in export_paths}
+    )
     if records is None:
         try:
             records = scheduler.allocation_records([job for run in runs.values() for job in run.train_jobs])

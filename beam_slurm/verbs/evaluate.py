@@ -19,6 +19,7 @@ from typing import Any
 
 from rich.table import Table
 
+from beam_slurm.config.load import has_sweep
 from beam_slurm.config.schema import BeamConfig
 from beam_slurm.config.verb_args import table_console
 from beam_slurm.core.errors import UserError
@@ -147,7 +148,7 @@ def _run_exports(target: str, exports_root: str | None) -> list[Path]:
 def _points(parsed, multirun: bool, load) -> list[tuple[list[str], BeamConfig]]:
     """(overrides, recipe) of every sweep point: `-m` expands key=a,b as `submit -m` does (Hydra's grammar)."""
     overrides = list(parsed.overrides)
-    swept = sweep.has_sweep(overrides)
+    swept = has_sweep(overrides)
     if swept and not multirun:
         raise UsageError(f"{', '.join(swept)}: a sweep needs -m (beam-slurm evaluate -m ...)")
     combinations = sweep.expand(overrides) if multirun else [sweep.Combination(overrides)]

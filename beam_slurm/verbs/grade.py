@@ -15,6 +15,7 @@ from rich.table import Table
 
 from beam_slurm.config.verb_args import VerbArgs, VerbUsageError, keys_under, table_console
 from beam_slurm.core.errors import ConfigError
+from beam_slurm.core.json_text import json_text
 from beam_slurm.jobs.evaluation import grading
 from beam_slurm.jobs.evaluation.grading_pool import GradingLimits, GradingSetupError, grade_rows_detailed
 from beam_slurm.jobs.evaluation.metrics import PASS_AT, GradingInputError, compute_details, compute_metrics
@@ -109,7 +110,7 @@ def main(argv: list[str]) -> int:
     details = compute_details(outcome.grades)
     write_results(args.out, outcome.grades, metrics)
     if args.json:
-        print(json.dumps({"metrics": metrics, "details": details, "out": str(args.out)}, indent=2))
+        print(json_text({"metrics": metrics, "details": details, "out": str(args.out)}))
         return 0
     print_summary(metrics, details)
     primary, verified = outcome.phases["primary"], outcome.phases["math_verify"]

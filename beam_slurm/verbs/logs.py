@@ -6,7 +6,6 @@ logs in `<log_dir>/<jobid>-<attempt>/` and each node's Ray session logs copied t
 from __future__ import annotations
 
 import getpass
-import json
 import re
 import shlex
 import sys
@@ -17,6 +16,7 @@ from typing import TextIO
 
 from beam_slurm.config.verb_args import VerbArgs, VerbUsageError
 from beam_slurm.core.atomic_files import read_json
+from beam_slurm.core.json_text import json_text
 from beam_slurm.core.layout import COMMANDS_FILE, RUN_DIRNAME
 from beam_slurm.jobs.ray_cluster.log_copy import COPY_RECORD, RAY_LOGS_DIR
 from beam_slurm.launch import runs
@@ -37,6 +37,7 @@ _ACTIVE = (
     "SIGNALING",
     "STAGE_OUT",
 )
+FOLLOW_POLL_S = 1.0  # --follow: how often it looks at the log and asks whether the job still runs
 NO_ARRAY_TASK = "4294967294"  # what Slurm writes for %a of a job that is not an array task (its NO_VAL)
 _PATTERN = re.compile(r"%(\d*)([%AajNux])")
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)")
@@ -266,30 +267,54 @@ def listing(job, attempt: str, node: str | None = None) -> dict:
     }
 
 
-def _alive(job_id: str) -> bool:
+def _state(job_id: str) -> str:
+    """squeue's state of the job; '' once Slurm no longer lists it (or cannot be asked)."""
     try:
-        return scheduler.job_state(job_id) in _ACTIVE
+        return scheduler.job_state(job_id)
     except scheduler.SlurmCommandError:
-        return False
+        return ""
 
 
 def follow(job, path: Path, out: TextIO) -> int:
-    """Print `path` as it grows until the job is no longer queued or running."""
+    """Print `path` as it grows until the job is no longer queued or running: 0, also on Ctrl-C; 1 (saying so) when
+    the job ended without writing anything to it."""
     position = 0
-    while True:
-        alive = _alive(job.job_id)
-        if path.is_file():
-            with open(path, "rb") as handle:
-                handle.seek(position)
-                chunk = handle.read()
-            position += len(chunk)
-            if chunk:
-                text = chunk.decode(errors="replace")
-                out.write(text if out.isatty() else _ANSI.sub("", text))
-                out.flush()
-        if not alive:
-            return 0
-        time.sleep(1.0)
+    try:
+        while True:
+            alive = _state(job.job_id) in _ACTIVE
+            if path.is_file():
+                with open(path, "rb") as handle:
+                    handle.seek(position)
+                    chunk = handle.read()
+                position += len(chunk)
+                if chunk:
+                    text = chunk.decode(errors="replace")
+                    out.write(text if out.isatty() else _ANSI.sub("", text))
+                    out.flush()
+            if not alive:
+                break
+            time.sleep(FOLLOW_POLL_S)
+    except KeyboardInterrupt:
+        return 0
+    if position == 0:
+        print(f"beam-slurm logs: job {job.job_id} ended without writing anything to {path}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def follow_batch_log(job, out: TextIO) -> int:
+    """`logs --follow` of the batch log: also of a job still pending (it says so once, then waits for the lines)."""
+    path, how = batch_log(job)
+    state = _state(job.job_id)
+    if path is None or not (path.is_file() or state in _ACTIVE):
+        print(f"beam-slurm logs: cannot follow the batch log of job {job.job_id}: {how}", file=sys.stderr)
+        return 2
+    if state == "PENDING":
+        print(
+            f"beam-slurm logs: job {job.job_id} is pending; waiting for it to start and write {path} (Ctrl-C to stop)",
+            file=sys.stderr,
+        )
+    return follow(job, path, out)
 
 
 def build_parser():
@@ -324,9 +349,13 @@ def main(argv: list[str]) -> int:
                 f"--lines {args.lines}: give how many lines of each log to show, 0 or more (0 lists "
                 "the logs without their lines)"
             )
+        if args.json and args.follow:
+            raise VerbUsageError("--json and --follow: choose one")
         job = find_job(args.run, args.exports_root)
     except (VerbUsageError, runs.RunNotFound) as exc:
         return parser.fail(exc)
+    if args.follow and args.node is None and args.attempt is None:  # the batch log: there before any attempt's
+        return follow_batch_log(job, sys.stdout)
     attempts = job.attempts()
     if not attempts:
         return parser.fail(f"job {job.job_id} has no log folder under {job.log_dir} yet (it has not started)")
@@ -336,19 +365,14 @@ def main(argv: list[str]) -> int:
             f"--attempt {attempt}: job {job.job_id} has logs of attempts {', '.join(map(str, attempts))}"
         )
     if args.json:
-        if args.follow:
-            return parser.fail("--json and --follow: choose one")
-        print(json.dumps(listing(job, attempt, args.node), indent=2))
+        print(json_text(listing(job, attempt, args.node)))
         return 0
     if args.follow:
-        path: Path | None
-        if args.node:
-            path = job.attempt_dir(attempt) / f"ray-{args.node}.log"
-        else:
-            path, how = batch_log(job)
-            if path is None or not (path.is_file() or _alive(job.job_id)):
-                return parser.fail(f"cannot follow the batch log of job {job.job_id}: {how}")
-        return follow(job, path, sys.stdout)
+        return (
+            follow(job, job.attempt_dir(attempt) / f"ray-{args.node}.log", sys.stdout)
+            if args.node
+            else follow_batch_log(job, sys.stdout)
+        )
     return show(job, attempt, args.node, args.lines, sys.stdout, every=args.all)
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import sys
 from collections.abc import Sequence
@@ -18,6 +17,7 @@ from beam_slurm.config.schema import BeamConfig, env_sources
 from beam_slurm.config.skyrl_command import skyrl_launch
 from beam_slurm.config.verb_args import VerbArgs, VerbUsageError, schema_keys, table_console
 from beam_slurm.core.errors import ConfigError
+from beam_slurm.core.json_text import json_text
 from beam_slurm.core.layout import run_file
 from beam_slurm.jobs.evaluation import hang_guard
 from beam_slurm.launch.runs import RunNotFound, resolve_run
@@ -289,9 +289,8 @@ def main(argv: list[str]) -> int:
     slurm = slurm_check(cfg, parsed.overrides)
     if parsed.args.json:
         print(
-            json.dumps(
+            json_text(
                 {**plan_json(cfg, launch, preemption, slurm, parsed.overrides), "history": measured_history},
-                indent=2,
                 default=str,
             )
         )

@@ -13,7 +13,6 @@ named by the file they came from (`problems.dataset_label`), runs by the setting
 from __future__ import annotations
 
 import collections
-import json
 import math
 import re
 from dataclasses import replace
@@ -22,6 +21,7 @@ from typing import Any
 
 from beam_slurm.config.verb_args import VerbArgs, VerbUsageError, fit_columns, table_console, verb_table
 from beam_slurm.core.atomic_files import atomic_writer
+from beam_slurm.core.json_text import json_text
 from beam_slurm.core.layout import run_file
 from beam_slurm.core.run_store import RunStore
 from beam_slurm.jobs.evaluation.results import EVALS_DIRNAME, write_json
@@ -247,9 +247,13 @@ PHASE_COLOURS = {
 }
 
 
-def write_timeline(reports: list[RunReport], path: Path) -> Path | None:
+TIMELINE_ROW_IN = 0.42  # inches per attempt: the figure's height follows the number of attempts
+TIMELINE_FRAME_IN = 1.5  # inches for the title, the x axis and its label, and the legend below it
+
+
+def timeline_figure(reports: list[RunReport]):
     """One row per attempt, coloured by phase (spares not drawn: they sit beside the Ray step), the end kind and the
-    step reached written at its end; None when no run has a ledger."""
+    step reached written at its end, inside the axes; the legend below the x label. None when no run has a ledger."""
     lines = [(r, line) for r in reports if r.goodput for line in r.goodput.timeline]
     if not lines:
         return None
@@ -259,7 +263,8 @@ def write_timeline(reports: list[RunReport], path: Path) -> Path | None:
     import matplotlib.pyplot as plt
 
     start = min(line.segments[0].start if line.segments else line.start for _, line in lines)
-    fig, ax = plt.subplots(figsize=(11, 0.45 * len(lines) + 1.6))
+    fig, ax = plt.subplots(figsize=(11, TIMELINE_ROW_IN * len(lines) + TIMELINE_FRAME_IN), layout="constrained")
+    ends = []
     for row, (_, line) in enumerate(reversed(lines)):
         for segment in line.segments:
             if segment.phase != "spare":
@@ -272,7 +277,7 @@ def write_timeline(reports: list[RunReport], path: Path) -> Path | None:
                     edgecolor="none",
                 )
         step = "-" if line.step_at_end is None else line.step_at_end
-        ax.text(line.end - start, row, f"  {line.end_kind}, step {step}", va="center", fontsize=8)
+        ends.append(ax.text(line.end - start, row, f"  {line.end_kind}, step {step}", va="center", fontsize=8))
     ax.set_yticks(range(len(lines)))
     ax.set_yticklabels(
         [
@@ -281,21 +286,39 @@ def write_timeline(reports: list[RunReport], path: Path) -> Path | None:
         ],
         fontsize=8,
     )
+    ax.set_ylim(-0.6, len(lines) - 0.4)
     ax.set_xlabel("seconds since the first allocation started")
+    ax.set_title("Attempts by phase (goodput ledger)")
     drawn = [p for p in PHASES if p not in ("spare", "unaccounted")]
-    ax.legend(
+    fig.legend(
         [plt.Rectangle((0, 0), 1, 1, color=PHASE_COLOURS[p]) for p in drawn],
         drawn,
-        ncol=4,
+        ncol=len(drawn),
         fontsize=7,
-        loc="upper left",
-        bbox_to_anchor=(0, -0.35 if len(lines) < 4 else -0.15),
+        loc="outside lower center",
+        frameon=False,
     )
-    ax.set_title("Attempts by phase (goodput ledger)")
-    fig.tight_layout()
-    with atomic_writer(path, "wb") as handle:
-        fig.savefig(handle, format="png", dpi=110)
-    plt.close(fig)
+    # Room on the right for the longest end label: widen the x range until each ends inside the axes.
+    fig.draw_without_rendering()
+    low, high = ax.get_xlim()
+    width = ax.get_window_extent().width
+    room = [(text.get_position()[0], text.get_window_extent().width + 4) for text in ends]
+    ax.set_xlim(low, max([high] + [low + (x - low) * width / max(width - w, 1.0) for x, w in room]))
+    return fig
+
+
+def write_timeline(reports: list[RunReport], path: Path) -> Path | None:
+    """`timeline_figure` as PNG at `path`; None (nothing written) when no run has a ledger."""
+    fig = timeline_figure(reports)
+    if fig is None:
+        return None
+    import matplotlib.pyplot as plt
+
+    try:
+        with atomic_writer(path, "wb") as handle:
+            fig.savefig(handle, format="png", dpi=110)
+    finally:
+        plt.close(fig)
     return path
 
 
@@ -499,7 +522,7 @@ def main(argv: list[str]) -> int:
     }
     write_json(summary_file, payload)
     if args.json:
-        print(json.dumps(payload, indent=2))
+        print(json_text(payload))
         return 0
     print_table(reports)
     print(f"figure: {png} (and {svg.name}){f'; timeline: {timeline}' if timeline else ''}; data: {summary_file}")

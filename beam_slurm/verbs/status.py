@@ -10,7 +10,6 @@ its later attempts excluded.
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from dataclasses import dataclass, field
@@ -25,7 +24,8 @@ from rich.text import Text
 from beam_slurm.config.verb_args import VerbArgs, VerbUsageError, fit_columns, table_console, verb_table
 from beam_slurm.core import layout
 from beam_slurm.core.errors import UserError
-from beam_slurm.core.run_record import Attempt, EvaluationEntry, StageEntry
+from beam_slurm.core.json_text import json_text
+from beam_slurm.core.run_record import Attempt, EvaluationEntry, RunRecord, StageEntry
 from beam_slurm.core.run_store import RunStore
 from beam_slurm.jobs.evaluation.results import evaluation_dir, finished_metrics
 from beam_slurm.launch.manifest import last_target, latest_stages
@@ -38,7 +38,7 @@ from beam_slurm.launch.run_results import (
     run_config,
 )
 from beam_slurm.launch.runs import RunNotFound, resolve_runs, sweep_folder
-from beam_slurm.policy.goodput import run_ledger, run_ledgers
+from beam_slurm.policy.goodput import run_ledgers
 from beam_slurm.slurm.scheduler import SlurmCommandError
 from beam_slurm.slurm.submission import FINAL_STATES, JobView, job_view
 from beam_slurm.slurm.values import reported_seconds
@@ -70,8 +70,8 @@ class StatusRow:
     attempts: list[Attempt] = field(default_factory=list)  # train rows: the job's attempts
 
 
-def resolve_targets(target: str | None) -> tuple[list[Path], str]:
-    """(export paths of the runs to show, title). Raises StatusInputError."""
+def resolve_targets(target: str | None) -> tuple[dict[Path, RunRecord], str]:
+    """(the runs to show: export path -> its record, read once for the whole call; title). Raises StatusInputError."""
     target = target or last_target()
     if not target:
         raise StatusInputError(
@@ -87,11 +87,16 @@ def resolve_targets(target: str | None) -> tuple[list[Path], str]:
                 f"a sweep folder (with {layout.SWEEP_FILE})"
             ) from None
         raise StatusInputError(str(exc)) from None
+    runs = read_runs([t.export_path for t in found])
     sweep = sweep_folder(path)
     if sweep is not None:
-        return [t.export_path for t in found], f"sweep {sweep}"
-    export_path = found[0].export_path
-    return [export_path], f"run {RunStore(export_path).read().run_name or export_path.name}"
+        return runs, f"sweep {sweep}"
+    ((export_path, run),) = runs.items()
+    return runs, f"run {run.run_name or export_path.name}"
+
+
+def read_runs(export_paths: list[Path]) -> dict[Path, RunRecord]:
+    return {export_path: RunStore(export_path).read() for export_path in export_paths}
 
 
 def _results(step: int, origin: str, scores: list[tuple[str, float, bool]]) -> dict:
@@ -108,9 +113,9 @@ def _results_text(scores: list[tuple[str, float, bool]]) -> str:
     return ", ".join(f"{name} {value:.3f}{' (rehearsal)' if rehearsal else ''}" for name, value, rehearsal in scores)
 
 
-def _latest_eval(export_path: Path) -> tuple[str, dict | None]:
+def _latest_eval(export_path: Path, run: RunRecord | None = None) -> tuple[str, dict | None]:
     try:
-        report = gather(export_path)
+        report = gather(export_path, run)
     except OSError:
         return "", None
     if not report.evals:
@@ -142,16 +147,16 @@ def _eval_at(export_path: Path, step: int) -> tuple[str, dict | None]:
 
 def collect(export_paths: list[Path]) -> list[StatusRow]:
     """Rows for every run, with one squeue and one sacct call for all their jobs."""
-    return collect_view(export_paths)[0]
+    return collect_view(read_runs(export_paths))[0]
 
 
-def collect_view(export_paths: list[Path]) -> tuple[list[StatusRow], list[dict[str, str]]]:
-    """`collect`'s rows and the sacct rows they came from, which also hold what the goodput ledger reads."""
+def collect_view(records_read: dict[Path, RunRecord]) -> tuple[list[StatusRow], list[dict[str, str]]]:
+    """`collect`'s rows (of the runs' records as read) and the sacct rows they came from, which also hold what the
+    goodput ledger reads."""
     runs = []
     ids: list[str] = []
-    for export_path in export_paths:
+    for export_path, run in records_read.items():
         store = RunStore(export_path)
-        run = store.read()
         stages = latest_stages(run)
         shown = {str(s.job_id) for s in stages if s.job_id}
         # Training jobs the run record knows but no submission listed (started with sbatch, or resubmitted so).
@@ -176,7 +181,7 @@ def collect_view(export_paths: list[Path]) -> tuple[list[StatusRow], list[dict[s
                 step = layout.latest_checkpoint_step(run.ckpt_path)
                 steps = run.max_training_steps if run.max_training_steps is not None else "?"
                 checkpoint = f"{step}/{steps}" if step is not None else "-"
-                evaluation, results = _latest_eval(export_path)
+                evaluation, results = _latest_eval(export_path, run)
             typed: dict[str, Any] = {
                 "step": step,
                 "max_steps": run.max_training_steps if entry.stage == "train" else None,
@@ -445,39 +450,44 @@ def main(argv: list[str]) -> int:
         args = verb.parse(argv).args
         if args.interval <= 0:
             raise VerbUsageError("--interval must be positive seconds")
-        export_paths, title = resolve_targets(args.target)
+        runs, title = resolve_targets(args.target)
     except (VerbUsageError, StatusInputError) as exc:
         return verb.fail(exc)
+    export_paths = list(runs)
     try:
-        rows, accounting = collect_view(export_paths)  # the one sacct call serves the rows and the ledger
+        rows, accounting = collect_view(runs)  # the one sacct call serves the rows and the ledger
         if args.json:
             ledgers = {
-                RunStore(path).read().run_name or path.name:  # the timeline: report.json has it
+                runs[path].run_name or path.name:  # the timeline: report.json has it
                 {key: value for key, value in ledger.to_json().items() if key != "timeline"}
-                for path, ledger in run_ledgers(export_paths, records=accounting).items()
+                for path, ledger in run_ledgers(runs, records=accounting).items()
             }
             goodput = next(iter(ledgers.values())) if len(ledgers) == 1 else ledgers
-            print(json.dumps({**status_json(rows, title), "goodput": goodput}, indent=2))
+            print(json_text({**status_json(rows, title), "goodput": goodput}))
             return 0
         console = table_console()
         if not args.watch:
             console.print(render_table(rows, title, console.width))
             if len(export_paths) == 1:
                 gpus = run_config(export_paths[0]).get("cluster.gpus_per_node") or 1
-                console.print(run_ledger(export_paths[0], records=accounting).summary(int(gpus)))
+                console.print(run_ledgers(runs, records=accounting)[export_paths[0]].summary(int(gpus)))
             return 0
-        with Live(render_table(rows, title, console.width), console=console, refresh_per_second=1) as live:
-            # Done when every job has ended, or waits for a dependency that can never be satisfied.
-            while not all(
-                r.state in ("SKIPPED", "STOPPED")
-                or r.state in FINAL_STATES
-                or r.stage.startswith(" ")
-                or r.reason.startswith("DependencyNeverSatisfied")
-                for r in rows
-            ):
-                time.sleep(args.interval)
-                rows = collect(export_paths)
-                live.update(render_table(rows, f"{title}  ({time.strftime('%H:%M:%S')})", console.width))
+        try:
+            with Live(render_table(rows, title, console.width), console=console, refresh_per_second=1) as live:
+                # Done when every job has ended, or waits for a dependency that can never be satisfied.
+                while not all(
+                    r.state in ("SKIPPED", "STOPPED")
+                    or r.state in FINAL_STATES
+                    or r.stage.startswith(" ")
+                    or r.reason.startswith("DependencyNeverSatisfied")
+                    for r in rows
+                ):
+                    time.sleep(args.interval)
+                    rows = collect(export_paths)
+                    live.update(render_table(rows, f"{title}  ({time.strftime('%H:%M:%S')})", console.width))
+        finally:
+            if not console.is_terminal:  # Live ends a terminal's last line, not a log's or a pipe's
+                console.line()
     except SlurmCommandError as exc:
         return verb.fail(exc, status=1)
     except KeyboardInterrupt:

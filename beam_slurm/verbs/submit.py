@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from beam_slurm.config.load import load_config, load_many, to_yaml
+from beam_slurm.config.load import has_sweep, load_config, load_many, to_yaml
 from beam_slurm.config.overrides import override_key
 from beam_slurm.config.schema import BeamConfig
 from beam_slurm.config.validation import path_problems, unusable_text_problems
@@ -25,11 +25,12 @@ from beam_slurm.config.verb_args import VerbArgs, VerbUsageError, schema_keys
 from beam_slurm.core import layout
 from beam_slurm.core.atomic_files import write_text
 from beam_slurm.core.errors import ConfigError, ConfigProblem
+from beam_slurm.core.json_text import json_text
 from beam_slurm.core.run_store import RunStore, now, remember_job
 from beam_slurm.launch.manifest import record_submission, remember_last
 from beam_slurm.launch.run_results import REHEARSAL_RUN
 from beam_slurm.launch.stages import PrepareData, PullContainer, StageError, StagePlan, Train
-from beam_slurm.launch.sweep import expand, has_sweep, rename_run, share_group, slug, sweep_root
+from beam_slurm.launch.sweep import expand, rename_run, share_group, slug, sweep_root
 from beam_slurm.policy.notice_budget import attempt_progress
 from beam_slurm.slurm import limits, scheduler
 from beam_slurm.slurm.scheduler import SlurmCommandError
@@ -493,7 +494,7 @@ def main(argv: list[str]) -> int:
 
     if args.dry_run:
         if args.json:
-            print(json.dumps(submission_json(valid, invalid, True, sweep_dir), indent=2, default=str))
+            print(json_text(submission_json(valid, invalid, True, sweep_dir), default=str))
             return 0
         _print_runs(valid, dry_run=True)
         print(f"dry run: nothing submitted or written{f' (sweep folder would be {sweep_dir})' if sweep_dir else ''}")
@@ -508,7 +509,7 @@ def main(argv: list[str]) -> int:
         status = 1
     _write_records(valid, invalid, args, data_overrides, sweep_dir)
     if args.json:
-        print(json.dumps(submission_json(valid, invalid, False, sweep_dir), indent=2, default=str))
+        print(json_text(submission_json(valid, invalid, False, sweep_dir), default=str))
         return status
     _print_runs(valid, dry_run=False)
     if sweep_dir is not None:

@@ -100,6 +100,15 @@ def test_help_keys_lists_the_verbs_keys_with_schema_defaults(verb, capsys):
         assert first_words in " ".join(out.split()), key
 
 
+def test_help_keys_of_a_sweep_shows_the_recipe_without_the_swept_settings(capsys):
+    with pytest.raises(SystemExit) as stop:
+        beam_slurm(["submit", "-m", "lora.rank=8,16", "lora.alpha=32", "--help-keys", "lora"])
+    assert stop.value.code == 0
+    captured = capsys.readouterr()
+    assert "  lora.alpha=32\n" in captured.out and "  lora.rank=64\n" in captured.out  # the recipe's rank
+    assert captured.err == "beam-slurm submit: --help-keys: values shown without the swept lora.rank=8,16 (one per run)\n"
+
+
 def test_train_help_prints_help_not_a_configuration_error():
     def run(*argv):
         return subprocess.run([sys.executable, "-m", "beam_slurm.cli", "train", *argv], capture_output=True, text=True,

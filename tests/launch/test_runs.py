@@ -47,7 +47,8 @@ def test_a_job_started_with_sbatch_writes_a_record_every_verb_resolves(home, tmp
     assert runs.resolve_run("501") == export  # the job index
     (home / ".local" / "state" / "beam-slurm" / "jobs" / "501").unlink()
     assert runs.resolve_run("501") == export  # found by scanning the exports root
-    assert resolve_targets(str(export)) == ([export], "run beam_lora_16gpu")
+    shown, title = resolve_targets(str(export))
+    assert list(shown) == [export] and title == "run beam_lora_16gpu"
     with pytest.raises(runs.RunNotFound, match="no run knows job 777"):
         runs.resolve_run("777")
     (tmp_path / "plain").mkdir()

@@ -75,6 +75,29 @@ def test_status_json_is_typed(tmp_path, capsys):
     assert train["evaluation"] == {"step": 5, "origin": "beam", "rehearsal": False, "accuracy": {"aime2024": 0.5}}
 
 
+def test_status_json_reads_each_runs_record_once(tmp_path, capsys, monkeypatch):
+    one, two = _run(tmp_path, "one", []), _run(tmp_path, "two", ["trainer.backend=rehearsal"])
+    sweep = tmp_path / "sweep"
+    sweep.mkdir()
+    (sweep / "sweep.json").write_text(json.dumps({"runs": [{"export_path": str(one), "choices": ["lora.rank=8"]},
+                                                           {"export_path": str(two), "choices": ["lora.rank=16"]}]}))
+    reads: list[Path] = []
+    read = RunStore.read
+
+    def counted(store: RunStore) -> RunRecord:
+        reads.append(store.export_path)
+        return read(store)
+
+    monkeypatch.setattr(RunStore, "read", counted)
+    answer = read_json(["status", str(one), "--json"], capsys)
+    assert answer["title"] == "run one" and answer["goodput"] is not None
+    assert reads == [one]
+    reads.clear()
+    answer = read_json(["status", str(sweep), "--json"], capsys)
+    assert {j["run"] for j in answer["jobs"]} == {"one", "two"} and set(answer["goodput"]) == {"one", "two"}
+    assert sorted(reads) == [one, two]
+
+
 def test_status_json_nests_attempts_with_iso_times():
     record = RunRecord()
     record.begin_attempt(job_id="41", attempt=0, nodes=["n1", "n2"], checkpoint=None, when="2026-12-01T10:00:00+0000",

@@ -7,10 +7,11 @@ from __future__ import annotations
 import shlex
 
 import pytest
+from scheduler_double import ScriptedJob
 
 from beam_slurm.cli import main as beam_slurm
 from beam_slurm.core.run_record import StageEntry, Submission
-from beam_slurm.core.run_store import RunStore, now
+from beam_slurm.core.run_store import RunStore, now, remember_job
 from beam_slurm.launch.runs import find_job
 from beam_slurm.verbs import logs
 
@@ -118,3 +119,44 @@ def test_lines_is_checked_and_zero_lists_the_logs_only(tmp_path, capsys):
     assert "not written:" in out and "train-2.out (the run's sbatch command)" in out  # where it was looked for
     assert beam_slurm(["logs", str(export), "--follow"]) == 2  # ended, and its batch log was never written
     assert "cannot follow the batch log of job 2" in capsys.readouterr().err
+
+
+def _pending(tmp_path, monkeypatch, states: list[str], at_lookup=None) -> ScriptedJob:
+    """Job 5 of a run, submitted and still pending (no attempt has started: no log folder yet), named by its id."""
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    monkeypatch.setattr(logs, "FOLLOW_POLL_S", 0.0)
+    export = tmp_path / "exports"
+    RunStore(export).update(lambda run: run.submissions.append(Submission(submitted_at=now(), stages=[
+        StageEntry(stage="train", status="submitted", job_id="5")])))
+    remember_job("5", export)
+    return ScriptedJob("5", export / "logs" / "train-5.out", states, dict(at_lookup or {})).install(monkeypatch)
+
+
+def test_follow_of_a_pending_job_waits_for_its_first_line(tmp_path, monkeypatch, capsys):
+    def starts():
+        job.stdout.parent.mkdir(parents=True)
+        job.stdout.write_text("first line\n")
+
+    job = _pending(tmp_path, monkeypatch, ["PENDING", "PENDING", "PENDING", "RUNNING", ""],
+                   at_lookup={4: starts, 5: lambda: job.stdout.write_text("first line\nlast line\n")})
+    assert beam_slurm(["logs", "5", "--follow"]) == 0
+    captured = capsys.readouterr()
+    assert captured.out == "first line\nlast line\n"
+    assert captured.err == (f"beam-slurm logs: job 5 is pending; waiting for it to start and write {job.stdout} "
+                            "(Ctrl-C to stop)\n")  # said once, however long it waits
+
+
+def test_follow_of_a_pending_job_ends_at_ctrl_c_with_0(tmp_path, monkeypatch, capsys):
+    def ctrl_c():
+        raise KeyboardInterrupt
+
+    job = _pending(tmp_path, monkeypatch, ["PENDING"], at_lookup={3: ctrl_c})
+    assert beam_slurm(["logs", "5", "--follow"]) == 0
+    assert "job 5 is pending" in capsys.readouterr().err and job.lookups == 3
+
+
+def test_follow_of_a_job_that_ends_without_output_is_status_1(tmp_path, monkeypatch, capsys):
+    job = _pending(tmp_path, monkeypatch, ["PENDING", "PENDING", ""])
+    assert beam_slurm(["logs", "5", "--follow"]) == 1
+    err = capsys.readouterr().err
+    assert err.endswith(f"beam-slurm logs: job 5 ended without writing anything to {job.stdout}\n"), err

@@ -155,6 +155,71 @@ def test_report_table_plot_and_summary(run_export, capsys):
     assert summary["train"]["10"]["generate/avg_num_tokens"] == pytest.approx(4000)
 
 
+def _refuse_constant(name: str):
+    raise ValueError(f"{name} is not JSON")
+
+
+def test_report_json_of_nan_scores_is_valid_json(run_export, capsys):
+    # SkyRL writes NaN where a dataset had no score (and a metric can be infinite): the report shows null, in --json
+    # and in report.json alike, so jq and JavaScript read both.
+    folder = run_export / "dumped_evals" / "global_step_10_evals"
+    (folder / "aggregated_results.jsonl").write_text('{"eval/aime2025/avg_score": NaN}\n')
+    with open(run_export / TRAIN_METRICS_FILE, "a") as handle:
+        handle.write('{"step": 11, "reward/avg_raw_reward": NaN, "generate/avg_num_tokens": Infinity}\n')
+    assert beam_slurm(["report", str(run_export), "--json"]) == 0
+    printed = json.loads(capsys.readouterr().out, parse_constant=_refuse_constant)
+    written = json.loads((run_export / "beam_evals" / "report.json").read_text(), parse_constant=_refuse_constant)
+    assert printed == written
+    (run,) = printed["runs"]
+    points = {(e["step"], e["data_source"], e["origin"]): e["accuracy"] for e in run["evaluations"]}
+    assert points[(10, "aime2025", "skyrl")] is None and points[(10, "aime2024", "skyrl")] == pytest.approx(0.5)
+    assert run["train"]["11"]["reward/avg_raw_reward"] is None and run["train"]["11"]["generate/avg_num_tokens"] is None
+    assert [11, None] in run["series"]["reward"]
+
+
+def _attempts(count: int):
+    """A run's goodput ledger with `count` attempts of 1100 s each, one after the other."""
+    from beam_slurm.launch.run_results import RunReport
+    from beam_slurm.policy.goodput import AttemptLine, Ledger, Segment
+
+    lines = []
+    for i in range(count):
+        t = 1200.0 * i
+        phases = [("bring_up", 60), ("model_load", 60), ("productive", 780), ("checkpoint", 60), ("lost", 140)]
+        segments, at = [], t
+        for phase, seconds in phases:
+            segments.append(Segment(phase, at, at + seconds, 2))
+            at += seconds
+        kind = "completed" if i == count - 1 else "notice"
+        lines.append(AttemptLine("1234", str(i), t, at, 2, kind, 10 * (i + 1), segments))
+    return RunReport(export_path=Path("/x"), name="beam-lora", goodput=Ledger(timeline=lines))
+
+
+@pytest.mark.parametrize("count", [1, 3, 8])
+def test_timeline_legend_below_the_x_label_labels_inside_no_empty_band(count):
+    import matplotlib.pyplot as plt
+
+    from beam_slurm.verbs.report import timeline_figure
+
+    fig = timeline_figure([_attempts(count)])
+    try:
+        renderer = fig.canvas.get_renderer()
+        fig.draw(renderer)
+        (ax,) = fig.axes
+        legend = (fig.legends or [ax.get_legend()])[0].get_window_extent(renderer)
+        xlabel = ax.xaxis.label.get_window_extent(renderer)
+        assert not legend.overlaps(xlabel) and legend.y1 <= xlabel.y0  # below it
+        frame = ax.get_window_extent(renderer)
+        ends = [text for text in ax.texts if "step" in text.get_text()]
+        assert len(ends) == count and all(frame.x0 <= e.get_window_extent(renderer).x1 <= frame.x1 for e in ends)
+        drawn = fig.get_tightbbox(renderer)  # inches
+        height = fig.get_size_inches()[1]
+        assert drawn.height / height > 0.9, (drawn, height)
+        assert height < 0.6 * count + 2.5  # the figure fits the attempts
+    finally:
+        plt.close(fig)
+
+
 def test_report_finds_a_run_by_name(run_export, tmp_path, capsys):
     plot = tmp_path / "plots" / "curve.png"
     assert beam_slurm(["report", "beam-lora-16", "--exports-root", str(run_export.parent), "--plot", str(plot)]) == 0

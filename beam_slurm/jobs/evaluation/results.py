@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from beam_slurm.core.atomic_files import atomic_writer, write_text
+from beam_slurm.core.json_text import json_text
 from beam_slurm.core.layout import EVALS_DIRNAME, POLICY_SUBDIR, evaluation_dir  # noqa: F401 (re-exported)
 from beam_slurm.jobs.evaluation.metrics import compute_details
 
@@ -28,7 +29,7 @@ REHEARSAL_MARKER = "rehearsal.json"  # written by the rehearsal trainer into eac
 
 def write_json(path: Path, payload: Any) -> None:
     """Write JSON atomically (temp file + rename), keys in the order given."""
-    write_text(path, json.dumps(payload, indent=2, ensure_ascii=False, sort_keys=False))
+    write_text(path, json_text(payload, ensure_ascii=False))
 
 
 def _grades_table(grades: list[dict[str, Any]]):
