@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from conftest import _load_sandbox_tool
+from test_sandbox_tool import load_tool
 
 
 def _sandbox_files(tool, root: Path):
@@ -20,7 +20,7 @@ def _sandbox_files(tool, root: Path):
 
 
 def test_every_file_written_beside_slurm_conf_is_linked(tmp_path):
-    tool = _load_sandbox_tool()
+    tool = load_tool()
     layout, texts = _sandbox_files(tool, tmp_path / "state")
     assert {"slurm.conf", "cli_filter.lua", "gres.conf", "cgroup.conf"} <= set(texts)
     system = tmp_path / "etc-slurm"
@@ -36,7 +36,7 @@ def test_every_file_written_beside_slurm_conf_is_linked(tmp_path):
 
 
 def test_the_machines_own_files_stay(tmp_path):
-    tool = _load_sandbox_tool()
+    tool = load_tool()
     layout, _ = _sandbox_files(tool, tmp_path / "state")
     system = tmp_path / "etc-slurm"
     system.mkdir()
