@@ -1,6 +1,5 @@
-"""Log lines: every module logs to `logging.getLogger(__name__)`; the entry that runs (an attempt of the training job, a
-Ray node, a driver, a verb) writes its loggers' lines while it runs (`installed`) in the format its users read. Nothing
-else is configured: outside an entry levels and propagation are as they were (pytest's caplog sees every line)."""
+"""Each module logs to `logging.getLogger(__name__)`; the entry that runs (a training attempt, a Ray node, a driver, a
+verb) writes its loggers' lines while it runs (`installed`), as its users read them. Nothing else is configured."""
 
 from __future__ import annotations
 
@@ -32,9 +31,8 @@ def installed(
     names: str | tuple[str, ...], prefix: str | Callable[[], str] = "", path: Path | None = None, stream: str = "stderr"
 ) -> Iterator[None]:
     """While the block runs, one handler writes the INFO and higher lines of the loggers `names` (and those below) as
-    `prefix + message` (`prefix`: a string, or a function called per line) on `stream` ("stderr" or "stdout") and
-    appends them to `path`. After the block the handler is gone and the loggers' levels are back; a logger that has
-    the same (prefix, stream, path) installed already gets nothing more, so no line is written twice."""
+    `prefix + message` (`prefix`: a string or a function called per line) on `stream` ("stderr" or "stdout") and in
+    `path`; then it and the levels go (propagation is never touched). Installed again inside: no line twice."""
     handler = LineHandler(prefix, stream, path)
     loggers = [logging.getLogger(name) for name in ((names,) if isinstance(names, str) else names)]
     loggers = [one for one in loggers if not any(getattr(h, "key", None) == handler.key for h in one.handlers)]

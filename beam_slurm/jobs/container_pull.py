@@ -31,7 +31,6 @@ from beam_slurm.core.shared_lock import LockTimeout, SharedFileLock
 from beam_slurm.jobs.data.manifest import sha256_file
 
 logger = logging.getLogger(__name__)
-
 RUNTIME_EXECUTABLE = {"pyxis": "enroot", "apptainer": "apptainer"}
 
 

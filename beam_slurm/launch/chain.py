@@ -25,7 +25,6 @@ from beam_slurm.core.layout import STEP_DIR, latest_checkpoint_step
 from beam_slurm.jobs.evaluation.checkpoints import CheckpointError, check_model_dir, model_dir
 
 logger = logging.getLogger(__name__)
-
 CLAIMS_DIRNAME = ".eval_claims"
 
 Submit = Callable[[int, Path], str]  # submit(step, checkpoint folder) -> job id

@@ -51,7 +51,6 @@ from beam_slurm.slurm import scheduler, submission
 from beam_slurm.slurm.scheduler import SlurmCommandError
 
 logger = logging.getLogger(__name__)
-
 SLURM_SILENCE_LIMIT_S = 600.0  # `--wait` gives up when squeue/sacct stay silent this long
 
 

@@ -40,7 +40,7 @@ from beam_slurm.launch.eval_request import UsageError, build_parser, data_files
 from beam_slurm.launch.runs import RunNotFound, resolve_runs
 from beam_slurm.slurm.scheduler import allocation_from_env, srun_per_node
 
-logger = logging.getLogger(__name__)
+logger = logging.getLogger(__spec__.name)  # its package name under `python -m` too (__name__ is "__main__")
 
 
 def _check_data_sources(files: list[str], limit: int | None) -> None:

@@ -4,6 +4,7 @@ once it ends (pytest's caplog and the next entry see the package's loggers as th
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 import pytest
 
@@ -74,3 +75,10 @@ def test_log_lines_collects_after_an_entry_ran(log_lines):
         logging.getLogger("beam_slurm.jobs.training.entrypoint").info("save requested")
     storage_probe.check_budget({"n2": 0.5}, save_bytes_per_node=0, save_window_s=1)
     assert log_lines[0] == "save requested" and log_lines[1].startswith("storage writes 0.50 GB/s")
+
+
+def test_a_module_that_runs_as_main_logs_under_its_package_name():
+    # Under `python -m beam_slurm.jobs.ray_cluster.node` __name__ is "__main__": no entry's handler would see its lines.
+    package = Path(logs.__file__).parents[1]
+    runnable = [p for p in package.rglob("*.py") if 'if __name__ == "__main__":' in p.read_text()]
+    assert runnable and not [str(p) for p in runnable if "logging.getLogger(__name__)" in p.read_text()]

@@ -28,7 +28,6 @@ from beam_slurm.jobs.data.manifest import load_manifest, reuse_verdict, sha256_f
 from beam_slurm.jobs.data.sources import HUB_SCHEME, ResolvedSource, resolve_source
 
 logger = logging.getLogger(__name__)
-
 DAPO_MATH_OUTPUT = "dapo-math-17k-cleaned.parquet"
 AIME2024_OUTPUT = "aime-2024-cleaned.parquet"
 AIME2025_OUTPUT = "aime-2025-cleaned.parquet"

@@ -161,12 +161,7 @@ Request = tuple[Problem, int, int]  # (problem, responses wanted, index of the f
 class OfflineEngine:
     """vLLM's offline engine, loaded on first use and kept for every chunk (and dataset) of one process."""
 
-    def __init__(
-        self,
-        eval_input: EvalInput,
-        sampling: SamplingSettings,
-        engine: EngineSettings,
-    ):
+    def __init__(self, eval_input: EvalInput, sampling: SamplingSettings, engine: EngineSettings):
         self.eval_input, self.sampling, self.engine = eval_input, sampling, engine
         self._llm: LLM | None = None
 

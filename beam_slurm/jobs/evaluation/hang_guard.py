@@ -24,7 +24,6 @@ from beam_slurm.policy.hang_watch import DERIVED_FLOOR_S, DERIVED_MULTIPLE
 from beam_slurm.slurm import scheduler
 
 logger = logging.getLogger(__name__)
-
 POLL_S = 2.0
 
 
@@ -84,13 +83,7 @@ def requeue_this_task(max_requeues: int) -> None:
 class GenerationWatchdog:
     """Hung if no chunk is saved (`chunk_saved`) in `chunk_limit_s`; `on_hang` (default requeue) runs after dumps."""
 
-    def __init__(
-        self,
-        timeout_s: float | None,
-        start_allowance_s: float,
-        folder: Path,
-        on_hang: Callable[[], None],
-    ):
+    def __init__(self, timeout_s: float | None, start_allowance_s: float, folder: Path, on_hang: Callable[[], None]):
         self.timeout_s, self.start_allowance_s, self.folder = timeout_s, start_allowance_s, folder
         self.on_hang = on_hang
         self.chunk_seconds: list[float] = []

@@ -32,7 +32,6 @@ from beam_slurm.jobs.evaluation.problems import Problem
 from beam_slurm.jobs.evaluation.results import GRADES_FILE, INFO_FILE, METRICS_FILE, write_results
 
 logger = logging.getLogger(__name__)
-
 SAMPLES_DIRNAME = "samples"
 TASKS_DIRNAME = "tasks"
 VIEW_LOCK = ".view.lock"

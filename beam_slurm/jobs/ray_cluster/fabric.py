@@ -36,7 +36,7 @@ from beam_slurm.jobs.ray_cluster.gpus import allocated_gpus
 from beam_slurm.jobs.ray_cluster.network import interface_ipv4 as address_of
 from beam_slurm.slurm.scheduler import expand_hostnames
 
-logger = logging.getLogger(__name__)
+logger = logging.getLogger(__spec__.name)  # its package name under `python -m` too (__name__ is "__main__")
 
 if TYPE_CHECKING:  # every node's preflight imports this module: the schema (and Hydra) only for the type
     from beam_slurm.config.schema import BeamConfig

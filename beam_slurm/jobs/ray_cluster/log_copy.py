@@ -23,7 +23,6 @@ from beam_slurm.config.job_spec import LogCopySettings
 from beam_slurm.core.atomic_files import write_json
 
 logger = logging.getLogger(__name__)
-
 COPY_RECORD = "COPY.json"  # the node folder's record of the last copy
 RAY_LOGS_DIR = "ray"  # in the attempt's log folder, one folder per node
 _CHUNK = 1 << 20

@@ -19,7 +19,7 @@ from beam_slurm.jobs.ray_cluster.head import Head
 from beam_slurm.jobs.ray_cluster.role import NodeRole
 from beam_slurm.jobs.ray_cluster.worker import Worker
 
-logger = logging.getLogger(__name__)
+logger = logging.getLogger(__spec__.name)  # its package name under `python -m` too (__name__ is "__main__")
 
 
 def install_signal_handlers(role: NodeRole) -> None:

@@ -24,7 +24,6 @@ from beam_slurm.jobs.ray_cluster.network import tcp_reachable
 from beam_slurm.jobs.ray_cluster.rendezvous import Rendezvous
 
 logger = logging.getLogger(__name__)
-
 _RAY_START_TRIES = 3
 BIND_HOOK_DIR = Path(__file__).with_name("bind_hook")
 

@@ -31,7 +31,7 @@ from beam_slurm.core.ray_records import note_driver_error
 from beam_slurm.core.train_metrics import TRAIN_METRICS_FILE, append_step_metrics
 from beam_slurm.jobs.ray_cluster.driver_signals import hold_first_sigterm
 
-logger = logging.getLogger(__name__)
+logger = logging.getLogger(__spec__.name)  # its package name under `python -m` too (__name__ is "__main__")
 
 # ray and skyrl are imported inside the functions, on purpose: only the trainer's environment has them.
 

@@ -24,7 +24,7 @@ from beam_slurm.jobs.ray_cluster import fabric
 from beam_slurm.jobs.ray_cluster.gpus import allocated_gpus
 from beam_slurm.jobs.training import storage_probe
 
-logger = logging.getLogger(__name__)
+logger = logging.getLogger(__spec__.name)  # its package name under `python -m` too (__name__ is "__main__")
 
 if TYPE_CHECKING:
     from beam_slurm.jobs.training.steps import StepLauncher

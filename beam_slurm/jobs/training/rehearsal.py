@@ -57,7 +57,7 @@ from beam_slurm.jobs.ray_cluster.driver_signals import hold_first_sigterm
 from beam_slurm.jobs.training import tracking
 from beam_slurm.jobs.training.conformance import dapo_config_class
 
-logger = logging.getLogger(__name__)
+logger = logging.getLogger(__spec__.name)  # its package name under `python -m` too (__name__ is "__main__")
 
 # ray and pyarrow are imported inside the functions, on purpose: only the run needs them, not the settings.
 

@@ -13,7 +13,6 @@ from beam_slurm.config.container import ContainerSettings, Mount
 from beam_slurm.slurm import scheduler
 
 logger = logging.getLogger(__name__)
-
 STOP_AFTER_SRUN_TERM_S = 30.0  # srun got SIGTERM: how long before it is killed
 
 

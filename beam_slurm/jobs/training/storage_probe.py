@@ -15,7 +15,6 @@ from beam_slurm.core.atomic_files import read_json
 from beam_slurm.policy.notice_budget import GB, save_seconds
 
 logger = logging.getLogger(__name__)
-
 PROBE_BYTES = 1024**3  # written and fsynced, then stop
 _CHUNK = 64 * 1024 * 1024
 RESULT_FILE = "storage_write.json"  # in the attempt's log folder
