@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import json
+import logging
 import os
 import re
 import shlex
@@ -270,6 +271,18 @@ def _load_sandbox_tool():
 
 def _sandbox_command(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, str(SANDBOX_TOOL), *args], capture_output=True, text=True, timeout=300)
+
+
+@pytest.fixture
+def log_lines(caplog):
+    """The messages the package logs (INFO and up) while the test runs, as a list that grows as they come."""
+    caplog.set_level(logging.INFO, logger="beam_slurm")
+    lines: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda record: lines.append(record.getMessage())
+    logging.getLogger("beam_slurm").addHandler(handler)
+    yield lines
+    logging.getLogger("beam_slurm").removeHandler(handler)
 
 
 @pytest.fixture(autouse=True)

@@ -8,6 +8,7 @@ file is written last, so "record present and matching" means complete. Nothing h
 from __future__ import annotations
 
 import json
+import logging
 import shlex
 import socket
 import subprocess
@@ -29,11 +30,8 @@ from beam_slurm.core.atomic_files import publish, read_json, write_text
 from beam_slurm.core.shared_lock import LockTimeout, SharedFileLock
 from beam_slurm.jobs.data.manifest import sha256_file
 
+logger = logging.getLogger(__name__)
 RUNTIME_EXECUTABLE = {"pyxis": "enroot", "apptainer": "apptainer"}
-
-
-def log(message: str) -> None:
-    print(f"pull-container: {message}", flush=True)
 
 
 def import_command(runtime: str, image: str, output: Path, executable: str | None = None) -> list[str]:
@@ -104,7 +102,7 @@ class PullError(RuntimeError):
 
 def _run_import(command: list[str], lock: SharedFileLock) -> int | None:
     """Run the import; return its exit status, or None if we lost the lock meanwhile (then it was stopped)."""
-    log("running " + shlex.join(command))
+    logger.info("running " + shlex.join(command))
     with subprocess.Popen(command, stdin=subprocess.DEVNULL) as process:
         while True:
             try:
@@ -128,10 +126,12 @@ def pull_image(
         raise PullError("nothing to pull: the image is a local file or no cache directory is set")
     started = time.time()
     if not force and record_matches(settings, target, verify=verify):
-        log(f"{target} is complete (digest record matches); skipping")
+        logger.info(f"{target} is complete (digest record matches); skipping")
         return PullResult(target, "skipped")
     target.parent.mkdir(parents=True, exist_ok=True)
-    lock = SharedFileLock(target.with_name(target.name + ".lock"), stale_after=settings.lock_stale_after_s, log=log)
+    lock = SharedFileLock(
+        target.with_name(target.name + ".lock"), stale_after=settings.lock_stale_after_s, log=logger.info
+    )
     while True:
         try:
             lock.acquire(timeout=settings.lock_timeout_s)
@@ -142,7 +142,7 @@ def pull_image(
             record = read_json(digest_record_path(target)) or {}
             finished_meanwhile = record.get("imported_at", 0) >= started and record_matches(settings, target)
             if finished_meanwhile or (not force and record_matches(settings, target, verify=verify)):
-                log(f"{target} was imported by another job while this one waited; skipping")
+                logger.info(f"{target} was imported by another job while this one waited; skipping")
                 return PullResult(target, "imported-by-other")
             for leftover in target.parent.glob(f".{target.stem}.tmp-*"):  # of holders that died (we hold the lock)
                 leftover.unlink(missing_ok=True)
@@ -151,7 +151,7 @@ def pull_image(
             status = _run_import(command, lock)
             if status is None or not lock.still_held():
                 scratch.unlink(missing_ok=True)
-                log("lost the lock during the import; waiting for it again")
+                logger.info("lost the lock during the import; waiting for it again")
                 continue
             if status != 0 or not scratch.is_file():
                 scratch.unlink(missing_ok=True)
@@ -164,7 +164,7 @@ def pull_image(
             digest_record_path(target).unlink(missing_ok=True)  # never a record describing another file
             publish(scratch, target)
             _write_record(settings, target, sha256)
-            log(f"imported {settings.image} -> {target} ({target.stat().st_size} bytes, {sha256})")
+            logger.info(f"imported {settings.image} -> {target} ({target.stat().st_size} bytes, {sha256})")
             return PullResult(target, "imported")
         finally:
             lock.release()

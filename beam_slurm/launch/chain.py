@@ -11,6 +11,7 @@ The watcher never touches the training job."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 import socket
 import time
@@ -23,6 +24,7 @@ from beam_slurm.core.atomic_files import write_text
 from beam_slurm.core.layout import STEP_DIR, latest_checkpoint_step
 from beam_slurm.jobs.evaluation.checkpoints import CheckpointError, check_model_dir, model_dir
 
+logger = logging.getLogger(__name__)
 CLAIMS_DIRNAME = ".eval_claims"
 
 Submit = Callable[[int, Path], str]  # submit(step, checkpoint folder) -> job id
@@ -116,9 +118,7 @@ def _take_over_stale(path: Path, stale_claim_s: float, now: float) -> bool:
     return True
 
 
-def submit_pending(
-    settings: ChainSettings, submit: Submit, log: Callable[[str], None] = print, now: float | None = None
-) -> list[tuple[int, str]]:
+def submit_pending(settings: ChainSettings, submit: Submit, now: float | None = None) -> list[tuple[int, str]]:
     """Claim and submit every complete, unclaimed checkpoint; returns (step, job_id) of what this call submitted."""
     submitted = []
     for step, path in complete_checkpoints(settings, now):
@@ -133,7 +133,7 @@ def submit_pending(
         except Exception as exc:
             # Give the step back so the next poll retries it: a failed submission must not skip a checkpoint.
             claim_path(settings, step).unlink(missing_ok=True)
-            log(f"eval-chain: submitting the evaluation of global_step_{step} failed ({exc}); will retry")
+            logger.info(f"eval-chain: submitting the evaluation of global_step_{step} failed ({exc}); will retry")
             continue
         claim = json.loads(claim_path(settings, step).read_text())
         # Rewriting the claim to add the job id: temp + rename keeps it whole for readers.
@@ -141,7 +141,7 @@ def submit_pending(
             claim_path(settings, step),
             json.dumps({**claim, "job_id": job_id, "checkpoint": str(path), "submitted_at": time.time()}),
         )
-        log(f"eval-chain: global_step_{step} -> evaluation job {job_id}")
+        logger.info(f"eval-chain: global_step_{step} -> evaluation job {job_id}")
         submitted.append((step, job_id))
     return submitted
 
@@ -159,14 +159,13 @@ def watch(
     settings: ChainSettings,
     submit: Submit,
     should_stop: Callable[[], bool],
-    log: Callable[[str], None] = print,
     sleep: Callable[[float], object] = time.sleep,
 ) -> list[tuple[int, str]]:
     """Submit evaluations as checkpoints complete until should_stop() is true, then make one last pass."""
     submitted: list[tuple[int, str]] = []
     while True:
         stopping = should_stop()
-        submitted += submit_pending(settings, submit, log)
+        submitted += submit_pending(settings, submit)
         if stopping:
             return submitted
         sleep(settings.poll_interval_s)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import logging
 import math
 import os
 import shutil
@@ -32,6 +33,7 @@ from beam_slurm import REPO_ROOT
 from beam_slurm.config.load import load_config
 from beam_slurm.config.schema import BeamConfig
 from beam_slurm.core.atomic_files import write_json
+from beam_slurm.core.logs import installed
 from beam_slurm.jobs.data.manifest import sha256_file
 from beam_slurm.jobs.evaluation import hang_guard, resumable
 from beam_slurm.jobs.evaluation.checkpoints import resolve_checkpoint
@@ -48,6 +50,7 @@ from beam_slurm.jobs.evaluation.problems import dataset_label, read_problems
 from beam_slurm.slurm import scheduler, submission
 from beam_slurm.slurm.scheduler import SlurmCommandError
 
+logger = logging.getLogger(__name__)
 SLURM_SILENCE_LIMIT_S = 600.0  # `--wait` gives up when squeue/sacct stay silent this long
 
 
@@ -113,7 +116,7 @@ def prepare(spec: TaskSpec) -> Prepared:
     return Prepared(spec, cfg, eval_input, problems, data, keys, sampling, engine, client)
 
 
-def run_tasks(specs: list[TaskSpec], log: Callable[[str], None] = print) -> dict[str, dict]:
+def run_tasks(specs: list[TaskSpec]) -> dict[str, dict]:
     """Run tasks in this process: generation for all (one engine per model), then grading; {task folder: metrics}."""
     prepared = [prepare(spec) for spec in specs]
     engines: dict[Any, Any] = {}
@@ -124,9 +127,7 @@ def run_tasks(specs: list[TaskSpec], log: Callable[[str], None] = print) -> dict
         key = (repr(p.eval_input), repr(p.engine), repr(p.client), repr(replace(p.sampling, n=1)))
         if key not in engines:
             engines[key] = (
-                ServerEngine(p.client, p.sampling, log)
-                if p.client
-                else OfflineEngine(p.eval_input, p.sampling, p.engine, log)
+                ServerEngine(p.client, p.sampling) if p.client else OfflineEngine(p.eval_input, p.sampling, p.engine)
             )
         return engines[key]
 
@@ -137,12 +138,11 @@ def run_tasks(specs: list[TaskSpec], log: Callable[[str], None] = print) -> dict
         try:
             for p, done in zip(prepared, progress, strict=False):
                 locks.enter_context(resumable.locked(p.store.folder / resumable.STORE_LOCK))
-                requeue = functools.partial(hang_guard.requeue_this_task, p.cfg.eval.launcher.max_num_timeout, log)
+                requeue = functools.partial(hang_guard.requeue_this_task, p.cfg.eval.launcher.max_num_timeout)
                 with hang_guard.GenerationWatchdog(
                     p.cfg.eval.hang_timeout_s,
                     float(p.cfg.trainer.expected_model_load_s),
                     p.store.folder,
-                    log,
                     on_hang=requeue,
                 ) as watchdog:
                     resumable.generate_missing(
@@ -152,7 +152,6 @@ def run_tasks(specs: list[TaskSpec], log: Callable[[str], None] = print) -> dict
                         functools.partial(engine_for, p),
                         p.cfg.eval.chunk_problems,
                         done,
-                        log,
                         chunk_saved=watchdog.chunk_saved,
                     )
         finally:
@@ -160,7 +159,7 @@ def run_tasks(specs: list[TaskSpec], log: Callable[[str], None] = print) -> dict
                 engine.close()
             engines.clear()
         for p, done in zip(prepared, progress, strict=False):
-            resumable.grade_missing(p.store, GradingLimits.from_settings(p.cfg.grade), done, log)
+            resumable.grade_missing(p.store, GradingLimits.from_settings(p.cfg.grade), done)
             grades = p.store.grades()
             for key in p.keys:
                 array_job = os.environ.get("SLURM_ARRAY_JOB_ID")
@@ -210,18 +209,17 @@ class EvalTask(submitit.helpers.Checkpointable):
         self.specs = (specs,) if isinstance(specs, TaskSpec) else tuple(specs)
 
     def __call__(self) -> dict[str, dict]:
-        log = functools.partial(print, flush=True)
         env = submitit.JobEnvironment()
         first = self.specs[0]
-        log(
-            f"evaluate: task {env.job_id} attempt {os.environ.get('SLURM_RESTART_COUNT', '0')} "
-            f"on {env.hostname}: {first.checkpoint} x {', '.join(Path(s.data_file).name for s in self.specs)} "
-            f"k={list(first.ks)}"
-        )
-        with notice_for_this_process_only():
+        with installed("beam_slurm", stream="stdout"), notice_for_this_process_only():
+            logger.info(
+                f"evaluate: task {env.job_id} attempt {os.environ.get('SLURM_RESTART_COUNT', '0')} "
+                f"on {env.hostname}: {first.checkpoint} x {', '.join(Path(s.data_file).name for s in self.specs)} "
+                f"k={list(first.ks)}"
+            )
             if env.num_nodes > 1 and not os.environ.get("RAY_ADDRESS"):
                 return self._across_nodes(env)
-            return run_tasks(list(self.specs), log)
+            return run_tasks(list(self.specs))
 
     def _across_nodes(self, env) -> dict[str, dict]:
         # Every node joins the Ray cluster; rank 0 is the head and runs this same task as the driver (RAY_ADDRESS set).
@@ -395,7 +393,7 @@ def plan(
     return result
 
 
-def submit_plan(found: Plan, log: Callable[[str], None] = print) -> list[str]:
+def submit_plan(found: Plan) -> list[str]:
     """Submit the plan's tasks, one array per distinct Slurm shape; returns the task job ids."""
     shapes: dict[str, list[tuple[tuple[TaskSpec, ...], dict]]] = {}
     for specs, params in found.to_submit:
@@ -405,7 +403,7 @@ def submit_plan(found: Plan, log: Callable[[str], None] = print) -> list[str]:
         params = group[0][1]
         folder = Path(params.get("submitit_folder") or Path(group[0][0][0].out_dir).parent / ".submitit" / "%j")
         submitted = submit_array([specs for specs, _ in group], params, folder)
-        log(
+        logger.info(
             f"evaluate: {len(submitted)} task(s) -> job array {submitted[0].split('_')[0]} "
             f"(at most {params['array_parallelism']} at once, {params['nodes']} node(s) x "
             f"{params['gpus_per_node']} GPU(s) each)"
@@ -414,7 +412,7 @@ def submit_plan(found: Plan, log: Callable[[str], None] = print) -> list[str]:
     return ids
 
 
-def wait_for(job_ids: list[str], poll_s: float = 5.0, log: Callable[[str], None] = print) -> dict[str, str]:
+def wait_for(job_ids: list[str], poll_s: float = 5.0) -> dict[str, str]:
     """Show progress (rich) until every task ended; returns job id -> final state."""
     states: dict[str, str] = {}
     unanswered_since: float | None = None

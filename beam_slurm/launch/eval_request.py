@@ -3,7 +3,6 @@ reads, its arguments, and the chained evaluation of one export."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 
 from beam_slurm.config.load import load_config
@@ -132,9 +131,7 @@ def chained_overrides(cfg: BeamConfig, step: int, extra_args: list[str] | None =
     return overrides + build_parser().parse(list(extra_args or [])).overrides
 
 
-def submit_for_checkpoint(
-    cfg: BeamConfig, step: int, checkpoint: str, extra_args: list[str] | None = None, log: Callable[[str], None] = print
-) -> str:
+def submit_for_checkpoint(cfg: BeamConfig, step: int, checkpoint: str, extra_args: list[str] | None = None) -> str:
     """The chained evaluation of one export, by `evaluate --checkpoint`'s path; the job id, or 'finished'."""
     assert cfg.paths.export_path is not None  # fill_defaults sets it
     overrides = chained_overrides(cfg, step, extra_args)
@@ -147,7 +144,7 @@ def submit_for_checkpoint(
         force=False,
         base_model=base_model,
     )
-    ids = array.submit_plan(found, log)
+    ids = array.submit_plan(found)
     array_id = ids[0] if len(ids) == 1 else ids[0].split("_")[0] if ids else ""
     if array_id:
         RunStore(cfg.paths.export_path).record_evaluation(step, str(checkpoint), array_id, None)

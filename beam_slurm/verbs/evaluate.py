@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import logging
 import os
 import shutil
 import sys
@@ -24,6 +25,7 @@ from beam_slurm.config.schema import BeamConfig
 from beam_slurm.config.verb_args import table_console
 from beam_slurm.core.errors import UserError
 from beam_slurm.core.layout import evaluation_dir
+from beam_slurm.core.logs import installed
 from beam_slurm.jobs.evaluation.checkpoints import resolve_checkpoint, step_of
 from beam_slurm.jobs.evaluation.generate import ClientSettings, EngineSettings, SamplingSettings
 from beam_slurm.jobs.evaluation.grading_pool import GradingLimits
@@ -38,6 +40,8 @@ from beam_slurm.launch.eval_array import prepare
 from beam_slurm.launch.eval_request import UsageError, build_parser, data_files
 from beam_slurm.launch.runs import RunNotFound, resolve_runs
 from beam_slurm.slurm.scheduler import allocation_from_env, srun_per_node
+
+logger = logging.getLogger(__spec__.name)  # its package name under `python -m` too (__name__ is "__main__")
 
 
 def _check_data_sources(files: list[str], limit: int | None) -> None:
@@ -179,7 +183,6 @@ def main(argv: list[str] | None = None, *, in_job: bool = False) -> int:
     """`beam-slurm evaluate`; `in_job` (the evaluation job's own call, `stage_main`): evaluate one checkpoint in this
     process instead of submitting."""
     verb = build_parser()
-    log = lambda message: print(message, flush=True)  # noqa: E731  (progress goes to the job log as it happens)
     argv = list(sys.argv[1:] if argv is None else argv)
 
     # 1. Everything that can be checked without a model, so a bad job fails in seconds with status 2.
@@ -253,48 +256,49 @@ def main(argv: list[str] | None = None, *, in_job: bool = False) -> int:
     except UserError as exc:  # bad input of any kind (usage, checkpoint, dataset, settings): exit 2
         return verb.report(exc)
 
-    if args.check:
-        log(
-            f"evaluate: inputs OK: {sum(len(p.problems) for p in prepared)} problems from {len(prepared)} file(s), "
-            f"k={prepared[0].sampling.n}, on {args.server or targets[0][0]}, results in {targets[0][2]}"
-        )
-        return 0
-    if here:
-        # 2. In this process (inside an allocation, or with --server): resumable generation, grading, results.
-        if args.force:
-            for p in prepared:
-                for key in p.keys:
-                    shutil.rmtree(p.out_dir / key.task_dir, ignore_errors=True)
-                shutil.rmtree(p.store.folder, ignore_errors=True)
-        if all(task_finished(p.out_dir, key) for p in prepared for key in p.keys):
-            log(f"evaluate: {targets[0][2]} already holds this evaluation; reusing it (--force to redo)")
-        else:
-            array.run_tasks(specs, log)
-        log(f"evaluate: results in {targets[0][2]}")
-        for line in _summary_lines(finished_metrics(targets[0][2]) or {}):
-            log(line)
-        return 0
+    with installed("beam_slurm", stream="stdout"):  # progress goes to the job log as it happens
+        if args.check:
+            logger.info(
+                f"evaluate: inputs OK: {sum(len(p.problems) for p in prepared)} problems from {len(prepared)} file(s), "
+                f"k={prepared[0].sampling.n}, on {args.server or targets[0][0]}, results in {targets[0][2]}"
+            )
+            return 0
+        if here:
+            # 2. In this process (inside an allocation, or with --server): resumable generation, grading, results.
+            if args.force:
+                for p in prepared:
+                    for key in p.keys:
+                        shutil.rmtree(p.out_dir / key.task_dir, ignore_errors=True)
+                    shutil.rmtree(p.store.folder, ignore_errors=True)
+            if all(task_finished(p.out_dir, key) for p in prepared for key in p.keys):
+                logger.info(f"evaluate: {targets[0][2]} already holds this evaluation; reusing it (--force to redo)")
+            else:
+                array.run_tasks(specs)
+            logger.info(f"evaluate: results in {targets[0][2]}")
+            for line in _summary_lines(finished_metrics(targets[0][2]) or {}):
+                logger.info(line)
+            return 0
 
-    # 3. As one job array through submitit: the unfinished tasks only.
-    for folder in found.finished:
-        log(f"evaluate: finished already, not submitted: {folder}")
-    for line in found.active:
-        log(f"evaluate: queued or running already, not submitted: {line}")
-    if not found.to_submit:
-        log("evaluate: nothing to submit")
-    job_ids = array.submit_plan(found, log)
-    if not args.wait:
-        return 0
-    failed = {j: s for j, s in (array.wait_for(job_ids) if job_ids else {}).items() if s != "COMPLETED"}
-    results = {folder: finished_metrics(folder) for folder in found.finished}
-    for p in (prepare(spec) for specs, _ in found.to_submit for spec in specs):
-        results.update(
-            {
-                str(p.out_dir / key.task_dir): finished_metrics(p.out_dir / key.task_dir)
-                for key in p.keys
-                if task_finished(p.out_dir, key)
-            }
-        )
+        # 3. As one job array through submitit: the unfinished tasks only.
+        for folder in found.finished:
+            logger.info(f"evaluate: finished already, not submitted: {folder}")
+        for line in found.active:
+            logger.info(f"evaluate: queued or running already, not submitted: {line}")
+        if not found.to_submit:
+            logger.info("evaluate: nothing to submit")
+        job_ids = array.submit_plan(found)
+        if not args.wait:
+            return 0
+        failed = {j: s for j, s in (array.wait_for(job_ids) if job_ids else {}).items() if s != "COMPLETED"}
+        results = {folder: finished_metrics(folder) for folder in found.finished}
+        for p in (prepare(spec) for specs, _ in found.to_submit for spec in specs):
+            results.update(
+                {
+                    str(p.out_dir / key.task_dir): finished_metrics(p.out_dir / key.task_dir)
+                    for key in p.keys
+                    if task_finished(p.out_dir, key)
+                }
+            )
     _table({k: v for k, v in results.items() if v}, "evaluations")
     if failed:
         return verb.fail(

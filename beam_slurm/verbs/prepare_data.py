@@ -10,6 +10,7 @@ import sys
 
 from beam_slurm.config.verb_args import VerbArgs, VerbUsageError, keys_under
 from beam_slurm.core.errors import BadDataInput, ConfigError
+from beam_slurm.core.logs import installed
 from beam_slurm.jobs.data.prepare import prepare
 
 
@@ -36,7 +37,8 @@ def main(argv: list[str]) -> int:
     try:
         parsed = verb.parse(argv)
         cfg = verb.load(parsed)
-        prepare(cfg.data, force=parsed.args.force, data_dir=cfg.paths.data_dir, adopt=parsed.args.adopt)
+        with installed("beam_slurm", "prepare-data: "):  # stderr: stdout stays clean for callers
+            prepare(cfg.data, force=parsed.args.force, data_dir=cfg.paths.data_dir, adopt=parsed.args.adopt)
     except (ConfigError, VerbUsageError, BadDataInput) as error:
         return verb.report(error)
     return 0

@@ -7,6 +7,7 @@ import sys
 
 from beam_slurm.config.verb_args import VerbArgs, VerbUsageError
 from beam_slurm.core.errors import ConfigError
+from beam_slurm.core.logs import installed
 from beam_slurm.jobs.container_pull import RUNTIME_EXECUTABLE, PullError, pull_image, settings_problems
 
 
@@ -47,7 +48,8 @@ def main(argv: list[str]) -> int:
             verb.fail(message)
         return 2
     try:
-        result = pull_image(settings, force=args.force, verify=args.verify, executable=executable)
+        with installed("beam_slurm", "pull-container: ", stream="stdout"):
+            result = pull_image(settings, force=args.force, verify=args.verify, executable=executable)
     except PullError as err:
         return verb.fail(err, status=1)
     print(result.image_path, flush=True)

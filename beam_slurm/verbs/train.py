@@ -6,10 +6,9 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import logging
 import os
-import sys
 import threading
-from collections.abc import Callable
 from pathlib import Path
 
 from beam_slurm import REPO_ROOT
@@ -17,17 +16,20 @@ from beam_slurm.config.schema import BeamConfig
 from beam_slurm.config.verb_args import VerbArgs, VerbUsageError, schema_keys
 from beam_slurm.core import layout
 from beam_slurm.core.errors import ConfigError
+from beam_slurm.core.logs import installed
 from beam_slurm.jobs.training import train_job
 from beam_slurm.jobs.training.job_settings import job_settings, load_job_config
 from beam_slurm.launch.chain import ChainSettings, submit_pending, watch
 from beam_slurm.launch.eval_request import submit_for_checkpoint
 
+logger = logging.getLogger(__name__)
+
 
 class EvalChain:
     """Submits one evaluation per complete HF export while training runs, then makes a last pass."""
 
-    def __init__(self, cfg: BeamConfig, log: Callable[[str], None]):
-        self.cfg, self.log = cfg, log
+    def __init__(self, cfg: BeamConfig):
+        self.cfg = cfg
         assert cfg.paths.export_path is not None  # fill_defaults sets it
         self.settings = ChainSettings(
             run_dir=Path(cfg.paths.export_path), poll_interval_s=cfg.eval.chain_poll_s, settle_s=cfg.eval.chain_settle_s
@@ -37,13 +39,13 @@ class EvalChain:
 
     def submit(self, step: int, checkpoint: Path) -> str:
         # The same path as `beam-slurm evaluate --checkpoint`: a submitit job array, one task per dataset.
-        return submit_for_checkpoint(self.cfg, step, str(checkpoint), list(self.cfg.eval.chain_extra_args), self.log)
+        return submit_for_checkpoint(self.cfg, step, str(checkpoint), list(self.cfg.eval.chain_extra_args))
 
     def _run(self) -> None:
         try:
-            watch(self.settings, self.submit, self.stop.is_set, log=self.log, sleep=self.stop.wait)
+            watch(self.settings, self.submit, self.stop.is_set, sleep=self.stop.wait)
         except Exception as exc:  # the chain must never take the training job down
-            self.log(f"eval-chain: stopped after an error: {exc}")
+            logger.info(f"eval-chain: stopped after an error: {exc}")
 
     def __enter__(self):
         self.thread.start()
@@ -58,9 +60,9 @@ class EvalChain:
             # The run is over and nothing writes exports any more: the last export, seconds old, need not settle
             # (the watcher's settle time would otherwise leave it unevaluated for good).
             try:
-                submit_pending(dataclasses.replace(self.settings, settle_s=0.0), self.submit, self.log)
+                submit_pending(dataclasses.replace(self.settings, settle_s=0.0), self.submit)
             except Exception as exc:  # the chain must never take the training job down
-                self.log(f"eval-chain: last pass failed: {exc}")
+                logger.info(f"eval-chain: last pass failed: {exc}")
 
 
 def build_parser():
@@ -91,8 +93,6 @@ def main(argv: list[str]) -> int:
     def rebuild():  # for a restart in the allocation: the driver resumes from the latest checkpoint
         return job_settings(load_job_config(parsed.overrides, os.environ), preflight=preflight)[0]
 
-    def log(message: str) -> None:
-        print(f"[beam-slurm train] {message}", file=sys.stderr, flush=True)
-
-    with EvalChain(cfg, log) if cfg.eval.chain else contextlib.nullcontext():
+    chain = EvalChain(cfg) if cfg.eval.chain else contextlib.nullcontext()
+    with installed(("beam_slurm.launch", __name__), "[beam-slurm train] "), chain:  # the attempts write their own
         return train_job.run(settings, rebuild)

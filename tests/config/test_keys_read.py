@@ -110,7 +110,7 @@ def _exercise(cfg, overrides: list[str], tmp_path: Path, monkeypatch) -> None:
     path_problems(cfg)
     plans(cfg.data)
     _prepare_out_dir(cfg.data, str(tmp_path / "data"))
-    chain = train_cli.EvalChain(cfg, lambda message: None)
+    chain = train_cli.EvalChain(cfg)
     monkeypatch.setattr(train_cli, "submit_for_checkpoint", lambda *args: "1")
     chain.submit(1, tmp_path)
     stalled_attempt_problems(cfg)

@@ -66,14 +66,14 @@ def test_marker_decides_which_checkpoints_are_complete(tmp_path):
     set_marker(run, 20)  # step 30 is still being written
     assert [step for step, _ in complete_checkpoints(settings)] == [10, 20]
     calls = tmp_path / "calls.jsonl"
-    submitted = submit_pending(settings, recording_submit(calls), log=lambda m: None)
+    submitted = submit_pending(settings, recording_submit(calls))
     assert [step for step, _ in submitted] == [10, 20]
     first = [json.loads(line) for line in calls.read_text().splitlines()]
     assert (first[0]["step"], first[0]["checkpoint"]) == (10, str(run / "global_step_10"))
     # Next poll: nothing new until the marker moves on; then only step 30.
-    assert submit_pending(settings, recording_submit(calls), log=lambda m: None) == []
+    assert submit_pending(settings, recording_submit(calls)) == []
     set_marker(run, 30)
-    assert [step for step, _ in submit_pending(settings, recording_submit(calls), log=lambda m: None)] == [30]
+    assert [step for step, _ in submit_pending(settings, recording_submit(calls))] == [30]
     assert list(submitted_jobs(settings)) == [10, 20, 30]
     assert all(job for job in submitted_jobs(settings).values())
 
@@ -91,8 +91,7 @@ def test_exports_count_once_complete_and_settled(tmp_path):
 def _race(run: str, claims: str, calls: str, start_at: float) -> None:
     while time.time() < start_at:  # line the processes up so they really race
         time.sleep(0.001)
-    submit_pending(ChainSettings(run_dir=Path(run), claims_dir=Path(claims)), recording_submit(Path(calls)),
-                   log=lambda m: None)
+    submit_pending(ChainSettings(run_dir=Path(run), claims_dir=Path(claims)), recording_submit(Path(calls)))
 
 
 def test_racing_watchers_submit_each_checkpoint_exactly_once(tmp_path):
@@ -116,7 +115,7 @@ def test_racing_watchers_submit_each_checkpoint_exactly_once(tmp_path):
     assert sorted(jobs) == list(range(1, 21)) and all(jobs.values())
 
 
-def test_failed_submission_is_retried_and_dead_claims_are_taken_over(tmp_path):
+def test_failed_submission_is_retried_and_dead_claims_are_taken_over(tmp_path, log_lines):
     run = tmp_path / "ckpts"
     make_ckpt(run, 10)
     make_ckpt(run, 20)
@@ -126,17 +125,17 @@ def test_failed_submission_is_retried_and_dead_claims_are_taken_over(tmp_path):
     def failing_submit(step, checkpoint):
         raise RuntimeError("sbatch: Socket timed out")
 
-    messages = []
-    assert submit_pending(settings, failing_submit, log=messages.append) == []
+    messages = log_lines
+    assert submit_pending(settings, failing_submit) == []
     assert "will retry" in messages[0] and not claim_path(settings, 10).exists()
 
     # A watcher that died right after claiming step 20: its claim blocks others until it is stale.
     now = time.time()
     assert try_claim(settings, 20, now=now - 30)
     calls = tmp_path / "calls.jsonl"
-    assert [s for s, _ in submit_pending(settings, recording_submit(calls), log=lambda m: None, now=now)] == [10]
+    assert [s for s, _ in submit_pending(settings, recording_submit(calls), now=now)] == [10]
     later = now + 700
-    assert [s for s, _ in submit_pending(settings, recording_submit(calls), log=lambda m: None, now=later)] == [20]
+    assert [s for s, _ in submit_pending(settings, recording_submit(calls), now=later)] == [20]
     assert len(calls.read_text().splitlines()) == 2
     # A claim with a job id is never stale.
     assert not try_claim(settings, 20, now=later + 10_000)
@@ -157,7 +156,7 @@ def test_watch_runs_until_stopped_with_a_last_pass(tmp_path):
         return len(polls) >= 3
 
     submitted = watch(ChainSettings(run_dir=run, poll_interval_s=0), recording_submit(tmp_path / "calls.jsonl"),
-                      should_stop, log=lambda m: None, sleep=lambda s: None)
+                      should_stop, sleep=lambda s: None)
     assert [step for step, _ in submitted] == [5, 10]
 
 

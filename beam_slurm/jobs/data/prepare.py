@@ -4,10 +4,11 @@ login node); every output checked against its sources' hashes before it is rebui
 from __future__ import annotations
 
 import fcntl
+import logging
 import os
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -24,14 +25,13 @@ from beam_slurm.jobs.data.aime import convert_aime_files
 from beam_slurm.jobs.data.cleaning import COMPRESSION, CleaningStats, clean_dapo_files, open_parquet
 from beam_slurm.jobs.data.dapo_format import check_dapo_schema
 from beam_slurm.jobs.data.manifest import load_manifest, reuse_verdict, sha256_file, write_manifest
-from beam_slurm.jobs.data.sources import HUB_SCHEME, ResolvedSource, default_log, resolve_source
+from beam_slurm.jobs.data.sources import HUB_SCHEME, ResolvedSource, resolve_source
 
+logger = logging.getLogger(__name__)
 DAPO_MATH_OUTPUT = "dapo-math-17k-cleaned.parquet"
 AIME2024_OUTPUT = "aime-2024-cleaned.parquet"
 AIME2025_OUTPUT = "aime-2025-cleaned.parquet"
 LOCK_NAME = ".prepare-data.lock"
-
-Log = Callable[[str], None]
 
 
 @dataclass
@@ -78,8 +78,8 @@ def reuse_request(plan: OutputPlan) -> dict:
 class RowProgress:
     """A rich progress bar on an interactive stderr; a log line every 10 % otherwise (Slurm logs)."""
 
-    def __init__(self, label: str, total: int, log: Log):
-        self.label, self.total, self.log = label, max(total, 1), log
+    def __init__(self, label: str, total: int):
+        self.label, self.total = label, max(total, 1)
         self.done, self.next_report, self.started = 0, 0.1, time.monotonic()
         self.bar = None
         if sys.stderr.isatty():
@@ -98,7 +98,7 @@ class RowProgress:
         if self.bar is not None:
             self.bar.update(self.task, advance=rows)
         elif self.done / self.total >= self.next_report:
-            self.log(f"{self.label}: {self.done}/{self.total} rows ({time.monotonic() - self.started:.1f} s)")
+            logger.info(f"{self.label}: {self.done}/{self.total} rows ({time.monotonic() - self.started:.1f} s)")
             self.next_report = (int(self.done / self.total * 10) + 1) / 10
 
     def close(self) -> None:
@@ -129,9 +129,7 @@ def _prepare_out_dir(config: DataConfig, data_dir: str | None) -> Path:
     return out_dir.resolve()
 
 
-def _build(
-    plan: OutputPlan, sources: list[ResolvedSource], config: DataConfig, temporary: Path, log: Log
-) -> CleaningStats:
+def _build(plan: OutputPlan, sources: list[ResolvedSource], config: DataConfig, temporary: Path) -> CleaningStats:
     files = [path for source in sources for path in source.files]
     if plan.file_name == AIME2025_OUTPUT:
         table = convert_aime_files(files, plan.setting, config.aime2025_data_source)
@@ -144,7 +142,6 @@ def _build(
     progress = RowProgress(
         plan.file_name,
         sum(open_parquet(p, plan.setting).metadata.num_rows for p in files if p.suffix == ".parquet"),
-        log,
     )
     try:
         return clean_dapo_files(
@@ -159,7 +156,7 @@ def _build(
         progress.close()
 
 
-def _adopted_entry(plan: OutputPlan, output: Path, request: dict, log: Log) -> dict:
+def _adopted_entry(plan: OutputPlan, output: Path, request: dict) -> dict:
     """The manifest entry of a cleaned file found in place, once its schema and rows check out."""
     where = f"{output} (--adopt)"
     parquet = open_parquet(output, where)
@@ -170,7 +167,7 @@ def _adopted_entry(plan: OutputPlan, output: Path, request: dict, log: Log) -> d
         raise BadDataInput(
             f"{where}: {rows} rows; {'an AIME year has 30' if rows else 'it is empty'}: rebuild it with --force"
         )
-    log(f"{plan.file_name}: adopted ({rows} rows, schema checked; recorded in the manifest)")
+    logger.info(f"{plan.file_name}: adopted ({rows} rows, schema checked; recorded in the manifest)")
     return {
         **request,
         "adopted": True,
@@ -180,9 +177,7 @@ def _adopted_entry(plan: OutputPlan, output: Path, request: dict, log: Log) -> d
     }
 
 
-def prepare(
-    config: DataConfig, log: Log = default_log, *, force: bool = False, data_dir: str | None = None, adopt: bool = False
-) -> dict:
+def prepare(config: DataConfig, *, force: bool = False, data_dir: str | None = None, adopt: bool = False) -> dict:
     """Write the outputs that are missing or stale into out_dir (renamed into place only when all succeeded) and
     return the manifest entries; `adopt` records cleaned files found without an entry once they check out."""
     problems = config.problems()
@@ -201,9 +196,9 @@ def prepare(
             request = reuse_request(plan)
             reason = reuse_verdict(output, manifest.get(plan.file_name), request)
             if reason is None:
-                log(f"{plan.file_name}: kept (up to date with {plan.setting})")
+                logger.info(f"{plan.file_name}: kept (up to date with {plan.setting})")
             elif adopt and manifest.get(plan.file_name) is None:
-                adopted[plan.file_name] = _adopted_entry(plan, output, request, log)
+                adopted[plan.file_name] = _adopted_entry(plan, output, request)
             else:
                 raise BadDataInput(
                     f"{output} already exists and {reason}; pass --force to replace it or choose another data.out_dir"
@@ -211,7 +206,7 @@ def prepare(
 
         resolved: dict[str, list[ResolvedSource]] = {}
         for plan in to_build:
-            sources = [resolve_source(spec, plan.setting, config.hub_retries, log) for spec in _specs(plan)]
+            sources = [resolve_source(spec, plan.setting, config.hub_retries) for spec in _specs(plan)]
             resolved[plan.file_name] = sources
             for path in [p for s in sources for p in s.files] if plan.file_name != AIME2025_OUTPUT else []:
                 where = f"{plan.setting} ({path})"
@@ -226,14 +221,14 @@ def prepare(
             entries = {}
             for plan in to_build:
                 started, sources = time.monotonic(), resolved[plan.file_name]
-                stats = _build(plan, sources, config, temporaries[plan.file_name], log)
-                log(
+                stats = _build(plan, sources, config, temporaries[plan.file_name])
+                logger.info(
                     f"{plan.file_name}: {stats.rows_in} rows -> {stats.rows_distinct} distinct -> {stats.rows_out} "
                     f"kept ({stats.prompts_conflicting} prompts with conflicting answers dropped) "
                     f"in {time.monotonic() - started:.1f} s"
                 )
                 if plan.file_name != DAPO_MATH_OUTPUT and stats.rows_out != 30:
-                    log(f"warning: {plan.file_name} has {stats.rows_out} problems; an AIME year has 30")
+                    logger.warning(f"warning: {plan.file_name} has {stats.rows_out} problems; an AIME year has 30")
                 entries[plan.file_name] = {
                     "source": plan.source,
                     "settings": plan.settings,

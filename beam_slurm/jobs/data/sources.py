@@ -8,13 +8,15 @@ huggingface_hub's cache, resume, retry, honour HF_HUB_OFFLINE=1 and use HF_TOKEN
 from __future__ import annotations
 
 import functools
-import sys
+import logging
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import unquote
 
 from beam_slurm.core.errors import BadDataInput
+
+logger = logging.getLogger(__name__)
 
 # huggingface_hub is imported inside the functions that use it: only a hub source needs it, and it is slow to import.
 
@@ -96,7 +98,7 @@ def _is_permanent_hub_error(error: Exception) -> bool:
     return status is not None and 400 <= status < 500 and status != 429
 
 
-def _with_retries(action, what: str, setting: str, spec: str, attempts: int, log=None):
+def _with_retries(action, what: str, setting: str, spec: str, attempts: int):
     delay = 1.0
     for attempt in range(1, attempts + 1):
         try:
@@ -104,11 +106,9 @@ def _with_retries(action, what: str, setting: str, spec: str, attempts: int, log
         except Exception as error:  # noqa: BLE001 - classified below; hub and network errors vary by version
             if _is_permanent_hub_error(error) or attempt == attempts:
                 raise BadDataInput(_hub_failure_message(error, what, setting, spec, attempt)) from None
-            if log:
-                log(
-                    f"{setting}: {what} failed ({type(error).__name__}); "
-                    f"retry {attempt}/{attempts - 1} in {delay:.0f} s"
-                )
+            logger.info(
+                f"{setting}: {what} failed ({type(error).__name__}); retry {attempt}/{attempts - 1} in {delay:.0f} s"
+            )
             time.sleep(delay)
             delay = min(delay * 2, 30.0)
     raise AssertionError("unreachable")
@@ -138,11 +138,11 @@ def _hub_failure_message(error: Exception, what: str, setting: str, spec: str, a
     return f"{setting}={spec}: {what} failed after {attempts} attempt(s): {type(error).__name__}: {error}"
 
 
-def _resolve_hub(spec: str, setting: str, attempts: int, log=None) -> ResolvedSource:
+def _resolve_hub(spec: str, setting: str, attempts: int) -> ResolvedSource:
     from huggingface_hub import hf_hub_download, snapshot_download
 
     address = parse_hub_address(spec, setting)
-    download = functools.partial(_with_retries, what="download", setting=setting, spec=spec, attempts=attempts, log=log)
+    download = functools.partial(_with_retries, what="download", setting=setting, spec=spec, attempts=attempts)
     if address.path_in_repo:
         path = Path(
             download(
@@ -168,13 +168,8 @@ def _resolve_hub(spec: str, setting: str, attempts: int, log=None) -> ResolvedSo
     return ResolvedSource(setting, spec, files, _commit_of_cached_path(snapshot / "x") or address.revision)
 
 
-def resolve_source(spec: str, setting: str, hub_retries: int = 5, log=None) -> ResolvedSource:
+def resolve_source(spec: str, setting: str, hub_retries: int = 5) -> ResolvedSource:
     """Turn one configured source into local files, downloading hub files into the cache when needed."""
     if spec.startswith(HUB_SCHEME):
-        return _resolve_hub(spec, setting, hub_retries, log)
+        return _resolve_hub(spec, setting, hub_retries)
     return ResolvedSource(setting, spec, _local_files(spec, setting), None)
-
-
-def default_log(message: str) -> None:
-    """Progress lines go to stderr so stdout stays clean for callers."""
-    print(f"prepare-data: {message}", file=sys.stderr, flush=True)

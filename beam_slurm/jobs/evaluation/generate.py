@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import gc
 import json
+import logging
 import os
 import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
@@ -22,6 +22,8 @@ from beam_slurm.core.errors import UserError
 from beam_slurm.jobs.evaluation.checkpoints import EvalInput, lora_request
 from beam_slurm.jobs.evaluation.metrics import MAX_K
 from beam_slurm.jobs.evaluation.problems import Problem
+
+logger = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from vllm import LLM
@@ -159,14 +161,8 @@ Request = tuple[Problem, int, int]  # (problem, responses wanted, index of the f
 class OfflineEngine:
     """vLLM's offline engine, loaded on first use and kept for every chunk (and dataset) of one process."""
 
-    def __init__(
-        self,
-        eval_input: EvalInput,
-        sampling: SamplingSettings,
-        engine: EngineSettings,
-        log: Callable[[str], None] = print,
-    ):
-        self.eval_input, self.sampling, self.engine, self.log = eval_input, sampling, engine, log
+    def __init__(self, eval_input: EvalInput, sampling: SamplingSettings, engine: EngineSettings):
+        self.eval_input, self.sampling, self.engine = eval_input, sampling, engine
         self._llm: LLM | None = None
 
     def generate(self, requests: list[Request]) -> list[dict[str, Any]]:
@@ -176,7 +172,7 @@ class OfflineEngine:
         if self._llm is None:
             started = time.monotonic()
             self._llm = LLM(**engine_kwargs(self.eval_input, self.sampling, self.engine))
-            self.log(f"evaluate: engine ready in {time.monotonic() - started:.1f} s ({self.eval_input.label})")
+            logger.info(f"evaluate: engine ready in {time.monotonic() - started:.1f} s ({self.eval_input.label})")
         s = self.sampling
         params = [
             SamplingParams(n=n, temperature=s.temperature, top_p=s.top_p, max_tokens=s.max_tokens, seed=s.seed)
@@ -206,14 +202,14 @@ class OfflineEngine:
 class ServerEngine:
     """An already running OpenAI-compatible server, with the interface of OfflineEngine."""
 
-    def __init__(self, client: ClientSettings, sampling: SamplingSettings, log: Callable[[str], None] = print):
-        self.client, self.sampling, self.log = client, sampling, log
+    def __init__(self, client: ClientSettings, sampling: SamplingSettings):
+        self.client, self.sampling = client, sampling
 
     def generate(self, requests: list[Request]) -> list[dict[str, Any]]:
         rows = []
         for n in sorted({n for _, n, _ in requests}):
             same = [(problem, first) for problem, count, first in requests if count == n]
-            got = generate_with_server([p for p, _ in same], self.client, replace(self.sampling, n=n), self.log)
+            got = generate_with_server([p for p, _ in same], self.client, replace(self.sampling, n=n))
             first_of = {p.problem_id: first for p, first in same}
             rows += [{**row, "sample": first_of[row["problem_id"]] + row["sample"]} for row in got]
         return rows
@@ -301,7 +297,7 @@ def served_model(client: ClientSettings) -> str:
 
 
 def generate_with_server(
-    problems: list[Problem], client: ClientSettings, sampling: SamplingSettings, log: Callable[[str], None] = print
+    problems: list[Problem], client: ClientSettings, sampling: SamplingSettings
 ) -> list[dict[str, Any]]:
     """Sample sampling.n responses per problem from an OpenAI-compatible chat completions endpoint."""
     model = served_model(client)
@@ -335,7 +331,7 @@ def generate_with_server(
 
     with ThreadPoolExecutor(max_workers=client.concurrency) as pool:
         rows = [row for rows in pool.map(one, problems) for row in rows]
-    log(f"evaluate: {len(rows)} responses from {client.api_root} in {time.monotonic() - started:.1f} s")
+    logger.info(f"evaluate: {len(rows)} responses from {client.api_root} in {time.monotonic() - started:.1f} s")
     return rows
 
 

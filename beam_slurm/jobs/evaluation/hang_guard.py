@@ -10,6 +10,7 @@ failed."""
 from __future__ import annotations
 
 import faulthandler
+import logging
 import os
 import statistics
 import threading
@@ -22,6 +23,7 @@ from beam_slurm.jobs.ray_cluster.hang_dump import dump_process, parent_pid, py_s
 from beam_slurm.policy.hang_watch import DERIVED_FLOOR_S, DERIVED_MULTIPLE
 from beam_slurm.slurm import scheduler
 
+logger = logging.getLogger(__name__)
 POLL_S = 2.0
 
 
@@ -59,12 +61,12 @@ def child_pids(pid: int) -> list[int]:
     return sorted(found)
 
 
-def requeue_this_task(max_requeues: int, log: Callable[[str], None]) -> None:
+def requeue_this_task(max_requeues: int) -> None:
     """`scontrol requeue` of this array task, unless requeued max_requeues times already: then it exits 1 (fails)."""
     job = os.environ.get("SLURM_JOB_ID")
     restarts = int(os.environ.get("SLURM_RESTART_COUNT", "0") or 0)
     if job and restarts < max_requeues:
-        log(
+        logger.info(
             f"evaluate: requeueing task {job} (attempt {restarts + 1} of at most {max_requeues + 1}); its saved "
             "chunks are kept"
         )
@@ -72,24 +74,17 @@ def requeue_this_task(max_requeues: int, log: Callable[[str], None]) -> None:
             scheduler.requeue(job)
             time.sleep(120)  # Slurm ends this process as it requeues the job
         except scheduler.SlurmCommandError as exc:
-            log(f"evaluate: requeue failed: {exc}")
+            logger.info(f"evaluate: requeue failed: {exc}")
     else:
-        log(f"evaluate: not requeueing ({restarts} requeues, eval.launcher.max_num_timeout={max_requeues})")
+        logger.info(f"evaluate: not requeueing ({restarts} requeues, eval.launcher.max_num_timeout={max_requeues})")
     os._exit(1)
 
 
 class GenerationWatchdog:
     """Hung if no chunk is saved (`chunk_saved`) in `chunk_limit_s`; `on_hang` (default requeue) runs after dumps."""
 
-    def __init__(
-        self,
-        timeout_s: float | None,
-        start_allowance_s: float,
-        folder: Path,
-        log: Callable[[str], None],
-        on_hang: Callable[[], None],
-    ):
-        self.timeout_s, self.start_allowance_s, self.folder, self.log = timeout_s, start_allowance_s, folder, log
+    def __init__(self, timeout_s: float | None, start_allowance_s: float, folder: Path, on_hang: Callable[[], None]):
+        self.timeout_s, self.start_allowance_s, self.folder = timeout_s, start_allowance_s, folder
         self.on_hang = on_hang
         self.chunk_seconds: list[float] = []
         self.last = time.monotonic()
@@ -114,7 +109,7 @@ class GenerationWatchdog:
             limit = chunk_limit_s(self.timeout_s, self.chunk_seconds, self.start_allowance_s)
             silent = time.monotonic() - self.last
             if silent > limit:
-                self.log(
+                logger.info(
                     f"evaluate: hang: no chunk saved for {silent:.0f} s (limit {limit:.0f} s, "
                     f"{len(self.chunk_seconds)} chunks saved by this attempt); stacks in {self.dump()}"
                 )

@@ -17,6 +17,7 @@ import contextlib
 import fcntl
 import hashlib
 import json
+import logging
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -30,6 +31,7 @@ from beam_slurm.jobs.evaluation.metrics import compute_metrics
 from beam_slurm.jobs.evaluation.problems import Problem
 from beam_slurm.jobs.evaluation.results import GRADES_FILE, INFO_FILE, METRICS_FILE, write_results
 
+logger = logging.getLogger(__name__)
 SAMPLES_DIRNAME = "samples"
 TASKS_DIRNAME = "tasks"
 VIEW_LOCK = ".view.lock"
@@ -154,7 +156,6 @@ def generate_missing(
     engine_factory: Callable[[], Any],
     chunk_problems: int,
     progress: Progress,
-    log: Callable[[str], None] = print,
     chunk_saved: Callable[[], None] = lambda: None,
 ) -> None:
     """Generate what k responses per problem lack, one saved chunk at a time; `chunk_saved` after each (heartbeat)."""
@@ -170,7 +171,7 @@ def generate_missing(
         return
     started = time.monotonic()
     engine = engine_factory()
-    log(
+    logger.info(
         f"evaluate: {sum(n for _, n, _ in todo)} responses to generate for {len(todo)} problems "
         f"({progress.reused} reused), {chunk_problems} problems per chunk"
     )
@@ -180,7 +181,7 @@ def generate_missing(
             store.add_chunk(rows)
             progress.generated += len(rows)
             chunk_saved()
-            log(
+            logger.info(
                 f"evaluate: saved chunk {first // chunk_problems + 1}/{-(-len(todo) // chunk_problems)} "
                 f"({len(rows)} responses)"
             )
@@ -188,7 +189,7 @@ def generate_missing(
         progress.generation_s += time.monotonic() - started
 
 
-def grade_missing(store: SampleStore, limits, progress: Progress, log: Callable[[str], None] = print) -> None:
+def grade_missing(store: SampleStore, limits, progress: Progress) -> None:
     """Grade every saved chunk that has no grades yet (one worker pool for all of them), each published as it ends."""
     pending = store.ungraded()
     if not pending:
@@ -199,7 +200,7 @@ def grade_missing(store: SampleStore, limits, progress: Progress, log: Callable[
             write_text(store.grades_of(chunk), _jsonl(grade_with_pool(pool, _read_jsonl(chunk))))
             progress.chunks_graded += 1
     progress.grading_s += time.monotonic() - started
-    log(f"evaluate: graded {len(pending)} chunk(s) in {time.monotonic() - started:.1f} s")
+    logger.info(f"evaluate: graded {len(pending)} chunk(s) in {time.monotonic() - started:.1f} s")
 
 
 def first_k(grades: list[dict[str, Any]], problems: list[Problem], k: int) -> list[dict[str, Any]]:

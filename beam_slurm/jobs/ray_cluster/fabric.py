@@ -14,6 +14,7 @@ import dataclasses
 import fcntl
 import importlib.util
 import json
+import logging
 import os
 import shutil
 import socket
@@ -34,6 +35,8 @@ from beam_slurm.config.ray import RaySettings
 from beam_slurm.jobs.ray_cluster.gpus import allocated_gpus
 from beam_slurm.jobs.ray_cluster.network import interface_ipv4 as address_of
 from beam_slurm.slurm.scheduler import expand_hostnames
+
+logger = logging.getLogger(__spec__.name)  # its package name under `python -m` too (__name__ is "__main__")
 
 if TYPE_CHECKING:  # every node's preflight imports this module: the schema (and Hydra) only for the type
     from beam_slurm.config.schema import BeamConfig
@@ -597,12 +600,12 @@ def summary_lines(summary: dict[str, Any]) -> list[str]:
     return lines
 
 
-def report(output: str, prefix: str, settings: dict[str, Any], attempt_dir: Any, log: Any) -> dict[str, list[str]]:
+def report(output: str, prefix: str, settings: dict[str, Any], attempt_dir: Any) -> dict[str, list[str]]:
     """In the batch shell: the verdict over the preflight's output, logged and written to fabric.json; by host."""
     records = (json.loads(line[len(prefix) :]) for line in output.splitlines() if line.startswith(prefix))
     failing, summary = verdict([r["fabric"] for r in records if "fabric" in r], FabricSettings(**settings))
     for line in summary_lines(summary):
-        log(line)
+        logger.info(line)
     (Path(attempt_dir) / "fabric.json").write_text(json.dumps(summary, indent=1, sort_keys=True) + "\n")
     return failing
 

@@ -31,6 +31,8 @@ from beam_slurm.jobs.ray_cluster.supervision import WorkerWatch, stop_process_gr
 from beam_slurm.policy.requeue import preempted
 from beam_slurm.slurm import scheduler
 
+logger = logging.getLogger(__name__)
+
 # ray is imported inside wait_for_cluster, on purpose: once `ray start` is up, and only for the checks.
 
 
@@ -63,15 +65,15 @@ class Head(NodeRole):
                         "ports": ports.record(head=True),
                     },
                 )
-            self.log(f"GCS listening at {ip}:{ports.gcs} (port block {ports.block}); address published")
+            logger.info(f"GCS listening at {ip}:{ports.gcs} (port block {ports.block}); address published")
 
         ports = self.start_ray(head=True, ip=ip, start_block=None, on_gcs_up=publish)
         self.record_bringup()
         address = f"{ip}:{ports.gcs}"
         head_up = time.time()
-        self.log(f"head up at {address} (temp dir {self.ray.temp_dir})")
+        logger.info(f"head up at {address} (temp dir {self.ray.temp_dir})")
         registered = self.wait_for_cluster(address)
-        self.log(f"all {self.ctx.num_nodes} nodes and {registered} GPUs registered")
+        logger.info(f"all {self.ctx.num_nodes} nodes and {registered} GPUs registered")
         timing = {
             "job_start": self.ctx.spec.job_start_time,
             "node_start": self.started,
@@ -182,7 +184,7 @@ class Head(NodeRole):
         return self.driver_running  # before the driver runs there is nothing to save
 
     def obey_held_sigterm(self, why: str) -> None:
-        self.log(why)
+        logger.info(why)
         self.stop_requested = True
 
     def relay_held_sigterm(self) -> None:
@@ -209,14 +211,14 @@ class Head(NodeRole):
             return self.obey_held_sigterm(
                 f"SIGTERM of a preemption: could not relay it to the batch shell ({exc}); stopping"
             )
-        self.log(
+        logger.info(
             f"SIGTERM of a preemption (PreemptTime={preempt_time}) without a user signal: relayed to the batch "
             "shell as a notice; the driver runs on until the batch shell has its checkpoint"
         )
 
     def run_driver(self, driver: list[str], address: str) -> int:
         env = {**self.ray_env(), "RAY_ADDRESS": address}
-        self.log(f"starting the driver: {driver[0]} ... ({len(driver) - 1} arguments)")
+        logger.info(f"starting the driver: {driver[0]} ... ({len(driver) - 1} arguments)")
         proc = subprocess.Popen(driver, env=env, start_new_session=True)
         self.driver_running = True
         watch = WorkerWatch(self.rendezvous, self.settings.head_lost_after_s, clock=self.clock)
@@ -227,7 +229,7 @@ class Head(NodeRole):
                     relayed = True
                     self.relay_held_sigterm()
                 if self.stop_requested:
-                    self.log("stop requested: stopping the driver")
+                    logger.info("stop requested: stopping the driver")
                     if self.ctx.attempt_dir is not None and self.ctx.spec.sigterm_notice:
                         # The driver holds a first SIGTERM unless the attempt is marked as stopping.
                         mark_stopping(self.ctx.attempt_dir)
@@ -255,7 +257,7 @@ class Head(NodeRole):
             if proc.poll() is None:
                 stop_process_group(proc, 5.0)
         status = shell_status(status)
-        self.log(f"driver exited with status {status}")
+        logger.info(f"driver exited with status {status}")
         record_driver_exit(self.ctx.attempt_dir, status)
         write_json(self.rendezvous.ended_file, {"status": status, "time": time.time()})
         return status

@@ -9,6 +9,7 @@ job's token, and writes new files (O_EXCL) with the umask's mode: what the logs 
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import secrets
 import stat
@@ -21,6 +22,7 @@ from pathlib import Path
 from beam_slurm.config.job_spec import LogCopySettings
 from beam_slurm.core.atomic_files import write_json
 
+logger = logging.getLogger(__name__)
 COPY_RECORD = "COPY.json"  # the node folder's record of the last copy
 RAY_LOGS_DIR = "ray"  # in the attempt's log folder, one folder per node
 _CHUNK = 1 << 20
@@ -296,7 +298,6 @@ class LogCopier:
         attempt_dir: Path | None,
         host: str,
         settings: LogCopySettings,
-        log: Callable[[str], None],
         private: Sequence[Path] = (),
     ):
         self.temp_dir = temp_dir
@@ -304,7 +305,6 @@ class LogCopier:
         self._said: set[str] = set()  # skipped files already named in the log
         self.dest = attempt_dir / RAY_LOGS_DIR / host if attempt_dir is not None else None
         self.settings = settings
-        self.log = log
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
@@ -323,12 +323,12 @@ class LogCopier:
                     private=self.private,
                 )
             except OSError as exc:
-                self.log(f"copying the Ray logs to {self.dest} failed: {exc}")
+                logger.info(f"copying the Ray logs to {self.dest} failed: {exc}")
                 return None
             for line in summary["skipped"]:
                 if line not in self._said:
                     self._said.add(line)
-                    self.log(f"Ray log copy: skipped {line}")
+                    logger.info(f"Ray log copy: skipped {line}")
             return summary
 
     def start(self) -> None:
@@ -356,6 +356,6 @@ class LogCopier:
             return
         note = "" if summary["finished"] else f"; stopped after cluster.log_copy_s={self.settings.final_s:g}s"
         left = f", {summary['files_left_out']} older files left out" if summary["files_left_out"] else ""
-        self.log(
+        logger.info(
             f"Ray logs copied to {self.dest} ({summary['bytes'] / 1e6:.1f} MB in {summary['seconds']:.1f}s{left}{note})"
         )

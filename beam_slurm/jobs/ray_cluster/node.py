@@ -6,16 +6,20 @@ batch shell's. Outputs in BEAM_ATTEMPT_DIR: `records`, the Ray logs in ray/<node
 
 from __future__ import annotations
 
+import logging
 import signal
 import sys
 from typing import Any
 
 from beam_slurm.config.ray import RaySettings
+from beam_slurm.core.logs import installed
 from beam_slurm.core.ray_records import EXIT_INFRA, EXIT_SETUP, NodeFailure
 from beam_slurm.jobs.ray_cluster.context import NodeContext
 from beam_slurm.jobs.ray_cluster.head import Head
 from beam_slurm.jobs.ray_cluster.role import NodeRole
 from beam_slurm.jobs.ray_cluster.worker import Worker
+
+logger = logging.getLogger(__spec__.name)  # its package name under `python -m` too (__name__ is "__main__")
 
 
 def install_signal_handlers(role: NodeRole) -> None:
@@ -23,12 +27,12 @@ def install_signal_handlers(role: NodeRole) -> None:
 
     def on_stop(signum: int, _frame: Any) -> None:
         if signum == signal.SIGTERM and role.hold_sigterm():
-            role.log("SIGTERM held: it may be a preemption's notice (the head asks Slurm; a second one stops)")
+            logger.info("SIGTERM held: it may be a preemption's notice (the head asks Slurm; a second one stops)")
             return
         role.stop_requested = True
 
     def on_notice(signum: int, _frame: Any) -> None:
-        role.log(f"ignoring signal {signal.Signals(signum).name} (the batch shell handles notices)")
+        logger.info(f"ignoring signal {signal.Signals(signum).name} (the batch shell handles notices)")
 
     signal.signal(signal.SIGTERM, on_stop)
     signal.signal(signal.SIGINT, on_stop)
@@ -41,24 +45,25 @@ def run_node(ctx: NodeContext, settings: RaySettings, driver: list[str]) -> int:
     role: Head | Worker = Head(ctx, settings) if ctx.rank == 0 else Worker(ctx, settings)
     role.restore_signal_handlers = lambda: install_signal_handlers(role)
     install_signal_handlers(role)
-    ending = "failure"
-    try:
-        role.stop_leftovers_of_earlier_attempts()
-        role.export_manifest()
-        status = role.run(driver) if isinstance(role, Head) else role.run()
-        ending = "stop" if role.stop_requested else ("end" if status == 0 else "failure")
-        return status
-    except NodeFailure as failure:
-        role.record_failure(failure.kind, str(failure))
-        return EXIT_SETUP if failure.kind == "setup" else EXIT_INFRA
-    except OSError as exc:
-        role.record_failure("setup", f"node {ctx.host}: {exc}")
-        return EXIT_SETUP
-    finally:
-        role.ray.stop()
-        # After Ray stopped, so its last lines are in; bounded by cluster.log_copy_s (the notice budget's share).
-        role.log_copier.finish(ending)
-        role.ray.remove()  # the job's folder on the node, Ray's temp dir with it
+    with installed("beam_slurm", role.prefix):
+        ending = "failure"
+        try:
+            role.stop_leftovers_of_earlier_attempts()
+            role.export_manifest()
+            status = role.run(driver) if isinstance(role, Head) else role.run()
+            ending = "stop" if role.stop_requested else ("end" if status == 0 else "failure")
+            return status
+        except NodeFailure as failure:
+            role.record_failure(failure.kind, str(failure))
+            return EXIT_SETUP if failure.kind == "setup" else EXIT_INFRA
+        except OSError as exc:
+            role.record_failure("setup", f"node {ctx.host}: {exc}")
+            return EXIT_SETUP
+        finally:
+            role.ray.stop()
+            # After Ray stopped, so its last lines are in; bounded by cluster.log_copy_s (the notice budget's share).
+            role.log_copier.finish(ending)
+            role.ray.remove()  # the job's folder on the node, Ray's temp dir with it
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -3,6 +3,7 @@ failure record, and `ray start` on the job's port block."""
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 import time
@@ -22,6 +23,7 @@ from beam_slurm.jobs.ray_cluster.log_copy import LogCopier
 from beam_slurm.jobs.ray_cluster.network import tcp_reachable
 from beam_slurm.jobs.ray_cluster.rendezvous import Rendezvous
 
+logger = logging.getLogger(__name__)
 _RAY_START_TRIES = 3
 BIND_HOOK_DIR = Path(__file__).with_name("bind_hook")
 
@@ -61,7 +63,6 @@ class NodeRole:
             ctx.attempt_dir,
             ctx.host,
             ctx.spec.log_copy_settings(),
-            self.log,
             private=[self.token_path] if self.token_path else [],
         )
         self.ray_start_window: tuple[float, float] | None = None  # (began, returned) of `ray start`, retries included
@@ -89,16 +90,12 @@ class NodeRole:
             raise NodeFailure("setup", f"node {self.ctx.host}: {exc}") from None
         env_manifest.record(self.ctx.attempt_dir, self.ctx.host, self.manifest_env, missing)
         if self.manifest_env:
-            self.log(f"environment for Ray and its workers: {env_manifest.summary(self.manifest_env)}")
+            logger.info(f"environment for Ray and its workers: {env_manifest.summary(self.manifest_env)}")
         if missing:
-            self.log(f"warning: the recipe's variables {', '.join(missing)} did not reach this node")
+            logger.warning(f"warning: the recipe's variables {', '.join(missing)} did not reach this node")
 
-    def log(self, message: str) -> None:
-        print(
-            f"[ray-node {self.ctx.host} rank {self.ctx.rank} +{time.time() - self.started:5.1f}s] {message}",
-            file=sys.stderr,
-            flush=True,
-        )
+    def prefix(self) -> str:
+        return f"[ray-node {self.ctx.host} rank {self.ctx.rank} +{time.time() - self.started:5.1f}s] "
 
     def ray_start_env(self, ip: str, ports: RayPorts) -> dict[str, str]:
         """`ray_env` for `ray start`: the metrics ports of the block, and the start-up hook that binds the metrics
@@ -134,7 +131,7 @@ class NodeRole:
 
     def record_failure(self, kind: str, reason: str) -> None:
         """Keep the first failure of the attempt for the batch shell (and print it)."""
-        self.log(f"FAILED ({kind}): {reason}")
+        logger.info(f"FAILED ({kind}): {reason}")
         record_first_failure(self.ctx.attempt_dir, kind, self.ctx.host, self.ctx.rank, reason)
 
     def start_ray(
@@ -153,12 +150,12 @@ class NodeRole:
         _, after = scale.raise_open_files_limit(self.settings.open_files_limit)  # inherited by every Ray process
         added = scale.large_cluster_env(self.settings, self.ctx.num_nodes, self.ctx.cpus)
         if added and head and after < self.settings.open_files_limit:
-            self.log(
+            logger.warning(
                 f"warning: open-file limit {after} (the hard limit) is below ray.open_files_limit="
                 f"{self.settings.open_files_limit}; at {self.ctx.num_nodes} nodes the GCS may run out of descriptors"
             )
         if added and head:
-            self.log(
+            logger.info(
                 f"large-cluster settings for {self.ctx.num_nodes} nodes: "
                 + " ".join(f"{k}={v}" for k, v in added.items() if k not in self.settings.extra_env)
             )
@@ -210,7 +207,7 @@ class NodeRole:
             except RuntimeError as exc:
                 last_error = exc
                 if not isinstance(exc, RayStartAbandoned):
-                    self.log(f"ray start failed on port block {ports.block}, retrying on the next one")
+                    logger.info(f"ray start failed on port block {ports.block}, retrying on the next one")
                 block = ports.block + 1
                 moved = follow_head(head_address) if follow_head is not None else None
                 if moved is not None:
@@ -229,7 +226,7 @@ class NodeRole:
             next_read = time.monotonic() + 0.5
             published = read_json(self.rendezvous.head_file)
             if published is not None and published["address"] != address:
-                self.log(
+                logger.info(
                     f"the head republished its address ({published['address']}) while this node's ray start "
                     f"waited on {address}: giving that start up"
                 )
@@ -247,12 +244,12 @@ class NodeRole:
                 continue
             problem = not_private(folder)
             if problem:
-                self.log(
+                logger.info(
                     f"refused {folder}: it {problem}; not made by this job, so nothing in it is read, written "
                     "or followed"
                 )
                 continue
             leftover = LocalRay(folder, self.ray.log_path)
             if leftover.stop(grace_s=2.0):
-                self.log(f"stopped Ray left over by an earlier attempt ({folder})")
+                logger.info(f"stopped Ray left over by an earlier attempt ({folder})")
             leftover.remove()  # its logs were copied while it ran; Ray's temp folders must not pile up on the node

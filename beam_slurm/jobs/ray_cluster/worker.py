@@ -4,6 +4,7 @@ the head becomes unreachable (exit 75, so `srun --kill-on-bad-exit=1` ends the w
 from __future__ import annotations
 
 import contextlib
+import logging
 from typing import Any
 
 from beam_slurm.core.atomic_files import read_json
@@ -12,6 +13,8 @@ from beam_slurm.jobs.ray_cluster.checks import check_gpu_count
 from beam_slurm.jobs.ray_cluster.network import node_ipv4, tcp_reachable
 from beam_slurm.jobs.ray_cluster.role import NodeRole
 from beam_slurm.jobs.ray_cluster.supervision import HeadWatch
+
+logger = logging.getLogger(__name__)
 
 
 class Worker(NodeRole):
@@ -65,7 +68,7 @@ class Worker(NodeRole):
         )
         self.record_bringup()
         self.rendezvous.mark_joined(self.ctx.rank)
-        self.log(f"joined {head['address']}")
+        logger.info(f"joined {head['address']}")
         return self.supervise(HeadWatch(head_ip, int(gcs_port), self.settings.head_lost_after_s, clock=self.clock))
 
     def head_moved(self, address: str) -> tuple[str, int] | None:
@@ -79,7 +82,7 @@ class Worker(NodeRole):
                 if tcp_reachable(head_ip, int(port), timeout_s=0.5):
                     if head["address"] == address:
                         return None
-                    self.log(
+                    logger.info(
                         f"the head restarted its Ray at {head['address']} (port block {head['block']}): "
                         "joining it there"
                     )
@@ -103,7 +106,7 @@ class Worker(NodeRole):
             waited = True
             self.sleep(min(0.5, self.settings.poll_interval_s))
         if waited:
-            self.log(f"my turn to join (ray.node_start_concurrency={limit})")
+            logger.info(f"my turn to join (ray.node_start_concurrency={limit})")
         return not self.stop_requested
 
     def wait_for_head(self) -> dict[str, Any] | None:
@@ -129,7 +132,7 @@ class Worker(NodeRole):
                 return 0
             if not self.ray.alive():
                 if self.sigterm_held_at is not None:
-                    self.log("this node's Ray ended after the SIGTERM: it reached Ray too, so no save can follow")
+                    logger.info("this node's Ray ended after the SIGTERM: it reached Ray too, so no save can follow")
                     return 0
                 self.record_failure("infra", f"node {self.ctx.host}: this node's Ray (raylet) died")
                 return EXIT_INFRA

@@ -16,16 +16,15 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import logging
 import os
-import re
 import shlex
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
 from beam_slurm.config.job_spec import JobSpec
 from beam_slurm.config.ports import ephemeral_range
@@ -34,6 +33,7 @@ from beam_slurm.core import ray_records as records
 from beam_slurm.core.atomic_files import read_json, write_json
 from beam_slurm.core.errors import UserError
 from beam_slurm.core.layout import ATTEMPT_DIR_ENV
+from beam_slurm.core.logs import installed
 from beam_slurm.core.progress import read_progress
 from beam_slurm.core.run_record import RunRecord, TrainJob, Wanted
 from beam_slurm.core.run_store import RunStore, now, remember_job
@@ -69,6 +69,7 @@ from beam_slurm.policy.requeue import (
 from beam_slurm.slurm import scheduler
 from beam_slurm.slurm.preemption import read_preemption
 
+logger = logging.getLogger(__name__)
 RAY_STEP = "ray"  # the Ray step's job name (how `scontrol` finds it to signal it)
 _POLL_S = 0.2
 HANG_POLL_S = 2.0  # how often the watchdog reads the trainer's heartbeat
@@ -132,15 +133,10 @@ class Attempt:
             cpus_per_task=allocation.cpus_on_node,
             nodelist=pinned,
         )
-        self._log_file: TextIO | None = None
         self.record: RunStore | None = None  # None when the job has no run record (a driver run under train_job)
 
-    def log(self, message: str) -> None:
-        line = f"[beam-slurm train {time.strftime('%H:%M:%S')} job {self.alloc.job_id} attempt {self.label}] {message}"
-        print(line, file=sys.stderr, flush=True)
-        if self._log_file is not None:
-            self._log_file.write(line + "\n")
-            self._log_file.flush()
+    def prefix(self) -> str:
+        return f"[beam-slurm train {time.strftime('%H:%M:%S')} job {self.alloc.job_id} attempt {self.label}] "
 
     def step_env(self) -> dict[str, str]:
         env = dict(os.environ)
@@ -176,7 +172,7 @@ class Attempt:
             return
         left = time_left_s(self.job_info())
         if notice_missed_at_start(left, self.settings.signal_before_s):
-            self.log(
+            logger.info(
                 f"{left:.0f} s left of the time limit at the start, inside the notice lead "
                 f"({self.settings.signal_before_s:.0f} s): the notice Slurm sent before this process listened "
                 "is taken now"
@@ -190,15 +186,9 @@ class Attempt:
             self.settings.preflight_checks, gpus_per_node=self.settings.gpus_per_node, shared_canary=str(canary)
         )
         hosts = self.state.step_nodes  # the step is pinned to them when the allocation has more
-
-        def log(message: str) -> None:
-            # preflight logs one line per failing node ("preflight FAILED on <host>: <problem>"): the bad nodes
-            failed = re.match(r"preflight FAILED on (\S+): ", message)
-            if failed and failed.group(1) not in self.state.preflight_failed_nodes:
-                self.state.preflight_failed_nodes.append(failed.group(1))
-            self.log(message)
-
-        return preflight.run_step(self.launcher, checks, hosts, env, self.attempt_dir, log, self.settings.ray)
+        failed = preflight.run_step(self.launcher, checks, hosts, env, self.attempt_dir, self.settings.ray)
+        self.state.preflight_failed_nodes.extend(failed)
+        return not failed
 
     def sigterm_is_notice(self) -> bool:
         """Whether the Ray step holds a preemption's first SIGTERM and the head relays it as a notice: when the
@@ -207,7 +197,7 @@ class Attempt:
         held, why = term_notice(
             info, self.settings.qos or None, self.settings.save_cost, storage_probe.slowest_recorded(self.attempt_dir)
         )
-        self.log(
+        logger.info(
             f"a preemption's SIGTERM to the tasks {'is held as a notice' if held else 'stops the Ray step'}: {why}"
         )
         return held
@@ -230,7 +220,7 @@ class Attempt:
         argv = self.launcher.module_argv(
             ["beam_slurm.jobs.ray_cluster.node", "--", *self.settings.driver], kill_on_bad_exit=True, name=RAY_STEP
         )
-        self.log(
+        logger.info(
             f"starting the Ray step on {self.nodes} nodes: {shlex.join(argv[: argv.index(self.settings.python)])} ..."
         )
         # Own process group: a SIGINT typed at an interactive salloc shell must reach us, not srun directly.
@@ -244,11 +234,11 @@ class Attempt:
         # Our own stop: the nodes must not hold this SIGTERM as a preemption's notice.
         records.mark_stopping(self.attempt_dir)
         began = time.time()
-        status = stop_step(self.step, self.alloc.job_id, RAY_STEP, self.settings.stop_grace_s, self.log, label="Ray")
+        status = stop_step(self.step, self.alloc.job_id, RAY_STEP, self.settings.stop_grace_s, label="Ray")
         seconds = round(time.time() - began, 3)  # one value for the file and the log line
         # What the notice budget counts for stopping Ray and copying logs, once the run has stopped once.
         write_json(self.attempt_dir / STOP_FILE, {"seconds": seconds, "time": time.time()})
-        self.log(f"the Ray step stopped in {seconds:.1f}s (driver, Ray and the last log copy of every node)")
+        logger.info(f"the Ray step stopped in {seconds:.1f}s (driver, Ray and the last log copy of every node)")
         return status
 
     def wait_step(self) -> AttemptFacts:
@@ -264,7 +254,7 @@ class Attempt:
                     self.state.slurm_end = self.ask_slurm()
                     failure = records.read_failure(self.attempt_dir)
                     driver = records.read_driver_status(self.attempt_dir)
-                    self.log(
+                    logger.info(
                         f"{failure.get('kind')} failure on {failure.get('node')}: {failure.get('reason')}"
                         if failure
                         else f"the Ray step ended with status {status} (driver status {driver})"
@@ -287,27 +277,27 @@ class Attempt:
         SIGTERM, SIGKILL); the nodes the dumps point at, or where a process survived SIGKILL, are bad."""
         folder = self.attempt_dir / HANG_FOLDER
         self.state.hang_detected_at = time.time()
-        self.log(
+        logger.info(
             f"{hang.describe()}: {hang.details()}; saving the stacks of the Ray step's processes on every node "
             f"in {folder}"
         )
         try:
             step_id = next(iter(scheduler.step_ids(self.alloc.job_id, RAY_STEP)), "")
         except scheduler.SlurmCommandError as exc:
-            self.log(f"could not find the Ray step ({exc}); no dumps")
+            logger.info(f"could not find the Ray step ({exc}); no dumps")
             step_id = ""
         step_id = step_id.split(".", 1)[1] if "." in step_id else ""
         began = time.time()
         processes = self.run_dump_step(folder, step_id, end=False) if step_id else []
         suspects, why = hang_watch.suspects(processes)
-        self.log(
+        logger.info(
             f"dumped {sum(1 for p in processes if p.frame)} of {len(processes)} processes in "
             f"{time.time() - began:.1f}s; {why}"
         )
         status = self.stop_ray_step()
         survivors = self.run_dump_step(folder, step_id, end=True) if step_id else []
         for row in survivors:
-            self.log(f"pid {row['pid']} ({row['role']}) on {row['node']} survived SIGKILL (state {row['state']})")
+            logger.info(f"pid {row['pid']} ({row['role']}) on {row['node']} survived SIGKILL (state {row['state']})")
         nodes = tuple(sorted(set(suspects) | {row["node"] for row in survivors}))
         self.state.hang_dumps = str(folder)
         return self.facts(hang=hang.describe(), hang_nodes=nodes, step_status=status)
@@ -337,12 +327,12 @@ class Attempt:
         try:
             done = subprocess.run(argv, capture_output=True, text=True, timeout=DUMP_STEP_TIMEOUT_S, check=False)
             if done.returncode not in (0, EXIT_SURVIVORS):
-                self.log(
+                logger.info(
                     f"the {DUMP_STEP} step ended with status {done.returncode}: "
                     f"{' '.join((done.stderr or done.stdout).split())[-600:]}"
                 )
         except subprocess.TimeoutExpired:
-            self.log(f"the {DUMP_STEP} step did not end within {DUMP_STEP_TIMEOUT_S:.0f}s")
+            logger.info(f"the {DUMP_STEP} step did not end within {DUMP_STEP_TIMEOUT_S:.0f}s")
         if end:
             return [
                 {**row, "node": node.name}
@@ -365,14 +355,16 @@ class Attempt:
             self.state.slurm_end = self.ask_slurm()
             if self.state.slurm_end in _SLURM_ENDS_EVERYTHING:
                 # Every step got the same SIGTERM: the trainer stops now, there is nothing to wait for.
-                self.log(
+                logger.info(
                     f"notice SIGTERM: Slurm is ending this attempt ({self.state.slurm_end}); every step was "
                     "signalled, so no checkpoint can be saved"
                 )
                 return self.facts(notice=name, step_status=self.stop_ray_step())
         grace_s = save_grace_s(self.state.wanted, self.settings.grace_s)
         why_save = save_reason(name, self.state.wanted, (self.attempt_dir / records.TERM_RELAYED_FILE).exists())
-        self.log(f"notice {name} received ({why_save}): asking the trainer to save a checkpoint (grace {grace_s:.0f}s)")
+        logger.info(
+            f"notice {name} received ({why_save}): asking the trainer to save a checkpoint (grace {grace_s:.0f}s)"
+        )
         notice.request_save(self.settings.ckpt_path, why_save)
         while True:
             saved = notice.saved_since(self.settings.ckpt_path, received)
@@ -390,11 +382,11 @@ class Attempt:
         if saved is None:  # a save acknowledged as the step ended or the grace ran out still counts
             saved = notice.saved_since(self.settings.ckpt_path, received)
         if why == "second notice":
-            self.log(f"second notice {self.state.notices[-1][0]}: stopping without waiting for the save")
+            logger.info(f"second notice {self.state.notices[-1][0]}: stopping without waiting for the save")
         if saved is not None:
-            self.log(f"checkpoint of step {saved} saved on notice after {time.time() - received:.1f}s")
+            logger.info(f"checkpoint of step {saved} saved on notice after {time.time() - received:.1f}s")
         elif self.step.poll() is None:
-            self.log(
+            logger.info(
                 "no checkpoint saved on notice within the grace period; the next attempt resumes from the last "
                 "periodic checkpoint"
             )
@@ -459,7 +451,7 @@ class Attempt:
         self.record_end(decision, facts)
         if decision.restart_in_job:
             self.state.restart = decision
-            self.log(
+            logger.info(
                 f"{decision.reason}: {decision.note} (attempt "
                 f"{layout.attempt_label(self.alloc.restart_count, self.state.in_job + 1)}, "
                 "from the latest checkpoint; no requeue)"
@@ -469,22 +461,22 @@ class Attempt:
         exclude = self.plan_exclusion(decision) if decision.requeue or decision.already_requeued else None
         if decision.already_requeued:
             self.state.requeued = True
-            self.log(f"{decision.reason}: the job is already requeued; {decision.note}")
+            logger.info(f"{decision.reason}: the job is already requeued; {decision.note}")
             self.exclude_bad_nodes(exclude)
             return 0
         if not decision.requeue:
-            self.log(f"{decision.reason}: {decision.note}" if decision.note else decision.reason)
+            logger.info(f"{decision.reason}: {decision.note}" if decision.note else decision.reason)
             return decision.exit_status
         try:
             scheduler.requeue(self.alloc.job_id)
         except scheduler.SlurmCommandError as exc:
             if self.ask_slurm() != "requeued":
-                self.log(f"{decision.reason}: requeue failed: {exc} (is the job submitted with --requeue?)")
+                logger.info(f"{decision.reason}: requeue failed: {exc} (is the job submitted with --requeue?)")
                 return decision.exit_status
-            self.log(f"{decision.reason}: Slurm had already requeued the job")
+            logger.info(f"{decision.reason}: Slurm had already requeued the job")
         self.state.requeued = True
         where = f" ({decision.note})" if decision.note else ""
-        self.log(
+        logger.info(
             f"{decision.reason}{where}: job requeued (attempt {self.alloc.restart_count + 1} of at most "
             f"{self.settings.max_requeues + 1} will resume from the latest checkpoint)"
         )
@@ -505,7 +497,7 @@ class Attempt:
         try:
             info = scheduler.job_info(self.alloc.job_id)
         except scheduler.SlurmCommandError as exc:
-            self.log(f"could not ask Slurm about the job: {exc}")
+            logger.info(f"could not ask Slurm about the job: {exc}")
             return None
         return slurm_end_of_job(info, self.alloc.restart_count)
 
@@ -516,7 +508,7 @@ class Attempt:
         try:
             return call(self.record, *args, **kwargs)
         except (OSError, ValueError, UserError) as exc:
-            self.log(f"warning: could not {what} in {self.record.run_file}: {exc}")
+            logger.warning(f"warning: could not {what} in {self.record.run_file}: {exc}")
             return None
 
     def read_wanted(self) -> Wanted | None:
@@ -614,11 +606,11 @@ class Attempt:
         try:
             usable = scheduler.usable_partition_nodes(partition)
         except scheduler.SlurmCommandError as exc:
-            self.log(f"bad nodes {','.join(bad)} not excluded: cannot list the partition's nodes ({exc})")
+            logger.info(f"bad nodes {','.join(bad)} not excluded: cannot list the partition's nodes ({exc})")
             return None
         wanted, why = exclusion(bad, list(self.state.job_entry.user_exclude), usable, self.nodes)
         if wanted is None:
-            self.log(f"bad nodes {','.join(bad)} not excluded: {why}; requeued as before")
+            logger.info(f"bad nodes {','.join(bad)} not excluded: {why}; requeued as before")
             return None
         return bad, wanted
 
@@ -630,9 +622,9 @@ class Attempt:
         try:
             scheduler.update_excluded_nodes(self.alloc.job_id, wanted)
         except scheduler.SlurmCommandError as exc:
-            self.log(f"bad nodes {','.join(bad)} not excluded: {exc}; the next attempt checks its nodes itself")
+            logger.info(f"bad nodes {','.join(bad)} not excluded: {exc}; the next attempt checks its nodes itself")
             return
-        self.log(f"the next attempt avoids {','.join(bad)}: ExcNodeList={','.join(wanted)}")
+        logger.info(f"the next attempt avoids {','.join(bad)}: ExcNodeList={','.join(wanted)}")
         self._record_call(
             "record the excluded nodes",
             lambda store: store.update(
@@ -647,9 +639,9 @@ class Attempt:
         if not landed:
             return False
         if self.plan_exclusion(Decision(True, 0, "")) is None:
-            self.log(f"this attempt runs on bad node(s) {','.join(landed)} anyway")
+            logger.info(f"this attempt runs on bad node(s) {','.join(landed)} anyway")
             return False
-        self.log(
+        logger.info(
             f"this attempt landed on bad node(s) {','.join(landed)} (the exclusion was not set): requeueing "
             "once without them"
         )
@@ -665,42 +657,41 @@ class Attempt:
     def run(self) -> int:
         self.install_signal_handlers()
         self.attempt_dir.mkdir(parents=True, exist_ok=True)
-        self._log_file = log_file = open(self.attempt_dir / "train_job.log", "a")
-        try:
-            self.log(
-                f"{self.nodes} nodes ({','.join(self.state.step_nodes)}), "
-                f"{self.settings.gpus_per_node} GPUs per node, logs in {self.attempt_dir}"
-            )
-            self.warn_port_range()
-            self.record_start()
-            self.notice_before_listening()
-            if self.avoid_bad_nodes():
-                return 0
-            notice.clear(self.settings.ckpt_path)
-            first = self.alloc.restart_count == 0 and self.state.in_job == 0
-            if first and auth.remove_stale_job_dir(self.settings.ray, self.alloc.job_id):
-                self.log(
-                    f"removed {auth.job_dir(self.settings.ray, self.alloc.job_id)}, left by an earlier job "
-                    "with the same id"
+        with installed("beam_slurm.jobs", self.prefix, self.attempt_dir / "train_job.log"):
+            try:
+                logger.info(
+                    f"{self.nodes} nodes ({','.join(self.state.step_nodes)}), "
+                    f"{self.settings.gpus_per_node} GPUs per node, logs in {self.attempt_dir}"
                 )
-            if self.settings.ray.auth:
-                auth.ensure_token(self.settings.ray, self.alloc.job_id)
-            env = self.step_env()
-            began = time.time()
-            if self.settings.preflight and not self.run_preflight(env):
-                return self.end(self.facts(preflight_failed=True, ray_started=False))
-            window = (began, time.time()) if self.settings.preflight else None  # bring-up timing in ray_ready.json
-            if self.state.notices:
-                return self.end(self.facts(notice=self.state.notices[0][0], ray_started=False))
-            self.write_job_spec(self.sigterm_is_notice(), window)
-            self.start_ray_step(env)
-            return self.end(self.wait_step())
-        finally:
-            if self.step is not None and self.step.poll() is None:
-                self.stop_ray_step()
-            if not self.state.requeued and self.state.restart is None:
-                auth.remove_job_dir(self.settings.ray, self.alloc.job_id)
-            log_file.close()
+                self.warn_port_range()
+                self.record_start()
+                self.notice_before_listening()
+                if self.avoid_bad_nodes():
+                    return 0
+                notice.clear(self.settings.ckpt_path)
+                first = self.alloc.restart_count == 0 and self.state.in_job == 0
+                if first and auth.remove_stale_job_dir(self.settings.ray, self.alloc.job_id):
+                    logger.info(
+                        f"removed {auth.job_dir(self.settings.ray, self.alloc.job_id)}, left by an earlier job "
+                        "with the same id"
+                    )
+                if self.settings.ray.auth:
+                    auth.ensure_token(self.settings.ray, self.alloc.job_id)
+                env = self.step_env()
+                began = time.time()
+                if self.settings.preflight and not self.run_preflight(env):
+                    return self.end(self.facts(preflight_failed=True, ray_started=False))
+                window = (began, time.time()) if self.settings.preflight else None  # bring-up timing in ray_ready.json
+                if self.state.notices:
+                    return self.end(self.facts(notice=self.state.notices[0][0], ray_started=False))
+                self.write_job_spec(self.sigterm_is_notice(), window)
+                self.start_ray_step(env)
+                return self.end(self.wait_step())
+            finally:
+                if self.step is not None and self.step.poll() is None:
+                    self.stop_ray_step()
+                if not self.state.requeued and self.state.restart is None:
+                    auth.remove_job_dir(self.settings.ray, self.alloc.job_id)
 
     def end(self, facts: AttemptFacts) -> int:
         return self.carry_out(decide(facts), facts)
@@ -709,7 +700,7 @@ class Attempt:
         ephemeral = ephemeral_range()
         ray = self.settings.ray
         if ephemeral and ray.port_range_start <= ephemeral[1] and ray.port_range_end > ephemeral[0]:
-            self.log(
+            logger.warning(
                 f"warning: ray.port_range {ray.port_range_start}-{ray.port_range_end} overlaps this host's "
                 f"ephemeral ports {ephemeral[0]}-{ephemeral[1]}; Ray may race outgoing connections for ports"
             )

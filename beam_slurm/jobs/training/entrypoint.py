@@ -17,6 +17,7 @@ Callbacks fire only in the process running SkyRL's training loop (the Ray task b
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from importlib import import_module
@@ -24,10 +25,13 @@ from pathlib import Path
 
 from beam_slurm.core import notice
 from beam_slurm.core.layout import STEP_DIR
+from beam_slurm.core.logs import installed
 from beam_slurm.core.progress import ProgressRecorder
 from beam_slurm.core.ray_records import note_driver_error
 from beam_slurm.core.train_metrics import TRAIN_METRICS_FILE, append_step_metrics
 from beam_slurm.jobs.ray_cluster.driver_signals import hold_first_sigterm
+
+logger = logging.getLogger(__spec__.name)  # its package name under `python -m` too (__name__ is "__main__")
 
 # ray and skyrl are imported inside the functions, on purpose: only the trainer's environment has them.
 
@@ -38,10 +42,6 @@ try:  # The callback base class exists only where SkyRL is installed (the 3.12 t
     from skyrl.train.utils.callbacks import TrainingCallback as _CallbackBase
 except ImportError:  # pragma: no cover - lets `plan` and docs import this module without SkyRL
     _CallbackBase = object
-
-
-def _log(message: str) -> None:
-    print(f"[beam callback] {message}", file=sys.stderr, flush=True)
 
 
 def _step_of_checkpoint(ckpt_dir: str | None, fallback: int) -> int:
@@ -73,7 +73,7 @@ class SaveOnNoticeCallback(_CallbackBase):
     def on_train_start(self, trainer, callback_input, control) -> None:
         request = notice.pending_request(self.ckpt_path)
         if request is not None:
-            _log(f"a save request is already pending ({request.get('reason')}); saving after the first step")
+            logger.info(f"a save request is already pending ({request.get('reason')}); saving after the first step")
 
     def on_step_end(self, trainer, callback_input, control) -> None:
         self.progress.step_end(callback_input.global_step)
@@ -81,7 +81,9 @@ class SaveOnNoticeCallback(_CallbackBase):
             return
         request = notice.pending_request(self.ckpt_path)
         if request is not None:
-            _log(f"save requested ({request.get('reason')}); saving at the end of step {callback_input.global_step}")
+            logger.info(
+                f"save requested ({request.get('reason')}); saving at the end of step {callback_input.global_step}"
+            )
             control.should_save = True
 
     def on_save(self, trainer, callback_input, control) -> None:
@@ -98,16 +100,20 @@ class SaveOnNoticeCallback(_CallbackBase):
         trainer_cfg.hf_save_interval = -1  # so would the HF export at the end of training
         if export_due:
             self.ack_after_export = step
-            _log(f"checkpoint of step {step} saved on notice; acknowledging once this step's HF export is written")
+            logger.info(
+                f"checkpoint of step {step} saved on notice; acknowledging once this step's HF export is written"
+            )
             return
         notice.acknowledge(self.ckpt_path, step)
-        _log(f"checkpoint of step {step} saved on notice; stopping after this step (resume with resume_mode=latest)")
+        logger.info(
+            f"checkpoint of step {step} saved on notice; stopping after this step (resume with resume_mode=latest)"
+        )
 
     def _acknowledge_deferred(self) -> None:
         if self.ack_after_export is not None:
             step, self.ack_after_export = self.ack_after_export, None
             notice.acknowledge(self.ckpt_path, step)
-            _log(f"HF export of step {step} written; stopping after this step (resume with resume_mode=latest)")
+            logger.info(f"HF export of step {step} written; stopping after this step (resume with resume_mode=latest)")
 
     def on_train_end(self, trainer, callback_input, control) -> None:
         self.progress.finished(callback_input.global_step)
@@ -121,7 +127,7 @@ class SaveOnNoticeCallback(_CallbackBase):
             append_step_metrics(self.export_path, callback_input.global_step, callback_input.logs)
         except Exception as exc:  # a metrics file is never worth a training run
             self.metrics_write_failures += 1
-            _log(
+            logger.info(
                 f"could not append step {callback_input.global_step} to {self.export_path}/{TRAIN_METRICS_FILE} "
                 f"({type(exc).__name__}: {exc}); training continues"
             )
@@ -167,7 +173,8 @@ def _run_experiment(cfg, kind: str) -> int | None:
     """Body of the Ray task (SkyRL runs the loop in a task, not in the driver). Returns the step saved on notice."""
     _, experiment_cls = _experiment_classes(kind)
     experiment = with_save_on_notice(experiment_cls)(cfg)
-    experiment.run()
+    with installed("beam_slurm", "[beam callback] "):
+        experiment.run()
     return experiment.save_on_notice.stopped_at_step
 
 

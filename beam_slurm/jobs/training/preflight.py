@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import os
 import shutil
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -23,6 +23,8 @@ from beam_slurm.config.ray import RaySettings
 from beam_slurm.jobs.ray_cluster import fabric
 from beam_slurm.jobs.ray_cluster.gpus import allocated_gpus
 from beam_slurm.jobs.training import storage_probe
+
+logger = logging.getLogger(__spec__.name)  # its package name under `python -m` too (__name__ is "__main__")
 
 if TYPE_CHECKING:
     from beam_slurm.jobs.training.steps import StepLauncher
@@ -158,10 +160,9 @@ def run_step(
     hosts: list[str],
     env: dict[str, str],
     attempt_dir: Path,
-    log: Callable[[str], None],
     ray: RaySettings,
-) -> bool:
-    """Run the preflight step on every node and log each failing node and problem; True when all passed. `hosts`:
+) -> list[str]:
+    """Run the preflight step on every node and log each failing node and problem; the failing nodes. `hosts`:
     the step's nodes in order, [] when srun picks them (then only the count of reports is checked)."""
     if checks.fabric.get("enabled") and env.get("SLURM_JOB_ID"):
         checks = dataclasses.replace(checks, fabric=fabric.with_job_port(checks.fabric, ray, env["SLURM_JOB_ID"]))
@@ -183,18 +184,17 @@ def run_step(
     if stderr.strip():
         (attempt_dir / "preflight.stderr").write_text(stderr)
     if checks.fabric.get("enabled"):
-        for host, problems in fabric.report(stdout, RESULT_PREFIX, checks.fabric, attempt_dir, log).items():
+        for host, problems in fabric.report(stdout, RESULT_PREFIX, checks.fabric, attempt_dir).items():
             failures.setdefault(host, []).extend(problems)
     if checks.ckpt_dir:
         rates = storage_probe.gather(storage_probe.records_from_output(stdout, RESULT_PREFIX), attempt_dir)
-        storage_probe.check_budget(rates, checks.save_bytes_per_node, checks.save_window_s, log)
-    if failures:
-        for host, problems in sorted(failures.items()):
-            for problem in problems:
-                log(f"preflight FAILED on {host}: {problem}")
-        return False
-    log(f"preflight passed on {launcher.nodes} nodes in {time.time() - started:.1f}s")
-    return True
+        storage_probe.check_budget(rates, checks.save_bytes_per_node, checks.save_window_s)
+    for host, problems in sorted(failures.items()):
+        for problem in problems:
+            logger.info(f"preflight FAILED on {host}: {problem}")
+    if not failures:
+        logger.info(f"preflight passed on {launcher.nodes} nodes in {time.time() - started:.1f}s")
+    return sorted(failures)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 import math
 import os
 import random
@@ -48,12 +49,15 @@ from beam_slurm.core import notice
 from beam_slurm.core.atomic_files import sync_directory, write_text
 from beam_slurm.core.errors import UserError
 from beam_slurm.core.layout import STEP_DIR, environ_attempt_label
+from beam_slurm.core.logs import installed
 from beam_slurm.core.progress import ProgressRecorder
 from beam_slurm.core.ray_records import note_driver_error
 from beam_slurm.core.train_metrics import append_step_metrics
 from beam_slurm.jobs.ray_cluster.driver_signals import hold_first_sigterm
 from beam_slurm.jobs.training import tracking
 from beam_slurm.jobs.training.conformance import dapo_config_class
+
+logger = logging.getLogger(__spec__.name)  # its package name under `python -m` too (__name__ is "__main__")
 
 # ray and pyarrow are imported inside the functions, on purpose: only the run needs them, not the settings.
 
@@ -273,10 +277,10 @@ def save_checkpoint(s: RehearsalSettings, step: int, attempt: int, in_job: int =
     (step_dir / "trainer_state.pt").unlink(missing_ok=True)  # redoing a step: never complete before the payload
     write_text(step_dir / "policy" / "rehearsal_policy.json", json.dumps({**stamp, "what": "policy"}) + "\n")
     if s.save_bytes > 0 or s.save_s > 0:
-        _log(f"saving step {step}: {s.save_bytes} bytes, at least {s.save_s:g} s")
+        logger.info(f"saving step {step}: {s.save_bytes} bytes, at least {s.save_s:g} s")
         took = write_payload(step_dir / "policy" / PAYLOAD_FILE, s.save_bytes, s.save_s)
         rate = f", {s.save_bytes / took / 1e9:.2f} GB/s" if s.save_bytes and took > 0 else ""
-        _log(f"saved step {step} in {took:.1f} s{rate}")
+        logger.info(f"saved step {step} in {took:.1f} s{rate}")
     write_text(step_dir / "data.pt", json.dumps({**stamp, "what": "dataloader state"}) + "\n")
     write_text(step_dir / "trainer_state.pt", json.dumps({**stamp, "what": "trainer state"}) + "\n")
     write_text(root / notice.MARKER_FILE, str(step))
@@ -403,10 +407,6 @@ def dump_eval(s: RehearsalSettings, step: int, rng: random.Random) -> dict:
     return metrics
 
 
-def _log(message: str) -> None:
-    print(f"[rehearsal] {message}", flush=True)
-
-
 def place_actors(s: RehearsalSettings, attempt: int):
     """One placement group, one bundle and one actor per GPU; returns (actors, placement report)."""
     import ray
@@ -469,19 +469,19 @@ def run(s: RehearsalSettings) -> int:
     label = environ_attempt_label(os.environ)  # `1.2` for an in-job restart: only the job's very first attempt hangs
     in_job = int(label.partition(".")[2] or 0)
     start = resume_step(s)
-    _log(f"resumed from step {start} ({s.resume_mode})" if start else "starting from step 0")
+    logger.info(f"resumed from step {start} ({s.resume_mode})" if start else "starting from step 0")
     ray.init(address=os.environ.get("RAY_ADDRESS", "auto"), log_to_driver=False)
     hold_first_sigterm()  # a preemption's SIGTERM to the tasks may be a notice (after ray.init's own handler)
     try:
         actors, report = place_actors(s, 0 if label == "0" else 1)
         nodes = sorted({slot["hostname"] for slot in report})
-        _log(f"{len(actors)} GPU actors on {len(nodes)} nodes: {', '.join(nodes)}")
+        logger.info(f"{len(actors)} GPU actors on {len(nodes)} nodes: {', '.join(nodes)}")
         out = Path(s.export_path) / "rehearsal"
         write_text(out / f"placement_attempt_{label}.json", json.dumps(report, indent=1) + "\n")
         heartbeat = ProgressRecorder(s.ckpt_path)
         heartbeat.loading(start)
         if s.model_load_s > 0:
-            _log(f"loading the model ({s.model_load_s:g} s)")
+            logger.info(f"loading the model ({s.model_load_s:g} s)")
             time.sleep(s.model_load_s)
         rng = random.Random(f"{s.run_name}:{start}")
         tracker = tracking.open_run(os.environ, s.run_name)  # as SkyRL's W&B logger, when trainer.logger=wandb
@@ -520,7 +520,7 @@ def run(s: RehearsalSettings) -> int:
                 hf_at = step
             if request is not None:
                 notice.acknowledge(s.ckpt_path, step)
-                _log(
+                logger.info(
                     f"stopped on notice after saving step {step} ({request.get('reason')}); resume with "
                     "trainer.resume_mode=latest"
                 )
@@ -529,14 +529,14 @@ def run(s: RehearsalSettings) -> int:
                 heartbeat.eval_start(step)
                 dump_eval(s, step, rng)
                 heartbeat.eval_end(step)
-            _log(f"step {step}/{total} done")
+            logger.info(f"step {step}/{total} done")
         if start < total:
             if saved_at != total:
                 save_checkpoint(s, total, attempt, in_job)
             if s.hf_save_interval > 0 and hf_at != total:
                 export_hf(s, total)
         heartbeat.finished(total)
-        _log(f"training done: {total} steps")
+        logger.info(f"training done: {total} steps")
         return 0
     finally:
         ray.shutdown()
@@ -546,8 +546,9 @@ def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     try:
         settings = parse_settings(args)
-        _log(f"settings read with {settings.parsed_by}; this run checks the plumbing, it does not train")
-        return run(settings)
+        with installed("beam_slurm", "[rehearsal] ", stream="stdout"):
+            logger.info(f"settings read with {settings.parsed_by}; this run checks the plumbing, it does not train")
+            return run(settings)
     except SettingsError as exc:
         print(f"rehearsal: {exc}", file=sys.stderr)
         return 2

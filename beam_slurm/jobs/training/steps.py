@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import subprocess
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from beam_slurm.config import container_runtime as runtime
 from beam_slurm.config.container import ContainerSettings, Mount
 from beam_slurm.slurm import scheduler
 
+logger = logging.getLogger(__name__)
 STOP_AFTER_SRUN_TERM_S = 30.0  # srun got SIGTERM: how long before it is killed
 
 
@@ -65,25 +66,23 @@ class StepLauncher:
         )
 
 
-def stop_step(
-    step: subprocess.Popen, job_id: str, name: str, grace_s: float, log: Callable[[str], None], label: str = ""
-) -> int:
+def stop_step(step: subprocess.Popen, job_id: str, name: str, grace_s: float, label: str = "") -> int:
     """SIGTERM every task of the step `name`, wait `grace_s`, then make srun end the step; srun's status."""
     if step.poll() is not None:
         return step.returncode
     label = label or name
-    log(f"stopping the {label} step")
+    logger.info(f"stopping the {label} step")
     try:
         # Through Slurm rather than srun's own SIGTERM handling, which kills the tasks at once.
         for step_id in scheduler.step_ids(job_id, name):
             scheduler.signal_step(step_id, "TERM")
     except scheduler.SlurmCommandError as exc:
-        log(f"could not signal the {label} step through Slurm ({exc}); terminating srun")
+        logger.info(f"could not signal the {label} step through Slurm ({exc}); terminating srun")
         step.send_signal(signal.SIGTERM)
     try:
         return step.wait(timeout=grace_s)
     except subprocess.TimeoutExpired:
-        log(f"the {label} step did not stop within {grace_s:.0f}s; ending it")
+        logger.info(f"the {label} step did not stop within {grace_s:.0f}s; ending it")
     step.send_signal(signal.SIGTERM)
     try:
         return step.wait(timeout=STOP_AFTER_SRUN_TERM_S)

@@ -6,14 +6,15 @@ slowest against the notice budget."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 from beam_slurm.core.atomic_files import read_json
 from beam_slurm.policy.notice_budget import GB, save_seconds
 
+logger = logging.getLogger(__name__)
 PROBE_BYTES = 1024**3  # written and fsynced, then stop
 _CHUNK = 64 * 1024 * 1024
 RESULT_FILE = "storage_write.json"  # in the attempt's log folder
@@ -65,22 +66,20 @@ def slowest_recorded(attempt_dir: Path) -> float | None:
     return min(rates) if rates else None
 
 
-def check_budget(
-    rates: dict[str, float], save_bytes_per_node: int, save_window_s: float, log: Callable[[str], None]
-) -> bool:
+def check_budget(rates: dict[str, float], save_bytes_per_node: int, save_window_s: float) -> bool:
     """Log the slowest node's bandwidth, warning when a save at that speed breaks the notice budget; True if it fits."""
     if not rates:
         return True
     host = min(rates, key=rates.__getitem__)
     slowest = rates[host]
-    log(
+    logger.info(
         f"storage writes {slowest:.2f} GB/s per node at the slowest ({host}), "
         f"{max(rates.values()):.2f} at the fastest, all {len(rates)} nodes writing at once"
     )
     if save_bytes_per_node <= 0 or (save_s := save_seconds(save_bytes_per_node, slowest)) <= save_window_s:
         return True
     need = save_bytes_per_node / max(save_window_s, 1e-9) / GB if save_window_s > 0 else float("inf")
-    log(
+    logger.warning(
         f"warning: at {slowest:.2f} GB/s a checkpoint of {save_bytes_per_node / GB:,.1f} GB per node takes "
         f"{save_s:,.0f} s, more than the {max(save_window_s, 0):,.0f} s a notice leaves for it: a save on notice "
         f"will be cut off. Raise cluster.signal_before_s and cluster.grace_s (see `beam-slurm plan`), use storage "

@@ -213,7 +213,7 @@ def test_client_retries_server_errors_then_succeeds(scripted_server, monkeypatch
     monkeypatch.setenv("OPENAI_API_KEY", "secret-token")
     server = scripted_server([(503, {"error": "loading"}), (429, {"error": "busy"}),
                               (200, completion(2, "Answer: 42"))])
-    rows = generate_with_server([PROBLEM], client_for(server), sampling(n=2, max_tokens=32), log=lambda m: None)
+    rows = generate_with_server([PROBLEM], client_for(server), sampling(n=2, max_tokens=32))
     assert [(r["sample"], r["response"], r["finish_reason"]) for r in rows] == [(0, "Answer: 42", "stop"),
                                                                                  (1, "Answer: 42", "stop")]
     assert len(server.requests) == 3
@@ -226,12 +226,12 @@ def test_client_retries_server_errors_then_succeeds(scripted_server, monkeypatch
 def test_client_gives_up_after_bounded_attempts_and_never_retries_a_bad_request(scripted_server):
     server = scripted_server([(503, {})] * 5)
     with pytest.raises(ServerError, match="gave up after 3 attempts"):
-        generate_with_server([PROBLEM], client_for(server), sampling(n=1), log=lambda m: None)
+        generate_with_server([PROBLEM], client_for(server), sampling(n=1))
     assert len(server.requests) == 3
     server = scripted_server([(400, {"error": "bad max_tokens"}), (200, completion(1, "x"))])
     with pytest.raises(ServerError, match="HTTP 400"):
-        generate_with_server([PROBLEM], client_for(server), sampling(n=1), log=lambda m: None)
+        generate_with_server([PROBLEM], client_for(server), sampling(n=1))
     assert len(server.requests) == 1
     server = scripted_server([(200, completion(1, "only one"))])
     with pytest.raises(ServerError, match="n > 1"):
-        generate_with_server([PROBLEM], client_for(server), sampling(n=2), log=lambda m: None)
+        generate_with_server([PROBLEM], client_for(server), sampling(n=2))

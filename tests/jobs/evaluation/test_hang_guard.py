@@ -33,18 +33,18 @@ def test_the_limit_is_the_setting_or_five_median_chunks_with_a_floor_and_a_start
     assert chunk_limit_s(None, [], 100) == 700 and chunk_limit_s(None, [200.0, 300.0, 400.0], 100) == 1500
 
 
-def test_a_chunk_that_never_comes_is_a_hang_with_dumps_and_the_saved_chunk_is_kept(tmp_path):
+def test_a_chunk_that_never_comes_is_a_hang_with_dumps_and_the_saved_chunk_is_kept(tmp_path, log_lines):
     problems = [Problem("aime2025", str(i), [{"role": "user", "content": f"p{i}"}], "42") for i in range(4)]
     store = resumable.SampleStore(tmp_path / "store")
     engine = StuckEngine()
     hung = threading.Event()
     child = subprocess.Popen(["sleep", "60"])  # a child process of the task (vLLM's engine, here `sleep`)
-    lines: list[str] = []
+    lines = log_lines
     try:
         began = time.monotonic()
-        with GenerationWatchdog(1.0, 0.0, store.folder, lines.append, on_hang=hung.set) as watchdog:
+        with GenerationWatchdog(1.0, 0.0, store.folder, on_hang=hung.set) as watchdog:
             worker = threading.Thread(target=resumable.generate_missing, args=(
-                store, problems, 2, lambda: engine, 2, resumable.Progress(), lines.append, watchdog.chunk_saved))
+                store, problems, 2, lambda: engine, 2, resumable.Progress(), watchdog.chunk_saved))
             worker.start()
             assert hung.wait(10), lines
             detected = time.monotonic() - began
@@ -64,6 +64,6 @@ def test_a_chunk_that_never_comes_is_a_hang_with_dumps_and_the_saved_chunk_is_ke
 
 def test_zero_turns_it_off(tmp_path):
     called = threading.Event()
-    with GenerationWatchdog(0, 0.0, tmp_path, print, on_hang=called.set):
+    with GenerationWatchdog(0, 0.0, tmp_path, on_hang=called.set):
         time.sleep(2.5)
     assert not called.is_set()

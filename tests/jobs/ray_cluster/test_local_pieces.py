@@ -264,7 +264,6 @@ def test_a_worker_follows_a_head_that_restarted_on_another_block_not_its_old_add
     ctx = NodeContext(job_id="7", attempt=0, attempt_label="0", step="0", rank=1, num_nodes=2, host="n2", step_hosts=["n1", "n2"],
                       attempt_dir=None, cpus=1)
     worker = Worker(ctx, settings)
-    worker.log = lambda message: None
     old, new = socket.socket(), socket.socket()
     for listener in (old, new):
         listener.bind(("127.0.0.1", 0))
@@ -286,7 +285,7 @@ def test_a_worker_follows_a_head_that_restarted_on_another_block_not_its_old_add
     new.close()
 
 
-def test_a_worker_gives_up_its_ray_start_once_the_head_republishes_elsewhere(tmp_path):
+def test_a_worker_gives_up_its_ray_start_once_the_head_republishes_elsewhere(tmp_path, log_lines):
     """The worker's `ray start` against a GCS that went away waits minutes (Ray's own retries) before it fails. Once
     the head has republished another address, the start is given up at once and its processes are stopped."""
     import json
@@ -301,8 +300,7 @@ def test_a_worker_gives_up_its_ray_start_once_the_head_republishes_elsewhere(tmp
     ctx = NodeContext(job_id="7", attempt=0, attempt_label="0", step="0", rank=1, num_nodes=2, host="n2", step_hosts=["n1", "n2"],
                       attempt_dir=None, cpus=1)
     worker = Worker(ctx, settings)
-    said: list[str] = []
-    worker.log = said.append
+    said = log_lines
     head_file = worker.rendezvous.head_file
     head_file.parent.mkdir(parents=True, exist_ok=True)
     head_file.write_text(json.dumps({"address": "10.0.0.1:6379", "block": 3}))
@@ -373,7 +371,7 @@ def test_the_pgid_file_and_the_start_log_are_never_written_through_a_symlink(tmp
     assert victim.read_text() == "theirs"
 
 
-def test_leftovers_of_this_job_are_stopped_and_removed_and_planted_folders_named_and_left(tmp_path):
+def test_leftovers_of_this_job_are_stopped_and_removed_and_planted_folders_named_and_left(tmp_path, log_lines):
     from beam_slurm.jobs.ray_cluster.worker import Worker
 
     settings = RaySettings(state_dir=str(tmp_path / "state"), temp_dir_root=str(tmp_path / "tmp"), auth=False)
@@ -391,8 +389,7 @@ def test_leftovers_of_this_job_are_stopped_and_removed_and_planted_folders_named
     ctx = NodeContext(job_id="7", attempt=1, attempt_label="1", step="0", rank=1, num_nodes=2, host="n2",
                       step_hosts=["n1", "n2"], attempt_dir=None, cpus=1)
     worker = Worker(ctx, settings)
-    said: list[str] = []
-    worker.log = said.append
+    said = log_lines
     worker.stop_leftovers_of_earlier_attempts()
     assert not earlier.exists(), "an earlier attempt's folder is removed"
     assert planted.exists() and link.is_symlink() and not (tmp_path / "victim").exists()

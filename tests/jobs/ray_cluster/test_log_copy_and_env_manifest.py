@@ -72,11 +72,10 @@ def test_the_last_copy_stops_at_its_deadline_and_says_so(tmp_path):
     assert not summary["finished"] and summary["files_copied"] == 3 and summary["files_left_out"] == 2
 
 
-def test_copier_copies_at_start_and_at_finish(tmp_path):
+def test_copier_copies_at_start_and_at_finish(tmp_path, log_lines):
     temp = ray_session(tmp_path, {"raylet.out": 100})
-    lines: list[str] = []
-    copier = LogCopier(temp, tmp_path / "attempt", "n2", LogCopySettings(interval_s=3600, max_bytes=10_000, final_s=5),
-                       lines.append)
+    lines = log_lines
+    copier = LogCopier(temp, tmp_path / "attempt", "n2", LogCopySettings(interval_s=3600, max_bytes=10_000, final_s=5))
     copier.start()
     record = tmp_path / "attempt" / "ray" / "n2" / COPY_RECORD
     deadline = time.monotonic() + 10
@@ -213,16 +212,15 @@ def test_a_folder_swapped_for_a_symlink_after_the_listing_is_read_from_the_folde
     assert copied.endswith(b"END\n") and b"secret" not in copied, copied
 
 
-def test_files_and_folders_of_another_user_are_skipped_and_named(tmp_path):
+def test_files_and_folders_of_another_user_are_skipped_and_named(tmp_path, log_lines):
     if os.geteuid() != 0:
         pytest.skip("giving a file to another user needs root")
     temp = ray_session(tmp_path, {"raylet.out": 100, "planted/a.log": 50, "other.log": 60})
     logs = next(temp.glob("session_*/logs"))
     os.chown(logs / "planted", 1001, 1001)
     os.chown(logs / "other.log", 1001, 1001)
-    lines: list[str] = []
-    copier = LogCopier(temp, tmp_path / "attempt", "n1", LogCopySettings(interval_s=0, max_bytes=10_000, final_s=5),
-                       lines.append)
+    lines = log_lines
+    copier = LogCopier(temp, tmp_path / "attempt", "n1", LogCopySettings(interval_s=0, max_bytes=10_000, final_s=5))
     copier.copy("periodic")
     copier.copy("periodic")
     dest = tmp_path / "attempt" / "ray" / "n1"

@@ -26,6 +26,7 @@ import numpy as np
 from skyrl.train.config.config import SkyRLTrainConfig
 from skyrl.train.utils.callbacks import CallbackHandler, CallbackInput, TrainingControl
 from beam_slurm.core import notice
+from beam_slurm.core.logs import installed
 from beam_slurm.jobs.training.entrypoint import SaveOnNoticeCallback, with_save_on_notice
 
 ckpt, request_at_step, export = sys.argv[1], int(sys.argv[2]), sys.argv[3]
@@ -101,7 +102,8 @@ class ExperimentDouble:
 exp = with_save_on_notice(ExperimentDouble)(cfg)
 trainer = exp.get_trainer()
 messages = io.StringIO()
-with contextlib.redirect_stderr(messages):  # the callback's own log lines, returned below
+# the callback's own log lines, returned below, written as `_run_experiment` writes them
+with contextlib.redirect_stderr(messages), installed("beam_slurm", "[beam callback] "):
     trainer.train()
 sys.stderr.write(messages.getvalue())
 print(json.dumps({

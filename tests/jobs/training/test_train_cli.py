@@ -139,13 +139,13 @@ def test_eval_chain_submits_each_export_once_and_the_fresh_last_one_at_the_end(t
     _export(tmp_path / "ex", 10)
     _export(tmp_path / "ex", 20)
     (tmp_path / "ck" / "latest_ckpt_global_step.txt").write_text("10")
-    with EvalChain(cfg, log=lambda message: None):
+    with EvalChain(cfg):
         pass  # run not finished: nothing has settled for an hour, so nothing is submitted
     assert submitted == []
     (tmp_path / "ck" / "latest_ckpt_global_step.txt").write_text("20")
-    with EvalChain(cfg, log=lambda message: None):
+    with EvalChain(cfg):
         pass
     assert sorted(submitted) == [f"{tmp_path}/ex/global_step_10", f"{tmp_path}/ex/global_step_20"]
-    with EvalChain(cfg, log=lambda message: None):
+    with EvalChain(cfg):
         pass  # a requeued attempt's chain finds the claims and submits nothing again
     assert len(submitted) == 2
