@@ -937,7 +937,7 @@ def venv_paths(venv: Path) -> list[Path]:
 
 def editable_sources(site_packages: Path) -> list[Path]:
     """Folders a site-packages imports from outside itself: absolute paths in its .pth files and the package
-    folders of setuptools' editable finders (`MAPPING = {'beam_slurm': '/work/main/beam_slurm'}`)."""
+    folders of setuptools' editable finders (`MAPPING = {'beam_slurm': '/home/me/beam-slurm/beam_slurm'}`)."""
     found: list[str] = []
     for pth in site_packages.glob("*.pth"):
         with contextlib.suppress(OSError):
