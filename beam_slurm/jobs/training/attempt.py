@@ -187,7 +187,7 @@ class Attempt:
         )
         hosts = self.state.step_nodes  # the step is pinned to them when the allocation has more
         failed = preflight.run_step(self.launcher, checks, hosts, env, self.attempt_dir, self.settings.ray)
-        self.state.preflight_failed_nodes.extend(failed)
+        self.state.preflight_failed_nodes.extend(h for h in failed if h not in self.state.preflight_failed_nodes)
         return not failed
 
     def sigterm_is_notice(self) -> bool:
