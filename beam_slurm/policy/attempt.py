@@ -37,12 +37,20 @@ class AttemptState:
     restart: Decision | None = None  # set when this attempt ends in a restart in the job (the caller runs it)
 
 
-def time_left_s(info: dict[str, str]) -> float | None:
-    """Seconds left of the job's time limit (`scontrol show job`: TimeLimit - RunTime); None when unlimited. Not
-    EndTime: a scancel sets it to now too (22.05: COMPLETING, Reason=None), so it cannot tell a cancel from the time
-    limit."""
-    limit, run = reported_seconds(info.get("TimeLimit")), reported_seconds(info.get("RunTime"))
-    return float(limit - run) if limit is not None and run is not None else None
+def time_left_s(info: dict[str, str], job_end_time: str | None = None, now: float | None = None) -> float | None:
+    """Seconds left of the job's time limit (`scontrol show job`: TimeLimit - RunTime); None when unlimited or
+    unknown. Not EndTime: a scancel sets it to now too (22.05: COMPLETING, Reason=None), so it cannot tell a cancel
+    from the time limit.
+
+    When scontrol gave no answer (`info` without TimeLimit), the job's own SLURM_JOB_END_TIME (`job_end_time`, epoch
+    seconds; Slurm 23.02 and later) at `now` serves instead. It is only the fallback: Slurm fixes it when the job
+    starts, so after a `scontrol update TimeLimit=...` it is wrong and the controller's answer is right."""
+    if "TimeLimit" in info:
+        limit, run = reported_seconds(info.get("TimeLimit")), reported_seconds(info.get("RunTime"))
+        return float(limit - run) if limit is not None and run is not None else None
+    if job_end_time and job_end_time.strip().isdigit() and now is not None:
+        return float(int(job_end_time) - now)
+    return None
 
 
 def slurm_end_of_job(info: dict[str, str], restart_count: int) -> str | None:

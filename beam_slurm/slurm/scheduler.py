@@ -271,7 +271,12 @@ def allocation_from_env(environ: Mapping[str, str] | None = None) -> AllocationI
         expand_hostnames(nodelist),
         number("SLURM_CPUS_ON_NODE"),
         number("SLURM_GPUS_ON_NODE"),
-        {k: environ[k] for k in ("SLURM_JOB_NAME", "SLURM_SUBMIT_DIR", "SLURM_JOB_PARTITION") if k in environ},
+        # SLURM_JOB_END_TIME: Slurm 23.02 and later; the end time when the controller does not answer.
+        {
+            k: environ[k]
+            for k in ("SLURM_JOB_NAME", "SLURM_SUBMIT_DIR", "SLURM_JOB_PARTITION", "SLURM_JOB_END_TIME")
+            if k in environ
+        },
     )
 
 

@@ -32,6 +32,20 @@ def test_time_left_is_the_limit_less_the_run_time(info, left):
     assert time_left_s(info) == left
 
 
+def test_the_controllers_time_limit_wins_over_the_jobs_end_time_variable():
+    """SLURM_JOB_END_TIME is fixed at the start: after `scontrol update TimeLimit` only scontrol is right."""
+    info = {"TimeLimit": "00:30:00", "RunTime": "00:05:00"}
+    assert time_left_s(info, job_end_time="1000600", now=1000000.0) == 1500.0
+    assert time_left_s({**info, "TimeLimit": "UNLIMITED"}, job_end_time="1000600", now=1000000.0) is None
+
+
+@pytest.mark.parametrize(
+    ("end_time", "left"), [("1000600", 600.0), ("999990", -10.0), ("", None), (None, None), ("soon", None)]
+)
+def test_without_an_answer_from_scontrol_the_jobs_end_time_variable_serves(end_time, left):
+    assert time_left_s({}, job_end_time=end_time, now=1000000.0) == left
+
+
 def test_slurm_end_of_job_reads_scontrols_fields():
     running = {"JobState": "RUNNING", "Restarts": "0", "TimeLimit": "01:00:00", "RunTime": "00:10:00"}
     assert slurm_end_of_job(running, 0) is None

@@ -153,3 +153,37 @@ def test_run_enters_a_node_inside_the_root(cluster):
     assert proc.returncode == 0, proc.stderr
     hostname, ips, debian = proc.stdout.split("\n")[:3]
     assert hostname == "n2" and ips.split() == ["10.79.0.12", "10.80.0.12"] and debian.startswith("13")
+
+
+def test_the_jobs_end_time_variable_is_fixed_at_the_start_and_scontrol_follows_a_new_limit(cluster):
+    """23.02+ puts SLURM_JOB_END_TIME in the job's environment. After `scontrol update TimeLimit` it still names the
+    old end, while scontrol answers the new one: the attempt takes the time left from scontrol, the variable only
+    when scontrol does not answer (policy.attempt.time_left_s)."""
+    from beam_slurm.policy.attempt import time_left_s
+    from beam_slurm.slurm.scheduler import parse_job
+
+    work = cluster.new_dir()
+    script = work / "job.sh"
+    script.write_text(f"#!/bin/bash\necho $SLURM_JOB_END_TIME > {work}/end.tmp && mv {work}/end.tmp {work}/end\n"
+                      "sleep 60\n")
+    proc = cluster.run("sbatch", "--parsable", "-N1", "--mem=100", "--time=5", f"--output={work}/out", str(script))
+    assert proc.returncode == 0, proc.stderr
+    job = proc.stdout.strip()
+    try:
+        deadline = time.monotonic() + 60
+        while not (work / "end").exists() and time.monotonic() < deadline:
+            time.sleep(0.3)
+        variable = (work / "end").read_text().strip()
+        assert variable.isdigit(), (work / "out").read_text() if (work / "out").exists() else "no output"
+        before = parse_job(cluster.run("scontrol", "show", "job", job).stdout)
+        updated = cluster.run("scontrol", "update", f"JobId={job}", "TimeLimit=10")
+        assert updated.returncode == 0, updated.stderr
+        after = parse_job(cluster.run("scontrol", "show", "job", job).stdout)
+        now = time.time()
+        from_variable = time_left_s({}, job_end_time=variable, now=now)
+        from_scontrol = time_left_s(after, job_end_time=variable, now=now)
+        assert from_variable is not None and 4 * 60 - 30 < from_variable <= 5 * 60, from_variable
+        assert from_scontrol is not None and 9 * 60 - 30 < from_scontrol <= 10 * 60, (from_scontrol, after)
+        assert before["TimeLimit"] == "00:05:00" and after["TimeLimit"] == "00:10:00"
+    finally:
+        cluster.run("scancel", job)

@@ -170,7 +170,7 @@ class Attempt:
         ignored it (NOTICE_IGNORED_ENV): elsewhere an early USR1 ends the process, and without --signal none comes."""
         if not os.environ.get(NOTICE_IGNORED_ENV):
             return
-        left = time_left_s(self.job_info())
+        left = self.time_left(self.job_info())
         if notice_missed_at_start(left, self.settings.signal_before_s):
             logger.info(
                 f"{left:.0f} s left of the time limit at the start, inside the notice lead "
@@ -443,8 +443,12 @@ class Attempt:
             info = scheduler.job_info(self.alloc.job_id)
             nodes = scheduler.expand_hostnames(info.get("NodeList", ""))
         except scheduler.SlurmCommandError:
-            return list(self.alloc.nodes), None
-        return nodes or list(self.alloc.nodes), time_left_s(info)
+            return list(self.alloc.nodes), self.time_left({})
+        return nodes or list(self.alloc.nodes), self.time_left(info)
+
+    def time_left(self, info: dict[str, str]) -> float | None:
+        """`time_left_s` of the job's `scontrol show job`, or of its SLURM_JOB_END_TIME when scontrol gave none."""
+        return time_left_s(info, self.alloc.extra.get("SLURM_JOB_END_TIME"), time.time())
 
     def carry_out(self, decision: Decision, facts: AttemptFacts | None = None) -> int:
         """Requeue, restart in the job or end as decided, told in the run record; the batch shell's exit status."""
