@@ -41,6 +41,7 @@ TEST_GROUPS = {
     "sandbox": "every test that uses the sandbox",
     "lanes": "the sandbox tests that run side by side in lanes (not marked whole_cluster)",
     "whole": "the sandbox tests marked whole_cluster (they stop, restart or change the whole sandbox)",
+    "semantics": "the sandbox tests marked slurm_semantics (not whole_cluster): run on Slurm 24.11 too",
     "other": "the tests that do not use the sandbox",
 }
 LANE_TIMES = Path(__file__).with_name("lane_times.json")
@@ -58,7 +59,8 @@ def in_group(item, group: str) -> bool:
     if not uses_the_sandbox(item):
         return False
     whole = "whole_cluster" in item.keywords
-    return {"sandbox": True, "lanes": not whole, "whole": whole}[group]
+    semantics = "slurm_semantics" in item.keywords and not whole
+    return {"sandbox": True, "lanes": not whole, "whole": whole, "semantics": semantics}[group]
 
 
 def pytest_collection_modifyitems(config, items):
@@ -146,6 +148,8 @@ class SlurmSandbox:
     """Job ids submitted through sbatch(); those still queued or running are cancelled when the session ends."""
     lane: int | None = None
     """The lane (1-based) whose nodes and partitions this session uses, or None for the whole sandbox."""
+    slurm_version: str = "22.05"
+    """The sandbox's Slurm version (BEAM_SANDBOX_SLURM_VERSION): "22.05" or "24.11"."""
 
     def partition(self, kind: str) -> str:
         """This session's partition of one kind ("batch", "low" or "high")."""
@@ -269,8 +273,20 @@ def _load_sandbox_tool():
     return module
 
 
+SLURM_VERSION_ENV = "BEAM_SANDBOX_SLURM_VERSION"
+"""The Slurm version of the sandbox the `slurm_sandbox` fixture uses (22.05 unless set: tools/run_tests.sh sets 24.11
+for its group of the Slurm-semantics tests)."""
+
+
+def sandbox_slurm_version() -> str:
+    return os.environ.get(SLURM_VERSION_ENV) or "22.05"
+
+
 def _sandbox_command(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(SANDBOX_TOOL), *args], capture_output=True, text=True, timeout=300)
+    """tools/slurm_sandbox.py VERB [args] for this session's Slurm version."""
+    verb, rest = args[0], list(args[1:])
+    argv = [sys.executable, str(SANDBOX_TOOL), verb, "--slurm-version", sandbox_slurm_version(), *rest]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=300)
 
 
 @pytest.fixture
@@ -325,13 +341,21 @@ def slurm_sandbox() -> SlurmSandbox:
     the jobs they submit), while any partition a job names (command line, SBATCH_PARTITION, header) still wins."""
     if os.geteuid() != 0:
         pytest.skip(NOT_ROOT_REASON)
+    if sandbox_slurm_version() != "22.05":
+        tool = _load_sandbox_tool()
+        with tool.selected_version(sandbox_slurm_version()):
+            missing = not tool.host_is_debian_13() and tool.root_problem(tool.SLURM_2411_ROOT)
+        if missing:
+            pytest.skip(f"{SLURM_VERSION_ENV}={sandbox_slurm_version()}: no root at {tool.SLURM_2411_ROOT}: build it "
+                        f"with `{tool.ROOT_BUILD_COMMAND}`")
     was_up = _sandbox_command("status").returncode == 0
     wanted = os.environ.get("BEAM_SANDBOX_NODES")
     proc = _sandbox_command("up", *(["--nodes", wanted] if wanted else []))
     if proc.returncode != 0:
         pytest.fail(f"Slurm sandbox did not come up:\n{proc.stdout}\n{proc.stderr}", pytrace=False)
     tool = _load_sandbox_tool()
-    layout = tool.Layout(Path(os.environ.get("BEAM_SANDBOX_DIR", tool.DEFAULT_STATE_DIR)).absolute())
+    version = tool.select_version(sandbox_slurm_version())
+    layout = tool.Layout(Path(os.environ.get(version.state_dir_env, version.default_state_dir)).absolute())
     nodes = tool.make_nodes(tool.configured_nodes(layout) or 4)
     partitions = {"batch": "batch", "low": "low", "high": "high"}
     lane = current_lane()
@@ -347,9 +371,13 @@ def slurm_sandbox() -> SlurmSandbox:
     sandbox = SlurmSandbox(
         state_dir=layout.root, shared_dir=layout.shared, nodes=[n.name for n in nodes],
         node_ips={n.name: n.ip for n in nodes}, partitions=partitions, slurm_conf=layout.slurm_conf,
-        gpus_per_node=tool.GPUS_PER_NODE, lane=lane)
-    # Code under test calls sbatch/sacct itself; let it find the sandbox.
+        gpus_per_node=tool.GPUS_PER_NODE, lane=lane, slurm_version=version.name)
+    # Code under test calls sbatch/sacct itself; let it find the sandbox (and, for 24.11, that version's commands).
     os.environ["SLURM_CONF"] = str(layout.slurm_conf)
+    if version.name != tool.DEFAULT_SLURM_VERSION:
+        env_lines = _sandbox_command("env").stdout.splitlines()
+        exported = dict(line.removeprefix("export ").partition("=")[::2] for line in env_lines if "=" in line)
+        os.environ["PATH"] = shlex.split(exported["PATH"])[0]
     yield sandbox
     if sandbox.submitted:
         # A failed test must not leave jobs that hold nodes for the next session.

@@ -66,8 +66,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"install: {minutes(args.install_s)}")
     if args.groups and args.groups.exists():
         for line in args.groups.read_text().splitlines():
-            name, wall, rc = line.split("\t")
-            print(f"group {name}: {minutes(float(wall))} wall, exit {rc}")
+            name, wall, rc, *version = line.split("\t")
+            on = f" on Slurm {version[0]}" if version and name != "other" else ""
+            print(f"group {name}{on}: {minutes(float(wall))} wall, exit {rc}")
     if args.total_s is not None:
         print(f"whole command: {minutes(args.total_s)}")
 
@@ -82,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     for case in sorted(cases, key=lambda c: -c["seconds"])[:args.slowest]:
         where = case["group"] + (f" lane {case['lane']}" if case["lane"] else "")
         print(f"  {case['seconds']:7.1f} s  {where:<13} {case['outcome']:<8} {case['id']}")
-    over = [c for c in cases if c["group"] in ("lanes", "whole") and c["seconds"] > SCENARIO_BUDGET_S]
+    over = [c for c in cases if c["group"] in ("lanes", "whole", "semantics") and c["seconds"] > SCENARIO_BUDGET_S]
     for case in over:
         print(f"  over the {SCENARIO_BUDGET_S} s budget of a sandbox scenario: {case['id']} ({case['seconds']:.0f} s)")
     if args.record:

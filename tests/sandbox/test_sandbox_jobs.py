@@ -107,6 +107,7 @@ srun --ntasks=2 bash -c 'scontrol show job $SLURM_JOB_ID | grep -o "JobState=[A-
 
 
 @pytest.mark.slow
+@pytest.mark.slurm_semantics
 def test_preempted_low_job_gets_signal_and_is_requeued(slurm_sandbox):
     """A `high` job takes the node of a `low` job: the low batch shell gets USR1, then Slurm requeues it."""
     work = slurm_sandbox.new_dir("preempt")
@@ -130,7 +131,12 @@ sleep 1
     assert slurm_sandbox.wait(high, 90) == "COMPLETED"
     wait_for_file_text(log, "START restart=1", 120)
     assert slurm_sandbox.wait(low, 60) == "COMPLETED"
-    assert slurm_sandbox.scontrol_job(low).get("Restarts") == "1"
+    # Slurm 24.11.5 requeues the preempted job once more when its second run ends (slurmctld.log: "_job_complete:
+    # requeue JobId=N per user/system request"; sacct shows that run PREEMPTED): a third run starts, as measured
+    # twice here. 22.05 runs it twice.
+    restarts = {"22.05": "1", "24.11": "2"}[slurm_sandbox.slurm_version]
+    assert slurm_sandbox.scontrol_job(low).get("Restarts") == restarts
+    assert log.read_text().count("START restart=0") == 1, log.read_text()
 
 
 def test_job_runs_the_checkouts_venv_on_a_node(slurm_sandbox):
@@ -147,6 +153,7 @@ def test_job_runs_the_checkouts_venv_on_a_node(slurm_sandbox):
 
 
 @pytest.mark.slow
+@pytest.mark.slurm_semantics
 def test_time_limit_signal_reaches_batch_shell_which_requeues_itself(slurm_sandbox):
     """--signal=B:USR1@N before the time limit; the trap requeues the job, which restarts with RESTART_COUNT=1."""
     work = slurm_sandbox.new_dir("signal")

@@ -8,7 +8,7 @@ import pytest
 
 from beam_slurm.slurm.values import reported_seconds, time_limit_seconds
 
-pytestmark = pytest.mark.sandbox
+pytestmark = [pytest.mark.sandbox, pytest.mark.slurm_semantics]
 
 FORMS = ["30:00", "90", "45", "0:30", "4:00", "0:04:00", "1:30:00", "1-00", "2-12", "1-2:30", "1-00:00:01", "120:00"]
 

@@ -75,6 +75,7 @@ def test_an_actor_that_stops_making_progress_is_dumped_ended_and_the_run_resumes
     assert not job_processes(run.job_id), job_processes(run.job_id)
 
 
+@pytest.mark.slurm_semantics
 def test_a_process_frozen_with_sigstop_is_found_continued_and_ended(train_run):
     run = train_run(steps=10, ckpt_interval=3, step_seconds=1.0)
     run.submit(f"--time={LIMIT_S // 60}", overrides=QUICK)  # restarted in the job (cluster.max_in_job_attempts)

@@ -80,6 +80,7 @@ def test_a_killed_worker_raylet_is_replaced_by_the_spare_without_a_requeue(train
     assert shown[1]["replaced"] == [f"{worker} -> {nodes[2]}"], shown
 
 
+@pytest.mark.slurm_semantics
 def test_a_node_set_down_in_slurm_leaves_the_job_which_goes_on_without_it(train_run, slurm_sandbox):
     run = train_run(steps=8, ckpt_interval=2)
     run.submit("--time=00:10:00", "--nodes=3", overrides=(*QUICK, "cluster.spare_nodes=1"))

@@ -114,6 +114,7 @@ def test_stop_verb_ends_the_job_stopped_and_submit_resumes_it(train_run):
     assert sorted(steps) == list(range(1, STEPS_PAST_THE_VERB + 1)) and len(steps) == STEPS_PAST_THE_VERB, steps
 
 
+@pytest.mark.slurm_semantics
 def test_raw_scontrol_requeue_is_recognised_and_resumes_from_the_last_checkpoint(train_run):
     run = train_run(steps=12, ckpt_interval=4)
     run.submit("--time=00:10:00", overrides=QUICK)

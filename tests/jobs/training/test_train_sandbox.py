@@ -87,6 +87,7 @@ def test_notice_saves_requeues_and_resumes(train_run):
     assert run.marker() == 12
 
 
+@pytest.mark.slurm_semantics
 def test_preemption_by_the_high_partition(train_run):
     # GraceTime of the low partition is 20 s: the save must come well within it.
     run = train_run(steps=12, ckpt_interval=5)
@@ -120,6 +121,7 @@ def test_preemption_by_the_high_partition(train_run):
     assert attempts[0]["End"] <= high_row["Start"] and high_row["End"] <= attempts[-1]["Start"], (attempts, high_row)
 
 
+@pytest.mark.slurm_semantics
 def test_time_limit_notice_saves_and_a_later_attempt_finishes(train_run):
     # The limit is set from what the run measured: once it trains, the job gets whole minutes that leave 71-131 s,
     # so the USR1 (70 s before the limit; Slurm: up to 60 s earlier) comes within ~61 s while it trains, however
