@@ -68,7 +68,7 @@ def test_exact_command_writes_three_outputs_and_manifest(tmp_path, sources):
         [str(BEAM_SLURM), "prepare-data", *args(sources, out)], capture_output=True, text=True, timeout=120
     )
     assert proc.returncode == 0, proc.stderr
-    assert sorted(p.name for p in out.iterdir()) == sorted([*OUTPUTS, MANIFEST_NAME, ".prepare-data.lock"])
+    assert sorted(p.name for p in out.iterdir()) == sorted([*OUTPUTS, MANIFEST_NAME])  # the lock is gone once released
 
     dapo = pl.read_parquet(out / OUTPUTS[0])
     assert dapo.to_dicts() == reference_clean(pl.read_parquet(sources["dapo_math"])).to_dicts()
