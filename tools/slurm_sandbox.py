@@ -1270,6 +1270,7 @@ def require_root_and_programs(slurm_root: bool = True) -> None:
 def sandbox_lock():
     """One `up`/`down` at a time on this machine (test sessions of several checkouts may start together)."""
     lock_path = Path("/run/lock" if Path("/run/lock").is_dir() else "/var/tmp") / LOCK_NAME
+    # flock is right here: the lock and the sandbox it guards are this machine's own (a node-local file).
     with open(lock_path, "w") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         try:

@@ -7,12 +7,17 @@ and touches the file every `heartbeat`. A waiter takes over at once when the hol
 reused pid has another start time), or when the mtime did not change for `stale_after` seconds of the waiter's own
 clock (so skew between nodes does not matter); a fresh lock renamed away by mistake is put back. A holder whose
 heartbeat finds the file gone or another token sets `lost`; its work must still publish by atomic rename.
+
+`try_acquire()` is the non-blocking form for "another one is running: refuse": it returns False as soon as the lock
+proves live (its mtime or token changes, i.e. within one of the holder's heartbeats) and takes a stale one over
+after `stale_after`, so a lock left by a killed holder does not refuse every later try.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import socket
 import threading
@@ -21,6 +26,8 @@ import uuid
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
+
+logger = logging.getLogger(__name__)
 
 
 class LockTimeout(TimeoutError):
@@ -64,13 +71,13 @@ class SharedFileLock:
         stale_after: float = 120.0,
         heartbeat: float | None = None,
         poll_interval: float | None = None,
-        log: Callable[[str], None] = lambda message: None,
+        log: Callable[[str], None] | None = None,
     ) -> None:
         self.path = Path(path)
         self.stale_after = stale_after
         self.heartbeat = heartbeat if heartbeat is not None else max(0.2, stale_after / 6)
         self.poll_interval = poll_interval if poll_interval is not None else min(2.0, max(0.1, stale_after / 10))
-        self.log = log
+        self.log = log if log is not None else logger.info  # takeovers are never silent
         self.lost = threading.Event()
         self._holder: LockHolder | None = None
         self._stop_heartbeat = threading.Event()
@@ -133,6 +140,14 @@ class SharedFileLock:
 
     def acquire(self, timeout: float | None = None) -> None:
         """Wait until the lock is ours. Raises LockTimeout naming the holder after `timeout` seconds."""
+        self._acquire(timeout, refuse_live=False)
+
+    def try_acquire(self) -> bool:
+        """Take the lock unless a live holder has it: False once the holder's heartbeat shows (within `heartbeat`
+        plus one poll), True at once when free, or after `stale_after` when the holder is dead (taken over)."""
+        return self._acquire(None, refuse_live=True)
+
+    def _acquire(self, timeout: float | None, *, refuse_live: bool) -> bool:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         deadline = None if timeout is None else time.monotonic() + timeout
         last_seen: tuple[float, str | None] | None = None  # (mtime, token) of the lock file as last observed
@@ -142,7 +157,7 @@ class SharedFileLock:
             if self._try_create():
                 self.lost.clear()
                 self._start_heartbeat()
-                return
+                return True
             holder = _read_holder(self.path)
             try:
                 mtime = self.path.stat().st_mtime
@@ -150,6 +165,8 @@ class SharedFileLock:
                 continue  # released between our attempts: try again at once
             observed = (mtime, holder.token if holder else None)
             if observed != last_seen:
+                if refuse_live and last_seen is not None:
+                    return False  # the holder touched it (or another took it) while we watched: it is alive
                 last_seen, unchanged_since = observed, time.monotonic()
             reason = self._stale_reason(holder, time.monotonic() - unchanged_since)
             if reason is not None:
@@ -157,7 +174,8 @@ class SharedFileLock:
                 last_seen = None
                 continue
             if not announced and holder is not None:
-                self.log(f"lock {self.path.name}: held by pid {holder.pid} on {holder.host}, waiting")
+                doing = "watching its heartbeat" if refuse_live else "waiting"
+                self.log(f"lock {self.path.name}: held by pid {holder.pid} on {holder.host}, {doing}")
                 announced = True
             if deadline is not None and time.monotonic() >= deadline:
                 who = f"pid {holder.pid} on {holder.host}" if holder else "an unknown holder"

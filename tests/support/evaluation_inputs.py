@@ -25,6 +25,7 @@ def tiny_model_dir() -> Path:
     version = hashlib.sha256(b"".join((here / name).read_bytes() for name in ("tiny_model.py", "aime_files.py")))
     model = SHARED_BUILDS / f"tiny-model-{version.hexdigest()[:16]}"
     SHARED_BUILDS.mkdir(parents=True, exist_ok=True)
+    # flock is right here: SHARED_BUILDS is this machine's /var/tmp (node-local), shared by its test processes only.
     with open(SHARED_BUILDS / f"{model.name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not model.is_dir():

@@ -3,7 +3,6 @@ login node); every output checked against its sources' hashes before it is rebui
 
 from __future__ import annotations
 
-import fcntl
 import logging
 import os
 import sys
@@ -21,6 +20,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from beam_slurm.config.data import DataConfig
 from beam_slurm.core.atomic_files import publish, sync_directory, temporary_sibling
 from beam_slurm.core.errors import BadDataInput
+from beam_slurm.core.shared_lock import SharedFileLock
 from beam_slurm.jobs.data.aime import convert_aime_files
 from beam_slurm.jobs.data.cleaning import COMPRESSION, CleaningStats, clean_dapo_files, open_parquet
 from beam_slurm.jobs.data.dapo_format import check_dapo_schema
@@ -31,7 +31,11 @@ logger = logging.getLogger(__name__)
 DAPO_MATH_OUTPUT = "dapo-math-17k-cleaned.parquet"
 AIME2024_OUTPUT = "aime-2024-cleaned.parquet"
 AIME2025_OUTPUT = "aime-2025-cleaned.parquet"
-LOCK_NAME = ".prepare-data.lock"
+LOCK_NAME = ".prepare-data.shared-lock"  # not the flock era's .prepare-data.lock: an empty file would look held
+# The out_dir is on shared storage where flock may be node-local: a link()-based lock with a heartbeat instead. A try
+# sees a live preparation within a heartbeat and refuses; a killed one's lock is taken over after LOCK_STALE_AFTER_S.
+LOCK_STALE_AFTER_S = 30.0
+LOCK_HEARTBEAT_S = 5.0
 
 
 @dataclass
@@ -106,14 +110,26 @@ class RowProgress:
             self.bar.stop()
 
 
+def exclusive_lock(out_dir: Path) -> SharedFileLock:
+    """The lock one preparation of out_dir holds (the manifest's read-modify-write and the outputs' rebuild)."""
+    return SharedFileLock(
+        out_dir / LOCK_NAME,
+        stale_after=LOCK_STALE_AFTER_S,
+        heartbeat=LOCK_HEARTBEAT_S,
+        poll_interval=0.5,
+        log=logger.info,
+    )
+
+
 @contextmanager
-def _exclusive(out_dir: Path) -> Iterator[None]:
-    with open(out_dir / LOCK_NAME, "a") as handle:
-        try:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise BadDataInput(f"data.out_dir={out_dir}: another prepare-data is writing there; wait for it") from None
-        yield
+def _exclusive(out_dir: Path) -> Iterator[SharedFileLock]:
+    lock = exclusive_lock(out_dir)
+    if not lock.try_acquire():
+        raise BadDataInput(f"data.out_dir={out_dir}: another prepare-data is writing there; wait for it")
+    try:
+        yield lock
+    finally:
+        lock.release()
 
 
 def _prepare_out_dir(config: DataConfig, data_dir: str | None) -> Path:
@@ -184,7 +200,7 @@ def prepare(config: DataConfig, *, force: bool = False, data_dir: str | None = N
     if problems:
         raise BadDataInput("; ".join(problems))
     out_dir = _prepare_out_dir(config, data_dir)
-    with _exclusive(out_dir):
+    with _exclusive(out_dir) as lock:
         manifest = load_manifest(out_dir)
         to_build: list[OutputPlan] = []
         adopted: dict[str, dict] = {}
@@ -238,6 +254,8 @@ def prepare(config: DataConfig, *, force: bool = False, data_dir: str | None = N
                     "sha256": sha256_file(temporaries[plan.file_name]),
                     "written_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                 }
+            if not lock.still_held():  # stalled past the lock's lifetime: another preparation may be writing
+                raise BadDataInput(f"data.out_dir={out_dir}: another prepare-data took the lock over; run it again")
             for plan in to_build:
                 publish(temporaries[plan.file_name], out_dir / plan.file_name)
             manifest.update({**entries, **adopted})

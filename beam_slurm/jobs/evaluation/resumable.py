@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import fcntl
 import hashlib
 import json
 import logging
@@ -26,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from beam_slurm.core.atomic_files import write_text
+from beam_slurm.core.shared_lock import SharedFileLock
 from beam_slurm.jobs.evaluation.grading_pool import GradingPool, grade_with_pool
 from beam_slurm.jobs.evaluation.metrics import compute_metrics
 from beam_slurm.jobs.evaluation.problems import Problem
@@ -34,8 +34,13 @@ from beam_slurm.jobs.evaluation.results import GRADES_FILE, INFO_FILE, METRICS_F
 logger = logging.getLogger(__name__)
 SAMPLES_DIRNAME = "samples"
 TASKS_DIRNAME = "tasks"
-VIEW_LOCK = ".view.lock"
-STORE_LOCK = ".store.lock"
+VIEW_LOCK = ".view.shared-lock"  # new names: the flock era left empty .view.lock, .store.lock files
+STORE_LOCK = ".store.shared-lock"
+# Array tasks on other nodes share these locks, so flock (node-local on Lustre `localflock`, BeeGFS) will not do.
+# A holder may keep STORE_LOCK for a whole generation: its heartbeat keeps the lock fresh; a killed holder's lock
+# is taken over after a minute of no heartbeat.
+LOCK_STALE_AFTER_S = 60.0
+LOCK_HEARTBEAT_S = 10.0
 
 
 def _digest(payload: Any) -> str:
@@ -82,11 +87,13 @@ def task_finished(out_dir: Path, key: TaskKey) -> bool:
 
 
 @contextlib.contextmanager
-def locked(path: Path) -> Iterator[None]:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a") as handle:  # closing it releases the lock
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        yield
+def locked(path: Path, stale_after: float = LOCK_STALE_AFTER_S) -> Iterator[SharedFileLock]:
+    """Hold the shared-storage lock at `path` (seen by every node) for the block; waits as long as a live holder."""
+    heartbeat = min(LOCK_HEARTBEAT_S, stale_after / 6)
+    with SharedFileLock(
+        path, stale_after=stale_after, heartbeat=heartbeat, poll_interval=0.05, log=logger.info
+    ) as lock:
+        yield lock
 
 
 def _read_jsonl(path: Path) -> list[dict[str, Any]]:

@@ -7,6 +7,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import polars as pl
@@ -68,7 +69,7 @@ def test_exact_command_writes_three_outputs_and_manifest(tmp_path, sources):
         [str(BEAM_SLURM), "prepare-data", *args(sources, out)], capture_output=True, text=True, timeout=120
     )
     assert proc.returncode == 0, proc.stderr
-    assert sorted(p.name for p in out.iterdir()) == sorted([*OUTPUTS, MANIFEST_NAME, ".prepare-data.lock"])
+    assert sorted(p.name for p in out.iterdir()) == sorted([*OUTPUTS, MANIFEST_NAME])  # the lock is gone once released
 
     dapo = pl.read_parquet(out / OUTPUTS[0])
     assert dapo.to_dicts() == reference_clean(pl.read_parquet(sources["dapo_math"])).to_dicts()
@@ -312,3 +313,40 @@ def test_hub_downloads_retry_network_errors_but_not_missing_files(monkeypatch):
     with pytest.raises(BadDataInput, match="data.x=hf://datasets/o/n/f: file not found in the repository"):
         sources._with_retries(missing, "download", "data.x", "hf://datasets/o/n/f", 5)
     assert len(calls) == 1
+
+
+HOLDER = """
+import sys, time
+from pathlib import Path
+from beam_slurm.jobs.data.prepare import exclusive_lock
+lock = exclusive_lock(Path(sys.argv[1]))
+assert lock.try_acquire()
+print("held", flush=True)
+time.sleep(120)
+"""
+
+
+def test_a_second_preparation_refuses_while_one_runs_and_takes_a_killed_ones_lock_over(tmp_path, sources, capsys):
+    from beam_slurm.jobs.data.prepare import LOCK_HEARTBEAT_S, LOCK_NAME
+
+    out = tmp_path / "out"
+    out.mkdir()
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(out)], stdout=subprocess.PIPE, text=True,
+                              env={**os.environ, "PYTHONPATH": str(REPO)})
+    try:
+        assert holder.stdout.readline() == "held\n"
+        started = time.monotonic()
+        assert main(args(sources, out)) == 2
+        waited = time.monotonic() - started
+        err = capsys.readouterr().err
+        assert f"data.out_dir={out}: another prepare-data is writing there; wait for it" in err
+        assert waited < LOCK_HEARTBEAT_S + 2, f"refused after {waited:.1f} s: a try waits one heartbeat at most"
+        assert sorted(p.name for p in out.iterdir()) == [LOCK_NAME], "nothing written while refused"
+    finally:
+        holder.kill()
+        holder.wait()
+    # Killed: its lock is left behind, and the next preparation on this host takes it over at once, saying so.
+    assert (out / LOCK_NAME).exists()
+    assert main(args(sources, out)) == 0
+    assert f"lock {LOCK_NAME}: taking over, holder pid {holder.pid} on" in capsys.readouterr().err
+    assert sorted(p.name for p in out.iterdir()) == sorted([*OUTPUTS, MANIFEST_NAME])
