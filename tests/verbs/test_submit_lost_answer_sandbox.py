@@ -5,6 +5,7 @@ time unless --queue-anyway. The training jobs are held back by `--begin` (never 
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -41,17 +42,19 @@ def run_home(slurm_sandbox, monkeypatch):
                  "cluster.signal_before_s=60", "cluster.grace_s=30", "cluster.stop_grace_s=20",
                  "cluster.check_paths_on_submit=false", "cluster.extra_sbatch_args=['--begin=now+7200']"]
     yield root, run_name, overrides
-    for job_id in jobs_of(slurm_sandbox, run_name):
+    for job_id in jobs_of(slurm_sandbox, run_name, every_point=True):
         slurm_sandbox.cancel(job_id)
 
 
-def jobs_of(slurm_sandbox, run_name: str, *, active_only: bool = False) -> list[str]:
-    """Job ids whose comment holds a token of this run (raw squeue, all states unless active_only)."""
+def jobs_of(slurm_sandbox, run_name: str, *, active_only: bool = False, every_point: bool = False) -> list[str]:
+    """Job ids whose comment holds a train token of this run (or of any sweep point of it: `every_point`), from raw
+    squeue, all states unless active_only."""
     states = "--states=PENDING,RUNNING,CONFIGURING,SUSPENDED" if active_only else "--states=all"
     out = subprocess.run(["squeue", "--noheader", states, "--format=%A|%k"], capture_output=True, text=True,
                          env=slurm_sandbox.env(), timeout=60, check=True).stdout
     return sorted({line.split("|")[0] for line in out.splitlines()
-                   if f"beam-slurm:{run_name}:train:" in line.split("|", 1)[-1]})
+                   if (f"beam-slurm:{run_name}" if every_point else f"beam-slurm:{run_name}:train:")
+                   in line.split("|", 1)[-1]})
 
 
 def sbatch_wrapper(directory: Path, body: str) -> Path:
@@ -118,3 +121,31 @@ def test_a_second_submit_of_a_queued_run_queues_nothing_unless_asked(slurm_sandb
     code, out, err = run_submit(["--queue-anyway", *overrides], capsys)
     assert code == 0, err
     assert len(jobs_of(slurm_sandbox, run_name, active_only=True)) == 2
+
+
+def test_a_sweep_stopped_half_way_lists_what_was_and_was_not_queued(slurm_sandbox, run_home, capsys, monkeypatch):
+    """Slurm refuses the second point's job (a wrapper answers as Slurm does for a bad account): the first stays
+    queued, the second and third are listed as not queued with why, exit 1, and every record says the same."""
+    root, run_name, overrides = run_home
+    count = root / "bin" / "count"
+    refusal = "sbatch: error: Batch job submission failed: Invalid account or account/partition combination specified"
+    body = (f'n=$(( $(cat {count} 2>/dev/null || echo 0) + 1 )); echo $n > {count}\n'
+            f'if [ $n = 2 ]; then echo "{refusal}" >&2; exit 1; fi\nexec "$REAL" "$@"')
+    wrapper = sbatch_wrapper(root / "bin", body)
+    monkeypatch.setenv("PATH", f"{wrapper}:{os.environ['PATH']}")
+    code, out, err = run_submit(["-m", *overrides, "max_training_steps=4,5,6"], capsys)
+    assert code == 1, (out, err)
+    names = [f"{run_name}-max_training_steps_{steps}" for steps in (4, 5, 6)]
+    jobs = {name: jobs_of(slurm_sandbox, name) for name in names}
+    assert len(jobs[names[0]]) == 1 and jobs[names[1]] == jobs[names[2]] == [], jobs
+    assert f"run {names[0]} train: queued as job {jobs[names[0]][0]}" in err, err
+    assert f"run {names[1]} train: not queued: Slurm refused it" in err and "Invalid account" in err, err
+    assert f"run {names[2]} train: not queued: submission stopped after the train stage of {names[1]}" in err, err
+    assert "3 stage(s)" not in err and "2 stage(s) not queued" in err, err
+    for name in names:
+        stages = json.loads((root / "home" / "exports" / name / "beam_run" / "run.json").read_text())
+        stage = stages["submissions"][-1]["stages"][0]
+        if name == names[0]:
+            assert (stage["status"], stage["job_id"]) == ("submitted", jobs[name][0]), stage
+        else:
+            assert stage["status"] == "not-queued" and stage["job_id"] is None and stage["reason"], stage
