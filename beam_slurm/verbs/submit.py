@@ -81,9 +81,7 @@ def build_parser():
     verb.add_argument(
         "--queue-anyway",
         action="store_true",
-        help="queue every stage even when an earlier job of it is still queued or running (found in the run's "
-        "record or by its submission token in squeue); without it such a stage is not queued again and submit "
-        "exits 1 naming the job",
+        help="queue a copy of a stage whose job is still active",
     )
     verb.add_argument("--json", action="store_true", help="print what was queued (job ids, sbatch commands) as JSON")
     return verb
