@@ -290,13 +290,20 @@ def jobs_with_token(token: str) -> list[str]:
     return sorted(found, key=lambda j: (len(j), j))
 
 
-def active_jobs_with_prefix(prefix: str) -> dict[str, str]:
-    """job id -> state of this user's queued or running jobs whose token starts with `prefix` (`token_prefix`)."""
-    return {
-        job_id: state
-        for job_id, state, comment in scheduler.comment_rows()
-        if state in ACTIVE_STATES and any(t.startswith(prefix) for t in comment_tokens(comment))
-    }
+def active_jobs_with_prefix(prefixes: Iterable[str]) -> dict[str, dict[str, str]]:
+    """prefix -> {job id: state} of this user's queued or running jobs whose token starts with it (`token_prefix`),
+    for any number of prefixes from ONE squeue call."""
+    wanted = list(dict.fromkeys(prefixes))
+    found: dict[str, dict[str, str]] = {prefix: {} for prefix in wanted}
+    if not wanted:
+        return found
+    for job_id, state, comment in scheduler.comment_rows():
+        if state not in ACTIVE_STATES:
+            continue
+        for token in comment_tokens(comment):
+            for prefix in (p for p in wanted if token.startswith(p)):
+                found[prefix][job_id] = state
+    return found
 
 
 class SubmissionUnknown(SlurmCommandError):

@@ -332,7 +332,7 @@ def plan_stages(
     wanted = {p.identity: earlier[p.identity] for p in open_plans if p.identity in earlier}
     try:
         records = job_records([j for ids in wanted.values() for j in ids]) if wanted else {}
-        by_token = {p.token_prefix: active_jobs_with_prefix(p.token_prefix) for p in open_plans}
+        by_token = active_jobs_with_prefix(p.token_prefix for p in open_plans)
     except SlurmCommandError:
         return  # no scheduler to ask (e.g. a dry run on a laptop): submit as if nothing were queued
     for plan in open_plans:
