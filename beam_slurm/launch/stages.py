@@ -89,7 +89,7 @@ class StagePlan:
 
     def __post_init__(self) -> None:
         if self.request is not None and not self.request.token:
-            self.request.token = submission_token(self.owner or self.stage, self.stage)
+            self.request.token = submission_token(self.owner or self.stage, self.stage, self.identity)
 
     @property
     def token(self) -> str:
@@ -98,8 +98,9 @@ class StagePlan:
 
     @property
     def token_prefix(self) -> str:
-        """What the token of every submission of this stage of its run starts with (squeue finds them by it)."""
-        return token_prefix(self.owner or self.stage, self.stage)
+        """What the token of every submission of this stage of its run, for the same output, starts with (squeue
+        finds them by it)."""
+        return token_prefix(self.owner or self.stage, self.stage, self.identity)
 
     @property
     def status(self) -> str:

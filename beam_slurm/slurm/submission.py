@@ -10,6 +10,7 @@ the job it finds or submits again: never twice."""
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import os
 import re
 import secrets
@@ -225,16 +226,19 @@ SETTLE_S = 3.0  # a request the controller read late (it was stopped) may create
 MAX_SUBMISSIONS = 3  # sbatch calls for one job when every answer is lost and Slurm shows no job of the token
 
 
-def submission_token(owner: str, stage: str) -> str:
+def submission_token(owner: str, stage: str, identity: str = "") -> str:
     """A fresh token for one job: `beam-slurm:<owner>:<stage>:<12 hex>`, shell-safe (letters, digits, `._-:`), the
-    owner (run or sweep point) cut to 64 characters."""
-    return f"{token_prefix(owner, stage)}{secrets.token_hex(6)}"
+    owner (run or sweep point) cut to 64 characters. With an `identity` (what the stage produces) the hex starts with
+    6 of its digest, so `token_prefix` finds the jobs of the same stage output only; the rest is random."""
+    return f"{token_prefix(owner, stage, identity)}{secrets.token_hex(3 if identity else 6)}"
 
 
-def token_prefix(owner: str, stage: str) -> str:
-    """What every token of one owner's stage starts with (`beam-slurm:<owner>:<stage>:`)."""
+def token_prefix(owner: str, stage: str, identity: str = "") -> str:
+    """What every token of one owner's stage (producing `identity`) starts with: `beam-slurm:<owner>:<stage>:`, then
+    the identity's 6 hex digits when given."""
     safe = [_TOKEN_UNSAFE.sub("_", part).strip("_")[:64] or "-" for part in (owner, stage)]
-    return f"{TOKEN_PREFIX}:{safe[0]}:{safe[1]}:"
+    digest = hashlib.sha256(identity.encode()).hexdigest()[:6] if identity else ""
+    return f"{TOKEN_PREFIX}:{safe[0]}:{safe[1]}:{digest}"
 
 
 def with_token(comment: str, token: str) -> str:
@@ -323,7 +327,9 @@ class AfterLostAnswer:
     extra: tuple[str, ...] = ()  # more jobs with the same token (earlier lost answers): cancelled
 
 
-def after_lost_answer(found: list[str] | None, submissions: int, max_submissions: int = MAX_SUBMISSIONS):
+def after_lost_answer(
+    found: list[str] | None, submissions: int, max_submissions: int = MAX_SUBMISSIONS
+) -> AfterLostAnswer:
     """The decision from squeue's answer for the token (None: Slurm did not answer in time) after `submissions`
     sbatch calls whose answers were all lost: a job found is adopted (the lowest id; any other carrying the same
     token came from an earlier lost call and is cancelled), none found means submit again, up to max_submissions."""
@@ -413,7 +419,13 @@ def submit(
         say(f"Slurm has no job with comment {request.token}: submitting again")
 
 
-def _cancel_extra(token: str, job_id: str, find, cancel, say) -> None:
+def _cancel_extra(
+    token: str,
+    job_id: str,
+    find: Callable[[str], list[str]],
+    cancel: Callable[..., object],
+    say: Callable[[str], object],
+) -> None:
     """After a second sbatch call, a job an earlier lost call created late (same token) is cancelled."""
     try:
         extra = [j for j in find(token) if j != job_id]
@@ -422,7 +434,9 @@ def _cancel_extra(token: str, job_id: str, find, cancel, say) -> None:
     _cancel(tuple(extra), token, cancel, say)
 
 
-def _cancel(extra: tuple[str, ...] | list[str], token: str, cancel, say) -> None:
+def _cancel(
+    extra: tuple[str, ...] | list[str], token: str, cancel: Callable[..., object], say: Callable[[str], object]
+) -> None:
     if not extra:
         return
     try:

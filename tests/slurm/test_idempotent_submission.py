@@ -30,6 +30,13 @@ def test_token_is_short_shell_safe_and_names_its_run_and_stage():
     assert shlex.quote(token) == token  # nothing a shell would read differently
     assert token.startswith(token_prefix("beam_lora_16gpu-precision_bf16-rank_0", "train"))
     assert submission_token("a", "train") != submission_token("a", "train")  # one per submission
+    # With the stage's output (its identity), the same output shares a longer prefix, another output does not.
+    ckpt_a, ckpt_b = submission_token("r", "train", "train:/c/a"), submission_token("r", "train", "train:/c/b")
+    assert re.fullmatch(r"beam-slurm:r:train:[0-9a-f]{12}", ckpt_a), ckpt_a
+    assert ckpt_a.startswith(token_prefix("r", "train", "train:/c/a"))
+    assert not ckpt_b.startswith(token_prefix("r", "train", "train:/c/a")) and ckpt_b.startswith(
+        token_prefix("r", "train")
+    )
     odd = submission_token("my run; rm -rf /'x" + "y" * 100, "eval-step10")
     assert shlex.quote(odd) == odd and len(odd) < 110 and ":eval-step10:" in odd, odd
 
