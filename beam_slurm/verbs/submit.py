@@ -375,15 +375,17 @@ def submit_runs(runs: list[RunSpec], dependency_type: str, notify=None) -> None:
                 plan.submit(_chain_dependencies(run)[index], dependency_type, notify=say)
             except (SlurmCommandError, StageError, OSError) as exc:
                 plan.depends_on = []
-                unknown = isinstance(exc, SubmissionUnknown)
-                plan.not_queued = f"{'Slurm did not answer' if unknown else 'Slurm refused it'}: {exc}"
-                if unknown:  # a later `submit` looks for the token in squeue
-                    plan.not_queued += f" (token {plan.token})"
+                if isinstance(exc, SubmissionUnknown):  # a later `submit` looks for the token in squeue
+                    plan.not_queued = f"Slurm did not answer: {exc} (token {plan.token})"
+                elif isinstance(exc, SlurmCommandError):
+                    plan.not_queued = f"Slurm refused it: {exc}"
+                else:  # its log folder could not be made, or the stage could not be rendered
+                    plan.not_queued = f"could not be submitted: {exc}"
                 stopped = f"submission stopped after the {plan.stage} stage of {run.cfg.run_name} was not queued"
 
 
 def unqueued_lines(runs: list[RunSpec]) -> tuple[list[str], list[str]]:
-    """(stages this call did not queue: one line each, with why; stages it queued or reused: one line each)."""
+    """(each stage this call did not queue, with why: not queued, or found queued already; each stage it queued)."""
     seen: set[int] = set()
     missing, queued = [], []
     for run in runs:
