@@ -36,6 +36,7 @@ class StageEntry(_Entry):
     identity: str | None = None  # What the stage's output is (the reuse check compares it)
     depends_on: list[str] = field(default_factory=list)  # Job ids it waits for
     command: str | None = None  # The rendered sbatch command, shell-quoted
+    token: str | None = None  # The submission token in the job's --comment (squeue finds the job by it)
 
 
 @dataclass

@@ -291,15 +291,53 @@ def make_executor(params: dict[str, Any], folder: Path):
     return executor
 
 
-def submit_array(tasks: list[tuple[TaskSpec, ...]], params: dict[str, Any], folder: Path) -> list[str]:
-    """Submit tasks as one job array; returns the task job ids, recorded beside each task's results."""
+def submit_array(
+    tasks: list[tuple[TaskSpec, ...]], params: dict[str, Any], folder: Path, owner: str = "evaluate"
+) -> list[str]:
+    """Submit tasks as one job array; returns the task job ids, recorded beside each task's results.
+
+    The array carries a submission token in its comment (`owner`: the run or sweep point, stage `eval`). When
+    submitit's sbatch loses its answer (a time-out, a transport error), squeue is asked for the token: the array
+    Slurm has is adopted (submitit's task files are moved where its tasks read them), else it is submitted again."""
+    token = submission.submission_token(owner, "eval")
     # Held until submitit has made each task's log folder (it can only name them once Slurm gave the job id): a
     # task that an idle cluster starts at once otherwise dies opening its log ("Could not open stdout file").
-    held = {**params, "additional_parameters": {**(params.get("additional_parameters") or {}), "hold": True}}
-    executor = make_executor(held, folder)
-    with executor.batch():
-        jobs = [executor.submit(EvalTask(specs)) for specs in tasks]
-    ids = [job.job_id for job in jobs]
+    held = {
+        **params,
+        "comment": submission.with_token(str(params.get("comment") or ""), token),
+        "additional_parameters": {**(params.get("additional_parameters") or {}), "hold": True},
+    }
+    since, calls = time.time(), 0
+    while True:
+        calls += 1
+        executor = make_executor(held, folder)
+        try:
+            with executor.batch():
+                jobs = [executor.submit(EvalTask(specs)) for specs in tasks]
+            ids = [job.job_id for job in jobs]
+            if calls > 1:
+                _cancel_others(token, ids[0].split("_")[0])
+            break
+        except (submitit.core.utils.FailedJobError, submitit.core.utils.FailedSubmissionError) as exc:
+            said = str(exc).strip()
+            if said and not submission.is_transport_error(said):
+                raise
+            logger.warning(f"evaluate: sbatch's answer was lost ({said or 'no word'}); asking Slurm for {token}")
+            decision = submission.after_lost_answer(submission.find_token(token), calls)
+            if decision.action == "adopt":
+                ids = adopt_array(folder, decision.job_id, tasks, since)
+                logger.warning(f"evaluate: Slurm has job array {decision.job_id} with comment {token}: adopted")
+                _cancel_others(token, decision.job_id)
+                break
+            if decision.action == "unknown":
+                raise submission.SubmissionUnknown(
+                    f"the evaluation array's sbatch answer was lost ({said or 'no word'}) and Slurm did not say "
+                    f"whether it queued it: `squeue --me --states=all --format='%i %T %k'` shows it with comment "
+                    f"{token} once the controller answers",
+                    token,
+                ) from exc
+            _task_pickles(folder, tasks, since, remove=True)  # they belong to no job: the next call dumps its own
+            logger.warning(f"evaluate: Slurm has no job with comment {token}: submitting again")
     array_id = ids[0].split("_")[0]
     try:
         scheduler.release(array_id)
@@ -310,7 +348,57 @@ def submit_array(tasks: list[tuple[TaskSpec, ...]], params: dict[str, Any], fold
         ) from exc
     for specs, job_id in zip(tasks, ids, strict=False):
         for spec in specs:
-            write_json(_submitted_file(spec), {"job_id": job_id, "submitted_at": time.time(), "spec": asdict(spec)})
+            write_json(
+                _submitted_file(spec),
+                {"job_id": job_id, "submitted_at": time.time(), "spec": asdict(spec), "token": token},
+            )
+    return ids
+
+
+def _cancel_others(token: str, kept: str) -> None:
+    """Arrays an earlier lost call created late with the same token: still held (never ran), cancelled."""
+    try:
+        extra = [j for j in submission.jobs_with_token(token) if j != kept]
+        if extra:
+            scheduler.cancel(*extra)
+            logger.warning(f"evaluate: job(s) {', '.join(extra)} also carry {token} (a lost answer): cancelled")
+    except SlurmCommandError as exc:
+        logger.warning(f"evaluate: could not check for other arrays with {token}: {exc}")
+
+
+def _task_pickles(
+    folder: Path, tasks: list[tuple[TaskSpec, ...]], since: float, *, remove: bool = False
+) -> dict[int, Path]:
+    """Task index -> the pickle submitit dumped for it since `since` (in its job-independent folder), read back and
+    matched by the task's specs; `remove` deletes them instead."""
+    found: dict[int, Path] = {}
+    where = submitit.core.utils.JobPaths.get_first_id_independent_folder(folder)
+    for path in sorted(where.glob("*.pkl")) if where.is_dir() else []:
+        try:
+            if path.stat().st_mtime < since - 1:
+                continue
+            function = submitit.core.utils.DelayedSubmission.load(path).function
+        except (OSError, ValueError, EOFError, AttributeError):
+            continue
+        specs = getattr(function, "specs", None)
+        if isinstance(function, EvalTask) and specs in tasks:
+            if remove:
+                path.unlink(missing_ok=True)
+            else:
+                found.setdefault(tasks.index(specs), path)
+    return found
+
+
+def adopt_array(folder: Path, array_id: str, tasks: list[tuple[TaskSpec, ...]], since: float) -> list[str]:
+    """Make the array Slurm created (its answer lost) runnable: each task's pickle moved where its task reads it, as
+    submitit does once it knows the id. Returns the task job ids (the array is held: nothing has started)."""
+    pickles = _task_pickles(folder, tasks, since)
+    missing = [index for index in range(len(tasks)) if index not in pickles]
+    if missing:
+        raise RuntimeError(f"job array {array_id}: submitit's files for task(s) {missing} are gone; cancel it")
+    ids = [f"{array_id}_{index}" for index in range(len(tasks))] if len(tasks) > 1 else [array_id]
+    for index, job_id in enumerate(ids):
+        submitit.core.utils.JobPaths(folder, job_id=job_id).move_temporary_file(pickles[index], "submitted_pickle")
     return ids
 
 
@@ -402,7 +490,8 @@ def submit_plan(found: Plan) -> list[str]:
     for group in shapes.values():
         params = group[0][1]
         folder = Path(params.get("submitit_folder") or Path(group[0][0][0].out_dir).parent / ".submitit" / "%j")
-        submitted = submit_array([specs for specs, _ in group], params, folder)
+        owner = str(params.get("name") or "evaluate")  # the job name: `<run>-eval-<step>` in a training chain
+        submitted = submit_array([specs for specs, _ in group], params, folder, owner)
         logger.info(
             f"evaluate: {len(submitted)} task(s) -> job array {submitted[0].split('_')[0]} "
             f"(at most {params['array_parallelism']} at once, {params['nodes']} node(s) x "

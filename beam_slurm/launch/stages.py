@@ -24,7 +24,7 @@ from beam_slurm.core.errors import BadDataInput, ConfigProblem, UserError
 from beam_slurm.jobs.container_pull import image_is_current
 from beam_slurm.jobs.data.manifest import MANIFEST_NAME, load_manifest, reuse_verdict
 from beam_slurm.jobs.data.prepare import plans, reuse_request
-from beam_slurm.slurm.submission import SbatchRequest, submit
+from beam_slurm.slurm.submission import SbatchRequest, submission_token, submit, token_prefix
 
 TRAIN_SCRIPTS = {
     "lora_16gpu": "train_lora_16gpu.sh",
@@ -79,25 +79,53 @@ class StagePlan:
     request: SbatchRequest | None  # The sbatch call; None when the stage is skipped
     skip_reason: str = ""  # why nothing is submitted (complete, not needed, already queued)
     reused_job_id: str = ""  # An earlier submission's job that is still queued or running and produces the same thing
+    reused_state: str = ""  # That job's state (PENDING, RUNNING, ...)
     job_id: str = ""  # Filled once submitted (or with reused_job_id)
     depends_on: list[str] = field(default_factory=list)  # Job ids this stage waited for when it was submitted
     log_dir: str = ""  # Where the job's output goes; created just before submission
+    owner: str = ""  # The run (sweep point) whose submission token this stage's job carries
+    not_queued: str = ""  # Why this call queued nothing for the stage (Slurm refused, no answer, a stage before)
+    notes: list[str] = field(default_factory=list)  # What the submission said on the way (a lost answer, adopted)
+
+    def __post_init__(self) -> None:
+        if self.request is not None and not self.request.token:
+            self.request.token = submission_token(self.owner or self.stage, self.stage, self.identity)
+
+    @property
+    def token(self) -> str:
+        """The submission token in the job's --comment ('' for a stage without a job)."""
+        return self.request.token if self.request is not None else ""
+
+    @property
+    def token_prefix(self) -> str:
+        """What the token of every submission of this stage of its run, for the same output, starts with (squeue
+        finds them by it)."""
+        return token_prefix(self.owner or self.stage, self.stage, self.identity)
 
     @property
     def status(self) -> str:
         if self.job_id:
             return "reused" if self.job_id == self.reused_job_id else "submitted"
+        if self.not_queued:
+            return "not-queued"
         return "skipped" if self.skip_reason else "pending-submit"
 
-    def submit(self, depends_on: list[str], dependency_type: str) -> str:
-        """Submit (creating the log folder first) and return the job id."""
+    def submit(self, depends_on: list[str], dependency_type: str, notify=None) -> str:
+        """Submit (creating the log folder first) and return the job id; a lost answer is settled by its token, what
+        that said goes to `notes` (and to `notify`)."""
         assert self.request is not None
         self.request.dependency_ids = list(depends_on)
         self.request.dependency_type = dependency_type
         if self.log_dir:
             Path(self.log_dir).mkdir(parents=True, exist_ok=True)
-        self.job_id = submit(self.request)
         self.depends_on = list(depends_on)
+
+        def say(line: str) -> None:
+            self.notes.append(line)
+            if notify is not None:
+                notify(line)
+
+        self.job_id = submit(self.request, notify=say)
         return self.job_id
 
     def to_json(self) -> dict:
@@ -105,10 +133,11 @@ class StagePlan:
             "stage": self.stage,
             "status": self.status,
             "job_id": self.job_id or None,
-            "reason": self.skip_reason or None,
+            "reason": self.not_queued or self.skip_reason or None,
             "identity": self.identity,
             "depends_on": self.depends_on,
             "command": self.request.shell() if self.request is not None else None,
+            "token": self.token or None,
         }
 
 
@@ -125,7 +154,7 @@ def _service_plan(stage: PrepareData | PullContainer, script_args: list[str]) ->
         script_args=script_args,
         export={"BEAM_SLURM_HOME": checkout_home()},
     )
-    return StagePlan(stage.stage, stage.identity(), request, log_dir=log_dir)
+    return StagePlan(stage.stage, stage.identity(), request, log_dir=log_dir, owner=str(cfg.run_name))
 
 
 class PrepareData:
@@ -297,4 +326,4 @@ class Train:
             script_args=self.script_args(),
             export={"BEAM_SLURM_HOME": checkout_home()},
         )
-        return StagePlan(self.stage, self.identity(), request, log_dir=str(cfg.paths.log_dir))
+        return StagePlan(self.stage, self.identity(), request, log_dir=str(cfg.paths.log_dir), owner=str(cfg.run_name))

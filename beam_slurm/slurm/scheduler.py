@@ -308,3 +308,18 @@ def srun_per_node(
         *extra_args,
         *command,
     ]
+
+
+def comment_rows() -> list[tuple[str, str, str]]:
+    """(job id, state, comment) of every job of this user the controller still knows, any state, in ONE squeue call:
+    the submission token `submission` puts in each job's `--comment`. The job id is the array's own id for an
+    array's tasks (`%A`), as `sbatch --parsable` gave it. sacct keeps comments only with
+    AccountingStoreFlags=job_comment, so squeue is asked, never sacct."""
+    out = run(["squeue", "--noheader", "--states=all", "--me", "--format=%A|%T|%k"])
+    rows = []
+    for line in out.splitlines():
+        job_id, sep, rest = line.partition("|")
+        state, sep2, comment = rest.partition("|")
+        if sep and sep2 and job_id.strip().isdigit():
+            rows.append((job_id.strip(), state.strip(), comment.strip()))
+    return rows

@@ -1,15 +1,23 @@
 """Submitting batch jobs (`sbatch --parsable`) and reading many jobs' states at once (squeue + sacct): the pipeline
 renders an `SbatchRequest`, shows it (`--dry-run`), submits it and later asks `job_records` how the jobs are doing
-(`job_view`: one squeue and one sacct call through `scheduler`, for any number of jobs)."""
+(`job_view`: one squeue and one sacct call through `scheduler`, for any number of jobs).
+
+Submission is idempotent: every job carries a submission token in its `--comment`
+(`beam-slurm:<run>:<stage>:<12 hex>`). When sbatch's answer is lost (a time-out, a transport error: the controller may
+have created the job or not), `submit` asks squeue for the token, waiting while the controller is down, and adopts
+the job it finds or submits again: never twice."""
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import os
 import re
+import secrets
 import shlex
 import subprocess
-from collections.abc import Iterable, Mapping
+import time
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -62,6 +70,9 @@ class SbatchRequest:
     dependency_ids: list[str] = field(default_factory=list)  # job ids this job waits for
     dependency_type: str = "afterok"  # or afterany (start when the dependencies ended, however; afterok: completed)
     array: str = ""  # job array spec (`0-3`, `0-9%2`); empty = a single job
+    # The submission token (`submission_token`), sent as `--comment`; a comment the user gave (options, the script's
+    # #SBATCH header) is kept in front of it. Empty: `submit` makes one.
+    token: str = ""
 
     def argv(self) -> list[str]:
         """The full sbatch command line."""
@@ -75,7 +86,16 @@ class SbatchRequest:
             argv.append("--kill-on-invalid-dep=no")
         if self.array:
             argv.append(f"--array={self.array}")
-        return argv + list(self.options) + [self.script] + list(self.script_args)
+        options = list(self.options)
+        if self.token:
+            # sbatch keeps the last --comment only: the user's own (option or header) goes in front of the token.
+            options = _without_comment(options)
+            argv.append(f"--comment={with_token(self.user_comment(), self.token)}")
+        return argv + options + [self.script] + list(self.script_args)
+
+    def user_comment(self) -> str:
+        """The comment the request's options or its script's #SBATCH header give the job ('' when none)."""
+        return effective_options(self, environ={}).get("comment", ("", ""))[0]
 
     def shell(self) -> str:
         """The command as one shell-safe line (every value quoted)."""
@@ -95,6 +115,19 @@ class SbatchRequest:
                     "',' or a newline; use a path without them"
                 )
         return out
+
+
+def _without_comment(options: list[str]) -> list[str]:
+    """The options less `--comment=X` / `--comment X` (the comment goes in front of the token instead)."""
+    out, skip = [], False
+    for word in options:
+        if skip:
+            skip = False
+        elif word == "--comment":
+            skip = True
+        elif not word.startswith("--comment="):
+            out.append(word)
+    return out
 
 
 SBATCH_ENVIRONMENT = {
@@ -170,34 +203,247 @@ def submission_environment(environ: Mapping[str, str] | None = None) -> dict[str
     return {k: v for k, v in environ.items() if not (inside and k.startswith("SLURM_")) or k == "SLURM_CONF"}
 
 
-def submit(request: SbatchRequest, environ: Mapping[str, str] | None = None, timeout_s: float = 60.0) -> str:
-    """Submit and return the job id (for an array, the array's job id). Raises SlurmCommandError."""
-    if bad := request.problems():
-        raise SlurmCommandError("; ".join(bad))
+TOKEN_PREFIX = "beam-slurm"
+_TOKEN_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+TRANSPORT_ERRORS = (
+    "Socket timed out",
+    "Zero Bytes were transmitted",
+    "Unable to contact slurm controller",
+    "Connection refused",
+    "Connection reset",
+    "Connection timed out",
+    "Communication connection failure",
+    "Transport endpoint is not connected",
+    "Broken pipe",
+    "No route to host",
+    "Network is unreachable",
+)
+"""sbatch's words when its request or Slurm's answer got lost on the way: the job may exist or not."""
+ANSWER_WAIT_S = 180.0
+"""After a lost answer, how long `submit` keeps asking squeue for the token while the controller does not answer."""
+ASK_AGAIN_S = 2.0  # between two squeue calls while the controller does not answer
+SETTLE_S = 3.0  # a request the controller read late (it was stopped) may create its job just after squeue answers
+MAX_SUBMISSIONS = 3  # sbatch calls for one job when every answer is lost and Slurm shows no job of the token
+
+
+def submission_token(owner: str, stage: str, identity: str = "") -> str:
+    """A fresh token for one job: `beam-slurm:<owner>:<stage>:<12 hex>`, shell-safe (letters, digits, `._-:`), the
+    owner (run or sweep point) cut to 64 characters. With an `identity` (what the stage produces) the hex starts with
+    6 of its digest, so `token_prefix` finds the jobs of the same stage output only; the rest is random."""
+    return f"{token_prefix(owner, stage, identity)}{secrets.token_hex(3 if identity else 6)}"
+
+
+def token_prefix(owner: str, stage: str, identity: str = "") -> str:
+    """What every token of one owner's stage (producing `identity`) starts with: `beam-slurm:<owner>:<stage>:`, then
+    the identity's 6 hex digits when given."""
+    safe = [_TOKEN_UNSAFE.sub("_", part).strip("_")[:64] or "-" for part in (owner, stage)]
+    digest = hashlib.sha256(identity.encode()).hexdigest()[:6] if identity else ""
+    return f"{TOKEN_PREFIX}:{safe[0]}:{safe[1]}:{digest}"
+
+
+def with_token(comment: str, token: str) -> str:
+    """The job's comment: the user's own, then the token (one word of it, as `comment_tokens` reads it)."""
+    return f"{comment.strip()} {token}" if comment.strip() else token
+
+
+def comment_tokens(comment: str) -> list[str]:
+    """The submission tokens in a job's comment."""
+    return [word for word in comment.split() if word.startswith(TOKEN_PREFIX + ":")]
+
+
+def is_transport_error(text: str) -> bool:
+    """Whether sbatch's message says the request or its answer was lost (not that Slurm refused the job)."""
+    return any(marker.lower() in text.lower() for marker in TRANSPORT_ERRORS)
+
+
+@dataclass(frozen=True)
+class SbatchAnswer:
+    """One sbatch call: the job id, or why none; `lost`: the controller may have created the job anyway."""
+
+    job_id: str
+    lost: bool
+    text: str
+
+
+def run_sbatch(argv: list[str], environ: Mapping[str, str] | None = None, timeout_s: float = 60.0) -> SbatchAnswer:
+    """Run one `sbatch --parsable` command line; never raises for what sbatch said."""
     try:
         done = subprocess.run(
-            request.argv(),
-            capture_output=True,
-            text=True,
-            timeout=timeout_s,
-            check=False,
-            env=submission_environment(environ),
+            argv, capture_output=True, text=True, timeout=timeout_s, check=False, env=submission_environment(environ)
         )
     except FileNotFoundError as exc:
         raise SlurmCommandError(
             "sbatch not found on PATH; run this where Slurm's client commands are installed"
         ) from exc
-    except subprocess.TimeoutExpired as exc:
-        raise SlurmCommandError(f"sbatch did not answer within {timeout_s:.0f} s") from exc
+    except subprocess.TimeoutExpired:
+        return SbatchAnswer("", True, f"sbatch did not answer within {timeout_s:.0f} s")
+    said = done.stderr.strip() or done.stdout.strip()
     if done.returncode != 0:
-        raise SlurmCommandError(
-            f"{request.shell()} failed ({done.returncode}): {done.stderr.strip() or done.stdout.strip()}"
-        )
+        # No word at all happens too when the controller dropped the connection ("Zero Bytes" in its own log).
+        return SbatchAnswer("", not said or is_transport_error(said), f"failed ({done.returncode}): {said}")
     # --parsable prints "<id>" or "<id>;<cluster>".
     job_id = done.stdout.strip().splitlines()[-1].split(";")[0].strip() if done.stdout.strip() else ""
     if not job_id.isdigit():
-        raise SlurmCommandError(f"sbatch printed no job id: {done.stdout.strip()!r}")
-    return job_id
+        return SbatchAnswer("", True, f"printed no job id: {done.stdout.strip()!r}")
+    return SbatchAnswer(job_id, False, "")
+
+
+def jobs_with_token(token: str) -> list[str]:
+    """Ids of this user's jobs whose comment holds the token, any state (squeue; lowest first)."""
+    found = {job_id for job_id, _, comment in scheduler.comment_rows() if token in comment_tokens(comment)}
+    return sorted(found, key=lambda j: (len(j), j))
+
+
+def active_jobs_with_prefix(prefixes: Iterable[str]) -> dict[str, dict[str, str]]:
+    """prefix -> {job id: state} of this user's queued or running jobs whose token starts with it (`token_prefix`),
+    for any number of prefixes from ONE squeue call."""
+    wanted = list(dict.fromkeys(prefixes))
+    found: dict[str, dict[str, str]] = {prefix: {} for prefix in wanted}
+    if not wanted:
+        return found
+    for job_id, state, comment in scheduler.comment_rows():
+        if state not in ACTIVE_STATES:
+            continue
+        for token in comment_tokens(comment):
+            for prefix in (p for p in wanted if token.startswith(p)):
+                found[prefix][job_id] = state
+    return found
+
+
+class SubmissionUnknown(SlurmCommandError):
+    """sbatch's answer was lost and Slurm did not say in time whether it queued the job: the token names it."""
+
+    def __init__(self, message: str, token: str):
+        super().__init__(message)
+        self.token = token
+
+
+@dataclass(frozen=True)
+class AfterLostAnswer:
+    """What to do once sbatch's answer was lost: `adopt` a job, `submit` again, or `unknown` (raise)."""
+
+    action: str  # adopt, submit or unknown
+    job_id: str = ""  # the job adopted
+    extra: tuple[str, ...] = ()  # more jobs with the same token (earlier lost answers): cancelled
+
+
+def after_lost_answer(
+    found: list[str] | None, submissions: int, max_submissions: int = MAX_SUBMISSIONS
+) -> AfterLostAnswer:
+    """The decision from squeue's answer for the token (None: Slurm did not answer in time) after `submissions`
+    sbatch calls whose answers were all lost: a job found is adopted (the lowest id; any other carrying the same
+    token came from an earlier lost call and is cancelled), none found means submit again, up to max_submissions."""
+    if found is None:
+        return AfterLostAnswer("unknown")
+    if found:
+        return AfterLostAnswer("adopt", found[0], tuple(found[1:]))
+    return AfterLostAnswer("submit" if submissions < max_submissions else "unknown")
+
+
+def find_token(
+    token: str,
+    find: Callable[[str], list[str]] = jobs_with_token,
+    *,
+    wait_s: float = ANSWER_WAIT_S,
+    sleep: Callable[[float], object] = time.sleep,
+    clock: Callable[[], float] = time.monotonic,
+) -> list[str] | None:
+    """The jobs carrying the token, asking again while Slurm does not answer (up to wait_s); None if it never did.
+    An empty answer is asked once more after SETTLE_S: a request read late by the controller may just be landing."""
+    deadline = clock() + wait_s
+    settled = False
+    while True:
+        try:
+            found = find(token)
+        except SlurmCommandError:
+            if clock() >= deadline:
+                return None
+            sleep(ASK_AGAIN_S)
+            continue
+        if found or settled:
+            return found
+        settled = True
+        sleep(SETTLE_S)
+
+
+def submit(
+    request: SbatchRequest,
+    environ: Mapping[str, str] | None = None,
+    timeout_s: float = 60.0,
+    *,
+    notify: Callable[[str], object] | None = None,
+    wait_s: float = ANSWER_WAIT_S,
+    run: Callable[[list[str]], SbatchAnswer] | None = None,
+    find: Callable[[str], list[str]] = jobs_with_token,
+    cancel: Callable[..., object] = scheduler.cancel,
+    sleep: Callable[[float], object] = time.sleep,
+    clock: Callable[[], float] = time.monotonic,
+) -> str:
+    """Submit once and return the job id (for an array, the array's job id); raises SlurmCommandError when Slurm
+    refused, SubmissionUnknown when the answer was lost and Slurm did not say in time whether the job exists.
+
+    The request's token (made here when empty) goes into `--comment`. A lost answer (time-out, transport error) is
+    settled by asking squeue for the token: the job found is adopted (`notify` gets a line naming it), else sbatch
+    runs again with the same token. `run`, `find`, `cancel`, `sleep` and `clock` are the real ones unless a test
+    passes its own."""
+    if bad := request.problems():
+        raise SlurmCommandError("; ".join(bad))
+    request.token = request.token or submission_token(Path(request.script).stem, "job")
+    say = notify or (lambda line: None)
+    sbatch = run or (lambda argv: run_sbatch(argv, environ, timeout_s))
+    submissions = 0
+    while True:
+        answer = sbatch(request.argv())
+        submissions += 1
+        if answer.job_id:
+            if submissions > 1:
+                _cancel_extra(request.token, answer.job_id, find, cancel, say)
+            return answer.job_id
+        if not answer.lost:
+            raise SlurmCommandError(f"{request.shell()} {answer.text}")
+        say(f"sbatch's answer was lost ({answer.text}); asking Slurm for the job with comment {request.token}")
+        decision = after_lost_answer(
+            find_token(request.token, find, wait_s=wait_s, sleep=sleep, clock=clock), submissions
+        )
+        if decision.action == "adopt":
+            say(f"Slurm has job {decision.job_id} with comment {request.token}: adopted, not submitted again")
+            _cancel(decision.extra, request.token, cancel, say)
+            return decision.job_id
+        if decision.action == "unknown":
+            raise SubmissionUnknown(
+                f"sbatch's answer was lost ({answer.text}) and Slurm did not say within {wait_s:.0f} s whether it "
+                f"queued the job: `squeue --me --states=all --format='%i %T %k'` shows it with comment "
+                f"{request.token} once the controller answers; `submit` again finds it there",
+                request.token,
+            )
+        say(f"Slurm has no job with comment {request.token}: submitting again")
+
+
+def _cancel_extra(
+    token: str,
+    job_id: str,
+    find: Callable[[str], list[str]],
+    cancel: Callable[..., object],
+    say: Callable[[str], object],
+) -> None:
+    """After a second sbatch call, a job an earlier lost call created late (same token) is cancelled."""
+    try:
+        extra = [j for j in find(token) if j != job_id]
+    except SlurmCommandError:
+        return
+    _cancel(tuple(extra), token, cancel, say)
+
+
+def _cancel(
+    extra: tuple[str, ...] | list[str], token: str, cancel: Callable[..., object], say: Callable[[str], object]
+) -> None:
+    if not extra:
+        return
+    try:
+        cancel(*extra)
+        say(f"job(s) {', '.join(extra)} also carry comment {token} (from a lost answer): cancelled, one job is kept")
+    except SlurmCommandError as exc:
+        say(f"job(s) {', '.join(extra)} also carry comment {token}; cancelling them failed: {exc}")
 
 
 @dataclass(frozen=True)

@@ -2,8 +2,11 @@
 a `-m` sweep, returning as soon as everything is queued.
 
 Stages chain with `--dependency` (afterok: a failed stage's dependents stay pending, nothing is cancelled). Complete
-stages are skipped, an active earlier job is reused; a sweep shares the data and container jobs and is refused (exit 2)
+stages are skipped; a stage whose earlier job is still queued or running is not queued again (exit 1, naming the job
+and its state; `--queue-anyway` queues a copy); a sweep shares the data and container jobs and is refused (exit 2)
 on an invalid point unless `--skip-invalid`. A run whose last job was stopped or hit the no-progress guard resumes.
+Every job carries a submission token in its --comment: when sbatch's answer is lost, the job Slurm has is adopted.
+Exit 1 when any stage asked for was not queued by this call: each is listed, with why, as "not queued".
 """
 
 from __future__ import annotations
@@ -34,7 +37,13 @@ from beam_slurm.launch.sweep import expand, rename_run, share_group, slug, sweep
 from beam_slurm.policy.notice_budget import attempt_progress
 from beam_slurm.slurm import limits, scheduler
 from beam_slurm.slurm.scheduler import SlurmCommandError
-from beam_slurm.slurm.submission import job_records, refusal_setting, sbatch_test_only
+from beam_slurm.slurm.submission import (
+    SubmissionUnknown,
+    active_jobs_with_prefix,
+    job_records,
+    refusal_setting,
+    sbatch_test_only,
+)
 
 STAGES = ("data", "container", "train")
 
@@ -69,6 +78,11 @@ def build_parser():
     )
     verb.add_argument("--skip-invalid", action="store_true", help="submit a sweep's valid points, list the others")
     verb.add_argument("--force", action="store_true", help="rebuild the data even when it is up to date")
+    verb.add_argument(
+        "--queue-anyway",
+        action="store_true",
+        help="queue a copy of a stage whose job is still active",
+    )
     verb.add_argument("--json", action="store_true", help="print what was queued (job ids, sbatch commands) as JSON")
     return verb
 
@@ -279,8 +293,12 @@ def _earlier_jobs(runs: list[RunSpec]) -> dict[str, list[str]]:
     return found
 
 
-def plan_stages(runs: list[RunSpec], stages: list[str], data_overrides: list[str], force: bool = False) -> None:
-    """Skip (complete) or reuse (earlier job active); runs sharing a data folder or image share one plan (one job)."""
+def plan_stages(
+    runs: list[RunSpec], stages: list[str], data_overrides: list[str], force: bool = False, queue_anyway: bool = False
+) -> None:
+    """Skip (complete) or reuse (earlier job active, unless queue_anyway); runs sharing a data folder or image share
+    one plan (one job). An earlier job is found in the run's record or, where the record lacks it (a lost answer),
+    by its submission token in squeue."""
     shared: dict[str, StagePlan] = {}
     for run in runs:
         assert run.cfg is not None  # only valid runs are submitted
@@ -307,21 +325,23 @@ def plan_stages(runs: list[RunSpec], stages: list[str], data_overrides: list[str
             shared[identity] = plan
             run.plans.append(plan)
 
-    earlier = _earlier_jobs(runs)
-    wanted = {p.identity: earlier[p.identity] for p in shared.values() if not p.skip_reason and p.identity in earlier}
-    if not wanted:
+    if queue_anyway:
         return
+    earlier = _earlier_jobs(runs)
+    open_plans = [p for p in shared.values() if not p.skip_reason]
+    wanted = {p.identity: earlier[p.identity] for p in open_plans if p.identity in earlier}
     try:
-        records = job_records([j for ids in wanted.values() for j in ids])
+        records = job_records([j for ids in wanted.values() for j in ids]) if wanted else {}
+        by_token = active_jobs_with_prefix(p.token_prefix for p in open_plans)
     except SlurmCommandError:
         return  # no scheduler to ask (e.g. a dry run on a laptop): submit as if nothing were queued
-    for plan in shared.values():
-        for job_id in wanted.get(plan.identity, []):
-            record = records.get(job_id)
-            if record is not None and record.active:
-                plan.reused_job_id = job_id
-                plan.skip_reason = f"already {record.state.lower()} as job {job_id}"
-                break
+    for plan in open_plans:
+        active = [(j, records[j].state) for j in wanted.get(plan.identity, []) if j in records and records[j].active]
+        active += sorted(by_token.get(plan.token_prefix, {}).items(), key=lambda item: (len(item[0]), item[0]))
+        if active:
+            job_id, state = active[0]
+            plan.reused_job_id, plan.reused_state = job_id, state
+            plan.skip_reason = f"already {state.lower()} as job {job_id}"
 
 
 def _chain_dependencies(run: RunSpec) -> dict[int, list[str]]:
@@ -335,15 +355,56 @@ def _chain_dependencies(run: RunSpec) -> dict[int, list[str]]:
     return out
 
 
-def submit_runs(runs: list[RunSpec], dependency_type: str) -> None:
-    """Submit data and container first (they do not depend on each other), then each train after them."""
+def submit_runs(runs: list[RunSpec], dependency_type: str, notify=None) -> None:
+    """Submit each run's chain in order (a shared stage once). The first stage not queued (Slurm refused it, or its
+    answer was lost and Slurm did not say in time) stops the submission: it and every stage after it are marked
+    `not_queued` with why; what was queued stays queued."""
     for plan in (p for run in runs for p in run.plans if p.reused_job_id and not p.job_id):
         plan.job_id = plan.reused_job_id
+    stopped = ""
     for run in runs:
+        assert run.cfg is not None  # only valid runs are submitted
         for index, plan in enumerate(run.plans):
-            if plan.skip_reason or plan.job_id:
+            if plan.skip_reason or plan.job_id or plan.not_queued:
                 continue
-            plan.submit(_chain_dependencies(run)[index], dependency_type)
+            if stopped:
+                plan.not_queued = stopped
+                continue
+            say = (lambda line, r=run, p=plan: notify(f"run {r.cfg.run_name} {p.stage}: {line}")) if notify else None
+            try:
+                plan.submit(_chain_dependencies(run)[index], dependency_type, notify=say)
+            except (SlurmCommandError, StageError, OSError) as exc:
+                plan.depends_on = []
+                if isinstance(exc, SubmissionUnknown):  # a later `submit` looks for the token in squeue
+                    plan.not_queued = f"Slurm did not answer: {exc} (token {plan.token})"
+                elif isinstance(exc, SlurmCommandError):
+                    plan.not_queued = f"Slurm refused it: {exc}"
+                else:  # its log folder could not be made, or the stage could not be rendered
+                    plan.not_queued = f"could not be submitted: {exc}"
+                stopped = f"submission stopped after the {plan.stage} stage of {run.cfg.run_name} was not queued"
+
+
+def unqueued_lines(runs: list[RunSpec]) -> tuple[list[str], list[str]]:
+    """(each stage this call did not queue, with why: not queued, or found queued already; each stage it queued)."""
+    seen: set[int] = set()
+    missing, queued = [], []
+    for run in runs:
+        assert run.cfg is not None  # only valid runs are submitted
+        for plan in run.plans:
+            if id(plan) in seen:
+                continue
+            seen.add(id(plan))
+            where = f"run {run.cfg.run_name} {plan.stage}"
+            if plan.not_queued:
+                missing.append(f"{where}: not queued: {plan.not_queued}")
+            elif plan.reused_job_id:
+                missing.append(
+                    f"{where}: not queued again: job {plan.reused_job_id} is {plan.reused_state} "
+                    "(queued earlier); --queue-anyway queues another copy"
+                )
+            elif plan.job_id:
+                queued.append(f"{where}: queued as job {plan.job_id}")
+    return missing, queued
 
 
 def _print_runs(runs: list[RunSpec], dry_run: bool, out=None) -> None:
@@ -360,6 +421,8 @@ def _print_runs(runs: list[RunSpec], dry_run: bool, out=None) -> None:
             if owner != cfg.run_name:
                 what = f"job {plan.job_id}" if plan.job_id else ("skipped" if plan.skip_reason else "one job")
                 print(f"  {plan.stage:<10} {what}, shared with run {owner}", file=out)
+            elif plan.not_queued:
+                print(f"  {plan.stage:<10} not queued: {plan.not_queued}", file=out)
             elif plan.skip_reason and not plan.job_id:
                 print(f"  {plan.stage:<10} skipped    {plan.skip_reason}", file=out)
             elif plan.job_id and plan.job_id == plan.reused_job_id:
@@ -480,7 +543,7 @@ def main(argv: list[str]) -> int:
             assert run.cfg is not None  # only valid runs are submitted
             run.overrides = share_group(run.cfg, run.overrides, sweep_dir.name)
     try:
-        plan_stages(valid, stages, data_overrides, args.force)
+        plan_stages(valid, stages, data_overrides, args.force, args.queue_anyway)
     except StageError as exc:
         return _fail([str(exc)])
 
@@ -500,14 +563,16 @@ def main(argv: list[str]) -> int:
         print(f"dry run: nothing submitted or written{f' (sweep folder would be {sweep_dir})' if sweep_dir else ''}")
         return 0
 
-    status = 0
-    try:
-        submit_runs(valid, args.dependency_type)
-    except (SlurmCommandError, StageError, OSError) as exc:
-        print(f"beam-slurm submit: submission stopped: {exc}", file=sys.stderr)
-        print("beam-slurm submit: jobs already queued are kept (see below); nothing was cancelled", file=sys.stderr)
-        status = 1
+    submit_runs(valid, args.dependency_type, notify=lambda line: print(f"beam-slurm submit: {line}", file=sys.stderr))
     _write_records(valid, invalid, args, data_overrides, sweep_dir)
+    missing, queued = unqueued_lines(valid)
+    if missing:
+        print(f"beam-slurm submit: {len(missing)} stage(s) not queued by this call:", file=sys.stderr)
+        for line in missing + queued:
+            print(f"  {line}", file=sys.stderr)
+        if queued:
+            print("beam-slurm submit: what was queued stays queued; nothing was cancelled", file=sys.stderr)
+    status = 1 if missing else 0
     if args.json:
         print(json_text(submission_json(valid, invalid, False, sweep_dir), default=str))
         return status

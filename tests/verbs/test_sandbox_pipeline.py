@@ -102,10 +102,11 @@ def test_chain_dependencies_and_a_second_submit_that_needs_nothing(slurm_sandbox
     # may be submitted for data/container, and never a second trainer on the same checkpoint folder.
     assert slurm_sandbox.scontrol_job(ids["train"]).get("JobState") == "PENDING"
     code, out2, err2 = run_submit(argv, capsys)
-    assert code == 0, err2
+    assert code == 1, err2  # asked to queue a training job that is queued already: not queued again, said so
     submitted += job_ids(out2).values()
     assert "data       skipped    complete:" in out2 and "container  skipped    complete:" in out2, out2
     assert f"train      job {ids['train']}" in out2 and "already pending" in out2 and "not submitted again" in out2, out2
+    assert f"train: not queued again: job {ids['train']} is PENDING" in err2 and "--queue-anyway" in err2, err2
     starts = [line for line in (root / "runtime.log").read_text().splitlines() if line.startswith("start ")]
     assert len(starts) == 1  # the image was imported once
     run = json.loads((root / "home" / "exports" / "beam_lora_16gpu" / "beam_run" / "run.json").read_text())
