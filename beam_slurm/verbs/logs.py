@@ -298,10 +298,11 @@ def _state_to_follow(job_id: str) -> str | None:
         return None
 
 
-def follow(job, path: Path, out: TextIO) -> int:
+def follow(job, path: Path, out: TextIO, asked: bool = False) -> int:
     """Print `path` as it grows until the job is no longer queued or running: 0, also on Ctrl-C; 1 (saying so) when
-    the job ended without writing anything to it."""
-    if _state_to_follow(job.job_id) is None:
+    the job ended without writing anything to it, or when the controller does not answer at the start (unless
+    `asked` already)."""
+    if not asked and _state_to_follow(job.job_id) is None:
         return 1
     position = 0
     unanswered: list[str] = []
@@ -342,7 +343,7 @@ def follow_batch_log(job, out: TextIO) -> int:
             f"beam-slurm logs: job {job.job_id} is pending; waiting for it to start and write {path} (Ctrl-C to stop)",
             file=sys.stderr,
         )
-    return follow(job, path, out)
+    return follow(job, path, out, asked=True)
 
 
 def build_parser():
