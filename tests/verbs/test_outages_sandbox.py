@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from aime_files import write_aime_parquet
 
 pytestmark = pytest.mark.sandbox
 
@@ -124,11 +125,6 @@ def shared(slurm_sandbox, tmp_path_factory):
     (checkpoint / "policy").mkdir(parents=True)
     (checkpoint / "policy" / "config.json").write_text('{"model_type": "llama"}')
     (checkpoint / "policy" / "model.safetensors").touch()
-    import sys
-
-    sys.path.insert(0, str(REPO_ROOT / "tests" / "support"))
-    from aime_files import write_aime_parquet
-
     data = write_aime_parquet(base / "aime-tiny-cleaned.parquet")
     yield Shared(env, Path(answer["sweep_dir"]), [Path(r["export_path"]) for r in answer["runs"]], jobs, made,
                  checkpoint, data, base / "exports" / "evals" / "global_step_2")
@@ -180,9 +176,8 @@ CONTROLLER_CASES = [
 ]
 
 
-@pytest.mark.parametrize(("args", "status", "errs", "outs"), CONTROLLER_CASES, ids=lambda v: "-".join(v)
-                         if isinstance(v, list) and v and v[0] in ("status", "requeue", "stop", "cancel", "logs",
-                                                                    "evaluate") else "")
+@pytest.mark.parametrize(("args", "status", "errs", "outs"), CONTROLLER_CASES,
+                         ids=[" ".join(case[0][:4]) for case in CONTROLLER_CASES])
 def test_each_verb_without_the_controller(shared, args, status, errs, outs):
     before = _tree_hash(shared.sweep_dir, *shared.runs, shared.checkpoint.parent)
     code, out, err, took = _beam(shared, "controller", args)
@@ -216,8 +211,7 @@ ACCOUNTING_CASES = [
 
 
 @pytest.mark.parametrize(("args", "status", "errs", "outs"), ACCOUNTING_CASES,
-                         ids=lambda v: "-".join(v) if isinstance(v, list) and v and v[0] in ("status", "requeue")
-                         else "")
+                         ids=[" ".join(case[0]) for case in ACCOUNTING_CASES])
 def test_each_verb_without_the_accounting(shared, args, status, errs, outs):
     before = _tree_hash(shared.sweep_dir, *shared.runs)
     code, out, err, _ = _beam(shared, "accounting", args)
@@ -234,6 +228,17 @@ def test_watch_and_follow_without_the_accounting(shared):
     assert code == 0 and "states from squeue only" in err and "PENDING" in out and "Traceback" not in err, err
     code, out, err, _ = _beam(shared, "accounting", ["logs", "JOB", "--follow"], 4)
     assert code == 0 and f"job {shared.jobs[0]} is pending; waiting" in err and "Traceback" not in err, err
+
+
+def test_evaluate_submits_without_the_accounting(shared, slurm_sandbox):
+    """sbatch asks the controller only: the evaluation array is submitted (and cancelled at once: its export is not
+    a model)."""
+    code, out, err, _ = _beam(shared, "accounting", ["evaluate", "--checkpoint", "CHECKPOINT", "--data", "DATA",
+                                                     "--out", "OUT"])
+    found = re.search(r"-> job array (\d+)", out)
+    if found:
+        slurm_sandbox.cancel(found.group(1))
+    assert code == 0 and found and "Traceback" not in err, (out, err)
 
 
 def test_stop_and_cancel_work_without_the_accounting(shared, slurm_sandbox):
