@@ -9,6 +9,7 @@ import os
 import sys
 
 from beam_slurm import __version__
+from beam_slurm.slurm.scheduler import SlurmUnreachable
 
 # verb -> one-line help. Each verb's code is `main(argv) -> exit code` in beam_slurm/verbs/<verb>.py, named after it
 # (`prepare-data` -> verbs/prepare_data.py).
@@ -67,6 +68,9 @@ def main(argv: list[str] | None = None) -> int:
             sys.stdout.flush()  # here, not at exit: a reader gone by now is a closed pipe too
     except BrokenPipeError:
         return _closed_pipe()
+    except SlurmUnreachable as outage:  # a daemon down is not the user's error (2) and no bug (a traceback)
+        print(f"beam-slurm {verb}: {outage}", file=sys.stderr)
+        return 1
     except OSError as error:  # a path typed as an input (settings are checked by name before this)
         if error.errno != errno.ENAMETOOLONG:
             raise

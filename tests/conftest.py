@@ -86,7 +86,7 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
-SHARED_FIXTURE_FILES = {"tests/launch/test_eval_array_sandbox.py"}
+SHARED_FIXTURE_FILES = {"tests/launch/test_eval_array_sandbox.py", "tests/verbs/test_outages_sandbox.py"}
 """Lane test files whose tests share a module fixture: one lane runs all of them, in their order."""
 
 

@@ -14,7 +14,7 @@ from beam_slurm.config.schema import BeamConfig
 from beam_slurm.config.verb_args import VerbArgs, VerbUsageError
 from beam_slurm.core import layout, notice
 from beam_slurm.core.errors import ConfigError
-from beam_slurm.core.run_record import Attempt, RunRecord
+from beam_slurm.core.run_record import Attempt, RunRecord, Wanted
 from beam_slurm.core.run_store import RunStore
 from beam_slurm.launch import runs
 from beam_slurm.slurm import scheduler
@@ -97,7 +97,7 @@ def main_for(verb: str, argv: list[str]) -> int:
     try:
         state = scheduler.job_state(job_id)
     except scheduler.SlurmCommandError as exc:
-        return parser.fail(exc, status=1)
+        return parser.fail(f"could not ask whether job {job_id} runs, nothing was sent to it: {exc}", status=1)
     out = lambda text: print(f"{parser.prefix}{text}")  # noqa: E731
     if state in ("PENDING", "REQUEUED", "REQUEUE_HOLD"):
         if verb == "requeue":
@@ -115,7 +115,7 @@ def _stop_pending(store: RunStore, job_id: str, run: RunRecord, out, parser) -> 
     try:
         scheduler.cancel(job_id)
     except scheduler.SlurmCommandError as exc:
-        return parser.fail(exc, status=1)
+        return parser.fail(f"job {job_id} is pending and could not be cancelled{_maybe(exc)}: {exc}", status=1)
     step = layout.latest_checkpoint_step(run.ckpt_path)
     what = f"stopped at step {step}, resumable" if step is not None else "stopped before any checkpoint"
 
@@ -141,7 +141,11 @@ def _signal_and_wait(
     try:
         scheduler.signal_batch(job_id, OPERATOR_SIGNAL)
     except scheduler.SlurmCommandError as exc:
-        return parser.fail(f"could not signal job {job_id}'s batch shell: {exc}", status=1)
+        if isinstance(exc, scheduler.SlurmUnreachable) and exc.maybe_done:
+            # The signal may have arrived: the batch shell then needs the wanted outcome, so it stays.
+            return parser.fail(f"job {job_id}'s batch shell may not have been signalled{_maybe(exc)}: {exc}", status=1)
+        _withdraw(store, wanted, run.wanted)
+        return parser.fail(f"could not signal job {job_id}'s batch shell, the request withdrawn: {exc}", status=1)
     out(
         f"asked job {job_id} to save at the next step boundary and {'requeue' if verb == 'requeue' else 'stop'} "
         f"(waiting up to {timeout:.0f}s for the save)"
@@ -172,6 +176,23 @@ def _signal_and_wait(
         time.sleep(_POLL_S)
     out(f"job {job_id} did not record its end within {deadline - asked:.0f}s; see `beam-slurm status {job_id}`")
     return 1
+
+
+def _maybe(exc: Exception) -> str:
+    """What to add when the daemon timed out: it may have done it after all."""
+    if isinstance(exc, scheduler.SlurmUnreachable) and exc.maybe_done:
+        return " (or it was, and the answer was lost: `beam-slurm status` shows which)"
+    return ""
+
+
+def _withdraw(store: RunStore, wanted: Wanted, before: Wanted | None) -> None:
+    """Put back the run's wanted outcome as it was before `wanted` replaced it (no signal reached the job)."""
+
+    def change(record: RunRecord) -> None:
+        if record.wanted is not None and record.wanted.requested_time == wanted.requested_time:
+            record.wanted = before
+
+    store.update(change)
 
 
 def _report(job_id: str, attempt: Attempt, saved: int | None, out) -> int:

@@ -62,11 +62,16 @@ def _knows_job(record_file: Path, job_id: str) -> bool:
 
 
 def _run_around(job_id: str) -> Path | None:
-    """The run whose folder holds what Slurm says the job wrote: for a job id that no index lists."""
-    for where in scheduler.job_folders(job_id):
+    """The run whose folder holds what Slurm says the job wrote: for a job id that no index lists. Raises
+    SlurmUnreachable when none is found and Slurm did not answer: then no one can say the job id is wrong."""
+    with scheduler.noting_outages() as outages:
+        folders = scheduler.job_folders(job_id)
+    for where in folders:
         for folder in [Path(where), *Path(where).parents][:6]:
             if has_record(folder) and _knows_job(layout.run_file(folder), job_id):
                 return folder
+    if outages:
+        raise outages[-1]
     return None
 
 

@@ -9,12 +9,58 @@ import os
 import shlex
 import signal
 import subprocess
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
+
+from beam_slurm.slurm import outage
 
 
 class SlurmCommandError(RuntimeError):
     """A Slurm command failed; the message holds the command line and its stderr."""
+
+
+class SlurmUnreachable(SlurmCommandError):
+    """The daemon a command asks did not answer (`daemon`: outage.CONTROLLER or outage.ACCOUNTING): an outage, not a
+    refusal. Its message names the daemon, holds the command and Slurm's words (`detail`) and says what to do."""
+
+    def __init__(self, detail: str, daemon: str):
+        super().__init__(outage.outage_text(daemon, detail))
+        self.detail, self.daemon = detail, daemon
+
+    @property
+    def maybe_done(self) -> bool:
+        """It timed out: the daemon may have done what was asked (a cancel, a signal) before its answer was lost."""
+        return outage.timed_out(self.detail)
+
+    @property
+    def who(self) -> str:
+        """ "Slurm's controller (slurmctld)" or "Slurm's accounting daemon (slurmdbd)"."""
+        return outage.NAMES[self.daemon]
+
+
+_NOTED: ContextVar[tuple[list[SlurmUnreachable], ...]] = ContextVar("slurm_outages_noted", default=())
+
+
+@contextmanager
+def noting_outages() -> Iterator[list[SlurmUnreachable]]:
+    """Collect every SlurmUnreachable that a command inside raised, also those a caller caught and answered without
+    (job_view reads states from squeue alone when sacct fails): a verb can then say what its answer lacks. Nested
+    ones each see every outage inside them."""
+    seen: list[SlurmUnreachable] = []
+    token = _NOTED.set((*_NOTED.get(), seen))
+    try:
+        yield seen
+    finally:
+        _NOTED.reset(token)
+
+
+def _unreachable(detail: str, daemon: str) -> SlurmUnreachable:
+    error = SlurmUnreachable(detail, daemon)
+    for seen in _NOTED.get():
+        seen.append(error)
+    return error
 
 
 def run(argv: Sequence[str], timeout_s: float = 60.0, *, survive_sigterm: bool = False) -> str:
@@ -27,11 +73,13 @@ def run(argv: Sequence[str], timeout_s: float = 60.0, *, survive_sigterm: bool =
     except FileNotFoundError as exc:
         raise SlurmCommandError(f"{argv[0]} not found on PATH; run this inside a Slurm cluster") from exc
     except subprocess.TimeoutExpired as exc:
-        raise SlurmCommandError(f"{shlex.join(argv)} did not answer within {timeout_s:.0f} s") from exc
+        message = f"{shlex.join(argv)} did not answer within {timeout_s:.0f} s"
+        raise _unreachable(message, outage.daemon_of(argv[0])) from exc
     if done.returncode != 0:
-        raise SlurmCommandError(
-            f"{shlex.join(argv)} failed ({done.returncode}): {done.stderr.strip() or done.stdout.strip()}"
-        )
+        text = done.stderr.strip() or done.stdout.strip()
+        message = f"{shlex.join(argv)} failed ({done.returncode}): {text}"
+        daemon = outage.unanswered(argv[0], text)
+        raise SlurmCommandError(message) if daemon is None else _unreachable(message, daemon)
     return done.stdout
 
 

@@ -50,7 +50,7 @@ def main(argv: list[str]) -> int:
     try:
         records = job_records(owners)
     except scheduler.SlurmCommandError as exc:
-        return verb.fail(exc, status=1)
+        return verb.fail(f"could not ask which jobs of {args.target} are queued or running, none cancelled: {exc}", 1)
     live = {job_id: r.state for job_id, r in records.items() if r.active}
     if not live:
         print(f"{verb.prefix}no job of {args.target} is queued or running; nothing to cancel")
@@ -64,7 +64,9 @@ def main(argv: list[str]) -> int:
     try:
         scheduler.cancel(*live)
     except scheduler.SlurmCommandError as exc:
-        return verb.fail(exc, status=1)
+        maybe = isinstance(exc, scheduler.SlurmUnreachable) and exc.maybe_done
+        done = "some may be cancelled (`beam-slurm status` shows which)" if maybe else "none cancelled"
+        return verb.fail(f"could not cancel the jobs, {done}: {exc}", status=1)
     stores = {str(s.export_path): s for job_id in live for s in owners[job_id]}
     when, user = now(), runs.user_name()
     for store in stores.values():

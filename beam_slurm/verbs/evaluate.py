@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from rich.table import Table
+from submitit.core.utils import FailedJobError
 
 from beam_slurm.config.load import has_sweep
 from beam_slurm.config.schema import BeamConfig
@@ -39,7 +40,8 @@ from beam_slurm.launch.chain import ChainSettings, complete_checkpoints
 from beam_slurm.launch.eval_array import prepare
 from beam_slurm.launch.eval_request import UsageError, build_parser, data_files
 from beam_slurm.launch.runs import RunNotFound, resolve_runs
-from beam_slurm.slurm.scheduler import allocation_from_env, srun_per_node
+from beam_slurm.slurm import outage
+from beam_slurm.slurm.scheduler import SlurmUnreachable, allocation_from_env, srun_per_node
 
 logger = logging.getLogger(__spec__.name)  # its package name under `python -m` too (__name__ is "__main__")
 
@@ -255,6 +257,8 @@ def main(argv: list[str] | None = None, *, in_job: bool = False) -> int:
             )
     except UserError as exc:  # bad input of any kind (usage, checkpoint, dataset, settings): exit 2
         return verb.report(exc)
+    except SlurmUnreachable as exc:  # asking whether an evaluation is queued already
+        return verb.fail(f"could not ask which evaluations are queued already, nothing submitted: {exc}", status=1)
 
     with installed("beam_slurm", stream="stdout"):  # progress goes to the job log as it happens
         if args.check:
@@ -286,7 +290,17 @@ def main(argv: list[str] | None = None, *, in_job: bool = False) -> int:
             logger.info(f"evaluate: queued or running already, not submitted: {line}")
         if not found.to_submit:
             logger.info("evaluate: nothing to submit")
-        job_ids = array.submit_plan(found)
+        roots = _submitit_roots(found)
+        before = {root: _files_under(root) for root in roots}
+        try:
+            job_ids = array.submit_plan(found)
+        except (FailedJobError, SlurmUnreachable) as exc:
+            daemon = exc.daemon if isinstance(exc, SlurmUnreachable) else outage.unanswered("sbatch", str(exc))
+            if daemon is None:
+                raise
+            for root, files in before.items():
+                _remove_new(root, files)
+            return verb.fail(f"nothing submitted: {outage.outage_text(daemon, str(exc).strip())}", status=1)
         if not args.wait:
             return 0
         failed = {j: s for j, s in (array.wait_for(job_ids) if job_ids else {}).items() if s != "COMPLETED"}
@@ -306,6 +320,35 @@ def main(argv: list[str] | None = None, *, in_job: bool = False) -> int:
             status=1,
         )
     return 0
+
+
+def _submitit_roots(found: array.Plan) -> set[Path]:
+    """The folders submitit writes a submission's files in before Slurm gives the job id (`submit_plan`'s folder
+    up to its first %j): what is new there after a submission Slurm never took is left over."""
+    roots = set()
+    for specs, params in found.to_submit:
+        folder = Path(params.get("submitit_folder") or Path(specs[0].out_dir).parent / ".submitit" / "%j")
+        while "%" in str(folder):
+            folder = folder.parent
+        roots.add(folder)
+    return roots
+
+
+def _files_under(root: Path) -> set[Path] | None:
+    """Every path under `root`; None when it does not exist."""
+    return set(root.rglob("*")) if root.is_dir() else None
+
+
+def _remove_new(root: Path, before: set[Path] | None) -> None:
+    """Take away what appeared under `root` since `before` (`root` itself when it was not there)."""
+    if before is None:
+        shutil.rmtree(root, ignore_errors=True)
+        return
+    for path in sorted(set(root.rglob("*")) - before, key=lambda p: len(p.parts), reverse=True):
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
 
 
 def stage_main(argv: list[str], entry: str) -> int:

@@ -121,12 +121,14 @@ def batch_log_candidates(job, facts: Mapping[str, str]) -> list[tuple[Path, str]
 
 def batch_log(job) -> tuple[Path | None, str]:
     """(the job's batch log, who named it); when none is written yet, (where it will be or None, what was tried)."""
-    candidates = batch_log_candidates(job, scheduler.output_facts(job.job_id))
+    with scheduler.noting_outages() as outages:
+        candidates = batch_log_candidates(job, scheduler.output_facts(job.job_id))
     for path, how in candidates:
         if path.is_file():
             return path, how
     tried = "; ".join(f"{path} ({how})" for path, how in candidates) or "neither Slurm nor the run record names it"
-    return (candidates[0][0] if candidates else None), f"not written: {tried}"
+    unasked = "".join(f"; {error}" for error in outages[-1:])  # where Slurm would have named it
+    return (candidates[0][0] if candidates else None), f"not written: {tried}{unasked}"
 
 
 def tail(path: Path, lines: int, raw: bool = False) -> str:
@@ -267,21 +269,46 @@ def listing(job, attempt: str, node: str | None = None) -> dict:
     }
 
 
-def _state(job_id: str) -> str:
-    """squeue's state of the job; '' once Slurm no longer lists it (or cannot be asked)."""
+def _state(job_id: str, unanswered: list[str] | None = None) -> str:
+    """squeue's state of the job; '' once Slurm no longer lists it (or refuses to say). When the controller does not
+    answer: SlurmUnreachable, or with `unanswered` (a follow already under way) 'RUNNING' and the outage noted there,
+    the first time said on stderr: a controller restarting answers again soon, and the log still grows meanwhile."""
     try:
-        return scheduler.job_state(job_id)
+        state = scheduler.job_state(job_id)
+    except scheduler.SlurmUnreachable as exc:
+        if unanswered is None:
+            raise
+        if not unanswered:
+            print(f"beam-slurm logs: {exc}; following on until it answers (Ctrl-C to stop)", file=sys.stderr)
+        unanswered.append(str(exc))
+        return "RUNNING"
     except scheduler.SlurmCommandError:
         return ""
+    if unanswered:
+        unanswered.clear()
+    return state
 
 
-def follow(job, path: Path, out: TextIO) -> int:
+def _state_to_follow(job_id: str) -> str | None:
+    """The job's state before following it; None (said on stderr) when the controller does not answer."""
+    try:
+        return _state(job_id)
+    except scheduler.SlurmUnreachable as exc:
+        print(f"beam-slurm logs: cannot follow job {job_id}: could not ask whether it runs: {exc}", file=sys.stderr)
+        return None
+
+
+def follow(job, path: Path, out: TextIO, asked: bool = False) -> int:
     """Print `path` as it grows until the job is no longer queued or running: 0, also on Ctrl-C; 1 (saying so) when
-    the job ended without writing anything to it."""
+    the job ended without writing anything to it, or when the controller does not answer at the start (unless
+    `asked` already)."""
+    if not asked and _state_to_follow(job.job_id) is None:
+        return 1
     position = 0
+    unanswered: list[str] = []
     try:
         while True:
-            alive = _state(job.job_id) in _ACTIVE
+            alive = _state(job.job_id, unanswered) in _ACTIVE
             if path.is_file():
                 with open(path, "rb") as handle:
                     handle.seek(position)
@@ -305,7 +332,9 @@ def follow(job, path: Path, out: TextIO) -> int:
 def follow_batch_log(job, out: TextIO) -> int:
     """`logs --follow` of the batch log: also of a job still pending (it says so once, then waits for the lines)."""
     path, how = batch_log(job)
-    state = _state(job.job_id)
+    state = _state_to_follow(job.job_id)
+    if state is None:
+        return 1
     if path is None or not (path.is_file() or state in _ACTIVE):
         print(f"beam-slurm logs: cannot follow the batch log of job {job.job_id}: {how}", file=sys.stderr)
         return 2
@@ -314,7 +343,7 @@ def follow_batch_log(job, out: TextIO) -> int:
             f"beam-slurm logs: job {job.job_id} is pending; waiting for it to start and write {path} (Ctrl-C to stop)",
             file=sys.stderr,
         )
-    return follow(job, path, out)
+    return follow(job, path, out, asked=True)
 
 
 def build_parser():

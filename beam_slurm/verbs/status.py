@@ -11,6 +11,7 @@ its later attempts excluded.
 from __future__ import annotations
 
 import math
+import sys
 import time
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -39,8 +40,9 @@ from beam_slurm.launch.run_results import (
 )
 from beam_slurm.launch.runs import RunNotFound, resolve_runs, sweep_folder
 from beam_slurm.policy.goodput import run_ledgers
-from beam_slurm.slurm.scheduler import SlurmCommandError
-from beam_slurm.slurm.submission import FINAL_STATES, JobView, job_view
+from beam_slurm.slurm import outage
+from beam_slurm.slurm.scheduler import SlurmCommandError, SlurmUnreachable, noting_outages
+from beam_slurm.slurm.submission import FINAL_STATES, JobRecord, JobView, job_view
 from beam_slurm.slurm.values import reported_seconds
 
 LOST_REASON = "ended without a word from the batch shell (its node failed, or Slurm killed it)"
@@ -150,9 +152,12 @@ def collect(export_paths: list[Path]) -> list[StatusRow]:
     return collect_view(read_runs(export_paths))[0]
 
 
-def collect_view(records_read: dict[Path, RunRecord]) -> tuple[list[StatusRow], list[dict[str, str]]]:
+def collect_view(
+    records_read: dict[Path, RunRecord], ask_slurm: bool = True
+) -> tuple[list[StatusRow], list[dict[str, str]]]:
     """`collect`'s rows (of the runs' records as read) and the sacct rows they came from, which also hold what the
-    goodput ledger reads."""
+    goodput ledger reads. Without `ask_slurm` (its controller did not answer) every job's state is UNKNOWN and the
+    rest comes from the run records."""
     runs = []
     ids: list[str] = []
     for export_path, run in records_read.items():
@@ -165,7 +170,10 @@ def collect_view(records_read: dict[Path, RunRecord]) -> tuple[list[StatusRow], 
         evals = store.evaluations()
         runs.append((export_path, run, stages, evals))
         ids += [str(s.job_id) for s in stages if s.job_id] + [str(e.job_id) for e in evals if e.job_id]
-    view = job_view(ids) if ids else JobView({}, {})  # one squeue and one sacct call for every run's jobs
+    if not ask_slurm:
+        view = JobView({job_id: JobRecord(job_id) for job_id in ids}, {})
+    else:
+        view = job_view(ids) if ids else JobView({}, {})  # one squeue and one sacct call for every run's jobs
     records = view.records
 
     rows: list[StatusRow] = []
@@ -455,7 +463,11 @@ def main(argv: list[str]) -> int:
         return verb.fail(exc)
     export_paths = list(runs)
     try:
-        rows, accounting = collect_view(runs)  # the one sacct call serves the rows and the ledger
+        rows, accounting, missing = collect_answered(runs)
+        for line in missing.values():
+            print(f"{verb.prefix}{line}", file=sys.stderr)
+        # No state of any job without the controller: the question is not answered (1), the records are shown.
+        answered = outage.CONTROLLER not in missing
         if args.json:
             ledgers = {
                 runs[path].run_name or path.name:  # the timeline: report.json has it
@@ -463,15 +475,15 @@ def main(argv: list[str]) -> int:
                 for path, ledger in run_ledgers(runs, records=accounting).items()
             }
             goodput = next(iter(ledgers.values())) if len(ledgers) == 1 else ledgers
-            print(json_text({**status_json(rows, title), "goodput": goodput}))
-            return 0
+            print(json_text({**status_json(rows, title), "goodput": goodput, "unanswered": sorted(missing)}))
+            return 0 if answered else 1
         console = table_console()
-        if not args.watch:
+        if not args.watch or not answered:
             console.print(render_table(rows, title, console.width))
             if len(export_paths) == 1:
                 gpus = run_config(export_paths[0]).get("cluster.gpus_per_node") or 1
                 console.print(run_ledgers(runs, records=accounting)[export_paths[0]].summary(int(gpus)))
-            return 0
+            return 0 if answered else 1
         try:
             with Live(render_table(rows, title, console.width), console=console, refresh_per_second=1) as live:
                 # Done when every job has ended, or waits for a dependency that can never be satisfied.
@@ -483,8 +495,12 @@ def main(argv: list[str]) -> int:
                     for r in rows
                 ):
                     time.sleep(args.interval)
-                    rows = collect(export_paths)
-                    live.update(render_table(rows, f"{title}  ({time.strftime('%H:%M:%S')})", console.width))
+                    shown = f"{title}  ({time.strftime('%H:%M:%S')})"
+                    try:
+                        rows = collect(export_paths)
+                    except SlurmUnreachable as exc:  # a controller restarting answers again soon: keep asking
+                        shown += f"  {exc.who} did not answer; the rows are from before, asking again"
+                    live.update(render_table(rows, shown, console.width))
         finally:
             if not console.is_terminal:  # Live ends a terminal's last line, not a log's or a pipe's
                 console.line()
@@ -493,3 +509,21 @@ def main(argv: list[str]) -> int:
     except KeyboardInterrupt:
         return 0
     return 0
+
+
+def collect_answered(runs: dict[Path, RunRecord]) -> tuple[list[StatusRow], list[dict[str, str]], dict[str, str]]:
+    """`collect_view`, answering as far as Slurm does: (rows, sacct rows, daemon that did not answer -> a line saying
+    so and what the rows lack). Without the controller the rows come from the run records, every state UNKNOWN."""
+    try:
+        with noting_outages() as outages:
+            rows, accounting = collect_view(runs)
+    except SlurmUnreachable as exc:
+        rows, accounting = collect_view(runs, ask_slurm=False)
+        return rows, accounting, {exc.daemon: f"no job states (UNKNOWN): {exc}; the rows are from the run records"}
+    missing = {
+        error.daemon: f"states from squeue only (a job squeue no longer lists shows UNKNOWN; goodput from the run "
+        f"records): {error}"
+        for error in outages
+        if error.daemon == outage.ACCOUNTING
+    }
+    return rows, accounting, missing

@@ -17,8 +17,9 @@ class ScriptedJob:
     job_id: str
     stdout: Path
     """Where the job writes its output (scontrol's StdOut)."""
-    states: list[str]
-    """squeue's answer to each state lookup in turn; the last one again once they are used up; '' is gone."""
+    states: list[str | Exception]
+    """squeue's answer to each state lookup in turn; the last one again once they are used up; '' is gone; an
+    exception is raised (a controller that does not answer)."""
     at_lookup: dict[int, Callable[[], None]] = field(default_factory=dict)
     """What happens at the Nth state lookup (1-based), before it answers: the job writes output, Ctrl-C, ..."""
     lookups: int = 0
@@ -29,7 +30,7 @@ class ScriptedJob:
         monkeypatch.setattr(scheduler, "accounted_output", lambda job_id: {})
         return self
 
-    def _current(self) -> str:
+    def _current(self) -> str | Exception:
         return self.states[min(self.lookups, len(self.states)) - 1] if self.lookups else self.states[0]
 
     def job_state(self, job_id: str | int) -> str:
@@ -37,10 +38,15 @@ class ScriptedJob:
         self.lookups += 1
         if self.lookups in self.at_lookup:
             self.at_lookup[self.lookups]()
-        return self._current()
+        current = self._current()
+        if isinstance(current, Exception):
+            raise current
+        return current
 
     def job_info(self, job_id: str | int) -> dict[str, str]:
         assert str(job_id) == self.job_id, job_id
+        if isinstance(self._current(), Exception):
+            raise self._current()  # type: ignore[misc]
         if not self._current():
             raise scheduler.SlurmCommandError(f"scontrol: error: Invalid job id specified ({job_id})")
         return {"JobId": self.job_id, "JobName": "beam", "JobState": self._current(), "StdOut": str(self.stdout),

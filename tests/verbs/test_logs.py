@@ -160,3 +160,35 @@ def test_follow_of_a_job_that_ends_without_output_is_status_1(tmp_path, monkeypa
     assert beam_slurm(["logs", "5", "--follow"]) == 1
     err = capsys.readouterr().err
     assert err.endswith(f"beam-slurm logs: job 5 ended without writing anything to {job.stdout}\n"), err
+
+
+def _no_controller() -> Exception:
+    from beam_slurm.slurm import outage, scheduler
+
+    return scheduler.SlurmUnreachable(
+        "squeue failed (1): slurm_load_jobs error: Unable to contact slurm controller (connect failure)",
+        outage.CONTROLLER)
+
+
+def test_follow_goes_on_through_a_controller_outage_and_says_so_once(tmp_path, monkeypatch, capsys):
+    """squeue failing while the job runs: the log is followed on (it still grows), the outage said once; the job's
+    end, once the controller answers again, ends the follow."""
+
+    def writes(text):
+        return lambda: job.stdout.write_text(job.stdout.read_text() + text)
+
+    job = _pending(tmp_path, monkeypatch, ["RUNNING", _no_controller(), _no_controller(), ""],
+                   at_lookup={1: lambda: (job.stdout.parent.mkdir(parents=True), job.stdout.write_text("a\n")),
+                              3: writes("b\n"), 4: writes("c\n")})
+    assert beam_slurm(["logs", "5", "--follow"]) == 0
+    captured = capsys.readouterr()
+    assert captured.out == "a\nb\nc\n"
+    assert captured.err.count("Slurm's controller (slurmctld) did not answer") == 1, captured.err
+    assert "following on until it answers" in captured.err and "Traceback" not in captured.err
+
+
+def test_follow_does_not_start_without_the_controller(tmp_path, monkeypatch, capsys):
+    _pending(tmp_path, monkeypatch, [_no_controller()])
+    assert beam_slurm(["logs", "5", "--follow"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("beam-slurm logs: cannot follow job 5: could not ask whether it runs: Slurm's controller")
