@@ -19,6 +19,12 @@ NO_ANSWER_TEXTS = (
     "failed to open persistent connection",  # sacct's words for a slurmdbd it cannot reach
     "Problem talking to the database",
     "Sending PersistInit msg",
+    "Connection reset",  # the request or the answer lost on the way (sbatch's own words for a lost answer)
+    "Communication connection failure",
+    "Transport endpoint is not connected",
+    "Broken pipe",
+    "No route to host",
+    "Network is unreachable",
 )
 """What Slurm 22.05+ clients print when the daemon they ask did not answer (recorded in tests/slurm/test_outage.py)."""
 

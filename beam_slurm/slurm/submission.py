@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from beam_slurm.slurm import scheduler
+from beam_slurm.slurm import outage, scheduler
 from beam_slurm.slurm.scheduler import SlurmCommandError
 
 DEPENDENCY_TYPES = ("afterok", "afterany")
@@ -205,19 +205,7 @@ def submission_environment(environ: Mapping[str, str] | None = None) -> dict[str
 
 TOKEN_PREFIX = "beam-slurm"
 _TOKEN_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
-TRANSPORT_ERRORS = (
-    "Socket timed out",
-    "Zero Bytes were transmitted",
-    "Unable to contact slurm controller",
-    "Connection refused",
-    "Connection reset",
-    "Connection timed out",
-    "Communication connection failure",
-    "Transport endpoint is not connected",
-    "Broken pipe",
-    "No route to host",
-    "Network is unreachable",
-)
+TRANSPORT_ERRORS = outage.NO_ANSWER_TEXTS
 """sbatch's words when its request or Slurm's answer got lost on the way: the job may exist or not."""
 ANSWER_WAIT_S = 180.0
 """After a lost answer, how long `submit` keeps asking squeue for the token while the controller does not answer."""
@@ -454,16 +442,7 @@ class SlurmAnswer:
     text: str
 
 
-_UNREACHABLE = (
-    "Unable to contact slurm controller",
-    "Socket timed out",
-    "Zero Bytes were transmitted",
-    "Connection refused",
-    "Unable to establish",
-    "configuration file",
-    "ClusterName",
-    "s_p_parse_file",
-)
+_UNREACHABLE = (*outage.NO_ANSWER_TEXTS, "configuration file", "ClusterName", "s_p_parse_file")
 """Answers that say Slurm could not be asked (no controller, no configuration here), not that it refused."""
 REFUSAL_SETTINGS = (
     ("partition", "cluster.partition"),
