@@ -209,6 +209,7 @@ TRANSPORT_ERRORS = outage.NO_ANSWER_TEXTS
 """sbatch's words when its request or Slurm's answer got lost on the way: the job may exist or not."""
 ANSWER_WAIT_S = 180.0
 """After a lost answer, how long `submit` keeps asking squeue for the token while the controller does not answer."""
+DOWN_WAIT_S = 10.0  # of those, while it refuses connections (a fail-over to a backup controller takes seconds)
 ASK_AGAIN_S = 2.0  # between two squeue calls while the controller does not answer
 SETTLE_S = 3.0  # a request the controller read late (it was stopped) may create its job just after squeue answers
 MAX_SUBMISSIONS = 3  # sbatch calls for one job when every answer is lost and Slurm shows no job of the token
@@ -337,13 +338,16 @@ def find_token(
     clock: Callable[[], float] = time.monotonic,
 ) -> list[str] | None:
     """The jobs carrying the token, asking again while Slurm does not answer (up to wait_s); None if it never did.
-    An empty answer is asked once more after SETTLE_S: a request read late by the controller may just be landing."""
+    An empty answer is asked once more after SETTLE_S: a request read late by the controller may just be landing.
+    A controller that refuses connections (down, not busy: nothing listens) is asked for DOWN_WAIT_S only."""
     deadline = clock() + wait_s
     settled = False
     while True:
         try:
             found = find(token)
-        except SlurmCommandError:
+        except SlurmCommandError as exc:
+            if isinstance(exc, scheduler.SlurmUnreachable) and not exc.maybe_done:
+                deadline = min(deadline, clock() + DOWN_WAIT_S)
             if clock() >= deadline:
                 return None
             sleep(ASK_AGAIN_S)

@@ -141,6 +141,27 @@ def test_find_token_waits_while_slurm_is_down_and_gives_up_when_bounded():
     assert find_token("t", late, wait_s=30, sleep=clock.sleep, clock=clock) == ["9"] and late.calls == 2
 
 
+
+def test_find_token_asks_a_controller_that_refuses_connections_for_seconds_only():
+    """Nothing listens (down, not busy): DOWN_WAIT_S, not the whole wait; a controller that times out (stopped,
+    busy) is waited for as long as wait_s allows."""
+    from beam_slurm.slurm.outage import CONTROLLER
+    from beam_slurm.slurm.scheduler import SlurmUnreachable
+
+    def refusing(text):
+        def find(token):
+            raise SlurmUnreachable(text, CONTROLLER)
+        return find
+
+    clock = Clock()
+    refused = "squeue: error: Unable to contact slurm controller (connect failure)"
+    assert find_token("t", refusing(refused), wait_s=180, sleep=clock.sleep, clock=clock) is None
+    assert submission.DOWN_WAIT_S <= clock.now < submission.DOWN_WAIT_S + submission.ASK_AGAIN_S + 1
+    clock = Clock()
+    timed_out = "squeue: error: Socket timed out on send/recv operation"
+    assert find_token("t", refusing(timed_out), wait_s=180, sleep=clock.sleep, clock=clock) is None
+    assert clock.now >= 180
+
 def run_submit(sbatch: SbatchDouble, squeue: SqueueDouble, cancelled: list | None = None, **kwargs):
     clock, notes = Clock(), []
     request = SbatchRequest(script="/s/train.sh", token="beam-slurm:r:train:0123456789ab")
