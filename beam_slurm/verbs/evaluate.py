@@ -42,6 +42,7 @@ from beam_slurm.launch.eval_request import UsageError, build_parser, data_files
 from beam_slurm.launch.runs import RunNotFound, resolve_runs
 from beam_slurm.slurm import outage
 from beam_slurm.slurm.scheduler import SlurmUnreachable, allocation_from_env, srun_per_node
+from beam_slurm.slurm.submission import SubmissionUnknown
 
 logger = logging.getLogger(__spec__.name)  # its package name under `python -m` too (__name__ is "__main__")
 
@@ -294,8 +295,13 @@ def main(argv: list[str] | None = None, *, in_job: bool = False) -> int:
         before = {root: _files_under(root) for root in roots}
         try:
             job_ids = array.submit_plan(found)
-        except (FailedJobError, SlurmUnreachable) as exc:
-            daemon = exc.daemon if isinstance(exc, SlurmUnreachable) else outage.unanswered("sbatch", str(exc))
+        except (FailedJobError, SlurmUnreachable, SubmissionUnknown) as exc:
+            if isinstance(exc, SlurmUnreachable):
+                daemon: str | None = exc.daemon
+            elif isinstance(exc, SubmissionUnknown):  # sbatch's answer lost, and squeue did not answer either
+                daemon = outage.CONTROLLER
+            else:
+                daemon = outage.unanswered("sbatch", str(exc))
             if daemon is None:
                 raise
             for root, files in before.items():
