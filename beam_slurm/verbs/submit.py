@@ -2,11 +2,12 @@
 a `-m` sweep, returning as soon as everything is queued.
 
 Stages chain with `--dependency` (afterok: a failed stage's dependents stay pending, nothing is cancelled). Complete
-stages are skipped; a stage whose earlier job is still queued or running is not queued again (exit 1, naming the job
-and its state; `--queue-anyway` queues a copy); a sweep shares the data and container jobs and is refused (exit 2)
-on an invalid point unless `--skip-invalid`. A run whose last job was stopped or hit the no-progress guard resumes.
+stages are skipped; a stage whose earlier job is still queued or running is not queued again (named with its
+state; `--queue-anyway` queues a copy); a sweep shares the data and container jobs and is refused (exit 2) on an
+invalid point unless `--skip-invalid`. A run whose last job was stopped or hit the no-progress guard resumes.
 Every job carries a submission token in its --comment: when sbatch's answer is lost, the job Slurm has is adopted.
-Exit 1 when any stage asked for was not queued by this call: each is listed, with why, as "not queued".
+Exit 1 when any stage asked for was not queued by this call (each is listed, with why, as "not queued"), or when
+everything asked for runs already.
 """
 
 from __future__ import annotations
@@ -407,6 +408,13 @@ def unqueued_lines(runs: list[RunSpec]) -> tuple[list[str], list[str]]:
     return missing, queued
 
 
+def exit_status(missing: list[str], queued: list[str]) -> int:
+    """1 when a stage asked for was not queued, or when everything asked for runs already (a second `submit`); a
+    stage found running that this call's new jobs depend on is only said (0)."""
+    failed = any(": not queued: " in line for line in missing)
+    return 1 if failed or (missing and not queued) else 0
+
+
 def _print_runs(runs: list[RunSpec], dry_run: bool, out=None) -> None:
     out = out or sys.stdout
     first_run_of: dict[int, str] = {}
@@ -572,7 +580,7 @@ def main(argv: list[str]) -> int:
             print(f"  {line}", file=sys.stderr)
         if queued:
             print("beam-slurm submit: what was queued stays queued; nothing was cancelled", file=sys.stderr)
-    status = 1 if missing else 0
+    status = exit_status(missing, queued)
     if args.json:
         print(json_text(submission_json(valid, invalid, False, sweep_dir), default=str))
         return status
