@@ -394,16 +394,18 @@ def submit(
         if not answer.lost:
             raise SlurmCommandError(f"{request.shell()} {answer.text}")
         say(f"sbatch's answer was lost ({answer.text}); asking Slurm for the job with comment {request.token}")
+        asked_at = clock()
         decision = after_lost_answer(
             find_token(request.token, find, wait_s=wait_s, sleep=sleep, clock=clock), submissions
         )
+        asked_s = clock() - asked_at
         if decision.action == "adopt":
             say(f"Slurm has job {decision.job_id} with comment {request.token}: adopted, not submitted again")
             _cancel(decision.extra, request.token, cancel, say)
             return decision.job_id
         if decision.action == "unknown":
             raise SubmissionUnknown(
-                f"sbatch's answer was lost ({answer.text}) and Slurm did not say within {wait_s:.0f} s whether it "
+                f"sbatch's answer was lost ({answer.text}) and Slurm did not say in {asked_s:.0f} s whether it "
                 f"queued the job: `squeue --me --states=all --format='%i %T %k'` shows it with comment "
                 f"{request.token} once the controller answers; `submit` again finds it there",
                 request.token,
