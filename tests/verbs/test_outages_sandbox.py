@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 from aime_files import write_aime_parquet
 
-pytestmark = pytest.mark.sandbox
+pytestmark = [pytest.mark.sandbox, pytest.mark.slurm_semantics]
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 BEAM = [str(REPO_ROOT / ".venv" / "bin" / "beam-slurm")]
