@@ -990,8 +990,10 @@ def ensure_root_mounts(root: Path, layout: Layout) -> list[str]:
     binds = [Path(p) for p in ROOT_SYSTEM_BINDS] + bind_paths(CHECKOUT, layout.root, os.environ.get(BIND_ENV, ""))
     for source in binds:
         target = root / str(source).lstrip("/")
-        if str(target) in present:
+        if str(target) in present and not stale_bind(source, target):
             continue
+        if str(target) in present:  # the folder was removed and made again (a checkout cloned anew at its path)
+            run_command(["umount", "--lazy", str(target)], check=False)
         if source.is_dir():
             target.mkdir(parents=True, exist_ok=True)
         else:
@@ -1003,11 +1005,25 @@ def ensure_root_mounts(root: Path, layout: Layout) -> list[str]:
     return added
 
 
+def stale_bind(source: Path, target: Path) -> bool:
+    """Whether the bind at `target` shows another folder than `source` is now (it was removed and made again: the
+    bind still shows the removed one, so jobs would not find the new checkout's files)."""
+    try:
+        now, bound = source.stat(), target.stat()
+    except OSError:
+        return False
+    return (now.st_dev, now.st_ino) != (bound.st_dev, bound.st_ino)
+
+
 def missing_root_binds(root: Path, layout: Layout) -> list[str]:
-    """The folders ensure_root_mounts binds that are not bound now."""
+    """The folders ensure_root_mounts binds that are not bound now (or bound to a folder since removed)."""
     present = set(root_mounts(root))
     binds = [*ROOT_SYSTEM_BINDS, *map(str, bind_paths(CHECKOUT, layout.root, os.environ.get(BIND_ENV, "")))]
-    return [path for path in binds if str(root / path.lstrip("/")) not in present]
+    return [
+        path
+        for path in binds
+        if str(root / path.lstrip("/")) not in present or stale_bind(Path(path), root / path.lstrip("/"))
+    ]
 
 
 def remove_root_mounts(root: Path) -> None:

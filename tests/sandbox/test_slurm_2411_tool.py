@@ -184,3 +184,14 @@ def test_install_part_is_optional_and_exits_75_without_debian_13(tmp_path):
     part = subprocess.run(["bash", str(tools / "install.d" / "15-slurm-24.11-root.sh")], capture_output=True,
                           text=True, env=env, timeout=120)
     assert part.returncode == 75
+
+
+def test_a_bind_of_a_folder_removed_and_made_again_is_stale(tmp_path):
+    """A checkout cloned anew at its old path: the root's bind still shows the removed folder, so `up` binds again."""
+    tool = load_tool()
+    checkout, bound = tmp_path / "checkout", tmp_path / "root-view"
+    checkout.mkdir()
+    assert not tool.stale_bind(checkout, checkout)  # a bind shows its source: same device and inode
+    bound.mkdir()
+    assert tool.stale_bind(checkout, bound)  # another folder (the removed one, as the bind still shows it)
+    assert not tool.stale_bind(tmp_path / "gone", bound)  # nothing to bind: left to the missing-path rule
