@@ -16,7 +16,7 @@ import submitit
 from beam_slurm.launch import eval_array
 from beam_slurm.launch.eval_array import TaskSpec
 
-pytestmark = pytest.mark.sandbox
+pytestmark = [pytest.mark.sandbox, pytest.mark.slurm_semantics]
 
 TIMED_OUT = "sbatch: error: Batch job submission failed: Socket timed out on send/recv operation"
 

@@ -16,7 +16,7 @@ import pytest
 
 from beam_slurm.verbs import submit as submit_mod
 
-pytestmark = pytest.mark.sandbox
+pytestmark = [pytest.mark.sandbox, pytest.mark.slurm_semantics]
 
 TIMED_OUT = "sbatch: error: Batch job submission failed: Socket timed out on send/recv operation"
 
