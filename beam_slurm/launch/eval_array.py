@@ -316,7 +316,7 @@ def submit_array(
                 jobs = [executor.submit(EvalTask(specs)) for specs in tasks]
             ids = [job.job_id for job in jobs]
             if calls > 1:
-                _cancel_others(token, ids[0].split("_")[0])
+                submission.cancel_duplicates(token, ids[0].split("_")[0], _warn)
             break
         except (submitit.core.utils.FailedJobError, submitit.core.utils.FailedSubmissionError) as exc:
             said = str(exc).strip()
@@ -327,7 +327,7 @@ def submit_array(
             if decision.action == "adopt":
                 ids = adopt_array(folder, decision.job_id, tasks, since)
                 logger.warning(f"evaluate: Slurm has job array {decision.job_id} with comment {token}: adopted")
-                _cancel_others(token, decision.job_id)
+                submission.cancel_duplicates(token, decision.job_id, _warn, found=decision.extra)
                 break
             if decision.action == "unknown":
                 raise submission.SubmissionUnknown(
@@ -355,15 +355,8 @@ def submit_array(
     return ids
 
 
-def _cancel_others(token: str, kept: str) -> None:
-    """Arrays an earlier lost call created late with the same token: still held (never ran), cancelled."""
-    try:
-        extra = [j for j in submission.jobs_with_token(token) if j != kept]
-        if extra:
-            scheduler.cancel(*extra)
-            logger.warning(f"evaluate: job(s) {', '.join(extra)} also carry {token} (a lost answer): cancelled")
-    except SlurmCommandError as exc:
-        logger.warning(f"evaluate: could not check for other arrays with {token}: {exc}")
+def _warn(line: str) -> None:
+    logger.warning(f"evaluate: {line}")
 
 
 def _task_pickles(
@@ -481,6 +474,12 @@ def plan(
     return result
 
 
+def submitit_folder(specs: tuple[TaskSpec, ...], params: dict[str, Any]) -> Path:
+    """Where submitit writes an array's files (`%j`: the job id): `eval.launcher.submitit_folder`, else beside the
+    tasks' output folder."""
+    return Path(params.get("submitit_folder") or Path(specs[0].out_dir).parent / ".submitit" / "%j")
+
+
 def submit_plan(found: Plan) -> list[str]:
     """Submit the plan's tasks, one array per distinct Slurm shape; returns the task job ids."""
     shapes: dict[str, list[tuple[tuple[TaskSpec, ...], dict]]] = {}
@@ -489,7 +488,7 @@ def submit_plan(found: Plan) -> list[str]:
     ids: list[str] = []
     for group in shapes.values():
         params = group[0][1]
-        folder = Path(params.get("submitit_folder") or Path(group[0][0][0].out_dir).parent / ".submitit" / "%j")
+        folder = submitit_folder(group[0][0], params)
         owner = str(params.get("name") or "evaluate")  # the job name: `<run>-eval-<step>` in a training chain
         submitted = submit_array([specs for specs, _ in group], params, folder, owner)
         logger.info(

@@ -141,7 +141,7 @@ def _signal_and_wait(
     try:
         scheduler.signal_batch(job_id, OPERATOR_SIGNAL)
     except scheduler.SlurmCommandError as exc:
-        if isinstance(exc, scheduler.SlurmUnreachable) and exc.maybe_done:
+        if scheduler.may_have_been_done(exc):
             # The signal may have arrived: the batch shell then needs the wanted outcome, so it stays.
             return parser.fail(f"job {job_id}'s batch shell may not have been signalled{_maybe(exc)}: {exc}", status=1)
         _withdraw(store, wanted, run.wanted)
@@ -180,7 +180,7 @@ def _signal_and_wait(
 
 def _maybe(exc: Exception) -> str:
     """What to add when the daemon timed out: it may have done it after all."""
-    if isinstance(exc, scheduler.SlurmUnreachable) and exc.maybe_done:
+    if scheduler.may_have_been_done(exc):
         return " (or it was, and the answer was lost: `beam-slurm status` shows which)"
     return ""
 

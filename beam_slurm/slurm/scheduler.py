@@ -13,6 +13,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from beam_slurm.slurm import outage
 
@@ -38,6 +39,12 @@ class SlurmUnreachable(SlurmCommandError):
     def who(self) -> str:
         """ "Slurm's controller (slurmctld)" or "Slurm's accounting daemon (slurmdbd)"."""
         return outage.NAMES[self.daemon]
+
+
+def may_have_been_done(error: BaseException) -> bool:
+    """Whether a Slurm command that failed may have done what it asked anyway (a cancel, a signal): its daemon timed
+    out, so the request may have arrived before the answer was lost."""
+    return isinstance(error, SlurmUnreachable) and error.maybe_done
 
 
 _NOTED: ContextVar[tuple[list[SlurmUnreachable], ...]] = ContextVar("slurm_outages_noted", default=())
@@ -371,3 +378,20 @@ def comment_rows() -> list[tuple[str, str, str]]:
         if sep and sep2 and job_id.strip().isdigit():
             rows.append((job_id.strip(), state.strip(), comment.strip()))
     return rows
+
+
+JOB_TIME_FIELDS = ("SubmitTime", "EligibleTime", "StartTime", "EndTime")
+
+
+def job_times(job_id: str | int) -> dict[str, datetime]:
+    """SubmitTime, EligibleTime, StartTime and EndTime of `scontrol show job` as naive datetimes on the controller's
+    clock, to the second; a time Slurm does not know (Unknown, None) is left out. After a requeue SubmitTime is the
+    requeue and EligibleTime when the job may start again."""
+    found = {}
+    for name, value in job_info(job_id).items():
+        if name in JOB_TIME_FIELDS:
+            try:
+                found[name] = datetime.fromisoformat(value)
+            except ValueError:
+                continue
+    return found

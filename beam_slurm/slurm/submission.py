@@ -389,7 +389,7 @@ def submit(
         submissions += 1
         if answer.job_id:
             if submissions > 1:
-                _cancel_extra(request.token, answer.job_id, find, cancel, say)
+                cancel_duplicates(request.token, answer.job_id, say, find=find, cancel=cancel)
             return answer.job_id
         if not answer.lost:
             raise SlurmCommandError(f"{request.shell()} {answer.text}")
@@ -401,7 +401,7 @@ def submit(
         asked_s = clock() - asked_at
         if decision.action == "adopt":
             say(f"Slurm has job {decision.job_id} with comment {request.token}: adopted, not submitted again")
-            _cancel(decision.extra, request.token, cancel, say)
+            cancel_duplicates(request.token, decision.job_id, say, found=decision.extra, cancel=cancel)
             return decision.job_id
         if decision.action == "unknown":
             raise SubmissionUnknown(
@@ -413,24 +413,24 @@ def submit(
         say(f"Slurm has no job with comment {request.token}: submitting again")
 
 
-def _cancel_extra(
+def cancel_duplicates(
     token: str,
-    job_id: str,
-    find: Callable[[str], list[str]],
-    cancel: Callable[..., object],
+    kept: str,
     say: Callable[[str], object],
+    *,
+    found: Iterable[str] | None = None,
+    find: Callable[[str], list[str]] = jobs_with_token,
+    cancel: Callable[..., object] = scheduler.cancel,
 ) -> None:
-    """After a second sbatch call, a job an earlier lost call created late (same token) is cancelled."""
-    try:
-        extra = [j for j in find(token) if j != job_id]
-    except SlurmCommandError:
-        return
-    _cancel(tuple(extra), token, cancel, say)
-
-
-def _cancel(
-    extra: tuple[str, ...] | list[str], token: str, cancel: Callable[..., object], say: Callable[[str], object]
-) -> None:
+    """Cancel the jobs besides `kept` that carry the token: an earlier sbatch call whose answer was lost created them
+    late. `found`: the token's jobs as squeue just gave them; else squeue is asked now."""
+    if found is None:
+        try:
+            found = find(token)
+        except SlurmCommandError as exc:
+            say(f"could not check for other jobs with comment {token}: {exc}")
+            return
+    extra = [j for j in found if j != kept]
     if not extra:
         return
     try:

@@ -64,8 +64,8 @@ def main(argv: list[str]) -> int:
     try:
         scheduler.cancel(*live)
     except scheduler.SlurmCommandError as exc:
-        maybe = isinstance(exc, scheduler.SlurmUnreachable) and exc.maybe_done
-        done = "some may be cancelled (`beam-slurm status` shows which)" if maybe else "none cancelled"
+        maybe = "some may be cancelled (`beam-slurm status` shows which)"
+        done = maybe if scheduler.may_have_been_done(exc) else "none cancelled"
         return verb.fail(f"could not cancel the jobs, {done}: {exc}", status=1)
     stores = {str(s.export_path): s for job_id in live for s in owners[job_id]}
     when, user = now(), runs.user_name()

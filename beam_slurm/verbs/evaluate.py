@@ -333,7 +333,7 @@ def _submitit_roots(found: array.Plan) -> set[Path]:
     up to its first %j): what is new there after a submission Slurm never took is left over."""
     roots = set()
     for specs, params in found.to_submit:
-        folder = Path(params.get("submitit_folder") or Path(specs[0].out_dir).parent / ".submitit" / "%j")
+        folder = array.submitit_folder(specs, params)
         while "%" in str(folder):
             folder = folder.parent
         roots.add(folder)
