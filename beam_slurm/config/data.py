@@ -15,7 +15,7 @@ from beam_slurm.core.errors import BadDataInput
 
 @dataclass
 class DataConfig:
-    """Where the three source datasets come from, where the cleaned files go, and how the stage behaves."""
+    """The data stage: its source datasets and where the cleaned files go."""
 
     dapo_math: str = "hf://datasets/BytedTsinghua-SIA/DAPO-Math-17k/data/dapo-math-17k.parquet"
     """DAPO-Math-17K in the DAPO format (~1.79M rows, ~17.4K distinct prompts): a local parquet file or directory of

@@ -35,8 +35,10 @@ from omegaconf.errors import (
 )
 
 from beam_slurm import CONF_DIR
+from beam_slurm.config import profiles
 from beam_slurm.config.overrides import escape_values
 from beam_slurm.config.schema import BeamConfig, ClusterConfig
+from beam_slurm.config.sources import ProfileSource
 from beam_slurm.config.validation import validate_config
 from beam_slurm.core.errors import ConfigError, ConfigProblem
 
@@ -46,16 +48,80 @@ _YAML_BOOL = re.compile(r"^(?:y|Y|yes|Yes|YES|n|N|no|No|NO|true|True|TRUE|false|
 _ENV_PROBLEMS_SEEN: dict[tuple[tuple[str, str, str], ...], tuple[ConfigProblem, ...]] = {}
 
 
-def compose(overrides: list[str], *, config_dir: Path = CONF_DIR) -> DictConfig:
-    """Return the composed (untyped) DictConfig for `overrides`; a bad override -> ConfigError naming it."""
+def compose(
+    overrides: list[str], *, config_dir: Path = CONF_DIR, environ: Mapping[str, str] | None = None
+) -> DictConfig:
+    """Return the composed (untyped) DictConfig for `overrides`, with the site profile they (or BEAM_SLURM_CLUSTER)
+    name; a bad override -> ConfigError naming it."""
     _register_schema()
+    env = os.environ if environ is None else environ
+    named = any(o.split("=", 1)[0].lstrip("+") == profiles.GROUP for o in overrides)
+    overrides = with_profile(overrides, env)
+    # The user's profiles folder after conf/ (Hydra reads the first NAME.yaml it finds); named only where it is,
+    # since Hydra warns of a search path that is not there.
+    user_dir = profiles.user_config_dir(env)
+    where = str(user_dir).replace("\\", "\\\\").replace("'", "\\'")
+    search = [f"hydra.searchpath=['file://{where}']"] if user_dir.is_dir() else []
     try:
         with initialize_config_dir(config_dir=str(config_dir), version_base="1.3", job_name="beam-slurm"):
-            return hydra_compose(config_name="config", overrides=[_mapping_override(o) for o in overrides])
+            cfg = hydra_compose(config_name="config", overrides=[*(_mapping_override(o) for o in overrides), *search])
     except MissingConfigException as exc:
-        raise ConfigError([_missing_group_problem(exc, overrides, config_dir)]) from None
+        raise ConfigError([_missing_group_problem(exc, overrides, config_dir, env, from_env=not named)]) from None
     except (ConfigCompositionException, OverrideParseException) as exc:
         raise ConfigError([_override_problem(exc, overrides)]) from None
+    profile = _profile(overrides, env)
+    if profile is not None:
+        # The environment outranks the profile: what conf/config.yaml reads from a variable that is set comes back.
+        references = _env_references(config_dir)
+        for key in _env_over_profile(profile, overrides, env, references):
+            OmegaConf.update(cfg, key, references[key][1], merge=False)
+    return cfg
+
+
+def with_profile(overrides: list[str], environ: Mapping[str, str]) -> list[str]:
+    """`overrides` with `cluster=NAME` added from BEAM_SLURM_CLUSTER when they name no profile themselves."""
+    if any(o.split("=", 1)[0].lstrip("+") == profiles.GROUP for o in overrides):
+        return list(overrides)
+    name = profiles.selected_name(overrides, environ)
+    return [*overrides, f"{profiles.GROUP}={name}"] if name else list(overrides)
+
+
+def _profile(overrides: list[str], environ: Mapping[str, str]) -> profiles.Profile | None:
+    name = profiles.selected_name(overrides, environ)
+    return profiles.find(name, environ) if name else None
+
+
+@functools.cache
+def _env_references(config_dir: Path) -> dict[str, tuple[str, str]]:
+    """key -> (variable, the `${oc.env:...}` text) of every value conf/config.yaml reads from the environment."""
+    raw = yaml.safe_load((config_dir / "config.yaml").read_text()) or {}
+    found = ((key, value, _ENV_REF.match(value)) for key, value in profiles.leaves(raw) if isinstance(value, str))
+    return {key: (match.group(1), value) for key, value, match in found if match}
+
+
+def _command_line_keys(overrides: list[str]) -> set[str]:
+    return {o.split("=", 1)[0].lstrip("+~").strip() for o in overrides if _is_value_override(o)}
+
+
+def _env_over_profile(
+    profile: profiles.Profile, overrides: list[str], environ: Mapping[str, str], references: dict[str, tuple[str, str]]
+) -> list[str]:
+    """The keys the profile sets that a variable set in the environment (and not the command line) decides."""
+    given = _command_line_keys(overrides)
+    return [key for key in profile.values if key in references and references[key][0] in environ and key not in given]
+
+
+def profile_source(
+    overrides: list[str], environ: Mapping[str, str], config_dir: Path = CONF_DIR
+) -> ProfileSource | None:
+    """The selected profile and the keys whose value it gave (not the command line's, not a variable's)."""
+    profile = _profile(with_profile(overrides, environ), environ)
+    if profile is None:
+        return None
+    overruled = set(_command_line_keys(overrides)) | set(
+        _env_over_profile(profile, overrides, environ, _env_references(config_dir))
+    )
+    return ProfileSource(profile.name, str(profile.path), tuple(k for k in profile.values if k not in overruled))
 
 
 @functools.cache
@@ -75,11 +141,13 @@ def load_config(
     unknown = key_problems(list(overrides or []))
     if unknown:
         raise ConfigError(unknown)
+    env = os.environ if environ is None else environ
     return _typed(
-        compose(list(overrides or [])),
+        compose(list(overrides or []), environ=env),
         validate=validate,
         check_paths=check_paths,
-        environ=os.environ if environ is None else environ,
+        environ=env,
+        profile=profile_source(list(overrides or []), env),
     )
 
 
@@ -110,7 +178,8 @@ def load_many(override_lists: list[list[str]]) -> list[BeamConfig | ConfigError]
                 _apply_values(parser.parse_overrides(values), cfg)
             except (ConfigCompositionException, OverrideParseException) as exc:
                 raise ConfigError([_override_problem(exc, overrides)]) from None
-            out.append(_typed(cfg, validate=False, check_paths=False, environ=os.environ))
+            profile = profile_source(overrides, os.environ)
+            out.append(_typed(cfg, validate=False, check_paths=False, environ=os.environ, profile=profile))
         except ConfigError as exc:
             out.append(exc)
     return out
@@ -247,13 +316,21 @@ def key_problems(overrides: list[str]) -> list[ConfigProblem]:
 
 
 def _is_value_override(override: str) -> bool:
-    """`key=value` (with +, ++ or ~) on a setting, not a config group (`recipe=...`) nor Hydra's own (`hydra.*`)."""
+    """`key=value` (with +, ++ or ~) on a setting, not a config group (`recipe=...`, `cluster=NAME`: a group name
+    alone; `cluster.partition=...` is the section's key) nor Hydra's own (`hydra.*`)."""
     key = override.split("=", 1)[0].lstrip("+~").strip()
     head = key.split(".", 1)[0].split("@", 1)[0]
-    return bool(key) and "@" not in key and head != "hydra" and not (CONF_DIR / head).is_dir()
+    return bool(key) and "@" not in key and head != "hydra" and not ("." not in key and (CONF_DIR / key).is_dir())
 
 
-def _typed(cfg: DictConfig, *, validate: bool, check_paths: bool, environ: Mapping[str, str]) -> BeamConfig:
+def _typed(
+    cfg: DictConfig,
+    *,
+    validate: bool,
+    check_paths: bool,
+    environ: Mapping[str, str],
+    profile: ProfileSource | None = None,
+) -> BeamConfig:
     """A composed config typed with the schema, its environment sources recorded, derived defaults filled."""
     raw = OmegaConf.to_container(cfg, resolve=False)
     sources = _env_sources(raw, environ)
@@ -265,9 +342,9 @@ def _typed(cfg: DictConfig, *, validate: bool, check_paths: bool, environ: Mappi
         obj: BeamConfig = OmegaConf.to_object(typed)  # type: ignore[assignment]
     except OmegaConfBaseException as exc:
         raise ConfigError([_value_problem(exc, raw)]) from None
-    vars(obj)["_env_sources"] = (
-        sources  # read back by env_sources(); not a dataclass field, so never part of the recipe
-    )
+    # Read back by env_sources() and profile_of(); not dataclass fields, so never part of the recipe.
+    vars(obj)["_env_sources"] = sources
+    vars(obj)["_profile"] = profile
     fill_defaults(obj, environ=environ)
     if validate:
         validate_config(obj, check_paths=check_paths)
@@ -348,18 +425,9 @@ def valid_keys(section: str = "") -> list[str]:
     return [f.name for f in fields(node)] if is_dataclass(node) else []
 
 
-def _leaves(node: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
-    """(dotted key, raw value) of every leaf of a plain container."""
-    if isinstance(node, dict):
-        for name, value in node.items():
-            yield from _leaves(value, f"{prefix}.{name}" if prefix else str(name))
-    else:
-        yield prefix, node
-
-
 def _env_sources(raw: Any, environ: Mapping[str, str]) -> dict[str, str]:
     """key -> variable for every value conf/ reads with `${oc.env:NAME,default}` while NAME is set."""
-    matches = ((key, _ENV_REF.match(value)) for key, value in _leaves(raw) if isinstance(value, str))
+    matches = ((key, _ENV_REF.match(value)) for key, value in profiles.leaves(raw) if isinstance(value, str))
     return {key: match.group(1) for key, match in matches if match and match.group(1) in environ}
 
 
@@ -538,11 +606,22 @@ def _override_problem(exc: Exception, overrides: list[str]) -> ConfigProblem:
     return ConfigProblem(key, value, f"expected {describe_type(key)}{_comma_hint(key, value)}")
 
 
-def _missing_group_problem(exc: Exception, overrides: list[str], config_dir: Path) -> ConfigProblem:
-    """An unknown recipe (or other config group option), by the name the user gave."""
+def _missing_group_problem(
+    exc: Exception, overrides: list[str], config_dir: Path, environ: Mapping[str, str], *, from_env: bool = False
+) -> ConfigProblem:
+    """An unknown recipe, site profile (or other config group option), by the name the user gave."""
     match = re.search(r"Could not find '([^'/]+)/([^']+)'", str(exc))
     group, name = (match.group(1), match.group(2)) if match else ("recipe", None)
     given = [ov.split("=", 1)[1] for ov in overrides if ov.split("=", 1)[0].lstrip("+") == group and "=" in ov]
+    if group == profiles.GROUP:
+        folders = " or ".join(str(d) for d in profiles.search_dirs(environ))
+        return ConfigProblem(
+            group,
+            name,
+            f"no site profile {name!r} in {folders}; choose one of: {', '.join(profiles.names(environ)) or '(none)'}"
+            f", or write one with `beam-slurm doctor --write {name}`",
+            env=profiles.SELECT_ENV if from_env else None,
+        )
     options = sorted(p.stem for p in (config_dir / group).glob("*.yaml"))
     what = "recipe" if group == "recipe" else f"{group} option"
     return ConfigProblem(group, given[-1] if given else name, f"unknown {what}; choose one of: {', '.join(options)}")

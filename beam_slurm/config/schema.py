@@ -81,7 +81,13 @@ class ClusterConfig:
     (node, driver, time limit, a notice whose save missed) without a checkpoint newer than the attempt started
     from; attempts ended by preemption or by the operator do not count. 0 turns the guard off (ours: 2)."""
     extra_sbatch_args: list[str] = field(default_factory=list)
-    """Extra `sbatch` options passed through verbatim as separate arguments (e.g. `--constraint=b200`)."""
+    """Extra `sbatch` options passed through verbatim as separate arguments (e.g. `--exclusive=user`)."""
+    constraint: str | None = None
+    """Node features every job of the run asks for (`--constraint`, e.g. `h100&ib`); empty = none (a site profile
+    usually sets it)."""
+    setup: list[str] = field(default_factory=list)
+    """Shell lines the training job's batch shell runs before its Python, e.g. `module load cuda/12.8` (a site
+    profile usually sets them); what they export reaches every node's Ray step. Empty = none."""
     ask_slurm_on_submit: bool = True
     """`submit` (its dry run too) asks Slurm with `sbatch --test-only` whether it would take each job, and refuses
     what Slurm refuses; false where the submit host cannot reach the controller."""
@@ -398,7 +404,7 @@ class EvalConfig:
 
 @dataclass
 class GradeConfig:
-    """Grading of responses (`beam-slurm grade`, and the grading step of `beam-slurm evaluate`)."""
+    """Grading of responses (`beam-slurm grade`, and in `evaluate`)."""
 
     timeout_s: float = 5.0
     """Seconds one response may take to grade; then its worker is interrupted (killed if it does not stop) and the
@@ -521,6 +527,30 @@ class TrainerConfig:
 
 
 @dataclass
+class SiteConfig:
+    """What `beam-slurm doctor` found on the cluster, kept in a site profile"""
+
+    # Facts, never a job's setting; nothing here unless a profile (`cluster=NAME`) sets it.
+
+    measured: list[str] = field(default_factory=list)
+    """Keys of this profile whose value `doctor --probe` measured or derived from a measurement (`plan` marks them
+    `measured`); a key given on the command line or by its variable is no longer measured."""
+    measured_at: str = ""
+    """When `doctor` examined the cluster (ISO 8601)."""
+    slurm_version: str = ""
+    """The Slurm version `doctor` found."""
+    signal_early_s: float | None = None
+    """Seconds `--signal` arrived before the lead asked for (Slurm may send it up to 60 s early), as measured."""
+    requeue_hold_s: float | None = None
+    """Seconds a requeued job waited before it could start again (the credential window), as configured or
+    measured."""
+    local_write_gbytes_per_s: float | None = None
+    """Write speed of a node's local disk (GB/s), as measured."""
+    queue_wait_s: float | None = None
+    """Seconds the probe's first job waited in the queue, when `doctor --probe` ran."""
+
+
+@dataclass
 class BeamConfig:
     """The whole recipe: what `beam-slurm plan` prints and `sbatch sbatch/train_*.sh` runs."""
 
@@ -549,6 +579,7 @@ class BeamConfig:
     ray: RaySettings = field(default_factory=RaySettings)
     grade: GradeConfig = field(default_factory=GradeConfig)
     data: DataConfig = field(default_factory=DataConfig)
+    site: SiteConfig = field(default_factory=SiteConfig)
 
     # Derived numbers; computed in one place so plan, validation and the SkyRL command agree.
     @property
@@ -602,9 +633,3 @@ class BeamConfig:
     @property
     def learning_rate(self) -> float:
         return self.algorithm.lr if self.algorithm.lr is not None else 1e-5 if self.is_lora else 1e-6
-
-
-def env_sources(cfg: BeamConfig) -> dict[str, str]:
-    """Keys of a loaded recipe whose value came from an environment variable: key -> variable name (set by
-    beam_slurm.config.load on the object it returns)."""
-    return dict(getattr(cfg, "_env_sources", None) or {})

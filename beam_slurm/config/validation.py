@@ -30,8 +30,9 @@ from beam_slurm.config.choices import (
 from beam_slurm.config.container_runtime import validate as container_problems
 from beam_slurm.config.env_manifest import problems as env_manifest_problems
 from beam_slurm.config.overrides import value_at
-from beam_slurm.config.schema import BeamConfig, env_sources
+from beam_slurm.config.schema import BeamConfig
 from beam_slurm.config.skyrl_command import DAPO_MODULE, reads_back
+from beam_slurm.config.sources import env_sources
 from beam_slurm.core.errors import ConfigError, ConfigProblem
 from beam_slurm.slurm import values
 
@@ -78,6 +79,8 @@ FIRST_CLASS_SBATCH_OPTIONS = {
     "--qos": "cluster.qos",
     "-q": "cluster.qos",
     "--signal": "cluster.signal_before_s",
+    "--constraint": "cluster.constraint",
+    "-C": "cluster.constraint",
     "--mem": "cluster.mem_per_node",
     "--gpus-per-node": "cluster.gpus_per_node",
     "--cpus-per-task": "cluster.cpus_per_node",

@@ -18,7 +18,8 @@ from beam_slurm import REPO_ROOT
 from beam_slurm.config.container_runtime import cached_image_path, is_local_image
 from beam_slurm.config.load import load_config, read_back_problems
 from beam_slurm.config.overrides import BARE_VALUE, override
-from beam_slurm.config.schema import BeamConfig, env_sources
+from beam_slurm.config.schema import BeamConfig
+from beam_slurm.config.sources import env_sources, profile_of
 from beam_slurm.core import layout
 from beam_slurm.core.errors import BadDataInput, ConfigProblem, UserError
 from beam_slurm.jobs.container_pull import image_is_current
@@ -67,6 +68,7 @@ def gpu_job_options(cfg: BeamConfig, nodes: int, time_limit: str) -> list[str]:
     out = [f"--nodes={nodes}", f"--gpus-per-node={c.gpus_per_node}", f"--time={time_limit}"]
     out += [f"--cpus-per-task={c.cpus_per_node}"] if c.cpus_per_node else []
     out += [f"--mem={c.mem_per_node}"] if c.mem_per_node else []
+    out += [f"--constraint={c.constraint}"] if c.constraint else []
     return out + account_options(cfg) + [str(a) for a in c.extra_sbatch_args]
 
 
@@ -287,6 +289,9 @@ class Train:
         pinned = self.pinned()
         # The script fixes recipe=..., and the pinned keys come last so they win.
         kept = [o for o in self.overrides if o.split("=", 1)[0].lstrip("+~") not in {"recipe", *pinned}]
+        profile = profile_of(self.cfg)
+        if profile is not None and not any(o.split("=", 1)[0].lstrip("+") == "cluster" for o in kept):
+            kept.append(f"cluster={profile.name}")  # chosen by BEAM_SLURM_CLUSTER here: the job may not inherit it
         # Rendered for Hydra's grammar: a quote, comma or space in a path stays part of it.
         return kept + [override(k, v) for k, v in pinned.items()]
 

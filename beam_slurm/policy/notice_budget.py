@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from beam_slurm.config.sources import value_source
 from beam_slurm.policy.sizing import FULL_CHECKPOINT_TB_TOTAL, full_checkpoint_tb_per_node
 from beam_slurm.slurm.values import describe_seconds, time_limit_seconds
 
@@ -461,7 +462,9 @@ def plan_rows(cfg: BeamConfig, preemption: PreemptionInfo | None = None) -> list
             "notice",
             "save",
             f"{size / GB:,.1f} GB per training node ({size_from}) at "
-            f"{c.storage_write_gbytes_per_s:g} GB/s (cluster.storage_write_gbytes_per_s) = {_s(save)}",
+            f"{c.storage_write_gbytes_per_s:g} GB/s (cluster.storage_write_gbytes_per_s"
+            f"{'; ' + source if (source := value_source(cfg, 'cluster.storage_write_gbytes_per_s')) else ''}) = "
+            f"{_s(save)}",
         ),
         ("notice", "step", f"{step:,.0f} s ({step_from})"),
     ]

@@ -459,6 +459,7 @@ REFUSAL_SETTINGS = (
     ("node configuration", "cluster.nodes or cluster.gpus_per_node"),
     ("node count", "cluster.nodes"),
     ("gres", "cluster.gpus_per_node"),
+    ("feature", "cluster.constraint"),
 )
 
 

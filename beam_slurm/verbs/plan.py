@@ -13,8 +13,9 @@ from rich.table import Table
 from beam_slurm.config.load import load_config
 from beam_slurm.config.overrides import override_key
 from beam_slurm.config.ports import describe_block
-from beam_slurm.config.schema import BeamConfig, env_sources
+from beam_slurm.config.schema import BeamConfig
 from beam_slurm.config.skyrl_command import skyrl_launch
+from beam_slurm.config.sources import env_sources, measured_keys, profile_of, value_source
 from beam_slurm.config.verb_args import VerbArgs, VerbUsageError, schema_keys, table_console
 from beam_slurm.core.errors import ConfigError
 from beam_slurm.core.json_text import json_text
@@ -51,9 +52,35 @@ from beam_slurm.slurm.values import describe_seconds, time_limit_seconds
 
 
 def _source(cfg: BeamConfig, key: str) -> str:
-    """Where a value the job gets from sbatch's side came from, when not the recipe: ' (from SBATCH_PARTITION)'."""
-    variable = env_sources(cfg).get(key)
-    return f" (from {variable})" if variable else ""
+    """Where a value came from, when not the recipe nor the command line: ' (from SBATCH_PARTITION)', ' (profile
+    lab)', ' (measured, profile lab)'."""
+    source = value_source(cfg, key)
+    return f" ({source})" if source else ""
+
+
+def _profile_rows(cfg: BeamConfig) -> list[tuple[str, str, str]]:
+    """The site profile and the keys it gave (those the command line or a variable overruled are not among them)."""
+    profile = profile_of(cfg)
+    if profile is None:
+        return []
+    measured = measured_keys(cfg)
+    keys = ", ".join(f"{k} (measured)" if k in measured else k for k in profile.keys if not k.startswith("site."))
+    rows = [("run", "site profile", f"{profile.name} ({profile.path}): {keys or 'no keys'}")]
+    found = [
+        f"{words} {value:g}{unit}"
+        for words, value, unit in (
+            ("--signal up to", cfg.site.signal_early_s, " s earlier than asked"),
+            ("requeue hold", cfg.site.requeue_hold_s, " s"),
+            ("node-local disk", cfg.site.local_write_gbytes_per_s, " GB/s"),
+            ("queue wait", cfg.site.queue_wait_s, " s"),
+        )
+        if value is not None
+    ]
+    if found or cfg.site.slurm_version:
+        when = f"doctor, {cfg.site.measured_at}" if cfg.site.measured_at else "doctor"
+        version = f"Slurm {cfg.site.slurm_version}: " if cfg.site.slurm_version else ""
+        rows.append(("run", "site", f"{version}{', '.join(found) or 'nothing measured'} ({when})"))
+    return rows
 
 
 def _spare_rows(cfg: BeamConfig) -> list[tuple[str, str, str]]:
@@ -98,6 +125,7 @@ def plan_rows(cfg: BeamConfig, preemption=None) -> list[tuple[str, str, str]]:
             if cfg.is_lora
             else f"full-parameter, lr {cfg.learning_rate:g}",
         ),
+        *_profile_rows(cfg),
         ("resources", "nodes x GPUs", f"{cfg.cluster.nodes} x {cfg.cluster.gpus_per_node} = {cfg.total_gpus} GPUs"),
         *_spare_rows(cfg),
         (
@@ -120,8 +148,9 @@ def plan_rows(cfg: BeamConfig, preemption=None) -> list[tuple[str, str, str]]:
             "time limit / notice",
             f"{cfg.cluster.time_limit}{_source(cfg, 'cluster.time_limit')} = "
             f"{describe_seconds(time_limit_seconds(cfg.cluster.time_limit))}, "
-            f"USR1 {cfg.cluster.signal_before_s} s before, "
-            f"save grace {cfg.cluster.grace_s} s, max requeues {cfg.cluster.max_requeues}",
+            f"USR1 {cfg.cluster.signal_before_s} s before{_source(cfg, 'cluster.signal_before_s')}, "
+            f"save grace {cfg.cluster.grace_s} s{_source(cfg, 'cluster.grace_s')}, "
+            f"max requeues {cfg.cluster.max_requeues}",
         ),
         (
             "parallelism",
@@ -484,6 +513,26 @@ def stage_commands(cfg: BeamConfig, overrides: list[str]) -> list[dict]:
     return out
 
 
+def _profile_json(cfg: BeamConfig) -> dict | None:
+    profile = profile_of(cfg)
+    if profile is None:
+        return None
+    return {
+        "name": profile.name,
+        "path": profile.path,
+        "keys": list(profile.keys),
+        "measured": sorted(measured_keys(cfg)),
+        "measured_at": cfg.site.measured_at or None,
+        "site": {
+            "slurm_version": cfg.site.slurm_version or None,
+            "signal_early_s": cfg.site.signal_early_s,
+            "requeue_hold_s": cfg.site.requeue_hold_s,
+            "local_write_gbytes_per_s": cfg.site.local_write_gbytes_per_s,
+            "queue_wait_s": cfg.site.queue_wait_s,
+        },
+    }
+
+
 def plan_json(cfg: BeamConfig, launch, preemption, slurm: dict, overrides: list[str]) -> dict:
     """`plan --json`: its schema is in the README's "JSON output"."""
     c, m, b, g, r = cfg.cluster, cfg.megatron, cfg.batch, cfg.generation, cfg.rollout
@@ -538,7 +587,9 @@ def plan_json(cfg: BeamConfig, launch, preemption, slurm: dict, overrides: list[
             "grace_s": c.grace_s,
             "max_requeues": c.max_requeues,
             "from_env": env_sources(cfg),
+            "constraint": c.constraint,
         },
+        "profile": _profile_json(cfg),
         "parallelism": {
             "tensor_parallel": m.tensor_parallel,
             "pipeline_parallel": m.pipeline_parallel,

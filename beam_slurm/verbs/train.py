@@ -17,7 +17,7 @@ from beam_slurm.config.verb_args import VerbArgs, VerbUsageError, schema_keys
 from beam_slurm.core import layout
 from beam_slurm.core.errors import ConfigError
 from beam_slurm.core.logs import installed
-from beam_slurm.jobs.training import train_job
+from beam_slurm.jobs.training import site_setup, train_job
 from beam_slurm.jobs.training.job_settings import job_settings, load_job_config
 from beam_slurm.launch.chain import ChainSettings, submit_pending, watch
 from beam_slurm.launch.eval_request import submit_for_checkpoint
@@ -83,6 +83,8 @@ def main(argv: list[str]) -> int:
         cfg = load_job_config(parsed.overrides, os.environ)
     except (VerbUsageError, ConfigError) as exc:
         return verb.report(exc, what="; nothing was submitted")
+    if site_setup.needed(cfg.cluster.setup):
+        site_setup.exec_after_setup(cfg.cluster.setup)  # runs this command again after them
     preflight = not parsed.args.no_preflight
     settings, driver_env = job_settings(cfg, preflight=preflight)
     os.environ.update(driver_env)  # reaches the Ray step and so the driver on the head node

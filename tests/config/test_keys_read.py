@@ -85,6 +85,7 @@ def _exercise(cfg, overrides: list[str], tmp_path: Path, monkeypatch) -> None:
     from beam_slurm.jobs.data.prepare import _prepare_out_dir, plans
     from beam_slurm.jobs.evaluation.generate import ClientSettings, EngineSettings, SamplingSettings
     from beam_slurm.jobs.evaluation.grading_pool import GradingLimits
+    from beam_slurm.jobs.training import site_setup
     from beam_slurm.jobs.training.job_settings import job_settings
     from beam_slurm.jobs.training.tracking import job_env
     from beam_slurm.launch.eval_array import launcher_parameters
@@ -95,6 +96,7 @@ def _exercise(cfg, overrides: list[str], tmp_path: Path, monkeypatch) -> None:
     from beam_slurm.verbs.submit import stalled_attempt_problems
 
     plan_rows(cfg)
+    site_setup.needed(cfg.cluster.setup)  # as `beam-slurm train` asks before anything else
     Train(cfg, overrides).render()
     PrepareData(cfg, []).render()
     PullContainer(cfg).render()
@@ -146,7 +148,16 @@ def test_every_schema_key_is_read_by_the_product(tmp_path, monkeypatch):
         ["recipe=mxfp8_64gpu", "container.runtime=pyxis", f"container.image={IMAGE}",
          f"container.image_cache_dir={tmp_path}/cache", "checkpoint.resume_mode=from_path",
          f"checkpoint.resume_path={tmp_path}/global_step_5"],
+        ["recipe=lora_16gpu", "cluster=probed"],  # a site profile `doctor --probe --write probed` wrote
     ]
+    monkeypatch.setenv("BEAM_SLURM_CONFIG_DIR", str(tmp_path / "profiles"))
+    (tmp_path / "profiles" / "cluster").mkdir(parents=True)
+    (tmp_path / "profiles" / "cluster" / "probed.yaml").write_text(
+        "# @package _global_\ncluster: {partition: gpu, storage_write_gbytes_per_s: 2.0}\n"
+        "site: {measured: [cluster.storage_write_gbytes_per_s], measured_at: '2026-12-05T10:00:00+00:00', "
+        "slurm_version: '24.11.5', signal_early_s: 20.0, requeue_hold_s: 121.0, local_write_gbytes_per_s: 3.0, "
+        "queue_wait_s: 4.0}\n"
+    )
     monkeypatch.setenv("FAKE_RUNTIME_LOG", str(tmp_path / "runtime.log"))
     recorder = ReadRecorder()
     for name in ("validate_config", "to_yaml"):

@@ -8,7 +8,7 @@ import dataclasses
 import pytest
 
 from beam_slurm.config.load import load_config, load_many
-from beam_slurm.config.schema import env_sources
+from beam_slurm.config.sources import env_sources
 from beam_slurm.core.errors import ConfigError
 
 

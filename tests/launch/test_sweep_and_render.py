@@ -131,13 +131,13 @@ def test_train_command_carries_cluster_options_and_pinned_paths(run_env, monkeyp
     monkeypatch.setenv("HF_TOKEN", "hf_secret_value")
     cfg = load_config(["recipe=lora_32gpu", "cluster.partition=gpu", "cluster.account=proj", "cluster.qos=high",
                        "cluster.time_limit=2-00:00:00", "cluster.signal_before_s=600", "cluster.grace_s=500",
-                       "cluster.extra_sbatch_args=['--constraint=b200','--reservation=r 1']", "cluster.mem_per_node=0",
+                       "cluster.extra_sbatch_args=['--exclusive=user','--reservation=r 1']", "cluster.mem_per_node=0",
                        "run_name=exp1", "generation.temperature=0.9"])
     plan = Train(cfg, ["recipe=lora_32gpu", "generation.temperature=0.9", "run_name=exp1"]).render()
     argv = plan.request.argv()
     assert argv[:3] == ["sbatch", "--parsable", f"--export=ALL,BEAM_SLURM_HOME={Path(__file__).resolve().parents[2]}"]
     for option in ("--nodes=4", "--gpus-per-node=8", "--time=2-00:00:00", "--signal=B:USR1@600", "--partition=gpu",
-                   "--account=proj", "--qos=high", "--constraint=b200", "--reservation=r 1", "--mem=0",
+                   "--account=proj", "--qos=high", "--exclusive=user", "--reservation=r 1", "--mem=0",
                    "--job-name=exp1", f"--output={cfg.paths.log_dir}/train-%j.out"):
         assert option in argv
     script = argv.index(str(Path(__file__).resolve().parents[2] / "sbatch" / "train_lora_32gpu.sh"))

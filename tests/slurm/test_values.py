@@ -120,7 +120,7 @@ def test_memory_and_partition_keys_are_read_as_slurm_reads_them():
 
 
 def test_sbatch_variables_are_read_as_sbatch_reads_them_and_a_key_still_wins(monkeypatch):
-    from beam_slurm.config.schema import env_sources
+    from beam_slurm.config.sources import env_sources
 
     monkeypatch.setenv("SBATCH_TIMELIMIT", "30:00")
     monkeypatch.setenv("SBATCH_PARTITION", "low")
@@ -139,10 +139,12 @@ def test_sbatch_variables_are_read_as_sbatch_reads_them_and_a_key_still_wins(mon
 
 def test_extra_sbatch_args_may_not_set_what_a_key_sets():
     with pytest.raises(ConfigError) as refused:
-        load_config([*BASE, "cluster.extra_sbatch_args=['--time=1:00:00','--nodes=4','--constraint=b200']"])
+        load_config([*BASE, "cluster.extra_sbatch_args=['--time=1:00:00','--nodes=4','--exclusive=user']"])
     text = str(refused.value)
     assert "--time is set by cluster.time_limit" in text and "--nodes is set by cluster.nodes" in text
-    assert "constraint" not in text
+    assert "exclusive" not in text
+    with pytest.raises(ConfigError, match="--constraint is set by cluster.constraint"):
+        load_config([*BASE, "cluster.extra_sbatch_args=['--constraint=b200']"])
     with pytest.raises(ConfigError, match="cluster.nodes"):
         load_config([*BASE, "cluster.extra_sbatch_args=['-N4']"])
     assert load_config([*BASE, "cluster.extra_sbatch_args=['--exclusive','--hold']"]).cluster.extra_sbatch_args
