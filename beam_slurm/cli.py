@@ -15,6 +15,7 @@ from beam_slurm.slurm.scheduler import SlurmUnreachable
 # (`prepare-data` -> verbs/prepare_data.py).
 VERBS: dict[str, str] = {
     "plan": "print the resource plan and the SkyRL command; validate the recipe",
+    "doctor": "what the cluster's Slurm settings mean for the recipe: verdicts and fixes",
     "prepare-data": "build the cleaned DAPO-Math-17K / AIME parquet files",
     "train": "run inside a Slurm allocation: Ray across nodes, then SkyRL",
     "evaluate": "evaluate a checkpoint on AIME with vLLM",

@@ -201,22 +201,31 @@ def test_a_run_name_with_a_trailing_newline_is_refused(recipe_paths):
     assert [p.key for p in problems(cfg)] == ["run_name"]
 
 
-def test_the_readme_quickstart_is_five_real_commands():
+def test_the_readme_quickstart_is_six_real_commands_starting_with_doctor(tmp_path, monkeypatch):
     import re
     import shlex
     import tomllib
+
+    from beam_slurm.config import profiles
 
     text = (REPO / "README.md").read_text()
     assert text.index("## Quickstart on a real cluster") < text.index("## The two commands")
     block = text.split("## Quickstart on a real cluster", 1)[1].split("```bash\n", 1)[1].split("```", 1)[0]
     commands = [shlex.split(line, comments=True) for line in block.replace("\\\n", " ").splitlines()]
-    assert len(commands) == 5 and [c[0] for c in commands] == ["git"] + ["beam-slurm"] * 4
+    assert len(commands) == 6 and [c[0] for c in commands] == ["git"] + ["beam-slurm"] * 5
     extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]
     assert set(re.search(r"\.\[([a-z,]+)\]", block).group(1).split(",")) <= set(extras)
-    assert [c[1] for c in commands[1:]] == ["plan", "submit", "status", "report"]
-    for command in commands[1:3]:
-        assert load_config([word for word in command[2:] if "=" in word], validate=False).recipe == "lora_16gpu"
-    assert commands[4][2] == load_config(["recipe=lora_16gpu"], validate=False).run_name  # report finds it by name
+    assert [c[1] for c in commands[1:]] == ["doctor", "plan", "submit", "status", "report"]
+    doctor = commands[1]
+    assert doctor[2:5] == ["--probe", "--write", "mysite"]
+    # What `doctor --write mysite` keeps: the partition it examined; plan and submit then select it by name.
+    monkeypatch.setenv(profiles.CONFIG_DIR_ENV, str(tmp_path))
+    partition = next(w.split("=", 1)[1] for w in doctor if w.startswith("cluster.partition="))
+    profiles.write_profile("mysite", {"cluster.partition": partition})
+    for command in commands[2:4]:
+        cfg = load_config([word for word in command[2:] if "=" in word], validate=False)
+        assert (cfg.recipe, cfg.cluster.partition) == ("lora_16gpu", partition)
+    assert commands[5][2] == load_config(["recipe=lora_16gpu"], validate=False).run_name  # report finds it by name
 
 
 def test_every_verb_has_a_module_named_after_it_and_the_readme_maps_it():

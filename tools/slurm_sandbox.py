@@ -12,7 +12,8 @@ What it gives: munge, MariaDB + slurmdbd (so `sacct` works), slurmctld (hostname
 nodes n1..nN, each in its own network namespace on a private bridge (10.77.0.11, .12, ...), with its own hostname,
 its own /tmp, a second interface `fab0` on a second bridge used as the fabric (10.78.0.11, .12, ...; Slurm never uses
 it, so a test can break one node's fabric link with `ip link set beamsb-f<i> down` while the node stays in service), 8 fake GPUs (GRES gpu backed by /dev/null) and CPUs=8 RealMemory=8000. Partitions: `batch` (default,
-never preempted), `low` (preemptable: PreemptMode=REQUEUE, GraceTime=20) and `high` (preempts `low`); from 8
+never preempted), `low` (preemptable: PreemptMode=REQUEUE, GraceTime=20) and `high` (preempts `low`), plus `short`
+(limits) and `nonotice` (preempted without a notice), in which no test job runs; from 8
 nodes on, every 4 nodes are also a lane with the same three partitions of its own (`lane1-batch`, `lane1-low`,
 `lane1-high` on n1-n4, ...), the default partition of sbatch/salloc run with BEAM_SANDBOX_LANE=<k>. Requeued
 jobs may restart about 11 s later (cred_expire=10). Everything lives under one state dir (default
@@ -533,6 +534,7 @@ CliFilterPlugins=cli_filter/lua
 {partition_lines(node_list, "")}
 {lane_lines}
 {LIMITED_PARTITION.format(nodes=node_list)}
+{NO_NOTICE_PARTITION.format(nodes=node_list)}
 """
 
 LIMITED_PARTITION = ("PartitionName=short Nodes={nodes} MaxTime=00:20:00 DefaultTime=00:10:00 MaxNodes=2 State=UP "
@@ -540,6 +542,11 @@ LIMITED_PARTITION = ("PartitionName=short Nodes={nodes} MaxTime=00:20:00 Default
 """A partition with limits that EnforcePartLimits=NO (the default) leaves to the scheduler: sbatch takes a job over
 them, which then waits for ever (PartitionTimeLimit, PartitionNodeLimit). Over every node, so a lane's DOWN node never
 changes what it says; no test job runs in it."""
+NO_NOTICE_PARTITION = ("PartitionName=nonotice Nodes={nodes} MaxTime=INFINITE State=UP PriorityTier=1 "
+                       "PreemptMode=CANCEL GraceTime=0")
+"""A partition whose jobs a preemption ends without a notice (`high`, of a higher PriorityTier, preempts it; CANCEL
+with GraceTime 0 kills at once, whatever the user signal): what `beam-slurm doctor` reports as broken. Over every
+node, so a lane's DOWN node never changes what it says; no test job runs in it."""
 LIMITED_QOS = ("brief", "MaxWall=00:15:00", "MaxTRESPerJob=node=2")
 """A QOS with per-job limits (AccountingStorageEnforce=limits applies them; a job over them waits for ever)."""
 

@@ -100,16 +100,9 @@ def nested(values: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def write_profile(
-    name: str,
-    values: Mapping[str, Any],
-    *,
-    force: bool = False,
-    header: str = "",
-    environ: Mapping[str, str] | None = None,
-) -> Path:
-    """Write `values` (dotted recipe key -> value) as the user's profile NAME; refuses to replace one without
-    `force`, and a name the repository's own profiles take (Hydra would read theirs first)."""
+def writable_path(name: str, *, force: bool = False, environ: Mapping[str, str] | None = None) -> Path:
+    """Where `write_profile` would write NAME; ProfileExists for a name it refuses: not a plain file name, one the
+    repository's profiles take (Hydra would read theirs first), or the user's existing NAME without `force`."""
     if not name or "/" in name or name.startswith(".") or name != name.strip():
         raise ProfileExists(
             [ConfigProblem("--write", name, "a profile name is a plain file name: letters, digits, - and _")]
@@ -123,6 +116,19 @@ def write_profile(
         raise ProfileExists(
             [ConfigProblem("--write", name, f"{path} exists; add --force to replace it, or choose another name")]
         )
+    return path
+
+
+def write_profile(
+    name: str,
+    values: Mapping[str, Any],
+    *,
+    force: bool = False,
+    header: str = "",
+    environ: Mapping[str, str] | None = None,
+) -> Path:
+    """Write `values` (dotted recipe key -> value) as the user's profile NAME (`writable_path` says what it refuses)."""
+    path = writable_path(name, force=force, environ=environ)
     path.parent.mkdir(parents=True, exist_ok=True)
     comment = "".join(f"# {line}\n" if line else "#\n" for line in header.splitlines())
     body = yaml.safe_dump(nested(values), default_flow_style=False, sort_keys=False, allow_unicode=True)
