@@ -50,9 +50,9 @@ _ENV_PROBLEMS_SEEN: dict[tuple[tuple[str, str, str], ...], tuple[ConfigProblem, 
 
 def compose(
     overrides: list[str], *, config_dir: Path = CONF_DIR, environ: Mapping[str, str] | None = None
-) -> DictConfig:
-    """Return the composed (untyped) DictConfig for `overrides`, with the site profile they (or BEAM_SLURM_CLUSTER)
-    name; a bad override -> ConfigError naming it."""
+) -> tuple[DictConfig, profiles.Profile | None]:
+    """Return the composed (untyped) DictConfig for `overrides` and the site profile they (or BEAM_SLURM_CLUSTER)
+    name, composed in; a bad override -> ConfigError naming it."""
     _register_schema()
     env = os.environ if environ is None else environ
     named = any(o.split("=", 1)[0].lstrip("+") == profiles.GROUP for o in overrides)
@@ -75,7 +75,7 @@ def compose(
         references = _env_references(config_dir)
         for key in _env_over_profile(profile, overrides, env, references):
             OmegaConf.update(cfg, key, references[key][1], merge=False)
-    return cfg
+    return cfg, profile
 
 
 def with_profile(overrides: list[str], environ: Mapping[str, str]) -> list[str]:
@@ -112,10 +112,9 @@ def _env_over_profile(
 
 
 def profile_source(
-    overrides: list[str], environ: Mapping[str, str], config_dir: Path = CONF_DIR
+    profile: profiles.Profile | None, overrides: list[str], environ: Mapping[str, str], config_dir: Path = CONF_DIR
 ) -> ProfileSource | None:
     """The selected profile and the keys whose value it gave (not the command line's, not a variable's)."""
-    profile = _profile(with_profile(overrides, environ), environ)
     if profile is None:
         return None
     overruled = set(_command_line_keys(overrides)) | set(
@@ -142,12 +141,13 @@ def load_config(
     if unknown:
         raise ConfigError(unknown)
     env = os.environ if environ is None else environ
+    cfg, profile = compose(list(overrides or []), environ=env)
     return _typed(
-        compose(list(overrides or []), environ=env),
+        cfg,
         validate=validate,
         check_paths=check_paths,
         environ=env,
-        profile=profile_source(list(overrides or []), env),
+        profile=profile_source(profile, list(overrides or []), env),
     )
 
 
@@ -155,7 +155,7 @@ def load_many(override_lists: list[list[str]]) -> list[BeamConfig | ConfigError]
     """`load_config(overrides, validate=False)` for each list (a sweep's points): a config or its ConfigError.
     Each distinct set of group overrides is composed once; value overrides go onto a copy, as Hydra applies them."""
     parser = OverridesParser.create()
-    composed: dict[tuple[str, ...], DictConfig | ConfigError] = {}
+    composed: dict[tuple[str, ...], tuple[DictConfig, profiles.Profile | None] | ConfigError] = {}
     out: list[BeamConfig | ConfigError] = []
     for overrides in override_lists:
         overrides = list(overrides)
@@ -172,13 +172,13 @@ def load_many(override_lists: list[list[str]]) -> list[BeamConfig | ConfigError]
             base = composed[groups]
             if isinstance(base, ConfigError):
                 raise base
-            cfg = copy.deepcopy(base)
+            cfg = copy.deepcopy(base[0])
             values = [_mapping_override(o) for o in overrides if _is_value_override(o)]
             try:
                 _apply_values(parser.parse_overrides(values), cfg)
             except (ConfigCompositionException, OverrideParseException) as exc:
                 raise ConfigError([_override_problem(exc, overrides)]) from None
-            profile = profile_source(overrides, os.environ)
+            profile = profile_source(base[1], overrides, os.environ)
             out.append(_typed(cfg, validate=False, check_paths=False, environ=os.environ, profile=profile))
         except ConfigError as exc:
             out.append(exc)
