@@ -11,21 +11,19 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
+from beam_slurm.policy.doctor import REQUEUE_HOLD_DEGRADED_S, Verdict
 from beam_slurm.policy.notice_budget import GB, Budget, recipe_budget, recipe_save_seconds
 from beam_slurm.slurm.values import SlurmValueError, describe_seconds, time_limit_seconds
 
 if TYPE_CHECKING:
     from beam_slurm.config.schema import BeamConfig
 
-Verdict = Literal["ok", "degraded", "broken"]
 SIGNAL_TOLERANCE_S = 2.0
 """Slurm's end times are whole seconds: a lead up to this much shorter than the one asked for is not late."""
 SLURM_EARLY_S = 60.0
 """Slurm documents that `--signal` may come up to this many seconds before the lead asked for."""
-REQUEUE_HOLD_DEGRADED_S = 300.0
-"""A hold above this keeps every requeued attempt waiting for minutes (Slurm's default is 121 s)."""
 LOCAL_WRITE_SLOW_GBYTES_PER_S = 0.5
 """Below this a node's local disk slows Ray's object spilling and a streamed optimizer state."""
 QUEUE_WAIT_DEGRADED_S = 600.0
