@@ -457,14 +457,14 @@ def plan_rows(cfg: BeamConfig, preemption: PreemptionInfo | None = None) -> list
     step, step_from = step_seconds(cfg)
     save = recipe_save_seconds(cfg)
     interval = cfg.checkpoint.interval
+    source = value_source(cfg, "cluster.storage_write_gbytes_per_s")  # a variable's, or a profile's (measured?)
+    bandwidth_from = f"; {source}" if source else ""
     rows = [
         (
             "notice",
             "save",
             f"{size / GB:,.1f} GB per training node ({size_from}) at "
-            f"{c.storage_write_gbytes_per_s:g} GB/s (cluster.storage_write_gbytes_per_s"
-            f"{'; ' + source if (source := value_source(cfg, 'cluster.storage_write_gbytes_per_s')) else ''}) = "
-            f"{_s(save)}",
+            f"{c.storage_write_gbytes_per_s:g} GB/s (cluster.storage_write_gbytes_per_s{bandwidth_from}) = {_s(save)}",
         ),
         ("notice", "step", f"{step:,.0f} s ({step_from})"),
     ]

@@ -30,7 +30,10 @@ QUICK = ("cluster.grace_s=30", "cluster.signal_before_s=120")
 def test_rehearsal_run_on_two_nodes(train_run):
     run = train_run(steps=7, ckpt_interval=3)
     # The header asks for USR1 300 s before the limit: a 10 minute limit keeps it away from this short run.
-    run.submit("--time=00:10:00", overrides=QUICK)
+    # A site's setup lines (a profile's cluster.setup): run by the batch shell before Python, their exports on every
+    # node (NCCL_* is inherited there by trainer.env_inherit).
+    setup = "cluster.setup=['echo site setup ran','export NCCL_SOCKET_NTHREADS=3']"
+    run.submit("--time=00:10:00", overrides=(*QUICK, setup))
     started = time.monotonic()
     state = run.finish(timeout=300)
     out = run.output()
@@ -60,6 +63,10 @@ def test_rehearsal_run_on_two_nodes(train_run):
     assert [m["step"] for m in run.metrics()] == list(range(1, 8))
     assert run.restarts() == 0
     assert not run.ray_left_running()
+    assert out.count("site setup ran") == 1, out  # once: the command started again after the lines skips them
+    for host in hosts:
+        exported = json.loads((run.export_path / "logs" / f"{run.job_id}-0" / "env" / f"{host}.json").read_text())
+        assert exported["exported"].get("NCCL_SOCKET_NTHREADS") == "3", (host, exported)
 
 
 def test_notice_saves_requeues_and_resumes(train_run):
