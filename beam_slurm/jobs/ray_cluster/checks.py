@@ -3,6 +3,8 @@ and that Ray hands every worker exactly the GPUs Slurm allocated (SkyRL issue 15
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from typing import Any
 
 from beam_slurm.core.ray_records import NodeFailure
@@ -11,6 +13,7 @@ from beam_slurm.jobs.ray_cluster.gpus import compare_gpu_view, probe_gpu_view
 # ray is imported inside the functions, on purpose: the checks run where Ray is already imported.
 
 PROBE_TIMEOUT_S = 120  # for the visibility probe on every node together
+RETRY_S = 0.5  # before a probe the scheduler could not place goes again
 
 
 def check_gpu_count(host: str, gpus: list[str], source: str, expected: int | None) -> None:
@@ -28,14 +31,20 @@ def check_gpu_count(host: str, gpus: list[str], source: str, expected: int | Non
 class GpuVisibilityCheck:
     """One probe per node with all its GPUs, launched as soon as the node registered, while the other nodes join."""
 
-    def __init__(self, ray: Any):
+    def __init__(
+        self, ray: Any, clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep
+    ):
+        from ray.exceptions import TaskUnschedulableError
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         self.ray = ray
         self.strategy = NodeAffinitySchedulingStrategy
+        self.unschedulable: type[Exception] = TaskUnschedulableError
         self.probe = ray.remote(probe_gpu_view)
         self.pending: dict[Any, dict[str, Any]] = {}
+        self.node_of: dict[Any, str] = {}  # the NodeID each probe was sent to
         self.launched: set[str] = set()
+        self.clock, self.sleep = clock, sleep
 
     def launch_ready(self, nodes: list[dict[str, Any]], node_files: dict[int, dict[str, Any]]) -> None:
         """Start the probe on every alive node with GPUs and a registration file that has none yet."""
@@ -48,24 +57,49 @@ class GpuVisibilityCheck:
             strategy = self.strategy(node_id=node["NodeID"], soft=False)
             ref = self.probe.options(num_gpus=count, num_cpus=0, scheduling_strategy=strategy).remote()
             self.pending[ref] = info
+            self.node_of[ref] = node["NodeID"]
             self.launched.add(node["NodeID"])
 
     def finish(self, nodes: list[dict[str, Any]], node_files: dict[int, dict[str, Any]]) -> None:
         """Launch what is left, wait for every probe; NodeFailure naming the first node whose view differs."""
         self.launch_ready(nodes, node_files)
         ray, pending = self.ray, self.pending
-        ready, not_ready = ray.wait(list(pending), num_returns=len(pending), timeout=PROBE_TIMEOUT_S)
-        if not_ready:
-            names = ", ".join(pending[ref]["host"] for ref in not_ready)
-            raise NodeFailure("infra", f"the GPU visibility probe did not run on {names} within {PROBE_TIMEOUT_S} s")
-        for ref in ready:
-            info = pending[ref]
-            view = ray.get(ref)
-            problem = compare_gpu_view(info["host"], [str(g) for g in info.get("gpus", [])], view, None)
-            if problem is None and view.get("noset"):
-                problem = (
-                    f"node {info['host']}: RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES is set, so Ray workers "
-                    "keep every GPU visible and all use GPU 0 (SkyRL issue 1577); unset it"
+        deadline = self.clock() + PROBE_TIMEOUT_S
+        while pending:
+            left = max(deadline - self.clock(), 0.0)
+            ready, not_ready = ray.wait(list(pending), num_returns=len(pending), timeout=left)
+            if not_ready and not ready:
+                names = ", ".join(pending[ref]["host"] for ref in not_ready)
+                raise NodeFailure(
+                    "infra", f"the GPU visibility probe did not run on {names} within {PROBE_TIMEOUT_S} s"
                 )
-            if problem:
-                raise NodeFailure("setup", problem)
+            for ref in ready:
+                info = pending.pop(ref)
+                try:
+                    view = ray.get(ref)
+                except self.unschedulable:
+                    # The node is in the GCS's table but not (yet, or no longer) in the scheduler's view: seen under
+                    # load just after it joined, and when its raylet left to retry on the next port block. Its
+                    # probe goes again to the node alive at its address now.
+                    self.launched.discard(self.node_of[ref])  # the same node may take its probe once placeable
+                    self.relaunch(info, node_files, deadline)
+                    continue
+                problem = compare_gpu_view(info["host"], [str(g) for g in info.get("gpus", [])], view, None)
+                if problem is None and view.get("noset"):
+                    problem = (
+                        f"node {info['host']}: RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES is set, so Ray workers "
+                        "keep every GPU visible and all use GPU 0 (SkyRL issue 1577); unset it"
+                    )
+                if problem:
+                    raise NodeFailure("setup", problem)
+
+    def relaunch(self, info: dict[str, Any], node_files: dict[int, dict[str, Any]], deadline: float) -> None:
+        """The probe of `info`'s node again, on the node alive at its address (after RETRY_S, so the scheduler's
+        view catches up); NodeFailure when none is there before `deadline`."""
+        while self.clock() < deadline:
+            self.sleep(RETRY_S)
+            alive = [n for n in self.ray.nodes() if n.get("Alive") and n.get("NodeManagerAddress") == info.get("ip")]
+            self.launch_ready(alive, node_files)
+            if any(other.get("ip") == info.get("ip") for other in self.pending.values()):
+                return
+        raise NodeFailure("infra", f"node {info['host']}: its Ray left the cluster during the GPU visibility check")
