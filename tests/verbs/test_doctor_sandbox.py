@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import socket
 import subprocess
 from pathlib import Path
 
 import pytest
+from slurm_conf_copies import conf_copy
 
 from beam_slurm.slurm import scheduler
 
@@ -21,7 +21,6 @@ pytestmark = [pytest.mark.sandbox, pytest.mark.slurm_semantics]
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 BEAM = str(REPO_ROOT / ".venv" / "bin" / "beam-slurm")
-SECRETS = ("slurmdbd.conf", "db.password")  # the daemons' own: no client reads them
 
 
 def doctor(env: dict[str, str], *overrides: str) -> tuple[int, dict | None, str]:
@@ -43,18 +42,6 @@ def _free_port(host: str) -> int:
     with socket.socket() as probe:
         probe.bind((host, 0))
         return probe.getsockname()[1]
-
-
-def _conf_copy(slurm_conf: Path, target: Path, **settings: str) -> Path:
-    """The sandbox's configuration folder copied, `settings` replacing those lines of slurm.conf."""
-    shutil.copytree(slurm_conf.parent, target, ignore=shutil.ignore_patterns(*SECRETS))
-    conf = target / "slurm.conf"
-    text = conf.read_text()
-    for key, value in {"MessageTimeout": "3", **settings}.items():
-        text, found = re.subn(rf"^{key}=.*$", f"{key}={value}", text, flags=re.M)
-        assert found == 1, f"{key} not in {conf}"
-    conf.write_text(text)
-    return conf
 
 
 def test_the_values_are_what_scontrol_says_and_low_is_not_broken(slurm_sandbox, env):
@@ -96,11 +83,11 @@ def test_a_partition_preempted_without_notice_is_broken_with_its_fix(slurm_sandb
 def test_a_daemon_that_does_not_answer_is_named(slurm_sandbox, env, tmp_path):
     host = re.search(r"^SlurmctldHost=\S+?\(([\d.]+)\)", slurm_sandbox.slurm_conf.read_text(), re.M)
     address = host.group(1) if host else "127.0.0.1"
-    controller = _conf_copy(slurm_sandbox.slurm_conf, tmp_path / "ctl", SlurmctldPort=str(_free_port(address)))
+    controller = conf_copy(slurm_sandbox.slurm_conf.parent, tmp_path / "ctl", SlurmctldPort=str(_free_port(address)))
     code, found, err = doctor({**env, "SLURM_CONF": str(controller)})
     assert code == 1 and found is None and "Traceback" not in err
     assert err.startswith("beam-slurm doctor: Slurm's controller (slurmctld) did not answer"), err
-    accounting = _conf_copy(slurm_sandbox.slurm_conf, tmp_path / "dbd", AccountingStoragePort=str(_free_port(address)))
+    accounting = conf_copy(slurm_sandbox.slurm_conf.parent, tmp_path / "dbd", AccountingStoragePort=str(_free_port(address)))
     code, found, err = doctor({**env, "SLURM_CONF": str(accounting)})
     assert code == 1 and found is not None and found["unanswered"] == ["slurmdbd"] and "Traceback" not in err
     assert "Slurm's accounting daemon (slurmdbd) did not answer" in err

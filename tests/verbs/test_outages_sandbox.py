@@ -15,7 +15,6 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import shutil
 import signal
 import socket
 import subprocess
@@ -26,6 +25,7 @@ from pathlib import Path
 
 import pytest
 from aime_files import write_aime_parquet
+from slurm_conf_copies import conf_copy
 
 pytestmark = [pytest.mark.sandbox, pytest.mark.slurm_semantics]
 
@@ -33,7 +33,6 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 BEAM = [str(REPO_ROOT / ".venv" / "bin" / "beam-slurm")]
 CONTROLLER = "Slurm's controller (slurmctld) did not answer"
 ACCOUNTING = "Slurm's accounting daemon (slurmdbd) did not answer"
-SECRETS = ("slurmdbd.conf", "db.password")  # the daemons' own: no client reads them
 BOUND_S = 240  # seconds a verb may take here before the test calls it hung
 
 
@@ -53,18 +52,6 @@ def _free_port(host: str) -> int:
     with socket.socket() as probe:
         probe.bind((host, 0))
         return probe.getsockname()[1]
-
-
-def _conf_copy(source: Path, target: Path, **settings: str) -> Path:
-    """The sandbox's configuration folder copied, with `settings` replacing those lines of slurm.conf."""
-    shutil.copytree(source, target, ignore=shutil.ignore_patterns(*SECRETS))
-    conf = target / "slurm.conf"
-    text = conf.read_text()
-    for key, value in {"MessageTimeout": "3", **settings}.items():
-        text, found = re.subn(rf"^{key}=.*$", f"{key}={value}", text, flags=re.M)
-        assert found == 1, f"{key} not in {conf}"
-    conf.write_text(text)
-    return conf
 
 
 def _mute_server(host: str, stop: threading.Event) -> int:
@@ -116,9 +103,9 @@ def shared(slurm_sandbox, tmp_path_factory):
     confs = tmp_path_factory.mktemp("outage-confs")
     stop = threading.Event()
     made = {
-        "controller": _conf_copy(folder, confs / "controller", SlurmctldPort=str(_free_port(address))),
-        "accounting": _conf_copy(folder, confs / "accounting", AccountingStoragePort=str(_free_port(address))),
-        "hung controller": _conf_copy(folder, confs / "hung", SlurmctldPort=str(_mute_server(address, stop))),
+        "controller": conf_copy(folder, confs / "controller", SlurmctldPort=str(_free_port(address))),
+        "accounting": conf_copy(folder, confs / "accounting", AccountingStoragePort=str(_free_port(address))),
+        "hung controller": conf_copy(folder, confs / "hung", SlurmctldPort=str(_mute_server(address, stop))),
     }
     # An export for evaluate's input checks (a config.json and an empty weights file): never loaded, since no
     # submission reaches Slurm while its controller does not answer.
