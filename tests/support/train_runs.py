@@ -25,6 +25,17 @@ QUICK_PREFLIGHT = ("cluster.fabric_check=false", "cluster.storage_probe_s=0")
 LIGHT_RAY = ("ray.include_dashboard=false",)
 """Every run here: no dashboard process on the head (nothing here reads it; tests/ray_cluster runs Ray with it).
 The lanes' bring-ups share two cores: a lighter head starts sooner under that load."""
+SCRIPT_GPUS_PER_NODE = 8  # the batch script's `#SBATCH --gpus-per-node`, what the sandbox's nodes have
+
+
+def few_gpus(gpus_per_node: int) -> tuple[str, ...]:
+    """Overrides of a run on `gpus_per_node` of each node's GPUs: the recipe's parallelism shrunk to fit (Megatron
+    TP x EP and one vLLM replica per node's GPUs), so the plan stays valid; the rehearsal places an actor per GPU."""
+    return (f"cluster.gpus_per_node={gpus_per_node}", f"megatron.tensor_parallel={gpus_per_node}",
+            "megatron.pipeline_parallel=1", f"megatron.expert_parallel={gpus_per_node}",
+            f"rollout.tensor_parallel={gpus_per_node}", "rollout.pipeline_parallel=1")
+
+
 ATTEMPT_FIELDS = ("JobID", "State", "NodeList", "Start", "End")
 
 # Environment variables the job would otherwise inherit from whoever runs the tests; the config reads them.
@@ -62,6 +73,10 @@ class TrainRun:
     measure_preflight: bool = False
     """Run the preflight's fabric check and storage probe (about 10 s per attempt here): on only in the tests of
     those two; the rest keep the other checks and save the time (`QUICK_PREFLIGHT`)."""
+    gpus_per_node: int = 2
+    """GPUs of each node the run asks for (`--gpus-per-node`, `few_gpus`): one rehearsal actor (a Ray worker
+    process) per GPU, and the lanes' CPU went mostly to Ray's worker processes, so runs that are not about GPUs
+    take 2 of the 8; those that are (the two-node rehearsal, the hang dumps) ask for all 8."""
     script: Path = TRAIN_SCRIPT
     """The batch script submitted (a test may submit an edited copy)."""
     job_id: str = ""
@@ -101,9 +116,13 @@ class TrainRun:
         script = os.path.relpath(self.script, self.work)  # as a user in their own folder would type it
         given = {o.split("=", 1)[0] for o in overrides}
         defaults = LIGHT_RAY if self.measure_preflight else (*QUICK_PREFLIGHT, *LIGHT_RAY)
+        gpus: tuple[str, ...] = ()
+        if self.gpus_per_node != SCRIPT_GPUS_PER_NODE:
+            defaults = (*defaults, *few_gpus(self.gpus_per_node))
+            gpus = (f"--gpus-per-node={self.gpus_per_node}",)
         overrides = (*[o for o in defaults if o.split("=", 1)[0] not in given], *overrides)
         proc = subprocess.run(
-            ["sbatch", "--parsable", f"--output={self.work}/%x-%j.out", *sbatch_args, script, *overrides],
+            ["sbatch", "--parsable", f"--output={self.work}/%x-%j.out", *gpus, *sbatch_args, script, *overrides],
             cwd=self.work, env=self.env(), capture_output=True, text=True, timeout=60)
         assert proc.returncode == 0, f"sbatch failed: {proc.stderr}"
         self.job_id = proc.stdout.strip().split(";")[0]

@@ -33,7 +33,7 @@ for folder in (TESTS.parent / "tools",):
 import evaluation_inputs  # noqa: E402  (the tiny model builder and the taught answers)
 from bench_prepare_data import make_dapo  # noqa: E402  (the demonstration's DAPO-Math-17K generator)
 from dapo_inputs import row, write_dapo  # noqa: E402  (the data tests' inputs in the real schemas)
-from train_runs import INHERITED_SETTINGS, REPO_ROOT, wait_for  # noqa: E402
+from train_runs import INHERITED_SETTINGS, REPO_ROOT, few_gpus, wait_for  # noqa: E402
 
 from beam_slurm.config.overrides import override  # noqa: E402
 from beam_slurm.jobs.data.dapo_format import dapo_prompt  # noqa: E402
@@ -48,11 +48,13 @@ CONFIG_ENV = (*INHERITED_SETTINGS, "MODEL_PATH", "DATA_DIR", "CKPT_PATH", "EXPOR
 DAPO_ROWS, DAPO_PROMPTS = 1_791_700, 17_917
 # 2.5 s steps: the notice must land before the run's end after two checkpoints were seen, though each `status`
 # on a loaded machine takes seconds (with 1.5 s steps the run once ended during the notice)
-STEPS, CKPT_INTERVAL, HF_INTERVAL, STEP_SECONDS = 40, 5, 10, 2.5
-EXPORT_STEPS = [10, 20, 30, 40]  # every hf_save_interval (the end is one of them); a save on notice exports nothing
+STEPS, CKPT_INTERVAL, HF_INTERVAL, STEP_SECONDS = 40, 5, 20, 2.5
+# Two exports, each with its evaluation job (vLLM on the lane's CPUs): every hf_save_interval, the end one of them; a
+# save on notice exports nothing.
+EXPORT_STEPS = [20, 40]
 # The training job queues an export's evaluation once the export is 60 s unchanged (the chain's settle time), or
-# at its end. With the notice sent right after step 10, the second attempt outlives that minute by ~20 s, so the
-# evaluation of step 10 is queued while training runs and the later ones at its end.
+# at its end. With the notice sent right after step 20, the second attempt outlives that minute by ~20 s, so the
+# evaluation of step 20 is queued while training runs and the last one at its end.
 # (problem, truth) in file order. `--limit 2` evaluates the first two of each file: AIME 2025 has one problem the
 # taught model gets right (42) and one it cannot (7), the AIME 2024 file two right ones.
 AIME2025 = [("Problem A: find x.", "042"), ("Problem B: compute y.", "007"), ("Problem C: count z.", "042")]
@@ -209,7 +211,7 @@ def test_submit_runs_data_train_requeue_and_one_evaluation_per_export(slurm_sand
         f"paths.export_path={export_path}", f"max_training_steps={STEPS}", f"checkpoint.interval={CKPT_INTERVAL}",
         f"checkpoint.hf_save_interval={HF_INTERVAL}", "cluster.time_limit=00:15:00", "cluster.signal_before_s=60",
         "cluster.grace_s=30", "cluster.stop_grace_s=20", "rollout.pipeline_parallel=1", "eval.chain=true",
-        "eval.chain_poll_s=2", override("eval.chain_extra_args", CPU_EVAL_ARGS), *data_overrides)
+        "eval.chain_poll_s=2", override("eval.chain_extra_args", CPU_EVAL_ARGS), *few_gpus(2), *data_overrides)
     assert submitted.returncode == 0, submitted.stderr
     ids = {parts[0]: parts[2] for parts in map(str.split, submitted.stdout.splitlines())
            if len(parts) > 2 and parts[1] == "job"}
@@ -248,7 +250,7 @@ def test_submit_runs_data_train_requeue_and_one_evaluation_per_export(slurm_sand
             seen_running.append(checkpoint_step(rows["train"]))
             assert rows["train"]["restarts"] == 0 and rows["train"]["nodes"], story.story()
         exported = (export_path / f"global_step_{HF_INTERVAL}").is_dir()
-        # Two checkpoints seen, not one: a slow `status` on a loaded machine may first see step 10 already.
+        # Two checkpoints seen, not one: a slow `status` on a loaded machine may first see step 20 already.
         grown = len({s for s in seen_running if s is not None}) >= 2
         return exported and grown and (checkpoint_step(rows["train"]) or 0) >= HF_INTERVAL
 

@@ -1,7 +1,8 @@
 """A 64-point sweep (4 x 4 x 4) on the Slurm sandbox: every point validated and submitted (one shared data job, 64
 training jobs held at submission), `status` of the whole sweep with one squeue and one sacct call (counted by a test
 double that wraps the real `scheduler.squeue_rows` / `scheduler.sacct_rows` and calls them), and a real 1-step
-rehearsal on the sweep's first 4 points (their jobs released, the other 60 cancelled unstarted).
+rehearsal on the sweep's first 2 points (their jobs released side by side on the lane's 4 nodes, the other 62
+cancelled unstarted).
 
 Timings are the benchmark's subject (tools/bench_submit.py), not this test's."""
 
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from test_sandbox_pipeline import sandbox_run  # noqa: F401  (the fixture)
+from train_runs import few_gpus
 
 from beam_slurm.slurm import scheduler
 from beam_slurm.verbs import status as status_mod
@@ -23,7 +25,8 @@ pytestmark = pytest.mark.sandbox
 AXES = ["algorithm.lr=1e-5,2e-5,3e-5,4e-5", "lora.rank=8,16,32,64", "generation.temperature=0.7,0.8,0.9,1.0"]
 ONE_STEP = ["recipe=lora_16gpu", "trainer.backend=rehearsal", "max_training_steps=1", "checkpoint.interval=1",
             "cluster.time_limit=00:10:00", "cluster.signal_before_s=60", "cluster.grace_s=30",
-            "cluster.stop_grace_s=20", "cluster.extra_sbatch_args=['--hold']"]
+            "cluster.stop_grace_s=20", "cluster.extra_sbatch_args=['--hold']",
+            *few_gpus(2)]  # 2 of each node's GPUs: 4 rehearsal actors a run, not 16
 
 
 class CountingScheduler:
@@ -77,10 +80,10 @@ def test_64_point_sweep_submitted_with_status_in_one_squeue_and_one_sacct(slurm_
     assert {r["job_id"] for r in rows if r["stage"] == "train"} == set(trains)
     assert all(r["state"] == "PENDING" for r in rows if r["stage"] == "train"), rows
 
-    # The first 4 points run for real: 1 rehearsal step each, after the shared data job.
-    first = trains[:4]
+    # The first 2 points run for real, at once on the lane's 4 nodes: 1 rehearsal step each, after the shared data job.
+    first = trains[:2]
     subprocess.run(["scontrol", "release", ",".join(first)], env=slurm_sandbox.env(), check=True, timeout=60)
-    for job in trains[4:]:
+    for job in trains[2:]:
         slurm_sandbox.cancel(job)
     assert slurm_sandbox.wait(next(iter(data_jobs)), timeout=300) == "COMPLETED"
     for job in first:
@@ -90,4 +93,4 @@ def test_64_point_sweep_submitted_with_status_in_one_squeue_and_one_sacct(slurm_
     train_rows = {r["job_id"]: r for r in rows if r["stage"] == "train"}
     assert all(train_rows[j]["state"] == "COMPLETED" and train_rows[j]["checkpoint"] == 1 and
                train_rows[j]["max_training_steps"] == 1 for j in first), rows
-    assert all(train_rows[j]["state"] == "CANCELLED" for j in trains[4:]), rows
+    assert all(train_rows[j]["state"] == "CANCELLED" for j in trains[2:]), rows

@@ -28,8 +28,8 @@ pytestmark = [pytest.mark.sandbox, pytest.mark.vllm, pytest.mark.slow]
 CPU_EVAL_ARGS = ["rollout.tensor_parallel=1", "rollout.pipeline_parallel=1", "eval.responses_per_problem=2",
                  "generation.max_response_tokens=16", "generation.max_prompt_tokens=256", "eval.dtype=float32",
                  "eval.gpu_memory_utilization=0.05", "eval.enforce_eager=true", "eval.limit=2", "grade.workers=1"]
-STEPS, HF_INTERVAL = 45, 15
-EXPORT_STEPS = [15, 30, 45]  # every hf_save_interval (the last one is also the end)
+STEPS, HF_INTERVAL, STEP_SECONDS = 30, 15, 2.0
+EXPORT_STEPS = [15, 30]  # every hf_save_interval (the last one is also the end), each one evaluation job
 SETTLE_S = 8  # an export unchanged this long is complete (the default minute would only make the test longer)
 
 
@@ -37,8 +37,8 @@ def test_chain_evaluates_each_export_once_across_a_requeue(train_run, tmp_path):
     inputs = evaluation_inputs
     run_name = f"chain-{uuid.uuid4().hex[:8]}"
     # The first export (step 15) must settle (SETTLE_S unchanged) and be submitted while attempt 0 still runs, so
-    # that the requeued attempt finds it already claimed: 1 s steps leave it 30 steps to do so.
-    run = train_run(steps=STEPS, ckpt_interval=5, step_seconds=1.0, extra_env={"RUN_NAME": run_name})
+    # that the requeued attempt finds it already claimed: 2 s steps leave it 30 s to do so, and the notice ~20 s.
+    run = train_run(steps=STEPS, ckpt_interval=5, step_seconds=STEP_SECONDS, extra_env={"RUN_NAME": run_name})
     model = inputs.build_tiny_model(tmp_path / "model", taught_answers=inputs.TAUGHT_ANSWERS,
                                     taught_prompts=inputs.TAUGHT_PROMPTS)
     shutil.copytree(model, run.model_path)  # nodes have a private /tmp: the model must be on shared storage

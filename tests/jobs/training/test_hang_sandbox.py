@@ -38,7 +38,8 @@ def attempts_of(run) -> list[dict]:
 
 
 def test_an_actor_that_stops_making_progress_is_dumped_ended_and_the_run_resumes(train_run):
-    run = train_run(steps=10, ckpt_interval=3, step_seconds=1.0)
+    # Every GPU of the nodes: the dumps are of every process, eight GPU actors a node among them.
+    run = train_run(steps=10, ckpt_interval=3, step_seconds=1.0, gpus_per_node=8)
     run.submit(f"--time={LIMIT_S // 60}", overrides=(*QUICK, "trainer.rehearsal_hang_at_step=6", "cluster.max_in_job_attempts=0"))
     state = run.finish(timeout=LIMIT_S)
     assert state == "COMPLETED", run.output()[-6000:]

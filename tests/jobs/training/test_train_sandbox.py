@@ -28,7 +28,7 @@ QUICK = ("cluster.grace_s=30", "cluster.signal_before_s=120")
 
 
 def test_rehearsal_run_on_two_nodes(train_run):
-    run = train_run(steps=7, ckpt_interval=3)
+    run = train_run(steps=7, ckpt_interval=3, gpus_per_node=8)  # the recipe's GPUs as they are: 16 actors
     # The header asks for USR1 300 s before the limit: a 10 minute limit keeps it away from this short run.
     # A site's setup lines (a profile's cluster.setup): run by the batch shell before Python, their exports on every
     # node (NCCL_* is inherited there by trainer.env_inherit).
