@@ -125,8 +125,9 @@ class Story:
         assert not failed, f"{', '.join(failed)}\n{self.story()}\n{self.logs()}"
         return rows
 
-    def status_until(self, predicate, timeout: float, what: str, interval: float = 1.0) -> dict[str, dict]:
-        """Poll status until predicate(rows) holds; returns those rows."""
+    def status_until(self, predicate, timeout: float, what: str, interval: float = 2.0) -> dict[str, dict]:
+        """Poll status until predicate(rows) holds; returns those rows. Each `status` is a CLI run (about a second
+        of CPU): the story polls as often as what it must see asks, no more, beside the lanes' other runs."""
         try:
             return wait_for(lambda: (lambda rows: rows if predicate(rows) else None)(self.status()), timeout, what,
                             interval=interval)
@@ -286,7 +287,8 @@ def test_submit_runs_data_train_requeue_and_one_evaluation_per_export(slurm_sand
             evaluated_while_training.update(eval_rows(rows))
         return train["state"] not in LIVE_STATES
 
-    story.status_until(training_ended, 600, "the training job to end")
+    # Checkpoints every 12.5 s over the second attempt's ~50 s: two of them are seen at one look every ~3 s.
+    story.status_until(training_ended, 600, "the training job to end", interval=3.0)
     story.mark("training ended")
     assert resumed_steps and resumed_steps == sorted(resumed_steps) and resumed_steps[0] >= saved_on_notice
     assert len(set(resumed_steps)) >= 2, story.story()
@@ -302,7 +304,7 @@ def test_submit_runs_data_train_requeue_and_one_evaluation_per_export(slurm_sand
         live_eval_seen.update(step for step, r in evals.items() if r["state"] in LIVE_STATES)
         return len(evals) == len(EXPORT_STEPS) and all(r["state"] not in LIVE_STATES for r in evals.values())
 
-    rows = story.status_until(evaluations_ended, 900, "every evaluation job to end")
+    rows = story.status_until(evaluations_ended, 900, "every evaluation job to end", interval=5.0)
     story.mark("evaluations ended")
     assert STEPS in live_eval_seen, f"the last export's evaluation was never seen queued or running\n{story.story()}"
 
