@@ -46,14 +46,8 @@ def started_daemons(version: str) -> dict[int, tuple[str, str]]:
     """The daemons the tool started (the pids in their pid files), without the passing processes that carry their
     marker too: a slurmd's fork for one request, a job's slurmstepd."""
     tool = load_tool()
-
-    def recorded(state_dir: str, name: str) -> int | None:
-        try:
-            return int(tool.Layout(Path(state_dir)).pid_file(name).read_text().strip())
-        except (OSError, ValueError):
-            return None
-
-    return {pid: owner for pid, owner in daemons(version).items() if recorded(*owner) == pid}
+    return {pid: (state_dir, name) for pid, (state_dir, name) in daemons(version).items()
+            if tool.daemon_pid(tool.Layout(Path(state_dir)), name) == pid}
 
 
 class Cluster:

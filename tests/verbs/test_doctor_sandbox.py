@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import json
 import re
-import socket
 import subprocess
 from pathlib import Path
 
 import pytest
+from local_ports import free_port
 from slurm_conf_copies import conf_copy
 
 from beam_slurm.slurm import scheduler
@@ -36,12 +36,6 @@ def env(slurm_sandbox):
     for name in ("BEAM_SLURM_CLUSTER", "SBATCH_PARTITION", "CKPT_PATH", "EXPORT_PATH", "RUN_NAME", "BEAM_LOG_DIR"):
         environment.pop(name, None)
     return environment
-
-
-def _free_port(host: str) -> int:
-    with socket.socket() as probe:
-        probe.bind((host, 0))
-        return probe.getsockname()[1]
 
 
 def test_the_values_are_what_scontrol_says_and_low_is_not_broken(slurm_sandbox, env):
@@ -83,11 +77,11 @@ def test_a_partition_preempted_without_notice_is_broken_with_its_fix(slurm_sandb
 def test_a_daemon_that_does_not_answer_is_named(slurm_sandbox, env, tmp_path):
     host = re.search(r"^SlurmctldHost=\S+?\(([\d.]+)\)", slurm_sandbox.slurm_conf.read_text(), re.M)
     address = host.group(1) if host else "127.0.0.1"
-    controller = conf_copy(slurm_sandbox.slurm_conf.parent, tmp_path / "ctl", SlurmctldPort=str(_free_port(address)))
+    controller = conf_copy(slurm_sandbox.slurm_conf.parent, tmp_path / "ctl", SlurmctldPort=str(free_port(address)))
     code, found, err = doctor({**env, "SLURM_CONF": str(controller)})
     assert code == 1 and found is None and "Traceback" not in err
     assert err.startswith("beam-slurm doctor: Slurm's controller (slurmctld) did not answer"), err
-    accounting = conf_copy(slurm_sandbox.slurm_conf.parent, tmp_path / "dbd", AccountingStoragePort=str(_free_port(address)))
+    accounting = conf_copy(slurm_sandbox.slurm_conf.parent, tmp_path / "dbd", AccountingStoragePort=str(free_port(address)))
     code, found, err = doctor({**env, "SLURM_CONF": str(accounting)})
     assert code == 1 and found is not None and found["unanswered"] == ["slurmdbd"] and "Traceback" not in err
     assert "Slurm's accounting daemon (slurmdbd) did not answer" in err

