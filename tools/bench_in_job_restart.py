@@ -37,14 +37,15 @@ CASES = {
 
 
 def raylet_of(job_id: str, node: str) -> int | None:
-    """The raylet of the job's first attempt on `node` (the nodes share this machine's process table)."""
+    """The raylet of the job's first attempt on `node` (the nodes share this machine's process table; the job's folder
+    on a node is /tmp/ray-<job>-<attempt>-<random>)."""
     for entry in filter(str.isdigit, os.listdir("/proc")):
         try:
             cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
             environ = Path(f"/proc/{entry}/environ").read_bytes().split(b"\0")
         except OSError:
             continue
-        if (b"/raylet/raylet" in cmdline and f"/tmp/ray-{job_id}-0/".encode() in cmdline
+        if (b"/raylet/raylet" in cmdline and f"/tmp/ray-{job_id}-0-".encode() in cmdline
                 and f"SLURMD_NODENAME={node}".encode() in environ):
             return int(entry)
     return None

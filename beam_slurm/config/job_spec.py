@@ -32,6 +32,8 @@ class JobSpec:
     log_copy: LogCopySettings | None = None  # None: the schema's defaults
     env_manifest: dict[str, Any] | None = None  # `env_manifest.describe`: names, patterns, file paths
     sigterm_notice: bool = False  # hold a first SIGTERM that may be a preemption's only notice (a save fits)
+    # After the driver fails, how long the head keeps the cluster up for the batch shell's warm restart; 0: it ends.
+    restart_wait_s: float = 0.0
     # Bring-up timing for ray_ready.json: the batch shell's start, the preflight, the Ray step's launch.
     job_start_time: float | None = None
     preflight_window: tuple[float, float] | None = None

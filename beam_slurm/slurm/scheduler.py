@@ -129,6 +129,13 @@ def step_ids(job_id: str | int, step_name: str) -> list[str]:
     return [line.split()[0] for line in out.splitlines() if len(line.split()) == 2 and line.split()[1] == step_name]
 
 
+def step_nodes(job_id: str | int, step_name: str) -> dict[str, str]:
+    """Running steps named `step_name` by their node list ('n3' for a one-node step), in one squeue call."""
+    out = run(["squeue", "--steps", "--noheader", "--format=%i %j %N", f"--jobs={job_id}"])
+    rows = (line.split() for line in out.splitlines())
+    return {row[2]: row[0] for row in rows if len(row) == 3 and row[1] == step_name}
+
+
 def signal_step(step_id: str, signal_name: str) -> None:
     """Deliver a signal to every task of one step (`scancel --signal=NAME <job>.<step>`), without ending it."""
     run(["scancel", f"--signal={signal_name}", step_id])

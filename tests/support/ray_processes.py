@@ -16,9 +16,10 @@ from pathlib import Path
 RAY = Path(sys.executable).with_name("ray")
 
 
-def raylet_pids(job_id: str, *, attempt: int | None = None, node: str | None = None, not_on: str | None = None,
+def raylet_pids(job_id: str, *, attempt: int | str | None = None, node: str | None = None, not_on: str | None = None,
                 rank: int | None = None) -> list[int]:
-    """Raylets of this job (of one attempt when given), on `node`, not on `not_on`, or of task `rank`."""
+    """Raylets of this job (of one attempt when given: 0, or '0.1' for an in-job restart), on `node`, not on `not_on`,
+    or of the node of Ray rank `rank` (BEAM_RAY_RANK: each node is its own step)."""
     # The job's folder is /tmp/ray-<job>-<attempt>-<random> (beam_slurm.jobs.ray_cluster.local_ray).
     temp_dir = f"/tmp/ray-{job_id}-{'' if attempt is None else f'{attempt}-'}".encode()
     found = []
@@ -36,7 +37,7 @@ def raylet_pids(job_id: str, *, attempt: int | None = None, node: str | None = N
             continue
         if not_on is not None and f"SLURMD_NODENAME={not_on}".encode() in environ:
             continue
-        if rank is not None and f"SLURM_PROCID={rank}".encode() not in environ:
+        if rank is not None and f"BEAM_RAY_RANK={rank}".encode() not in environ:
             continue
         found.append(int(entry))
     return found

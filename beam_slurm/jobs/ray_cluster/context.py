@@ -1,4 +1,9 @@
-"""What one task of the Ray step knows about itself: Slurm's environment and the attempt's job spec."""
+"""What one Ray node of the job knows about itself: Slurm's environment and the attempt's job spec.
+
+The batch shell starts one step per node (`jobs.training.ray_steps`), so a node's place in the cluster is not its
+task rank but what the shell set: RANK_ENV, NODES_ENV (the cluster's hosts in rank order) and CLUSTER_ENV (which
+bring-up of the job it belongs to: its rendezvous folder). Without them (one step over every node) Slurm's task rank
+and step are used."""
 
 from __future__ import annotations
 
@@ -12,6 +17,10 @@ from beam_slurm.core.layout import attempt_dir, environ_attempt_label
 from beam_slurm.core.ray_records import NodeFailure
 from beam_slurm.slurm.scheduler import SlurmCommandError, expand_hostnames
 
+RANK_ENV = "BEAM_RAY_RANK"
+NODES_ENV = "BEAM_RAY_NODES"
+CLUSTER_ENV = "BEAM_RAY_CLUSTER"
+
 
 @dataclass
 class NodeContext:
@@ -20,7 +29,7 @@ class NodeContext:
     job_id: str
     attempt: int  # SLURM_RESTART_COUNT
     attempt_label: str  # the attempt as status names it: `0`, or `0.1` for an in-job restart
-    step: str  # SLURM_STEP_ID: separates two Ray steps of one attempt
+    step: str  # CLUSTER_ENV, else SLURM_STEP_ID: separates two bring-ups of one attempt
     rank: int  # SLURM_PROCID; 0 is the head
     num_nodes: int
     host: str
@@ -37,6 +46,9 @@ class NodeContext:
             raise NodeFailure("setup", f"{', '.join(missing)} not set: run this module with srun inside the job")
         num_nodes = int(env.get("SLURM_STEP_NUM_NODES") or env.get("SLURM_NNODES") or 1)
         num_tasks = int(env.get("SLURM_STEP_NUM_TASKS") or env.get("SLURM_NTASKS") or num_nodes)
+        cluster_hosts = [h for h in env.get(NODES_ENV, "").split(",") if h]
+        if cluster_hosts:  # one step per node: the shell says where this one stands
+            num_nodes = num_tasks = len(cluster_hosts)
         if num_tasks != num_nodes:
             raise NodeFailure(
                 "setup",
@@ -45,7 +57,7 @@ class NodeContext:
             )
         nodelist = env.get("SLURM_STEP_NODELIST") or env.get("SLURM_JOB_NODELIST") or ""
         try:
-            hosts = expand_hostnames(nodelist) if nodelist else []
+            hosts = cluster_hosts or (expand_hostnames(nodelist) if nodelist else [])
         except SlurmCommandError:
             hosts = []
         folder = attempt_dir(env)
@@ -57,8 +69,8 @@ class NodeContext:
             job_id=env["SLURM_JOB_ID"],
             attempt=int(env.get("SLURM_RESTART_COUNT") or 0),
             attempt_label=environ_attempt_label(env),
-            step=env.get("SLURM_STEP_ID", "0"),
-            rank=int(env["SLURM_PROCID"]),
+            step=env.get(CLUSTER_ENV) or env.get("SLURM_STEP_ID", "0"),
+            rank=int(env.get(RANK_ENV) or env["SLURM_PROCID"]),
             num_nodes=num_nodes,
             host=env.get("SLURMD_NODENAME") or socket.gethostname(),
             step_hosts=hosts,

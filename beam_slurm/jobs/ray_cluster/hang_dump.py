@@ -1,7 +1,7 @@
 """On a hang: what each node can say about this job's processes, then ending them for certain. One task per node
 (`srun --overlap`, beside the Ray step), started by the batch shell's hang watchdog (`attempt.Attempt.handle_hang`).
 
-    python -m beam_slurm.jobs.ray_cluster.hang_dump --dir <attempt>/hang --job <id> --step <ray step id> [--end]
+    python -m beam_slurm.jobs.ray_cluster.hang_dump --dir <attempt>/hang --job <id> --step <ray step ids,...> [--end]
 
 The job's processes on a node are those whose environment names this job, the Ray step and this node. Without
 `--end`, into `<dir>/<node>/`: a `py-spy dump --nonblocking` of every Python process (the default mode stops the
@@ -77,7 +77,9 @@ def is_python(pid: int) -> bool:
 
 
 def step_processes(job_id: str, step_id: str) -> list[int]:
-    """Pids on this node whose environment names this job's step (never this process or its parents)."""
+    """Pids on this node whose environment names one of this job's steps `step_id` (comma-separated: the Ray steps,
+    one a node), never this process or its parents."""
+    steps = set(step_id.split(","))
     mine, pid = set(), os.getpid()
     while pid > 1:  # this task and the slurmstepd above it
         mine.add(pid)
@@ -90,7 +92,7 @@ def step_processes(job_id: str, step_id: str) -> list[int]:
         pid
         for pid in pids
         if (env := _environ(pid)).get("SLURM_JOB_ID") == job_id
-        and env.get("SLURM_STEP_ID") == step_id
+        and env.get("SLURM_STEP_ID") in steps
         and (node is None or env.get("SLURMD_NODENAME", node) == node)
     )
 
@@ -211,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--dir", required=True, type=Path, help="the attempt's hang/ folder")
     parser.add_argument("--job", required=True, help="SLURM_JOB_ID of the job")
-    parser.add_argument("--step", required=True, help="SLURM_STEP_ID of the Ray step")
+    parser.add_argument("--step", required=True, help="SLURM_STEP_IDs of the Ray steps, comma-separated")
     parser.add_argument("--end", action="store_true", help="end the step's processes instead of dumping them")
     parser.add_argument("--grace", type=float, default=10.0, help="seconds between SIGTERM and SIGKILL")
     args = parser.parse_args(argv)

@@ -1,5 +1,10 @@
-"""Rank 0 of the Ray step: `ray start --head` on the job's ports, publish the address, poll the GCS until every node
-and GPU registered, check GPU visibility, then run the driver while watching the workers; exit with its status."""
+"""Rank 0 of the Ray cluster: `ray start --head` on the job's ports, publish the address, poll the GCS until every node
+and GPU registered, check GPU visibility, then run the driver while watching the workers; exit with its status.
+
+A warm restart (`restart_driver`): when the driver fails and the job spec gives `restart_wait_s`, the head keeps its
+Ray up and waits for the batch shell's restart request in the rendezvous folder (which may also come while the driver
+runs: a hang). It stops the driver, has every kept node check that the driver's worker processes are gone
+(`leftovers.check_freed`), waits for the new nodes to join, and runs the driver again for the new attempt."""
 
 from __future__ import annotations
 
@@ -8,10 +13,13 @@ import os
 import signal
 import subprocess
 import time
+from pathlib import Path
 from typing import Any
 
+from beam_slurm.config.job_spec import JobSpec
 from beam_slurm.config.ports import RayPorts
-from beam_slurm.core.atomic_files import write_json
+from beam_slurm.core.atomic_files import read_json, write_json
+from beam_slurm.core.layout import IN_JOB_ATTEMPT_ENV
 from beam_slurm.core.ray_records import (
     EXIT_INFRA,
     EXIT_STOPPED,
@@ -25,6 +33,7 @@ from beam_slurm.core.ray_records import (
 )
 from beam_slurm.jobs.ray_cluster import auth
 from beam_slurm.jobs.ray_cluster.checks import GpuVisibilityCheck, check_gpu_count
+from beam_slurm.jobs.ray_cluster.leftovers import check_freed
 from beam_slurm.jobs.ray_cluster.network import node_ipv4
 from beam_slurm.jobs.ray_cluster.role import NodeRole
 from beam_slurm.jobs.ray_cluster.supervision import WorkerWatch, stop_process_group
@@ -32,6 +41,7 @@ from beam_slurm.policy.requeue import preempted
 from beam_slurm.slurm import scheduler
 
 logger = logging.getLogger(__name__)
+FREED_MARGIN_S = 20.0  # beyond the driver's stop grace: the kept nodes' SIGKILL of leftovers and their reports
 
 # ray is imported inside wait_for_cluster, on purpose: once `ray start` is up, and only for the checks.
 
@@ -88,7 +98,127 @@ class Head(NodeRole):
         write_json(self.rendezvous.ready_file, timing)
         if self.ctx.attempt_dir is not None:
             write_json(self.ctx.attempt_dir / READY_FILE, timing)
-        return EXIT_STOPPED if self.stop_requested else self.run_driver(driver, address)
+        if self.stop_requested:
+            return EXIT_STOPPED
+        in_job, env = int(os.environ.get(IN_JOB_ATTEMPT_ENV) or 0), dict[str, str]()
+        while True:
+            status, request = self.run_driver(driver, address, env)
+            if request is None and status != 0 and not self.stop_requested:
+                request = self.wait_for_restart(in_job)
+            if request is None:
+                break
+            in_job, env = int(request["in_job"]), dict(request.get("env") or {})
+            driver = list(request.get("driver") or driver)  # the new attempt's: it resumes
+            if not self.restart_driver(request, address):
+                status = EXIT_INFRA
+                break
+        write_json(self.rendezvous.ended_file, {"status": status, "time": time.time()})
+        return status
+
+    def wait_for_restart(self, in_job: int) -> dict[str, Any] | None:
+        """After the driver failed: the batch shell's restart request, or None on a stop, the head's own Ray dying
+        or after the job spec's `restart_wait_s` (0: no wait, the head ends as before warm restarts)."""
+        wait_s = self.ctx.spec.restart_wait_s
+        if wait_s <= 0:
+            return None
+        logger.info(f"the driver failed: keeping this cluster up for a warm restart (up to {wait_s:.0f} s)")
+        deadline = self.clock() + wait_s
+        while not self.stop_requested and self.clock() < deadline:
+            request = self.rendezvous.latest_restart(in_job)
+            if request is not None:
+                return request
+            if not self.ray.alive(("/raylet/raylet", "gcs_server")):
+                self.record_failure("infra", f"node {self.ctx.host}: the head's Ray died after the driver")
+                return None
+            self.sleep(min(0.2, self.settings.poll_interval_s))
+        logger.info("no warm restart requested: ending")
+        return None
+
+    def restart_driver(self, request: dict[str, Any], address: str) -> bool:
+        """Carry out a warm restart request (the old driver already stopped): every kept node's worker processes of
+        the old driver gone, the new nodes joined and checked; False (the failure recorded) when the cluster cannot
+        go on, so the batch shell restarts cold."""
+        began = time.time()
+        self.ctx.attempt_dir = Path(request["attempt_dir"])  # the new attempt's records: failure, driver, ready
+        self.ctx.spec = JobSpec.read(self.ctx.attempt_dir)
+        self.ctx.step_hosts = list(request["ranks"])
+        in_job, kept = int(request["in_job"]), list(request["keep"])
+        logger.info(
+            f"warm restart for in-job attempt {in_job}: kept {','.join(kept)}"
+            + (f", new {','.join(request['start'])}" if request.get("start") else ", the driver alone")
+        )
+        freed = check_freed(self.ray, self.settings.driver_stop_grace_s, clock=self.clock, sleep=self.sleep)
+        write_json(self.rendezvous.freed_file(in_job, 0), freed)
+        unfreed = self.wait_for_freed(in_job, kept)
+        if unfreed:
+            self.record_failure("infra", f"warm restart: {unfreed}")
+            return False
+        freed_at = time.time()
+        self.started_clock = self.clock()  # the readiness deadline counts from the restart
+        if not self.wait_for_new_nodes(list(request.get("start") or []), float(request.get("time") or began)):
+            return False
+        registered = self.wait_for_cluster(address)
+        timing = {
+            "warm": True,
+            "in_job": in_job,
+            "restart_requested": float(request.get("time") or began),
+            "stopping_done": freed_at,
+            "registered": self.registered_at,
+            "gpus_checked": self.checked_at or time.time(),
+            "client_released": time.time(),
+            "nodes": self.ctx.num_nodes,
+            "gpus": registered,
+            "kept": kept,
+            "started": list(request.get("start") or []),
+        }
+        write_json(self.rendezvous.ready_file, timing)
+        write_json(self.ctx.attempt_dir / READY_FILE, timing)
+        logger.info(f"warm restart: {self.ctx.num_nodes} nodes and {registered} GPUs registered again")
+        return not self.stop_requested
+
+    def wait_for_new_nodes(self, hosts: list[str], since: float) -> bool:
+        """Until each new node's Ray joined (its node file republished since the request, with its raylet's port):
+        the GCS may still count a lost node's raylet alive, so its count alone does not say the new one is in."""
+        ranks = [rank for rank, host in enumerate(self.ctx.step_hosts) if host in hosts]
+        deadline = self.started_clock + self.settings.readiness_timeout_s
+        while not self.stop_requested:
+            files = self.rendezvous.nodes()
+            waiting = [
+                self.ctx.host_of_rank(rank)
+                for rank in ranks
+                if not files.get(rank, {}).get("node_manager_port") or float(files[rank].get("time", 0)) < since
+            ]
+            if not waiting:
+                return True
+            if self.clock() > deadline:
+                self.record_failure(
+                    "infra",
+                    f"warm restart: {','.join(waiting)} did not join the cluster within "
+                    f"ray.readiness_timeout_s={self.settings.readiness_timeout_s:.0f}s",
+                )
+                return False
+            self.sleep(0.1)
+        return False
+
+    def wait_for_freed(self, in_job: int, kept: list[str]) -> str:
+        """Every kept node's freed file, clean: '' when so, else what is left or missing (at the deadline)."""
+        ranks = [rank for rank, host in enumerate(self.ctx.step_hosts) if host in kept]
+        deadline = self.clock() + self.settings.driver_stop_grace_s + FREED_MARGIN_S
+        while True:
+            found = {rank: read_json(self.rendezvous.freed_file(in_job, rank)) for rank in ranks}
+            dirty = [
+                f"{self.ctx.host_of_rank(rank)}: {'; '.join(info.get('left') or ['not clean'])}"
+                for rank, info in found.items()
+                if info is not None and not info.get("clean")
+            ]
+            if dirty:
+                return "a stopped driver's processes survived on " + " | ".join(dirty)
+            missing = [self.ctx.host_of_rank(rank) for rank, info in found.items() if info is None]
+            if not missing:
+                return ""
+            if self.clock() > deadline or self.stop_requested:
+                return f"{','.join(missing)} did not say whether the stopped driver's processes are gone"
+            self.sleep(0.1)
 
     def bringup_windows(self) -> dict[str, Any]:
         """Where the bring-up time went, for ray_ready.json: preflight, the step's launch, each node's `ray start`."""
@@ -216,15 +346,26 @@ class Head(NodeRole):
             "shell as a notice; the driver runs on until the batch shell has its checkpoint"
         )
 
-    def run_driver(self, driver: list[str], address: str) -> int:
-        env = {**self.ray_env(), "RAY_ADDRESS": address}
+    def run_driver(
+        self, driver: list[str], address: str, attempt_env: dict[str, str]
+    ) -> tuple[int, dict[str, Any] | None]:
+        """Run the driver to its end, a stop, a lost node or a warm restart request (then returned with the status,
+        the driver stopped); the status as a shell reports it."""
+        env = {**self.ray_env(), **attempt_env, "RAY_ADDRESS": address}
+        in_job = int(env.get(IN_JOB_ATTEMPT_ENV) or 0)
         logger.info(f"starting the driver: {driver[0]} ... ({len(driver) - 1} arguments)")
         proc = subprocess.Popen(driver, env=env, start_new_session=True)
         self.driver_running = True
         watch = WorkerWatch(self.rendezvous, self.settings.head_lost_after_s, clock=self.clock)
         relayed = False
+        request = None
         try:
             while (status := proc.poll()) is None:
+                request = self.rendezvous.latest_restart(in_job)
+                if request is not None:  # a hang, or a node the batch shell saw fail first
+                    logger.info(f"warm restart requested for in-job attempt {request['in_job']}: stopping the driver")
+                    status = stop_process_group(proc, self.settings.driver_stop_grace_s)
+                    break
                 if self.sigterm_held_at is not None and not relayed:
                     relayed = True
                     self.relay_held_sigterm()
@@ -256,8 +397,8 @@ class Head(NodeRole):
         finally:
             if proc.poll() is None:
                 stop_process_group(proc, 5.0)
+        self.driver_running = False
         status = shell_status(status)
         logger.info(f"driver exited with status {status}")
         record_driver_exit(self.ctx.attempt_dir, status)
-        write_json(self.rendezvous.ended_file, {"status": status, "time": time.time()})
-        return status
+        return status, request

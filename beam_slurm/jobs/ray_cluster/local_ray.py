@@ -42,11 +42,18 @@ def group_members(pgid: int) -> list[int]:
     return [pid for pid in pids if (fields := stat_fields(pid)) and fields[0] != "Z" and int(fields[2]) == pgid]
 
 
+def session_members(sid: int) -> list[int]:
+    """PIDs of live (non-zombie) processes in session `sid`: Ray's workers take their own process groups."""
+    pids = (int(entry) for entry in os.listdir("/proc") if entry.isdigit())
+    return [pid for pid in pids if (fields := stat_fields(pid)) and fields[0] != "Z" and int(fields[3]) == sid]
+
+
 def _cmdline(pid: int) -> str:
     return proc_file(pid, "cmdline").replace(b"\0", b" ").decode(errors="replace")
 
 
 PGID_FILE = "beam-ray.pgid"
+RAY_AGENTS = ("ray::DashboardAgent", "ray::RuntimeEnvAgent")  # daemons with a `ray::` title, not workers
 RAY_TEMP_DIR = "r"  # Ray's `--temp-dir`, inside the job's folder (short: Ray's socket paths below it are capped)
 RANDOM_CHARS = 6  # of the job folder's name: 36**6 names, too many to plant them all
 _NAME_CHARS = string.ascii_lowercase + string.digits
@@ -186,6 +193,14 @@ class LocalRay:
     def alive(self, needles: Sequence[str] = ("/raylet/raylet",)) -> bool:
         """True while every named process (the raylet by default; add 'gcs_server' on the head) is running."""
         return all(self.process_pid(needle) is not None for needle in needles)
+
+    def worker_processes(self) -> list[tuple[int, str]]:
+        """(pid, title) of this Ray's worker processes on the node ('ray::GpuSlot.step', 'ray::IDLE'): the session's
+        `ray::` processes but Ray's own agents. A driver's actors and tasks run in them."""
+        if self.pgid is None:
+            return []
+        titles = ((pid, _cmdline(pid).strip()) for pid in session_members(self.pgid))
+        return [(pid, title) for pid, title in titles if title.startswith("ray::") and title not in RAY_AGENTS]
 
     def stop(self, grace_s: float = 3.0) -> bool:
         """SIGTERM this job's Ray process group, SIGKILL whatever is left after `grace_s`; True if any was running."""

@@ -5,7 +5,12 @@
 - `head.json`: the head's address and port block once its GCS is up (workers wait for it);
 - `ready.json`: the head's bring-up times once every node and GPU registered;
 - `ended.json`: the driver's status when it finished (workers then stop their Ray and exit 0);
-- `joined-<rank>`: each worker once its `ray start` returned (`ray.node_start_concurrency` counts them).
+- `joined-<rank>`: each worker once its `ray start` returned (`ray.node_start_concurrency` counts them);
+- `restart-<n>.json`: the batch shell's warm restart for in-job attempt n (`Head.restart_driver`): the new attempt's
+  folder, the nodes in rank order, the nodes kept and the driver's environment;
+- `freed-<n>-<rank>.json`: a kept node's check after the old driver stopped: no worker process of it is left.
+
+A warm restart keeps the folder: the cluster it describes lives on.
 """
 
 from __future__ import annotations
@@ -35,6 +40,18 @@ class Rendezvous:
     def joined_count(self) -> int:
         """Workers whose `ray start` returned (one directory listing)."""
         return sum(1 for _ in self.folder.glob("joined-*"))
+
+    def restart_file(self, in_job: int) -> Path:
+        return self.folder / f"restart-{in_job}.json"
+
+    def latest_restart(self, after: int) -> dict[str, Any] | None:
+        """The newest restart request for an in-job attempt above `after`; None when there is none."""
+        numbers = [int(p.stem.split("-", 1)[1]) for p in self.folder.glob("restart-*.json")]
+        newest = max((n for n in numbers if n > after), default=None)
+        return read_json(self.restart_file(newest)) if newest is not None else None
+
+    def freed_file(self, in_job: int, rank: int) -> Path:
+        return self.folder / f"freed-{in_job}-{rank}.json"
 
     def nodes(self) -> dict[int, dict[str, Any]]:
         """Every node file present now, by rank."""

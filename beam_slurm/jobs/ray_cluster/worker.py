@@ -1,15 +1,21 @@
-"""Every rank but 0 of the Ray step: join the head, stay until the driver ended (exit 0), this node's Ray dies or
-the head becomes unreachable (exit 75, so `srun --kill-on-bad-exit=1` ends the whole step at once)."""
+"""Every rank but 0 of the Ray cluster: join the head, stay until the driver ended for good (exit 0), this node's Ray
+dies or the head becomes unreachable (exit 75: this node's step ends, the batch shell restarts around it). On a warm
+restart request (`head`'s module docstring) a kept node checks that the stopped driver's worker processes are gone
+from it (`leftovers.check_freed`) and says so in the rendezvous folder."""
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import os
+from pathlib import Path
 from typing import Any
 
-from beam_slurm.core.atomic_files import read_json
+from beam_slurm.core.atomic_files import read_json, write_json
+from beam_slurm.core.layout import IN_JOB_ATTEMPT_ENV
 from beam_slurm.core.ray_records import EXIT_INFRA, NodeFailure
 from beam_slurm.jobs.ray_cluster.checks import check_gpu_count
+from beam_slurm.jobs.ray_cluster.leftovers import check_freed
 from beam_slurm.jobs.ray_cluster.network import node_ipv4, tcp_reachable
 from beam_slurm.jobs.ray_cluster.role import NodeRole
 from beam_slurm.jobs.ray_cluster.supervision import HeadWatch
@@ -127,9 +133,14 @@ class Worker(NodeRole):
 
     def supervise(self, head: HeadWatch) -> int:
         """Until the driver ended (0), this node's Ray died or the head is lost (EXIT_INFRA), or a stop (0)."""
+        in_job = int(os.environ.get(IN_JOB_ATTEMPT_ENV) or 0)
         while not self.stop_requested:
             if self.rendezvous.ended_file.exists():
                 return 0
+            request = self.rendezvous.latest_restart(in_job)
+            if request is not None:
+                in_job = int(request["in_job"])
+                self.check_freed_for(request)
             if not self.ray.alive():
                 if self.sigterm_held_at is not None:
                     logger.info("this node's Ray ended after the SIGTERM: it reached Ray too, so no save can follow")
@@ -147,3 +158,15 @@ class Worker(NodeRole):
                 return EXIT_INFRA
             self.sleep(self.settings.poll_interval_s)
         return 0
+
+    def check_freed_for(self, request: dict[str, Any]) -> None:
+        """A warm restart: this node's part of the stopped driver gone (or ended), said in its freed file; this
+        node's later records go to the new attempt's folder."""
+        self.ctx.attempt_dir = Path(request["attempt_dir"])
+        if self.ctx.host not in request.get("keep", []):
+            return  # being replaced: the batch shell stops this node's step
+        freed = check_freed(self.ray, self.settings.driver_stop_grace_s, clock=self.clock, sleep=self.sleep)
+        write_json(self.rendezvous.freed_file(int(request["in_job"]), self.ctx.rank), freed)
+        if freed["killed"]:
+            logger.info(f"warm restart: ended the stopped driver's processes left here: {'; '.join(freed['killed'])}")
+        logger.info(f"warm restart: this node is {'clean' if freed['clean'] else 'NOT clean'} ({freed['seconds']} s)")

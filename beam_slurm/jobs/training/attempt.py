@@ -1,6 +1,7 @@
-"""One attempt of the training job, in the batch shell: preflight on every node, the Ray step in the background (one
-`srun` over all nodes, `python -m beam_slurm.jobs.ray_cluster.node -- DRIVER...`, the driver on the head), then
-waiting. A
+"""One attempt of the training job, in the batch shell: preflight on every node, the Ray cluster in the background (a
+step per node, `python -m beam_slurm.jobs.ray_cluster.node -- DRIVER...`, the driver on the head: `ray_steps`), then
+waiting. A warm in-job restart (`policy.restart`) keeps the cluster: only new nodes run the preflight and start a
+step, and the head runs the driver again. A
 notice (USR1 before the time limit from `#SBATCH --signal=B:USR1@N`, to this shell only; SIGTERM: preemption; USR2:
 `beam-slurm requeue|stop`, after writing the wanted outcome into the run record) starts the save sequence: ask the
 trainer to save at the next step boundary (`notice.request_save`), wait up to `grace_s` for its acknowledgement
@@ -39,9 +40,11 @@ from beam_slurm.core.run_record import RunRecord, TrainJob, Wanted
 from beam_slurm.core.run_store import RunStore, now, remember_job
 from beam_slurm.jobs.ray_cluster import auth
 from beam_slurm.jobs.ray_cluster.hang_dump import EXIT_SURVIVORS
+from beam_slurm.jobs.ray_cluster.rendezvous import Rendezvous
 from beam_slurm.jobs.training import preflight, storage_probe
 from beam_slurm.jobs.training.job_settings import TrainJobSettings
-from beam_slurm.jobs.training.steps import StepLauncher, stop_step
+from beam_slurm.jobs.training.ray_steps import RaySteps
+from beam_slurm.jobs.training.steps import StepLauncher
 from beam_slurm.policy import hang_watch
 from beam_slurm.policy.attempt import (
     AttemptState,
@@ -66,16 +69,18 @@ from beam_slurm.policy.requeue import (
     no_progress_streak,
     stop_waiting_for_save,
 )
+from beam_slurm.policy.restart import RestartPlan, plan_restart
 from beam_slurm.slurm import scheduler
 from beam_slurm.slurm.preemption import read_preemption
 
 logger = logging.getLogger(__name__)
-RAY_STEP = "ray"  # the Ray step's job name (how `scontrol` finds it to signal it)
 _POLL_S = 0.2
 HANG_POLL_S = 2.0  # how often the watchdog reads the trainer's heartbeat
 HANG_FOLDER = "hang"  # in the attempt's log folder: a folder per node with the hang's dumps (`ray_cluster.hang_dump`)
 NOTICE_IGNORED_ENV = "BEAM_NOTICE_IGNORED_AT_START"  # set by the training scripts beside `trap '' USR1`
 RESTART_BRING_UP_S = 120.0  # beyond the notice lead, the least time left an in-job restart needs (bring-up, a step)
+RESTART_WAIT_S = 120.0  # how long a head whose driver failed keeps the cluster up for the batch shell's warm restart
+WORKERS_END_S = 5.0  # after the head's step ended, how long the workers' steps get to end by themselves
 DUMP_STEP = "hang-dump"
 DUMP_STEP_TIMEOUT_S = 120.0
 _SAVE_POLL_S = 0.5
@@ -107,6 +112,8 @@ class Attempt:
         allocation_bad: tuple[str, ...] = (),
         replaced: list[str] | None = None,
         notices: list[tuple[str, float]] | None = None,
+        cluster: RaySteps | None = None,
+        plan: RestartPlan | None = None,
     ):
         self.settings, self.alloc = settings, allocation
         self.state = AttemptState(
@@ -121,7 +128,9 @@ class Attempt:
         )
         self.label = layout.attempt_label(allocation.restart_count, in_job)
         self.attempt_dir = Path(settings.log_dir) / f"{allocation.job_id}-{self.label}"
-        self.step: subprocess.Popen[bytes] | None = None
+        self.cluster = cluster  # the running Ray cluster a warm restart keeps; None until this attempt starts one
+        self.plan = plan if cluster is not None else None  # how this attempt restarts (warm); None: a cold start
+        self.next_plan: RestartPlan | None = None  # set when this attempt ends in an in-job restart
         self.nodes = len(self.state.step_nodes)
         hook = settings.container(allocation.job_id) if callable(settings.container) else settings.container
         pinned = self.state.step_nodes if in_job or self.nodes < len(allocation.nodes) else []
@@ -141,8 +150,6 @@ class Attempt:
     def step_env(self) -> dict[str, str]:
         env = dict(os.environ)
         env.update(self.launcher.hook.env)
-        env[ATTEMPT_DIR_ENV] = str(self.attempt_dir)  # where every node and the driver find the job spec
-        env[layout.IN_JOB_ATTEMPT_ENV] = str(self.state.in_job)
         nccl_timeout = hang_watch.nccl_timeout_s(self.settings.hang)
         if nccl_timeout is not None:
             # NCCL's own timeout stays behind the watchdog's; its flight recorder dumps into the hang folder.
@@ -150,9 +157,23 @@ class Attempt:
                 hang_watch.NCCL_TIMEOUT_ENV: str(nccl_timeout),
                 "TORCH_NCCL_TRACE_BUFFER_SIZE": "2000",
                 "TORCH_NCCL_DUMP_ON_TIMEOUT": "1",
-                "TORCH_NCCL_DEBUG_INFO_TEMP_FILE": str(self.attempt_dir / HANG_FOLDER / "nccl_trace_rank_"),
                 **env,
             }
+        env.update(self.attempt_env())
+        return env
+
+    def attempt_env(self) -> dict[str, str]:
+        """What differs from one attempt to the next in the nodes' and the driver's environment (a warm restart hands
+        these to the head for the new driver)."""
+        env = {
+            ATTEMPT_DIR_ENV: str(self.attempt_dir),  # where every node and the driver find the job spec
+            layout.IN_JOB_ATTEMPT_ENV: str(self.state.in_job),
+        }
+        if (
+            hang_watch.nccl_timeout_s(self.settings.hang) is not None
+            and "TORCH_NCCL_DEBUG_INFO_TEMP_FILE" not in os.environ
+        ):
+            env["TORCH_NCCL_DEBUG_INFO_TEMP_FILE"] = str(self.attempt_dir / HANG_FOLDER / "nccl_trace_rank_")
         if self.alloc.restart_count > 0 or self.state.in_job > 0:
             env["RESUME_MODE"] = "latest"
         return env
@@ -179,14 +200,19 @@ class Attempt:
             )
             self.state.notices.append(("SIGUSR1", time.time()))
 
-    def run_preflight(self, env: dict[str, str]) -> bool:
+    def run_preflight(self, env: dict[str, str], hosts: list[str] | None = None) -> bool:
+        """The preflight on the attempt's nodes, or on `hosts` only (a warm restart's new nodes)."""
         canary = self.attempt_dir / "shared-storage-canary"
         canary.write_text(f"{self.alloc.job_id}\n")
         checks = dataclasses.replace(
             self.settings.preflight_checks, gpus_per_node=self.settings.gpus_per_node, shared_canary=str(canary)
         )
-        hosts = self.state.step_nodes  # the step is pinned to them when the allocation has more
-        failed = preflight.run_step(self.launcher, checks, hosts, env, self.attempt_dir, self.settings.ray)
+        launcher = self.launcher
+        if hosts is None:
+            hosts = self.state.step_nodes  # the step is pinned to them when the allocation has more
+        else:
+            launcher = dataclasses.replace(self.launcher, nodes=len(hosts), nodelist=list(hosts))
+        failed = preflight.run_step(launcher, checks, hosts, env, self.attempt_dir, self.settings.ray)
         self.state.preflight_failed_nodes.extend(h for h in failed if h not in self.state.preflight_failed_nodes)
         return not failed
 
@@ -211,44 +237,109 @@ class Attempt:
             log_copy=s.log_copy,
             env_manifest=s.env_manifest,
             sigterm_notice=sigterm_notice,
+            # The head waits for a warm restart only while another in-job restart may come.
+            restart_wait_s=RESTART_WAIT_S if self.state.in_job < s.max_in_job_attempts else 0.0,
             job_start_time=self.state.started_at,
             preflight_window=preflight_window,
             ray_step_launch_time=time.time(),
         ).write(self.attempt_dir)
 
     def start_ray_step(self, env: dict[str, str]) -> None:
-        argv = self.launcher.module_argv(
-            ["beam_slurm.jobs.ray_cluster.node", "--", *self.settings.driver], kill_on_bad_exit=True, name=RAY_STEP
+        """A new cluster: a step on every node of the attempt."""
+        self.cluster = RaySteps(
+            launcher=self.launcher,
+            job_id=str(self.alloc.job_id),
+            driver=list(self.settings.driver),
+            cluster=f"in{self.state.in_job}",
+            ranks=list(self.state.step_nodes),
         )
+        argv = self.cluster.argv(self.cluster.head)
         logger.info(
-            f"starting the Ray step on {self.nodes} nodes: {shlex.join(argv[: argv.index(self.settings.python)])} ..."
+            f"starting the Ray steps on {self.nodes} nodes, one a node: "
+            f"{shlex.join(argv[: argv.index(self.settings.python)])} ..."
         )
-        # Own process group: a SIGINT typed at an interactive salloc shell must reach us, not srun directly.
-        self.step = subprocess.Popen(argv, env=env, start_new_session=True)
+        self.cluster.start(self.cluster.ranks, env, self.attempt_dir)
+        self.state.ray_step_started = time.time()
+
+    def restart_warm(self, env: dict[str, str]) -> None:
+        """Carry out the warm plan: stop the nodes left out, ask the head to restart the driver (the kept nodes check
+        that the old driver's processes are gone) and start the new nodes' steps, which join the running cluster."""
+        assert self.cluster is not None and self.plan is not None
+        plan, cluster = self.plan, self.cluster
+        logger.info(f"{plan.why} (nodes in rank order: {','.join(plan.ranks)})")
+        if plan.stop:
+            cluster.stop(plan.stop, self.settings.stop_grace_s)
+        cluster.forget([h for h in cluster.ranks if h not in plan.keep])
+        cluster.ranks = list(plan.ranks)
+        request = {
+            "in_job": self.state.in_job,
+            "attempt_dir": str(self.attempt_dir),
+            "ranks": list(plan.ranks),
+            "keep": list(plan.keep),
+            "start": list(plan.start),
+            "env": self.attempt_env(),
+            "driver": list(self.settings.driver),  # made again for this attempt (`train_job.run`): it resumes
+            "time": time.time(),
+        }
+        folder = auth.job_dir(self.settings.ray, self.alloc.job_id)
+        write_json(
+            Rendezvous(folder, self.alloc.restart_count, cluster.cluster).restart_file(self.state.in_job), request
+        )
+        cluster.start(plan.start, env, self.attempt_dir)
         self.state.ray_step_started = time.time()
 
     def stop_ray_step(self) -> int:
-        assert self.step is not None
-        if self.step.poll() is not None:
-            return self.step.returncode
+        """Stop every node's step (notices, a cold restart, the end); the head's step status."""
+        assert self.cluster is not None
+        if not self.cluster.running():
+            return self.head_status()
         # Our own stop: the nodes must not hold this SIGTERM as a preemption's notice.
-        records.mark_stopping(self.attempt_dir)
+        for folder in self.cluster.attempt_dirs:
+            records.mark_stopping(folder)
         began = time.time()
-        status = stop_step(self.step, self.alloc.job_id, RAY_STEP, self.settings.stop_grace_s, label="Ray")
+        self.cluster.stop(grace_s=self.settings.stop_grace_s)
+        status = self.head_status()
         seconds = round(time.time() - began, 3)  # one value for the file and the log line
         # What the notice budget counts for stopping Ray and copying logs, once the run has stopped once.
         write_json(self.attempt_dir / STOP_FILE, {"seconds": seconds, "time": time.time()})
-        logger.info(f"the Ray step stopped in {seconds:.1f}s (driver, Ray and the last log copy of every node)")
+        logger.info(f"the Ray steps stopped in {seconds:.1f}s (driver, Ray and the last log copy of every node)")
         return status
 
+    def head_status(self) -> int:
+        assert self.cluster is not None
+        status = self.cluster.status(self.cluster.head)
+        return records.EXIT_INFRA if status is None else status
+
+    def poll_cluster(self) -> int | None:
+        """None while the cluster runs on; else the status this attempt ended with: the head's step's, a failed
+        worker's step's, or the driver's while the head waits for a warm restart."""
+        assert self.cluster is not None
+        head = self.cluster.status(self.cluster.head)
+        if head is not None:
+            deadline = time.monotonic() + WORKERS_END_S  # they see the driver's end, or lose the head, and stop
+            while self.cluster.running() and time.monotonic() < deadline:
+                time.sleep(_POLL_S)
+            if self.cluster.running():
+                self.stop_ray_step()
+            return head
+        failed = {h: s for h, s in self.cluster.ended_workers().items() if s != 0}
+        if failed:
+            host, status = next(iter(failed.items()))
+            logger.info(f"the Ray step on {host} ended with status {status}")
+            return status
+        driver = records.read_driver_status(self.attempt_dir)
+        if driver is not None and driver != 0:
+            return driver  # the head keeps the cluster up for a warm restart (job spec's restart_wait_s)
+        return None
+
     def wait_step(self) -> AttemptFacts:
-        """Wait for the Ray step, handling a notice; what happened."""
-        assert self.step is not None
+        """Wait for the Ray cluster, handling a notice; what happened."""
+        assert self.cluster is not None
         next_look = 0.0
         while True:
             if self.state.notices:
                 return self.handle_notice()
-            status = self.step.poll()
+            status = self.poll_cluster()
             if status is not None:
                 if status != 0:  # say why it failed: the first failure a node recorded
                     self.state.slurm_end = self.ask_slurm()
@@ -273,20 +364,20 @@ class Attempt:
             time.sleep(_POLL_S)
 
     def handle_hang(self, hang: hang_watch.Hang) -> AttemptFacts:
-        """Dump every process's stacks of the Ray step on every node, stop the step and end what is left (SIGCONT,
-        SIGTERM, SIGKILL); the nodes the dumps point at, or where a process survived SIGKILL, are bad."""
+        """Dump every process's stacks of the Ray steps on every node. When the restart that follows can be warm the
+        cluster is left running (the head stops the driver, every kept node ends what is left of it); else stop the
+        steps and end what is left (SIGCONT, SIGTERM, SIGKILL). The nodes the dumps point at, or where a process
+        survived SIGKILL, are bad."""
         folder = self.attempt_dir / HANG_FOLDER
         self.state.hang_detected_at = time.time()
         logger.info(
             f"{hang.describe()}: {hang.details()}; saving the stacks of the Ray step's processes on every node "
             f"in {folder}"
         )
-        try:
-            step_id = next(iter(scheduler.step_ids(self.alloc.job_id, RAY_STEP)), "")
-        except scheduler.SlurmCommandError as exc:
-            logger.info(f"could not find the Ray step ({exc}); no dumps")
-            step_id = ""
-        step_id = step_id.split(".", 1)[1] if "." in step_id else ""
+        assert self.cluster is not None
+        step_id = ",".join(i.split(".", 1)[1] for i in self.cluster.step_ids() if "." in i)
+        if not step_id:
+            logger.info("could not find the Ray steps (squeue); no dumps")
         began = time.time()
         processes = self.run_dump_step(folder, step_id, end=False) if step_id else []
         suspects, why = hang_watch.suspects(processes)
@@ -294,12 +385,15 @@ class Attempt:
             f"dumped {sum(1 for p in processes if p.frame)} of {len(processes)} processes in "
             f"{time.time() - began:.1f}s; {why}"
         )
+        self.state.hang_dumps = str(folder)
+        running = self.facts(hang=hang.describe(), hang_nodes=tuple(sorted(suspects)), step_status=None)
+        if self.restart_plan(decide(running)).warm:
+            return running
         status = self.stop_ray_step()
         survivors = self.run_dump_step(folder, step_id, end=True) if step_id else []
         for row in survivors:
             logger.info(f"pid {row['pid']} ({row['role']}) on {row['node']} survived SIGKILL (state {row['state']})")
         nodes = tuple(sorted(set(suspects) | {row["node"] for row in survivors}))
-        self.state.hang_dumps = str(folder)
         return self.facts(hang=hang.describe(), hang_nodes=nodes, step_status=status)
 
     def run_dump_step(self, folder: Path, step_id: str, *, end: bool) -> list:
@@ -348,7 +442,7 @@ class Attempt:
         ]
 
     def handle_notice(self) -> AttemptFacts:
-        assert self.step is not None
+        assert self.cluster is not None
         name, received = self.state.notices[0]
         self.state.wanted = self.read_wanted()
         if name == "SIGTERM" and self.state.wanted is None:
@@ -373,7 +467,7 @@ class Attempt:
                 received=received,
                 grace_s=grace_s,
                 saved_step=saved,
-                step_running=self.step.poll() is None,
+                step_running=self.cluster.status(self.cluster.head) is None,
                 notices=len(self.state.notices),
             )
             if why is not None:
@@ -385,7 +479,7 @@ class Attempt:
             logger.info(f"second notice {self.state.notices[-1][0]}: stopping without waiting for the save")
         if saved is not None:
             logger.info(f"checkpoint of step {saved} saved on notice after {time.time() - received:.1f}s")
-        elif self.step.poll() is None:
+        elif self.cluster.status(self.cluster.head) is None:
             logger.info(
                 "no checkpoint saved on notice within the grace period; the next attempt resumes from the last "
                 "periodic checkpoint"
@@ -455,10 +549,11 @@ class Attempt:
         self.record_end(decision, facts)
         if decision.restart_in_job:
             self.state.restart = decision
+            self.next_plan = self.restart_plan(decision)
             logger.info(
                 f"{decision.reason}: {decision.note} (attempt "
                 f"{layout.attempt_label(self.alloc.restart_count, self.state.in_job + 1)}, "
-                "from the latest checkpoint; no requeue)"
+                f"from the latest checkpoint; no requeue; {self.next_plan.why})"
             )
             return 0
         # Slurm signals this shell (and its children) once the job is requeued: ask sinfo before that.
@@ -683,22 +778,40 @@ class Attempt:
                     auth.ensure_token(self.settings.ray, self.alloc.job_id)
                 env = self.step_env()
                 began = time.time()
-                if self.settings.preflight and not self.run_preflight(env):
-                    return self.end(self.facts(preflight_failed=True, ray_started=False))
+                new_nodes = list(self.plan.start) if self.plan is not None else None  # warm: only they are checked
+                if self.settings.preflight and new_nodes != [] and not self.run_preflight(env, new_nodes):
+                    return self.end(self.facts(preflight_failed=True, ray_started=self.plan is not None))
                 window = (began, time.time()) if self.settings.preflight else None  # bring-up timing in ray_ready.json
                 if self.state.notices:
-                    return self.end(self.facts(notice=self.state.notices[0][0], ray_started=False))
+                    return self.end(self.facts(notice=self.state.notices[0][0], ray_started=self.plan is not None))
                 self.write_job_spec(self.sigterm_is_notice(), window)
-                self.start_ray_step(env)
+                if self.plan is not None:
+                    self.restart_warm(env)
+                else:
+                    self.start_ray_step(env)
                 return self.end(self.wait_step())
             finally:
-                if self.step is not None and self.step.poll() is None:
+                warm = self.next_plan is not None and self.next_plan.warm
+                if self.cluster is not None and self.cluster.running() and not warm:
                     self.stop_ray_step()
                 if not self.state.requeued and self.state.restart is None:
                     auth.remove_job_dir(self.settings.ray, self.alloc.job_id)
 
     def end(self, facts: AttemptFacts) -> int:
         return self.carry_out(decide(facts), facts)
+
+    def restart_plan(self, decision: Decision) -> RestartPlan:
+        """How an in-job restart on `decision.next_nodes` would go from this attempt's cluster (`policy.restart`);
+        cold when there is no decision to restart in the job or no cluster."""
+        if not decision.restart_in_job or self.cluster is None:
+            return RestartPlan(warm=False, why="cold: no running cluster", ranks=decision.next_nodes)
+        failure = records.read_failure(self.attempt_dir)
+        return plan_restart(
+            tuple(self.cluster.ranks),
+            tuple(self.cluster.running()),
+            decision.next_nodes,
+            failed_node(failure, self.cluster.head) if failure else None,
+        )
 
     def warn_port_range(self) -> None:
         ephemeral = ephemeral_range()

@@ -1,11 +1,9 @@
-"""The job's srun steps: how each is containerised, its command line, and stopping the Ray step through Slurm."""
+"""The job's srun steps: how each is containerised and its command line (the Ray steps: `ray_steps`)."""
 
 from __future__ import annotations
 
 import logging
 import os
-import signal
-import subprocess
 from dataclasses import dataclass, field
 
 from beam_slurm.config import container_runtime as runtime
@@ -64,28 +62,3 @@ class StepLauncher:
             job_name=name,
             extra_args=self.placement_args(),
         )
-
-
-def stop_step(step: subprocess.Popen, job_id: str, name: str, grace_s: float, label: str = "") -> int:
-    """SIGTERM every task of the step `name`, wait `grace_s`, then make srun end the step; srun's status."""
-    if step.poll() is not None:
-        return step.returncode
-    label = label or name
-    logger.info(f"stopping the {label} step")
-    try:
-        # Through Slurm rather than srun's own SIGTERM handling, which kills the tasks at once.
-        for step_id in scheduler.step_ids(job_id, name):
-            scheduler.signal_step(step_id, "TERM")
-    except scheduler.SlurmCommandError as exc:
-        logger.info(f"could not signal the {label} step through Slurm ({exc}); terminating srun")
-        step.send_signal(signal.SIGTERM)
-    try:
-        return step.wait(timeout=grace_s)
-    except subprocess.TimeoutExpired:
-        logger.info(f"the {label} step did not stop within {grace_s:.0f}s; ending it")
-    step.send_signal(signal.SIGTERM)
-    try:
-        return step.wait(timeout=STOP_AFTER_SRUN_TERM_S)
-    except subprocess.TimeoutExpired:
-        step.kill()
-        return step.wait()

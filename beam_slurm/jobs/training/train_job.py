@@ -66,6 +66,9 @@ def run(settings: TrainJobSettings, rebuild: Callable[[], TrainJobSettings] | No
             attempt.state.allocation_bad + tuple(attempt.state.preflight_failed_nodes),
             replaced,
             attempt.state.notices,
+            # A warm restart hands the running cluster over; a cold one starts its own.
+            attempt.cluster if attempt.next_plan is not None and attempt.next_plan.warm else None,
+            attempt.next_plan,
         )
 
 

@@ -12,7 +12,7 @@ import subprocess
 import sys
 
 import pytest
-from ray_processes import actor_pids, job_processes
+from ray_processes import actor_pids, job_processes, raylet_pids
 from train_runs import REPO_ROOT, wait_for
 
 pytestmark = [pytest.mark.sandbox, pytest.mark.slow]
@@ -84,7 +84,14 @@ def test_a_process_frozen_with_sigstop_is_found_continued_and_ended(train_run):
     worker = re.search(r"\[ray-node (n\d+) rank 1 ", run.output()).group(1)
     pid = wait_for(lambda: next(iter(actor_pids(run.job_id, "ray::GpuSlot", worker)), None), 20,
                    f"a GPU actor on {worker}")
+    raylets, actors = raylet_pids(run.job_id, attempt=0), actor_pids(run.job_id, "ray::GpuSlot")
+    assert len(raylets) == 2, raylets
     os.kill(pid, signal.SIGSTOP)  # alive and silent; its SIGTERM stays pending until it is continued
+    # Warm: only the driver and its actors restart; both nodes' Ray keep their processes.
+    wait_for(lambda: (0, 1) in run.steps_by_attempt(in_job=True), LIMIT_S / 2, "a step of attempt 0.1")
+    assert raylet_pids(run.job_id) == raylets
+    again = actor_pids(run.job_id, "ray::GpuSlot")
+    assert again and not set(again) & set(actors), (actors, again)
     state = run.finish(timeout=LIMIT_S)
     assert state == "COMPLETED", run.output()[-6000:]
     first = run.attempt_log(0)
@@ -98,3 +105,6 @@ def test_a_process_frozen_with_sigstop_is_found_continued_and_ended(train_run):
     assert not job_processes(run.job_id), job_processes(run.job_id)
     # Recovered inside the allocation: the node is healthy once the process is gone, so the same two nodes go on.
     assert "restarting in the job on" in first and run.restarts() == 0, first[-3000:]
+    assert "warm: the head's Ray and 1 other node(s) stay up; restarting the driver alone" in first, first[-3000:]
+    # The worker checked that the stopped driver's processes (the frozen actor among them) were gone from it.
+    assert "warm restart: this node is clean" in run.output() and "NOT clean" not in run.output(), run.output()[-3000:]

@@ -1,5 +1,6 @@
-"""Recovery inside the allocation on the Slurm sandbox: a new Ray step on the healthy nodes and the spares instead of
-a requeue, and a failure that would repeat (checkpoint storage full) ending the job at once.
+"""Recovery inside the allocation on the Slurm sandbox instead of a requeue: warm (the head's Ray and the healthy
+raylets stay up, a spare's raylet joins them) or cold when the head's node is the one lost; and a failure that would
+repeat (checkpoint storage full) ending the job at once.
 
 The real batch script (`#SBATCH --no-kill`), train CLI, train job, Ray across the nodes and the rehearsal trainer;
 the faults are real: a raylet SIGKILLed, a node set DOWN in Slurm, a small file system under the checkpoints.
@@ -15,7 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from ray_processes import one_raylet
+from ray_processes import one_raylet, ray_processes, raylet_pids
 from train_runs import wait_for
 
 pytestmark = [pytest.mark.sandbox, pytest.mark.slow]
@@ -42,6 +43,12 @@ def assert_never_requeued(run) -> None:
     assert not {"REQUEUED", "NODE_FAIL", "PREEMPTED"} & set(states), states
 
 
+def head_processes(job_id: str, head: str) -> tuple[int, int]:
+    """(raylet, GCS) pids of the job's first attempt's Ray on the head's node."""
+    gcs = [int(line.split(":")[0]) for line in ray_processes(job_id) if "gcs_server" in line]
+    return one_raylet(job_id, attempt=0, node=head), sorted(gcs)
+
+
 def on_node(sandbox, node: str, *command: str) -> subprocess.CompletedProcess:
     """A command inside one sandbox node's namespaces (its mounts: a node-local file system)."""
     return subprocess.run([sys.executable, str(SANDBOX_TOOL), "--state-dir", str(sandbox.state_dir), "run",
@@ -58,12 +65,18 @@ def test_a_killed_worker_raylet_is_replaced_by_the_spare_without_a_requeue(train
     assert f"2 nodes ({nodes[0]},{nodes[1]})" in first_log, first_log  # the spare takes no part
     worker = re.search(r"\[ray-node (n\d+) rank 1 ", run.output()).group(1)
     assert worker == nodes[1]
+    head_ray = head_processes(run.job_id, nodes[0])
     os.kill(wait_for(lambda: one_raylet(run.job_id, attempt=0, node=worker), 10, f"the raylet on {worker}"), 9)
+    # Warm: the spare's raylet (started by attempt 0.1) joins the head's Ray, which keeps its processes.
+    wait_for(lambda: (0, 1) in run.steps_by_attempt(in_job=True), 150, "a step of attempt 0.1")
+    assert head_processes(run.job_id, nodes[0]) == head_ray
+    assert raylet_pids(run.job_id, attempt="0.1", node=nodes[2]), "no raylet of attempt 0.1 on the spare"
 
     assert run.finish(timeout=200) == "COMPLETED", run.output()[-6000:]
     assert_never_requeued(run)
     first = run.attempt_log(0)
     assert f"restarting in the job on {nodes[0]},{nodes[2]} ({worker} left out)" in first, first
+    assert f"warm: the head's Ray and 0 other node(s) stay up; restarting a Ray node on {nodes[2]}" in first, first
     second = run.attempt_log("0.1")
     assert f"2 nodes ({nodes[0]},{nodes[2]})" in second, second
     run.assert_every_step_once_after_resume()
@@ -78,6 +91,26 @@ def test_a_killed_worker_raylet_is_replaced_by_the_spare_without_a_requeue(train
     shown = next(job for job in json.loads(status.stdout)["jobs"] if job["stage"] == "train")["attempts"]
     assert [(a["attempt"], a["in_job"], a["state"]) for a in shown] == [(0, 0, "node-failure"), (0, 1, "finished")]
     assert shown[1]["replaced"] == [f"{worker} -> {nodes[2]}"], shown
+
+
+def test_when_the_heads_ray_dies_the_restart_in_the_job_is_cold(train_run, slurm_sandbox):
+    run = train_run(steps=8, ckpt_interval=2)
+    run.submit("--time=00:10:00", overrides=QUICK)
+    nodes = job_nodes(slurm_sandbox, run.job_id)
+    run.wait_for_steps(3)
+    os.kill(wait_for(lambda: one_raylet(run.job_id, attempt=0, node=nodes[0]), 10, f"the raylet on {nodes[0]}"), 9)
+    # Cold: the GCS went with the head's node, so every node starts a new Ray (attempt 0.1's folders).
+    wait_for(lambda: (0, 1) in run.steps_by_attempt(in_job=True), 150, "a step of attempt 0.1")
+    assert len(raylet_pids(run.job_id, attempt="0.1")) == 2 and not raylet_pids(run.job_id, attempt=0)
+
+    assert run.finish(timeout=200) == "COMPLETED", run.output()[-6000:]
+    assert_never_requeued(run)
+    first = run.attempt_log(0)
+    assert f"restarting in the job on {nodes[0]},{nodes[1]}" in first, first
+    # Cold whether the batch shell saw the head's step end or the head's own failure first.
+    assert re.search(rf"cold: the (head's Ray step on {nodes[0]} ended|failure is the head's \({nodes[0]}\))", first), first
+    run.assert_every_step_once_after_resume()
+    assert run.marker() == 8
 
 
 @pytest.mark.slurm_semantics
