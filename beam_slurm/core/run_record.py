@@ -68,6 +68,8 @@ class Attempt(_Entry):
     exit_status: int | None = None
     hang_dumps: str | None = None
     """The attempt's hang/ folder (stack dumps of every node) when it ended as a hang."""
+    restart: dict[str, Any] = field(default_factory=dict)
+    """An in-job attempt's restart: warm, why, and the epoch seconds `policy.goodput.restart_phases` splits."""
 
     @property
     def ended(self) -> bool:
@@ -231,6 +233,7 @@ class RunRecord(_Entry):
         in_job: int = 0,
         replaced: list[str] | None = None,
         stdout: str = "",
+        restart: dict[str, Any] | None = None,
     ) -> tuple[TrainJob, list[str]]:
         """An earlier attempt with no recorded end is closed as 'lost' (against progress if no newer checkpoint)."""
         job_id = str(job_id)
@@ -263,6 +266,7 @@ class RunRecord(_Entry):
                 start_time=time.time(),
                 nodes=list(nodes),
                 checkpoint_at_start=checkpoint,
+                restart=dict(restart or {}),
             )
         )
         job.outcome = None

@@ -137,6 +137,40 @@ def stop_began(attempt_dir: Path) -> float | None:
     return min(times) if times else None
 
 
+RESTART_PHASES = ("detection", "stopping", "bring_up", "model_load", "first_step")
+
+
+def restart_phases(attempt: Attempt, events: list[dict[str, Any]]) -> dict[str, Any]:
+    """Where an in-job restart's seconds went, from the fault to the end of the first resumed step: detection (the
+    fault to the batch shell's decision), stopping (to the old driver's or the old cluster's end), bring_up (to every
+    node and GPU registered again), model_load (to the first resumed step: the driver's start and the model's
+    load), first_step (that step); with `warm`, `why`, `total` and `resumed_steps`. {} for an attempt that is not an
+    in-job restart; a phase not reached (or not recorded) is None."""
+    times = attempt.restart
+    if not attempt.in_job or not times:
+        return {}
+    mine = [e for e in events if e.get("attempt") == attempt.label and e["t"] >= (attempt.start_time or 0.0)]
+    first = next((i for i, e in enumerate(mine) if e.get("phase") == "step"), None)  # a step's event: its start
+    first_done = None
+    if first is not None:
+        first_done = mine[first + 1]["t"] if first + 1 < len(mine) else (attempt.end_time if attempt.ended else None)
+    marks = [times.get(key) for key in ("fault_at", "decided_at", "stopped_at", "ready_at")]
+    marks += [mine[first]["t"] if first is not None else None, first_done]
+    steps = [e for e in mine if e.get("phase") == "step"]
+    phases = {
+        name: round(end - begin, 2) if begin is not None and end is not None else None
+        for name, (begin, end) in zip(RESTART_PHASES, itertools.pairwise(marks), strict=True)
+    }
+    total = round(first_done - marks[0], 2) if first_done is not None and marks[0] is not None else None
+    return {
+        "warm": bool(times.get("warm")),
+        "why": times.get("why", ""),
+        **phases,
+        "total": total,
+        "resumed_steps": len(steps),
+    }
+
+
 def _attempt_segments(
     attempt: Attempt,
     start: float,

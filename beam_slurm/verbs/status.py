@@ -26,6 +26,7 @@ from beam_slurm.config.verb_args import VerbArgs, VerbUsageError, fit_columns, t
 from beam_slurm.core import layout
 from beam_slurm.core.errors import UserError
 from beam_slurm.core.json_text import json_text
+from beam_slurm.core.progress import read_events
 from beam_slurm.core.run_record import Attempt, EvaluationEntry, RunRecord, StageEntry
 from beam_slurm.core.run_store import RunStore
 from beam_slurm.jobs.evaluation.results import evaluation_dir, finished_metrics
@@ -39,7 +40,7 @@ from beam_slurm.launch.run_results import (
     run_config,
 )
 from beam_slurm.launch.runs import RunNotFound, resolve_runs, sweep_folder
-from beam_slurm.policy.goodput import run_ledgers
+from beam_slurm.policy.goodput import restart_phases, run_ledgers
 from beam_slurm.slurm import outage
 from beam_slurm.slurm.scheduler import SlurmCommandError, SlurmUnreachable, noting_outages
 from beam_slurm.slurm.submission import FINAL_STATES, JobRecord, JobView, job_view
@@ -70,6 +71,7 @@ class StatusRow:
     max_steps: int | None = None
     results: dict | None = None  # the evaluation shown: step, origin, rehearsal, accuracy by dataset
     attempts: list[Attempt] = field(default_factory=list)  # train rows: the job's attempts
+    restarts_by_label: dict[str, dict] = field(default_factory=dict)  # `goodput.restart_phases` of in-job attempts
 
 
 def resolve_targets(target: str | None) -> tuple[dict[Path, RunRecord], str]:
@@ -215,6 +217,7 @@ def collect_view(
                     stuck = [f"{j} ({n})" for j, n in view.waiting_on.get(job_id, [])]
                     if stuck:
                         reason += f"; waiting on it and can no longer run: {', '.join(stuck)}"
+            restarts = restarts_of(run, job.attempts if job else [])
             rows.append(
                 StatusRow(
                     name,
@@ -229,10 +232,12 @@ def collect_view(
                     reason,
                     **typed,
                     attempts=list(job.attempts) if job else [],
+                    restarts_by_label=restarts,
                 )
             )
             for attempt in job.attempts if job else []:
-                rows.append(_attempt_row(name, attempt, ended_by_slurm=record.final))
+                phases = restarts.get(attempt.label, {})
+                rows.append(_attempt_row(name, attempt, ended_by_slurm=record.final, restart=phases))
         for evaluation_entry in evals:
             job_id = str(evaluation_entry.job_id or "")
             record = records.get(job_id)
@@ -264,7 +269,29 @@ def collect_view(
     return rows, view.accounting
 
 
-def _attempt_row(name: str, attempt: Attempt, ended_by_slurm: bool = False) -> StatusRow:
+def restarts_of(run: RunRecord, attempts: list[Attempt]) -> dict[str, dict]:
+    """`goodput.restart_phases` of each in-job attempt that recorded its restart, by label (the trainer's events
+    read once, only when there is one)."""
+    restarted = [a for a in attempts if a.in_job and a.restart]
+    if not restarted:
+        return {}
+    events = read_events(run.ckpt_path) if run.ckpt_path else []
+    return {a.label: restart_phases(a, events) for a in restarted}
+
+
+def restart_text(phases: dict) -> str:
+    """`warm restart 9.8 s: detection 0.4, stopping 1.2, bring-up 3.1, model load 2.0, first step 1.0` (None: '?')."""
+    seconds = {
+        name.replace("_", " ").replace("bring up", "bring-up"): phases.get(name)
+        for name in ("detection", "stopping", "bring_up", "model_load", "first_step")
+    }
+    parts = ", ".join(f"{name} {'?' if value is None else f'{value:.1f}'}" for name, value in seconds.items())
+    total = phases.get("total")
+    kind = "warm" if phases.get("warm") else "cold"
+    return f"{kind} restart{'' if total is None else f' {total:.1f} s'}: {parts}"
+
+
+def _attempt_row(name: str, attempt: Attempt, ended_by_slurm: bool = False, restart: dict | None = None) -> StatusRow:
     """One attempt of a training job: nodes, checkpoint at start -> end, how it ended."""
     start, end = attempt.checkpoint_at_start, attempt.checkpoint_at_end
     checkpoint = (
@@ -283,7 +310,11 @@ def _attempt_row(name: str, attempt: Attempt, ended_by_slurm: bool = False) -> S
         reason = f"{reason}; stack dumps in {attempt.hang_dumps}"
     if attempt.in_job:
         replaced = f", replaced {', '.join(attempt.replaced)}" if attempt.replaced else ", same nodes"
-        reason = f"in-job restart{replaced}" + (f"; {reason}" if reason else "")
+        reason = (
+            f"in-job restart{replaced}"
+            + (f"; {restart_text(restart)}" if restart else "")
+            + (f"; {reason}" if reason else "")
+        )
     return StatusRow(
         name,
         f"  attempt {attempt.label}",
@@ -342,6 +373,7 @@ def status_json(rows: list[StatusRow], title: str) -> dict:
                     "exit_status": a.exit_status,
                     "reason": a.end_reason or (LOST_REASON if not a.ended and r.state in FINAL_STATES else ""),
                     "hang_dumps": a.hang_dumps,
+                    "restart": r.restarts_by_label.get(a.label) or None,
                 }
                 for a in r.attempts
             ],

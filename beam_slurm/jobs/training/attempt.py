@@ -114,6 +114,7 @@ class Attempt:
         notices: list[tuple[str, float]] | None = None,
         cluster: RaySteps | None = None,
         plan: RestartPlan | None = None,
+        restart: dict[str, Any] | None = None,
     ):
         self.settings, self.alloc = settings, allocation
         self.state = AttemptState(
@@ -131,6 +132,9 @@ class Attempt:
         self.cluster = cluster  # the running Ray cluster a warm restart keeps; None until this attempt starts one
         self.plan = plan if cluster is not None else None  # how this attempt restarts (warm); None: a cold start
         self.next_plan: RestartPlan | None = None  # set when this attempt ends in an in-job restart
+        # The run record's `restart` of this attempt (`goodput.restart_phases`), and of the next one when it restarts.
+        self.restart = dict(restart or {})
+        self.next_restart: dict[str, Any] = {}
         self.nodes = len(self.state.step_nodes)
         hook = settings.container(allocation.job_id) if callable(settings.container) else settings.container
         pinned = self.state.step_nodes if in_job or self.nodes < len(allocation.nodes) else []
@@ -352,6 +356,7 @@ class Attempt:
                     )
                 return self.facts(step_status=status)
             if time.monotonic() >= next_look:
+                self.note_restart_ready()
                 next_look = time.monotonic() + HANG_POLL_S
                 hang = hang_watch.check(
                     self.settings.hang,
@@ -550,6 +555,14 @@ class Attempt:
         if decision.restart_in_job:
             self.state.restart = decision
             self.next_plan = self.restart_plan(decision)
+            failure = records.read_failure(self.attempt_dir) or {}
+            seen = [t for t in (failure.get("time"), self.state.hang_detected_at) if t]
+            self.next_restart = {
+                "warm": self.next_plan.warm,
+                "why": self.next_plan.why,
+                "fault_at": min(float(t) for t in seen) if seen else None,  # when a node or the watchdog saw it
+                "decided_at": time.time(),
+            }
             logger.info(
                 f"{decision.reason}: {decision.note} (attempt "
                 f"{layout.attempt_label(self.alloc.restart_count, self.state.in_job + 1)}, "
@@ -645,6 +658,7 @@ class Attempt:
                 nodes_needed=self.nodes,
                 user_exclude=user_exclude,
                 stdout="" if job.get("StdOut") in (None, "(null)") else job["StdOut"],
+                restart=self.restart,
             )
 
         snapshot = self._record_call("record the attempt's start", lambda store: store.update(begin))
@@ -659,6 +673,7 @@ class Attempt:
         ]
 
     def record_end(self, decision: Decision, facts: AttemptFacts | None) -> None:
+        self.note_restart_ready()
         checkpoint = self.checkpoint()
         reason = decision.reason + (f": {decision.note}" if decision.note else "")
         saved = facts.saved_step if facts is not None else None
@@ -794,11 +809,33 @@ class Attempt:
                 warm = self.next_plan is not None and self.next_plan.warm
                 if self.cluster is not None and self.cluster.running() and not warm:
                     self.stop_ray_step()
+                if self.next_restart and not warm:
+                    self.next_restart["stopped_at"] = time.time()  # cold: the old cluster is down
                 if not self.state.requeued and self.state.restart is None:
                     auth.remove_job_dir(self.settings.ray, self.alloc.job_id)
 
     def end(self, facts: AttemptFacts) -> int:
         return self.carry_out(decide(facts), facts)
+
+    def note_restart_ready(self) -> None:
+        """Once this restarted attempt's cluster is ready again (the head's ray_ready.json), put when into the run
+        record's `restart` (warm: also when the old driver's processes were found gone): `status` shows it."""
+        if not self.restart or "ready_at" in self.restart:
+            return
+        ready = read_json(self.attempt_dir / records.READY_FILE)
+        if ready is None:
+            return
+        self.restart["ready_at"] = float(ready.get("client_released") or ready.get("registered") or time.time())
+        if ready.get("stopping_done"):
+            self.restart["stopped_at"] = float(ready["stopping_done"])
+        restart = dict(self.restart)
+
+        def note(run: RunRecord) -> None:
+            entry = run.train_job(self.alloc.job_id).attempt(self.alloc.restart_count, self.state.in_job)
+            if entry is not None:
+                entry.restart = restart
+
+        self._record_call("record the restart's bring-up", lambda store: store.update(note))
 
     def restart_plan(self, decision: Decision) -> RestartPlan:
         """How an in-job restart on `decision.next_nodes` would go from this attempt's cluster (`policy.restart`);

@@ -69,6 +69,7 @@ def run(settings: TrainJobSettings, rebuild: Callable[[], TrainJobSettings] | No
             # A warm restart hands the running cluster over; a cold one starts its own.
             attempt.cluster if attempt.next_plan is not None and attempt.next_plan.warm else None,
             attempt.next_plan,
+            attempt.next_restart,
         )
 
 

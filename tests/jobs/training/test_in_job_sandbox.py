@@ -91,6 +91,11 @@ def test_a_killed_worker_raylet_is_replaced_by_the_spare_without_a_requeue(train
     shown = next(job for job in json.loads(status.stdout)["jobs"] if job["stage"] == "train")["attempts"]
     assert [(a["attempt"], a["in_job"], a["state"]) for a in shown] == [(0, 0, "node-failure"), (0, 1, "finished")]
     assert shown[1]["replaced"] == [f"{worker} -> {nodes[2]}"], shown
+    # Where the restart's seconds went: every phase measured, the fault to the first resumed step.
+    restart = shown[1]["restart"]
+    phases = [restart[k] for k in ("detection", "stopping", "bring_up", "model_load", "first_step")]
+    assert restart["warm"] and all(p is not None and p >= 0 for p in phases), restart
+    assert abs(sum(phases) - restart["total"]) < 0.1 and restart["resumed_steps"] >= 3, restart
 
 
 def test_when_the_heads_ray_dies_the_restart_in_the_job_is_cold(train_run, slurm_sandbox):
