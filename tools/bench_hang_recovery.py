@@ -7,14 +7,16 @@ node, the end of the step, and the restart inside the allocation against the req
 Each case submits `sbatch/train_lora_16gpu.sh` with the rehearsal trainer (1 s steps, a checkpoint every 3 steps)
 and `trainer.rehearsal_hang_at_step=6`: the last bundle's actor blocks for good in step 6, the trainer does not
 know. It measures from the step before the hang (the last training the run logged, train_metrics.jsonl) to the
-first step of the next attempt, splits that at the watchdog's finding, and sums the dump set the attempt left in
-its log folder's hang/. No queue wait: the sandbox is idle. Needs the sandbox (`python tools/slurm_sandbox.py up`).
+first step of the next attempt, and from the watchdog's finding (the run record's `hang_detected_at`) to that step,
+and sums the dump set the attempt left in its log folder's hang/. No queue wait: the sandbox is idle. Needs the sandbox (`python tools/slurm_sandbox.py up`).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import re
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -59,9 +61,17 @@ def one_case(name: str, env: dict[str, str], root: Path, timeout_s: int) -> dict
     dumps = export / "logs" / f"{job}-0" / "hang"
     files = [p for p in dumps.rglob("*") if p.is_file()]
     return {"job": job, "state": sacct_state(job, env), "seconds": again - hung_at,
+            "after_finding": again - finding_time(export, job),
             "silent_s": int(found.group(3)) if found else None, "dump_files": len(files),
             "dump_bytes": sum(p.stat().st_size for p in files),
             "dump_nodes": len([p for p in dumps.iterdir() if p.is_dir()]) if dumps.is_dir() else 0}
+
+
+def finding_time(export: Path, job: str) -> float:
+    """When the watchdog found the hang: the first attempt's `hang_detected_at` in the run record."""
+    record = json.loads((export / "beam_run" / "run.json").read_text())
+    first = next(a for a in record["train_jobs"][job]["attempts"] if (a["attempt"], a.get("in_job", 0)) == (0, 0))
+    return float(first.get("hang_detected_at") or first["extra"]["hang_detected_at"])
 
 
 def main() -> int:
@@ -73,10 +83,21 @@ def main() -> int:
     root = Path(env["SLURM_CONF"]).parent.parent / "shared" / "bench"
     root.mkdir(parents=True, exist_ok=True)
     print(f"cluster.hang_timeout_s={args.timeout}; the watchdog reads the heartbeat every 2 s")
-    run_cases(CASES, args.repeat, lambda name: one_case(name, env, root, args.timeout), lambda name, r: (
+    after: dict[str, list[float]] = {name: [] for name in CASES}
+
+    def measure(name: str) -> dict:
+        result = one_case(name, env, root, args.timeout)
+        after[name].append(result["after_finding"])
+        return result
+
+    run_cases(CASES, args.repeat, measure, lambda name, r: (
         f"{name:<15} job {r['job']:>5} {r['state']}: last step before the hang -> training again in "
-        f"{r['seconds']:6.1f} s (found after {r['silent_s']} s silent); dump set {r['dump_files']} files, "
-        f"{r['dump_bytes'] / 1024:.0f} KiB over {r['dump_nodes']} nodes"), "last step before the hang -> training again")
+        f"{r['seconds']:6.1f} s (found after {r['silent_s']} s silent; the finding -> training again "
+        f"{r['after_finding']:5.1f} s); dump set {r['dump_files']} files, {r['dump_bytes'] / 1024:.0f} KiB over "
+        f"{r['dump_nodes']} nodes"), "last step before the hang -> training again")
+    print("\nmedian the watchdog's finding -> training again:")
+    for name, values in after.items():
+        print(f"  {name:<20} {statistics.median(values):6.1f} s")
     return 0
 
 

@@ -3,11 +3,13 @@ sleep-based script, with the floor (one bare `ray start --head` on this machine)
 
     python tools/bench_ray_bringup.py [--nodes 2 4] [--repeat 1] [--rehearsal-steps 2]
 
-Ours: `python -m beam_slurm.jobs.training.train_job [recipe keys] -- python -c pass` (preflight with its storage write probe
-and fabric check, token auth on, GPU check on); ray_ready.json on the head says where the time went: the preflight
+Ours: `python -m beam_slurm.jobs.training.train_job [recipe keys] -- python -c pass` (preflight with its storage write
+probe and fabric check, token auth on, GPU check on); ray_ready.json on the head says where the time went: the preflight
 window, each node's own `ray start` window, registration and the GPU check (the batch script's first line records
 the start). The table splits job start -> every node and GPU registered and checked into (a) the nodes' own
-`ray start`, (b) the preflight and (c) ours (the rest), with the target (c) <= 1 s.
+`ray start`, (b) the preflight and (c) ours (the rest), with the target (c) <= 1 s. The last table splits (b): the
+fabric check's slowest rank (to the end of its torch import, and in all, from fabric.json) and the slowest node's write
+probe (storage_write.json), which run side by side, and (b)+(c) against the first size (target: at most +20 %).
 Baseline: Ray's classic slurm-basic.sh pattern (head `srun ... ray start --head --block &`, `sleep 10`, then per
 worker `srun ... ray start --address --block &` + `sleep 5`), timed until the script would start the driver; whether
 every node had really registered by then is checked and shown. Floor: `ray start --head` alone, on the host.
@@ -82,6 +84,7 @@ def floor_seconds() -> float:
     os.write(fd, os.urandom(32).hex().encode())
     os.close(fd)
     ports = choose_ports(settings, os.getpid(), head=True)
+    os.mkdir(folder / "r", 0o700)  # LocalRay starts Ray only in a private folder that exists, as a job's
     ray = LocalRay(folder / "r", folder / "ray.log")
     env = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token), "RAY_USAGE_STATS_ENABLED": "0"}
     started = time.monotonic()
@@ -118,7 +121,21 @@ exec {PYTHON} -m beam_slurm.jobs.training.train_job {flag} recipe=lora_16gpu tra
         if node.get("ray_start"):
             ready.setdefault("ray_starts", {})[node["host"]] = node["ray_start"]
             ready.setdefault("node_starts", {})[node["host"]] = node["node_start"]
-    return split(ready)
+    return {**split(ready), **preflight_pieces(ready_path.parent)}
+
+
+def preflight_pieces(attempt: Path) -> dict[str, float]:
+    """Inside the preflight step: the fabric check's slowest rank (to the end of its torch import, and in all) and the
+    slowest node's write probe; the step runs the two side by side."""
+    out = {"fabric_import": 0.0, "fabric": 0.0, "write_probe": 0.0}
+    if (attempt / "fabric.json").exists():
+        fabric = json.loads((attempt / "fabric.json").read_text())
+        out["fabric_import"] = fabric.get("phases", {}).get("import", 0.0)
+        out["fabric"] = fabric.get("seconds", 0.0)
+    if (attempt / "storage_write.json").exists():
+        writes = json.loads((attempt / "storage_write.json").read_text()).values()
+        out["write_probe"] = max((w["write"]["seconds"] for w in writes if "write" in w), default=0.0)
+    return out
 
 
 def rehearsal_run(nodes: int, steps: int, env: dict[str, str]) -> tuple[str, float, list[int]]:
@@ -197,14 +214,17 @@ export RAY_USAGE_STATS_ENABLED=0
 nodes_array=($(scontrol show hostnames "$SLURM_JOB_NODELIST"))
 head_node=${{nodes_array[0]}}
 head_ip=$(srun --nodes=1 --ntasks=1 -w "$head_node" hostname --ip-address)
-srun --nodes=1 --ntasks=1 --mem=1000 -w "$head_node" {RAY} start --head --node-ip-address="$head_ip" {' '.join(ports.ray_start_args(head=True))} --temp-dir=/tmp/bench-docs-$SLURM_JOB_ID --num-gpus=8 --block &
+srun --nodes=1 --ntasks=1 --mem=1000 -w "$head_node" {RAY} start --head --node-ip-address="$head_ip" \\
+  {' '.join(ports.ray_start_args(head=True))} --temp-dir=/tmp/bench-docs-$SLURM_JOB_ID --num-gpus=8 --block &
 sleep 10
 for ((i = 1; i < {nodes}; i++)); do
-  srun --nodes=1 --ntasks=1 --mem=1000 -w "${{nodes_array[$i]}}" {RAY} start --address "$head_ip:{ports.gcs}" {worker_ports} --temp-dir=/tmp/bench-docs-$SLURM_JOB_ID --num-gpus=8 --block &
+  srun --nodes=1 --ntasks=1 --mem=1000 -w "${{nodes_array[$i]}}" {RAY} start --address "$head_ip:{ports.gcs}" \\
+    {worker_ports} --temp-dir=/tmp/bench-docs-$SLURM_JOB_ID --num-gpus=8 --block &
   sleep 5
 done
 proceed=$(date +%s.%N)
-registered=$(srun --overlap --mem=200 --nodes=1 --ntasks=1 -w "$head_node" {PYTHON} -c "{count_nodes}" 2>/dev/null | tail -1)
+registered=$(srun --overlap --mem=200 --nodes=1 --ntasks=1 -w "$head_node" {PYTHON} -c "{count_nodes}" 2>/dev/null \\
+  | tail -1)
 echo "{{\\"start\\": $start, \\"proceed\\": $proceed, \\"registered_nodes\\": \\"$registered\\"}}" > {work}/timing.json
 # End this job's Ray: the processes under its temp dir on each node, by pid.
 srun --overlap --mem=200 --nodes={nodes} --ntasks-per-node=1 {PYTHON} -c "
@@ -266,6 +286,15 @@ def main(argv: list[str] | None = None) -> int:
           "listed a node before its `ray start` returned); client_release (the head's Ray client disconnecting before "
           "the driver starts) comes after the total. The docs script sleeps 10 s + "
           "5 s per worker and never checks (nodes registered by then in brackets).")
+    print()
+    print("(b) preflight, in pieces (median; the fabric check and the write probe run side by side on every node):")
+    base = rows[0][1]["preflight"] + rows[0][1]["ours"]
+    print(" | ".join(f"{h:>17}" for h in ("nodes", "fabric_import", "fabric", "write_probe", "(b)+(c)", "vs first")))
+    for nodes, m, _ in rows:
+        both = m["preflight"] + m["ours"]
+        cells = (str(nodes), f"{m['fabric_import']:.2f} s", f"{m['fabric']:.2f} s", f"{m['write_probe']:.2f} s",
+                 f"{both:.1f} s", f"{100 * (both / base - 1):+.0f} %")
+        print(" | ".join(f"{c:>17}" for c in cells))
     if args.rehearsal_steps:
         nodes = max(args.nodes)
         state, seconds, done = rehearsal_run(nodes, args.rehearsal_steps, env)

@@ -26,14 +26,21 @@ class RestartPlan:
 
 
 def plan_restart(
-    ranks: tuple[str, ...], running: tuple[str, ...], next_nodes: tuple[str, ...], failure_node: str | None = None
+    ranks: tuple[str, ...],
+    running: tuple[str, ...],
+    next_nodes: tuple[str, ...],
+    failure_node: str | None = None,
+    removed: tuple[str, ...] = (),
 ) -> RestartPlan:
     """The plan for restarting in the job on `next_nodes` (allocation order, from `requeue.in_job`).
 
     `ranks` is the running cluster's nodes in rank order (the head first), `running` those whose Ray step still runs,
-    `failure_node` the node the attempt's failure names. The head keeps rank 0 and every kept node its rank; a new
+    `failure_node` the node the attempt's failure names, `removed` the nodes Slurm took out of the job. The head keeps
+    rank 0 and every kept node its rank; a new
     node takes the rank of the node it replaces, so the nodes' rendezvous files and the driver's placement stay as
-    they were. Cold when the head's node is lost, left out or its Ray step ended (the GCS is gone with it)."""
+    they were. Cold when the head's node is lost, left out or its Ray step ended (the GCS is gone with it), and when
+    Slurm removed a node: its step was killed, but Ray's daemons may run on beyond the job's reach, joined to the
+    head; only a new head disowns them."""
     head = ranks[0] if ranks else None
     cold = RestartPlan(
         warm=False, why="", ranks=next_nodes, stop=tuple(n for n in ranks if n in running), start=next_nodes
@@ -46,6 +53,8 @@ def plan_restart(
         return _cold(cold, f"the head's Ray step on {head} ended")
     if failure_node == head:
         return _cold(cold, f"the failure is the head's ({head})")
+    if removed:
+        return _cold(cold, f"Slurm removed {','.join(removed)} from the job; its Ray may still run there")
     keep = tuple(n for n in ranks if n in running and n in next_nodes)
     gone = [n for n in ranks if n not in keep]  # their ranks are free
     new = [n for n in next_nodes if n not in keep]  # in allocation order: the spares first in line take them

@@ -58,3 +58,10 @@ def test_only_new_nodes_are_checked_and_a_driver_only_restart_checks_none():
 def test_why_a_restart_is_cold_is_said():
     assert plan_restart(("n1", "n2"), ("n2",), ("n1", "n2"), "n1").why == "cold: the head's Ray step on n1 ended"
     assert plan_restart(("n1", "n2"), ("n1", "n2"), ("n2", "n3")).why == "cold: the head's node n1 is left out"
+
+
+def test_a_node_slurm_removed_from_the_job_makes_the_restart_cold():
+    # Its step was killed, but Ray's daemons may run on there, still joined to the head: a new head disowns them.
+    plan = plan_restart(("n1", "n2"), ("n1",), ("n1", "n3"), "n2", removed=("n2",))
+    assert not plan.warm and plan.start == ("n1", "n3") and plan.stop == ("n1",)
+    assert plan.why == "cold: Slurm removed n2 from the job; its Ray may still run there"

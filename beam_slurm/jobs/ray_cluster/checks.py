@@ -29,7 +29,9 @@ def check_gpu_count(host: str, gpus: list[str], source: str, expected: int | Non
 
 
 class GpuVisibilityCheck:
-    """One probe per node with all its GPUs, launched as soon as the node registered, while the other nodes join."""
+    """One probe per node with all its GPUs, launched as soon as the node registered, while the other nodes join (its
+    worker's start-up is hidden behind theirs, and a bad node fails the job before the rest joined); `finish` waits
+    for all of them in one wait, and probes the scheduler could not place go again together, however many."""
 
     def __init__(
         self, ray: Any, clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep
@@ -44,6 +46,7 @@ class GpuVisibilityCheck:
         self.pending: dict[Any, dict[str, Any]] = {}
         self.node_of: dict[Any, str] = {}  # the NodeID each probe was sent to
         self.launched: set[str] = set()
+        self.passed: set[str | None] = set()  # addresses whose probe saw the right GPUs
         self.clock, self.sleep = clock, sleep
 
     def launch_ready(self, nodes: list[dict[str, Any]], node_files: dict[int, dict[str, Any]]) -> None:
@@ -61,7 +64,8 @@ class GpuVisibilityCheck:
             self.launched.add(node["NodeID"])
 
     def finish(self, nodes: list[dict[str, Any]], node_files: dict[int, dict[str, Any]]) -> None:
-        """Launch what is left, wait for every probe; NodeFailure naming the first node whose view differs."""
+        """Launch the probes not yet launched, wait for all of them together; NodeFailure naming the first node whose
+        view differs. Probes the scheduler could not place go again together, after one RETRY_S."""
         self.launch_ready(nodes, node_files)
         ray, pending = self.ray, self.pending
         deadline = self.clock() + PROBE_TIMEOUT_S
@@ -73,6 +77,7 @@ class GpuVisibilityCheck:
                 raise NodeFailure(
                     "infra", f"the GPU visibility probe did not run on {names} within {PROBE_TIMEOUT_S} s"
                 )
+            unplaced: list[dict[str, Any]] = []
             for ref in ready:
                 info = pending.pop(ref)
                 try:
@@ -82,7 +87,7 @@ class GpuVisibilityCheck:
                     # load just after it joined, and when its raylet left to retry on the next port block. Its
                     # probe goes again to the node alive at its address now.
                     self.launched.discard(self.node_of[ref])  # the same node may take its probe once placeable
-                    self.relaunch(info, node_files, deadline)
+                    unplaced.append(info)
                     continue
                 problem = compare_gpu_view(info["host"], [str(g) for g in info.get("gpus", [])], view, None)
                 if problem is None and view.get("noset"):
@@ -92,14 +97,26 @@ class GpuVisibilityCheck:
                     )
                 if problem:
                     raise NodeFailure("setup", problem)
+                self.passed.add(info.get("ip"))
+            if unplaced:
+                self.relaunch(unplaced, node_files, deadline)
 
-    def relaunch(self, info: dict[str, Any], node_files: dict[int, dict[str, Any]], deadline: float) -> None:
-        """The probe of `info`'s node again, on the node alive at its address (after RETRY_S, so the scheduler's
-        view catches up); NodeFailure when none is there before `deadline`."""
+    def relaunch(self, infos: list[dict[str, Any]], node_files: dict[int, dict[str, Any]], deadline: float) -> None:
+        """The probes of the nodes in `infos` again, on the nodes alive at their addresses (after RETRY_S, so the
+        scheduler's view catches up; one wait and one node list for all of them); NodeFailure naming the nodes
+        none is there for before `deadline`."""
         while self.clock() < deadline:
             self.sleep(RETRY_S)
-            alive = [n for n in self.ray.nodes() if n.get("Alive") and n.get("NodeManagerAddress") == info.get("ip")]
+            addresses = {info.get("ip") for info in infos}
+            alive = [n for n in self.ray.nodes() if n.get("Alive") and n.get("NodeManagerAddress") in addresses]
             self.launch_ready(alive, node_files)
-            if any(other.get("ip") == info.get("ip") for other in self.pending.values()):
+            done = self.passed | {other.get("ip") for other in self.pending.values()}
+            infos = [info for info in infos if info.get("ip") not in done]
+            if not infos:
                 return
-        raise NodeFailure("infra", f"node {info['host']}: its Ray left the cluster during the GPU visibility check")
+        if len(infos) == 1:
+            raise NodeFailure(
+                "infra", f"node {infos[0]['host']}: its Ray left the cluster during the GPU visibility check"
+            )
+        names = ", ".join(info["host"] for info in infos)
+        raise NodeFailure("infra", f"nodes {names}: their Ray left the cluster during the GPU visibility check")

@@ -24,7 +24,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -428,8 +428,10 @@ def run_rank(
     return record
 
 
-def run_node(settings: FabricSettings, environ: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """In the preflight step: this node's interface problems and the records of its ranks (processes of their own)."""
+def start_node(settings: FabricSettings, environ: Mapping[str, str] | None = None) -> Callable[[], dict[str, Any]]:
+    """In the preflight step: start this node's ranks (processes of their own, which spend their first seconds
+    importing torch) and return the function that waits for them: this node's interface problems and its ranks'
+    records. The preflight does its own checks between the two."""
     env = dict(os.environ if environ is None else environ)
     host = env.get("SLURMD_NODENAME") or socket.gethostname()
     node_rank = int(env.get("SLURM_PROCID", "0"))
@@ -437,13 +439,13 @@ def run_node(settings: FabricSettings, environ: Mapping[str, str] | None = None)
     result: dict[str, Any] = {"host": host, "problems": interface_problems(settings, env), "ranks": []}
     if nodes < 2:
         result["skipped"] = "one node: no fabric between nodes to measure"
-        return result
+        return lambda: result
     if importlib.util.find_spec("torch") is None:
         result["skipped"] = (
             f"torch is not installed for {sys.executable}, so the fabric was not measured here; "
             "install torch there or set cluster.fabric_check=false"
         )
-        return result
+        return lambda: result
     hosts = expand_hostnames(env.get("SLURM_STEP_NODELIST") or env.get("SLURM_JOB_NODELIST") or host)
     gpus, _ = allocated_gpus(env)
     backend = settings.backend
@@ -452,11 +454,12 @@ def run_node(settings: FabricSettings, environ: Mapping[str, str] | None = None)
     per_node = max(len(gpus), 1) if backend == "nccl" else 1
     worker_settings = json.dumps({**dataclasses.asdict(settings), "backend": backend})
     run_id = "-".join(env.get(k, "0") for k in ("SLURM_JOB_ID", "SLURM_RESTART_COUNT", "SLURM_STEP_ID"))
+    master_addr = socket.gethostbyname(hosts[0])
     workers = []
     for local in range(per_node):
         worker_env = {
             **env,
-            "MASTER_ADDR": socket.gethostbyname(hosts[0]),
+            "MASTER_ADDR": master_addr,
             "MASTER_PORT": str(settings.port),
             "RANK": str(node_rank * per_node + local),
             "WORLD_SIZE": str(nodes * per_node),
@@ -475,22 +478,32 @@ def run_node(settings: FabricSettings, environ: Mapping[str, str] | None = None)
         )
     # Join, up to three rounds, the all_reduce and the gather each end within the timeout; the rest is start-up.
     limit = settings.timeout_s * 7 + 120
-    for local, worker in enumerate(workers):
-        try:
-            out, err = worker.communicate(timeout=limit)
-        except subprocess.TimeoutExpired:
-            worker.kill()
-            out, err = worker.communicate()
-            result["problems"].append(f"fabric check rank of local GPU {local} did not finish within {limit:.0f}s")
-        records = [
-            json.loads(line[len(RESULT_PREFIX) :]) for line in out.splitlines() if line.startswith(RESULT_PREFIX)
-        ]
-        if records:  # a rank prints its record without what rank 0 gathered
-            result["ranks"].append(records[0])
-        elif not any("did not finish" in p for p in result["problems"]):
-            tail = " | ".join(err.strip().splitlines()[-3:])[:400]
-            result["problems"].append(f"fabric check process (local rank {local}) crashed: {tail}")
-    return result
+    started = time.monotonic()
+
+    def collect() -> dict[str, Any]:
+        for local, worker in enumerate(workers):
+            try:
+                out, err = worker.communicate(timeout=max(limit - (time.monotonic() - started), 1.0))
+            except subprocess.TimeoutExpired:
+                worker.kill()
+                out, err = worker.communicate()
+                result["problems"].append(f"fabric check rank of local GPU {local} did not finish within {limit:.0f}s")
+            records = [
+                json.loads(line[len(RESULT_PREFIX) :]) for line in out.splitlines() if line.startswith(RESULT_PREFIX)
+            ]
+            if records:  # a rank prints its record without what rank 0 gathered
+                result["ranks"].append(records[0])
+            elif not any("did not finish" in p for p in result["problems"]):
+                tail = " | ".join(err.strip().splitlines()[-3:])[:400]
+                result["problems"].append(f"fabric check process (local rank {local}) crashed: {tail}")
+        return result
+
+    return collect
+
+
+def run_node(settings: FabricSettings, environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """In the preflight step: this node's interface problems and the records of its ranks (processes of their own)."""
+    return start_node(settings, environ)()
 
 
 def verdict(
@@ -562,6 +575,11 @@ def verdict(
         "socket_ifname": next((r.get("socket_ifname") for r in ranks), {}),
         "ranks": len(ranks),
         "seconds": max((r.get("seconds", 0.0) for r in ranks), default=0.0),
+        # The slowest rank's seconds from its start to the end of each phase (import, join, pairs, all_reduce).
+        "phases": {
+            name: max(r.get("phases", {}).get(name, 0.0) for r in ranks)
+            for name in dict.fromkeys(n for r in ranks for n in r.get("phases", {}))
+        },
         "pairs": [
             {
                 "hosts": list(e["hosts"]),

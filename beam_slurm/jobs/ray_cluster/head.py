@@ -52,6 +52,7 @@ class Head(NodeRole):
     registered_at: float | None = None  # every node and GPU in the GCS, before the GPU visibility check
     checked_at: float | None = None  # the visibility check passed, before the head's Ray client disconnects
     driver_running: bool = False  # a held SIGTERM can lead to a save only then
+    ready_gpus: int = 0  # GPUs registered at the last bring-up (a restart of the driver alone keeps them)
 
     def run(self, driver: list[str]) -> int:
         ip = node_ipv4(self.settings.network_interface)
@@ -98,6 +99,7 @@ class Head(NodeRole):
         write_json(self.rendezvous.ready_file, timing)
         if self.ctx.attempt_dir is not None:
             write_json(self.ctx.attempt_dir / READY_FILE, timing)
+        self.ready_gpus = registered
         if self.stop_requested:
             return EXIT_STOPPED
         in_job, env = int(os.environ.get(IN_JOB_ATTEMPT_ENV) or 0), dict[str, str]()
@@ -155,9 +157,14 @@ class Head(NodeRole):
             return False
         freed_at = time.time()
         self.started_clock = self.clock()  # the readiness deadline counts from the restart
-        if not self.wait_for_new_nodes(list(request.get("start") or []), float(request.get("time") or began)):
+        new = list(request.get("start") or [])
+        if not self.wait_for_new_nodes(new, float(request.get("time") or began)):
             return False
-        registered = self.wait_for_cluster(address)
+        if new:
+            registered = self.wait_for_cluster(address)
+        else:  # the driver alone: every node stayed and said it is clean, nothing joined to check
+            self.registered_at = self.checked_at = time.time()
+            registered = int(self.ready_gpus)
         timing = {
             "warm": True,
             "in_job": in_job,
@@ -173,6 +180,7 @@ class Head(NodeRole):
         }
         write_json(self.rendezvous.ready_file, timing)
         write_json(self.ctx.attempt_dir / READY_FILE, timing)
+        self.ready_gpus = registered
         logger.info(f"warm restart: {self.ctx.num_nodes} nodes and {registered} GPUs registered again")
         return not self.stop_requested
 
@@ -361,9 +369,16 @@ class Head(NodeRole):
         request = None
         try:
             while (status := proc.poll()) is None:
+                if self.rendezvous.stop_driver_file(in_job).exists():
+                    logger.info("the batch shell saw a node fail: stopping the driver")
+                    stop_process_group(proc, self.settings.driver_stop_grace_s)
+                    status = EXIT_INFRA
+                    break
                 request = self.rendezvous.latest_restart(in_job)
                 if request is not None:  # a hang, or a node the batch shell saw fail first
                     logger.info(f"warm restart requested for in-job attempt {request['in_job']}: stopping the driver")
+                    if self.ctx.attempt_dir is not None and self.ctx.spec.sigterm_notice:
+                        mark_stopping(self.ctx.attempt_dir)  # the driver must not hold this SIGTERM as a notice
                     status = stop_process_group(proc, self.settings.driver_stop_grace_s)
                     break
                 if self.sigterm_held_at is not None and not relayed:

@@ -8,7 +8,9 @@
 - `joined-<rank>`: each worker once its `ray start` returned (`ray.node_start_concurrency` counts them);
 - `restart-<n>.json`: the batch shell's warm restart for in-job attempt n (`Head.restart_driver`): the new attempt's
   folder, the nodes in rank order, the nodes kept and the driver's environment;
-- `freed-<n>-<rank>.json`: a kept node's check after the old driver stopped: no worker process of it is left.
+- `freed-<n>-<rank>.json`: a kept node's check after the old driver stopped: no worker process of it is left;
+- `stop-driver-<n>`: the batch shell saw in-job attempt n fail (a node's step ended): the head stops the driver at
+  once, before it trains on without the node, and waits for the restart request.
 
 A warm restart keeps the folder: the cluster it describes lives on.
 """
@@ -49,6 +51,9 @@ class Rendezvous:
         numbers = [int(p.stem.split("-", 1)[1]) for p in self.folder.glob("restart-*.json")]
         newest = max((n for n in numbers if n > after), default=None)
         return read_json(self.restart_file(newest)) if newest is not None else None
+
+    def stop_driver_file(self, in_job: int) -> Path:
+        return self.folder / f"stop-driver-{in_job}"
 
     def freed_file(self, in_job: int, rank: int) -> Path:
         return self.folder / f"freed-{in_job}-{rank}.json"

@@ -285,10 +285,7 @@ class Attempt:
             "driver": list(self.settings.driver),  # made again for this attempt (`train_job.run`): it resumes
             "time": time.time(),
         }
-        folder = auth.job_dir(self.settings.ray, self.alloc.job_id)
-        write_json(
-            Rendezvous(folder, self.alloc.restart_count, cluster.cluster).restart_file(self.state.in_job), request
-        )
+        write_json(self.rendezvous().restart_file(self.state.in_job), request)
         cluster.start(plan.start, env, self.attempt_dir)
         self.state.ray_step_started = time.time()
 
@@ -306,8 +303,14 @@ class Attempt:
         seconds = round(time.time() - began, 3)  # one value for the file and the log line
         # What the notice budget counts for stopping Ray and copying logs, once the run has stopped once.
         write_json(self.attempt_dir / STOP_FILE, {"seconds": seconds, "time": time.time()})
-        logger.info(f"the Ray steps stopped in {seconds:.1f}s (driver, Ray and the last log copy of every node)")
+        logger.info(f"the Ray step stopped in {seconds:.1f}s (driver, Ray and the last log copy of every node)")
         return status
+
+    def rendezvous(self) -> Rendezvous:
+        """The running cluster's rendezvous folder (the nodes' and the head's), where restart requests go."""
+        assert self.cluster is not None
+        folder = auth.job_dir(self.settings.ray, self.alloc.job_id)
+        return Rendezvous(folder, self.alloc.restart_count, self.cluster.cluster)
 
     def head_status(self) -> int:
         assert self.cluster is not None
@@ -326,11 +329,15 @@ class Attempt:
             if self.cluster.running():
                 self.stop_ray_step()
             return head
-        failed = {h: s for h, s in self.cluster.ended_workers().items() if s != 0}
-        if failed:
-            host, status = next(iter(failed.items()))
+        ended = self.cluster.ended_workers()
+        if ended and self.rendezvous().ended_file.exists():
+            ended = {}  # the driver ended for good: the workers stop first, the head follows
+        if ended:  # while the head runs even a clean end is a loss: Slurm removed the node, or signalled its step
+            host, status = next(iter(ended.items()))
             logger.info(f"the Ray step on {host} ended with status {status}")
-            return status
+            # The driver must not train on (and save) without the node while this shell decides.
+            self.rendezvous().stop_driver_file(self.state.in_job).touch()
+            return status or records.EXIT_INFRA
         driver = records.read_driver_status(self.attempt_dir)
         if driver is not None and driver != 0:
             return driver  # the head keeps the cluster up for a warm restart (job spec's restart_wait_s)
@@ -453,12 +460,14 @@ class Attempt:
         if name == "SIGTERM" and self.state.wanted is None:
             self.state.slurm_end = self.ask_slurm()
             if self.state.slurm_end in _SLURM_ENDS_EVERYTHING:
-                # Every step got the same SIGTERM: the trainer stops now, there is nothing to wait for.
+                # Every step got the same SIGTERM: the trainer stops now, there is nothing to wait for. The
+                # decision is said first: Slurm may SIGKILL this shell (KillWait) while the steps wind down, which
+                # the attempt's end (`run`) then waits for.
                 logger.info(
                     f"notice SIGTERM: Slurm is ending this attempt ({self.state.slurm_end}); every step was "
                     "signalled, so no checkpoint can be saved"
                 )
-                return self.facts(notice=name, step_status=self.stop_ray_step())
+                return self.facts(notice=name, step_status=self.cluster.status(self.cluster.head))
         grace_s = save_grace_s(self.state.wanted, self.settings.grace_s)
         why_save = save_reason(name, self.state.wanted, (self.attempt_dir / records.TERM_RELAYED_FILE).exists())
         logger.info(
@@ -843,11 +852,13 @@ class Attempt:
         if not decision.restart_in_job or self.cluster is None:
             return RestartPlan(warm=False, why="cold: no running cluster", ranks=decision.next_nodes)
         failure = records.read_failure(self.attempt_dir)
+        lost = [n for n in self.cluster.ranks if n not in self.allocation_now()[0]]
         return plan_restart(
             tuple(self.cluster.ranks),
             tuple(self.cluster.running()),
             decision.next_nodes,
             failed_node(failure, self.cluster.head) if failure else None,
+            tuple(lost),
         )
 
     def warn_port_range(self) -> None:

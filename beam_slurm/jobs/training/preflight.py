@@ -14,7 +14,9 @@ import shutil
 import socket
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -197,22 +199,62 @@ def run_step(
     return sorted(failures)
 
 
+def _crashed_fabric(host: str, exc: Exception) -> Callable[[], dict]:
+    return lambda: {"host": host, "problems": [f"fabric check crashed: {exc!r}"], "ranks": []}
+
+
+def _in_background(call: Callable[..., dict], *args: Any) -> Callable[[], dict]:
+    """Start call(*args) in a thread; the returned function waits for its dict (an exception as {"write_error"})."""
+    outcome: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            outcome.update(call(*args))
+        except Exception as exc:  # the node still reports; the batch shell names it
+            outcome["write_error"] = f"write probe crashed: {exc!r}"
+
+    thread = threading.Thread(target=target, name="storage-probe", daemon=True)
+    thread.start()
+
+    def result() -> dict:
+        thread.join()
+        return outcome
+
+    return result
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     settings = PreflightSettings(**json.loads(argv[0])) if argv else PreflightSettings()
     host = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
+    fabric_result: Callable[[], dict] | None = None
+    if settings.fabric.get("enabled"):  # every node takes part, whatever it finds: the others pair with it
+        # Its ranks start first: their torch import is the step's longest start-up, the node's checks run meanwhile.
+        try:
+            fabric_result = fabric.start_node(fabric.FabricSettings(**settings.fabric))
+        except Exception as exc:
+            fabric_result = _crashed_fabric(host, exc)
     try:
         problems = check_node(settings)
     except Exception as exc:  # report, do not crash: the batch shell names the node
         problems = [f"preflight crashed: {exc!r}"]
     record: dict[str, Any] = {"host": host, "problems": problems}
-    if settings.fabric.get("enabled"):  # every node takes part, whatever it found: the others pair with it
+    # The write probe runs beside the fabric check, not after it: both are bounded, so the step takes the longer of
+    # the two, and every node starts writing at the same moment, as in a checkpoint save. The probe mostly waits on
+    # fsync while the fabric ranks start up; a pair's exchange that overlaps it sees the same load on every node,
+    # and the fabric verdict compares nodes with each other.
+    probe = (
+        _in_background(storage_probe.probe_record, settings.ckpt_dir, settings.storage_probe_s)
+        if settings.ckpt_dir and settings.storage_probe_s > 0 and not problems
+        else None
+    )
+    if fabric_result is not None:
         try:
-            record["fabric"] = fabric.run_node(fabric.FabricSettings(**settings.fabric))
+            record["fabric"] = fabric_result()
         except Exception as exc:
-            record["fabric"] = {"host": host, "problems": [f"fabric check crashed: {exc!r}"], "ranks": []}
-    if settings.ckpt_dir and settings.storage_probe_s > 0 and not problems:  # all nodes write at once
-        record.update(storage_probe.probe_record(settings.ckpt_dir, settings.storage_probe_s))
+            record["fabric"] = _crashed_fabric(host, exc)()
+    if probe is not None:
+        record.update(probe())
     print(RESULT_PREFIX + json.dumps(record), flush=True)
     return 1 if problems else 0
 

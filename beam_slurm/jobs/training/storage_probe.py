@@ -16,8 +16,21 @@ from beam_slurm.policy.notice_budget import GB, save_seconds
 
 logger = logging.getLogger(__name__)
 PROBE_BYTES = 1024**3  # written and fsynced, then stop
-_CHUNK = 64 * 1024 * 1024
+_CHUNK = 64 * 1024 * 1024  # bytes per fsync
+_BLOCK = 16 * 1024 * 1024  # random bytes written over and over: a 64 MiB urandom costs 0.25 CPU-s on every node
+_MIN_CHUNK = 1024 * 1024
 RESULT_FILE = "storage_write.json"  # in the attempt's log folder
+
+
+def _next_chunk(written: int, elapsed: float, max_seconds: float, max_bytes: int) -> int:
+    """Bytes to write before the next fsync: a full chunk, or what the rate so far fits into the time left, so the
+    probe ends near max_seconds however slow the storage is under all nodes' load (a 64 MiB chunk at 30 MB/s is 2 s
+    over the bound)."""
+    left = max_bytes - written
+    if written == 0 or elapsed <= 0:
+        return min(_BLOCK, left)  # the first chunk measures the rate
+    fits = int(written / elapsed * (max_seconds - elapsed))
+    return min(_CHUNK, left, max(fits, _MIN_CHUNK))
 
 
 def measure_write(folder: Path, max_seconds: float, max_bytes: int = PROBE_BYTES) -> dict:
@@ -26,15 +39,18 @@ def measure_write(folder: Path, max_seconds: float, max_bytes: int = PROBE_BYTES
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"write-probe-{os.uname().nodename}-{os.getpid()}"
-    block = os.urandom(min(_CHUNK, max_bytes))
+    block = memoryview(os.urandom(min(_BLOCK, max_bytes)))
     written = 0
     started = time.monotonic()
     try:
         with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb", buffering=0) as handle:
-            while written < max_bytes and time.monotonic() - started < max_seconds:
-                n = handle.write(block[: min(len(block), max_bytes - written)])
+            while written < max_bytes and (elapsed := time.monotonic() - started) < max_seconds:
+                chunk = _next_chunk(written, elapsed, max_seconds, max_bytes)
+                done = 0
+                while done < chunk:
+                    done += handle.write(block[: min(len(block), chunk - done)])
                 os.fsync(handle.fileno())  # durable bytes only: a page cache absorbs a burst, a 0.9 TB checkpoint not
-                written += n
+                written += done
         seconds = time.monotonic() - started
     finally:
         path.unlink(missing_ok=True)
