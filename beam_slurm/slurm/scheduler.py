@@ -123,12 +123,6 @@ def job_state(job_id: str | int) -> str:
     return out.strip().splitlines()[0].strip() if out.strip() else ""
 
 
-def step_ids(job_id: str | int, step_name: str) -> list[str]:
-    """Ids ('123.1') of the job's running steps named `step_name` (squeue --steps)."""
-    out = run(["squeue", "--steps", "--noheader", "--format=%i %j", f"--jobs={job_id}"])
-    return [line.split()[0] for line in out.splitlines() if len(line.split()) == 2 and line.split()[1] == step_name]
-
-
 def step_nodes(job_id: str | int, step_name: str) -> dict[str, str]:
     """Running steps named `step_name` by their node list ('n3' for a one-node step), in one squeue call."""
     out = run(["squeue", "--steps", "--noheader", "--format=%i %j %N", f"--jobs={job_id}"])

@@ -35,17 +35,21 @@ def stat_fields(pid: int) -> list[str]:
     return stat.rsplit(")", 1)[1].split() if ")" in stat else []
 
 
+def _members(field: int, value: int) -> list[int]:
+    """PIDs of live (non-zombie) processes whose /proc stat field `field` (after the parenthesised command: state
+    ppid pgrp session ...) is `value`."""
+    pids = (int(entry) for entry in os.listdir("/proc") if entry.isdigit())
+    return [pid for pid in pids if (fields := stat_fields(pid)) and fields[0] != "Z" and int(fields[field]) == value]
+
+
 def group_members(pgid: int) -> list[int]:
     """PIDs of live (non-zombie) processes in process group `pgid`, from /proc."""
-    pids = (int(entry) for entry in os.listdir("/proc") if entry.isdigit())
-    # Fields after the parenthesised command: state ppid pgrp ...
-    return [pid for pid in pids if (fields := stat_fields(pid)) and fields[0] != "Z" and int(fields[2]) == pgid]
+    return _members(2, pgid)
 
 
 def session_members(sid: int) -> list[int]:
     """PIDs of live (non-zombie) processes in session `sid`: Ray's workers take their own process groups."""
-    pids = (int(entry) for entry in os.listdir("/proc") if entry.isdigit())
-    return [pid for pid in pids if (fields := stat_fields(pid)) and fields[0] != "Z" and int(fields[3]) == sid]
+    return _members(3, sid)
 
 
 def _cmdline(pid: int) -> str:

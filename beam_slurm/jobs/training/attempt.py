@@ -399,7 +399,7 @@ class Attempt:
         )
         self.state.hang_dumps = str(folder)
         running = self.facts(hang=hang.describe(), hang_nodes=tuple(sorted(suspects)), step_status=None)
-        if self.restart_plan(decide(running)).warm:
+        if self.restart_plan(decide(running), running).warm:
             return running
         status = self.stop_ray_step()
         survivors = self.run_dump_step(folder, step_id, end=True) if step_id else []
@@ -563,7 +563,7 @@ class Attempt:
         self.record_end(decision, facts)
         if decision.restart_in_job:
             self.state.restart = decision
-            self.next_plan = self.restart_plan(decision)
+            self.next_plan = self.restart_plan(decision, facts)
             failure = records.read_failure(self.attempt_dir) or {}
             seen = [t for t in (failure.get("time"), self.state.hang_detected_at) if t]
             self.next_restart = {
@@ -846,19 +846,18 @@ class Attempt:
 
         self._record_call("record the restart's bring-up", lambda store: store.update(note))
 
-    def restart_plan(self, decision: Decision) -> RestartPlan:
-        """How an in-job restart on `decision.next_nodes` would go from this attempt's cluster (`policy.restart`);
-        cold when there is no decision to restart in the job or no cluster."""
-        if not decision.restart_in_job or self.cluster is None:
+    def restart_plan(self, decision: Decision, facts: AttemptFacts | None) -> RestartPlan:
+        """How an in-job restart on `decision.next_nodes` would go from this attempt's cluster (`policy.restart`),
+        from the facts the decision was made on (the failure's node, the nodes Slurm removed); cold when there is no
+        decision to restart in the job or no cluster."""
+        if not decision.restart_in_job or self.cluster is None or facts is None:
             return RestartPlan(warm=False, why="cold: no running cluster", ranks=decision.next_nodes)
-        failure = records.read_failure(self.attempt_dir)
-        lost = [n for n in self.cluster.ranks if n not in self.allocation_now()[0]]
         return plan_restart(
             tuple(self.cluster.ranks),
             tuple(self.cluster.running()),
             decision.next_nodes,
-            failed_node(failure, self.cluster.head) if failure else None,
-            tuple(lost),
+            facts.failure_node,
+            facts.lost_nodes,
         )
 
     def warn_port_range(self) -> None:

@@ -10,6 +10,7 @@ The price: one srun process in the batch shell per node."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import signal
 import subprocess
@@ -42,22 +43,10 @@ class RaySteps:
         return self.ranks[0]
 
     def argv(self, host: str) -> list[str]:
-        command = [
-            *self.launcher.hook.command_prefix,
-            self.launcher.python,
-            "-m",
-            "beam_slurm.jobs.ray_cluster.node",
-            "--",
-            *self.driver,
-        ]
-        return scheduler.srun_per_node(
-            1,
-            command,
-            cpus_per_task=self.launcher.cpus_per_task,
-            gpus_per_node=self.launcher.gpus_per_node,
-            kill_on_bad_exit=True,
-            job_name=RAY_STEP,
-            extra_args=[f"--nodelist={host}", *self.launcher.hook.srun_args],
+        """The launcher's command line, pinned to `host` alone."""
+        one_node = dataclasses.replace(self.launcher, nodes=1, nodelist=[host])
+        return one_node.module_argv(
+            ["beam_slurm.jobs.ray_cluster.node", "--", *self.driver], kill_on_bad_exit=True, name=RAY_STEP
         )
 
     def start(self, hosts: list[str] | tuple[str, ...], env: dict[str, str], attempt_dir: Path) -> None:
