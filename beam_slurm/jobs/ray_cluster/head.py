@@ -354,6 +354,13 @@ class Head(NodeRole):
             "shell as a notice; the driver runs on until the batch shell has its checkpoint"
         )
 
+    def stop_driver(self, proc: subprocess.Popen, grace_s: float) -> int:
+        """Stop the driver's process group. The attempt is marked as stopping first: the driver holds a first SIGTERM
+        as a preemption's possible notice otherwise, and would train on (and save) without a lost node meanwhile."""
+        if self.ctx.attempt_dir is not None and self.ctx.spec.sigterm_notice:
+            mark_stopping(self.ctx.attempt_dir)
+        return stop_process_group(proc, grace_s)
+
     def run_driver(
         self, driver: list[str], address: str, attempt_env: dict[str, str]
     ) -> tuple[int, dict[str, Any] | None]:
@@ -371,25 +378,20 @@ class Head(NodeRole):
             while (status := proc.poll()) is None:
                 if self.rendezvous.stop_driver_file(in_job).exists():
                     logger.info("the batch shell saw a node fail: stopping the driver")
-                    stop_process_group(proc, self.settings.driver_stop_grace_s)
+                    self.stop_driver(proc, self.settings.driver_stop_grace_s)
                     status = EXIT_INFRA
                     break
                 request = self.rendezvous.latest_restart(in_job)
                 if request is not None:  # a hang, or a node the batch shell saw fail first
                     logger.info(f"warm restart requested for in-job attempt {request['in_job']}: stopping the driver")
-                    if self.ctx.attempt_dir is not None and self.ctx.spec.sigterm_notice:
-                        mark_stopping(self.ctx.attempt_dir)  # the driver must not hold this SIGTERM as a notice
-                    status = stop_process_group(proc, self.settings.driver_stop_grace_s)
+                    status = self.stop_driver(proc, self.settings.driver_stop_grace_s)
                     break
                 if self.sigterm_held_at is not None and not relayed:
                     relayed = True
                     self.relay_held_sigterm()
                 if self.stop_requested:
                     logger.info("stop requested: stopping the driver")
-                    if self.ctx.attempt_dir is not None and self.ctx.spec.sigterm_notice:
-                        # The driver holds a first SIGTERM unless the attempt is marked as stopping.
-                        mark_stopping(self.ctx.attempt_dir)
-                    status = stop_process_group(proc, self.settings.driver_stop_grace_s)
+                    status = self.stop_driver(proc, self.settings.driver_stop_grace_s)
                     status = EXIT_STOPPED if status in (0, 15, -signal.SIGTERM, EXIT_STOPPED) else shell_status(status)
                     break
                 lost = (
@@ -405,13 +407,13 @@ class Head(NodeRole):
                 lost = lost or watch.lost_node()
                 if lost:
                     self.record_failure("infra", lost)
-                    stop_process_group(proc, 5.0)
+                    self.stop_driver(proc, 5.0)
                     status = EXIT_INFRA
                     break
                 self.sleep(self.settings.poll_interval_s)
         finally:
             if proc.poll() is None:
-                stop_process_group(proc, 5.0)
+                self.stop_driver(proc, 5.0)
         self.driver_running = False
         status = shell_status(status)
         logger.info(f"driver exited with status {status}")

@@ -435,3 +435,44 @@ def test_the_start_up_hook_binds_the_metrics_servers_to_the_node_address_only(tm
     env.pop("BEAM_RAY_METRICS_HOST")
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
     assert done.stdout.split()[0] == "0.0.0.0", "without the variable the hook changes nothing"
+
+
+def test_a_driver_stopped_for_a_failed_node_is_told_that_no_save_may_follow(tmp_path):
+    """The batch shell saw a node's step end: the head stops the driver with the attempt marked as stopping, so the
+    driver does not hold that SIGTERM as a preemption's notice and train on (and save) without the node."""
+    import sys
+    import time
+
+    from beam_slurm.config.job_spec import JobSpec
+    from beam_slurm.core.ray_records import STOPPING_FILE
+    from beam_slurm.jobs.ray_cluster.head import Head
+
+    attempt_dir = tmp_path / "attempt-0"
+    attempt_dir.mkdir()
+    settings = RaySettings(state_dir=str(tmp_path / "state"), temp_dir_root=str(tmp_path / "tmp"), auth=False,
+                           poll_interval_s=0.05, driver_stop_grace_s=5)
+    ctx = NodeContext(job_id="7", attempt=0, attempt_label="0", step="0", rank=0, num_nodes=2, host="n1",
+                      step_hosts=["n1", "n2"], attempt_dir=attempt_dir, cpus=1, spec=JobSpec(sigterm_notice=True))
+    head = Head(ctx, settings)
+    head.ray.alive = lambda names: True  # the head's Ray is not started here; only the driver's stop is looked at
+    head.rendezvous.folder.mkdir(parents=True, exist_ok=True)
+    seen = tmp_path / "seen"
+    driver = [sys.executable, "-c", (
+        "import pathlib, signal, sys, time\n"
+        f"folder, seen = pathlib.Path({str(attempt_dir)!r}), pathlib.Path({str(seen)!r})\n"
+        "def on_term(*_):\n"
+        f"    seen.write_text('stopping' if (folder / {STOPPING_FILE!r}).exists() else 'held as a notice')\n"
+        "    sys.exit(0)\n"
+        "signal.signal(signal.SIGTERM, on_term)\n"
+        "(folder / 'started').touch()\n"
+        "time.sleep(60)\n")]
+
+    def stop_when_started(seconds: float) -> None:
+        if (attempt_dir / "started").exists():
+            head.rendezvous.stop_driver_file(0).touch()
+        time.sleep(seconds)
+
+    head.sleep = stop_when_started
+    status, request = head.run_driver(driver, "127.0.0.1:1", {})
+    assert request is None and status != 0
+    assert seen.read_text() == "stopping"
