@@ -1,7 +1,7 @@
 """A worker's Ray killed, then training again: the restart inside the allocation (with a hot spare, and without one:
 the same nodes) against the requeue (`cluster.max_in_job_attempts=0`), side by side in one run on the Slurm sandbox.
 
-    python tools/bench_in_job_restart.py [--repeat 1] [--steps 12]
+    python tools/bench_in_job_restart.py [--repeat 1] [--steps 12] [--case "in-job, same nodes"]
 
 Each case submits `sbatch/train_lora_16gpu.sh` with the rehearsal trainer (1 s steps, a checkpoint every 2 steps),
 waits for step 4, SIGKILLs the raylet of the Ray step's second node, and measures from the kill to the first step
@@ -102,14 +102,17 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--steps", type=int, default=12)
+    parser.add_argument("--case", action="append", choices=[name for name in CASES if name != "requeue"],
+                        help="only this case beside the requeue (repeatable); default: every case")
     args = parser.parse_args()
+    cases = {name: CASES[name] for name in CASES if not args.case or name in args.case or name == "requeue"}
     env = sandbox_env()
     conf = Path(env["SLURM_CONF"]).read_text()
     window = re.search(r"cred_expire=(\d+)", conf)
     print(f"job-credential window on this sandbox: {window.group(1) + ' s' if window else 'default (120 s)'}")
     root = Path(env["SLURM_CONF"]).parent.parent / "shared" / "bench"
     root.mkdir(parents=True, exist_ok=True)
-    run_cases(CASES, args.repeat, lambda name: one_case(name, env, root, args.steps), lambda name, result: (
+    run_cases(cases, args.repeat, lambda name: one_case(name, env, root, args.steps), lambda name, result: (
         f"{name:<20} job {result['job']:>5}: worker raylet killed -> training again in {result['seconds']:6.1f} s "
         f"(resumed at step {result['resumed_at_step']}, requeues {result['requeues']})"), "kill -> training again")
     return 0

@@ -82,6 +82,8 @@ class AttemptLine:
     end_kind: str
     step_at_end: int | None
     segments: list[Segment] = field(default_factory=list)
+    restart: dict[str, Any] = field(default_factory=dict)
+    """An in-job restart's phases (`restart_phases`) and `fault_at`, the epoch second they count from; {} otherwise."""
 
 
 @dataclass
@@ -266,6 +268,8 @@ def ledger(
             )
             if allocation["nodes"] > used:
                 line.segments.append(Segment("spare", began, end, allocation["nodes"] - used))
+            if restart := restart_phases(attempt, events):
+                line.restart = {**restart, "fault_at": attempt.restart.get("fault_at")}
             line.segments = [s for s in line.segments if s.end > s.start]
             steps += [(len(out.timeline), s) for s in line.segments if s.phase in ("step", "cut-off")]
             out.timeline.append(line)

@@ -38,7 +38,7 @@ from beam_slurm.launch.run_results import (
     run_config,
 )
 from beam_slurm.launch.runs import RunTarget
-from beam_slurm.policy.goodput import PHASES, run_ledgers
+from beam_slurm.policy.goodput import PHASES, RESTART_PHASES, run_ledgers
 
 # matplotlib is imported inside write_plot: only the plot needs it, and it is slow to import.
 
@@ -247,6 +247,14 @@ PHASE_COLOURS = {
 }
 
 
+# An in-job restart's phases (`goodput.restart_phases`), drawn as a thin strip under its attempt from the fault on.
+RESTART_COLOURS = {
+    "detection": "#fdd835",
+    "stopping": PHASE_COLOURS["stopping"],
+    "bring_up": PHASE_COLOURS["bring_up"],
+    "model_load": PHASE_COLOURS["model_load"],
+    "first_step": PHASE_COLOURS["productive"],
+}
 TIMELINE_ROW_IN = 0.42  # inches per attempt: the figure's height follows the number of attempts
 TIMELINE_FRAME_IN = 1.5  # inches for the title, the x axis and its label, and the legend below it
 
@@ -276,6 +284,7 @@ def timeline_figure(reports: list[RunReport]):
                     color=PHASE_COLOURS[segment.phase],
                     edgecolor="none",
                 )
+        restart_strip(ax, row, line.restart, start)
         step = "-" if line.step_at_end is None else line.step_at_end
         ends.append(ax.text(line.end - start, row, f"  {line.end_kind}, step {step}", va="center", fontsize=8))
     ax.set_yticks(range(len(lines)))
@@ -290,10 +299,14 @@ def timeline_figure(reports: list[RunReport]):
     ax.set_xlabel("seconds since the first allocation started")
     ax.set_title("Attempts by phase (goodput ledger)")
     drawn = [p for p in PHASES if p not in ("spare", "unaccounted")]
+    handles = [plt.Rectangle((0, 0), 1, 1, color=PHASE_COLOURS[p]) for p in drawn]
+    if any(line.restart for _, line in lines):  # the strip's own two colours; the others are the phases'
+        drawn += ["restart: detection", "restart: first step"]
+        handles += [plt.Rectangle((0, 0), 1, 1, color=RESTART_COLOURS[p]) for p in ("detection", "first_step")]
     fig.legend(
-        [plt.Rectangle((0, 0), 1, 1, color=PHASE_COLOURS[p]) for p in drawn],
+        handles,
         drawn,
-        ncol=len(drawn),
+        ncol=len(drawn) if len(drawn) <= 8 else (len(drawn) + 1) // 2,  # two rows with the restart's
         fontsize=7,
         loc="outside lower center",
         frameon=False,
@@ -305,6 +318,22 @@ def timeline_figure(reports: list[RunReport]):
     room = [(text.get_position()[0], text.get_window_extent().width + 4) for text in ends]
     ax.set_xlim(low, max([high] + [low + (x - low) * width / max(width - w, 1.0) for x, w in room]))
     return fig
+
+
+def restart_strip(ax: Any, row: int, restart: dict[str, Any], start: float) -> None:
+    """Under an in-job restart's row: its phases from the fault to the first resumed step, and their total."""
+    at = restart.get("fault_at")
+    if at is None:
+        return
+    for phase in RESTART_PHASES:
+        seconds = restart.get(phase)
+        if seconds is None:
+            break  # not reached or not recorded: later phases cannot be placed
+        ax.barh(row - 0.38, seconds, left=at - start, height=0.14, color=RESTART_COLOURS[phase], edgecolor="none")
+        at += seconds
+    if restart.get("total") is not None:
+        kind = "warm" if restart.get("warm") else "cold"
+        ax.text(at - start, row - 0.38, f" {kind} restart {restart['total']:.1f} s", va="center", fontsize=6)
 
 
 def write_timeline(reports: list[RunReport], path: Path) -> Path | None:

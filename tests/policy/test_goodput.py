@@ -82,3 +82,23 @@ def test_plan_advice_reads_the_runs_own_medians_and_interruptions():
     assert m.step_s == pytest.approx(10) and m.save_s == pytest.approx(2) and m.model_load_s == pytest.approx(20)
     assert m.bring_up_s == pytest.approx(10)
     assert m.interruptions_per_day == pytest.approx(1 / ((149 + 138) / 86400), rel=0.01)
+
+
+def test_an_in_job_restart_carries_its_phases_into_the_timeline():
+    """The timeline picture draws a restart's phases from the fault on: the ledger's line of an in-job attempt holds
+    them (goodput.restart_phases) and the fault's time; a cold first attempt holds none."""
+    first = Attempt(attempt=0, start_time=T0 + 1, end_time=T0 + 80, nodes=["n1", "n2"], end_kind="node-failure")
+    times = {"warm": True, "why": "warm", "fault_at": T0 + 78, "decided_at": T0 + 79, "stopped_at": T0 + 81,
+             "ready_at": T0 + 84}
+    second = Attempt(attempt=0, in_job=1, start_time=T0 + 80, end_time=T0 + 200, nodes=["n1", "n2"],
+                     end_kind="finished", checkpoint_at_end=8, restart=times)
+    run = RunRecord(train_jobs={"5": TrainJob(job_id="5", attempts=[first, second])})
+    events = steps("0", 1, 4, 5) + steps("0.1", 3, 8, 65)
+    records = [{"JobID": "5", "State": "COMPLETED", "ElapsedRaw": "200", "NNodes": "2", "Submit": at(0),
+                "Start": at(0), "End": at(200)}]
+    lines = ledger(run, events, records, now=T0 + 300).timeline
+    assert [line.attempt for line in lines] == ["0", "0.1"] and lines[0].restart == {}
+    restart = lines[1].restart
+    assert restart["fault_at"] == T0 + 78 and restart["warm"] is True
+    assert (restart["detection"], restart["stopping"], restart["bring_up"]) == (1.0, 2.0, 3.0)
+    assert restart["model_load"] == pytest.approx(65 + 20 - 84) and restart["first_step"] == pytest.approx(10)

@@ -257,3 +257,41 @@ def test_report_into_a_closed_pipe_ends_quietly_with_141(run_export):
     finally:
         os.close(write)
     assert (done.returncode, done.stderr) == (141, "")
+
+
+def test_an_in_job_restart_is_drawn_under_its_attempt_phase_by_phase():
+    """The restart's phases (goodput.restart_phases) as a strip from the fault on, its total written at its end."""
+    import matplotlib.pyplot as plt
+
+    from beam_slurm.verbs.report import RESTART_COLOURS, timeline_figure
+
+    report = _attempts(2)
+    second = report.goodput.timeline[1]
+    phases = {"detection": 0.6, "stopping": 1.5, "bring_up": 3.0, "model_load": 5.5, "first_step": 1.0}
+    second.restart = {"warm": True, "why": "", **phases, "total": 11.6, "resumed_steps": 4,
+                      "fault_at": second.start - 2.1}
+    fig = timeline_figure([report])
+    try:
+        (ax,) = fig.axes
+        strip = [p for p in ax.patches if p.get_height() < 0.2]
+        colours = [RESTART_COLOURS[name] for name in phases]
+        assert [matplotlib_colour(p) for p in strip] == [matplotlib_colour(c) for c in colours]
+        assert [round(p.get_width(), 2) for p in strip] == list(phases.values())
+        assert strip[0].get_x() == pytest.approx(second.start - 2.1)  # seconds since the first allocation (0 here)
+        assert any(t.get_text().strip() == "warm restart 11.6 s" for t in ax.texts)
+        labels = [t.get_text() for t in fig.legends[0].get_texts()]
+        assert "restart: detection" in labels and "restart: first step" in labels
+    finally:
+        plt.close(fig)
+    plain = timeline_figure([_attempts(2)])
+    try:
+        assert not [p for p in plain.axes[0].patches if p.get_height() < 0.2]
+        assert "restart: detection" not in [t.get_text() for t in plain.legends[0].get_texts()]
+    finally:
+        plt.close(plain)
+
+
+def matplotlib_colour(value) -> tuple:
+    from matplotlib.colors import to_rgba
+
+    return to_rgba(value.get_facecolor() if hasattr(value, "get_facecolor") else value)

@@ -16,6 +16,23 @@ PROBE_TIMEOUT_S = 120  # for the visibility probe on every node together
 RETRY_S = 0.5  # before a probe the scheduler could not place goes again
 
 
+def registered_nodes(nodes: list[dict[str, Any]], node_files: dict[int, dict[str, Any]]) -> dict[int, dict[str, Any]]:
+    """Rank -> the alive GCS entry of that node's raylet. A node file that names its Ray's folder (`ray_temp_dir`)
+    matches only the raylet whose socket lies in it: after a warm restart on the same node the lost raylet, at the
+    same address, stays "alive" in the GCS until its health checks run out, and must not stand for the new one."""
+    found: dict[int, dict[str, Any]] = {}
+    for rank, info in node_files.items():
+        folder = info.get("ray_temp_dir")
+        for node in nodes:
+            if node.get("NodeManagerAddress") != info.get("ip") or not node.get("Alive", True):
+                continue
+            socket = node.get("RayletSocketName") or ""
+            if folder and socket and not socket.startswith(folder.rstrip("/") + "/"):
+                continue  # an earlier raylet at this address
+            found[rank] = node
+    return found
+
+
 def check_gpu_count(host: str, gpus: list[str], source: str, expected: int | None) -> None:
     """NodeFailure('setup') unless Slurm gave this node's step `expected` GPUs (no check when None)."""
     if expected is not None and len(gpus) != expected:
@@ -34,7 +51,11 @@ class GpuVisibilityCheck:
     for all of them in one wait, and probes the scheduler could not place go again together, however many."""
 
     def __init__(
-        self, ray: Any, clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep
+        self,
+        ray: Any,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+        ranks: set[int] | None = None,
     ):
         from ray.exceptions import TaskUnschedulableError
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
@@ -48,14 +69,14 @@ class GpuVisibilityCheck:
         self.launched: set[str] = set()
         self.passed: set[str | None] = set()  # addresses whose probe saw the right GPUs
         self.clock, self.sleep = clock, sleep
+        self.ranks = ranks  # the nodes to probe (a warm restart: the new ones); None: all
 
     def launch_ready(self, nodes: list[dict[str, Any]], node_files: dict[int, dict[str, Any]]) -> None:
         """Start the probe on every alive node with GPUs and a registration file that has none yet."""
-        by_ip = {info.get("ip"): info for info in node_files.values()}
-        for node in nodes:
-            info = by_ip.get(node.get("NodeManagerAddress"))
+        for rank, node in registered_nodes(nodes, node_files).items():
+            info = node_files[rank]
             count = int(node.get("Resources", {}).get("GPU", 0))
-            if info is None or count == 0 or node["NodeID"] in self.launched:
+            if (self.ranks is not None and rank not in self.ranks) or count == 0 or node["NodeID"] in self.launched:
                 continue
             strategy = self.strategy(node_id=node["NodeID"], soft=False)
             ref = self.probe.options(num_gpus=count, num_cpus=0, scheduling_strategy=strategy).remote()

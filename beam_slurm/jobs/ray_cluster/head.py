@@ -32,7 +32,7 @@ from beam_slurm.core.ray_records import (
     shell_status,
 )
 from beam_slurm.jobs.ray_cluster import auth
-from beam_slurm.jobs.ray_cluster.checks import GpuVisibilityCheck, check_gpu_count
+from beam_slurm.jobs.ray_cluster.checks import GpuVisibilityCheck, check_gpu_count, registered_nodes
 from beam_slurm.jobs.ray_cluster.leftovers import check_freed
 from beam_slurm.jobs.ray_cluster.network import node_ipv4
 from beam_slurm.jobs.ray_cluster.role import NodeRole
@@ -160,8 +160,9 @@ class Head(NodeRole):
         new = list(request.get("start") or [])
         if not self.wait_for_new_nodes(new, float(request.get("time") or began)):
             return False
-        if new:
-            registered = self.wait_for_cluster(address)
+        if new:  # only the new nodes' GPUs are checked: the kept nodes passed, and said their GPUs are free
+            new_ranks = {rank for rank, host in enumerate(self.ctx.step_hosts) if host in new}
+            registered = self.wait_for_cluster(address, check_ranks=new_ranks)
         else:  # the driver alone: every node stayed and said it is clean, nothing joined to check
             self.registered_at = self.checked_at = time.time()
             registered = int(self.ready_gpus)
@@ -242,8 +243,9 @@ class Head(NodeRole):
             "ray_starts": ray_start,
         }
 
-    def wait_for_cluster(self, address: str) -> int:
-        """Poll the GCS until every node and GPU registered, then check GPU visibility; returns the GPU count."""
+    def wait_for_cluster(self, address: str, check_ranks: set[int] | None = None) -> int:
+        """Poll the GCS until every node and GPU registered, then check GPU visibility (on `check_ranks`' nodes, or
+        all); returns the GPU count."""
         # Ray reads the auth settings when it is first imported, so they must be in the environment before.
         os.environ.update(auth.auth_env(self.settings, self.token_path))
         import ray
@@ -261,7 +263,7 @@ class Head(NodeRole):
             raise NodeFailure(
                 "infra", f"node {self.ctx.host}: cannot reach the head's GCS at {address}: {exc}"
             ) from exc
-        check = GpuVisibilityCheck(ray) if self.settings.check_gpus else None
+        check = GpuVisibilityCheck(ray, ranks=check_ranks) if self.settings.check_gpus else None
         # 0.1 s on a small cluster, 1 s per 200 nodes up to ray.poll_interval_s: a large cluster's GCS is not asked
         # for its long node list many times a second.
         poll_s = min(self.settings.poll_interval_s, max(0.1, self.ctx.num_nodes / 200))
@@ -274,8 +276,14 @@ class Head(NodeRole):
                 expected_gpus = sum(len(info.get("gpus", [])) for info in node_files.values())
                 if len(node_files) < self.ctx.num_nodes and self.ctx.spec.gpus_per_node is not None:
                     expected_gpus = self.ctx.spec.gpus_per_node * self.ctx.num_nodes
-                gpus = int(sum(n.get("Resources", {}).get("GPU", 0) for n in nodes))
-                if len(nodes) >= self.ctx.num_nodes and len(node_files) == self.ctx.num_nodes and gpus >= expected_gpus:
+                # Each node's own raylet, not a lost one still listed at its address (a restart on the same node).
+                registered = registered_nodes(nodes, node_files)
+                gpus = int(sum(n.get("Resources", {}).get("GPU", 0) for n in registered.values()))
+                if (
+                    len(registered) >= self.ctx.num_nodes
+                    and len(node_files) == self.ctx.num_nodes
+                    and gpus >= expected_gpus
+                ):
                     self.registered_at = time.time()
                     break
                 if check is not None:

@@ -68,6 +68,7 @@ class Worker(NodeRole):
                 "ip": ip,
                 "gpus": self.gpus,
                 "node_manager_port": ports.node_manager,
+                "ray_temp_dir": str(self.ray.temp_dir),  # tells this raylet from an earlier one at the same address
                 "node_start": self.started,
                 "ray_start": self.ray_start_window,
             },

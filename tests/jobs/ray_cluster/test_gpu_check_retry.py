@@ -106,3 +106,24 @@ def test_a_node_that_never_comes_back_is_named():
     with pytest.raises(NodeFailure, match="node n2: its Ray left the cluster during the GPU visibility check"):
         check.finish(ray.alive, NODE_FILES)
     assert clock.now >= checks.PROBE_TIMEOUT_S
+
+
+def test_after_a_restart_on_the_same_node_only_its_new_raylet_is_probed_and_counted():
+    """A warm restart on the same node: the lost raylet, at the same address, is still listed alive in the GCS. The new
+    node's file names its Ray folder, so only the raylet whose socket lies there is counted and probed, and only the
+    new node is probed (the kept head passed before)."""
+
+    def raylet(name: str, ip: str, folder: str) -> dict:
+        return {**node(name, ip), "RayletSocketName": f"{folder}/session_2026/sockets/raylet"}
+
+    old, new = "/tmp/ray-7-0-aaaa/r", "/tmp/ray-7-0.1-bbbb/r"
+    files = {0: NODE_FILES[0], 1: {**NODE_FILES[1], "ray_temp_dir": new}}
+    listed = [node("a", "10.0.0.1"), raylet("b-old", "10.0.0.2", old), raylet("b-new", "10.0.0.2", new)]
+    assert {rank: n["NodeID"] for rank, n in checks.registered_nodes(listed, files).items()} == {
+        0: hex_id("a"), 1: hex_id("b-new")}
+    assert 1 not in checks.registered_nodes(listed[:2], files), "the lost raylet stood for the new one"
+    ray = RayDouble(listed, unplaceable=set())
+    clock = Clock()
+    check = checks.GpuVisibilityCheck(ray, clock=clock, sleep=clock.sleep, ranks={1})
+    check.finish(ray.nodes(), files)
+    assert ray.launched == ["b-new"]
