@@ -1,5 +1,6 @@
 """What `beam-slurm requeue RUN` and `beam-slurm stop RUN` share: end a running training attempt gracefully (the wanted
-outcome in the run record, USR2 to the batch shell only, a wait for the save; README tells the rest)."""
+outcome in the run record, USR2 to the batch shell only, a wait for the save; docs: guides/operations.md tells the
+rest)."""
 
 from __future__ import annotations
 

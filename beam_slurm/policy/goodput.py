@@ -1,6 +1,6 @@
 """Where a run's GPU-hours went: every allocated node-second of every attempt in exactly one phase.
 
-The phases (the JSON's names), their sources and the units: README, "Goodput: where the GPU-hours went". Allocated
+The phases (the JSON's names), their sources and the units: docs, guides/operations.md, "The goodput ledger". Allocated
 node-seconds are ElapsedRaw x NNodes over every record `sacct -D -X` gives (requeued instances, the part of a job
 before Slurm resized it). Standard library only.
 """
@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any, TypedDict, TypeVar
+from typing import Any, NotRequired, TypedDict, TypeVar, cast
 
 from beam_slurm.core.atomic_files import read_json
 from beam_slurm.core.progress import read_events
@@ -57,6 +57,83 @@ class _Allocation(TypedDict):
     end: float
     nodes: int
     submit: float | None
+
+
+class PhaseSeconds(TypedDict):
+    """Node-seconds per phase: every allocated node-second in exactly one (the guide's "The goodput ledger")."""
+
+    bring_up: float  # allocation start to the trainer's first event: the batch shell, preflight, Ray
+    model_load: float
+    productive: float  # the last training of each step
+    lost: float  # steps trained and later redone; a step cut off unsaved
+    checkpoint: float  # a step's end to the save acknowledged, and the HF export after it
+    evaluation: float  # evaluation inside training
+    hang: float  # the last heartbeat to the watchdog's finding
+    stopping: float  # stop, requeue, in-job restart: the rest of an attempt, the gaps between attempts, after the last
+    spare: float  # spare nodes beside the Ray step
+    unaccounted: float  # what no source explains
+
+
+class GoodputJson(TypedDict):
+    """Where a run's GPU-hours went, in node-seconds."""
+
+    allocated_node_seconds: float  # ElapsedRaw x NNodes over every record of the run's jobs
+    productive_node_seconds: float
+    ratio: float | None  # productive / allocated; null before anything was allocated
+    phases: PhaseSeconds
+    queue_wait_seconds: float  # wall seconds: submit to the first start, each requeue's end to the next start
+    accounting: str  # where allocated_node_seconds came from: `sacct`, or `run record` when accounting gave nothing
+
+
+class SegmentJson(TypedDict):
+    """A span of one attempt in one phase (epoch seconds)."""
+
+    phase: str  # a phase of `phases`
+    start: float
+    end: float
+    nodes: int
+    step: NotRequired[int]  # the step it trained or saved, where it has one
+
+
+class RestartPhases(TypedDict, total=False):
+    """Where an in-job restart's seconds went, from the fault to the end of the first resumed step; a phase not
+    reached (or not recorded) is null. Empty for an attempt that is not an in-job restart."""
+
+    warm: bool  # the head's Ray and the healthy nodes' stayed up (cold: every node's Ray restarted)
+    why: str  # why warm or cold
+    detection: float | None  # the fault to the batch shell's decision
+    stopping: float | None  # to the old driver's (or the old cluster's) end
+    bring_up: float | None  # to every node and GPU registered again
+    model_load: float | None  # to the first resumed step: the driver's start and the model's load
+    first_step: float | None  # that step
+    total: float | None
+    resumed_steps: int
+
+
+class TimelineRestart(RestartPhases, total=False):
+    """An in-job restart's phases and the epoch second they count from; empty for any other attempt."""
+
+    fault_at: float | None
+
+
+class TimelineLine(TypedDict):
+    """One attempt: its span, how it ended, and its phases in order."""
+
+    job_id: str
+    attempt: str  # its label: `2`, or `2.1` for an in-job restart
+    start: float  # epoch seconds
+    end: float
+    nodes: int
+    end_kind: str  # how it ended (notice, hang, node-failure, ...), or `running`
+    step_at_end: int | None  # the checkpoint it ended with
+    segments: list[SegmentJson]
+    restart: TimelineRestart
+
+
+class LedgerJson(GoodputJson):
+    """Where a run's GPU-hours went, in node-seconds, with the timeline of its attempts."""
+
+    timeline: list[TimelineLine]
 
 
 @dataclass
@@ -114,11 +191,11 @@ class Ledger:
             + (f"; {self.queue_wait_seconds:.0f} s queued" if self.queue_wait_seconds else "")
         )
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> LedgerJson:
         out = asdict(self)
         for line in out["timeline"]:  # a segment's step only where it has one
             line["segments"] = [{k: v for k, v in s.items() if k != "step" or v is not None} for s in line["segments"]]
-        return out
+        return cast(LedgerJson, out)  # the fields' names are its keys (tests/verbs/test_json_schemas.py reads it)
 
 
 def slurm_time(text: str) -> float | None:
@@ -142,7 +219,7 @@ def stop_began(attempt_dir: Path) -> float | None:
 RESTART_PHASES = ("detection", "stopping", "bring_up", "model_load", "first_step")
 
 
-def restart_phases(attempt: Attempt, events: list[dict[str, Any]]) -> dict[str, Any]:
+def restart_phases(attempt: Attempt, events: list[dict[str, Any]]) -> RestartPhases:
     """Where an in-job restart's seconds went, from the fault to the end of the first resumed step: detection (the
     fault to the batch shell's decision), stopping (to the old driver's or the old cluster's end), bring_up (to every
     node and GPU registered again), model_load (to the first resumed step: the driver's start and the model's
@@ -159,15 +236,19 @@ def restart_phases(attempt: Attempt, events: list[dict[str, Any]]) -> dict[str, 
     marks = [times.get(key) for key in ("fault_at", "decided_at", "stopped_at", "ready_at")]
     marks += [mine[first]["t"] if first is not None else None, first_done]
     steps = [e for e in mine if e.get("phase") == "step"]
-    phases = {
-        name: round(end - begin, 2) if begin is not None and end is not None else None
-        for name, (begin, end) in zip(RESTART_PHASES, itertools.pairwise(marks), strict=True)
-    }
+    detection, stopping, bring_up, model_load, first_step = (  # RESTART_PHASES, in order
+        round(end - begin, 2) if begin is not None and end is not None else None
+        for begin, end in itertools.pairwise(marks)
+    )
     total = round(first_done - marks[0], 2) if first_done is not None and marks[0] is not None else None
     return {
         "warm": bool(times.get("warm")),
         "why": times.get("why", ""),
-        **phases,
+        "detection": detection,
+        "stopping": stopping,
+        "bring_up": bring_up,
+        "model_load": model_load,
+        "first_step": first_step,
         "total": total,
         "resumed_steps": len(steps),
     }

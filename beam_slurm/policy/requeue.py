@@ -1,7 +1,7 @@
 """How an attempt of the training job ends: requeue, finish, stop or fail. Pure decisions over what the attempt recorded
 (no Slurm, no files, no clock), so each rule reads top to bottom and is tested in milliseconds; `attempt.Attempt`
 gathers the facts, asks `decide` (and `stop_waiting_for_save` while a notice is handled) and carries the decision out.
-End kinds (`Decision.end_kind`): README's "End reasons".
+End kinds (`Decision.end_kind`): docs, guides/operations.md, "End reasons".
 
 A node failure, a hang or a preflight failure on some nodes restarts in the job (`Decision.restart_in_job`: a new Ray
 step in the same allocation, from the latest checkpoint) while the allocation keeps enough usable nodes (spares first,
@@ -34,7 +34,7 @@ ADVICE = {
     "cluster.extra_sbatch_args=[--exclude=...]",
     "preflight": "fix what preflight named on those nodes, or exclude them",
     "driver-error": "read the driver's log in the attempt folder",
-    "storage-full": "free space on the checkpoint storage, raise its quota, or lower checkpoint.max_ckpts_to_keep",
+    "storage-full": "free space on the checkpoint storage, raise its quota, or lower checkpoint.max_to_keep",
     "hang": "read the stack dumps in the attempt's hang/ folder; raise cluster.hang_timeout_s if the phase is only "
     "slow",
 }

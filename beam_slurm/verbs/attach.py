@@ -1,6 +1,6 @@
 """`beam-slurm attach RUN [--node NAME] [-- CMD ...]`: a shell (or CMD) inside a running training job, as one more step
-of its allocation (`srun --overlap`) in its container, with its Ray address and token set (README, "While it runs"). A
-job that is not running, or whose Ray head has not written `ray_head.json` yet, is refused (exit 2)."""
+of its allocation (`srun --overlap`) in its container, with its Ray address and token set (docs: guides/operations.md,
+"`attach`"). A job that is not running, or whose Ray head has not written `ray_head.json` yet, is refused (exit 2)."""
 
 from __future__ import annotations
 

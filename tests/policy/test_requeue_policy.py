@@ -71,3 +71,20 @@ def test_waiting_for_the_save_ends_on_save_step_end_second_notice_or_grace():
     assert stop_waiting_for_save(now=280.0, saved_step=None, step_running=True, notices=1, **wait) == "grace period over"
     # a save that lands as the grace ends still counts
     assert stop_waiting_for_save(now=280.0, saved_step=12, step_running=True, notices=1, **wait) == "saved"
+
+
+def test_every_key_the_advice_names_is_a_schema_key():
+    """The advice names keys a user sets: each must exist (a renamed key left `checkpoint.max_ckpts_to_keep` here)."""
+    import re
+    from dataclasses import fields, is_dataclass
+
+    from beam_slurm.config.schema import BeamConfig
+    from beam_slurm.policy.requeue import ADVICE
+
+    keys = set()
+    for section in fields(BeamConfig):
+        value = section.default_factory() if callable(section.default_factory) else None
+        if is_dataclass(value):
+            keys |= {f"{section.name}.{f.name}" for f in fields(value)}
+    named = {m for text in ADVICE.values() for m in re.findall(r"\b[a-z_]+\.[a-z_]+\b", text)}
+    assert named and named <= keys, named - keys

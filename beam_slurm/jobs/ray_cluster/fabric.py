@@ -1,6 +1,6 @@
 """Fabric check: before Ray starts, move data between the allocation's nodes over the network NCCL will use, so a
 wrong interface, a dead link or a slow node fails the preflight by name, not an hour later after the model loaded
-(what it measures and names: README, "Fabric check").
+(what it measures and names: docs, guides/operations.md, "Fabric check").
 
 Every node joins a rendezvous (a TCPStore on the head's Slurm address, not the fabric, so a broken link does not hide
 who answered); ranks then exchange `bytes` with their ring neighbours and one all_reduce times the collective. The

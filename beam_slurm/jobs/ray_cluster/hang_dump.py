@@ -7,7 +7,7 @@ The job's processes on a node are those whose environment names this job, the Ra
 `--end`, into `<dir>/<node>/`: a `py-spy dump --nonblocking` of every Python process (the default mode stops the
 process and can hang on a stuck one), `nvidia-smi.txt`, `processes.json` and, on the head's node, `ray_actors.txt`
 (`ray list actors --detail`); with `--end`, SIGCONT, SIGTERM, then SIGKILL after `--grace` seconds, and
-`ended.json` (exit 3 when something survived). README: "Hang watchdog".
+`ended.json` (exit 3 when something survived). Docs: guides/operations.md, "Hangs".
 """
 
 from __future__ import annotations

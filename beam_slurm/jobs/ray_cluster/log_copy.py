@@ -1,9 +1,10 @@
 """Copy this node's Ray session logs to shared storage: `<log_dir>/<jobid>-<attempt>/ray/<node>/`.
 
 Ray's logs live in the node-local temp dir, lost with the node (Ray issues 40628, 28876): each node copies them
-periodically and once more after its Ray stopped (README, "While it runs"); `COPY.json` says what a copy did.
-The copy reads through directory descriptors and O_NOFOLLOW only, takes only this user's regular files, never the
-job's token, and writes new files (O_EXCL) with the umask's mode: what the logs hold is all that reaches shared storage.
+periodically and once more after its Ray stopped (docs: guides/operations.md, "`logs`"); `COPY.json` says what a
+copy did. The copy reads through directory descriptors and O_NOFOLLOW only, takes only this user's regular files,
+never the job's token, and writes new files (O_EXCL) with the umask's mode: what the logs hold is all that reaches
+shared storage.
 """
 
 from __future__ import annotations
@@ -217,7 +218,7 @@ def _dest_dir(dest_fd: int, parts: tuple[str, ...], create: bool) -> int:
     for name in parts:
         if create:
             with contextlib.suppress(FileExistsError):
-                os.mkdir(name, 0o777, dir_fd=fd)  # the umask's mode, as the README says
+                os.mkdir(name, 0o777, dir_fd=fd)  # the umask's mode, as the operations guide says
         try:
             child = os.open(name, _DIR_FLAGS, dir_fd=fd)
         finally:
