@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-CHECKED = ["beam_slurm", "stages"]
+CHECKED = ["beam_slurm", "stages", "docs"]
 
 
 def run(tool: str, *args: str) -> subprocess.CompletedProcess[str]:
