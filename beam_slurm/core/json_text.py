@@ -9,7 +9,12 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any
+from typing import Annotated, Any
+
+NULL_WHEN_NOT_FINITE = "null when not finite"
+JsonFloat = Annotated[float, NULL_WHEN_NOT_FINITE]
+"""A float that may be NaN or infinite (read from a file), which `json_text` writes as null: its type in a TypedDict
+of JSON output (docs/json_schemas.py makes it `number or null`; to mypy it is a float)."""
 
 
 def finite(value: Any) -> Any:

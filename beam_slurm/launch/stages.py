@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal, TypedDict
 
 from beam_slurm import REPO_ROOT
 from beam_slurm.config.container_runtime import cached_image_path, is_local_image
@@ -72,6 +73,22 @@ def gpu_job_options(cfg: BeamConfig, nodes: int, time_limit: str) -> list[str]:
     return out + account_options(cfg) + [str(a) for a in c.extra_sbatch_args]
 
 
+StageStatus = Literal["submitted", "reused", "skipped", "not-queued", "pending-submit"]
+
+
+class StageJson(TypedDict):
+    """One stage of one run as `submit` left it (the run record keeps the same as its stage entry)."""
+
+    stage: str  # data, container or train
+    status: StageStatus  # not-queued: `reason` says why; pending-submit: a dry run's stage that would be submitted
+    job_id: str | None  # as `sbatch --parsable` prints it; null when the stage has no job
+    reason: str | None  # why nothing was queued for it (complete, already queued, refused, ...)
+    identity: str  # what the stage produces: sweep points with the same identity share one job
+    depends_on: list[str]  # the job ids it waits for
+    command: str | None  # the sbatch command line; null for a skipped stage
+    token: str | None  # the submission token in the job's --comment (squeue finds the job by it)
+
+
 @dataclass
 class StagePlan:
     """One stage of one run, rendered: what would be submitted, or why nothing needs to be."""
@@ -105,7 +122,7 @@ class StagePlan:
         return token_prefix(self.owner or self.stage, self.stage, self.identity)
 
     @property
-    def status(self) -> str:
+    def status(self) -> StageStatus:
         if self.job_id:
             return "reused" if self.job_id == self.reused_job_id else "submitted"
         if self.not_queued:
@@ -130,7 +147,7 @@ class StagePlan:
         self.job_id = submit(self.request, notify=say)
         return self.job_id
 
-    def to_json(self) -> dict:
+    def to_json(self) -> StageJson:
         return {
             "stage": self.stage,
             "status": self.status,

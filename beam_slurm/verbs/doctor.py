@@ -4,10 +4,9 @@ keeps what was found as a site profile (`cluster=NAME`)."""
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
 from datetime import datetime
-from typing import Any
+from typing import TypedDict
 
 from rich.markup import escape
 
@@ -24,6 +23,30 @@ from beam_slurm.slurm.scheduler import SlurmCommandError, SlurmUnreachable
 
 SECTIONS_READ = ("cluster", "paths", "checkpoint", "lora", "trainer", "container", "eval.launcher", "site")
 COLOURS = {"ok": "green", "degraded": "yellow", "broken": "bold red"}
+
+
+class CheckJson(TypedDict):
+    """One thing the toolkit relies on, for the partition the recipe uses."""
+
+    name: str  # the setting in snake case: `kill_wait`, `min_job_age`, `preempt_notice`, `requeue_hold`, ...
+    value: str  # the setting in Slurm's own words (or the file it comes from)
+    verdict: doctor.Verdict
+    meaning: str  # what the value means for a run of the recipe
+    fix: str  # what to change; empty when nothing needs to
+
+
+class DoctorJson(TypedDict):
+    """`doctor --json`: what the cluster's Slurm settings mean for a run of the recipe; exit 1 when a check is
+    broken."""
+
+    slurm_version: str
+    partition: str  # the partition the checks are for: the recipe's, else Slurm's default
+    checks: list[CheckJson]
+    profile_written: str | None  # the site profile `--write NAME` wrote, or null
+    unanswered: list[str]  # the Slurm daemons that did not answer (`slurmdbd`: the QOS checks say what they lack)
+
+
+JSON_OUTPUT = DoctorJson
 
 
 def build_parser() -> VerbArgs:
@@ -98,12 +121,15 @@ def as_check(row: Check | Mapping[str, object]) -> Check:
     return Check(text["name"], text["value"], verdicts[text["verdict"]], text["meaning"], text["fix"])
 
 
-def doctor_json(facts: site.SiteFacts, rows: list[Check], written: object) -> dict[str, Any]:
+def doctor_json(facts: site.SiteFacts, rows: list[Check], written: object) -> DoctorJson:
     """`doctor --json`: the version, the partition, every check; the profile written (or null); daemons unanswered."""
     return {
         "slurm_version": facts.version,
         "partition": facts.partition_name,
-        "checks": [dataclasses.asdict(row) for row in rows],
+        "checks": [
+            {"name": row.name, "value": row.value, "verdict": row.verdict, "meaning": row.meaning, "fix": row.fix}
+            for row in rows
+        ],
         "profile_written": None if written is None else str(written),
         "unanswered": list(facts.unanswered),
     }

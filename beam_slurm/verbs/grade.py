@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from rich.table import Table
 
@@ -18,8 +19,27 @@ from beam_slurm.core.errors import ConfigError
 from beam_slurm.core.json_text import json_text
 from beam_slurm.jobs.evaluation import grading
 from beam_slurm.jobs.evaluation.grading_pool import GradingLimits, GradingSetupError, grade_rows_detailed
-from beam_slurm.jobs.evaluation.metrics import PASS_AT, GradingInputError, compute_details, compute_metrics
+from beam_slurm.jobs.evaluation.metrics import (
+    PASS_AT,
+    GradeDetails,
+    GradeMetrics,
+    GradingInputError,
+    compute_details,
+    compute_metrics,
+)
 from beam_slurm.jobs.evaluation.results import METRICS_FILE, write_results
+
+
+class GradeJson(TypedDict):
+    """`grade --json`: the metrics written to metrics.json and the details written to details.json, per data
+    source."""
+
+    metrics: dict[str, GradeMetrics]  # data source -> its metrics
+    details: dict[str, GradeDetails]  # data source -> math-verify's view, lengths, finish reasons, each problem
+    out: str  # the folder the files were written to (--out)
+
+
+JSON_OUTPUT = GradeJson
 
 
 def build_parser():
@@ -49,7 +69,9 @@ def read_responses(path: Path) -> list[dict[str, Any]]:
     return rows
 
 
-def print_summary(metrics: dict[str, dict[str, Any]], details: dict[str, dict[str, Any]], file=None) -> None:
+def print_summary(
+    metrics: Mapping[str, Mapping[str, Any]], details: Mapping[str, Mapping[str, Any]], file=None
+) -> None:
     """A table of the metrics per data source, with math-verify's view beside the primary rule's."""
     table = Table(title="AIME grading (primary rule = training reward; math-verify as second opinion)")
     for column in (
@@ -110,7 +132,8 @@ def main(argv: list[str]) -> int:
     details = compute_details(outcome.grades)
     write_results(args.out, outcome.grades, metrics)
     if args.json:
-        print(json_text({"metrics": metrics, "details": details, "out": str(args.out)}))
+        output: GradeJson = {"metrics": metrics, "details": details, "out": str(args.out)}
+        print(json_text(output))
         return 0
     print_summary(metrics, details)
     primary, verified = outcome.phases["primary"], outcome.phases["math_verify"]

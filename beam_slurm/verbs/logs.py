@@ -1,7 +1,7 @@
 """`beam-slurm logs RUN [--attempt N] [--node NAME] [--follow | --json] [--lines N] [--all]`: every log a training job
 leaves, in one place: the batch log (the job's `--output` file, found as `batch_log_candidates` says), the attempt's own
 logs in `<log_dir>/<jobid>-<attempt>/` and each node's Ray session logs copied there
-(`beam_slurm.jobs.ray_cluster.log_copy`). What each form prints: README, "While it runs"."""
+(`beam_slurm.jobs.ray_cluster.log_copy`). What each form prints: docs, guides/operations.md, "`logs`"."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ import re
 import shlex
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO, TypedDict
 
 from beam_slurm.config.verb_args import VerbArgs, VerbUsageError
 from beam_slurm.core.atomic_files import read_json
@@ -41,6 +41,46 @@ FOLLOW_POLL_S = 1.0  # --follow: how often it looks at the log and asks whether 
 NO_ARRAY_TASK = "4294967294"  # what Slurm writes for %a of a job that is not an array task (its NO_VAL)
 _PATTERN = re.compile(r"%(\d*)([%AajNux])")
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)")
+
+
+class LogFile(TypedDict):
+    """One file and its size (empty files too)."""
+
+    path: str  # absolute for the attempt's files; relative to the node's folder for its Ray logs
+    bytes: int
+
+
+class BatchLog(TypedDict):
+    """The job's batch log (its `--output` file): where it is and who said so, or where it was looked for."""
+
+    path: str | None  # null when none was found
+    found_by: str | None  # who named it: Slurm's StdOut, the run record, the submit line, sbatch's default
+    not_found: str | None  # when there is none: every place tried, and why Slurm could not be asked
+
+
+class RayNodeLogs(TypedDict):
+    """One node's Ray session logs, copied into the attempt's folder."""
+
+    node: str
+    folder: str
+    copy: dict[str, Any] | None  # its COPY.json as the copy wrote it (reason, time, bytes, ...); null without one
+    files: list[LogFile]
+
+
+class LogsJson(TypedDict):
+    """`logs --json`: where each log of one attempt of a training job is, and its size, without contents."""
+
+    job_id: str
+    attempt: str  # its label, as --attempt takes it: `2`, or `2.1` for an in-job restart
+    attempts: list[str]  # the attempts with a log folder, oldest first
+    attempt_dir: str
+    batch_log: BatchLog
+    files: list[LogFile]  # the attempt folder's own files
+    hang_dumps: str | None  # the stack dumps' folder when a hang ended the attempt
+    ray_logs: list[RayNodeLogs]  # with --node, that node's only
+
+
+JSON_OUTPUT = LogsJson
 
 
 def expand_output(pattern: str, fields: Mapping[str, str]) -> str:
@@ -235,14 +275,16 @@ def show(job, attempt: str, node: str | None, lines: int, out: TextIO, every: bo
     return 0
 
 
-def listing(job, attempt: str, node: str | None = None) -> dict:
-    """`logs --json`: where each log of the attempt is and its size, without contents (schema: README)."""
+def listing(job, attempt: str, node: str | None = None) -> LogsJson:
+    """`logs --json`: where each log of the attempt is and its size, without contents (its JSON Schema: the docs'
+    JSON-output reference)."""
     attempt_dir = job.attempt_dir(attempt)
     path, how = batch_log(job)
-    sized = lambda paths, base=None: [  # noqa: E731
-        {"path": str(p.relative_to(base) if base else p), "bytes": p.stat().st_size} for p in paths
-    ]
-    nodes = [
+
+    def sized(paths: Iterable[Path], base: Path | None = None) -> list[LogFile]:
+        return [{"path": str(p.relative_to(base) if base else p), "bytes": p.stat().st_size} for p in paths]
+
+    nodes: list[RayNodeLogs] = [
         {
             "node": name,
             "folder": str(folder),

@@ -6,10 +6,11 @@ import dataclasses
 import math
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 from rich.table import Table
 
+from beam_slurm.config.choices import Precision, RecipeBackend, ResumeMode
 from beam_slurm.config.load import load_config
 from beam_slurm.config.overrides import override_key
 from beam_slurm.config.ports import describe_block
@@ -18,7 +19,7 @@ from beam_slurm.config.skyrl_command import skyrl_launch
 from beam_slurm.config.sources import env_sources, measured_keys, profile_of, value_source
 from beam_slurm.config.verb_args import VerbArgs, VerbUsageError, schema_keys, table_console
 from beam_slurm.core.errors import ConfigError
-from beam_slurm.core.json_text import json_text
+from beam_slurm.core.json_text import JsonFloat, json_text
 from beam_slurm.core.layout import run_file
 from beam_slurm.jobs.evaluation import hang_guard
 from beam_slurm.launch.runs import RunNotFound, resolve_run
@@ -49,6 +50,267 @@ from beam_slurm.slurm import limits
 from beam_slurm.slurm.preemption import read_preemption
 from beam_slurm.slurm.submission import refusal_setting, sbatch_test_only
 from beam_slurm.slurm.values import describe_seconds, time_limit_seconds
+
+
+class MeasuredValue(TypedDict):
+    """A number `plan --from RUN` used: the run's own measurement, else the recipe's value."""
+
+    value: float
+    source: str  # `measured`, or the key (or estimate) the value came from instead
+
+
+class PlanHistory(TypedDict):
+    """What the run's own attempts measured (`--from RUN`, else the run of this run name) and the advice from it."""
+
+    export_path: str  # the run measured
+    attempts: int
+    allocated_hours: float
+    faults: int  # attempts that ended without a notice
+    step_s: MeasuredValue
+    save_s: MeasuredValue
+    bring_up_s: MeasuredValue
+    model_load_s: MeasuredValue
+    interruptions_per_day: MeasuredValue  # per day of allocation
+    steps_per_attempt: int | None  # steps one attempt reaches within the time limit; null without one
+    advised_interval: int  # checkpoint interval (steps) that loses the least GPU time
+    advised_waste: JsonFloat  # share of GPU time lost to saves and redone steps at the advised interval
+    configured_interval: int
+    configured_waste: JsonFloat
+
+
+class PartitionJson(TypedDict):
+    """One partition's limits as scontrol prints them; null where it has none."""
+
+    name: str
+    max_time_s: int | None
+    default_time_s: int | None
+    max_nodes: int | None
+    total_nodes: int
+    state: str
+    text: str  # the same in a sentence
+
+
+class NeverStarts(TypedDict):
+    """A limit the job breaks: Slurm would queue it and never start it."""
+
+    text: str
+    fix: str  # the setting to change
+
+
+class SlurmCheck(TypedDict):
+    """What Slurm says of the training job: `sbatch --test-only`, then the limits it would wait on for ever."""
+
+    asked: bool  # false: not asked (cluster.ask_slurm_on_submit=false, or Slurm could not be reached); `answer` says
+    accepted: bool | None  # null when not asked
+    answer: str  # Slurm's answer, or why it was not asked
+    fix: str | None  # on a refusal: the setting to change
+    partitions: list[PartitionJson]
+    limits_unread: list[str]  # limits that could not be read, and why
+    never_starts: list[NeverStarts]
+    accounting_enforced: bool | None  # whether QOS and association limits are enforced; null when not read
+
+
+class PlanRow(TypedDict):
+    """A row of the table `plan` prints."""
+
+    section: str
+    item: str
+    text: str
+    fix: NotRequired[list[str]]  # where the table has a fix row under it: each way out
+
+
+class StageCommand(TypedDict):
+    """The sbatch command of one stage `submit` would queue."""
+
+    stage: str  # data, container or train
+    command: str | None  # null when the stage cannot be rendered (`not_needed` says why)
+    not_needed: str | None  # why the stage needs no job (the image is there, or the recipe needs none), else null
+
+
+class PlanResources(TypedDict):
+    """The allocation: nodes, GPUs, partition, time limit and the notice before it."""
+
+    nodes: int
+    spare_nodes: int  # hot spares, idle until a node fails
+    gpus_per_node: int
+    total_gpus: int
+    training_nodes: int
+    rollout_nodes: int  # 0 when training and vLLM share every GPU
+    colocated: bool
+    partition: str | None
+    account: str | None
+    qos: str | None
+    time_limit: str  # as given: `24:00:00`
+    time_limit_s: int | None  # null when unlimited
+    signal_before_s: int  # the time-limit notice (USR1) this long before the end
+    grace_s: int  # how long the job waits for the save after the notice
+    max_requeues: int
+    from_env: dict[str, str]  # key -> the environment variable its value came from
+    constraint: str | None
+
+
+class ProfileSite(TypedDict):
+    """What `doctor` measured on the site, as the profile keeps it; null where nothing was measured."""
+
+    slurm_version: str | None
+    signal_early_s: float | None  # how much earlier than asked the --signal came
+    requeue_hold_s: float | None
+    local_write_gbytes_per_s: float | None
+    queue_wait_s: float | None
+
+
+class PlanProfile(TypedDict):
+    """The site profile (`cluster=NAME`) and the keys it gave."""
+
+    name: str
+    path: str
+    keys: list[str]  # the keys it gave (those the command line or a variable overruled are not among them)
+    measured: list[str]  # those of its keys `doctor --probe` measured
+    measured_at: str | None
+    site: ProfileSite
+
+
+class PlanParallelism(TypedDict):
+    """How training (Megatron) and generation (vLLM) split the GPUs."""
+
+    tensor_parallel: int
+    pipeline_parallel: int
+    context_parallel: int
+    expert_parallel: int
+    expert_tensor_parallel: int
+    training_gpus: int
+    data_parallel: int
+    vllm_replicas: int
+    vllm_tensor_parallel: int
+    vllm_pipeline_parallel: int
+    vllm_gpus: int
+    executor_backend: str  # ray (a replica spans nodes) or mp
+
+
+class PlanBatch(TypedDict):
+    """Prompts and responses per step, and the optimizer updates they make."""
+
+    prompts_per_step: int
+    responses_per_prompt: int
+    responses_per_step: int
+    mini_batches: int
+    mini_batch_prompts: int
+    max_training_steps: int
+    optimizer_updates: int
+
+
+class PlanTokens(TypedDict):
+    """The token budget of a step."""
+
+    max_prompt_tokens: int
+    max_response_tokens: int
+    max_tokens_per_step: int
+
+
+class PlanCheckpoints(TypedDict):
+    """How often the run saves, and how big a save is."""
+
+    interval: int  # steps between checkpoints
+    kept: int
+    resume_mode: ResumeMode
+    bytes_per_node: float
+    bytes_from: str  # where the size comes from (measured, or an estimate)
+
+
+class PlanNotice(TypedDict):
+    """The time-limit notice's budget: whether a save at the next step fits between the notice and the kill."""
+
+    lead_s: float  # from the notice to the kill
+    step_s: float  # the step the trainer finishes before it saves
+    step_from: str
+    save_s: float | None  # null when unbounded
+    write_gbytes_per_s: float
+    stop_ray_s: float
+    log_copy_s: float
+    stop_from: str
+    needed_s: float | None  # step, save, stopping Ray and copying logs; null when unbounded
+    save_fits: bool
+    fits_lead: bool
+    fits_grace: bool
+    fix: list[str]  # each way to make it fit; empty when it does
+
+
+class PlanAttempt(TypedDict):
+    """What one attempt (one allocation) reaches before its time limit."""
+
+    time_limit_s: float | None
+    start_s: float  # bring-up and model load before the first step
+    train_s: float | None
+    steps: float | None  # steps before the notice; null when unbounded
+    finishes_in_one: bool
+    reaches_checkpoint: bool
+    stalls: bool  # no attempt reaches a checkpoint: the run would requeue for ever
+    fix: list[str]
+
+
+class PlanPreemption(TypedDict):
+    """How a preemption reaches the job on its partition and QOS; null where Slurm was not asked."""
+
+    asked: bool
+    why_not: str | None  # why Slurm could not be asked
+    partition: str
+    preemptable: bool | None
+    mode: str | None  # PreemptMode: REQUEUE, CANCEL, SUSPEND, ...
+    grace_s: int | None  # GraceTime: from the preemption's SIGTERM to the kill
+    user_signal: bool | None  # whether the job's --signal is sent on a preemption
+    save_fits: bool | None  # whether a save fits in the grace time; null where the question does not arise
+
+
+class PlanIntervalAdvice(TypedDict):
+    """The checkpoint interval that loses the least GPU time to saves and redone steps (shares of GPU time)."""
+
+    advised_steps: int
+    configured_steps: int
+    advised_waste: float | None
+    configured_waste: float | None
+    interruptions_per_day: float
+
+
+class PlanSkyrl(TypedDict):
+    """The SkyRL command the training job runs on the head node."""
+
+    module: str  # run with `python -m`
+    overrides: list[str]  # `key=value`, later ones win
+    env: dict[str, str]  # no secrets: tokens travel as files
+    cwd: str | None  # the SkyRL checkout
+    command: str  # all of it as one shell line (a secret's value shows as `<set>`)
+
+
+class PlanJson(TypedDict):
+    """`plan --json`: the recipe's resource plan, validated, and the exact SkyRL command; nothing is submitted. Exit 2
+    when Slurm refuses the job or a limit would never start it."""
+
+    recipe: str
+    run_name: str | None
+    trainer_backend: RecipeBackend
+    rehearsal: bool  # trainer.backend=rehearsal: it checks the plumbing, it does not train
+    precision: Precision
+    lora: bool
+    resources: PlanResources
+    profile: PlanProfile | None  # the site profile, null without one
+    parallelism: PlanParallelism
+    batch: PlanBatch
+    tokens: PlanTokens
+    checkpoints: PlanCheckpoints
+    notice: PlanNotice
+    attempt: PlanAttempt
+    preemption: PlanPreemption
+    interval_advice: PlanIntervalAdvice
+    slurm: SlurmCheck
+    sbatch: list[StageCommand]  # per stage (data, container, train)
+    skyrl: PlanSkyrl
+    findings: list[PlanRow]  # the rows that need a change: a fix, a refusal, a limit that never starts the job
+    rows: list[PlanRow]  # the table `plan` prints
+    config: dict[str, Any]  # the resolved recipe, every key
+    history: PlanHistory | None  # null when the run has not run (or recorded no attempt)
+
+
+JSON_OUTPUT = PlanJson
 
 
 def _source(cfg: BeamConfig, key: str) -> str:
@@ -317,18 +579,13 @@ def main(argv: list[str]) -> int:
     preemption = read_preemption(cfg.cluster.partition)
     slurm = slurm_check(cfg, parsed.overrides)
     if parsed.args.json:
-        print(
-            json_text(
-                {**plan_json(cfg, launch, preemption, slurm, parsed.overrides), "history": measured_history},
-                default=str,
-            )
-        )
+        print(json_text(plan_json(cfg, launch, preemption, slurm, parsed.overrides, measured_history), default=str))
     else:
         print_plan(cfg, launch, slurm_rows(slurm) + history_rows(measured_history), preemption)
     return 2 if slurm["accepted"] is False or slurm["never_starts"] else 0
 
 
-def history(cfg: BeamConfig, run: str | None) -> dict | None:
+def history(cfg: BeamConfig, run: str | None) -> PlanHistory | None:
     """What the run's own attempts measured (`--from RUN`, else this run name's run), each with its source."""
     export_path = resolve_run(run) if run else cfg.paths.export_path
     if not export_path or not run_file(export_path).is_file():
@@ -338,36 +595,29 @@ def history(cfg: BeamConfig, run: str | None) -> dict | None:
         return None
     t, c = cfg.trainer, cfg.cluster
     assert c.time_limit is not None  # fill_defaults puts the schema's default back
-    numbers: dict[str, dict[str, Any]] = {
-        name: {
+
+    def number(value: float | None, default: float, key: str) -> MeasuredValue:
+        return {
             "value": float(value if value is not None else default),
             "source": "measured" if value is not None else key,
         }
-        for name, value, default, key in (
-            ("step_s", m.step_s, step_seconds(cfg)[0], "the recipe's step time"),
-            ("save_s", m.save_s, recipe_save_seconds(cfg), "the recipe's save estimate"),
-            ("bring_up_s", m.bring_up_s, t.expected_bringup_s, "trainer.expected_bringup_s"),
-            ("model_load_s", m.model_load_s, t.expected_model_load_s, "trainer.expected_model_load_s"),
-            (
-                "interruptions_per_day",
-                m.interruptions_per_day,
-                c.interruptions_per_day,
-                "cluster.interruptions_per_day",
-            ),
-        )
-    }
-    value = {name: entry["value"] for name, entry in numbers.items()}
+
+    step_s = number(m.step_s, step_seconds(cfg)[0], "the recipe's step time")
+    save_s = number(m.save_s, recipe_save_seconds(cfg), "the recipe's save estimate")
+    bring_up_s = number(m.bring_up_s, t.expected_bringup_s, "trainer.expected_bringup_s")
+    model_load_s = number(m.model_load_s, t.expected_model_load_s, "trainer.expected_model_load_s")
+    interruptions = number(m.interruptions_per_day, c.interruptions_per_day, "cluster.interruptions_per_day")
     advice = advise_interval(
-        save_s=value["save_s"],
-        step_s=value["step_s"],
-        interruptions_per_day=value["interruptions_per_day"],
+        save_s=save_s["value"],
+        step_s=step_s["value"],
+        interruptions_per_day=interruptions["value"],
         configured_steps=cfg.checkpoint.interval,
         max_steps=cfg.max_training_steps,
     )
     limit = time_limit_seconds(c.time_limit)
     reach = (
-        max(int((limit - value["bring_up_s"] - value["model_load_s"]) // value["step_s"]), 0)
-        if limit and value["step_s"] > 0
+        max(int((limit - bring_up_s["value"] - model_load_s["value"]) // step_s["value"]), 0)
+        if limit and step_s["value"] > 0
         else None
     )
     return {
@@ -375,7 +625,11 @@ def history(cfg: BeamConfig, run: str | None) -> dict | None:
         "attempts": m.attempts,
         "allocated_hours": m.allocated_hours,
         "faults": m.faults,
-        **numbers,
+        "step_s": step_s,
+        "save_s": save_s,
+        "bring_up_s": bring_up_s,
+        "model_load_s": model_load_s,
+        "interruptions_per_day": interruptions,
         "steps_per_attempt": reach,
         "advised_interval": advice.advised_steps,
         "advised_waste": advice.advised_waste,
@@ -384,12 +638,12 @@ def history(cfg: BeamConfig, run: str | None) -> dict | None:
     }
 
 
-def history_rows(h: dict | None) -> list[tuple[str, str, str]]:
+def history_rows(h: PlanHistory | None) -> list[tuple[str, str, str]]:
     if h is None:
         return []
 
-    def shown(name: str, unit: str = " s") -> str:
-        return f"{h[name]['value']:,.1f}{unit} ({h[name]['source']})"
+    def shown(number: MeasuredValue, unit: str = " s") -> str:
+        return f"{number['value']:,.1f}{unit} ({number['source']})"
 
     reach = f"; one attempt reaches about {h['steps_per_attempt']} steps" if h["steps_per_attempt"] is not None else ""
     return [
@@ -399,9 +653,9 @@ def history_rows(h: dict | None) -> list[tuple[str, str, str]]:
             f"{h['export_path']}: {h['attempts']} attempts, {h['allocated_hours']:.2f} h "
             f"of allocation, {h['faults']} ended without a notice",
         ),
-        ("history", "bring-up / model load", f"{shown('bring_up_s')} / {shown('model_load_s')}{reach}"),
-        ("history", "step / save", f"{shown('step_s')} / {shown('save_s')}"),
-        ("history", "interruptions", shown("interruptions_per_day", " per day of allocation")),
+        ("history", "bring-up / model load", f"{shown(h['bring_up_s'])} / {shown(h['model_load_s'])}{reach}"),
+        ("history", "step / save", f"{shown(h['step_s'])} / {shown(h['save_s'])}"),
+        ("history", "interruptions", shown(h["interruptions_per_day"], " per day of allocation")),
         (
             "history",
             "interval advice",
@@ -412,9 +666,9 @@ def history_rows(h: dict | None) -> list[tuple[str, str, str]]:
     ]
 
 
-def slurm_check(cfg: BeamConfig, overrides: list[str]) -> dict:
+def slurm_check(cfg: BeamConfig, overrides: list[str]) -> SlurmCheck:
     """`sbatch --test-only`, then the limits it would wait on for ever; skipped by cluster.ask_slurm_on_submit=false."""
-    out: dict[str, Any] = {
+    out: SlurmCheck = {
         "asked": False,
         "accepted": None,
         "answer": "",
@@ -434,21 +688,30 @@ def slurm_check(cfg: BeamConfig, overrides: list[str]) -> dict:
     answer = sbatch_test_only(request)
     if answer.accepted is None:
         return {**out, "answer": f"not asked: Slurm could not be reached ({answer.text})"}
-    out.update(asked=True, accepted=answer.accepted, answer=answer.text)
+    out["asked"], out["accepted"], out["answer"] = True, answer.accepted, answer.text
     if not answer.accepted:
         out["fix"] = f"change {refusal_setting(answer.text, request)}"
     # Read on a refusal too: "node configuration is not available" does not say it was the partition's MaxNodes.
     found = limits.check_job(limits.job_shape(request))
-    out.update(
-        partitions=[{**dataclasses.asdict(p), "text": p.describe()} for p in found.partitions],
-        limits_unread=list(found.unread),
-        accounting_enforced=found.accounting_enforced,
-        never_starts=[{"text": b.text, "fix": f"change {b.setting}"} for b in found.breaches],
-    )
+    out["partitions"] = [
+        {
+            "name": p.name,
+            "max_time_s": p.max_time_s,
+            "default_time_s": p.default_time_s,
+            "max_nodes": p.max_nodes,
+            "total_nodes": p.total_nodes,
+            "state": p.state,
+            "text": p.describe(),
+        }
+        for p in found.partitions
+    ]
+    out["limits_unread"] = list(found.unread)
+    out["accounting_enforced"] = found.accounting_enforced
+    out["never_starts"] = [{"text": b.text, "fix": f"change {b.setting}"} for b in found.breaches]
     return out
 
 
-def slurm_rows(check: dict) -> list[tuple[str, str, str]]:
+def slurm_rows(check: SlurmCheck) -> list[tuple[str, str, str]]:
     item = "sbatch --test-only"
     if not check["asked"]:
         return [("slurm", item, check["answer"])]
@@ -480,9 +743,9 @@ def _number(value: float) -> float | None:
     return value if math.isfinite(value) else None
 
 
-def _row_objects(rows: list[tuple[str, str, str]]) -> list[dict]:
+def _row_objects(rows: list[tuple[str, str, str]]) -> list[PlanRow]:
     """The table's rows as objects; a fix row becomes the `fix` list of the row above it."""
-    out: list[dict] = []
+    out: list[PlanRow] = []
     for section, item, text in rows:
         if item.strip() == "fix" and out:
             out[-1]["fix"] = text.split("; or ")
@@ -491,10 +754,10 @@ def _row_objects(rows: list[tuple[str, str, str]]) -> list[dict]:
     return out
 
 
-def stage_commands(cfg: BeamConfig, overrides: list[str]) -> list[dict]:
+def stage_commands(cfg: BeamConfig, overrides: list[str]) -> list[StageCommand]:
     """The sbatch command of each stage `submit` would queue (the container stage only where an image is pulled)."""
     data = [o for o in overrides if override_key(o).startswith("data.")]
-    out = []
+    out: list[StageCommand] = []
     for stage in (PrepareData(cfg, data), PullContainer(cfg), Train(cfg, [o for o in overrides if o not in data])):
         not_needed = stage.completed() if isinstance(stage, PullContainer) else ""
         try:
@@ -513,7 +776,7 @@ def stage_commands(cfg: BeamConfig, overrides: list[str]) -> list[dict]:
     return out
 
 
-def _profile_json(cfg: BeamConfig) -> dict | None:
+def _profile_json(cfg: BeamConfig) -> PlanProfile | None:
     profile = profile_of(cfg)
     if profile is None:
         return None
@@ -533,8 +796,10 @@ def _profile_json(cfg: BeamConfig) -> dict | None:
     }
 
 
-def plan_json(cfg: BeamConfig, launch, preemption, slurm: dict, overrides: list[str]) -> dict:
-    """`plan --json`: its schema is in the README's "JSON output"."""
+def plan_json(
+    cfg: BeamConfig, launch, preemption, slurm: SlurmCheck, overrides: list[str], history: PlanHistory | None = None
+) -> PlanJson:
+    """`plan --json` (PlanJson): the plan, the SkyRL command, what Slurm said (`slurm`) and what the run measured."""
     c, m, b, g, r = cfg.cluster, cfg.megatron, cfg.batch, cfg.generation, cfg.rollout
     assert c.time_limit is not None  # fill_defaults puts the schema's default back
     responses = b.prompts_per_step * b.responses_per_prompt
@@ -542,7 +807,7 @@ def plan_json(cfg: BeamConfig, launch, preemption, slurm: dict, overrides: list[
     step, step_from = step_seconds(cfg)
     stop_s, log_copy_s, stop_from = stop_seconds(cfg)
     budget, progress, advice = recipe_budget(cfg), attempt_progress(cfg), recipe_advice(cfg)
-    preempt = {
+    preempt: PlanPreemption = {
         "asked": preemption.reachable,
         "why_not": preemption.why or None,
         "partition": preemption.partition,
@@ -554,14 +819,12 @@ def plan_json(cfg: BeamConfig, launch, preemption, slurm: dict, overrides: list[
     }
     if preemption.reachable:
         qos = c.qos
-        preempt.update(
-            preemptable=preemption.preemptable(qos),
-            mode=preemption.mode(qos) or None,
-            grace_s=preemption.grace_s(qos),
-            user_signal=preemption.user_signal,
-        )
-        if preempt["preemptable"] and preempt["grace_s"] > 0 and not (preempt["mode"] or "").startswith("SUSPEND"):
-            preempt["save_fits"] = SaveCost.of(cfg).preemption_budget(preempt["grace_s"]).fits
+        preempt["preemptable"] = preemptable = preemption.preemptable(qos)
+        preempt["mode"] = mode = preemption.mode(qos) or None
+        preempt["grace_s"] = grace_s = preemption.grace_s(qos)
+        preempt["user_signal"] = preemption.user_signal
+        if preemptable and grace_s > 0 and not (mode or "").startswith("SUSPEND"):
+            preempt["save_fits"] = SaveCost.of(cfg).preemption_budget(grace_s).fits
     rows = _row_objects([*plan_rows(cfg, preemption), *slurm_rows(slurm)])
     return {
         "recipe": cfg.recipe,
@@ -670,4 +933,5 @@ def plan_json(cfg: BeamConfig, launch, preemption, slurm: dict, overrides: list[
         "findings": [row for row in rows if "fix" in row or row["text"].startswith(("REFUSED", "NEVER STARTS"))],
         "rows": rows,
         "config": dataclasses.asdict(cfg),
+        "history": history,
     }

@@ -17,11 +17,11 @@ import math
 import re
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, TypedDict
 
 from beam_slurm.config.verb_args import VerbArgs, VerbUsageError, fit_columns, table_console, verb_table
 from beam_slurm.core.atomic_files import atomic_writer
-from beam_slurm.core.json_text import json_text
+from beam_slurm.core.json_text import JsonFloat, json_text
 from beam_slurm.core.layout import run_file
 from beam_slurm.core.run_store import RunStore
 from beam_slurm.jobs.evaluation.results import EVALS_DIRNAME, write_json
@@ -38,9 +38,88 @@ from beam_slurm.launch.run_results import (
     run_config,
 )
 from beam_slurm.launch.runs import RunTarget
-from beam_slurm.policy.goodput import PHASES, RESTART_PHASES, run_ledgers
+from beam_slurm.policy.goodput import PHASES, RESTART_PHASES, LedgerJson, run_ledgers
 
 # matplotlib is imported inside write_plot: only the plot needs it, and it is slow to import.
+
+# JsonFloat: a number read from a file (metrics.json, SkyRL's dumps, train_metrics.jsonl), null in the JSON where the
+# file held NaN or an infinity.
+
+# A point of our evaluation's accuracy curve.
+BeamPoint = TypedDict(  # the functional form: a key holds `@`
+    "BeamPoint",
+    {
+        "step": int,
+        "avg@k": JsonFloat,
+        "k": int | None,  # samples per problem
+        "ci95": list[float] | None,  # avg@k's 95 % interval, [low, high]
+        "rehearsal": bool,  # made up by a rehearsal (or of its unchanged base weights)
+    },
+)
+
+
+class SkyrlPoint(TypedDict):
+    """A point of SkyRL's own evaluation during training: the share of positively scored responses."""
+
+    step: int
+    accuracy: JsonFloat
+    rehearsal: bool
+
+
+class AccuracyLines(TypedDict):
+    """One dataset's accuracy curves: ours and SkyRL's."""
+
+    beam: list[BeamPoint]
+    skyrl: list[SkyrlPoint]
+
+
+class RunSeries(TypedDict):
+    """A run's curves, as plotted."""
+
+    accuracy: dict[str, AccuracyLines]  # dataset (aime2024) -> its curves
+    reward: list[list[JsonFloat]]  # [step, mean reward] pairs
+    response_length: list[list[JsonFloat]]  # [step, mean response tokens] pairs
+
+
+class EvaluationJson(TypedDict):
+    """One data source evaluated at one step, by one origin."""
+
+    step: int
+    dataset: str  # the name tables and plots show (aime2024)
+    data_source: str  # as the evaluation keys it (aime2024, math_dapo)
+    origin: str  # `beam` (our evaluation) or `skyrl` (the trainer's own)
+    accuracy: JsonFloat  # avg@k for ours; the share of positively scored responses for SkyRL's
+    responses: int | None  # behind SkyRL's number
+    metrics: dict[str, Any]  # ours: the metrics.json entry as written (`grade --json`'s metrics); SkyRL's: empty
+    rehearsal: bool
+
+
+class RunSummary(TypedDict):
+    """One run's report."""
+
+    name: str
+    label: str  # the settings that tell this run from the others, else its name
+    settings: dict[str, str]  # those settings, key -> value
+    export_path: str
+    rehearsal: bool  # some numbers come from the rehearsal trainer: made up
+    series: RunSeries
+    evaluations: list[EvaluationJson]
+    train: dict[str, dict[str, JsonFloat]]  # step -> train_metrics.jsonl's numbers (a redone step's last)
+    goodput: LedgerJson | None  # null for a run without a record (plain result folders)
+    skipped: list[str]  # files that could not be read, and why
+
+
+class ReportJson(TypedDict):
+    """`report --json` (also written as report.json): every run's curves, evaluations, training metrics and goodput,
+    and the figures written."""
+
+    runs: list[RunSummary]
+    plot: str  # the figure (PNG)
+    svg: str  # the same figure as SVG
+    timeline_plot: str | None  # the attempts-by-phase picture; null when no run has a ledger
+
+
+JSON_OUTPUT = ReportJson
 
 PLOT_FILE = "report.png"
 SUMMARY_FILE = "report.json"
@@ -351,9 +430,9 @@ def write_timeline(reports: list[RunReport], path: Path) -> Path | None:
     return path
 
 
-def series(report: RunReport) -> dict[str, Any]:
+def series(report: RunReport) -> RunSeries:
     """A run's curves, as plotted: accuracy per dataset (ours and SkyRL's), reward and response length, by step."""
-    accuracy: dict[str, dict[str, list[dict[str, Any]]]] = {}
+    accuracy: dict[str, AccuracyLines] = {}
     for point in sorted(report.evals, key=lambda p: p.step):
         lines = accuracy.setdefault(point.dataset, {"beam": [], "skyrl": []})
         if point.origin == "beam":
@@ -388,7 +467,10 @@ def write_plot(reports: RunReport | list[RunReport], path: Path) -> tuple[Path, 
         label_runs(reports)
     curves = [series(r) for r in reports]
     datasets = sorted({name for c in curves for name in c["accuracy"]} | set(FIRST_DATASETS), key=_dataset_order)
-    panels = [("accuracy", name) for name in datasets] + [("reward", None), ("response_length", None)]
+    panels: list[tuple[Literal["accuracy", "reward", "response_length"], str]] = [
+        ("accuracy", name) for name in datasets
+    ]
+    panels += [("reward", ""), ("response_length", "")]  # (the dataset names an accuracy panel only)
     columns = 2
     rows = -(-len(panels) // columns)
     fig, axes = plt.subplots(rows, columns, figsize=(6.5 * columns, 4.2 * rows), squeeze=False)
@@ -397,7 +479,7 @@ def write_plot(reports: RunReport | list[RunReport], path: Path) -> tuple[Path, 
         for number, (report, curve) in enumerate(zip(reports, curves, strict=False)):
             colour = f"C{number % 10}"
             if kind == "accuracy":
-                lines = curve["accuracy"].get(name, {"beam": [], "skyrl": []})
+                lines: AccuracyLines = curve["accuracy"].get(name, {"beam": [], "skyrl": []})
                 ours = lines["beam"]
                 if ours:
                     ax.plot(
@@ -407,12 +489,12 @@ def write_plot(reports: RunReport | list[RunReport], path: Path) -> tuple[Path, 
                         color=colour,
                         label=report.label,
                     )
-                    banded = [p for p in ours if p["ci95"]]
+                    banded = [(p["step"], interval) for p in ours if (interval := p["ci95"])]
                     if banded:
                         ax.fill_between(
-                            [p["step"] for p in banded],
-                            [100 * p["ci95"][0] for p in banded],
-                            [100 * p["ci95"][1] for p in banded],
+                            [step for step, _ in banded],
+                            [100 * interval[0] for _, interval in banded],
+                            [100 * interval[1] for _, interval in banded],
                             color=colour,
                             alpha=0.18,
                             linewidth=0,
@@ -458,7 +540,7 @@ def write_plot(reports: RunReport | list[RunReport], path: Path) -> tuple[Path, 
     return png, svg
 
 
-def summary(report: RunReport) -> dict[str, Any]:
+def summary(report: RunReport) -> RunSummary:
     """Machine-readable form of one run's report (an element of report.json's "runs")."""
     return {
         "name": report.name,
@@ -543,7 +625,7 @@ def main(argv: list[str]) -> int:
     plot, summary_file = output_paths(targets, args.plot)
     png, svg = write_plot(reports, plot)
     timeline = write_timeline(reports, png.with_name(png.stem + "-timeline.png"))
-    payload = {
+    payload: ReportJson = {
         "runs": [summary(r) for r in reports],
         "plot": str(png),
         "svg": str(svg),

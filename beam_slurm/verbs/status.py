@@ -13,10 +13,11 @@ from __future__ import annotations
 import math
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from rich.console import Group
 from rich.live import Live
@@ -40,7 +41,7 @@ from beam_slurm.launch.run_results import (
     run_config,
 )
 from beam_slurm.launch.runs import RunNotFound, resolve_runs, sweep_folder
-from beam_slurm.policy.goodput import restart_phases, run_ledgers
+from beam_slurm.policy.goodput import GoodputJson, Ledger, RestartPhases, restart_phases, run_ledgers
 from beam_slurm.slurm import outage
 from beam_slurm.slurm.scheduler import SlurmCommandError, SlurmUnreachable, noting_outages
 from beam_slurm.slurm.submission import FINAL_STATES, JobRecord, JobView, job_view
@@ -51,6 +52,74 @@ LOST_REASON = "ended without a word from the batch shell (its node failed, or Sl
 
 class StatusInputError(UserError, ValueError):
     """The argument names no run or sweep; the message says where we looked."""
+
+
+class EvaluationResult(TypedDict):
+    """An evaluation: a training job's latest, or the step an evaluation job evaluated."""
+
+    step: int
+    origin: str  # `beam` (our evaluation) or `skyrl` (the trainer's own, during training)
+    rehearsal: bool  # made up by a rehearsal (or of its unchanged base weights)
+    accuracy: dict[str, float | None]  # dataset (aime2024) -> avg@k for ours, SkyRL's accuracy for theirs
+
+
+class AttemptJson(TypedDict):
+    """One attempt (one start of the batch shell, or one in-job restart) of a training job."""
+
+    attempt: int  # SLURM_RESTART_COUNT of the allocation
+    in_job: int  # 0, or the restart inside the allocation (1, 2, ...)
+    label: str  # `2`, or `2.1` for an in-job restart: what `logs --attempt` takes
+    replaced: list[str]  # `old -> new` for each node an in-job restart replaced
+    state: str
+    """How it ended (the requeue policy's end kinds), `running`, `lost` (Slurm ended the job and the attempt never
+    recorded its end), or `ended` (it recorded its end but not how)."""
+    started_at: str | None  # ISO 8601 with the offset
+    ended_at: str | None  # null while it runs
+    nodes: list[str]
+    checkpoint_at_start: int | None
+    checkpoint_at_end: int | None
+    saved_step: int | None  # the step saved on the notice that ended it
+    decision: str | None  # requeue, requeued by Slurm, or end (<exit status>)
+    exit_status: int | None
+    reason: str
+    hang_dumps: str | None  # the stack dumps' folder when a hang ended it
+    restart: RestartPhases | None  # for an in-job restart: where its seconds went, else null
+
+
+class StatusJob(TypedDict):
+    """One job of a run: a stage's (data, container, train) or an evaluation's."""
+
+    run: str  # the run's name
+    stage: str  # data, container, train or evaluate
+    job_id: str | None  # as `sbatch --parsable` prints it; null when the stage was skipped
+    state: str  # Slurm's (PENDING, RUNNING, COMPLETED, ...; UNKNOWN when Slurm did not answer), SKIPPED or STOPPED
+    restarts: int  # requeues so far
+    elapsed_s: int | None  # of the current attempt
+    nodes: str | None  # Slurm's node list: `node[1-4]`
+    checkpoint: int | None  # train: its latest complete step; evaluate: the step it evaluated
+    max_training_steps: int | None  # train only
+    evaluation: EvaluationResult | None
+    reason: str  # why it waits, why it was skipped, or how it ended
+    rehearsal: bool  # trainer.backend=rehearsal: it checks the plumbing, it does not train
+    attempts: list[AttemptJson]  # train only: every attempt, in order
+
+
+class StatusJobs(TypedDict):
+    """The table's rows as objects: one per job, attempts nested in their training job."""
+
+    title: str  # `run NAME` or `sweep FOLDER`
+    jobs: list[StatusJob]
+
+
+class StatusJson(StatusJobs):
+    """`status --json`: every job of a run or sweep, its state, attempts, checkpoint and evaluation, and the goodput
+    ledger. Exit 1 when the controller did not answer (every state UNKNOWN, the rest from the run records)."""
+
+    goodput: GoodputJson | dict[str, GoodputJson]  # the run's ledger; for several runs, by run name
+    unanswered: list[str]  # the Slurm daemons that did not answer: `slurmctld`, `slurmdbd`
+
+
+JSON_OUTPUT = StatusJson
 
 
 @dataclass
@@ -69,9 +138,9 @@ class StatusRow:
     # The same, typed, for --json:
     step: int | None = None  # train: the latest complete checkpoint; evaluate: the checkpoint evaluated
     max_steps: int | None = None
-    results: dict | None = None  # the evaluation shown: step, origin, rehearsal, accuracy by dataset
+    results: EvaluationResult | None = None  # the evaluation shown: step, origin, rehearsal, accuracy by dataset
     attempts: list[Attempt] = field(default_factory=list)  # train rows: the job's attempts
-    restarts_by_label: dict[str, dict] = field(default_factory=dict)  # `goodput.restart_phases` of in-job attempts
+    restarts_by_label: dict[str, RestartPhases] = field(default_factory=dict)  # in-job attempts' `restart_phases`
 
 
 def resolve_targets(target: str | None) -> tuple[dict[Path, RunRecord], str]:
@@ -103,7 +172,7 @@ def read_runs(export_paths: list[Path]) -> dict[Path, RunRecord]:
     return {export_path: RunStore(export_path).read() for export_path in export_paths}
 
 
-def _results(step: int, origin: str, scores: list[tuple[str, float, bool]]) -> dict:
+def _results(step: int, origin: str, scores: list[tuple[str, float, bool]]) -> EvaluationResult:
     """An evaluation as --json shows it; (dataset, accuracy, made up by a rehearsal) each."""
     return {
         "step": step,
@@ -117,7 +186,7 @@ def _results_text(scores: list[tuple[str, float, bool]]) -> str:
     return ", ".join(f"{name} {value:.3f}{' (rehearsal)' if rehearsal else ''}" for name, value, rehearsal in scores)
 
 
-def _latest_eval(export_path: Path, run: RunRecord | None = None) -> tuple[str, dict | None]:
+def _latest_eval(export_path: Path, run: RunRecord | None = None) -> tuple[str, EvaluationResult | None]:
     try:
         report = gather(export_path, run)
     except OSError:
@@ -133,7 +202,7 @@ def _latest_eval(export_path: Path, run: RunRecord | None = None) -> tuple[str, 
     return text, _results(step, ours[0].origin, scores)
 
 
-def _eval_at(export_path: Path, step: int) -> tuple[str, dict | None]:
+def _eval_at(export_path: Path, step: int) -> tuple[str, EvaluationResult | None]:
     try:
         metrics = finished_metrics(evaluation_dir(export_path, step))
     except (OSError, ValueError):
@@ -269,7 +338,7 @@ def collect_view(
     return rows, view.accounting
 
 
-def restarts_of(run: RunRecord, attempts: list[Attempt]) -> dict[str, dict]:
+def restarts_of(run: RunRecord, attempts: list[Attempt]) -> dict[str, RestartPhases]:
     """`goodput.restart_phases` of each in-job attempt that recorded its restart, by label (the trainer's events
     read once, only when there is one)."""
     restarted = [a for a in attempts if a.in_job and a.restart]
@@ -279,7 +348,7 @@ def restarts_of(run: RunRecord, attempts: list[Attempt]) -> dict[str, dict]:
     return {a.label: restart_phases(a, events) for a in restarted}
 
 
-def restart_text(phases: dict) -> str:
+def restart_text(phases: Mapping[str, Any]) -> str:
     """`warm restart 9.8 s: detection 0.4, stopping 1.2, bring-up 3.1, model load 2.0, first step 1.0` (None: '?')."""
     seconds = {
         name.replace("_", " ").replace("bring up", "bring-up"): phases.get(name)
@@ -291,7 +360,9 @@ def restart_text(phases: dict) -> str:
     return f"{kind} restart{'' if total is None else f' {total:.1f} s'}: {parts}"
 
 
-def _attempt_row(name: str, attempt: Attempt, ended_by_slurm: bool = False, restart: dict | None = None) -> StatusRow:
+def _attempt_row(
+    name: str, attempt: Attempt, ended_by_slurm: bool = False, restart: RestartPhases | None = None
+) -> StatusRow:
     """One attempt of a training job: nodes, checkpoint at start -> end, how it ended."""
     start, end = attempt.checkpoint_at_start, attempt.checkpoint_at_end
     checkpoint = (
@@ -339,9 +410,9 @@ def _iso(stamp: float | None, text: str | None) -> str | None:
         return text
 
 
-def status_json(rows: list[StatusRow], title: str) -> dict:
-    """`status --json`: one object per job (schema in the README's "JSON output"); attempts nested in their job."""
-    jobs = [
+def status_json(rows: list[StatusRow], title: str) -> StatusJobs:
+    """`status --json`'s jobs: one object per job (StatusJob); attempts nested in their job."""
+    jobs: list[StatusJob] = [
         {
             "run": r.run,
             "stage": r.stage.partition(" ")[0],
@@ -382,6 +453,19 @@ def status_json(rows: list[StatusRow], title: str) -> dict:
         if not r.stage.startswith(" ")
     ]  # an attempt's row is nested in its job
     return {"title": title, "jobs": jobs}
+
+
+def goodput_json(ledger: Ledger) -> GoodputJson:
+    """The run's ledger without its timeline (report.json has it)."""
+    full = ledger.to_json()
+    return {
+        "allocated_node_seconds": full["allocated_node_seconds"],
+        "productive_node_seconds": full["productive_node_seconds"],
+        "ratio": full["ratio"],
+        "phases": full["phases"],
+        "queue_wait_seconds": full["queue_wait_seconds"],
+        "accounting": full["accounting"],
+    }
 
 
 def _reason(record, entry: StageEntry | EvaluationEntry, records: dict, stage_of_job: dict) -> str:
@@ -502,12 +586,12 @@ def main(argv: list[str]) -> int:
         answered = outage.CONTROLLER not in missing
         if args.json:
             ledgers = {
-                runs[path].run_name or path.name:  # the timeline: report.json has it
-                {key: value for key, value in ledger.to_json().items() if key != "timeline"}
+                runs[path].run_name or path.name: goodput_json(ledger)
                 for path, ledger in run_ledgers(runs, records=accounting).items()
             }
             goodput = next(iter(ledgers.values())) if len(ledgers) == 1 else ledgers
-            print(json_text({**status_json(rows, title), "goodput": goodput, "unanswered": sorted(missing)}))
+            output: StatusJson = {**status_json(rows, title), "goodput": goodput, "unanswered": sorted(missing)}
+            print(json_text(output))
             return 0 if answered else 1
         console = table_console()
         if not args.watch or not answered:

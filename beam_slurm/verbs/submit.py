@@ -19,6 +19,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, TypedDict, cast
 
 from beam_slurm.config.load import has_sweep, load_config, load_many, to_yaml
 from beam_slurm.config.overrides import override_key
@@ -33,7 +34,7 @@ from beam_slurm.core.json_text import json_text
 from beam_slurm.core.run_store import RunStore, now, remember_job
 from beam_slurm.launch.manifest import record_submission, remember_last
 from beam_slurm.launch.run_results import REHEARSAL_RUN
-from beam_slurm.launch.stages import PrepareData, PullContainer, StageError, StagePlan, Train
+from beam_slurm.launch.stages import PrepareData, PullContainer, StageError, StageJson, StagePlan, Train
 from beam_slurm.launch.sweep import expand, rename_run, share_group, slug, sweep_root
 from beam_slurm.policy.notice_budget import attempt_progress
 from beam_slurm.slurm import limits, scheduler
@@ -47,6 +48,55 @@ from beam_slurm.slurm.submission import (
 )
 
 STAGES = ("data", "container", "train")
+
+
+class SubmittedStage(StageJson):
+    """One stage of a run: what was queued (or would be, in a dry run), reused or skipped, and why."""
+
+    dependency_type: str | None  # afterok or afterany (--dependency-type): how it waits for the stages before it
+    shared_with: str | None  # the sweep point whose job this is, when another point's submission owns it
+
+
+class SubmittedRun(TypedDict):
+    """One run (one sweep point) and its stage chain."""
+
+    run_name: str
+    export_path: str
+    run_dir: str  # its record's folder (beam_run/)
+    rehearsal: bool  # trainer.backend=rehearsal: it checks the plumbing, it does not train
+    choices: list[str]  # the sweep point's `key=value` choices (empty outside a sweep)
+    wandb_group: str | None
+    stages: list[SubmittedStage]
+
+
+class ProblemJson(TypedDict):
+    """One bad setting of an invalid sweep point."""
+
+    key: str  # the dotted key: `megatron.tensor_parallel`
+    value: Any  # the value given (or derived)
+    fix: str
+    problem: str | None  # what is wrong, when the value alone does not say
+    env: str | None  # the environment variable the value came from, if it did
+
+
+class InvalidRun(TypedDict):
+    """A sweep point left out (`--skip-invalid`), with every problem it has."""
+
+    choices: list[str]
+    label: str
+    problems: list[ProblemJson]
+
+
+class SubmitJson(TypedDict):
+    """`submit --json` (also with --dry-run): the runs and their stages as queued, and the sweep points left out."""
+
+    dry_run: bool
+    sweep_dir: str | None  # the sweep's folder (`-m`), else null
+    runs: list[SubmittedRun]
+    invalid: list[InvalidRun]
+
+
+JSON_OUTPUT = SubmitJson
 
 
 @dataclass
@@ -88,14 +138,14 @@ def build_parser():
     return verb
 
 
-def submission_json(runs: list[RunSpec], invalid: list[RunSpec], dry_run: bool, sweep_dir: Path | None) -> dict:
+def submission_json(runs: list[RunSpec], invalid: list[RunSpec], dry_run: bool, sweep_dir: Path | None) -> SubmitJson:
     """Job ids as `sbatch --parsable` gives them; a stage shared by a sweep's points names the run that owns it."""
     owner: dict[int, str] = {}
-    out = []
+    out: list[SubmittedRun] = []
     for run in runs:
         assert run.cfg is not None  # only valid runs are submitted
         assert run.cfg.run_name is not None and run.cfg.paths.export_path is not None  # fill_defaults sets them
-        stages = []
+        stages: list[SubmittedStage] = []
         for plan in run.plans:
             first = owner.setdefault(id(plan), run.cfg.run_name)
             stages.append(
@@ -124,7 +174,7 @@ def submission_json(runs: list[RunSpec], invalid: list[RunSpec], dry_run: bool, 
             {
                 "choices": [f"{k}={v}" for k, v in r.choices],
                 "label": r.label,
-                "problems": [dataclasses.asdict(p) for p in r.problems],
+                "problems": [cast(ProblemJson, dataclasses.asdict(p)) for p in r.problems],  # its fields, its keys
             }
             for r in invalid
         ],

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from json_output_checks import assert_json_valid
 
 pytestmark = pytest.mark.sandbox
 
@@ -34,6 +35,7 @@ def test_a_sweep_is_cancelled_with_one_command(slurm_sandbox, run_env):
     answer = json.loads(submitted.stdout)
     trains = [run["stages"][0]["job_id"] for run in answer["runs"]]
     slurm_sandbox.submitted.extend(trains)
+    assert_json_valid("submit", answer)
     assert len(set(trains)) == 2 and all(t.isdigit() for t in trains), answer
     commands = [run["stages"][0]["command"] for run in answer["runs"]]
     group = Path(answer["sweep_dir"]).name
@@ -42,6 +44,7 @@ def test_a_sweep_is_cancelled_with_one_command(slurm_sandbox, run_env):
     def trains_in_status() -> list[dict]:
         shown = beam("status", answer["sweep_dir"], "--json")
         assert shown.returncode == 0, shown.stderr
+        assert_json_valid("status", json.loads(shown.stdout))
         return [job for job in json.loads(shown.stdout)["jobs"] if job["stage"] == "train"]
 
     pending = trains_in_status()

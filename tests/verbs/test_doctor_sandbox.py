@@ -12,6 +12,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from json_output_checks import assert_json_valid
 from local_ports import free_port
 from slurm_conf_copies import conf_copy
 
@@ -26,6 +27,8 @@ BEAM = str(REPO_ROOT / ".venv" / "bin" / "beam-slurm")
 def doctor(env: dict[str, str], *overrides: str) -> tuple[int, dict | None, str]:
     done = subprocess.run([BEAM, "doctor", "--json", "recipe=lora_16gpu", *overrides], env=env, capture_output=True,
                           text=True, timeout=120, stdin=subprocess.DEVNULL)
+    if done.stdout.strip():  # nothing on stdout when the controller does not answer
+        assert_json_valid("doctor", json.loads(done.stdout))
     return done.returncode, json.loads(done.stdout) if done.stdout.strip() else None, done.stderr
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from json_output_checks import assert_json_valid
 
 pytestmark = [pytest.mark.sandbox, pytest.mark.slurm_semantics]
 
@@ -45,6 +46,7 @@ def test_doctor_writes_a_profile_that_plan_reads_and_the_command_line_overrules(
                  "paths.skyrl_dir=/s", "cluster.check_paths_on_submit=false", *paths]
     done = beam(env, *plan_args)
     plan = json.loads(done.stdout)
+    assert_json_valid("plan", plan)
     assert plan["profile"]["name"] == "lab" and plan["resources"]["partition"] == batch, done.stderr
     assert plan["resources"]["signal_before_s"] == profile["cluster"]["signal_before_s"]
     assert "cluster.signal_before_s" in plan["profile"]["measured"]
@@ -55,6 +57,7 @@ def test_doctor_writes_a_profile_that_plan_reads_and_the_command_line_overrules(
 
     done = beam(env, *plan_args, f"cluster.partition={low}", "cluster.signal_before_s=400")
     plan = json.loads(done.stdout)
+    assert_json_valid("plan", plan)
     assert plan["resources"]["partition"] == low and plan["resources"]["signal_before_s"] == 400, done.stderr
     assert not {"cluster.partition", "cluster.signal_before_s"} & set(plan["profile"]["keys"])
     assert "cluster.signal_before_s" not in plan["profile"]["measured"]

@@ -33,6 +33,7 @@ for folder in (TESTS.parent / "tools",):
 import evaluation_inputs  # noqa: E402  (the tiny model builder and the taught answers)
 from bench_prepare_data import make_dapo  # noqa: E402  (the demonstration's DAPO-Math-17K generator)
 from dapo_inputs import row, write_dapo  # noqa: E402  (the data tests' inputs in the real schemas)
+from json_output_checks import assert_json_valid  # noqa: E402  (each verb's JSON against its schema)
 from train_runs import INHERITED_SETTINGS, REPO_ROOT, few_gpus, wait_for  # noqa: E402
 
 from beam_slurm.config.overrides import override  # noqa: E402
@@ -118,6 +119,7 @@ class Story:
         """stage ("evaluate N" for the evaluation of step N) -> job of `beam-slurm status <export path> --json`."""
         proc = self.cli("status", str(self.export_path), "--json", timeout=60)
         assert proc.returncode == 0, proc.stderr
+        assert_json_valid("status", json.loads(proc.stdout))
         rows = {r["stage"] + (f" {r['checkpoint']}" if r["stage"] == "evaluate" else ""): r
                 for r in json.loads(proc.stdout)["jobs"]}
         self.snapshots.append((time.monotonic() - self.started, rows))

@@ -13,7 +13,7 @@ import math
 import random
 import statistics
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, NotRequired, TypedDict, cast
 
 from beam_slurm.core.errors import UserError
 
@@ -25,6 +25,68 @@ BOOTSTRAP_SEED = 20250101  # fixed: the same grades always give the same interva
 
 class GradingInputError(UserError, ValueError):
     """Rows that cannot be graded or scored; the message names the row or problem and the fix."""
+
+
+# One data source's metrics, as metrics.json holds them. With pass@j for j = 1, 2, 4, ... up to k, and k itself: keys
+# that depend on k, which a TypedDict cannot name (the JSON Schema gives them as a pattern).
+GradeMetrics = TypedDict(  # the functional form: the keys hold `@`
+    "GradeMetrics",
+    {
+        "avg@k": float,  # the mean over problems of c / k (c of the k samples correct): unbiased pass@1
+        "avg@k_ci95": list[float],  # avg@k's 95 % interval: [low, high], resampling problems with a fixed seed
+        "maj@k": float,  # the share of problems whose majority answer (first in sample order on a tie) is right
+        "k": int,  # samples per problem
+        "timeouts": int,  # responses whose math-verify grading hit its time or memory bound
+        "dataset": NotRequired[str],  # in an evaluation's metrics.json: the dataset it evaluated (aime2024)
+    },
+)
+
+
+class LengthStats(TypedDict):
+    """Response lengths over every response of a data source."""
+
+    mean: float
+    median: float
+    p90: float
+    min: float
+    max: float
+
+
+class ProblemRow(TypedDict):
+    """One problem: its k samples graded."""
+
+    problem_id: str | int  # as the input gave it
+    ground_truth: str | int  # as the input gave it
+    k: int
+    correct: int  # samples right by the primary rule (the training reward)
+    math_verify_correct: int  # samples right by math-verify
+    majority: str | None  # the majority answer, null when no sample gave one
+    majority_votes: int
+    majority_correct: bool
+    no_answer: int  # samples with no answer extracted
+    mean_chars: float  # mean response length in characters
+
+
+# One data source's details: math-verify's view, the response lengths, the finish reasons (details.json).
+SourceSummary = TypedDict(  # the functional form: a key holds `@`
+    "SourceSummary",
+    {
+        "problems_count": int,
+        "responses": int,
+        "math_verify_avg@k": float,  # avg@k by math-verify's judgement instead of the primary rule's
+        "agreement": float | None,  # share of responses where both rules agree; null when math-verify judged none
+        "no_answer": int,  # responses with no answer extracted
+        "finish_reasons": dict[str, int],  # vLLM's finish reason (`stop`, `length`; `unknown`) -> responses
+        "response_chars": LengthStats,
+        "response_tokens": NotRequired[LengthStats],  # only when every response says its token count
+    },
+)
+
+
+class GradeDetails(SourceSummary):
+    """One data source's details and its per-problem table."""
+
+    problems: list[ProblemRow]
 
 
 def _problem_sort_key(problem_id: Any) -> tuple:
@@ -127,25 +189,29 @@ def _by_problem(grades: Iterable[dict[str, Any]]) -> dict[str, dict[str, list[di
     return grouped
 
 
-def compute_metrics(grades: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+def compute_metrics(grades: list[dict[str, Any]]) -> dict[str, GradeMetrics]:
     """``{data_source: {"avg@k", "avg@k_ci95", "pass@1".., "maj@k", "k", "timeouts"}}`` from graded rows."""
     validate_rows(grades)
-    metrics: dict[str, dict[str, Any]] = {}
+    metrics: dict[str, GradeMetrics] = {}
     for source, problems in sorted(_by_problem(grades).items()):
         k = len(next(iter(problems.values())))
         n_correct = [sum(1 for g in samples if g["correct"]) for samples in problems.values()]
-        metrics[source] = {
-            "avg@k": statistics.fmean(c / k for c in n_correct),
-            "avg@k_ci95": list(bootstrap_interval([c / k for c in n_correct])),
-            **{f"pass@{j}": statistics.fmean(pass_at(k, c, j) for c in n_correct) for j in pass_at_levels(k)},
-            "maj@k": statistics.fmean(1.0 if majority_answer(s)[2] else 0.0 for s in problems.values()),
-            "k": k,
-            "timeouts": sum(1 for samples in problems.values() for g in samples if g["math_verify"] is None),
-        }
+        # Cast: the pass@j keys depend on k (GradeMetrics says so; tests/verbs/test_json_schemas.py checks the output).
+        metrics[source] = cast(
+            GradeMetrics,
+            {
+                "avg@k": statistics.fmean(c / k for c in n_correct),
+                "avg@k_ci95": list(bootstrap_interval([c / k for c in n_correct])),
+                **{f"pass@{j}": statistics.fmean(pass_at(k, c, j) for c in n_correct) for j in pass_at_levels(k)},
+                "maj@k": statistics.fmean(1.0 if majority_answer(s)[2] else 0.0 for s in problems.values()),
+                "k": k,
+                "timeouts": sum(1 for samples in problems.values() for g in samples if g["math_verify"] is None),
+            },
+        )
     return metrics
 
 
-def _length_stats(values: list[int]) -> dict[str, float]:
+def _length_stats(values: list[int]) -> LengthStats:
     ordered = sorted(values)
     return {
         "mean": statistics.fmean(ordered),
@@ -156,14 +222,14 @@ def _length_stats(values: list[int]) -> dict[str, float]:
     }
 
 
-def compute_details(grades: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+def compute_details(grades: list[dict[str, Any]]) -> dict[str, GradeDetails]:
     """Per data source: math-verify's view, response lengths, finish reasons and the per-problem table."""
-    details: dict[str, dict[str, Any]] = {}
+    details: dict[str, GradeDetails] = {}
     for source, problems in sorted(_by_problem(grades).items()):
         rows = [g for samples in problems.values() for g in samples]
         k = len(next(iter(problems.values())))
         judged = [g for g in rows if g["math_verify"] is not None]
-        table = []
+        table: list[ProblemRow] = []
         for problem_id in sorted(problems, key=_problem_sort_key):
             samples = problems[problem_id]
             answer, votes, majority_correct = majority_answer(samples)
@@ -181,7 +247,7 @@ def compute_details(grades: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
                     "mean_chars": statistics.fmean(len(g["response"]) for g in samples),
                 }
             )
-        entry: dict[str, Any] = {
+        entry: SourceSummary = {
             "problems_count": len(problems),
             "responses": len(rows),
             "math_verify_avg@k": statistics.fmean(p["math_verify_correct"] / k for p in table),
@@ -197,6 +263,5 @@ def compute_details(grades: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
         tokens = [g["response_tokens"] for g in rows if isinstance(g.get("response_tokens"), int)]
         if len(tokens) == len(rows):
             entry["response_tokens"] = _length_stats(tokens)
-        entry["problems"] = table
-        details[source] = entry
+        details[source] = {**entry, "problems": table}
     return details

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -83,7 +84,7 @@ def rehearsal_export(extra: dict[str, Any] | None) -> str | None:
 def write_results(
     out_dir: str | os.PathLike,
     grades: list[dict[str, Any]],
-    metrics: dict[str, dict[str, Any]],
+    metrics: Mapping[str, Mapping[str, Any]],
     extra: dict[str, Any] | None = None,
 ) -> Path:
     """Write one evaluation's files into ``out_dir`` (atomically, ``metrics.json`` last) and return the folder."""

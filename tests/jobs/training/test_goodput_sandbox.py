@@ -11,6 +11,7 @@ import subprocess
 import sys
 
 import pytest
+from json_output_checks import assert_json_valid
 from ray_processes import one_raylet
 from train_runs import wait_for
 
@@ -55,6 +56,7 @@ def assert_the_ledger_explains_slurms_accounting(run, labels: list[str], kinds: 
     assert run.finish(timeout=LIMIT_S) == "COMPLETED", run.output()[-6000:]
     report = beam(run, "report", str(run.export_path), "--json")
     assert report.returncode == 0, report.stderr
+    assert_json_valid("report", json.loads(report.stdout))
     ledger = json.loads(report.stdout)["runs"][0]["goodput"]
     phases, allocated = ledger["phases"], ledger["allocated_node_seconds"]
     story = json.dumps({k: v for k, v in ledger.items() if k != "timeline"}, indent=1)

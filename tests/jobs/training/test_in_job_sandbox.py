@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from json_output_checks import assert_json_valid
 from ray_processes import one_raylet, ray_processes, raylet_pids
 from train_runs import wait_for
 
@@ -88,6 +89,7 @@ def test_a_killed_worker_raylet_is_replaced_by_the_spare_without_a_requeue(train
     status = subprocess.run([sys.executable, "-m", "beam_slurm.cli", "status", str(run.export_path), "--json"],
                             capture_output=True, text=True, env=run.env(), timeout=120)
     assert status.returncode == 0, status.stderr
+    assert_json_valid("status", json.loads(status.stdout))  # with a restart's phases
     shown = next(job for job in json.loads(status.stdout)["jobs"] if job["stage"] == "train")["attempts"]
     assert [(a["attempt"], a["in_job"], a["state"]) for a in shown] == [(0, 0, "node-failure"), (0, 1, "finished")]
     assert shown[1]["replaced"] == [f"{worker} -> {nodes[2]}"], shown

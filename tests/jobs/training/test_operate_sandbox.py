@@ -18,6 +18,7 @@ import sys
 import uuid
 
 import pytest
+from json_output_checks import assert_json_valid
 from ray_processes import raylet_pids
 from train_runs import REPO_ROOT, wait_for
 
@@ -125,6 +126,7 @@ def test_attach_logs_and_one_environment_on_every_node(train_run):
     listed = beam(user_env, "logs", target, "--json")
     assert listed.returncode == 0, listed.stderr
     listing = json.loads(listed.stdout)
+    assert_json_valid("logs", listing)
     assert listing["job_id"] == run.job_id and listing["attempt"] == "0" and listing["attempts"] == ["0"], listing
     assert {f["path"].rsplit("/", 1)[-1]: f["bytes"] for f in listing["files"]}["train_job.log"] > 0, listing
     ray = {entry["node"]: entry for entry in listing["ray_logs"]}

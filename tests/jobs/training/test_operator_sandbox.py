@@ -16,6 +16,7 @@ import time
 import uuid
 
 import pytest
+from json_output_checks import assert_json_valid
 from ray_processes import one_raylet
 from train_runs import REPO_ROOT, wait_for
 
@@ -37,6 +38,7 @@ def status_rows(run, target: str) -> list[dict]:
     """The jobs of `beam-slurm status TARGET --json`."""
     proc = beam(run, "status", target, "--json", timeout=120)
     assert proc.returncode == 0, proc.stderr
+    assert_json_valid("status", json.loads(proc.stdout))
     return json.loads(proc.stdout)["jobs"]
 
 
