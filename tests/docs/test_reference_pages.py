@@ -15,11 +15,13 @@ from typing import Any
 
 import markdown
 import pytest
-import references
+from docs_site import docs_module
 
 from beam_slurm.cli import VERBS, verb_module
 from beam_slurm.config.overrides import hydra_value
 from beam_slurm.config.schema import BeamConfig
+
+references = docs_module("references")
 
 
 def leaf_keys(cls: type = BeamConfig, prefix: str = "") -> Iterator[tuple[str, Any]]:

@@ -4,21 +4,15 @@ the output): the scenarios call `assert_json_valid` where they read a verb's JSO
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-DOCS = Path(__file__).resolve().parents[2] / "docs"
+from docs_site import docs_module
 
 
 def json_schemas() -> ModuleType:
-    """docs/json_schemas.py (docs/ is the documentation site's folder, not a package: it goes on sys.path here)."""
-    if str(DOCS) not in sys.path:
-        sys.path.insert(0, str(DOCS))
-    import json_schemas
-
-    return json_schemas
+    """docs/json_schemas.py."""
+    return docs_module("json_schemas")
 
 
 def assert_json_valid(verb: str, data: Any) -> None:
